@@ -1,0 +1,37 @@
+// numeric.h: the leaf of the tree. Host-side bf16 <-> f32 conversion (round to nearest even),
+// shared by the CPU reference ops, the engine's tensors and the tests. No CUDA, no dependencies.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace sg {
+
+// bf16 stored as its raw 16 bits on the host.
+struct bf16_t {
+  uint16_t bits = 0;
+};
+
+inline float bf16_to_f32(bf16_t v) {
+  uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Round to nearest, ties to even; NaN stays a (quiet) NaN, infinities stay infinities.
+inline bf16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) {
+    return bf16_t{static_cast<uint16_t>((u >> 16) | 0x0040u)};
+  }
+  uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7fffu + lsb;
+  return bf16_t{static_cast<uint16_t>(u >> 16)};
+}
+
+// f32 -> bf16 -> f32: what a value looks like after being stored as bf16.
+inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+}  // namespace sg

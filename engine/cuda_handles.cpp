@@ -2,6 +2,7 @@
 #include "engine/cuda_handles.h"
 
 #include "engine/error.h"
+#include "engine/tensor.h"
 
 namespace sg {
 namespace detail {
@@ -20,9 +21,8 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
     cudaGetLastError();  // clear the sticky-free error so later calls are unaffected
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    throw Error(fmt::format("device allocation of {:.3f} GiB failed ({}); {:.3f} GiB free of {:.3f} GiB",
-                            bytes / 1073741824.0, cudaGetErrorString(e), free_b / 1073741824.0,
-                            total_b / 1073741824.0));
+    throw Error(fmt::format("device allocation of {} failed ({}); {} free of {}", format_bytes(bytes),
+                            cudaGetErrorString(e), format_bytes(free_b), format_bytes(total_b)));
   }
   p_ = Owned<void*, detail::free_device>(p);
 }

@@ -21,6 +21,14 @@ std::string_view dtype_name(DType d) {
   return "?";
 }
 
+std::string format_bytes(double b) {
+  if (b < 1e3) return fmt::format("{:.0f} B", b);
+  if (b < 1e6) return fmt::format("{:.2f} kB", b / 1e3);
+  if (b < 1e9) return fmt::format("{:.2f} MB", b / 1e6);
+  if (b < 1e12) return fmt::format("{:.2f} GB", b / 1e9);
+  return fmt::format("{:.2f} TB", b / 1e12);
+}
+
 DType parse_dtype(std::string_view s) {
   for (DType d : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::i8}) {
     if (s == dtype_name(d)) return d;

@@ -26,6 +26,8 @@ constexpr size_t dtype_size(DType d) {
   return 0;
 }
 std::string_view dtype_name(DType d);
+// "512 B", "4.26 MB", "1.07 GB" (decimal units, as bandwidth figures use).
+std::string format_bytes(double bytes);
 // Parses "f32", "bf16", "f16", "i32", "i8"; throws sg::Error listing the valid names otherwise.
 DType parse_dtype(std::string_view s);
 

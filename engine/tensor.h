@@ -12,19 +12,8 @@
 
 namespace sg {
 
-enum class DType : uint8_t { f32, bf16, f16, i32, i8 };
 enum class Where : uint8_t { host, device };
 
-constexpr size_t dtype_size(DType d) {
-  switch (d) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::i32: return 4;
-    case DType::i8: return 1;
-  }
-  return 0;
-}
 std::string_view dtype_name(DType d);
 // "512 B", "4.26 MB", "1.07 GB" (decimal units, as bandwidth figures use).
 std::string format_bytes(double bytes);

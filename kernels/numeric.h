@@ -1,11 +1,26 @@
-// numeric.h: the leaf of the tree. Host-side bf16 <-> f32 conversion (round to nearest even),
+// numeric.h: the leaf of the tree. Element types, and host-side bf16 <-> f32 conversion (round to nearest even),
 // shared by the CPU reference ops, the engine's tensors and the tests. No CUDA, no dependencies.
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstddef>
 #include <cstring>
 
 namespace sg {
+
+// Element types of tensors. Defined here, in the leaf, so kernel params structs can name them.
+enum class DType : uint8_t { f32, bf16, f16, i32, i8 };
+
+constexpr size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f32: return 4;
+    case DType::bf16: return 2;
+    case DType::f16: return 2;
+    case DType::i32: return 4;
+    case DType::i8: return 1;
+  }
+  return 0;
+}
 
 // bf16 stored as its raw 16 bits on the host.
 struct bf16_t {

@@ -1,6 +1,8 @@
 // random.cpp: seeded random inputs.
 #include "tests/support/random.h"
 
+#include <cstring>
+
 namespace sg::test {
 
 std::vector<float> uniform(size_t n, uint64_t seed, float lo, float hi) {
@@ -29,4 +31,15 @@ std::vector<float> from_bf16(const std::vector<bf16_t>& v) {
   return o;
 }
 
+}  // namespace sg::test
+
+namespace sg::test {
+std::vector<uint8_t> to_bytes_bf16(const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    bf16_t b = f32_to_bf16(v[i]);
+    std::memcpy(out.data() + 2 * i, &b.bits, 2);
+  }
+  return out;
+}
 }  // namespace sg::test

@@ -16,3 +16,8 @@ std::vector<bf16_t> to_bf16(const std::vector<float>& v);
 std::vector<float> from_bf16(const std::vector<bf16_t>& v);
 
 }  // namespace sg::test
+
+namespace sg::test {
+// Raw bytes of values stored as bf16 (for byte-exact comparisons against device buffers).
+std::vector<uint8_t> to_bytes_bf16(const std::vector<float>& v);
+}  // namespace sg::test

@@ -1,3 +1,30 @@
-// main.cpp: the `stepgraph` command line (placeholder while the foundation is built).
+// main.cpp: the `stepgraph` command line.
 #include <cstdio>
-int main() { std::puts("stepgraph"); return 0; }
+#include <exception>
+
+#include "engine/error.h"
+#include "tools/cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "stepgraph: runs the steps of a Qwen3.5-style hybrid model (Gated DeltaNet + gated attention),\n"
+      "captures each step shape into a CUDA graph, replays it, and shows where the time inside every\n"
+      "graph goes, node by node and kernel arm by kernel arm."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "stepgraph 0.1.0");
+  sg::cli::Action action;
+  sg::cli::register_bench(app, action);
+  sg::cli::register_arms(app, action);
+  sg::cli::register_info(app, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return action();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stepgraph: error: %s\n", e.what());
+    return 1;
+  }
+}

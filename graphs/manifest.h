@@ -1,0 +1,62 @@
+// manifest.h: what is inside each captured graph. While a step is captured, the step code calls
+// NodeRecorder::launched() after every kernel launch with a label (layer, op, arm, bytes it must
+// move); the recorder asks the capture which node was just added, so labels never depend on node
+// order. After capture, build_manifest() reads each kernel node's function, grid, block and shared
+// memory back from the graph itself: the manifest proves which kernels and grids actually run.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "kernels/contracts.h"
+
+namespace sg {
+
+struct NodeLabel {
+  int layer = -1;       // -1 when not inside a layer
+  std::string op;       // "conv.update", "postconv", "delta_rule.decode", ...
+  std::string arm;      // the arm that runs after fallbacks ("grid", "megablock", "-" when the op has none)
+  double bytes = 0;     // bytes the kernel must move (each input read once, each output written once)
+};
+
+class NodeRecorder {
+ public:
+  // Call right after a kernel launch on `stream`. No-op unless the stream is capturing.
+  void launched(cudaStream_t stream, NodeLabel label);
+  // Eager launches seen (stream not capturing): counts only.
+  int eager_launches() const { return eager_; }
+  const std::map<cudaGraphNode_t, NodeLabel>& labels() const { return labels_; }
+  void clear() { labels_.clear(); eager_ = 0; }
+
+ private:
+  std::map<cudaGraphNode_t, NodeLabel> labels_;
+  int eager_ = 0;
+};
+
+struct ManifestNode {
+  int index = 0;          // position among the graph's kernel nodes, in topological order
+  uint64_t cupti_id = 0;  // CUPTI's id of the captured node (0 when CUPTI could not say)
+  NodeLabel label;        // op "?" when a kernel node had no label (a launch the step forgot to label)
+  std::string kernel;     // demangled kernel name
+  Dim3 grid, block;
+  unsigned smem_bytes = 0;
+};
+
+struct Manifest {
+  std::string graph;  // the graph's name ("decode b=32")
+  std::string arms;   // ArmSelection::describe() at capture
+  std::vector<ManifestNode> nodes;
+  int unlabelled() const;
+};
+
+Manifest build_manifest(const std::string& graph_name, const std::string& arms, cudaGraph_t graph,
+                        const NodeRecorder& recorder);
+std::string demangle(const char* name);
+nlohmann::json to_json(const Manifest& m);
+
+}  // namespace sg

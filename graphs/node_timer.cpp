@@ -1,0 +1,166 @@
+// node_timer.cpp: CUPTI activity buffers, the clone callback, and aggregation.
+#include "graphs/node_timer.h"
+
+#include <cupti.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "engine/error.h"
+
+namespace sg {
+namespace {
+
+constexpr size_t kBufferBytes = size_t{8} << 20;
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = kBufferBytes;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* rec = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+      auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(rec);
+      KernelRecord r;
+      r.graph_id = k->graphId;
+      r.node_id = k->graphNodeId;
+      r.start_ns = k->start;
+      r.end_ns = k->end;
+      r.name = k->name ? k->name : "";
+      NodeTimer::instance().on_record(std::move(r));
+    }
+  }
+  std::free(buffer);
+}
+
+void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* cbdata) {
+  if (domain != CUPTI_CB_DOMAIN_RESOURCE || cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) return;
+  const auto* rd = static_cast<const CUpti_ResourceData*>(cbdata);
+  const auto* gd = static_cast<const CUpti_GraphData*>(rd->resourceDescriptor);
+  uint64_t orig = 0, clone = 0;
+  if (cuptiGetGraphNodeId(gd->originalNode, &orig) == CUPTI_SUCCESS &&
+      cuptiGetGraphNodeId(gd->node, &clone) == CUPTI_SUCCESS) {
+    static_cast<NodeTimer*>(userdata)->on_clone(orig, clone);
+  }
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+NodeTimer& NodeTimer::instance() {
+  static NodeTimer t;
+  return t;
+}
+
+void NodeTimer::attach() {
+  if (attached_) return;
+  CUpti_SubscriberHandle sub = nullptr;
+  check_cupti(cuptiSubscribe(&sub, reinterpret_cast<CUpti_CallbackFunc>(on_callback), this));
+  subscriber_ = sub;
+  check_cupti(cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED));
+  check_cupti(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+  attached_ = true;
+}
+
+void NodeTimer::start() {
+  require(attached_, "NodeTimer::start() before attach()");
+  require(!running_, "NodeTimer already running");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    records_.clear();
+  }
+  check_cupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  running_ = true;
+}
+
+std::vector<KernelRecord> NodeTimer::stop() {
+  require(running_, "NodeTimer::stop() without start()");
+  check(cudaDeviceSynchronize());
+  check_cupti(cuptiActivityFlushAll(1));
+  check_cupti(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  running_ = false;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<KernelRecord> out;
+  out.swap(records_);
+  for (auto& r : out) {
+    auto it = clone_to_original_.find(r.node_id);
+    if (it != clone_to_original_.end()) r.node_id = it->second;
+  }
+  return out;
+}
+
+void NodeTimer::on_clone(uint64_t original, uint64_t clone) {
+  std::lock_guard<std::mutex> lock(mu_);
+  clone_to_original_[clone] = original;
+}
+
+void NodeTimer::on_record(KernelRecord r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.push_back(std::move(r));
+}
+
+std::vector<NodeStats> aggregate(const Manifest& m, const std::vector<KernelRecord>& records, int* unmatched) {
+  std::map<uint64_t, size_t> by_id;
+  for (size_t i = 0; i < m.nodes.size(); ++i) by_id[m.nodes[i].cupti_id] = i;
+  std::vector<std::vector<double>> times(m.nodes.size());
+  int miss = 0;
+  for (const auto& r : records) {
+    auto it = by_id.find(r.node_id);
+    if (r.node_id == 0 || it == by_id.end()) {
+      ++miss;
+      continue;
+    }
+    times[it->second].push_back((r.end_ns - r.start_ns) / 1000.0);
+  }
+  if (unmatched) *unmatched = miss;
+  std::vector<NodeStats> out;
+  double total = 0;
+  for (size_t i = 0; i < m.nodes.size(); ++i) {
+    NodeStats s;
+    s.node = m.nodes[i];
+    auto& t = times[i];
+    s.calls = static_cast<int>(t.size());
+    if (!t.empty()) {
+      double sum = 0;
+      for (double x : t) sum += x;
+      s.mean_us = sum / t.size();
+      s.median_us = median_of(t);
+      s.min_us = *std::min_element(t.begin(), t.end());
+      s.max_us = *std::max_element(t.begin(), t.end());
+      s.gbps = s.median_us > 0 ? s.node.label.bytes / (s.median_us * 1e3) : 0;
+      total += s.median_us;
+    }
+    out.push_back(std::move(s));
+  }
+  for (auto& s : out) s.share = total > 0 ? s.median_us / total : 0;
+  return out;
+}
+
+std::string format_node_table(const std::vector<NodeStats>& stats, double floor_gbps) {
+  std::string out = fmt::format("{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>7}\n",
+                                "node", "layer", "op", "arm", "kernel", "grid", "block", "calls", "median_us",
+                                "min_us", "max_us", "share", "GB/s", "%floor");
+  for (const auto& s : stats) {
+    std::string kernel = s.node.kernel.substr(0, s.node.kernel.find('('));
+    if (kernel.size() > 34) kernel = kernel.substr(kernel.size() - 34);
+    out += fmt::format("{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>5.1f}% {:>9.1f} {:>6.1f}%\n",
+                       s.node.index, s.node.label.layer, s.node.label.op, s.node.label.arm, kernel,
+                       fmt::format("{}x{}x{}", s.node.grid.x, s.node.grid.y, s.node.grid.z),
+                       fmt::format("{}x{}x{}", s.node.block.x, s.node.block.y, s.node.block.z), s.calls,
+                       s.median_us, s.min_us, s.max_us, 100 * s.share, s.gbps,
+                       floor_gbps > 0 ? 100 * s.gbps / floor_gbps : 0.0);
+  }
+  return out;
+}
+
+}  // namespace sg

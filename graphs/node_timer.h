@@ -1,0 +1,61 @@
+// node_timer.h: per-node kernel timing of graph replays through CUPTI's activity API.
+// Each replayed kernel arrives as a record carrying its graph id and graph node id; a resource
+// callback maps the nodes cloned at instantiation back to the captured nodes, whose ids the
+// manifest holds. CUPTI allows one subscriber per process, so there is one NodeTimer.
+// Use: NodeTimer::instance().attach() BEFORE instantiating the graphs to be timed (clone map),
+// then start(); replay N times; stop() returns the records. Keep whole-graph timing out of the
+// start()/stop() window so CUPTI's overhead never enters reported step times.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "graphs/manifest.h"
+
+namespace sg {
+
+struct KernelRecord {
+  uint32_t graph_id = 0;
+  uint64_t node_id = 0;  // mapped to the captured node's id when a clone mapping exists
+  uint64_t start_ns = 0, end_ns = 0;
+  std::string name;
+};
+
+class NodeTimer {
+ public:
+  static NodeTimer& instance();
+  void attach();  // idempotent
+  void start();
+  std::vector<KernelRecord> stop();
+  bool attached() const { return attached_; }
+
+  // Internal (called from CUPTI's callbacks).
+  void on_clone(uint64_t original, uint64_t clone);
+  void on_record(KernelRecord r);
+
+ private:
+  NodeTimer() = default;
+  bool attached_ = false, running_ = false;
+  void* subscriber_ = nullptr;
+  std::mutex mu_;
+  std::map<uint64_t, uint64_t> clone_to_original_;
+  std::vector<KernelRecord> records_;
+};
+
+struct NodeStats {
+  ManifestNode node;
+  int calls = 0;
+  double mean_us = 0, median_us = 0, min_us = 0, max_us = 0;
+  double share = 0;        // of the summed kernel time of the graph
+  double gbps = 0;         // label.bytes / median
+};
+
+// Aggregates records of one graph's replays per manifest node. Records whose node id is not in
+// the manifest are ignored; `unmatched` counts them.
+std::vector<NodeStats> aggregate(const Manifest& m, const std::vector<KernelRecord>& records, int* unmatched = nullptr);
+// A fixed-width table: node, layer, op, arm, kernel, grid, block, calls, median/min/max us, GB/s, % of floor.
+std::string format_node_table(const std::vector<NodeStats>& stats, double floor_gbps);
+
+}  // namespace sg

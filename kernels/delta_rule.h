@@ -1,0 +1,33 @@
+// delta_rule.h: the gated delta rule, decode (recurrent) form, over slot-indexed f32 state
+// stored [num_slots, Hv, Dk, Dv] (S[i][j]: i over Dk, j over Dv). Per (row, v-head), in f32:
+//   S *= exp(g); u_j = (v_j - sum_i S[i][j] k_i) * beta; S[i][j] += k_i u_j; o_j = sum_i S[i][j] q_i/sqrt(Dk)
+// with every sum an explicit fmaf chain over i = 0..Dk-1 (the order the CPU reference uses).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/numeric.h"
+
+namespace sg {
+
+struct DeltaRuleDecodeParams {
+  const void* q = nullptr;  // [rows, Hk, Dk]
+  const void* k = nullptr;  // [rows, Hk, Dk]
+  const void* v = nullptr;  // [rows, Hv, Dv]
+  DType qkv_dtype = DType::bf16;
+  const float* g = nullptr;     // [rows, Hv]
+  const float* beta = nullptr;  // [rows, Hv]
+  const int32_t* slots = nullptr;  // [rows]; < 0: output 0, state untouched
+  float* state = nullptr;       // [num_slots, Hv, Dk, Dv] f32
+  void* out = nullptr;          // [rows, Hv, Dv]
+  DType out_dtype = DType::bf16;
+  int rows = 0, Hk = 0, Hv = 0, Dk = 0, Dv = 0;
+};
+
+// Dk must be one of 16, 32, 64, 128 (the state column lives in registers); Dv <= 1024.
+bool delta_rule_decode_supports(int Dk, int Dv);
+// Grid (Hv, rows), block round_up(Dv, 32): one thread per state column j.
+cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t stream);
+
+}  // namespace sg

@@ -1,0 +1,37 @@
+// device_util.cuh: small device helpers shared by the kernels: dtype-dispatched loads and stores
+// (f32 math everywhere, one rounding when storing), and the activation functions of the contract.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/numeric.h"
+
+namespace sg::dev {
+
+// Reads element i of a buffer of type `t` (f32 or bf16) as f32.
+__device__ __forceinline__ float load(const void* p, DType t, int64_t i) {
+  if (t == DType::bf16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+
+// Writes v to element i of a buffer of type `t`, rounding once (to nearest even) for bf16.
+__device__ __forceinline__ void store(void* p, DType t, int64_t i, float v) {
+  if (t == DType::bf16) {
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<float*>(p)[i] = v;
+  }
+}
+
+// Copies element i of src (type ts) to element j of dst (type td): exact when types match.
+__device__ __forceinline__ void copy(void* dst, DType td, int64_t j, const void* src, DType ts, int64_t i) {
+  store(dst, td, j, load(src, ts, i));
+}
+
+// The contract's SiLU: acc / (1 + expf(-acc)), correctly rounded division (no fast-math).
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+// softplus(x) = x > 20 ? x : log1pf(expf(x))
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+}  // namespace sg::dev

@@ -1,0 +1,297 @@
+// gdn_decode_step.cpp: layout, upload, the launch sequence, capture.
+#include "models/gdn_decode_step.h"
+
+#include <cstring>
+#include <random>
+
+#include "engine/error.h"
+#include "graphs/capture_sizes.h"
+#include "graphs/node_timer.h"
+#include "kernels/contracts.h"
+#include "kernels/conv_update.h"
+#include "kernels/delta_rule.h"
+#include "kernels/postconv.h"
+
+namespace sg {
+namespace {
+
+size_t align_up(size_t x) { return (x + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign; }
+
+void put(void* dst, DType t, size_t i, float v) {
+  if (t == DType::bf16) {
+    static_cast<bf16_t*>(dst)[i] = f32_to_bf16(v);
+  } else {
+    static_cast<float*>(dst)[i] = v;
+  }
+}
+
+}  // namespace
+
+GdnDecodeStep::GdnDecodeStep(const GdnDims& dims, const GdnDecodeOptions& opts) : dims_(dims), opts_(opts) {
+  require(opts.max_seqs >= 1 && opts.graph_max >= 1 && opts.graph_max <= opts.max_seqs,
+          "need 1 <= graph_max ({}) <= max_seqs ({})", opts.graph_max, opts.max_seqs);
+  require(opts.num_slots >= opts.max_seqs, "num_slots ({}) must be >= max_seqs ({})", opts.num_slots, opts.max_seqs);
+  require(opts.act == DType::bf16 || opts.act == DType::f32, "activations must be bf16 or f32, got {}",
+          dtype_name(opts.act));
+  require(dims.Hk >= 1 && dims.Hv % dims.Hk == 0, "Hv ({}) must be a multiple of Hk ({})", dims.Hv, dims.Hk);
+  require(delta_rule_decode_supports(dims.Dk, dims.Dv), "delta-rule decode does not support Dk={} Dv={}", dims.Dk,
+          dims.Dv);
+  keys_ = decode_capture_sizes(opts.graph_max);
+
+  Arena m = Arena::measure();
+  layout(m);
+  arena_.emplace(m.used(), "gdn-decode");
+  layout(*arena_);
+  arena_->freeze();
+  arena_->zero(stream_.get());
+  staging_ = PinnedBuffer(io_layout(opts.max_seqs).total);
+
+  // Synthetic weights: conv taps around 1/K so activations stay O(1); A_log, dt_bias as in a
+  // trained model's range.
+  const int C = dims.C(), K = dims.K;
+  std::mt19937_64 rng(opts.seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  w_host_.resize(static_cast<size_t>(C) * K);
+  for (auto& x : w_host_) x = round_bf16(u(rng) * (1.5f / static_cast<float>(K)));
+  A_log_host_.resize(static_cast<size_t>(dims.Hv));
+  dt_bias_host_.resize(static_cast<size_t>(dims.Hv));
+  for (auto& x : A_log_host_) x = std::log(1.0f + 15.0f * (0.5f * (u(rng) + 1.f)));
+  for (auto& x : dt_bias_host_) x = u(rng);
+  check(cudaMemcpyAsync(v_.w.data, w_host_.data(), v_.w.bytes(), cudaMemcpyHostToDevice, stream_.get()));
+  check(cudaMemcpyAsync(v_.A_log.data, A_log_host_.data(), v_.A_log.bytes(), cudaMemcpyHostToDevice, stream_.get()));
+  check(cudaMemcpyAsync(v_.dt_bias.data, dt_bias_host_.data(), v_.dt_bias.bytes(), cudaMemcpyHostToDevice,
+                        stream_.get()));
+  stream_.sync();
+}
+
+void GdnDecodeStep::layout(Arena& a) {
+  const int64_t C = dims_.C(), K = dims_.K, Hk = dims_.Hk, Hv = dims_.Hv, Dk = dims_.Dk, Dv = dims_.Dv;
+  const int64_t S = opts_.num_slots, R = opts_.max_seqs;
+  v_.w = a.take("conv.weight", DType::f32, {C, K});
+  v_.A_log = a.take("A_log", DType::f32, {Hv});
+  v_.dt_bias = a.take("dt_bias", DType::f32, {Hv});
+  v_.conv_state = a.take("conv_state", DType::bf16, {S, C, K - 1});
+  v_.ssm_state = a.take("ssm_state", DType::f32, {S, Hv, Dk, Dv});
+  v_.io = a.take("step inputs", DType::i8, {static_cast<int64_t>(io_layout(opts_.max_seqs).total)});
+  v_.conv_out = a.take("conv_out", opts_.act, {R, C});
+  v_.q = a.take("q", opts_.act, {R, Hk, Dk});
+  v_.k = a.take("k", opts_.act, {R, Hk, Dk});
+  v_.v = a.take("v", opts_.act, {R, Hv, Dv});
+  v_.g = a.take("g", DType::f32, {R, Hv});
+  v_.beta = a.take("beta", DType::f32, {R, Hv});
+  v_.out = a.take("out", opts_.act, {R, Hv, Dv});
+}
+
+GdnDecodeStep::IoLayout GdnDecodeStep::io_layout(int rows) const {
+  const size_t es = dtype_size(opts_.act);
+  IoLayout l;
+  l.slots = 0;
+  l.x = align_up(l.slots + sizeof(int32_t) * rows);
+  l.a = align_up(l.x + es * rows * dims_.C());
+  l.b = align_up(l.a + es * rows * dims_.Hv);
+  l.total = align_up(l.b + es * rows * dims_.Hv);
+  return l;
+}
+
+void GdnDecodeStep::upload(const DecodeBatch& batch, int rows) {
+  const int B = batch.rows(), C = dims_.C(), Hv = dims_.Hv;
+  require(batch.x.size() == static_cast<size_t>(B) * C, "batch x has {} values, expected {} x {}", batch.x.size(), B,
+          C);
+  require(batch.a.size() == static_cast<size_t>(B) * Hv && batch.b.size() == static_cast<size_t>(B) * Hv,
+          "batch a/b must have {} x {} values", B, Hv);
+  validate_slots(batch.slots, opts_.num_slots);
+  const IoLayout l = io_layout(rows);
+  char* h = staging_.as<char>();
+  std::memset(h, 0, l.total);  // padding rows: zero inputs
+  auto slots = pad_slots(batch.slots, rows);
+  std::memcpy(h + l.slots, slots.data(), sizeof(int32_t) * rows);
+  for (size_t i = 0; i < batch.x.size(); ++i) put(h + l.x, opts_.act, i, batch.x[i]);
+  for (size_t i = 0; i < batch.a.size(); ++i) put(h + l.a, opts_.act, i, batch.a[i]);
+  for (size_t i = 0; i < batch.b.size(); ++i) put(h + l.b, opts_.act, i, batch.b[i]);
+  check(cudaMemcpyAsync(v_.io.data, h, l.total, cudaMemcpyHostToDevice, stream_.get()));
+}
+
+double GdnDecodeStep::step_bytes(int rows) const {
+  const double es = static_cast<double>(dtype_size(opts_.act));
+  const double C = dims_.C(), K = dims_.K, Hk = dims_.Hk, Hv = dims_.Hv, Dk = dims_.Dk, Dv = dims_.Dv;
+  const double conv = rows * C * es * 2 + rows * C * (K - 1) * 2 * 2 + C * K * 4;
+  const double post = rows * C * es * 2 + rows * Hv * es * 2 + rows * Hv * 8 + Hv * 8;
+  const double delta = rows * (2 * Hk * Dk + 2 * Hv * Dv) * es + rows * Hv * 8 + rows * Hv * Dk * Dv * 8;
+  return conv + post + delta;
+}
+
+void GdnDecodeStep::launch_sequence(int rows, NodeRecorder* rec) {
+  const IoLayout l = io_layout(rows);
+  char* io = static_cast<char*>(v_.io.data);
+  const auto* slots = reinterpret_cast<const int32_t*>(io + l.slots);
+  cudaStream_t s = stream_.get();
+  const int C = dims_.C();
+  const double es = static_cast<double>(dtype_size(opts_.act));
+  const int layer = opts_.layer_index;
+
+  ConvUpdateParams cp;
+  cp.x = io + l.x;           // [rows, C]
+  cp.x_stride = C;
+  cp.x_dtype = opts_.act;
+  cp.out = v_.conv_out.data; // [rows, C]
+  cp.out_dtype = opts_.act;
+  cp.state = v_.conv_state.data;
+  cp.state_dtype = DType::bf16;
+  cp.slots = slots;
+  cp.w = v_.w.ptr<float>();
+  cp.rows = rows;
+  cp.C = C;
+  cp.K = dims_.K;
+  auto cc = conv_update_contract(opts_.arms.conv_update, ConvUpdateShape{rows, C, dims_.K});
+  check(conv_update(cp, cc, s));
+  if (rec) {
+    rec->launched(s, {layer, "conv.update", std::string(arm_name(cc.arm)),
+                      rows * C * es * 2 + rows * C * (dims_.K - 1) * 2.0 * 2 + C * dims_.K * 4.0});
+  }
+
+  PostconvParams pp;
+  pp.conv = v_.conv_out.data;  // [rows, C]
+  pp.conv_stride = C;
+  pp.conv_dtype = opts_.act;
+  pp.a = io + l.a;             // [rows, Hv]
+  pp.a_stride = dims_.Hv;
+  pp.b = io + l.b;             // [rows, Hv]
+  pp.b_stride = dims_.Hv;
+  pp.ab_dtype = opts_.act;
+  pp.A_log = v_.A_log.ptr<float>();
+  pp.dt_bias = v_.dt_bias.ptr<float>();
+  pp.q = v_.q.data;
+  pp.k = v_.k.data;
+  pp.v = v_.v.data;
+  pp.qkv_dtype = opts_.act;
+  pp.g = v_.g.ptr<float>();
+  pp.beta = v_.beta.ptr<float>();
+  pp.T = rows;
+  pp.Hk = dims_.Hk;
+  pp.Hv = dims_.Hv;
+  pp.Dk = dims_.Dk;
+  pp.Dv = dims_.Dv;
+  auto pc = postconv_contract(opts_.arms.postconv, PostconvShape{rows, dims_.Hk, dims_.Hv, dims_.Dk, dims_.Dv});
+  check(postconv(pp, pc, s));
+  if (rec) {
+    rec->launched(s, {layer, "postconv", std::string(arm_name(pc.arm)),
+                      rows * C * es * 2 + rows * dims_.Hv * (es * 2 + 8.0)});
+  }
+
+  DeltaRuleDecodeParams dp;
+  dp.q = v_.q.data;  // [rows, Hk, Dk]
+  dp.k = v_.k.data;
+  dp.v = v_.v.data;  // [rows, Hv, Dv]
+  dp.qkv_dtype = opts_.act;
+  dp.g = v_.g.ptr<float>();
+  dp.beta = v_.beta.ptr<float>();
+  dp.slots = slots;
+  dp.state = v_.ssm_state.ptr<float>();
+  dp.out = v_.out.data;  // [rows, Hv, Dv]
+  dp.out_dtype = opts_.act;
+  dp.rows = rows;
+  dp.Hk = dims_.Hk;
+  dp.Hv = dims_.Hv;
+  dp.Dk = dims_.Dk;
+  dp.Dv = dims_.Dv;
+  check(delta_rule_decode(dp, s));
+  if (rec) {
+    const double Hv = dims_.Hv, Dk = dims_.Dk, Dv = dims_.Dv;
+    rec->launched(s, {layer, "delta_rule.decode", "-",
+                      rows * (2 * dims_.Hk * Dk + 2 * Hv * Dv) * es + rows * Hv * 8 + rows * Hv * Dk * Dv * 8});
+  }
+}
+
+void GdnDecodeStep::capture_all(bool for_timing) {
+  if (for_timing) NodeTimer::instance().attach();
+  // Warm-up: every key once eagerly on padding-only inputs (slot -1 rows touch no state).
+  for (int key : keys_) {
+    DecodeBatch none;
+    const IoLayout l = io_layout(key);
+    std::vector<int32_t> pad(static_cast<size_t>(key), -1);
+    std::memset(staging_.data(), 0, l.total);
+    std::memcpy(staging_.as<char>() + l.slots, pad.data(), sizeof(int32_t) * key);
+    check(cudaMemcpyAsync(v_.io.data, staging_.data(), l.total, cudaMemcpyHostToDevice, stream_.get()));
+    launch_sequence(key, nullptr);
+  }
+  stream_.sync();
+  for (auto it = keys_.rbegin(); it != keys_.rend(); ++it) {
+    const int key = *it;
+    NodeRecorder rec;
+    const std::string name = fmt::format("gdn-decode b={}", key);
+    CapturedGraph g = CapturedGraph::capture(name, stream_.get(), [&] { launch_sequence(key, &rec); });
+    manifests_[key] = build_manifest(name, opts_.arms.describe(), g.graph(), rec);
+    graphs_[key] = std::move(g);
+  }
+}
+
+int GdnDecodeStep::run(const DecodeBatch& batch, RunMode mode) {
+  const int B = batch.rows();
+  require(B >= 1 && B <= opts_.max_seqs, "batch of {} rows: must be 1..{} (the static buffers' size)", B,
+          opts_.max_seqs);
+  auto key = pad_to_key(keys_, B);
+  const int rows = key ? *key : B;
+  stream_.sync();  // the pinned staging buffer may still feed the previous upload
+  upload(batch, rows);
+  if (mode == RunMode::graph && key && graphs_.count(*key)) {
+    graphs_.at(*key).replay(stream_.get());
+  } else {
+    if (mode == RunMode::graph) ++eager_fallbacks_;
+    launch_sequence(rows, nullptr);
+  }
+  return rows;
+}
+
+void GdnDecodeStep::replay(int key) const { graph(key).replay(stream_.get()); }
+
+const Manifest& GdnDecodeStep::manifest(int key) const {
+  auto it = manifests_.find(key);
+  require(it != manifests_.end(), "no graph captured for batch {}", key);
+  return it->second;
+}
+
+const CapturedGraph& GdnDecodeStep::graph(int key) const {
+  auto it = graphs_.find(key);
+  require(it != graphs_.end(), "no graph captured for batch {}", key);
+  return it->second;
+}
+
+namespace {
+std::vector<uint8_t> download(const TensorView& t, size_t bytes, cudaStream_t s) {
+  std::vector<uint8_t> out(bytes);
+  check(cudaMemcpyAsync(out.data(), t.data, bytes, cudaMemcpyDeviceToHost, s));
+  check(cudaStreamSynchronize(s));
+  return out;
+}
+void upload_bytes(const TensorView& t, const std::vector<uint8_t>& b, cudaStream_t s) {
+  require(b.size() == t.bytes(), "expected {} bytes, got {}", t.bytes(), b.size());
+  check(cudaMemcpyAsync(t.data, b.data(), b.size(), cudaMemcpyHostToDevice, s));
+  check(cudaStreamSynchronize(s));
+}
+}  // namespace
+
+std::vector<uint8_t> GdnDecodeStep::output_bytes(int rows) const {
+  return download(v_.out, static_cast<size_t>(rows) * dims_.Hv * dims_.Dv * dtype_size(opts_.act), stream_.get());
+}
+std::vector<uint8_t> GdnDecodeStep::conv_state_bytes() const {
+  return download(v_.conv_state, v_.conv_state.bytes(), stream_.get());
+}
+std::vector<uint8_t> GdnDecodeStep::ssm_state_bytes() const {
+  return download(v_.ssm_state, v_.ssm_state.bytes(), stream_.get());
+}
+void GdnDecodeStep::set_conv_state_bytes(const std::vector<uint8_t>& b) { upload_bytes(v_.conv_state, b, stream_.get()); }
+void GdnDecodeStep::set_ssm_state_bytes(const std::vector<uint8_t>& b) { upload_bytes(v_.ssm_state, b, stream_.get()); }
+
+void GdnDecodeStep::randomize_states(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<uint8_t> cs(v_.conv_state.bytes()), ss(v_.ssm_state.bytes());
+  auto* c = reinterpret_cast<bf16_t*>(cs.data());
+  for (size_t i = 0; i < cs.size() / 2; ++i) c[i] = f32_to_bf16(u(rng));
+  auto* f = reinterpret_cast<float*>(ss.data());
+  for (size_t i = 0; i < ss.size() / 4; ++i) f[i] = 0.1f * u(rng);
+  set_conv_state_bytes(cs);
+  set_ssm_state_bytes(ss);
+}
+
+}  // namespace sg

@@ -1,0 +1,112 @@
+// gdn_decode_step.h: the walking skeleton: one GDN layer's decode path (conv update, post-conv,
+// recurrent delta rule) over slot-indexed caches, run eagerly or as one captured CUDA graph per
+// padded batch size. Everything (weights, caches, static step buffers, activations) is carved from
+// one arena before the first capture; the arena is frozen before any step runs.
+//
+// A step: the host pads the live batch to its graph key (slot -1 rows with zero inputs), packs
+// slots | x | a | b for that key into pinned memory, uploads it with one async copy into the key's
+// static input block, then replays the key's graph (or launches the same sequence eagerly).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "engine/arena.h"
+#include "engine/cuda_handles.h"
+#include "graphs/graph.h"
+#include "graphs/manifest.h"
+#include "kernels/arms.h"
+#include "models/qwen35_config.h"
+
+namespace sg {
+
+struct GdnDecodeOptions {
+  int max_seqs = 32;       // rows the static buffers hold
+  int graph_max = 32;      // largest captured batch (<= max_seqs); larger batches run eagerly (counted)
+  int num_slots = 64;      // cache slots
+  DType act = DType::bf16; // activations (x, a, b, conv out, q, k, v, output)
+  uint64_t seed = 1;       // synthetic weights
+  ArmSelection arms;
+  int layer_index = 0;     // label used in manifests
+};
+
+// One live decode batch. Row r: slot[r] and its inputs (values as f32; rounded to `act` on upload).
+struct DecodeBatch {
+  std::vector<int32_t> slots;  // [B], distinct, in [0, num_slots)
+  std::vector<float> x;        // [B, C]  the conv input (in_proj_qkv's output in the full model)
+  std::vector<float> a, b;     // [B, Hv]
+  int rows() const { return static_cast<int>(slots.size()); }
+};
+
+enum class RunMode { eager, graph };
+
+class GdnDecodeStep {
+ public:
+  GdnDecodeStep(const GdnDims& dims, const GdnDecodeOptions& opts);
+
+  // Warm-up (one eager run per key), then capture every key, largest first. Attach the CUPTI
+  // node timer first when `for_timing` so replays can be mapped to captured nodes.
+  void capture_all(bool for_timing = false);
+
+  // Runs one step; returns after the work is enqueued (not synchronised). Padding per the key.
+  // Returns the padded row count used.
+  int run(const DecodeBatch& batch, RunMode mode);
+  // Replays the graph of `key` on the stream without uploading (for timing steady state).
+  void replay(int key) const;
+
+  // Synchronises and returns raw bytes: output rows [0, rows) ([rows, Hv, Dv] in act dtype),
+  // and the whole caches.
+  std::vector<uint8_t> output_bytes(int rows) const;
+  std::vector<uint8_t> conv_state_bytes() const;
+  std::vector<uint8_t> ssm_state_bytes() const;
+  void set_conv_state_bytes(const std::vector<uint8_t>& bytes);
+  void set_ssm_state_bytes(const std::vector<uint8_t>& bytes);
+  // Fills both caches with seeded random values (bf16-representable / f32).
+  void randomize_states(uint64_t seed);
+
+  // The weights (f32 on the host) so tests can run the CPU reference on the same numbers.
+  const std::vector<float>& conv_weight() const { return w_host_; }  // [C, K]
+  const std::vector<float>& A_log() const { return A_log_host_; }    // [Hv]
+  const std::vector<float>& dt_bias() const { return dt_bias_host_; }// [Hv]
+
+  const std::vector<int>& keys() const { return keys_; }
+  const Manifest& manifest(int key) const;
+  const CapturedGraph& graph(int key) const;
+  int eager_fallbacks() const { return eager_fallbacks_; }
+  cudaStream_t stream() const { return stream_.get(); }
+  const GdnDims& dims() const { return dims_; }
+  const GdnDecodeOptions& options() const { return opts_; }
+  size_t arena_bytes() const { return arena_->capacity(); }
+  // Bytes one step of `rows` rows must move (for bandwidth figures).
+  double step_bytes(int rows) const;
+
+ private:
+  struct Views {
+    TensorView w, A_log, dt_bias;                 // [C, K] f32, [Hv] f32, [Hv] f32
+    TensorView conv_state, ssm_state;             // [slots, C, K-1] bf16, [slots, Hv, Dk, Dv] f32
+    TensorView io;                                // [io bytes] i8: packed step inputs (largest key)
+    TensorView conv_out, q, k, v, g, beta, out;   // activations, rows = max_seqs
+  };
+  struct IoLayout {
+    size_t slots = 0, x = 0, a = 0, b = 0, total = 0;  // byte offsets inside the io block
+  };
+  void layout(Arena& arena);
+  IoLayout io_layout(int rows) const;
+  void upload(const DecodeBatch& batch, int rows);
+  void launch_sequence(int rows, NodeRecorder* rec);
+
+  GdnDims dims_;
+  GdnDecodeOptions opts_;
+  Stream stream_;
+  std::optional<Arena> arena_;
+  Views v_;
+  PinnedBuffer staging_;
+  std::vector<float> w_host_, A_log_host_, dt_bias_host_;
+  std::vector<int> keys_;
+  std::map<int, CapturedGraph> graphs_;
+  std::map<int, Manifest> manifests_;
+  int eager_fallbacks_ = 0;
+};
+
+}  // namespace sg

@@ -1,0 +1,226 @@
+// cmd_bench.cpp: `stepgraph bench`: the main job. At this stage it runs the walking skeleton, one
+// GDN layer's decode step per padded batch size, captured into CUDA graphs: whole-graph replay
+// times (CUDA events, no profiler attached) and then per-node times through CUPTI, with the
+// bytes each node must move and the fraction of the 4.3 TB/s bandwidth floor.
+// Without a GPU it says so and runs the CPU reference of the same step on the tiny preset.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "engine/cuda_handles.h"
+#include "engine/device.h"
+#include "engine/env.h"
+#include "engine/error.h"
+#include "graphs/capture_sizes.h"
+#include "graphs/node_timer.h"
+#include "kernels/ref/conv_ref.h"
+#include "kernels/ref/delta_rule_ref.h"
+#include "kernels/ref/postconv_ref.h"
+#include "models/gdn_decode_step.h"
+#include "tools/cli/commands.h"
+
+namespace sg::cli {
+namespace {
+
+constexpr double kFloorGBps = 4300.0;  // WORKLOADS.md: 4.3 TB/s for every byte
+
+struct BenchOptions {
+  std::string preset = "qwen3.5-4b";
+  int max_seqs = 32;
+  int replays = 200;       // replays per timed repetition
+  int reps = 5;            // timed repetitions
+  int node_replays = 50;   // replays under CUPTI
+  std::string json;
+  bool cpu = false;
+  ArmOptions arms;
+};
+
+DecodeBatch random_batch(const GdnDims& d, int B, int num_slots, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  DecodeBatch b;
+  for (int r = 0; r < B; ++r) b.slots.push_back((r * 7 + 3) % num_slots);
+  b.x.resize(static_cast<size_t>(B) * d.C());
+  b.a.resize(static_cast<size_t>(B) * d.Hv);
+  b.b.resize(b.a.size());
+  for (auto* v : {&b.x, &b.a, &b.b}) {
+    for (auto& x : *v) x = round_bf16(2.f * u(rng));
+  }
+  return b;
+}
+
+int run_cpu(const BenchOptions& o, const std::string& why) {
+  fmt::print("stepgraph bench: {}\n", why);
+  fmt::print("No GPU, so running the CPU reference of the same step (one GDN layer's decode: conv update, "
+             "post-conv, delta rule) on the 'tiny' preset instead.\n\n");
+  const Qwen35Config cfg = preset("tiny");
+  const GdnDims d = cfg.gdn;
+  const int slots_n = 2 * o.max_seqs;
+  fmt::print("tiny GDN layer: C={} Hk={} Hv={} Dk={} Dv={} K={}\n", d.C(), d.Hk, d.Hv, d.Dk, d.Dv, d.K);
+  fmt::print("{:>6} {:>12} {:>14}\n", "batch", "ms/step", "output sum");
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> w(static_cast<size_t>(d.C()) * d.K), A_log(d.Hv), dt_bias(d.Hv);
+  for (auto& x : w) x = round_bf16(u(rng) * 1.5f / d.K);
+  for (auto& x : A_log) x = std::log(1.f + 15.f * 0.5f * (u(rng) + 1.f));
+  for (auto& x : dt_bias) x = u(rng);
+  std::vector<float> conv_state(static_cast<size_t>(slots_n) * d.C() * (d.K - 1), 0.f);
+  std::vector<float> ssm(static_cast<size_t>(slots_n) * d.Hv * d.Dk * d.Dv, 0.f);
+  for (int B : decode_capture_sizes(o.max_seqs)) {
+    auto batch = random_batch(d, B, slots_n, 100 + B);
+    std::vector<float> conv_out(static_cast<size_t>(B) * d.C()), q(static_cast<size_t>(B) * d.Hk * d.Dk), k(q.size()),
+        v(static_cast<size_t>(B) * d.Hv * d.Dv), g(static_cast<size_t>(B) * d.Hv), beta(g.size()), out(v.size());
+    const int steps = 20;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int s = 0; s < steps; ++s) {
+      ref::conv_update(ref::ConvShape{d.C(), d.K}, B, batch.x.data(), d.C(), batch.slots.data(), conv_state.data(),
+                       w.data(), nullptr, conv_out.data());
+      ref::postconv(ref::PostconvShape{d.Hk, d.Hv, d.Dk, d.Dv}, B, conv_out.data(), d.C(), batch.a.data(), d.Hv,
+                    batch.b.data(), d.Hv, A_log.data(), dt_bias.data(), q.data(), k.data(), v.data(), g.data(),
+                    beta.data());
+      ref::delta_rule_decode(ref::DeltaShape{d.Hk, d.Hv, d.Dk, d.Dv}, B, q.data(), k.data(), v.data(), g.data(),
+                             beta.data(), batch.slots.data(), ssm.data(), out.data());
+    }
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+    double sum = 0;
+    for (float x : out) sum += x;
+    fmt::print("{:>6} {:>12.3f} {:>14.6f}\n", B, ms, sum);
+  }
+  return 0;
+}
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+Spread spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
+  const Qwen35Config cfg = preset(o.preset);
+  ResolvedArms arms = resolve_arms(o.arms.arms, read_env);
+  for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
+  GdnDecodeOptions opts;
+  opts.max_seqs = o.max_seqs;
+  opts.graph_max = o.max_seqs;
+  opts.num_slots = 2 * o.max_seqs;
+  opts.arms = arms.arms;
+  const GdnDims& d = cfg.gdn;
+  fmt::print("device: {}\n", dev.describe());
+  fmt::print("workload: one GDN layer's decode step of {} (C={} Hk={} Hv={} Dk={} Dv={} K={}), bf16 activations, "
+             "bf16 conv state, f32 delta-rule state\n",
+             cfg.name, d.C(), d.Hk, d.Hv, d.Dk, d.Dv, d.K);
+  fmt::print("arms: {}\n", arms.arms.describe());
+  GdnDecodeStep step(d, opts);
+  fmt::print("arena: {}; capturing {} graphs (largest first)...\n", format_bytes(static_cast<double>(step.arena_bytes())),
+             step.keys().size());
+  auto t0 = std::chrono::steady_clock::now();
+  step.capture_all(/*for_timing=*/true);
+  fmt::print("captured in {:.1f} ms\n\n", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+
+  nlohmann::json graphs = nlohmann::json::array();
+  std::vector<std::string> summary;
+  for (int key : step.keys()) {
+    step.run(random_batch(d, key, opts.num_slots, key), RunMode::graph);  // real inputs in the static buffers
+    Event start, stop;
+    for (int i = 0; i < 10; ++i) step.replay(key);  // warm-up
+    std::vector<double> per_replay_us;
+    for (int r = 0; r < o.reps; ++r) {
+      start.record(step.stream());
+      for (int i = 0; i < o.replays; ++i) step.replay(key);
+      stop.record(step.stream());
+      stop.sync();
+      per_replay_us.push_back(1000.0 * Event::elapsed_ms(start, stop) / o.replays);
+    }
+    Spread sp = spread(per_replay_us);
+    const double bytes = step.step_bytes(key);
+    // Per-node times, in a separate run with CUPTI enabled.
+    NodeTimer::instance().start();
+    for (int i = 0; i < o.node_replays; ++i) step.replay(key);
+    auto records = NodeTimer::instance().stop();
+    int unmatched = 0;
+    auto stats = aggregate(step.manifest(key), records, &unmatched);
+    fmt::print("graph gdn-decode b={}: replay {:.2f} us median (min {:.2f}, max {:.2f}; {} reps x {} replays), "
+               "{} moved, {:.0f} GB/s = {:.1f}% of the floor\n",
+               key, sp.median, sp.min, sp.max, o.reps, o.replays, format_bytes(bytes), bytes / (sp.median * 1e3),
+               100 * bytes / (sp.median * 1e3) / kFloorGBps);
+    fmt::print("{}", format_node_table(stats, kFloorGBps));
+    if (unmatched) fmt::print("  ({} kernel records did not match a node of this graph)\n", unmatched);
+    fmt::print("\n");
+    summary.push_back(fmt::format("  b={:<3} {:>9.2f} us  ({:.1f}% of floor)", key, sp.median,
+                                  100 * bytes / (sp.median * 1e3) / kFloorGBps));
+    nlohmann::json nodes = nlohmann::json::array();
+    for (const auto& s : stats) {
+      nodes.push_back({{"index", s.node.index}, {"op", s.node.label.op}, {"arm", s.node.label.arm},
+                       {"kernel", s.node.kernel}, {"calls", s.calls}, {"median_us", s.median_us},
+                       {"min_us", s.min_us}, {"max_us", s.max_us}, {"bytes", s.node.label.bytes}, {"gbps", s.gbps}});
+    }
+    graphs.push_back({{"batch", key}, {"replay_us", {{"median", sp.median}, {"min", sp.min}, {"max", sp.max}}},
+                      {"bytes", bytes}, {"manifest", to_json(step.manifest(key))}, {"nodes", nodes}});
+  }
+  fmt::print("summary (median replay time per graph; eager fallbacks: {}):\n", step.eager_fallbacks());
+  for (const auto& s : summary) fmt::print("{}\n", s);
+  if (!o.json.empty()) {
+    nlohmann::json out = {{"device", dev.describe()}, {"preset", cfg.name}, {"arms", arms.arms.describe()},
+                          {"workload", "gdn-decode-layer"}, {"graphs", graphs}};
+    std::ofstream f(o.json);
+    require(static_cast<bool>(f), "cannot write {}", o.json);
+    f << out.dump(2) << "\n";
+    fmt::print("wrote {}\n", o.json);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, Action& action) {
+  auto* cmd = app.add_subcommand(
+      "bench",
+      "The main job: capture one CUDA graph per decode batch size, replay them, and print whole-graph and per-node "
+      "times (CUPTI) with bytes moved and the fraction of the bandwidth floor. Currently the workload is one GDN "
+      "layer's decode step (the walking skeleton). Without a GPU it runs the CPU reference on the tiny preset.");
+  static BenchOptions o;
+  cmd->add_option("--preset", o.preset, "Model preset (qwen3.5-4b, qwen3.5-27b, tiny)")->capture_default_str();
+  cmd->add_option("--max-seqs", o.max_seqs, "Largest decode batch; graphs for 1, 2, 4, multiples of 8 up to it")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--replays", o.replays, "Replays per timed repetition")->capture_default_str()->check(CLI::Range(1, 1000000));
+  cmd->add_option("--reps", o.reps, "Timed repetitions (median, min, max reported)")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--node-replays", o.node_replays, "Replays timed per node under CUPTI")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--json", o.json, "Also write results (manifests, node stats) to this JSON file");
+  cmd->add_flag("--cpu", o.cpu, "Run the CPU reference on the tiny preset even when a GPU is present");
+  add_arm_options(cmd, o.arms);
+  cmd->callback([&action] {
+    action = [] {
+      preset(o.preset);  // validate the name before anything else
+      if (o.cpu) return run_cpu(o, "--cpu given.");
+      DeviceInfo dev = probe_device();
+      if (!dev.ok) return run_cpu(o, fmt::format("no GPU found ({}).", dev.reason));
+      return run_gpu(o, dev);
+    };
+  });
+}
+
+void register_info(CLI::App& app, Action& action) {
+  auto* cmd = app.add_subcommand("info", "Show the CUDA device, the built-in presets and the build.");
+  cmd->callback([&action] {
+    action = [] {
+      DeviceInfo dev = probe_device();
+      fmt::print("device: {}\n", dev.describe());
+      for (const auto& name : preset_names()) {
+        auto c = preset(name);
+        fmt::print("preset {:<12} hidden={} layers={} GDN C={} Hk={} Hv={} Dk={} Dv={} K={}\n", name, c.hidden,
+                   c.layers, c.gdn.C(), c.gdn.Hk, c.gdn.Hv, c.gdn.Dk, c.gdn.Dv, c.gdn.K);
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace sg::cli

@@ -65,7 +65,10 @@ NodeTimer& NodeTimer::instance() {
 void NodeTimer::attach() {
   if (attached_) return;
   CUpti_SubscriberHandle sub = nullptr;
-  check_cupti(cuptiSubscribe(&sub, reinterpret_cast<CUpti_CallbackFunc>(on_callback), this));
+  CUptiResult r = cuptiSubscribe(&sub, reinterpret_cast<CUpti_CallbackFunc>(on_callback), this);
+  require(r != CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
+          "per-node timing needs CUPTI, but another tool (compute-sanitizer, ncu, nsys) already holds it");
+  check_cupti(r);
   subscriber_ = sub;
   check_cupti(cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED));
   check_cupti(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
@@ -146,13 +149,21 @@ std::vector<NodeStats> aggregate(const Manifest& m, const std::vector<KernelReco
   return out;
 }
 
+std::string short_kernel_name(const std::string& demangled) {
+  std::string k = demangled;
+  for (const std::string drop : {"(anonymous namespace)::", "sg::", "void "}) {
+    for (size_t p; (p = k.find(drop)) != std::string::npos;) k.erase(p, drop.size());
+  }
+  return k.substr(0, k.find('('));
+}
+
 std::string format_node_table(const std::vector<NodeStats>& stats, double floor_gbps) {
   std::string out = fmt::format("{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>7}\n",
                                 "node", "layer", "op", "arm", "kernel", "grid", "block", "calls", "median_us",
                                 "min_us", "max_us", "share", "GB/s", "%floor");
   for (const auto& s : stats) {
-    std::string kernel = s.node.kernel.substr(0, s.node.kernel.find('('));
-    if (kernel.size() > 34) kernel = kernel.substr(kernel.size() - 34);
+    std::string kernel = short_kernel_name(s.node.kernel);
+    if (kernel.size() > 34) kernel = kernel.substr(0, 33) + "~";
     out += fmt::format("{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>5.1f}% {:>9.1f} {:>6.1f}%\n",
                        s.node.index, s.node.label.layer, s.node.label.op, s.node.label.arm, kernel,
                        fmt::format("{}x{}x{}", s.node.grid.x, s.node.grid.y, s.node.grid.z),

@@ -55,6 +55,8 @@ struct NodeStats {
 // Aggregates records of one graph's replays per manifest node. Records whose node id is not in
 // the manifest are ignored; `unmatched` counts them.
 std::vector<NodeStats> aggregate(const Manifest& m, const std::vector<KernelRecord>& records, int* unmatched = nullptr);
+// "conv_update_fast_kernel" from "void sg::(anonymous namespace)::conv_update_fast_kernel(sg::...)".
+std::string short_kernel_name(const std::string& demangled);
 // A fixed-width table: node, layer, op, arm, kernel, grid, block, calls, median/min/max us, GB/s, % of floor.
 std::string format_node_table(const std::vector<NodeStats>& stats, double floor_gbps);
 

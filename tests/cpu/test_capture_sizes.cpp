@@ -15,7 +15,7 @@ TEST_CASE("decode capture sizes follow 1, 2, 4, multiples of 8, and include the 
   CHECK_THROWS_AS(decode_capture_sizes(0), std::invalid_argument);
 }
 
-TEST_CASE("a batch pads up to the next key; larger batches have none", "[graphs][capture]") {
+TEST_CASE("a batch pads up to the next key and larger batches have none", "[graphs][capture]") {
   auto keys = decode_capture_sizes(32);
   CHECK(pad_to_key(keys, 1) == 1);
   CHECK(pad_to_key(keys, 3) == 4);

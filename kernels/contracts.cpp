@@ -1,0 +1,204 @@
+// contracts.cpp: launch contracts per op (grid, block, smem, fallbacks) and the conv prefill chunk
+// descriptors. Pure integer arithmetic; every shape is validated before anything is computed.
+#include "kernels/contracts.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <ostream>
+#include <stdexcept>
+
+namespace sg {
+namespace {
+
+[[noreturn]] void bad_shape(std::string_view op, const std::string& what) {
+  throw std::invalid_argument(fmt::format("{}: {}", op, what));
+}
+
+unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+void check_k(std::string_view op, int K) {
+  if (K < kConvMinK || K > kConvMaxK) bad_shape(op, fmt::format("K must be {}..{} (got K={})", kConvMinK, kConvMaxK, K));
+}
+
+void check_grid_y(std::string_view op, int64_t y, std::string_view what) {
+  if (y > kMaxGridYZ) bad_shape(op, fmt::format("grid y = {} ({}) exceeds CUDA's {}", y, what, kMaxGridYZ));
+}
+
+}  // namespace
+
+std::string to_string(const Dim3& d) { return fmt::format("({}, {}, {})", d.x, d.y, d.z); }
+std::ostream& operator<<(std::ostream& os, const Dim3& d) { return os << to_string(d); }
+
+// --- conv.update ----------------------------------------------------------------------------------
+
+LaunchContract<ConvUpdateArm> conv_update_contract(ConvUpdateArm requested, const ConvUpdateShape& s) {
+  constexpr std::string_view op = "conv.update";
+  if (s.rows < 1) bad_shape(op, fmt::format("rows must be >= 1 (got {})", s.rows));
+  if (s.C < 1) bad_shape(op, fmt::format("C must be >= 1 (got {})", s.C));
+  check_k(op, s.K);
+  LaunchContract<ConvUpdateArm> c;
+  c.arm = requested;
+  switch (requested) {
+    case ConvUpdateArm::grid: {
+      const int64_t n = static_cast<int64_t>(s.rows) * s.C;
+      c.block = {kConvUpdateGridBlock, 1, 1};
+      c.grid = {std::min<unsigned>(ceil_div(n, kConvUpdateGridBlock), kConvUpdateGridMaxBlocks), 1, 1};
+      c.kernel = "conv_update_grid";
+      return c;
+    }
+    case ConvUpdateArm::fast:
+      check_grid_y(op, s.rows, "rows");
+      c.block = {kConvUpdateFastBlock, 1, 1};
+      c.grid = {ceil_div(s.C, kConvUpdateFastBlock), static_cast<unsigned>(s.rows), 1};
+      c.kernel = "conv_update_fast";
+      return c;
+  }
+  throw std::invalid_argument(fmt::format("conv.update: arm index {} out of range", static_cast<int>(requested)));
+}
+
+LaunchContract<ConvUpdateArm> conv_update_contract(const ArmSelection& sel, const ConvUpdateShape& s) {
+  return conv_update_contract(sel.conv_update, s);
+}
+
+// --- postconv -------------------------------------------------------------------------------------
+
+LaunchContract<PostconvArm> postconv_contract(PostconvArm requested, const PostconvShape& s) {
+  constexpr std::string_view op = "postconv";
+  if (s.T < 1) bad_shape(op, fmt::format("T must be >= 1 (got {})", s.T));
+  if (s.Hk < 1 || s.Hv < 1) bad_shape(op, fmt::format("Hk and Hv must be >= 1 (got Hk={}, Hv={})", s.Hk, s.Hv));
+  if (s.Hv % s.Hk != 0) bad_shape(op, fmt::format("Hv must be a multiple of Hk (got Hk={}, Hv={})", s.Hk, s.Hv));
+  if (s.Dk < 1 || s.Dk > kPostconvMaxD || s.Dv < 1 || s.Dv > kPostconvMaxD) {
+    bad_shape(op, fmt::format("Dk and Dv must be 1..{} (got Dk={}, Dv={})", kPostconvMaxD, s.Dk, s.Dv));
+  }
+  check_grid_y(op, static_cast<int64_t>(s.Hk) + s.Hv, "Hk + Hv");
+
+  LaunchContract<PostconvArm> c;
+  c.arm = requested;
+  if (requested == PostconvArm::token_tile && !(s.Dk == 128 && s.Dv == 128)) {
+    c.arm = PostconvArm::fast;
+    c.fallback_reason = fmt::format("token_tile needs Dk = Dv = 128 (got Dk={}, Dv={}): using fast", s.Dk, s.Dv);
+  }
+  const auto T = static_cast<unsigned>(s.T);
+  const auto hk = static_cast<unsigned>(s.Hk), hv = static_cast<unsigned>(s.Hv);
+  switch (c.arm) {
+    case PostconvArm::megablock:
+      c.grid = {T, hk + 1, 1};
+      c.block = {256, 1, 1};
+      c.kernel = "postconv_megablock";
+      return c;
+    case PostconvArm::fast:
+      c.grid = {T, hk + 1, 1};
+      c.block = {128, 1, 1};
+      c.kernel = "postconv_fast";
+      return c;
+    case PostconvArm::split:
+      c.grid = {T, hk + hv, 1};
+      c.block = {128, 1, 1};
+      c.kernel = "postconv_split";
+      return c;
+    case PostconvArm::token_tile:
+      c.grid = {ceil_div(s.T, kPostconvTokenTile), hk + hv, 1};
+      c.block = {128, 1, 1};
+      c.kernel = "postconv_token_tile";
+      return c;
+  }
+  throw std::invalid_argument(fmt::format("postconv: arm index {} out of range", static_cast<int>(requested)));
+}
+
+LaunchContract<PostconvArm> postconv_contract(const ArmSelection& sel, const PostconvShape& s) {
+  return postconv_contract(sel.postconv, s);
+}
+
+// --- conv.fwd -------------------------------------------------------------------------------------
+
+std::vector<ConvChunk> build_conv_chunks(const std::vector<int32_t>& cu_seqlens, int chunk_tokens) {
+  if (chunk_tokens < 1) throw std::invalid_argument(fmt::format("conv chunks: chunk_tokens must be >= 1 (got {})", chunk_tokens));
+  if (cu_seqlens.empty()) throw std::invalid_argument("conv chunks: cu_seqlens is empty (needs at least {0})");
+  if (cu_seqlens[0] != 0) throw std::invalid_argument(fmt::format("conv chunks: cu_seqlens[0] must be 0 (got {})", cu_seqlens[0]));
+  std::vector<ConvChunk> out;
+  for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
+    const int32_t b = cu_seqlens[s], e = cu_seqlens[s + 1];
+    if (e < b) {
+      throw std::invalid_argument(
+          fmt::format("conv chunks: cu_seqlens decreases at {} ({} then {})", s + 1, b, e));
+    }
+    for (int64_t t = b; t < e; t += chunk_tokens) {
+      const auto len = static_cast<int32_t>(std::min<int64_t>(chunk_tokens, e - t));
+      out.push_back(ConvChunk{static_cast<int32_t>(s), static_cast<int32_t>(t), len});
+    }
+  }
+  return out;
+}
+
+int conv_max_chunks(int max_tokens, int max_seqs, int chunk_tokens) {
+  if (max_tokens < 0 || max_seqs < 0 || chunk_tokens < 1) {
+    throw std::invalid_argument(fmt::format("conv_max_chunks: need max_tokens >= 0, max_seqs >= 0, chunk_tokens >= 1 "
+                                            "(got {}, {}, {})", max_tokens, max_seqs, chunk_tokens));
+  }
+  const int64_t m = std::min(max_seqs, max_tokens);  // most non-empty sequences
+  if (m == 0) return 0;  // no sequence (or no token): nothing to chunk
+  return static_cast<int>((max_tokens + static_cast<int64_t>(chunk_tokens - 1) * m) / chunk_tokens);
+}
+
+int conv_fwd_channel_tile(ConvFwdArm arm) {
+  switch (arm) {
+    case ConvFwdArm::tiled: return kConvTiledChannels;
+    case ConvFwdArm::reg: return 128;
+    case ConvFwdArm::k4: return 128;
+    case ConvFwdArm::k4x2: return 256;
+  }
+  throw std::invalid_argument(fmt::format("conv.fwd: arm index {} out of range", static_cast<int>(arm)));
+}
+
+LaunchContract<ConvFwdArm> conv_fwd_contract(ConvFwdArm requested, ConvChunksArm chunks, const ConvFwdShape& s) {
+  constexpr std::string_view op = "conv.fwd";
+  if (s.max_tokens < 1) bad_shape(op, fmt::format("max_tokens must be >= 1 (got {})", s.max_tokens));
+  if (s.max_seqs < 1) bad_shape(op, fmt::format("max_seqs must be >= 1 (got {})", s.max_seqs));
+  if (s.C < 1) bad_shape(op, fmt::format("C must be >= 1 (got {})", s.C));
+  check_k(op, s.K);
+  if (chunks != ConvChunksArm::exact && chunks != ConvChunksArm::whole) {
+    throw std::invalid_argument(fmt::format("conv.chunks: arm index {} out of range", static_cast<int>(chunks)));
+  }
+
+  LaunchContract<ConvFwdArm> c;
+  c.arm = requested;
+  if ((requested == ConvFwdArm::k4 || requested == ConvFwdArm::k4x2) && s.K != 4) {
+    c.arm = ConvFwdArm::reg;
+    c.fallback_reason = fmt::format("{} needs K = 4 (got K={}): using register", arm_name(requested), s.K);
+  }
+  const int tile = conv_fwd_channel_tile(c.arm);  // also rejects an out-of-range arm
+
+  int64_t y = 0;
+  if (chunks == ConvChunksArm::exact) {
+    y = conv_max_chunks(s.max_tokens, s.max_seqs, kConvChunkTokens);
+    check_grid_y(op, y, "worst-case exact chunks");
+  } else {
+    y = s.max_seqs;
+    check_grid_y(op, y, "max_seqs");
+  }
+  c.grid = {ceil_div(s.C, tile), static_cast<unsigned>(y), 1};
+
+  static constexpr std::array<std::array<std::string_view, 2>, 4> kNames{{
+      {"conv_fwd_tiled_exact", "conv_fwd_tiled_whole"},
+      {"conv_fwd_register_exact", "conv_fwd_register_whole"},
+      {"conv_fwd_k4_exact", "conv_fwd_k4_whole"},
+      {"conv_fwd_k4x2_exact", "conv_fwd_k4x2_whole"},
+  }};
+  c.kernel = kNames[static_cast<size_t>(c.arm)][static_cast<size_t>(chunks)];
+
+  if (c.arm == ConvFwdArm::tiled) {
+    c.block = {kConvTiledChannels, kConvTiledTokenLanes, 1};
+    c.smem_bytes = static_cast<size_t>(kConvTiledTokens + s.K - 1) * kConvTiledChannels * sizeof(float);
+  } else {
+    c.block = {128, 1, 1};  // register and k4: one channel per thread; k4x2: two per thread
+  }
+  return c;
+}
+
+LaunchContract<ConvFwdArm> conv_fwd_contract(const ArmSelection& sel, const ConvFwdShape& s) {
+  return conv_fwd_contract(sel.conv_fwd, sel.conv_chunks, s);
+}
+
+}  // namespace sg

@@ -1,0 +1,141 @@
+// contracts.h: one pure, CUDA-free function per op that turns (arm, shape) into a launch contract:
+// the arm actually used after fallbacks, grid, block, dynamic shared memory and a stable kernel
+// name. Launchers launch exactly what the contract says (through dispatch()); graph manifests
+// record it; CPU tests check it. Also the conv prefill chunk descriptors and their worst-case
+// count, which sizes the `exact` grid.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/arms.h"
+
+namespace sg {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  bool operator==(const Dim3&) const = default;
+};
+std::string to_string(const Dim3& d);  // "(x, y, z)"
+std::ostream& operator<<(std::ostream& os, const Dim3& d);
+
+template <class Arm>
+struct LaunchContract {
+  Arm arm{};                    // the arm that runs (after fallbacks)
+  Dim3 grid, block;
+  size_t smem_bytes = 0;        // dynamic shared memory
+  std::string_view kernel;      // stable short name, e.g. "conv_update_grid" (static storage)
+  std::string fallback_reason;  // empty when the requested arm runs
+};
+
+// CUDA's limit on gridDim.y and gridDim.z; contracts that would exceed it throw.
+inline constexpr unsigned kMaxGridYZ = 65535;
+
+// --- conv.update (decode) -------------------------------------------------------------------------
+inline constexpr int kConvMinK = 2, kConvMaxK = 8;
+inline constexpr unsigned kConvUpdateGridBlock = 256;
+// The grid arm's grid-stride loop is capped at 8 blocks x 132 SMs (H100/H200); a constant, so the
+// contract does not depend on the device.
+inline constexpr unsigned kConvUpdateGridMaxBlocks = 1056;
+inline constexpr unsigned kConvUpdateFastBlock = 128;
+
+struct ConvUpdateShape {
+  int rows = 0;  // padded batch (part of the graph key)
+  int C = 0;     // channels
+  int K = 0;     // conv width, 2..8
+};
+// grid:  block 256, grid x = min(ceil(rows*C/256), 1056), grid-stride loop over (row, channel).
+// fast:  block 128, grid (ceil(C/128), rows).
+// Throws std::invalid_argument on rows < 1, C < 1, K outside 2..8, or rows > 65535 (fast).
+LaunchContract<ConvUpdateArm> conv_update_contract(ConvUpdateArm requested, const ConvUpdateShape& s);
+LaunchContract<ConvUpdateArm> conv_update_contract(const ArmSelection& sel, const ConvUpdateShape& s);
+
+// --- postconv -------------------------------------------------------------------------------------
+inline constexpr int kPostconvMaxD = 256;
+inline constexpr int kPostconvTokenTile = 16;  // tokens per token_tile block (4 warps x 4 tokens)
+
+struct PostconvShape {
+  int T = 0;                      // tokens (padded bucket)
+  int Hk = 0, Hv = 0, Dk = 0, Dv = 0;
+};
+// megablock:  grid (T, Hk+1),               block 256
+// fast:       grid (T, Hk+1),               block 128
+// split:      grid (T, Hk+Hv),              block 128
+// token_tile: grid (ceil(T/16), Hk+Hv),     block 128; only when Dk = Dv = 128, else `fast`.
+// Throws std::invalid_argument on T < 1, Hk < 1, Hv < 1, Hv % Hk != 0, Dk or Dv outside 1..256.
+LaunchContract<PostconvArm> postconv_contract(PostconvArm requested, const PostconvShape& s);
+LaunchContract<PostconvArm> postconv_contract(const ArmSelection& sel, const PostconvShape& s);
+
+// --- conv.fwd (prefill) + conv.chunks -------------------------------------------------------------
+inline constexpr int kConvChunkTokens = 8;     // tokens per `exact` descriptor
+inline constexpr int kConvTiledChannels = 32;  // tiled: 32 channels x 16-token smem tile
+inline constexpr int kConvTiledTokens = 16;
+inline constexpr unsigned kConvTiledTokenLanes = 8;
+
+struct ConvFwdShape {
+  int max_tokens = 0;  // padded token bucket
+  int max_seqs = 0;    // most sequences in the bucket
+  int C = 0;
+  int K = 0;           // 2..8
+};
+
+// One `exact` work item: up to chunk_tokens tokens of one sequence.
+struct ConvChunk {
+  int32_t seq;    // sequence index
+  int32_t start;  // first token, absolute (row in the packed [T, C] input)
+  int32_t len;    // 1..chunk_tokens
+  bool operator==(const ConvChunk&) const = default;
+};
+
+// The descriptors for a packed varlen batch, sequence by sequence, chunk by chunk. cu_seqlens has
+// one more entry than there are sequences, starts at 0 and never decreases; zero-length
+// sequences produce no chunk. Throws std::invalid_argument otherwise or when chunk_tokens < 1.
+std::vector<ConvChunk> build_conv_chunks(const std::vector<int32_t>& cu_seqlens, int chunk_tokens = kConvChunkTokens);
+
+// The most descriptors any batch of at most max_tokens tokens in at most max_seqs sequences can
+// produce: with m = min(max_seqs, max_tokens) non-empty sequences, floor((max_tokens +
+// (chunk_tokens-1)*m) / chunk_tokens) (0 when m = 0); attained by m-1 one-token sequences plus
+// one long one.
+// (Each sequence of L tokens gives ceil(L/ct) = floor((L+ct-1)/ct) chunks; summing, at most
+// floor((T + (ct-1)*m)/ct). That is <= ceil(T/ct) + max_seqs, the looser "each sequence adds at
+// most one partial chunk" bound.) Throws std::invalid_argument on negative inputs.
+int conv_max_chunks(int max_tokens, int max_seqs, int chunk_tokens = kConvChunkTokens);
+
+// Channels per block (grid x tile) of a conv.fwd arm: tiled 32, register 128, k4 128, k4x2 256.
+int conv_fwd_channel_tile(ConvFwdArm arm);
+
+// tiled:    block (32, 8) = 32 channels x 8 token lanes, 16-token tile, smem (16+K-1) x 32 f32
+// register: block 128, one channel per thread
+// k4:       block 128, K = 4 at compile time; K != 4 falls back to register
+// k4x2:     block 128, two channels per thread (256-channel tile); K != 4 falls back to register
+// grid x = ceil(C / tile); grid y = conv_max_chunks(max_tokens, max_seqs) for `exact`,
+// max_seqs for `whole`. Throws std::invalid_argument on max_tokens < 1, max_seqs < 1, C < 1,
+// K outside 2..8, or grid y > 65535.
+LaunchContract<ConvFwdArm> conv_fwd_contract(ConvFwdArm requested, ConvChunksArm chunks, const ConvFwdShape& s);
+LaunchContract<ConvFwdArm> conv_fwd_contract(const ArmSelection& sel, const ConvFwdShape& s);
+
+// --- dispatch -------------------------------------------------------------------------------------
+// Calls exactly by_arm[contract.arm], the one launcher of the arm that the contract says runs.
+// The table has one slot per arm of the op (checked at compile time); an empty slot (an arm not
+// built) throws ArmError naming op and arm.
+template <class Arm, size_t N>
+void dispatch(const LaunchContract<Arm>& c, const std::array<std::function<void(const LaunchContract<Arm>&)>, N>& by_arm) {
+  static_assert(N == ArmTraits<Arm>::count, "dispatch table needs exactly one slot per arm of the op");
+  const size_t i = static_cast<size_t>(c.arm);
+  if (i >= N) {
+    throw ArmError("dispatch: arm index " + std::to_string(i) + " out of range for " +
+                   std::string(op_name(ArmTraits<Arm>::op)));
+  }
+  if (!by_arm[i]) {
+    throw ArmError("no launcher for " + std::string(op_name(ArmTraits<Arm>::op)) + "=" + std::string(arm_name(c.arm)) +
+                   " in this build");
+  }
+  by_arm[i](c);
+}
+
+}  // namespace sg

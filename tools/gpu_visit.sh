@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# gpu_visit.sh: one visit to the GPU machine: build (build-gpu), run every test (GPU tests
+# included), the GPU tests under compute-sanitizer memcheck and racecheck, and `stepgraph bench`;
+# logs go to $OUT (or ./gpu-out), a short summary is printed last.
+#   usage: tools/gpu_visit.sh [--no-sanitize] [--no-bench] [-- extra bench args]
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+sanitize=1; bench=1; bench_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-sanitize) sanitize=0 ;;
+    --no-bench) bench=0 ;;
+    --) shift; bench_args=("$@"); break ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+summary=()
+note() { summary+=("$*"); echo "== $*"; }
+
+export PATH=/usr/local/cuda/bin:$PATH
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
+git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+
+start=$(date +%s)
+if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release > "$OUT/build.log" 2>&1 &&
+   cmake --build build-gpu -j"$(nproc)" >> "$OUT/build.log" 2>&1; then
+  note "build: ok ($(( $(date +%s) - start )) s)"
+else
+  tail -40 "$OUT/build.log"; note "build: FAILED (see build.log)"; printf '%s\n' "${summary[@]}"; exit 1
+fi
+
+(cd build-gpu && ctest --output-on-failure -j4 > "$OUT/ctest.log" 2>&1); rc=$?
+note "ctest: rc=$rc; $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+grep -E '\(Failed\)|\(Skipped\)|Exception|SegFault' "$OUT/ctest.log" | head -20
+
+./build-gpu/tests/tests_gpu > "$OUT/tests_gpu.log" 2>&1
+note "tests_gpu (one process): $(grep -E '^(All tests passed|test cases:)' "$OUT/tests_gpu.log" | tail -1) $(grep -E '^assertions:' "$OUT/tests_gpu.log" | tail -1)"
+
+if [ $sanitize = 1 ]; then
+  for tool in memcheck racecheck; do
+    # Deliberate API errors (the out-of-memory and bad-capture tests) are not memory errors; the
+    # CUPTI test cannot run while the sanitizer holds CUPTI.
+    compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 ./build-gpu/tests/tests_gpu "~[cupti]" > "$OUT/sanitizer-$tool.log" 2>&1
+    rc=$?
+    note "compute-sanitizer $tool: rc=$rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.log" | tail -1)"
+  done
+fi
+
+if [ $bench = 1 ]; then
+  ./build-gpu/tools/stepgraph bench --json "$OUT/bench.json" "${bench_args[@]}" > "$OUT/bench.log" 2>&1
+  note "stepgraph bench: rc=$?"
+  sed -n '/^summary/,$p' "$OUT/bench.log"
+fi
+echo
+echo "==== summary ===="
+printf '%s\n' "${summary[@]}"

@@ -58,7 +58,7 @@ void recurrent_step(const DeltaShape& s, float* S, const float* q, const float* 
   for (int j = 0; j < Dv; ++j) {
     float kv = 0.0f;
     for (int i = 0; i < Dk; ++i) kv = std::fma(S[i * Dv + j], k[i], kv);
-    u[j] = (v[j] - kv) * beta;
+    u[j] = v[j] * beta - kv * beta;
   }
   for (int i = 0; i < Dk; ++i)
     for (int j = 0; j < Dv; ++j) S[i * Dv + j] = std::fma(k[i], u[j], S[i * Dv + j]);
@@ -97,7 +97,7 @@ void chunked_head(const DeltaShape& s, int chunk, int64_t start, int len, int hv
     std::vector<double> G(L);  // cumulative gate within the chunk
     for (int r = 0; r < L; ++r) {
       in[r] = token_inputs(s, start + c0 + r, hv, q, k, v, g, beta);
-      G[r] = (r > 1 ? G[r - 1] : 0.0) + static_cast<double>(in[r].g);
+      G[r] = (r > 0 ? G[r - 1] : 0.0) + static_cast<double>(in[r].g);
     }
     auto dot_k = [&](const float* a, const float* b) {
       double d = 0.0;

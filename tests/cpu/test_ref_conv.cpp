@@ -111,6 +111,45 @@ TEST_CASE("conv_update: hand-computed C=2 K=3 decode", "[ref][conv]") {
   CHECK(state == std::vector<float>{1, -1, 2, 0});
 }
 
+// The contract's operation order, transcribed literally, on random data where any reordering
+// (bias added last, taps summed newest first, a plain multiply-add) changes the f32 bits.
+TEST_CASE("conv: exact f32 operation order on random data", "[ref][conv]") {
+  const int C = 3, K = 4, T = 6, H = K - 1;
+  const bool silu_on = GENERATE(false, true);
+  CAPTURE(silu_on);
+  ConvShape s{C, K, silu_on, Store::f32, Store::f32};
+  const auto w = test::uniform(C * K, 1);
+  const auto bias = test::uniform(C, 2);
+  const auto x = test::uniform(T * C, 3);
+  const auto state0 = test::uniform(C * H, 4);
+  auto expect = [&](int c, const float* taps) {
+    float acc = bias[c];
+    for (int j = 0; j < K; ++j) acc = std::fma(w[c * K + j], taps[j], acc);
+    return silu_on ? acc / (1.0f + std::exp(-acc)) : acc;
+  };
+  std::vector<float> st = state0;
+  auto out = run_fwd(s, {0, T}, x, {0}, {1}, st, w, bias.data());
+  int mismatches = 0;
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < C; ++c) {
+      float taps[K];
+      for (int j = 0; j < K; ++j) {
+        const int i = t - (K - 1 - j);
+        taps[j] = i >= 0 ? x[i * C + c] : state0[c * H + H + i];
+      }
+      mismatches += out[t * C + c] != expect(c, taps);
+    }
+  CHECK(mismatches == 0);
+  // Decode: taps are the state row then the new input.
+  std::vector<float> st2 = state0, dec(C);
+  const std::vector<int32_t> slot0 = {0};
+  conv_update(s, 1, x.data(), C, slot0.data(), st2.data(), w.data(), bias.data(), dec.data());
+  for (int c = 0; c < C; ++c) {
+    const float taps[K] = {state0[c * H], state0[c * H + 1], state0[c * H + 2], x[c]};
+    CHECK(dec[c] == expect(c, taps));
+  }
+}
+
 TEST_CASE("conv state update when the segment is shorter than K-1", "[ref][conv]") {
   // K = 4: three state entries per channel. C = 1, raw inputs stored as f32.
   ConvShape s{1, 4, false, Store::f32, Store::f32};

@@ -110,6 +110,41 @@ TEST_CASE("delta_rule_decode: hand-computed Dk=Dv=2", "[ref][delta_rule]") {
   }
 }
 
+// The contract's decode order, transcribed literally (one head, f32), on random data where any
+// reassociation, e.g. (v - kv) * beta as v*beta - kv*beta or the scale applied to S, changes bits.
+TEST_CASE("delta_rule_decode: exact f32 operation order on random data", "[ref][delta_rule]") {
+  const DeltaShape s{1, 1, 8, 4, Store::f32};
+  const int Dk = 8, Dv = 4, steps = 3;
+  const auto in = make_inputs(s, steps, 131, -1.f, 0.f);
+  std::vector<float> state = test::uniform(Dk * Dv, 132), S = state;  // S: the literal transcription's copy
+  const std::vector<int32_t> slot0 = {0};
+  int mismatches = 0;
+  for (int t = 0; t < steps; ++t) {
+    const float *q = &in.q[t * Dk], *k = &in.k[t * Dk], *v = &in.v[t * Dv];
+    std::vector<float> out(Dv);
+    delta_rule_decode(s, 1, q, k, v, &in.g[t], &in.beta[t], slot0.data(), state.data(), out.data());
+    const float decay = std::exp(in.g[t]);
+    const float scale = 1.0f / std::sqrt(float(Dk));
+    float u[4];
+    for (int i = 0; i < Dk; ++i)
+      for (int j = 0; j < Dv; ++j) S[i * Dv + j] = S[i * Dv + j] * decay;
+    for (int j = 0; j < Dv; ++j) {
+      float kv = 0.0f;
+      for (int i = 0; i < Dk; ++i) kv = std::fma(S[i * Dv + j], k[i], kv);
+      u[j] = (v[j] - kv) * in.beta[t];
+    }
+    for (int i = 0; i < Dk; ++i)
+      for (int j = 0; j < Dv; ++j) S[i * Dv + j] = std::fma(k[i], u[j], S[i * Dv + j]);
+    for (int j = 0; j < Dv; ++j) {
+      float o = 0.0f;
+      for (int i = 0; i < Dk; ++i) o = std::fma(S[i * Dv + j], q[i] * scale, o);
+      mismatches += out[j] != o;
+    }
+  }
+  CHECK(mismatches == 0);
+  CHECK(same_bits(state, S));
+}
+
 TEST_CASE("delta_rule_decode: invariants of the delta rule", "[ref][delta_rule]") {
   const DeltaShape s{1, 1, 16, 8, Store::f32};
   const auto in = make_inputs(s, 1, 71, -1.f, 0.f);  // g and beta are set per section

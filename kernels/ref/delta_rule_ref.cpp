@@ -58,13 +58,13 @@ void recurrent_step(const DeltaShape& s, float* S, const float* q, const float* 
   for (int j = 0; j < Dv; ++j) {
     float kv = 0.0f;
     for (int i = 0; i < Dk; ++i) kv = std::fma(S[i * Dv + j], k[i], kv);
-    u[j] = v[j] * beta - kv * beta;
+    u[j] = (v[j] - kv) * beta;
   }
   for (int i = 0; i < Dk; ++i)
     for (int j = 0; j < Dv; ++j) S[i * Dv + j] = std::fma(k[i], u[j], S[i * Dv + j]);
   for (int j = 0; j < Dv; ++j) {
     float o = 0.0f;
-    for (int i = 0; i < Dk; ++i) o = std::fma(S[i * Dv + j], q[i] * scale, o);
+    for (int i = 0; i < Dk; ++i) o = std::fma(S[i * Dv + j] * scale, q[i], o);
     out[j] = store(o, s.out);
   }
 }

@@ -36,7 +36,7 @@ std::vector<uint8_t> DevBuf::download() const {
   return out;
 }
 
-std::vector<float> DevBuf::download_f32(DType t) const { return from_bytes(download(), t); }
+std::vector<float> DevBuf::download_f32(DType t) const { return test::from_bytes(download(), t); }
 
 std::vector<uint8_t> to_bytes(const std::vector<float>& values, DType t) {
   require(t == DType::f32 || t == DType::bf16, "to_bytes: f32 or bf16 only");

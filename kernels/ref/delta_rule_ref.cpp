@@ -64,7 +64,7 @@ void recurrent_step(const DeltaShape& s, float* S, const float* q, const float* 
     for (int j = 0; j < Dv; ++j) S[i * Dv + j] = std::fma(k[i], u[j], S[i * Dv + j]);
   for (int j = 0; j < Dv; ++j) {
     float o = 0.0f;
-    for (int i = 0; i < Dk; ++i) o = std::fma(S[i * Dv + j] * scale, q[i], o);
+    for (int i = 0; i < Dk; ++i) o = std::fma(S[i * Dv + j], q[i] * scale, o);
     out[j] = store(o, s.out);
   }
 }

@@ -43,7 +43,7 @@ DecodeBatch random_batch(const GdnDims& d, int B, int num_slots, uint64_t seed) 
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   DecodeBatch b;
-  for (int r = 0; r < B; ++r) b.slots.push_back((r * 7 + 3) % num_slots);
+  for (int r = 0; r < B; ++r) b.slots.push_back(num_slots - 1 - r);  // distinct, in reverse order
   b.x.resize(static_cast<size_t>(B) * d.C());
   b.a.resize(static_cast<size_t>(B) * d.Hv);
   b.b.resize(b.a.size());

@@ -19,5 +19,6 @@ void add_arm_options(CLI::App* app, ArmOptions& o);
 void register_arms(CLI::App& app, Action& action);
 void register_bench(CLI::App& app, Action& action);
 void register_info(CLI::App& app, Action& action);
+void register_kernels(CLI::App& app, Action& action);
 
 }  // namespace sg::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "stepgraph 0.1.0");
   sg::cli::Action action;
   sg::cli::register_bench(app, action);
+  sg::cli::register_kernels(app, action);
   sg::cli::register_arms(app, action);
   sg::cli::register_info(app, action);
   try {

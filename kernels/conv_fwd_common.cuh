@@ -1,0 +1,108 @@
+// conv_fwd_common.cuh: private to the conv.fwd kernels (conv_fwd.cu, conv_fwd_register.cu): the
+// per-program work lookup shared by every arm (which tokens, which sequence, whether this program
+// owns the sequence's state), typed element conversions, and the per-arm launch functions.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/conv_fwd.h"
+#include "kernels/device_util.cuh"
+
+namespace sg {
+
+// The state I/O argument (conv_fwd.h, point 3) needs a later chunk's K-1 left taps to lie inside
+// its sequence: K-1 <= chunk tokens.
+static_assert(kConvMaxK - 1 <= kConvChunkTokens, "a later chunk's left taps must stay inside its sequence");
+
+namespace conv_fwd_detail {
+
+// One program's work: tokens [t0, t0 + n) (absolute rows) of the sequence that starts at row
+// seq_start and has seq_len tokens. `owner`: this program reads and writes state[slot] (it handles
+// the sequence's first token); t0 - seq_start is then 0.
+struct Work {
+  int64_t t0 = 0;
+  int n = 0;
+  int64_t seq_start = 0;
+  int seq_len = 0;
+  int slot = -1;
+  bool hist = false;
+  bool owner = false;
+};
+
+// Chunk descriptor of program y for `exact`, or false when y is beyond the live descriptors. Reads
+// only the descriptor and the live count (both in bounds for every y < grid y), so the caller can
+// issue its token loads before the sequence metadata arrives.
+__device__ __forceinline__ bool exact_chunk(const ConvFwdParams& p, int y, ConvChunk& ch) {
+  const ConvChunk c = p.chunks[y];
+  const int live = *p.n_chunks;
+  if (y >= live) return false;
+  ch = c;
+  return true;
+}
+
+// The rest of an `exact` program's work, from its descriptor. Traps on a descriptor that breaks the
+// chunking the state I/O relies on (len 1..kConvChunkTokens; a later chunk at least
+// kConvChunkTokens tokens into its sequence).
+__device__ __forceinline__ Work exact_work(const ConvFwdParams& p, const ConvChunk& ch) {
+  Work w;
+  w.t0 = ch.start;
+  w.n = ch.len;
+  w.seq_start = p.cu_seqlens[ch.seq];
+  w.seq_len = p.cu_seqlens[ch.seq + 1] - p.cu_seqlens[ch.seq];
+  w.slot = p.slots[ch.seq];
+  w.hist = p.has_history[ch.seq] != 0;
+  w.owner = w.t0 == w.seq_start;
+  const int64_t off = w.t0 - w.seq_start;
+  if (ch.len < 1 || ch.len > kConvChunkTokens || off < 0 || off + ch.len > w.seq_len ||
+      (!w.owner && off < kConvChunkTokens)) {
+    __trap();
+  }
+  return w;
+}
+
+// `whole`: program y handles sequence y; false when y is beyond the live sequences or the sequence
+// is empty (no output, state untouched).
+__device__ __forceinline__ bool whole_work(const ConvFwdParams& p, int y, Work& w) {
+  const int live = *p.n_seqs;
+  const int32_t b = p.cu_seqlens[y], e = p.cu_seqlens[y + 1];  // in bounds for y < max_seqs
+  if (y >= live || e <= b) return false;
+  w.t0 = b;
+  w.n = e - b;
+  w.seq_start = b;
+  w.seq_len = e - b;
+  w.slot = p.slots[y];
+  w.hist = p.has_history[y] != 0;
+  w.owner = true;
+  return true;
+}
+
+// Typed element access for the templated (fast) arms: f32 math, one rounding on store.
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// a[i] for a runtime i in [0, N) without dynamic register indexing (which would go to local
+// memory): N selects. Only state-owning programs use it.
+template <int N>
+__device__ __forceinline__ float pick(const float (&a)[N], int i) {
+  float v = 0.0f;
+#pragma unroll
+  for (int q = 0; q < N; ++q) v = (q == i) ? a[q] : v;
+  return v;
+}
+
+}  // namespace conv_fwd_detail
+
+// Per-arm launchers (conv_fwd.cu: tiled; conv_fwd_register.cu: register, k4, k4x2). Called by
+// conv_fwd() after it has validated the params against the contract.
+cudaError_t conv_fwd_launch_tiled(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c, ConvChunksArm chunks,
+                                  cudaStream_t stream);
+cudaError_t conv_fwd_launch_register(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c,
+                                     ConvChunksArm chunks, cudaStream_t stream);
+
+}  // namespace sg

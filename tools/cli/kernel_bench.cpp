@@ -1,0 +1,290 @@
+// kernel_bench.cpp: op cases (buffers, launches per arm, reset, outputs) and the interleaved timer.
+#include "tools/cli/kernel_bench.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <regex>
+
+#include "engine/cuda_handles.h"
+#include "engine/error.h"
+#include "graphs/graph.h"
+#include "kernels/arms.h"
+#include "kernels/conv_update.h"
+#include "kernels/fill.h"
+#include "kernels/postconv.h"
+
+namespace sg::bench {
+namespace {
+
+struct OpCase {
+  std::string op;
+  double bytes = 0;  // per launch
+  int sets = 1;
+  struct Arm {
+    std::string arm, kernel;
+    Dim3 grid, block;
+    std::function<void(int set, cudaStream_t)> launch;
+  };
+  std::vector<Arm> arms;
+  std::function<void(cudaStream_t)> reset;          // set 0 back to its initial state, outputs poisoned
+  std::function<std::vector<uint8_t>()> outputs;    // set 0's outputs and state
+};
+
+uint64_t fnv1a(const std::vector<uint8_t>& b) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t x : b) h = (h ^ x) * 1099511628211ull;
+  return h;
+}
+
+// Owns the device buffers of an op case.
+struct Buffers {
+  std::vector<std::unique_ptr<DeviceBuffer>> all;
+  void* make(size_t bytes) {
+    all.push_back(std::make_unique<DeviceBuffer>(bytes));
+    return all.back()->data();
+  }
+};
+
+std::vector<uint8_t> download(const void* p, size_t bytes) {
+  std::vector<uint8_t> out(bytes);
+  check(cudaDeviceSynchronize());
+  check(cudaMemcpy(out.data(), p, bytes, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+void append(std::vector<uint8_t>& dst, const std::vector<uint8_t>& src) { dst.insert(dst.end(), src.begin(), src.end()); }
+
+OpCase conv_update_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_t st) {
+  const GdnDims& d = s.dims;
+  const int R = s.rows, C = d.C(), K = d.K;
+  const DType act = DType::bf16;
+  const size_t xb = static_cast<size_t>(R) * C * 2, sb = static_cast<size_t>(R) * C * (K - 1) * 2;
+  std::vector<int32_t> slots(R);
+  for (int r = 0; r < R; ++r) slots[r] = r;
+  auto* dslots = static_cast<int32_t*>(buf.make(sizeof(int32_t) * R));
+  check(cudaMemcpy(dslots, slots.data(), sizeof(int32_t) * R, cudaMemcpyHostToDevice));
+  std::vector<ConvUpdateParams> ps(sets);
+  for (int i = 0; i < sets; ++i) {
+    auto& p = ps[i];
+    p.x = buf.make(xb);
+    p.x_stride = C;
+    p.x_dtype = act;
+    p.out = buf.make(xb);
+    p.out_dtype = act;
+    p.state = buf.make(sb);
+    p.state_dtype = DType::bf16;
+    p.slots = dslots;
+    p.w = static_cast<float*>(buf.make(sizeof(float) * C * K));
+    p.rows = R;
+    p.C = C;
+    p.K = K;
+    check(fill_uniform(const_cast<void*>(p.x), act, int64_t{R} * C, 10 + i, -2.f, 2.f, st));
+    check(fill_uniform(p.state, DType::bf16, int64_t{R} * C * (K - 1), 50 + i, -2.f, 2.f, st));
+    check(fill_uniform(const_cast<float*>(p.w), DType::f32, int64_t{C} * K, 90 + i, -0.4f, 0.4f, st));
+  }
+  OpCase oc;
+  oc.op = "conv.update";
+  oc.sets = sets;
+  oc.bytes = 2.0 * xb + 2.0 * sb + 4.0 * C * K;
+  for (size_t a = 0; a < ArmTraits<ConvUpdateArm>::count; ++a) {
+    auto c = conv_update_contract(static_cast<ConvUpdateArm>(a), ConvUpdateShape{R, C, K});
+    oc.arms.push_back({std::string(arm_name(c.arm)), std::string(c.kernel), c.grid, c.block,
+                       [ps, c](int set, cudaStream_t s) { check(conv_update(ps[set], c, s)); }});
+  }
+  auto p0 = ps[0];
+  oc.reset = [p0, R, C, K, xb](cudaStream_t s) {
+    check(fill_uniform(p0.state, DType::bf16, int64_t{R} * C * (K - 1), 50, -2.f, 2.f, s));
+    check(cudaMemsetAsync(p0.out, 0xA5, xb, s));
+  };
+  oc.outputs = [p0, xb, sb] {
+    auto o = download(p0.out, xb);
+    append(o, download(p0.state, sb));
+    return o;
+  };
+  return oc;
+}
+
+OpCase postconv_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_t st) {
+  const GdnDims& d = s.dims;
+  const int T = s.tokens(), C = d.C(), Hv = d.Hv;
+  const DType act = DType::bf16;
+  const size_t cb = static_cast<size_t>(T) * C * 2, ab = static_cast<size_t>(T) * Hv * 2,
+               gb = static_cast<size_t>(T) * Hv * 4;
+  auto* A_log = static_cast<float*>(buf.make(sizeof(float) * Hv));
+  auto* dt_bias = static_cast<float*>(buf.make(sizeof(float) * Hv));
+  check(fill_uniform(A_log, DType::f32, Hv, 7, 0.f, 2.7f, st));
+  check(fill_uniform(dt_bias, DType::f32, Hv, 8, -1.f, 1.f, st));
+  std::vector<PostconvParams> ps(sets);
+  for (int i = 0; i < sets; ++i) {
+    auto& p = ps[i];
+    p.conv = buf.make(cb);
+    p.conv_stride = C;
+    p.conv_dtype = act;
+    p.a = buf.make(ab);
+    p.a_stride = Hv;
+    p.b = buf.make(ab);
+    p.b_stride = Hv;
+    p.ab_dtype = act;
+    p.A_log = A_log;
+    p.dt_bias = dt_bias;
+    p.q = buf.make(static_cast<size_t>(T) * d.Hk * d.Dk * 2);
+    p.k = buf.make(static_cast<size_t>(T) * d.Hk * d.Dk * 2);
+    p.v = buf.make(static_cast<size_t>(T) * Hv * d.Dv * 2);
+    p.qkv_dtype = act;
+    p.g = static_cast<float*>(buf.make(gb));
+    p.beta = static_cast<float*>(buf.make(gb));
+    p.T = T;
+    p.Hk = d.Hk;
+    p.Hv = Hv;
+    p.Dk = d.Dk;
+    p.Dv = d.Dv;
+    check(fill_uniform(const_cast<void*>(p.conv), act, int64_t{T} * C, 200 + i, -2.f, 2.f, st));
+    check(fill_uniform(const_cast<void*>(p.a), act, int64_t{T} * Hv, 300 + i, -3.f, 3.f, st));
+    check(fill_uniform(const_cast<void*>(p.b), act, int64_t{T} * Hv, 400 + i, -3.f, 3.f, st));
+  }
+  OpCase oc;
+  oc.op = "postconv";
+  oc.sets = sets;
+  oc.bytes = 2.0 * cb + 2.0 * ab + 2.0 * gb + 8.0 * Hv;
+  for (size_t a = 0; a < ArmTraits<PostconvArm>::count; ++a) {
+    auto c = postconv_contract(static_cast<PostconvArm>(a), PostconvShape{T, d.Hk, Hv, d.Dk, d.Dv});
+    std::string name(arm_name(static_cast<PostconvArm>(a)));
+    if (!c.fallback_reason.empty()) name += "->" + std::string(arm_name(c.arm));
+    oc.arms.push_back({name, std::string(c.kernel), c.grid, c.block,
+                       [ps, c](int set, cudaStream_t s) { check(postconv(ps[set], c, s)); }});
+  }
+  auto p0 = ps[0];
+  const size_t qb = static_cast<size_t>(T) * d.Hk * d.Dk * 2, vb = static_cast<size_t>(T) * Hv * d.Dv * 2;
+  oc.reset = [p0, qb, vb, gb](cudaStream_t s) {
+    for (auto [p, n] : {std::pair{p0.q, qb}, {p0.k, qb}, {p0.v, vb}, {static_cast<void*>(p0.g), gb},
+                        {static_cast<void*>(p0.beta), gb}}) {
+      check(cudaMemsetAsync(p, 0xA5, n, s));
+    }
+  };
+  oc.outputs = [p0, qb, vb, gb] {
+    auto o = download(p0.q, qb);
+    append(o, download(p0.k, qb));
+    append(o, download(p0.v, vb));
+    append(o, download(p0.g, gb));
+    append(o, download(p0.beta, gb));
+    return o;
+  };
+  return oc;
+}
+
+struct Spread {
+  double median, min, max;
+};
+Spread spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+}  // namespace
+
+std::vector<std::string> standard_shapes() {
+  return {"4b-decode-b32", "27b-decode-b32", "4b-prefill-32x1024", "27b-prefill-32x1024"};
+}
+
+KernelShape parse_shape(const std::string& name) {
+  static const std::regex re(R"(^(4b|27b|tiny)-(decode-b(\d+)|prefill-(\d+)x(\d+))$)");
+  std::smatch m;
+  require(std::regex_match(name, m, re), "unknown shape '{}' (standard: {}; others: MODEL-decode-bN or MODEL-prefill-SxL "
+          "with MODEL 4b, 27b or tiny)", name, fmt::join(standard_shapes(), ", "));
+  KernelShape s;
+  s.name = name;
+  s.model = m[1] == "4b" ? "qwen3.5-4b" : m[1] == "27b" ? "qwen3.5-27b" : "tiny";
+  s.dims = preset(s.model).gdn;
+  s.decode = m[3].matched;
+  if (s.decode) {
+    s.rows = std::stoi(m[3]);
+  } else {
+    s.rows = std::stoi(m[4]);
+    s.seq_len = std::stoi(m[5]);
+  }
+  require(s.rows >= 1 && s.rows <= 65535 && (s.decode || (s.seq_len >= 1 && int64_t{s.rows} * s.seq_len <= (1 << 24))),
+          "shape '{}' out of range", name);
+  return s;
+}
+
+std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchConfig& cfg,
+                                        const std::function<void(const std::string&)>& progress) {
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  const int sets = shape.decode ? cfg.sets : 1;
+  Buffers buf;
+  std::vector<OpCase> cases;
+  auto wanted = [&](const std::string& op) {
+    return cfg.ops.empty() || std::find(cfg.ops.begin(), cfg.ops.end(), op) != cfg.ops.end();
+  };
+  if (shape.decode && wanted("conv.update")) cases.push_back(conv_update_case(shape, sets, buf, st));
+  if (wanted("postconv")) cases.push_back(postconv_case(shape, sets, buf, st));
+  stream.sync();
+
+  std::vector<ArmResult> results;
+  for (auto& oc : cases) {
+    progress(fmt::format("{} {}: {} arms, {} buffer set(s)", shape.name, oc.op, oc.arms.size(), oc.sets));
+    // Correctness first: every arm from the same starting state, outputs hashed.
+    std::vector<CapturedGraph> graphs;
+    std::vector<ArmResult> rs;
+    for (auto& arm : oc.arms) {
+      ArmResult r;
+      r.op = oc.op;
+      r.arm = arm.arm;
+      r.kernel = arm.kernel;
+      r.grid = arm.grid;
+      r.block = arm.block;
+      r.bytes = oc.bytes;
+      try {
+        oc.reset(st);
+        arm.launch(0, st);
+        stream.sync();
+        r.hash = fnv1a(oc.outputs());
+        graphs.push_back(CapturedGraph::capture(fmt::format("{} {} {}", shape.name, oc.op, arm.arm), st, [&] {
+          for (int i = 0; i < oc.sets; ++i) arm.launch(i, st);
+        }));
+      } catch (const ArmError& e) {
+        progress(fmt::format("  {} {}: skipped ({})", oc.op, arm.arm, e.what()));
+        graphs.emplace_back();
+        r.hash = 0;
+      }
+      rs.push_back(r);
+    }
+    const uint64_t ref_hash = rs.front().hash;
+    for (auto& r : rs) r.hash_matches_reference = r.hash == ref_hash;
+    // Timing: interleaved repetitions.
+    const int replays = std::max(1, (cfg.min_launches + oc.sets - 1) / oc.sets);
+    std::vector<std::vector<double>> t(rs.size());
+    Event e0, e1;
+    for (size_t a = 0; a < rs.size(); ++a) {
+      if (graphs[a]) {
+        for (int i = 0; i < 3; ++i) graphs[a].replay(st);
+      }
+    }
+    for (int rep = 0; rep < cfg.reps; ++rep) {
+      for (size_t a = 0; a < rs.size(); ++a) {
+        if (!graphs[a]) continue;
+        e0.record(st);
+        for (int i = 0; i < replays; ++i) graphs[a].replay(st);
+        e1.record(st);
+        e1.sync();
+        t[a].push_back(1000.0 * Event::elapsed_ms(e0, e1) / (replays * oc.sets));
+      }
+    }
+    for (size_t a = 0; a < rs.size(); ++a) {
+      if (t[a].empty()) continue;
+      Spread sp = spread(t[a]);
+      rs[a].median_us = sp.median;
+      rs[a].min_us = sp.min;
+      rs[a].max_us = sp.max;
+      results.push_back(rs[a]);
+    }
+  }
+  return results;
+}
+
+}  // namespace sg::bench

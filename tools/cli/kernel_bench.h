@@ -1,0 +1,54 @@
+// kernel_bench.h: the kernel-level benchmark behind `stepgraph kernels`: every arm of every GDN
+// op on a standard shape, timed as WORKLOADS.md prescribes. Each arm is captured into one graph:
+// decode shapes launch the kernel once per buffer set (24 sets, like the 24 GDN layers of a step,
+// so the 60 MB L2 cannot serve them), prefill shapes once. Arms are timed interleaved over
+// repetitions (median, min, max per launch), and their outputs are hashed from the same starting
+// state: arms must agree byte for byte.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/contracts.h"
+#include "models/qwen35_config.h"
+
+namespace sg::bench {
+
+struct KernelShape {
+  std::string name;   // "4b-decode-b32", "27b-prefill-32x1024", ...
+  std::string model;  // preset name
+  GdnDims dims;
+  bool decode = true;
+  int rows = 0;       // decode: batch; prefill: sequences
+  int seq_len = 0;    // prefill: tokens per sequence
+  int tokens() const { return decode ? rows : rows * seq_len; }
+};
+
+// "4b-decode-b32", "27b-decode-b8", "4b-prefill-32x1024", "tiny-prefill-4x100"; throws sg::Error
+// listing the standard shapes on anything else.
+KernelShape parse_shape(const std::string& name);
+std::vector<std::string> standard_shapes();
+
+struct ArmResult {
+  std::string op, arm, kernel;  // arm after fallbacks; kernel = contract's kernel name
+  Dim3 grid, block;
+  double median_us = 0, min_us = 0, max_us = 0;  // per launch
+  double bytes = 0;
+  uint64_t hash = 0;
+  bool hash_matches_reference = true;
+};
+
+struct BenchConfig {
+  int reps = 7;          // interleaved repetitions
+  int min_launches = 200;// launches per repetition (rounded up to whole graph replays)
+  int sets = 24;         // buffer sets for decode shapes
+  std::vector<std::string> ops;  // empty = all ops that apply to the shape
+};
+
+std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchConfig& cfg,
+                                        const std::function<void(const std::string&)>& progress);
+
+}  // namespace sg::bench

@@ -2,16 +2,17 @@
 # gpu_visit.sh: one visit to the GPU machine: build (build-gpu), run every test (GPU tests
 # included), the GPU tests under compute-sanitizer memcheck and racecheck, and `stepgraph bench`;
 # logs go to $OUT (or ./gpu-out), a short summary is printed last.
-#   usage: tools/gpu_visit.sh [--no-sanitize] [--no-bench] [-- extra bench args]
+#   usage: tools/gpu_visit.sh [--no-sanitize] [--no-bench] [--no-kernels] [-- extra bench args]
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-sanitize=1; bench=1; bench_args=()
+sanitize=1; bench=1; kernels=1; bench_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-sanitize) sanitize=0 ;;
     --no-bench) bench=0 ;;
+    --no-kernels) kernels=0 ;;
     --) shift; bench_args=("$@"); break ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -21,8 +22,9 @@ summary=()
 note() { summary+=("$*"); echo "== $*"; }
 
 export PATH=/usr/local/cuda/bin:$PATH
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
-git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+# (at most 8 files come back from $OUT: build, ctest, tests_gpu, 2 sanitizer logs, bench log+json, kernels)
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader 2>&1
+echo "commit: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | wc -l) changed files"
 
 start=$(date +%s)
 if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release > "$OUT/build.log" 2>&1 &&
@@ -53,6 +55,11 @@ if [ $bench = 1 ]; then
   ./build-gpu/tools/stepgraph bench --json "$OUT/bench.json" "${bench_args[@]}" > "$OUT/bench.log" 2>&1
   note "stepgraph bench: rc=$?"
   sed -n '/^summary/,$p' "$OUT/bench.log"
+fi
+if [ $kernels = 1 ]; then
+  ./build-gpu/tools/stepgraph kernels > "$OUT/kernels.log" 2>&1
+  note "stepgraph kernels: rc=$?"
+  grep -vE '^(device|rule):' "$OUT/kernels.log" | grep -E '^[0-9a-z]|^  (conv|post|op )'
 fi
 echo
 echo "==== summary ===="

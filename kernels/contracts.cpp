@@ -111,6 +111,40 @@ LaunchContract<PostconvArm> postconv_contract(const ArmSelection& sel, const Pos
   return postconv_contract(sel.postconv, s);
 }
 
+// --- gdn.decode -----------------------------------------------------------------------------------
+
+LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s) {
+  if (s.rows < 1 || s.Hk < 1 || s.Hv < 1 || s.Hv % s.Hk != 0 || s.Dk < 1 || s.Dv < 1 || s.K < kConvMinK ||
+      s.K > kConvMaxK) {
+    throw std::invalid_argument(fmt::format("gdn.decode: bad shape rows={} Hk={} Hv={} Dk={} Dv={} K={}", s.rows, s.Hk,
+                                            s.Hv, s.Dk, s.Dv, s.K));
+  }
+  if (static_cast<unsigned>(s.rows) > kMaxGridYZ) {
+    throw std::invalid_argument(fmt::format("gdn.decode: rows {} exceed the grid limit {}", s.rows, kMaxGridYZ));
+  }
+  LaunchContract<GdnDecodeArm> c;
+  const int ratio = s.Hv / s.Hk;
+  const bool fused_ok = (s.Dk == 64 || s.Dk == 128) && ratio * s.Dv <= 1024 && s.Dv % 32 == 0;
+  c.arm = requested;
+  if (requested == GdnDecodeArm::fused && !fused_ok) {
+    c.arm = GdnDecodeArm::unfused;
+    c.fallback_reason = fmt::format("fused needs Dk in {{64, 128}}, Dv % 32 == 0 and (Hv/Hk)*Dv <= 1024 "
+                                    "(got Dk={}, Dv={}, Hv/Hk={}): using unfused", s.Dk, s.Dv, ratio);
+  }
+  if (c.arm == GdnDecodeArm::fused) {
+    c.grid = Dim3{static_cast<unsigned>(s.Hk), static_cast<unsigned>(s.rows), 1};
+    c.block = Dim3{static_cast<unsigned>(ratio * s.Dv), 1, 1};
+    // qraw, kraw, qs, ks [Dk] + tree [2 * Dk] + vraw [ratio * Dv] + g, beta [ratio]
+    c.smem_bytes = sizeof(float) * (6 * static_cast<size_t>(s.Dk) + static_cast<size_t>(ratio) * s.Dv + 2 * ratio);
+    c.kernel = "gdn_decode_fused";
+  } else {
+    c.grid = Dim3{static_cast<unsigned>(s.Hv), static_cast<unsigned>(s.rows), 1};
+    c.block = Dim3{static_cast<unsigned>((s.Dv + 31) / 32 * 32), 1, 1};
+    c.kernel = "delta_rule_decode";
+  }
+  return c;
+}
+
 // --- conv.fwd -------------------------------------------------------------------------------------
 
 std::vector<ConvChunk> build_conv_chunks(const std::vector<int32_t>& cu_seqlens, int chunk_tokens) {

@@ -119,6 +119,20 @@ int conv_fwd_channel_tile(ConvFwdArm arm);
 LaunchContract<ConvFwdArm> conv_fwd_contract(ConvFwdArm requested, ConvChunksArm chunks, const ConvFwdShape& s);
 LaunchContract<ConvFwdArm> conv_fwd_contract(const ArmSelection& sel, const ConvFwdShape& s);
 
+// --- gdn.decode ----------------------------------------------------------------------------------
+struct GdnDecodeShape {
+  int rows = 0;                   // padded batch (graph key)
+  int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
+};
+// unfused: three launches (conv.update, postconv, delta_rule.decode); the contract describes the
+//          delta-rule launch: grid (Hv, rows), block round_up(Dv, 32).
+// fused:   one launch, grid (Hk, rows), block (Hv/Hk) * Dv: one block per (sequence, k-head) owns
+//          the conv channels of that head's q, k and its Hv/Hk v-heads (state read and written by
+//          that block only), then the post-conv and the recurrent step for its v-heads.
+//          Needs Dk in {64, 128}, (Hv/Hk) * Dv <= 1024 and Dv % 32 == 0; otherwise `unfused`.
+//          smem: floats for q, k (raw and scaled), the v row, the two trees and the gates.
+LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s);
+
 // --- dispatch -------------------------------------------------------------------------------------
 // Calls exactly by_arm[contract.arm], the one launcher of the arm that the contract says runs.
 // The table has one slot per arm of the op (checked at compile time); an empty slot (an arm not

@@ -1,5 +1,6 @@
 // delta_rule.cu: recurrent gated delta rule, decode step.
 #include "kernels/delta_rule.h"
+#include "kernels/delta_rule_device.cuh"
 #include "kernels/device_util.cuh"
 
 namespace sg {
@@ -27,20 +28,7 @@ __global__ void delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
   const float decay = expf(p.g[static_cast<int64_t>(r) * p.Hv + hv]);
   const float beta = p.beta[static_cast<int64_t>(r) * p.Hv + hv];
   float* S = p.state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + j;  // column j, stride Dv
-  float s[DK];
-#pragma unroll
-  for (int i = 0; i < DK; ++i) s[i] = S[static_cast<int64_t>(i) * p.Dv] * decay;
-  float kv = 0.0f;
-#pragma unroll
-  for (int i = 0; i < DK; ++i) kv = fmaf(s[i], ks[i], kv);
-  const float u = (dev::load(p.v, p.qkv_dtype, orow + j) - kv) * beta;
-  float o = 0.0f;
-#pragma unroll
-  for (int i = 0; i < DK; ++i) {
-    s[i] = fmaf(ks[i], u, s[i]);
-    o = fmaf(s[i], qs[i], o);
-    S[static_cast<int64_t>(i) * p.Dv] = s[i];
-  }
+  const float o = dev::delta_rule_column<DK>(S, p.Dv, ks, qs, decay, beta, dev::load(p.v, p.qkv_dtype, orow + j));
   dev::store(p.out, p.out_dtype, orow + j, o);
 }
 

@@ -10,6 +10,7 @@
 #include "kernels/contracts.h"
 #include "kernels/conv_update.h"
 #include "kernels/delta_rule.h"
+#include "kernels/gdn_decode_fused.h"
 #include "kernels/postconv.h"
 
 namespace sg {
@@ -112,12 +113,20 @@ void GdnDecodeStep::upload(const DecodeBatch& batch, int rows) {
 }
 
 double GdnDecodeStep::step_bytes(int rows) const {
+  if (opts_.arms.gdn_decode == GdnDecodeArm::fused) return fused_bytes(rows);
   const double es = static_cast<double>(dtype_size(opts_.act));
   const double C = dims_.C(), K = dims_.K, Hk = dims_.Hk, Hv = dims_.Hv, Dk = dims_.Dk, Dv = dims_.Dv;
   const double conv = rows * C * es * 2 + rows * C * (K - 1) * 2 * 2 + C * K * 4;
   const double post = rows * C * es * 2 + rows * Hv * es * 2 + rows * Hv * 8 + Hv * 8;
   const double delta = rows * (2 * Hk * Dk + 2 * Hv * Dv) * es + rows * Hv * 8 + rows * Hv * Dk * Dv * 8;
   return conv + post + delta;
+}
+
+double GdnDecodeStep::fused_bytes(int rows) const {
+  const double es = static_cast<double>(dtype_size(opts_.act));
+  const double C = dims_.C(), K = dims_.K, Hv = dims_.Hv, Dk = dims_.Dk, Dv = dims_.Dv;
+  return rows * C * es + rows * Hv * es * 2 + rows * C * (K - 1) * 2 * 2 + C * K * 4 + Hv * 8 +
+         rows * Hv * Dk * Dv * 8 + rows * Hv * Dv * es;
 }
 
 void GdnDecodeStep::launch_sequence(int rows, NodeRecorder* rec) {
@@ -128,6 +137,36 @@ void GdnDecodeStep::launch_sequence(int rows, NodeRecorder* rec) {
   const int C = dims_.C();
   const double es = static_cast<double>(dtype_size(opts_.act));
   const int layer = opts_.layer_index;
+
+  const auto fc = gdn_decode_contract(opts_.arms.gdn_decode,
+                                      GdnDecodeShape{rows, dims_.Hk, dims_.Hv, dims_.Dk, dims_.Dv, dims_.K});
+  if (fc.arm == GdnDecodeArm::fused) {
+    GdnDecodeFusedParams fp;
+    fp.x = io + l.x;  // [rows, C]
+    fp.x_stride = C;
+    fp.a = io + l.a;  // [rows, Hv]
+    fp.a_stride = dims_.Hv;
+    fp.b = io + l.b;  // [rows, Hv]
+    fp.b_stride = dims_.Hv;
+    fp.act = opts_.act;
+    fp.conv_state = v_.conv_state.data;
+    fp.conv_state_dtype = DType::bf16;
+    fp.w = v_.w.ptr<float>();
+    fp.A_log = v_.A_log.ptr<float>();
+    fp.dt_bias = v_.dt_bias.ptr<float>();
+    fp.slots = slots;
+    fp.ssm_state = v_.ssm_state.ptr<float>();
+    fp.out = v_.out.data;  // [rows, Hv, Dv]
+    fp.rows = rows;
+    fp.Hk = dims_.Hk;
+    fp.Hv = dims_.Hv;
+    fp.Dk = dims_.Dk;
+    fp.Dv = dims_.Dv;
+    fp.K = dims_.K;
+    check(gdn_decode_fused(fp, fc, s));
+    if (rec) rec->launched(s, {layer, "gdn.decode", "fused", fused_bytes(rows)});
+    return;
+  }
 
   ConvUpdateParams cp;
   cp.x = io + l.x;           // [rows, C]

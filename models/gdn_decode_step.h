@@ -78,8 +78,10 @@ class GdnDecodeStep {
   const GdnDims& dims() const { return dims_; }
   const GdnDecodeOptions& options() const { return opts_; }
   size_t arena_bytes() const { return arena_->capacity(); }
-  // Bytes one step of `rows` rows must move (for bandwidth figures).
+  // Bytes one step of `rows` rows must move (for bandwidth figures): the unfused path counts its
+  // intermediates (written once, read once); the fused arm only its inputs, states and output.
   double step_bytes(int rows) const;
+  double fused_bytes(int rows) const;
 
  private:
   struct Views {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <tuple>
 
 #include "engine/error.h"
 #include "graphs/node_timer.h"
@@ -26,6 +27,8 @@ namespace {
 // The 4B model's GDN shapes (C = 8192) and a small one with awkward sizes.
 GdnDims dims_4b() { return GdnDims{16, 32, 128, 128, 4}; }
 GdnDims dims_small() { return GdnDims{2, 6, 32, 64, 3}; }
+// Supported by the fused decode arm (Dk = 64), with Hv/Hk = 3 and K = 3.
+GdnDims dims_mid() { return GdnDims{2, 6, 64, 64, 3}; }
 
 DecodeBatch make_batch(const GdnDims& d, int B, uint64_t seed, int num_slots) {
   DecodeBatch b;
@@ -138,11 +141,15 @@ TEST_CASE("padding rows never touch state and get zero outputs", "[gpu][skeleton
 //   output: bf16: |gpu - ref| <= 2 bf16 ulps of |ref| + 1e-4 (a one-ulp difference before the
 //   final rounding can flip the rounding); f32: 1e-5 + 1e-4 |ref|.
 TEST_CASE("the GPU step matches the CPU reference", "[gpu][skeleton][reference]") {
-  for (auto [dims, act] : {std::pair{dims_4b(), DType::bf16}, std::pair{dims_small(), DType::f32},
-                           std::pair{dims_small(), DType::bf16}}) {
-    CAPTURE(dims.C(), dtype_name(act));
+  for (auto [dims, act, arm] : {std::tuple{dims_4b(), DType::bf16, GdnDecodeArm::unfused},
+                                std::tuple{dims_4b(), DType::bf16, GdnDecodeArm::fused},
+                                std::tuple{dims_small(), DType::f32, GdnDecodeArm::unfused},
+                                std::tuple{dims_small(), DType::bf16, GdnDecodeArm::unfused},
+                                std::tuple{dims_mid(), DType::f32, GdnDecodeArm::fused}}) {
+    CAPTURE(dims.C(), dtype_name(act), arm_name(arm));
     GdnDecodeOptions o;
     o.act = act;
+    o.arms.gdn_decode = arm;
     GdnDecodeStep step(dims, o);
     step.capture_all();
     step.randomize_states(21);
@@ -198,19 +205,21 @@ TEST_CASE("the GPU step matches the CPU reference", "[gpu][skeleton][reference]"
   }
 }
 
-TEST_CASE("every conv.update and postconv arm gives the reference arm's bytes", "[gpu][skeleton][arms]") {
+TEST_CASE("every conv.update, postconv and gdn.decode arm gives the reference arm's bytes", "[gpu][skeleton][arms]") {
   for (DType act : {DType::f32, DType::bf16}) {
-    for (GdnDims dims : {dims_4b(), dims_small()}) {
+    for (GdnDims dims : {dims_4b(), dims_small(), dims_mid()}) {
       CAPTURE(dtype_name(act), dims.C());
       Snapshot ref_snap;
       bool first = true;
+      for (GdnDecodeArm ga : {GdnDecodeArm::unfused, GdnDecodeArm::fused})
       for (ConvUpdateArm cu : {ConvUpdateArm::grid, ConvUpdateArm::fast}) {
         for (PostconvArm pa : {PostconvArm::megablock, PostconvArm::fast}) {
-          CAPTURE(arm_name(cu), arm_name(pa));
+          CAPTURE(arm_name(cu), arm_name(pa), arm_name(ga));
           GdnDecodeOptions o;
           o.act = act;
           o.arms.conv_update = cu;
           o.arms.postconv = pa;
+          o.arms.gdn_decode = ga;
           GdnDecodeStep step(dims, o);
           step.capture_all();
           step.randomize_states(3);
@@ -260,6 +269,26 @@ TEST_CASE("the manifest names each node's op, arm, kernel and grid", "[gpu][skel
 }
 
 // Tagged [cupti]: it cannot run under compute-sanitizer, which holds CUPTI's one subscription.
+TEST_CASE("the fused gdn.decode arm is one node of one block per (sequence, k-head)", "[gpu][skeleton][manifest]") {
+  GdnDecodeOptions o;
+  o.arms.gdn_decode = GdnDecodeArm::fused;
+  GdnDecodeStep step(dims_4b(), o);
+  step.capture_all();
+  for (int key : step.keys()) {
+    const Manifest& m = step.manifest(key);
+    REQUIRE(m.nodes.size() == 1);
+    CHECK(m.nodes[0].label.op == "gdn.decode");
+    CHECK(m.nodes[0].label.arm == "fused");
+    CHECK(m.nodes[0].kernel.find("gdn_decode_fused_kernel") != std::string::npos);
+    CHECK(m.nodes[0].grid == Dim3{16, static_cast<unsigned>(key), 1});
+    CHECK(m.nodes[0].block == Dim3{256, 1, 1});
+  }
+  // The small shape (Dk = 32) is not supported by the fused kernel: the contract falls back.
+  auto c = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{4, 2, 6, 32, 64, 3});
+  CHECK(c.arm == GdnDecodeArm::unfused);
+  CHECK(c.fallback_reason.find("using unfused") != std::string::npos);
+}
+
 TEST_CASE("CUPTI times every node of every graph over N replays", "[gpu][skeleton][cupti]") {
   GdnDecodeOptions o;
   GdnDecodeStep step(dims_4b(), o);

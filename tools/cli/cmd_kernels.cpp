@@ -34,7 +34,7 @@ void register_kernels(CLI::App& app, Action& action) {
   cmd->add_option("--shape", o.shapes, "Shapes (default: the four standard ones). MODEL-decode-bN or MODEL-prefill-SxL, "
                                        "MODEL in 4b, 27b, tiny")
       ->delimiter(',');
-  cmd->add_option("--op", o.ops, "Only these ops (conv.update, postconv)")->delimiter(',');
+  cmd->add_option("--op", o.ops, "Only these ops (conv.update, postconv, gdn.decode)")->delimiter(',');
   cmd->add_option("--reps", o.cfg.reps, "Interleaved repetitions")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--launches", o.cfg.min_launches, "Kernel launches per repetition")
       ->capture_default_str()

@@ -14,6 +14,8 @@
 #include "graphs/graph.h"
 #include "kernels/arms.h"
 #include "kernels/conv_update.h"
+#include "kernels/delta_rule.h"
+#include "kernels/gdn_decode_fused.h"
 #include "kernels/fill.h"
 #include "kernels/postconv.h"
 
@@ -176,6 +178,144 @@ OpCase postconv_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_t 
   return oc;
 }
 
+// gdn.decode: the whole GDN decode of one layer (conv update, post-conv, recurrent step), as the
+// unfused three-kernel sequence (conv.update=fast, postconv=fast) or the fused arm.
+OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_t st) {
+  const GdnDims& d = s.dims;
+  const int R = s.rows, C = d.C(), K = d.K, Hv = d.Hv;
+  const DType act = DType::bf16;
+  const size_t xb = static_cast<size_t>(R) * C * 2, ab = static_cast<size_t>(R) * Hv * 2,
+               csb = static_cast<size_t>(R) * C * (K - 1) * 2,
+               ssb = static_cast<size_t>(R) * Hv * d.Dk * d.Dv * 4, ob = static_cast<size_t>(R) * Hv * d.Dv * 2;
+  std::vector<int32_t> slots(R);
+  for (int r = 0; r < R; ++r) slots[r] = r;
+  auto* dslots = static_cast<int32_t*>(buf.make(sizeof(int32_t) * R));
+  check(cudaMemcpy(dslots, slots.data(), sizeof(int32_t) * R, cudaMemcpyHostToDevice));
+  auto* A_log = static_cast<float*>(buf.make(sizeof(float) * Hv));
+  auto* dt_bias = static_cast<float*>(buf.make(sizeof(float) * Hv));
+  check(fill_uniform(A_log, DType::f32, Hv, 7, 0.f, 2.7f, st));
+  check(fill_uniform(dt_bias, DType::f32, Hv, 8, -1.f, 1.f, st));
+  struct Set {
+    GdnDecodeFusedParams f;
+    ConvUpdateParams cu;
+    PostconvParams pc;
+    DeltaRuleDecodeParams dr;
+  };
+  std::vector<Set> ps(sets);
+  for (int i = 0; i < sets; ++i) {
+    auto& f = ps[i].f;
+    f.x = buf.make(xb);
+    f.x_stride = C;
+    f.a = buf.make(ab);
+    f.a_stride = Hv;
+    f.b = buf.make(ab);
+    f.b_stride = Hv;
+    f.act = act;
+    f.conv_state = buf.make(csb);
+    f.w = static_cast<float*>(buf.make(sizeof(float) * C * K));
+    f.A_log = A_log;
+    f.dt_bias = dt_bias;
+    f.slots = dslots;
+    f.ssm_state = static_cast<float*>(buf.make(ssb));
+    f.out = buf.make(ob);
+    f.rows = R;
+    f.Hk = d.Hk;
+    f.Hv = Hv;
+    f.Dk = d.Dk;
+    f.Dv = d.Dv;
+    f.K = K;
+    check(fill_uniform(const_cast<void*>(f.x), act, int64_t{R} * C, 10 + i, -2.f, 2.f, st));
+    check(fill_uniform(const_cast<void*>(f.a), act, int64_t{R} * Hv, 20 + i, -3.f, 3.f, st));
+    check(fill_uniform(const_cast<void*>(f.b), act, int64_t{R} * Hv, 30 + i, -3.f, 3.f, st));
+    check(fill_uniform(f.conv_state, DType::bf16, int64_t{R} * C * (K - 1), 50 + i, -2.f, 2.f, st));
+    check(fill_uniform(const_cast<float*>(f.w), DType::f32, int64_t{C} * K, 90 + i, -0.4f, 0.4f, st));
+    check(fill_uniform(f.ssm_state, DType::f32, static_cast<int64_t>(ssb / 4), 70 + i, -0.1f, 0.1f, st));
+    // The unfused path's intermediates.
+    auto& cu = ps[i].cu;
+    cu.x = f.x;
+    cu.x_stride = C;
+    cu.x_dtype = act;
+    cu.out = buf.make(xb);
+    cu.out_dtype = act;
+    cu.state = f.conv_state;
+    cu.slots = dslots;
+    cu.w = f.w;
+    cu.rows = R;
+    cu.C = C;
+    cu.K = K;
+    auto& pc = ps[i].pc;
+    pc.conv = cu.out;
+    pc.conv_stride = C;
+    pc.conv_dtype = act;
+    pc.a = f.a;
+    pc.a_stride = Hv;
+    pc.b = f.b;
+    pc.b_stride = Hv;
+    pc.ab_dtype = act;
+    pc.A_log = A_log;
+    pc.dt_bias = dt_bias;
+    pc.q = buf.make(static_cast<size_t>(R) * d.Hk * d.Dk * 2);
+    pc.k = buf.make(static_cast<size_t>(R) * d.Hk * d.Dk * 2);
+    pc.v = buf.make(static_cast<size_t>(R) * Hv * d.Dv * 2);
+    pc.qkv_dtype = act;
+    pc.g = static_cast<float*>(buf.make(static_cast<size_t>(R) * Hv * 4));
+    pc.beta = static_cast<float*>(buf.make(static_cast<size_t>(R) * Hv * 4));
+    pc.T = R;
+    pc.Hk = d.Hk;
+    pc.Hv = Hv;
+    pc.Dk = d.Dk;
+    pc.Dv = d.Dv;
+    auto& dr = ps[i].dr;
+    dr.q = pc.q;
+    dr.k = pc.k;
+    dr.v = pc.v;
+    dr.qkv_dtype = act;
+    dr.g = pc.g;
+    dr.beta = pc.beta;
+    dr.slots = dslots;
+    dr.state = f.ssm_state;
+    dr.out = f.out;
+    dr.out_dtype = act;
+    dr.rows = R;
+    dr.Hk = d.Hk;
+    dr.Hv = Hv;
+    dr.Dk = d.Dk;
+    dr.Dv = d.Dv;
+  }
+  OpCase oc;
+  oc.op = "gdn.decode";
+  oc.sets = sets;
+  oc.bytes = 1.0 * xb + 2.0 * ab + 2.0 * csb + 4.0 * C * K + 8.0 * Hv + 2.0 * ssb + ob;
+  const GdnDecodeShape shape{R, d.Hk, Hv, d.Dk, d.Dv, K};
+  const auto cuc = conv_update_contract(ConvUpdateArm::fast, ConvUpdateShape{R, C, K});
+  const auto pcc = postconv_contract(PostconvArm::fast, PostconvShape{R, d.Hk, Hv, d.Dk, d.Dv});
+  const auto unf = gdn_decode_contract(GdnDecodeArm::unfused, shape);
+  oc.arms.push_back({"unfused", "conv_update_fast+postconv_fast+delta_rule_decode", unf.grid, unf.block,
+                     [ps, cuc, pcc](int set, cudaStream_t s) {
+                       check(conv_update(ps[set].cu, cuc, s));
+                       check(postconv(ps[set].pc, pcc, s));
+                       check(delta_rule_decode(ps[set].dr, s));
+                     }});
+  const auto fc = gdn_decode_contract(GdnDecodeArm::fused, shape);
+  if (fc.arm == GdnDecodeArm::fused) {
+    oc.arms.push_back({"fused", std::string(fc.kernel), fc.grid, fc.block,
+                       [ps, fc](int set, cudaStream_t s) { check(gdn_decode_fused(ps[set].f, fc, s)); }});
+  }
+  auto f0 = ps[0].f;
+  oc.reset = [f0, R, C, K, ssb, ob](cudaStream_t s) {
+    check(fill_uniform(f0.conv_state, DType::bf16, int64_t{R} * C * (K - 1), 50, -2.f, 2.f, s));
+    check(fill_uniform(f0.ssm_state, DType::f32, static_cast<int64_t>(ssb / 4), 70, -0.1f, 0.1f, s));
+    check(cudaMemsetAsync(f0.out, 0xA5, ob, s));
+  };
+  oc.outputs = [f0, csb, ssb, ob] {
+    auto o = download(f0.out, ob);
+    append(o, download(f0.conv_state, csb));
+    append(o, download(f0.ssm_state, ssb));
+    return o;
+  };
+  return oc;
+}
+
 struct Spread {
   double median, min, max;
 };
@@ -223,6 +363,7 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
   };
   if (shape.decode && wanted("conv.update")) cases.push_back(conv_update_case(shape, sets, buf, st));
   if (wanted("postconv")) cases.push_back(postconv_case(shape, sets, buf, st));
+  if (shape.decode && wanted("gdn.decode")) cases.push_back(gdn_decode_case(shape, sets, buf, st));
   stream.sync();
 
   std::vector<ArmResult> results;

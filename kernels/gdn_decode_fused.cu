@@ -1,0 +1,125 @@
+// gdn_decode_fused.cu: see gdn_decode_fused.h. Phases inside one block (sequence r, k-head h):
+//   1. conv: every thread takes channels of {q head h, k head h, v heads h*ratio ..}; taps in the
+//      contract's order, SiLU, one rounding to act; the rolled state is written by this block only.
+//   2. post-conv: the shared-memory trees for q and k (the reference tree), q and k rounded to act,
+//      q scaled by 1/sqrt(Dk); beta and g of the block's v-heads.
+//   3. the delta-rule step: thread t -> v-head h*ratio + t / Dv, column t % Dv.
+#include "kernels/delta_rule_device.cuh"
+#include "kernels/device_util.cuh"
+#include "kernels/gdn_decode_fused.h"
+
+namespace sg {
+namespace {
+
+__device__ __forceinline__ float round_act(float v, DType t) {
+  return t == DType::bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+}
+
+template <int DK>
+__global__ void gdn_decode_fused_kernel(const GdnDecodeFusedParams p) {
+  extern __shared__ float sm[];
+  float* qraw = sm;             // [DK]
+  float* kraw = qraw + DK;      // [DK]
+  float* qs = kraw + DK;        // [DK] q (rounded) / sqrt(Dk)
+  float* ks = qs + DK;          // [DK] k (rounded)
+  float* tq = ks + DK;          // [DK] tree for q
+  float* tk = tq + DK;          // [DK] tree for k
+  const int ratio = p.Hv / p.Hk;
+  float* vraw = tk + DK;        // [ratio * Dv]
+  float* gs = vraw + ratio * p.Dv;  // [ratio]
+  float* betas = gs + ratio;        // [ratio]
+
+  const int h = blockIdx.x, r = blockIdx.y, t = threadIdx.x, nt = blockDim.x;
+  const int slot = p.slots[r];
+  const int hv0 = h * ratio;
+  if (slot < 0) {
+    const int64_t o = (static_cast<int64_t>(r) * p.Hv + hv0) * p.Dv;
+    for (int i = t; i < ratio * p.Dv; i += nt) dev::store(p.out, p.act, o + i, 0.0f);
+    return;
+  }
+  const int C = 2 * p.Hk * DK + p.Hv * p.Dv;
+  const int km1 = p.K - 1;
+
+  // 1. conv over this block's 2*DK + ratio*Dv channels.
+  const int nch = 2 * DK + ratio * p.Dv;
+  for (int i = t; i < nch; i += nt) {
+    int c;
+    float* dst;
+    if (i < DK) {
+      c = h * DK + i;
+      dst = qraw + i;
+    } else if (i < 2 * DK) {
+      c = p.Hk * DK + h * DK + (i - DK);
+      dst = kraw + (i - DK);
+    } else {
+      c = 2 * p.Hk * DK + hv0 * p.Dv + (i - 2 * DK);
+      dst = vraw + (i - 2 * DK);
+    }
+    const int64_t s0 = (static_cast<int64_t>(slot) * C + c) * km1;
+    float acc = p.bias ? p.bias[c] : 0.0f;
+    for (int j = 0; j < km1; ++j) {
+      acc = fmaf(p.w[c * p.K + j], dev::load(p.conv_state, p.conv_state_dtype, s0 + j), acc);
+    }
+    const float xv = dev::load(p.x, p.act, static_cast<int64_t>(r) * p.x_stride + c);
+    acc = fmaf(p.w[c * p.K + km1], xv, acc);
+    *dst = round_act(dev::silu(acc), p.act);
+    for (int j = 0; j + 1 < km1; ++j) {
+      dev::copy(p.conv_state, p.conv_state_dtype, s0 + j, p.conv_state, p.conv_state_dtype, s0 + j + 1);
+    }
+    if (km1 > 0) dev::store(p.conv_state, p.conv_state_dtype, s0 + km1 - 1, xv);
+  }
+  __syncthreads();
+
+  // 2. post-conv: the reference trees (s[i] += s[i + h2] for h2 = DK/2 .. 1) for q and k.
+  for (int i = t; i < DK; i += nt) {
+    tq[i] = qraw[i] * qraw[i];
+    tk[i] = kraw[i] * kraw[i];
+  }
+  __syncthreads();
+  for (int h2 = DK / 2; h2 >= 1; h2 /= 2) {
+    for (int i = t; i < h2; i += nt) {
+      tq[i] = tq[i] + tq[i + h2];
+      tk[i] = tk[i] + tk[i + h2];
+    }
+    __syncthreads();
+  }
+  const float inv_q = 1.0f / sqrtf(tq[0] + 1e-6f), inv_k = 1.0f / sqrtf(tk[0] + 1e-6f);
+  const float scale = 1.0f / sqrtf(static_cast<float>(DK));
+  for (int i = t; i < DK; i += nt) {
+    qs[i] = round_act(qraw[i] * inv_q, p.act) * scale;
+    ks[i] = round_act(kraw[i] * inv_k, p.act);
+  }
+  for (int e = t; e < ratio; e += nt) {
+    const int hv = hv0 + e;
+    const float av = dev::load(p.a, p.act, static_cast<int64_t>(r) * p.a_stride + hv);
+    const float bv = dev::load(p.b, p.act, static_cast<int64_t>(r) * p.b_stride + hv);
+    betas[e] = 1.0f / (1.0f + expf(-bv));
+    gs[e] = -expf(p.A_log[hv]) * dev::softplus(av + p.dt_bias[hv]);
+  }
+  __syncthreads();
+
+  // 3. the recurrent step, one state column per thread.
+  const int e = t / p.Dv, j = t % p.Dv;
+  if (e >= ratio) return;
+  const int hv = hv0 + e;
+  float* S = p.ssm_state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + j;
+  const float o = dev::delta_rule_column<DK>(S, p.Dv, ks, qs, expf(gs[e]), betas[e], vraw[e * p.Dv + j]);
+  dev::store(p.out, p.act, (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv + j, o);
+}
+
+}  // namespace
+
+cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract<GdnDecodeArm>& c,
+                             cudaStream_t stream) {
+  if (c.arm != GdnDecodeArm::fused) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  const dim3 grid(c.grid.x, c.grid.y, c.grid.z), block(c.block.x, c.block.y, c.block.z);
+  switch (p.Dk) {
+    case 64: gdn_decode_fused_kernel<64><<<grid, block, c.smem_bytes, stream>>>(p); break;
+    case 128: gdn_decode_fused_kernel<128><<<grid, block, c.smem_bytes, stream>>>(p); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace sg

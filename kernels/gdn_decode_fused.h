@@ -1,0 +1,41 @@
+// gdn_decode_fused.h: the `fused` arm of gdn.decode: conv update, post-conv and the recurrent
+// delta-rule step of one decode token in one kernel. One block per (sequence, k-head) owns the
+// conv channels of that head's q and k and of its Hv/Hk v-heads: it alone reads and writes those
+// channels' conv state for the sequence's slot, so no block can read state another block of the
+// launch writes. Every intermediate (conv output, q, k, v) is rounded to the activation dtype
+// exactly where the unfused path stores it, with the same operation order, so the outputs and
+// both states are byte-identical to conv.update -> postconv -> delta_rule.decode.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/contracts.h"
+#include "kernels/numeric.h"
+
+namespace sg {
+
+struct GdnDecodeFusedParams {
+  const void* x = nullptr;       // [rows, x_stride] conv input (q | k | v channels), act dtype
+  int64_t x_stride = 0;
+  const void* a = nullptr;       // [rows, a_stride], first Hv used, act dtype
+  int64_t a_stride = 0;
+  const void* b = nullptr;       // [rows, b_stride]
+  int64_t b_stride = 0;
+  DType act = DType::bf16;       // x, a, b, intermediates and the output
+  void* conv_state = nullptr;    // [num_slots, C, K-1]
+  DType conv_state_dtype = DType::bf16;
+  const float* w = nullptr;      // [C, K]
+  const float* bias = nullptr;   // [C] or null
+  const float* A_log = nullptr;  // [Hv]
+  const float* dt_bias = nullptr;// [Hv]
+  const int32_t* slots = nullptr;// [rows]; < 0: output rows 0, no state touched
+  float* ssm_state = nullptr;    // [num_slots, Hv, Dk, Dv] f32
+  void* out = nullptr;           // [rows, Hv, Dv] act dtype
+  int rows = 0, Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
+};
+
+cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract<GdnDecodeArm>& c,
+                             cudaStream_t stream);
+
+}  // namespace sg

@@ -111,6 +111,15 @@ LaunchContract<PostconvArm> postconv_contract(const ArmSelection& sel, const Pos
   return postconv_contract(sel.postconv, s);
 }
 
+// --- delta_rule.decode ---------------------------------------------------------------------------
+
+int delta_rule_decode_split(int Dk, int Dv, int requested) {
+  const int q = requested > 0 ? requested : (Dv * 4 <= 1024 ? 4 : 1);
+  const bool dk_ok = Dk == 16 || Dk == 32 || Dk == 64 || Dk == 128;
+  const bool built = q == 1 || q == 4 || (Dk == 128 && (q == 2 || q == 8));
+  return dk_ok && built && Dv >= 1 && Dv * q <= 1024 ? q : 0;
+}
+
 // --- gdn.decode -----------------------------------------------------------------------------------
 
 LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s) {
@@ -124,7 +133,14 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   }
   LaunchContract<GdnDecodeArm> c;
   const int ratio = s.Hv / s.Hk;
-  const bool fused_ok = (s.Dk == 64 || s.Dk == 128) && ratio * s.Dv <= 1024 && s.Dv % 32 == 0;
+  int q = 0;
+  for (int cand : {4, 2, 1}) {
+    if (ratio * s.Dv * cand <= 1024 && (ratio * s.Dv * cand) % 32 == 0) {
+      q = cand;
+      break;
+    }
+  }
+  const bool fused_ok = (s.Dk == 64 || s.Dk == 128) && s.Dv % 32 == 0 && q > 0;
   c.arm = requested;
   if (requested == GdnDecodeArm::fused && !fused_ok) {
     c.arm = GdnDecodeArm::unfused;
@@ -133,13 +149,14 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   }
   if (c.arm == GdnDecodeArm::fused) {
     c.grid = Dim3{static_cast<unsigned>(s.Hk), static_cast<unsigned>(s.rows), 1};
-    c.block = Dim3{static_cast<unsigned>(ratio * s.Dv), 1, 1};
+    c.block = Dim3{static_cast<unsigned>(ratio * s.Dv * q), 1, 1};
     // qraw, kraw, qs, ks [Dk] + tree [2 * Dk] + vraw [ratio * Dv] + g, beta [ratio]
     c.smem_bytes = sizeof(float) * (6 * static_cast<size_t>(s.Dk) + static_cast<size_t>(ratio) * s.Dv + 2 * ratio);
     c.kernel = "gdn_decode_fused";
   } else {
     c.grid = Dim3{static_cast<unsigned>(s.Hv), static_cast<unsigned>(s.rows), 1};
-    c.block = Dim3{static_cast<unsigned>((s.Dv + 31) / 32 * 32), 1, 1};
+    const int split = std::max(1, delta_rule_decode_split(s.Dk, s.Dv));
+    c.block = Dim3{static_cast<unsigned>((s.Dv * split + 31) / 32 * 32), 1, 1};
     c.kernel = "delta_rule_decode";
   }
   return c;

@@ -119,17 +119,25 @@ int conv_fwd_channel_tile(ConvFwdArm arm);
 LaunchContract<ConvFwdArm> conv_fwd_contract(ConvFwdArm requested, ConvChunksArm chunks, const ConvFwdShape& s);
 LaunchContract<ConvFwdArm> conv_fwd_contract(const ArmSelection& sel, const ConvFwdShape& s);
 
+// --- delta_rule.decode ----------------------------------------------------------------------------
+// Threads per state column for the recurrent step: `requested` (1, 2, 4, 8) or, for 0, automatic
+// (4 when Dv * 4 <= 1024, else 1). Returns 0 when that split is not built: built are 1 and 4 for
+// Dk in {16, 32, 64, 128}, and also 2 and 8 for Dk = 128. Every split gives the same bytes.
+int delta_rule_decode_split(int Dk, int Dv, int requested = 0);
+
 // --- gdn.decode ----------------------------------------------------------------------------------
 struct GdnDecodeShape {
   int rows = 0;                   // padded batch (graph key)
   int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
 };
 // unfused: three launches (conv.update, postconv, delta_rule.decode); the contract describes the
-//          delta-rule launch: grid (Hv, rows), block round_up(Dv, 32).
-// fused:   one launch, grid (Hk, rows), block (Hv/Hk) * Dv: one block per (sequence, k-head) owns
+//          delta-rule launch: grid (Hv, rows), block round_up(Dv * split, 32).
+// fused:   one launch, grid (Hk, rows), block (Hv/Hk) * Dv * Q with Q the largest of 4, 2, 1 that
+//          keeps the block <= 1024 threads and a multiple of 32 (Q threads share a state column):
+//          one block per (sequence, k-head) owns
 //          the conv channels of that head's q, k and its Hv/Hk v-heads (state read and written by
 //          that block only), then the post-conv and the recurrent step for its v-heads.
-//          Needs Dk in {64, 128}, (Hv/Hk) * Dv <= 1024 and Dv % 32 == 0; otherwise `unfused`.
+//          Needs Dk in {64, 128} and Dv % 32 == 0 (so some Q fits); otherwise `unfused`.
 //          smem: floats for q, k (raw and scaled), the v row, the two trees and the gates.
 LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s);
 

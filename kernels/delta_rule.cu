@@ -1,4 +1,5 @@
 // delta_rule.cu: recurrent gated delta rule, decode step.
+#include "kernels/contracts.h"
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_device.cuh"
 #include "kernels/device_util.cuh"
@@ -6,14 +7,16 @@
 namespace sg {
 namespace {
 
-template <int DK>
+// Grid (Hv, rows); block round_up(Dv * Q, 32): Q consecutive threads share column t / Q.
+template <int DK, int Q>
 __global__ void delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
   __shared__ float ks[DK], qs[DK];
-  const int hv = blockIdx.x, r = blockIdx.y, j = threadIdx.x;
+  const int hv = blockIdx.x, r = blockIdx.y, j = threadIdx.x / Q;
   const int slot = p.slots[r];
   const int64_t orow = (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv;
+  const bool active = j < p.Dv;
   if (slot < 0) {
-    if (j < p.Dv) dev::store(p.out, p.out_dtype, orow + j, 0.0f);
+    if (active && threadIdx.x % Q == 0) dev::store(p.out, p.out_dtype, orow + j, 0.0f);
     return;
   }
   const int hk = hv / (p.Hv / p.Hk);
@@ -24,12 +27,18 @@ __global__ void delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
     qs[i] = dev::load(p.q, p.qkv_dtype, qk0 + i) * scale;
   }
   __syncthreads();
-  if (j >= p.Dv) return;
   const float decay = expf(p.g[static_cast<int64_t>(r) * p.Hv + hv]);
   const float beta = p.beta[static_cast<int64_t>(r) * p.Hv + hv];
-  float* S = p.state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + j;  // column j, stride Dv
-  const float o = dev::delta_rule_column<DK>(S, p.Dv, ks, qs, decay, beta, dev::load(p.v, p.qkv_dtype, orow + j));
-  dev::store(p.out, p.out_dtype, orow + j, o);
+  float* S = p.state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + (active ? j : 0);  // column j
+  const float v = active ? dev::load(p.v, p.qkv_dtype, orow + j) : 0.0f;
+  const float o = dev::delta_rule_column<DK, Q>(S, p.Dv, ks, qs, decay, beta, v, active);
+  if (active && threadIdx.x % Q == 0) dev::store(p.out, p.out_dtype, orow + j, o);
+}
+
+template <int DK, int Q>
+void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
+  const dim3 grid(p.Hv, p.rows), block((p.Dv * Q + 31) / 32 * 32);
+  delta_rule_decode_kernel<DK, Q><<<grid, block, 0, stream>>>(p);
 }
 
 }  // namespace
@@ -41,12 +50,20 @@ bool delta_rule_decode_supports(int Dk, int Dv) {
 cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   if (!delta_rule_decode_supports(p.Dk, p.Dv) || p.Hk < 1 || p.Hv % p.Hk != 0) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
-  const dim3 grid(p.Hv, p.rows), block((p.Dv + 31) / 32 * 32);
-  switch (p.Dk) {
-    case 16: delta_rule_decode_kernel<16><<<grid, block, 0, stream>>>(p); break;
-    case 32: delta_rule_decode_kernel<32><<<grid, block, 0, stream>>>(p); break;
-    case 64: delta_rule_decode_kernel<64><<<grid, block, 0, stream>>>(p); break;
-    case 128: delta_rule_decode_kernel<128><<<grid, block, 0, stream>>>(p); break;
+  const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
+  if (q == 0) return cudaErrorInvalidValue;
+  switch (p.Dk * 100 + q) {
+    case 1601: launch<16, 1>(p, stream); break;
+    case 1604: launch<16, 4>(p, stream); break;
+    case 3201: launch<32, 1>(p, stream); break;
+    case 3204: launch<32, 4>(p, stream); break;
+    case 6401: launch<64, 1>(p, stream); break;
+    case 6404: launch<64, 4>(p, stream); break;
+    case 12801: launch<128, 1>(p, stream); break;
+    case 12802: launch<128, 2>(p, stream); break;
+    case 12804: launch<128, 4>(p, stream); break;
+    case 12808: launch<128, 8>(p, stream); break;
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

@@ -23,11 +23,13 @@ struct DeltaRuleDecodeParams {
   void* out = nullptr;          // [rows, Hv, Dv]
   DType out_dtype = DType::bf16;
   int rows = 0, Hk = 0, Hv = 0, Dk = 0, Dv = 0;
+  int split = 0;  // threads per state column (1, 2, 4, 8; 0 = automatic). Same bytes for every value.
 };
 
 // Dk must be one of 16, 32, 64, 128 (the state column lives in registers); Dv <= 1024.
 bool delta_rule_decode_supports(int Dk, int Dv);
-// Grid (Hv, rows), block round_up(Dv, 32): one thread per state column j.
+// Grid (Hv, rows), block round_up(Dv * split, 32): `split` threads per state column j
+// (delta_rule_decode_split in contracts.h says which split runs).
 cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t stream);
 
 }  // namespace sg

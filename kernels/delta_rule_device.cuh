@@ -1,8 +1,11 @@
 // delta_rule_device.cuh: the recurrent gated delta-rule step for one state column, shared by the
 // delta_rule.decode kernel and the fused gdn.decode arm so both round identically.
 //   column j of S (f32, Dk rows, row stride `stride` floats):
-//   s_i = S[i][j] * decay; kv = fmaf chain over i of s_i * k_i; u = (v_j - kv) * beta;
+//   s_i = S[i][j] * decay; kv = fmaf chain over i = 0..Dk-1 of s_i * k_i; u = (v_j - kv) * beta;
 //   s_i = fmaf(k_i, u, s_i); o = fmaf chain over i of s_i * qs_i (qs = q / sqrt(Dk)); S[i][j] = s_i.
+// A column is split over Q consecutive lanes of a warp (each holds Dk/Q rows in registers, so
+// fewer registers and more warps in flight); the two fmaf chains are passed from lane to lane in
+// row order with shuffles, so the result is the same chain, bit for bit, for every Q.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -10,22 +13,42 @@
 
 namespace sg::dev {
 
-template <int DK>
+// Called by every lane of the warp (all 32 lanes take part in the shuffles). `part` is this
+// lane's row block (lane % Q); S points at row 0 of the column. Returns o in every lane of the group.
+template <int DK, int Q>
 __device__ __forceinline__ float delta_rule_column(float* __restrict__ S, int64_t stride, const float* ks,
-                                                   const float* qs, float decay, float beta, float v) {
-  float s[DK];
+                                                   const float* qs, float decay, float beta, float v, bool active) {
+  static_assert(DK % Q == 0 && 32 % Q == 0, "Q must divide Dk and 32");
+  constexpr int R = DK / Q;
+  const int lane = threadIdx.x % 32, part = lane % Q, base = lane - part;
+  const int r0 = part * R;
+  float s[R];
 #pragma unroll
-  for (int i = 0; i < DK; ++i) s[i] = S[static_cast<int64_t>(i) * stride] * decay;
+  for (int i = 0; i < R; ++i) s[i] = active ? S[static_cast<int64_t>(r0 + i) * stride] * decay : 0.0f;
   float kv = 0.0f;
 #pragma unroll
-  for (int i = 0; i < DK; ++i) kv = fmaf(s[i], ks[i], kv);
+  for (int p = 0; p < Q; ++p) {
+    if (part == p) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) kv = fmaf(s[i], ks[r0 + i], kv);
+    }
+    if constexpr (Q > 1) kv = __shfl_sync(0xffffffffu, kv, base + p);
+  }
   const float u = (v - kv) * beta;
+#pragma unroll
+  for (int i = 0; i < R; ++i) s[i] = fmaf(ks[r0 + i], u, s[i]);
   float o = 0.0f;
 #pragma unroll
-  for (int i = 0; i < DK; ++i) {
-    s[i] = fmaf(ks[i], u, s[i]);
-    o = fmaf(s[i], qs[i], o);
-    S[static_cast<int64_t>(i) * stride] = s[i];
+  for (int p = 0; p < Q; ++p) {
+    if (part == p) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) o = fmaf(s[i], qs[r0 + i], o);
+    }
+    if constexpr (Q > 1) o = __shfl_sync(0xffffffffu, o, base + p);
+  }
+  if (active) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) S[static_cast<int64_t>(r0 + i) * stride] = s[i];
   }
   return o;
 }

@@ -15,7 +15,7 @@ __device__ __forceinline__ float round_act(float v, DType t) {
   return t == DType::bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
 }
 
-template <int DK>
+template <int DK, int Q>
 __global__ void gdn_decode_fused_kernel(const GdnDecodeFusedParams p) {
   extern __shared__ float sm[];
   float* qraw = sm;             // [DK]
@@ -98,13 +98,12 @@ __global__ void gdn_decode_fused_kernel(const GdnDecodeFusedParams p) {
   }
   __syncthreads();
 
-  // 3. the recurrent step, one state column per thread.
-  const int e = t / p.Dv, j = t % p.Dv;
-  if (e >= ratio) return;
+  // 3. the recurrent step: Q consecutive threads per state column (block = ratio * Dv * Q threads).
+  const int e = t / (p.Dv * Q), j = (t % (p.Dv * Q)) / Q;
   const int hv = hv0 + e;
   float* S = p.ssm_state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + j;
-  const float o = dev::delta_rule_column<DK>(S, p.Dv, ks, qs, expf(gs[e]), betas[e], vraw[e * p.Dv + j]);
-  dev::store(p.out, p.act, (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv + j, o);
+  const float o = dev::delta_rule_column<DK, Q>(S, p.Dv, ks, qs, expf(gs[e]), betas[e], vraw[e * p.Dv + j], true);
+  if (t % Q == 0) dev::store(p.out, p.act, (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv + j, o);
 }
 
 }  // namespace
@@ -114,9 +113,14 @@ cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract
   if (c.arm != GdnDecodeArm::fused) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   const dim3 grid(c.grid.x, c.grid.y, c.grid.z), block(c.block.x, c.block.y, c.block.z);
-  switch (p.Dk) {
-    case 64: gdn_decode_fused_kernel<64><<<grid, block, c.smem_bytes, stream>>>(p); break;
-    case 128: gdn_decode_fused_kernel<128><<<grid, block, c.smem_bytes, stream>>>(p); break;
+  const int q = static_cast<int>(c.block.x) / ((p.Hv / p.Hk) * p.Dv);
+  switch (p.Dk * 100 + q) {
+    case 6401: gdn_decode_fused_kernel<64, 1><<<grid, block, c.smem_bytes, stream>>>(p); break;
+    case 6402: gdn_decode_fused_kernel<64, 2><<<grid, block, c.smem_bytes, stream>>>(p); break;
+    case 6404: gdn_decode_fused_kernel<64, 4><<<grid, block, c.smem_bytes, stream>>>(p); break;
+    case 12801: gdn_decode_fused_kernel<128, 1><<<grid, block, c.smem_bytes, stream>>>(p); break;
+    case 12802: gdn_decode_fused_kernel<128, 2><<<grid, block, c.smem_bytes, stream>>>(p); break;
+    case 12804: gdn_decode_fused_kernel<128, 4><<<grid, block, c.smem_bytes, stream>>>(p); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -290,12 +290,19 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
   const auto cuc = conv_update_contract(ConvUpdateArm::fast, ConvUpdateShape{R, C, K});
   const auto pcc = postconv_contract(PostconvArm::fast, PostconvShape{R, d.Hk, Hv, d.Dk, d.Dv});
   const auto unf = gdn_decode_contract(GdnDecodeArm::unfused, shape);
-  oc.arms.push_back({"unfused", "conv_update_fast+postconv_fast+delta_rule_decode", unf.grid, unf.block,
-                     [ps, cuc, pcc](int set, cudaStream_t s) {
-                       check(conv_update(ps[set].cu, cuc, s));
-                       check(postconv(ps[set].pc, pcc, s));
-                       check(delta_rule_decode(ps[set].dr, s));
-                     }});
+  // The unfused path with each built split of the delta-rule step (threads per state column).
+  for (int q : {1, 2, 4, 8}) {
+    if (delta_rule_decode_split(d.Dk, d.Dv, q) != q) continue;
+    Dim3 block{static_cast<unsigned>((d.Dv * q + 31) / 32 * 32), 1, 1};
+    oc.arms.push_back({fmt::format("unfused/q{}", q), "conv_update_fast+postconv_fast+delta_rule_decode", unf.grid,
+                       block, [ps, cuc, pcc, q](int set, cudaStream_t s) {
+                         auto dr = ps[set].dr;
+                         dr.split = q;
+                         check(conv_update(ps[set].cu, cuc, s));
+                         check(postconv(ps[set].pc, pcc, s));
+                         check(delta_rule_decode(dr, s));
+                       }});
+  }
   const auto fc = gdn_decode_contract(GdnDecodeArm::fused, shape);
   if (fc.arm == GdnDecodeArm::fused) {
     oc.arms.push_back({"fused", std::string(fc.kernel), fc.grid, fc.block,

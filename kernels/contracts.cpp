@@ -113,11 +113,20 @@ LaunchContract<PostconvArm> postconv_contract(const ArmSelection& sel, const Pos
 
 // --- delta_rule.decode ---------------------------------------------------------------------------
 
+int delta_rule_max_threads(int q) { return q == 1 ? 256 : q == 8 ? 1024 : 512; }
+
 int delta_rule_decode_split(int Dk, int Dv, int requested) {
-  const int q = requested > 0 ? requested : (Dv * 4 <= 1024 ? 4 : 1);
   const bool dk_ok = Dk == 16 || Dk == 32 || Dk == 64 || Dk == 128;
-  const bool built = q == 1 || q == 4 || (Dk == 128 && (q == 2 || q == 8));
-  return dk_ok && built && Dv >= 1 && Dv * q <= 1024 ? q : 0;
+  if (!dk_ok || Dv < 1) return 0;
+  auto fits = [&](int q) {
+    const bool built = q == 1 || q == 4 || (Dk == 128 && (q == 2 || q == 8));
+    return built && Dk % q == 0 && (Dv * q + 31) / 32 * 32 <= delta_rule_max_threads(q);
+  };
+  if (requested > 0) return fits(requested) ? requested : 0;
+  for (int q : {4, 2, 1}) {
+    if (fits(q)) return q;
+  }
+  return 0;
 }
 
 // --- gdn.decode -----------------------------------------------------------------------------------
@@ -133,9 +142,10 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   }
   LaunchContract<GdnDecodeArm> c;
   const int ratio = s.Hv / s.Hk;
+  // Q threads per state column; the block (Dv * Q threads) loops over the Hv/Hk v-heads.
   int q = 0;
   for (int cand : {4, 2, 1}) {
-    if (ratio * s.Dv * cand <= 1024 && (ratio * s.Dv * cand) % 32 == 0) {
+    if (s.Dk % cand == 0 && s.Dv * cand <= kGdnDecodeFusedMaxThreads && (s.Dv * cand) % 32 == 0) {
       q = cand;
       break;
     }
@@ -144,12 +154,13 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   c.arm = requested;
   if (requested == GdnDecodeArm::fused && !fused_ok) {
     c.arm = GdnDecodeArm::unfused;
-    c.fallback_reason = fmt::format("fused needs Dk in {{64, 128}}, Dv % 32 == 0 and (Hv/Hk)*Dv <= 1024 "
-                                    "(got Dk={}, Dv={}, Hv/Hk={}): using unfused", s.Dk, s.Dv, ratio);
+    c.fallback_reason = fmt::format("fused needs Dk in {{64, 128}}, Dv % 32 == 0 and Dv <= {} "
+                                    "(got Dk={}, Dv={}, Hv/Hk={}): using unfused", kGdnDecodeFusedMaxThreads, s.Dk,
+                                    s.Dv, ratio);
   }
   if (c.arm == GdnDecodeArm::fused) {
     c.grid = Dim3{static_cast<unsigned>(s.Hk), static_cast<unsigned>(s.rows), 1};
-    c.block = Dim3{static_cast<unsigned>(ratio * s.Dv * q), 1, 1};
+    c.block = Dim3{static_cast<unsigned>(s.Dv * q), 1, 1};
     // qraw, kraw, qs, ks [Dk] + tree [2 * Dk] + vraw [ratio * Dv] + g, beta [ratio]
     c.smem_bytes = sizeof(float) * (6 * static_cast<size_t>(s.Dk) + static_cast<size_t>(ratio) * s.Dv + 2 * ratio);
     c.kernel = "gdn_decode_fused";

@@ -120,9 +120,12 @@ LaunchContract<ConvFwdArm> conv_fwd_contract(ConvFwdArm requested, ConvChunksArm
 LaunchContract<ConvFwdArm> conv_fwd_contract(const ArmSelection& sel, const ConvFwdShape& s);
 
 // --- delta_rule.decode ----------------------------------------------------------------------------
-// Threads per state column for the recurrent step: `requested` (1, 2, 4, 8) or, for 0, automatic
-// (4 when Dv * 4 <= 1024, else 1). Returns 0 when that split is not built: built are 1 and 4 for
-// Dk in {16, 32, 64, 128}, and also 2 and 8 for Dk = 128. Every split gives the same bytes.
+// Threads per state column for the recurrent step: `requested` (1, 2, 4, 8) or, for 0, the first of
+// 4, 2, 1 that fits. Built: 1 and 4 for Dk in {16, 32, 64, 128}, also 2 and 8 for Dk = 128. A split
+// q fits when round_up(Dv * q, 32) <= delta_rule_max_threads(q) (the kernel's launch bound, which
+// keeps Dk/q state rows per thread in registers: 256 threads for q = 1, 512 for 2 and 4, 1024 for
+// 8). Returns 0 when nothing fits. Every split gives the same bytes.
+int delta_rule_max_threads(int q);
 int delta_rule_decode_split(int Dk, int Dv, int requested = 0);
 
 // --- gdn.decode ----------------------------------------------------------------------------------
@@ -132,12 +135,13 @@ struct GdnDecodeShape {
 };
 // unfused: three launches (conv.update, postconv, delta_rule.decode); the contract describes the
 //          delta-rule launch: grid (Hv, rows), block round_up(Dv * split, 32).
-// fused:   one launch, grid (Hk, rows), block (Hv/Hk) * Dv * Q with Q the largest of 4, 2, 1 that
-//          keeps the block <= 1024 threads and a multiple of 32 (Q threads share a state column):
-//          one block per (sequence, k-head) owns
+// fused:   one launch, grid (Hk, rows), block Dv * Q with Q the largest of 4, 2, 1 that keeps the
+//          block <= 512 threads and a multiple of 32 (Q threads share a state column; the block
+//          loops over its Hv/Hk v-heads): one block per (sequence, k-head) owns
 //          the conv channels of that head's q, k and its Hv/Hk v-heads (state read and written by
 //          that block only), then the post-conv and the recurrent step for its v-heads.
-//          Needs Dk in {64, 128} and Dv % 32 == 0 (so some Q fits); otherwise `unfused`.
+//          Needs Dk in {64, 128}, Dv % 32 == 0 and Dv <= 512; otherwise `unfused`.
+inline constexpr int kGdnDecodeFusedMaxThreads = 512;
 //          smem: floats for q, k (raw and scaled), the v row, the two trees and the gates.
 LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s);
 

@@ -9,7 +9,7 @@ namespace {
 
 // Grid (Hv, rows); block round_up(Dv * Q, 32): Q consecutive threads share column t / Q.
 template <int DK, int Q>
-__global__ void delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
+__global__ void __launch_bounds__(Q == 1 ? 256 : Q == 8 ? 1024 : 512) delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
   __shared__ float ks[DK], qs[DK];
   const int hv = blockIdx.x, r = blockIdx.y, j = threadIdx.x / Q;
   const int slot = p.slots[r];

@@ -16,7 +16,7 @@ __device__ __forceinline__ float round_act(float v, DType t) {
 }
 
 template <int DK, int Q>
-__global__ void gdn_decode_fused_kernel(const GdnDecodeFusedParams p) {
+__global__ void __launch_bounds__(kGdnDecodeFusedMaxThreads) gdn_decode_fused_kernel(const GdnDecodeFusedParams p) {
   extern __shared__ float sm[];
   float* qraw = sm;             // [DK]
   float* kraw = qraw + DK;      // [DK]
@@ -98,12 +98,15 @@ __global__ void gdn_decode_fused_kernel(const GdnDecodeFusedParams p) {
   }
   __syncthreads();
 
-  // 3. the recurrent step: Q consecutive threads per state column (block = ratio * Dv * Q threads).
-  const int e = t / (p.Dv * Q), j = (t % (p.Dv * Q)) / Q;
-  const int hv = hv0 + e;
-  float* S = p.ssm_state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + j;
-  const float o = dev::delta_rule_column<DK, Q>(S, p.Dv, ks, qs, expf(gs[e]), betas[e], vraw[e * p.Dv + j], true);
-  if (t % Q == 0) dev::store(p.out, p.act, (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv + j, o);
+  // 3. the recurrent step: Q consecutive threads per state column (block = Dv * Q threads), one
+  //    v-head of the group after the other.
+  const int j = t / Q;
+  for (int e = 0; e < ratio; ++e) {
+    const int hv = hv0 + e;
+    float* S = p.ssm_state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + j;
+    const float o = dev::delta_rule_column<DK, Q>(S, p.Dv, ks, qs, expf(gs[e]), betas[e], vraw[e * p.Dv + j], true);
+    if (t % Q == 0) dev::store(p.out, p.act, (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv + j, o);
+  }
 }
 
 }  // namespace
@@ -113,7 +116,7 @@ cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract
   if (c.arm != GdnDecodeArm::fused) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   const dim3 grid(c.grid.x, c.grid.y, c.grid.z), block(c.block.x, c.block.y, c.block.z);
-  const int q = static_cast<int>(c.block.x) / ((p.Hv / p.Hk) * p.Dv);
+  const int q = static_cast<int>(c.block.x) / p.Dv;
   switch (p.Dk * 100 + q) {
     case 6401: gdn_decode_fused_kernel<64, 1><<<grid, block, c.smem_bytes, stream>>>(p); break;
     case 6402: gdn_decode_fused_kernel<64, 2><<<grid, block, c.smem_bytes, stream>>>(p); break;

@@ -1,19 +1,17 @@
-// postconv.cu: post-conv prep kernels. The sum of squares is a shared-memory tree over P = the
-// next power of two >= Dk (zeros beyond Dk): s[i] += s[i + h] for h = P/2 .. 1. For Dk = 128
-// that is the contract's "i + 64, then 32, 16, 8, 4, 2, 1"; every arm must reproduce it.
-#include "kernels/device_util.cuh"
-#include "kernels/postconv.h"
+// postconv.cu: the post-conv launcher (one dispatch table over the four arms) and the seed's two
+// one-token-per-block arms, megablock (the byte reference) and fast. split and token_tile live in
+// postconv_split.cu and postconv_token_tile.cu; the shared helpers in postconv_common.cuh.
+//
+// megablock computes the sum of squares as a shared-memory tree over P = the next power of two
+// >= Dk (zeros beyond Dk): s[i] += s[i + h] for h = P/2 .. 1. For Dk = 128 that is the contract's
+// "i + 64, then 32, 16, 8, 4, 2, 1"; every other arm performs the same additions on the same
+// operands (see postconv_common.cuh and postconv_token_tile.cu for the proofs).
+#include "kernels/postconv_common.cuh"
 
 namespace sg {
 namespace {
 
-constexpr int kMaxD = 256;
-
-__device__ __forceinline__ int next_pow2(int n) {
-  int p = 1;
-  while (p < n) p <<= 1;
-  return p;
-}
+using namespace postconv_detail;
 
 // Normalises one head of `Dk` features read at conv[t, col0 ..] into out[t, h, :], using `lanes`
 // threads starting at `lane` and the shared array s[P]. All threads of the block must call it
@@ -36,18 +34,12 @@ __device__ void l2norm_head(const PostconvParams& p, int t, int col0, void* out,
   for (int i = lane; i < p.Dk; i += lanes) dev::store(out, p.qkv_dtype, o0 + i, dev::load(p.conv, p.conv_dtype, in0 + i) * inv);
 }
 
-__device__ __forceinline__ void gates_one(const PostconvParams& p, int t, int hv) {
-  const float a = dev::load(p.a, p.ab_dtype, static_cast<int64_t>(t) * p.a_stride + hv);
-  const float b = dev::load(p.b, p.ab_dtype, static_cast<int64_t>(t) * p.b_stride + hv);
-  p.beta[static_cast<int64_t>(t) * p.Hv + hv] = 1.0f / (1.0f + expf(-b));
-  p.g[static_cast<int64_t>(t) * p.Hv + hv] = -expf(p.A_log[hv]) * dev::softplus(a + p.dt_bias[hv]);
-}
-
 // Reference arm: grid (T, Hk + 1), 256 threads. Blocks h < Hk: threads 0..127 normalise q head h,
 // 128..255 k head h, each half with its own tree. Block Hk copies all of v and computes all gates.
 __global__ void postconv_megablock_kernel(const PostconvParams p) {
   __shared__ float s[2][kMaxD];
   const int t = blockIdx.x, h = blockIdx.y;
+  if (t >= p.T) return;  // whole block: before any barrier
   const int half = threadIdx.x / 128, lane = threadIdx.x % 128;
   if (h < p.Hk) {
     const int col0 = half == 0 ? h * p.Dk : p.Hk * p.Dk + h * p.Dk;
@@ -62,43 +54,49 @@ __global__ void postconv_megablock_kernel(const PostconvParams p) {
   for (int hv = threadIdx.x; hv < p.Hv; hv += blockDim.x) gates_one(p, t, hv);
 }
 
-// Fast arm: same grid, 128 threads: q head then k head one after the other, each over all 128
-// threads with the same tree; v copied with 16-byte vectors when aligned (bf16 -> bf16, f32 -> f32).
-__global__ void postconv_fast_kernel(const PostconvParams p) {
-  __shared__ float s[kMaxD];
-  const int t = blockIdx.x, h = blockIdx.y;
+// Fast arm: same grid, 128 threads; the blocks of one token start together (block (x, y), launch
+// order lin = x + y * gridDim.x, does token lin / (Hk+1), head lin % (Hk+1)). Heads h < Hk: warp 0
+// normalises q head h, warp 1 k head h, each with the one-warp tree (registers and shuffles, no
+// barrier). Head Hk: the gate inputs of the first 128 v-heads are loaded first, then v is copied
+// with 16-byte vectors (four in flight per thread) when aligned, then the gates are finished.
+__global__ void __launch_bounds__(128) postconv_fast_kernel(const PostconvParams p) {
+  const int nh = p.Hk + 1;
+  const int lin = blockIdx.x + blockIdx.y * gridDim.x;  // launch order, token-major (see token_tile)
+  const int t = lin / nh, h = lin % nh;
+  if (t >= p.T) return;
+  const int tid = threadIdx.x;
   if (h < p.Hk) {
-    l2norm_head(p, t, h * p.Dk, p.q, h, s, threadIdx.x, blockDim.x);
-    __syncthreads();  // s is reused
-    l2norm_head(p, t, p.Hk * p.Dk + h * p.Dk, p.k, h, s, threadIdx.x, blockDim.x);
+    qk_head_two_warps(p, t, h, tid >> 5, tid & 31);
     return;
   }
-  const int v0 = 2 * p.Hk * p.Dk, nv = p.Hv * p.Dv;
-  const char* src = static_cast<const char*>(p.conv) +
-                    (static_cast<int64_t>(t) * p.conv_stride + v0) * static_cast<int64_t>(dtype_size(p.conv_dtype));
-  char* dst = static_cast<char*>(p.v) + static_cast<int64_t>(t) * nv * static_cast<int64_t>(dtype_size(p.qkv_dtype));
-  const int64_t bytes = static_cast<int64_t>(nv) * static_cast<int64_t>(dtype_size(p.qkv_dtype));
-  if (p.conv_dtype == p.qkv_dtype && (reinterpret_cast<uintptr_t>(src) % 16) == 0 &&
-      (reinterpret_cast<uintptr_t>(dst) % 16) == 0 && bytes % 16 == 0) {
-    for (int64_t i = threadIdx.x; i < bytes / 16; i += blockDim.x) {
-      reinterpret_cast<int4*>(dst)[i] = reinterpret_cast<const int4*>(src)[i];
-    }
-  } else {
-    for (int i = threadIdx.x; i < nv; i += blockDim.x) {
-      dev::copy(p.v, p.qkv_dtype, static_cast<int64_t>(t) * nv + i, p.conv, p.conv_dtype,
-                static_cast<int64_t>(t) * p.conv_stride + v0 + i);
-    }
-  }
-  for (int hv = threadIdx.x; hv < p.Hv; hv += blockDim.x) gates_one(p, t, hv);
+  const bool has_gate = tid < p.Hv;
+  GateIn gi{};
+  if (has_gate) gi = gate_load(p, t, tid);
+  const int nv = p.Hv * p.Dv;
+  copy_row(p.conv, p.conv_dtype, static_cast<int64_t>(t) * p.conv_stride + 2 * p.Hk * p.Dk, p.v, p.qkv_dtype,
+           static_cast<int64_t>(t) * nv, nv, tid, blockDim.x);
+  if (has_gate) gate_finish(p, t, tid, gi);
+  for (int hv = tid + blockDim.x; hv < p.Hv; hv += blockDim.x) gates_one(p, t, hv);
 }
 
 dim3 to_dim3(const Dim3& d) { return dim3(d.x, d.y, d.z); }
 
+bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
+
 }  // namespace
 
 cudaError_t postconv(const PostconvParams& p, const LaunchContract<PostconvArm>& c, cudaStream_t stream) {
-  if (p.Dk < 1 || p.Dk > kMaxD || p.Dv < 1 || p.Hk < 1 || p.Hv % p.Hk != 0) return cudaErrorInvalidValue;
+  if (p.Dk < 1 || p.Dk > kMaxD || p.Dv < 1 || p.Dv > kMaxD || p.Hk < 1 || p.Hv < 1 || p.Hv % p.Hk != 0 || p.T < 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (!float_type(p.conv_dtype) || !float_type(p.ab_dtype) || !float_type(p.qkv_dtype)) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
+  // The contract must cover every token (it may cover more: a padded bucket; kernels skip t >= T).
+  const int64_t covered = static_cast<int64_t>(c.grid.x) * (c.arm == PostconvArm::token_tile ? kPostconvTokenTile : 1);
+  if (covered < p.T) return cudaErrorInvalidValue;
+  if (c.arm == PostconvArm::token_tile && !(p.Dk == 128 && p.Dv == 128)) return cudaErrorInvalidValue;
+
+  cudaError_t launched = cudaSuccess;
   std::array<std::function<void(const LaunchContract<PostconvArm>&)>, 4> by_arm;
   by_arm[static_cast<size_t>(PostconvArm::megablock)] = [&](const auto& k) {
     postconv_megablock_kernel<<<to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream>>>(p);
@@ -106,8 +104,12 @@ cudaError_t postconv(const PostconvParams& p, const LaunchContract<PostconvArm>&
   by_arm[static_cast<size_t>(PostconvArm::fast)] = [&](const auto& k) {
     postconv_fast_kernel<<<to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream>>>(p);
   };
-  // split and token_tile: not implemented yet (issue 3); dispatch() reports an empty slot.
+  by_arm[static_cast<size_t>(PostconvArm::split)] = [&](const auto& k) { launched = launch_split(p, k, stream); };
+  by_arm[static_cast<size_t>(PostconvArm::token_tile)] = [&](const auto& k) {
+    launched = launch_token_tile(p, k, stream);
+  };
   dispatch(c, by_arm);
+  if (launched != cudaSuccess) return launched;
   return cudaGetLastError();
 }
 

@@ -1,0 +1,242 @@
+// GPU tests of the decode conv update (kernels/conv_update.h, ARMS.md's byte-exact matrix):
+// - `fast` gives `grid`'s raw bytes of the outputs and of the whole conv state, for K in {2, 3, 4, 5},
+//   C in {1, 127, 129, 385, 1024, 8192, 10240}, activations f32/bf16, state bf16/f32, with and
+//   without bias and SiLU;
+// - padding rows (slot -1) get all-zero output bytes and no state is read or written for them; slots
+//   no row uses keep their bytes; x is read through a row stride > C whose gap holds NaN that must
+//   never be read; outputs start poisoned (0xA5);
+// - against ref::conv_update: the state byte-exact (pure data movement and one rounding of x);
+//   outputs f32 within 1e-6 + 1e-5 |ref|, bf16 within one bf16 ulp of |ref| (GPU expf vs
+//   std::exp differ by an ulp, which can move a SiLU output across a rounding boundary);
+// - structure: one captured launch per arm; the node names the contract's kernel, grid and block.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/cuda_handles.h"
+#include "engine/error.h"
+#include "engine/tensor.h"
+#include "graphs/graph.h"
+#include "graphs/manifest.h"
+#include "kernels/contracts.h"
+#include "kernels/conv_update.h"
+#include "kernels/ref/conv_ref.h"
+#include "tests/support/catch.h"
+#include "tests/support/gpu_buffers.h"
+#include "tests/support/random.h"
+
+using namespace sg;
+using sg::test::byte_diff;
+using sg::test::DevBuf;
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr int kNumSlots = 13;
+// Nine rows: two padding rows, distinct slots in scrambled order; slots 1, 3, 6, 8, 9, 11 unused.
+const std::vector<int32_t> kSlots = {4, -1, 0, 10, 7, -1, 2, 12, 5};
+
+struct Case {
+  int C, K;
+  DType act, state;
+  int x_pad;  // x_stride = C + x_pad (NaN in the gap)
+  bool bias, silu;
+  uint64_t seed;
+  int rows() const { return static_cast<int>(kSlots.size()); }
+  int64_t x_stride() const { return C + x_pad; }
+};
+
+std::vector<float> as_stored(std::vector<float> v, DType t) {
+  if (t == DType::bf16) {
+    for (auto& x : v) x = round_bf16(x);
+  }
+  return v;
+}
+
+struct Inputs {
+  std::vector<float> x, state, w, bias;  // as stored on the device; x [rows, x_stride] with NaN gaps
+  DevBuf d_x, d_slots, d_w, d_bias;
+};
+
+Inputs make_inputs(const Case& c) {
+  Inputs in;
+  const int rows = c.rows();
+  const auto dense = as_stored(test::uniform(static_cast<size_t>(rows) * c.C, c.seed, -3.f, 3.f), c.act);
+  in.x.assign(static_cast<size_t>(rows) * c.x_stride(), kNaN);
+  for (int r = 0; r < rows; ++r) {
+    std::memcpy(in.x.data() + r * c.x_stride(), dense.data() + static_cast<size_t>(r) * c.C, sizeof(float) * c.C);
+  }
+  in.state = as_stored(test::uniform(static_cast<size_t>(kNumSlots) * c.C * (c.K - 1), c.seed + 1, -3.f, 3.f), c.state);
+  in.w = test::uniform(static_cast<size_t>(c.C) * c.K, c.seed + 2, -1.f, 1.f);
+  if (c.bias) in.bias = test::uniform(c.C, c.seed + 3, -0.5f, 0.5f);
+  in.d_x = DevBuf::from(in.x, c.act);
+  in.d_slots = DevBuf::from_i32(kSlots);
+  in.d_w = DevBuf::from(in.w, DType::f32);
+  if (c.bias) in.d_bias = DevBuf::from(in.bias, DType::f32);
+  return in;
+}
+
+struct Result {
+  std::vector<uint8_t> out, state;
+};
+
+ConvUpdateParams params(const Case& c, const Inputs& in, const DevBuf& out, const DevBuf& state) {
+  ConvUpdateParams p;
+  p.x = in.d_x.data();
+  p.x_stride = c.x_stride();
+  p.x_dtype = c.act;
+  p.out = out.data();
+  p.out_dtype = c.act;
+  p.state = state.data();
+  p.state_dtype = c.state;
+  p.slots = in.d_slots.as<int32_t>();
+  p.w = in.d_w.as<float>();
+  p.bias = c.bias ? in.d_bias.as<float>() : nullptr;
+  p.rows = c.rows();
+  p.C = c.C;
+  p.K = c.K;
+  p.silu = c.silu;
+  return p;
+}
+
+Result run_arm(const Case& c, const Inputs& in, ConvUpdateArm arm) {
+  DevBuf out(static_cast<size_t>(c.rows()) * c.C * dtype_size(c.act));  // poisoned 0xA5
+  DevBuf state = DevBuf::from(in.state, c.state);
+  const auto contract = conv_update_contract(arm, ConvUpdateShape{c.rows(), c.C, c.K});
+  check(conv_update(params(c, in, out, state), contract, nullptr));
+  check(cudaDeviceSynchronize());
+  return {out.download(), state.download()};
+}
+
+std::string describe(const Case& c) {
+  return fmt::format("C={} K={} act={} state={} x_stride={} bias={} silu={} seed={}", c.C, c.K, dtype_name(c.act),
+                     dtype_name(c.state), c.x_stride(), c.bias, c.silu, c.seed);
+}
+
+// One bf16 ulp at |r| (the spacing of bf16 values in r's binade); the smallest normal's for 0.
+double bf16_ulp(double r) {
+  const double a = std::fabs(r);
+  if (a < std::ldexp(1.0, -126)) return std::ldexp(1.0, -133);
+  return std::ldexp(1.0, std::ilogb(a) - 7);
+}
+
+void check_case(const Case& c) {
+  INFO(describe(c));
+  const Inputs in = make_inputs(c);
+  const int rows = c.rows(), C = c.C;
+  const size_t es = dtype_size(c.act);
+
+  const Result grid = run_arm(c, in, ConvUpdateArm::grid);
+  const Result fast = run_arm(c, in, ConvUpdateArm::fast);
+  {
+    INFO("fast vs grid");
+    CHECK(byte_diff(fast.out, grid.out, c.act) == "");
+    CHECK(byte_diff(fast.state, grid.state, c.state) == "");
+  }
+
+  // Reference on the same stored values.
+  std::vector<float> state = in.state, out(static_cast<size_t>(rows) * C);
+  const ref::Store out_st = c.act == DType::bf16 ? ref::Store::bf16 : ref::Store::f32;
+  const ref::Store state_st = c.state == DType::bf16 ? ref::Store::bf16 : ref::Store::f32;
+  ref::conv_update(ref::ConvShape{C, c.K, c.silu, out_st, state_st}, rows, in.x.data(), c.x_stride(), kSlots.data(),
+                   state.data(), in.w.data(), c.bias ? in.bias.data() : nullptr, out.data());
+  {
+    INFO("grid vs ref::conv_update");
+    CHECK(byte_diff(grid.state, test::to_bytes(state, c.state), c.state) == "");
+    const auto got = test::from_bytes(grid.out, c.act);
+    size_t bad = 0;
+    double worst = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double r = out[i];
+      const double tol = c.act == DType::bf16 ? bf16_ulp(r) : 1e-6 + 1e-5 * std::fabs(r);
+      const double err = std::fabs(static_cast<double>(got[i]) - r);
+      if (!(err <= tol)) ++bad;  // NaN (poison left, or a NaN sentinel read) fails
+      worst = std::max(worst, err / tol);
+    }
+    INFO("worst |d| / tol " << worst);
+    CHECK(bad == 0);
+  }
+
+  // Padding rows: all-zero output bytes. Unused slots (and so the padding rows' nonexistent ones):
+  // state bytes unchanged. Live slots changed (a test that cannot fail is a defect).
+  const size_t row_bytes = static_cast<size_t>(C) * es;
+  const size_t slot_bytes = static_cast<size_t>(C) * (c.K - 1) * dtype_size(c.state);
+  const auto state0 = test::to_bytes(in.state, c.state);
+  std::set<int> live;
+  for (int r = 0; r < rows; ++r) {
+    if (kSlots[r] < 0) {
+      bool zero = true;
+      for (size_t i = 0; i < row_bytes; ++i) zero = zero && grid.out[r * row_bytes + i] == 0 && fast.out[r * row_bytes + i] == 0;
+      CAPTURE(r);
+      CHECK(zero);
+    } else {
+      live.insert(kSlots[r]);
+    }
+  }
+  size_t unused_changed = 0, live_unchanged = 0;
+  for (int s = 0; s < kNumSlots; ++s) {
+    const bool same = std::memcmp(fast.state.data() + s * slot_bytes, state0.data() + s * slot_bytes, slot_bytes) == 0;
+    if (live.count(s)) {
+      live_unchanged += same;
+    } else {
+      unused_changed += !same;
+    }
+  }
+  CHECK(unused_changed == 0);
+  CHECK(live_unchanged == 0);
+}
+
+}  // namespace
+
+TEST_CASE("conv.update: fast gives grid's bytes, grid matches the reference", "[gpu][conv_update]") {
+  const DType acts[] = {DType::f32, DType::bf16};
+  const DType states[] = {DType::bf16, DType::f32};
+  const int pads[] = {0, 5, 8};
+  uint64_t seed = 500;
+  int n = 0;
+  for (int K : {2, 3, 4, 5}) {
+    for (int C : {1, 127, 129, 385, 1024, 8192, 10240}) {
+      for (DType act : acts) {
+        for (DType st : states) {
+          const Case c{C, K, act, st, pads[n % 3], n % 2 == 0, n % 4 != 3, seed++};
+          ++n;
+          check_case(c);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("conv.update: each arm's captured node is the contract's kernel, grid and block", "[gpu][conv_update][manifest]") {
+  Stream s;
+  const Case c{1024, 4, DType::bf16, DType::bf16, 0, false, true, 77};
+  const Inputs in = make_inputs(c);
+  DevBuf out(static_cast<size_t>(c.rows()) * c.C * 2);
+  DevBuf state = DevBuf::from(in.state, c.state);
+  const ConvUpdateParams p = params(c, in, out, state);
+  for (ConvUpdateArm arm : {ConvUpdateArm::grid, ConvUpdateArm::fast}) {
+    CAPTURE(arm_name(arm));
+    const auto contract = conv_update_contract(arm, ConvUpdateShape{c.rows(), c.C, c.K});
+    REQUIRE(contract.arm == arm);
+    NodeRecorder rec;
+    const std::string name = fmt::format("conv.update {}", arm_name(arm));
+    CapturedGraph g = CapturedGraph::capture(name, s.get(), [&] {
+      check(conv_update(p, contract, s.get()));
+      rec.launched(s.get(), {-1, "conv.update", std::string(arm_name(contract.arm)), 0});
+    });
+    const Manifest m = build_manifest(name, "", g.graph(), rec);
+    REQUIRE(m.nodes.size() == 1);
+    const ManifestNode& node = m.nodes[0];
+    INFO("kernel " << node.kernel << ", contract kernel " << contract.kernel);
+    CHECK(node.kernel.find(std::string(contract.kernel)) != std::string::npos);
+    CHECK(node.grid == contract.grid);
+    CHECK(node.block == contract.block);
+    CHECK(node.smem_bytes == contract.smem_bytes);
+    CHECK(node.label.op == "conv.update");
+    g.replay(s.get());
+    s.sync();
+  }
+}

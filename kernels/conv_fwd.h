@@ -30,8 +30,9 @@
 //      sequence shorter than K-1, from the old history it holds plus x.
 //   3. A later chunk starts >= kConvChunkTokens tokens after its sequence's start, and its K-1 <=
 //      kConvMaxK-1 <= kConvChunkTokens left taps are therefore tokens of the same sequence, read
-//      from x: a non-owner never needs (and never reads) state. (static_assert in conv_fwd.cu; a
-//      descriptor table that breaks it, i.e. not build_conv_chunks(cu, kConvChunkTokens), traps.)
+//      from x: a non-owner never needs (and never reads) state. (A static_assert in
+//      conv_fwd_common.cuh pins K-1 <= chunk tokens; a descriptor table that breaks the chunking,
+//      i.e. not build_conv_chunks(cu, kConvChunkTokens), traps.)
 //   4. Slots of non-padding sequences are distinct (as ref::conv_fwd requires), so owners of
 //      different sequences touch disjoint state rows.
 //   Hence every state row is read and written by one program, reads before writes: no race can

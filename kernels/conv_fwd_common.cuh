@@ -29,15 +29,26 @@ struct Work {
   bool owner = false;
 };
 
+// A load of read-only metadata that the compiler may not sink below a later branch (volatile asm
+// keeps program order), so independent metadata loads are in flight together.
+__device__ __forceinline__ int32_t ld_meta(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
 // Chunk descriptor of program y for `exact`, or false when y is beyond the live descriptors. Reads
-// only the descriptor and the live count (both in bounds for every y < grid y), so the caller can
-// issue its token loads before the sequence metadata arrives.
+// only the descriptor and the live count, together (both in bounds for every y < grid y: the
+// table is padded to the contract's maximum), so the caller can issue its token loads before the
+// sequence metadata arrives.
 __device__ __forceinline__ bool exact_chunk(const ConvFwdParams& p, int y, ConvChunk& ch) {
-  const ConvChunk c = p.chunks[y];
-  const int live = *p.n_chunks;
-  if (y >= live) return false;
-  ch = c;
-  return true;
+  const int32_t* d = reinterpret_cast<const int32_t*>(p.chunks + y);
+  static_assert(sizeof(ConvChunk) == 3 * sizeof(int32_t), "ConvChunk is {seq, start, len}");
+  const int32_t live = ld_meta(p.n_chunks);
+  ch.seq = ld_meta(d + 0);
+  ch.start = ld_meta(d + 1);
+  ch.len = ld_meta(d + 2);
+  return y < live;
 }
 
 // The rest of an `exact` program's work, from its descriptor. Traps on a descriptor that breaks the

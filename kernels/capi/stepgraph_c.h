@@ -93,50 +93,64 @@ typedef struct sg_postconv_args {
 } sg_postconv_args;
 
 /* --- conv.fwd: causal conv, varlen prefill over a packed token stream ------------------------- */
-/* One `exact` work item: up to 8 tokens of one sequence (sg::ConvChunk, 12 bytes). */
+/* One `exact` work item: up to 8 tokens of one sequence (sg::ConvChunk, 12 bytes). A later chunk
+ * of a sequence starts a multiple of 8 tokens after the sequence's first token: only tables made by
+ * sg_conv_build_chunks are valid (the kernels trap on others). */
 typedef struct sg_conv_chunk {
   int32_t seq;    /* sequence index */
   int32_t start;  /* first token (row of x) */
   int32_t len;    /* 1..8 */
 } sg_conv_chunk;
 
-/* Sequence n owns tokens cu_seqlens[n] .. cu_seqlens[n+1]-1. Tap j of token t reads token
- * t-(K-1-j); a negative index reads state[slots[n]] when has_history[n] != 0, else 0. The new
- * state holds the sequence's last K-1 raw inputs. slots[n] < 0: padding, outputs zeroed, state
- * untouched. A zero-length sequence leaves its state as it was.
- * Work split (`chunks_arm`): `exact` needs the chunk descriptors on the device; either
- *   (a) pass them in `chunks` / `num_chunks` (built with sg_conv_build_chunks and uploaded by the
- *       caller): no copy, capture-safe; or
- *   (b) pass chunks = NULL, the host copy of cu_seqlens in `cu_seqlens_host` and a device
- *       `workspace` of at least sg_conv_fwd_workspace_bytes(max_tokens, max_seqs) bytes: the call
- *       builds the descriptors and copies them into the workspace on `stream` (a pageable host to
- *       device copy): NOT capture-safe; refused with SG_ERR_CAPTURE on a capturing stream.
- * `whole` needs neither. */
+/* Sequence n < N owns tokens cu_seqlens[n] .. cu_seqlens[n+1]-1; T = cu_seqlens[N]. Tap j of
+ * token t reads token t-(K-1-j); a negative index reads state[slots[n]] when has_history[n] != 0,
+ * else 0. The new state holds the sequence's last K-1 raw inputs (for fewer tokens, the old state
+ * shifted, then the tokens). slots[n] < 0: padding, output rows zeroed, state untouched. A
+ * zero-length sequence leaves its state as it was. Output rows T .. max_tokens-1 are untouched.
+ * The grid depends only on the buckets (max_tokens, max_seqs, C, K); the live sizes are read on the
+ * device, so one captured graph serves every batch of its bucket (conv_fwd.h).
+ *
+ * The live counts and, for chunks_arm `exact`, the work descriptors come in one of two ways:
+ *   (a) device metadata (capture-safe, no copy): n_seqs = device [1] N; for `exact` also chunks =
+ *       device [sg_conv_max_chunks(max_tokens, max_seqs)] descriptors of the live batch (the first
+ *       *n_chunks used; build them with sg_conv_build_chunks and upload them) and n_chunks =
+ *       device [1]. cu_seqlens_host must be NULL.
+ *   (b) host metadata (convenient, NOT capture-safe): n_seqs = NULL; cu_seqlens_host = host [N+1]
+ *       with the same values as the device cu_seqlens, and a device workspace of at least
+ *       sg_conv_fwd_workspace_bytes(max_tokens, max_seqs) bytes. The call builds the descriptors
+ *       and copies the counts and descriptors into the workspace with one pageable host-to-device
+ *       cudaMemcpyAsync on `stream` (which may synchronise with the stream). On a capturing stream
+ *       it returns SG_ERR_CAPTURE; the workspace must not be in use by other streams. T = 0 is a
+ *       no-op (nothing is launched). max_tokens = 0 means T, max_seqs = 0 means N.
+ * Dtypes: the `tiled` arm takes any mix of f32/bf16 for x, out and state; register, k4 and k4x2
+ * need x_dtype == out_dtype (SG_ERR_DTYPE otherwise). out must not alias x or state. */
 typedef struct sg_conv_fwd_args {
-  const void* x;                   /* [T, x_stride] x_dtype, raw inputs; columns >= C never read */
+  const void* x;                   /* [>= T, x_stride] x_dtype, raw inputs; columns >= C never read */
   int64_t x_stride;                /* elements, >= C */
   sg_dtype x_dtype;
-  void* out;                       /* [T, C] out_dtype, contiguous */
+  void* out;                       /* [>= T, C] out_dtype, contiguous */
   sg_dtype out_dtype;
   void* state;                     /* [num_slots, C, K-1] state_dtype, contiguous; in place */
   sg_dtype state_dtype;
-  const float* w;                  /* [C, K] f32, contiguous */
+  const float* w;                  /* [C, K] f32, contiguous; tap 0 oldest */
   const float* bias;               /* [C] f32, or NULL */
-  const int32_t* cu_seqlens;       /* device [N+1] int32: 0, non-decreasing, cu_seqlens[N] = T */
-  const int32_t* slots;            /* device [N] int32; < 0 = padding sequence */
-  const uint8_t* has_history;      /* device [N] uint8; nonzero: read the old state */
-  const sg_conv_chunk* chunks;     /* device [num_chunks] descriptors, or NULL (see above) */
-  int num_chunks;                  /* with chunks: <= conv max chunks of (max_tokens, max_seqs) */
-  const int32_t* cu_seqlens_host;  /* host [N+1], same values as cu_seqlens; for (b), else NULL */
-  void* workspace;                 /* device, for (b); 16-byte aligned */
-  size_t workspace_bytes;
-  int N;                           /* sequences, >= 0; N = 0 or T = 0 is a no-op */
-  int T;                           /* tokens, >= 0 */
+  const int32_t* cu_seqlens;       /* device [max_seqs + 1] int32; first N+1 live: 0, non-decreasing */
+  const int32_t* slots;            /* device [max_seqs] int32; < 0 = padding sequence */
+  const uint8_t* has_history;      /* device [max_seqs] uint8; nonzero: taps before token 0 read state */
   int C;                           /* >= 1 */
   int K;                           /* 2..8 */
-  int max_tokens;                  /* grid bucket, >= T; 0 means T */
-  int max_seqs;                    /* grid bucket, >= N; 0 means N */
-  int silu;                        /* nonzero: apply silu */
+  int max_tokens;                  /* token bucket, >= T (the grid's size) */
+  int max_seqs;                    /* sequence bucket, >= N */
+  int silu;                        /* nonzero: apply silu (the model always does) */
+  /* (a) device metadata */
+  const int32_t* n_seqs;           /* device [1] int32: N; NULL selects (b) */
+  const sg_conv_chunk* chunks;     /* device [sg_conv_max_chunks(max_tokens, max_seqs)]; exact only */
+  const int32_t* n_chunks;         /* device [1] int32; exact only */
+  /* (b) host metadata */
+  const int32_t* cu_seqlens_host;  /* host [N+1] */
+  int N;                           /* live sequences, 0..max_seqs */
+  void* workspace;                 /* device, 16-byte aligned */
+  size_t workspace_bytes;
 } sg_conv_fwd_args;
 
 /* --- entry points ---------------------------------------------------------------------------- */
@@ -151,12 +165,14 @@ SG_C_API int sg_postconv(const sg_postconv_args* a, const char* arm, void* strea
 /* `arm`: conv.fwd's arm; `chunks_arm`: conv.chunks' arm ("exact", "whole"), NULL for default. */
 SG_C_API int sg_conv_fwd(const sg_conv_fwd_args* a, const char* arm, const char* chunks_arm, void* stream);
 
-/* Host only (no CUDA): the `exact` descriptors of cu_seqlens_host [N+1] into out[capacity];
- * *count receives how many there are (also when out is NULL and capacity is 0, to size it). */
+/* Host only (no CUDA): the `exact` descriptors of cu_seqlens_host [N+1] into out[capacity] and
+ * their number into *count. out = NULL with capacity = 0 only counts (returns SG_OK); a capacity
+ * too small returns SG_ERR_WORKSPACE with *count set. */
 SG_C_API int sg_conv_build_chunks(const int32_t* cu_seqlens_host, int N, sg_conv_chunk* out, int capacity,
                                   int* count);
-/* Host only: the most descriptors a batch of max_tokens tokens in max_seqs sequences can have,
- * and the workspace bytes (b) needs for it (that many descriptors, rounded up to 256 bytes). */
+/* Host only: the most descriptors a batch of at most max_tokens tokens in at most max_seqs
+ * sequences can have (the size of (a)'s chunks buffer), and the workspace (b) needs for that bucket:
+ * 16 bytes of counts plus that many descriptors, rounded up to a multiple of 256 bytes. */
 SG_C_API int sg_conv_max_chunks(int max_tokens, int max_seqs, int* count);
 SG_C_API int sg_conv_fwd_workspace_bytes(int max_tokens, int max_seqs, size_t* bytes);
 

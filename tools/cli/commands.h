@@ -18,6 +18,7 @@ void add_arm_options(CLI::App* app, ArmOptions& o);
 
 void register_arms(CLI::App& app, Action& action);
 void register_bench(CLI::App& app, Action& action);
+void register_generate(CLI::App& app, Action& action);
 void register_info(CLI::App& app, Action& action);
 void register_kernels(CLI::App& app, Action& action);
 

@@ -1,0 +1,169 @@
+// reference_model.h: the CPU reference forward of the whole Qwen3.5 text model (MODEL-MATH.md),
+// composed from the reference ops in kernels/ref/ (nothing is re-implemented here), with per-slot
+// state (conv state, SSM state and KV cache per layer) so that prefill with history, decode and
+// greedy generation work the way the GPU model step will.
+//
+// Weights: HostWeights keyed by Hugging Face names (text-only layout, `model.layers.{i}...`):
+//   model.embed_tokens.weight [V, H]
+//   model.layers.{i}.input_layernorm.weight [H], .post_attention_layernorm.weight [H]
+//   model.layers.{i}.mlp.{gate_proj,up_proj}.weight [I, H], .mlp.down_proj.weight [H, I]
+//   GDN layers:       model.layers.{i}.linear_attn.in_proj_qkv.weight [C, H], in_proj_z [Hv*Dv, H],
+//                     in_proj_b [Hv, H], in_proj_a [Hv, H], conv1d.weight [C, 1, K], dt_bias [Hv],
+//                     A_log [Hv], norm.weight [Dv], out_proj.weight [H, Hv*Dv]
+//   attention layers: model.layers.{i}.self_attn.q_proj.weight [2*Hq*D, H], k_proj / v_proj
+//                     [Hkv*D, H], o_proj [H, Hq*D], q_norm.weight / k_norm.weight [D]
+//   model.norm.weight [H];  lm_head.weight [V, H] (optional when tie_word_embeddings)
+// (dt_bias and A_log have no ".weight" suffix, as in HF.)
+//
+// One forward, per layer (x is the residual stream, [T, H]):
+//   h = rmsnorm(x, input_layernorm);  x = x + mixer(h);  h = rmsnorm(x, post_attention_layernorm);
+//   x = x + swiglu_mlp(h);  logits = lm_head(rmsnorm(x, model.norm)).
+// GDN mixer: linear projections -> conv_fwd / conv_update (SiLU, no bias) -> postconv (split q|k|v,
+//   L2 norm, g, beta) -> delta rule (prefill: recurrent by default, chunked on request; decode:
+//   delta_rule_decode) -> gated_rmsnorm with z -> out_proj.
+// Attention mixer: q_proj -> split_q_gate; k_proj, v_proj; q_norm / k_norm (zero-centred RMSNorm over
+//   D); partial RoPE (rotary dim = int(D * partial_rotary_factor), absolute positions); causal GQA
+//   softmax attention over the slot's KV cache + the new tokens; * sigmoid(gate); o_proj.
+//
+// Precision (ReferenceOptions::act):
+//   Store::f32 (default): every activation stays f32, for parity with Hugging Face in f32.
+//   Store::bf16: the model emulates a bf16 GPU step: the weights are rounded to bf16 when the model
+//     is built, and every activation a bf16 step would store is rounded to bf16: the embedding rows,
+//     the residual stream after every add, every norm output, every projection output, the conv
+//     output and conv state, q/k/v after post-conv, the delta-rule output, q/k after norm and again
+//     after RoPE (so the KV cache holds bf16 values), the attention output, the MLP intermediates.
+//     g, beta and the SSM state are f32 in both modes, and the logits are always f32 (lm_head
+//     accumulates in double and rounds once to f32, as a GEMM writing f32 logits would).
+//
+// Errors: every public call validates its whole batch before touching any state and throws
+// std::invalid_argument with a message naming the problem (token id outside [0, V), slot outside
+// [0, num_slots), a slot used twice in one batch, an empty sequence, context overflow: more than
+// max_context tokens in a slot). A failed call leaves every slot as it was.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/ref/attention_ref.h"
+#include "kernels/ref/ref_common.h"
+#include "models/qwen35_config.h"
+
+namespace sg {
+
+struct HostTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;  // row-major, numel() values
+  int64_t numel() const;
+};
+using HostWeights = std::map<std::string, HostTensor>;
+
+// Deterministic synthetic weights for `c` (the same bytes on every machine: a counter-based
+// splitmix64 stream per tensor, keyed by (seed, tensor name), no std:: distributions). Every value
+// is bf16-representable, so a bf16 model holds exactly the same weights. Scales keep activations
+// finite and O(1) through any number of layers (pre-norm residual blocks):
+//   embed_tokens                         U(-1, 1)
+//   every linear weight [out, in]        U(-a, a), a = sqrt(3 / in)  (std 1/sqrt(in), so a unit-RMS
+//                                        input gives O(1) outputs); lm_head likewise (when untied)
+//   conv1d.weight [C, 1, K]              U(-a, a), a = sqrt(3 / K)
+//   zero-centred norm weights            U(-0.1, 0.1)  (input/post-attention/final norms,
+//                                        q_norm, k_norm: the scale is 1 + w, so near 1)
+//   GDN norm.weight (used as is)         1 + U(-0.1, 0.1)
+//   A_log                                log(U(1, 16))  (decay rate A in [1, 16])
+//   dt_bias                              U(-0.5, 0.5)
+// lm_head.weight is omitted when the config ties the embeddings.
+HostWeights synthetic_weights(const Qwen35Config& c, uint64_t seed);
+
+class Checkpoint;  // models/safetensors.h
+
+// Reads every tensor the config needs from a Hugging Face checkpoint (text-model names, see
+// Checkpoint; BF16 / F16 / F32 converted exactly to f32). lm_head.weight is read only when the
+// embeddings are not tied (a tied checkpoint that still stores it is fine: it is ignored). A
+// conv1d.weight stored as [C, K] is accepted as [C, 1, K]. Throws std::invalid_argument listing
+// every missing, misshapen or non-float tensor.
+HostWeights load_weights(const Checkpoint& ckpt, const Qwen35Config& c);
+
+// Checks that `w` holds every tensor the config needs with the expected shape (lm_head optional
+// when tied); throws std::invalid_argument listing every missing or misshapen tensor.
+void check_weights(const Qwen35Config& c, const HostWeights& w);
+
+// The HF name of every tensor the model reads, with its shape (lm_head included only when untied).
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_weights(const Qwen35Config& c);
+
+struct ReferenceOptions {
+  ref::Store act = ref::Store::f32;  // activation storage, see the header comment
+  bool chunked_prefill = false;      // delta rule in prefill: false = recurrent (bit-exact with
+                                     // decode), true = chunked WY form (double inside)
+  int chunk = 64;                    // chunk size of the chunked form
+};
+
+// One sequence of a prefill batch: new tokens for `slot`, continuing from the slot's current
+// state (the tokens it has already consumed are its history; an empty slot starts fresh).
+struct Sequence {
+  int slot = 0;
+  std::vector<int64_t> tokens;
+};
+
+class ReferenceModel {
+ public:
+  // Takes the weights (checked with check_weights; rounded to bf16 when options.act is bf16).
+  // num_slots >= 1 independent sequences, each up to max_context >= 1 tokens (prompt + generated).
+  ReferenceModel(const Qwen35Config& config, HostWeights weights, int num_slots, int64_t max_context,
+                 ReferenceOptions options = {});
+
+  // Prefill: every sequence's tokens (one varlen batch, each sequence continuing from its slot's
+  // state); returns the logits of each sequence's last token, [N, V] row-major.
+  std::vector<float> prefill(const std::vector<Sequence>& batch);
+  // Same forward, but returns the logits of every new token, packed in batch order, [T, V] with
+  // T = the total number of new tokens.
+  std::vector<float> prefill_all_logits(const std::vector<Sequence>& batch);
+
+  // Decode: one new token per row for slots[b] (distinct); returns logits [B, V].
+  std::vector<float> decode(const std::vector<int>& slots, const std::vector<int64_t>& tokens);
+
+  // Forgets the slot's sequence: zero conv and SSM states, empty KV caches.
+  void reset(int slot);
+
+  // Greedy generation on `slot` (reset first): prefill `prompt`, then take argmax tokens (ties ->
+  // lowest id) and feed them back; returns the max_new generated tokens (not the prompt).
+  // Needs prompt.size() + max_new - 1 <= max_context.
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int max_new, int slot = 0);
+
+  int64_t length(int slot) const;  // tokens consumed by the slot so far
+  const Qwen35Config& config() const { return cfg_; }
+  const ReferenceOptions& options() const { return opt_; }
+  int num_slots() const { return num_slots_; }
+  int64_t max_context() const { return max_context_; }
+  int rotary_dim() const { return rotary_; }
+
+ private:
+  struct GdnState {
+    std::vector<float> conv;  // [num_slots, C, K-1]
+    std::vector<float> ssm;   // [num_slots, Hv, Dk, Dv] f32
+  };
+  // A packed batch: tokens of all rows, per-row slot, cu_seqlens, absolute positions.
+  struct Packed;
+
+  Packed pack_prefill(const std::vector<Sequence>& batch) const;  // validates, then packs
+  void check_slot(int slot, const char* what) const;
+  void check_token(int64_t token, const char* what) const;
+  std::vector<float> forward(const Packed& p, bool decode_step, bool all_logits);
+  void gdn_layer(int layer, const Packed& p, bool decode_step, const float* h, float* out);
+  void attention_layer(int layer, const Packed& p, bool decode_step, const float* h, float* out);
+  const float* w(const std::string& name) const;
+  const float* wl(int layer, const std::string& suffix) const;
+
+  Qwen35Config cfg_;
+  HostWeights weights_;
+  ReferenceOptions opt_;
+  int num_slots_;
+  int64_t max_context_;
+  int rotary_;
+  std::vector<bool> is_attention_;      // per layer
+  std::vector<int> state_index_;        // per layer: index into gdn_ or kv_
+  std::vector<GdnState> gdn_;           // per GDN layer
+  std::vector<std::vector<ref::KvCache>> kv_;  // per attention layer, per slot
+  std::vector<int64_t> len_;            // per slot: tokens consumed
+};
+
+}  // namespace sg

@@ -123,7 +123,9 @@ int delta_rule_decode_split(int Dk, int Dv, int requested) {
     return built && Dk % q == 0 && (Dv * q + 31) / 32 * 32 <= delta_rule_max_threads(q);
   };
   if (requested > 0) return fits(requested) ? requested : 0;
-  for (int q : {4, 2, 1}) {
+  // Measured on the H200 (BENCHMARKS.md): 2 threads per column beats 1 (more warps in flight) and 4
+  // (the chains run in 1/Q of the lanes, so issue cost grows with Q).
+  for (int q : {2, 1, 4}) {
     if (fits(q)) return q;
   }
   return 0;
@@ -144,7 +146,7 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   const int ratio = s.Hv / s.Hk;
   // Q threads per state column; the block (Dv * Q threads) loops over the Hv/Hk v-heads.
   int q = 0;
-  for (int cand : {4, 2, 1}) {
+  for (int cand : {2, 1, 4}) {
     if (s.Dk % cand == 0 && s.Dv * cand <= kGdnDecodeFusedMaxThreads && (s.Dv * cand) % 32 == 0) {
       q = cand;
       break;

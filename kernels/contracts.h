@@ -121,7 +121,7 @@ LaunchContract<ConvFwdArm> conv_fwd_contract(const ArmSelection& sel, const Conv
 
 // --- delta_rule.decode ----------------------------------------------------------------------------
 // Threads per state column for the recurrent step: `requested` (1, 2, 4, 8) or, for 0, the first of
-// 4, 2, 1 that fits. Built: 1 and 4 for Dk in {16, 32, 64, 128}, also 2 and 8 for Dk = 128. A split
+// 2, 1, 4 that fits (2 measured fastest on the H200). Built: 1 and 4 for Dk in {16, 32, 64, 128}, also 2 and 8 for Dk = 128. A split
 // q fits when round_up(Dv * q, 32) <= delta_rule_max_threads(q) (the kernel's launch bound, which
 // keeps Dk/q state rows per thread in registers: 256 threads for q = 1, 512 for 2 and 4, 1024 for
 // 8). Returns 0 when nothing fits. Every split gives the same bytes.
@@ -135,7 +135,7 @@ struct GdnDecodeShape {
 };
 // unfused: three launches (conv.update, postconv, delta_rule.decode); the contract describes the
 //          delta-rule launch: grid (Hv, rows), block round_up(Dv * split, 32).
-// fused:   one launch, grid (Hk, rows), block Dv * Q with Q the largest of 4, 2, 1 that keeps the
+// fused:   one launch, grid (Hk, rows), block Dv * Q with Q the first of 2, 1, 4 that keeps the
 //          block <= 512 threads and a multiple of 32 (Q threads share a state column; the block
 //          loops over its Hv/Hk v-heads): one block per (sequence, k-head) owns
 //          the conv channels of that head's q, k and its Hv/Hk v-heads (state read and written by

@@ -281,7 +281,7 @@ TEST_CASE("the fused gdn.decode arm is one node of one block per (sequence, k-he
     CHECK(m.nodes[0].label.arm == "fused");
     CHECK(m.nodes[0].kernel.find("gdn_decode_fused_kernel") != std::string::npos);
     CHECK(m.nodes[0].grid == Dim3{16, static_cast<unsigned>(key), 1});
-    CHECK(m.nodes[0].block == Dim3{512, 1, 1});  // 128 columns x 4 threads per column
+    CHECK(m.nodes[0].block == Dim3{256, 1, 1});  // 128 columns x 2 threads per column
   }
   // The small shape (Dk = 32) is not supported by the fused kernel: the contract falls back.
   auto c = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{4, 2, 6, 32, 64, 3});

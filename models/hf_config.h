@@ -7,13 +7,15 @@
 //     num_attention_heads, num_key_value_heads, head_dim, linear_num_key_heads,
 //     linear_num_value_heads, linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim
 //   required number > 0: rms_norm_eps
-//   rope theta (required): rope_parameters.rope_theta, else the legacy rope_scaling.rope_theta or
-//     top-level rope_theta
+//   rope theta (required; HF would default to 10000): rope_parameters.rope_theta (or, as in HF,
+//     a non-empty legacy rope_scaling object in place of rope_parameters), else top-level rope_theta;
+//     rope_type / type there must be "default"
 //   partial_rotary_factor: rope_parameters.partial_rotary_factor, else top-level, else 0.25;
 //     head_dim * factor must be an even integer
 //   layer_types: optional list of "linear_attention" / "full_attention", one per layer; when
 //     absent, derived as HF does from full_attention_interval (default 4)
-//   tie_word_embeddings: optional bool (text config, else the top level), default false as in HF
+//   tie_word_embeddings: optional bool (text config, else the top level; both present and
+//     different is an error), default false as in HF
 // Rejected with a clear error (the engine does not implement them): attn_output_gate false,
 // num_experts > 0 (MoE), rope_type other than "default", hidden_act other than "silu".
 // Every error is an sg::Error naming the file (origin) and the key, e.g.

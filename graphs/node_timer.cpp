@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 
 #include "engine/error.h"
 
@@ -150,11 +151,20 @@ std::vector<NodeStats> aggregate(const Manifest& m, const std::vector<KernelReco
 }
 
 std::string short_kernel_name(const std::string& demangled) {
+  constexpr std::string_view anon = "(anonymous namespace)::";
   std::string k = demangled;
-  for (const std::string drop : {"(anonymous namespace)::", "sg::", "void "}) {
-    for (size_t p; (p = k.find(drop)) != std::string::npos;) k.erase(p, drop.size());
+  for (size_t p = k.find(anon); p != std::string::npos; p = k.find(anon)) k.replace(p, anon.size(), "");
+  k = k.substr(0, k.find('('));
+  // Drop the return type, namespaces and the anonymous namespace: keep the last qualified part
+  // (template arguments included).
+  if (k.rfind("void ", 0) == 0) k = k.substr(5);
+  size_t depth = 0, cut = 0;
+  for (size_t i = 0; i + 1 < k.size(); ++i) {
+    if (k[i] == '<') ++depth;
+    if (k[i] == '>' && depth > 0) --depth;
+    if (depth == 0 && k[i] == ':' && k[i + 1] == ':') cut = i + 2;
   }
-  return k.substr(0, k.find('('));
+  return k.substr(cut);
 }
 
 std::string format_node_table(const std::vector<NodeStats>& stats, double floor_gbps) {

@@ -87,24 +87,30 @@ LaunchContract<PostconvArm> postconv_contract(PostconvArm requested, const Postc
       c.grid = {T, hk + 1, 1};
       c.block = {256, 1, 1};
       c.kernel = "postconv_megablock";
-      return c;
+      break;
     case PostconvArm::fast:
       c.grid = {T, hk + 1, 1};
       c.block = {128, 1, 1};
       c.kernel = "postconv_fast";
-      return c;
+      break;
     case PostconvArm::split:
       c.grid = {T, hk + hv, 1};
       c.block = {128, 1, 1};
       c.kernel = "postconv_split";
-      return c;
+      break;
     case PostconvArm::token_tile:
       c.grid = {ceil_div(s.T, kPostconvTokenTile), hk + hv, 1};
       c.block = {128, 1, 1};
       c.kernel = "postconv_token_tile";
-      return c;
+      break;
+    default:
+      throw std::invalid_argument(fmt::format("postconv: arm index {} out of range", static_cast<int>(requested)));
   }
-  throw std::invalid_argument(fmt::format("postconv: arm index {} out of range", static_cast<int>(requested)));
+  // The kernels linearise the block index (x + y * gridDim.x) in 32-bit arithmetic.
+  if (static_cast<uint64_t>(c.grid.x) * c.grid.y >= (uint64_t{1} << 31)) {
+    bad_shape(op, fmt::format("{} x {} blocks exceed 2^31 (T={} too large for one launch)", c.grid.x, c.grid.y, s.T));
+  }
+  return c;
 }
 
 LaunchContract<PostconvArm> postconv_contract(const ArmSelection& sel, const PostconvShape& s) {

@@ -75,8 +75,9 @@ __device__ __forceinline__ Work exact_work(const ConvFwdParams& p, const ConvChu
 // is empty (no output, state untouched).
 __device__ __forceinline__ bool whole_work(const ConvFwdParams& p, int y, Work& w) {
   const int live = *p.n_seqs;
-  const int32_t b = p.cu_seqlens[y], e = p.cu_seqlens[y + 1];  // in bounds for y < max_seqs
-  if (y >= live || e <= b) return false;
+  if (y >= live) return false;  // before reading cu_seqlens: it may hold only live + 1 entries
+  const int32_t b = p.cu_seqlens[y], e = p.cu_seqlens[y + 1];
+  if (e <= b) return false;
   w.t0 = b;
   w.n = e - b;
   w.seq_start = b;

@@ -72,6 +72,13 @@ dim3 to_dim3(const Dim3& d) { return dim3(d.x, d.y, d.z); }
 cudaError_t conv_update(const ConvUpdateParams& p, const LaunchContract<ConvUpdateArm>& c, cudaStream_t stream) {
   if (p.K < 1 || p.K > kMaxK) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
+  // The contract must be the one for these params: the fast arm maps blockIdx.y to the row.
+  try {
+    const auto want = conv_update_contract(c.arm, ConvUpdateShape{p.rows, p.C, p.K});
+    if (!(want.grid == c.grid) || !(want.block == c.block) || want.smem_bytes != c.smem_bytes) return cudaErrorInvalidValue;
+  } catch (const std::exception&) {
+    return cudaErrorInvalidValue;
+  }
   std::array<std::function<void(const LaunchContract<ConvUpdateArm>&)>, 2> by_arm;
   by_arm[static_cast<size_t>(ConvUpdateArm::grid)] = [&](const auto& k) {
     conv_update_grid_kernel<<<to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream>>>(p);
@@ -79,7 +86,11 @@ cudaError_t conv_update(const ConvUpdateParams& p, const LaunchContract<ConvUpda
   by_arm[static_cast<size_t>(ConvUpdateArm::fast)] = [&](const auto& k) {
     conv_update_fast_kernel<<<to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream>>>(p);
   };
-  dispatch(c, by_arm);
+  try {
+    dispatch(c, by_arm);
+  } catch (const std::exception&) {
+    return cudaErrorNotSupported;
+  }
   return cudaGetLastError();
 }
 

@@ -43,9 +43,7 @@ void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-bool delta_rule_decode_supports(int Dk, int Dv) {
-  return (Dk == 16 || Dk == 32 || Dk == 64 || Dk == 128) && Dv >= 1 && Dv <= 1024;
-}
+bool delta_rule_decode_supports(int Dk, int Dv) { return delta_rule_decode_split(Dk, Dv) != 0; }
 
 cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   if (!delta_rule_decode_supports(p.Dk, p.Dv) || p.Hk < 1 || p.Hv % p.Hk != 0) return cudaErrorInvalidValue;

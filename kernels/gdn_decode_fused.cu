@@ -113,8 +113,18 @@ __global__ void __launch_bounds__(kGdnDecodeFusedMaxThreads) gdn_decode_fused_ke
 
 cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract<GdnDecodeArm>& c,
                              cudaStream_t stream) {
-  if (c.arm != GdnDecodeArm::fused) return cudaErrorInvalidValue;
+  if (c.arm != GdnDecodeArm::fused || p.Dv < 1 || p.Hk < 1) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
+  // The contract must be the one for these params (shared memory is sized from them).
+  try {
+    const auto want = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{p.rows, p.Hk, p.Hv, p.Dk, p.Dv, p.K});
+    if (want.arm != GdnDecodeArm::fused || !(want.grid == c.grid) || !(want.block == c.block) ||
+        want.smem_bytes != c.smem_bytes) {
+      return cudaErrorInvalidValue;
+    }
+  } catch (const std::exception&) {
+    return cudaErrorInvalidValue;
+  }
   const dim3 grid(c.grid.x, c.grid.y, c.grid.z), block(c.block.x, c.block.y, c.block.z);
   const int q = static_cast<int>(c.block.x) / p.Dv;
   switch (p.Dk * 100 + q) {

@@ -95,6 +95,17 @@ cudaError_t postconv(const PostconvParams& p, const LaunchContract<PostconvArm>&
   const int64_t covered = static_cast<int64_t>(c.grid.x) * (c.arm == PostconvArm::token_tile ? kPostconvTokenTile : 1);
   if (covered < p.T) return cudaErrorInvalidValue;
   if (c.arm == PostconvArm::token_tile && !(p.Dk == 128 && p.Dv == 128)) return cudaErrorInvalidValue;
+  // Heads, block and shared memory must be the contract's for these params (the kernels map block
+  // indices to heads from the params).
+  try {
+    const int bucket = c.arm == PostconvArm::token_tile ? static_cast<int>(covered) : static_cast<int>(c.grid.x);
+    const auto want = postconv_contract(c.arm, PostconvShape{bucket, p.Hk, p.Hv, p.Dk, p.Dv});
+    if (want.arm != c.arm || !(want.grid == c.grid) || !(want.block == c.block) || want.smem_bytes != c.smem_bytes) {
+      return cudaErrorInvalidValue;
+    }
+  } catch (const std::exception&) {
+    return cudaErrorInvalidValue;
+  }
 
   cudaError_t launched = cudaSuccess;
   std::array<std::function<void(const LaunchContract<PostconvArm>&)>, 4> by_arm;
@@ -108,7 +119,11 @@ cudaError_t postconv(const PostconvParams& p, const LaunchContract<PostconvArm>&
   by_arm[static_cast<size_t>(PostconvArm::token_tile)] = [&](const auto& k) {
     launched = launch_token_tile(p, k, stream);
   };
-  dispatch(c, by_arm);
+  try {
+    dispatch(c, by_arm);
+  } catch (const std::exception&) {
+    return cudaErrorNotSupported;
+  }
   if (launched != cudaSuccess) return launched;
   return cudaGetLastError();
 }

@@ -8,6 +8,7 @@
 // static input block, then replays the key's graph (or launches the same sequence eagerly).
 #pragma once
 #include <cstdint>
+#include <array>
 #include <map>
 #include <optional>
 #include <vector>
@@ -103,7 +104,12 @@ class GdnDecodeStep {
   Stream stream_;
   std::optional<Arena> arena_;
   Views v_;
-  PinnedBuffer staging_;
+  // Two pinned staging buffers used in turn; each one's event marks when its upload has been
+  // consumed, so the host packs step n+1 while step n runs and waits only for step n-1's copy.
+  std::array<PinnedBuffer, 2> staging_;
+  std::array<Event, 2> staged_{Event(false), Event(false)};
+  int next_staging_ = 0;
+  char* acquire_staging();  // waits for that buffer's previous upload, returns it
   std::vector<float> w_host_, A_log_host_, dt_bias_host_;
   std::vector<int> keys_;
   std::map<int, CapturedGraph> graphs_;

@@ -268,7 +268,6 @@ TEST_CASE("the manifest names each node's op, arm, kernel and grid", "[gpu][skel
   }
 }
 
-// Tagged [cupti]: it cannot run under compute-sanitizer, which holds CUPTI's one subscription.
 TEST_CASE("the fused gdn.decode arm is one node of one block per (sequence, k-head)", "[gpu][skeleton][manifest]") {
   GdnDecodeOptions o;
   o.arms.gdn_decode = GdnDecodeArm::fused;
@@ -289,6 +288,7 @@ TEST_CASE("the fused gdn.decode arm is one node of one block per (sequence, k-he
   CHECK(c.fallback_reason.find("using unfused") != std::string::npos);
 }
 
+// Tagged [cupti]: it cannot run under compute-sanitizer, which holds CUPTI's one subscription.
 TEST_CASE("CUPTI times every node of every graph over N replays", "[gpu][skeleton][cupti]") {
   GdnDecodeOptions o;
   GdnDecodeStep step(dims_4b(), o);

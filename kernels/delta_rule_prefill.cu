@@ -1,0 +1,191 @@
+// delta_rule_prefill.cu: the gated delta rule's prefill as the reference-exact sequential scan
+// (see delta_rule_prefill.h). Per (v-head, sequence) program: the state column of each thread group
+// stays in registers across the sequence's tokens; per token the arithmetic is that of
+// dev::delta_rule_column (delta_rule_device.cuh), operation for operation.
+#include "kernels/contracts.h"
+#include "kernels/delta_rule_prefill.h"
+#include "kernels/device_util.cuh"
+
+namespace sg {
+namespace {
+
+// One recurrent step on a state column held in registers: dev::delta_rule_column with the loads
+// and stores of S taken out (s[i] holds S[r0 + i][j] of this lane's row block). The same operations
+// in the same order: s_i = s_i * decay; kv = fmaf chain over rows 0..DK-1 passed lane to lane in
+// row order; u = (v - kv) * beta; s_i = fmaf(k_i, u, s_i); o = fmaf chain of s_i * qs_i. Called by
+// every lane of the warp; returns o in every lane of the group.
+template <int DK, int Q>
+__device__ __forceinline__ float column_step(float (&s)[DK / Q], const float* ks, const float* qs, float decay,
+                                             float beta, float v) {
+  static_assert(DK % Q == 0 && 32 % Q == 0, "Q must divide Dk and 32");
+  constexpr int R = DK / Q;
+  const int lane = threadIdx.x % 32, part = lane % Q, base = lane - part;
+  const int r0 = part * R;
+#pragma unroll
+  for (int i = 0; i < R; ++i) s[i] = s[i] * decay;
+  float kv = 0.0f;
+#pragma unroll
+  for (int p = 0; p < Q; ++p) {
+    if (part == p) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) kv = fmaf(s[i], ks[r0 + i], kv);
+    }
+    if constexpr (Q > 1) kv = __shfl_sync(0xffffffffu, kv, base + p);
+  }
+  const float u = (v - kv) * beta;
+#pragma unroll
+  for (int i = 0; i < R; ++i) s[i] = fmaf(ks[r0 + i], u, s[i]);
+  float o = 0.0f;
+#pragma unroll
+  for (int p = 0; p < Q; ++p) {
+    if (part == p) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) o = fmaf(s[i], qs[r0 + i], o);
+    }
+    if constexpr (Q > 1) o = __shfl_sync(0xffffffffu, o, base + p);
+  }
+  return o;
+}
+
+// Grid (Hv, max_seqs); block round_up(Dv * Q, 32): Q consecutive threads share column j = t / Q.
+// Every early exit is uniform over the block (it depends on the sequence only), so the barriers
+// and the full-warp shuffles always see every thread.
+// Registers: the decode kernel's thread bounds, with minBlocks = 1 so ptxas may use the whole
+// per-thread budget (without it, it capped some instances low and spilled). ptxas -v (sm_90, CUDA
+// 13.0): no spills except Dk = 128 with split 1 (128 state registers in a 255-register budget;
+// ~190 bytes, the decode kernel spills there too); the automatic split never picks it for Dv <= 256.
+template <int DK, int Q>
+__global__ void __launch_bounds__(Q == 1 ? 256 : Q == 8 ? 1024 : 512, 1)
+    delta_rule_prefill_kernel(const DeltaRulePrefillParams p) {
+  constexpr int R = DK / Q;
+  __shared__ float ks[2][DK], qs[2][DK];
+  const int hv = blockIdx.x, n = blockIdx.y;
+  if (n >= *p.n_seqs) return;  // before reading cu_seqlens: it may hold only live + 1 entries
+  const int64_t b = p.cu_seqlens[n], e = p.cu_seqlens[n + 1];
+  if (e <= b) return;  // zero-length: no output, no state access
+  const int slot = p.slots[n];
+  const int Hv = p.Hv, Dv = p.Dv;
+  if (slot < 0) {  // padding: zero output rows, state untouched
+    for (int64_t t = b; t < e; ++t) {
+      for (int jj = threadIdx.x; jj < Dv; jj += blockDim.x) dev::store(p.out, p.out_dtype, (t * Hv + hv) * Dv + jj, 0.0f);
+    }
+    return;
+  }
+  const bool hist = p.has_history[n] != 0;
+  const int hk = hv / (Hv / p.Hk);
+  const int Hk = p.Hk;
+  const int j = threadIdx.x / Q;
+  const bool active = j < Dv;
+  const float scale = 1.0f / sqrtf(static_cast<float>(DK));
+  const int r0 = (threadIdx.x % 32 % Q) * R;
+  float* S = p.state + (static_cast<int64_t>(slot) * Hv + hv) * DK * Dv + (active ? j : 0);  // column j
+
+  // The state column, read once (never without history).
+  float s[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) s[i] = active && hist ? S[static_cast<int64_t>(r0 + i) * Dv] : 0.0f;
+
+  // Token b's q (scaled) and k into buffer 0; its v, g, beta into registers. Offsets of token t:
+  // qk = (t * Hk + hk) * DK, vo = (t * Hv + hv) * Dv (+ j), gb = t * Hv + hv.
+  const int64_t qk_step = static_cast<int64_t>(Hk) * DK, v_step = static_cast<int64_t>(Hv) * Dv;
+  int64_t qk = (b * Hk + hk) * DK, vo = (b * Hv + hv) * Dv + (active ? j : 0), gb = b * Hv + hv;
+  for (int i = threadIdx.x; i < DK; i += blockDim.x) {
+    ks[0][i] = dev::load(p.k, p.qkv_dtype, qk + i);
+    qs[0][i] = dev::load(p.q, p.qkv_dtype, qk + i) * scale;
+  }
+  float v_cur = active ? dev::load(p.v, p.qkv_dtype, vo) : 0.0f;
+  float g_cur = p.g[gb], beta_cur = p.beta[gb];
+  __syncthreads();
+
+  const int tid = threadIdx.x;
+  for (int64_t t = b; t < e; ++t) {
+    const int buf = static_cast<int>((t - b) & 1);
+    const bool more = t + 1 < e;
+    const int64_t qk1 = qk + qk_step, vo1 = vo + v_step, gb1 = gb + Hv;
+    // Issue the next token's loads before computing this one (their latency hides behind the
+    // chains): element tid of its q and k (every element when the block has >= DK threads, the
+    // usual case), its v, g and beta.
+    float kn = 0.0f, qn = 0.0f, v_n = 0.0f, g_n = 0.0f, beta_n = 0.0f;
+    if (more) {
+      if (tid < DK) {
+        kn = dev::load(p.k, p.qkv_dtype, qk1 + tid);
+        qn = dev::load(p.q, p.qkv_dtype, qk1 + tid);
+      }
+      if (active) v_n = dev::load(p.v, p.qkv_dtype, vo1);
+      g_n = p.g[gb1];
+      beta_n = p.beta[gb1];
+    }
+    const float decay = expf(g_cur);
+    const float o = column_step<DK, Q>(s, ks[buf], qs[buf], decay, beta_cur, v_cur);
+    if (active && tid % Q == 0) dev::store(p.out, p.out_dtype, vo, o);
+    // The other buffer was last read for token t - 1, before the previous barrier: safe to refill.
+    if (more) {
+      if (tid < DK) {
+        ks[buf ^ 1][tid] = kn;
+        qs[buf ^ 1][tid] = qn * scale;
+      }
+      // Blocks with fewer than DK threads (small Dv * Q): the rest of q and k, loaded now.
+      for (int i = tid + blockDim.x; i < DK; i += blockDim.x) {
+        ks[buf ^ 1][i] = dev::load(p.k, p.qkv_dtype, qk1 + i);
+        qs[buf ^ 1][i] = dev::load(p.q, p.qkv_dtype, qk1 + i) * scale;
+      }
+    }
+    __syncthreads();  // buffer buf ^ 1 is complete; buffer buf is free for token t + 2
+    qk = qk1;
+    vo = vo1;
+    gb = gb1;
+    v_cur = v_n;
+    g_cur = g_n;
+    beta_cur = beta_n;
+  }
+
+  // The final state column, written once.
+  if (active) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) S[static_cast<int64_t>(r0 + i) * Dv] = s[i];
+  }
+}
+
+template <int DK, int Q>
+void launch(const DeltaRulePrefillParams& p, cudaStream_t stream) {
+  const dim3 grid(p.Hv, p.max_seqs), block((p.Dv * Q + 31) / 32 * 32);
+  delta_rule_prefill_kernel<DK, Q><<<grid, block, 0, stream>>>(p);
+}
+
+}  // namespace
+
+bool delta_rule_prefill_supports(int Dk, int Dv) { return delta_rule_decode_split(Dk, Dv) != 0; }
+
+cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t stream) {
+  if (!delta_rule_prefill_supports(p.Dk, p.Dv) || p.Hk < 1 || p.Hv < 1 || p.Hv % p.Hk != 0 || p.max_seqs < 0 ||
+      p.max_seqs > static_cast<int>(kMaxGridYZ)) {
+    return cudaErrorInvalidValue;
+  }
+  if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.cu_seqlens || !p.slots || !p.has_history || !p.n_seqs ||
+      !p.state || !p.out) {
+    return cudaErrorInvalidValue;
+  }
+  if ((p.qkv_dtype != DType::f32 && p.qkv_dtype != DType::bf16) ||
+      (p.out_dtype != DType::f32 && p.out_dtype != DType::bf16)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.max_seqs == 0) return cudaSuccess;
+  const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
+  if (q == 0) return cudaErrorInvalidValue;
+  switch (p.Dk * 100 + q) {
+    case 1601: launch<16, 1>(p, stream); break;
+    case 1604: launch<16, 4>(p, stream); break;
+    case 3201: launch<32, 1>(p, stream); break;
+    case 3204: launch<32, 4>(p, stream); break;
+    case 6401: launch<64, 1>(p, stream); break;
+    case 6404: launch<64, 4>(p, stream); break;
+    case 12801: launch<128, 1>(p, stream); break;
+    case 12802: launch<128, 2>(p, stream); break;
+    case 12804: launch<128, 4>(p, stream); break;
+    case 12808: launch<128, 8>(p, stream); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace sg

@@ -1,0 +1,160 @@
+// rmsnorm.cu: zero-centred RMSNorm (optionally fused with the residual add) and the GDN gated
+// RMSNorm. One kernel template for both: a row is owned by a warp (n <= 512) or a block.
+#include "kernels/device_util.cuh"
+#include "kernels/rmsnorm.h"
+
+namespace sg {
+namespace {
+
+constexpr int kWarpRowMaxN = 512;   // n up to this: one warp per row
+constexpr int kWarpRowBlock = 256;  // 8 rows per block in warp-per-row mode
+constexpr int kMaxBlock = 1024;
+
+// Both ops mapped onto one argument set (z null for the plain norm, residual fields unused for
+// the gated one).
+struct NormArgs {
+  const void* x;
+  DType xt;
+  int64_t x_ts, x_hs;  // token / head strides of x (elements)
+  const void* res;     // [T, heads, n] or null
+  void* res_out;       // [T, heads, n] or null
+  DType rt;
+  const void* z;       // gated only: [T, heads, n] with token stride z_ts
+  DType zt;
+  int64_t z_ts;
+  const void* w;
+  DType wt;
+  void* y;             // [T, heads, n] contiguous
+  DType yt;
+  int T, heads, n;
+  float eps;
+  const int32_t* live;
+};
+
+// The value as stored in dtype t (f32: unchanged; bf16: rounded to nearest even).
+__device__ __forceinline__ float round_to(DType t, float v) {
+  return t == DType::bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+}
+
+// Fixed butterfly over the warp; every lane ends with the same bits (IEEE add is commutative).
+__device__ __forceinline__ float warp_sum(float s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  return s;
+}
+
+// Block-wide sum in a fixed order: warp butterflies, then every warp reduces the warp partials
+// with the same butterfly (so all threads get identical bits without a second barrier).
+__device__ __forceinline__ float block_sum(float s, float* partial) {
+  s = warp_sum(s);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  if (lane == 0) partial[warp] = s;
+  __syncthreads();
+  return warp_sum(lane < nw ? partial[lane] : 0.0f);
+}
+
+template <bool kGated, bool kWarpRow>
+__global__ void __launch_bounds__(kMaxBlock) norm_kernel(const NormArgs a) {
+  __shared__ float partial[32];
+  int64_t row;
+  int lane, G;
+  if constexpr (kWarpRow) {
+    row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    lane = threadIdx.x % 32;
+    G = 32;
+    if (row >= static_cast<int64_t>(a.T) * a.heads) return;  // whole warps
+  } else {
+    row = blockIdx.x;  // grid = T * heads exactly
+    lane = threadIdx.x;
+    G = blockDim.x;
+  }
+  const int t = static_cast<int>(row / a.heads), h = static_cast<int>(row % a.heads);
+  const int64_t o0 = row * a.n;  // contiguous [T, heads, n] offset of y / residual / residual_out
+  if (a.live && t >= *a.live) {  // padding token: defined zeros, nothing read
+    for (int i = lane; i < a.n; i += G) {
+      dev::store(a.y, a.yt, o0 + i, 0.0f);
+      if (a.res_out) dev::store(a.res_out, a.rt, o0 + i, 0.0f);
+    }
+    return;
+  }
+  const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs;
+  // Pass 1: sum of squares (of the rounded residual sum when fused, which is stored here).
+  float s = 0.0f;
+  for (int i = lane; i < a.n; i += G) {
+    float v = dev::load(a.x, a.xt, x0 + i);
+    if (!kGated && a.res_out) {
+      if (a.res) v = v + dev::load(a.res, a.rt, o0 + i);
+      v = round_to(a.rt, v);
+      dev::store(a.res_out, a.rt, o0 + i, v);
+    }
+    s = fmaf(v, v, s);
+  }
+  s = kWarpRow ? warp_sum(s) : block_sum(s, partial);
+  const float inv = 1.0f / sqrtf(s / static_cast<float>(a.n) + a.eps);
+  // Pass 2: same element-to-thread map, so a thread only re-reads what it read or wrote itself
+  // (this is what makes y == x and residual_out == x / residual aliasing safe).
+  for (int i = lane; i < a.n; i += G) {
+    const float wi = dev::load(a.w, a.wt, i);
+    float yv;
+    if constexpr (kGated) {
+      const float v = dev::load(a.x, a.xt, x0 + i);
+      const float zv = dev::load(a.z, a.zt, static_cast<int64_t>(t) * a.z_ts + static_cast<int64_t>(h) * a.n + i);
+      yv = (wi * (v * inv)) * dev::silu(zv);
+    } else {
+      const float v = a.res_out ? dev::load(a.res_out, a.rt, o0 + i) : dev::load(a.x, a.xt, x0 + i);
+      yv = (v * inv) * (1.0f + wi);
+    }
+    dev::store(a.y, a.yt, o0 + i, yv);
+  }
+}
+
+bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
+
+template <bool kGated>
+cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
+  if (rows == 0) return cudaSuccess;
+  if (a.n <= kWarpRowMaxN) {
+    const int64_t per_block = kWarpRowBlock / 32;
+    const int64_t blocks = (rows + per_block - 1) / per_block;
+    if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+    norm_kernel<kGated, true><<<static_cast<unsigned>(blocks), kWarpRowBlock, 0, stream>>>(a);
+  } else {
+    if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+    const int want = (a.n + 7) / 8;
+    const int block = want >= kMaxBlock ? kMaxBlock : (want + 31) / 32 * 32;
+    norm_kernel<kGated, false><<<static_cast<unsigned>(rows), block, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t rmsnorm(const RmsNormParams& p, cudaStream_t stream) {
+  if (!p.x || !p.w || !p.y || p.T < 0 || p.heads < 1 || p.n < 1 || !(p.eps >= 0.0f)) return cudaErrorInvalidValue;
+  if (!float_type(p.x_dtype) || !float_type(p.w_dtype) || !float_type(p.y_dtype)) return cudaErrorInvalidValue;
+  if (p.residual && !p.residual_out) return cudaErrorInvalidValue;
+  if (p.residual_out && (!float_type(p.residual_dtype) || p.residual_out == p.y)) return cudaErrorInvalidValue;
+  const int64_t hs = p.x_head_stride ? p.x_head_stride : p.n;
+  const int64_t ts = p.x_token_stride ? p.x_token_stride : hs * p.heads;
+  if (hs < p.n || ts < (p.heads - 1) * hs + p.n) return cudaErrorInvalidValue;
+  NormArgs a{p.x, p.x_dtype, ts, hs, p.residual, p.residual_out, p.residual_dtype, nullptr, DType::f32, 0,
+             p.w, p.w_dtype, p.y, p.y_dtype, p.T, p.heads, p.n, p.eps, p.live_rows};
+  return launch<false>(a, stream);
+}
+
+cudaError_t gated_rmsnorm(const GatedRmsNormParams& p, cudaStream_t stream) {
+  if (!p.x || !p.z || !p.w || !p.y || p.T < 0 || p.heads < 1 || p.n < 1 || !(p.eps >= 0.0f)) return cudaErrorInvalidValue;
+  if (!float_type(p.x_dtype) || !float_type(p.z_dtype) || !float_type(p.w_dtype) || !float_type(p.y_dtype)) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t row = static_cast<int64_t>(p.heads) * p.n;
+  const int64_t xts = p.x_token_stride ? p.x_token_stride : row;
+  const int64_t zts = p.z_token_stride ? p.z_token_stride : row;
+  if (xts < row || zts < row) return cudaErrorInvalidValue;
+  NormArgs a{p.x, p.x_dtype, xts, p.n, nullptr, nullptr, DType::f32, p.z, p.z_dtype, zts,
+             p.w, p.w_dtype, p.y, p.y_dtype, p.T, p.heads, p.n, p.eps, p.live_rows};
+  return launch<true>(a, stream);
+}
+
+}  // namespace sg

@@ -1,0 +1,526 @@
+// GPU tests of the elementwise / norm kernels of the model step against their CPU references:
+// rmsnorm (plain, fused residual add, per-head strided rows), gated_rmsnorm, embedding, swiglu and
+// argmax. Every output is poisoned with 0xFF (NaN in f32 and bf16, -1 in i32) and followed by a
+// poisoned guard, so an element left unwritten fails its check and a write past the end is seen.
+// Tolerances (got vs the reference rounded to the output dtype):
+//   f32 outputs:  |got - ref| <= 1e-5 * |ref| + 1e-7
+//   bf16 outputs: |got - ref| <= k * ulp_bf16(ref) + 1e-6, k = 1 (one rounding of an f32 value
+//                 that differs from the reference by a few f32 ulps), k = 2 for swiglu with a
+//                 bf16 activation (silu is rounded to bf16 before the product: two roundings)
+//   byte-exact:   residual_out, embedding, argmax, and padding rows (+0.0 / id 0).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "engine/error.h"
+#include "engine/tensor.h"
+#include "kernels/argmax.h"
+#include "kernels/embedding.h"
+#include "kernels/ref/mlp_ref.h"
+#include "kernels/ref/norm_ref.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/swiglu.h"
+#include "tests/support/catch.h"
+#include "tests/support/gpu_buffers.h"
+#include "tests/support/random.h"
+
+using namespace sg;
+
+namespace {
+
+constexpr uint8_t kPoison = 0xFF;  // NaN as f32 and bf16
+constexpr size_t kGuard = 64;      // poisoned elements after every output buffer
+constexpr float kEps = 1e-6f;
+
+ref::Store store_of(DType t) { return t == DType::bf16 ? ref::Store::bf16 : ref::Store::f32; }
+
+std::vector<float> rnd(size_t n, uint64_t seed, DType t, float lo, float hi) {
+  return t == DType::bf16 ? test::uniform_bf16(n, seed, lo, hi) : test::uniform(n, seed, lo, hi);
+}
+
+// A poisoned output of n elements of type t, plus the guard.
+test::DevBuf out_buf(size_t n, DType t) { return test::DevBuf((n + kGuard) * dtype_size(t), kPoison); }
+
+struct Got {
+  std::vector<uint8_t> bytes;  // the first n elements
+  std::vector<float> v;        // the same as f32
+  bool guard_ok = true;        // the guard still holds the poison
+};
+
+Got fetch(const test::DevBuf& b, size_t n, DType t) {
+  Got g;
+  g.bytes = b.download();
+  const size_t es = dtype_size(t);
+  for (size_t i = n * es; i < g.bytes.size(); ++i) g.guard_ok = g.guard_ok && g.bytes[i] == kPoison;
+  g.bytes.resize(n * es);
+  if (t == DType::f32 || t == DType::bf16) g.v = test::from_bytes(g.bytes, t);
+  return g;
+}
+
+float ulp_bf16(float r) {
+  if (r == 0.0f || !std::isfinite(r)) return 0.0f;
+  int e;
+  std::frexp(r, &e);  // |r| in [2^(e-1), 2^e): 8 significant bits -> ulp 2^(e-8)
+  return std::ldexp(1.0f, e - 8);
+}
+
+// "" when every element of [0, live_elems) is within tolerance of want and every element after
+// it is +0.0 (a padding row); else a report of the count and the first failure.
+std::string compare(const std::vector<float>& got, const std::vector<float>& want, DType t, double ulps,
+                    size_t live_elems) {
+  size_t bad = 0, first = SIZE_MAX;
+  for (size_t i = 0; i < want.size(); ++i) {
+    bool ok;
+    if (i >= live_elems) {
+      ok = got[i] == 0.0f && !std::signbit(got[i]);
+    } else {
+      const double tol = t == DType::bf16 ? ulps * ulp_bf16(want[i]) + 1e-6 : 1e-5 * std::fabs(want[i]) + 1e-7;
+      ok = std::fabs(static_cast<double>(got[i]) - want[i]) <= tol;  // false for NaN (poison)
+    }
+    if (!ok) {
+      ++bad;
+      if (first == SIZE_MAX) first = i;
+    }
+  }
+  if (bad == 0) return "";
+  return fmt::format("{} of {} elements out of tolerance; first at {} (live {}): got {:.9g}, expected {:.9g}", bad,
+                     want.size(), first, live_elems, got[first], first < live_elems ? want[first] : 0.0f);
+}
+
+// Padding rows of a reference: zero from element live_elems on.
+void zero_tail(std::vector<float>& v, size_t live_elems) { std::fill(v.begin() + std::min(live_elems, v.size()), v.end(), 0.0f); }
+
+}  // namespace
+
+TEST_CASE("rmsnorm: matches the reference for awkward sizes, dtypes and padded tokens", "[gpu][norms]") {
+  struct Types {
+    DType x, w, y;
+  };
+  for (Types ty : {Types{DType::bf16, DType::f32, DType::bf16}, Types{DType::f32, DType::f32, DType::f32},
+                   Types{DType::bf16, DType::bf16, DType::f32}}) {
+    for (int n : {1, 127, 129, 2560, 5120}) {
+      for (int T : {1, 17, 300}) {
+        const int live = T > 1 ? T - T / 3 : T;  // T = 1: no live_rows pointer
+        const uint64_t seed = 7000 + 31 * n + T + 1000 * static_cast<int>(ty.x) + 100 * static_cast<int>(ty.y);
+        CAPTURE(dtype_name(ty.x), dtype_name(ty.w), dtype_name(ty.y), n, T, live, seed);
+        const size_t N = static_cast<size_t>(T) * n;
+        auto x = rnd(N, seed, ty.x, -2.f, 2.f);
+        if (T > 1) std::fill(x.begin() + n, x.begin() + 2 * n, 0.0f);  // an all-zero row: y = 0
+        auto w = rnd(n, seed + 1, ty.w, -0.5f, 0.5f);
+        std::vector<float> want(N);
+        ref::rmsnorm(x.data(), w.data(), want.data(), T, n, kEps, store_of(ty.y));
+        auto dx = test::DevBuf::from(x, ty.x), dw = test::DevBuf::from(w, ty.w);
+        auto dlive = test::DevBuf::from_i32({live});
+        auto y = out_buf(N, ty.y);
+        RmsNormParams p;
+        p.x = dx.data();
+        p.x_dtype = ty.x;
+        p.w = dw.data();
+        p.w_dtype = ty.w;
+        p.y = y.data();
+        p.y_dtype = ty.y;
+        p.T = T;
+        p.n = n;
+        p.eps = kEps;
+        p.live_rows = T > 1 ? dlive.as<int32_t>() : nullptr;
+        check(rmsnorm(p, nullptr));
+        auto g = fetch(y, N, ty.y);
+        CHECK(g.guard_ok);
+        CHECK(compare(g.v, want, ty.y, 1, static_cast<size_t>(live) * n) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE("rmsnorm: a row gives the same bytes in every bucket size and in place", "[gpu][norms]") {
+  for (int n : {129, 5120}) {
+    CAPTURE(n);
+    const int T_small = 17, T_big = 300;
+    auto x = test::uniform_bf16(static_cast<size_t>(T_big) * n, 42 + n, -3.f, 3.f);
+    auto w = test::uniform(n, 43 + n, -0.5f, 0.5f);
+    auto dx = test::DevBuf::from(x, DType::bf16), dw = test::DevBuf::from(w, DType::f32);
+    auto run = [&](int T, void* y) {
+      RmsNormParams p;
+      p.x = dx.data();
+      p.x_dtype = DType::bf16;
+      p.w = dw.data();
+      p.y = y;
+      p.y_dtype = DType::bf16;
+      p.T = T;
+      p.n = n;
+      check(rmsnorm(p, nullptr));
+    };
+    auto y_small = out_buf(static_cast<size_t>(T_small) * n, DType::bf16);
+    auto y_big = out_buf(static_cast<size_t>(T_big) * n, DType::bf16);
+    run(T_small, y_small.data());
+    run(T_big, y_big.data());
+    auto gs = fetch(y_small, static_cast<size_t>(T_small) * n, DType::bf16);
+    auto gb = fetch(y_big, static_cast<size_t>(T_big) * n, DType::bf16);
+    CHECK(gs.guard_ok);
+    CHECK(gb.guard_ok);
+    gb.bytes.resize(gs.bytes.size());
+    CHECK(test::byte_diff(gs.bytes, gb.bytes, DType::bf16) == "");
+    // In place (y == x) gives the same bytes.
+    run(T_small, dx.data());
+    auto gi = dx.download();
+    gi.resize(gs.bytes.size());
+    CHECK(test::byte_diff(gi, gs.bytes, DType::bf16) == "");
+  }
+}
+
+TEST_CASE("rmsnorm: fused residual add stores the rounded sum and normalises it", "[gpu][norms]") {
+  enum Mode { kSeparate, kInPlace, kNoResidual };
+  for (DType rt : {DType::bf16, DType::f32}) {
+    for (int n : {127, 2560}) {
+      for (int T : {1, 17}) {
+        for (Mode mode : {kSeparate, kInPlace, kNoResidual}) {
+          const int live = T > 1 ? T - 5 : T;
+          const uint64_t seed = 9000 + n + T + 10 * static_cast<int>(mode) + 100 * static_cast<int>(rt);
+          CAPTURE(dtype_name(rt), n, T, static_cast<int>(mode), live, seed);
+          const size_t N = static_cast<size_t>(T) * n;
+          auto x = test::uniform_bf16(N, seed, -1.f, 1.f);
+          auto res = rnd(N, seed + 1, rt, -4.f, 4.f);
+          auto w = test::uniform(n, seed + 2, -0.5f, 0.5f);
+          std::vector<float> h(N);
+          for (size_t i = 0; i < N; ++i) h[i] = ref::store(mode == kNoResidual ? x[i] : x[i] + res[i], store_of(rt));
+          std::vector<float> want(N);
+          ref::rmsnorm(h.data(), w.data(), want.data(), T, n, kEps, ref::Store::bf16);
+          zero_tail(h, static_cast<size_t>(live) * n);
+          auto dx = test::DevBuf::from(x, DType::bf16), dw = test::DevBuf::from(w, DType::f32);
+          auto dres = test::DevBuf::from(res, rt);
+          auto dres_out = out_buf(N, rt);
+          auto dlive = test::DevBuf::from_i32({live});
+          auto y = out_buf(N, DType::bf16);
+          RmsNormParams p;
+          p.x = dx.data();
+          p.x_dtype = DType::bf16;
+          p.residual = mode == kNoResidual ? nullptr : dres.data();
+          p.residual_out = mode == kInPlace ? dres.data() : dres_out.data();
+          p.residual_dtype = rt;
+          p.w = dw.data();
+          p.w_dtype = DType::f32;
+          p.y = y.data();
+          p.y_dtype = DType::bf16;
+          p.T = T;
+          p.n = n;
+          p.live_rows = T > 1 ? dlive.as<int32_t>() : nullptr;
+          check(rmsnorm(p, nullptr));
+          auto g = fetch(y, N, DType::bf16);
+          CHECK(g.guard_ok);
+          CHECK(compare(g.v, want, DType::bf16, 1, static_cast<size_t>(live) * n) == "");
+          if (mode == kInPlace) {
+            CHECK(test::byte_diff(dres.download(), test::to_bytes(h, rt), rt) == "");
+          } else {
+            auto r = fetch(dres_out, N, rt);
+            CHECK(r.guard_ok);
+            CHECK(test::byte_diff(r.bytes, test::to_bytes(h, rt), rt) == "");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("rmsnorm: per-head rows read in place from strided projections", "[gpu][norms]") {
+  // q_norm: q_proj rows are, per head, D query values then D gate values: head stride 2D.
+  // k_norm: contiguous [T, Hkv, D].
+  struct Case {
+    int heads, D, head_stride;
+  };
+  for (Case c : {Case{16, 256, 512}, Case{4, 256, 256}, Case{3, 129, 300}}) {
+    for (int T : {1, 17}) {
+      const uint64_t seed = 500 + c.heads + c.D + T;
+      CAPTURE(c.heads, c.D, c.head_stride, T, seed);
+      const int64_t ts = static_cast<int64_t>(c.heads) * c.head_stride + (c.D == 129 ? 7 : 0);
+      auto src = test::uniform_bf16(static_cast<size_t>(T) * ts, seed, -2.f, 2.f);
+      auto w = test::uniform(c.D, seed + 1, -0.5f, 0.5f);
+      const size_t N = static_cast<size_t>(T) * c.heads * c.D;
+      std::vector<float> rows(N), want(N);
+      for (int t = 0; t < T; ++t) {
+        for (int h = 0; h < c.heads; ++h) {
+          for (int i = 0; i < c.D; ++i) rows[(static_cast<size_t>(t) * c.heads + h) * c.D + i] = src[t * ts + h * c.head_stride + i];
+        }
+      }
+      ref::rmsnorm(rows.data(), w.data(), want.data(), static_cast<int64_t>(T) * c.heads, c.D, kEps, ref::Store::bf16);
+      auto dsrc = test::DevBuf::from(src, DType::bf16), dw = test::DevBuf::from(w, DType::f32);
+      auto y = out_buf(N, DType::bf16);
+      RmsNormParams p;
+      p.x = dsrc.data();
+      p.x_dtype = DType::bf16;
+      p.x_head_stride = c.head_stride;
+      p.x_token_stride = ts;
+      p.w = dw.data();
+      p.y = y.data();
+      p.y_dtype = DType::bf16;
+      p.T = T;
+      p.heads = c.heads;
+      p.n = c.D;
+      check(rmsnorm(p, nullptr));
+      auto g = fetch(y, N, DType::bf16);
+      CHECK(g.guard_ok);
+      CHECK(compare(g.v, want, DType::bf16, 1, N) == "");
+    }
+  }
+}
+
+TEST_CASE("rmsnorm: bad params are rejected without a launch", "[gpu][norms]") {
+  test::DevBuf b(1024);
+  RmsNormParams p;
+  p.x = b.data();
+  p.w = b.data();
+  p.y = b.data();
+  p.T = 1;
+  p.n = 0;
+  CHECK(rmsnorm(p, nullptr) == cudaErrorInvalidValue);
+  p.n = 4;
+  p.residual = b.data();  // residual without residual_out
+  CHECK(rmsnorm(p, nullptr) == cudaErrorInvalidValue);
+  p.residual = nullptr;
+  p.x_head_stride = 2;  // < n
+  CHECK(rmsnorm(p, nullptr) == cudaErrorInvalidValue);
+  GatedRmsNormParams g;
+  g.x = b.data();
+  g.w = b.data();
+  g.y = b.data();
+  g.T = 1;
+  g.heads = 1;
+  g.n = 4;  // z missing
+  CHECK(gated_rmsnorm(g, nullptr) == cudaErrorInvalidValue);
+}
+
+TEST_CASE("gated rmsnorm: matches the reference for GDN shapes, strided gates and padded tokens", "[gpu][norms]") {
+  struct Types {
+    DType x, z, w, y;
+  };
+  struct Shape {
+    int heads, n;
+  };
+  for (Types ty : {Types{DType::bf16, DType::bf16, DType::f32, DType::bf16}, Types{DType::f32, DType::f32, DType::f32, DType::f32},
+                   Types{DType::bf16, DType::bf16, DType::bf16, DType::f32}}) {
+    for (Shape sh : {Shape{32, 128}, Shape{48, 128}, Shape{3, 1}, Shape{2, 127}, Shape{2, 129}, Shape{1, 2560}}) {
+      for (int T : {1, 17, 300}) {
+        const int live = T > 1 ? T - 7 : T;
+        const uint64_t seed = 3000 + sh.heads * 7 + sh.n + T + 100 * static_cast<int>(ty.x) + 10 * static_cast<int>(ty.w);
+        CAPTURE(dtype_name(ty.x), dtype_name(ty.w), dtype_name(ty.y), sh.heads, sh.n, T, live, seed);
+        const int64_t row = static_cast<int64_t>(sh.heads) * sh.n;
+        const int64_t zts = T == 17 ? row + 5 : row;  // z inside a wider fused projection output
+        const size_t N = static_cast<size_t>(T) * row;
+        auto x = rnd(N, seed, ty.x, -2.f, 2.f);
+        auto zsrc = rnd(static_cast<size_t>(T) * zts, seed + 1, ty.z, -4.f, 4.f);
+        auto w = rnd(sh.n, seed + 2, ty.w, 0.5f, 1.5f);
+        std::vector<float> z(N), want(N);
+        for (int t = 0; t < T; ++t) std::copy_n(zsrc.begin() + t * zts, row, z.begin() + t * row);
+        ref::gated_rmsnorm(x.data(), z.data(), w.data(), want.data(), static_cast<int64_t>(T) * sh.heads, sh.n, kEps,
+                           store_of(ty.y));
+        auto dx = test::DevBuf::from(x, ty.x), dz = test::DevBuf::from(zsrc, ty.z), dw = test::DevBuf::from(w, ty.w);
+        auto dlive = test::DevBuf::from_i32({live});
+        auto y = out_buf(N, ty.y);
+        GatedRmsNormParams p;
+        p.x = dx.data();
+        p.x_dtype = ty.x;
+        p.z = dz.data();
+        p.z_dtype = ty.z;
+        p.z_token_stride = zts;
+        p.w = dw.data();
+        p.w_dtype = ty.w;
+        p.y = y.data();
+        p.y_dtype = ty.y;
+        p.T = T;
+        p.heads = sh.heads;
+        p.n = sh.n;
+        p.eps = kEps;
+        p.live_rows = T > 1 ? dlive.as<int32_t>() : nullptr;
+        check(gated_rmsnorm(p, nullptr));
+        auto g = fetch(y, N, ty.y);
+        CHECK(g.guard_ok);
+        CHECK(compare(g.v, want, ty.y, 1, static_cast<size_t>(live) * row) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE("embedding: rows are copied byte-exact, bad ids and padded tokens give zero rows", "[gpu][norms]") {
+  struct Types {
+    DType table, y;
+  };
+  const int64_t V = 1000;
+  for (Types ty : {Types{DType::bf16, DType::bf16}, Types{DType::f32, DType::f32}, Types{DType::f32, DType::bf16},
+                   Types{DType::bf16, DType::f32}}) {
+    for (int H : {1, 127, 129, 2560}) {
+      for (int T : {1, 17, 300}) {
+        const int live = T > 1 ? T - 4 : T;
+        const uint64_t seed = 4000 + H + T + 10 * static_cast<int>(ty.table) + static_cast<int>(ty.y);
+        CAPTURE(dtype_name(ty.table), dtype_name(ty.y), H, T, live, seed);
+        auto table = rnd(static_cast<size_t>(V) * H, seed, ty.table, -1.f, 1.f);
+        std::mt19937_64 gen(seed);
+        std::vector<int32_t> ids(T);
+        for (auto& id : ids) id = static_cast<int32_t>(gen() % V);
+        ids[0] = 0;
+        if (T > 1) {
+          ids[live - 1] = static_cast<int32_t>(V - 1);
+          ids[1] = -1;                          // outside [0, V): zero row
+          if (T > 3) ids[2] = static_cast<int32_t>(V);  // outside [0, V): zero row
+          for (int t = live; t < T; ++t) ids[t] = 7;     // padding: must not be read
+        }
+        const size_t N = static_cast<size_t>(T) * H;
+        std::vector<float> want(N, 0.0f);
+        for (int t = 0; t < live; ++t) {
+          if (ids[t] < 0 || ids[t] >= V) continue;
+          const int64_t id = ids[t];
+          ref::embedding(table.data(), &id, want.data() + static_cast<size_t>(t) * H, 1, V, H);
+        }
+        for (auto& v : want) v = ref::store(v, store_of(ty.y));
+        auto dt = test::DevBuf::from(table, ty.table), dids = test::DevBuf::from_i32(ids);
+        auto dlive = test::DevBuf::from_i32({live});
+        auto y = out_buf(N, ty.y);
+        EmbeddingParams p;
+        p.table = dt.data();
+        p.table_dtype = ty.table;
+        p.ids = dids.as<int32_t>();
+        p.y = y.data();
+        p.y_dtype = ty.y;
+        p.V = V;
+        p.H = H;
+        p.T = T;
+        p.live_rows = T > 1 ? dlive.as<int32_t>() : nullptr;
+        check(embedding(p, nullptr));
+        auto g = fetch(y, N, ty.y);
+        CHECK(g.guard_ok);
+        CHECK(test::byte_diff(g.bytes, test::to_bytes(want, ty.y), ty.y) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE("swiglu: silu(gate) times up from a fused gate-up buffer matches the reference", "[gpu][norms]") {
+  struct Types {
+    DType gu, act, y;
+    double ulps;
+  };
+  for (Types ty : {Types{DType::bf16, DType::bf16, DType::bf16, 2}, Types{DType::bf16, DType::f32, DType::bf16, 1},
+                   Types{DType::f32, DType::f32, DType::f32, 0}}) {
+    for (int I : {1, 127, 129, 2560, 17408}) {
+      for (int T : {1, 17, 300}) {
+        if (I == 17408 && T == 300) continue;  // host time; T = 17 covers this width
+        const int live = T > 1 ? T - 3 : T;
+        const int64_t stride = 2 * static_cast<int64_t>(I) + (T == 17 ? 3 : 0);
+        const uint64_t seed = 6000 + I + T + 10 * static_cast<int>(ty.gu) + static_cast<int>(ty.act);
+        CAPTURE(dtype_name(ty.gu), dtype_name(ty.act), dtype_name(ty.y), I, T, live, stride, seed);
+        auto gu = rnd(static_cast<size_t>(T) * stride, seed, ty.gu, -6.f, 6.f);
+        const size_t N = static_cast<size_t>(T) * I;
+        std::vector<float> want(N);
+        // ref::swiglu_mlp's elementwise step: a = store(silu(g), act), h = store(a * u, out).
+        for (int t = 0; t < T; ++t) {
+          for (int i = 0; i < I; ++i) {
+            const float g = gu[t * stride + i], u = gu[t * stride + I + i];
+            const float a = ref::store(g / (1.0f + std::exp(-g)), store_of(ty.act));
+            want[static_cast<size_t>(t) * I + i] = ref::store(a * u, store_of(ty.y));
+          }
+        }
+        auto dgu = test::DevBuf::from(gu, ty.gu), dlive = test::DevBuf::from_i32({live});
+        auto y = out_buf(N, ty.y);
+        SwigluParams p;
+        p.gu = dgu.data();
+        p.gu_dtype = ty.gu;
+        p.gu_stride = stride;
+        p.y = y.data();
+        p.y_dtype = ty.y;
+        p.act_dtype = ty.act;
+        p.T = T;
+        p.I = I;
+        p.live_rows = T > 1 ? dlive.as<int32_t>() : nullptr;
+        check(swiglu(p, nullptr));
+        auto g = fetch(y, N, ty.y);
+        CHECK(g.guard_ok);
+        CHECK(compare(g.v, want, ty.y, ty.ulps, static_cast<size_t>(live) * I) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE("argmax: first index of the maximum with ties, NaN, infinities and padded rows as ref::argmax", "[gpu][norms]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int64_t V : {int64_t{1}, int64_t{127}, int64_t{129}, int64_t{4099}, int64_t{248320}}) {
+    // ld = V (float4 path only when V % 4 == 0) and ld = a multiple of 4 > V (float4 path + tail).
+    for (int64_t ld : {V, (V + 4) / 4 * 4}) {
+      const int rows = 14, live = 12;
+      const uint64_t seed = 8000 + V + ld;
+      CAPTURE(V, ld, rows, live, seed);
+      auto x = test::uniform(static_cast<size_t>(rows) * ld, seed, -10.f, 10.f);
+      auto at = [&](int r, int64_t i) -> float& { return x[static_cast<size_t>(r) * ld + std::min(i, V - 1)]; };
+      auto fill_row = [&](int r, float v) { std::fill_n(x.begin() + static_cast<size_t>(r) * ld, V, v); };
+      // Columns [V, ld) are NaN: reading past V would change the answer.
+      for (int r = 0; r < rows; ++r) std::fill(x.begin() + static_cast<size_t>(r) * ld + V, x.begin() + static_cast<size_t>(r + 1) * ld, nan);
+      // row 0: random. row 1: the maximum three times (lowest index wins).
+      at(1, V / 3) = at(1, V / 2) = at(1, V - 1) = 50.f;
+      // row 2: two NaNs and a +inf: the first NaN wins.
+      at(2, V / 5) = inf;
+      at(2, V - 1) = nan;
+      at(2, V / 2) = nan;
+      // row 3: all -inf -> 0.
+      fill_row(3, -inf);
+      // row 4: zeros of both signs tie -> 0.
+      fill_row(4, 0.0f);
+      at(4, 0) = -0.0f;
+      // row 5: the maximum at the last index. row 6: tie between index 0 and the last index.
+      at(5, V - 1) = 60.f;
+      at(6, 0) = at(6, V - 1) = 60.f;
+      // row 7: +inf twice. row 8: NaN at index 0. row 9: -inf but one finite value at the end.
+      at(7, V - 2 >= 0 ? V - 2 : 0) = inf;
+      at(7, V - 1) = inf;
+      at(8, 0) = nan;
+      fill_row(9, -inf);
+      at(9, V - 1) = -3.f;
+      // row 10: ties at every multiple of 97 (spread over all threads). row 11: negative only.
+      for (int64_t i = 0; i < V; i += 97) at(10, i) = 11.f;
+      for (int64_t i = 0; i < V; ++i) at(11, i) = -std::fabs(at(11, i)) - 1.f;
+      // rows 12, 13: padding (>= live): 0 whatever they hold.
+      at(12, V / 2) = 99.f;
+      std::vector<int32_t> want(rows, 0);
+      for (int r = 0; r < live; ++r) want[r] = static_cast<int32_t>(ref::argmax(x.data() + static_cast<size_t>(r) * ld, V));
+      auto dx = test::DevBuf::from(x, DType::f32), dlive = test::DevBuf::from_i32({live});
+      test::DevBuf out((rows + kGuard) * 4, kPoison);
+      ArgmaxParams p;
+      p.logits = dx.as<float>();
+      p.ld = ld;
+      p.V = V;
+      p.rows = rows;
+      p.out = out.as<int32_t>();
+      p.live_rows = dlive.as<int32_t>();
+      check(argmax(p, nullptr));
+      auto g = fetch(out, rows, DType::i32);
+      CHECK(g.guard_ok);
+      std::vector<int32_t> got(rows);
+      std::memcpy(got.data(), g.bytes.data(), rows * 4);
+      for (int r = 0; r < rows; ++r) {
+        CAPTURE(r);
+        CHECK(got[r] == want[r]);
+      }
+    }
+  }
+}
+
+TEST_CASE("argmax: many rows without live_rows at the vocabulary size", "[gpu][norms]") {
+  const int64_t V = 248320;
+  const int rows = 33;
+  auto x = test::uniform(static_cast<size_t>(rows) * V, 77, -5.f, 5.f);
+  std::vector<int32_t> want(rows);
+  for (int r = 0; r < rows; ++r) want[r] = static_cast<int32_t>(ref::argmax(x.data() + static_cast<size_t>(r) * V, V));
+  auto dx = test::DevBuf::from(x, DType::f32);
+  test::DevBuf out((rows + kGuard) * 4, kPoison);
+  ArgmaxParams p;
+  p.logits = dx.as<float>();
+  p.V = V;
+  p.rows = rows;
+  p.out = out.as<int32_t>();
+  check(argmax(p, nullptr));
+  auto g = fetch(out, rows, DType::i32);
+  CHECK(g.guard_ok);
+  std::vector<int32_t> got(rows);
+  std::memcpy(got.data(), g.bytes.data(), rows * 4);
+  CHECK(got == want);
+}

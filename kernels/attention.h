@@ -1,0 +1,53 @@
+// attention.h: the full-attention core over a slot-indexed KV cache (after attn_prep appended the
+// new tokens' keys/values): causal softmax attention with GQA (q head h reads kv head
+// h / (Hq / Hkv)), scale D^-0.5 (float(pow(double(D), -0.5))), f32 accumulation with an online
+// softmax, output o * sigmoid(gate) rounded once (sigmoid(x) = 1 / (1 + expf(-x))).
+// Token t (metadata as in attn_prep.h) attends to its slot's cached positions 0..positions[t]
+// (its own key included, written by attn_prep). Padding rows write zeros and read no cache.
+//   attention_decode   one row per sequence (B = T rows); blocks per (kv head, row, split), the
+//                      query heads of one kv head share the K/V reads; split-K (flash-decoding)
+//                      over the context when splits > 1, merged by a second kernel.
+//   attention_prefill  packed varlen tokens (with history); one block per (query tile, q head),
+//                      K/V tiles of 32 positions staged in shared memory; works for any token
+//                      order (a tile holding several sequences is processed per sequence).
+// Both are also correct for any row layout (decode on prefill rows gives the same values up to
+// summation order), and read the live counts only from device memory.
+// Supported: D in {32, 64, 128, 256}, cache bf16, q/gate/out bf16 or f32, Hq % Hkv == 0.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/attn_prep.h"
+#include "kernels/numeric.h"
+
+namespace sg {
+
+struct AttentionParams {
+  const void* q = nullptr;     // [T, Hq, D] (normed + rotated)
+  const void* gate = nullptr;  // [T, Hq, D]
+  DType q_dtype = DType::bf16;
+  const void* k_cache = nullptr;  // [num_slots, max_context, Hkv, D]
+  const void* v_cache = nullptr;
+  DType cache_dtype = DType::bf16;
+  AttnTokenMeta meta;
+  void* out = nullptr;         // [T, Hq, D]
+  DType out_dtype = DType::bf16;
+  int T = 0;                   // rows (token bucket / decode batch bucket)
+  int Hq = 0, Hkv = 0, D = 0, max_context = 0;
+  // Decode only: context splits (1 = no split-K) and the f32 workspace for splits > 1
+  // (attention_decode_workspace_bytes).
+  int splits = 1;
+  float* workspace = nullptr;
+};
+
+bool attention_supports(int Hq, int Hkv, int D);
+size_t attention_decode_workspace_bytes(int T, int Hq, int D, int splits);
+// A split count for a decode bucket: enough blocks to fill `num_sms` SMs twice, at least 256
+// context positions per split, at most 32 splits.
+int attention_decode_pick_splits(int T, int Hq, int Hkv, int max_context, int num_sms);
+
+cudaError_t attention_decode(const AttentionParams& p, cudaStream_t stream);
+cudaError_t attention_prefill(const AttentionParams& p, cudaStream_t stream);
+
+}  // namespace sg

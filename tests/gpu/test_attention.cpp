@@ -1,0 +1,471 @@
+// GPU tests of the full-attention kernels: attn_prep (q/k norm + RoPE, gate split, KV append)
+// against the CPU references, with the KV cache poisoned so a stray write is seen; decode
+// (every split count) and varlen prefill (history, zero-length sequences, padding) against the
+// CPU attention reference fed the GPU's own q / gate / cache; prefill n then decode m against
+// prefill n + m.
+// Tolerances: q/k from attn_prep (bf16): 1 ulp + 1e-5 abs (rotate-half cancellation) (the norm's sum order differs; pow/sin/cos are
+// computed in double and rounded, so they match the f32 reference to the last bit almost always).
+// v and gate: exact bytes. Attention outputs: bf16 2 ulp (2^-6 |r|) + 1e-5 abs; f32
+// 1e-4 |r| + 2e-6 abs (online softmax and tree/split merges sum in a different order).
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/tensor.h"
+#include "kernels/attention.h"
+#include "kernels/attn_prep.h"
+#include "kernels/ref/attention_ref.h"
+#include "kernels/ref/norm_ref.h"
+#include "kernels/ref/rope_ref.h"
+#include "tests/support/catch.h"
+#include "tests/support/gpu_buffers.h"
+#include "tests/support/random.h"
+
+using namespace sg;
+
+namespace {
+
+struct Shape {
+  int Hq, Hkv, D, rot;
+  double theta;
+};
+const Shape kShapes[] = {{16, 4, 256, 64, 1e7}, {24, 4, 256, 64, 1e7}, {4, 2, 32, 16, 1e4}};
+constexpr float kEps = 1e-6f;
+
+struct Seq {
+  int hist, n, slot;  // slot < 0: a padding sequence
+};
+
+// Packed token metadata: sequences in order, then `pad` padding rows (token_seq -1).
+struct Batch {
+  std::vector<int32_t> positions, token_seq, slots;
+  int T = 0;
+  bool live(int t) const { return token_seq[t] >= 0 && slots[token_seq[t]] >= 0; }
+  int slot(int t) const { return slots[token_seq[t]]; }
+};
+
+Batch make_batch(const std::vector<Seq>& seqs, int pad) {
+  Batch b;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    b.slots.push_back(seqs[s].slot);
+    for (int i = 0; i < seqs[s].n; ++i) {
+      b.positions.push_back(seqs[s].hist + i);
+      b.token_seq.push_back(static_cast<int32_t>(s));
+    }
+  }
+  for (int i = 0; i < pad; ++i) {
+    b.positions.push_back(0);
+    b.token_seq.push_back(-1);
+  }
+  b.T = static_cast<int>(b.positions.size());
+  return b;
+}
+
+struct DevMeta {
+  test::DevBuf pos, seq, slots;
+  explicit DevMeta(const Batch& b)
+      : pos(test::DevBuf::from_i32(b.positions)), seq(test::DevBuf::from_i32(b.token_seq)), slots(test::DevBuf::from_i32(b.slots)) {}
+  AttnTokenMeta meta() const { return {pos.as<int32_t>(), seq.as<int32_t>(), slots.as<int32_t>(), nullptr}; }
+};
+
+// One layer's inputs for a batch: projections (bf16 values) and norm weights.
+struct Inputs {
+  std::vector<float> qg, k, v, qn, kn;
+};
+
+Inputs make_inputs(const Shape& sh, int T, uint64_t seed) {
+  Inputs in;
+  in.qg = test::uniform_bf16(static_cast<size_t>(T) * sh.Hq * 2 * sh.D, seed, -2.f, 2.f);
+  in.k = test::uniform_bf16(static_cast<size_t>(T) * sh.Hkv * sh.D, seed + 1, -2.f, 2.f);
+  in.v = test::uniform_bf16(in.k.size(), seed + 2, -1.f, 1.f);
+  in.qn = test::uniform(sh.D, seed + 3, -0.5f, 0.5f);
+  in.kn = test::uniform(sh.D, seed + 4, -0.5f, 0.5f);
+  return in;
+}
+
+struct Cache {
+  int num_slots, max_ctx;
+  test::DevBuf k, v;
+  size_t elems;
+  Cache(const Shape& sh, int num_slots_, int max_ctx_, uint8_t poison)
+      : num_slots(num_slots_), max_ctx(max_ctx_),
+        k(static_cast<size_t>(num_slots_) * max_ctx_ * sh.Hkv * sh.D * 2, poison),
+        v(static_cast<size_t>(num_slots_) * max_ctx_ * sh.Hkv * sh.D * 2, poison),
+        elems(static_cast<size_t>(num_slots_) * max_ctx_ * sh.Hkv * sh.D) {}
+  size_t index(const Shape& sh, int slot, int pos, int g, int d) const {
+    return ((static_cast<size_t>(slot) * max_ctx + pos) * sh.Hkv + g) * sh.D + d;
+  }
+};
+
+// Writes random bf16 history (positions 0..hist-1) for each live sequence straight into the cache.
+void fill_history(const Shape& sh, Cache& c, const std::vector<Seq>& seqs, uint64_t seed) {
+  auto kb = c.k.download(), vb = c.v.download();
+  for (const Seq& s : seqs) {
+    if (s.slot < 0 || s.hist == 0) continue;
+    const size_t n = static_cast<size_t>(s.hist) * sh.Hkv * sh.D;
+    auto kv = test::to_bytes(test::uniform_bf16(n, seed + s.slot, -2.f, 2.f), DType::bf16);
+    auto vv = test::to_bytes(test::uniform_bf16(n, seed + 100 + s.slot, -1.f, 1.f), DType::bf16);
+    std::copy(kv.begin(), kv.end(), kb.begin() + c.index(sh, s.slot, 0, 0, 0) * 2);
+    std::copy(vv.begin(), vv.end(), vb.begin() + c.index(sh, s.slot, 0, 0, 0) * 2);
+  }
+  c.k = test::DevBuf::from_bytes(kb);
+  c.v = test::DevBuf::from_bytes(vb);
+}
+
+struct PrepOut {
+  test::DevBuf q, gate;
+};
+
+PrepOut run_prep(const Shape& sh, const Batch& b, const DevMeta& dm, const Inputs& in, Cache& c) {
+  auto dqg = test::DevBuf::from(in.qg, DType::bf16), dk = test::DevBuf::from(in.k, DType::bf16),
+       dv = test::DevBuf::from(in.v, DType::bf16);
+  auto dqn = test::DevBuf::from(in.qn, DType::f32), dkn = test::DevBuf::from(in.kn, DType::f32);
+  PrepOut o{test::DevBuf(static_cast<size_t>(b.T) * sh.Hq * sh.D * 2), test::DevBuf(static_cast<size_t>(b.T) * sh.Hq * sh.D * 2)};
+  AttnPrepParams p;
+  p.qg = dqg.data();
+  p.k = dk.data();
+  p.v = dv.data();
+  p.in_dtype = DType::bf16;
+  p.q_norm = dqn.data();
+  p.k_norm = dkn.data();
+  p.norm_dtype = DType::f32;
+  p.q = o.q.data();
+  p.gate = o.gate.data();
+  p.q_dtype = DType::bf16;
+  p.k_cache = c.k.data();
+  p.v_cache = c.v.data();
+  p.cache_dtype = DType::bf16;
+  p.meta = dm.meta();
+  p.T = b.T;
+  p.Hq = sh.Hq;
+  p.Hkv = sh.Hkv;
+  p.D = sh.D;
+  p.rotary_dim = sh.rot;
+  p.max_context = c.max_ctx;
+  p.eps = kEps;
+  p.rope_theta = sh.theta;
+  check(attn_prep(p, nullptr));
+  check(cudaDeviceSynchronize());
+  return o;
+}
+
+AttentionParams attn_params(const Shape& sh, const Batch& b, const DevMeta& dm, const PrepOut& po, const Cache& c,
+                            test::DevBuf& out, DType out_dtype) {
+  AttentionParams p;
+  p.q = po.q.data();
+  p.gate = po.gate.data();
+  p.q_dtype = DType::bf16;
+  p.k_cache = c.k.data();
+  p.v_cache = c.v.data();
+  p.meta = dm.meta();
+  p.out = out.data();
+  p.out_dtype = out_dtype;
+  p.T = b.T;
+  p.Hq = sh.Hq;
+  p.Hkv = sh.Hkv;
+  p.D = sh.D;
+  p.max_context = c.max_ctx;
+  return p;
+}
+
+// CPU attention for the listed rows, from the GPU's own q / gate / cache (as f32 values).
+std::vector<float> ref_attention(const Shape& sh, const Batch& b, const std::vector<float>& q, const std::vector<float>& gate,
+                                 const std::vector<float>& kc, const std::vector<float>& vc, const Cache& c,
+                                 const std::vector<int>& rows, ref::Store st) {
+  const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
+  std::vector<float> out(static_cast<size_t>(b.T) * row, 0.f);
+  for (int t : rows) {
+    if (!b.live(t)) continue;
+    const int slot = b.slot(t), pos = b.positions[t];
+    ref::KvView view{kc.data() + c.index(sh, slot, 0, 0, 0), vc.data() + c.index(sh, slot, 0, 0, 0), pos};
+    ref::attention_decode(q.data() + t * row, kc.data() + c.index(sh, slot, pos, 0, 0), vc.data() + c.index(sh, slot, pos, 0, 0),
+                          gate.data() + t * row, &view, out.data() + t * row, 1, sh.Hq, sh.Hkv, sh.D, st);
+  }
+  return out;
+}
+
+// Number of elements of the listed rows outside tolerance; `first` describes the first one.
+size_t count_bad(const std::vector<float>& got, const std::vector<float>& want, const std::vector<int>& rows, size_t row,
+                 DType t, std::string& first) {
+  size_t bad = 0;
+  for (int r : rows) {
+    for (size_t i = r * row; i < (r + 1) * row; ++i) {
+      const double tol = t == DType::bf16 ? std::ldexp(1.0, -6) * std::fabs(want[i]) + 1e-5 : 1e-4 * std::fabs(want[i]) + 2e-6;
+      if (!(std::fabs(got[i] - want[i]) <= tol)) {
+        if (bad++ == 0) first = "row " + std::to_string(r) + " elem " + std::to_string(i - r * row) + ": got " + std::to_string(got[i]) + " want " + std::to_string(want[i]);
+      }
+    }
+  }
+  return bad;
+}
+
+std::vector<int> all_rows(int T) {
+  std::vector<int> r(T);
+  for (int i = 0; i < T; ++i) r[i] = i;
+  return r;
+}
+
+bool has_nan(const std::vector<float>& v) {
+  for (float x : v)
+    if (std::isnan(x)) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("attention prep: q, gate and the KV cache match the reference, no other cache byte written", "[gpu][attention]") {
+  for (const Shape& sh : kShapes) {
+    CAPTURE(sh.Hq, sh.Hkv, sh.D, sh.rot);
+    // Four live sequences (one with long history, one zero-length), a padding sequence, 3 padding rows.
+    const std::vector<Seq> seqs = {{0, 5, 3}, {17, 3, 0}, {1020, 4, 4}, {7, 0, 1}, {2, 3, -1}};
+    const Batch b = make_batch(seqs, 3);
+    const uint64_t seed = 7000 + sh.D + sh.Hq;
+    INFO("seed " << seed);
+    const Inputs in = make_inputs(sh, b.T, seed);
+    DevMeta dm(b);
+    Cache c(sh, 5, 1100, 0xA5);
+    PrepOut po = run_prep(sh, b, dm, in, c);
+
+    // Reference.
+    const size_t qrow = static_cast<size_t>(sh.Hq) * sh.D, krow = static_cast<size_t>(sh.Hkv) * sh.D;
+    std::vector<float> q(b.T * qrow), gate(b.T * qrow), k = in.k;
+    std::vector<int64_t> pos64(b.positions.begin(), b.positions.end());
+    ref::split_q_gate(in.qg.data(), q.data(), gate.data(), b.T, sh.Hq, sh.D);
+    ref::rmsnorm(q.data(), in.qn.data(), q.data(), static_cast<int64_t>(b.T) * sh.Hq, sh.D, kEps);
+    ref::rope(q.data(), pos64.data(), b.T, sh.Hq, sh.D, sh.rot, sh.theta, ref::Store::bf16);
+    ref::rmsnorm(k.data(), in.kn.data(), k.data(), static_cast<int64_t>(b.T) * sh.Hkv, sh.D, kEps);
+    ref::rope(k.data(), pos64.data(), b.T, sh.Hkv, sh.D, sh.rot, sh.theta, ref::Store::bf16);
+    for (int t = 0; t < b.T; ++t) {
+      if (b.live(t)) continue;
+      std::fill(q.begin() + t * qrow, q.begin() + (t + 1) * qrow, 0.f);
+      std::fill(gate.begin() + t * qrow, gate.begin() + (t + 1) * qrow, 0.f);
+    }
+    // q within 1 ulp, gate exact.
+    auto gq = po.q.download_f32(DType::bf16);
+    size_t bad_q = 0;
+    for (size_t i = 0; i < q.size(); ++i) bad_q += !(std::fabs(gq[i] - q[i]) <= std::ldexp(1.0, -7) * std::fabs(q[i]) + 1e-5);
+    CHECK(bad_q == 0);
+    CHECK(test::byte_diff(po.gate.download(), test::to_bytes(gate, DType::bf16), DType::bf16) == "");
+
+    // Cache: the live tokens' (slot, pos) rows hold k (1 ulp) and v (exact); every other byte is poison.
+    auto kb = c.k.download(), vb = c.v.download();
+    auto kf = test::from_bytes(kb, DType::bf16), vf = test::from_bytes(vb, DType::bf16);
+    std::vector<uint8_t> written(c.elems, 0);
+    size_t bad_k = 0, bad_v = 0, stray = 0;
+    for (int t = 0; t < b.T; ++t) {
+      if (!b.live(t)) continue;
+      for (size_t e = 0; e < krow; ++e) {
+        const size_t ci = c.index(sh, b.slot(t), b.positions[t], 0, 0) + e;
+        written[ci] = 1;
+        const float rk = k[t * krow + e], rv = in.v[t * krow + e];
+        bad_k += !(std::fabs(kf[ci] - rk) <= std::ldexp(1.0, -7) * std::fabs(rk) + 1e-5);
+        bad_v += !(vf[ci] == rv);
+      }
+    }
+    for (size_t i = 0; i < c.elems; ++i) {
+      if (written[i]) continue;
+      stray += kb[2 * i] != 0xA5 || kb[2 * i + 1] != 0xA5 || vb[2 * i] != 0xA5 || vb[2 * i + 1] != 0xA5;
+    }
+    CHECK(bad_k == 0);
+    CHECK(bad_v == 0);
+    CHECK(stray == 0);
+  }
+}
+
+TEST_CASE("attention decode: every split count matches the reference, padding rows are zero", "[gpu][attention]") {
+  for (const Shape& sh : kShapes) {
+    for (DType ot : {DType::bf16, DType::f32}) {
+      CAPTURE(sh.Hq, sh.Hkv, sh.D, dtype_name(ot));
+      // Contexts 1, 17, 1024, 4096 (the new token at position ctx-1), a padding sequence, a padding row.
+      const std::vector<Seq> seqs = {{0, 1, 2}, {16, 1, 0}, {1023, 1, 5}, {4095, 1, 3}, {9, 1, -1}};
+      const Batch b = make_batch(seqs, 1);
+      const uint64_t seed = 8000 + sh.D + sh.Hq;
+      INFO("seed " << seed);
+      const Inputs in = make_inputs(sh, b.T, seed);
+      DevMeta dm(b);
+      Cache c(sh, 6, 4100, 0xFF);  // poison = bf16 NaN: a read outside the context shows
+      fill_history(sh, c, seqs, seed + 10);
+      PrepOut po = run_prep(sh, b, dm, in, c);
+      const auto q = po.q.download_f32(DType::bf16), gate = po.gate.download_f32(DType::bf16);
+      const auto kc = c.k.download_f32(DType::bf16), vc = c.v.download_f32(DType::bf16);
+      const auto rows = all_rows(b.T);
+      const auto want = ref_attention(sh, b, q, gate, kc, vc, c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
+      const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
+      const int picked = attention_decode_pick_splits(b.T, sh.Hq, sh.Hkv, c.max_ctx, 132);
+      for (int splits : {1, 2, 3, 8, 32, picked}) {
+        CAPTURE(splits);
+        test::DevBuf out(b.T * row * dtype_size(ot));  // poisoned
+        test::DevBuf ws(std::max<size_t>(4, attention_decode_workspace_bytes(b.T, sh.Hq, sh.D, splits)));
+        AttentionParams p = attn_params(sh, b, dm, po, c, out, ot);
+        p.splits = splits;
+        p.workspace = ws.as<float>();
+        check(attention_decode(p, nullptr));
+        check(cudaDeviceSynchronize());
+        const auto got = out.download_f32(ot);
+        CHECK_FALSE(has_nan(got));
+        std::string first;
+        const size_t bad = count_bad(got, want, rows, row, ot, first);
+        INFO(first);
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention prefill: history, zero-length sequences and padding match the reference and decode", "[gpu][attention]") {
+  struct Case {
+    std::vector<Seq> seqs;
+    int pad;
+    int max_ctx;
+    int sample;  // check every sample-th row (plus the last 8 rows)
+  };
+  const std::vector<Case> cases = {
+      {{{0, 17, 3}, {5, 0, 1}, {1000, 24, 0}, {0, 1, 4}, {2, 3, -1}, {3, 40, 2}}, 5, 1100, 1},
+      {{{0, 1024, 1}, {0, 0, 2}, {30, 33, 0}}, 3, 1100, 3},
+      {{{0, 4096, 2}}, 16, 4200, 17},
+  };
+  for (const Shape& sh : kShapes) {
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const Case& cs = cases[ci];
+      if (ci == 2 && sh.Hq != 4 && sh.Hq != 16) continue;  // keep the CPU reference time bounded
+      CAPTURE(sh.Hq, sh.Hkv, sh.D, ci);
+      const Batch b = make_batch(cs.seqs, cs.pad);
+      const uint64_t seed = 9000 + sh.D + sh.Hq + ci;
+      INFO("seed " << seed);
+      const Inputs in = make_inputs(sh, b.T, seed);
+      DevMeta dm(b);
+      Cache c(sh, 5, cs.max_ctx, 0xFF);
+      fill_history(sh, c, cs.seqs, seed + 10);
+      PrepOut po = run_prep(sh, b, dm, in, c);
+      const auto q = po.q.download_f32(DType::bf16), gate = po.gate.download_f32(DType::bf16);
+      const auto kc = c.k.download_f32(DType::bf16), vc = c.v.download_f32(DType::bf16);
+      std::vector<int> rows;
+      for (int t = 0; t < b.T; ++t)
+        if (t % cs.sample == 0 || t >= b.T - 8) rows.push_back(t);
+      const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
+      for (DType ot : {DType::bf16, DType::f32}) {
+        CAPTURE(dtype_name(ot));
+        const auto want = ref_attention(sh, b, q, gate, kc, vc, c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
+        test::DevBuf out(b.T * row * dtype_size(ot));
+        AttentionParams p = attn_params(sh, b, dm, po, c, out, ot);
+        check(attention_prefill(p, nullptr));
+        check(cudaDeviceSynchronize());
+        const auto got = out.download_f32(ot);
+        CHECK_FALSE(has_nan(got));
+        std::string first;
+        size_t bad = count_bad(got, want, rows, row, ot, first);
+        INFO("prefill: " << first);
+        CHECK(bad == 0);
+        // The decode kernel on the same rows (every token a row) agrees too.
+        test::DevBuf out2(b.T * row * dtype_size(ot));
+        p.out = out2.data();
+        check(attention_decode(p, nullptr));
+        check(cudaDeviceSynchronize());
+        const auto got2 = out2.download_f32(ot);
+        first.clear();
+        bad = count_bad(got2, want, rows, row, ot, first);
+        INFO("decode on prefill rows: " << first);
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: prefill n then decode m equals prefill n plus m", "[gpu][attention]") {
+  for (const Shape& sh : kShapes) {
+    CAPTURE(sh.Hq, sh.Hkv, sh.D);
+    const int n0 = 37, n1 = 1, m = 5;
+    const uint64_t seed = 9500 + sh.D + sh.Hq;
+    INFO("seed " << seed);
+    // Full run: both sequences prefilled with n + m tokens in one batch.
+    const std::vector<Seq> full_seqs = {{0, n0 + m, 2}, {0, n1 + m, 0}};
+    const Batch bf = make_batch(full_seqs, 2);
+    const Inputs inf = make_inputs(sh, bf.T, seed);
+    const size_t qg_row = static_cast<size_t>(sh.Hq) * 2 * sh.D, kv_row = static_cast<size_t>(sh.Hkv) * sh.D;
+    const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
+    DevMeta dmf(bf);
+    Cache cf(sh, 3, 64, 0xFF);
+    PrepOut pof = run_prep(sh, bf, dmf, inf, cf);
+    test::DevBuf outf(bf.T * row * 2);
+    AttentionParams pf = attn_params(sh, bf, dmf, pof, cf, outf, DType::bf16);
+    check(attention_prefill(pf, nullptr));
+    check(cudaDeviceSynchronize());
+    const auto full = outf.download_f32(DType::bf16);
+    const int start[2] = {0, n0 + m};  // token index of each sequence in the full batch
+
+    // Tokens [begin, begin + cnt) of each sequence, taken from the full run's inputs.
+    auto slice = [&](int cnt0, int cnt1, int begin0, int begin1) {
+      Inputs in;
+      in.qn = inf.qn;
+      in.kn = inf.kn;
+      const int cnt[2] = {cnt0, cnt1}, beg[2] = {begin0, begin1};
+      for (int s = 0; s < 2; ++s) {
+        const int t0 = start[s] + beg[s];
+        in.qg.insert(in.qg.end(), inf.qg.begin() + t0 * qg_row, inf.qg.begin() + (t0 + cnt[s]) * qg_row);
+        in.k.insert(in.k.end(), inf.k.begin() + t0 * kv_row, inf.k.begin() + (t0 + cnt[s]) * kv_row);
+        in.v.insert(in.v.end(), inf.v.begin() + t0 * kv_row, inf.v.begin() + (t0 + cnt[s]) * kv_row);
+      }
+      return in;
+    };
+    Cache cs(sh, 3, 64, 0xFF);
+    {
+      const Batch b = make_batch({{0, n0, 2}, {0, n1, 0}}, 0);
+      Inputs in = slice(n0, n1, 0, 0);
+      DevMeta dm(b);
+      PrepOut po = run_prep(sh, b, dm, in, cs);
+      test::DevBuf out(b.T * row * 2);
+      AttentionParams p = attn_params(sh, b, dm, po, cs, out, DType::bf16);
+      check(attention_prefill(p, nullptr));
+      check(cudaDeviceSynchronize());
+      const auto got = out.download_f32(DType::bf16);
+      std::vector<float> want(got.size());
+      std::copy(full.begin(), full.begin() + n0 * row, want.begin());
+      std::copy(full.begin() + start[1] * row, full.begin() + (start[1] + n1) * row, want.begin() + n0 * row);
+      std::string first;
+      const size_t bad = count_bad(got, want, all_rows(b.T), row, DType::bf16, first);
+      INFO("prefill part: " << first);
+      CHECK(bad == 0);
+    }
+    for (int i = 0; i < m; ++i) {
+      CAPTURE(i);
+      // Decode batch: a padding row between the two sequences' rows.
+      Batch b;
+      b.slots = {2, 0};
+      b.positions = {n0 + i, 0, n1 + i};
+      b.token_seq = {0, -1, 1};
+      b.T = 3;
+      Inputs two = slice(1, 1, n0 + i, n1 + i);
+      Inputs in = two;
+      in.qg.clear();
+      in.k.clear();
+      in.v.clear();
+      for (int r = 0; r < 3; ++r) {  // rows 0 and 2 from the slice, row 1 junk
+        const int src = r == 2 ? 1 : 0;
+        in.qg.insert(in.qg.end(), two.qg.begin() + src * qg_row, two.qg.begin() + (src + 1) * qg_row);
+        in.k.insert(in.k.end(), two.k.begin() + src * kv_row, two.k.begin() + (src + 1) * kv_row);
+        in.v.insert(in.v.end(), two.v.begin() + src * kv_row, two.v.begin() + (src + 1) * kv_row);
+      }
+      DevMeta dm(b);
+      PrepOut po = run_prep(sh, b, dm, in, cs);
+      test::DevBuf out(b.T * row * 2);
+      test::DevBuf ws(attention_decode_workspace_bytes(b.T, sh.Hq, sh.D, 2));
+      AttentionParams p = attn_params(sh, b, dm, po, cs, out, DType::bf16);
+      p.splits = 2;
+      p.workspace = ws.as<float>();
+      check(attention_decode(p, nullptr));
+      check(cudaDeviceSynchronize());
+      const auto got = out.download_f32(DType::bf16);
+      std::vector<float> want(got.size(), 0.f);
+      std::copy(full.begin() + (start[0] + n0 + i) * row, full.begin() + (start[0] + n0 + i + 1) * row, want.begin());
+      std::copy(full.begin() + (start[1] + n1 + i) * row, full.begin() + (start[1] + n1 + i + 1) * row, want.begin() + 2 * row);
+      std::string first;
+      const size_t bad = count_bad(got, want, all_rows(3), row, DType::bf16, first);
+      INFO("decode step: " << first);
+      CHECK(bad == 0);
+    }
+    // The caches hold the same bytes (prep is per token, so the split does not change them).
+    CHECK(test::byte_diff(cs.k.download(), cf.k.download(), DType::bf16) == "");
+    CHECK(test::byte_diff(cs.v.download(), cf.v.download(), DType::bf16) == "");
+  }
+}

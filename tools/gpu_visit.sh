@@ -51,6 +51,13 @@ if [ $sanitize = 1 ]; then
   done
 fi
 
+if [ -f tools/python/example_capi.py ]; then
+  STEPGRAPH_LIB=$PWD/build-gpu/kernels/capi/libstepgraph_c.so PYTHONUNBUFFERED=1 timeout 300 \
+    python3 tools/python/example_capi.py > "$OUT/capi.log" 2>&1
+  note "C interface example (ctypes vs PyTorch): rc=$?; $(tail -1 "$OUT/capi.log")"
+  rm -f "$OUT/capi.log"  # at most 8 files come back; the summary line is enough
+fi
+
 if [ $bench = 1 ]; then
   ./build-gpu/tools/stepgraph bench --json "$OUT/bench.json" "${bench_args[@]}" > "$OUT/bench.log" 2>&1
   note "stepgraph bench: rc=$?"

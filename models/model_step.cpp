@@ -1,0 +1,408 @@
+// model_step.cpp: construction, arena layout, weights (host upload and GPU synthetic), caches, the
+// public step API. The launch sequence and capture are in model_step_launch.cpp.
+#include "models/model_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <span>
+
+#include "engine/error.h"
+#include "graphs/capture_sizes.h"
+#include "kernels/attention.h"
+#include "kernels/delta_rule.h"
+#include "kernels/fill.h"
+
+namespace sg {
+namespace {
+
+// Downloads `bytes` bytes from `src` (stream-ordered, then synchronised).
+void download_into(uint8_t* dst, const void* src, size_t bytes, cudaStream_t s) {
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+  check(cudaStreamSynchronize(s));
+}
+
+// Host values -> weight dtype -> device at `dst` (stream-ordered, synchronised before returning so
+// the host buffer can go).
+void upload_values(void* dst, DType t, const float* v, size_t n, cudaStream_t s) {
+  std::vector<uint8_t> host(n * dtype_size(t));
+  if (t == DType::bf16) {
+    auto* p = reinterpret_cast<bf16_t*>(host.data());
+    for (size_t i = 0; i < n; ++i) p[i] = f32_to_bf16(v[i]);
+  } else {
+    require(t == DType::f32, "weights must be bf16 or f32, got {}", dtype_name(t));
+    std::memcpy(host.data(), v, n * sizeof(float));
+  }
+  check(cudaMemcpyAsync(dst, host.data(), host.size(), cudaMemcpyHostToDevice, s));
+  check(cudaStreamSynchronize(s));
+}
+
+}  // namespace
+
+ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
+    : cfg_(config), opts_(opts), cublas_(stream_.get()) {
+  cfg_.validate("ModelStep");
+  if (opts_.graph_max == 0) opts_.graph_max = opts_.max_decode_batch;
+  require(opts_.max_decode_batch >= 1 && opts_.graph_max >= 1 && opts_.graph_max <= opts_.max_decode_batch,
+          "need 1 <= graph_max ({}) <= max_decode_batch ({})", opts_.graph_max, opts_.max_decode_batch);
+  require(opts_.num_slots >= 1 && opts_.max_context >= 1, "need num_slots ({}) >= 1 and max_context ({}) >= 1",
+          opts_.num_slots, opts_.max_context);
+  require(opts_.act == DType::bf16 || opts_.act == DType::f32, "activations must be bf16 or f32, got {}",
+          dtype_name(opts_.act));
+  const GdnDims& g = cfg_.gdn;
+  if (cfg_.num_linear_attention() > 0) {
+    require(delta_rule_decode_supports(g.Dk, g.Dv), "delta-rule decode does not support Dk={} Dv={}", g.Dk, g.Dv);
+  }
+  if (cfg_.num_full_attention() > 0) {
+    require(attention_supports(cfg_.Hq, cfg_.Hkv, cfg_.D), "attention does not support Hq={} Hkv={} D={}", cfg_.Hq,
+            cfg_.Hkv, cfg_.D);
+  }
+  int dev = 0;
+  check(cudaGetDevice(&dev));
+  check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
+  keys_ = decode_capture_sizes(opts_.graph_max);
+
+  Arena m = Arena::measure();
+  layout(m);
+  arena_.emplace(m.used(), "model-step");
+  layout(*arena_);
+  arena_->freeze();
+  arena_->zero(stream_.get());
+  const size_t meta_bytes = metadata_layout(StepKey::decode(opts_.max_decode_batch)).total;
+  for (auto& b : staging_) b = PinnedBuffer(meta_bytes);
+  if (opts_.synthetic) init_synthetic(opts_.seed);
+  stream_.sync();
+}
+
+int ModelStep::proj_width() const {
+  const GdnDims& g = cfg_.gdn;
+  int p = 2 * cfg_.intermediate;
+  if (cfg_.num_linear_attention() > 0) p = std::max(p, g.C() + g.Hv * g.Dv + 2 * g.Hv);
+  if (cfg_.num_full_attention() > 0) p = std::max(p, 2 * cfg_.Hq * cfg_.D + 2 * cfg_.Hkv * cfg_.D);
+  return p;
+}
+
+int ModelStep::attention_splits(int rows) const {
+  if (cfg_.num_full_attention() == 0) return 1;
+  return std::max(1, attention_decode_pick_splits(rows, cfg_.Hq, cfg_.Hkv, opts_.max_context, sms_));
+}
+
+void ModelStep::layout(Arena& a) {
+  const GdnDims& g = cfg_.gdn;
+  const DType wd = opts_.act, act = opts_.act;
+  const int64_t H = cfg_.hidden, I = cfg_.intermediate, V = cfg_.vocab;
+  const int64_t C = g.C(), K = g.K, Hk = g.Hk, Hv = g.Hv, Dk = g.Dk, Dv = g.Dv;
+  const int64_t Hq = cfg_.Hq, Hkv = cfg_.Hkv, D = cfg_.D;
+  const int64_t S = opts_.num_slots, Lc = opts_.max_context, R = opts_.max_decode_batch;
+
+  // Weights.
+  embed_ = a.take("embed_tokens", wd, {V, H});
+  lm_head_ = cfg_.tie_word_embeddings ? embed_ : a.take("lm_head", wd, {V, H});
+  final_norm_ = a.take("norm", wd, {H});
+  layers_.assign(static_cast<size_t>(cfg_.layers), Layer{});
+  for (int i = 0; i < cfg_.layers; ++i) {
+    Layer& L = layers_[static_cast<size_t>(i)];
+    const std::string p = fmt::format("layers.{}.", i);
+    L.attention = cfg_.is_full_attention(i);
+    L.in_norm = a.take(p + "input_layernorm", wd, {H});
+    L.post_norm = a.take(p + "post_attention_layernorm", wd, {H});
+    L.gate_up = a.take(p + "mlp.gate_up", wd, {2 * I, H});
+    L.down = a.take(p + "mlp.down", wd, {H, I});
+    if (L.attention) {
+      L.attn.qkv_proj = a.take(p + "self_attn.qkv_proj", wd, {2 * Hq * D + 2 * Hkv * D, H});
+      L.attn.q_norm = a.take(p + "self_attn.q_norm", wd, {D});
+      L.attn.k_norm = a.take(p + "self_attn.k_norm", wd, {D});
+      L.attn.o_proj = a.take(p + "self_attn.o_proj", wd, {H, Hq * D});
+    } else {
+      L.gdn.in_proj = a.take(p + "linear_attn.in_proj", wd, {C + Hv * Dv + 2 * Hv, H});
+      L.gdn.conv_w = a.take(p + "linear_attn.conv1d", DType::f32, {C, K});
+      L.gdn.A_log = a.take(p + "linear_attn.A_log", DType::f32, {Hv});
+      L.gdn.dt_bias = a.take(p + "linear_attn.dt_bias", DType::f32, {Hv});
+      L.gdn.norm_w = a.take(p + "linear_attn.norm", wd, {Dv});
+      L.gdn.out_proj = a.take(p + "linear_attn.out_proj", wd, {H, Hv * Dv});
+    }
+  }
+  // Caches.
+  for (int i = 0; i < cfg_.layers; ++i) {
+    Layer& L = layers_[static_cast<size_t>(i)];
+    const std::string p = fmt::format("layers.{}.", i);
+    if (L.attention) {
+      L.attn.k_cache = a.take(p + "k_cache", kv_cache_dtype(), {S, Lc, Hkv, D});
+      L.attn.v_cache = a.take(p + "v_cache", kv_cache_dtype(), {S, Lc, Hkv, D});
+    } else {
+      L.gdn.conv_state = a.take(p + "conv_state", act, {S, C, K - 1});
+      L.gdn.ssm_state = a.take(p + "ssm_state", DType::f32, {S, Hv, Dk, Dv});
+    }
+  }
+  // Activations and outputs (rows = max_decode_batch).
+  a_.x = a.take("x", act, {R, H});
+  a_.h = a.take("h", act, {R, H});
+  a_.mix = a.take("mix", act, {R, H});
+  a_.proj = a.take("proj", act, {R * proj_width()});
+  a_.mlp = a.take("mlp", act, {R, I});
+  if (cfg_.num_linear_attention() > 0) {
+    a_.conv_out = a.take("conv_out", act, {R, C});
+    a_.q = a.take("gdn.q", act, {R, Hk, Dk});
+    a_.k = a.take("gdn.k", act, {R, Hk, Dk});
+    a_.v = a.take("gdn.v", act, {R, Hv, Dv});
+    a_.g = a.take("gdn.g", DType::f32, {R, Hv});
+    a_.beta = a.take("gdn.beta", DType::f32, {R, Hv});
+    a_.core = a.take("gdn.core", act, {R, Hv, Dv});
+  }
+  if (cfg_.num_full_attention() > 0) {
+    a_.aq = a.take("attn.q", act, {R, Hq, D});
+    a_.agate = a.take("attn.gate", act, {R, Hq, D});
+    a_.aout = a.take("attn.out", act, {R, Hq, D});
+    // Split-K workspace: the most any row count up to R needs (eager fallbacks use any count).
+    size_t ws = 0;
+    for (int rows = 1; rows <= R; ++rows) {
+      const int sp = attention_splits(rows);
+      if (sp > 1) ws = std::max(ws, attention_decode_workspace_bytes(rows, cfg_.Hq, cfg_.D, sp));
+    }
+    a_.attn_ws = a.take("attn.workspace", DType::f32, {std::max<int64_t>(1, static_cast<int64_t>((ws + 3) / 4))});
+  }
+  a_.logits = a.take("logits", DType::f32, {R, V});
+  a_.tokens = a.take("tokens", DType::i32, {R});
+  a_.meta = a.take("step metadata", DType::i8,
+                   {static_cast<int64_t>(metadata_layout(StepKey::decode(opts_.max_decode_batch)).total)});
+}
+
+void ModelStep::init_synthetic(uint64_t seed) {
+  cudaStream_t s = stream_.get();
+  uint64_t idx = 0;
+  auto fill = [&](const TensorView& t, float lo, float hi) {
+    const uint64_t ts = seed * 0x9E3779B97F4A7C15ull + (++idx) * 0xBF58476D1CE4E5B9ull;
+    check(fill_uniform(t.data, t.dtype, t.numel(), ts, lo, hi, s));
+  };
+  auto linear = [&](const TensorView& t) {
+    const float a = std::sqrt(3.0f / static_cast<float>(t.dim(1)));
+    fill(t, -a, a);
+  };
+  fill(embed_, -1.f, 1.f);
+  if (!cfg_.tie_word_embeddings) linear(lm_head_);
+  fill(final_norm_, -0.1f, 0.1f);
+  for (const Layer& L : layers_) {
+    fill(L.in_norm, -0.1f, 0.1f);
+    fill(L.post_norm, -0.1f, 0.1f);
+    linear(L.gate_up);
+    linear(L.down);
+    if (L.attention) {
+      linear(L.attn.qkv_proj);
+      fill(L.attn.q_norm, -0.1f, 0.1f);
+      fill(L.attn.k_norm, -0.1f, 0.1f);
+      linear(L.attn.o_proj);
+    } else {
+      linear(L.gdn.in_proj);
+      const float ac = std::sqrt(3.0f / static_cast<float>(cfg_.gdn.K));
+      fill(L.gdn.conv_w, -ac, ac);
+      fill(L.gdn.A_log, 0.0f, std::log(16.0f));  // log A, A in [1, 16] (not uniform in A)
+      fill(L.gdn.dt_bias, -0.5f, 0.5f);
+      fill(L.gdn.norm_w, 0.9f, 1.1f);
+      linear(L.gdn.out_proj);
+    }
+  }
+  stream_.sync();
+}
+
+void ModelStep::load_host_weights(const HostWeights& w) {
+  check_weights(cfg_, w);
+  cudaStream_t s = stream_.get();
+  auto get = [&](const std::string& name) -> const HostTensor& {
+    auto it = w.find(name);
+    require(it != w.end(), "load_host_weights: missing {}", name);
+    return it->second;
+  };
+  // Uploads `name` into rows [row0, row0 + rows of name) of `dst` ([out, in] or 1-D).
+  auto put = [&](const TensorView& dst, int64_t row0, const std::string& name) {
+    const HostTensor& t = get(name);
+    const int64_t cols = dst.rank >= 2 ? dst.numel() / dst.dim(0) : 1;
+    require(row0 * cols + t.numel() <= dst.numel(), "load_host_weights: {} ({} values) does not fit {} at row {}",
+            name, t.numel(), dst.describe(), row0);
+    char* base = static_cast<char*>(dst.data) + static_cast<size_t>(row0 * cols) * dtype_size(dst.dtype);
+    upload_values(base, dst.dtype, t.data.data(), t.data.size(), s);
+  };
+  const GdnDims& g = cfg_.gdn;
+  const int64_t C = g.C(), HvDv = int64_t{g.Hv} * g.Dv, Hv = g.Hv, I = cfg_.intermediate;
+  const int64_t qrows = 2 * int64_t{cfg_.Hq} * cfg_.D, kvrows = int64_t{cfg_.Hkv} * cfg_.D;
+  put(embed_, 0, "model.embed_tokens.weight");
+  if (!cfg_.tie_word_embeddings) put(lm_head_, 0, "lm_head.weight");
+  put(final_norm_, 0, "model.norm.weight");
+  for (int i = 0; i < cfg_.layers; ++i) {
+    const Layer& L = layers_[static_cast<size_t>(i)];
+    const std::string p = fmt::format("model.layers.{}.", i);
+    put(L.in_norm, 0, p + "input_layernorm.weight");
+    put(L.post_norm, 0, p + "post_attention_layernorm.weight");
+    put(L.gate_up, 0, p + "mlp.gate_proj.weight");
+    put(L.gate_up, I, p + "mlp.up_proj.weight");
+    put(L.down, 0, p + "mlp.down_proj.weight");
+    if (L.attention) {
+      put(L.attn.qkv_proj, 0, p + "self_attn.q_proj.weight");
+      put(L.attn.qkv_proj, qrows, p + "self_attn.k_proj.weight");
+      put(L.attn.qkv_proj, qrows + kvrows, p + "self_attn.v_proj.weight");
+      put(L.attn.q_norm, 0, p + "self_attn.q_norm.weight");
+      put(L.attn.k_norm, 0, p + "self_attn.k_norm.weight");
+      put(L.attn.o_proj, 0, p + "self_attn.o_proj.weight");
+    } else {
+      put(L.gdn.in_proj, 0, p + "linear_attn.in_proj_qkv.weight");
+      put(L.gdn.in_proj, C, p + "linear_attn.in_proj_z.weight");
+      put(L.gdn.in_proj, C + HvDv, p + "linear_attn.in_proj_b.weight");
+      put(L.gdn.in_proj, C + HvDv + Hv, p + "linear_attn.in_proj_a.weight");
+      put(L.gdn.conv_w, 0, p + "linear_attn.conv1d.weight");  // [C, 1, K] == [C, K] in memory
+      put(L.gdn.A_log, 0, p + "linear_attn.A_log");
+      put(L.gdn.dt_bias, 0, p + "linear_attn.dt_bias");
+      put(L.gdn.norm_w, 0, p + "linear_attn.norm.weight");
+      put(L.gdn.out_proj, 0, p + "linear_attn.out_proj.weight");
+    }
+  }
+}
+
+// --- caches ---------------------------------------------------------------------------------------
+
+std::vector<const TensorView*> ModelStep::caches() const {
+  std::vector<const TensorView*> out;
+  for (const Layer& L : layers_) {
+    if (L.attention) {
+      out.push_back(&L.attn.k_cache);
+      out.push_back(&L.attn.v_cache);
+    } else {
+      out.push_back(&L.gdn.conv_state);
+      out.push_back(&L.gdn.ssm_state);
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> ModelStep::cache_bytes() const {
+  size_t total = 0;
+  for (const TensorView* t : caches()) total += t->bytes();
+  std::vector<uint8_t> out(total);
+  size_t off = 0;
+  for (const TensorView* t : caches()) {
+    check(cudaMemcpyAsync(out.data() + off, t->data, t->bytes(), cudaMemcpyDeviceToHost, stream_.get()));
+    off += t->bytes();
+  }
+  stream_.sync();
+  return out;
+}
+
+void ModelStep::set_cache_bytes(const std::vector<uint8_t>& bytes) {
+  size_t total = 0;
+  for (const TensorView* t : caches()) total += t->bytes();
+  require(bytes.size() == total, "set_cache_bytes: expected {} bytes, got {}", total, bytes.size());
+  size_t off = 0;
+  for (const TensorView* t : caches()) {
+    check(cudaMemcpyAsync(t->data, bytes.data() + off, t->bytes(), cudaMemcpyHostToDevice, stream_.get()));
+    off += t->bytes();
+  }
+  stream_.sync();
+}
+
+std::vector<uint8_t> ModelStep::slot_cache_bytes(int slot) const {
+  require(slot >= 0 && slot < opts_.num_slots, "slot {} outside [0, {})", slot, opts_.num_slots);
+  std::vector<uint8_t> out;
+  for (const TensorView* t : caches()) {
+    const size_t per = t->bytes() / static_cast<size_t>(opts_.num_slots);
+    const size_t at = out.size();
+    out.resize(at + per);
+    check(cudaMemcpyAsync(out.data() + at, static_cast<const char*>(t->data) + per * static_cast<size_t>(slot), per,
+                          cudaMemcpyDeviceToHost, stream_.get()));
+  }
+  stream_.sync();
+  return out;
+}
+
+void ModelStep::randomize_caches(uint64_t seed) {
+  uint64_t idx = 0;
+  for (const TensorView* t : caches()) {
+    const bool ssm = std::any_of(layers_.begin(), layers_.end(), [&](const Layer& L) { return &L.gdn.ssm_state == t; });
+    const float s = ssm ? 0.1f : 1.0f;
+    check(fill_uniform(t->data, t->dtype, t->numel(), seed * 0x9E3779B97F4A7C15ull + (++idx), -s, s, stream_.get()));
+  }
+  stream_.sync();
+}
+
+void ModelStep::clear_caches() {
+  for (const TensorView* t : caches()) check(cudaMemsetAsync(t->data, 0, t->bytes(), stream_.get()));
+  stream_.sync();
+}
+
+// --- the step -------------------------------------------------------------------------------------
+
+char* ModelStep::acquire_staging() {
+  const auto i = static_cast<size_t>(next_staging_);
+  staged_[i].sync();  // returns at once unless that buffer's upload (two steps ago) is still pending
+  next_staging_ = 1 - next_staging_;
+  return staging_[i].as<char>();
+}
+
+void ModelStep::upload_metadata(const StepMetadata& md) {
+  const size_t total = md.layout().total;
+  const size_t which = static_cast<size_t>(next_staging_);
+  char* h = acquire_staging();
+  md.pack_into(std::span<std::byte>(reinterpret_cast<std::byte*>(h), staging_[which].bytes()));
+  check(cudaMemcpyAsync(a_.meta.data, h, total, cudaMemcpyHostToDevice, stream_.get()));
+  staged_[which].record(stream_.get());
+}
+
+int ModelStep::enqueue(const std::vector<DecodeRequest>& batch, RunMode mode) {
+  const int B = static_cast<int>(batch.size());
+  require(B >= 1 && B <= opts_.max_decode_batch, "decode batch of {} rows: must be 1..{} (the static buffers' size)",
+          B, opts_.max_decode_batch);
+  const auto key = pad_to_key(keys_, B);
+  const int rows = key ? *key : B;
+  const StepLimits limits{opts_.num_slots, cfg_.vocab, opts_.max_context};
+  upload_metadata(build_decode_metadata(batch, StepKey::decode(rows), limits));
+  if (mode == RunMode::graph && key && graphs_.count(*key)) {
+    graphs_.at(*key).replay(stream_.get());
+  } else {
+    if (mode == RunMode::graph) ++eager_fallbacks_;
+    launch_sequence(rows, nullptr);
+  }
+  return rows;
+}
+
+DecodeOutput ModelStep::decode(const std::vector<DecodeRequest>& batch, RunMode mode) {
+  DecodeOutput out;
+  out.rows = enqueue(batch, mode);
+  const size_t B = batch.size();
+  out.logits.resize(B * static_cast<size_t>(cfg_.vocab));
+  out.tokens.resize(B);
+  check(cudaMemcpyAsync(out.logits.data(), a_.logits.data, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream_.get()));
+  check(cudaMemcpyAsync(out.tokens.data(), a_.tokens.data, B * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                        stream_.get()));
+  stream_.sync();
+  return out;
+}
+
+void ModelStep::replay(int key) const { graph(key).replay(stream_.get()); }
+
+std::vector<uint8_t> ModelStep::logits_bytes(int rows) const {
+  require(rows >= 0 && rows <= opts_.max_decode_batch, "logits_bytes: rows {} outside [0, {}]", rows,
+          opts_.max_decode_batch);
+  std::vector<uint8_t> out(static_cast<size_t>(rows) * static_cast<size_t>(cfg_.vocab) * sizeof(float));
+  download_into(out.data(), a_.logits.data, out.size(), stream_.get());
+  return out;
+}
+
+std::vector<int32_t> ModelStep::tokens(int rows) const {
+  require(rows >= 0 && rows <= opts_.max_decode_batch, "tokens: rows {} outside [0, {}]", rows,
+          opts_.max_decode_batch);
+  std::vector<int32_t> out(static_cast<size_t>(rows));
+  download_into(reinterpret_cast<uint8_t*>(out.data()), a_.tokens.data, out.size() * sizeof(int32_t), stream_.get());
+  return out;
+}
+
+const Manifest& ModelStep::manifest(int key) const {
+  auto it = manifests_.find(key);
+  require(it != manifests_.end(), "no graph captured for batch {}", key);
+  return it->second;
+}
+
+const CapturedGraph& ModelStep::graph(int key) const {
+  auto it = graphs_.find(key);
+  require(it != graphs_.end(), "no graph captured for batch {}", key);
+  return it->second;
+}
+
+}  // namespace sg

@@ -1,0 +1,185 @@
+// model_step.h: the whole Qwen3.5 text model's DECODE step on the GPU (MODEL-MATH.md), composed from
+// the kernels (embedding, rmsnorm with the fused residual, the GDN decode path, attn_prep +
+// attention_decode, swiglu, argmax) and cuBLAS projections (gemm_xwt). Prefill comes later.
+//
+// Per layer (x = the residual stream, [rows, H] in the activation dtype):
+//   h = rmsnorm(x, input_layernorm)        (fused: x = round(x + previous block's output) first)
+//   mix = mixer(h)                          GDN or gated attention
+//   h = rmsnorm(x + mix, post_attention_layernorm)  (fused residual: x = round(x + mix))
+//   mix = down(swiglu(gate_up(h)))
+// then the final norm (fused residual again), lm_head (f32 logits [rows, V]) and argmax.
+// GDN mixer: one GEMM over the concatenated [in_proj_qkv | in_proj_z | in_proj_b | in_proj_a]
+//   weight ([C + Hv*Dv + 2*Hv, H]) -> conv.update (slot-indexed) -> postconv -> delta_rule.decode
+//   (or the gdn.decode=fused arm) -> gated_rmsnorm with z -> out_proj.
+// Attention mixer: one GEMM over [q_proj | k_proj | v_proj] ([2*Hq*D + 2*Hkv*D, H]) -> attn_prep
+//   (q/k norm, RoPE at the token's position, KV append) -> attention_decode (sigmoid gate) -> o_proj.
+// MLP: one GEMM over [gate_proj | up_proj] ([2I, H]) -> swiglu -> down_proj.
+//
+// Memory: one arena (measured, then allocated exactly and frozen) holds the weights (act dtype:
+// bf16, or f32 when act is f32; conv1d.weight, A_log and dt_bias are always f32 because the kernels
+// take f32 there), the caches (conv state [slots, C, K-1] in the act dtype and SSM state
+// [slots, Hv, Dk, Dv] f32 per GDN layer; K and V caches [slots, max_context, Hkv, D] bf16 per
+// attention layer: attention.h supports only a bf16 cache), the activations for max_decode_batch
+// rows, the attention split-K workspace, the static metadata block (step_metadata.h image of the
+// largest key) and the outputs (logits f32 [rows, V], tokens i32 [rows]).
+//
+// A step: build_decode_metadata for the padded key, pack_into a pinned staging buffer (two used in
+// turn, each guarded by an event), one async upload into the static block, then replay the key's
+// graph (or launch the same sequence eagerly). Padding rows (slot -1, token_seq -1, past n_tokens)
+// read and write no cache and produce zero rows.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/arena.h"
+#include "engine/cuda_handles.h"
+#include "graphs/graph.h"
+#include "graphs/manifest.h"
+#include "kernels/arms.h"
+#include "models/gdn_decode_step.h"  // RunMode
+#include "models/qwen35_config.h"
+#include "models/reference_model.h"  // HostWeights
+#include "models/step_metadata.h"
+
+namespace sg {
+
+struct ModelStepOptions {
+  int num_slots = 8;          // cache slots
+  int max_context = 1024;     // tokens per slot (KV cache length)
+  int max_decode_batch = 32;  // rows the static buffers hold; also the largest graph key
+  int graph_max = 0;          // largest captured key (0 = max_decode_batch); bigger batches run eagerly
+  DType act = DType::bf16;    // activations and weights: bf16 or f32
+  ArmSelection arms;
+  uint64_t seed = 1;          // synthetic GPU weights (init_synthetic)
+  bool synthetic = true;      // fill weights with init_synthetic() in the constructor
+};
+
+struct DecodeOutput {
+  int rows = 0;                 // padded row count used (the graph key, or B on an eager fallback)
+  std::vector<float> logits;    // [B, V] f32
+  std::vector<int32_t> tokens;  // [B] greedy (argmax on the GPU)
+};
+
+class ModelStep {
+ public:
+  ModelStep(const Qwen35Config& config, const ModelStepOptions& opts);
+
+  // Fast synthetic weights generated on the GPU with fill_uniform (per tensor seed = f(seed, index));
+  // the same scales as synthetic_weights() but NOT the same values (use load_host_weights for that).
+  void init_synthetic(uint64_t seed);
+  // Uploads HostWeights (checked with check_weights), converted to the weight dtype and
+  // concatenated where the step fuses projections, so the GPU and the CPU reference run on identical
+  // weights (exactly so when the weights are bf16-representable or the dtype is f32).
+  void load_host_weights(const HostWeights& w);
+
+  // Warm-up (every key eagerly on padding-only metadata), then capture every key, largest first,
+  // with NodeRecorder labels (layer, op, arm, bytes). Attach the CUPTI node timer when for_timing.
+  void capture_all(bool for_timing = false);
+
+  // One decode step: request i is row i. Validates (slots distinct and in range, token ids, position
+  // + 1 <= max_context), pads to the key, uploads, runs, synchronises and downloads rows [0, B).
+  DecodeOutput decode(const std::vector<DecodeRequest>& batch, RunMode mode);
+  // Same without the download or the synchronisation: returns the padded row count.
+  int enqueue(const std::vector<DecodeRequest>& batch, RunMode mode);
+  // Replays `key`'s graph on the stream with whatever metadata the static block holds (timing).
+  void replay(int key) const;
+
+  // Synchronises and downloads.
+  std::vector<uint8_t> logits_bytes(int rows) const;  // [rows, V] f32
+  std::vector<int32_t> tokens(int rows) const;
+  // Every cache (conv, SSM, K, V of every layer), concatenated in layer order.
+  std::vector<uint8_t> cache_bytes() const;
+  void set_cache_bytes(const std::vector<uint8_t>& bytes);
+  // Every cache's slice for one slot, concatenated in layer order.
+  std::vector<uint8_t> slot_cache_bytes(int slot) const;
+  // Fills every cache with seeded values (fill_uniform in [-1, 1); SSM state scaled by 0.1).
+  void randomize_caches(uint64_t seed);
+  // Zeroes every cache (all slots forget their sequences).
+  void clear_caches();
+
+  const std::vector<int>& keys() const { return keys_; }
+  const Manifest& manifest(int key) const;
+  const CapturedGraph& graph(int key) const;
+  int eager_fallbacks() const { return eager_fallbacks_; }
+  cudaStream_t stream() const { return stream_.get(); }
+  const Qwen35Config& config() const { return cfg_; }
+  const ModelStepOptions& options() const { return opts_; }
+  DType weight_dtype() const { return opts_.act; }
+  DType kv_cache_dtype() const { return DType::bf16; }
+  size_t arena_bytes() const { return arena_->capacity(); }
+  int attention_splits(int key) const;
+
+ private:
+  struct GdnLayer {
+    TensorView in_proj;           // [C + Hv*Dv + 2*Hv, H]  qkv | z | b | a
+    TensorView conv_w;            // [C, K] f32
+    TensorView A_log, dt_bias;    // [Hv] f32
+    TensorView norm_w;            // [Dv]
+    TensorView out_proj;          // [H, Hv*Dv]
+    TensorView conv_state;        // [slots, C, K-1] act dtype
+    TensorView ssm_state;         // [slots, Hv, Dk, Dv] f32
+  };
+  struct AttnLayer {
+    TensorView qkv_proj;          // [2*Hq*D + 2*Hkv*D, H]  q_proj (query|gate per head) | k | v
+    TensorView q_norm, k_norm;    // [D]
+    TensorView o_proj;            // [H, Hq*D]
+    TensorView k_cache, v_cache;  // [slots, max_context, Hkv, D] bf16
+  };
+  struct Layer {
+    bool attention = false;
+    TensorView in_norm, post_norm;  // [H]
+    TensorView gate_up;             // [2I, H]
+    TensorView down;                // [H, I]
+    GdnLayer gdn;
+    AttnLayer attn;
+  };
+  struct Acts {
+    TensorView x, h, mix;           // [R, H]
+    TensorView proj;                // [R * Pmax] flat: GDN / attention / MLP projection output
+    TensorView conv_out;            // [R, C]
+    TensorView q, k, v;             // [R, Hk, Dk], [R, Hk, Dk], [R, Hv, Dv]
+    TensorView g, beta;             // [R, Hv] f32
+    TensorView core;                // [R, Hv, Dv] delta-rule output, gated-normed in place
+    TensorView aq, agate, aout;     // [R, Hq, D]
+    TensorView attn_ws;             // attention split-K workspace (f32)
+    TensorView mlp;                 // [R, I]
+    TensorView logits;              // [R, V] f32
+    TensorView tokens;              // [R] i32
+    TensorView meta;                // [metadata_layout(decode(R)).total] i8: the static block
+  };
+
+  void layout(Arena& a);
+  int proj_width() const;
+  void upload_metadata(const StepMetadata& md);
+  void launch_sequence(int rows, NodeRecorder* rec);
+  void gdn_mixer(int layer, int rows, const char* meta, NodeRecorder* rec);
+  void attn_mixer(int layer, int rows, const char* meta, NodeRecorder* rec);
+  void mlp_block(int layer, int rows, const char* meta, NodeRecorder* rec);
+  void gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op,
+            NodeRecorder* rec);
+  char* acquire_staging();
+  std::vector<const TensorView*> caches() const;
+
+  Qwen35Config cfg_;
+  ModelStepOptions opts_;
+  Stream stream_;
+  CublasHandle cublas_;
+  std::optional<Arena> arena_;
+  std::vector<Layer> layers_;
+  TensorView embed_, lm_head_, final_norm_;
+  Acts a_;
+  int sms_ = 0;  // SM count (attention split-K choice)
+  std::array<PinnedBuffer, 2> staging_;
+  std::array<Event, 2> staged_{Event(false), Event(false)};
+  int next_staging_ = 0;
+  std::vector<int> keys_;
+  std::map<int, CapturedGraph> graphs_;
+  std::map<int, Manifest> manifests_;
+  int eager_fallbacks_ = 0;
+};
+
+}  // namespace sg

@@ -109,8 +109,7 @@ Manifest build_manifest(const std::string& graph_name, const std::string& arms, 
     if (it != recorder.labels().end()) {
       mn.label = it->second;
     } else {
-      mn.label.op = "?";
-      mn.label.arm = "?";
+      mn.label = NodeLabel{-1, std::string(1, '?'), std::string(1, '?'), 0.0};
     }
     m.nodes.push_back(std::move(mn));
   }

@@ -26,7 +26,7 @@ struct KernelsOptions {
 void register_kernels(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand(
       "kernels",
-      "Time every arm of every GDN op (conv.update, postconv, ...) on standard shapes: each arm captured in a CUDA "
+      "Time every arm of the GDN ops (conv.update, conv.fwd, postconv, gdn.decode) on standard shapes: each arm captured in a CUDA "
       "graph (decode: 24 rotating buffer sets, as the 24 GDN layers of a step), timed interleaved over repetitions "
       "(median, min, max per launch), outputs hashed (arms must agree byte for byte), bytes moved and the fraction of "
       "the 4.3 TB/s floor printed beside each time.");
@@ -34,7 +34,7 @@ void register_kernels(CLI::App& app, Action& action) {
   cmd->add_option("--shape", o.shapes, "Shapes (default: the four standard ones). MODEL-decode-bN or MODEL-prefill-SxL, "
                                        "MODEL in 4b, 27b, tiny")
       ->delimiter(',');
-  cmd->add_option("--op", o.ops, "Only these ops (conv.update, postconv, gdn.decode)")->delimiter(',');
+  cmd->add_option("--op", o.ops, "Only these ops (conv.update, conv.fwd, postconv, gdn.decode)")->delimiter(',');
   cmd->add_option("--reps", o.cfg.reps, "Interleaved repetitions")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--launches", o.cfg.min_launches, "Kernel launches per repetition")
       ->capture_default_str()

@@ -13,6 +13,7 @@
 #include "engine/error.h"
 #include "graphs/graph.h"
 #include "kernels/arms.h"
+#include "kernels/conv_fwd.h"
 #include "kernels/conv_update.h"
 #include "kernels/delta_rule.h"
 #include "kernels/gdn_decode_fused.h"
@@ -323,6 +324,77 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
   return oc;
 }
 
+// conv.fwd: the varlen prefill conv over `rows` sequences of `seq_len` tokens without history,
+// every arm x chunk split (tiled + exact is the byte reference). State: one slot per sequence.
+OpCase conv_fwd_case(const KernelShape& s, Buffers& buf, cudaStream_t st) {
+  const GdnDims& d = s.dims;
+  const int N = s.rows, T = s.tokens(), C = d.C(), K = d.K;
+  const DType act = DType::bf16;
+  const size_t xb = static_cast<size_t>(T) * C * 2, sb = static_cast<size_t>(N) * C * (K - 1) * 2;
+  std::vector<int32_t> cu(static_cast<size_t>(N) + 1), slots(static_cast<size_t>(N));
+  for (int n = 0; n <= N; ++n) cu[static_cast<size_t>(n)] = n * s.seq_len;
+  for (int n = 0; n < N; ++n) slots[static_cast<size_t>(n)] = n;
+  const std::vector<uint8_t> hist(static_cast<size_t>(N), 0);
+  const auto chunks = build_conv_chunks(cu);
+  const int max_chunks = conv_max_chunks(T, N);
+  const int32_t counts[2] = {N, static_cast<int32_t>(chunks.size())};
+  auto* dcu = static_cast<int32_t*>(buf.make(cu.size() * 4));
+  auto* dslots = static_cast<int32_t*>(buf.make(slots.size() * 4));
+  auto* dhist = static_cast<uint8_t*>(buf.make(hist.size()));
+  auto* dcounts = static_cast<int32_t*>(buf.make(8));
+  auto* dchunks = static_cast<ConvChunk*>(buf.make(sizeof(ConvChunk) * static_cast<size_t>(max_chunks)));
+  check(cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
+  check(cudaMemcpy(dslots, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
+  check(cudaMemcpy(dhist, hist.data(), hist.size(), cudaMemcpyHostToDevice));
+  check(cudaMemcpy(dcounts, counts, 8, cudaMemcpyHostToDevice));
+  check(cudaMemcpy(dchunks, chunks.data(), sizeof(ConvChunk) * chunks.size(), cudaMemcpyHostToDevice));
+  ConvFwdParams p;
+  p.x = buf.make(xb);
+  p.x_stride = C;
+  p.x_dtype = act;
+  p.out = buf.make(xb);
+  p.out_dtype = act;
+  p.state = buf.make(sb);
+  p.state_dtype = DType::bf16;
+  p.w = static_cast<float*>(buf.make(sizeof(float) * C * K));
+  p.cu_seqlens = dcu;
+  p.slots = dslots;
+  p.has_history = dhist;
+  p.n_seqs = dcounts;
+  p.chunks = dchunks;
+  p.n_chunks = dcounts + 1;
+  p.C = C;
+  p.K = K;
+  p.max_tokens = T;
+  p.max_seqs = N;
+  check(fill_uniform(const_cast<void*>(p.x), act, int64_t{T} * C, 600, -2.f, 2.f, st));
+  check(fill_uniform(const_cast<float*>(p.w), DType::f32, int64_t{C} * K, 601, -0.4f, 0.4f, st));
+  OpCase oc;
+  oc.op = "conv.fwd";
+  oc.sets = 1;
+  oc.bytes = 2.0 * xb + sb + 4.0 * C * K;  // x read, out written, new state written (no history read)
+  for (ConvChunksArm ch : {ConvChunksArm::exact, ConvChunksArm::whole}) {
+    for (size_t a = 0; a < ArmTraits<ConvFwdArm>::count; ++a) {
+      const auto requested = static_cast<ConvFwdArm>(a);
+      auto c = conv_fwd_contract(requested, ch, ConvFwdShape{T, N, C, K});
+      std::string name = fmt::format("{}+{}", arm_name(requested), arm_name(ch));
+      if (!c.fallback_reason.empty()) name += "->" + std::string(arm_name(c.arm));
+      oc.arms.push_back({name, std::string(c.kernel), c.grid, c.block,
+                         [p, c, ch](int, cudaStream_t s) { check(conv_fwd(p, c, ch, s)); }});
+    }
+  }
+  oc.reset = [p, xb, sb](cudaStream_t s) {
+    check(cudaMemsetAsync(p.out, 0xA5, xb, s));
+    check(cudaMemsetAsync(p.state, 0x5A, sb, s));
+  };
+  oc.outputs = [p, xb, sb] {
+    auto o = download(p.out, xb);
+    append(o, download(p.state, sb));
+    return o;
+  };
+  return oc;
+}
+
 struct Spread {
   double median, min, max;
 };
@@ -369,6 +441,7 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
     return cfg.ops.empty() || std::find(cfg.ops.begin(), cfg.ops.end(), op) != cfg.ops.end();
   };
   if (shape.decode && wanted("conv.update")) cases.push_back(conv_update_case(shape, sets, buf, st));
+  if (!shape.decode && wanted("conv.fwd")) cases.push_back(conv_fwd_case(shape, buf, st));
   if (wanted("postconv")) cases.push_back(postconv_case(shape, sets, buf, st));
   if (shape.decode && wanted("gdn.decode")) cases.push_back(gdn_decode_case(shape, sets, buf, st));
   stream.sync();

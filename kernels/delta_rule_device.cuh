@@ -13,18 +13,19 @@
 
 namespace sg::dev {
 
-// Called by every lane of the warp (all 32 lanes take part in the shuffles). `part` is this
-// lane's row block (lane % Q); S points at row 0 of the column. Returns o in every lane of the group.
+// One recurrent step on a state column held in registers (s[i] = S[r0 + i][j] of this lane's row
+// block of R = Dk/Q rows). Called by every lane of the warp (all 32 take part in the shuffles);
+// returns o in every lane of the group. The prefill scan keeps s across tokens; the decode step
+// below loads it, steps once and stores it.
 template <int DK, int Q>
-__device__ __forceinline__ float delta_rule_column(float* __restrict__ S, int64_t stride, const float* ks,
-                                                   const float* qs, float decay, float beta, float v, bool active) {
+__device__ __forceinline__ float delta_rule_step(float (&s)[DK / Q], const float* ks, const float* qs, float decay,
+                                                 float beta, float v) {
   static_assert(DK % Q == 0 && 32 % Q == 0, "Q must divide Dk and 32");
   constexpr int R = DK / Q;
   const int lane = threadIdx.x % 32, part = lane % Q, base = lane - part;
   const int r0 = part * R;
-  float s[R];
 #pragma unroll
-  for (int i = 0; i < R; ++i) s[i] = active ? S[static_cast<int64_t>(r0 + i) * stride] * decay : 0.0f;
+  for (int i = 0; i < R; ++i) s[i] = s[i] * decay;
   float kv = 0.0f;
 #pragma unroll
   for (int p = 0; p < Q; ++p) {
@@ -46,6 +47,20 @@ __device__ __forceinline__ float delta_rule_column(float* __restrict__ S, int64_
     }
     if constexpr (Q > 1) o = __shfl_sync(0xffffffffu, o, base + p);
   }
+  return o;
+}
+
+// The decode step on a column in memory: S points at row 0 of the column (row stride `stride`);
+// inactive lanes (columns past Dv) take part in the shuffles on zeros and touch no memory.
+template <int DK, int Q>
+__device__ __forceinline__ float delta_rule_column(float* __restrict__ S, int64_t stride, const float* ks,
+                                                   const float* qs, float decay, float beta, float v, bool active) {
+  constexpr int R = DK / Q;
+  const int r0 = (threadIdx.x % 32 % Q) * R;
+  float s[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) s[i] = active ? S[static_cast<int64_t>(r0 + i) * stride] : 0.0f;
+  const float o = delta_rule_step<DK, Q>(s, ks, qs, decay, beta, v);
   if (active) {
 #pragma unroll
     for (int i = 0; i < R; ++i) S[static_cast<int64_t>(r0 + i) * stride] = s[i];

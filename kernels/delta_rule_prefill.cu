@@ -1,51 +1,14 @@
 // delta_rule_prefill.cu: the gated delta rule's prefill as the reference-exact sequential scan
 // (see delta_rule_prefill.h). Per (v-head, sequence) program: the state column of each thread group
 // stays in registers across the sequence's tokens; per token the arithmetic is that of
-// dev::delta_rule_column (delta_rule_device.cuh), operation for operation.
+// dev::delta_rule_step (delta_rule_device.cuh), the function the decode step uses.
 #include "kernels/contracts.h"
+#include "kernels/delta_rule_device.cuh"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/device_util.cuh"
 
 namespace sg {
 namespace {
-
-// One recurrent step on a state column held in registers: dev::delta_rule_column with the loads
-// and stores of S taken out (s[i] holds S[r0 + i][j] of this lane's row block). The same operations
-// in the same order: s_i = s_i * decay; kv = fmaf chain over rows 0..DK-1 passed lane to lane in
-// row order; u = (v - kv) * beta; s_i = fmaf(k_i, u, s_i); o = fmaf chain of s_i * qs_i. Called by
-// every lane of the warp; returns o in every lane of the group.
-template <int DK, int Q>
-__device__ __forceinline__ float column_step(float (&s)[DK / Q], const float* ks, const float* qs, float decay,
-                                             float beta, float v) {
-  static_assert(DK % Q == 0 && 32 % Q == 0, "Q must divide Dk and 32");
-  constexpr int R = DK / Q;
-  const int lane = threadIdx.x % 32, part = lane % Q, base = lane - part;
-  const int r0 = part * R;
-#pragma unroll
-  for (int i = 0; i < R; ++i) s[i] = s[i] * decay;
-  float kv = 0.0f;
-#pragma unroll
-  for (int p = 0; p < Q; ++p) {
-    if (part == p) {
-#pragma unroll
-      for (int i = 0; i < R; ++i) kv = fmaf(s[i], ks[r0 + i], kv);
-    }
-    if constexpr (Q > 1) kv = __shfl_sync(0xffffffffu, kv, base + p);
-  }
-  const float u = (v - kv) * beta;
-#pragma unroll
-  for (int i = 0; i < R; ++i) s[i] = fmaf(ks[r0 + i], u, s[i]);
-  float o = 0.0f;
-#pragma unroll
-  for (int p = 0; p < Q; ++p) {
-    if (part == p) {
-#pragma unroll
-      for (int i = 0; i < R; ++i) o = fmaf(s[i], qs[r0 + i], o);
-    }
-    if constexpr (Q > 1) o = __shfl_sync(0xffffffffu, o, base + p);
-  }
-  return o;
-}
 
 // Grid (Hv, max_seqs); block round_up(Dv * Q, 32): Q consecutive threads share column j = t / Q.
 // Every early exit is uniform over the block (it depends on the sequence only), so the barriers
@@ -116,7 +79,7 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : Q == 8 ? 1024 : 512, 1)
       beta_n = p.beta[gb1];
     }
     const float decay = expf(g_cur);
-    const float o = column_step<DK, Q>(s, ks[buf], qs[buf], decay, beta_cur, v_cur);
+    const float o = dev::delta_rule_step<DK, Q>(s, ks[buf], qs[buf], decay, beta_cur, v_cur);
     if (active && tid % Q == 0) dev::store(p.out, p.out_dtype, vo, o);
     // The other buffer was last read for token t - 1, before the previous barrier: safe to refill.
     if (more) {

@@ -4,6 +4,7 @@
 #include <cupti.h>
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -89,7 +90,10 @@ Manifest build_manifest(const std::string& graph_name, const std::string& arms, 
   m.graph = graph_name;
   m.arms = arms;
   int index = 0;
-  for (cudaGraphNode_t node : topo_kernel_nodes(graph)) {
+  const std::vector<cudaGraphNode_t> kernels = topo_kernel_nodes(graph);
+  std::map<cudaGraphNode_t, int> kernel_index;
+  for (size_t i = 0; i < kernels.size(); ++i) kernel_index[kernels[i]] = static_cast<int>(i);
+  for (cudaGraphNode_t node : kernels) {
     cudaKernelNodeParams kp{};
     check(cudaGraphKernelNodeGetParams(node, &kp));
     ManifestNode mn;
@@ -113,6 +117,32 @@ Manifest build_manifest(const std::string& graph_name, const std::string& arms, 
     }
     m.nodes.push_back(std::move(mn));
   }
+  // Kernel-to-kernel edges: walk each kernel's dependencies back through non-kernel nodes.
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    std::vector<cudaGraphNode_t> todo = {kernels[i]};
+    std::map<cudaGraphNode_t, bool> seen;
+    std::vector<int> from;
+    while (!todo.empty()) {
+      cudaGraphNode_t n = todo.back();
+      todo.pop_back();
+      size_t nd = 0;
+      check(cudaGraphNodeGetDependencies(n, nullptr, nullptr, &nd));
+      std::vector<cudaGraphNode_t> deps(nd);
+      if (nd) check(cudaGraphNodeGetDependencies(n, deps.data(), nullptr, &nd));
+      for (auto d : deps) {
+        if (seen[d]) continue;
+        seen[d] = true;
+        auto k = kernel_index.find(d);
+        if (k != kernel_index.end()) {
+          from.push_back(k->second);
+        } else {
+          todo.push_back(d);
+        }
+      }
+    }
+    std::sort(from.begin(), from.end());
+    for (int f : from) m.edges.emplace_back(f, static_cast<int>(i));
+  }
   return m;
 }
 
@@ -129,7 +159,7 @@ nlohmann::json to_json(const Manifest& m) {
                      {"smem_bytes", n.smem_bytes},
                      {"bytes", n.label.bytes}});
   }
-  return {{"graph", m.graph}, {"arms", m.arms}, {"nodes", nodes}};
+  return {{"graph", m.graph}, {"arms", m.arms}, {"nodes", nodes}, {"edges", m.edges}};
 }
 
 }  // namespace sg

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -51,6 +52,9 @@ struct Manifest {
   std::string graph;  // the graph's name ("decode b=32")
   std::string arms;   // ArmSelection::describe() at capture
   std::vector<ManifestNode> nodes;
+  // Dependencies between kernel nodes (indices into nodes), through any non-kernel nodes between
+  // them: {from, to} means `to` waits for `from`.
+  std::vector<std::pair<int, int>> edges;
   int unlabelled() const;
 };
 

@@ -265,6 +265,8 @@ TEST_CASE("the manifest names each node's op, arm, kernel and grid", "[gpu][skel
     CHECK(m.nodes[1].block == Dim3{256, 1, 1});
     CHECK(m.nodes[2].label.op == "delta_rule.decode");
     CHECK(m.nodes[2].grid == Dim3{32, static_cast<unsigned>(key), 1});
+    // One stream captured: each kernel waits for the previous one.
+    CHECK(m.edges == std::vector<std::pair<int, int>>{{0, 1}, {1, 2}});
   }
 }
 

@@ -17,6 +17,7 @@
 #include "engine/env.h"
 #include "engine/error.h"
 #include "graphs/capture_sizes.h"
+#include "graphs/export.h"
 #include "graphs/node_timer.h"
 #include "kernels/ref/conv_ref.h"
 #include "kernels/ref/delta_rule_ref.h"
@@ -40,6 +41,7 @@ struct BenchOptions {
   int reps = 5;            // timed repetitions
   int node_replays = 50;   // replays under CUPTI
   std::string json;
+  std::string csv, trace, dot;  // per-graph exports (the key is added to each file name)
   bool cpu = false;
   ArmOptions arms;
 };
@@ -102,6 +104,22 @@ struct Spread {
   double median = 0, min = 0, max = 0;
 };
 
+// Writes the per-graph exports the user asked for: CSV of node stats, Chrome trace, DOT.
+void write_exports(const BenchOptions& o, int key, const Manifest& m, const std::vector<NodeStats>& stats,
+                   const std::vector<KernelRecord>& records) {
+  auto write = [&](const std::string& path, const std::string& text) {
+    if (path.empty()) return;
+    const std::string file = with_key(path, key);
+    std::ofstream f(file);
+    require(static_cast<bool>(f), "cannot write {}", file);
+    f << text;
+    fmt::print("  wrote {}\n", file);
+  };
+  write(o.csv, to_csv(stats));
+  write(o.trace, o.trace.empty() ? "" : to_chrome_trace(m, records).dump() + "\n");
+  write(o.dot, o.dot.empty() ? "" : to_dot(m));
+}
+
 Spread spread(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return {v[v.size() / 2], v.front(), v.back()};
@@ -156,6 +174,7 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
                key, sp.median, sp.min, sp.max, o.reps, o.replays, format_bytes(bytes), bytes / (sp.median * 1e3),
                100 * bytes / (sp.median * 1e3) / kFloorGBps);
     fmt::print("{}", format_node_table(stats, kFloorGBps));
+    write_exports(o, key, step.manifest(key), stats, records);
     if (unmatched) fmt::print("  ({} kernel records did not match a node of this graph)\n", unmatched);
     fmt::print("\n");
     summary.push_back(fmt::format("  b={:<3} {:>9.2f} us  ({:.1f}% of floor)", key, sp.median,
@@ -295,6 +314,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
       fmt::print("  {:<22} {:>6} {:>12.1f} {:>6.1f}%\n", op, f.first, f.second, total > 0 ? 100 * f.second / total : 0);
       ops[op] = {{"nodes", f.first}, {"us", f.second}};
     }
+    write_exports(o, key, step.manifest(key), stats, records);
     summary.push_back(fmt::format("  b={:<3} {:>9.3f} ms", key, sp.median));
     graphs.push_back({{"batch", key}, {"step_ms", {{"median", sp.median}, {"min", sp.min}, {"max", sp.max}}},
                       {"ops", ops}, {"manifest", to_json(step.manifest(key))}});
@@ -338,6 +358,9 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("--reps", o.reps, "Timed repetitions (median, min, max reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--node-replays", o.node_replays, "Replays timed per node under CUPTI")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--json", o.json, "Also write results (manifests, node stats) to this JSON file");
+  cmd->add_option("--csv", o.csv, "Write each graph's per-node statistics as CSV (FILE gets -bN before the extension)");
+  cmd->add_option("--trace", o.trace, "Write each graph's timed replays as a Chrome/Perfetto trace (JSON)");
+  cmd->add_option("--dot", o.dot, "Write each graph's kernel nodes and dependencies as Graphviz DOT");
   cmd->add_flag("--cpu", o.cpu, "Run the CPU reference on the tiny preset even when a GPU is present");
   add_arm_options(cmd, o.arms);
   cmd->callback([&action] {

@@ -63,6 +63,13 @@ if [ $bench = 1 ]; then
   note "stepgraph bench: rc=$?"
   sed -n '/^summary/,$p' "$OUT/bench.log"
 fi
+if [ $bench = 1 ]; then
+  # The whole model's decode step (4B, decode-b32 at context 1024): summary lines only.
+  timeout 300 ./build-gpu/tools/stepgraph bench --workload model --max-seqs 32 --context 1024 --reps 3 \
+    --replays 20 --node-replays 5 2>&1 | grep -E "^(graph|summary|  b=|workload|arena|stepgraph)" | tail -25
+  note "stepgraph bench --workload model: rc=${PIPESTATUS[0]}"
+fi
+
 if [ $kernels = 1 ]; then
   ./build-gpu/tools/stepgraph kernels > "$OUT/kernels.log" 2>&1
   note "stepgraph kernels: rc=$?"

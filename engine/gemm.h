@@ -10,7 +10,7 @@
 namespace sg {
 
 // x: [T, in] row-major (row stride x.stride[0] >= in), W: [out, in] contiguous, y: [T, out] with
-// row stride y.stride[0] >= out. x and W share a dtype (bf16, f16 or f32); y is bf16, f16 or f32.
+// row stride y.stride[0] >= out. x and W share a dtype (bf16, f16 or f32); y has that dtype or f32.
 // T = 0 does nothing. Throws sg::Error on shape or dtype mismatch, naming the views.
 void gemm_xwt(const CublasHandle& h, const TensorView& x, const TensorView& W, const TensorView& y);
 

@@ -22,9 +22,10 @@ void NodeRecorder::launched(cudaStream_t stream, NodeLabel label) {
     ++eager_;
     return;
   }
-  // After a launch the capture's frontier is exactly the node that launch added.
-  require(ndeps == 1, "capture frontier has {} nodes after launching '{}'; expected 1", ndeps, label.op);
-  labels_[deps[0]] = std::move(label);
+  // After a launch the capture's frontier is the node(s) that launch added (one for a kernel; a
+  // library call such as a GEMM may leave more): label each.
+  require(ndeps >= 1, "capture frontier is empty after launching '{}'", label.op);
+  for (size_t i = 0; i < ndeps; ++i) labels_[deps[i]] = label;
 }
 
 int Manifest::unlabelled() const {

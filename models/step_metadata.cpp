@@ -122,7 +122,7 @@ MetadataLayout metadata_layout(const StepKey& key) {
   section(l.token_seq, T * sizeof(int32_t));
   section(l.slots, S * sizeof(int32_t));
   section(l.cu_seqlens, (S + 1) * sizeof(int32_t));
-  section(l.has_history, S * sizeof(int32_t));
+  section(l.has_history, S * sizeof(uint8_t));
   section(l.context_lens, S * sizeof(int32_t));
   section(l.last_rows, S * sizeof(int32_t));
   section(l.chunks, NC * sizeof(ConvChunk));

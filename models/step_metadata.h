@@ -83,7 +83,7 @@ struct MetadataLayout {
   size_t token_seq = 0;     // [T] sequence of each token row, -1 padding
   size_t slots = 0;         // [S] slot per sequence, -1 padding
   size_t cu_seqlens = 0;    // [S+1]
-  size_t has_history = 0;   // [S] 0/1: start position > 0
+  size_t has_history = 0;   // [S] u8 0/1: start position > 0
   size_t context_lens = 0;  // [S] KV / state length after the step
   size_t last_rows = 0;     // [S] token row of the sequence's last token, -1 when none
   size_t chunks = 0;        // [NC] ConvChunk {seq, start, len}
@@ -106,7 +106,7 @@ struct StepMetadata {
   std::vector<int32_t> token_seq;     // [T]
   std::vector<int32_t> slots;         // [S]
   std::vector<int32_t> cu_seqlens;    // [S+1]
-  std::vector<int32_t> has_history;   // [S]
+  std::vector<uint8_t> has_history;   // [S] u8, as conv.fwd and the delta-rule prefill read it
   std::vector<int32_t> context_lens;  // [S]
   std::vector<int32_t> last_rows;     // [S]
   std::vector<ConvChunk> chunks;      // [NC], NC = key.chunk_capacity()

@@ -50,7 +50,7 @@ TEST_CASE("decode pads 3 requests into key 4 with a slot -1 row and a zero token
   CHECK(m.token_seq == std::vector<int32_t>{0, 1, 2, -1});
   CHECK(m.slots == std::vector<int32_t>{5, 2, 7, -1});
   CHECK(m.cu_seqlens == std::vector<int32_t>{0, 1, 2, 3, 3});
-  CHECK(m.has_history == std::vector<int32_t>{0, 1, 1, 0});
+  CHECK(m.has_history == std::vector<uint8_t>{0, 1, 1, 0});
   CHECK(m.context_lens == std::vector<int32_t>{1, 8, 64, 0});
   CHECK(m.last_rows == std::vector<int32_t>{0, 1, 2, -1});
   CHECK(m.counts.n_seqs == 3);
@@ -147,7 +147,7 @@ TEST_CASE("prefill packs varlen sequences with an empty and history sequences", 
   const StepMetadata m = build_prefill_metadata(batch, StepKey::prefill(32, 4), lim);
   CHECK(m.cu_seqlens == std::vector<int32_t>{0, 10, 10, 19, 19});
   CHECK(m.slots == std::vector<int32_t>{3, 1, 6, -1});
-  CHECK(m.has_history == std::vector<int32_t>{0, 1, 1, 0});
+  CHECK(m.has_history == std::vector<uint8_t>{0, 1, 1, 0});
   CHECK(m.context_lens == std::vector<int32_t>{10, 5, 29, 0});
   CHECK(m.last_rows == std::vector<int32_t>{9, -1, 18, -1});
   REQUIRE(m.tokens.size() == 32);

@@ -26,6 +26,7 @@ TEST_CASE("gemm x W^T matches the reference linear, also through strided rows", 
       auto W = test::uniform_bf16(static_cast<size_t>(c.out) * c.in, 12 + c.in, -0.1f, 0.1f);
       auto dx = test::DevBuf::from(x, DType::bf16), dW = test::DevBuf::from(W, DType::bf16);
       test::DevBuf dy(static_cast<size_t>(c.T) * c.y_stride * dtype_size(yt));  // poisoned
+      check(cudaDeviceSynchronize());  // uploads and poison (legacy stream) before the GEMM's stream
       TensorView vx = TensorView::contiguous(dx.data(), DType::bf16, {c.T, c.in});
       vx.stride[0] = c.x_stride;
       TensorView vW = TensorView::contiguous(dW.data(), DType::bf16, {c.out, c.in});
@@ -65,6 +66,7 @@ TEST_CASE("gemm runs inside a captured graph after a warm-up, byte-identical to 
   auto dx = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(T) * in, 5), DType::bf16);
   auto dW = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(out) * in, 6, -0.05f, 0.05f), DType::bf16);
   test::DevBuf eager(static_cast<size_t>(T) * out * 2), replay(static_cast<size_t>(T) * out * 2);
+  check(cudaDeviceSynchronize());  // uploads and poison (legacy stream) before the GEMM's stream
   auto vx = TensorView::contiguous(dx.data(), DType::bf16, {T, in});
   auto vW = TensorView::contiguous(dW.data(), DType::bf16, {out, in});
   gemm_xwt(h, vx, vW, TensorView::contiguous(eager.data(), DType::bf16, {T, out}));  // warm-up + eager result

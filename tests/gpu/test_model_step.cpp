@@ -247,7 +247,7 @@ TEST_CASE("model step manifest labels every kernel it launches", "[gpu][model][m
       if (n.label.op == "?") {
         INFO("unlabelled kernel " << n.kernel);
         bool cublas = false;
-        for (const char* k : {"gemm", "gemv", "cutlass", "cublas", "sm90", "splitK", "reduce"}) {
+        for (const char* k : {"gemm", "gemv", "cutlass", "cublas", "sm90", "splitK", "reduce", "nvjet", "xmma", "Kernel"}) {
           cublas = cublas || n.kernel.find(k) != std::string::npos;
         }
         unlabelled_non_gemm += !cublas;

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace sg::dev {
 
@@ -66,6 +67,30 @@ __device__ __forceinline__ float delta_rule_column(float* __restrict__ S, int64_
     for (int i = 0; i < R; ++i) S[static_cast<int64_t>(r0 + i) * stride] = s[i];
   }
   return o;
+}
+
+// Calls f(std::integral_constant<int, DK>, std::integral_constant<int, Q>) for the built (Dk, Q)
+// pairs (delta_rule_decode_split in contracts.h says which); false when the pair is not built.
+template <typename F>
+bool with_delta_rule_tile(int Dk, int q, F&& f) {
+  auto call = [&](auto dk, auto qq) {
+    f(dk, qq);
+    return true;
+  };
+  using std::integral_constant;
+  switch (Dk * 100 + q) {
+    case 1601: return call(integral_constant<int, 16>{}, integral_constant<int, 1>{});
+    case 1604: return call(integral_constant<int, 16>{}, integral_constant<int, 4>{});
+    case 3201: return call(integral_constant<int, 32>{}, integral_constant<int, 1>{});
+    case 3204: return call(integral_constant<int, 32>{}, integral_constant<int, 4>{});
+    case 6401: return call(integral_constant<int, 64>{}, integral_constant<int, 1>{});
+    case 6404: return call(integral_constant<int, 64>{}, integral_constant<int, 4>{});
+    case 12801: return call(integral_constant<int, 128>{}, integral_constant<int, 1>{});
+    case 12802: return call(integral_constant<int, 128>{}, integral_constant<int, 2>{});
+    case 12804: return call(integral_constant<int, 128>{}, integral_constant<int, 4>{});
+    case 12808: return call(integral_constant<int, 128>{}, integral_constant<int, 8>{});
+    default: return false;
+  }
 }
 
 }  // namespace sg::dev

@@ -135,19 +135,8 @@ cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t str
   if (p.max_seqs == 0) return cudaSuccess;
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
   if (q == 0) return cudaErrorInvalidValue;
-  switch (p.Dk * 100 + q) {
-    case 1601: launch<16, 1>(p, stream); break;
-    case 1604: launch<16, 4>(p, stream); break;
-    case 3201: launch<32, 1>(p, stream); break;
-    case 3204: launch<32, 4>(p, stream); break;
-    case 6401: launch<64, 1>(p, stream); break;
-    case 6404: launch<64, 4>(p, stream); break;
-    case 12801: launch<128, 1>(p, stream); break;
-    case 12802: launch<128, 2>(p, stream); break;
-    case 12804: launch<128, 4>(p, stream); break;
-    case 12808: launch<128, 8>(p, stream); break;
-    default: return cudaErrorInvalidValue;
-  }
+  const bool built = dev::with_delta_rule_tile(p.Dk, q, [&](auto dk, auto qq) { launch<decltype(dk)::value, decltype(qq)::value>(p, stream); });
+  if (!built) return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 

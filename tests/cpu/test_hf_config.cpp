@@ -12,6 +12,7 @@
 #include "models/hf_config.h"
 #include "models/qwen35_config.h"
 #include "tests/support/catch.h"
+#include "tests/support/temp_dir.h"
 
 using namespace sg;
 using nlohmann::json;
@@ -106,22 +107,7 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
   }
 }
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    static int counter = 0;
-    std::random_device rd;
-    path = std::filesystem::temp_directory_path() /
-           ("sg_test_hf_config_" + std::to_string(rd()) + "_" + std::to_string(counter++));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
+using sg::test::TempDir;
 
 void write_text(const std::filesystem::path& p, const std::string& s) {
   std::ofstream out(p, std::ios::binary);

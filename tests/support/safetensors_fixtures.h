@@ -17,25 +17,10 @@
 #include "engine/error.h"
 #include "models/safetensors.h"
 #include "tests/support/catch.h"
+#include "tests/support/temp_dir.h"
 
 namespace sg::test {
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    static int counter = 0;
-    std::random_device rd;
-    path = std::filesystem::temp_directory_path() /
-           ("sg_test_safetensors_" + std::to_string(rd()) + "_" + std::to_string(counter++));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
 
 template <typename T>
 std::vector<uint8_t> raw(const std::vector<T>& v) {

@@ -1,6 +1,7 @@
 // manifest.cpp: label capture and reading kernel nodes back from a graph.
 #include "graphs/manifest.h"
 
+#include <cuda.h>  // driver types only: entry points are fetched at run time, libcuda is not linked
 #include <cupti.h>
 #include <cxxabi.h>
 
@@ -16,8 +17,9 @@ namespace sg {
 void NodeRecorder::launched(cudaStream_t stream, NodeLabel label) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;  // asked for: without it, programmatic edges are "lossy"
   size_t ndeps = 0;
-  check(cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &ndeps));
+  check(cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, &edges, &ndeps));
   if (status != cudaStreamCaptureStatusActive) {
     ++eager_;
     return;
@@ -45,6 +47,28 @@ std::string demangle(const char* name) {
 
 namespace {
 
+// A node's dependencies (in = true) or dependents. The edge data is fetched too: libraries such as
+// cuBLAS add programmatic (PDL) edges, and asking for nodes alone is then cudaErrorLossyQuery.
+std::vector<cudaGraphNode_t> neighbours(cudaGraphNode_t node, bool in) {
+  size_t n = 0;
+  std::vector<cudaGraphNode_t> out;
+  std::vector<cudaGraphEdgeData> edges;
+  for (int pass = 0; pass < 2; ++pass) {
+    out.resize(n);
+    edges.resize(n);
+    cudaGraphNode_t* o = pass ? out.data() : nullptr;
+    cudaGraphEdgeData* e = pass ? edges.data() : nullptr;
+    if (in) {
+      check(cudaGraphNodeGetDependencies(node, o, e, &n));
+    } else {
+      check(cudaGraphNodeGetDependentNodes(node, o, e, &n));
+    }
+    if (n == 0) break;
+  }
+  out.resize(n);
+  return out;
+}
+
 // Kernel nodes in a topological order (Kahn's algorithm, ties by the graph's node order).
 std::vector<cudaGraphNode_t> topo_kernel_nodes(cudaGraph_t graph) {
   size_t n = 0;
@@ -52,11 +76,7 @@ std::vector<cudaGraphNode_t> topo_kernel_nodes(cudaGraph_t graph) {
   std::vector<cudaGraphNode_t> nodes(n);
   check(cudaGraphGetNodes(graph, nodes.data(), &n));
   std::map<cudaGraphNode_t, size_t> indeg;
-  for (auto node : nodes) {
-    size_t nd = 0;
-    check(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &nd));
-    indeg[node] = nd;
-  }
+  for (auto node : nodes) indeg[node] = neighbours(node, true).size();
   std::queue<cudaGraphNode_t> ready;
   for (auto node : nodes) {
     if (indeg[node] == 0) ready.push(node);
@@ -66,11 +86,7 @@ std::vector<cudaGraphNode_t> topo_kernel_nodes(cudaGraph_t graph) {
     auto node = ready.front();
     ready.pop();
     order.push_back(node);
-    size_t nd = 0;
-    check(cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &nd));
-    std::vector<cudaGraphNode_t> outs(nd);
-    check(cudaGraphNodeGetDependentNodes(node, outs.data(), nullptr, &nd));
-    for (auto o : outs) {
+    for (auto o : neighbours(node, false)) {
       if (--indeg[o] == 0) ready.push(o);
     }
   }
@@ -81,6 +97,45 @@ std::vector<cudaGraphNode_t> topo_kernel_nodes(cudaGraph_t graph) {
     if (t == cudaGraphNodeTypeKernel) kernels.push_back(node);
   }
   return kernels;
+}
+
+// A kernel node read through the driver API. The runtime's cudaGraphKernelNodeGetParams fails
+// with cudaErrorInvalidDeviceFunction for kernels a library launched through the driver (cuBLAS),
+// so the driver's own call is used for every node; its entry points are looked up through the
+// runtime, which keeps libcuda out of the link (CI machines have no driver).
+struct DriverKernelNode {
+  const char* name = nullptr;
+  Dim3 grid, block;
+  unsigned smem = 0;
+};
+
+DriverKernelNode read_kernel_node(cudaGraphNode_t node) {
+  using GetParams = CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS*);
+  using FuncName = CUresult (*)(const char**, CUfunction);
+  using KernName = CUresult (*)(const char**, CUkernel);
+  static const auto lookup = [](const char* sym, unsigned version) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    check(cudaGetDriverEntryPointByVersion(sym, &fn, version, cudaEnableDefault, &q));
+    require(q == cudaDriverEntryPointSuccess && fn, "the CUDA driver has no '{}'", sym);
+    return fn;
+  };
+  static const auto get_params = reinterpret_cast<GetParams>(lookup("cuGraphKernelNodeGetParams", 12000));
+  static const auto func_name = reinterpret_cast<FuncName>(lookup("cuFuncGetName", 12030));
+  static const auto kern_name = reinterpret_cast<KernName>(lookup("cuKernelGetName", 12030));
+  CUDA_KERNEL_NODE_PARAMS p{};
+  const CUresult r = get_params(reinterpret_cast<CUgraphNode>(node), &p);
+  require(r == CUDA_SUCCESS, "cuGraphKernelNodeGetParams failed with CUresult {}", static_cast<int>(r));
+  DriverKernelNode k;
+  if (p.func) {
+    if (func_name(&k.name, p.func) != CUDA_SUCCESS) k.name = nullptr;
+  } else if (p.kern) {
+    if (kern_name(&k.name, p.kern) != CUDA_SUCCESS) k.name = nullptr;
+  }
+  k.grid = Dim3{p.gridDimX, p.gridDimY, p.gridDimZ};
+  k.block = Dim3{p.blockDimX, p.blockDimY, p.blockDimZ};
+  k.smem = p.sharedMemBytes;
+  return k;
 }
 
 }  // namespace
@@ -95,19 +150,13 @@ Manifest build_manifest(const std::string& graph_name, const std::string& arms, 
   std::map<cudaGraphNode_t, int> kernel_index;
   for (size_t i = 0; i < kernels.size(); ++i) kernel_index[kernels[i]] = static_cast<int>(i);
   for (cudaGraphNode_t node : kernels) {
-    cudaKernelNodeParams kp{};
-    check(cudaGraphKernelNodeGetParams(node, &kp));
+    const DriverKernelNode kp = read_kernel_node(node);
     ManifestNode mn;
     mn.index = index++;
-    const char* fname = nullptr;
-    if (cudaFuncGetName(&fname, kp.func) != cudaSuccess) {
-      cudaGetLastError();
-      fname = nullptr;
-    }
-    mn.kernel = demangle(fname);
-    mn.grid = Dim3{kp.gridDim.x, kp.gridDim.y, kp.gridDim.z};
-    mn.block = Dim3{kp.blockDim.x, kp.blockDim.y, kp.blockDim.z};
-    mn.smem_bytes = kp.sharedMemBytes;
+    mn.kernel = demangle(kp.name);
+    mn.grid = kp.grid;
+    mn.block = kp.block;
+    mn.smem_bytes = kp.smem;
     uint64_t id = 0;
     if (cuptiGetGraphNodeId(node, &id) == CUPTI_SUCCESS) mn.cupti_id = id;
     auto it = recorder.labels().find(node);
@@ -126,11 +175,7 @@ Manifest build_manifest(const std::string& graph_name, const std::string& arms, 
     while (!todo.empty()) {
       cudaGraphNode_t n = todo.back();
       todo.pop_back();
-      size_t nd = 0;
-      check(cudaGraphNodeGetDependencies(n, nullptr, nullptr, &nd));
-      std::vector<cudaGraphNode_t> deps(nd);
-      if (nd) check(cudaGraphNodeGetDependencies(n, deps.data(), nullptr, &nd));
-      for (auto d : deps) {
+      for (auto d : neighbours(n, true)) {
         if (seen[d]) continue;
         seen[d] = true;
         auto k = kernel_index.find(d);

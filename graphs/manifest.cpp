@@ -14,20 +14,33 @@
 
 namespace sg {
 
-void NodeRecorder::launched(cudaStream_t stream, NodeLabel label) {
+void NodeRecorder::launched(cudaStream_t stream, NodeLabel label, int kernels) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  const cudaGraphNode_t* deps = nullptr;
-  const cudaGraphEdgeData* edges = nullptr;  // asked for: without it, programmatic edges are "lossy"
-  size_t ndeps = 0;
-  check(cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, &edges, &ndeps));
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, nullptr, nullptr, nullptr));
   if (status != cudaStreamCaptureStatusActive) {
     ++eager_;
     return;
   }
-  // After a launch the capture's frontier is the node(s) that launch added (one for a kernel; a
-  // library call such as a GEMM may leave more): label each.
-  require(ndeps >= 1, "capture frontier is empty after launching '{}'", label.op);
-  for (size_t i = 0; i < ndeps; ++i) labels_[deps[i]] = label;
+  // Every node the capture gained since the last call belongs to this launch: one kernel node for
+  // our kernels; a library call (cuBLAS split-K: the GEMM and its reduction) may add several.
+  // Counting them here catches a launch that was never labelled at capture time, not in a report.
+  size_t n = 0;
+  check(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n) check(cudaGraphGetNodes(graph, nodes.data(), &n));
+  int added = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!seen_.insert(nodes[i]).second) continue;
+    labels_[nodes[i]] = label;
+    cudaGraphNodeType t;
+    check(cudaGraphNodeGetType(nodes[i], &t));
+    added += t == cudaGraphNodeTypeKernel;
+  }
+  require(kernels == kAnyKernels ? added >= 1 : added == kernels,
+          "the launch labelled '{}' (layer {}) added {} kernel nodes to the capture, expected {}: is a "
+          "launch before it missing its label?",
+          label.op, label.layer, added, kernels == kAnyKernels ? std::string("one or more") : std::to_string(kernels));
 }
 
 int Manifest::unlabelled() const {

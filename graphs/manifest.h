@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,15 +28,19 @@ struct NodeLabel {
 
 class NodeRecorder {
  public:
-  // Call right after a kernel launch on `stream`. No-op unless the stream is capturing.
-  void launched(cudaStream_t stream, NodeLabel label);
+  static constexpr int kAnyKernels = -1;  // a library call (cuBLAS) that may add several kernels
+  // Call right after each launch on `stream`; labels every node the capture gained since the last
+  // call and checks that they hold `kernels` kernel nodes (an error otherwise: a launch in between
+  // was not labelled). Counts an eager launch when the stream is not capturing.
+  void launched(cudaStream_t stream, NodeLabel label, int kernels = 1);
   // Eager launches seen (stream not capturing): counts only.
   int eager_launches() const { return eager_; }
   const std::map<cudaGraphNode_t, NodeLabel>& labels() const { return labels_; }
-  void clear() { labels_.clear(); eager_ = 0; }
+  void clear() { labels_.clear(); seen_.clear(); eager_ = 0; }
 
  private:
   std::map<cudaGraphNode_t, NodeLabel> labels_;
+  std::set<cudaGraphNode_t> seen_;
   int eager_ = 0;
 };
 

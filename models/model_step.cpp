@@ -11,6 +11,7 @@
 #include "graphs/capture_sizes.h"
 #include "kernels/attention.h"
 #include "kernels/delta_rule.h"
+#include "kernels/delta_rule_prefill.h"
 #include "kernels/fill.h"
 
 namespace sg {
@@ -49,9 +50,15 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
           opts_.num_slots, opts_.max_context);
   require(opts_.act == DType::bf16 || opts_.act == DType::f32, "activations must be bf16 or f32, got {}",
           dtype_name(opts_.act));
+  if (opts_.max_prefill_seqs == 0) opts_.max_prefill_seqs = opts_.max_decode_batch;
+  require(opts_.max_prefill_tokens >= 0 && opts_.max_prefill_seqs >= 1 && opts_.max_prefill_seqs <= 65535,
+          "need max_prefill_tokens ({}) >= 0 and 1 <= max_prefill_seqs ({}) <= 65535", opts_.max_prefill_tokens,
+          opts_.max_prefill_seqs);
   const GdnDims& g = cfg_.gdn;
   if (cfg_.num_linear_attention() > 0) {
     require(delta_rule_decode_supports(g.Dk, g.Dv), "delta-rule decode does not support Dk={} Dv={}", g.Dk, g.Dv);
+    require(opts_.max_prefill_tokens == 0 || delta_rule_prefill_supports(g.Dk, g.Dv),
+            "delta-rule prefill does not support Dk={} Dv={}", g.Dk, g.Dv);
   }
   if (cfg_.num_full_attention() > 0) {
     require(attention_supports(cfg_.Hq, cfg_.Hkv, cfg_.D), "attention does not support Hq={} Hkv={} D={}", cfg_.Hq,
@@ -61,6 +68,7 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   check(cudaGetDevice(&dev));
   check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
   keys_ = decode_capture_sizes(opts_.graph_max);
+  if (opts_.max_prefill_tokens > 0) prefill_keys_ = prefill_buckets(opts_.max_prefill_tokens);
 
   Arena m = Arena::measure();
   layout(m);
@@ -68,8 +76,7 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   layout(*arena_);
   arena_->freeze();
   arena_->zero(stream_.get());
-  const size_t meta_bytes = metadata_layout(StepKey::decode(opts_.max_decode_batch)).total;
-  for (auto& b : staging_) b = PinnedBuffer(meta_bytes);
+  for (auto& b : staging_) b = PinnedBuffer(meta_bytes());
   if (opts_.synthetic) init_synthetic(opts_.seed);
   stream_.sync();
 }
@@ -80,6 +87,18 @@ int ModelStep::proj_width() const {
   if (cfg_.num_linear_attention() > 0) p = std::max(p, g.C() + g.Hv * g.Dv + 2 * g.Hv);
   if (cfg_.num_full_attention() > 0) p = std::max(p, 2 * cfg_.Hq * cfg_.D + 2 * cfg_.Hkv * cfg_.D);
   return p;
+}
+
+int ModelStep::act_rows() const { return std::max(opts_.max_decode_batch, opts_.max_prefill_tokens); }
+
+int ModelStep::logit_rows() const {
+  return std::max(opts_.max_decode_batch, opts_.max_prefill_tokens > 0 ? opts_.max_prefill_seqs : 0);
+}
+
+size_t ModelStep::meta_bytes() const {
+  size_t b = metadata_layout(StepKey::decode(opts_.max_decode_batch)).total;
+  if (opts_.max_prefill_tokens > 0) b = std::max(b, metadata_layout(prefill_key(opts_.max_prefill_tokens)).total);
+  return b;
 }
 
 int ModelStep::attention_splits(int rows) const {
@@ -93,7 +112,7 @@ void ModelStep::layout(Arena& a) {
   const int64_t H = cfg_.hidden, I = cfg_.intermediate, V = cfg_.vocab;
   const int64_t C = g.C(), K = g.K, Hk = g.Hk, Hv = g.Hv, Dk = g.Dk, Dv = g.Dv;
   const int64_t Hq = cfg_.Hq, Hkv = cfg_.Hkv, D = cfg_.D;
-  const int64_t S = opts_.num_slots, Lc = opts_.max_context, R = opts_.max_decode_batch;
+  const int64_t S = opts_.num_slots, Lc = opts_.max_context, R = act_rows();
 
   // Weights.
   embed_ = a.take("embed_tokens", wd, {V, H});
@@ -134,7 +153,7 @@ void ModelStep::layout(Arena& a) {
       L.gdn.ssm_state = a.take(p + "ssm_state", DType::f32, {S, Hv, Dk, Dv});
     }
   }
-  // Activations and outputs (rows = max_decode_batch).
+  // Activations (R rows) and outputs (L rows).
   a_.x = a.take("x", act, {R, H});
   a_.h = a.take("h", act, {R, H});
   a_.mix = a.take("mix", act, {R, H});
@@ -153,18 +172,17 @@ void ModelStep::layout(Arena& a) {
     a_.aq = a.take("attn.q", act, {R, Hq, D});
     a_.agate = a.take("attn.gate", act, {R, Hq, D});
     a_.aout = a.take("attn.out", act, {R, Hq, D});
-    // Split-K workspace: the most any row count up to R needs (eager fallbacks use any count).
+    // Split-K workspace: the most any decode row count needs (eager fallbacks use any count).
     size_t ws = 0;
-    for (int rows = 1; rows <= R; ++rows) {
+    for (int rows = 1; rows <= opts_.max_decode_batch; ++rows) {
       const int sp = attention_splits(rows);
       if (sp > 1) ws = std::max(ws, attention_decode_workspace_bytes(rows, cfg_.Hq, cfg_.D, sp));
     }
     a_.attn_ws = a.take("attn.workspace", DType::f32, {std::max<int64_t>(1, static_cast<int64_t>((ws + 3) / 4))});
   }
-  a_.logits = a.take("logits", DType::f32, {R, V});
-  a_.tokens = a.take("tokens", DType::i32, {R});
-  a_.meta = a.take("step metadata", DType::i8,
-                   {static_cast<int64_t>(metadata_layout(StepKey::decode(opts_.max_decode_batch)).total)});
+  a_.logits = a.take("logits", DType::f32, {logit_rows(), V});
+  a_.tokens = a.take("tokens", DType::i32, {logit_rows()});
+  a_.meta = a.take("step metadata", DType::i8, {static_cast<int64_t>(meta_bytes())});
 }
 
 void ModelStep::init_synthetic(uint64_t seed) {
@@ -254,6 +272,41 @@ void ModelStep::load_host_weights(const HostWeights& w) {
       put(L.gdn.out_proj, 0, p + "linear_attn.out_proj.weight");
     }
   }
+}
+
+double ModelStep::weight_bytes() const {
+  double b = static_cast<double>(embed_.bytes() + final_norm_.bytes());
+  if (!cfg_.tie_word_embeddings) b += static_cast<double>(lm_head_.bytes());
+  for (const Layer& L : layers_) {
+    for (const TensorView* t : {&L.in_norm, &L.post_norm, &L.gate_up, &L.down}) b += static_cast<double>(t->bytes());
+    if (L.attention) {
+      for (const TensorView* t : {&L.attn.qkv_proj, &L.attn.q_norm, &L.attn.k_norm, &L.attn.o_proj}) {
+        b += static_cast<double>(t->bytes());
+      }
+    } else {
+      for (const TensorView* t : {&L.gdn.in_proj, &L.gdn.conv_w, &L.gdn.A_log, &L.gdn.dt_bias, &L.gdn.norm_w,
+                                  &L.gdn.out_proj}) {
+        b += static_cast<double>(t->bytes());
+      }
+    }
+  }
+  return b;
+}
+
+double ModelStep::state_bytes_per_slot() const {
+  double b = 0;
+  for (const Layer& L : layers_) {
+    if (!L.attention) b += static_cast<double>(L.gdn.conv_state.bytes() + L.gdn.ssm_state.bytes());
+  }
+  return b / opts_.num_slots;
+}
+
+double ModelStep::kv_bytes_per_token() const {
+  double b = 0;
+  for (const Layer& L : layers_) {
+    if (L.attention) b += static_cast<double>(L.attn.k_cache.bytes() + L.attn.v_cache.bytes());
+  }
+  return b / (static_cast<double>(opts_.num_slots) * opts_.max_context);
 }
 
 // --- caches ---------------------------------------------------------------------------------------
@@ -356,9 +409,67 @@ int ModelStep::enqueue(const std::vector<DecodeRequest>& batch, RunMode mode) {
     graphs_.at(*key).replay(stream_.get());
   } else {
     if (mode == RunMode::graph) ++eager_fallbacks_;
-    launch_sequence(rows, nullptr);
+    launch_sequence(StepKey::decode(rows), nullptr);
   }
   return rows;
+}
+
+int ModelStep::stage_prefill(const std::vector<PrefillRequest>& batch) {
+  require(!prefill_keys_.empty(), "this model step has no prefill buffers (max_prefill_tokens is 0)");
+  size_t n = 0;
+  for (const auto& r : batch) n += r.tokens.size();
+  const auto bucket = n <= static_cast<size_t>(opts_.max_prefill_tokens)
+                          ? pad_tokens_to_bucket(prefill_keys_, static_cast<int>(n))
+                          : std::nullopt;
+  require(bucket.has_value(), "prefill of {} tokens: more than max_prefill_tokens ({}); split the batch", n,
+          opts_.max_prefill_tokens);
+  const StepLimits limits{opts_.num_slots, cfg_.vocab, opts_.max_context};
+  upload_metadata(build_prefill_metadata(batch, prefill_key(*bucket), limits));
+  return *bucket;
+}
+
+int ModelStep::enqueue_prefill(const std::vector<PrefillRequest>& batch, RunMode mode) {
+  const int bucket = stage_prefill(batch);
+  if (mode == RunMode::graph && prefill_graphs_.count(bucket)) {
+    prefill_graphs_.at(bucket).replay(stream_.get());
+  } else {
+    if (mode == RunMode::graph) ++eager_fallbacks_;
+    launch_sequence(prefill_key(bucket), nullptr);
+  }
+  return bucket;
+}
+
+void ModelStep::launch_prefill_eager(int bucket) {
+  require(std::count(prefill_keys_.begin(), prefill_keys_.end(), bucket) == 1, "no prefill bucket {}", bucket);
+  launch_sequence(prefill_key(bucket), nullptr);
+}
+
+PrefillOutput ModelStep::prefill(const std::vector<PrefillRequest>& batch, RunMode mode) {
+  PrefillOutput out;
+  out.bucket = enqueue_prefill(batch, mode);
+  const size_t N = batch.size();
+  out.logits.resize(N * static_cast<size_t>(cfg_.vocab));
+  out.tokens.resize(N);
+  check(cudaMemcpyAsync(out.logits.data(), a_.logits.data, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream_.get()));
+  check(cudaMemcpyAsync(out.tokens.data(), a_.tokens.data, N * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                        stream_.get()));
+  stream_.sync();
+  return out;
+}
+
+void ModelStep::replay_prefill(int bucket) const { prefill_graph(bucket).replay(stream_.get()); }
+
+const Manifest& ModelStep::prefill_manifest(int bucket) const {
+  auto it = prefill_manifests_.find(bucket);
+  require(it != prefill_manifests_.end(), "no prefill graph captured for bucket {}", bucket);
+  return it->second;
+}
+
+const CapturedGraph& ModelStep::prefill_graph(int bucket) const {
+  auto it = prefill_graphs_.find(bucket);
+  require(it != prefill_graphs_.end(), "no prefill graph captured for bucket {}", bucket);
+  return it->second;
 }
 
 DecodeOutput ModelStep::decode(const std::vector<DecodeRequest>& batch, RunMode mode) {
@@ -378,16 +489,14 @@ DecodeOutput ModelStep::decode(const std::vector<DecodeRequest>& batch, RunMode 
 void ModelStep::replay(int key) const { graph(key).replay(stream_.get()); }
 
 std::vector<uint8_t> ModelStep::logits_bytes(int rows) const {
-  require(rows >= 0 && rows <= opts_.max_decode_batch, "logits_bytes: rows {} outside [0, {}]", rows,
-          opts_.max_decode_batch);
+  require(rows >= 0 && rows <= logit_rows(), "logits_bytes: rows {} outside [0, {}]", rows, logit_rows());
   std::vector<uint8_t> out(static_cast<size_t>(rows) * static_cast<size_t>(cfg_.vocab) * sizeof(float));
   download_into(out.data(), a_.logits.data, out.size(), stream_.get());
   return out;
 }
 
 std::vector<int32_t> ModelStep::tokens(int rows) const {
-  require(rows >= 0 && rows <= opts_.max_decode_batch, "tokens: rows {} outside [0, {}]", rows,
-          opts_.max_decode_batch);
+  require(rows >= 0 && rows <= logit_rows(), "tokens: rows {} outside [0, {}]", rows, logit_rows());
   std::vector<int32_t> out(static_cast<size_t>(rows));
   download_into(reinterpret_cast<uint8_t*>(out.data()), a_.tokens.data, out.size() * sizeof(int32_t), stream_.get());
   return out;

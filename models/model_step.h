@@ -1,16 +1,21 @@
-// model_step.h: the whole Qwen3.5 text model's DECODE step on the GPU (MODEL-MATH.md), composed from
-// the kernels (embedding, rmsnorm with the fused residual, the GDN decode path, attn_prep +
-// attention_decode, swiglu, argmax) and cuBLAS projections (gemm_xwt). Prefill comes later.
+// model_step.h: the whole Qwen3.5 text model's decode and prefill steps on the GPU (MODEL-MATH.md),
+// composed from the kernels (embedding, rmsnorm with the fused residual, the GDN decode or prefill
+// path, attn_prep + attention_decode / attention_prefill, swiglu, argmax) and cuBLAS projections
+// (gemm_xwt). Decode keys are padded batch sizes; prefill keys are token buckets (prefill_buckets)
+// with room for max_prefill_seqs sequences.
 //
 // Per layer (x = the residual stream, [rows, H] in the activation dtype):
 //   h = rmsnorm(x, input_layernorm)        (fused: x = round(x + previous block's output) first)
 //   mix = mixer(h)                          GDN or gated attention
 //   h = rmsnorm(x + mix, post_attention_layernorm)  (fused residual: x = round(x + mix))
 //   mix = down(swiglu(gate_up(h)))
-// then the final norm (fused residual again), lm_head (f32 logits [rows, V]) and argmax.
+// then the final norm (fused residual again), lm_head (f32 logits [rows, V]) and argmax. A prefill
+// step gathers each sequence's last token row first (embedding kernel over the rows of h, ids =
+// last_rows): logits [seqs, V], one row per request (a zero row and token 0 for an empty one).
 // GDN mixer: one GEMM over the concatenated [in_proj_qkv | in_proj_z | in_proj_b | in_proj_a]
 //   weight ([C + Hv*Dv + 2*Hv, H]) -> conv.update (slot-indexed) -> postconv -> delta_rule.decode
-//   (or the gdn.decode=fused arm) -> gated_rmsnorm with z -> out_proj.
+//   (or the gdn.decode=fused arm) -> gated_rmsnorm with z -> out_proj. Prefill: conv.fwd (varlen,
+//   conv.fwd / conv.chunks arms) -> postconv -> delta_rule.prefill (the sequential scan).
 // Attention mixer: one GEMM over [q_proj | k_proj | v_proj] ([2*Hq*D + 2*Hkv*D, H]) -> attn_prep
 //   (q/k norm, RoPE at the token's position, KV append) -> attention_decode (sigmoid gate) -> o_proj.
 // MLP: one GEMM over [gate_proj | up_proj] ([2I, H]) -> swiglu -> down_proj.
@@ -20,8 +25,10 @@
 // take f32 there), the caches (conv state [slots, C, K-1] in the act dtype and SSM state
 // [slots, Hv, Dk, Dv] f32 per GDN layer; K and V caches [slots, max_context, Hkv, D] bf16 per
 // attention layer: attention.h supports only a bf16 cache), the activations for max_decode_batch
-// rows, the attention split-K workspace, the static metadata block (step_metadata.h image of the
-// largest key) and the outputs (logits f32 [rows, V], tokens i32 [rows]).
+// rows (or max_prefill_tokens rows when larger), the attention split-K workspace, the static
+// metadata block (step_metadata.h image of the largest key) and the outputs (logits f32
+// [max(rows, max_prefill_seqs), V], tokens i32). In a prefill step the intermediate activations of
+// padding token rows are unspecified (stale); the outputs and every cache are defined.
 //
 // A step: build_decode_metadata for the padded key, pack_into a pinned staging buffer (two used in
 // turn, each guarded by an event), one async upload into the static block, then replay the key's
@@ -52,6 +59,8 @@ struct ModelStepOptions {
   int max_context = 1024;     // tokens per slot (KV cache length)
   int max_decode_batch = 32;  // rows the static buffers hold; also the largest graph key
   int graph_max = 0;          // largest captured key (0 = max_decode_batch); bigger batches run eagerly
+  int max_prefill_tokens = 0; // tokens one prefill step holds (the largest bucket); 0 = no prefill
+  int max_prefill_seqs = 0;   // sequences one prefill step holds (0 = max_decode_batch)
   DType act = DType::bf16;    // activations and weights: bf16 or f32
   ArmSelection arms;
   uint64_t seed = 1;          // synthetic GPU weights (init_synthetic)
@@ -62,6 +71,12 @@ struct DecodeOutput {
   int rows = 0;                 // padded row count used (the graph key, or B on an eager fallback)
   std::vector<float> logits;    // [B, V] f32
   std::vector<int32_t> tokens;  // [B] greedy (argmax on the GPU)
+};
+
+struct PrefillOutput {
+  int bucket = 0;               // the token bucket used
+  std::vector<float> logits;    // [N, V] f32: each request's last token (zeros for an empty request)
+  std::vector<int32_t> tokens;  // [N] greedy next token (0 for an empty request)
 };
 
 class ModelStep {
@@ -77,8 +92,9 @@ class ModelStep {
   void load_host_weights(const HostWeights& w);
 
   // Warm-up (every key eagerly on padding-only metadata), then capture every key, largest first,
-  // with NodeRecorder labels (layer, op, arm, bytes). Attach the CUPTI node timer when for_timing.
-  void capture_all(bool for_timing = false);
+  // with NodeRecorder labels (layer, op, arm, bytes): the decode keys, then the prefill buckets
+  // when `prefill` (and max_prefill_tokens > 0). Attach the CUPTI node timer when for_timing.
+  void capture_all(bool for_timing = false, bool prefill = true);
 
   // One decode step: request i is row i. Validates (slots distinct and in range, token ids, position
   // + 1 <= max_context), pads to the key, uploads, runs, synchronises and downloads rows [0, B).
@@ -87,6 +103,19 @@ class ModelStep {
   int enqueue(const std::vector<DecodeRequest>& batch, RunMode mode);
   // Replays `key`'s graph on the stream with whatever metadata the static block holds (timing).
   void replay(int key) const;
+
+  // One prefill step: request i is sequence i (its tokens appended to its slot after
+  // start_position cached tokens). Validates (build_prefill_metadata; total tokens must fit
+  // max_prefill_tokens, sequences max_prefill_seqs), pads to the smallest bucket, uploads, runs,
+  // synchronises and downloads each request's last-token logits and greedy token.
+  PrefillOutput prefill(const std::vector<PrefillRequest>& batch, RunMode mode);
+  // Same without the download or the synchronisation: returns the bucket.
+  int enqueue_prefill(const std::vector<PrefillRequest>& batch, RunMode mode);
+  void replay_prefill(int bucket) const;
+  // Eagerly launches `bucket`'s sequence on whatever metadata the static block holds (timing).
+  void launch_prefill_eager(int bucket);
+  // Uploads a prefill batch's metadata (for timing replays of its bucket); returns the bucket.
+  int stage_prefill(const std::vector<PrefillRequest>& batch);
 
   // Synchronises and downloads.
   std::vector<uint8_t> logits_bytes(int rows) const;  // [rows, V] f32
@@ -104,13 +133,23 @@ class ModelStep {
   const std::vector<int>& keys() const { return keys_; }
   const Manifest& manifest(int key) const;
   const CapturedGraph& graph(int key) const;
-  int eager_fallbacks() const { return eager_fallbacks_; }
+  const std::vector<int>& prefill_keys() const { return prefill_keys_; }  // buckets, ascending
+  const Manifest& prefill_manifest(int bucket) const;
+  const CapturedGraph& prefill_graph(int bucket) const;
+  int max_prefill_seqs() const { return opts_.max_prefill_seqs; }
+  int eager_fallbacks() const { return eager_fallbacks_; }  // decode and prefill steps run eagerly in graph mode
   cudaStream_t stream() const { return stream_.get(); }
   const Qwen35Config& config() const { return cfg_; }
   const ModelStepOptions& options() const { return opts_; }
   DType weight_dtype() const { return opts_.act; }
   DType kv_cache_dtype() const { return DType::bf16; }
   size_t arena_bytes() const { return arena_->capacity(); }
+  // For bandwidth floors: every weight byte (a step reads each once), the recurrent state of one
+  // slot over all GDN layers (conv + SSM; a step reads and writes it), and the K + V bytes of one
+  // cached token over all attention layers.
+  double weight_bytes() const;
+  double state_bytes_per_slot() const;
+  double kv_bytes_per_token() const;
   int attention_splits(int key) const;
 
  private:
@@ -138,6 +177,7 @@ class ModelStep {
     AttnLayer attn;
   };
   struct Acts {
+    // R = max(max_decode_batch, max_prefill_tokens) rows.
     TensorView x, h, mix;           // [R, H]
     TensorView proj;                // [R * Pmax] flat: GDN / attention / MLP projection output
     TensorView conv_out;            // [R, C]
@@ -147,18 +187,22 @@ class ModelStep {
     TensorView aq, agate, aout;     // [R, Hq, D]
     TensorView attn_ws;             // attention split-K workspace (f32)
     TensorView mlp;                 // [R, I]
-    TensorView logits;              // [R, V] f32
-    TensorView tokens;              // [R] i32
-    TensorView meta;                // [metadata_layout(decode(R)).total] i8: the static block
+    TensorView logits;              // [L, V] f32, L = max(max_decode_batch, max_prefill_seqs)
+    TensorView tokens;              // [L] i32
+    TensorView meta;                // [meta_bytes()] i8: the static block
   };
 
   void layout(Arena& a);
   int proj_width() const;
+  int act_rows() const;     // R
+  int logit_rows() const;   // L
+  size_t meta_bytes() const;
+  StepKey prefill_key(int bucket) const { return StepKey::prefill(bucket, opts_.max_prefill_seqs); }
   void upload_metadata(const StepMetadata& md);
-  void launch_sequence(int rows, NodeRecorder* rec);
-  void gdn_mixer(int layer, int rows, const char* meta, NodeRecorder* rec);
-  void attn_mixer(int layer, int rows, const char* meta, NodeRecorder* rec);
-  void mlp_block(int layer, int rows, const char* meta, NodeRecorder* rec);
+  void launch_sequence(const StepKey& key, NodeRecorder* rec);
+  void gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
+  void attn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
+  void mlp_block(int layer, const StepKey& key, NodeRecorder* rec);
   void gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op,
             NodeRecorder* rec);
   char* acquire_staging();
@@ -179,6 +223,9 @@ class ModelStep {
   std::vector<int> keys_;
   std::map<int, CapturedGraph> graphs_;
   std::map<int, Manifest> manifests_;
+  std::vector<int> prefill_keys_;
+  std::map<int, CapturedGraph> prefill_graphs_;
+  std::map<int, Manifest> prefill_manifests_;
   int eager_fallbacks_ = 0;
 };
 

@@ -11,62 +11,35 @@
 #include "kernels/attention.h"
 #include "kernels/attn_prep.h"
 #include "kernels/contracts.h"
-#include "kernels/conv_update.h"
-#include "kernels/delta_rule.h"
 #include "kernels/embedding.h"
-#include "kernels/gdn_decode_fused.h"
-#include "kernels/postconv.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/swiglu.h"
 #include "models/model_step.h"
+#include "models/model_step_meta.h"
 
 namespace sg {
+using detail::mat;
+using detail::meta_ptrs;
+using detail::MetaPtrs;
+using detail::offset;
 namespace {
 
-// Device pointers into the static metadata block for a key of `rows` rows.
-struct MetaPtrs {
-  const int32_t* n_tokens = nullptr;  // [1] live rows (StepCounts::n_tokens)
-  const int32_t* tokens = nullptr;
-  const int32_t* positions = nullptr;
-  const int32_t* token_seq = nullptr;
-  const int32_t* slots = nullptr;  // decode: row i is sequence i, so this is the per-row slot
-};
-
-MetaPtrs meta_ptrs(const char* base, int rows) {
-  const MetadataLayout l = metadata_layout(StepKey::decode(rows));
-  MetaPtrs m;
-  m.n_tokens = reinterpret_cast<const int32_t*>(base + l.counts) + 1;
-  static_assert(offsetof(StepCounts, n_tokens) == sizeof(int32_t));
-  m.tokens = reinterpret_cast<const int32_t*>(base + l.tokens);
-  m.positions = reinterpret_cast<const int32_t*>(base + l.positions);
-  m.token_seq = reinterpret_cast<const int32_t*>(base + l.token_seq);
-  m.slots = reinterpret_cast<const int32_t*>(base + l.slots);
-  return m;
-}
-
-// A contiguous [rows, cols] view at `data`.
-TensorView mat(void* data, DType t, int64_t rows, int64_t cols) { return TensorView::contiguous(data, t, {rows, cols}); }
-
-const void* offset(const void* p, int64_t elems, DType t) {
-  return static_cast<const char*>(p) + elems * static_cast<int64_t>(dtype_size(t));
-}
-
 // Padding-only metadata for a key (warm-up): no live row, every slot and token_seq -1.
-StepMetadata padding_metadata(int rows) {
+StepMetadata padding_metadata(const StepKey& key) {
   StepMetadata md;
-  md.key = StepKey::decode(rows);
-  const auto T = static_cast<size_t>(rows);
-  md.counts.token_capacity = rows;
-  md.counts.seq_capacity = rows;
+  md.key = key;
+  const auto T = static_cast<size_t>(key.tokens), S = static_cast<size_t>(key.seqs);
+  md.counts.token_capacity = key.tokens;
+  md.counts.seq_capacity = key.seqs;
   md.counts.chunk_capacity = md.key.chunk_capacity();
   md.tokens.assign(T, 0);
   md.positions.assign(T, 0);
   md.token_seq.assign(T, -1);
-  md.slots.assign(T, -1);
-  md.cu_seqlens.assign(T + 1, 0);
-  md.has_history.assign(T, 0);
-  md.context_lens.assign(T, 0);
-  md.last_rows.assign(T, -1);
+  md.slots.assign(S, -1);
+  md.cu_seqlens.assign(S + 1, 0);
+  md.has_history.assign(S, 0);
+  md.context_lens.assign(S, 0);
+  md.last_rows.assign(S, -1);
   md.chunks.assign(static_cast<size_t>(md.key.chunk_capacity()), ConvChunk{-1, 0, 0});
   return md;
 }
@@ -78,158 +51,19 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   gemm_xwt(cublas_, x, W, y);
   if (rec) {
     const double bytes = static_cast<double>(x.bytes() + W.bytes() + y.bytes());
-    rec->launched(stream_.get(), {layer, op, "cublas", bytes});
+    rec->launched(stream_.get(), {layer, op, "cublas", bytes}, NodeRecorder::kAnyKernels);
   }
 }
 
-void ModelStep::gdn_mixer(int layer, int rows, const char* meta, NodeRecorder* rec) {
-  const Layer& L = layers_[static_cast<size_t>(layer)];
-  const GdnLayer& W = L.gdn;
-  const GdnDims& g = cfg_.gdn;
-  const DType act = opts_.act;
-  const double es = static_cast<double>(dtype_size(act));
-  const int C = g.C(), Hv = g.Hv, HvDv = g.Hv * g.Dv;
-  const int P = C + HvDv + 2 * Hv;  // qkv | z | b | a
-  const MetaPtrs m = meta_ptrs(meta, rows);
-  cudaStream_t s = stream_.get();
-
-  const TensorView proj = mat(a_.proj.data, act, rows, P);
-  gemm(a_.h.rows(0, rows), W.in_proj, proj, layer, "gdn.in_proj", rec);
-  const void* z = offset(proj.data, C, act);
-  const void* b = offset(proj.data, C + HvDv, act);
-  const void* a = offset(proj.data, C + HvDv + Hv, act);
-
-  const auto fc = gdn_decode_contract(opts_.arms.gdn_decode, GdnDecodeShape{rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K});
-  if (fc.arm == GdnDecodeArm::fused) {
-    GdnDecodeFusedParams fp;
-    fp.x = proj.data;
-    fp.x_stride = P;
-    fp.a = a;
-    fp.a_stride = P;
-    fp.b = b;
-    fp.b_stride = P;
-    fp.act = act;
-    fp.conv_state = W.conv_state.data;
-    fp.conv_state_dtype = W.conv_state.dtype;
-    fp.w = W.conv_w.ptr<float>();
-    fp.A_log = W.A_log.ptr<float>();
-    fp.dt_bias = W.dt_bias.ptr<float>();
-    fp.slots = m.slots;
-    fp.ssm_state = W.ssm_state.ptr<float>();
-    fp.out = a_.core.data;
-    fp.rows = rows;
-    fp.Hk = g.Hk;
-    fp.Hv = g.Hv;
-    fp.Dk = g.Dk;
-    fp.Dv = g.Dv;
-    fp.K = g.K;
-    check(gdn_decode_fused(fp, fc, s));
-    if (rec) {
-      const double bytes = rows * (C + 2.0 * Hv) * es + rows * C * (g.K - 1) * 2.0 * es + C * g.K * 4.0 + Hv * 8.0 +
-                           rows * double(Hv) * g.Dk * g.Dv * 8.0 + rows * double(HvDv) * es;
-      rec->launched(s, {layer, "gdn.decode", "fused", bytes});
-    }
-  } else {
-    ConvUpdateParams cp;
-    cp.x = proj.data;
-    cp.x_stride = P;
-    cp.x_dtype = act;
-    cp.out = a_.conv_out.data;
-    cp.out_dtype = act;
-    cp.state = W.conv_state.data;
-    cp.state_dtype = W.conv_state.dtype;
-    cp.slots = m.slots;
-    cp.w = W.conv_w.ptr<float>();
-    cp.rows = rows;
-    cp.C = C;
-    cp.K = g.K;
-    const auto cc = conv_update_contract(opts_.arms.conv_update, ConvUpdateShape{rows, C, g.K});
-    check(conv_update(cp, cc, s));
-    if (rec) {
-      rec->launched(s, {layer, "conv.update", std::string(arm_name(cc.arm)),
-                        rows * C * es * 2 + rows * C * (g.K - 1) * es * 2 + C * g.K * 4.0});
-    }
-
-    PostconvParams pp;
-    pp.conv = a_.conv_out.data;
-    pp.conv_stride = C;
-    pp.conv_dtype = act;
-    pp.a = a;
-    pp.a_stride = P;
-    pp.b = b;
-    pp.b_stride = P;
-    pp.ab_dtype = act;
-    pp.A_log = W.A_log.ptr<float>();
-    pp.dt_bias = W.dt_bias.ptr<float>();
-    pp.q = a_.q.data;
-    pp.k = a_.k.data;
-    pp.v = a_.v.data;
-    pp.qkv_dtype = act;
-    pp.g = a_.g.ptr<float>();
-    pp.beta = a_.beta.ptr<float>();
-    pp.T = rows;
-    pp.Hk = g.Hk;
-    pp.Hv = g.Hv;
-    pp.Dk = g.Dk;
-    pp.Dv = g.Dv;
-    const auto pc = postconv_contract(opts_.arms.postconv, PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv});
-    check(postconv(pp, pc, s));
-    if (rec) {
-      rec->launched(s, {layer, "postconv", std::string(arm_name(pc.arm)), rows * C * es * 2 + rows * Hv * (es * 2 + 8.0)});
-    }
-
-    DeltaRuleDecodeParams dp;
-    dp.q = a_.q.data;
-    dp.k = a_.k.data;
-    dp.v = a_.v.data;
-    dp.qkv_dtype = act;
-    dp.g = a_.g.ptr<float>();
-    dp.beta = a_.beta.ptr<float>();
-    dp.slots = m.slots;
-    dp.state = W.ssm_state.ptr<float>();
-    dp.out = a_.core.data;
-    dp.out_dtype = act;
-    dp.rows = rows;
-    dp.Hk = g.Hk;
-    dp.Hv = g.Hv;
-    dp.Dk = g.Dk;
-    dp.Dv = g.Dv;
-    check(delta_rule_decode(dp, s));
-    if (rec) {
-      rec->launched(s, {layer, "delta_rule.decode", "-",
-                        rows * (2.0 * g.Hk * g.Dk + 2.0 * HvDv) * es + rows * Hv * 8.0 +
-                            rows * double(Hv) * g.Dk * g.Dv * 8.0});
-    }
-  }
-
-  GatedRmsNormParams gp;
-  gp.x = a_.core.data;
-  gp.x_dtype = act;
-  gp.z = z;
-  gp.z_dtype = act;
-  gp.z_token_stride = P;
-  gp.w = W.norm_w.data;
-  gp.w_dtype = W.norm_w.dtype;
-  gp.y = a_.core.data;  // in place (x is contiguous)
-  gp.y_dtype = act;
-  gp.T = rows;
-  gp.heads = g.Hv;
-  gp.n = g.Dv;
-  gp.eps = cfg_.rms_eps;
-  gp.live_rows = m.n_tokens;
-  check(gated_rmsnorm(gp, s));
-  if (rec) rec->launched(s, {layer, "gated_rmsnorm", "-", rows * HvDv * es * 3 + g.Dv * es});
-
-  gemm(mat(a_.core.data, act, rows, HvDv), W.out_proj, a_.mix.rows(0, rows), layer, "gdn.out_proj", rec);
-}
-
-void ModelStep::attn_mixer(int layer, int rows, const char* meta, NodeRecorder* rec) {
+void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
+  const int rows = key.tokens;
+  const bool prefill = key.kind == StepKind::prefill;
   const AttnLayer& W = layers_[static_cast<size_t>(layer)].attn;
   const DType act = opts_.act;
   const double es = static_cast<double>(dtype_size(act));
   const int Hq = cfg_.Hq, Hkv = cfg_.Hkv, D = cfg_.D;
   const int P = 2 * Hq * D + 2 * Hkv * D;  // q (query|gate per head) | k | v
-  const MetaPtrs m = meta_ptrs(meta, rows);
+  const MetaPtrs m = meta_ptrs(a_.meta.data, key);
   cudaStream_t s = stream_.get();
   const AttnTokenMeta tm{m.positions, m.token_seq, m.slots, m.n_tokens};
 
@@ -284,24 +118,32 @@ void ModelStep::attn_mixer(int layer, int rows, const char* meta, NodeRecorder* 
   at.Hkv = Hkv;
   at.D = D;
   at.max_context = opts_.max_context;
-  at.splits = attention_splits(rows);
-  at.workspace = at.splits > 1 ? a_.attn_ws.ptr<float>() : nullptr;
-  check(attention_decode(at, s));
+  if (prefill) {
+    check(attention_prefill(at, s));
+  } else {
+    at.splits = attention_splits(rows);
+    at.workspace = at.splits > 1 ? a_.attn_ws.ptr<float>() : nullptr;
+    check(attention_decode(at, s));
+  }
   if (rec) {
     // Live context lengths are not known at capture: count the query/gate/output rows only (the
     // KV bytes read depend on the batch's positions).
-    rec->launched(s, {layer, "attention.decode", fmt::format("splits={}", at.splits), rows * 3.0 * Hq * D * es});
+    rec->launched(s,
+                  {layer, prefill ? "attention.prefill" : "attention.decode",
+                   prefill ? std::string("-") : fmt::format("splits={}", at.splits), rows * 3.0 * Hq * D * es},
+                  at.splits > 1 ? 2 : 1);  // split-K: the partial kernel and the merge
   }
 
   gemm(mat(a_.aout.data, act, rows, int64_t{Hq} * D), W.o_proj, a_.mix.rows(0, rows), layer, "attn.o_proj", rec);
 }
 
-void ModelStep::mlp_block(int layer, int rows, const char* meta, NodeRecorder* rec) {
+void ModelStep::mlp_block(int layer, const StepKey& key, NodeRecorder* rec) {
+  const int rows = key.tokens;
   const Layer& L = layers_[static_cast<size_t>(layer)];
   const DType act = opts_.act;
   const double es = static_cast<double>(dtype_size(act));
   const int I = cfg_.intermediate;
-  const MetaPtrs m = meta_ptrs(meta, rows);
+  const MetaPtrs m = meta_ptrs(a_.meta.data, key);
   cudaStream_t s = stream_.get();
 
   const TensorView gu = mat(a_.proj.data, act, rows, 2 * int64_t{I});
@@ -321,9 +163,9 @@ void ModelStep::mlp_block(int layer, int rows, const char* meta, NodeRecorder* r
   gemm(a_.mlp.rows(0, rows), L.down, a_.mix.rows(0, rows), layer, "mlp.down", rec);
 }
 
-void ModelStep::launch_sequence(int rows, NodeRecorder* rec) {
-  const char* meta = static_cast<const char*>(a_.meta.data);
-  const MetaPtrs m = meta_ptrs(meta, rows);
+void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
+  const int rows = key.tokens;
+  const MetaPtrs m = meta_ptrs(a_.meta.data, key);
   cudaStream_t s = stream_.get();
   const DType act = opts_.act;
   const double es = static_cast<double>(dtype_size(act));
@@ -366,45 +208,75 @@ void ModelStep::launch_sequence(int rows, NodeRecorder* rec) {
   for (int i = 0; i < cfg_.layers; ++i) {
     norm(i, layers_[static_cast<size_t>(i)].in_norm, i == 0, "rmsnorm.input");
     if (layers_[static_cast<size_t>(i)].attention) {
-      attn_mixer(i, rows, meta, rec);
+      attn_mixer(i, key, rec);
     } else {
-      gdn_mixer(i, rows, meta, rec);
+      gdn_mixer(i, key, rec);
     }
     norm(i, layers_[static_cast<size_t>(i)].post_norm, false, "rmsnorm.post_attention");
-    mlp_block(i, rows, meta, rec);
+    mlp_block(i, key, rec);
   }
   norm(-1, final_norm_, cfg_.layers == 0, "rmsnorm.final");
 
-  const TensorView logits = a_.logits.rows(0, rows);
-  gemm(a_.h.rows(0, rows), lm_head_, logits, -1, "lm_head", rec);
+  // Decode: every row is a sequence's last token. Prefill: gather each sequence's last token row
+  // of h into mix (free after the final norm); -1 (no tokens, padding) gives a zero row.
+  TensorView head_in = a_.h.rows(0, rows);  // [out_rows, H]
+  int out_rows = rows;
+  const int32_t* live_out = m.n_tokens;
+  if (key.kind == StepKind::prefill) {
+    out_rows = key.seqs;
+    live_out = m.n_seqs;
+    EmbeddingParams gp;
+    gp.table = a_.h.data;  // [rows, H]
+    gp.table_dtype = act;
+    gp.ids = m.last_rows;  // [seqs]
+    gp.y = a_.mix.data;    // [seqs, H]
+    gp.y_dtype = act;
+    gp.V = rows;
+    gp.H = H;
+    gp.T = out_rows;
+    gp.live_rows = live_out;
+    check(embedding(gp, s));
+    if (rec) rec->launched(s, {-1, "gather_last", "-", out_rows * 2.0 * H * es + out_rows * 4.0});
+    head_in = a_.mix.rows(0, out_rows);
+  }
+  const TensorView logits = a_.logits.rows(0, out_rows);  // [out_rows, V] f32
+  gemm(head_in, lm_head_, logits, -1, "lm_head", rec);
 
   ArgmaxParams xp;
   xp.logits = a_.logits.ptr<float>();
   xp.ld = cfg_.vocab;
   xp.V = cfg_.vocab;
-  xp.rows = rows;
+  xp.rows = out_rows;
   xp.out = a_.tokens.ptr<int32_t>();
-  xp.live_rows = m.n_tokens;
+  xp.live_rows = live_out;
   check(argmax(xp, s));
-  if (rec) rec->launched(s, {-1, "argmax", "-", rows * (4.0 * cfg_.vocab + 4.0)});
+  if (rec) rec->launched(s, {-1, "argmax", "-", out_rows * (4.0 * cfg_.vocab + 4.0)});
 }
 
-void ModelStep::capture_all(bool for_timing) {
+void ModelStep::capture_all(bool for_timing, bool prefill) {
   if (for_timing) NodeTimer::instance().attach();
+  std::vector<StepKey> keys;
+  for (int k : keys_) keys.push_back(StepKey::decode(k));
+  if (prefill) {
+    for (int b : prefill_keys_) keys.push_back(prefill_key(b));
+  }
   // Warm-up: every key once eagerly on padding-only metadata (no cache is read or written), so
   // cuBLAS and the kernels initialise nothing lazily inside a capture.
-  for (int key : keys_) {
+  for (const StepKey& key : keys) {
     upload_metadata(padding_metadata(key));
     launch_sequence(key, nullptr);
   }
   stream_.sync();
-  for (auto it = keys_.rbegin(); it != keys_.rend(); ++it) {
-    const int key = *it;
+  // Largest first within each kind.
+  for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
+    const StepKey key = *it;
+    const bool pre = key.kind == StepKind::prefill;
     NodeRecorder rec;
-    const std::string name = fmt::format("model-decode {} b={}", cfg_.name, key);
+    const std::string name = pre ? fmt::format("model-prefill {} t={}", cfg_.name, key.tokens)
+                                 : fmt::format("model-decode {} b={}", cfg_.name, key.tokens);
     CapturedGraph g = CapturedGraph::capture(name, stream_.get(), [&] { launch_sequence(key, &rec); });
-    manifests_[key] = build_manifest(name, opts_.arms.describe(), g.graph(), rec);
-    graphs_[key] = std::move(g);
+    (pre ? prefill_manifests_ : manifests_)[key.tokens] = build_manifest(name, opts_.arms.describe(), g.graph(), rec);
+    (pre ? prefill_graphs_ : graphs_)[key.tokens] = std::move(g);
   }
 }
 

@@ -5,6 +5,8 @@
 #include "engine/error.h"
 #include "engine/gemm.h"
 #include "graphs/graph.h"
+#include "graphs/manifest.h"
+#include "kernels/fill.h"
 #include "kernels/ref/mlp_ref.h"
 #include "tests/support/catch.h"
 #include "tests/support/gpu_buffers.h"
@@ -89,4 +91,50 @@ TEST_CASE("gemm rejects mismatched shapes and dtypes with the views named", "[gp
   CHECK_THROWS_AS(gemm_xwt(h, x, W, y), Error);
   auto Wf = TensorView::contiguous(b.data(), DType::f32, {16, 8});
   CHECK_THROWS_AS(gemm_xwt(h, x, Wf, y), Error);
+}
+
+TEST_CASE("the recorder labels every kernel of a cuBLAS call and catches an unlabelled launch", "[gpu][gemm][graphs]") {
+  Stream s;
+  CublasHandle h(s.get());
+  // The 4B preset's MLP down projection at decode b=32: the shape cuBLAS splits into a GEMM and a
+  // reduction (two kernel nodes for one call) on the H200.
+  const int T = 32, in = 9216, out = 2560;
+  auto dx = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(T) * in, 7), DType::bf16);
+  auto dW = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(out) * in, 8, -0.02f, 0.02f), DType::bf16);
+  test::DevBuf y(static_cast<size_t>(T) * out * 2);
+  check(cudaDeviceSynchronize());
+  auto vx = TensorView::contiguous(dx.data(), DType::bf16, {T, in});
+  auto vW = TensorView::contiguous(dW.data(), DType::bf16, {out, in});
+  auto vy = TensorView::contiguous(y.data(), DType::bf16, {T, out});
+  gemm_xwt(h, vx, vW, vy);  // warm-up outside capture
+  s.sync();
+  NodeRecorder rec;
+  auto g = CapturedGraph::capture("gemm labels", s.get(), [&] {
+    gemm_xwt(h, vx, vW, vy);
+    rec.launched(s.get(), {0, "mlp.down", "cublas", 0}, NodeRecorder::kAnyKernels);
+    check(fill_uniform(y.data(), DType::bf16, 16, 1, 0.f, 1.f, s.get()));
+    rec.launched(s.get(), {0, "fill", "-", 0});
+  });
+  const Manifest m = build_manifest("gemm labels", "-", g.graph(), rec);
+  INFO("kernel nodes: " << m.nodes.size());
+  CHECK(m.nodes.size() >= 2);
+  CHECK(m.unlabelled() == 0);
+  CHECK(m.nodes.back().label.op == "fill");
+  for (size_t i = 0; i + 1 < m.nodes.size(); ++i) CHECK(m.nodes[i].label.op == "mlp.down");
+
+  // A launch without its label: the next label finds two kernel nodes and says so.
+  NodeRecorder rec2;
+  std::string msg;
+  try {
+    CapturedGraph::capture("missing label", s.get(), [&] {
+      check(fill_uniform(y.data(), DType::bf16, 16, 1, 0.f, 1.f, s.get()));
+      check(fill_uniform(y.data(), DType::bf16, 16, 2, 0.f, 1.f, s.get()));
+      rec2.launched(s.get(), {0, "fill", "-", 0});
+    });
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  CHECK(msg.find("added 2 kernel nodes") != std::string::npos);
+  s.sync();
 }

@@ -25,26 +25,11 @@
 #include "models/gdn_decode_step.h"
 #include "models/model_step.h"
 #include "models/reference_model.h"
+#include "tools/cli/bench_common.h"
 #include "tools/cli/commands.h"
 
 namespace sg::cli {
 namespace {
-
-constexpr double kFloorGBps = 4300.0;  // WORKLOADS.md: 4.3 TB/s for every byte
-
-struct BenchOptions {
-  std::string workload = "gdn-layer";
-  int context = 1024;      // model workload: tokens of context per sequence
-  std::string preset = "qwen3.5-4b";
-  int max_seqs = 32;
-  int replays = 200;       // replays per timed repetition
-  int reps = 5;            // timed repetitions
-  int node_replays = 50;   // replays under CUPTI
-  std::string json;
-  std::string csv, trace, dot;  // per-graph exports (the key is added to each file name)
-  bool cpu = false;
-  ArmOptions arms;
-};
 
 DecodeBatch random_batch(const GdnDims& d, int B, int num_slots, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -98,31 +83,6 @@ int run_cpu(const BenchOptions& o, const std::string& why) {
     fmt::print("{:>6} {:>12.3f} {:>14.6f}\n", B, ms, sum);
   }
   return 0;
-}
-
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-
-// Writes the per-graph exports the user asked for: CSV of node stats, Chrome trace, DOT.
-void write_exports(const BenchOptions& o, int key, const Manifest& m, const std::vector<NodeStats>& stats,
-                   const std::vector<KernelRecord>& records) {
-  auto write = [&](const std::string& path, const std::string& text) {
-    if (path.empty()) return;
-    const std::string file = with_key(path, key);
-    std::ofstream f(file);
-    require(static_cast<bool>(f), "cannot write {}", file);
-    f << text;
-    fmt::print("  wrote {}\n", file);
-  };
-  write(o.csv, to_csv(stats));
-  write(o.trace, o.trace.empty() ? "" : to_chrome_trace(m, records).dump() + "\n");
-  write(o.dot, o.dot.empty() ? "" : to_dot(m));
-}
-
-Spread spread(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
 }
 
 int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
@@ -201,139 +161,27 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
   return 0;
 }
 
-// Without a GPU, the model workload runs the CPU reference model on the tiny preset: a prefill of
-// `context` tokens per sequence, then decode steps of the whole batch, timed.
-int run_cpu_model(const BenchOptions& o, const std::string& why) {
-  fmt::print("stepgraph bench: {}\n", why);
-  const Qwen35Config cfg = preset("tiny");
-  const int B = std::min(o.max_seqs, 8), ctx = std::min(o.context, 64);
-  fmt::print("No GPU, so running the CPU reference of the whole model's decode step on the 'tiny' preset instead "
-             "({} layers, hidden {}, vocab {}), {} sequences with {} tokens of context.\n",
-             cfg.layers, cfg.hidden, cfg.vocab, B, ctx);
-  ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, ctx + 64);
-  std::vector<Sequence> seqs;
-  for (int b = 0; b < B; ++b) {
-    Sequence sq;
-    sq.slot = b;
-    for (int t = 0; t < ctx; ++t) sq.tokens.push_back((b * 131 + t * 17) % cfg.vocab);
-    seqs.push_back(std::move(sq));
-  }
-  auto t0 = std::chrono::steady_clock::now();
-  model.prefill(seqs);
-  const double prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::vector<int> slots(static_cast<size_t>(B));
-  std::vector<int64_t> tokens(static_cast<size_t>(B));
-  for (int b = 0; b < B; ++b) {
-    slots[static_cast<size_t>(b)] = b;
-    tokens[static_cast<size_t>(b)] = b;
-  }
-  const int steps = 16;
-  double sum = 0;
-  t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) {
-    auto logits = model.decode(slots, tokens);
-    for (int b = 0; b < B; ++b) {  // greedy: feed back the argmax
-      const float* row = logits.data() + static_cast<size_t>(b) * cfg.vocab;
-      tokens[static_cast<size_t>(b)] = std::max_element(row, row + cfg.vocab) - row;
-      sum += row[tokens[static_cast<size_t>(b)]];
-    }
-  }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
-  fmt::print("prefill {} x {} tokens: {:.2f} ms; decode step (batch {}): {:.3f} ms; checksum {:.6f}\n", B, ctx,
-             prefill_ms, B, ms, sum);
-  return 0;
-}
-
-// The whole model's decode step (decode-b32 of WORKLOADS.md when --max-seqs 32 --context 1024):
-// every sequence continues at position `context - 1` over caches filled with random values, so
-// attention reads `context` keys; graphs per batch key; whole-step replay times with events, then
-// per-node times with CUPTI, summarised per op.
-int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
-  const Qwen35Config cfg = preset(o.preset);
-  ResolvedArms arms = resolve_arms(o.arms.arms, read_env);
-  for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
-  ModelStepOptions opts;
-  opts.num_slots = o.max_seqs;
-  opts.max_context = o.context;
-  opts.max_decode_batch = o.max_seqs;
-  opts.arms = arms.arms;
-  opts.seed = 1;
-  fmt::print("device: {}\n", dev.describe());
-  fmt::print("workload: {} decode step, {} layers ({} GDN + {} attention), context {} per sequence, synthetic bf16 "
-             "weights\narms: {}\n",
-             cfg.name, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), o.context,
-             arms.arms.describe());
-  auto t0 = std::chrono::steady_clock::now();
-  ModelStep step(cfg, opts);
-  step.randomize_caches(7);
-  fmt::print("arena: {} (weights, caches, activations) in {:.1f} s; capturing {} graphs...\n",
-             format_bytes(static_cast<double>(step.arena_bytes())),
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), step.keys().size());
-  step.capture_all(/*for_timing=*/true);
-  std::vector<std::string> summary;
-  nlohmann::json graphs = nlohmann::json::array();
-  for (auto it = step.keys().rbegin(); it != step.keys().rend(); ++it) {
-    const int key = *it;
-    std::vector<DecodeRequest> batch;
-    for (int r = 0; r < key; ++r) batch.push_back({r, (r * 7919) % cfg.vocab, o.context - 1});
-    step.enqueue(batch, RunMode::graph);
-    Event start, stop;
-    for (int i = 0; i < 3; ++i) step.replay(key);
-    std::vector<double> ms;
-    for (int r = 0; r < o.reps; ++r) {
-      start.record(step.stream());
-      for (int i = 0; i < o.replays; ++i) step.replay(key);
-      stop.record(step.stream());
-      stop.sync();
-      ms.push_back(Event::elapsed_ms(start, stop) / o.replays);
-    }
-    Spread sp = spread(ms);
-    NodeTimer::instance().start();
-    for (int i = 0; i < o.node_replays; ++i) step.replay(key);
-    auto records = NodeTimer::instance().stop();
-    int unmatched = 0;
-    auto stats = aggregate(step.manifest(key), records, &unmatched);
-    // Per op family: nodes, summed median time per step, share.
-    std::map<std::string, std::pair<int, double>> fam;
-    double total = 0;
-    for (const auto& s : stats) {
-      auto& f = fam[s.node.label.op];
-      ++f.first;
-      f.second += s.median_us;
-      total += s.median_us;
-    }
-    fmt::print("\ngraph decode b={}: step {:.3f} ms median (min {:.3f}, max {:.3f}; {} reps x {} replays), {} kernel "
-               "nodes{}\n",
-               key, sp.median, sp.min, sp.max, o.reps, o.replays, stats.size(),
-               unmatched ? fmt::format(", {} unmatched records", unmatched) : "");
-    fmt::print("  {:<22} {:>6} {:>12} {:>7}\n", "op", "nodes", "us/step", "share");
-    std::vector<std::pair<std::string, std::pair<int, double>>> rows(fam.begin(), fam.end());
-    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
-    nlohmann::json ops = nlohmann::json::object();
-    for (const auto& [op, f] : rows) {
-      fmt::print("  {:<22} {:>6} {:>12.1f} {:>6.1f}%\n", op, f.first, f.second, total > 0 ? 100 * f.second / total : 0);
-      ops[op] = {{"nodes", f.first}, {"us", f.second}};
-    }
-    write_exports(o, key, step.manifest(key), stats, records);
-    summary.push_back(fmt::format("  b={:<3} {:>9.3f} ms", key, sp.median));
-    graphs.push_back({{"batch", key}, {"step_ms", {{"median", sp.median}, {"min", sp.min}, {"max", sp.max}}},
-                      {"ops", ops}, {"manifest", to_json(step.manifest(key))}});
-  }
-  fmt::print("\nsummary (median step time per graph; eager fallbacks: {}):\n", step.eager_fallbacks());
-  for (const auto& s : summary) fmt::print("{}\n", s);
-  if (!o.json.empty()) {
-    std::ofstream f(o.json);
-    require(static_cast<bool>(f), "cannot write {}", o.json);
-    f << nlohmann::json{{"device", dev.describe()}, {"preset", cfg.name}, {"arms", arms.arms.describe()},
-                        {"workload", "model-decode"}, {"context", o.context}, {"graphs", graphs}}
-             .dump(2)
-      << "\n";
-    fmt::print("wrote {}\n", o.json);
-  }
-  return 0;
-}
-
 }  // namespace
+
+Spread spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+void write_exports(const BenchOptions& o, int key, const Manifest& m, const std::vector<NodeStats>& stats,
+                   const std::vector<KernelRecord>& records) {
+  auto write = [&](const std::string& path, const std::string& text) {
+    if (path.empty()) return;
+    const std::string file = with_key(path, key);
+    std::ofstream f(file);
+    require(static_cast<bool>(f), "cannot write {}", file);
+    f << text;
+    fmt::print("  wrote {}\n", file);
+  };
+  write(o.csv, to_csv(stats));
+  write(o.trace, o.trace.empty() ? "" : to_chrome_trace(m, records).dump() + "\n");
+  write(o.dot, o.dot.empty() ? "" : to_dot(m));
+}
 
 void register_bench(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand(
@@ -343,11 +191,15 @@ void register_bench(CLI::App& app, Action& action) {
       "layer's decode step (the walking skeleton). Without a GPU it runs the CPU reference on the tiny preset.");
   static BenchOptions o;
   cmd->add_option("--workload", o.workload,
-                  "gdn-layer: one GDN layer's decode step (the walking skeleton, verified); model: the whole model's "
-                  "decode step (written, not yet verified on a GPU)")
+                  "gdn-layer: one GDN layer's decode step (the walking skeleton); model: the whole model's decode "
+                  "steps (one graph per batch key) and its prefill step (--max-seqs sequences of --context tokens)")
       ->capture_default_str()
       ->check(CLI::IsMember({"gdn-layer", "model"}));
-  cmd->add_option("--context", o.context, "model workload: tokens of context per sequence")
+  cmd->add_option("--phase", o.phase, "model workload: decode, prefill or both")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"decode", "prefill", "both"}));
+  cmd->add_option("--context", o.context,
+                  "model workload: tokens of context per sequence in decode, prompt tokens per sequence in prefill")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--preset", o.preset, "Model preset (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv)")->capture_default_str();

@@ -1,17 +1,22 @@
-// cmd_generate.cpp: `stepgraph generate`: greedy generation from token ids. For now only the CPU
-// reference model (models/reference_model.h) runs it (--cpu); the GPU model step comes later.
+// cmd_generate.cpp: `stepgraph generate`: greedy generation from token ids on the GPU model step
+// (models/model_step.h: one prefill step, then decode steps replaying captured graphs), or on the
+// CPU reference model (models/reference_model.h) with --cpu or when no GPU is found.
 // Weights: a Hugging Face checkpoint folder (--weights DIR: config.json + safetensors), or the
-// synthetic weights of a preset (--preset; with --cpu and no --weights the default is 'tiny',
-// since the CPU reference of the real sizes is very slow).
+// synthetic weights of a preset (--preset; default 'qwen3.5-4b' on the GPU, 'tiny' on the CPU,
+// since the CPU reference of the real sizes is very slow). The GPU's synthetic weights are
+// generated on the GPU and are not the CPU reference's values for the same seed.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <chrono>
+#include <optional>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/device.h"
 #include "engine/error.h"
+#include "models/model_step.h"
 #include "models/hf_config.h"
 #include "models/qwen35_config.h"
 #include "models/reference_model.h"
@@ -28,7 +33,7 @@ struct GenerateOptions {
   int max_new = 12;
   bool json = false;
   bool cpu = false;
-  std::string dtype = "f32";
+  std::string dtype;  // empty: bf16 on the GPU, f32 on the CPU
   uint64_t seed = 1;
   bool chunked = false;
 };
@@ -56,15 +61,98 @@ std::vector<int64_t> parse_tokens(const std::string& s) {
   return out;
 }
 
+void print_result(const GenerateOptions& o, const char* implementation, const Qwen35Config& cfg,
+                  const std::string& source, const std::string& dtype, const std::string& detail,
+                  const std::vector<int64_t>& prompt, const std::vector<int64_t>& out, double secs,
+                  const std::vector<std::string>& notes) {
+  if (o.json) {
+    nlohmann::json j;
+    j["implementation"] = implementation;
+    j["model"] = cfg.name;
+    j["source"] = source;
+    j["dtype"] = dtype;
+    j["detail"] = detail;
+    j["prompt"] = prompt;
+    j["generated"] = out;
+    j["seconds"] = secs;
+    j["notes"] = notes;
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    for (const auto& n : notes) fmt::print(stderr, "note: {}\n", n);
+    fmt::print("model: {} (hidden {}, {} layers: {} GDN + {} attention, vocab {}), {}\n", cfg.name, cfg.hidden,
+               cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), cfg.vocab, source);
+    fmt::print("implementation: {}, {} activations, {}\n", implementation, dtype, detail);
+    fmt::print("prompt ({} tokens): {}\n", prompt.size(), fmt::join(prompt, ","));
+    fmt::print("generated ({} tokens, greedy, {:.2f} s): {}\n", out.size(), secs, fmt::join(out, ","));
+  }
+}
+
+// The GPU path: one slot, a prefill step of the whole prompt, then max_new - 1 decode steps (each
+// replays the batch-1 graph), feeding back the GPU's argmax.
+int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::string> notes) {
+  const std::vector<int64_t> prompt = parse_tokens(o.tokens);
+  Qwen35Config cfg;
+  std::optional<HostWeights> weights;
+  std::string source;
+  if (!o.weights.empty()) {
+    const std::filesystem::path dir(o.weights);
+    if (!o.preset.empty()) notes.push_back(fmt::format("--preset {} ignored: --weights gives the config", o.preset));
+    cfg = load_hf_config(dir / "config.json");
+    const Checkpoint ck = Checkpoint::open(dir);
+    weights = load_weights(ck, cfg);
+    source = fmt::format("checkpoint {} ({} shard(s), {} tensors ignored)", dir.string(), ck.num_shards(),
+                         ck.ignored().size());
+  } else {
+    cfg = preset(o.preset.empty() ? "qwen3.5-4b" : o.preset);
+    source = fmt::format("synthetic weights of preset '{}' generated on the GPU (seed {})", cfg.name, o.seed);
+  }
+  for (int64_t t : prompt) {
+    require(t >= 0 && t < cfg.vocab, "--tokens: token id {} outside the vocabulary [0, {})", t, cfg.vocab);
+  }
+  const std::string dtype = o.dtype.empty() ? "bf16" : o.dtype;
+  ModelStepOptions so;
+  so.num_slots = 1;
+  so.max_context = static_cast<int>(prompt.size()) + std::max(o.max_new, 1);
+  so.max_decode_batch = 1;
+  so.max_prefill_tokens = static_cast<int>(prompt.size());
+  so.max_prefill_seqs = 1;
+  so.act = dtype == "f32" ? DType::f32 : DType::bf16;
+  so.synthetic = !weights.has_value();
+  so.seed = o.seed;
+  ModelStep step(cfg, so);
+  if (weights) step.load_host_weights(*weights);
+  step.capture_all();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int64_t> out;
+  if (o.max_new > 0) {
+    const PrefillOutput p =
+        step.prefill({PrefillRequest{0, std::vector<int32_t>(prompt.begin(), prompt.end()), 0}}, RunMode::graph);
+    out.push_back(p.tokens[0]);
+    while (static_cast<int>(out.size()) < o.max_new) {
+      const int pos = static_cast<int>(prompt.size() + out.size()) - 1;
+      const DecodeOutput d = step.decode({DecodeRequest{0, static_cast<int32_t>(out.back()), pos}}, RunMode::graph);
+      out.push_back(d.tokens[0]);
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  print_result(o, "gpu", cfg, source, dtype,
+               fmt::format("{}; KV cache {}; graphs captured (prefill bucket, decode b=1)", dev.describe(),
+                           dtype_name(step.kv_cache_dtype())),
+               prompt, out, secs, notes);
+  return 0;
+}
+
 int run(const GenerateOptions& o) {
+  std::vector<std::string> notes;
   if (!o.cpu) {
-    throw Error("the GPU model step is not implemented yet; use --cpu (the CPU reference model)");
+    const DeviceInfo dev = probe_device();
+    if (dev.ok) return run_gpu(o, dev, notes);
+    notes.push_back(fmt::format("no GPU found ({}): running the CPU reference model instead", dev.reason));
   }
   const std::vector<int64_t> prompt = parse_tokens(o.tokens);
   Qwen35Config cfg;
   HostWeights weights;
   std::string source;
-  std::vector<std::string> notes;
   if (!o.weights.empty()) {
     const std::filesystem::path dir(o.weights);
     if (!o.preset.empty()) notes.push_back(fmt::format("--preset {} ignored: --weights gives the config", o.preset));
@@ -95,7 +183,7 @@ int run(const GenerateOptions& o) {
     source = fmt::format("synthetic weights of preset '{}' (seed {})", name, o.seed);
   }
   ReferenceOptions ro;
-  ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;
+  ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;  // default f32 on the CPU
   ro.chunked_prefill = o.chunked;
   const int64_t ctx = static_cast<int64_t>(prompt.size()) + std::max(o.max_new, 1);
   ReferenceModel model(cfg, std::move(weights), 1, ctx, ro);
@@ -104,51 +192,32 @@ int run(const GenerateOptions& o) {
   const std::vector<int64_t> out = model.generate(prompt, o.max_new);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  if (o.json) {
-    nlohmann::json j;
-    j["implementation"] = "cpu-reference";
-    j["model"] = cfg.name;
-    j["source"] = source;
-    j["dtype"] = o.dtype;
-    j["delta_rule_prefill"] = o.chunked ? "chunked" : "recurrent";
-    j["prompt"] = prompt;
-    j["generated"] = out;
-    j["seconds"] = secs;
-    j["notes"] = notes;
-    fmt::print("{}\n", j.dump(2));
-  } else {
-    for (const auto& n : notes) fmt::print(stderr, "note: {}\n", n);
-    fmt::print("model: {} (hidden {}, {} layers: {} GDN + {} attention, vocab {}), {}\n", cfg.name, cfg.hidden,
-               cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), cfg.vocab, source);
-    fmt::print("implementation: CPU reference, {} activations, {} delta-rule prefill\n", o.dtype,
-               o.chunked ? "chunked" : "recurrent");
-    fmt::print("prompt ({} tokens): {}\n", prompt.size(), fmt::join(prompt, ","));
-    fmt::print("generated ({} tokens, greedy, {:.2f} s): {}\n", out.size(), secs, fmt::join(out, ","));
-  }
+  print_result(o, "cpu-reference", cfg, source, o.dtype.empty() ? "f32" : o.dtype,
+               o.chunked ? "chunked delta-rule prefill" : "recurrent delta-rule prefill", prompt, out, secs, notes);
   return 0;
 }
 
 }  // namespace
 
 void register_generate(CLI::App& app, Action& action) {
-  auto* cmd = app.add_subcommand("generate", "Greedy generation from token ids (for now on the CPU reference model: "
-                                             "--cpu).");
+  auto* cmd = app.add_subcommand("generate", "Greedy generation from token ids on the GPU model step (prefill, then "
+                                             "graphed decode steps), or on the CPU reference model (--cpu, or when no "
+                                             "GPU is found).");
   static GenerateOptions o;
   cmd->add_option("--weights", o.weights, "Hugging Face checkpoint folder (config.json + model.safetensors or "
                                           "shards); without it, a preset's synthetic weights")
       ->check(CLI::ExistingDirectory);
-  cmd->add_option("--preset", o.preset, "Preset for synthetic weights (default 'tiny' with --cpu; "
-                                        "`stepgraph info` lists them)");
+  cmd->add_option("--preset", o.preset, "Preset for synthetic weights (default qwen3.5-4b on the GPU, tiny on the "
+                                        "CPU; `stepgraph info` lists them)");
   cmd->add_option("--tokens", o.tokens, "Prompt token ids, comma separated")->capture_default_str();
   cmd->add_option("--max-new", o.max_new, "Tokens to generate")->capture_default_str()->check(CLI::Range(0, 1000000));
   cmd->add_flag("--json", o.json, "Print the result as JSON");
-  cmd->add_flag("--cpu", o.cpu, "Run the CPU reference model (for now the only implementation)");
-  cmd->add_option("--dtype", o.dtype, "Activation dtype: f32 (parity with HF in f32) or bf16 (emulates a bf16 "
-                                      "step; weights rounded to bf16)")
-      ->capture_default_str()
+  cmd->add_flag("--cpu", o.cpu, "Run the CPU reference model instead of the GPU");
+  cmd->add_option("--dtype", o.dtype, "Compute dtype: bf16 (default on the GPU) or f32 (parity with HF; default on "
+                                      "the CPU, where bf16 emulates a bf16 step with weights rounded to bf16)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();
-  cmd->add_flag("--chunked", o.chunked, "Chunked delta rule in prefill (default: recurrent)");
+  cmd->add_flag("--chunked", o.chunked, "CPU reference: chunked delta rule in prefill (default: recurrent)");
   cmd->callback([&action] {
     action = [] { return run(o); };
   });

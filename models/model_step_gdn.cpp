@@ -1,0 +1,223 @@
+// model_step_gdn.cpp: the GDN mixer of the model step, decode and prefill:
+//   in_proj GEMM -> [decode] conv.update -> postconv -> delta_rule.decode  (or gdn.decode=fused)
+//                   [prefill] conv.fwd (varlen) -> postconv -> delta_rule.prefill
+//                -> gated_rmsnorm with z -> out_proj GEMM.
+// The projection output [rows, P] is qkv | z | b | a (P = C + Hv*Dv + 2*Hv); conv, postconv and
+// the gated norm read it through row strides.
+#include "engine/error.h"
+#include "kernels/contracts.h"
+#include "kernels/conv_fwd.h"
+#include "kernels/conv_update.h"
+#include "kernels/delta_rule.h"
+#include "kernels/delta_rule_prefill.h"
+#include "kernels/gdn_decode_fused.h"
+#include "kernels/postconv.h"
+#include "kernels/rmsnorm.h"
+#include "models/model_step.h"
+#include "models/model_step_meta.h"
+
+namespace sg {
+using detail::mat;
+using detail::meta_ptrs;
+using detail::MetaPtrs;
+using detail::offset;
+
+void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
+  const int rows = key.tokens;
+  const GdnLayer& W = layers_[static_cast<size_t>(layer)].gdn;
+  const GdnDims& g = cfg_.gdn;
+  const DType act = opts_.act;
+  const double es = static_cast<double>(dtype_size(act));
+  const int C = g.C(), Hv = g.Hv, HvDv = g.Hv * g.Dv;
+  const int P = C + HvDv + 2 * Hv;
+  const bool prefill = key.kind == StepKind::prefill;
+  const MetaPtrs m = meta_ptrs(a_.meta.data, key);
+  cudaStream_t s = stream_.get();
+
+  const TensorView proj = mat(a_.proj.data, act, rows, P);  // [rows, P]: qkv | z | b | a
+  gemm(a_.h.rows(0, rows), W.in_proj, proj, layer, "gdn.in_proj", rec);
+  const void* z = offset(proj.data, C, act);          // [rows, Hv, Dv] at row stride P
+  const void* b = offset(proj.data, C + HvDv, act);   // [rows, Hv] at row stride P
+  const void* a = offset(proj.data, C + HvDv + Hv, act);
+
+  const auto fc = gdn_decode_contract(opts_.arms.gdn_decode, GdnDecodeShape{rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K});
+  if (!prefill && fc.arm == GdnDecodeArm::fused) {
+    GdnDecodeFusedParams fp;
+    fp.x = proj.data;
+    fp.x_stride = P;
+    fp.a = a;
+    fp.a_stride = P;
+    fp.b = b;
+    fp.b_stride = P;
+    fp.act = act;
+    fp.conv_state = W.conv_state.data;
+    fp.conv_state_dtype = W.conv_state.dtype;
+    fp.w = W.conv_w.ptr<float>();
+    fp.A_log = W.A_log.ptr<float>();
+    fp.dt_bias = W.dt_bias.ptr<float>();
+    fp.slots = m.slots;
+    fp.ssm_state = W.ssm_state.ptr<float>();
+    fp.out = a_.core.data;
+    fp.rows = rows;
+    fp.Hk = g.Hk;
+    fp.Hv = g.Hv;
+    fp.Dk = g.Dk;
+    fp.Dv = g.Dv;
+    fp.K = g.K;
+    check(gdn_decode_fused(fp, fc, s));
+    if (rec) {
+      const double bytes = rows * (C + 2.0 * Hv) * es + rows * C * (g.K - 1) * 2.0 * es + C * g.K * 4.0 + Hv * 8.0 +
+                           rows * double(Hv) * g.Dk * g.Dv * 8.0 + rows * double(HvDv) * es;
+      rec->launched(s, {layer, "gdn.decode", "fused", bytes});
+    }
+  } else {
+    // Causal conv: conv_out [rows, C].
+    if (prefill) {
+      ConvFwdParams cp;
+      cp.x = proj.data;
+      cp.x_stride = P;
+      cp.x_dtype = act;
+      cp.out = a_.conv_out.data;
+      cp.out_dtype = act;
+      cp.state = W.conv_state.data;
+      cp.state_dtype = W.conv_state.dtype;
+      cp.w = W.conv_w.ptr<float>();
+      cp.silu = true;
+      cp.cu_seqlens = m.cu_seqlens;
+      cp.slots = m.slots;
+      cp.has_history = m.has_history;
+      cp.n_seqs = m.n_seqs;
+      cp.chunks = m.chunks;
+      cp.n_chunks = m.n_chunks;
+      cp.C = C;
+      cp.K = g.K;
+      cp.max_tokens = rows;
+      cp.max_seqs = key.seqs;
+      const auto cc = conv_fwd_contract(opts_.arms, ConvFwdShape{rows, key.seqs, C, g.K});
+      check(conv_fwd(cp, cc, opts_.arms.conv_chunks, s));
+      if (rec) {
+        rec->launched(s, {layer, "conv.fwd",
+                          fmt::format("{}+{}", arm_name(cc.arm), arm_name(opts_.arms.conv_chunks)),
+                          rows * C * es * 2 + key.seqs * C * (g.K - 1) * es * 2 + C * g.K * 4.0});
+      }
+    } else {
+      ConvUpdateParams cp;
+      cp.x = proj.data;
+      cp.x_stride = P;
+      cp.x_dtype = act;
+      cp.out = a_.conv_out.data;
+      cp.out_dtype = act;
+      cp.state = W.conv_state.data;
+      cp.state_dtype = W.conv_state.dtype;
+      cp.slots = m.slots;
+      cp.w = W.conv_w.ptr<float>();
+      cp.rows = rows;
+      cp.C = C;
+      cp.K = g.K;
+      const auto cc = conv_update_contract(opts_.arms.conv_update, ConvUpdateShape{rows, C, g.K});
+      check(conv_update(cp, cc, s));
+      if (rec) {
+        rec->launched(s, {layer, "conv.update", std::string(arm_name(cc.arm)),
+                          rows * C * es * 2 + rows * C * (g.K - 1) * es * 2 + C * g.K * 4.0});
+      }
+    }
+
+    // Post-conv prep: q, k [rows, Hk, Dk], v [rows, Hv, Dv], g, beta [rows, Hv] f32.
+    PostconvParams pp;
+    pp.conv = a_.conv_out.data;
+    pp.conv_stride = C;
+    pp.conv_dtype = act;
+    pp.a = a;
+    pp.a_stride = P;
+    pp.b = b;
+    pp.b_stride = P;
+    pp.ab_dtype = act;
+    pp.A_log = W.A_log.ptr<float>();
+    pp.dt_bias = W.dt_bias.ptr<float>();
+    pp.q = a_.q.data;
+    pp.k = a_.k.data;
+    pp.v = a_.v.data;
+    pp.qkv_dtype = act;
+    pp.g = a_.g.ptr<float>();
+    pp.beta = a_.beta.ptr<float>();
+    pp.T = rows;
+    pp.Hk = g.Hk;
+    pp.Hv = g.Hv;
+    pp.Dk = g.Dk;
+    pp.Dv = g.Dv;
+    const auto pc = postconv_contract(opts_.arms.postconv, PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv});
+    check(postconv(pp, pc, s));
+    if (rec) {
+      rec->launched(s, {layer, "postconv", std::string(arm_name(pc.arm)), rows * C * es * 2 + rows * Hv * (es * 2 + 8.0)});
+    }
+
+    // Gated delta rule: core [rows, Hv, Dv], state [slots, Hv, Dk, Dv] f32 in place.
+    const double state_bytes = double(Hv) * g.Dk * g.Dv * 8.0;  // read + write per sequence
+    const double io_bytes = rows * (2.0 * g.Hk * g.Dk + 2.0 * HvDv) * es + rows * Hv * 8.0;
+    if (prefill) {
+      DeltaRulePrefillParams dp;
+      dp.q = a_.q.data;
+      dp.k = a_.k.data;
+      dp.v = a_.v.data;
+      dp.qkv_dtype = act;
+      dp.g = a_.g.ptr<float>();
+      dp.beta = a_.beta.ptr<float>();
+      dp.cu_seqlens = m.cu_seqlens;
+      dp.slots = m.slots;
+      dp.has_history = m.has_history;
+      dp.n_seqs = m.n_seqs;
+      dp.state = W.ssm_state.ptr<float>();
+      dp.out = a_.core.data;
+      dp.out_dtype = act;
+      dp.max_seqs = key.seqs;
+      dp.Hk = g.Hk;
+      dp.Hv = g.Hv;
+      dp.Dk = g.Dk;
+      dp.Dv = g.Dv;
+      check(delta_rule_prefill(dp, s));
+      if (rec) rec->launched(s, {layer, "delta_rule.prefill", "scan", io_bytes + key.seqs * state_bytes});
+    } else {
+      DeltaRuleDecodeParams dp;
+      dp.q = a_.q.data;
+      dp.k = a_.k.data;
+      dp.v = a_.v.data;
+      dp.qkv_dtype = act;
+      dp.g = a_.g.ptr<float>();
+      dp.beta = a_.beta.ptr<float>();
+      dp.slots = m.slots;
+      dp.state = W.ssm_state.ptr<float>();
+      dp.out = a_.core.data;
+      dp.out_dtype = act;
+      dp.rows = rows;
+      dp.Hk = g.Hk;
+      dp.Hv = g.Hv;
+      dp.Dk = g.Dk;
+      dp.Dv = g.Dv;
+      check(delta_rule_decode(dp, s));
+      if (rec) rec->launched(s, {layer, "delta_rule.decode", "-", io_bytes + rows * state_bytes});
+    }
+  }
+
+  // Gated RMSNorm of the delta-rule output with z, in place; then the output projection.
+  GatedRmsNormParams gp;
+  gp.x = a_.core.data;
+  gp.x_dtype = act;
+  gp.z = z;
+  gp.z_dtype = act;
+  gp.z_token_stride = P;
+  gp.w = W.norm_w.data;
+  gp.w_dtype = W.norm_w.dtype;
+  gp.y = a_.core.data;  // in place (x is contiguous)
+  gp.y_dtype = act;
+  gp.T = rows;
+  gp.heads = g.Hv;
+  gp.n = g.Dv;
+  gp.eps = cfg_.rms_eps;
+  gp.live_rows = m.n_tokens;
+  check(gated_rmsnorm(gp, s));
+  if (rec) rec->launched(s, {layer, "gated_rmsnorm", "-", rows * HvDv * es * 3 + g.Dv * es});
+
+  gemm(mat(a_.core.data, act, rows, HvDv), W.out_proj, a_.mix.rows(0, rows), layer, "gdn.out_proj", rec);
+}
+
+}  // namespace sg

@@ -1,0 +1,43 @@
+// bench_common.h: what `stepgraph bench`'s workloads share (tools/cli/cmd_bench.cpp registers the
+// command; bench_model.cpp runs the whole-model workload).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "graphs/node_timer.h"
+#include "tools/cli/commands.h"
+
+namespace sg::cli {
+
+constexpr double kFloorGBps = 4300.0;  // WORKLOADS.md: 4.3 TB/s for every byte
+
+struct BenchOptions {
+  std::string workload = "gdn-layer";
+  int context = 1024;      // model workload: tokens of context per sequence (decode) / prompt tokens (prefill)
+  std::string phase = "both";  // model workload: decode, prefill or both
+  std::string preset = "qwen3.5-4b";
+  int max_seqs = 32;
+  int replays = 200;       // replays per timed repetition
+  int reps = 5;            // timed repetitions
+  int node_replays = 50;   // replays under CUPTI
+  std::string json;
+  std::string csv, trace, dot;  // per-graph exports (the key is added to each file name)
+  bool cpu = false;
+  ArmOptions arms;
+};
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+Spread spread(std::vector<double> v);  // v not empty
+
+// Writes the per-graph exports the user asked for (CSV of node stats, Chrome trace, DOT); the key
+// is added to each file name.
+void write_exports(const BenchOptions& o, int key, const Manifest& m, const std::vector<NodeStats>& stats,
+                   const std::vector<KernelRecord>& records);
+
+int run_cpu_model(const BenchOptions& o, const std::string& why);
+int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev);
+
+}  // namespace sg::cli

@@ -1,0 +1,220 @@
+// bench_model.cpp: `stepgraph bench --workload model`: the whole model's steps on the GPU.
+//   decode (decode-b32 of WORKLOADS.md with --max-seqs 32 --context 1024): every sequence continues
+//     at position context - 1 over caches filled with random values (attention reads `context`
+//     keys); one graph per batch key; graphed and eager step times with events, then per-node
+//     times with CUPTI summed per op family, beside the step's bandwidth floor (weights + recurrent
+//     state read and written + KV read, over 4.3 TB/s).
+//   prefill (prefill-b32: --max-seqs sequences of --context fresh prompt tokens in one step): the
+//     bucket's graph and the eager launch sequence, timed the same way, with op-family shares.
+// Without a GPU: the CPU reference of the whole model on the tiny preset.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "engine/cuda_handles.h"
+#include "engine/env.h"
+#include "engine/error.h"
+#include "graphs/export.h"
+#include "graphs/node_timer.h"
+#include "models/model_step.h"
+#include "models/reference_model.h"
+#include "tools/cli/bench_common.h"
+
+namespace sg::cli {
+namespace {
+
+// Times `body` (enqueues one step on `stream`): warm-up, then reps x replays, median per step in ms.
+Spread time_steps(cudaStream_t stream, int reps, int replays, const std::function<void()>& body) {
+  for (int i = 0; i < 3; ++i) body();
+  Event start, stop;
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    start.record(stream);
+    for (int i = 0; i < replays; ++i) body();
+    stop.record(stream);
+    stop.sync();
+    ms.push_back(Event::elapsed_ms(start, stop) / replays);
+  }
+  return spread(ms);
+}
+
+// Per-node CUPTI times of `replays` graph replays, printed and returned per op family.
+nlohmann::json op_family_table(const BenchOptions& o, int key, const Manifest& m, int replays,
+                               const std::function<void()>& replay) {
+  NodeTimer::instance().start();
+  for (int i = 0; i < replays; ++i) replay();
+  auto records = NodeTimer::instance().stop();
+  int unmatched = 0;
+  auto stats = aggregate(m, records, &unmatched);
+  std::map<std::string, std::pair<int, double>> fam;  // op -> (nodes, summed median us)
+  double total = 0;
+  for (const auto& s : stats) {
+    auto& f = fam[s.node.label.op];
+    ++f.first;
+    f.second += s.median_us;
+    total += s.median_us;
+  }
+  fmt::print("  {} kernel nodes{}; per op family (sum of node medians {:.1f} us):\n", stats.size(),
+             unmatched ? fmt::format(", {} unmatched records", unmatched) : "", total);
+  fmt::print("  {:<22} {:>6} {:>12} {:>7}\n", "op", "nodes", "us/step", "share");
+  std::vector<std::pair<std::string, std::pair<int, double>>> rows(fam.begin(), fam.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+  nlohmann::json ops = nlohmann::json::object();
+  for (const auto& [op, f] : rows) {
+    fmt::print("  {:<22} {:>6} {:>12.1f} {:>6.1f}%\n", op, f.first, f.second, total > 0 ? 100 * f.second / total : 0);
+    ops[op] = {{"nodes", f.first}, {"us", f.second}};
+  }
+  write_exports(o, key, m, stats, records);
+  return ops;
+}
+
+}  // namespace
+
+// Without a GPU, the model workload runs the CPU reference model on the tiny preset: a prefill of
+// `context` tokens per sequence, then decode steps of the whole batch, timed.
+int run_cpu_model(const BenchOptions& o, const std::string& why) {
+  fmt::print("stepgraph bench: {}\n", why);
+  const Qwen35Config cfg = preset("tiny");
+  const int B = std::min(o.max_seqs, 8), ctx = std::min(o.context, 64);
+  fmt::print("No GPU, so running the CPU reference of the whole model's decode step on the 'tiny' preset instead "
+             "({} layers, hidden {}, vocab {}), {} sequences with {} tokens of context.\n",
+             cfg.layers, cfg.hidden, cfg.vocab, B, ctx);
+  ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, ctx + 64);
+  std::vector<Sequence> seqs;
+  for (int b = 0; b < B; ++b) {
+    Sequence sq;
+    sq.slot = b;
+    for (int t = 0; t < ctx; ++t) sq.tokens.push_back((b * 131 + t * 17) % cfg.vocab);
+    seqs.push_back(std::move(sq));
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  model.prefill(seqs);
+  const double prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<int> slots(static_cast<size_t>(B));
+  std::vector<int64_t> tokens(static_cast<size_t>(B));
+  for (int b = 0; b < B; ++b) {
+    slots[static_cast<size_t>(b)] = b;
+    tokens[static_cast<size_t>(b)] = b;
+  }
+  const int steps = 16;
+  double sum = 0;
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) {
+    auto logits = model.decode(slots, tokens);
+    for (int b = 0; b < B; ++b) {  // greedy: feed back the argmax
+      const float* row = logits.data() + static_cast<size_t>(b) * cfg.vocab;
+      tokens[static_cast<size_t>(b)] = std::max_element(row, row + cfg.vocab) - row;
+      sum += row[tokens[static_cast<size_t>(b)]];
+    }
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  fmt::print("prefill {} x {} tokens: {:.2f} ms; decode step (batch {}): {:.3f} ms; checksum {:.6f}\n", B, ctx,
+             prefill_ms, B, ms, sum);
+  return 0;
+}
+
+int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
+  const Qwen35Config cfg = preset(o.preset);
+  ResolvedArms arms = resolve_arms(o.arms.arms, read_env);
+  for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
+  const bool do_decode = o.phase != "prefill", do_prefill = o.phase != "decode";
+  ModelStepOptions opts;
+  opts.num_slots = o.max_seqs;
+  opts.max_context = o.context;
+  opts.max_decode_batch = o.max_seqs;
+  opts.max_prefill_tokens = do_prefill ? o.max_seqs * o.context : 0;
+  opts.max_prefill_seqs = o.max_seqs;
+  opts.arms = arms.arms;
+  opts.seed = 1;
+  fmt::print("device: {}\n", dev.describe());
+  fmt::print("workload: {} whole-model steps ({}), {} layers ({} GDN + {} attention), {} sequences, context {} per "
+             "sequence, synthetic bf16 weights\narms: {}\n",
+             cfg.name, o.phase, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), o.max_seqs, o.context,
+             arms.arms.describe());
+  auto t0 = std::chrono::steady_clock::now();
+  ModelStep step(cfg, opts);
+  step.randomize_caches(7);
+  fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
+             format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+             do_decode ? step.keys().size() : 0, step.prefill_keys().size());
+  t0 = std::chrono::steady_clock::now();
+  step.capture_all(/*for_timing=*/true, do_prefill);
+  fmt::print("captured in {:.1f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::vector<std::string> summary;
+  nlohmann::json graphs = nlohmann::json::array();
+  cudaStream_t s = step.stream();
+
+  if (do_decode) {
+    for (auto it = step.keys().rbegin(); it != step.keys().rend(); ++it) {
+      const int key = *it;
+      std::vector<DecodeRequest> batch;
+      for (int r = 0; r < key; ++r) batch.push_back({r, (r * 7919) % cfg.vocab, o.context - 1});
+      step.enqueue(batch, RunMode::graph);
+      const Spread g = time_steps(s, o.reps, o.replays, [&] { step.replay(key); });
+      // Eager: the same launches from the host each step, metadata upload included (the caches
+      // keep changing, which changes no launch).
+      const Spread e = time_steps(s, o.reps, std::max(1, o.replays / 4), [&] { step.enqueue(batch, RunMode::eager); });
+      step.enqueue(batch, RunMode::graph);
+      const double floor_bytes = step.weight_bytes() + 2.0 * key * step.state_bytes_per_slot() +
+                                 double(key) * o.context * step.kv_bytes_per_token();
+      const double floor_ms = floor_bytes / (kFloorGBps * 1e6);
+      fmt::print("\ngraph decode b={}: step {:.3f} ms median (min {:.3f}, max {:.3f}; {} reps x {} replays); eager "
+                 "{:.3f} ms; floor {:.3f} ms ({} at 4.3 TB/s) = {:.0f}% of the graphed step\n",
+                 key, g.median, g.min, g.max, o.reps, o.replays, e.median, floor_ms, format_bytes(floor_bytes),
+                 100 * floor_ms / g.median);
+      nlohmann::json ops = op_family_table(o, key, step.manifest(key), o.node_replays, [&] { step.replay(key); });
+      summary.push_back(fmt::format("  decode b={:<5} graph {:>9.3f} ms  eager {:>9.3f} ms  floor {:>7.3f} ms", key,
+                                    g.median, e.median, floor_ms));
+      graphs.push_back({{"kind", "decode"}, {"batch", key}, {"step_ms", {{"median", g.median}, {"min", g.min}, {"max", g.max}}},
+                        {"eager_ms", e.median}, {"floor_ms", floor_ms}, {"floor_bytes", floor_bytes}, {"ops", ops},
+                        {"manifest", to_json(step.manifest(key))}});
+    }
+  }
+  if (do_prefill) {
+    std::vector<PrefillRequest> batch;
+    for (int r = 0; r < o.max_seqs; ++r) {
+      PrefillRequest q{r, {}, 0};
+      for (int t = 0; t < o.context; ++t) q.tokens.push_back((r * 7919 + t * 131) % cfg.vocab);
+      batch.push_back(std::move(q));
+    }
+    const int bucket = step.stage_prefill(batch);
+    const int reps = std::max(1, std::min(o.reps, 3)), replays = std::max(1, std::min(o.replays, 3));
+    // Every replay prefills the same fresh sequences again (no history: the states are rewritten).
+    const Spread g = time_steps(s, reps, replays, [&] { step.replay_prefill(bucket); });
+    const Spread e = time_steps(s, reps, replays, [&] { step.launch_prefill_eager(bucket); });
+    const double floor_bytes = step.weight_bytes() + double(o.max_seqs) * step.state_bytes_per_slot() +
+                               double(o.max_seqs) * o.context * step.kv_bytes_per_token();
+    const double floor_ms = floor_bytes / (kFloorGBps * 1e6);
+    fmt::print("\ngraph prefill {} x {} tokens (bucket {}): step {:.2f} ms median (min {:.2f}, max {:.2f}; {} reps x {} "
+               "replays); eager {:.2f} ms; bandwidth floor {:.3f} ms ({})\n",
+               o.max_seqs, o.context, bucket, g.median, g.min, g.max, reps, replays, e.median, floor_ms,
+               format_bytes(floor_bytes));
+    nlohmann::json ops = op_family_table(o, bucket, step.prefill_manifest(bucket), std::max(1, std::min(o.node_replays, 3)),
+                                         [&] { step.replay_prefill(bucket); });
+    summary.push_back(fmt::format("  prefill {}x{} graph {:>9.2f} ms  eager {:>9.2f} ms  floor {:>7.3f} ms", o.max_seqs,
+                                  o.context, g.median, e.median, floor_ms));
+    graphs.push_back({{"kind", "prefill"}, {"bucket", bucket}, {"sequences", o.max_seqs}, {"tokens_per_sequence", o.context},
+                      {"step_ms", {{"median", g.median}, {"min", g.min}, {"max", g.max}}}, {"eager_ms", e.median},
+                      {"floor_ms", floor_ms}, {"ops", ops}, {"manifest", to_json(step.prefill_manifest(bucket))}});
+  }
+  fmt::print("\nsummary (median step times; eager fallbacks: {}):\n", step.eager_fallbacks());
+  for (const auto& line : summary) fmt::print("{}\n", line);
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    require(static_cast<bool>(f), "cannot write {}", o.json);
+    f << nlohmann::json{{"device", dev.describe()}, {"preset", cfg.name}, {"arms", arms.arms.describe()},
+                        {"workload", "model"}, {"context", o.context}, {"graphs", graphs}}
+             .dump(2)
+      << "\n";
+    fmt::print("wrote {}\n", o.json);
+  }
+  return 0;
+}
+
+}  // namespace sg::cli

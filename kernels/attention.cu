@@ -1,5 +1,7 @@
 // attention.cu: decode (split-K capable) and varlen prefill attention over the slot-indexed
-// bf16 KV cache (see attention.h). f32 math, explicit fmaf, online softmax.
+// KV cache, bf16 or f32 (see attention.h). f32 math, explicit fmaf, online softmax. The kernels
+// are templated on the cache element type Tc; only the loads (and the prefill's key tile) depend
+// on it, so both caches run the same f32 arithmetic on the values they hold.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -25,6 +27,25 @@ __device__ __forceinline__ bool resolve_row(const AttnTokenMeta& m, int t, int m
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// Cache element types: kVec elements per 16-byte load; the prefill stages k rows as Pairs.
+template <typename Tc>
+struct CacheVec;
+template <>
+struct CacheVec<__nv_bfloat16> {
+  static constexpr int kVec = 8;
+  using Pair = __nv_bfloat162;
+};
+template <>
+struct CacheVec<float> {
+  static constexpr int kVec = 4;
+  using Pair = float2;
+};
+
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float2 to_f32(__nv_bfloat162 x) { return __bfloat1622float2(x); }
+__device__ __forceinline__ float2 to_f32(float2 x) { return x; }
+
 // 8 bf16 (16 bytes) -> f32.
 __device__ __forceinline__ void unpack8(const uint4& u, float* f) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
@@ -36,14 +57,25 @@ __device__ __forceinline__ void unpack8(const uint4& u, float* f) {
   }
 }
 
+// 8 consecutive cache elements at p (16-byte aligned) -> f32: one 16-byte load (bf16) or two (f32).
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float* f) { unpack8(*reinterpret_cast<const uint4*>(p), f); }
+__device__ __forceinline__ void load8(const float* p, float* f) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  const float4 b = *reinterpret_cast<const float4*>(p + 4);
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+  f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Decode. Block (kv head g x head chunk, row b, split z), 4 warps. A warp streams keys; its 32
 // lanes form 32 / L sub-groups of L = D / 8 lanes, one key per sub-group per step, 8 features per
-// lane. Every sub-group keeps an online softmax (m, l, o) per query head of the chunk; sub-groups,
-// then warps, then splits are merged with the usual rescaling.
+// lane (one 16-byte load of a k or v row chunk for bf16, two for f32). Every sub-group keeps an
+// online softmax (m, l, o) per query head of the chunk; sub-groups, then warps, then splits are
+// merged with the usual rescaling.
 constexpr int kDecThreads = 128;
 constexpr int kDecWarps = kDecThreads / 32;
 constexpr int kMaxG = 8;  // query heads per block (a kv head's group is chunked by 8)
+constexpr int kDecUnroll = 4;  // keys per warp whose K/V loads are in flight together
 
 struct DecArgs {
   AttentionParams p;
@@ -51,7 +83,7 @@ struct DecArgs {
   float scale;
 };
 
-template <int D>
+template <int D, typename Tc>
 __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(const DecArgs a) {
   constexpr int L = D / 8;
   constexpr int KP = 32 / L;
@@ -95,42 +127,53 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(const DecArgs 
 #pragma unroll
     for (int e = 0; e < 8; ++e) o[hh][e] = 0.0f;
   }
-  const __nv_bfloat16* kc = static_cast<const __nv_bfloat16*>(p.k_cache);
-  const __nv_bfloat16* vc = static_cast<const __nv_bfloat16*>(p.v_cache);
+  const Tc* kc = static_cast<const Tc*>(p.k_cache);  // [num_slots, max_context, Hkv, D]
+  const Tc* vc = static_cast<const Tc*>(p.v_cache);  // [num_slots, max_context, Hkv, D]
   const int64_t base = (static_cast<int64_t>(slot) * p.max_context * p.Hkv + g) * D + d0;
   const int64_t pos_stride = static_cast<int64_t>(p.Hkv) * D;
-  for (int jb = k0 + warp * KP; jb < k1; jb += kDecWarps * KP) {  // warp-uniform trip count
-    const int j = jb + sub;
-    const bool valid = j < k1;
-    float kf[8], vf[8];
-    if (valid) {
-      unpack8(*reinterpret_cast<const uint4*>(kc + base + j * pos_stride), kf);
-      unpack8(*reinterpret_cast<const uint4*>(vc + base + j * pos_stride), vf);
-    } else {
+  // Keys j = k0 + warp * KP + sub + i * step for i = 0, 1, ...; kDecUnroll of them are loaded
+  // before any is used, so their memory latencies overlap (the keys and their order per lane are
+  // those of a plain loop over i: the unroll changes no arithmetic).
+  constexpr int step = kDecWarps * KP;
+  for (int jb0 = k0 + warp * KP; jb0 < k1; jb0 += kDecUnroll * step) {  // warp-uniform trip count
+    float kf[kDecUnroll][8], vf[kDecUnroll][8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) kf[e] = vf[e] = 0.0f;
+    for (int u = 0; u < kDecUnroll; ++u) {
+      const int j = jb0 + u * step + sub;
+      if (j < k1) {
+        load8(kc + base + j * pos_stride, kf[u]);
+        load8(vc + base + j * pos_stride, vf[u]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) kf[u][e] = vf[u][e] = 0.0f;
+      }
     }
 #pragma unroll
-    for (int hh = 0; hh < kMaxG; ++hh) {
-      if (hh >= G) break;
-      float dot = 0.0f;
+    for (int u = 0; u < kDecUnroll; ++u) {
+      if (jb0 + u * step >= k1) break;  // warp-uniform, as the plain loop's condition
+      const bool valid = jb0 + u * step + sub < k1;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) dot = fmaf(qr[hh][e], kf[e], dot);
+      for (int hh = 0; hh < kMaxG; ++hh) {
+        if (hh >= G) break;
+        float dot = 0.0f;
 #pragma unroll
-      for (int off = L / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-      if (valid) {
-        const float s = dot * a.scale;
-        if (s > m[hh]) {
-          const float corr = expf(m[hh] - s);  // 0 when m was -inf
-          l[hh] *= corr;
+        for (int e = 0; e < 8; ++e) dot = fmaf(qr[hh][e], kf[u][e], dot);
 #pragma unroll
-          for (int e = 0; e < 8; ++e) o[hh][e] *= corr;
-          m[hh] = s;
+        for (int off = L / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (valid) {
+          const float s = dot * a.scale;
+          if (s > m[hh]) {
+            const float corr = expf(m[hh] - s);  // 0 when m was -inf
+            l[hh] *= corr;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) o[hh][e] *= corr;
+            m[hh] = s;
+          }
+          const float pr = expf(s - m[hh]);
+          l[hh] += pr;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) o[hh][e] = fmaf(pr, vf[u][e], o[hh][e]);
         }
-        const float pr = expf(s - m[hh]);
-        l[hh] += pr;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) o[hh][e] = fmaf(pr, vf[e], o[hh][e]);
       }
     }
   }
@@ -228,28 +271,40 @@ __global__ void attn_decode_merge_kernel(const AttentionParams p) {
 
 // ---------------------------------------------------------------------------------------------
 // Prefill. Block (query tile of BQ rows, q head h), 4 warps; warp w owns queries w*QPW ..
-// (w+1)*QPW-1 of the tile. Per K/V tile of 32 positions: lane j scores key j for the warp's
+// (w+1)*QPW-1 of the tile. Per K/V tile of BK positions: lane j scores key j for the warp's
 // queries (q from smem, k row from padded smem), online softmax across the warp, then every lane
 // accumulates D/32 output features (d = lane + 32 i) for its queries.
 // Queries of the tile are processed per cache slot (a tile may span sequences).
+// BK = 32, except an f32 cache with D = 256: BK = 16 keeps the static shared memory under 48 KB
+// (no opt-in attribute needed); then lanes j and j + 16 each score key j over half of D and add.
 constexpr int kPreThreads = 128;
 constexpr int kPreWarps = kPreThreads / 32;
-constexpr int kBK = 32;
 
-template <int D>
+template <int D, typename Tc>
 struct PreCfg {
+  using Pair = typename CacheVec<Tc>::Pair;
   static constexpr int BQ = D >= 256 ? 8 : 16;
   static constexpr int QPW = BQ / kPreWarps;
   static constexpr int F = D / 32;  // output features per lane
+  static constexpr int BK = sizeof(Tc) == 4 && D >= 256 ? 16 : 32;  // key tile
+  static constexpr int KS = 32 / BK;  // lanes per key in the score loop
+  static constexpr int KW = D / 2 + 1;  // padded k row, in pairs (odd: conflict-free column reads)
+  // Static shared memory of the kernel: q_s, k_s, v_s, q_slot and q_pos.
+  static constexpr size_t kSmem =
+      sizeof(float) * BQ * D + sizeof(Pair) * BK * KW + sizeof(Tc) * BK * D + 2 * sizeof(int) * BQ;
+  static_assert(KS == 1 || KS == 2, "a key is scored by one lane or two");
+  static_assert(kSmem <= 48 * 1024, "static shared memory is limited to 48 KB");
 };
 
-template <int D>
+template <int D, typename Tc>
 __global__ void __launch_bounds__(kPreThreads) attn_prefill_kernel(const AttentionParams p, int group, float scale) {
-  constexpr int BQ = PreCfg<D>::BQ, QPW = PreCfg<D>::QPW, F = PreCfg<D>::F;
-  constexpr int KW = D / 2 + 1;  // padded k row, in bf16 pairs (odd: conflict-free column reads)
+  using Cfg = PreCfg<D, Tc>;
+  using Pair = typename Cfg::Pair;
+  constexpr int BQ = Cfg::BQ, QPW = Cfg::QPW, F = Cfg::F, BK = Cfg::BK, KS = Cfg::KS, KW = Cfg::KW;
+  constexpr int V = CacheVec<Tc>::kVec;  // cache elements per 16-byte load
   __shared__ __align__(16) float q_s[BQ][D];
-  __shared__ __nv_bfloat162 k_s[kBK][KW];
-  __shared__ __align__(16) __nv_bfloat16 v_s[kBK][D];
+  __shared__ Pair k_s[BK][KW];
+  __shared__ __align__(16) Tc v_s[BK][D];
   __shared__ int q_slot[BQ], q_pos[BQ];
 
   const int tile = blockIdx.x, h = blockIdx.y, g = h / group;
@@ -279,8 +334,8 @@ __global__ void __launch_bounds__(kPreThreads) attn_prefill_kernel(const Attenti
   uint32_t remaining = 0;
   for (int qi = 0; qi < BQ; ++qi) remaining |= (q_slot[qi] >= 0 ? 1u : 0u) << qi;
   const int64_t pos_stride = static_cast<int64_t>(p.Hkv) * D;
-  const __nv_bfloat16* kc = static_cast<const __nv_bfloat16*>(p.k_cache);
-  const __nv_bfloat16* vc = static_cast<const __nv_bfloat16*>(p.v_cache);
+  const Tc* kc = static_cast<const Tc*>(p.k_cache);  // [num_slots, max_context, Hkv, D]
+  const Tc* vc = static_cast<const Tc*>(p.v_cache);  // [num_slots, max_context, Hkv, D]
 
   while (remaining) {  // block-uniform
     const int slot = q_slot[__ffs(remaining) - 1];
@@ -294,36 +349,44 @@ __global__ void __launch_bounds__(kPreThreads) attn_prefill_kernel(const Attenti
     }
     remaining &= ~active;
     const int64_t base = (static_cast<int64_t>(slot) * p.max_context * p.Hkv + g) * D;
-    for (int kt = 0; kt < kmax; kt += kBK) {
-      const int nk = min(kBK, kmax - kt);
+    for (int kt = 0; kt < kmax; kt += BK) {
+      const int nk = min(BK, kmax - kt);
       __syncthreads();  // the previous tile is consumed
-      for (int i = threadIdx.x; i < kBK * (D / 8); i += kPreThreads) {
-        const int r = i / (D / 8), c = i % (D / 8);
+      for (int i = threadIdx.x; i < BK * (D / V); i += kPreThreads) {
+        const int r = i / (D / V), c = i % (D / V);
         uint4 ku = make_uint4(0, 0, 0, 0), vu = make_uint4(0, 0, 0, 0);
         if (r < nk) {
-          const int64_t off = base + (kt + r) * pos_stride + c * 8;
+          const int64_t off = base + (kt + r) * pos_stride + c * V;
           ku = *reinterpret_cast<const uint4*>(kc + off);
           vu = *reinterpret_cast<const uint4*>(vc + off);
         }
-        const __nv_bfloat162* kh = reinterpret_cast<const __nv_bfloat162*>(&ku);
+        const Pair* kh = reinterpret_cast<const Pair*>(&ku);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) k_s[r][c * 4 + e] = kh[e];
-        *reinterpret_cast<uint4*>(&v_s[r][c * 8]) = vu;
+        for (int e = 0; e < V / 2; ++e) k_s[r][c * (V / 2) + e] = kh[e];
+        *reinterpret_cast<uint4*>(&v_s[r][c * V]) = vu;
       }
       __syncthreads();
-      // Scores: lane = key kt + lane.
+      // Scores: lane scores key kt + kj over feature pairs dp0 .. dp0 + DP - 1 (all of D when KS = 1).
+      constexpr int DP = D / 2 / KS;
+      const int kj = KS == 1 ? lane : lane % BK;
+      const int dp0 = KS == 1 ? 0 : (lane / BK) * DP;
       float dot[QPW];
 #pragma unroll
       for (int r = 0; r < QPW; ++r) dot[r] = 0.0f;
 #pragma unroll 4
-      for (int d2 = 0; d2 < D / 2; ++d2) {
-        const float2 kk = __bfloat1622float2(k_s[lane][d2]);
+      for (int i = 0; i < DP; ++i) {
+        const int d2 = dp0 + i;
+        const float2 kk = to_f32(k_s[kj][d2]);
 #pragma unroll
         for (int r = 0; r < QPW; ++r) {
           const float2 qq = *reinterpret_cast<const float2*>(&q_s[warp * QPW + r][2 * d2]);
           dot[r] = fmaf(qq.x, kk.x, dot[r]);
           dot[r] = fmaf(qq.y, kk.y, dot[r]);
         }
+      }
+      if constexpr (KS == 2) {  // add the other half of D; lanes >= BK then hold copies (never valid below)
+#pragma unroll
+        for (int r = 0; r < QPW; ++r) dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], BK);
       }
       float pr[QPW];
 #pragma unroll
@@ -352,7 +415,7 @@ __global__ void __launch_bounds__(kPreThreads) attn_prefill_kernel(const Attenti
       for (int j = 0; j < nk; ++j) {
         float vf[F];
 #pragma unroll
-        for (int f = 0; f < F; ++f) vf[f] = __bfloat162float(v_s[j][lane + 32 * f]);
+        for (int f = 0; f < F; ++f) vf[f] = to_f32(v_s[j][lane + 32 * f]);
 #pragma unroll
         for (int r = 0; r < QPW; ++r) {
           const float pj = __shfl_sync(0xffffffffu, pr[r], j);
@@ -381,37 +444,65 @@ __global__ void __launch_bounds__(kPreThreads) attn_prefill_kernel(const Attenti
 
 float attention_scale(int D) { return static_cast<float>(std::pow(static_cast<double>(D), -0.5)); }
 
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
 bool common_ok(const AttentionParams& p) {
-  if (p.T < 0 || !attention_supports(p.Hq, p.Hkv, p.D) || p.max_context <= 0) return false;
-  if (p.cache_dtype != DType::bf16) return false;
+  if (p.T < 0 || !attention_supports(p.Hq, p.Hkv, p.D, p.cache_dtype) || p.max_context <= 0) return false;
+  if (!aligned16(p.k_cache) || !aligned16(p.v_cache)) return false;  // 16-byte vector loads
   if (p.q_dtype != DType::bf16 && p.q_dtype != DType::f32) return false;
   if (p.out_dtype != DType::bf16 && p.out_dtype != DType::f32) return false;
   return p.q && p.gate && p.k_cache && p.v_cache && p.out && p.meta.positions && p.meta.token_seq && p.meta.slots;
 }
 
-template <int D>
+template <int D, typename Tc>
 void launch_decode(const AttentionParams& p, cudaStream_t stream) {
   DecArgs a{p, p.Hq / p.Hkv, 0, attention_scale(D)};
   a.hchunks = (a.group + kMaxG - 1) / kMaxG;
   const int G = std::min(kMaxG, a.group);
   const size_t smem = static_cast<size_t>(kDecWarps) * G * (D + 2) * sizeof(float);
   const dim3 grid(p.Hkv * a.hchunks, p.T, p.splits);
-  attn_decode_kernel<D><<<grid, kDecThreads, smem, stream>>>(a);
+  attn_decode_kernel<D, Tc><<<grid, kDecThreads, smem, stream>>>(a);
   if (p.splits > 1) attn_decode_merge_kernel<<<dim3(p.Hq, p.T), D, 0, stream>>>(p);
 }
 
-template <int D>
+template <int D, typename Tc>
 void launch_prefill(const AttentionParams& p, cudaStream_t stream) {
-  constexpr int BQ = PreCfg<D>::BQ;
+  constexpr int BQ = PreCfg<D, Tc>::BQ;
   const dim3 grid((p.T + BQ - 1) / BQ, p.Hq);
-  attn_prefill_kernel<D><<<grid, kPreThreads, 0, stream>>>(p, p.Hq / p.Hkv, attention_scale(D));
+  attn_prefill_kernel<D, Tc><<<grid, kPreThreads, 0, stream>>>(p, p.Hq / p.Hkv, attention_scale(D));
+}
+
+// The D switches (cache element type Tc chosen by the caller); false for an unsupported D.
+template <typename Tc>
+bool decode_for_d(const AttentionParams& p, cudaStream_t stream) {
+  switch (p.D) {
+    case 32: launch_decode<32, Tc>(p, stream); return true;
+    case 64: launch_decode<64, Tc>(p, stream); return true;
+    case 128: launch_decode<128, Tc>(p, stream); return true;
+    case 256: launch_decode<256, Tc>(p, stream); return true;
+    default: return false;
+  }
+}
+
+template <typename Tc>
+bool prefill_for_d(const AttentionParams& p, cudaStream_t stream) {
+  switch (p.D) {
+    case 32: launch_prefill<32, Tc>(p, stream); return true;
+    case 64: launch_prefill<64, Tc>(p, stream); return true;
+    case 128: launch_prefill<128, Tc>(p, stream); return true;
+    case 256: launch_prefill<256, Tc>(p, stream); return true;
+    default: return false;
+  }
 }
 
 }  // namespace
 
-bool attention_supports(int Hq, int Hkv, int D) {
-  return Hq > 0 && Hkv > 0 && Hq % Hkv == 0 && (D == 32 || D == 64 || D == 128 || D == 256);
+bool attention_supports(int Hq, int Hkv, int D, DType cache_dtype) {
+  return Hq > 0 && Hkv > 0 && Hq % Hkv == 0 && (D == 32 || D == 64 || D == 128 || D == 256) &&
+         (cache_dtype == DType::bf16 || cache_dtype == DType::f32);
 }
+
+bool attention_supports(int Hq, int Hkv, int D) { return attention_supports(Hq, Hkv, D, DType::bf16); }
 
 size_t attention_decode_workspace_bytes(int T, int Hq, int D, int splits) {
   if (splits <= 1) return 0;
@@ -422,9 +513,9 @@ int attention_decode_pick_splits(int T, int Hq, int Hkv, int max_context, int nu
   if (T <= 0 || Hkv <= 0 || Hq <= 0) return 1;
   const int group = Hq / Hkv;
   const long blocks = static_cast<long>(T) * Hkv * ((group + kMaxG - 1) / kMaxG);
-  const long want = 2L * std::max(num_sms, 1);
+  const long want = 4L * std::max(num_sms, 1);
   long s = (want + blocks - 1) / blocks;
-  s = std::min<long>(s, std::max(1, max_context / 256));
+  s = std::min<long>(s, std::max(1, max_context / 64));
   return static_cast<int>(std::clamp<long>(s, 1, 32));
 }
 
@@ -432,27 +523,15 @@ cudaError_t attention_decode(const AttentionParams& p, cudaStream_t stream) {
   if (!common_ok(p) || p.splits < 1 || p.splits > 1024) return cudaErrorInvalidValue;
   if (p.splits > 1 && !p.workspace) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
-  switch (p.D) {
-    case 32: launch_decode<32>(p, stream); break;
-    case 64: launch_decode<64>(p, stream); break;
-    case 128: launch_decode<128>(p, stream); break;
-    case 256: launch_decode<256>(p, stream); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  const bool ok = p.cache_dtype == DType::f32 ? decode_for_d<float>(p, stream) : decode_for_d<__nv_bfloat16>(p, stream);
+  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 cudaError_t attention_prefill(const AttentionParams& p, cudaStream_t stream) {
   if (!common_ok(p)) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
-  switch (p.D) {
-    case 32: launch_prefill<32>(p, stream); break;
-    case 64: launch_prefill<64>(p, stream); break;
-    case 128: launch_prefill<128>(p, stream); break;
-    case 256: launch_prefill<256>(p, stream); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  const bool ok = p.cache_dtype == DType::f32 ? prefill_for_d<float>(p, stream) : prefill_for_d<__nv_bfloat16>(p, stream);
+  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 }  // namespace sg

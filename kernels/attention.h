@@ -8,11 +8,16 @@
 //                      query heads of one kv head share the K/V reads; split-K (flash-decoding)
 //                      over the context when splits > 1, merged by a second kernel.
 //   attention_prefill  packed varlen tokens (with history); one block per (query tile, q head),
-//                      K/V tiles of 32 positions staged in shared memory; works for any token
-//                      order (a tile holding several sequences is processed per sequence).
+//                      K/V tiles of 32 positions (16 for an f32 cache with D = 256) staged in
+//                      static shared memory (<= 48 KB, no opt-in attribute, nothing to set
+//                      before graph capture); works for any token order (a tile holding several
+//                      sequences is processed per sequence).
 // Both are also correct for any row layout (decode on prefill rows gives the same values up to
 // summation order), and read the live counts only from device memory.
-// Supported: D in {32, 64, 128, 256}, cache bf16, q/gate/out bf16 or f32, Hq % Hkv == 0.
+// Both read the cache as it is stored and do the same f32 arithmetic on the values: an f32 cache
+// (the parity mode) gives attention over unrounded k/v, a bf16 cache over k/v rounded once.
+// Supported: D in {32, 64, 128, 256}, cache bf16 or f32 (k_cache and v_cache 16-byte aligned),
+// q/gate/out bf16 or f32, Hq % Hkv == 0.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -27,8 +32,8 @@ struct AttentionParams {
   const void* q = nullptr;     // [T, Hq, D] (normed + rotated)
   const void* gate = nullptr;  // [T, Hq, D]
   DType q_dtype = DType::bf16;
-  const void* k_cache = nullptr;  // [num_slots, max_context, Hkv, D]
-  const void* v_cache = nullptr;
+  const void* k_cache = nullptr;  // [num_slots, max_context, Hkv, D] bf16 or f32, 16-byte aligned
+  const void* v_cache = nullptr;  // [num_slots, max_context, Hkv, D] same dtype, 16-byte aligned
   DType cache_dtype = DType::bf16;
   AttnTokenMeta meta;
   void* out = nullptr;         // [T, Hq, D]
@@ -41,9 +46,11 @@ struct AttentionParams {
   float* workspace = nullptr;
 };
 
+// Shapes and cache dtypes both kernels take; without a dtype, for the engine's bf16 cache.
+bool attention_supports(int Hq, int Hkv, int D, DType cache_dtype);
 bool attention_supports(int Hq, int Hkv, int D);
 size_t attention_decode_workspace_bytes(int T, int Hq, int D, int splits);
-// A split count for a decode bucket: enough blocks to fill `num_sms` SMs twice, at least 256
+// A split count for a decode bucket: enough blocks to fill `num_sms` SMs four times, at least 64
 // context positions per split, at most 32 splits.
 int attention_decode_pick_splits(int T, int Hq, int Hkv, int max_context, int num_sms);
 

@@ -1,5 +1,6 @@
 // attn_prep.cu: q/k zero-centred RMSNorm + partial RoPE, gate split, KV cache append (see
-// attn_prep.h). One block per token row; one warp per head (norm), heads looped over warps.
+// attn_prep.h). One block per token row; one warp per head (norm), heads looped over warps. The
+// cache dtype (bf16 or f32) only changes the stores (dev::store: one rounding for bf16, none for f32).
 #include "kernels/attn_prep.h"
 #include "kernels/device_util.cuh"
 
@@ -116,6 +117,8 @@ cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream) {
   if (p.T < 0 || p.Hq <= 0 || p.Hkv <= 0 || p.D <= 0 || p.D > 1024 || p.rotary_dim < 0 || p.rotary_dim % 2 != 0 ||
       p.rotary_dim > p.D || p.max_context <= 0 || !(p.rope_theta > 0.0))
     return cudaErrorInvalidValue;
+  const auto fp = [](DType t) { return t == DType::bf16 || t == DType::f32; };  // all dev::load/store know
+  if (!fp(p.in_dtype) || !fp(p.norm_dtype) || !fp(p.q_dtype) || !fp(p.cache_dtype)) return cudaErrorInvalidValue;
   if (!p.qg || !p.k || !p.v || !p.q_norm || !p.k_norm || !p.q || !p.gate || !p.k_cache || !p.v_cache ||
       !p.meta.positions || !p.meta.token_seq || !p.meta.slots)
     return cudaErrorInvalidValue;

@@ -11,6 +11,9 @@
 //   inv_freq_i = 1.0f / float(pow(double(float(theta)), double(float(2i) / float(rotary))))
 //   a_i = float(pos) * inv_freq_i;  cos/sin = float(cos/sin(double(a_i)))
 //   rotate half on features 0..rotary-1, the rest pass through.
+// KV cache: bf16 (k rounded once, v copied, rounded once when the input is f32) or f32 (k stored
+// unrounded, the f32 value the arithmetic above produces; v copied exactly). Every dtype of the
+// params is bf16 or f32.
 // Padding: a row with token_seq < 0, slots[seq] < 0, pos outside [0, max_context) or
 // t >= *num_tokens writes zeros to q and gate and nothing to the caches.
 #pragma once
@@ -45,9 +48,9 @@ struct AttnPrepParams {
   void* q = nullptr;          // [T, Hq, D] out
   void* gate = nullptr;       // [T, Hq, D] out
   DType q_dtype = DType::bf16;
-  void* k_cache = nullptr;    // [num_slots, max_context, Hkv, D]
-  void* v_cache = nullptr;    // [num_slots, max_context, Hkv, D]
-  DType cache_dtype = DType::bf16;
+  void* k_cache = nullptr;    // [num_slots, max_context, Hkv, D] bf16 or f32
+  void* v_cache = nullptr;    // [num_slots, max_context, Hkv, D] same dtype as k_cache
+  DType cache_dtype = DType::bf16;  // bf16 or f32 (f32: the parity mode, no rounding of k/v)
   AttnTokenMeta meta;
   int T = 0;                  // rows (the token bucket): the grid size
   int Hq = 0, Hkv = 0, D = 0, rotary_dim = 0, max_context = 0;
@@ -55,8 +58,9 @@ struct AttnPrepParams {
   double rope_theta = 10000000.0;
 };
 
-// Grid T blocks of 256 threads; dynamic smem (rotary + 8 * D) * 4 bytes. D <= 1024, rotary even,
-// 0 <= rotary <= D. Returns cudaErrorInvalidValue for bad params, else the launch error.
+// Grid T blocks of 256 threads; dynamic smem (rotary + 8 * D) * 4 bytes (any cache dtype). D <= 1024,
+// rotary even, 0 <= rotary <= D; in, norm, q and cache dtypes bf16 or f32. Returns
+// cudaErrorInvalidValue for bad params, else the launch error.
 cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream);
 
 }  // namespace sg

@@ -61,7 +61,7 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
             "delta-rule prefill does not support Dk={} Dv={}", g.Dk, g.Dv);
   }
   if (cfg_.num_full_attention() > 0) {
-    require(attention_supports(cfg_.Hq, cfg_.Hkv, cfg_.D), "attention does not support Hq={} Hkv={} D={}", cfg_.Hq,
+    require(attention_supports(cfg_.Hq, cfg_.Hkv, cfg_.D, kv_cache_dtype()), "attention does not support Hq={} Hkv={} D={}", cfg_.Hq,
             cfg_.Hkv, cfg_.D);
   }
   int dev = 0;

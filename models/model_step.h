@@ -23,8 +23,8 @@
 // Memory: one arena (measured, then allocated exactly and frozen) holds the weights (act dtype:
 // bf16, or f32 when act is f32; conv1d.weight, A_log and dt_bias are always f32 because the kernels
 // take f32 there), the caches (conv state [slots, C, K-1] in the act dtype and SSM state
-// [slots, Hv, Dk, Dv] f32 per GDN layer; K and V caches [slots, max_context, Hkv, D] bf16 per
-// attention layer: attention.h supports only a bf16 cache), the activations for max_decode_batch
+// [slots, Hv, Dk, Dv] f32 per GDN layer; K and V caches [slots, max_context, Hkv, D] in the act
+// dtype per attention layer), the activations for max_decode_batch
 // rows (or max_prefill_tokens rows when larger), the attention split-K workspace, the static
 // metadata block (step_metadata.h image of the largest key) and the outputs (logits f32
 // [max(rows, max_prefill_seqs), V], tokens i32). In a prefill step the intermediate activations of
@@ -142,7 +142,9 @@ class ModelStep {
   const Qwen35Config& config() const { return cfg_; }
   const ModelStepOptions& options() const { return opts_; }
   DType weight_dtype() const { return opts_.act; }
-  DType kv_cache_dtype() const { return DType::bf16; }
+  // The KV cache holds the activation dtype: bf16 (the benchmarks) or f32 (parity: the step then
+  // rounds nothing the f32 reference does not).
+  DType kv_cache_dtype() const { return opts_.act; }
   size_t arena_bytes() const { return arena_->capacity(); }
   // For bandwidth floors: every weight byte (a step reads each once), the recurrent state of one
   // slot over all GDN layers (conv + SSM; a step reads and writes it), and the K + V bytes of one

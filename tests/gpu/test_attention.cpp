@@ -1,8 +1,9 @@
-// GPU tests of the full-attention kernels: attn_prep (q/k norm + RoPE, gate split, KV append)
-// against the CPU references, with the KV cache poisoned so a stray write is seen; decode
-// (every split count) and varlen prefill (history, zero-length sequences, padding) against the
-// CPU attention reference fed the GPU's own q / gate / cache; prefill n then decode m against
-// prefill n + m.
+// GPU tests of the full-attention kernels over a bf16 KV cache (the f32 cache, the parity mode:
+// test_attention_f32_cache.cpp; shared pieces: attention_fixture.h): attn_prep (q/k norm + RoPE,
+// gate split, KV append) against the CPU references, with the KV cache poisoned so a stray write
+// is seen; decode (every split count) and varlen prefill (history, zero-length sequences, padding)
+// against the CPU attention reference fed the GPU's own q / gate / cache; prefill n then decode m
+// against prefill n + m.
 // Tolerances: q/k from attn_prep (bf16): 1 ulp + 1e-5 abs (rotate-half cancellation) (the norm's sum order differs; pow/sin/cos are
 // computed in double and rounded, so they match the f32 reference to the last bit almost always).
 // v and gate: exact bytes. Attention outputs: bf16 2 ulp (2^-6 |r|) + 1e-5 abs; f32
@@ -11,206 +12,18 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/tensor.h"
-#include "kernels/attention.h"
-#include "kernels/attn_prep.h"
-#include "kernels/ref/attention_ref.h"
 #include "kernels/ref/norm_ref.h"
 #include "kernels/ref/rope_ref.h"
+#include "tests/gpu/attention_fixture.h"
 #include "tests/support/catch.h"
-#include "tests/support/gpu_buffers.h"
-#include "tests/support/random.h"
 
 using namespace sg;
+using namespace sg::test::attn;
 
 namespace {
 
-struct Shape {
-  int Hq, Hkv, D, rot;
-  double theta;
-};
-const Shape kShapes[] = {{16, 4, 256, 64, 1e7}, {24, 4, 256, 64, 1e7}, {4, 2, 32, 16, 1e4}};
-constexpr float kEps = 1e-6f;
-
-struct Seq {
-  int hist, n, slot;  // slot < 0: a padding sequence
-};
-
-// Packed token metadata: sequences in order, then `pad` padding rows (token_seq -1).
-struct Batch {
-  std::vector<int32_t> positions, token_seq, slots;
-  int T = 0;
-  bool live(int t) const { return token_seq[t] >= 0 && slots[token_seq[t]] >= 0; }
-  int slot(int t) const { return slots[token_seq[t]]; }
-};
-
-Batch make_batch(const std::vector<Seq>& seqs, int pad) {
-  Batch b;
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    b.slots.push_back(seqs[s].slot);
-    for (int i = 0; i < seqs[s].n; ++i) {
-      b.positions.push_back(seqs[s].hist + i);
-      b.token_seq.push_back(static_cast<int32_t>(s));
-    }
-  }
-  for (int i = 0; i < pad; ++i) {
-    b.positions.push_back(0);
-    b.token_seq.push_back(-1);
-  }
-  b.T = static_cast<int>(b.positions.size());
-  return b;
-}
-
-struct DevMeta {
-  test::DevBuf pos, seq, slots;
-  explicit DevMeta(const Batch& b)
-      : pos(test::DevBuf::from_i32(b.positions)), seq(test::DevBuf::from_i32(b.token_seq)), slots(test::DevBuf::from_i32(b.slots)) {}
-  AttnTokenMeta meta() const { return {pos.as<int32_t>(), seq.as<int32_t>(), slots.as<int32_t>(), nullptr}; }
-};
-
-// One layer's inputs for a batch: projections (bf16 values) and norm weights.
-struct Inputs {
-  std::vector<float> qg, k, v, qn, kn;
-};
-
-Inputs make_inputs(const Shape& sh, int T, uint64_t seed) {
-  Inputs in;
-  in.qg = test::uniform_bf16(static_cast<size_t>(T) * sh.Hq * 2 * sh.D, seed, -2.f, 2.f);
-  in.k = test::uniform_bf16(static_cast<size_t>(T) * sh.Hkv * sh.D, seed + 1, -2.f, 2.f);
-  in.v = test::uniform_bf16(in.k.size(), seed + 2, -1.f, 1.f);
-  in.qn = test::uniform(sh.D, seed + 3, -0.5f, 0.5f);
-  in.kn = test::uniform(sh.D, seed + 4, -0.5f, 0.5f);
-  return in;
-}
-
-struct Cache {
-  int num_slots, max_ctx;
-  test::DevBuf k, v;
-  size_t elems;
-  Cache(const Shape& sh, int num_slots_, int max_ctx_, uint8_t poison)
-      : num_slots(num_slots_), max_ctx(max_ctx_),
-        k(static_cast<size_t>(num_slots_) * max_ctx_ * sh.Hkv * sh.D * 2, poison),
-        v(static_cast<size_t>(num_slots_) * max_ctx_ * sh.Hkv * sh.D * 2, poison),
-        elems(static_cast<size_t>(num_slots_) * max_ctx_ * sh.Hkv * sh.D) {}
-  size_t index(const Shape& sh, int slot, int pos, int g, int d) const {
-    return ((static_cast<size_t>(slot) * max_ctx + pos) * sh.Hkv + g) * sh.D + d;
-  }
-};
-
-// Writes random bf16 history (positions 0..hist-1) for each live sequence straight into the cache.
-void fill_history(const Shape& sh, Cache& c, const std::vector<Seq>& seqs, uint64_t seed) {
-  auto kb = c.k.download(), vb = c.v.download();
-  for (const Seq& s : seqs) {
-    if (s.slot < 0 || s.hist == 0) continue;
-    const size_t n = static_cast<size_t>(s.hist) * sh.Hkv * sh.D;
-    auto kv = test::to_bytes(test::uniform_bf16(n, seed + s.slot, -2.f, 2.f), DType::bf16);
-    auto vv = test::to_bytes(test::uniform_bf16(n, seed + 100 + s.slot, -1.f, 1.f), DType::bf16);
-    std::copy(kv.begin(), kv.end(), kb.begin() + c.index(sh, s.slot, 0, 0, 0) * 2);
-    std::copy(vv.begin(), vv.end(), vb.begin() + c.index(sh, s.slot, 0, 0, 0) * 2);
-  }
-  c.k = test::DevBuf::from_bytes(kb);
-  c.v = test::DevBuf::from_bytes(vb);
-}
-
-struct PrepOut {
-  test::DevBuf q, gate;
-};
-
-PrepOut run_prep(const Shape& sh, const Batch& b, const DevMeta& dm, const Inputs& in, Cache& c) {
-  auto dqg = test::DevBuf::from(in.qg, DType::bf16), dk = test::DevBuf::from(in.k, DType::bf16),
-       dv = test::DevBuf::from(in.v, DType::bf16);
-  auto dqn = test::DevBuf::from(in.qn, DType::f32), dkn = test::DevBuf::from(in.kn, DType::f32);
-  PrepOut o{test::DevBuf(static_cast<size_t>(b.T) * sh.Hq * sh.D * 2), test::DevBuf(static_cast<size_t>(b.T) * sh.Hq * sh.D * 2)};
-  AttnPrepParams p;
-  p.qg = dqg.data();
-  p.k = dk.data();
-  p.v = dv.data();
-  p.in_dtype = DType::bf16;
-  p.q_norm = dqn.data();
-  p.k_norm = dkn.data();
-  p.norm_dtype = DType::f32;
-  p.q = o.q.data();
-  p.gate = o.gate.data();
-  p.q_dtype = DType::bf16;
-  p.k_cache = c.k.data();
-  p.v_cache = c.v.data();
-  p.cache_dtype = DType::bf16;
-  p.meta = dm.meta();
-  p.T = b.T;
-  p.Hq = sh.Hq;
-  p.Hkv = sh.Hkv;
-  p.D = sh.D;
-  p.rotary_dim = sh.rot;
-  p.max_context = c.max_ctx;
-  p.eps = kEps;
-  p.rope_theta = sh.theta;
-  check(attn_prep(p, nullptr));
-  check(cudaDeviceSynchronize());
-  return o;
-}
-
-AttentionParams attn_params(const Shape& sh, const Batch& b, const DevMeta& dm, const PrepOut& po, const Cache& c,
-                            test::DevBuf& out, DType out_dtype) {
-  AttentionParams p;
-  p.q = po.q.data();
-  p.gate = po.gate.data();
-  p.q_dtype = DType::bf16;
-  p.k_cache = c.k.data();
-  p.v_cache = c.v.data();
-  p.meta = dm.meta();
-  p.out = out.data();
-  p.out_dtype = out_dtype;
-  p.T = b.T;
-  p.Hq = sh.Hq;
-  p.Hkv = sh.Hkv;
-  p.D = sh.D;
-  p.max_context = c.max_ctx;
-  return p;
-}
-
-// CPU attention for the listed rows, from the GPU's own q / gate / cache (as f32 values).
-std::vector<float> ref_attention(const Shape& sh, const Batch& b, const std::vector<float>& q, const std::vector<float>& gate,
-                                 const std::vector<float>& kc, const std::vector<float>& vc, const Cache& c,
-                                 const std::vector<int>& rows, ref::Store st) {
-  const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
-  std::vector<float> out(static_cast<size_t>(b.T) * row, 0.f);
-  for (int t : rows) {
-    if (!b.live(t)) continue;
-    const int slot = b.slot(t), pos = b.positions[t];
-    ref::KvView view{kc.data() + c.index(sh, slot, 0, 0, 0), vc.data() + c.index(sh, slot, 0, 0, 0), pos};
-    ref::attention_decode(q.data() + t * row, kc.data() + c.index(sh, slot, pos, 0, 0), vc.data() + c.index(sh, slot, pos, 0, 0),
-                          gate.data() + t * row, &view, out.data() + t * row, 1, sh.Hq, sh.Hkv, sh.D, st);
-  }
-  return out;
-}
-
-// Number of elements of the listed rows outside tolerance; `first` describes the first one.
-size_t count_bad(const std::vector<float>& got, const std::vector<float>& want, const std::vector<int>& rows, size_t row,
-                 DType t, std::string& first) {
-  size_t bad = 0;
-  for (int r : rows) {
-    for (size_t i = r * row; i < (r + 1) * row; ++i) {
-      const double tol = t == DType::bf16 ? std::ldexp(1.0, -6) * std::fabs(want[i]) + 1e-5 : 1e-4 * std::fabs(want[i]) + 2e-6;
-      if (!(std::fabs(got[i] - want[i]) <= tol)) {
-        if (bad++ == 0) first = "row " + std::to_string(r) + " elem " + std::to_string(i - r * row) + ": got " + std::to_string(got[i]) + " want " + std::to_string(want[i]);
-      }
-    }
-  }
-  return bad;
-}
-
-std::vector<int> all_rows(int T) {
-  std::vector<int> r(T);
-  for (int i = 0; i < T; ++i) r[i] = i;
-  return r;
-}
-
-bool has_nan(const std::vector<float>& v) {
-  for (float x : v)
-    if (std::isnan(x)) return true;
-  return false;
-}
+// Attention output tolerance over a bf16 cache, by output dtype (see the top of the file).
+Tol out_tol(DType t) { return t == DType::bf16 ? Tol{std::ldexp(1.0, -6), 1e-5} : Tol{1e-4, 2e-6}; }
 
 }  // namespace
 
@@ -305,7 +118,7 @@ TEST_CASE("attention decode: every split count matches the reference, padding ro
         const auto got = out.download_f32(ot);
         CHECK_FALSE(has_nan(got));
         std::string first;
-        const size_t bad = count_bad(got, want, rows, row, ot, first);
+        const size_t bad = count_bad(got, want, rows, row, out_tol(ot), first);
         INFO(first);
         CHECK(bad == 0);
       }
@@ -354,7 +167,7 @@ TEST_CASE("attention prefill: history, zero-length sequences and padding match t
         const auto got = out.download_f32(ot);
         CHECK_FALSE(has_nan(got));
         std::string first;
-        size_t bad = count_bad(got, want, rows, row, ot, first);
+        size_t bad = count_bad(got, want, rows, row, out_tol(ot), first);
         INFO("prefill: " << first);
         CHECK(bad == 0);
         // The decode kernel on the same rows (every token a row) agrees too.
@@ -364,7 +177,7 @@ TEST_CASE("attention prefill: history, zero-length sequences and padding match t
         check(cudaDeviceSynchronize());
         const auto got2 = out2.download_f32(ot);
         first.clear();
-        bad = count_bad(got2, want, rows, row, ot, first);
+        bad = count_bad(got2, want, rows, row, out_tol(ot), first);
         INFO("decode on prefill rows: " << first);
         CHECK(bad == 0);
       }
@@ -423,7 +236,7 @@ TEST_CASE("attention: prefill n then decode m equals prefill n plus m", "[gpu][a
       std::copy(full.begin(), full.begin() + n0 * row, want.begin());
       std::copy(full.begin() + start[1] * row, full.begin() + (start[1] + n1) * row, want.begin() + n0 * row);
       std::string first;
-      const size_t bad = count_bad(got, want, all_rows(b.T), row, DType::bf16, first);
+      const size_t bad = count_bad(got, want, all_rows(b.T), row, out_tol(DType::bf16), first);
       INFO("prefill part: " << first);
       CHECK(bad == 0);
     }
@@ -460,7 +273,7 @@ TEST_CASE("attention: prefill n then decode m equals prefill n plus m", "[gpu][a
       std::copy(full.begin() + (start[0] + n0 + i) * row, full.begin() + (start[0] + n0 + i + 1) * row, want.begin());
       std::copy(full.begin() + (start[1] + n1 + i) * row, full.begin() + (start[1] + n1 + i + 1) * row, want.begin() + 2 * row);
       std::string first;
-      const size_t bad = count_bad(got, want, all_rows(3), row, DType::bf16, first);
+      const size_t bad = count_bad(got, want, all_rows(3), row, out_tol(DType::bf16), first);
       INFO("decode step: " << first);
       CHECK(bad == 0);
     }

@@ -73,11 +73,10 @@ float margin(const float* x, int64_t n) {
 }  // namespace
 
 // Tolerance, GPU (f32 activations and weights) vs the CPU reference in f32: normalised max logit
-// error per step. The step's only deliberate departure from the f32 reference is the KV cache,
-// which is bf16 (attention.h supports only a bf16 cache): k and v are rounded to bf16 (2^-9
-// relative) before the attention reads them. With an f32 cache the differences come only from
-// summation orders (cuBLAS vs the reference's double accumulation, the norms' tree sums) and
-// expf/log1pf ulps, and the tolerance is 1e-4; with the bf16 cache it is 2e-2.
+// error per step. In f32 the KV cache is f32 too, so the differences come only from summation
+// orders (cuBLAS vs the reference's double accumulation, the norms' tree sums) and expf/log1pf
+// ulps: 1e-4. (A bf16 KV cache, which rounds k and v to 2^-9 before the attention reads them,
+// needed 2e-2.)
 TEST_CASE("model decode step matches the CPU reference from empty slots", "[gpu][model]") {
   for (const char* name : {"tiny", "tiny-dkdv"}) {
     CAPTURE(name);

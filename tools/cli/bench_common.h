@@ -13,7 +13,7 @@ namespace sg::cli {
 constexpr double kFloorGBps = 4300.0;  // WORKLOADS.md: 4.3 TB/s for every byte
 
 struct BenchOptions {
-  std::string workload = "gdn-layer";
+  std::string workload = "model";
   int context = 1024;      // model workload: tokens of context per sequence (decode) / prompt tokens (prefill)
   std::string phase = "both";  // model workload: decode, prefill or both
   std::string preset = "qwen3.5-4b";

@@ -1,7 +1,8 @@
-// cmd_bench.cpp: `stepgraph bench`: the main job. At this stage it runs the walking skeleton, one
-// GDN layer's decode step per padded batch size, captured into CUDA graphs: whole-graph replay
-// times (CUDA events, no profiler attached) and then per-node times through CUPTI, with the
-// bytes each node must move and the fraction of the 4.3 TB/s bandwidth floor.
+// cmd_bench.cpp: `stepgraph bench`: the main job. The default workload, the whole model, is in
+// bench_model.cpp; this file registers the command and runs `--workload gdn-layer`: one GDN
+// layer's decode step per padded batch size, captured into CUDA graphs: whole-graph replay times
+// (CUDA events, no profiler attached) and then per-node times through CUPTI, with the bytes each
+// node must move and the fraction of the 4.3 TB/s bandwidth floor.
 // Without a GPU it says so and runs the CPU reference of the same step on the tiny preset.
 #include <fmt/format.h>
 
@@ -186,13 +187,15 @@ void write_exports(const BenchOptions& o, int key, const Manifest& m, const std:
 void register_bench(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand(
       "bench",
-      "The main job: capture one CUDA graph per decode batch size, replay them, and print whole-graph and per-node "
-      "times (CUPTI) with bytes moved and the fraction of the bandwidth floor. Currently the workload is one GDN "
-      "layer's decode step (the walking skeleton). Without a GPU it runs the CPU reference on the tiny preset.");
+      "The main job: capture one CUDA graph per step shape (decode batch sizes, prefill token buckets), replay them, "
+      "and print whole-step times (graphed and eager) beside the bandwidth floor, then per-node times (CUPTI) summed "
+      "per op family. The default workload is the whole model (decode-b32 and prefill-b32 of the 4B preset); "
+      "--workload gdn-layer times one GDN layer's decode step node by node. Without a GPU it runs the CPU reference "
+      "on the tiny preset.");
   static BenchOptions o;
   cmd->add_option("--workload", o.workload,
-                  "gdn-layer: one GDN layer's decode step (the walking skeleton); model: the whole model's decode "
-                  "steps (one graph per batch key) and its prefill step (--max-seqs sequences of --context tokens)")
+                  "model: the whole model's decode steps (one graph per batch key) and its prefill step (--max-seqs "
+                  "sequences of --context tokens); gdn-layer: one GDN layer's decode step (the walking skeleton)")
       ->capture_default_str()
       ->check(CLI::IsMember({"gdn-layer", "model"}));
   cmd->add_option("--phase", o.phase, "model workload: decode, prefill or both")

@@ -181,6 +181,60 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   return c;
 }
 
+// --- gdn.prefill ----------------------------------------------------------------------------------
+
+bool gdn_prefill_fused_supports(int Dk, int Dv, int K) {
+  return Dk == kGdnPrefillGroupChannels && Dv >= 8 && Dv <= kPostconvMaxD && Dv % 8 == 0 && K >= kConvMinK &&
+         K <= kConvMaxK;
+}
+
+int gdn_prefill_conv_blocks_per_tile(int Hk, int Hv, int Dv) {
+  const int64_t groups = 2 * int64_t{Hk} + (int64_t{Hv} * Dv + kGdnPrefillGroupChannels - 1) / kGdnPrefillGroupChannels;
+  return static_cast<int>((groups + kGdnPrefillGroupsPerBlock - 1) / kGdnPrefillGroupsPerBlock);
+}
+
+LaunchContract<GdnPrefillArm> gdn_prefill_contract(GdnPrefillArm requested, const GdnPrefillShape& s) {
+  constexpr std::string_view op = "gdn.prefill";
+  if (s.max_tokens < 1) bad_shape(op, fmt::format("max_tokens must be >= 1 (got {})", s.max_tokens));
+  if (s.max_seqs < 1) bad_shape(op, fmt::format("max_seqs must be >= 1 (got {})", s.max_seqs));
+  if (s.Hk < 1 || s.Hv < 1) bad_shape(op, fmt::format("Hk and Hv must be >= 1 (got Hk={}, Hv={})", s.Hk, s.Hv));
+  if (s.Hv % s.Hk != 0) bad_shape(op, fmt::format("Hv must be a multiple of Hk (got Hk={}, Hv={})", s.Hk, s.Hv));
+  if (s.Dk < 1 || s.Dv < 1) bad_shape(op, fmt::format("Dk and Dv must be >= 1 (got Dk={}, Dv={})", s.Dk, s.Dv));
+  check_k(op, s.K);
+  const int64_t C = 2 * int64_t{s.Hk} * s.Dk + int64_t{s.Hv} * s.Dv;
+  if (C > std::numeric_limits<int32_t>::max()) bad_shape(op, fmt::format("C = 2*Hk*Dk + Hv*Dv = {} exceeds int32", C));
+  if (requested != GdnPrefillArm::unfused && requested != GdnPrefillArm::fused) {
+    throw std::invalid_argument(fmt::format("gdn.prefill: arm index {} out of range", static_cast<int>(requested)));
+  }
+
+  LaunchContract<GdnPrefillArm> c;
+  c.arm = requested;
+  if (requested == GdnPrefillArm::fused && !gdn_prefill_fused_supports(s.Dk, s.Dv, s.K)) {
+    c.arm = GdnPrefillArm::unfused;
+    c.fallback_reason = fmt::format("fused needs Dk = {} and Dv a multiple of 8 in 8..{} (got Dk={}, Dv={}): using unfused",
+                                    kGdnPrefillGroupChannels, kPostconvMaxD, s.Dk, s.Dv);
+  }
+  if (c.arm == GdnPrefillArm::unfused) {
+    c.grid = {0, 0, 0};
+    c.block = {0, 0, 0};
+    return c;
+  }
+  const int64_t tiles = (int64_t{s.max_tokens} + kGdnPrefillTileTokens - 1) / kGdnPrefillTileTokens;
+  const int64_t blocks = tiles * (gdn_prefill_conv_blocks_per_tile(s.Hk, s.Hv, s.Dv) + 1);
+  // The kernel reads its block index as a 32-bit int.
+  if (blocks >= (int64_t{1} << 31)) {
+    bad_shape(op, fmt::format("{} blocks exceed 2^31 (max_tokens={} too large for one launch)", blocks, s.max_tokens));
+  }
+  c.grid = {static_cast<unsigned>(blocks), 1, 1};
+  c.block = {kGdnPrefillBlock, 1, 1};
+  c.kernel = "gdn_prefill_fused";
+  return c;
+}
+
+LaunchContract<GdnPrefillArm> gdn_prefill_contract(const ArmSelection& sel, const GdnPrefillShape& s) {
+  return gdn_prefill_contract(sel.gdn_prefill, s);
+}
+
 // --- conv.fwd -------------------------------------------------------------------------------------
 
 std::vector<ConvChunk> build_conv_chunks(const std::vector<int32_t>& cu_seqlens, int chunk_tokens) {

@@ -145,6 +145,36 @@ inline constexpr int kGdnDecodeFusedMaxThreads = 512;
 //          smem: floats for q, k (raw and scaled), the v row, the two trees and the gates.
 LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s);
 
+// --- gdn.prefill ---------------------------------------------------------------------------------
+// The fused arm (kernels/gdn_prefill_fused.h): the varlen causal conv and the post-conv prep in one
+// launch. The token axis [0, max_tokens) is cut into tiles of kGdnPrefillTileTokens; the channels
+// into groups of kGdnPrefillGroupChannels (each q head, each k head, then the v region in 128-channel
+// pieces, the last possibly narrower); a block takes kGdnPrefillGroupsPerBlock groups of one tile
+// (a half-warp per group). Per tile: ceil(groups / 8) conv blocks, then one gate block (g, beta).
+inline constexpr int kGdnPrefillTileTokens = 64;
+inline constexpr int kGdnPrefillGroupChannels = 128;
+inline constexpr int kGdnPrefillGroupsPerBlock = 8;
+inline constexpr unsigned kGdnPrefillBlock = 128;  // 8 half-warps
+
+struct GdnPrefillShape {
+  int max_tokens = 0;             // padded token bucket (graph key)
+  int max_seqs = 0;               // most sequences in the bucket
+  int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
+};
+// True when the fused kernel is built for the head sizes and width: Dk = 128, Dv a multiple of 8
+// in 8..256, K in 2..8 (any Hk >= 1 and Hv a multiple of Hk).
+bool gdn_prefill_fused_supports(int Dk, int Dv, int K);
+// Conv blocks per token tile: ceil((2*Hk + ceil(Hv*Dv / 128)) / 8).
+int gdn_prefill_conv_blocks_per_tile(int Hk, int Hv, int Dv);
+// unfused: the reference, two launches (conv.fwd, then postconv) with their own contracts; this
+//          contract carries only the arm (grid, block {0, 0, 0}, no kernel name).
+// fused:   one launch, grid (ceil(max_tokens / 64) * (conv_blocks_per_tile + 1), 1, 1), block 128,
+//          no dynamic shared memory; falls back to unfused when !gdn_prefill_fused_supports.
+// Throws std::invalid_argument on max_tokens < 1, max_seqs < 1, Hk < 1, Hv < 1, Hv % Hk != 0,
+// Dk or Dv < 1, K outside 2..8, C = 2*Hk*Dk + Hv*Dv beyond int32, or a grid of 2^31 blocks or more.
+LaunchContract<GdnPrefillArm> gdn_prefill_contract(GdnPrefillArm requested, const GdnPrefillShape& s);
+LaunchContract<GdnPrefillArm> gdn_prefill_contract(const ArmSelection& sel, const GdnPrefillShape& s);
+
 // --- dispatch -------------------------------------------------------------------------------------
 // Calls exactly by_arm[contract.arm], the one launcher of the arm that the contract says runs.
 // The table has one slot per arm of the op (checked at compile time); an empty slot (an arm not

@@ -1,6 +1,8 @@
-// conv_fwd_common.cuh: private to the conv.fwd kernels (conv_fwd.cu, conv_fwd_register.cu): the
-// per-program work lookup shared by every arm (which tokens, which sequence, whether this program
-// owns the sequence's state), typed element conversions, and the per-arm launch functions.
+// conv_fwd_common.cuh: private to the conv kernels (conv_fwd.cu, conv_fwd_register.cu, and
+// gdn_prefill_fused.cu, which reuses the conv arithmetic): the per-program work lookup shared by
+// every conv.fwd arm (which tokens, which sequence, whether this program owns the sequence's
+// state), typed element conversions, the one-channel conv step and the branch-free SiLU of the
+// register arms, and the per-arm launch functions.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -106,6 +108,46 @@ __device__ __forceinline__ float pick(const float (&a)[N], int i) {
 #pragma unroll
   for (int q = 0; q < N; ++q) v = (q == i) ? a[q] : v;
   return v;
+}
+
+// The contract's SiLU, x / (1 + expf(-x)) with a correctly rounded division, split so that the hot
+// loop has no branch: silu_fast computes the quotient with the division's own fast-path sequence
+// (reciprocal, one Newton step, quotient, exact residual, one correction), which is the correctly
+// rounded quotient wherever every intermediate is a finite normal number, i.e. for d = 1 + e in
+// [1, 2^64] and 2^-60 <= |x| <= FLT_MAX; outside that range (d huge or inf, x tiny, zero, infinite
+// or NaN) it raises `bad`, and
+// the caller recomputes that batch with the plain division (dev::silu). Either way the bytes are
+// dev::silu's, which the tiled reference arm uses; the arm tests compare them on every output.
+// (Shared by the register arms and gdn_prefill_fused.)
+__device__ __forceinline__ float silu_fast(float x, bool& bad) {
+  const float d = 1.0f + expf(-x);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  r = __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+  float q = __fmaf_rn(x, r, 0.0f);
+  q = __fmaf_rn(r, __fmaf_rn(-d, q, x), q);
+  const float ax = fabsf(x);
+  bad |= !((d <= 0x1p64f) & (ax >= 0x1p-60f) & (ax <= 0x1.fffffep127f));  // bitwise: no branches
+  return q;
+}
+
+// One output: win[0..HB) holds the inputs of the HB tokens before this one, oldest first (win[HB-1]
+// the previous token), v this token's input. acc = bias; taps d = K-1 .. 1 back, then d = 0, i.e.
+// j = K-1-d = 0 .. K-1, the contract's order. Then the window slides by one. wr is reversed:
+// wr[d] = w[c, K-1-d]. (Shared by the register arms and gdn_prefill_fused.)
+template <int KMAX>
+__device__ __forceinline__ float conv_step(float (&win)[KMAX - 1], const float (&wr)[KMAX], float bias, float v, int K) {
+  constexpr int HB = KMAX - 1;
+  float acc = bias;
+#pragma unroll
+  for (int d = KMAX - 1; d >= 1; --d) {
+    if (d < K) acc = fmaf(wr[d], win[HB - d], acc);
+  }
+  acc = fmaf(wr[0], v, acc);
+#pragma unroll
+  for (int q = 0; q + 1 < HB; ++q) win[q] = win[q + 1];
+  win[HB - 1] = v;
+  return acc;
 }
 
 }  // namespace conv_fwd_detail

@@ -32,44 +32,6 @@ constexpr int W = kConvChunkTokens;  // tokens per register batch (= the `exact`
 __device__ __forceinline__ float ldx(const float* p) { return __ldg(p); }
 __device__ __forceinline__ float ldx(const __nv_bfloat16* p) { return __bfloat162float(__ldg(p)); }
 
-// The contract's SiLU, x / (1 + expf(-x)) with a correctly rounded division, split so that the hot
-// loop has no branch: silu_fast computes the quotient with the division's own fast-path sequence
-// (reciprocal, one Newton step, quotient, exact residual, one correction), which is the correctly
-// rounded quotient wherever every intermediate is a finite normal number, i.e. for d = 1 + e in
-// [1, 2^64] and 2^-60 <= |x| <= FLT_MAX; outside that range (d huge or inf, x tiny, zero, infinite
-// or NaN) it raises `bad`, and
-// the caller recomputes that batch with the plain division (dev::silu). Either way the bytes are
-// dev::silu's, which the tiled reference arm uses; the arm tests compare them on every output.
-__device__ __forceinline__ float silu_fast(float x, bool& bad) {
-  const float d = 1.0f + expf(-x);
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-  r = __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
-  float q = __fmaf_rn(x, r, 0.0f);
-  q = __fmaf_rn(r, __fmaf_rn(-d, q, x), q);
-  const float ax = fabsf(x);
-  bad |= !((d <= 0x1p64f) & (ax >= 0x1p-60f) & (ax <= 0x1.fffffep127f));  // bitwise: no branches
-  return q;
-}
-
-// One output: win[0..HB) holds the inputs of the HB tokens before this one, oldest first (win[HB-1]
-// the previous token), v this token's input. acc = bias; taps d = K-1 .. 1 back, then d = 0, i.e.
-// j = K-1-d = 0 .. K-1, the contract's order. Then the window slides by one.
-template <int KMAX>
-__device__ __forceinline__ float conv_step(float (&win)[KMAX - 1], const float (&wr)[KMAX], float bias, float v, int K) {
-  constexpr int HB = KMAX - 1;
-  float acc = bias;
-#pragma unroll
-  for (int d = KMAX - 1; d >= 1; --d) {
-    if (d < K) acc = fmaf(wr[d], win[HB - d], acc);
-  }
-  acc = fmaf(wr[0], v, acc);
-#pragma unroll
-  for (int q = 0; q + 1 < HB; ++q) win[q] = win[q + 1];
-  win[HB - 1] = v;
-  return acc;
-}
-
 // Tokens 0..nt-1 of a batch (all W when kFull: no per-token predicates) of one channel: inputs at
 // src[t * SS] (shared memory), outputs at dst + t * C. The hot loop: kept free of branches
 // (silu is a template parameter, chosen once per program) and of per-token address arithmetic.

@@ -10,6 +10,7 @@
 #include "kernels/conv_update.h"
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_prefill.h"
+#include "kernels/gdn_prefill_fused.h"
 #include "kernels/gdn_decode_fused.h"
 #include "kernels/postconv.h"
 #include "kernels/rmsnorm.h"
@@ -41,6 +42,10 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   const void* a = offset(proj.data, C + HvDv + Hv, act);
 
   const auto fc = gdn_decode_contract(opts_.arms.gdn_decode, GdnDecodeShape{rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K});
+  const auto pfc = prefill ? gdn_prefill_contract(opts_.arms.gdn_prefill,
+                                                  GdnPrefillShape{rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K})
+                           : LaunchContract<GdnPrefillArm>{};
+  const bool fused_prefill = prefill && pfc.arm == GdnPrefillArm::fused;
   if (!prefill && fc.arm == GdnDecodeArm::fused) {
     GdnDecodeFusedParams fp;
     fp.x = proj.data;
@@ -71,8 +76,47 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       rec->launched(s, {layer, "gdn.decode", "fused", bytes});
     }
   } else {
-    // Causal conv: conv_out [rows, C].
-    if (prefill) {
+    // Causal conv: conv_out [rows, C] (the fused prefill arm also does the post-conv prep).
+    if (fused_prefill) {
+      GdnPrefillFusedParams fp;
+      fp.x = proj.data;
+      fp.x_stride = P;
+      fp.act = act;
+      fp.state = W.conv_state.data;
+      fp.state_dtype = W.conv_state.dtype;
+      fp.w = W.conv_w.ptr<float>();
+      fp.silu = true;
+      fp.a = a;
+      fp.a_stride = P;
+      fp.b = b;
+      fp.b_stride = P;
+      fp.ab_dtype = act;
+      fp.A_log = W.A_log.ptr<float>();
+      fp.dt_bias = W.dt_bias.ptr<float>();
+      fp.q = a_.q.data;
+      fp.k = a_.k.data;
+      fp.v = a_.v.data;
+      fp.qkv_dtype = act;
+      fp.g = a_.g.ptr<float>();
+      fp.beta = a_.beta.ptr<float>();
+      fp.cu_seqlens = m.cu_seqlens;
+      fp.slots = m.slots;
+      fp.has_history = m.has_history;
+      fp.n_seqs = m.n_seqs;
+      fp.Hk = g.Hk;
+      fp.Hv = g.Hv;
+      fp.Dk = g.Dk;
+      fp.Dv = g.Dv;
+      fp.K = g.K;
+      fp.max_tokens = rows;
+      fp.max_seqs = key.seqs;
+      check(gdn_prefill_fused(fp, pfc, s));
+      if (rec) {
+        rec->launched(s, {layer, "gdn.prefill", "fused",
+                          rows * C * es + key.seqs * C * (g.K - 1) * es * 2 + C * g.K * 4.0 + rows * C * es +
+                              rows * Hv * (es * 2 + 8.0)});
+      }
+    } else if (prefill) {
       ConvFwdParams cp;
       cp.x = proj.data;
       cp.x_stride = P;
@@ -123,32 +167,34 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
     }
 
     // Post-conv prep: q, k [rows, Hk, Dk], v [rows, Hv, Dv], g, beta [rows, Hv] f32.
-    PostconvParams pp;
-    pp.conv = a_.conv_out.data;
-    pp.conv_stride = C;
-    pp.conv_dtype = act;
-    pp.a = a;
-    pp.a_stride = P;
-    pp.b = b;
-    pp.b_stride = P;
-    pp.ab_dtype = act;
-    pp.A_log = W.A_log.ptr<float>();
-    pp.dt_bias = W.dt_bias.ptr<float>();
-    pp.q = a_.q.data;
-    pp.k = a_.k.data;
-    pp.v = a_.v.data;
-    pp.qkv_dtype = act;
-    pp.g = a_.g.ptr<float>();
-    pp.beta = a_.beta.ptr<float>();
-    pp.T = rows;
-    pp.Hk = g.Hk;
-    pp.Hv = g.Hv;
-    pp.Dk = g.Dk;
-    pp.Dv = g.Dv;
-    const auto pc = postconv_contract(opts_.arms.postconv, PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv});
-    check(postconv(pp, pc, s));
-    if (rec) {
-      rec->launched(s, {layer, "postconv", std::string(arm_name(pc.arm)), rows * C * es * 2 + rows * Hv * (es * 2 + 8.0)});
+    if (!fused_prefill) {
+      PostconvParams pp;
+      pp.conv = a_.conv_out.data;
+      pp.conv_stride = C;
+      pp.conv_dtype = act;
+      pp.a = a;
+      pp.a_stride = P;
+      pp.b = b;
+      pp.b_stride = P;
+      pp.ab_dtype = act;
+      pp.A_log = W.A_log.ptr<float>();
+      pp.dt_bias = W.dt_bias.ptr<float>();
+      pp.q = a_.q.data;
+      pp.k = a_.k.data;
+      pp.v = a_.v.data;
+      pp.qkv_dtype = act;
+      pp.g = a_.g.ptr<float>();
+      pp.beta = a_.beta.ptr<float>();
+      pp.T = rows;
+      pp.Hk = g.Hk;
+      pp.Hv = g.Hv;
+      pp.Dk = g.Dk;
+      pp.Dv = g.Dv;
+      const auto pc = postconv_contract(opts_.arms.postconv, PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv});
+      check(postconv(pp, pc, s));
+      if (rec) {
+        rec->launched(s, {layer, "postconv", std::string(arm_name(pc.arm)), rows * C * es * 2 + rows * Hv * (es * 2 + 8.0)});
+      }
     }
 
     // Gated delta rule: core [rows, Hv, Dv], state [slots, Hv, Dk, Dv] f32 in place.

@@ -19,6 +19,7 @@
 #include "kernels/contracts.h"
 #include "kernels/conv_fwd.h"
 #include "kernels/conv_update.h"
+#include "kernels/gdn_prefill_fused.h"
 #include "kernels/numeric.h"
 #include "kernels/postconv.h"
 
@@ -205,7 +206,7 @@ SG_C_API const char* sg_arms(void) {
     try {
       return sg::format_arm_table() +
              "C entry points: sg_conv_update (conv.update), sg_postconv (postconv), sg_conv_fwd (conv.fwd, "
-             "conv.chunks)\n";
+             "conv.chunks), sg_gdn_prefill_fused (gdn.prefill=fused)\n";
     } catch (...) {
       return "(arm table unavailable)\n";
     }
@@ -467,6 +468,84 @@ SG_C_API int sg_conv_fwd(const sg_conv_fwd_args* a, const char* arm, const char*
     p.max_seqs = max_seqs;
     check_launch(sg::conv_fwd(p, c, split, as_stream(stream)), c.kernel);
     record_launch(requested, c, fmt::format(" chunks {}", sg::arm_name(split)));
+  });
+}
+
+SG_C_API int sg_gdn_prefill_fused(const sg_gdn_prefill_args* a, void* stream) {
+  return guarded("sg_gdn_prefill_fused", [&] {
+    if (a == nullptr) fail(SG_ERR_POINTER, "args is NULL");
+    sg::GdnPrefillFusedParams p;
+    p.act = to_dtype(a->x_dtype, "x_dtype");
+    p.state_dtype = to_dtype(a->state_dtype, "state_dtype");
+    p.ab_dtype = to_dtype(a->ab_dtype, "ab_dtype");
+    p.qkv_dtype = to_dtype(a->qkv_dtype, "qkv_dtype");
+    need_range(a->Hk, 1, INT32_MAX, "Hk");
+    need_range(a->Hv, 1, INT32_MAX, "Hv");
+    if (a->Hv % a->Hk != 0) fail(SG_ERR_SIZE, fmt::format("Hv must be a multiple of Hk (got Hk={}, Hv={})", a->Hk, a->Hv));
+    need_range(a->Dk, 1, INT32_MAX, "Dk");
+    need_range(a->Dv, 1, INT32_MAX, "Dv");
+    need_range(a->K, sg::kConvMinK, sg::kConvMaxK, "K");
+    if (!sg::gdn_prefill_fused_supports(a->Dk, a->Dv, a->K)) {
+      fail(SG_ERR_SIZE, fmt::format("the fused kernel needs Dk = {} and Dv a multiple of 8 in 8..{} (got Dk={}, Dv={}); "
+                                    "the unfused arm is sg_conv_fwd then sg_postconv",
+                                    sg::kGdnPrefillGroupChannels, sg::kPostconvMaxD, a->Dk, a->Dv));
+    }
+    const int64_t C = 2 * int64_t{a->Hk} * a->Dk + int64_t{a->Hv} * a->Dv;
+    if (C > INT32_MAX) fail(SG_ERR_SIZE, fmt::format("2*Hk*Dk + Hv*Dv = {} channels exceeds {}", C, INT32_MAX));
+    need_stride(a->x_stride, C, "x_stride", "C = 2*Hk*Dk + Hv*Dv");
+    need_stride(a->a_stride, a->Hv, "a_stride", "Hv");
+    need_stride(a->b_stride, a->Hv, "b_stride", "Hv");
+    need_range(a->max_tokens, 1, INT32_MAX, "max_tokens");
+    need_range(a->max_seqs, 1, INT32_MAX, "max_seqs");
+    const auto c = sg::gdn_prefill_contract(sg::GdnPrefillArm::fused,
+                                            sg::GdnPrefillShape{a->max_tokens, a->max_seqs, a->Hk, a->Hv, a->Dk, a->Dv, a->K});
+    need_ptr(a->x, "x", sg::dtype_size(p.act));
+    need_ptr(a->state, "state", sg::dtype_size(p.state_dtype));
+    need_ptr(a->w, "w", sizeof(float));
+    opt_ptr(a->bias, "bias", sizeof(float));
+    need_ptr(a->a, "a", sg::dtype_size(p.ab_dtype));
+    need_ptr(a->b, "b", sg::dtype_size(p.ab_dtype));
+    need_ptr(a->A_log, "A_log", sizeof(float));
+    need_ptr(a->dt_bias, "dt_bias", sizeof(float));
+    need_ptr(a->q, "q", sg::dtype_size(p.qkv_dtype));
+    need_ptr(a->k, "k", sg::dtype_size(p.qkv_dtype));
+    need_ptr(a->v, "v", sg::dtype_size(p.qkv_dtype));
+    need_ptr(a->g, "g", sizeof(float));
+    need_ptr(a->beta, "beta", sizeof(float));
+    need_ptr(a->cu_seqlens, "cu_seqlens", sizeof(int32_t));
+    need_ptr(a->slots, "slots", sizeof(int32_t));
+    need_ptr(a->has_history, "has_history", 1);
+    need_ptr(a->n_seqs, "n_seqs", sizeof(int32_t));
+    p.x = a->x;
+    p.x_stride = a->x_stride;
+    p.state = a->state;
+    p.w = a->w;
+    p.bias = a->bias;
+    p.silu = a->silu != 0;
+    p.a = a->a;
+    p.a_stride = a->a_stride;
+    p.b = a->b;
+    p.b_stride = a->b_stride;
+    p.A_log = a->A_log;
+    p.dt_bias = a->dt_bias;
+    p.q = a->q;
+    p.k = a->k;
+    p.v = a->v;
+    p.g = a->g;
+    p.beta = a->beta;
+    p.cu_seqlens = a->cu_seqlens;
+    p.slots = a->slots;
+    p.has_history = a->has_history;
+    p.n_seqs = a->n_seqs;
+    p.Hk = a->Hk;
+    p.Hv = a->Hv;
+    p.Dk = a->Dk;
+    p.Dv = a->Dv;
+    p.K = a->K;
+    p.max_tokens = a->max_tokens;
+    p.max_seqs = a->max_seqs;
+    check_launch(sg::gdn_prefill_fused(p, c, as_stream(stream)), c.kernel);
+    record_launch(sg::GdnPrefillArm::fused, c);
   });
 }
 

@@ -1,8 +1,9 @@
 /* stepgraph_c.h: stepgraph's C interface (libstepgraph_c.so). One entry point per op (conv.update,
- * postconv, conv.fwd) on raw device pointers, sizes, strides and dtypes, the arm named by the same
- * strings as everywhere in stepgraph (ARMS.md), and a cudaStream_t passed as void*. Every entry
- * returns 0 or an sg_status code and leaves a message in sg_last_error(); no C++ exception crosses
- * this boundary. C99, no CUDA header needed. Reference: docs/C-API.md. */
+ * postconv, conv.fwd; gdn.prefill's fused arm) on raw device pointers, sizes, strides and dtypes,
+ * the arm named by the same strings as everywhere in stepgraph (ARMS.md), and a cudaStream_t
+ * passed as void*. Every entry returns 0 or an sg_status code and leaves a message in
+ * sg_last_error(); no C++ exception crosses this boundary. C99, no CUDA header needed.
+ * Reference: docs/C-API.md. */
 #ifndef STEPGRAPH_C_H
 #define STEPGRAPH_C_H
 
@@ -153,6 +154,50 @@ typedef struct sg_conv_fwd_args {
   size_t workspace_bytes;
 } sg_conv_fwd_args;
 
+/* --- gdn.prefill (fused arm): conv.fwd and postconv in one launch ------------------------------ */
+/* The causal conv of a packed varlen batch (as sg_conv_fwd: taps, history, state update, padding)
+ * followed by the post-conv prep (as sg_postconv), without storing the conv output: q, k, v, g, beta
+ * and the conv state are byte-identical to sg_conv_fwd (arm "tiled") then sg_postconv (arm
+ * "megablock") with conv_dtype = x_dtype, except that the tokens of a padding sequence
+ * (slots[n] < 0) get zero g and beta (sg_postconv computes them from a and b). Rows T .. of q, k,
+ * v, g, beta are untouched. Needs Dk = 128 and Dv a multiple of 8 in 8..256 (SG_ERR_SIZE
+ * otherwise: then use sg_conv_fwd and sg_postconv, the unfused arm). Device metadata only (no host
+ * copy, capture-safe): the grid depends only on (max_tokens, Hk, Hv, Dv); the live N and
+ * cu_seqlens are read on the device, with T = cu_seqlens[N] <= max_tokens and N <= max_seqs (the
+ * kernel traps otherwise). Outputs must not alias inputs, the state or each other. */
+typedef struct sg_gdn_prefill_args {
+  const void* x;                   /* [>= T, x_stride] x_dtype, conv inputs q | k | v, C = 2*Hk*Dk + Hv*Dv */
+  int64_t x_stride;                /* elements, >= C */
+  sg_dtype x_dtype;                /* also the dtype the conv output is rounded to */
+  void* state;                     /* [num_slots, C, K-1] state_dtype, contiguous; in place */
+  sg_dtype state_dtype;
+  const float* w;                  /* [C, K] f32, contiguous; tap 0 oldest */
+  const float* bias;               /* [C] f32, or NULL */
+  const void* a;                   /* [>= T, a_stride] ab_dtype, first Hv used */
+  int64_t a_stride;                /* elements, >= Hv */
+  const void* b;                   /* [>= T, b_stride] ab_dtype, first Hv used */
+  int64_t b_stride;                /* elements, >= Hv */
+  sg_dtype ab_dtype;
+  const float* A_log;              /* [Hv] f32 */
+  const float* dt_bias;            /* [Hv] f32 */
+  void* q;                         /* [>= T, Hk, Dk] qkv_dtype, contiguous */
+  void* k;                         /* [>= T, Hk, Dk] qkv_dtype, contiguous */
+  void* v;                         /* [>= T, Hv, Dv] qkv_dtype, contiguous */
+  sg_dtype qkv_dtype;
+  float* g;                        /* [>= T, Hv] f32, contiguous */
+  float* beta;                     /* [>= T, Hv] f32, contiguous */
+  const int32_t* cu_seqlens;       /* device [max_seqs + 1] int32; first N+1 live: 0, non-decreasing */
+  const int32_t* slots;            /* device [max_seqs] int32; < 0 = padding sequence */
+  const uint8_t* has_history;      /* device [max_seqs] uint8 */
+  const int32_t* n_seqs;           /* device [1] int32: N */
+  int Hk, Hv;                      /* >= 1, Hv a multiple of Hk */
+  int Dk, Dv;                      /* Dk = 128; Dv % 8 == 0, 8..256 */
+  int K;                           /* 2..8 */
+  int max_tokens;                  /* token bucket, >= 1 and >= T */
+  int max_seqs;                    /* sequence bucket, >= 1 and >= N */
+  int silu;                        /* nonzero: apply silu (the model always does) */
+} sg_gdn_prefill_args;
+
 /* --- entry points ---------------------------------------------------------------------------- */
 /* `arm`: an arm name of the entry's op ("fast", "token_tile", "register", ...), or NULL or "" for
  * the op's default. A requested arm that does not apply to the shape falls back as its contract
@@ -164,6 +209,8 @@ SG_C_API int sg_conv_update(const sg_conv_update_args* a, const char* arm, void*
 SG_C_API int sg_postconv(const sg_postconv_args* a, const char* arm, void* stream);
 /* `arm`: conv.fwd's arm; `chunks_arm`: conv.chunks' arm ("exact", "whole"), NULL for default. */
 SG_C_API int sg_conv_fwd(const sg_conv_fwd_args* a, const char* arm, const char* chunks_arm, void* stream);
+/* gdn.prefill's fused arm (no arm argument: the unfused arm is sg_conv_fwd then sg_postconv). */
+SG_C_API int sg_gdn_prefill_fused(const sg_gdn_prefill_args* a, void* stream);
 
 /* Host only (no CUDA): the `exact` descriptors of cu_seqlens_host [N+1] into out[capacity] and
  * their number into *count. out = NULL with capacity = 0 only counts (returns SG_OK); a capacity

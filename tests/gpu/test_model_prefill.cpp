@@ -10,6 +10,7 @@
 // - on the Hugging Face fixtures (tests/fixtures) the GPU step in f32 reproduces HF's logits and
 //   greedy tokens.
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 
 #include "engine/error.h"
 #include "kernels/attention.h"
+#include "kernels/contracts.h"
 #include "kernels/delta_rule.h"
 #include "kernels/ref/mlp_ref.h"
 #include "models/hf_config.h"
@@ -428,5 +430,43 @@ TEST_CASE("model step in bf16 matches the bf16 CPU reference, prefill then decod
     WARN(name << " bf16: worst normalised logit error " << worst << ", greedy tokens compared " << compared << " of "
               << rows);
     CHECK(compared >= rows / 2);  // the comparison must not be vacuous
+  }
+}
+
+TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes", "[gpu][model][prefill][fused]") {
+  // A tiny model with the head sizes the fused kernel is built for (Dk = 128; Dv 128 and 64).
+  for (int Dv : {128, 64}) {
+    CAPTURE(Dv);
+    Qwen35Config cfg = preset("tiny");
+    cfg.gdn = GdnDims{2, 4, 128, Dv, 4};
+    cfg.validate("test");
+    REQUIRE(gdn_prefill_fused_supports(cfg.gdn.Dk, cfg.gdn.Dv, cfg.gdn.K));
+    for (DType act : {DType::bf16, DType::f32}) {
+      CAPTURE(dtype_name(act));
+      ModelStepOptions o = prefill_options(act);
+      o.synthetic = true;
+      ModelStep unfused(cfg, o);
+      o.arms.gdn_prefill = GdnPrefillArm::fused;
+      ModelStep fused(cfg, o);
+      unfused.capture_all();
+      fused.capture_all();
+      unfused.randomize_caches(5);
+      fused.set_cache_bytes(unfused.cache_bytes());
+      // Fresh and continuing sequences, one shorter than K-1, one across tiles, an empty one.
+      const std::vector<PrefillRequest> batch = {{1, tokens_for(1, 2, cfg.vocab), 7},
+                                                 {4, tokens_for(2, 70, cfg.vocab), 0},
+                                                 {6, {}, 3},
+                                                 {0, tokens_for(3, 9, cfg.vocab), 20}};
+      const PrefillOutput u = unfused.prefill(batch, RunMode::graph);
+      const PrefillOutput f = fused.prefill(batch, RunMode::graph);
+      CHECK(std::memcmp(u.logits.data(), f.logits.data(), u.logits.size() * sizeof(float)) == 0);
+      CHECK(u.tokens == f.tokens);
+      CHECK(unfused.cache_bytes() == fused.cache_bytes());
+      std::multiset<std::string> ops;
+      for (const auto& n : fused.prefill_manifest(128).nodes) ops.insert(n.label.op);
+      CHECK(ops.count("gdn.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
+      CHECK(ops.count("conv.fwd") == 0);
+      CHECK(ops.count("postconv") == 0);
+    }
   }
 }

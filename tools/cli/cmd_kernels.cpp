@@ -26,7 +26,7 @@ struct KernelsOptions {
 void register_kernels(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand(
       "kernels",
-      "Time every arm of the GDN ops (conv.update, conv.fwd, postconv, gdn.decode) on standard shapes: each arm captured in a CUDA "
+      "Time every arm of the GDN ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode) on standard shapes: each arm captured in a CUDA "
       "graph (decode: 24 rotating buffer sets, as the 24 GDN layers of a step), timed interleaved over repetitions "
       "(median, min, max per launch), outputs hashed (arms must agree byte for byte), bytes moved and the fraction of "
       "the 4.3 TB/s floor printed beside each time.");
@@ -34,7 +34,7 @@ void register_kernels(CLI::App& app, Action& action) {
   cmd->add_option("--shape", o.shapes, "Shapes (default: the four standard ones). MODEL-decode-bN or MODEL-prefill-SxL, "
                                        "MODEL in 4b, 27b, tiny")
       ->delimiter(',');
-  cmd->add_option("--op", o.ops, "Only these ops (conv.update, conv.fwd, postconv, gdn.decode)")->delimiter(',');
+  cmd->add_option("--op", o.ops, "Only these ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode)")->delimiter(',');
   cmd->add_option("--reps", o.cfg.reps, "Interleaved repetitions")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--launches", o.cfg.min_launches, "Kernel launches per repetition")
       ->capture_default_str()
@@ -42,6 +42,7 @@ void register_kernels(CLI::App& app, Action& action) {
   cmd->add_option("--json", o.json, "Also write the results to this JSON file");
   cmd->callback([&action] {
     action = [] {
+      o.cfg.ops = o.ops;  // --op (empty: every op that applies to the shape)
       auto shapes = o.shapes.empty() ? bench::standard_shapes() : o.shapes;
       std::vector<bench::KernelShape> parsed;
       for (const auto& s : shapes) parsed.push_back(bench::parse_shape(s));  // validate all first

@@ -1,5 +1,7 @@
-// kernel_bench.cpp: op cases (buffers, launches per arm, reset, outputs) and the interleaved timer.
+// kernel_bench.cpp: op cases (buffers, launches per arm, reset, outputs) and the interleaved timer;
+// the gdn.prefill case is in kernel_bench_prefill.cpp.
 #include "tools/cli/kernel_bench.h"
+#include "tools/cli/kernel_bench_cases.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -21,36 +23,6 @@
 #include "kernels/postconv.h"
 
 namespace sg::bench {
-namespace {
-
-struct OpCase {
-  std::string op;
-  double bytes = 0;  // per launch
-  int sets = 1;
-  struct Arm {
-    std::string arm, kernel;
-    Dim3 grid, block;
-    std::function<void(int set, cudaStream_t)> launch;
-  };
-  std::vector<Arm> arms;
-  std::function<void(cudaStream_t)> reset;          // set 0 back to its initial state, outputs poisoned
-  std::function<std::vector<uint8_t>()> outputs;    // set 0's outputs and state
-};
-
-uint64_t fnv1a(const std::vector<uint8_t>& b) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint8_t x : b) h = (h ^ x) * 1099511628211ull;
-  return h;
-}
-
-// Owns the device buffers of an op case.
-struct Buffers {
-  std::vector<std::unique_ptr<DeviceBuffer>> all;
-  void* make(size_t bytes) {
-    all.push_back(std::make_unique<DeviceBuffer>(bytes));
-    return all.back()->data();
-  }
-};
 
 std::vector<uint8_t> download(const void* p, size_t bytes) {
   std::vector<uint8_t> out(bytes);
@@ -60,6 +32,14 @@ std::vector<uint8_t> download(const void* p, size_t bytes) {
 }
 
 void append(std::vector<uint8_t>& dst, const std::vector<uint8_t>& src) { dst.insert(dst.end(), src.begin(), src.end()); }
+
+namespace {
+
+uint64_t fnv1a(const std::vector<uint8_t>& b) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t x : b) h = (h ^ x) * 1099511628211ull;
+  return h;
+}
 
 OpCase conv_update_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_t st) {
   const GdnDims& d = s.dims;
@@ -443,6 +423,7 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
   if (shape.decode && wanted("conv.update")) cases.push_back(conv_update_case(shape, sets, buf, st));
   if (!shape.decode && wanted("conv.fwd")) cases.push_back(conv_fwd_case(shape, buf, st));
   if (wanted("postconv")) cases.push_back(postconv_case(shape, sets, buf, st));
+  if (!shape.decode && wanted("gdn.prefill")) cases.push_back(gdn_prefill_case(shape, buf, st));
   if (shape.decode && wanted("gdn.decode")) cases.push_back(gdn_decode_case(shape, sets, buf, st));
   stream.sync();
 

@@ -1,0 +1,50 @@
+// kernel_bench_cases.h: private to the kernel benchmark (kernel_bench.cpp, kernel_bench_prefill.cpp):
+// an op case (buffers, one launch per arm, reset to the starting state, the outputs to hash) and
+// the helpers the cases share. The timer and the decode cases are in kernel_bench.cpp; the prefill
+// cases that fuse ops (gdn.prefill) in kernel_bench_prefill.cpp.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cuda_handles.h"
+#include "kernels/contracts.h"
+#include "tools/cli/kernel_bench.h"
+
+namespace sg::bench {
+
+struct OpCase {
+  std::string op;
+  double bytes = 0;  // per launch
+  int sets = 1;
+  struct Arm {
+    std::string arm, kernel;
+    Dim3 grid, block;
+    std::function<void(int set, cudaStream_t)> launch;
+  };
+  std::vector<Arm> arms;
+  std::function<void(cudaStream_t)> reset;          // set 0 back to its initial state, outputs poisoned
+  std::function<std::vector<uint8_t>()> outputs;    // set 0's outputs and state
+};
+
+// Owns the device buffers of an op case.
+struct Buffers {
+  std::vector<std::unique_ptr<DeviceBuffer>> all;
+  void* make(size_t bytes) {
+    all.push_back(std::make_unique<DeviceBuffer>(bytes));
+    return all.back()->data();
+  }
+};
+
+// `bytes` bytes at device address p (after a device synchronisation).
+std::vector<uint8_t> download(const void* p, size_t bytes);
+void append(std::vector<uint8_t>& dst, const std::vector<uint8_t>& src);
+
+// gdn.prefill on a prefill shape (kernel_bench_prefill.cpp).
+OpCase gdn_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st);
+
+}  // namespace sg::bench

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -27,6 +28,14 @@
 
 namespace sg::cli {
 namespace {
+
+constexpr int kCheckSteps = 128;  // decode steps after the prefill whose logits must be finite
+
+size_t count_nonfinite(const std::vector<float>& v) {
+  size_t n = 0;
+  for (float x : v) n += !std::isfinite(x);
+  return n;
+}
 
 // Times `body` (enqueues one step on `stream`): warm-up, then reps x replays, median per step in ms.
 Spread time_steps(cudaStream_t stream, int reps, int replays, const std::function<void()>& body) {
@@ -125,7 +134,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   const bool do_decode = o.phase != "prefill", do_prefill = o.phase != "decode";
   ModelStepOptions opts;
   opts.num_slots = o.max_seqs;
-  opts.max_context = o.context;
+  // Prefill: room for the 128 decode steps of the finiteness check after the prompt.
+  opts.max_context = do_prefill ? o.context + kCheckSteps : o.context;
   opts.max_decode_batch = o.max_seqs;
   opts.max_prefill_tokens = do_prefill ? o.max_seqs * o.context : 0;
   opts.max_prefill_seqs = o.max_seqs;
@@ -199,6 +209,21 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                                          [&] { step.replay_prefill(bucket); });
     summary.push_back(fmt::format("  prefill {}x{} graph {:>9.2f} ms  eager {:>9.2f} ms  floor {:>7.3f} ms", o.max_seqs,
                                   o.context, g.median, e.median, floor_ms));
+    // The synthetic weights must keep every activation finite: the prefill's logits, then those of
+    // kCheckSteps greedy decode steps of the whole batch.
+    const PrefillOutput po = step.prefill(batch, RunMode::graph);
+    size_t bad = count_nonfinite(po.logits);
+    std::vector<int32_t> toks = po.tokens;
+    for (int t = 0; t < kCheckSteps; ++t) {
+      std::vector<DecodeRequest> dec;
+      for (int r = 0; r < o.max_seqs; ++r) dec.push_back({r, toks[static_cast<size_t>(r)], o.context + t});
+      const DecodeOutput d = step.decode(dec, RunMode::graph);
+      bad += count_nonfinite(d.logits);
+      toks = d.tokens;
+    }
+    fmt::print("finiteness: logits of the prefill and {} greedy decode steps after it: {}\n", kCheckSteps,
+               bad == 0 ? std::string("all finite") : fmt::format("{} NaN or Inf values", bad));
+    summary.push_back(fmt::format("  logits finite after prefill + {} decode steps: {}", kCheckSteps, bad == 0 ? "yes" : "NO"));
     graphs.push_back({{"kind", "prefill"}, {"bucket", bucket}, {"sequences", o.max_seqs}, {"tokens_per_sequence", o.context},
                       {"step_ms", {{"median", g.median}, {"min", g.min}, {"max", g.max}}}, {"eager_ms", e.median},
                       {"floor_ms", floor_ms}, {"ops", ops}, {"manifest", to_json(step.prefill_manifest(bucket))}});

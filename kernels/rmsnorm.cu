@@ -9,7 +9,6 @@ namespace {
 constexpr int kWarpRowMaxN = 512;   // n up to this: one warp per row
 constexpr int kWarpRowBlock = 256;  // 8 rows per block in warp-per-row mode
 constexpr int kMaxBlock = 1024;
-constexpr int kReg = 8;             // elements per thread kept in registers between the passes
 
 // Both ops mapped onto one argument set (z null for the plain norm, residual fields unused for
 // the gated one).
@@ -79,73 +78,31 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(const NormArgs a) {
     return;
   }
   const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs;
-  const int64_t z0 = static_cast<int64_t>(t) * a.z_ts + static_cast<int64_t>(h) * a.n;
-  // A thread owns elements i = lane + j * G. The first kReg of them stay in registers between the
-  // passes, and every load of a pass is issued before any store of it: y, residual_out and x may
-  // alias, so a load after a store could not be moved ahead of it, and a loop of load-store pairs
-  // would pay one memory latency per element. The arithmetic and its order are the loop's
-  // (pass 1 accumulates j = 0, 1, ... in order; pass 2 computes each element alone).
-  float v[kReg];
   // Pass 1: sum of squares (of the rounded residual sum when fused, which is stored here).
-#pragma unroll
-  for (int j = 0; j < kReg; ++j) {
-    const int i = lane + j * G;
-    if (i < a.n) {
-      v[j] = dev::load(a.x, a.xt, x0 + i);
-      if (!kGated && a.res_out && a.res) v[j] = v[j] + dev::load(a.res, a.rt, o0 + i);
-    }
-  }
   float s = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kReg; ++j) {
-    const int i = lane + j * G;
-    if (i < a.n) {
-      if (!kGated && a.res_out) {
-        v[j] = round_to(a.rt, v[j]);
-        dev::store(a.res_out, a.rt, o0 + i, v[j]);
-      }
-      s = fmaf(v[j], v[j], s);
-    }
-  }
-  for (int i = lane + kReg * G; i < a.n; i += G) {  // rows longer than kReg * G
-    float u = dev::load(a.x, a.xt, x0 + i);
+  for (int i = lane; i < a.n; i += G) {
+    float v = dev::load(a.x, a.xt, x0 + i);
     if (!kGated && a.res_out) {
-      if (a.res) u = u + dev::load(a.res, a.rt, o0 + i);
-      u = round_to(a.rt, u);
-      dev::store(a.res_out, a.rt, o0 + i, u);
+      if (a.res) v = v + dev::load(a.res, a.rt, o0 + i);
+      v = round_to(a.rt, v);
+      dev::store(a.res_out, a.rt, o0 + i, v);
     }
-    s = fmaf(u, u, s);
+    s = fmaf(v, v, s);
   }
   s = kWarpRow ? warp_sum(s) : block_sum(s, partial);
   const float inv = 1.0f / sqrtf(s / static_cast<float>(a.n) + a.eps);
-  // Pass 2: the same element-to-thread map (a thread only re-reads what it read or wrote itself,
-  // which makes y == x and residual_out == x / residual aliasing safe). Weights and gates first.
-  float wv[kReg], zv[kReg];
-#pragma unroll
-  for (int j = 0; j < kReg; ++j) {
-    const int i = lane + j * G;
-    if (i < a.n) {
-      wv[j] = dev::load(a.w, a.wt, i);
-      if constexpr (kGated) zv[j] = dev::load(a.z, a.zt, z0 + i);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kReg; ++j) {
-    const int i = lane + j * G;
-    if (i < a.n) {
-      const float yv = kGated ? (wv[j] * (v[j] * inv)) * dev::silu(zv[j]) : (v[j] * inv) * (1.0f + wv[j]);
-      dev::store(a.y, a.yt, o0 + i, yv);
-    }
-  }
-  for (int i = lane + kReg * G; i < a.n; i += G) {
+  // Pass 2: same element-to-thread map, so a thread only re-reads what it read or wrote itself
+  // (this is what makes y == x and residual_out == x / residual aliasing safe).
+  for (int i = lane; i < a.n; i += G) {
     const float wi = dev::load(a.w, a.wt, i);
     float yv;
     if constexpr (kGated) {
-      const float u = dev::load(a.x, a.xt, x0 + i);
-      yv = (wi * (u * inv)) * dev::silu(dev::load(a.z, a.zt, z0 + i));
+      const float v = dev::load(a.x, a.xt, x0 + i);
+      const float zv = dev::load(a.z, a.zt, static_cast<int64_t>(t) * a.z_ts + static_cast<int64_t>(h) * a.n + i);
+      yv = (wi * (v * inv)) * dev::silu(zv);
     } else {
-      const float u = a.res_out ? dev::load(a.res_out, a.rt, o0 + i) : dev::load(a.x, a.xt, x0 + i);
-      yv = (u * inv) * (1.0f + wi);
+      const float v = a.res_out ? dev::load(a.res_out, a.rt, o0 + i) : dev::load(a.x, a.xt, x0 + i);
+      yv = (v * inv) * (1.0f + wi);
     }
     dev::store(a.y, a.yt, o0 + i, yv);
   }

@@ -137,7 +137,10 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   // Prefill: room for the 128 decode steps of the finiteness check after the prompt.
   opts.max_context = do_prefill ? o.context + kCheckSteps : o.context;
   opts.max_decode_batch = o.max_seqs;
-  opts.max_prefill_tokens = do_prefill ? o.max_seqs * o.context : 0;
+  const int64_t prefill_tokens = int64_t{o.max_seqs} * o.context;
+  require(!do_prefill || prefill_tokens <= (int64_t{1} << 30), "a prefill of {} x {} tokens is too large for one step",
+          o.max_seqs, o.context);
+  opts.max_prefill_tokens = do_prefill ? static_cast<int>(prefill_tokens) : 0;
   opts.max_prefill_seqs = o.max_seqs;
   opts.arms = arms.arms;
   opts.seed = 1;
@@ -152,7 +155,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-             do_decode ? step.keys().size() : 0, step.prefill_keys().size());
+             step.keys().size(), step.prefill_keys().size());
   t0 = std::chrono::steady_clock::now();
   step.capture_all(/*for_timing=*/true, do_prefill);
   fmt::print("captured in {:.1f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

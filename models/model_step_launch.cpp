@@ -1,7 +1,7 @@
-// model_step_launch.cpp: the decode step's launch sequence (one per padded row count; identical
-// eagerly and under capture) and the capture of every key with NodeRecorder labels.
+// model_step_launch.cpp: the launch sequence of a decode or prefill step (one per graph key;
+// identical eagerly and under capture): embedding, norms, the attention mixer, the MLP, the head;
+// and the capture of every key with NodeRecorder labels. The GDN mixer is in model_step_gdn.cpp.
 #include <cstddef>
-#include <cstring>
 
 #include "engine/error.h"
 #include "engine/gemm.h"

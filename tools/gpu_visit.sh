@@ -45,8 +45,8 @@ if [ $sanitize = 1 ]; then
   # Deliberate API errors (the out-of-memory and bad-capture tests) are not memory errors; the
   # CUPTI test cannot run while the sanitizer holds CUPTI. racecheck covers the GDN kernels (the
   # attention and delta-rule prefill tests take too long under racecheck for one visit).
-  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 \
-    timeout 400 ./build-gpu/tests/tests_gpu "~[cupti]" > "$OUT/sanitizer-memcheck.log" 2>&1
+  timeout 400 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 \
+    ./build-gpu/tests/tests_gpu "~[cupti]" > "$OUT/sanitizer-memcheck.log" 2>&1
   note "compute-sanitizer memcheck: rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-memcheck.log" | tail -1)"
   timeout 300 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 99 ./build-gpu/tests/tests_gpu \
     "[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi],[skeleton]" > "$OUT/sanitizer-racecheck.log" 2>&1

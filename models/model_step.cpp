@@ -13,6 +13,7 @@
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/fill.h"
+#include "models/memory_plan.h"
 
 namespace sg {
 namespace {
@@ -72,19 +73,19 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
 
   Arena m = Arena::measure();
   layout(m);
-  // The plan before anything is allocated: a step that cannot fit is an error stating the sizes.
+  // The plan before anything is allocated: a step that cannot fit is an error stating the sizes
+  // (models/memory_plan.h; the arena's own allocation error remains the last word).
+  PlanOptions po;
+  po.num_slots = opts_.num_slots;
+  po.max_context = opts_.max_context;
+  po.max_decode_batch = opts_.max_decode_batch;
+  po.max_prefill_tokens = std::max(1, opts_.max_prefill_tokens);
+  po.max_prefill_seqs = opts_.max_prefill_seqs;
+  po.weight_dtype = opts_.act;
+  po.act_dtype = opts_.act;
   size_t free_b = 0, total_b = 0;
   check(cudaMemGetInfo(&free_b, &total_b));
-  const double caches = state_bytes_per_slot() * opts_.num_slots +
-                        kv_bytes_per_token() * opts_.num_slots * static_cast<double>(opts_.max_context);
-  require(m.used() + (size_t{64} << 20) <= free_b,
-          "the model step needs {} on the device (weights {}, caches {} for {} slots x {} tokens, activations and "
-          "metadata {} for {} rows) plus 64 MiB for cuBLAS, but only {} of {} are free: lower --max-seqs, --context or "
-          "the prefill size",
-          format_bytes(static_cast<double>(m.used())), format_bytes(weight_bytes()), format_bytes(caches),
-          opts_.num_slots, opts_.max_context,
-          format_bytes(static_cast<double>(m.used()) - weight_bytes() - caches), act_rows(),
-          format_bytes(static_cast<double>(free_b)), format_bytes(static_cast<double>(total_b)));
+  check_fits(plan_memory(cfg_, po), free_b);
   arena_.emplace(m.used(), "model-step");
   layout(*arena_);
   arena_->freeze();

@@ -51,7 +51,7 @@ LaunchContract<ConvUpdateArm> conv_update_contract(ConvUpdateArm requested, cons
     case ConvUpdateArm::fast:
       check_grid_y(op, s.rows, "rows");
       c.block = {kConvUpdateFastBlock, 1, 1};
-      c.grid = {ceil_div(s.C, kConvUpdateFastBlock), static_cast<unsigned>(s.rows), 1};
+      c.grid = {ceil_div(s.C, kConvUpdateFastBlock * kConvUpdateFastChannels), static_cast<unsigned>(s.rows), 1};
       c.kernel = "conv_update_fast";
       return c;
   }

@@ -43,6 +43,7 @@ inline constexpr unsigned kConvUpdateGridBlock = 256;
 // contract does not depend on the device.
 inline constexpr unsigned kConvUpdateGridMaxBlocks = 1056;
 inline constexpr unsigned kConvUpdateFastBlock = 128;
+inline constexpr unsigned kConvUpdateFastChannels = 8;  // consecutive channels per fast-arm thread
 
 struct ConvUpdateShape {
   int rows = 0;  // padded batch (part of the graph key)
@@ -50,7 +51,7 @@ struct ConvUpdateShape {
   int K = 0;     // conv width, 2..8
 };
 // grid:  block 256, grid x = min(ceil(rows*C/256), 1056), grid-stride loop over (row, channel).
-// fast:  block 128, grid (ceil(C/128), rows).
+// fast:  block 128, grid (ceil(C/(128*8)), rows): each thread handles 8 consecutive channels.
 // Throws std::invalid_argument on rows < 1, C < 1, K outside 2..8, or rows > 65535 (fast).
 LaunchContract<ConvUpdateArm> conv_update_contract(ConvUpdateArm requested, const ConvUpdateShape& s);
 LaunchContract<ConvUpdateArm> conv_update_contract(const ArmSelection& sel, const ConvUpdateShape& s);

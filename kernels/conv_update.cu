@@ -1,5 +1,8 @@
 // conv_update.cu: decode conv update kernels (arms `grid` and `fast`).
 #include "kernels/conv_update.h"
+
+#include <cstdint>
+
 #include "kernels/device_util.cuh"
 
 namespace sg {
@@ -34,38 +37,151 @@ __global__ void conv_update_grid_kernel(const ConvUpdateParams p) {
   }
 }
 
-// Fast arm: grid (channel tiles, rows); the K-1 state taps are read once into registers, then
-// the same accumulation; the rolled state is written from registers.
-__global__ void conv_update_fast_kernel(const ConvUpdateParams p) {
+// Fast arm: grid (ceil(C / (128 * 8)), rows), block 128; thread t of block x handles the 8
+// consecutive channels c0 = (x * 128 + t) * 8 .. c0 + 7 of row blockIdx.y (contracts.h). The
+// arithmetic per channel is conv_update_one's: acc = bias; acc = fmaf(w[c][j], tap_j, acc) for the
+// K-1 state taps, then fmaf(w[c][K-1], x, acc); SiLU; the state rolls by one (taps copied bit for
+// bit, x rounded once to the state dtype). Two bodies share that grid, chosen per launch on the
+// host (conv_update_fast_vectorised):
+//  - vec: K 2..5, x and out of one dtype, C % 8 == 0 and every base and row 16-byte aligned. The
+//    thread's state (8 (K-1) elements, contiguous: [slot, C, K-1]), x, weights ([C, K] f32: 8 K
+//    floats) and bias are read with 16-byte loads and the rolled state and outputs written with
+//    16-byte stores: 8x fewer memory instructions than one thread per channel, no dtype branches.
+//  - scalar: any other case; the 8 channels one after the other with dtype-dispatched accesses.
+// Element e of a register copy of memory, as raw bits: bf16 packs two per 32-bit word.
+template <class T>
+__device__ __forceinline__ uint32_t bits_at(const uint32_t* w, int e) {
+  if constexpr (sizeof(T) == 2) return (w[e >> 1] >> (16 * (e & 1))) & 0xffffu;
+  return w[e];
+}
+template <class T>
+__device__ __forceinline__ void put_bits(uint32_t* w, int e, uint32_t b) {
+  if constexpr (sizeof(T) == 2) {
+    w[e >> 1] |= b << (16 * (e & 1));
+  } else {
+    w[e] = b;
+  }
+}
+template <class T>
+__device__ __forceinline__ float bits_to_f32(uint32_t b) {
+  return __uint_as_float(sizeof(T) == 2 ? b << 16 : b);
+}
+template <class T>
+__device__ __forceinline__ uint32_t f32_to_bits(float v) {  // one rounding (to nearest even) for bf16
+  if constexpr (sizeof(T) == 2) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  return __float_as_uint(v);
+}
+// n32 32-bit words from / to 16-byte aligned memory, as n32 / 4 16-byte accesses.
+template <int N32>
+__device__ __forceinline__ void load_words(uint32_t (&w)[N32], const void* src) {
+  static_assert(N32 % 4 == 0, "whole 16-byte vectors");
+  const uint4* s = static_cast<const uint4*>(src);
+#pragma unroll
+  for (int i = 0; i < N32 / 4; ++i) {
+    const uint4 v = s[i];
+    w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+  }
+}
+template <int N32>
+__device__ __forceinline__ void store_words(void* dst, const uint32_t (&w)[N32]) {
+  uint4* d = static_cast<uint4*>(dst);
+#pragma unroll
+  for (int i = 0; i < N32 / 4; ++i) d[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+}
+
+// The vec body. TS: state element type, TA: x and out element type (float or __nv_bfloat16).
+template <int K, class TS, class TA>
+__global__ void __launch_bounds__(kConvUpdateFastBlock) conv_update_fast_kernel(const ConvUpdateParams p) {
+  constexpr int V = kConvUpdateFastChannels, KM1 = K - 1;
+  constexpr int kStateWords = V * KM1 * static_cast<int>(sizeof(TS)) / 4;  // [V, K-1] state elements
+  constexpr int kActWords = V * static_cast<int>(sizeof(TA)) / 4;          // [V] x or out elements
   const int r = blockIdx.y;
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= p.C) return;
+  const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (c0 >= p.C) return;
   const int slot = p.slots[r];
+  void* out = static_cast<TA*>(p.out) + static_cast<int64_t>(r) * p.C + c0;  // [V]
   if (slot < 0) {
-    dev::store(p.out, p.out_dtype, static_cast<int64_t>(r) * p.C + c, 0.0f);
+    uint32_t zero[kActWords] = {};
+    store_words(out, zero);
     return;
   }
-  const int km1 = p.K - 1;
-  const int64_t s0 = (static_cast<int64_t>(slot) * p.C + c) * km1;
-  float taps[kMaxK];
+  TS* st = static_cast<TS*>(p.state) + (static_cast<int64_t>(slot) * p.C + c0) * KM1;  // [V, K-1]
+  uint32_t s[kStateWords], xw[kActWords];
+  load_words(s, st);
+  load_words(xw, static_cast<const TA*>(p.x) + static_cast<int64_t>(r) * p.x_stride + c0);  // [V]
+  uint32_t w[V * K], b[V] = {};  // f32 bits: weights [V, K], bias [V] (+0.0f without bias)
+  load_words(w, p.w + static_cast<int64_t>(c0) * K);
+  if (p.bias) load_words(b, p.bias + c0);
+  uint32_t ns[kStateWords] = {}, ow[kActWords] = {};
 #pragma unroll
-  for (int j = 0; j < kMaxK - 1; ++j) taps[j] = j < km1 ? dev::load(p.state, p.state_dtype, s0 + j) : 0.0f;
-  const float xv = dev::load(p.x, p.x_dtype, static_cast<int64_t>(r) * p.x_stride + c);
-  float acc = p.bias ? p.bias[c] : 0.0f;
+  for (int i = 0; i < V; ++i) {
+    float acc = __uint_as_float(b[i]);
 #pragma unroll
-  for (int j = 0; j < kMaxK - 1; ++j) {
-    if (j < km1) acc = fmaf(p.w[c * p.K + j], taps[j], acc);
+    for (int j = 0; j < KM1; ++j) acc = fmaf(__uint_as_float(w[i * K + j]), bits_to_f32<TS>(bits_at<TS>(s, i * KM1 + j)), acc);
+    const float xv = bits_to_f32<TA>(bits_at<TA>(xw, i));
+    acc = fmaf(__uint_as_float(w[i * K + KM1]), xv, acc);
+    put_bits<TA>(ow, i, f32_to_bits<TA>(p.silu ? dev::silu(acc) : acc));
+#pragma unroll
+    for (int j = 0; j + 1 < KM1; ++j) put_bits<TS>(ns, i * KM1 + j, bits_at<TS>(s, i * KM1 + j + 1));
+    put_bits<TS>(ns, i * KM1 + KM1 - 1, f32_to_bits<TS>(xv));
   }
-  acc = fmaf(p.w[c * p.K + km1], xv, acc);
-  dev::store(p.out, p.out_dtype, static_cast<int64_t>(r) * p.C + c, p.silu ? dev::silu(acc) : acc);
-#pragma unroll
-  for (int j = 0; j < kMaxK - 2; ++j) {
-    if (j + 1 < km1) dev::store(p.state, p.state_dtype, s0 + j, taps[j + 1]);
-  }
-  if (km1 > 0) dev::store(p.state, p.state_dtype, s0 + km1 - 1, xv);
+  store_words(out, ow);
+  store_words(st, ns);
+}
+
+// The scalar body: the same grid, the thread's channels one by one (any K, dtypes, alignment).
+__global__ void __launch_bounds__(kConvUpdateFastBlock) conv_update_fast_scalar_kernel(const ConvUpdateParams p) {
+  const int r = blockIdx.y;
+  const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * kConvUpdateFastChannels;
+  const int c1 = min(c0 + kConvUpdateFastChannels, p.C);
+  for (int c = c0; c < c1; ++c) conv_update_one(p, r, c);
 }
 
 dim3 to_dim3(const Dim3& d) { return dim3(d.x, d.y, d.z); }
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// True when the vec body may run: K 2..5, x and out of one dtype, and every 16-byte access aligned
+// (C % 8 == 0 makes each thread's offsets multiples of 16 bytes once the bases and x's row are).
+bool conv_update_fast_vectorised(const ConvUpdateParams& p) {
+  const bool act_ok = p.x_dtype == p.out_dtype && (p.x_dtype == DType::f32 || p.x_dtype == DType::bf16);
+  const bool state_ok = p.state_dtype == DType::f32 || p.state_dtype == DType::bf16;
+  return p.K >= 2 && p.K <= 5 && act_ok && state_ok && p.C % kConvUpdateFastChannels == 0 && aligned16(p.x) &&
+         (p.x_stride * static_cast<int64_t>(dtype_size(p.x_dtype))) % 16 == 0 && aligned16(p.out) &&
+         aligned16(p.state) && aligned16(p.w) && (p.bias == nullptr || aligned16(p.bias));
+}
+
+template <int K, class TS>
+void launch_fast_vec(const ConvUpdateParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  if (p.x_dtype == DType::bf16) {
+    conv_update_fast_kernel<K, TS, __nv_bfloat16><<<grid, block, 0, stream>>>(p);
+  } else {
+    conv_update_fast_kernel<K, TS, float><<<grid, block, 0, stream>>>(p);
+  }
+}
+
+template <int K>
+void launch_fast_vec(const ConvUpdateParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  if (p.state_dtype == DType::bf16) {
+    launch_fast_vec<K, __nv_bfloat16>(p, grid, block, stream);
+  } else {
+    launch_fast_vec<K, float>(p, grid, block, stream);
+  }
+}
+
+void launch_fast(const ConvUpdateParams& p, const LaunchContract<ConvUpdateArm>& k, cudaStream_t stream) {
+  const dim3 grid = to_dim3(k.grid), block = to_dim3(k.block);
+  if (!conv_update_fast_vectorised(p)) {
+    conv_update_fast_scalar_kernel<<<grid, block, k.smem_bytes, stream>>>(p);
+    return;
+  }
+  switch (p.K) {
+    case 2: launch_fast_vec<2>(p, grid, block, stream); break;
+    case 3: launch_fast_vec<3>(p, grid, block, stream); break;
+    case 4: launch_fast_vec<4>(p, grid, block, stream); break;
+    default: launch_fast_vec<5>(p, grid, block, stream); break;
+  }
+}
 
 }  // namespace
 
@@ -84,7 +200,7 @@ cudaError_t conv_update(const ConvUpdateParams& p, const LaunchContract<ConvUpda
     conv_update_grid_kernel<<<to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream>>>(p);
   };
   by_arm[static_cast<size_t>(ConvUpdateArm::fast)] = [&](const auto& k) {
-    conv_update_fast_kernel<<<to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream>>>(p);
+    launch_fast(p, k, stream);
   };
   try {
     dispatch(c, by_arm);

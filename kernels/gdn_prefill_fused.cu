@@ -42,8 +42,19 @@ constexpr int kTT = kGdnPrefillTileTokens;      // tokens per tile
 constexpr int kGW = kGdnPrefillGroupChannels;   // channels per group (= Dk)
 constexpr int kGPB = kGdnPrefillGroupsPerBlock; // groups (half-warps) per block
 constexpr int kThreads = static_cast<int>(kGdnPrefillBlock);
-constexpr int kStep = 4;                        // tokens per step of the walk
-constexpr int kPrefetch = 16;                   // tokens requested into L2 ahead of the step
+// Tuning knobs (tools/sweep_fused.sh builds variants with -DSG_FUSED_STEP=... etc. and times
+// them; the defaults are the measured best on the H200, docs/BENCHMARKS.md). None changes a byte.
+#ifndef SG_FUSED_STEP
+#define SG_FUSED_STEP 4
+#endif
+#ifndef SG_FUSED_PREFETCH
+#define SG_FUSED_PREFETCH 8
+#endif
+#ifndef SG_FUSED_MIN_BLOCKS
+#define SG_FUSED_MIN_BLOCKS 4
+#endif
+constexpr int kStep = SG_FUSED_STEP;            // tokens per step of the walk
+constexpr int kPrefetch = SG_FUSED_PREFETCH;    // tokens requested into L2 ahead of the step
 static_assert(kThreads == 16 * kGPB && kGW == 8 * 16, "a half-warp per group, 8 channels per lane");
 static_assert(kTT <= kThreads, "the gate block classifies one token per thread");
 static_assert(kStep <= 16 && (kStep & (kStep - 1)) == 0, "lane j mod kStep of a half computes token j's root");
@@ -51,7 +62,7 @@ static_assert(kConvMaxK - 1 < kTT, "a sequence's head (its first K-1 tokens) cro
 // Minimum resident blocks per SM for __launch_bounds__ (caps registers at 65536 / (128 * 4) = 128).
 // ptxas (CUDA 13.0, sm_90, K = 4): 128 registers with 44 (bf16) / 104 (f32) bytes of spill stores;
 // unconstrained it takes ~160-170 (3 blocks per SM, no spills). Which runs faster is for the H200.
-constexpr int kMinBlocks = 4;
+constexpr int kMinBlocks = SG_FUSED_MIN_BLOCKS;  // 1: no cap below the 255 of the ISA
 
 // The live batch, read once per program.
 struct Live {

@@ -68,14 +68,14 @@ TEST_CASE("conv.update contract: grid and fast arms", "[contracts]") {
     auto f = conv_update_contract(ConvUpdateArm::fast, {32, 8192, 4});
     CHECK(f.arm == ConvUpdateArm::fast);
     CHECK(dims(f.block) == "(128, 1, 1)");
-    CHECK(dims(f.grid) == "(64, 32, 1)");
+    CHECK(dims(f.grid) == "(8, 32, 1)");  // 8192 / (128 threads x 8 channels)
     CHECK(f.kernel == "conv_update_fast");
     CHECK(f.fallback_reason.empty());
   }
   SECTION("27B decode: C = 10240 (grid arm capped at 1056 blocks)") {
     CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {32, 10240, 4}).grid) == "(1056, 1, 1)");  // 1280 capped
     CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {512, 10240, 4}).grid) == "(1056, 1, 1)");
-    CHECK(dims(conv_update_contract(ConvUpdateArm::fast, {32, 10240, 4}).grid) == "(80, 32, 1)");
+    CHECK(dims(conv_update_contract(ConvUpdateArm::fast, {32, 10240, 4}).grid) == "(10, 32, 1)");
     CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {33, 8192, 4}).grid) == "(1056, 1, 1)");  // 1056 exactly
     CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {1, 8192, 4}).grid) == "(32, 1, 1)");
   }
@@ -85,11 +85,12 @@ TEST_CASE("conv.update contract: grid and fast arms", "[contracts]") {
       const char *grid, *fast;
     };
     for (const Row& r : {Row{1, 1, "(1, 1, 1)", "(1, 1, 1)"}, Row{1, 127, "(1, 1, 1)", "(1, 1, 1)"},
-                         Row{1, 129, "(1, 1, 1)", "(2, 1, 1)"}, Row{1, 385, "(2, 1, 1)", "(4, 1, 1)"},
+                         Row{1, 129, "(1, 1, 1)", "(1, 1, 1)"}, Row{1, 385, "(2, 1, 1)", "(1, 1, 1)"},
                          Row{3, 1, "(1, 1, 1)", "(1, 3, 1)"}, Row{3, 127, "(2, 1, 1)", "(1, 3, 1)"},
-                         Row{3, 129, "(2, 1, 1)", "(2, 3, 1)"}, Row{3, 385, "(5, 1, 1)", "(4, 3, 1)"},
-                         Row{32, 127, "(16, 1, 1)", "(1, 32, 1)"}, Row{32, 129, "(17, 1, 1)", "(2, 32, 1)"},
-                         Row{32, 385, "(49, 1, 1)", "(4, 32, 1)"}}) {
+                         Row{3, 129, "(2, 1, 1)", "(1, 3, 1)"}, Row{3, 385, "(5, 1, 1)", "(1, 3, 1)"},
+                         Row{32, 127, "(16, 1, 1)", "(1, 32, 1)"}, Row{32, 129, "(17, 1, 1)", "(1, 32, 1)"},
+                         Row{32, 385, "(49, 1, 1)", "(1, 32, 1)"}, Row{1, 1024, "(4, 1, 1)", "(1, 1, 1)"},
+                         Row{1, 1025, "(5, 1, 1)", "(2, 1, 1)"}, Row{2, 3000, "(24, 1, 1)", "(3, 2, 1)"}}) {
       CAPTURE(r.rows, r.C);
       for (int K = kConvMinK; K <= kConvMaxK; ++K) {
         CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {r.rows, r.C, K}).grid) == r.grid);
@@ -109,8 +110,9 @@ TEST_CASE("conv.update contract: grid and fast arms", "[contracts]") {
         // Either one thread per element, or the cap (and the loop strides over the rest).
         CHECK((int64_t(g.grid.x) * g.block.x >= n || g.grid.x == kConvUpdateGridMaxBlocks));
         CHECK(int64_t(g.grid.x - 1) * g.block.x < n);  // no block entirely idle
-        CHECK(int64_t(f.grid.x) * f.block.x >= C);
-        CHECK(int64_t(f.grid.x - 1) * f.block.x < C);
+        const int64_t per_block = int64_t(f.block.x) * kConvUpdateFastChannels;  // channels
+        CHECK(int64_t(f.grid.x) * per_block >= C);
+        CHECK(int64_t(f.grid.x - 1) * per_block < C);
         CHECK(f.grid.y == unsigned(rows));
       }
     }

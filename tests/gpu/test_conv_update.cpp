@@ -1,7 +1,7 @@
 // GPU tests of the decode conv update (kernels/conv_update.h, ARMS.md's byte-exact matrix):
-// - `fast` gives `grid`'s raw bytes of the outputs and of the whole conv state, for K in {2, 3, 4, 5},
+// - `fast` gives `grid`'s raw bytes of the outputs and of the whole conv state, for K in {2, 3, 4, 5, 8},
 //   C in {1, 127, 129, 385, 1024, 8192, 10240}, activations f32/bf16, state bf16/f32, with and
-//   without bias and SiLU;
+//   without bias and SiLU (x row strides C, C+5, C+8: both of fast's bodies, vec and scalar);
 // - padding rows (slot -1) get all-zero output bytes and no state is read or written for them; slots
 //   no row uses keep their bytes; x is read through a row stride > C whose gap holds NaN that must
 //   never be read; outputs start poisoned (0xA5);
@@ -197,7 +197,7 @@ TEST_CASE("conv.update: fast gives grid's bytes, grid matches the reference", "[
   const int pads[] = {0, 5, 8};
   uint64_t seed = 500;
   int n = 0;
-  for (int K : {2, 3, 4, 5}) {
+  for (int K : {2, 3, 4, 5, 8}) {  // K <= 5: the fast arm's 16-byte body where aligned; 8: its scalar body
     for (int C : {1, 127, 129, 385, 1024, 8192, 10240}) {
       for (DType act : acts) {
         for (DType st : states) {

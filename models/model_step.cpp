@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_prefill.h"
+#include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/fill.h"
 #include "models/memory_plan.h"
 
@@ -41,6 +42,14 @@ void upload_values(void* dst, DType t, const float* v, size_t n, cudaStream_t s)
 
 }  // namespace
 
+const char* delta_prefill_name(DeltaPrefill d) { return d == DeltaPrefill::chunked ? "chunked" : "scan"; }
+
+DeltaPrefill parse_delta_prefill(const std::string& name) {
+  if (name == "scan") return DeltaPrefill::scan;
+  if (name == "chunked") return DeltaPrefill::chunked;
+  throw Error(fmt::format("unknown delta-rule prefill '{}' (valid: scan, chunked)", name));
+}
+
 ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
     : cfg_(config), opts_(opts), cublas_(stream_.get()) {
   cfg_.validate("ModelStep");
@@ -60,6 +69,9 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
     require(delta_rule_decode_supports(g.Dk, g.Dv), "delta-rule decode does not support Dk={} Dv={}", g.Dk, g.Dv);
     require(opts_.max_prefill_tokens == 0 || delta_rule_prefill_supports(g.Dk, g.Dv),
             "delta-rule prefill does not support Dk={} Dv={}", g.Dk, g.Dv);
+    require(opts_.max_prefill_tokens == 0 || opts_.delta_prefill != DeltaPrefill::chunked ||
+                delta_rule_prefill_chunked_supports(g.Dk, g.Dv),
+            "the chunked delta-rule prefill does not support Dk={} Dv={}", g.Dk, g.Dv);
   }
   if (cfg_.num_full_attention() > 0) {
     require(attention_supports(cfg_.Hq, cfg_.Hkv, cfg_.D, kv_cache_dtype()), "attention does not support Hq={} Hkv={} D={}", cfg_.Hq,

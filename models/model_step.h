@@ -15,7 +15,8 @@
 // GDN mixer: one GEMM over the concatenated [in_proj_qkv | in_proj_z | in_proj_b | in_proj_a]
 //   weight ([C + Hv*Dv + 2*Hv, H]) -> conv.update (slot-indexed) -> postconv -> delta_rule.decode
 //   (or the gdn.decode=fused arm) -> gated_rmsnorm with z -> out_proj. Prefill: conv.fwd (varlen,
-//   conv.fwd / conv.chunks arms) -> postconv -> delta_rule.prefill (the sequential scan).
+//   conv.fwd / conv.chunks arms) -> postconv (or both as the gdn.prefill=fused arm) ->
+//   delta_rule.prefill (the sequential scan, or the chunked WY form: ModelStepOptions::delta_prefill).
 // Attention mixer: one GEMM over [q_proj | k_proj | v_proj] ([2*Hq*D + 2*Hkv*D, H]) -> attn_prep
 //   (q/k norm, RoPE at the token's position, KV append) -> attention_decode (sigmoid gate) -> o_proj.
 // MLP: one GEMM over [gate_proj | up_proj] ([2I, H]) -> swiglu -> down_proj.
@@ -54,6 +55,16 @@
 
 namespace sg {
 
+// How a prefill step runs the gated delta rule. A setting, not an arm: arms are byte-identical
+// (ARMS.md), these two agree only within the f32 tolerance of delta_rule_ref.h (normalised 1e-5).
+enum class DeltaPrefill : uint8_t {
+  scan,     // delta_rule_prefill: the reference-exact sequential scan (bytes of decode token by token)
+  chunked,  // delta_rule_prefill_chunked: the chunked WY form (chunks of 64 tokens), much faster
+};
+const char* delta_prefill_name(DeltaPrefill d);  // "scan", "chunked"
+// "scan" or "chunked"; throws Error on anything else.
+DeltaPrefill parse_delta_prefill(const std::string& name);
+
 struct ModelStepOptions {
   int num_slots = 8;          // cache slots
   int max_context = 1024;     // tokens per slot (KV cache length)
@@ -63,6 +74,7 @@ struct ModelStepOptions {
   int max_prefill_seqs = 0;   // sequences one prefill step holds (0 = max_decode_batch)
   DType act = DType::bf16;    // activations and weights: bf16 or f32
   ArmSelection arms;
+  DeltaPrefill delta_prefill = DeltaPrefill::scan;  // the delta rule in prefill steps (also with gdn.prefill=fused)
   uint64_t seed = 1;          // synthetic GPU weights (init_synthetic)
   bool synthetic = true;      // fill weights with init_synthetic() in the constructor
 };

@@ -1,6 +1,7 @@
 // model_step_gdn.cpp: the GDN mixer of the model step, decode and prefill:
 //   in_proj GEMM -> [decode] conv.update -> postconv -> delta_rule.decode  (or gdn.decode=fused)
-//                   [prefill] conv.fwd (varlen) -> postconv -> delta_rule.prefill
+//                   [prefill] conv.fwd (varlen) -> postconv (or both as gdn.prefill=fused)
+//                             -> delta_rule.prefill (scan or chunked: ModelStepOptions::delta_prefill)
 //                -> gated_rmsnorm with z -> out_proj GEMM.
 // The projection output [rows, P] is qkv | z | b | a (P = C + Hv*Dv + 2*Hv); conv, postconv and
 // the gated norm read it through row strides.
@@ -10,6 +11,7 @@
 #include "kernels/conv_update.h"
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_prefill.h"
+#include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/gdn_prefill_fused.h"
 #include "kernels/gdn_decode_fused.h"
 #include "kernels/postconv.h"
@@ -198,8 +200,16 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       dp.out_dtype = act;
       dp.max_seqs = key.seqs;
       set_heads(dp);
-      check(delta_rule_prefill(dp, s));
-      if (rec) rec->launched(s, {layer, "delta_rule.prefill", "scan", io_bytes + key.seqs * state_bytes});
+      // The delta rule runs after conv + postconv whichever gdn.prefill arm produced q, k, v, g, beta.
+      if (opts_.delta_prefill == DeltaPrefill::chunked) {
+        check(delta_rule_prefill_chunked(dp, s));
+      } else {
+        check(delta_rule_prefill(dp, s));
+      }
+      if (rec) {
+        rec->launched(s, {layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),
+                          io_bytes + key.seqs * state_bytes});
+      }
     } else {
       DeltaRuleDecodeParams dp;
       set_qkv_gates(dp);

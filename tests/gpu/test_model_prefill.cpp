@@ -8,7 +8,10 @@
 // - empty requests and unused slots touch no cache; an empty request gets zero logits, token 0;
 // - the prefill manifest labels every kernel and shows the prefill kernels;
 // - on the Hugging Face fixtures (tests/fixtures) the GPU step in f32 reproduces HF's logits and
-//   greedy tokens.
+//   greedy tokens;
+// - with the chunked delta rule (ModelStepOptions::delta_prefill = chunked): the same f32 tolerance
+//   against the CPU reference across chunk boundaries, replay == eager bytes, and the fused
+//   gdn.prefill arm in front of it gives the unfused bytes.
 #include <algorithm>
 #include <cstring>
 #include <cmath>
@@ -467,6 +470,160 @@ TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes"
       CHECK(ops.count("gdn.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
       CHECK(ops.count("conv.fwd") == 0);
       CHECK(ops.count("postconv") == 0);
+    }
+  }
+}
+
+// The chunked delta rule (ModelStepOptions::delta_prefill = chunked) in the model: within the same
+// f32 tolerance of the CPU reference as the scan (the reference's recurrent prefill, as above, and
+// its chunked form), across chunk boundaries (sequences of 70 and 90 tokens), with history and
+// decode steps after it; the manifest shows the chunked kernel on every GDN layer.
+TEST_CASE("model prefill with the chunked delta rule matches the CPU reference", "[gpu][model][prefill][delta_rule_chunked]") {
+  for (const char* name : {"tiny", "tiny-dkdv"}) {
+    CAPTURE(name);
+    const Qwen35Config cfg = preset(name);
+    const HostWeights w = synthetic_weights(cfg, 11);
+    ModelStepOptions o = prefill_options(DType::f32);
+    o.delta_prefill = DeltaPrefill::chunked;
+    ModelStep step(cfg, o);
+    step.load_host_weights(w);
+    step.capture_all();
+    ReferenceModel ref(cfg, w, 8, 160);
+    ReferenceOptions ro;
+    ro.chunked_prefill = true;
+    ReferenceModel ref_chunked(cfg, w, 8, 160, ro);
+    const double tol = f32_tolerance(step);
+    const int V = cfg.vocab;
+    for (int b : step.prefill_keys()) {
+      CAPTURE(b);
+      size_t chunked_nodes = 0;
+      for (const auto& n : step.prefill_manifest(b).nodes) {
+        if (n.label.op != "delta_rule.prefill") continue;
+        ++chunked_nodes;
+        CHECK(n.label.arm == "chunked");
+        CHECK(n.kernel.find("delta_rule_chunked_kernel") != std::string::npos);
+        CHECK(n.grid.y == static_cast<unsigned>(o.max_prefill_seqs));
+      }
+      CHECK(chunked_nodes == static_cast<size_t>(cfg.num_linear_attention()));
+    }
+    struct Req {
+      int slot, n, start;
+    };
+    auto run = [&](const std::vector<Req>& reqs) {
+      std::vector<PrefillRequest> batch;
+      for (const Req& r : reqs) batch.push_back({r.slot, tokens_for(r.slot, r.n, V, r.start), r.start});
+      const PrefillOutput g = step.prefill(batch, RunMode::graph);
+      REQUIRE(g.logits.size() == reqs.size() * static_cast<size_t>(V));
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        CAPTURE(i, reqs[i].slot, reqs[i].n, reqs[i].start);
+        const float* gr = g.logits.data() + i * V;
+        if (reqs[i].n == 0) {
+          CHECK(std::all_of(gr, gr + V, [](float x) { return x == 0.0f; }));
+          CHECK(g.tokens[i] == 0);
+          continue;
+        }
+        const std::vector<float> c = ref.prefill({Sequence{reqs[i].slot, widen(batch[i].tokens)}});
+        const std::vector<float> cc = ref_chunked.prefill({Sequence{reqs[i].slot, widen(batch[i].tokens)}});
+        const double e = normalised_error(gr, c.data(), static_cast<size_t>(V));
+        const double ec = normalised_error(gr, cc.data(), static_cast<size_t>(V));
+        INFO("normalised max logit error " << e << " (recurrent reference), " << ec << " (chunked reference), tolerance "
+                                           << tol);
+        CHECK(e <= tol);
+        CHECK(ec <= tol);
+        CHECK(g.tokens[i] == ref::argmax(gr, V));
+      }
+    };
+    run({{5, 1, 0}, {1, 7, 0}, {3, 90, 0}, {0, 0, 0}});
+    run({{1, 2, 7}, {5, 70, 1}, {6, 9, 0}, {3, 1, 90}});
+    for (int t = 0; t < 3; ++t) {
+      const std::vector<int32_t> slots = {1, 5, 6, 3};
+      const std::vector<int32_t> pos = {9, 71, 9, 91};
+      std::vector<DecodeRequest> reqs;
+      std::vector<int> rs;
+      std::vector<int64_t> rt;
+      for (size_t r = 0; r < slots.size(); ++r) {
+        const int32_t tok = tokens_for(100 + t, 1, V, static_cast<int>(r))[0];
+        reqs.push_back({slots[r], tok, pos[r] + t});
+        rs.push_back(slots[r]);
+        rt.push_back(tok);
+      }
+      const DecodeOutput g = step.decode(reqs, RunMode::graph);
+      const std::vector<float> c = ref.decode(rs, rt);
+      ref_chunked.decode(rs, rt);
+      const double e = normalised_error(g.logits.data(), c.data(), c.size());
+      INFO("decode step " << t << " after a chunked prefill: normalised error " << e);
+      CHECK(e <= tol);
+    }
+    CHECK(step.eager_fallbacks() == 0);
+  }
+}
+
+TEST_CASE("model prefill with the chunked delta rule: graph replay is byte-identical to eager",
+          "[gpu][model][prefill][graphs][delta_rule_chunked]") {
+  for (DType act : {DType::f32, DType::bf16}) {
+    CAPTURE(dtype_name(act));
+    const Qwen35Config cfg = preset("tiny-dkdv");
+    ModelStepOptions o = prefill_options(act);
+    o.synthetic = true;
+    o.delta_prefill = DeltaPrefill::chunked;
+    ModelStep step(cfg, o);
+    step.capture_all();
+    step.randomize_caches(3);
+    const std::vector<uint8_t> start = step.cache_bytes();
+    const int V = cfg.vocab;
+    const std::vector<PrefillRequest> batch = {
+        {3, tokens_for(1, 21, V), 10}, {0, tokens_for(2, 2, V), 30}, {6, tokens_for(3, 80, V), 0}};
+    const PrefillOutput e = step.prefill(batch, RunMode::eager);
+    const std::vector<uint8_t> eager_cache = step.cache_bytes();
+    step.set_cache_bytes(start);
+    const PrefillOutput g = step.prefill(batch, RunMode::graph);
+    CHECK(std::memcmp(e.logits.data(), g.logits.data(), e.logits.size() * sizeof(float)) == 0);
+    CHECK(e.tokens == g.tokens);
+    CHECK(eager_cache == step.cache_bytes());
+    CHECK(step.eager_fallbacks() == 0);
+  }
+}
+
+// The delta_prefill setting applies whichever gdn.prefill arm produced q, k, v, g, beta: with the
+// fused arm the chunked step gives the unfused chunked step's bytes (the arms are byte-identical and
+// the chunked kernel is deterministic).
+TEST_CASE("model prefill: the chunked delta rule behind the fused gdn.prefill arm gives the unfused bytes",
+          "[gpu][model][prefill][fused][delta_rule_chunked]") {
+  for (int Dv : {128, 64}) {
+    CAPTURE(Dv);
+    Qwen35Config cfg = preset("tiny");
+    cfg.gdn = GdnDims{2, 4, 128, Dv, 4};
+    cfg.validate("test");
+    REQUIRE(gdn_prefill_fused_supports(cfg.gdn.Dk, cfg.gdn.Dv, cfg.gdn.K));
+    for (DType act : {DType::bf16, DType::f32}) {
+      CAPTURE(dtype_name(act));
+      ModelStepOptions o = prefill_options(act);
+      o.synthetic = true;
+      o.delta_prefill = DeltaPrefill::chunked;
+      ModelStep unfused(cfg, o);
+      o.arms.gdn_prefill = GdnPrefillArm::fused;
+      ModelStep fused(cfg, o);
+      unfused.capture_all();
+      fused.capture_all();
+      unfused.randomize_caches(5);
+      fused.set_cache_bytes(unfused.cache_bytes());
+      const std::vector<PrefillRequest> batch = {{1, tokens_for(1, 2, cfg.vocab), 7},
+                                                 {4, tokens_for(2, 70, cfg.vocab), 0},
+                                                 {6, {}, 3},
+                                                 {0, tokens_for(3, 9, cfg.vocab), 20}};
+      const PrefillOutput u = unfused.prefill(batch, RunMode::graph);
+      const PrefillOutput f = fused.prefill(batch, RunMode::graph);
+      CHECK(std::memcmp(u.logits.data(), f.logits.data(), u.logits.size() * sizeof(float)) == 0);
+      CHECK(u.tokens == f.tokens);
+      CHECK(unfused.cache_bytes() == fused.cache_bytes());
+      std::multiset<std::string> ops, arms;
+      for (const auto& n : fused.prefill_manifest(128).nodes) {
+        ops.insert(n.label.op);
+        if (n.label.op == "delta_rule.prefill") arms.insert(n.label.arm);
+      }
+      CHECK(ops.count("gdn.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
+      CHECK(ops.count("delta_rule.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
+      CHECK(arms.count("chunked") == static_cast<size_t>(cfg.num_linear_attention()));
     }
   }
 }

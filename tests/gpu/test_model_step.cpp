@@ -13,6 +13,8 @@
 #include <set>
 #include <string>
 
+#include <cuda_runtime_api.h>
+
 #include "engine/error.h"
 #include "kernels/ref/mlp_ref.h"
 #include "models/model_step.h"
@@ -306,4 +308,27 @@ TEST_CASE("model step with the fused gdn.decode arm gives the unfused bytes", "[
     CHECK(a.tokens == b.tokens);
   }
   CHECK(count_diff(unfused.cache_bytes(), fused.cache_bytes()) == 0);
+}
+
+TEST_CASE("model step that cannot fit says so with the sizes and allocates nothing", "[gpu][model][memory]") {
+  // The 27B preset's KV and delta-rule caches for 4096 slots of 8192 tokens need terabytes.
+  ModelStepOptions o;
+  o.num_slots = 4096;
+  o.max_context = 8192;
+  o.synthetic = false;
+  size_t free_before = 0, total = 0;
+  REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+  std::string msg;
+  try {
+    ModelStep step(preset("qwen3.5-27b"), o);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  CHECK(msg.find("plan needs") != std::string::npos);
+  CHECK(msg.find("free") != std::string::npos);
+  CHECK(msg.find("TB") != std::string::npos);  // the plan's total, in the plan's own units
+  size_t free_after = 0;
+  REQUIRE(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+  CHECK(free_after + (64u << 20) >= free_before);  // nothing held (64 MiB slack for the context)
 }

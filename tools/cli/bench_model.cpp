@@ -93,7 +93,9 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
   fmt::print("No GPU, so running the CPU reference of the whole model's decode step on the 'tiny' preset instead "
              "({} layers, hidden {}, vocab {}), {} sequences with {} tokens of context.\n",
              cfg.layers, cfg.hidden, cfg.vocab, B, ctx);
-  ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, ctx + 64);
+  ReferenceOptions ro;
+  ro.chunked_prefill = o.delta_prefill == "chunked";  // the CPU reference's own chunked form (double)
+  ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, ctx + 64, ro);
   std::vector<Sequence> seqs;
   for (int b = 0; b < B; ++b) {
     Sequence sq;
@@ -143,12 +145,13 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   opts.max_prefill_tokens = do_prefill ? static_cast<int>(prefill_tokens) : 0;
   opts.max_prefill_seqs = o.max_seqs;
   opts.arms = arms.arms;
+  opts.delta_prefill = parse_delta_prefill(o.delta_prefill);
   opts.seed = 1;
   fmt::print("device: {}\n", dev.describe());
   fmt::print("workload: {} whole-model steps ({}), {} layers ({} GDN + {} attention), {} sequences, context {} per "
-             "sequence, synthetic bf16 weights\narms: {}\n",
+             "sequence, synthetic bf16 weights\narms: {}; delta-rule prefill: {}\n",
              cfg.name, o.phase, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), o.max_seqs, o.context,
-             arms.arms.describe());
+             arms.arms.describe(), o.delta_prefill);
   auto t0 = std::chrono::steady_clock::now();
   ModelStep step(cfg, opts);
   step.randomize_caches(7);
@@ -237,7 +240,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     std::ofstream f(o.json);
     require(static_cast<bool>(f), "cannot write {}", o.json);
     f << nlohmann::json{{"device", dev.describe()}, {"preset", cfg.name}, {"arms", arms.arms.describe()},
-                        {"workload", "model"}, {"context", o.context}, {"graphs", graphs}}
+                        {"delta_prefill", o.delta_prefill}, {"workload", "model"}, {"context", o.context},
+                        {"graphs", graphs}}
              .dump(2)
       << "\n";
     fmt::print("wrote {}\n", o.json);

@@ -218,6 +218,12 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("--dot", o.dot, "Write each graph's kernel nodes and dependencies as Graphviz DOT");
   cmd->add_flag("--cpu", o.cpu, "Run the CPU reference on the tiny preset even when a GPU is present");
   add_arm_options(cmd, o.arms);
+  cmd->add_option("--delta-prefill", o.delta_prefill,
+                  "model workload: how prefill runs the gated delta rule: scan (the reference-exact sequential "
+                  "scan) or chunked (the chunked WY form, 64-token chunks; within f32 tolerance of the scan, not "
+                  "byte-identical, so a setting rather than an arm)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"scan", "chunked"}));
   cmd->callback([&action] {
     action = [] {
       preset(o.preset);  // validate the name before anything else

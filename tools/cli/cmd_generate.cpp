@@ -36,6 +36,7 @@ struct GenerateOptions {
   std::string dtype;  // empty: bf16 on the GPU, f32 on the CPU
   uint64_t seed = 1;
   bool chunked = false;
+  std::string delta_prefill = "scan";  // GPU: the delta rule in the prefill step (scan or chunked)
 };
 
 std::vector<int64_t> parse_tokens(const std::string& s) {
@@ -119,6 +120,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::st
   so.act = dtype == "f32" ? DType::f32 : DType::bf16;
   so.synthetic = !weights.has_value();
   so.seed = o.seed;
+  so.delta_prefill = parse_delta_prefill(o.delta_prefill);
   ModelStep step(cfg, so);
   if (weights) step.load_host_weights(*weights);
   step.capture_all();
@@ -136,8 +138,8 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::st
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   print_result(o, "gpu", cfg, source, dtype,
-               fmt::format("{}; KV cache {}; graphs captured (prefill bucket, decode b=1)", dev.describe(),
-                           dtype_name(step.kv_cache_dtype())),
+               fmt::format("{}; KV cache {}; {} delta-rule prefill; graphs captured (prefill bucket, decode b=1)",
+                           dev.describe(), dtype_name(step.kv_cache_dtype()), delta_prefill_name(so.delta_prefill)),
                prompt, out, secs, notes);
   return 0;
 }
@@ -184,7 +186,7 @@ int run(const GenerateOptions& o) {
   }
   ReferenceOptions ro;
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;  // default f32 on the CPU
-  ro.chunked_prefill = o.chunked;
+  ro.chunked_prefill = o.chunked || o.delta_prefill == "chunked";
   const int64_t ctx = static_cast<int64_t>(prompt.size()) + std::max(o.max_new, 1);
   ReferenceModel model(cfg, std::move(weights), 1, ctx, ro);
 
@@ -193,7 +195,8 @@ int run(const GenerateOptions& o) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   print_result(o, "cpu-reference", cfg, source, o.dtype.empty() ? "f32" : o.dtype,
-               o.chunked ? "chunked delta-rule prefill" : "recurrent delta-rule prefill", prompt, out, secs, notes);
+               ro.chunked_prefill ? "chunked delta-rule prefill" : "recurrent delta-rule prefill", prompt, out, secs,
+               notes);
   return 0;
 }
 
@@ -218,6 +221,12 @@ void register_generate(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();
   cmd->add_flag("--chunked", o.chunked, "CPU reference: chunked delta rule in prefill (default: recurrent)");
+  cmd->add_option("--delta-prefill", o.delta_prefill,
+                  "How the prefill step runs the gated delta rule: scan (the reference-exact sequential scan) or "
+                  "chunked (the chunked WY form, 64-token chunks, within f32 tolerance of the scan; on the CPU the "
+                  "same as --chunked)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"scan", "chunked"}));
   cmd->callback([&action] {
     action = [] { return run(o); };
   });

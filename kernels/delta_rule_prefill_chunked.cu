@@ -1,0 +1,526 @@
+// delta_rule_prefill_chunked.cu: the gated delta rule's prefill in the chunked WY form (see
+// delta_rule_prefill_chunked.h for the math, the design and the contract). One block per (Dv tile,
+// v-head, sequence) walks the sequence's chunks of 64 tokens; per chunk seven phases separated by
+// block barriers:
+//   P0 load k, q' = q / sqrt(Dk), the v tile (zero rows past the chunk's end); warp 0: g, beta, G
+//   P1 [q'; k] x [S | K^T] in one pass over Dk -> P, A (shared), X (over v), exp(G) S^T q' (registers)
+//   P2 T = (I + A)^-1: the two 32 x 32 diagonal blocks (2 warps; the other warps scale k by
+//      exp(G_last - G)), then M = A10 T00, then T10 = -T11 M and the diagonal blocks transposed
+//   P3 V' = T X
+//   P4 o = exp(G) S^T q' + P V' (stored), S = exp(G_last) S + (exp(G_last - G) k)^T V'
+// All products are explicit fmaf chains in increasing k (the library builds with -fmad=false).
+// Thread (rg, cg) = (tid / (BV/4), tid % (BV/4)) owns tokens 4rg..4rg+3 and state columns
+// 4cg..4cg+3 of the tile in P1, P3, P4 (its O accumulator waits in W, at those positions, during P2).
+// ptxas -v (sm_90, CUDA 13.0): BV = 128 uses 128 registers (the 512-thread bound), BV = 64 and 32
+// use 255; no spills for any built (Dk, BV). Holding the O accumulator in registers through P2, or
+// P1 as one pass over Dk, spilled ~100 bytes at BV = 128.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/contracts.h"
+#include "kernels/delta_rule_prefill_chunked.h"
+#include "kernels/device_util.cuh"
+
+namespace sg {
+namespace {
+
+constexpr int kChunk = 64;
+
+// Compile-time shape of one block: DK = Dk, BV = the Dv tile. Shared memory offsets in floats.
+template <int DK, int BV>
+struct Tile {
+  static constexpr int C = kChunk;
+  static constexpr int NT = 4 * BV;   // threads
+  static constexpr int CG = BV / 4;   // column groups (4 state columns each)
+  static constexpr int RG = NT / CG;  // row groups (4 tokens each): always 16
+  static constexpr int NS = C / CG;   // P1: key tokens per thread in the A and P products
+  static constexpr int RS = DK / RG;  // P4: state rows per thread
+  static constexpr int LDK = DK + 4;  // k row pitch: rows start 4 banks apart (conflict-free column reads)
+  static constexpr int LDT = C + 4;   // T and P row pitch
+  static constexpr int WW = DK > BV ? DK : BV;
+  static constexpr int oG = 0;              // G     [C] double
+  static constexpr int oS = oG + 2 * C;     // S     [DK, BV]   state tile, S[i][j] at i * BV + j
+  static constexpr int oK = oS + DK * BV;   // K     [C, LDK]   k, then exp(G_last - G_r) k (P2)
+  static constexpr int oW = oK + C * LDK;   // W     [C, DK] q' (P0-P1), then [C, BV] V' (P3-P4)
+  static constexpr int oV = oW + C * WW;    // V     [C, BV]    v tile, then X (P1)
+  static constexpr int oT = oV + C * BV;    // T     [C, LDT]   A (P1), T = (I + A)^-1 (P2)
+  static constexpr int oP = oT + C * LDT;   // P     [C, LDT]   exp(G_r - G_c) q'_r.k_c, 0 for c > r
+  static constexpr int oE = oP + C * LDT;   // E     [C]        exp(G_r)
+  static constexpr int oL = oE + C;         // EL    [C]        exp(G_last - G_r)
+  static constexpr int oB = oL + C;         // beta  [C]
+  static constexpr int floats = oB + C;
+  static constexpr size_t bytes = floats * sizeof(float);
+  static_assert(RG == 16 && C % CG == 0 && NS >= 1, "16 row groups of 4 tokens");
+  static_assert(RS == 2 || RS == 4 || RS == 8, "state rows per thread in P4");
+  static_assert(NT >= 128, "P2 uses warps 0 and 1 for the diagonal blocks and the rest to scale k");
+  static_assert(oS % 4 == 0 && oK % 4 == 0 && oW % 4 == 0 && oV % 4 == 0 && oT % 4 == 0 && oP % 4 == 0,
+                "16-byte aligned views");
+  static_assert(bytes <= 227 * 1024, "fits one block's shared memory on sm_90");
+};
+
+__device__ __forceinline__ float comp(const float4& v, int u) { return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w; }
+__device__ __forceinline__ float4 ld4(const float* s) { return *reinterpret_cast<const float4*>(s); }
+__device__ __forceinline__ void st4(float* s, const float4& v) { *reinterpret_cast<float4*>(s) = v; }
+__device__ __forceinline__ float4 scale4(float4 v, float w) { return make_float4(v.x * w, v.y * w, v.z * w, v.w * w); }
+
+// acc = fmaf chain of a.x*b.x, a.y*b.y, a.z*b.z, a.w*b.w (one more 4-step of a dot product).
+__device__ __forceinline__ float dot4(const float4& a, const float4& b, float acc) {
+  acc = fmaf(a.x, b.x, acc);
+  acc = fmaf(a.y, b.y, acc);
+  acc = fmaf(a.z, b.z, acc);
+  return fmaf(a.w, b.w, acc);
+}
+
+// acc[j] += sum_u a_u * b[u]_j for u = 0..3 in order: four steps of a row times a [4, 4] block.
+__device__ __forceinline__ void fma_row(float (&acc)[4], const float4& a, const float4 (&b)[4]) {
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const float au = comp(a, u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[j] = fmaf(au, comp(b[u], j), acc[j]);
+  }
+}
+
+// Elements i..i+3 of a buffer of type t (f32 or bf16) as f32; elements u >= valid read as 0 (and
+// are not read). vec: the 4 elements are one aligned 16-byte (f32) or 8-byte (bf16) word.
+__device__ __forceinline__ float4 load4(const void* p, DType t, int64_t i, int valid, bool vec) {
+  if (vec && valid >= 4) {
+    if (t == DType::bf16) {
+      const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p) + i);
+      return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                         __uint_as_float(u.y & 0xffff0000u));
+    }
+    return *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+  }
+  return make_float4(valid > 0 ? dev::load(p, t, i) : 0.0f, valid > 1 ? dev::load(p, t, i + 1) : 0.0f,
+                     valid > 2 ? dev::load(p, t, i + 2) : 0.0f, valid > 3 ? dev::load(p, t, i + 3) : 0.0f);
+}
+
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+
+// Stores the first `valid` (<= 4) of v to elements i.. of a buffer of type t, rounding once for bf16.
+__device__ __forceinline__ void store4(void* p, DType t, int64_t i, const float4& v, int valid, bool vec) {
+  if (vec && valid >= 4) {
+    if (t == DType::bf16) {
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p) + i) = make_uint2(bf16_pair(v.x, v.y), bf16_pair(v.z, v.w));
+    } else {
+      *reinterpret_cast<float4*>(static_cast<float*>(p) + i) = v;
+    }
+    return;
+  }
+  if (valid > 0) dev::store(p, t, i, v.x);
+  if (valid > 1) dev::store(p, t, i + 1, v.y);
+  if (valid > 2) dev::store(p, t, i + 2, v.z);
+  if (valid > 3) dev::store(p, t, i + 3, v.w);
+}
+
+// Grid (ceil(Dv / BV) * Hv, max_seqs), block 4 * BV threads, Tile<DK, BV>::bytes of dynamic shared
+// memory. Every early exit depends on the sequence only (uniform over the block), so every barrier
+// sees every thread. vec: q, k, v, out and state are 16-byte aligned and Dv % 4 == 0.
+template <int DK, int BV>
+__global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const DeltaRulePrefillParams p, const bool vec) {
+  using Tl = Tile<DK, BV>;
+  constexpr int C = Tl::C, NT = Tl::NT, CG = Tl::CG, NS = Tl::NS, RS = Tl::RS, LDK = Tl::LDK, LDT = Tl::LDT;
+  extern __shared__ float4 smem4[];
+  float* const sm = reinterpret_cast<float*>(smem4);
+  double* const Gs = reinterpret_cast<double*>(sm + Tl::oG);  // [C] cumulative log decay G_r
+  float* const Ss = sm + Tl::oS;  // [DK, BV] state tile
+  float* const Ks = sm + Tl::oK;  // [C, LDK] k rows (row r = token c0 + r); scaled by EL in P2
+  float* const Qs = sm + Tl::oW;  // [C, DK]  q' rows (P0-P1)
+  float* const Ws = sm + Tl::oW;  // [C, BV]  V' rows (P3-P4), the same memory as Qs
+  float* const Vs = sm + Tl::oV;  // [C, BV]  v tile rows, then X
+  float* const Ts = sm + Tl::oT;  // [C, LDT] A, then T (layout during P2: see there)
+  float* const Ps = sm + Tl::oP;  // [C, LDT] P, zero above the diagonal
+  float* const Es = sm + Tl::oE;  // [C] exp(G_r)
+  float* const Ls = sm + Tl::oL;  // [C] exp(G_last - G_r)
+  float* const Bs = sm + Tl::oB;  // [C] beta_r (0 past the chunk's end)
+
+  const int Hv = p.Hv, Hk = p.Hk, Dv = p.Dv;
+  const int tiles = (Dv + BV - 1) / BV;
+  const int tile = static_cast<int>(blockIdx.x) % tiles, hv = static_cast<int>(blockIdx.x) / tiles;
+  const int n = blockIdx.y;
+  if (n >= *p.n_seqs) return;  // before reading cu_seqlens: it may hold only live + 1 entries
+  const int64_t b = p.cu_seqlens[n], e = p.cu_seqlens[n + 1];
+  if (e <= b) return;  // zero-length: no output, no state access
+  const int slot = p.slots[n];
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int rg = tid / CG, cg = tid % CG;
+  const int r0 = 4 * rg, j0 = 4 * cg;  // this thread's first token row and first tile column
+  const int v0 = tile * BV;
+  const int cols = Dv - v0 - j0;  // this thread's valid columns (>= 4: all four; <= 0: none)
+  if (slot < 0) {  // padding: zero output rows (this tile's columns), state untouched
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int64_t f = tid; f < (e - b) * (BV / 4); f += NT) {
+      const int64_t t = b + f / (BV / 4);
+      const int j = 4 * static_cast<int>(f % (BV / 4));
+      store4(p.out, p.out_dtype, (t * Hv + hv) * Dv + v0 + j, zero, Dv - v0 - j, vec);
+    }
+    return;
+  }
+  const bool hist = p.has_history[n] != 0;
+  const int hk = hv / (Hv / Hk);
+  const float scale = 1.0f / sqrtf(static_cast<float>(DK));
+  // state[slot][hv] row i, tile column j at state_at + i * Dv + j.
+  const int64_t state_at = (static_cast<int64_t>(slot) * Hv + hv) * DK * Dv + v0;
+
+  // The state tile, read once (never without history): this thread's rows rg*RS.. (P4's mapping).
+#pragma unroll
+  for (int a = 0; a < RS; ++a) {
+    const int i = rg * RS + a;
+    const float4 s = hist ? load4(p.state, DType::f32, state_at + static_cast<int64_t>(i) * Dv + j0, cols, vec)
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    st4(Ss + i * BV + j0, s);
+  }
+
+  for (int64_t c0 = b; c0 < e; c0 += C) {
+    const int L = static_cast<int>(e - c0 < C ? e - c0 : C);  // tokens in this chunk, 1..C
+
+    // ---- P0: k -> Ks [C, LDK], q' -> Qs [C, DK], v tile -> Vs [C, BV]; rows >= L are zeros.
+    for (int f = tid; f < C * DK / 4; f += NT) {
+      const int r = f / (DK / 4), i = 4 * (f % (DK / 4));
+      const int64_t at = ((c0 + r) * Hk + hk) * DK + i;  // [T, Hk, DK]
+      const int ok = r < L ? 4 : 0;
+      st4(Ks + r * LDK + i, load4(p.k, p.qkv_dtype, at, ok, vec));
+      st4(Qs + r * DK + i, scale4(load4(p.q, p.qkv_dtype, at, ok, vec), scale));
+    }
+    for (int f = tid; f < C * BV / 4; f += NT) {
+      const int r = f / (BV / 4), j = 4 * (f % (BV / 4));
+      const int64_t at = ((c0 + r) * Hv + hv) * Dv + v0 + j;  // [T, Hv, Dv]
+      st4(Vs + r * BV + j, load4(p.v, p.qkv_dtype, at, r < L ? Dv - v0 - j : 0, vec));
+    }
+    // Warp 0: lane l has tokens 2l, 2l+1; G by a shuffle scan in double (g = 0, beta = 0 past L,
+    // so G_63 = G_last and padded rows contribute nothing).
+    if (tid < 32) {
+      const int r = 2 * lane;
+      const int64_t gb = (c0 + r) * Hv + hv;  // [T, Hv]
+      const float g0 = r < L ? p.g[gb] : 0.0f, g1 = r + 1 < L ? p.g[gb + Hv] : 0.0f;
+      const float b0 = r < L ? p.beta[gb] : 0.0f, b1 = r + 1 < L ? p.beta[gb + Hv] : 0.0f;
+      double incl = static_cast<double>(g0) + static_cast<double>(g1);
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const double y = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += y;
+      }
+      double excl = __shfl_up_sync(0xffffffffu, incl, 1);
+      if (lane == 0) excl = 0.0;
+      const double last = __shfl_sync(0xffffffffu, incl, 31);
+      const double G0 = excl + static_cast<double>(g0), G1 = G0 + static_cast<double>(g1);
+      Gs[r] = G0;
+      Gs[r + 1] = G1;
+      Es[r] = expf(static_cast<float>(G0));
+      Es[r + 1] = expf(static_cast<float>(G1));
+      Ls[r] = expf(static_cast<float>(last - G0));
+      Ls[r + 1] = expf(static_cast<float>(last - G1));
+      Bs[r] = b0;
+      Bs[r + 1] = b1;
+    }
+    __syncthreads();
+
+    // ---- P1, first pass over Dk: rows r0..r0+3 of q' and k times k_c for this thread's key
+    // tokens c = cg + CG*s -> P and A (no other thread reads them before the barrier).
+    {
+      float ap[4][NS] = {}, aa[4][NS] = {};
+      for (int i = 0; i < DK; i += 4) {
+        float4 kc[NS];  // k_c, features i..i+3
+#pragma unroll
+        for (int s = 0; s < NS; ++s) kc[s] = ld4(Ks + (cg + CG * s) * LDK + i);
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const float4 q4 = ld4(Qs + (r0 + t) * DK + i), k4 = ld4(Ks + (r0 + t) * LDK + i);
+#pragma unroll
+          for (int s = 0; s < NS; ++s) {
+            ap[t][s] = dot4(q4, kc[s], ap[t][s]);
+            aa[t][s] = dot4(k4, kc[s], aa[t][s]);
+          }
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int r = r0 + t;
+        const double Gr = Gs[r];
+        const float br = Bs[r];
+#pragma unroll
+        for (int s = 0; s < NS; ++s) {
+          const int c = cg + CG * s;
+          const float w = c <= r ? expf(static_cast<float>(Gr - Gs[c])) : 0.0f;  // never exp of a positive
+          Ps[r * LDT + c] = ap[t][s] * w;
+          Ts[r * LDT + c] = c < r ? br * (aa[t][s] * w) : 0.0f;
+        }
+      }
+    }
+    // P1, second pass over Dk: the same rows times S (columns j0..j0+3) -> X over this thread's own
+    // v elements, and aq = exp(G_r) S^T q'_r, the O accumulator (kept to P4).
+    float aq[4][4] = {};
+    {
+      float ak[4][4] = {};
+      for (int i = 0; i < DK; i += 4) {
+        float4 s4[4];  // S rows i..i+3, columns j0..j0+3
+#pragma unroll
+        for (int u = 0; u < 4; ++u) s4[u] = ld4(Ss + (i + u) * BV + j0);
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          fma_row(aq[t], ld4(Qs + (r0 + t) * DK + i), s4);
+          fma_row(ak[t], ld4(Ks + (r0 + t) * LDK + i), s4);
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int r = r0 + t;
+        const float br = Bs[r], er = Es[r];
+        float4 x = ld4(Vs + r * BV + j0);
+        x.x = br * (x.x - er * ak[t][0]);
+        x.y = br * (x.y - er * ak[t][1]);
+        x.z = br * (x.z - er * ak[t][2]);
+        x.w = br * (x.w - er * ak[t][3]);
+        st4(Vs + r * BV + j0, x);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) aq[t][j] *= er;
+      }
+    }
+    __syncthreads();
+
+    // ---- P2: T = (I + A)^-1, with 32 x 32 blocks T00, T11 (diagonal), T10 = -T11 A10 T00.
+    // The O accumulator waits in W (q' is dead) at this thread's own V' positions, so P2 runs
+    // without its 16 registers (the inversion spilled with them); P3 takes it back before it
+    // writes V' there.
+#pragma unroll
+    for (int t = 0; t < 4; ++t) st4(Ws + (r0 + t) * BV + j0, make_float4(aq[t][0], aq[t][1], aq[t][2], aq[t][3]));
+    // Warp w < 2, lane c: column c of T_ww by forward substitution, t_r = [r == c] - sum_{m<r} A[r][m] t_m,
+    // written TRANSPOSED into the upper triangle (diagonal included) of the same block: T_ww[r][c]
+    // at (32w + c, 32w + r), r >= c; the strictly lower triangle still holds A for the other lanes.
+    if (tid < 64) {
+      const int base = tid & 32, c = lane;
+      float tc[32];
+#pragma unroll
+      for (int r = 0; r < 32; ++r) {
+        const float* arow = Ts + (base + r) * LDT + base;  // A[base + r][base + m]
+        float acc = 0.0f;
+#pragma unroll
+        for (int m = 0; m < r; m += 4) {
+          const float4 a = ld4(arow + m);  // may read past m = r - 1: those are not used
+          acc = fmaf(a.x, tc[m], acc);
+          if (m + 1 < r) acc = fmaf(a.y, tc[m + 1], acc);
+          if (m + 2 < r) acc = fmaf(a.z, tc[m + 2], acc);
+          if (m + 3 < r) acc = fmaf(a.w, tc[m + 3], acc);
+        }
+        tc[r] = r < c ? 0.0f : (r == c ? 1.0f : -acc);
+      }
+      __syncwarp();  // every lane of this block has read A before any writes the upper triangle
+#pragma unroll
+      for (int r = 0; r < 32; ++r) {
+        if (r >= c) Ts[(base + c) * LDT + base + r] = tc[r];
+      }
+    } else {
+      // The other warps: K <- exp(G_last - G_r) k_r (the state update's left factor; k is not read again).
+      for (int f = tid - 64; f < C * DK / 4; f += NT - 64) {
+        const int r = f / (DK / 4), i = 4 * (f % (DK / 4));
+        st4(Ks + r * LDK + i, scale4(ld4(Ks + r * LDK + i), Ls[r]));
+      }
+    }
+    __syncthreads();
+    // M = A10 T00 [32, 32] into the upper-right block (rows 0..31, columns 32..63):
+    // M[r][c] = sum_{m >= c} A[32 + r][m] T00[m][c], T00[m][c] read from its transposed copy (c, m).
+    for (int o = tid; o < 32 * 32; o += NT) {
+      const int r = o >> 5, c = o & 31;
+      const float* arow = Ts + (32 + r) * LDT;  // A10 row r
+      const float* tcol = Ts + c * LDT;         // T00 column c (transposed), valid at m >= c
+      float acc = 0.0f;
+#pragma unroll
+      for (int m = 0; m < 32; m += 4) {
+        const float4 a = ld4(arow + m), t = ld4(tcol + m);
+        acc = fmaf(a.x, m >= c ? t.x : 0.0f, acc);
+        acc = fmaf(a.y, m + 1 >= c ? t.y : 0.0f, acc);
+        acc = fmaf(a.z, m + 2 >= c ? t.z : 0.0f, acc);
+        acc = fmaf(a.w, m + 3 >= c ? t.w : 0.0f, acc);
+      }
+      Ts[r * LDT + 32 + c] = acc;
+    }
+    __syncthreads();
+    // T10 = -T11 M over A10 (rows 32..63, columns 0..31): T10[r][c] = -sum_{m <= r} T11[r][m] M[m][c],
+    // T11[r][m] from its transposed copy (32 + m, 32 + r). Then the diagonal blocks' strictly lower
+    // triangles get T (natural layout) from the transposed copies. Afterwards T[r][c] is right for
+    // c <= r; above the diagonal is garbage, except that P3 masks it within its 4 x 4 diagonal tiles.
+    for (int o = tid; o < 32 * 32; o += NT) {
+      const int r = o >> 5, c = o & 31;
+      float acc = 0.0f;
+      for (int m = 0; m <= r; ++m) acc = fmaf(Ts[(32 + m) * LDT + 32 + r], Ts[m * LDT + 32 + c], acc);
+      Ts[(32 + r) * LDT + c] = -acc;
+    }
+    for (int o = tid; o < 2 * 32 * 32; o += NT) {
+      const int base = (o >> 10) * 32, r = (o >> 5) & 31, c = o & 31;
+      if (c < r) Ts[(base + r) * LDT + base + c] = Ts[(base + c) * LDT + base + r];
+    }
+    __syncthreads();
+
+    // ---- P3: V' = T X -> Ws [C, BV]. Rows r0..r0+3, columns j0..j0+3, c <= r0 + 3.
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const float4 o = ld4(Ws + (r0 + t) * BV + j0);
+      aq[t][0] = o.x;
+      aq[t][1] = o.y;
+      aq[t][2] = o.z;
+      aq[t][3] = o.w;
+    }
+    {
+      float acc[4][4] = {};
+      for (int c4 = 0; c4 <= rg; ++c4) {
+        float4 x[4];  // X rows 4c4..4c4+3
+#pragma unroll
+        for (int u = 0; u < 4; ++u) x[u] = ld4(Vs + (4 * c4 + u) * BV + j0);
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          float4 tr = ld4(Ts + (r0 + t) * LDT + 4 * c4);
+          if (c4 == rg) {  // the diagonal 4 x 4 tile: T[r0+t][r0+u] = 0 for u > t
+            if (t < 1) tr.y = 0.0f;
+            if (t < 2) tr.z = 0.0f;
+            if (t < 3) tr.w = 0.0f;
+          }
+          fma_row(acc[t], tr, x);
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < 4; ++t) st4(Ws + (r0 + t) * BV + j0, make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]));
+    }
+    __syncthreads();
+
+    // ---- P4: o = exp(G) S^T q' + P V' (stored), then this thread's state rows rg*RS.. .
+    for (int c4 = 0; c4 <= rg; ++c4) {
+      float4 w[4];  // V' rows 4c4..4c4+3
+#pragma unroll
+      for (int u = 0; u < 4; ++u) w[u] = ld4(Ws + (4 * c4 + u) * BV + j0);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) fma_row(aq[t], ld4(Ps + (r0 + t) * LDT + 4 * c4), w);
+    }
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      if (r0 + t < L) {
+        store4(p.out, p.out_dtype, ((c0 + r0 + t) * Hv + hv) * Dv + v0 + j0,
+               make_float4(aq[t][0], aq[t][1], aq[t][2], aq[t][3]), cols, vec);
+      }
+    }
+    {
+      const float decay = Es[C - 1];  // exp(G_last)
+      float4 sa[RS];                  // S rows rg*RS + a, columns j0..j0+3
+#pragma unroll
+      for (int a = 0; a < RS; ++a) sa[a] = scale4(ld4(Ss + (rg * RS + a) * BV + j0), decay);
+      for (int c = 0; c < L; ++c) {
+        const float4 w = ld4(Ws + c * BV + j0);
+        const float* kr = Ks + c * LDK + rg * RS;  // exp(G_last - G_c) k_c, features rg*RS..
+        float kv[RS];
+#pragma unroll
+        for (int a = 0; a < RS; a += 4) {
+          if constexpr (RS >= 4) {
+            const float4 k4 = ld4(kr + a);
+            kv[a] = k4.x;
+            kv[a + 1] = k4.y;
+            kv[a + 2] = k4.z;
+            kv[a + 3] = k4.w;
+          } else {
+            const float2 k2 = *reinterpret_cast<const float2*>(kr + a);
+            kv[a] = k2.x;
+            kv[a + 1] = k2.y;
+          }
+        }
+#pragma unroll
+        for (int a = 0; a < RS; ++a) {
+          sa[a].x = fmaf(kv[a], w.x, sa[a].x);
+          sa[a].y = fmaf(kv[a], w.y, sa[a].y);
+          sa[a].z = fmaf(kv[a], w.z, sa[a].z);
+          sa[a].w = fmaf(kv[a], w.w, sa[a].w);
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < RS; ++a) st4(Ss + (rg * RS + a) * BV + j0, sa[a]);
+    }
+    __syncthreads();  // the next chunk overwrites K, W, V, T, P, G; P1 reads every thread's S
+  }
+
+  // The final state tile, written once (this thread's own elements: no barrier needed).
+#pragma unroll
+  for (int a = 0; a < RS; ++a) {
+    const int i = rg * RS + a;
+    store4(p.state, DType::f32, state_at + static_cast<int64_t>(i) * Dv + j0, ld4(Ss + i * BV + j0), cols, vec);
+  }
+}
+
+// Calls f(integral_constant DK, integral_constant BV) for the built pairs; false when not built.
+template <typename F>
+bool with_tile(int Dk, int bv, F&& f) {
+  auto call = [&](auto dk, auto tile) {
+    f(dk, tile);
+    return true;
+  };
+  using std::integral_constant;
+  switch (Dk * 1000 + bv) {
+    case 32032: return call(integral_constant<int, 32>{}, integral_constant<int, 32>{});
+    case 32064: return call(integral_constant<int, 32>{}, integral_constant<int, 64>{});
+    case 32128: return call(integral_constant<int, 32>{}, integral_constant<int, 128>{});
+    case 64032: return call(integral_constant<int, 64>{}, integral_constant<int, 32>{});
+    case 64064: return call(integral_constant<int, 64>{}, integral_constant<int, 64>{});
+    case 64128: return call(integral_constant<int, 64>{}, integral_constant<int, 128>{});
+    case 128032: return call(integral_constant<int, 128>{}, integral_constant<int, 32>{});
+    case 128064: return call(integral_constant<int, 128>{}, integral_constant<int, 64>{});
+    case 128128: return call(integral_constant<int, 128>{}, integral_constant<int, 128>{});
+    default: return false;
+  }
+}
+
+template <int DK, int BV>
+cudaError_t launch(const DeltaRulePrefillParams& p, bool vec, cudaStream_t stream) {
+  using Tl = Tile<DK, BV>;
+  auto* kernel = delta_rule_chunked_kernel<DK, BV>;
+  if (Tl::bytes > 48 * 1024) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Tl::bytes));
+    if (err != cudaSuccess) return err;
+  }
+  const int tiles = (p.Dv + BV - 1) / BV;
+  const dim3 grid(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.max_seqs)), block(Tl::NT);
+  kernel<<<grid, block, Tl::bytes, stream>>>(p, vec);
+  return cudaGetLastError();
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+}  // namespace
+
+bool delta_rule_prefill_chunked_supports(int Dk, int Dv) { return (Dk == 32 || Dk == 64 || Dk == 128) && Dv >= 1; }
+
+int delta_rule_prefill_chunked_tile(int Dv) { return Dv % 128 == 0 ? 128 : Dv % 64 == 0 ? 64 : 32; }
+
+size_t delta_rule_prefill_chunked_smem(int Dk, int dv_tile) {
+  size_t bytes = 0;
+  with_tile(Dk, dv_tile, [&](auto dk, auto bv) { bytes = Tile<decltype(dk)::value, decltype(bv)::value>::bytes; });
+  return bytes;
+}
+
+cudaError_t delta_rule_prefill_chunked(const DeltaRulePrefillParams& p, cudaStream_t stream, int dv_tile) {
+  if (!delta_rule_prefill_chunked_supports(p.Dk, p.Dv) || p.Hk < 1 || p.Hv < 1 || p.Hv % p.Hk != 0 ||
+      p.max_seqs < 0 || p.max_seqs > static_cast<int>(kMaxGridYZ)) {
+    return cudaErrorInvalidValue;
+  }
+  if (dv_tile != 0 && dv_tile != 32 && dv_tile != 64 && dv_tile != 128) return cudaErrorInvalidValue;
+  if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.cu_seqlens || !p.slots || !p.has_history || !p.n_seqs ||
+      !p.state || !p.out) {
+    return cudaErrorInvalidValue;
+  }
+  if ((p.qkv_dtype != DType::f32 && p.qkv_dtype != DType::bf16) ||
+      (p.out_dtype != DType::f32 && p.out_dtype != DType::bf16)) {
+    return cudaErrorInvalidValue;
+  }
+  const int bv = dv_tile == 0 ? delta_rule_prefill_chunked_tile(p.Dv) : dv_tile;
+  if (static_cast<int64_t>((p.Dv + bv - 1) / bv) * p.Hv > 0x7fffffff) return cudaErrorInvalidValue;
+  if (p.max_seqs == 0) return cudaSuccess;
+  const bool vec = p.Dv % 4 == 0 && aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.out) &&
+                   aligned16(p.state);
+  cudaError_t err = cudaErrorInvalidValue;
+  with_tile(p.Dk, bv, [&](auto dk, auto tile) { err = launch<decltype(dk)::value, decltype(tile)::value>(p, vec, stream); });
+  return err;
+}
+
+}  // namespace sg

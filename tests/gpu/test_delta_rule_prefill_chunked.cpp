@@ -1,0 +1,462 @@
+// GPU tests of the chunked (WY) delta-rule prefill (kernels/delta_rule_prefill_chunked.h):
+// - against ref::delta_rule_prefill_chunked (double) and against the GPU scan (delta_rule_prefill)
+//   over a varlen batch with lengths 63, 0, 1024, 1, 64, 200, 65 and a padding sequence, with
+//   history, without and mixed, f32 and bf16, every Dv tile, shapes (Dk, Dv) = (128, 128), (128, 64),
+//   (64, 96), (32, 40) with Hv/Hk = 2 and 3. Tolerances (delta_rule_ref.h, chunked vs recurrent):
+//   f32 outputs per sequence and the final state per slot within normalised error 1e-5; bf16
+//   outputs per element within 2 bf16 ulp + 1e-4 and normalised 8e-3;
+// - invariants: padding rows exactly +0; padding, zero-length and unused slots keep their state
+//   bytes; live rows fully written (two poisons, same bytes), rows past the live tokens untouched;
+//   programs beyond the live count (garbage metadata) do nothing; inputs past the live tokens are
+//   NaN and must never be read; the result is deterministic (two runs, same bytes);
+// - a captured launch: the node's grid, block and shared memory, and replay == eager bytes, also
+//   after the metadata changed under the graph (another batch composition, fewer live sequences);
+// - a sequence split into two prefills (the second with history) agrees with one prefill;
+// - max_seqs = 0 / no live sequence / bad arguments.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "engine/cuda_handles.h"
+#include "engine/error.h"
+#include "engine/tensor.h"
+#include "graphs/graph.h"
+#include "graphs/manifest.h"
+#include "kernels/delta_rule_prefill.h"
+#include "kernels/delta_rule_prefill_chunked.h"
+#include "kernels/ref/delta_rule_ref.h"
+#include "tests/support/catch.h"
+#include "tests/support/gpu_buffers.h"
+#include "tests/support/random.h"
+
+using namespace sg;
+using test::byte_diff;
+using test::DevBuf;
+
+namespace {
+
+constexpr double kTolF32 = 1e-5;   // normalised, outputs (f32) and state: delta_rule_ref.h
+constexpr double kTolBf16 = 8e-3;  // normalised, bf16 outputs
+
+struct Shape {
+  int Hk, Hv, Dk, Dv;
+};
+
+// One varlen batch and its host inputs (values exactly representable in the dtype).
+struct Problem {
+  Shape sh{};
+  DType t = DType::bf16;
+  int num_slots = 10;
+  int n_live = 0, max_seqs = 0;
+  int64_t T = 0, max_tokens = 0;
+  std::vector<int32_t> cu;      // [max_seqs + 1]; entries past n_live + 1 are garbage
+  std::vector<int32_t> slots;   // [max_seqs]
+  std::vector<uint8_t> hist;    // [max_seqs]
+  std::vector<float> q, k, v;   // [max_tokens, Hk, Dk] x2, [max_tokens, Hv, Dv]; rows >= T are NaN
+  std::vector<float> g, beta;   // [max_tokens, Hv]
+  std::vector<float> state0;    // [num_slots, Hv, Dk, Dv]
+  int64_t row() const { return static_cast<int64_t>(sh.Hv) * sh.Dv; }
+  int64_t head_size() const { return static_cast<int64_t>(sh.Dk) * sh.Dv; }
+  size_t out_bytes() const { return static_cast<size_t>(max_tokens * row()) * dtype_size(t); }
+};
+
+float round_to(DType t, float x) { return t == DType::bf16 ? round_bf16(x) : x; }
+
+// Rows of `dim` values scaled to unit L2 norm (as postconv makes q and k), rounded to the dtype.
+std::vector<float> unit_rows(size_t rows, int dim, uint64_t seed, DType t) {
+  auto x = test::uniform(rows * dim, seed, -1.f, 1.f);
+  for (size_t r = 0; r < rows; ++r) {
+    double n2 = 0;
+    for (int i = 0; i < dim; ++i) n2 += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(n2 + 1e-12));
+    for (int i = 0; i < dim; ++i) x[r * dim + i] = round_to(t, x[r * dim + i] * inv);
+  }
+  return x;
+}
+
+// Two dead programs follow the live ones (max_seqs = live + 2); their metadata is garbage that
+// would corrupt slot 1 (unused) or read far out of bounds if it were interpreted.
+Problem make_problem(Shape sh, DType t, const std::vector<int32_t>& lens, const std::vector<int32_t>& slots,
+                     const std::vector<uint8_t>& hist, uint64_t seed) {
+  Problem P;
+  P.sh = sh;
+  P.t = t;
+  P.n_live = static_cast<int>(lens.size());
+  P.max_seqs = P.n_live + 2;
+  P.cu.assign(1, 0);
+  for (int32_t l : lens) P.cu.push_back(P.cu.back() + l);
+  P.T = P.cu.back();
+  P.max_tokens = P.T + 3;
+  P.cu.push_back(1 << 30);
+  P.cu.push_back(-5);
+  P.slots = slots;
+  P.slots.insert(P.slots.end(), {1, 1});
+  P.hist = hist;
+  P.hist.insert(P.hist.end(), {1, 0});
+  const size_t Tm = static_cast<size_t>(P.max_tokens);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  P.q = unit_rows(Tm * sh.Hk, sh.Dk, seed, t);
+  P.k = unit_rows(Tm * sh.Hk, sh.Dk, seed + 1, t);
+  P.v = t == DType::bf16 ? test::uniform_bf16(Tm * sh.Hv * sh.Dv, seed + 2, -1.f, 1.f)
+                         : test::uniform(Tm * sh.Hv * sh.Dv, seed + 2, -1.f, 1.f);
+  P.g = test::uniform(Tm * sh.Hv, seed + 3, -1.f, 0.f);
+  P.beta = test::uniform(Tm * sh.Hv, seed + 4, 0.f, 1.f);
+  for (size_t i = 0; i < P.g.size(); i += 37) P.g[i] = -12.f;  // a few tokens with fast decay
+  for (size_t i = static_cast<size_t>(P.T) * sh.Hk * sh.Dk; i < P.q.size(); ++i) P.q[i] = P.k[i] = nan;
+  for (size_t i = static_cast<size_t>(P.T * P.row()); i < P.v.size(); ++i) P.v[i] = nan;
+  for (size_t i = static_cast<size_t>(P.T) * sh.Hv; i < P.g.size(); ++i) P.g[i] = P.beta[i] = nan;
+  P.state0 = test::uniform(static_cast<size_t>(P.num_slots) * sh.Hv * P.head_size(), seed + 5, -0.5f, 0.5f);
+  return P;
+}
+
+// Device copies of a problem's inputs and metadata, plus its state and output buffers.
+struct Rig {
+  DevBuf q, k, v, g, beta, cu, slots, hist, n, state, out;
+  explicit Rig(const Problem& P)
+      : q(DevBuf::from(P.q, P.t)),
+        k(DevBuf::from(P.k, P.t)),
+        v(DevBuf::from(P.v, P.t)),
+        g(DevBuf::from(P.g, DType::f32)),
+        beta(DevBuf::from(P.beta, DType::f32)),
+        cu(DevBuf::from_i32(P.cu)),
+        slots(DevBuf::from_i32(P.slots)),
+        hist(DevBuf::from_bytes(P.hist)),
+        n(DevBuf::from_i32({P.n_live})),
+        state(DevBuf::from(P.state0, DType::f32)),
+        out(P.out_bytes()) {}
+  // state = state0, every output byte = poison.
+  void reset(const Problem& P, uint8_t poison) {
+    const auto s0 = test::to_bytes(P.state0, DType::f32);
+    check(cudaMemcpy(state.data(), s0.data(), s0.size(), cudaMemcpyHostToDevice));
+    out.fill(poison);
+    check(cudaDeviceSynchronize());  // the memset is on the legacy stream; replays run on another
+  }
+  DeltaRulePrefillParams params(const Problem& P) const {
+    DeltaRulePrefillParams p;
+    p.q = q.data();
+    p.k = k.data();
+    p.v = v.data();
+    p.qkv_dtype = P.t;
+    p.g = g.as<float>();
+    p.beta = beta.as<float>();
+    p.cu_seqlens = cu.as<int32_t>();
+    p.slots = slots.as<int32_t>();
+    p.has_history = hist.as<uint8_t>();
+    p.n_seqs = n.as<int32_t>();
+    p.state = state.as<float>();
+    p.out = out.data();
+    p.out_dtype = P.t;
+    p.max_seqs = P.max_seqs;
+    p.Hk = P.sh.Hk;
+    p.Hv = P.sh.Hv;
+    p.Dk = P.sh.Dk;
+    p.Dv = P.sh.Dv;
+    return p;
+  }
+};
+
+struct Result {
+  std::vector<uint8_t> out, state;
+};
+
+enum class Kernel { chunked, scan };
+
+Result run(const Problem& P, Rig& rig, Kernel kernel, int tile = 0, uint8_t poison = 0xA5) {
+  rig.reset(P, poison);
+  if (kernel == Kernel::chunked) {
+    check(delta_rule_prefill_chunked(rig.params(P), nullptr, tile));
+  } else {
+    check(delta_rule_prefill(rig.params(P), nullptr));
+  }
+  check(cudaDeviceSynchronize());
+  return {rig.out.download(), rig.state.download()};
+}
+
+// ||a - b|| / ||b|| (||a - b|| when b is zero; infinity when anything is not finite).
+double norm_err(const float* a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  if (!std::isfinite(num)) return std::numeric_limits<double>::infinity();
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// The expected values: outputs [T, Hv, Dv] (as stored) and the whole state cache.
+struct Expected {
+  std::vector<float> out, state;
+  const char* what;
+};
+
+Expected reference(const Problem& P) {
+  Expected x{std::vector<float>(static_cast<size_t>(P.T * P.row()), 0.0f), P.state0, "ref::delta_rule_prefill_chunked"};
+  ref::delta_rule_prefill_chunked(
+      ref::DeltaShape{P.sh.Hk, P.sh.Hv, P.sh.Dk, P.sh.Dv, P.t == DType::bf16 ? ref::Store::bf16 : ref::Store::f32},
+      P.n_live, P.cu.data(), P.q.data(), P.k.data(), P.v.data(), P.g.data(), P.beta.data(), P.slots.data(),
+      P.hist.data(), x.state.data(), x.out.data());
+  return x;
+}
+
+// Outputs of each live non-padding sequence and the final state of its slot within tolerance of
+// `want`; padding rows exactly +0.
+void check_close(const Problem& P, const Result& r, const Expected& want) {
+  INFO("against " << want.what);
+  const auto got = test::from_bytes(r.out, P.t);
+  const auto got_s = test::from_bytes(r.state, DType::f32);
+  const int64_t row = P.row();
+  for (int n = 0; n < P.n_live; ++n) {
+    const int64_t b = P.cu[n], e = P.cu[n + 1];
+    if (e == b) continue;
+    CAPTURE(n, P.slots[n], static_cast<int>(P.hist[n]), e - b);
+    if (P.slots[n] < 0) {
+      size_t nonzero = 0;
+      for (int64_t i = b * row; i < e * row; ++i) nonzero += got[i] != 0.0f || std::signbit(got[i]);
+      CHECK(nonzero == 0);
+      continue;
+    }
+    const double err = norm_err(got.data() + b * row, want.out.data() + b * row, static_cast<size_t>((e - b) * row));
+    CAPTURE(err);
+    if (P.t == DType::bf16) {
+      size_t bad = 0;
+      for (int64_t i = b * row; i < e * row; ++i) {
+        const double tol = 2 * std::ldexp(1.0, -7) * std::fabs(want.out[i]) + 1e-4;
+        bad += !(std::fabs(got[i] - want.out[i]) <= tol);
+      }
+      CHECK(bad == 0);
+      CHECK(err <= kTolBf16);
+    } else {
+      CHECK(err <= kTolF32);
+    }
+    const int64_t s0 = P.slots[n] * P.sh.Hv * P.head_size();
+    const double serr = norm_err(got_s.data() + s0, want.state.data() + s0, static_cast<size_t>(P.sh.Hv * P.head_size()));
+    CAPTURE(serr);
+    CHECK(serr <= kTolF32);
+  }
+}
+
+// Slots that no live, non-empty, non-padding sequence owns keep their bytes; output bytes past the
+// live tokens keep the poison.
+void check_untouched(const Problem& P, const Result& r, uint8_t poison) {
+  std::vector<bool> owned(static_cast<size_t>(P.num_slots), false);
+  for (int n = 0; n < P.n_live; ++n) {
+    if (P.slots[n] >= 0 && P.cu[n + 1] > P.cu[n]) owned[static_cast<size_t>(P.slots[n])] = true;
+  }
+  const auto s0 = test::to_bytes(P.state0, DType::f32);
+  const size_t slot_bytes = static_cast<size_t>(P.sh.Hv * P.head_size()) * sizeof(float);
+  for (int s = 0; s < P.num_slots; ++s) {
+    if (owned[static_cast<size_t>(s)]) continue;
+    CAPTURE(s);
+    CHECK(std::memcmp(r.state.data() + s * slot_bytes, s0.data() + s * slot_bytes, slot_bytes) == 0);
+  }
+  const size_t live_bytes = static_cast<size_t>(P.T * P.row()) * dtype_size(P.t);
+  size_t tail_changed = 0;
+  for (size_t i = live_bytes; i < r.out.size(); ++i) tail_changed += r.out[i] != poison;
+  CHECK(tail_changed == 0);
+}
+
+const std::vector<int32_t> kLens = {63, 0, 1024, 70, 1, 64, 200, 65};
+// Sequence 3 is padding (70 tokens); slot 7 belongs to the zero-length sequence and must keep its
+// bytes even without history.
+const std::vector<int32_t> kSlots = {3, 7, 0, -1, 8, 5, 2, 9};
+const std::vector<std::vector<uint8_t>> kHists = {{1, 1, 1, 1, 1, 1, 1, 1}, {0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0, 1, 1, 0, 1, 0}};
+const char* const kHistNames[] = {"all history", "no history", "mixed"};
+
+}  // namespace
+
+TEST_CASE("chunked delta-rule prefill matches the reference and the scan, keeps the invariants",
+          "[gpu][delta_rule_chunked]") {
+  const std::vector<Shape> shapes = {{2, 4, 128, 128}, {1, 2, 128, 64}, {1, 3, 64, 96}, {2, 4, 32, 40}};
+  for (const Shape& sh : shapes) {
+    REQUIRE(delta_rule_prefill_chunked_supports(sh.Dk, sh.Dv));
+    for (DType t : {DType::f32, DType::bf16}) {
+      for (int h = 0; h < 3; ++h) {
+        CAPTURE(sh.Hk, sh.Hv, sh.Dk, sh.Dv, dtype_name(t), kHistNames[h]);
+        const uint64_t seed = 9100 + 10 * sh.Dk + sh.Dv + sh.Hv + h;
+        INFO("seed " << seed);
+        const Problem P = make_problem(sh, t, kLens, kSlots, kHists[static_cast<size_t>(h)], seed);
+        Rig rig(P);
+        const Expected ref = reference(P);
+        const Result scan = run(P, rig, Kernel::scan);
+        const Expected by_scan{test::from_bytes(scan.out, t), test::from_bytes(scan.state, DType::f32),
+                               "the GPU scan (delta_rule_prefill)"};
+        const Result a = run(P, rig, Kernel::chunked, 0, 0xA5);
+        check_close(P, a, ref);
+        check_close(P, a, by_scan);
+        check_untouched(P, a, 0xA5);
+        // Every live row is written (another poison gives the same bytes), and the run is deterministic.
+        const Result b = run(P, rig, Kernel::chunked, 0, 0x5A);
+        const size_t live_bytes = static_cast<size_t>(P.T * P.row()) * dtype_size(t);
+        CHECK(std::memcmp(a.out.data(), b.out.data(), live_bytes) == 0);
+        CHECK(byte_diff(b.state, a.state, DType::f32) == "");
+        check_untouched(P, b, 0x5A);
+        // Every Dv tile (the automatic one included) is within the tolerance.
+        for (int tile : {32, 64, 128}) {
+          CAPTURE(tile, delta_rule_prefill_chunked_smem(sh.Dk, tile));
+          const Result r = run(P, rig, Kernel::chunked, tile);
+          check_close(P, r, ref);
+          check_untouched(P, r, 0xA5);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("chunked delta-rule prefill: a captured launch replays the eager bytes", "[gpu][delta_rule_chunked][graphs]") {
+  const Shape sh{2, 4, 128, 128};
+  for (DType t : {DType::bf16, DType::f32}) {
+    CAPTURE(dtype_name(t));
+    // Batch A fixes the buffers; batch B is another composition that fits them (fewer tokens, one
+    // sequence fewer live, other slots and histories), written into the same device metadata.
+    const Problem A = make_problem(sh, t, {300, 1, 65, 0, 40}, {4, 2, -1, 6, 0}, {1, 0, 1, 0, 1}, 4242);
+    Problem B = A;
+    B.n_live = 3;
+    B.cu = {0, 129, 130, 194, 1 << 30, -5, 7};  // lengths 129, 1, 64, then garbage
+    B.slots = {9, -1, 3, 1, 1, 1, 1};
+    B.hist = {0, 1, 1, 1, 0, 1, 0};
+    B.T = 194;
+    Rig rig(A);
+    Stream stream;
+    NodeRecorder rec;
+    CapturedGraph graph = CapturedGraph::capture("delta_rule.prefill chunked", stream.get(), [&] {
+      check(delta_rule_prefill_chunked(rig.params(A), stream.get()));
+      rec.launched(stream.get(), NodeLabel{-1, "delta_rule.prefill", "chunked", 0});
+    });
+    const Manifest m = build_manifest("delta_rule.prefill chunked", "-", graph.graph(), rec);
+    REQUIRE(m.nodes.size() == 1);
+    const int tile = delta_rule_prefill_chunked_tile(sh.Dv);
+    CHECK(m.nodes[0].grid == Dim3{static_cast<unsigned>((sh.Dv + tile - 1) / tile * sh.Hv),
+                                  static_cast<unsigned>(A.max_seqs), 1});
+    CHECK(m.nodes[0].block == Dim3{static_cast<unsigned>(4 * tile), 1, 1});
+    CHECK(m.nodes[0].smem_bytes == delta_rule_prefill_chunked_smem(sh.Dk, tile));
+    CAPTURE(m.nodes[0].kernel);
+    CHECK(m.nodes[0].kernel.find("delta_rule_chunked_kernel") != std::string::npos);
+    for (const Problem* P : {&A, static_cast<const Problem*>(&B)}) {
+      CAPTURE(P->n_live, P->T);
+      // Metadata of this batch into the captured buffers (B's inputs are A's rows: same tokens).
+      check(cudaMemcpy(rig.cu.data(), P->cu.data(), P->cu.size() * 4, cudaMemcpyHostToDevice));
+      check(cudaMemcpy(rig.slots.data(), P->slots.data(), P->slots.size() * 4, cudaMemcpyHostToDevice));
+      check(cudaMemcpy(rig.hist.data(), P->hist.data(), P->hist.size(), cudaMemcpyHostToDevice));
+      check(cudaMemcpy(rig.n.data(), &P->n_live, 4, cudaMemcpyHostToDevice));
+      const Result eager = run(*P, rig, Kernel::chunked);
+      rig.reset(*P, 0xA5);
+      graph.replay(stream.get());
+      stream.sync();
+      const Result replayed{rig.out.download(), rig.state.download()};
+      CHECK(byte_diff(replayed.out, eager.out, t) == "");
+      CHECK(byte_diff(replayed.state, eager.state, DType::f32) == "");
+      check_untouched(*P, replayed, 0xA5);
+    }
+  }
+}
+
+TEST_CASE("chunked delta-rule prefill: two segments with history agree with one prefill", "[gpu][delta_rule_chunked]") {
+  const Shape sh{2, 4, 128, 128};
+  for (DType t : {DType::f32, DType::bf16}) {
+    CAPTURE(dtype_name(t));
+    // Whole: sequences of 150 and 9 tokens (no history). Split: 70 + 4 tokens, then the remaining
+    // 80 + 5 with history; chunk boundaries fall elsewhere, so only the tolerance applies.
+    const Problem whole = make_problem(sh, t, {150, 9}, {2, 6}, {0, 0}, 99);
+    Rig rw(whole);
+    const Result rwhole = run(whole, rw, Kernel::chunked);
+    auto segment = [&](const std::vector<int64_t>& begin, const std::vector<int32_t>& lens, uint8_t hist,
+                       const std::vector<float>& state) {
+      Problem P = whole;
+      P.cu = {0, lens[0], lens[0] + lens[1]};
+      P.T = P.cu.back();
+      P.max_tokens = P.T;
+      P.max_seqs = P.n_live = 2;
+      P.hist = {hist, hist};
+      P.slots = {2, 6};
+      P.state0 = state;
+      auto gather = [&](const std::vector<float>& src, int64_t width) {
+        std::vector<float> dst;
+        for (int n = 0; n < 2; ++n)
+          dst.insert(dst.end(), src.begin() + begin[n] * width, src.begin() + (begin[n] + lens[n]) * width);
+        return dst;
+      };
+      P.q = gather(whole.q, sh.Hk * sh.Dk);
+      P.k = gather(whole.k, sh.Hk * sh.Dk);
+      P.v = gather(whole.v, P.row());
+      P.g = gather(whole.g, sh.Hv);
+      P.beta = gather(whole.beta, sh.Hv);
+      Rig rig(P);
+      return run(P, rig, Kernel::chunked);
+    };
+    const Result r1 = segment({0, 150}, {70, 4}, 0, whole.state0);
+    const Result r2 = segment({70, 154}, {80, 5}, 1, test::from_bytes(r1.state, DType::f32));
+    // Whole rows [0,70) = r1 [0,70), [70,150) = r2 [0,80), [150,154) = r1 [70,74), [154,159) = r2 [80,85).
+    const auto o1 = test::from_bytes(r1.out, t), o2 = test::from_bytes(r2.out, t);
+    const size_t rw_ = static_cast<size_t>(whole.row());
+    std::vector<float> joined;
+    auto append = [&](const std::vector<float>& src, size_t a, size_t b) {
+      joined.insert(joined.end(), src.begin() + a * rw_, src.begin() + b * rw_);
+    };
+    append(o1, 0, 70);
+    append(o2, 0, 80);
+    append(o1, 70, 74);
+    append(o2, 80, 85);
+    const auto ow = test::from_bytes(rwhole.out, t);
+    const double tol = t == DType::f32 ? kTolF32 : kTolBf16;
+    for (auto [b, e] : {std::pair<size_t, size_t>{0, 150}, {150, 159}}) {
+      const double err = norm_err(joined.data() + b * rw_, ow.data() + b * rw_, (e - b) * rw_);
+      CAPTURE(b, e, err);
+      CHECK(err <= tol);
+    }
+    const auto s2 = test::from_bytes(r2.state, DType::f32), sw = test::from_bytes(rwhole.state, DType::f32);
+    const size_t slot = static_cast<size_t>(sh.Hv * whole.head_size());
+    for (size_t s : {size_t{2}, size_t{6}}) {
+      const double serr = norm_err(s2.data() + s * slot, sw.data() + s * slot, slot);
+      CAPTURE(s, serr);
+      CHECK(serr <= kTolF32);
+    }
+  }
+}
+
+TEST_CASE("chunked delta-rule prefill: no live sequence touches nothing, bad arguments are refused",
+          "[gpu][delta_rule_chunked]") {
+  CHECK(delta_rule_prefill_chunked_supports(128, 128));
+  CHECK(delta_rule_prefill_chunked_supports(64, 96));
+  CHECK(delta_rule_prefill_chunked_supports(32, 40));
+  CHECK_FALSE(delta_rule_prefill_chunked_supports(48, 64));
+  CHECK_FALSE(delta_rule_prefill_chunked_supports(256, 128));
+  CHECK_FALSE(delta_rule_prefill_chunked_supports(128, 0));
+  CHECK(delta_rule_prefill_chunked_tile(128) == 128);
+  CHECK(delta_rule_prefill_chunked_tile(64) == 64);
+  CHECK(delta_rule_prefill_chunked_tile(96) == 32);
+  CHECK(delta_rule_prefill_chunked_smem(48, 64) == 0);
+  CHECK(delta_rule_prefill_chunked_smem(128, 16) == 0);
+  CHECK(delta_rule_prefill_chunked_smem(128, 128) <= 227 * 1024);
+
+  const Shape sh{1, 2, 64, 96};
+  Problem P = make_problem(sh, DType::bf16, {4, 3}, {1, 2}, {1, 0}, 5);
+  P.n_live = 0;  // two sequences in the buffers, none live: every program exits
+  Rig rig(P);
+  const Result r = run(P, rig, Kernel::chunked);
+  CHECK(byte_diff(r.state, test::to_bytes(P.state0, DType::f32), DType::f32) == "");
+  size_t changed = 0;
+  for (uint8_t x : r.out) changed += x != 0xA5;
+  CHECK(changed == 0);
+
+  rig.reset(P, 0xA5);
+  auto p = rig.params(P);
+  int tile = 0;
+  cudaError_t want = cudaErrorInvalidValue;
+  SECTION("max_seqs 0 launches nothing") {
+    p.max_seqs = 0;
+    want = cudaSuccess;
+  }
+  SECTION("unsupported Dk") { p.Dk = 48; }
+  SECTION("Hv not a multiple of Hk") { p.Hk = 3; }
+  SECTION("tile not built") { tile = 16; }
+  SECTION("missing metadata") { p.n_seqs = nullptr; }
+  SECTION("missing output") { p.out = nullptr; }
+  SECTION("f16 inputs") { p.qkv_dtype = DType::f16; }
+  SECTION("grid too tall") { p.max_seqs = 70000; }
+  CHECK(delta_rule_prefill_chunked(p, nullptr, tile) == want);
+  check(cudaDeviceSynchronize());
+  CHECK(byte_diff(rig.state.download(), test::to_bytes(P.state0, DType::f32), DType::f32) == "");
+}

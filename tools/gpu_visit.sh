@@ -45,11 +45,14 @@ if [ $sanitize = 1 ]; then
   # Deliberate API errors (the out-of-memory and bad-capture tests) are not memory errors; the
   # CUPTI test cannot run while the sanitizer holds CUPTI. racecheck covers the GDN kernels (the
   # attention and delta-rule prefill tests take too long under racecheck for one visit).
+  # Session 3: memcheck on the GDN kernel tags took ~35 s; racecheck on them > 170 s (the chunked
+  # delta-rule cases are slow under racecheck). With the 600 s limit of one device call, run this
+  # script twice: `--no-bench --no-kernels`, then `--no-sanitize`.
   timeout 400 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 \
     ./build-gpu/tests/tests_gpu "~[cupti]" > "$OUT/sanitizer-memcheck.log" 2>&1
   note "compute-sanitizer memcheck: rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-memcheck.log" | tail -1)"
-  timeout 300 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 99 ./build-gpu/tests/tests_gpu \
-    "[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi],[skeleton]" > "$OUT/sanitizer-racecheck.log" 2>&1
+  timeout 400 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 99 ./build-gpu/tests/tests_gpu \
+    "[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi],[skeleton],[delta_rule_chunked]" > "$OUT/sanitizer-racecheck.log" 2>&1
   note "compute-sanitizer racecheck (GDN kernels): rc=$?; $(grep -E 'RACECHECK SUMMARY' "$OUT/sanitizer-racecheck.log" | tail -1)"
 fi
 
@@ -69,6 +72,9 @@ if [ $bench = 1 ]; then
   timeout 400 ./build-gpu/tools/stepgraph bench --json "$OUT/bench.json" --reps 3 --replays 20 --node-replays 5 \
     "${bench_args[@]}" > "$OUT/bench.log" 2>&1
   note "stepgraph bench (model): rc=$?"
+  timeout 120 ./build-gpu/tools/stepgraph bench --phase prefill --reps 1 --replays 3 --node-replays 1 \
+    --delta-prefill chunked 2>&1 | grep -E "^graph prefill|delta_rule.prefill|finite after"
+  note "stepgraph bench --phase prefill --delta-prefill chunked: rc=${PIPESTATUS[0]}"
   grep -E "^(graph|  (decode|prefill) )" "$OUT/bench.log"
   # One GDN layer's decode step, node by node.
   ./build-gpu/tools/stepgraph bench --workload gdn-layer 2>&1 | sed -n '/^summary/,$p'

@@ -27,6 +27,7 @@
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/ref/delta_rule_ref.h"
+#include "tests/gpu/delta_rule_prefill_fixture.h"
 #include "tests/support/catch.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
@@ -40,76 +41,9 @@ namespace {
 constexpr double kTolF32 = 1e-5;   // normalised, outputs (f32) and state: delta_rule_ref.h
 constexpr double kTolBf16 = 8e-3;  // normalised, bf16 outputs
 
-struct Shape {
-  int Hk, Hv, Dk, Dv;
-};
-
-// One varlen batch and its host inputs (values exactly representable in the dtype).
-struct Problem {
-  Shape sh{};
-  DType t = DType::bf16;
-  int num_slots = 10;
-  int n_live = 0, max_seqs = 0;
-  int64_t T = 0, max_tokens = 0;
-  std::vector<int32_t> cu;      // [max_seqs + 1]; entries past n_live + 1 are garbage
-  std::vector<int32_t> slots;   // [max_seqs]
-  std::vector<uint8_t> hist;    // [max_seqs]
-  std::vector<float> q, k, v;   // [max_tokens, Hk, Dk] x2, [max_tokens, Hv, Dv]; rows >= T are NaN
-  std::vector<float> g, beta;   // [max_tokens, Hv]
-  std::vector<float> state0;    // [num_slots, Hv, Dk, Dv]
-  int64_t row() const { return static_cast<int64_t>(sh.Hv) * sh.Dv; }
-  int64_t head_size() const { return static_cast<int64_t>(sh.Dk) * sh.Dv; }
-  size_t out_bytes() const { return static_cast<size_t>(max_tokens * row()) * dtype_size(t); }
-};
-
-float round_to(DType t, float x) { return t == DType::bf16 ? round_bf16(x) : x; }
-
-// Rows of `dim` values scaled to unit L2 norm (as postconv makes q and k), rounded to the dtype.
-std::vector<float> unit_rows(size_t rows, int dim, uint64_t seed, DType t) {
-  auto x = test::uniform(rows * dim, seed, -1.f, 1.f);
-  for (size_t r = 0; r < rows; ++r) {
-    double n2 = 0;
-    for (int i = 0; i < dim; ++i) n2 += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
-    const float inv = static_cast<float>(1.0 / std::sqrt(n2 + 1e-12));
-    for (int i = 0; i < dim; ++i) x[r * dim + i] = round_to(t, x[r * dim + i] * inv);
-  }
-  return x;
-}
-
-// Two dead programs follow the live ones (max_seqs = live + 2); their metadata is garbage that
-// would corrupt slot 1 (unused) or read far out of bounds if it were interpreted.
-Problem make_problem(Shape sh, DType t, const std::vector<int32_t>& lens, const std::vector<int32_t>& slots,
-                     const std::vector<uint8_t>& hist, uint64_t seed) {
-  Problem P;
-  P.sh = sh;
-  P.t = t;
-  P.n_live = static_cast<int>(lens.size());
-  P.max_seqs = P.n_live + 2;
-  P.cu.assign(1, 0);
-  for (int32_t l : lens) P.cu.push_back(P.cu.back() + l);
-  P.T = P.cu.back();
-  P.max_tokens = P.T + 3;
-  P.cu.push_back(1 << 30);
-  P.cu.push_back(-5);
-  P.slots = slots;
-  P.slots.insert(P.slots.end(), {1, 1});
-  P.hist = hist;
-  P.hist.insert(P.hist.end(), {1, 0});
-  const size_t Tm = static_cast<size_t>(P.max_tokens);
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  P.q = unit_rows(Tm * sh.Hk, sh.Dk, seed, t);
-  P.k = unit_rows(Tm * sh.Hk, sh.Dk, seed + 1, t);
-  P.v = t == DType::bf16 ? test::uniform_bf16(Tm * sh.Hv * sh.Dv, seed + 2, -1.f, 1.f)
-                         : test::uniform(Tm * sh.Hv * sh.Dv, seed + 2, -1.f, 1.f);
-  P.g = test::uniform(Tm * sh.Hv, seed + 3, -1.f, 0.f);
-  P.beta = test::uniform(Tm * sh.Hv, seed + 4, 0.f, 1.f);
-  for (size_t i = 0; i < P.g.size(); i += 37) P.g[i] = -12.f;  // a few tokens with fast decay
-  for (size_t i = static_cast<size_t>(P.T) * sh.Hk * sh.Dk; i < P.q.size(); ++i) P.q[i] = P.k[i] = nan;
-  for (size_t i = static_cast<size_t>(P.T * P.row()); i < P.v.size(); ++i) P.v[i] = nan;
-  for (size_t i = static_cast<size_t>(P.T) * sh.Hv; i < P.g.size(); ++i) P.g[i] = P.beta[i] = nan;
-  P.state0 = test::uniform(static_cast<size_t>(P.num_slots) * sh.Hv * P.head_size(), seed + 5, -0.5f, 0.5f);
-  return P;
-}
+using test::drp::make_problem;
+using test::drp::Problem;
+using test::drp::Shape;
 
 // Device copies of a problem's inputs and metadata, plus its state and output buffers.
 struct Rig {

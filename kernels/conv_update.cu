@@ -24,7 +24,16 @@ __device__ __forceinline__ void conv_update_one(const ConvUpdateParams& p, int r
   const float xv = dev::load(p.x, p.x_dtype, static_cast<int64_t>(r) * p.x_stride + c);
   acc = fmaf(p.w[c * p.K + km1], xv, acc);
   dev::store(p.out, p.out_dtype, static_cast<int64_t>(r) * p.C + c, p.silu ? dev::silu(acc) : acc);
-  for (int j = 0; j + 1 < km1; ++j) dev::copy(p.state, p.state_dtype, s0 + j, p.state, p.state_dtype, s0 + j + 1);
+  // The taps roll as raw bits (data movement: a NaN keeps its payload, as in the fast arm's bodies).
+  for (int j = 0; j + 1 < km1; ++j) {
+    if (p.state_dtype == DType::bf16) {
+      uint16_t* st = static_cast<uint16_t*>(p.state);
+      st[s0 + j] = st[s0 + j + 1];
+    } else {
+      uint32_t* st = static_cast<uint32_t*>(p.state);
+      st[s0 + j] = st[s0 + j + 1];
+    }
+  }
   if (km1 > 0) dev::store(p.state, p.state_dtype, s0 + km1 - 1, xv);
 }
 

@@ -18,12 +18,14 @@
 // Design: one block per (Dv tile of BV columns, v-head, sequence): grid (ceil(Dv / BV) * Hv, max_seqs),
 // block 4 * BV threads. Columns of the state are independent in the delta rule; only A, P and T
 // (64 x 64, from k, q, g, beta alone) are recomputed by each tile. The state tile [Dk, BV] f32 stays
-// in shared memory for the whole sequence (read once, written once). Every product is register
-// tiled (each thread a 4 x 4 or larger output tile, 128-bit shared loads, broadcasts within a warp);
+// in shared memory for the whole sequence (read once, written once). The large products are register
+// tiled (each thread a 4 x 4 or larger output tile, 128-bit shared loads, broadcasts within a warp;
+// the small M and T10 steps of the inversion compute one output per thread);
 // T is inverted blockwise (two 32 x 32 diagonal blocks by column-wise forward substitution, then
 // the off-diagonal block -T11 A10 T00). Seven block barriers per chunk. BV = 128 (512 threads, ~197 KB
 // of dynamic shared memory for Dk = 128) is the automatic choice when Dv is a multiple of 128: no
-// work is repeated across tiles; BV = 64 or 32 divide Dv = 64 / 96 / 40 with less padding.
+// work is repeated across tiles; BV = 64 or 32 leave less padding for other Dv (64 / 96 divide
+// exactly; 40 runs as two tiles of 32 with the second masked past column 40).
 //
 // Contract: exactly delta_rule_prefill's (padding slot < 0: zero output rows, state untouched;
 // zero-length sequences touch nothing; has_history; device-side n_seqs; programs n >= *n_seqs exit

@@ -43,7 +43,7 @@ constexpr int kGW = kGdnPrefillGroupChannels;   // channels per group (= Dk)
 constexpr int kGPB = kGdnPrefillGroupsPerBlock; // groups (half-warps) per block
 constexpr int kThreads = static_cast<int>(kGdnPrefillBlock);
 // Tuning knobs (tools/sweep_fused.sh builds variants with -DSG_FUSED_STEP=... etc. and times
-// them; the defaults are the measured best on the H200, docs/BENCHMARKS.md). None changes a byte.
+// them; docs/BENCHMARKS.md has the sweep: prefetch 8 beat 16 and 32, step 4 beat 8). None changes a byte.
 #ifndef SG_FUSED_STEP
 #define SG_FUSED_STEP 4
 #endif
@@ -61,7 +61,8 @@ static_assert(kStep <= 16 && (kStep & (kStep - 1)) == 0, "lane j mod kStep of a 
 static_assert(kConvMaxK - 1 < kTT, "a sequence's head (its first K-1 tokens) crosses at most one tile boundary");
 // Minimum resident blocks per SM for __launch_bounds__ (caps registers at 65536 / (128 * 4) = 128).
 // ptxas (CUDA 13.0, sm_90, K = 4): 128 registers with 44 (bf16) / 104 (f32) bytes of spill stores;
-// unconstrained it takes ~160-170 (3 blocks per SM, no spills). Which runs faster is for the H200.
+// unconstrained it takes ~160-170 (3 blocks per SM, no spills). Measured on the H200 (BENCHMARKS.md,
+// tools/sweep_fused.sh): 4 and 3 within 3% of each other, no cap (1) 15% slower.
 constexpr int kMinBlocks = SG_FUSED_MIN_BLOCKS;  // 1: no cap below the 255 of the ISA
 
 // The live batch, read once per program.

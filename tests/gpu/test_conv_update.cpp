@@ -8,7 +8,9 @@
 // - against ref::conv_update: the state byte-exact (pure data movement and one rounding of x);
 //   outputs f32 within 1e-6 + 1e-5 |ref|, bf16 within one bf16 ulp of |ref| (GPU expf vs
 //   std::exp differ by an ulp, which can move a SiLU output across a rounding boundary);
-// - structure: one captured launch per arm; the node names the contract's kernel, grid and block.
+// - structure: one captured launch per arm; the node names the contract's kernel, grid and block
+//   (and, for fast on aligned bf16, its 16-byte body); misaligned bases take fast's scalar body and
+//   give the same bytes; NaN payloads in the state roll bit for bit in both arms.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -196,16 +198,21 @@ TEST_CASE("conv.update: fast gives grid's bytes, grid matches the reference", "[
   const DType states[] = {DType::bf16, DType::f32};
   const int pads[] = {0, 5, 8};
   uint64_t seed = 500;
-  int n = 0;
+  int n = 0, j = 0;
   for (int K : {2, 3, 4, 5, 8}) {  // K <= 5: the fast arm's 16-byte body where aligned; 8: its scalar body
     for (int C : {1, 127, 129, 385, 1024, 8192, 10240}) {
+      int i = 0;
       for (DType act : acts) {
         for (DType st : states) {
-          const Case c{C, K, act, st, pads[n % 3], n % 2 == 0, n % 4 != 3, seed++};
+          // (j + i) mod 4 walks every (bias, SiLU) pair for each (act, state) pair as (K, C) varies.
+          const int m = (j + i) % 4;
+          const Case c{C, K, act, st, pads[n % 3], m % 2 == 0, m / 2 == 0, seed++};
           ++n;
+          ++i;
           check_case(c);
         }
       }
+      ++j;
     }
   }
 }
@@ -232,11 +239,100 @@ TEST_CASE("conv.update: each arm's captured node is the contract's kernel, grid 
     const ManifestNode& node = m.nodes[0];
     INFO("kernel " << node.kernel << ", contract kernel " << contract.kernel);
     CHECK(node.kernel.find(std::string(contract.kernel)) != std::string::npos);
+    if (arm == ConvUpdateArm::fast) {
+      // The aligned bf16 case runs the 16-byte body (conv_update.cu), not the scalar one.
+      CHECK(node.kernel.find("conv_update_fast_kernel<") != std::string::npos);
+      CHECK(node.kernel.find("scalar") == std::string::npos);
+    }
     CHECK(node.grid == contract.grid);
     CHECK(node.block == contract.block);
     CHECK(node.smem_bytes == contract.smem_bytes);
     CHECK(node.label.op == "conv.update");
     g.replay(s.get());
     s.sync();
+  }
+}
+
+namespace {
+
+// Which base of the params is moved one element off 16-byte alignment (none: all aligned).
+enum class Shift { none, x, out, state, w, bias };
+
+// Runs `arm` with one base (or none) moved by one element: the same values, another address.
+Result run_shifted(const Case& c, const Inputs& in, ConvUpdateArm arm, Shift sh) {
+  const auto lead = [](std::vector<float> v, bool on) {
+    if (on) v.insert(v.begin(), 0.0f);
+    return v;
+  };
+  const size_t ea = dtype_size(c.act), es = dtype_size(c.state);
+  const size_t out_bytes = static_cast<size_t>(c.rows()) * c.C * ea;
+  DevBuf x = DevBuf::from(lead(in.x, sh == Shift::x), c.act);
+  DevBuf w = DevBuf::from(lead(in.w, sh == Shift::w), DType::f32);
+  DevBuf b = DevBuf::from(lead(in.bias, sh == Shift::bias), DType::f32);
+  DevBuf st = DevBuf::from(lead(in.state, sh == Shift::state), c.state);
+  DevBuf out(out_bytes + ea);  // poisoned
+  ConvUpdateParams p = params(c, in, out, st);
+  p.x = static_cast<const char*>(x.data()) + (sh == Shift::x ? ea : 0);
+  p.w = reinterpret_cast<const float*>(static_cast<const char*>(w.data()) + (sh == Shift::w ? 4 : 0));
+  p.bias = reinterpret_cast<const float*>(static_cast<const char*>(b.data()) + (sh == Shift::bias ? 4 : 0));
+  p.state = static_cast<char*>(st.data()) + (sh == Shift::state ? es : 0);
+  p.out = static_cast<char*>(out.data()) + (sh == Shift::out ? ea : 0);
+  check(conv_update(p, conv_update_contract(arm, ConvUpdateShape{c.rows(), c.C, c.K}), nullptr));
+  check(cudaDeviceSynchronize());
+  auto o = out.download();
+  auto sb = st.download();
+  const size_t o0 = sh == Shift::out ? ea : 0, s0 = sh == Shift::state ? es : 0;
+  return {std::vector<uint8_t>(o.begin() + o0, o.begin() + o0 + out_bytes),
+          std::vector<uint8_t>(sb.begin() + s0, sb.end())};
+}
+
+}  // namespace
+
+TEST_CASE("conv.update: fast falls back to its scalar body when any base is misaligned", "[gpu][conv_update]") {
+  // Each base alone one element off 16 bytes: the 16-byte body would fault or read the wrong
+  // elements, so fast must take its scalar body and still give grid's bytes of the aligned run.
+  for (DType act : {DType::bf16, DType::f32}) {
+    for (DType st : {DType::bf16, DType::f32}) {
+      const Case c{1024, 4, act, st, 0, true, true, 901};
+      INFO(describe(c));
+      const Inputs in = make_inputs(c);
+      const Result ref = run_shifted(c, in, ConvUpdateArm::grid, Shift::none);
+      for (Shift sh : {Shift::none, Shift::x, Shift::out, Shift::state, Shift::w, Shift::bias}) {
+        CAPTURE(static_cast<int>(sh));
+        const Result f = run_shifted(c, in, ConvUpdateArm::fast, sh);
+        CHECK(byte_diff(f.out, ref.out, c.act) == "");
+        CHECK(byte_diff(f.state, ref.state, c.state) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE("conv.update: NaN payloads in the state roll bit for bit in both arms", "[gpu][conv_update]") {
+  // Taps are data movement: a NaN with a payload moves one tap down unchanged (no canonical NaN).
+  for (DType st : {DType::bf16, DType::f32}) {
+    const Case c{1024, 4, DType::bf16, st, 0, false, true, 902};
+    INFO(describe(c));
+    Inputs in = make_inputs(c);
+    const size_t es = dtype_size(st);
+    const int slot = kSlots[0], km1 = c.K - 1, ch = 37;
+    const int64_t tap1 = (static_cast<int64_t>(slot) * c.C + ch) * km1 + 1;  // moves to tap 0
+    auto bytes = test::to_bytes(in.state, st);
+    const uint32_t payload = st == DType::bf16 ? 0xFFC1u : 0x7F800001u;
+    std::memcpy(bytes.data() + tap1 * es, &payload, es);
+    Result res[2];
+    for (int a = 0; a < 2; ++a) {
+      DevBuf state = DevBuf::from_bytes(bytes);
+      DevBuf out(static_cast<size_t>(c.rows()) * c.C * 2);
+      const ConvUpdateArm arm = a == 0 ? ConvUpdateArm::grid : ConvUpdateArm::fast;
+      check(conv_update(params(c, in, out, state), conv_update_contract(arm, ConvUpdateShape{c.rows(), c.C, c.K}), nullptr));
+      check(cudaDeviceSynchronize());
+      res[a] = {out.download(), state.download()};
+      uint32_t got = 0;
+      std::memcpy(&got, res[a].state.data() + (tap1 - 1) * es, es);
+      CAPTURE(a);
+      CHECK(got == payload);
+    }
+    CHECK(res[0].out == res[1].out);
+    CHECK(res[0].state == res[1].state);
   }
 }

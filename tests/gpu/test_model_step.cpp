@@ -310,7 +310,7 @@ TEST_CASE("model step with the fused gdn.decode arm gives the unfused bytes", "[
   CHECK(count_diff(unfused.cache_bytes(), fused.cache_bytes()) == 0);
 }
 
-TEST_CASE("model step that cannot fit says so with the sizes and allocates nothing", "[gpu][model][memory]") {
+TEST_CASE("model step that cannot fit says so with the sizes and holds no device memory afterwards", "[gpu][model][memory]") {
   // The 27B preset's KV and delta-rule caches for 4096 slots of 8192 tokens need terabytes.
   ModelStepOptions o;
   o.num_slots = 4096;

@@ -120,7 +120,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::st
   so.act = dtype == "f32" ? DType::f32 : DType::bf16;
   so.synthetic = !weights.has_value();
   so.seed = o.seed;
-  so.delta_prefill = parse_delta_prefill(o.delta_prefill);
+  so.delta_prefill = o.chunked ? DeltaPrefill::chunked : parse_delta_prefill(o.delta_prefill);
   ModelStep step(cfg, so);
   if (weights) step.load_host_weights(*weights);
   step.capture_all();
@@ -220,7 +220,7 @@ void register_generate(CLI::App& app, Action& action) {
                                       "the CPU, where bf16 emulates a bf16 step with weights rounded to bf16)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();
-  cmd->add_flag("--chunked", o.chunked, "CPU reference: chunked delta rule in prefill (default: recurrent)");
+  cmd->add_flag("--chunked", o.chunked, "Same as --delta-prefill chunked (GPU and CPU reference)");
   cmd->add_option("--delta-prefill", o.delta_prefill,
                   "How the prefill step runs the gated delta rule: scan (the reference-exact sequential scan) or "
                   "chunked (the chunked WY form, 64-token chunks, within f32 tolerance of the scan; on the CPU the "

@@ -2,14 +2,17 @@
 # gpu_visit.sh: one visit to the GPU machine: build (build-gpu), run every test (GPU tests
 # included), the GPU tests under compute-sanitizer memcheck and racecheck, and `stepgraph bench`;
 # logs go to $OUT (or ./gpu-out), a short summary is printed last.
-#   usage: tools/gpu_visit.sh [--no-sanitize] [--no-bench] [--no-kernels] [-- extra bench args]
+#   usage: tools/gpu_visit.sh [--no-tests] [--no-sanitize] [--no-bench] [--no-kernels] [-- extra bench args]
+# One 600 s device call holds build + tests + sanitizers (`--no-bench --no-kernels`); a second
+# call the rest (`--no-tests --no-sanitize`).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-sanitize=1; bench=1; kernels=1; bench_args=()
+tests=1; sanitize=1; bench=1; kernels=1; bench_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
+    --no-tests) tests=0 ;;
     --no-sanitize) sanitize=0 ;;
     --no-bench) bench=0 ;;
     --no-kernels) kernels=0 ;;
@@ -36,6 +39,7 @@ else
   tail -40 "$OUT/build.log"; note "build: FAILED (see build.log)"; printf '%s\n' "${summary[@]}"; exit 1
 fi
 
+if [ $tests = 1 ]; then
 # ctest runs the CPU tests here; the GPU suite runs once, below, in one process (~150 s).
 (cd build-gpu && ctest --output-on-failure -j4 -E '^gpu:' > "$OUT/ctest.log" 2>&1); rc=$?
 note "ctest (CPU tests): rc=$rc; $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
@@ -43,14 +47,14 @@ grep -E '\(Failed\)|\(Skipped\)|Exception|SegFault' "$OUT/ctest.log" | head -20
 
 timeout 300 ./build-gpu/tests/tests_gpu > "$OUT/tests_gpu.log" 2>&1
 note "tests_gpu (one process): rc=$?; $(grep -E '^(All tests passed|test cases:)' "$OUT/tests_gpu.log" | tail -1) $(grep -E '^assertions:' "$OUT/tests_gpu.log" | tail -1)"
+fi
 
 if [ $sanitize = 1 ]; then
   # The GDN kernel tests (and the chunked delta rule's) under both tools. Deliberate API errors (the
   # bad-argument tests) are not memory errors. Session 3 timings: memcheck on these tags ~35 s;
   # racecheck on them > 170 s, the chunked cases being the slow ones, so racecheck runs the
   # kernel tags first and one chunked case (two segments with history: every phase of the kernel,
-  # history in and out) by name. Build + tests + sanitizers fit one 600 s device call; run the
-  # bench half (`--no-sanitize`, or `--no-tests` style by hand) in a second call.
+  # history in and out) by name.
   tags="[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi],[delta_rule_chunked]"
   timeout 90 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 \
     ./build-gpu/tests/tests_gpu "$tags" > "$OUT/sanitizer-memcheck.log" 2>&1

@@ -444,11 +444,10 @@ __global__ void __launch_bounds__(kPreThreads) attn_prefill_kernel(const Attenti
 
 float attention_scale(int D) { return static_cast<float>(std::pow(static_cast<double>(D), -0.5)); }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 bool common_ok(const AttentionParams& p) {
   if (p.T < 0 || !attention_supports(p.Hq, p.Hkv, p.D, p.cache_dtype) || p.max_context <= 0) return false;
-  if (!aligned16(p.k_cache) || !aligned16(p.v_cache)) return false;  // 16-byte vector loads
+  if (!dev::aligned16(p.k_cache) || !dev::aligned16(p.v_cache)) return false;  // 16-byte vector loads
   if (p.q_dtype != DType::bf16 && p.q_dtype != DType::f32) return false;
   if (p.out_dtype != DType::bf16 && p.out_dtype != DType::f32) return false;
   return p.q && p.gate && p.k_cache && p.v_cache && p.out && p.meta.positions && p.meta.token_seq && p.meta.slots;

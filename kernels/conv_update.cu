@@ -148,16 +148,14 @@ __global__ void __launch_bounds__(kConvUpdateFastBlock) conv_update_fast_scalar_
 
 dim3 to_dim3(const Dim3& d) { return dim3(d.x, d.y, d.z); }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 // True when the vec body may run: K 2..5, x and out of one dtype, and every 16-byte access aligned
 // (C % 8 == 0 makes each thread's offsets multiples of 16 bytes once the bases and x's row are).
 bool conv_update_fast_vectorised(const ConvUpdateParams& p) {
   const bool act_ok = p.x_dtype == p.out_dtype && (p.x_dtype == DType::f32 || p.x_dtype == DType::bf16);
   const bool state_ok = p.state_dtype == DType::f32 || p.state_dtype == DType::bf16;
-  return p.K >= 2 && p.K <= 5 && act_ok && state_ok && p.C % kConvUpdateFastChannels == 0 && aligned16(p.x) &&
-         (p.x_stride * static_cast<int64_t>(dtype_size(p.x_dtype))) % 16 == 0 && aligned16(p.out) &&
-         aligned16(p.state) && aligned16(p.w) && (p.bias == nullptr || aligned16(p.bias));
+  return p.K >= 2 && p.K <= 5 && act_ok && state_ok && p.C % kConvUpdateFastChannels == 0 && dev::aligned16(p.x) &&
+         (p.x_stride * static_cast<int64_t>(dtype_size(p.x_dtype))) % 16 == 0 && dev::aligned16(p.out) &&
+         dev::aligned16(p.state) && dev::aligned16(p.w) && (p.bias == nullptr || dev::aligned16(p.bias));
 }
 
 template <int K, class TS>

@@ -485,7 +485,6 @@ cudaError_t launch(const DeltaRulePrefillParams& p, bool vec, cudaStream_t strea
   return cudaGetLastError();
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 }  // namespace
 
@@ -516,8 +515,8 @@ cudaError_t delta_rule_prefill_chunked(const DeltaRulePrefillParams& p, cudaStre
   const int bv = dv_tile == 0 ? delta_rule_prefill_chunked_tile(p.Dv) : dv_tile;
   if (static_cast<int64_t>((p.Dv + bv - 1) / bv) * p.Hv > 0x7fffffff) return cudaErrorInvalidValue;
   if (p.max_seqs == 0) return cudaSuccess;
-  const bool vec = p.Dv % 4 == 0 && aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.out) &&
-                   aligned16(p.state);
+  const bool vec = p.Dv % 4 == 0 && dev::aligned16(p.q) && dev::aligned16(p.k) && dev::aligned16(p.v) && dev::aligned16(p.out) &&
+                   dev::aligned16(p.state);
   cudaError_t err = cudaErrorInvalidValue;
   with_tile(p.Dk, bv, [&](auto dk, auto tile) { err = launch<decltype(dk)::value, decltype(tile)::value>(p, vec, stream); });
   return err;

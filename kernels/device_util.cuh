@@ -4,9 +4,16 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "kernels/numeric.h"
 
 namespace sg::dev {
+
+// True when p is 16-byte aligned (the 16-byte vector paths; host launchers and device code alike).
+__host__ __device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
 
 // Reads element i of a buffer of type `t` (f32 or bf16) as f32.
 __device__ __forceinline__ float load(const void* p, DType t, int64_t i) {

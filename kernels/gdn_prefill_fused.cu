@@ -150,7 +150,7 @@ __device__ __forceinline__ void conv_group(const GdnPrefillFusedParams& p, const
   {
     float f[8 * KC];  // w[c0 .. c0+7, 0 .. K-1]: 8 KC consecutive floats, 32-byte aligned offset
     const float* wp = p.w + c0 * KC;
-    if (postconv_detail::aligned16(p.w)) {
+    if (dev::aligned16(p.w)) {
 #pragma unroll
       for (int i = 0; i < 2 * KC; ++i) {
         const float4 v = __ldg(reinterpret_cast<const float4*>(wp) + i);
@@ -402,9 +402,8 @@ cudaError_t gdn_prefill_fused(const GdnPrefillFusedParams& p, const LaunchContra
   }
   // 16-byte vectors need 16-byte aligned rows: x's base and row pitch, and q, k, v (their rows and
   // every lane's offset are multiples of 8 elements since Dk = 128 and Dv % 8 == 0).
-  const auto a16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
-  const bool vec = a16(p.x) && (p.x_stride * static_cast<int64_t>(dtype_size(p.act))) % 16 == 0 && a16(p.q) &&
-                   a16(p.k) && a16(p.v);
+  const bool vec = dev::aligned16(p.x) && (p.x_stride * static_cast<int64_t>(dtype_size(p.act))) % 16 == 0 &&
+                   dev::aligned16(p.q) && dev::aligned16(p.k) && dev::aligned16(p.v);
   const dim3 grid(c.grid.x, c.grid.y, c.grid.z);
   if (p.act == DType::bf16) {
     return vec ? launch_k<DType::bf16, true>(p, grid, stream) : launch_k<DType::bf16, false>(p, grid, stream);

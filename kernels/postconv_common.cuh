@@ -95,7 +95,6 @@ __device__ __forceinline__ void warp_l2norm_row(const void* in, DType in_t, int6
 }
 
 // --- v copy ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // dst[0..n) = src[0..n) converted (exact when the dtypes match; one rounding f32 -> bf16), by `nt`
 // threads starting at `tid`. Same dtype, 16-byte aligned ends and a multiple of 16 bytes: 16-byte
@@ -106,7 +105,7 @@ __device__ __forceinline__ void copy_row(const void* src, DType ts, int64_t src0
   const char* s = static_cast<const char*>(src) + src0 * es;
   char* d = static_cast<char*>(dst) + dst0 * static_cast<int64_t>(dtype_size(td));
   const int64_t bytes = n * es;
-  if (ts == td && aligned16(s) && aligned16(d) && bytes % 16 == 0) {
+  if (ts == td && dev::aligned16(s) && dev::aligned16(d) && bytes % 16 == 0) {
     const auto* s4 = reinterpret_cast<const uint4*>(s);
     auto* d4 = reinterpret_cast<uint4*>(d);
     const int n16 = static_cast<int>(bytes / 16);

@@ -133,9 +133,9 @@ cudaError_t launch_token_tile(const PostconvParams& p, const LaunchContract<Post
   if (p.Dk != kD || p.Dv != kD || c.block.x != 128 || c.block.y != 1 || c.block.z != 1) return cudaErrorInvalidValue;
   // 16-byte vectors need 16-byte aligned rows: base pointers and the conv row pitch (the column
   // offsets are multiples of 8 elements).
-  const auto a16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
-  const bool vec = a16(p.conv) && (p.conv_stride * static_cast<int64_t>(dtype_size(p.conv_dtype))) % 16 == 0 &&
-                   a16(p.q) && a16(p.k) && a16(p.v);
+  const bool vec = dev::aligned16(p.conv) &&
+                   (p.conv_stride * static_cast<int64_t>(dtype_size(p.conv_dtype))) % 16 == 0 && dev::aligned16(p.q) &&
+                   dev::aligned16(p.k) && dev::aligned16(p.v);
   const dim3 grid(c.grid.x, c.grid.y, c.grid.z), block(c.block.x, c.block.y, c.block.z);
   const bool in_bf16 = p.conv_dtype == DType::bf16, out_bf16 = p.qkv_dtype == DType::bf16;
   if (in_bf16 && out_bf16) {

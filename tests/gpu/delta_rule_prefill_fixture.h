@@ -86,4 +86,34 @@ inline Problem make_problem(Shape sh, DType t, const std::vector<int32_t>& lens,
   return P;
 }
 
+// The live sequences of `whole` cut to token ranges [begin[n], begin[n] + lens[n]) (rows of the
+// whole batch), as a batch of their own: same slots, history flag `hist`, starting state `state`.
+// Prefilling the first parts, then the rest with history, must agree with prefilling `whole`.
+inline Problem segment_problem(const Problem& whole, const std::vector<int64_t>& begin,
+                               const std::vector<int32_t>& lens, uint8_t hist, const std::vector<float>& state) {
+  const Shape sh = whole.sh;
+  const size_t n_seqs = lens.size();
+  Problem P = whole;
+  P.cu.assign(1, 0);
+  for (int32_t l : lens) P.cu.push_back(P.cu.back() + l);
+  P.T = P.cu.back();
+  P.max_tokens = P.T;
+  P.max_seqs = P.n_live = static_cast<int>(n_seqs);
+  P.hist.assign(n_seqs, hist);
+  P.slots.assign(whole.slots.begin(), whole.slots.begin() + static_cast<int64_t>(n_seqs));
+  P.state0 = state;
+  const auto gather = [&](const std::vector<float>& src, int64_t width) {  // [T, width] rows of the parts
+    std::vector<float> dst;
+    for (size_t n = 0; n < n_seqs; ++n)
+      dst.insert(dst.end(), src.begin() + begin[n] * width, src.begin() + (begin[n] + lens[n]) * width);
+    return dst;
+  };
+  P.q = gather(whole.q, static_cast<int64_t>(sh.Hk) * sh.Dk);
+  P.k = gather(whole.k, static_cast<int64_t>(sh.Hk) * sh.Dk);
+  P.v = gather(whole.v, P.row());
+  P.g = gather(whole.g, sh.Hv);
+  P.beta = gather(whole.beta, sh.Hv);
+  return P;
+}
+
 }  // namespace sg::test::drp

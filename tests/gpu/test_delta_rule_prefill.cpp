@@ -35,6 +35,7 @@ using test::DevBuf;
 namespace {
 
 using test::drp::make_problem;
+using test::drp::segment_problem;
 using test::drp::Problem;
 using test::drp::Shape;
 
@@ -267,26 +268,7 @@ TEST_CASE("delta-rule prefill: two segments with history give the bytes of one p
 
     auto segment = [&](const std::vector<int64_t>& begin, const std::vector<int32_t>& lens, uint8_t hist,
                        const std::vector<float>& state) {
-      Problem P = whole;
-      P.cu.assign(1, 0);
-      for (int32_t l : lens) P.cu.push_back(P.cu.back() + l);
-      P.T = P.cu.back();
-      P.max_tokens = P.T;
-      P.max_seqs = P.n_live = 2;
-      P.hist = {hist, hist};
-      P.slots = {2, 6};
-      P.state0 = state;
-      auto gather = [&](const std::vector<float>& src, int64_t width) {
-        std::vector<float> dst;
-        for (int n = 0; n < 2; ++n)
-          dst.insert(dst.end(), src.begin() + begin[n] * width, src.begin() + (begin[n] + lens[n]) * width);
-        return dst;
-      };
-      P.q = gather(whole.q, sh.Hk * sh.Dk);
-      P.k = gather(whole.k, sh.Hk * sh.Dk);
-      P.v = gather(whole.v, sh.Hv * sh.Dv);
-      P.g = gather(whole.g, sh.Hv);
-      P.beta = gather(whole.beta, sh.Hv);
+      const Problem P = segment_problem(whole, begin, lens, hist, state);
       const DevProblem d(P);
       return run_prefill(P, d, 0, 0xA5);
     };

@@ -42,6 +42,7 @@ constexpr double kTolF32 = 1e-5;   // normalised, outputs (f32) and state: delta
 constexpr double kTolBf16 = 8e-3;  // normalised, bf16 outputs
 
 using test::drp::make_problem;
+using test::drp::segment_problem;
 using test::drp::Problem;
 using test::drp::Shape;
 
@@ -298,25 +299,7 @@ TEST_CASE("chunked delta-rule prefill: two segments with history agree with one 
     const Result rwhole = run(whole, rw, Kernel::chunked);
     auto segment = [&](const std::vector<int64_t>& begin, const std::vector<int32_t>& lens, uint8_t hist,
                        const std::vector<float>& state) {
-      Problem P = whole;
-      P.cu = {0, lens[0], lens[0] + lens[1]};
-      P.T = P.cu.back();
-      P.max_tokens = P.T;
-      P.max_seqs = P.n_live = 2;
-      P.hist = {hist, hist};
-      P.slots = {2, 6};
-      P.state0 = state;
-      auto gather = [&](const std::vector<float>& src, int64_t width) {
-        std::vector<float> dst;
-        for (int n = 0; n < 2; ++n)
-          dst.insert(dst.end(), src.begin() + begin[n] * width, src.begin() + (begin[n] + lens[n]) * width);
-        return dst;
-      };
-      P.q = gather(whole.q, sh.Hk * sh.Dk);
-      P.k = gather(whole.k, sh.Hk * sh.Dk);
-      P.v = gather(whole.v, P.row());
-      P.g = gather(whole.g, sh.Hv);
-      P.beta = gather(whole.beta, sh.Hv);
+      const Problem P = segment_problem(whole, begin, lens, hist, state);
       Rig rig(P);
       return run(P, rig, Kernel::chunked);
     };

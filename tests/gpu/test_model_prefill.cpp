@@ -76,6 +76,61 @@ ModelStepOptions prefill_options(DType act) {
 // 2^-9 before the attention reads them); see test_model_step.cpp.
 double f32_tolerance(const ModelStep& step) { return step.kv_cache_dtype() == DType::f32 ? 1e-4 : 2e-2; }
 
+// One prefill request of the parity tests: n tokens from position `start` into `slot`.
+struct Req {
+  int slot, n, start;
+};
+
+// Prefills `reqs` in one graphed step and checks each request's last-token logits against every
+// reference (each prefilling that request alone) within tol, and its greedy token against the
+// logits' argmax; empty requests get zero logits and token 0.
+void check_prefill(ModelStep& step, const std::vector<ReferenceModel*>& refs, const std::vector<Req>& reqs, int V,
+                   double tol) {
+  std::vector<PrefillRequest> batch;
+  for (const Req& r : reqs) batch.push_back({r.slot, tokens_for(r.slot, r.n, V, r.start), r.start});
+  const PrefillOutput g = step.prefill(batch, RunMode::graph);
+  REQUIRE(g.logits.size() == reqs.size() * static_cast<size_t>(V));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    CAPTURE(i, reqs[i].slot, reqs[i].n, reqs[i].start);
+    const float* gr = g.logits.data() + i * V;
+    if (reqs[i].n == 0) {
+      CHECK(std::all_of(gr, gr + V, [](float x) { return x == 0.0f; }));
+      CHECK(g.tokens[i] == 0);
+      continue;
+    }
+    for (size_t k = 0; k < refs.size(); ++k) {
+      const std::vector<float> c = refs[k]->prefill({Sequence{reqs[i].slot, widen(batch[i].tokens)}});
+      const double e = normalised_error(gr, c.data(), static_cast<size_t>(V));
+      INFO("reference " << k << ": normalised max logit error " << e << " (tolerance " << tol << ")");
+      CHECK(e <= tol);
+    }
+    CHECK(g.tokens[i] == ref::argmax(gr, V));
+  }
+}
+
+// Three graphed decode steps on `slots` at positions pos, pos + 1, pos + 2 after the prefills:
+// logits within tol of refs[0]; every reference takes the same steps.
+void check_decode_after(ModelStep& step, const std::vector<ReferenceModel*>& refs, const std::vector<int32_t>& slots,
+                        const std::vector<int32_t>& pos, int V, double tol) {
+  for (int t = 0; t < 3; ++t) {
+    std::vector<DecodeRequest> reqs;
+    std::vector<int> rs;
+    std::vector<int64_t> rt;
+    for (size_t r = 0; r < slots.size(); ++r) {
+      const int32_t tok = tokens_for(100 + t, 1, V, static_cast<int>(r))[0];
+      reqs.push_back({slots[r], tok, pos[r] + t});
+      rs.push_back(slots[r]);
+      rt.push_back(tok);
+    }
+    const DecodeOutput g = step.decode(reqs, RunMode::graph);
+    const std::vector<float> c = refs[0]->decode(rs, rt);
+    for (size_t k = 1; k < refs.size(); ++k) refs[k]->decode(rs, rt);
+    const double e = normalised_error(g.logits.data(), c.data(), c.size());
+    INFO("decode step " << t << " after prefill: normalised error " << e);
+    CHECK(e <= tol);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("model prefill matches the CPU reference, with history and decode after it", "[gpu][model][prefill]") {
@@ -91,51 +146,11 @@ TEST_CASE("model prefill matches the CPU reference, with history and decode afte
     const int V = cfg.vocab;
 
     // Fresh: lengths 1, 7, 19 and an empty request.
-    struct Req {
-      int slot, n, start;
-    };
-    auto run = [&](const std::vector<Req>& reqs) {
-      std::vector<PrefillRequest> batch;
-      for (const Req& r : reqs) batch.push_back({r.slot, tokens_for(r.slot, r.n, V, r.start), r.start});
-      const PrefillOutput g = step.prefill(batch, RunMode::graph);
-      REQUIRE(g.logits.size() == reqs.size() * static_cast<size_t>(V));
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        CAPTURE(i, reqs[i].slot, reqs[i].n, reqs[i].start);
-        const float* gr = g.logits.data() + i * V;
-        if (reqs[i].n == 0) {
-          CHECK(std::all_of(gr, gr + V, [](float x) { return x == 0.0f; }));
-          CHECK(g.tokens[i] == 0);
-          continue;
-        }
-        const std::vector<float> c = ref.prefill({Sequence{reqs[i].slot, widen(batch[i].tokens)}});
-        const double e = normalised_error(gr, c.data(), static_cast<size_t>(V));
-        INFO("normalised max logit error " << e << " (tolerance " << tol << ")");
-        CHECK(e <= tol);
-        CHECK(g.tokens[i] == ref::argmax(gr, V));
-      }
-    };
-    run({{5, 1, 0}, {1, 7, 0}, {3, 19, 0}, {0, 0, 0}});
+    check_prefill(step, {&ref}, {{5, 1, 0}, {1, 7, 0}, {3, 19, 0}, {0, 0, 0}}, V, tol);
     // Continuing prefills (history): short (< K-1), across conv chunks, and a fresh one beside them.
-    run({{1, 2, 7}, {5, 33, 1}, {6, 9, 0}, {3, 1, 19}});
+    check_prefill(step, {&ref}, {{1, 2, 7}, {5, 33, 1}, {6, 9, 0}, {3, 1, 19}}, V, tol);
     // Decode after prefill.
-    for (int t = 0; t < 3; ++t) {
-      const std::vector<int32_t> slots = {1, 5, 6, 3};
-      const std::vector<int32_t> pos = {9, 34, 9, 20};
-      std::vector<DecodeRequest> reqs;
-      std::vector<int> rs;
-      std::vector<int64_t> rt;
-      for (size_t r = 0; r < slots.size(); ++r) {
-        const int32_t tok = tokens_for(100 + t, 1, V, static_cast<int>(r))[0];
-        reqs.push_back({slots[r], tok, pos[r] + t});
-        rs.push_back(slots[r]);
-        rt.push_back(tok);
-      }
-      const DecodeOutput g = step.decode(reqs, RunMode::graph);
-      const std::vector<float> c = ref.decode(rs, rt);
-      const double e = normalised_error(g.logits.data(), c.data(), c.size());
-      INFO("decode step " << t << " after prefill: normalised error " << e);
-      CHECK(e <= tol);
-    }
+    check_decode_after(step, {&ref}, {1, 5, 6, 3}, {9, 34, 9, 20}, V, tol);
     CHECK(step.eager_fallbacks() == 0);
   }
 }
@@ -506,54 +521,9 @@ TEST_CASE("model prefill with the chunked delta rule matches the CPU reference",
       }
       CHECK(chunked_nodes == static_cast<size_t>(cfg.num_linear_attention()));
     }
-    struct Req {
-      int slot, n, start;
-    };
-    auto run = [&](const std::vector<Req>& reqs) {
-      std::vector<PrefillRequest> batch;
-      for (const Req& r : reqs) batch.push_back({r.slot, tokens_for(r.slot, r.n, V, r.start), r.start});
-      const PrefillOutput g = step.prefill(batch, RunMode::graph);
-      REQUIRE(g.logits.size() == reqs.size() * static_cast<size_t>(V));
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        CAPTURE(i, reqs[i].slot, reqs[i].n, reqs[i].start);
-        const float* gr = g.logits.data() + i * V;
-        if (reqs[i].n == 0) {
-          CHECK(std::all_of(gr, gr + V, [](float x) { return x == 0.0f; }));
-          CHECK(g.tokens[i] == 0);
-          continue;
-        }
-        const std::vector<float> c = ref.prefill({Sequence{reqs[i].slot, widen(batch[i].tokens)}});
-        const std::vector<float> cc = ref_chunked.prefill({Sequence{reqs[i].slot, widen(batch[i].tokens)}});
-        const double e = normalised_error(gr, c.data(), static_cast<size_t>(V));
-        const double ec = normalised_error(gr, cc.data(), static_cast<size_t>(V));
-        INFO("normalised max logit error " << e << " (recurrent reference), " << ec << " (chunked reference), tolerance "
-                                           << tol);
-        CHECK(e <= tol);
-        CHECK(ec <= tol);
-        CHECK(g.tokens[i] == ref::argmax(gr, V));
-      }
-    };
-    run({{5, 1, 0}, {1, 7, 0}, {3, 90, 0}, {0, 0, 0}});
-    run({{1, 2, 7}, {5, 70, 1}, {6, 9, 0}, {3, 1, 90}});
-    for (int t = 0; t < 3; ++t) {
-      const std::vector<int32_t> slots = {1, 5, 6, 3};
-      const std::vector<int32_t> pos = {9, 71, 9, 91};
-      std::vector<DecodeRequest> reqs;
-      std::vector<int> rs;
-      std::vector<int64_t> rt;
-      for (size_t r = 0; r < slots.size(); ++r) {
-        const int32_t tok = tokens_for(100 + t, 1, V, static_cast<int>(r))[0];
-        reqs.push_back({slots[r], tok, pos[r] + t});
-        rs.push_back(slots[r]);
-        rt.push_back(tok);
-      }
-      const DecodeOutput g = step.decode(reqs, RunMode::graph);
-      const std::vector<float> c = ref.decode(rs, rt);
-      ref_chunked.decode(rs, rt);
-      const double e = normalised_error(g.logits.data(), c.data(), c.size());
-      INFO("decode step " << t << " after a chunked prefill: normalised error " << e);
-      CHECK(e <= tol);
-    }
+    check_prefill(step, {&ref, &ref_chunked}, {{5, 1, 0}, {1, 7, 0}, {3, 90, 0}, {0, 0, 0}}, V, tol);
+    check_prefill(step, {&ref, &ref_chunked}, {{1, 2, 7}, {5, 70, 1}, {6, 9, 0}, {3, 1, 90}}, V, tol);
+    check_decode_after(step, {&ref, &ref_chunked}, {1, 5, 6, 3}, {9, 71, 9, 91}, V, tol);
     CHECK(step.eager_fallbacks() == 0);
   }
 }

@@ -33,11 +33,26 @@ std::ostream& operator<<(std::ostream& os, const Dim3& d) { return os << to_stri
 
 // --- conv.update ----------------------------------------------------------------------------------
 
+int conv_update_fast_channels(int rows, int C) {
+  for (int v : kConvUpdateFastChannelChoices) {  // largest first
+    if (static_cast<int64_t>(rows) * ceil_div(C, v) >= kConvUpdateFastWaveThreads) return v;
+  }
+  return kConvUpdateFastChannelChoices.back();
+}
+
 LaunchContract<ConvUpdateArm> conv_update_contract(ConvUpdateArm requested, const ConvUpdateShape& s) {
   constexpr std::string_view op = "conv.update";
   if (s.rows < 1) bad_shape(op, fmt::format("rows must be >= 1 (got {})", s.rows));
   if (s.C < 1) bad_shape(op, fmt::format("C must be >= 1 (got {})", s.C));
   check_k(op, s.K);
+  const auto& vs = kConvUpdateFastChannelChoices;
+  if (s.channels != 0 && std::find(vs.begin(), vs.end(), s.channels) == vs.end()) {
+    bad_shape(op, fmt::format("channels per thread must be 0 (pick), 2, 4 or 8 (got {})", s.channels));
+  }
+  const auto& bs = kConvUpdateFastBlockChoices;
+  if (s.block != 0 && std::find(bs.begin(), bs.end(), s.block) == bs.end()) {
+    bad_shape(op, fmt::format("block must be 0 (default), 128, 256 or 512 threads (got {})", s.block));
+  }
   LaunchContract<ConvUpdateArm> c;
   c.arm = requested;
   switch (requested) {
@@ -48,12 +63,16 @@ LaunchContract<ConvUpdateArm> conv_update_contract(ConvUpdateArm requested, cons
       c.kernel = "conv_update_grid";
       return c;
     }
-    case ConvUpdateArm::fast:
+    case ConvUpdateArm::fast: {
       check_grid_y(op, s.rows, "rows");
-      c.block = {kConvUpdateFastBlock, 1, 1};
-      c.grid = {ceil_div(s.C, kConvUpdateFastBlock * kConvUpdateFastChannels), static_cast<unsigned>(s.rows), 1};
+      const int v = s.channels != 0 ? s.channels : conv_update_fast_channels(s.rows, s.C);
+      const unsigned b = s.block != 0 ? static_cast<unsigned>(s.block) : kConvUpdateFastBlock;
+      c.block = {b, 1, 1};
+      c.grid = {ceil_div(s.C, int64_t{b} * v), static_cast<unsigned>(s.rows), 1};
       c.kernel = "conv_update_fast";
+      c.per_thread = v;
       return c;
+    }
   }
   throw std::invalid_argument(fmt::format("conv.update: arm index {} out of range", static_cast<int>(requested)));
 }

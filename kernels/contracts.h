@@ -31,6 +31,9 @@ struct LaunchContract {
   size_t smem_bytes = 0;        // dynamic shared memory
   std::string_view kernel;      // stable short name, e.g. "conv_update_grid" (static storage)
   std::string fallback_reason;  // empty when the requested arm runs
+  // Work items per thread where an arm builds several (a compile-time choice the launcher must
+  // honour; it also sets the grid): conv.update fast: channels per thread (2, 4, 8). 0 elsewhere.
+  int per_thread = 0;
 };
 
 // CUDA's limit on gridDim.y and gridDim.z; contracts that would exceed it throw.
@@ -42,17 +45,37 @@ inline constexpr unsigned kConvUpdateGridBlock = 256;
 // The grid arm's grid-stride loop is capped at 8 blocks x 132 SMs (H100/H200); a constant, so the
 // contract does not depend on the device.
 inline constexpr unsigned kConvUpdateGridMaxBlocks = 1056;
-inline constexpr unsigned kConvUpdateFastBlock = 128;
-inline constexpr unsigned kConvUpdateFastChannels = 8;  // consecutive channels per fast-arm thread
+inline constexpr unsigned kConvUpdateFastBlock = 128;  // the fast arm's default threads per block
+// The fast arm's block sizes a kernel is built for (the launch bound is the largest).
+inline constexpr std::array<int, 3> kConvUpdateFastBlockChoices = {128, 256, 512};
+// The fast arm's consecutive channels per thread, V: one of these (a kernel is built for each).
+inline constexpr std::array<int, 3> kConvUpdateFastChannelChoices = {8, 4, 2};
+// The decode update is latency-bound (~4 MB at the 4B shape), so the pick wants enough threads in
+// flight to fill the GPU once: 132 SMs x 2048 resident threads (H100/H200); a constant, so the
+// contract does not depend on the device. Measured on the H200 (BENCHMARKS.md, session 4), 32 rows,
+// 4B / 27B: V = 2 3.05 / 3.72 us, V = 4 3.18 / 3.85, V = 8 4.45 / 5.15 (the pick is 2 for both);
+// 256 or 512 threads per block instead of 128 changes V = 2 by < 1%. `stepgraph kernels --op
+// conv.update --conv-update-channels 2,4,8 --conv-update-blocks 128,256,512` repeats the sweep.
+inline constexpr int64_t kConvUpdateFastWaveThreads = 132 * 2048;
 
 struct ConvUpdateShape {
   int rows = 0;  // padded batch (part of the graph key)
   int C = 0;     // channels
   int K = 0;     // conv width, 2..8
+  int channels = 0;  // fast arm: channels per thread, 2, 4 or 8; 0 = conv_update_fast_channels(rows, C)
+                     // (a sweep knob: every V gives the same bytes; the grid arm ignores it)
+  int block = 0;     // fast arm: threads per block, 128, 256 or 512; 0 = kConvUpdateFastBlock
+                     // (a sweep knob as `channels`)
 };
+// The fast arm's V for a shape: the largest of 8, 4, 2 whose working threads rows * ceil(C / V)
+// fill at least one wave (kConvUpdateFastWaveThreads), else 2 (the 4B and 27B decode shapes at
+// 32 rows get 2). Pure; rows >= 1 and C >= 1 assumed (the contract validates them first).
+int conv_update_fast_channels(int rows, int C);
 // grid:  block 256, grid x = min(ceil(rows*C/256), 1056), grid-stride loop over (row, channel).
-// fast:  block 128, grid (ceil(C/(128*8)), rows): each thread handles 8 consecutive channels.
-// Throws std::invalid_argument on rows < 1, C < 1, K outside 2..8, or rows > 65535 (fast).
+// fast:  block B = s.block or 128, grid (ceil(C/(B*V)), rows), V = per_thread = s.channels or the
+//        pick above: each thread handles V consecutive channels.
+// Throws std::invalid_argument on rows < 1, C < 1, K outside 2..8, channels not 0, 2, 4 or 8, block
+// not 0, 128, 256 or 512, or rows > 65535 (fast).
 LaunchContract<ConvUpdateArm> conv_update_contract(ConvUpdateArm requested, const ConvUpdateShape& s);
 LaunchContract<ConvUpdateArm> conv_update_contract(const ArmSelection& sel, const ConvUpdateShape& s);
 

@@ -1,6 +1,7 @@
 // conv_update.h: the GDN causal conv, decode form (one new token per row), over slot-indexed
-// conv state. Arms: `grid` (grid-stride reference) and `fast` (2-D grid, 8 channels per thread with
-// 16-byte loads and stores where dtypes and alignment allow; see conv_update.cu).
+// conv state. Arms: `grid` (grid-stride reference) and `fast` (2-D grid, V = 2, 4 or 8 channels per
+// thread, V from the contract; whole 4-, 8- or 16-byte loads and stores where dtypes and alignment
+// allow; see conv_update.cu).
 // Both compute acc = bias; acc = fmaf(w[c][j], tap_j, acc) for j = 0..K-1; out = silu(acc).
 #pragma once
 #include <cuda_runtime_api.h>

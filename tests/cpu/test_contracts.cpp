@@ -1,6 +1,6 @@
 // CPU tests of kernels/contracts.h: grid, block, shared memory and fallbacks of every op's launch
-// contract; the conv prefill chunk descriptors against their worst-case bound; dispatch() running
-// exactly the contract's arm.
+// contract (conv.update's in test_conv_update_contract.cpp); the conv prefill chunk descriptors
+// against their worst-case bound; dispatch() running exactly the contract's arm.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -53,91 +53,6 @@ std::vector<std::vector<int>> worst_chunks_table(int max_T, int max_n, int ct) {
 }
 
 }  // namespace
-
-// --- conv.update ----------------------------------------------------------------------------------
-
-TEST_CASE("conv.update contract: grid and fast arms", "[contracts]") {
-  SECTION("Qwen3.5-4B decode: C = 8192, K = 4, rows 32") {
-    auto g = conv_update_contract(ConvUpdateArm::grid, {32, 8192, 4});
-    CHECK(g.arm == ConvUpdateArm::grid);
-    CHECK(dims(g.block) == "(256, 1, 1)");
-    CHECK(dims(g.grid) == "(1024, 1, 1)");  // 32*8192/256 = 1024 <= 1056
-    CHECK(g.smem_bytes == 0);
-    CHECK(g.kernel == "conv_update_grid");
-    CHECK(g.fallback_reason.empty());
-    auto f = conv_update_contract(ConvUpdateArm::fast, {32, 8192, 4});
-    CHECK(f.arm == ConvUpdateArm::fast);
-    CHECK(dims(f.block) == "(128, 1, 1)");
-    CHECK(dims(f.grid) == "(8, 32, 1)");  // 8192 / (128 threads x 8 channels)
-    CHECK(f.kernel == "conv_update_fast");
-    CHECK(f.fallback_reason.empty());
-  }
-  SECTION("27B decode: C = 10240 (grid arm capped at 1056 blocks)") {
-    CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {32, 10240, 4}).grid) == "(1056, 1, 1)");  // 1280 capped
-    CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {512, 10240, 4}).grid) == "(1056, 1, 1)");
-    CHECK(dims(conv_update_contract(ConvUpdateArm::fast, {32, 10240, 4}).grid) == "(10, 32, 1)");
-    CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {33, 8192, 4}).grid) == "(1056, 1, 1)");  // 1056 exactly
-    CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {1, 8192, 4}).grid) == "(32, 1, 1)");
-  }
-  SECTION("awkward C") {
-    struct Row {
-      int rows, C;
-      const char *grid, *fast;
-    };
-    for (const Row& r : {Row{1, 1, "(1, 1, 1)", "(1, 1, 1)"}, Row{1, 127, "(1, 1, 1)", "(1, 1, 1)"},
-                         Row{1, 129, "(1, 1, 1)", "(1, 1, 1)"}, Row{1, 385, "(2, 1, 1)", "(1, 1, 1)"},
-                         Row{3, 1, "(1, 1, 1)", "(1, 3, 1)"}, Row{3, 127, "(2, 1, 1)", "(1, 3, 1)"},
-                         Row{3, 129, "(2, 1, 1)", "(1, 3, 1)"}, Row{3, 385, "(5, 1, 1)", "(1, 3, 1)"},
-                         Row{32, 127, "(16, 1, 1)", "(1, 32, 1)"}, Row{32, 129, "(17, 1, 1)", "(1, 32, 1)"},
-                         Row{32, 385, "(49, 1, 1)", "(1, 32, 1)"}, Row{1, 1024, "(4, 1, 1)", "(1, 1, 1)"},
-                         Row{1, 1025, "(5, 1, 1)", "(2, 1, 1)"}, Row{2, 3000, "(24, 1, 1)", "(3, 2, 1)"}}) {
-      CAPTURE(r.rows, r.C);
-      for (int K = kConvMinK; K <= kConvMaxK; ++K) {
-        CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {r.rows, r.C, K}).grid) == r.grid);
-        CHECK(dims(conv_update_contract(ConvUpdateArm::fast, {r.rows, r.C, K}).grid) == r.fast);
-      }
-    }
-  }
-  SECTION("the grid arm covers every (row, channel) in one pass or a grid-stride loop") {
-    for (int rows : {1, 2, 7, 32, 64, 257}) {
-      for (int C : {1, 127, 129, 385, 1024, 8192, 10240}) {
-        auto g = conv_update_contract(ConvUpdateArm::grid, {rows, C, 4});
-        auto f = conv_update_contract(ConvUpdateArm::fast, {rows, C, 4});
-        const int64_t n = int64_t(rows) * C;
-        CAPTURE(rows, C);
-        CHECK(g.grid.x >= 1);
-        CHECK(g.grid.x <= kConvUpdateGridMaxBlocks);
-        // Either one thread per element, or the cap (and the loop strides over the rest).
-        CHECK((int64_t(g.grid.x) * g.block.x >= n || g.grid.x == kConvUpdateGridMaxBlocks));
-        CHECK(int64_t(g.grid.x - 1) * g.block.x < n);  // no block entirely idle
-        const int64_t per_block = int64_t(f.block.x) * kConvUpdateFastChannels;  // channels
-        CHECK(int64_t(f.grid.x) * per_block >= C);
-        CHECK(int64_t(f.grid.x - 1) * per_block < C);
-        CHECK(f.grid.y == unsigned(rows));
-      }
-    }
-  }
-  SECTION("the ArmSelection overload uses the selection's arm") {
-    ArmSelection s;
-    CHECK(conv_update_contract(s, {32, 8192, 4}).kernel == "conv_update_fast");
-    s.conv_update = ConvUpdateArm::grid;
-    CHECK(conv_update_contract(s, {32, 8192, 4}).kernel == "conv_update_grid");
-  }
-  SECTION("invalid shapes") {
-    for (auto arm : {ConvUpdateArm::grid, ConvUpdateArm::fast}) {
-      CHECK(contains(invalid_argument_of([&] { conv_update_contract(arm, {32, 8192, 1}); }), "K must be 2..8 (got K=1)"));
-      CHECK(contains(invalid_argument_of([&] { conv_update_contract(arm, {32, 8192, 9}); }), "K must be 2..8 (got K=9)"));
-      CHECK_THROWS_AS(conv_update_contract(arm, {0, 8192, 4}), std::invalid_argument);
-      CHECK_THROWS_AS(conv_update_contract(arm, {-1, 8192, 4}), std::invalid_argument);
-      CHECK_THROWS_AS(conv_update_contract(arm, {32, 0, 4}), std::invalid_argument);
-      CHECK(contains(invalid_argument_of([&] { conv_update_contract(arm, {32, 0, 4}); }), "conv.update"));
-    }
-    // The fast arm puts rows on grid y.
-    CHECK_THROWS_AS(conv_update_contract(ConvUpdateArm::fast, {65536, 128, 4}), std::invalid_argument);
-    CHECK(conv_update_contract(ConvUpdateArm::fast, {65535, 128, 4}).grid.y == 65535);
-    CHECK(conv_update_contract(ConvUpdateArm::grid, {65536, 128, 4}).grid.x == kConvUpdateGridMaxBlocks);
-  }
-}
 
 // --- postconv -------------------------------------------------------------------------------------
 

@@ -1,19 +1,26 @@
 // GPU tests of the decode conv update (kernels/conv_update.h, ARMS.md's byte-exact matrix):
-// - `fast` gives `grid`'s raw bytes of the outputs and of the whole conv state, for K in {2, 3, 4, 5, 8},
-//   C in {1, 127, 129, 385, 1024, 8192, 10240}, activations f32/bf16, state bf16/f32, with and
-//   without bias and SiLU (x row strides C, C+5, C+8: both of fast's bodies, vec and scalar);
+// - `fast` at every V (channels per thread: 2, 4, 8), at 128 threads per block and at 256 or 512,
+//   gives `grid`'s raw bytes of the outputs and of the whole conv state, for K in {2, 3, 4, 5, 8}, C in {1, 127, 129, 385, 1024, 1028, 1030, 8192,
+//   10240} (1028, 1030: C a multiple of 4 / 2 but not of 8 / 4), activations f32/bf16, state
+//   bf16/f32, with and without bias and SiLU (x row strides C, C+5, C+8);
+// - every fast launch runs inside a captured graph, so the test reads back which body ran: the vec
+//   body (conv_update_fast_kernel<V, ...>) exactly when K <= 5, C % V == 0 and every buffer is
+//   aligned to its access width (x's row stride included), else the scalar body
+//   (conv_update_fast_scalar_kernel<V>); each (V, K <= 5) runs both bodies somewhere in the matrix;
 // - padding rows (slot -1) get all-zero output bytes and no state is read or written for them; slots
 //   no row uses keep their bytes; x is read through a row stride > C whose gap holds NaN that must
 //   never be read; outputs start poisoned (0xA5);
 // - against ref::conv_update: the state byte-exact (pure data movement and one rounding of x);
 //   outputs f32 within 1e-6 + 1e-5 |ref|, bf16 within one bf16 ulp of |ref| (GPU expf vs
 //   std::exp differ by an ulp, which can move a SiLU output across a rounding boundary);
-// - structure: one captured launch per arm; the node names the contract's kernel, grid and block
-//   (and, for fast on aligned bf16, its 16-byte body); misaligned bases take fast's scalar body and
-//   give the same bytes; NaN payloads in the state roll bit for bit in both arms.
+// - structure: one captured launch per arm (and per V); the node names the contract's kernel, grid
+//   and block; each base alone misaligned takes fast's scalar body at every V and gives the same
+//   bytes; NaN payloads in the state roll bit for bit in both arms; the launcher refuses a contract
+//   that is not the contract function's (a V that does not match the grid).
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,6 +30,7 @@
 #include "engine/tensor.h"
 #include "graphs/graph.h"
 #include "graphs/manifest.h"
+#include "graphs/node_timer.h"
 #include "kernels/contracts.h"
 #include "kernels/conv_update.h"
 #include "kernels/ref/conv_ref.h"
@@ -83,7 +91,10 @@ Inputs make_inputs(const Case& c) {
 
 struct Result {
   std::vector<uint8_t> out, state;
+  std::string kernel;  // short name of the kernel that ran (node_timer.h's short_kernel_name)
 };
+
+constexpr int kVs[] = {2, 4, 8};  // the fast arm's channels per thread (kConvUpdateFastChannelChoices)
 
 ConvUpdateParams params(const Case& c, const Inputs& in, const DevBuf& out, const DevBuf& state) {
   ConvUpdateParams p;
@@ -104,14 +115,49 @@ ConvUpdateParams params(const Case& c, const Inputs& in, const DevBuf& out, cons
   return p;
 }
 
-Result run_arm(const Case& c, const Inputs& in, ConvUpdateArm arm) {
+// The contract of `arm` for the case; v = the fast arm's channels per thread (0: the pick), b its
+// threads per block (0: the default, 128).
+LaunchContract<ConvUpdateArm> contract_of(const Case& c, ConvUpdateArm arm, int v, int b = 0) {
+  const auto k = conv_update_contract(arm, ConvUpdateShape{c.rows(), c.C, c.K, v, b});
+  REQUIRE(k.arm == arm);
+  if (arm == ConvUpdateArm::fast && v != 0) REQUIRE(k.per_thread == v);
+  if (arm == ConvUpdateArm::fast) REQUIRE(k.block.x == static_cast<unsigned>(b != 0 ? b : 128));
+  return k;
+}
+
+// Launches once inside a captured graph and replays it once: the graph says which kernel ran.
+std::string launch_captured(const ConvUpdateParams& p, const LaunchContract<ConvUpdateArm>& k) {
+  Stream s;
+  check(cudaDeviceSynchronize());  // the buffers' uploads and poison fills, on the legacy stream
+  CapturedGraph g = CapturedGraph::capture("conv.update", s.get(), [&] { check(conv_update(p, k, s.get())); });
+  const Manifest m = build_manifest("conv.update", "", g.graph(), NodeRecorder{});
+  REQUIRE(m.nodes.size() == 1);
+  CHECK(m.nodes[0].grid == k.grid);
+  CHECK(m.nodes[0].block == k.block);
+  g.replay(s.get());
+  s.sync();
+  return short_kernel_name(m.nodes[0].kernel);
+}
+
+Result run_arm(const Case& c, const Inputs& in, ConvUpdateArm arm, int v = 0, int b = 0) {
   DevBuf out(static_cast<size_t>(c.rows()) * c.C * dtype_size(c.act));  // poisoned 0xA5
   DevBuf state = DevBuf::from(in.state, c.state);
-  const auto contract = conv_update_contract(arm, ConvUpdateShape{c.rows(), c.C, c.K});
-  check(conv_update(params(c, in, out, state), contract, nullptr));
-  check(cudaDeviceSynchronize());
-  return {out.download(), state.download()};
+  const std::string kernel = launch_captured(params(c, in, out, state), contract_of(c, arm, v, b));
+  return {out.download(), state.download(), kernel};
 }
+
+// The fast arm's body rule (conv_update.cu), restated: the vec body runs when K is 2..5, x and out
+// share a dtype, C % V == 0 and each buffer is aligned to its access width, the largest of 16, 8, 4
+// bytes dividing one thread's slice (V x or out elements, V (K-1) state elements, V K weights, V
+// bias values). Bases here come from cudaMalloc (256-byte aligned) unless a test shifts them, so
+// only x's row stride can break it.
+int access_width(size_t bytes) { return bytes % 16 == 0 ? 16 : bytes % 8 == 0 ? 8 : 4; }
+bool expect_vec(const Case& c, int v) {
+  const size_t ea = dtype_size(c.act);
+  return c.K >= 2 && c.K <= 5 && c.C % v == 0 && (c.x_stride() * ea) % access_width(v * ea) == 0;
+}
+std::string vec_name(int v) { return fmt::format("conv_update_fast_kernel<{}, ", v); }
+std::string scalar_name(int v) { return fmt::format("conv_update_fast_scalar_kernel<{}>", v); }
 
 std::string describe(const Case& c) {
   return fmt::format("C={} K={} act={} state={} x_stride={} bias={} silu={} seed={}", c.C, c.K, dtype_name(c.act),
@@ -125,18 +171,32 @@ double bf16_ulp(double r) {
   return std::ldexp(1.0, std::ilogb(a) - 7);
 }
 
-void check_case(const Case& c) {
+// Bodies seen per (V, K): {vec runs, scalar runs}.
+using BodyCount = std::map<std::pair<int, int>, std::pair<int, int>>;
+
+void check_case(const Case& c, BodyCount& seen) {
   INFO(describe(c));
   const Inputs in = make_inputs(c);
   const int rows = c.rows(), C = c.C;
   const size_t es = dtype_size(c.act);
 
   const Result grid = run_arm(c, in, ConvUpdateArm::grid);
-  const Result fast = run_arm(c, in, ConvUpdateArm::fast);
-  {
-    INFO("fast vs grid");
-    CHECK(byte_diff(fast.out, grid.out, c.act) == "");
-    CHECK(byte_diff(fast.state, grid.state, c.state) == "");
+  CHECK(grid.kernel == "conv_update_grid_kernel");
+  std::vector<Result> fast;
+  // Every V at the default block (128 threads) and at 256 or 512 (alternating with the seed).
+  for (int v : kVs) {
+    for (int b : {128, c.seed % 2 == 0 ? 256 : 512}) {
+      INFO("fast V=" << v << " block " << b << " vs grid");
+      fast.push_back(run_arm(c, in, ConvUpdateArm::fast, v, b));
+      const Result& f = fast.back();
+      CHECK(byte_diff(f.out, grid.out, c.act) == "");
+      CHECK(byte_diff(f.state, grid.state, c.state) == "");
+      const bool vec = expect_vec(c, v);
+      INFO("kernel " << f.kernel << ", expected the " << (vec ? "vec" : "scalar") << " body");
+      CHECK(f.kernel.rfind(vec ? vec_name(v) : scalar_name(v), 0) == 0);
+      auto& n = seen[{v, c.K}];
+      (vec ? n.first : n.second) += 1;
+    }
   }
 
   // Reference on the same stored values.
@@ -163,7 +223,8 @@ void check_case(const Case& c) {
   }
 
   // Padding rows: all-zero output bytes. Unused slots (and so the padding rows' nonexistent ones):
-  // state bytes unchanged. Live slots changed (a test that cannot fail is a defect).
+  // state bytes unchanged. Live slots changed (a test that cannot fail is a defect). The fast runs
+  // equal grid's bytes (checked above), so grid's state speaks for them.
   const size_t row_bytes = static_cast<size_t>(C) * es;
   const size_t slot_bytes = static_cast<size_t>(C) * (c.K - 1) * dtype_size(c.state);
   const auto state0 = test::to_bytes(in.state, c.state);
@@ -171,7 +232,10 @@ void check_case(const Case& c) {
   for (int r = 0; r < rows; ++r) {
     if (kSlots[r] < 0) {
       bool zero = true;
-      for (size_t i = 0; i < row_bytes; ++i) zero = zero && grid.out[r * row_bytes + i] == 0 && fast.out[r * row_bytes + i] == 0;
+      for (size_t i = 0; i < row_bytes; ++i) {
+        zero = zero && grid.out[r * row_bytes + i] == 0;
+        for (const Result& f : fast) zero = zero && f.out[r * row_bytes + i] == 0;
+      }
       CAPTURE(r);
       CHECK(zero);
     } else {
@@ -180,7 +244,7 @@ void check_case(const Case& c) {
   }
   size_t unused_changed = 0, live_unchanged = 0;
   for (int s = 0; s < kNumSlots; ++s) {
-    const bool same = std::memcmp(fast.state.data() + s * slot_bytes, state0.data() + s * slot_bytes, slot_bytes) == 0;
+    const bool same = std::memcmp(grid.state.data() + s * slot_bytes, state0.data() + s * slot_bytes, slot_bytes) == 0;
     if (live.count(s)) {
       live_unchanged += same;
     } else {
@@ -193,14 +257,15 @@ void check_case(const Case& c) {
 
 }  // namespace
 
-TEST_CASE("conv.update: fast gives grid's bytes, grid matches the reference", "[gpu][conv_update]") {
+TEST_CASE("conv.update: fast at every V gives grid's bytes, grid matches the reference", "[gpu][conv_update]") {
   const DType acts[] = {DType::f32, DType::bf16};
   const DType states[] = {DType::bf16, DType::f32};
   const int pads[] = {0, 5, 8};
   uint64_t seed = 500;
   int n = 0, j = 0;
-  for (int K : {2, 3, 4, 5, 8}) {  // K <= 5: the fast arm's 16-byte body where aligned; 8: its scalar body
-    for (int C : {1, 127, 129, 385, 1024, 8192, 10240}) {
+  BodyCount seen;
+  for (int K : {2, 3, 4, 5, 8}) {  // K <= 5: the fast arm's vec body where aligned; 8: its scalar body
+    for (int C : {1, 127, 129, 385, 1024, 1028, 1030, 8192, 10240}) {
       int i = 0;
       for (DType act : acts) {
         for (DType st : states) {
@@ -209,10 +274,19 @@ TEST_CASE("conv.update: fast gives grid's bytes, grid matches the reference", "[
           const Case c{C, K, act, st, pads[n % 3], m % 2 == 0, m / 2 == 0, seed++};
           ++n;
           ++i;
-          check_case(c);
+          check_case(c, seen);
         }
       }
       ++j;
+    }
+  }
+  // Both bodies ran at every V for K <= 5; only the scalar one for K = 8.
+  for (int v : kVs) {
+    for (int K : {2, 3, 4, 5, 8}) {
+      CAPTURE(v, K);
+      const auto [vec, scalar] = seen[{v, K}];
+      CHECK((K <= 5 ? vec > 0 : vec == 0));
+      CHECK(scalar > 0);
     }
   }
 }
@@ -224,12 +298,17 @@ TEST_CASE("conv.update: each arm's captured node is the contract's kernel, grid 
   DevBuf out(static_cast<size_t>(c.rows()) * c.C * 2);
   DevBuf state = DevBuf::from(in.state, c.state);
   const ConvUpdateParams p = params(c, in, out, state);
-  for (ConvUpdateArm arm : {ConvUpdateArm::grid, ConvUpdateArm::fast}) {
-    CAPTURE(arm_name(arm));
-    const auto contract = conv_update_contract(arm, ConvUpdateShape{c.rows(), c.C, c.K});
-    REQUIRE(contract.arm == arm);
+  check(cudaDeviceSynchronize());
+  struct Run {
+    ConvUpdateArm arm;
+    int v;  // fast: channels per thread (0: the contract's pick)
+  };
+  for (const Run run : {Run{ConvUpdateArm::grid, 0}, Run{ConvUpdateArm::fast, 0}, Run{ConvUpdateArm::fast, 2},
+                        Run{ConvUpdateArm::fast, 4}, Run{ConvUpdateArm::fast, 8}}) {
+    CAPTURE(arm_name(run.arm), run.v);
+    const auto contract = contract_of(c, run.arm, run.v);
     NodeRecorder rec;
-    const std::string name = fmt::format("conv.update {}", arm_name(arm));
+    const std::string name = fmt::format("conv.update {}", arm_name(run.arm));
     CapturedGraph g = CapturedGraph::capture(name, s.get(), [&] {
       check(conv_update(p, contract, s.get()));
       rec.launched(s.get(), {-1, "conv.update", std::string(arm_name(contract.arm)), 0});
@@ -239,10 +318,14 @@ TEST_CASE("conv.update: each arm's captured node is the contract's kernel, grid 
     const ManifestNode& node = m.nodes[0];
     INFO("kernel " << node.kernel << ", contract kernel " << contract.kernel);
     CHECK(node.kernel.find(std::string(contract.kernel)) != std::string::npos);
-    if (arm == ConvUpdateArm::fast) {
-      // The aligned bf16 case runs the 16-byte body (conv_update.cu), not the scalar one.
-      CHECK(node.kernel.find("conv_update_fast_kernel<") != std::string::npos);
+    if (run.arm == ConvUpdateArm::fast) {
+      // The aligned bf16 case runs the vec body (conv_update.cu) of the contract's V, not the scalar one.
+      const int v = run.v != 0 ? run.v : conv_update_fast_channels(c.rows(), c.C);
+      CHECK(contract.per_thread == v);
+      CHECK(short_kernel_name(node.kernel).rfind("conv_update_fast_kernel<", 0) == 0);
+      CHECK(short_kernel_name(node.kernel).rfind(vec_name(v), 0) == 0);
       CHECK(node.kernel.find("scalar") == std::string::npos);
+      CHECK(node.grid.x == static_cast<unsigned>((c.C + 128 * v - 1) / (128 * v)));
     }
     CHECK(node.grid == contract.grid);
     CHECK(node.block == contract.block);
@@ -253,16 +336,38 @@ TEST_CASE("conv.update: each arm's captured node is the contract's kernel, grid 
   }
 }
 
+TEST_CASE("conv.update: the launcher refuses a contract the contract function would not give", "[gpu][conv_update]") {
+  const Case c{1024, 4, DType::bf16, DType::bf16, 0, false, true, 78};
+  const Inputs in = make_inputs(c);
+  DevBuf out(static_cast<size_t>(c.rows()) * c.C * 2);
+  DevBuf state = DevBuf::from(in.state, c.state);
+  const ConvUpdateParams p = params(c, in, out, state);
+  auto k = contract_of(c, ConvUpdateArm::fast, 4);
+  k.per_thread = 8;  // V = 8 on V = 4's grid would leave half the channels undone
+  CHECK(conv_update(p, k, nullptr) == cudaErrorInvalidValue);
+  k.per_thread = 3;  // no such kernel
+  CHECK(conv_update(p, k, nullptr) == cudaErrorInvalidValue);
+  k.per_thread = 0;  // a fast contract always names its V
+  CHECK(conv_update(p, k, nullptr) == cudaErrorInvalidValue);
+  auto g = contract_of(c, ConvUpdateArm::grid, 0);
+  g.per_thread = 2;  // the grid arm has none
+  CHECK(conv_update(p, g, nullptr) == cudaErrorInvalidValue);
+  CHECK(cudaGetLastError() == cudaSuccess);  // nothing was launched
+  CHECK(state.download() == test::to_bytes(in.state, c.state));
+}
+
 namespace {
 
-// Which base of the params is moved one element off 16-byte alignment (none: all aligned).
+// Which base of the params is moved one element off its alignment (none: all aligned).
 enum class Shift { none, x, out, state, w, bias };
 
-// Runs `arm` with one base (or none) moved by one element: the same values, another address.
-Result run_shifted(const Case& c, const Inputs& in, ConvUpdateArm arm, Shift sh) {
-  const auto lead = [](std::vector<float> v, bool on) {
-    if (on) v.insert(v.begin(), 0.0f);
-    return v;
+// Runs `arm` (fast: V = v) with one base (or none) moved by one element: the same values, another
+// address. One element breaks every access width of the vec body (each is at least twice the
+// element size: 4 bytes for bf16 x/out/state at V = 2, 8 bytes for f32 ones and the bias).
+Result run_shifted(const Case& c, const Inputs& in, ConvUpdateArm arm, int v, Shift sh) {
+  const auto lead = [](std::vector<float> vals, bool on) {
+    if (on) vals.insert(vals.begin(), 0.0f);
+    return vals;
   };
   const size_t ea = dtype_size(c.act), es = dtype_size(c.state);
   const size_t out_bytes = static_cast<size_t>(c.rows()) * c.C * ea;
@@ -277,31 +382,36 @@ Result run_shifted(const Case& c, const Inputs& in, ConvUpdateArm arm, Shift sh)
   p.bias = reinterpret_cast<const float*>(static_cast<const char*>(b.data()) + (sh == Shift::bias ? 4 : 0));
   p.state = static_cast<char*>(st.data()) + (sh == Shift::state ? es : 0);
   p.out = static_cast<char*>(out.data()) + (sh == Shift::out ? ea : 0);
-  check(conv_update(p, conv_update_contract(arm, ConvUpdateShape{c.rows(), c.C, c.K}), nullptr));
-  check(cudaDeviceSynchronize());
+  const std::string kernel = launch_captured(p, contract_of(c, arm, v));
   auto o = out.download();
   auto sb = st.download();
   const size_t o0 = sh == Shift::out ? ea : 0, s0 = sh == Shift::state ? es : 0;
   return {std::vector<uint8_t>(o.begin() + o0, o.begin() + o0 + out_bytes),
-          std::vector<uint8_t>(sb.begin() + s0, sb.end())};
+          std::vector<uint8_t>(sb.begin() + s0, sb.end()), kernel};
 }
 
 }  // namespace
 
-TEST_CASE("conv.update: fast falls back to its scalar body when any base is misaligned", "[gpu][conv_update]") {
-  // Each base alone one element off 16 bytes: the 16-byte body would fault or read the wrong
-  // elements, so fast must take its scalar body and still give grid's bytes of the aligned run.
-  for (DType act : {DType::bf16, DType::f32}) {
-    for (DType st : {DType::bf16, DType::f32}) {
-      const Case c{1024, 4, act, st, 0, true, true, 901};
-      INFO(describe(c));
-      const Inputs in = make_inputs(c);
-      const Result ref = run_shifted(c, in, ConvUpdateArm::grid, Shift::none);
-      for (Shift sh : {Shift::none, Shift::x, Shift::out, Shift::state, Shift::w, Shift::bias}) {
-        CAPTURE(static_cast<int>(sh));
-        const Result f = run_shifted(c, in, ConvUpdateArm::fast, sh);
-        CHECK(byte_diff(f.out, ref.out, c.act) == "");
-        CHECK(byte_diff(f.state, ref.state, c.state) == "");
+TEST_CASE("conv.update: fast falls back to its scalar body at every V when any base is misaligned", "[gpu][conv_update]") {
+  // Each base alone one element off: the vec body would fault or read the wrong elements, so fast
+  // must take its scalar body and still give grid's bytes of the aligned run.
+  for (int K : {2, 4}) {  // K = 2: the smallest state slices (4 bytes for bf16 at V = 2)
+    for (DType act : {DType::bf16, DType::f32}) {
+      for (DType st : {DType::bf16, DType::f32}) {
+        const Case c{1024, K, act, st, 0, true, true, 901};
+        INFO(describe(c));
+        const Inputs in = make_inputs(c);
+        const Result ref = run_shifted(c, in, ConvUpdateArm::grid, 0, Shift::none);
+        for (int v : kVs) {
+          for (Shift sh : {Shift::none, Shift::x, Shift::out, Shift::state, Shift::w, Shift::bias}) {
+            CAPTURE(v, static_cast<int>(sh));
+            const Result f = run_shifted(c, in, ConvUpdateArm::fast, v, sh);
+            CHECK(byte_diff(f.out, ref.out, c.act) == "");
+            CHECK(byte_diff(f.state, ref.state, c.state) == "");
+            INFO("kernel " << f.kernel);
+            CHECK(f.kernel.rfind(sh == Shift::none ? vec_name(v) : scalar_name(v), 0) == 0);
+          }
+        }
       }
     }
   }
@@ -319,20 +429,22 @@ TEST_CASE("conv.update: NaN payloads in the state roll bit for bit in both arms"
     auto bytes = test::to_bytes(in.state, st);
     const uint32_t payload = st == DType::bf16 ? 0xFFC1u : 0x7F800001u;
     std::memcpy(bytes.data() + tap1 * es, &payload, es);
-    Result res[2];
-    for (int a = 0; a < 2; ++a) {
+    std::vector<Result> res;
+    // grid, then fast at each V.
+    for (int a = 0; a < 4; ++a) {
       DevBuf state = DevBuf::from_bytes(bytes);
       DevBuf out(static_cast<size_t>(c.rows()) * c.C * 2);
       const ConvUpdateArm arm = a == 0 ? ConvUpdateArm::grid : ConvUpdateArm::fast;
-      check(conv_update(params(c, in, out, state), conv_update_contract(arm, ConvUpdateShape{c.rows(), c.C, c.K}), nullptr));
+      const int v = a == 0 ? 0 : kVs[a - 1];
+      check(conv_update(params(c, in, out, state), contract_of(c, arm, v), nullptr));
       check(cudaDeviceSynchronize());
-      res[a] = {out.download(), state.download()};
+      res.push_back({out.download(), state.download(), ""});
       uint32_t got = 0;
-      std::memcpy(&got, res[a].state.data() + (tap1 - 1) * es, es);
+      std::memcpy(&got, res.back().state.data() + (tap1 - 1) * es, es);
       CAPTURE(a);
       CHECK(got == payload);
+      CHECK(res.back().out == res[0].out);
+      CHECK(res.back().state == res[0].state);
     }
-    CHECK(res[0].out == res[1].out);
-    CHECK(res[0].state == res[1].state);
   }
 }

@@ -1,5 +1,6 @@
 // cmd_kernels.cpp: `stepgraph kernels`: every arm of every GDN op on the standard shapes (or
-// --shape), graph replays, interleaved repetitions, bytes and fraction of the bandwidth floor.
+// --shape), graph replays, interleaved repetitions, bytes and fraction of the bandwidth floor;
+// decode shapes add conv.update's floor probes (rows marked floor:..., no bytes).
 #include <fmt/format.h>
 
 #include <fstream>
@@ -29,7 +30,10 @@ void register_kernels(CLI::App& app, Action& action) {
       "Time every arm of the GDN ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode) on standard shapes: each arm captured in a CUDA "
       "graph (decode: 24 rotating buffer sets, as the 24 GDN layers of a step), timed interleaved over repetitions "
       "(median, min, max per launch), outputs hashed (arms must agree byte for byte), bytes moved and the fraction of "
-      "the 4.3 TB/s floor printed beside each time.");
+      "the 4.3 TB/s floor printed beside each time. Decode shapes also time two probe kernels on the conv.update fast "
+      "arm's grid, measured the same way (rows floor:empty-grid/vN: an empty kernel; floor:slot+state/vN: each thread "
+      "reads slots[row], then one 16-byte word of that slot's state row, and stores it back): the latency floor of "
+      "a slot-indexed update, not arms (no bytes, no hash).");
   static KernelsOptions o;
   cmd->add_option("--shape", o.shapes, "Shapes (default: the four standard ones). MODEL-decode-bN or MODEL-prefill-SxL, "
                                        "MODEL in 4b, 27b, tiny")
@@ -39,7 +43,20 @@ void register_kernels(CLI::App& app, Action& action) {
   cmd->add_option("--launches", o.cfg.min_launches, "Kernel launches per repetition")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  cmd->add_option("--json", o.json, "Also write the results to this JSON file");
+  cmd->add_option("--conv-update-channels", o.cfg.conv_update_channels,
+                  "conv.update fast: time these channels per thread V (2, 4, 8; e.g. 2,4,8), one row fast/vN each, "
+                  "with the floor probes of each V's grid (default: the contract's pick from the shape, "
+                  "conv_update_fast_channels in kernels/contracts.h; '(pick)' marks it in a sweep). Every V gives "
+                  "the same bytes")
+      ->delimiter(',')
+      ->check(CLI::IsMember({2, 4, 8}));
+  cmd->add_option("--conv-update-blocks", o.cfg.conv_update_blocks,
+                  "conv.update fast: time each V at these threads per block (128, 256, 512; e.g. 128,512), rows "
+                  "fast/vN/bB with their floor probes (default: 128 only). Every block size gives the same bytes")
+      ->delimiter(',')
+      ->check(CLI::IsMember({128, 256, 512}));
+  cmd->add_option("--json", o.json, "Also write the results to this JSON file (probe rows have \"probe\": true and "
+                                    "null bytes, GB/s, floor fraction and hash)");
   cmd->callback([&action] {
     action = [] {
       o.cfg.ops = o.ops;  // --op (empty: every op that applies to the shape)
@@ -59,17 +76,31 @@ void register_kernels(CLI::App& app, Action& action) {
         fmt::print("  {:<12} {:<22} {:<28} {:>12} {:>8} {:>10} {:>19} {:>10} {:>8} {:>8} {}\n", "op", "arm", "kernel",
                    "grid", "block", "median_us", "min..max", "bytes", "GB/s", "%floor", "bytes==ref");
         for (const auto& r : rs) {
+          const std::string grid = fmt::format("{}x{}x{}", r.grid.x, r.grid.y, r.grid.z);
+          const std::string times = fmt::format("{:.2f}..{:.2f}", r.min_us, r.max_us);
+          nlohmann::json row = {{"shape", s.name}, {"op", r.op}, {"arm", r.arm}, {"kernel", r.kernel},
+                                {"grid", {r.grid.x, r.grid.y, r.grid.z}}, {"block", r.block.x},
+                                {"median_us", r.median_us}, {"min_us", r.min_us}, {"max_us", r.max_us},
+                                {"probe", r.probe}};
+          if (r.channels > 0) row["channels"] = r.channels;
+          if (r.probe) {  // a floor probe: the time only
+            fmt::print("  {:<12} {:<22} {:<28} {:>12} {:>8} {:>10.2f} {:>19} {:>10} {:>8} {:>8} {}\n", r.op, r.arm,
+                       r.kernel, grid, r.block.x, r.median_us, times, "-", "-", "-", "-");
+            for (const char* k : {"bytes", "gbps", "floor_fraction", "hash", "bytes_match_reference"}) row[k] = nullptr;
+            out.push_back(row);
+            continue;
+          }
           const double gbps = r.bytes / (r.median_us * 1e3);
           fmt::print("  {:<12} {:<22} {:<28} {:>12} {:>8} {:>10.2f} {:>19} {:>10} {:>8.0f} {:>7.1f}% {}\n", r.op, r.arm,
-                     r.kernel, fmt::format("{}x{}x{}", r.grid.x, r.grid.y, r.grid.z),
-                     fmt::format("{}", r.block.x), r.median_us, fmt::format("{:.2f}..{:.2f}", r.min_us, r.max_us),
-                     format_bytes(r.bytes), gbps, 100 * gbps / kFloorGBps, r.hash_matches_reference ? "yes" : "NO");
+                     r.kernel, grid, r.block.x, r.median_us, times, format_bytes(r.bytes), gbps, 100 * gbps / kFloorGBps,
+                     r.hash_matches_reference ? "yes" : "NO");
           mismatches += !r.hash_matches_reference;
-          out.push_back({{"shape", s.name}, {"op", r.op}, {"arm", r.arm}, {"kernel", r.kernel},
-                         {"grid", {r.grid.x, r.grid.y, r.grid.z}}, {"block", r.block.x}, {"median_us", r.median_us},
-                         {"min_us", r.min_us}, {"max_us", r.max_us}, {"bytes", r.bytes}, {"gbps", gbps},
-                         {"floor_fraction", gbps / kFloorGBps}, {"hash", fmt::format("{:016x}", r.hash)},
-                         {"bytes_match_reference", r.hash_matches_reference}});
+          row["bytes"] = r.bytes;
+          row["gbps"] = gbps;
+          row["floor_fraction"] = gbps / kFloorGBps;
+          row["hash"] = fmt::format("{:016x}", r.hash);
+          row["bytes_match_reference"] = r.hash_matches_reference;
+          out.push_back(row);
         }
         fmt::print("\n");
       }

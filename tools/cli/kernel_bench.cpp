@@ -21,6 +21,7 @@
 #include "kernels/gdn_decode_fused.h"
 #include "kernels/fill.h"
 #include "kernels/postconv.h"
+#include "tools/cli/bench_probes.h"
 
 namespace sg::bench {
 
@@ -41,7 +42,9 @@ uint64_t fnv1a(const std::vector<uint8_t>& b) {
   return h;
 }
 
-OpCase conv_update_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_t st) {
+// conv.update: the grid arm (reference), the fast arm at the contract's pick of V or at each V of
+// cfg.conv_update_channels, then per fast grid the two floor probes (bench_probes.h).
+OpCase conv_update_case(const KernelShape& s, const BenchConfig& cfg, int sets, Buffers& buf, cudaStream_t st) {
   const GdnDims& d = s.dims;
   const int R = s.rows, C = d.C(), K = d.K;
   const DType act = DType::bf16;
@@ -73,10 +76,40 @@ OpCase conv_update_case(const KernelShape& s, int sets, Buffers& buf, cudaStream
   oc.op = "conv.update";
   oc.sets = sets;
   oc.bytes = 2.0 * xb + 2.0 * sb + 4.0 * C * K;
-  for (size_t a = 0; a < ArmTraits<ConvUpdateArm>::count; ++a) {
-    auto c = conv_update_contract(static_cast<ConvUpdateArm>(a), ConvUpdateShape{R, C, K});
-    oc.arms.push_back({std::string(arm_name(c.arm)), std::string(c.kernel), c.grid, c.block,
-                       [ps, c](int set, cudaStream_t s) { check(conv_update(ps[set], c, s)); }});
+  static_assert(ArmTraits<ConvUpdateArm>::count == 2, "conv.update arms: grid, fast (add a new arm here)");
+  const auto g = conv_update_contract(ConvUpdateArm::grid, ConvUpdateShape{R, C, K});
+  oc.arms.push_back({std::string(arm_name(g.arm)), std::string(g.kernel), g.grid, g.block,
+                     [ps, g](int set, cudaStream_t s) { check(conv_update(ps[set], g, s)); }});
+  const std::vector<int> vs = cfg.conv_update_channels.empty() ? std::vector<int>{0} : cfg.conv_update_channels;
+  const int pick = conv_update_fast_channels(R, C);
+  std::vector<LaunchContract<ConvUpdateArm>> fast;
+  const std::vector<int> bs = cfg.conv_update_blocks.empty() ? std::vector<int>{0} : cfg.conv_update_blocks;
+  // Row names: fast/vV, with /bB when block sizes are swept.
+  auto tag = [&](const LaunchContract<ConvUpdateArm>& c) {
+    return cfg.conv_update_blocks.empty() ? fmt::format("v{}", c.per_thread)
+                                          : fmt::format("v{}/b{}", c.per_thread, c.block.x);
+  };
+  for (int v : vs) {
+    for (int b : bs) {
+      auto c = conv_update_contract(ConvUpdateArm::fast, ConvUpdateShape{R, C, K, v, b});
+      std::string name = "fast/" + tag(c);
+      if ((v != 0 || b != 0) && c.per_thread == pick && c.block.x == kConvUpdateFastBlock) name += " (pick)";
+      oc.arms.push_back({name, std::string(c.kernel), c.grid, c.block,
+                         [ps, c](int set, cudaStream_t s) { check(conv_update(ps[set], c, s)); }, false, c.per_thread});
+      fast.push_back(c);
+    }
+  }
+  // The floor of each fast grid: an empty kernel, and slots[r] -> one 16-byte state word -> store.
+  const int64_t row_bytes = int64_t{C} * (K - 1) * 2;  // one slot's bf16 state row
+  for (const auto& c : fast) {
+    oc.arms.push_back({"floor:empty-grid/" + tag(c), "probe_empty", c.grid, c.block,
+                       [c](int, cudaStream_t s) { check(probe_empty(c.grid, c.block, s)); }, true, c.per_thread});
+    if (row_bytes % 16 != 0) continue;  // the probe reads whole 16-byte words (C % 8 == 0 for every preset)
+    oc.arms.push_back({"floor:slot+state/" + tag(c), "probe_slot_state", c.grid, c.block,
+                       [ps, c, row_bytes](int set, cudaStream_t s) {
+                         check(probe_slot_state(ps[set].slots, ps[set].state, row_bytes, c.grid, c.block, s));
+                       },
+                       true, c.per_thread});
   }
   auto p0 = ps[0];
   oc.reset = [p0, R, C, K, xb](cudaStream_t s) {
@@ -420,7 +453,7 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
   auto wanted = [&](const std::string& op) {
     return cfg.ops.empty() || std::find(cfg.ops.begin(), cfg.ops.end(), op) != cfg.ops.end();
   };
-  if (shape.decode && wanted("conv.update")) cases.push_back(conv_update_case(shape, sets, buf, st));
+  if (shape.decode && wanted("conv.update")) cases.push_back(conv_update_case(shape, cfg, sets, buf, st));
   if (!shape.decode && wanted("conv.fwd")) cases.push_back(conv_fwd_case(shape, buf, st));
   if (wanted("postconv")) cases.push_back(postconv_case(shape, sets, buf, st));
   if (!shape.decode && wanted("gdn.prefill")) cases.push_back(gdn_prefill_case(shape, buf, st));
@@ -429,7 +462,9 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
 
   std::vector<ArmResult> results;
   for (auto& oc : cases) {
-    progress(fmt::format("{} {}: {} arms, {} buffer set(s)", shape.name, oc.op, oc.arms.size(), oc.sets));
+    const auto probes = std::count_if(oc.arms.begin(), oc.arms.end(), [](const OpCase::Arm& a) { return a.probe; });
+    progress(fmt::format("{} {}: {} arms{}, {} buffer set(s)", shape.name, oc.op, oc.arms.size() - probes,
+                         probes ? fmt::format(" + {} floor probes", probes) : "", oc.sets));
     // Correctness first: every arm from the same starting state, outputs hashed.
     std::vector<CapturedGraph> graphs;
     std::vector<ArmResult> rs;
@@ -440,12 +475,16 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
       r.kernel = arm.kernel;
       r.grid = arm.grid;
       r.block = arm.block;
-      r.bytes = oc.bytes;
+      r.bytes = arm.probe ? 0 : oc.bytes;
+      r.probe = arm.probe;
+      r.channels = arm.channels;
       try {
-        oc.reset(st);
-        arm.launch(0, st);
-        stream.sync();
-        r.hash = fnv1a(oc.outputs());
+        if (!arm.probe) {  // probes compute nothing to compare
+          oc.reset(st);
+          arm.launch(0, st);
+          stream.sync();
+          r.hash = fnv1a(oc.outputs());
+        }
         graphs.push_back(CapturedGraph::capture(fmt::format("{} {} {}", shape.name, oc.op, arm.arm), st, [&] {
           for (int i = 0; i < oc.sets; ++i) arm.launch(i, st);
         }));
@@ -457,7 +496,7 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
       rs.push_back(r);
     }
     const uint64_t ref_hash = rs.front().hash;
-    for (auto& r : rs) r.hash_matches_reference = r.hash == ref_hash;
+    for (auto& r : rs) r.hash_matches_reference = r.probe || r.hash == ref_hash;
     // Timing: interleaved repetitions.
     const int replays = std::max(1, (cfg.min_launches + oc.sets - 1) / oc.sets);
     std::vector<std::vector<double>> t(rs.size());

@@ -3,7 +3,8 @@
 // decode shapes launch the kernel once per buffer set (24 sets, like the 24 GDN layers of a step,
 // so the 60 MB L2 cannot serve them), prefill shapes once. Arms are timed interleaved over
 // repetitions (median, min, max per launch), and their outputs are hashed from the same starting
-// state: arms must agree byte for byte.
+// state: arms must agree byte for byte. Decode shapes also time, beside conv.update, two probe
+// kernels on the fast arm's grid (bench_probes.h): the latency floor of a slot-indexed update.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -36,9 +37,11 @@ struct ArmResult {
   std::string op, arm, kernel;  // arm after fallbacks; kernel = contract's kernel name
   Dim3 grid, block;
   double median_us = 0, min_us = 0, max_us = 0;  // per launch
-  double bytes = 0;
+  double bytes = 0;              // 0 for probes
   uint64_t hash = 0;
-  bool hash_matches_reference = true;
+  bool hash_matches_reference = true;  // always true for probes (not hashed)
+  bool probe = false;            // a floor probe (bench_probes.h), not an arm
+  int channels = 0;              // conv.update fast and its probes: channels per thread V; else 0
 };
 
 struct BenchConfig {
@@ -46,6 +49,11 @@ struct BenchConfig {
   int min_launches = 200;// launches per repetition (rounded up to whole graph replays)
   int sets = 24;         // buffer sets for decode shapes
   std::vector<std::string> ops;  // empty = all ops that apply to the shape
+  // conv.update fast: one row per V (channels per thread, 2, 4 or 8), each with its floor probes;
+  // empty = the contract's pick only.
+  std::vector<int> conv_update_channels;
+  // conv.update fast: each V above at each of these block sizes (128, 256, 512); empty = the default.
+  std::vector<int> conv_update_blocks;
 };
 
 std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchConfig& cfg,

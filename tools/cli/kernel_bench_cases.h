@@ -25,6 +25,8 @@ struct OpCase {
     std::string arm, kernel;
     Dim3 grid, block;
     std::function<void(int set, cudaStream_t)> launch;
+    bool probe = false;  // a floor probe: timed like the arms, neither hashed nor given bytes
+    int channels = 0;    // conv.update fast (and its probes): channels per thread
   };
   std::vector<Arm> arms;
   std::function<void(cudaStream_t)> reset;          // set 0 back to its initial state, outputs poisoned

@@ -1,31 +1,25 @@
-// attention.cu: decode (split-K capable) and varlen prefill attention over the slot-indexed
-// KV cache, bf16 or f32 (see attention.h). f32 math, explicit fmaf, online softmax. The kernels
-// are templated on the cache element type Tc; only the loads (and the prefill's key tile) depend
-// on it, so both caches run the same f32 arithmetic on the values they hold.
+// attention.cu: the public attention entry points (validation, then the tuned or the generic
+// kernels, see attention.h) and the tuned kernels: decode (split-K capable) and varlen prefill
+// over the slot-indexed KV cache, bf16 or f32, for D in {32, 64, 128, 256}. f32 math, explicit
+// fmaf, online softmax. The kernels are templated on the cache element type Tc; only the loads
+// (and the prefill's key tile) depend on it, so both caches run the same f32 arithmetic on the
+// values they hold. The generic kernel for other D is in attention_generic.cu.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/attention.h"
+#include "kernels/attention_internal.cuh"
 #include "kernels/device_util.cuh"
 
 namespace sg {
 namespace {
 
-constexpr float kNegInf = -INFINITY;
-
-__device__ __forceinline__ bool resolve_row(const AttnTokenMeta& m, int t, int max_context, int& slot, int& pos) {
-  if (m.num_tokens && t >= *m.num_tokens) return false;
-  const int s = m.token_seq[t];
-  if (s < 0) return false;
-  slot = m.slots[s];
-  if (slot < 0) return false;
-  pos = m.positions[t];
-  return pos >= 0 && pos < max_context;
-}
-
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+using attn_detail::attention_scale;
+using attn_detail::kNegInf;
+using attn_detail::resolve_row;
+using attn_detail::sigmoidf_;
 
 // Cache element types: kVec elements per 16-byte load; the prefill stages k rows as Pairs.
 template <typename Tc>
@@ -442,9 +436,6 @@ __global__ void __launch_bounds__(kPreThreads) attn_prefill_kernel(const Attenti
   }
 }
 
-float attention_scale(int D) { return static_cast<float>(std::pow(static_cast<double>(D), -0.5)); }
-
-
 bool common_ok(const AttentionParams& p) {
   if (p.T < 0 || !attention_supports(p.Hq, p.Hkv, p.D, p.cache_dtype) || p.max_context <= 0) return false;
   if (!dev::aligned16(p.k_cache) || !dev::aligned16(p.v_cache)) return false;  // 16-byte vector loads
@@ -461,7 +452,7 @@ void launch_decode(const AttentionParams& p, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(kDecWarps) * G * (D + 2) * sizeof(float);
   const dim3 grid(p.Hkv * a.hchunks, p.T, p.splits);
   attn_decode_kernel<D, Tc><<<grid, kDecThreads, smem, stream>>>(a);
-  if (p.splits > 1) attn_decode_merge_kernel<<<dim3(p.Hq, p.T), D, 0, stream>>>(p);
+  if (p.splits > 1) attn_detail::launch_decode_merge(p, stream);
 }
 
 template <int D, typename Tc>
@@ -471,7 +462,7 @@ void launch_prefill(const AttentionParams& p, cudaStream_t stream) {
   attn_prefill_kernel<D, Tc><<<grid, kPreThreads, 0, stream>>>(p, p.Hq / p.Hkv, attention_scale(D));
 }
 
-// The D switches (cache element type Tc chosen by the caller); false for an unsupported D.
+// The D switches (cache element type Tc chosen by the caller); false for a D without a tuned kernel.
 template <typename Tc>
 bool decode_for_d(const AttentionParams& p, cudaStream_t stream) {
   switch (p.D) {
@@ -496,16 +487,8 @@ bool prefill_for_d(const AttentionParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-bool attention_supports(int Hq, int Hkv, int D, DType cache_dtype) {
-  return Hq > 0 && Hkv > 0 && Hq % Hkv == 0 && (D == 32 || D == 64 || D == 128 || D == 256) &&
-         (cache_dtype == DType::bf16 || cache_dtype == DType::f32);
-}
-
-bool attention_supports(int Hq, int Hkv, int D) { return attention_supports(Hq, Hkv, D, DType::bf16); }
-
-size_t attention_decode_workspace_bytes(int T, int Hq, int D, int splits) {
-  if (splits <= 1) return 0;
-  return static_cast<size_t>(T) * Hq * splits * (D + 2) * sizeof(float);
+void attn_detail::launch_decode_merge(const AttentionParams& p, cudaStream_t stream) {
+  attn_decode_merge_kernel<<<dim3(p.Hq, p.T), p.D, 0, stream>>>(p);
 }
 
 int attention_decode_pick_splits(int T, int Hq, int Hkv, int max_context, int num_sms) {
@@ -522,6 +505,10 @@ cudaError_t attention_decode(const AttentionParams& p, cudaStream_t stream) {
   if (!common_ok(p) || p.splits < 1 || p.splits > 1024) return cudaErrorInvalidValue;
   if (p.splits > 1 && !p.workspace) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
+  if (!attention_tuned_head_dim(p.D)) {
+    attn_detail::launch_generic_decode(p, stream);
+    return cudaGetLastError();
+  }
   const bool ok = p.cache_dtype == DType::f32 ? decode_for_d<float>(p, stream) : decode_for_d<__nv_bfloat16>(p, stream);
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
@@ -529,6 +516,10 @@ cudaError_t attention_decode(const AttentionParams& p, cudaStream_t stream) {
 cudaError_t attention_prefill(const AttentionParams& p, cudaStream_t stream) {
   if (!common_ok(p)) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
+  if (!attention_tuned_head_dim(p.D)) {
+    attn_detail::launch_generic_prefill(p, stream);
+    return cudaGetLastError();
+  }
   const bool ok = p.cache_dtype == DType::f32 ? prefill_for_d<float>(p, stream) : prefill_for_d<__nv_bfloat16>(p, stream);
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }

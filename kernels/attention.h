@@ -4,6 +4,8 @@
 // softmax, output o * sigmoid(gate) rounded once (sigmoid(x) = 1 / (1 + expf(-x))).
 // Token t (metadata as in attn_prep.h) attends to its slot's cached positions 0..positions[t]
 // (its own key included, written by attn_prep). Padding rows write zeros and read no cache.
+// Two kernel families (attention_shapes.h says which D runs which):
+// - tuned, D in {32, 64, 128, 256} (attention.cu):
 //   attention_decode   one row per sequence (B = T rows); blocks per (kv head, row, split), the
 //                      query heads of one kv head share the K/V reads; split-K (flash-decoding)
 //                      over the context when splits > 1, merged by a second kernel.
@@ -12,17 +14,25 @@
 //                      static shared memory (<= 48 KB, no opt-in attribute, nothing to set
 //                      before graph capture); works for any token order (a tile holding several
 //                      sequences is processed per sequence).
+// - generic, any other D in 1..256 (attention_generic.cu; correct, not tuned): one block per
+//   (row, q head, split), a warp per key (lanes over the features, an xor-tree dot product), no
+//   K/V sharing between the query heads of a group. attention_decode honours splits exactly as
+//   the tuned kernel does (split-K partials in the same workspace layout, then the same merge
+//   kernel: two launches when splits > 1); attention_prefill is the same kernel with one split
+//   over every token row (each row reads its whole context: quadratic reads, fine for the small
+//   models that have these head sizes).
 // Both are also correct for any row layout (decode on prefill rows gives the same values up to
 // summation order), and read the live counts only from device memory.
 // Both read the cache as it is stored and do the same f32 arithmetic on the values: an f32 cache
 // (the parity mode) gives attention over unrounded k/v, a bf16 cache over k/v rounded once.
-// Supported: D in {32, 64, 128, 256}, cache bf16 or f32 (k_cache and v_cache 16-byte aligned),
-// q/gate/out bf16 or f32, Hq % Hkv == 0.
+// Supported: D in 1..256 (attention_supports), cache bf16 or f32 (k_cache and v_cache 16-byte
+// aligned, for every D: one contract), q/gate/out bf16 or f32, Hq % Hkv == 0.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "kernels/attention_shapes.h"
 #include "kernels/attn_prep.h"
 #include "kernels/numeric.h"
 
@@ -46,12 +56,11 @@ struct AttentionParams {
   float* workspace = nullptr;
 };
 
-// Shapes and cache dtypes both kernels take; without a dtype, for the engine's bf16 cache.
-bool attention_supports(int Hq, int Hkv, int D, DType cache_dtype);
-bool attention_supports(int Hq, int Hkv, int D);
-size_t attention_decode_workspace_bytes(int T, int Hq, int D, int splits);
-// A split count for a decode bucket: enough blocks to fill `num_sms` SMs four times, at least 64
-// context positions per split, at most 32 splits.
+// attention_supports, attention_tuned_head_dim and attention_decode_workspace_bytes: attention_shapes.h.
+
+// A split count for a decode bucket: enough blocks of the tuned kernel to fill `num_sms` SMs four
+// times, at least 64 context positions per split, at most 32 splits (the generic kernel launches
+// Hq blocks per row and split, so the same count fills at least as many SMs).
 int attention_decode_pick_splits(int T, int Hq, int Hkv, int max_context, int num_sms);
 
 cudaError_t attention_decode(const AttentionParams& p, cudaStream_t stream);

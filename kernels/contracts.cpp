@@ -141,7 +141,7 @@ LaunchContract<PostconvArm> postconv_contract(const ArmSelection& sel, const Pos
 int delta_rule_max_threads(int q) { return q == 1 ? 256 : q == 8 ? 1024 : 512; }
 
 int delta_rule_decode_split(int Dk, int Dv, int requested) {
-  const bool dk_ok = Dk == 16 || Dk == 32 || Dk == 64 || Dk == 128;
+  const bool dk_ok = Dk == 8 || Dk == 16 || Dk == 32 || Dk == 64 || Dk == 128;
   if (!dk_ok || Dv < 1) return 0;
   auto fits = [&](int q) {
     const bool built = q == 1 || q == 4 || (Dk == 128 && (q == 2 || q == 8));

@@ -145,7 +145,7 @@ LaunchContract<ConvFwdArm> conv_fwd_contract(const ArmSelection& sel, const Conv
 
 // --- delta_rule.decode ----------------------------------------------------------------------------
 // Threads per state column for the recurrent step: `requested` (1, 2, 4, 8) or, for 0, the first of
-// 2, 1, 4 that fits (2 measured fastest on the H200). Built: 1 and 4 for Dk in {16, 32, 64, 128}, also 2 and 8 for Dk = 128. A split
+// 2, 1, 4 that fits (2 measured fastest on the H200). Built: 1 and 4 for Dk in {8, 16, 32, 64, 128}, also 2 and 8 for Dk = 128. A split
 // q fits when round_up(Dv * q, 32) <= delta_rule_max_threads(q) (the kernel's launch bound, which
 // keeps Dk/q state rows per thread in registers: 256 threads for q = 1, 512 for 2 and 4, 1024 for
 // 8). Returns 0 when nothing fits. Every split gives the same bytes.

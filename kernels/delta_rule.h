@@ -26,7 +26,7 @@ struct DeltaRuleDecodeParams {
   int split = 0;  // threads per state column (1, 2, 4, 8; 0 = automatic). Same bytes for every value.
 };
 
-// True when some built split launches this shape (Dk in {16, 32, 64, 128}; Dv up to 256 with one
+// True when some built split launches this shape (Dk in {8, 16, 32, 64, 128}; Dv up to 256 with one
 // thread per column, see delta_rule_decode_split in contracts.h).
 bool delta_rule_decode_supports(int Dk, int Dv);
 // Grid (Hv, rows), block round_up(Dv * split, 32): `split` threads per state column j

@@ -79,6 +79,8 @@ bool with_delta_rule_tile(int Dk, int q, F&& f) {
   };
   using std::integral_constant;
   switch (Dk * 100 + q) {
+    case 801: return call(integral_constant<int, 8>{}, integral_constant<int, 1>{});
+    case 804: return call(integral_constant<int, 8>{}, integral_constant<int, 4>{});
     case 1601: return call(integral_constant<int, 16>{}, integral_constant<int, 1>{});
     case 1604: return call(integral_constant<int, 16>{}, integral_constant<int, 4>{});
     case 3201: return call(integral_constant<int, 32>{}, integral_constant<int, 1>{});

@@ -56,8 +56,8 @@ struct DeltaRulePrefillParams {
   int split = 0;  // threads per state column (1, 2, 4, 8; 0 = automatic), as delta_rule_decode_split
 };
 
-// True when some built split launches this shape (the decode kernel's shapes: Dk in {16, 32, 64,
-// 128}, see delta_rule_decode_split in contracts.h).
+// True when some built split launches this shape (the decode kernel's shapes: Dk in {8, 16, 32,
+// 64, 128}, see delta_rule_decode_split in contracts.h).
 bool delta_rule_prefill_supports(int Dk, int Dv);
 
 // Grid (Hv, max_seqs), block round_up(Dv * q, 32) with q = delta_rule_decode_split(Dk, Dv, split)

@@ -1,5 +1,6 @@
 // GPU tests of the delta-rule decode kernel on its own: every split of a state column over Q lanes
-// (1, 2, 4, 8) gives the same bytes (output and state), and matches the CPU reference.
+// (1, 2, 4, 8) gives the same bytes (output and state), and matches the CPU reference; Dk from 8
+// (the smallest tile) to 128.
 #include <cmath>
 
 #include "engine/error.h"
@@ -17,7 +18,9 @@ TEST_CASE("delta-rule decode: every column split gives the same bytes and matche
   struct Shape {
     int Hk, Hv, Dk, Dv;
   };
-  for (Shape sh : {Shape{16, 32, 128, 128}, Shape{2, 6, 128, 64}, Shape{2, 4, 64, 96}, Shape{1, 3, 32, 40}}) {
+  // The last three: the Hugging Face fixtures' small heads (Dk 8, 16 and 32; tiles Q = 1 and 4).
+  for (Shape sh : {Shape{16, 32, 128, 128}, Shape{2, 6, 128, 64}, Shape{2, 4, 64, 96}, Shape{1, 3, 32, 40},
+                   Shape{2, 2, 8, 8}, Shape{2, 4, 16, 24}, Shape{1, 3, 32, 16}}) {
     for (DType t : {DType::bf16, DType::f32}) {
       CAPTURE(sh.Hk, sh.Hv, sh.Dk, sh.Dv, dtype_name(t));
       const int rows = 7, slots_n = 9;

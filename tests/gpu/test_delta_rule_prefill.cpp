@@ -8,7 +8,8 @@
 //   left alone past the live tokens; padding and zero-length sequences and unused slots keep their
 //   state bytes; programs beyond the live count (whose metadata is garbage) do nothing; inputs past
 //   the live tokens hold NaN that must never be read;
-// - shapes (Dk, Dv) = (128, 128), (64, 96), (32, 40) with Hv/Hk = 2 and 3, bf16 and f32;
+// - shapes (Dk, Dv) = (128, 128), (64, 96), (32, 40) with Hv/Hk = 2 and 3, and the Hugging Face
+//   fixtures' small heads (8, 8), (16, 24), (32, 16), bf16 and f32;
 // - splitting a sequence into two prefills (the second with history) gives the bytes of one;
 // - no live sequence / max_seqs = 0 / bad arguments.
 #include <cmath>
@@ -200,9 +201,11 @@ void check_untouched_state(const Problem& P, const Result& r) {
 
 TEST_CASE("delta-rule prefill: byte-equal to decode token by token, matches the reference, keeps the invariants",
           "[gpu][delta_rule]") {
-  // (Dk, Dv) = (128, 128), (64, 96), (32, 40), each with Hv/Hk = 2 and 3.
-  const std::vector<Shape> shapes = {{2, 4, 128, 128}, {1, 3, 128, 128}, {1, 2, 64, 96},
-                                     {2, 6, 64, 96},   {2, 4, 32, 40},   {1, 3, 32, 40}};
+  // (Dk, Dv) = (128, 128), (64, 96), (32, 40), each with Hv/Hk = 2 and 3; then the fixtures' small
+  // heads (8, 8), (16, 24), (32, 16) (Dk 8 and 16 run the tiles Q = 1 and 4).
+  const std::vector<Shape> shapes = {{2, 4, 128, 128}, {1, 3, 128, 128}, {1, 2, 64, 96}, {2, 6, 64, 96},
+                                     {2, 4, 32, 40},   {1, 3, 32, 40},   {2, 2, 8, 8},   {2, 4, 16, 24},
+                                     {1, 3, 32, 16}};
   // Lengths 0, 1, 5, 64, 300 and a padding sequence (slot -1, 7 tokens); slot 7 belongs to the
   // zero-length sequence and must keep its bytes even without history.
   const std::vector<int32_t> lens = {5, 0, 300, 7, 1, 64};

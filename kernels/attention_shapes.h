@@ -1,0 +1,30 @@
+// attention_shapes.h: the shape logic of the attention kernels (attention.h), CUDA-free so the CPU
+// tests cover it: which head sizes have a tuned kernel pair, which shapes launch at all, and the
+// size of the split-K decode workspace.
+//   tuned   D in {32, 64, 128, 256}: attention.cu (decode: D / 8 lanes per key, 16-byte loads;
+//           prefill: K/V tiles in shared memory).
+//   generic any other D in 1..kAttentionMaxD: attention_generic.cu, one block per (row, q head,
+//           split), a warp per key, lanes over the features; correct, not tuned (the test
+//           fixtures' head sizes 16 and 24, other small models).
+#pragma once
+#include <cstddef>
+
+#include "kernels/numeric.h"
+
+namespace sg {
+
+inline constexpr int kAttentionMaxD = 256;
+
+// True for the head sizes with a tuned kernel pair: 32, 64, 128, 256.
+bool attention_tuned_head_dim(int D);
+
+// Shapes and cache dtypes both kernels take: Hq, Hkv >= 1, Hq % Hkv == 0, 1 <= D <= 256 (tuned or
+// generic), cache bf16 or f32. Without a dtype: for the engine's bf16 cache.
+bool attention_supports(int Hq, int Hkv, int D, DType cache_dtype);
+bool attention_supports(int Hq, int Hkv, int D);
+
+// f32 workspace of a split-K decode (both kernel families): [T, Hq, splits, D] partial outputs,
+// then [T, Hq, splits, 2] (running max, sum); 0 for splits <= 1.
+size_t attention_decode_workspace_bytes(int T, int Hq, int D, int splits);
+
+}  // namespace sg

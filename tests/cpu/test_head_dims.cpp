@@ -1,0 +1,155 @@
+// CPU tests of the head-size logic the GPU step depends on, so it is covered on every machine:
+// - attention: which D has a tuned kernel (32, 64, 128, 256), which shapes launch at all (any D in
+//   1..256 through the generic kernel), the split-K workspace size;
+// - the delta rule's column split with the Dk = 8 tiles (Q = 1 and 4, like Dk = 16);
+// - every Hugging Face fixture (tests/fixtures) is accepted by the GPU step's checks and contracts:
+//   attention, rotary dims attn_prep takes, the delta rule (decode and scan prefill), postconv on
+//   every arm, conv.fwd, and the fused GDN arms falling back to unfused with a reason.
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_shapes.h"
+#include "kernels/contracts.h"
+#include "models/hf_config.h"
+#include "models/qwen35_config.h"
+#include "tests/support/catch.h"
+
+using namespace sg;
+
+TEST_CASE("attention head sizes: tuned for 32, 64, 128, 256, generic for the rest of 1..256", "[attention][contracts]") {
+  for (int D = -1; D <= 300; ++D) {
+    CAPTURE(D);
+    const bool tuned = D == 32 || D == 64 || D == 128 || D == 256;
+    CHECK(attention_tuned_head_dim(D) == tuned);
+    const bool in_range = D >= 1 && D <= kAttentionMaxD;
+    CHECK(attention_supports(4, 2, D) == in_range);
+    CHECK(attention_supports(4, 2, D, DType::f32) == in_range);
+    CHECK_FALSE(attention_supports(4, 2, D, DType::f16));
+    CHECK_FALSE(attention_supports(4, 2, D, DType::i32));
+  }
+  // GQA: Hq a positive multiple of Hkv.
+  CHECK(attention_supports(6, 2, 16));
+  CHECK(attention_supports(2, 1, 24, DType::f32));
+  CHECK_FALSE(attention_supports(6, 4, 16));
+  CHECK_FALSE(attention_supports(0, 1, 16));
+  CHECK_FALSE(attention_supports(2, 0, 16));
+  CHECK_FALSE(attention_supports(-2, -1, 16));
+}
+
+TEST_CASE("attention split-K workspace: [T, Hq, splits, D] partials then [T, Hq, splits, 2] (max, sum)", "[attention][contracts]") {
+  CHECK(attention_decode_workspace_bytes(4, 8, 256, 1) == 0);
+  CHECK(attention_decode_workspace_bytes(4, 8, 256, 0) == 0);
+  CHECK(attention_decode_workspace_bytes(4, 8, 256, 2) == 4u * 8 * 2 * (256 + 2) * 4);
+  CHECK(attention_decode_workspace_bytes(2, 2, 24, 2) == 2u * 2 * 2 * (24 + 2) * 4);
+  CHECK(attention_decode_workspace_bytes(1, 6, 16, 32) == 1u * 6 * 32 * (16 + 2) * 4);
+  CHECK(attention_decode_workspace_bytes(0, 6, 16, 32) == 0);
+}
+
+TEST_CASE("delta-rule column split: Dk 8 builds Q = 1 and 4, as Dk 16", "[delta_rule][contracts]") {
+  for (int Dk : {8, 16, 32, 64}) {
+    CAPTURE(Dk);
+    // Automatic: 2 is built for Dk = 128 only, so 1 while Dv fits 256 threads, then 4 up to 512 / 4.
+    CHECK(delta_rule_decode_split(Dk, 8) == 1);
+    CHECK(delta_rule_decode_split(Dk, 24) == 1);
+    CHECK(delta_rule_decode_split(Dk, 256) == 1);
+    CHECK(delta_rule_decode_split(Dk, 257) == 0);  // q = 1: 288 > 256 threads; q = 4: 1056 > 512
+    CHECK(delta_rule_decode_split(Dk, 24, 1) == 1);
+    CHECK(delta_rule_decode_split(Dk, 24, 4) == 4);
+    CHECK(delta_rule_decode_split(Dk, 128, 4) == 4);
+    CHECK(delta_rule_decode_split(Dk, 129, 4) == 0);  // round_up(516, 32) > 512
+    CHECK(delta_rule_decode_split(Dk, 24, 2) == 0);
+    CHECK(delta_rule_decode_split(Dk, 24, 8) == 0);
+  }
+  CHECK(delta_rule_decode_split(128, 24) == 2);
+  for (int Dk : {0, 1, 4, 12, 24, 48, 96, 256}) {  // no tile built
+    CAPTURE(Dk);
+    CHECK(delta_rule_decode_split(Dk, 16) == 0);
+    CHECK(delta_rule_decode_split(Dk, 16, 1) == 0);
+  }
+  CHECK(delta_rule_decode_split(8, 0) == 0);
+  // gdn.decode's unfused contract launches the delta rule with the automatic split.
+  const auto c = gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{3, 2, 2, 8, 8, 4});
+  CHECK(c.arm == GdnDecodeArm::unfused);
+  CHECK(c.grid == Dim3{2, 3, 1});
+  CHECK(c.block == Dim3{32, 1, 1});
+  CHECK(c.kernel == "delta_rule_decode");
+}
+
+TEST_CASE("every Hugging Face fixture's head sizes pass the GPU step's checks and contracts", "[contracts][fixtures]") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(SG_TEST_SOURCE_DIR) / "tests" / "fixtures";
+  REQUIRE(fs::is_directory(root));
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (e.is_directory() && fs::exists(e.path() / "config.json")) dirs.push_back(e.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  REQUIRE(dirs.size() >= 4);
+  // The fixtures' attention head size and rotary dim (config.json: head_dim and
+  // rope_parameters.partial_rotary_factor), and the delta rule's Dk, Dv.
+  struct Want {
+    std::string name;
+    int D, rotary, Dk, Dv;
+  };
+  const std::vector<Want> wants = {{"h32-real-head-dims", 256, 64, 128, 128},
+                                   {"h40-attn-first-v500", 24, 6, 8, 8},
+                                   {"h48-tied-hv3x-dk32-dv16", 16, 8, 32, 16},
+                                   {"h72-hv2x-dk16-dv24", 16, 4, 16, 24}};
+  int matched = 0;
+  for (const fs::path& dir : dirs) {
+    const std::string name = dir.filename().string();
+    CAPTURE(name);
+    const Qwen35Config c = load_hf_config(dir / "config.json");
+    const GdnDims& g = c.gdn;
+    CAPTURE(c.D, c.Hq, c.Hkv, g.Hk, g.Hv, g.Dk, g.Dv, g.K);
+    for (const Want& w : wants) {
+      if (w.name != name) continue;
+      ++matched;
+      CHECK(c.D == w.D);
+      CHECK(c.rotary_dim() == w.rotary);
+      CHECK(g.Dk == w.Dk);
+      CHECK(g.Dv == w.Dv);
+    }
+    // Attention (ModelStep's constructor check, both KV cache dtypes) and attn_prep's rotary
+    // rule: even, 0 < rotary <= D.
+    CHECK(attention_supports(c.Hq, c.Hkv, c.D, DType::f32));
+    CHECK(attention_supports(c.Hq, c.Hkv, c.D, DType::bf16));
+    CHECK(c.rotary_dim() % 2 == 0);
+    CHECK(c.rotary_dim() > 0);
+    CHECK(c.rotary_dim() <= c.D);
+    // The delta rule: decode and the scan prefill share delta_rule_decode_split.
+    CHECK(delta_rule_decode_split(g.Dk, g.Dv) != 0);
+    // Post-conv: every arm takes the shape (token_tile falls back to fast unless Dk = Dv = 128).
+    for (PostconvArm a : {PostconvArm::megablock, PostconvArm::fast, PostconvArm::split, PostconvArm::token_tile}) {
+      const auto pc = postconv_contract(a, PostconvShape{128, g.Hk, g.Hv, g.Dk, g.Dv});
+      const bool tile_ok = g.Dk == 128 && g.Dv == 128;
+      CHECK(pc.arm == (a == PostconvArm::token_tile && !tile_ok ? PostconvArm::fast : a));
+      CHECK(pc.fallback_reason.empty() == (pc.arm == a));
+    }
+    // conv.fwd over C = 2*Hk*Dk + Hv*Dv channels, every arm.
+    for (ConvFwdArm a : {ConvFwdArm::tiled, ConvFwdArm::reg, ConvFwdArm::k4, ConvFwdArm::k4x2}) {
+      for (ConvChunksArm ch : {ConvChunksArm::exact, ConvChunksArm::whole}) {
+        CHECK_NOTHROW(conv_fwd_contract(a, ch, ConvFwdShape{128, 4, g.C(), g.K}));
+      }
+    }
+    // The fused GDN arms need Dk = 128 (prefill) or Dk in {64, 128} and Dv % 32 == 0 (decode): the
+    // small fixtures fall back to unfused, saying why.
+    const auto pf = gdn_prefill_contract(GdnPrefillArm::fused, GdnPrefillShape{128, 4, g.Hk, g.Hv, g.Dk, g.Dv, g.K});
+    CHECK(pf.arm == (gdn_prefill_fused_supports(g.Dk, g.Dv, g.K) ? GdnPrefillArm::fused : GdnPrefillArm::unfused));
+    CHECK(pf.fallback_reason.empty() == (pf.arm == GdnPrefillArm::fused));
+    const auto df = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{8, g.Hk, g.Hv, g.Dk, g.Dv, g.K});
+    if (df.arm == GdnDecodeArm::unfused) {
+      CHECK_FALSE(df.fallback_reason.empty());
+      CHECK(df.kernel == "delta_rule_decode");
+      const int q = delta_rule_decode_split(g.Dk, g.Dv);
+      CHECK(df.block == Dim3{static_cast<unsigned>((g.Dv * q + 31) / 32 * 32), 1, 1});
+    }
+    if (name != "h32-real-head-dims") {
+      CHECK(pf.arm == GdnPrefillArm::unfused);
+      CHECK(df.arm == GdnDecodeArm::unfused);
+    }
+  }
+  CHECK(matched == static_cast<int>(wants.size()));
+}

@@ -83,6 +83,19 @@ __device__ __forceinline__ void fma_row(float (&acc)[4], const float4& a, const 
   }
 }
 
+// fma_row over the first nu (1..4) rows of b only: the diagonal 4 x 4 tile of a lower-triangular
+// product. The terms above the diagonal are skipped, not multiplied by a zero, so a NaN or Inf of
+// a later token of the tile cannot reach an earlier token through 0 * NaN (as in the scan).
+__device__ __forceinline__ void fma_row_first(float (&acc)[4], const float4& a, const float4 (&b)[4], int nu) {
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    if (u >= nu) break;
+    const float au = comp(a, u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[j] = fmaf(au, comp(b[u], j), acc[j]);
+  }
+}
+
 // Elements i..i+3 of a buffer of type t (f32 or bf16) as f32; elements u >= valid read as 0 (and
 // are not read). vec: the 4 elements are one aligned 16-byte (f32) or 8-byte (bf16) word.
 __device__ __forceinline__ float4 load4(const void* p, DType t, int64_t i, int valid, bool vec) {
@@ -248,7 +261,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const Del
         for (int s = 0; s < NS; ++s) {
           const int c = cg + CG * s;
           const float w = c <= r ? expf(static_cast<float>(Gr - Gs[c])) : 0.0f;  // never exp of a positive
-          Ps[r * LDT + c] = ap[t][s] * w;
+          Ps[r * LDT + c] = c <= r ? ap[t][s] * w : 0.0f;  // a select: ap may be NaN for a later token
           Ts[r * LDT + c] = c < r ? br * (aa[t][s] * w) : 0.0f;
         }
       }
@@ -344,7 +357,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const Del
     // T10 = -T11 M over A10 (rows 32..63, columns 0..31): T10[r][c] = -sum_{m <= r} T11[r][m] M[m][c],
     // T11[r][m] from its transposed copy (32 + m, 32 + r). Then the diagonal blocks' strictly lower
     // triangles get T (natural layout) from the transposed copies. Afterwards T[r][c] is right for
-    // c <= r; above the diagonal is garbage, except that P3 masks it within its 4 x 4 diagonal tiles.
+    // c <= r; above the diagonal is garbage, which P3 never uses (fma_row_first on the diagonal tiles).
     for (int o = tid; o < 32 * 32; o += NT) {
       const int r = o >> 5, c = o & 31;
       float acc = 0.0f;
@@ -374,13 +387,12 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const Del
         for (int u = 0; u < 4; ++u) x[u] = ld4(Vs + (4 * c4 + u) * BV + j0);
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
-          float4 tr = ld4(Ts + (r0 + t) * LDT + 4 * c4);
-          if (c4 == rg) {  // the diagonal 4 x 4 tile: T[r0+t][r0+u] = 0 for u > t
-            if (t < 1) tr.y = 0.0f;
-            if (t < 2) tr.z = 0.0f;
-            if (t < 3) tr.w = 0.0f;
+          const float4 tr = ld4(Ts + (r0 + t) * LDT + 4 * c4);
+          if (c4 == rg) {
+            fma_row_first(acc[t], tr, x, t + 1);  // the diagonal 4 x 4 tile: T[r0+t][r0+u] = 0 for u > t
+          } else {
+            fma_row(acc[t], tr, x);
           }
-          fma_row(acc[t], tr, x);
         }
       }
 #pragma unroll
@@ -394,7 +406,14 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const Del
 #pragma unroll
       for (int u = 0; u < 4; ++u) w[u] = ld4(Ws + (4 * c4 + u) * BV + j0);
 #pragma unroll
-      for (int t = 0; t < 4; ++t) fma_row(aq[t], ld4(Ps + (r0 + t) * LDT + 4 * c4), w);
+      for (int t = 0; t < 4; ++t) {
+        const float4 pr = ld4(Ps + (r0 + t) * LDT + 4 * c4);
+        if (c4 == rg) {
+          fma_row_first(aq[t], pr, w, t + 1);  // the diagonal tile: P[r0+t][r0+u] = 0 for u > t
+        } else {
+          fma_row(aq[t], pr, w);
+        }
+      }
     }
 #pragma unroll
     for (int t = 0; t < 4; ++t) {

@@ -31,7 +31,9 @@
 // zero-length sequences touch nothing; has_history; device-side n_seqs; programs n >= *n_seqs exit
 // before reading metadata; output rows >= cu_seqlens[*n_seqs] untouched; the block (tile, hv, n) is
 // the only one touching state[slot][hv][:, tile columns], and each thread reads its own state
-// elements before it writes them). p.split is ignored. Accuracy: not byte-equal to the scan; within
+// elements before it writes them). p.split is ignored. Causal also for non-finite values: a NaN or
+// Inf in one token's inputs reaches no earlier token's output (terms above the diagonal are
+// skipped or selected away, never multiplied by zero), as in the scan. Accuracy: not byte-equal to the scan; within
 // the chunked-vs-recurrent normalised tolerance of delta_rule_ref.h (f32 outputs and state 1e-5).
 // Grid and shared memory depend on max_seqs and the shape only (graph-safe: no allocation, no host
 // synchronisation).

@@ -42,13 +42,38 @@ void upload_values(void* dst, DType t, const float* v, size_t n, cudaStream_t s)
 
 }  // namespace
 
-const char* delta_prefill_name(DeltaPrefill d) { return d == DeltaPrefill::chunked ? "chunked" : "scan"; }
+const char* delta_prefill_name(DeltaPrefill d) {
+  return d == DeltaPrefill::chunked ? "chunked" : d == DeltaPrefill::scan ? "scan" : "auto";
+}
 
 DeltaPrefill parse_delta_prefill(const std::string& name) {
+  if (name == "auto") return DeltaPrefill::automatic;
   if (name == "scan") return DeltaPrefill::scan;
   if (name == "chunked") return DeltaPrefill::chunked;
-  throw Error(fmt::format("unknown delta-rule prefill '{}' (valid: scan, chunked)", name));
+  throw Error(fmt::format("unknown delta-rule prefill '{}' (valid: auto, scan, chunked)", name));
 }
+
+namespace {
+
+// `automatic` -> chunked when the kernel is built for (Dk, Dv) and one block's shared memory fits
+// this device (the opt-in limit), else scan; an explicit chunked that cannot run is an error when
+// the step has prefill (`prefill`), and harmless without.
+DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool prefill) {
+  if (want == DeltaPrefill::scan || (want == DeltaPrefill::chunked && !prefill)) return want;
+  int dev = 0, optin = 0;
+  check(cudaGetDevice(&dev));
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const bool built = delta_rule_prefill_chunked_supports(g.Dk, g.Dv);
+  const size_t smem = built ? delta_rule_prefill_chunked_smem(g.Dk, delta_rule_prefill_chunked_tile(g.Dv)) : 0;
+  const bool fits = smem <= static_cast<size_t>(optin);
+  if (want == DeltaPrefill::automatic) return built && fits ? DeltaPrefill::chunked : DeltaPrefill::scan;
+  require(built, "the chunked delta-rule prefill does not support Dk={} Dv={} (built for Dk 32, 64, 128)", g.Dk, g.Dv);
+  require(fits, "the chunked delta-rule prefill needs {} bytes of shared memory per block for Dk={} Dv={}; this "
+          "device allows {} (use --delta-prefill scan)", smem, g.Dk, g.Dv, optin);
+  return want;
+}
+
+}  // namespace
 
 ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
     : cfg_(config), opts_(opts), cublas_(stream_.get()) {
@@ -69,10 +94,9 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
     require(delta_rule_decode_supports(g.Dk, g.Dv), "delta-rule decode does not support Dk={} Dv={}", g.Dk, g.Dv);
     require(opts_.max_prefill_tokens == 0 || delta_rule_prefill_supports(g.Dk, g.Dv),
             "delta-rule prefill does not support Dk={} Dv={}", g.Dk, g.Dv);
-    require(opts_.max_prefill_tokens == 0 || opts_.delta_prefill != DeltaPrefill::chunked ||
-                delta_rule_prefill_chunked_supports(g.Dk, g.Dv),
-            "the chunked delta-rule prefill does not support Dk={} Dv={}", g.Dk, g.Dv);
+    opts_.delta_prefill = resolve_delta_prefill(opts_.delta_prefill, g, opts_.max_prefill_tokens > 0);
   }
+  if (opts_.delta_prefill == DeltaPrefill::automatic) opts_.delta_prefill = DeltaPrefill::scan;  // no GDN layer
   if (cfg_.num_full_attention() > 0) {
     require(attention_supports(cfg_.Hq, cfg_.Hkv, cfg_.D, kv_cache_dtype()), "attention does not support Hq={} Hkv={} D={}", cfg_.Hq,
             cfg_.Hkv, cfg_.D);

@@ -58,11 +58,12 @@ namespace sg {
 // How a prefill step runs the gated delta rule. A setting, not an arm: arms are byte-identical
 // (ARMS.md), these two agree only within the f32 tolerance of delta_rule_ref.h (normalised 1e-5).
 enum class DeltaPrefill : uint8_t {
-  scan,     // delta_rule_prefill: the reference-exact sequential scan (bytes of decode token by token)
-  chunked,  // delta_rule_prefill_chunked: the chunked WY form (chunks of 64 tokens), much faster
+  automatic,  // chunked where its kernel is built for Dk and its shared memory fits the device, else scan
+  scan,       // delta_rule_prefill: the reference-exact sequential scan (bytes of decode token by token)
+  chunked,    // delta_rule_prefill_chunked: the chunked WY form (chunks of 64 tokens), much faster
 };
-const char* delta_prefill_name(DeltaPrefill d);  // "scan", "chunked"
-// "scan" or "chunked"; throws Error on anything else.
+const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked"
+// "auto", "scan" or "chunked"; throws Error on anything else.
 DeltaPrefill parse_delta_prefill(const std::string& name);
 
 struct ModelStepOptions {
@@ -74,7 +75,9 @@ struct ModelStepOptions {
   int max_prefill_seqs = 0;   // sequences one prefill step holds (0 = max_decode_batch)
   DType act = DType::bf16;    // activations and weights: bf16 or f32
   ArmSelection arms;
-  DeltaPrefill delta_prefill = DeltaPrefill::scan;  // the delta rule in prefill steps (also with gdn.prefill=fused)
+  // The delta rule in prefill steps (also with gdn.prefill=fused); the constructor resolves
+  // `automatic`, so options().delta_prefill is scan or chunked afterwards.
+  DeltaPrefill delta_prefill = DeltaPrefill::automatic;
   uint64_t seed = 1;          // synthetic GPU weights (init_synthetic)
   bool synthetic = true;      // fill weights with init_synthetic() in the constructor
 };

@@ -2,7 +2,7 @@
 // - against ref::delta_rule_prefill_chunked (double) and against the GPU scan (delta_rule_prefill)
 //   over a varlen batch with lengths 63, 0, 1024, 1, 64, 200, 65 and a padding sequence, with
 //   history, without and mixed, f32 and bf16, every Dv tile, shapes (Dk, Dv) = (128, 128), (128, 64),
-//   (64, 96), (32, 40) with Hv/Hk = 2 and 3. Tolerances (delta_rule_ref.h, chunked vs recurrent):
+//   (64, 96), (32, 40), (32, 22) with Hv/Hk = 2 and 3. Tolerances (delta_rule_ref.h, chunked vs recurrent):
 //   f32 outputs per sequence and the final state per slot within normalised error 1e-5; bf16
 //   outputs per element within 2 bf16 ulp + 1e-4 and normalised 8e-3;
 // - invariants: padding rows exactly +0; padding, zero-length and unused slots keep their state
@@ -12,7 +12,12 @@
 // - a captured launch: the node's grid, block and shared memory, and replay == eager bytes, also
 //   after the metadata changed under the graph (another batch composition, fewer live sequences);
 // - a sequence split into two prefills (the second with history) agrees with one prefill;
+// - misaligned q, k, v, out or state (each alone, then all) take the element-wise path and give the
+//   vectorised path's bytes;
+// - a NaN / Inf in one token never reaches an earlier token's output (scan and chunked): the rows
+//   before it are the bytes of a prefill that stops before it;
 // - max_seqs = 0 / no live sequence / bad arguments.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -204,7 +209,8 @@ const char* const kHistNames[] = {"all history", "no history", "mixed"};
 
 TEST_CASE("chunked delta-rule prefill matches the reference and the scan, keeps the invariants",
           "[gpu][delta_rule_chunked]") {
-  const std::vector<Shape> shapes = {{2, 4, 128, 128}, {1, 2, 128, 64}, {1, 3, 64, 96}, {2, 4, 32, 40}};
+  // (32, 22): Dv % 4 != 0, so the kernel takes its element-wise (not vectorised) loads and stores.
+  const std::vector<Shape> shapes = {{2, 4, 128, 128}, {1, 2, 128, 64}, {1, 3, 64, 96}, {2, 4, 32, 40}, {1, 2, 32, 22}};
   for (const Shape& sh : shapes) {
     REQUIRE(delta_rule_prefill_chunked_supports(sh.Dk, sh.Dv));
     for (DType t : {DType::f32, DType::bf16}) {
@@ -329,6 +335,85 @@ TEST_CASE("chunked delta-rule prefill: two segments with history agree with one 
       const double serr = norm_err(s2.data() + s * slot, sw.data() + s * slot, slot);
       CAPTURE(s, serr);
       CHECK(serr <= kTolF32);
+    }
+  }
+}
+
+TEST_CASE("chunked delta-rule prefill: misaligned buffers take the element-wise path with the same bytes",
+          "[gpu][delta_rule_chunked]") {
+  const Shape sh{2, 4, 64, 64};
+  for (DType t : {DType::bf16, DType::f32}) {
+    CAPTURE(dtype_name(t));
+    const Problem P = make_problem(sh, t, {70, 0, 129, 5, 33}, {3, 7, -1, 1, 8}, {1, 0, 1, 0, 1}, 777);
+    Rig rig(P);
+    const Result aligned = run(P, rig, Kernel::chunked);
+    // Copies of q, k, v, state and out one element into their buffers (4 or 2 bytes: never 16-byte
+    // aligned), used one at a time and then all together.
+    const size_t es = dtype_size(t);
+    auto shifted = [](const std::vector<float>& x, DType dt) {
+      std::vector<float> y(x.size() + 1, 0.0f);
+      std::copy(x.begin(), x.end(), y.begin() + 1);
+      return DevBuf::from(y, dt);
+    };
+    const DevBuf q1 = shifted(P.q, t), k1 = shifted(P.k, t), v1 = shifted(P.v, t);
+    const DevBuf s1 = shifted(P.state0, DType::f32);
+    const DevBuf out1(P.out_bytes() + es, 0xA5);
+    auto at = [](const DevBuf& b, size_t bytes) { return static_cast<void*>(static_cast<uint8_t*>(b.data()) + bytes); };
+    for (const char* which : {"q", "k", "v", "state", "out", "all"}) {
+      CAPTURE(which);
+      const std::string w = which;
+      rig.reset(P, 0xA5);
+      const auto s0 = test::to_bytes(P.state0, DType::f32);
+      check(cudaMemcpy(at(s1, 4), s0.data(), s0.size(), cudaMemcpyHostToDevice));
+      check(cudaMemset(out1.data(), 0xA5, P.out_bytes() + es));
+      DeltaRulePrefillParams p = rig.params(P);
+      if (w == "q" || w == "all") p.q = at(q1, es);
+      if (w == "k" || w == "all") p.k = at(k1, es);
+      if (w == "v" || w == "all") p.v = at(v1, es);
+      if (w == "state" || w == "all") p.state = static_cast<float*>(at(s1, 4));
+      if (w == "out" || w == "all") p.out = at(out1, es);
+      check(delta_rule_prefill_chunked(p, nullptr));
+      check(cudaDeviceSynchronize());
+      const auto strip = [](const std::vector<uint8_t>& b, size_t n) {  // drop the first n bytes
+        return std::vector<uint8_t>(b.begin() + static_cast<int64_t>(n), b.end());
+      };
+      const std::vector<uint8_t> out = p.out == rig.out.data() ? rig.out.download() : strip(out1.download(), es);
+      const std::vector<uint8_t> state = p.state == rig.state.as<float>() ? rig.state.download() : strip(s1.download(), 4);
+      CHECK(byte_diff(out, aligned.out, t) == "");
+      CHECK(byte_diff(state, aligned.state, DType::f32) == "");
+    }
+  }
+}
+
+TEST_CASE("delta-rule prefill: a NaN or Inf in one token never reaches an earlier token's output",
+          "[gpu][delta_rule_chunked][delta_rule]") {
+  const Shape sh{1, 2, 128, 128};
+  for (DType t : {DType::f32, DType::bf16}) {
+    CAPTURE(dtype_name(t));
+    // Two sequences with history, 9 and 40 tokens. Sequence 0: v of its token 5 is NaN, k of its
+    // token 6 is +Inf (both inside the 4-token group 4..7 of the chunked kernel's diagonal tiles).
+    // Sequence 1: the same at its tokens 37 and 38 (the second half of the chunk's inverse).
+    Problem whole = make_problem(sh, t, {9, 40}, {2, 6}, {1, 1}, 31337);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (auto [vt, kt] : {std::pair<int64_t, int64_t>{5, 6}, {9 + 37, 9 + 38}}) {
+      for (int64_t i = 0; i < whole.row(); ++i) whole.v[static_cast<size_t>(vt * whole.row() + i)] = nan;
+      for (int64_t i = 0; i < int64_t{sh.Hk} * sh.Dk; ++i) whole.k[static_cast<size_t>(kt * sh.Hk * sh.Dk + i)] = inf;
+    }
+    // The same sequences cut before the bad tokens: 5 and 37 tokens.
+    const Problem cut = segment_problem(whole, {0, 9}, {5, 37}, 1, whole.state0);
+    for (Kernel kernel : {Kernel::scan, Kernel::chunked}) {
+      CAPTURE(kernel == Kernel::scan ? "scan" : "chunked");
+      Rig rw(whole), rc(cut);
+      const Result a = run(whole, rw, kernel), b = run(cut, rc, kernel);
+      const size_t rb = static_cast<size_t>(whole.row()) * dtype_size(t);  // bytes per token row
+      auto rows = [rb](const std::vector<uint8_t>& o, size_t r0, size_t r1) {  // token rows [r0, r1)
+        return std::vector<uint8_t>(o.begin() + static_cast<int64_t>(r0 * rb), o.begin() + static_cast<int64_t>(r1 * rb));
+      };
+      CHECK(byte_diff(rows(a.out, 0, 5), rows(b.out, 0, 5), t) == "");
+      CHECK(byte_diff(rows(a.out, 9, 46), rows(b.out, 5, 42), t) == "");
+      const auto vals = test::from_bytes(rows(a.out, 0, 5), t), vals1 = test::from_bytes(rows(a.out, 9, 46), t);
+      CHECK(std::all_of(vals.begin(), vals.end(), [](float x) { return std::isfinite(x); }));
+      CHECK(std::all_of(vals1.begin(), vals1.end(), [](float x) { return std::isfinite(x); }));
     }
   }
 }

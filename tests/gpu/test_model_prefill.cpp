@@ -9,9 +9,8 @@
 // - the prefill manifest labels every kernel and shows the prefill kernels;
 // - on the Hugging Face fixtures (tests/fixtures) the GPU step in f32 reproduces HF's logits and
 //   greedy tokens;
-// - with the chunked delta rule (ModelStepOptions::delta_prefill = chunked): the same f32 tolerance
-//   against the CPU reference across chunk boundaries, replay == eager bytes, and the fused
-//   gdn.prefill arm in front of it gives the unfused bytes.
+// These run the scan delta-rule prefill unless told (the n + m and mixed-batch tests run both);
+// the chunked form's own tests are in test_model_prefill_chunked.cpp.
 #include <algorithm>
 #include <cstring>
 #include <cmath>
@@ -25,6 +24,7 @@
 #include "kernels/attention.h"
 #include "kernels/contracts.h"
 #include "kernels/delta_rule.h"
+#include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/ref/mlp_ref.h"
 #include "models/hf_config.h"
 #include "models/model_step.h"
@@ -32,106 +32,10 @@
 #include "models/safetensors.h"
 #include "tests/support/catch.h"
 
+#include "tests/gpu/model_prefill_fixture.h"
+
 using namespace sg;
-
-namespace {
-
-// max |a - b| / max |b| over [n] values (0 when equal).
-double normalised_error(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::fabs(double(b[i])));
-  }
-  return den > 0 ? num / den : num;
-}
-
-// Deterministic token ids for (sequence, position).
-std::vector<int32_t> tokens_for(int seq, int n, int vocab, int from = 0) {
-  std::vector<int32_t> t;
-  for (int i = from; i < from + n; ++i) {
-    uint64_t z = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(seq * 7919 + i + 1);
-    z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
-    t.push_back(static_cast<int32_t>((z ^ (z >> 29)) % static_cast<uint64_t>(vocab)));
-  }
-  return t;
-}
-
-std::vector<int64_t> widen(const std::vector<int32_t>& v) { return {v.begin(), v.end()}; }
-
-ModelStepOptions prefill_options(DType act) {
-  ModelStepOptions o;
-  o.num_slots = 8;
-  o.max_context = 160;
-  o.max_decode_batch = 8;
-  o.max_prefill_tokens = 128;
-  o.max_prefill_seqs = 4;
-  o.act = act;
-  o.synthetic = false;
-  return o;
-}
-
-// The tolerance of GPU f32 vs the f32 CPU reference (normalised max logit error): 1e-4 with an f32
-// KV cache (summation orders and expf ulps only), 2e-2 with the bf16 KV cache (k and v rounded to
-// 2^-9 before the attention reads them); see test_model_step.cpp.
-double f32_tolerance(const ModelStep& step) { return step.kv_cache_dtype() == DType::f32 ? 1e-4 : 2e-2; }
-
-// One prefill request of the parity tests: n tokens from position `start` into `slot`.
-struct Req {
-  int slot, n, start;
-};
-
-// Prefills `reqs` in one graphed step and checks each request's last-token logits against every
-// reference (each prefilling that request alone) within tol, and its greedy token against the
-// logits' argmax; empty requests get zero logits and token 0.
-void check_prefill(ModelStep& step, const std::vector<ReferenceModel*>& refs, const std::vector<Req>& reqs, int V,
-                   double tol) {
-  std::vector<PrefillRequest> batch;
-  for (const Req& r : reqs) batch.push_back({r.slot, tokens_for(r.slot, r.n, V, r.start), r.start});
-  const PrefillOutput g = step.prefill(batch, RunMode::graph);
-  REQUIRE(g.logits.size() == reqs.size() * static_cast<size_t>(V));
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    CAPTURE(i, reqs[i].slot, reqs[i].n, reqs[i].start);
-    const float* gr = g.logits.data() + i * V;
-    if (reqs[i].n == 0) {
-      CHECK(std::all_of(gr, gr + V, [](float x) { return x == 0.0f; }));
-      CHECK(g.tokens[i] == 0);
-      continue;
-    }
-    for (size_t k = 0; k < refs.size(); ++k) {
-      const std::vector<float> c = refs[k]->prefill({Sequence{reqs[i].slot, widen(batch[i].tokens)}});
-      const double e = normalised_error(gr, c.data(), static_cast<size_t>(V));
-      INFO("reference " << k << ": normalised max logit error " << e << " (tolerance " << tol << ")");
-      CHECK(e <= tol);
-    }
-    CHECK(g.tokens[i] == ref::argmax(gr, V));
-  }
-}
-
-// Three graphed decode steps on `slots` at positions pos, pos + 1, pos + 2 after the prefills:
-// logits within tol of refs[0]; every reference takes the same steps.
-void check_decode_after(ModelStep& step, const std::vector<ReferenceModel*>& refs, const std::vector<int32_t>& slots,
-                        const std::vector<int32_t>& pos, int V, double tol) {
-  for (int t = 0; t < 3; ++t) {
-    std::vector<DecodeRequest> reqs;
-    std::vector<int> rs;
-    std::vector<int64_t> rt;
-    for (size_t r = 0; r < slots.size(); ++r) {
-      const int32_t tok = tokens_for(100 + t, 1, V, static_cast<int>(r))[0];
-      reqs.push_back({slots[r], tok, pos[r] + t});
-      rs.push_back(slots[r]);
-      rt.push_back(tok);
-    }
-    const DecodeOutput g = step.decode(reqs, RunMode::graph);
-    const std::vector<float> c = refs[0]->decode(rs, rt);
-    for (size_t k = 1; k < refs.size(); ++k) refs[k]->decode(rs, rt);
-    const double e = normalised_error(g.logits.data(), c.data(), c.size());
-    INFO("decode step " << t << " after prefill: normalised error " << e);
-    CHECK(e <= tol);
-  }
-}
-
-}  // namespace
+using namespace sg::test::mp;
 
 TEST_CASE("model prefill matches the CPU reference, with history and decode after it", "[gpu][model][prefill]") {
   for (const char* name : {"tiny", "tiny-dkdv"}) {
@@ -158,11 +62,13 @@ TEST_CASE("model prefill matches the CPU reference, with history and decode afte
 TEST_CASE("model prefill of n tokens then m decode steps equals a prefill of n + m", "[gpu][model][prefill]") {
   const Qwen35Config cfg = preset("tiny");
   const HostWeights w = synthetic_weights(cfg, 12);
-  ModelStep step(cfg, prefill_options(DType::f32));
+  const DeltaPrefill dp = GENERATE(DeltaPrefill::scan, DeltaPrefill::chunked);
+  CAPTURE(delta_prefill_name(dp));
+  ModelStep step(cfg, prefill_options(DType::f32, dp));
   step.load_host_weights(w);
   step.capture_all();
   const int V = cfg.vocab;
-  for (int n : {1, 5, 11, 40}) {
+  for (int n : {1, 5, 11, 40, 70}) {
     CAPTURE(n);
     const int m = 5;
     const std::vector<int32_t> toks = tokens_for(n, n + m, V);
@@ -183,11 +89,13 @@ TEST_CASE("model prefill of n tokens then m decode steps equals a prefill of n +
 }
 
 TEST_CASE("model prefill of a mixed batch equals each sequence prefilled alone", "[gpu][model][prefill]") {
+  const DeltaPrefill dp = GENERATE(DeltaPrefill::scan, DeltaPrefill::chunked);
+  CAPTURE(delta_prefill_name(dp));
   for (const char* name : {"tiny", "tiny-dkdv"}) {
     CAPTURE(name);
     const Qwen35Config cfg = preset(name);
     const HostWeights w = synthetic_weights(cfg, 13);
-    ModelStep step(cfg, prefill_options(DType::f32));
+    ModelStep step(cfg, prefill_options(DType::f32, dp));
     step.load_host_weights(w);
     step.capture_all();
     const int V = cfg.vocab;
@@ -309,13 +217,11 @@ TEST_CASE("model step in f32 reproduces the Hugging Face fixtures on the GPU", "
     std::ifstream jf(dir / "reference.json");
     const nlohmann::json fx = nlohmann::json::parse(jf);
     const Qwen35Config c = load_hf_config(dir / "config.json");
-    // Head sizes the GPU kernels are not built for (the CPU reference runs every fixture).
-    if (!delta_rule_decode_supports(c.gdn.Dk, c.gdn.Dv) || !attention_supports(c.Hq, c.Hkv, c.D)) {
-      REQUIRE(dir.filename().string() != "h32-real-head-dims");
-      WARN(dir.filename().string() << ": Dk=" << c.gdn.Dk << " Dv=" << c.gdn.Dv << " D=" << c.D
-                                   << " not supported by the GPU kernels: skipped");
-      continue;
-    }
+    // Every fixture's head sizes run on the GPU (D 16 and 24 on the generic attention kernel, Dk 8
+    // and 16 on the delta rule's small tiles); the constructor would throw otherwise.
+    CAPTURE(c.D, c.gdn.Dk, c.gdn.Dv);
+    REQUIRE(attention_supports(c.Hq, c.Hkv, c.D, DType::f32));
+    REQUIRE(delta_rule_decode_supports(c.gdn.Dk, c.gdn.Dv));
     ++run;
     const Checkpoint ck = Checkpoint::open(dir);
     ModelStepOptions o = prefill_options(DType::f32);
@@ -370,9 +276,9 @@ TEST_CASE("model step in f32 reproduces the Hugging Face fixtures on the GPU", "
       }
     }
   }
-  // The fixture with the real models' head sizes (Dk = Dv = 128, D = 256) must be among them; the
-  // others use head sizes (Dk 8/16/32, D 16/24) no GPU kernel is built for.
-  CHECK(run >= 1);
+  // Every fixture ran: the real models' head sizes (h32: Dk = Dv = 128, D = 256) and the small ones
+  // (Dk 8/16/32, Dv 8/16/24, D 16/24).
+  REQUIRE(run == static_cast<int>(dirs.size()));
 }
 
 // bf16: the GPU step in bf16 against the CPU reference emulating a bf16 step (weights rounded to
@@ -485,115 +391,6 @@ TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes"
       CHECK(ops.count("gdn.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
       CHECK(ops.count("conv.fwd") == 0);
       CHECK(ops.count("postconv") == 0);
-    }
-  }
-}
-
-// The chunked delta rule (ModelStepOptions::delta_prefill = chunked) in the model: within the same
-// f32 tolerance of the CPU reference as the scan (the reference's recurrent prefill, as above, and
-// its chunked form), across chunk boundaries (sequences of 70 and 90 tokens), with history and
-// decode steps after it; the manifest shows the chunked kernel on every GDN layer.
-TEST_CASE("model prefill with the chunked delta rule matches the CPU reference", "[gpu][model][prefill][delta_rule_chunked]") {
-  for (const char* name : {"tiny", "tiny-dkdv"}) {
-    CAPTURE(name);
-    const Qwen35Config cfg = preset(name);
-    const HostWeights w = synthetic_weights(cfg, 11);
-    ModelStepOptions o = prefill_options(DType::f32);
-    o.delta_prefill = DeltaPrefill::chunked;
-    ModelStep step(cfg, o);
-    step.load_host_weights(w);
-    step.capture_all();
-    ReferenceModel ref(cfg, w, 8, 160);
-    ReferenceOptions ro;
-    ro.chunked_prefill = true;
-    ReferenceModel ref_chunked(cfg, w, 8, 160, ro);
-    const double tol = f32_tolerance(step);
-    const int V = cfg.vocab;
-    for (int b : step.prefill_keys()) {
-      CAPTURE(b);
-      size_t chunked_nodes = 0;
-      for (const auto& n : step.prefill_manifest(b).nodes) {
-        if (n.label.op != "delta_rule.prefill") continue;
-        ++chunked_nodes;
-        CHECK(n.label.arm == "chunked");
-        CHECK(n.kernel.find("delta_rule_chunked_kernel") != std::string::npos);
-        CHECK(n.grid.y == static_cast<unsigned>(o.max_prefill_seqs));
-      }
-      CHECK(chunked_nodes == static_cast<size_t>(cfg.num_linear_attention()));
-    }
-    check_prefill(step, {&ref, &ref_chunked}, {{5, 1, 0}, {1, 7, 0}, {3, 90, 0}, {0, 0, 0}}, V, tol);
-    check_prefill(step, {&ref, &ref_chunked}, {{1, 2, 7}, {5, 70, 1}, {6, 9, 0}, {3, 1, 90}}, V, tol);
-    check_decode_after(step, {&ref, &ref_chunked}, {1, 5, 6, 3}, {9, 71, 9, 91}, V, tol);
-    CHECK(step.eager_fallbacks() == 0);
-  }
-}
-
-TEST_CASE("model prefill with the chunked delta rule: graph replay is byte-identical to eager",
-          "[gpu][model][prefill][graphs][delta_rule_chunked]") {
-  for (DType act : {DType::f32, DType::bf16}) {
-    CAPTURE(dtype_name(act));
-    const Qwen35Config cfg = preset("tiny-dkdv");
-    ModelStepOptions o = prefill_options(act);
-    o.synthetic = true;
-    o.delta_prefill = DeltaPrefill::chunked;
-    ModelStep step(cfg, o);
-    step.capture_all();
-    step.randomize_caches(3);
-    const std::vector<uint8_t> start = step.cache_bytes();
-    const int V = cfg.vocab;
-    const std::vector<PrefillRequest> batch = {
-        {3, tokens_for(1, 21, V), 10}, {0, tokens_for(2, 2, V), 30}, {6, tokens_for(3, 80, V), 0}};
-    const PrefillOutput e = step.prefill(batch, RunMode::eager);
-    const std::vector<uint8_t> eager_cache = step.cache_bytes();
-    step.set_cache_bytes(start);
-    const PrefillOutput g = step.prefill(batch, RunMode::graph);
-    CHECK(std::memcmp(e.logits.data(), g.logits.data(), e.logits.size() * sizeof(float)) == 0);
-    CHECK(e.tokens == g.tokens);
-    CHECK(eager_cache == step.cache_bytes());
-    CHECK(step.eager_fallbacks() == 0);
-  }
-}
-
-// The delta_prefill setting applies whichever gdn.prefill arm produced q, k, v, g, beta: with the
-// fused arm the chunked step gives the unfused chunked step's bytes (the arms are byte-identical and
-// the chunked kernel is deterministic).
-TEST_CASE("model prefill: the chunked delta rule behind the fused gdn.prefill arm gives the unfused bytes",
-          "[gpu][model][prefill][fused][delta_rule_chunked]") {
-  for (int Dv : {128, 64}) {
-    CAPTURE(Dv);
-    Qwen35Config cfg = preset("tiny");
-    cfg.gdn = GdnDims{2, 4, 128, Dv, 4};
-    cfg.validate("test");
-    REQUIRE(gdn_prefill_fused_supports(cfg.gdn.Dk, cfg.gdn.Dv, cfg.gdn.K));
-    for (DType act : {DType::bf16, DType::f32}) {
-      CAPTURE(dtype_name(act));
-      ModelStepOptions o = prefill_options(act);
-      o.synthetic = true;
-      o.delta_prefill = DeltaPrefill::chunked;
-      ModelStep unfused(cfg, o);
-      o.arms.gdn_prefill = GdnPrefillArm::fused;
-      ModelStep fused(cfg, o);
-      unfused.capture_all();
-      fused.capture_all();
-      unfused.randomize_caches(5);
-      fused.set_cache_bytes(unfused.cache_bytes());
-      const std::vector<PrefillRequest> batch = {{1, tokens_for(1, 2, cfg.vocab), 7},
-                                                 {4, tokens_for(2, 70, cfg.vocab), 0},
-                                                 {6, {}, 3},
-                                                 {0, tokens_for(3, 9, cfg.vocab), 20}};
-      const PrefillOutput u = unfused.prefill(batch, RunMode::graph);
-      const PrefillOutput f = fused.prefill(batch, RunMode::graph);
-      CHECK(std::memcmp(u.logits.data(), f.logits.data(), u.logits.size() * sizeof(float)) == 0);
-      CHECK(u.tokens == f.tokens);
-      CHECK(unfused.cache_bytes() == fused.cache_bytes());
-      std::multiset<std::string> ops, arms;
-      for (const auto& n : fused.prefill_manifest(128).nodes) {
-        ops.insert(n.label.op);
-        if (n.label.op == "delta_rule.prefill") arms.insert(n.label.arm);
-      }
-      CHECK(ops.count("gdn.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
-      CHECK(ops.count("delta_rule.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
-      CHECK(arms.count("chunked") == static_cast<size_t>(cfg.num_linear_attention()));
     }
   }
 }

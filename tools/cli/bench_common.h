@@ -25,7 +25,7 @@ struct BenchOptions {
   std::string csv, trace, dot;  // per-graph exports (the key is added to each file name)
   bool cpu = false;
   ArmOptions arms;
-  std::string delta_prefill = "scan";  // model workload: the delta rule in prefill (scan or chunked)
+  std::string delta_prefill = "auto";  // model workload: the delta rule in prefill (auto, scan or chunked)
 };
 
 struct Spread {

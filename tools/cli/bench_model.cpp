@@ -94,7 +94,7 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
              "({} layers, hidden {}, vocab {}), {} sequences with {} tokens of context.\n",
              cfg.layers, cfg.hidden, cfg.vocab, B, ctx);
   ReferenceOptions ro;
-  ro.chunked_prefill = o.delta_prefill == "chunked";  // the CPU reference's own chunked form (double)
+  ro.chunked_prefill = o.delta_prefill == "chunked";  // its own chunked form (double); auto runs the scan
   ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, ctx + 64, ro);
   std::vector<Sequence> seqs;
   for (int b = 0; b < B; ++b) {
@@ -149,11 +149,13 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   opts.seed = 1;
   fmt::print("device: {}\n", dev.describe());
   fmt::print("workload: {} whole-model steps ({}), {} layers ({} GDN + {} attention), {} sequences, context {} per "
-             "sequence, synthetic bf16 weights\narms: {}; delta-rule prefill: {}\n",
+             "sequence, synthetic bf16 weights\narms: {}\n",
              cfg.name, o.phase, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), o.max_seqs, o.context,
-             arms.arms.describe(), o.delta_prefill);
+             arms.arms.describe());
   auto t0 = std::chrono::steady_clock::now();
   ModelStep step(cfg, opts);
+  const std::string delta_prefill = delta_prefill_name(step.options().delta_prefill);  // `auto` resolved
+  fmt::print("delta-rule prefill: {}{}\n", delta_prefill, o.delta_prefill == "auto" ? " (auto)" : "");
   step.randomize_caches(7);
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
@@ -240,7 +242,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     std::ofstream f(o.json);
     require(static_cast<bool>(f), "cannot write {}", o.json);
     f << nlohmann::json{{"device", dev.describe()}, {"preset", cfg.name}, {"arms", arms.arms.describe()},
-                        {"delta_prefill", o.delta_prefill}, {"workload", "model"}, {"context", o.context},
+                        {"delta_prefill", delta_prefill}, {"workload", "model"}, {"context", o.context},
                         {"graphs", graphs}}
              .dump(2)
       << "\n";

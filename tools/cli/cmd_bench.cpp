@@ -220,10 +220,11 @@ void register_bench(CLI::App& app, Action& action) {
   add_arm_options(cmd, o.arms);
   cmd->add_option("--delta-prefill", o.delta_prefill,
                   "model workload: how prefill runs the gated delta rule: scan (the reference-exact sequential "
-                  "scan) or chunked (the chunked WY form, 64-token chunks; within f32 tolerance of the scan, not "
-                  "byte-identical, so a setting rather than an arm)")
+                  "scan), chunked (the chunked WY form, 64-token chunks; within f32 tolerance of the scan, not "
+                  "byte-identical, so a setting rather than an arm) or auto (chunked where its kernel is built for "
+                  "the model's Dk and fits the device, else scan; the CPU reference runs the scan)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"scan", "chunked"}));
+      ->check(CLI::IsMember({"auto", "scan", "chunked"}));
   cmd->callback([&action] {
     action = [] {
       preset(o.preset);  // validate the name before anything else

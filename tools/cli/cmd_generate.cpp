@@ -36,7 +36,7 @@ struct GenerateOptions {
   std::string dtype;  // empty: bf16 on the GPU, f32 on the CPU
   uint64_t seed = 1;
   bool chunked = false;
-  std::string delta_prefill = "scan";  // GPU: the delta rule in the prefill step (scan or chunked)
+  std::string delta_prefill = "auto";  // the delta rule in the prefill step (auto, scan or chunked)
 };
 
 std::vector<int64_t> parse_tokens(const std::string& s) {
@@ -139,7 +139,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::st
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   print_result(o, "gpu", cfg, source, dtype,
                fmt::format("{}; KV cache {}; {} delta-rule prefill; graphs captured (prefill bucket, decode b=1)",
-                           dev.describe(), dtype_name(step.kv_cache_dtype()), delta_prefill_name(so.delta_prefill)),
+                           dev.describe(), dtype_name(step.kv_cache_dtype()), delta_prefill_name(step.options().delta_prefill)),
                prompt, out, secs, notes);
   return 0;
 }
@@ -222,11 +222,12 @@ void register_generate(CLI::App& app, Action& action) {
   cmd->add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();
   cmd->add_flag("--chunked", o.chunked, "Same as --delta-prefill chunked (GPU and CPU reference)");
   cmd->add_option("--delta-prefill", o.delta_prefill,
-                  "How the prefill step runs the gated delta rule: scan (the reference-exact sequential scan) or "
+                  "How the prefill step runs the gated delta rule: scan (the reference-exact sequential scan), "
                   "chunked (the chunked WY form, 64-token chunks, within f32 tolerance of the scan; on the CPU the "
-                  "same as --chunked)")
+                  "same as --chunked) or auto (on the GPU chunked where its kernel is built for the model's Dk and "
+                  "fits the device, else scan; on the CPU the scan)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"scan", "chunked"}));
+      ->check(CLI::IsMember({"auto", "scan", "chunked"}));
   cmd->callback([&action] {
     action = [] { return run(o); };
   });

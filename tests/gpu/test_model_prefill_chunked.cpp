@@ -1,0 +1,164 @@
+// GPU tests of the model's prefill step with the chunked delta rule (ModelStepOptions::delta_prefill):
+// - chunked matches the CPU reference (its recurrent prefill and its chunked form) across chunk
+//   boundaries, with history and decode after it; the manifest shows the chunked kernel;
+// - graph replay == eager bytes with the chunked kernel;
+// - `auto` (the default) resolves to chunked where the kernel is built, else the scan;
+// - the fused gdn.prefill arm in front of it gives the unfused bytes.
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "engine/error.h"
+#include "kernels/contracts.h"
+#include "kernels/delta_rule_prefill_chunked.h"
+#include "models/model_step.h"
+#include "models/reference_model.h"
+#include "tests/gpu/model_prefill_fixture.h"
+#include "tests/support/catch.h"
+
+using namespace sg;
+using namespace sg::test::mp;
+
+// The chunked delta rule (ModelStepOptions::delta_prefill = chunked) in the model: within the same
+// f32 tolerance of the CPU reference as the scan (the reference's recurrent prefill, as above, and
+// its chunked form), across chunk boundaries (sequences of 70 and 90 tokens), with history and
+// decode steps after it; the manifest shows the chunked kernel on every GDN layer.
+TEST_CASE("model prefill with the chunked delta rule matches the CPU reference", "[gpu][model][prefill][delta_rule_chunked]") {
+  for (const char* name : {"tiny", "tiny-dkdv"}) {
+    CAPTURE(name);
+    const Qwen35Config cfg = preset(name);
+    const HostWeights w = synthetic_weights(cfg, 11);
+    ModelStepOptions o = prefill_options(DType::f32);
+    o.delta_prefill = DeltaPrefill::chunked;
+    ModelStep step(cfg, o);
+    step.load_host_weights(w);
+    step.capture_all();
+    ReferenceModel ref(cfg, w, 8, 160);
+    ReferenceOptions ro;
+    ro.chunked_prefill = true;
+    ReferenceModel ref_chunked(cfg, w, 8, 160, ro);
+    const double tol = f32_tolerance(step);
+    const int V = cfg.vocab;
+    for (int b : step.prefill_keys()) {
+      CAPTURE(b);
+      size_t chunked_nodes = 0;
+      for (const auto& n : step.prefill_manifest(b).nodes) {
+        if (n.label.op != "delta_rule.prefill") continue;
+        ++chunked_nodes;
+        CHECK(n.label.arm == "chunked");
+        CHECK(n.kernel.find("delta_rule_chunked_kernel") != std::string::npos);
+        CHECK(n.grid.y == static_cast<unsigned>(o.max_prefill_seqs));
+      }
+      CHECK(chunked_nodes == static_cast<size_t>(cfg.num_linear_attention()));
+    }
+    check_prefill(step, {&ref, &ref_chunked}, {{5, 1, 0}, {1, 7, 0}, {3, 90, 0}, {0, 0, 0}}, V, tol);
+    check_prefill(step, {&ref, &ref_chunked}, {{1, 2, 7}, {5, 70, 1}, {6, 9, 0}, {3, 1, 90}}, V, tol);
+    check_decode_after(step, {&ref, &ref_chunked}, {1, 5, 6, 3}, {9, 71, 9, 91}, V, tol);
+    CHECK(step.eager_fallbacks() == 0);
+  }
+}
+
+TEST_CASE("model prefill with the chunked delta rule: graph replay is byte-identical to eager",
+          "[gpu][model][prefill][graphs][delta_rule_chunked]") {
+  for (DType act : {DType::f32, DType::bf16}) {
+    CAPTURE(dtype_name(act));
+    const Qwen35Config cfg = preset("tiny-dkdv");
+    ModelStepOptions o = prefill_options(act);
+    o.synthetic = true;
+    o.delta_prefill = DeltaPrefill::chunked;
+    ModelStep step(cfg, o);
+    step.capture_all();
+    step.randomize_caches(3);
+    const std::vector<uint8_t> start = step.cache_bytes();
+    const int V = cfg.vocab;
+    const std::vector<PrefillRequest> batch = {
+        {3, tokens_for(1, 21, V), 10}, {0, tokens_for(2, 2, V), 30}, {6, tokens_for(3, 80, V), 0}};
+    const PrefillOutput e = step.prefill(batch, RunMode::eager);
+    const std::vector<uint8_t> eager_cache = step.cache_bytes();
+    step.set_cache_bytes(start);
+    const PrefillOutput g = step.prefill(batch, RunMode::graph);
+    CHECK(std::memcmp(e.logits.data(), g.logits.data(), e.logits.size() * sizeof(float)) == 0);
+    CHECK(e.tokens == g.tokens);
+    CHECK(eager_cache == step.cache_bytes());
+    CHECK(step.eager_fallbacks() == 0);
+  }
+}
+
+// The default, `auto`, resolves in the constructor: chunked where the kernel is built for Dk (and
+// fits the device), the scan elsewhere; the manifest shows what runs. An explicit chunked for an
+// unsupported Dk is an error when the step has prefill, and nothing without.
+TEST_CASE("model prefill: delta_prefill auto picks the chunked kernel where it is built, else the scan",
+          "[gpu][model][prefill][delta_rule_chunked]") {
+  CHECK(ModelStepOptions{}.delta_prefill == DeltaPrefill::automatic);
+  CHECK(parse_delta_prefill("auto") == DeltaPrefill::automatic);
+  CHECK_THROWS_AS(parse_delta_prefill("fast"), Error);
+  for (auto [Dk, want] : {std::pair{32, DeltaPrefill::chunked}, {16, DeltaPrefill::scan}}) {
+    CAPTURE(Dk);
+    Qwen35Config cfg = preset("tiny");
+    cfg.gdn = GdnDims{2, 4, Dk, 32, 4};
+    cfg.validate("test");
+    REQUIRE(delta_rule_prefill_chunked_supports(Dk, 32) == (want == DeltaPrefill::chunked));
+    ModelStepOptions o = prefill_options(DType::bf16, DeltaPrefill::automatic);
+    o.synthetic = true;
+    ModelStep step(cfg, o);
+    CHECK(step.options().delta_prefill == want);
+    step.capture_all();
+    size_t nodes = 0;
+    for (const auto& n : step.prefill_manifest(step.prefill_keys().back()).nodes) {
+      if (n.label.op != "delta_rule.prefill") continue;
+      ++nodes;
+      CHECK(n.label.arm == delta_prefill_name(want));
+    }
+    CHECK(nodes == static_cast<size_t>(cfg.num_linear_attention()));
+    if (want == DeltaPrefill::scan) {
+      o.delta_prefill = DeltaPrefill::chunked;
+      CHECK_THROWS_AS(ModelStep(cfg, o), Error);
+      o.max_prefill_tokens = 0;  // no prefill step: nothing to refuse
+      CHECK(ModelStep(cfg, o).options().delta_prefill == DeltaPrefill::chunked);
+    }
+  }
+}
+
+// The delta_prefill setting applies whichever gdn.prefill arm produced q, k, v, g, beta: with the
+// fused arm the chunked step gives the unfused chunked step's bytes (the arms are byte-identical and
+// the chunked kernel is deterministic).
+TEST_CASE("model prefill: the chunked delta rule behind the fused gdn.prefill arm gives the unfused bytes",
+          "[gpu][model][prefill][fused][delta_rule_chunked]") {
+  for (int Dv : {128, 64}) {
+    CAPTURE(Dv);
+    Qwen35Config cfg = preset("tiny");
+    cfg.gdn = GdnDims{2, 4, 128, Dv, 4};
+    cfg.validate("test");
+    REQUIRE(gdn_prefill_fused_supports(cfg.gdn.Dk, cfg.gdn.Dv, cfg.gdn.K));
+    for (DType act : {DType::bf16, DType::f32}) {
+      CAPTURE(dtype_name(act));
+      ModelStepOptions o = prefill_options(act);
+      o.synthetic = true;
+      o.delta_prefill = DeltaPrefill::chunked;
+      ModelStep unfused(cfg, o);
+      o.arms.gdn_prefill = GdnPrefillArm::fused;
+      ModelStep fused(cfg, o);
+      unfused.capture_all();
+      fused.capture_all();
+      unfused.randomize_caches(5);
+      fused.set_cache_bytes(unfused.cache_bytes());
+      const std::vector<PrefillRequest> batch = {{1, tokens_for(1, 2, cfg.vocab), 7},
+                                                 {4, tokens_for(2, 70, cfg.vocab), 0},
+                                                 {6, {}, 3},
+                                                 {0, tokens_for(3, 9, cfg.vocab), 20}};
+      const PrefillOutput u = unfused.prefill(batch, RunMode::graph);
+      const PrefillOutput f = fused.prefill(batch, RunMode::graph);
+      CHECK(std::memcmp(u.logits.data(), f.logits.data(), u.logits.size() * sizeof(float)) == 0);
+      CHECK(u.tokens == f.tokens);
+      CHECK(unfused.cache_bytes() == fused.cache_bytes());
+      std::multiset<std::string> ops, arms;
+      for (const auto& n : fused.prefill_manifest(128).nodes) {
+        ops.insert(n.label.op);
+        if (n.label.op == "delta_rule.prefill") arms.insert(n.label.arm);
+      }
+      CHECK(ops.count("gdn.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
+      CHECK(ops.count("delta_rule.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
+      CHECK(arms.count("chunked") == static_cast<size_t>(cfg.num_linear_attention()));
+    }
+  }
+}

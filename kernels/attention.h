@@ -14,6 +14,9 @@
 //                      static shared memory (<= 48 KB, no opt-in attribute, nothing to set
 //                      before graph capture); works for any token order (a tile holding several
 //                      sequences is processed per sequence).
+//   attention_prefill_mma (attention_prefill_mma.h): the same contract on the tensor cores for a
+//                      bf16 cache and bf16 q, D in {32, 64, 128, 256}; not byte-equal to
+//                      attention_prefill (within the bf16 output tolerance).
 // - generic, any other D in 1..256 (attention_generic.cu; correct, not tuned): one block per
 //   (row, q head, split), a warp per key (lanes over the features, an xor-tree dot product), no
 //   K/V sharing between the query heads of a group. attention_decode honours splits exactly as

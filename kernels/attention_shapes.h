@@ -6,6 +6,8 @@
 //   generic any other D in 1..kAttentionMaxD: attention_generic.cu, one block per (row, q head,
 //           split), a warp per key, lanes over the features; correct, not tuned (the test
 //           fixtures' head sizes 16 and 24, other small models).
+//   mma     prefill on the tensor cores (attention_prefill_mma.h): bf16 cache and q, D in
+//           {32, 64, 128, 256}; dynamic shared memory attention_prefill_mma_smem(D).
 #pragma once
 #include <cstddef>
 
@@ -26,5 +28,13 @@ bool attention_supports(int Hq, int Hkv, int D);
 // f32 workspace of a split-K decode (both kernel families): [T, Hq, splits, D] partial outputs,
 // then [T, Hq, splits, 2] (running max, sum); 0 for splits <= 1.
 size_t attention_decode_workspace_bytes(int T, int Hq, int D, int splits);
+
+// True when the tensor-core prefill runs the shape: D in {32, 64, 128, 256}, q and cache bf16.
+bool attention_prefill_mma_supports(int D, DType q_dtype, DType cache_dtype);
+
+// Dynamic shared memory of one block of the tensor-core prefill (bytes): a query tile of 64
+// rows and one K and one V tile of 64 keys (32 for D = 256), rows padded to D + 8 bf16, plus the
+// tile's slots and positions; 0 for a D it is not built for.
+size_t attention_prefill_mma_smem(int D);
 
 }  // namespace sg

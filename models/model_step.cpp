@@ -53,7 +53,36 @@ DeltaPrefill parse_delta_prefill(const std::string& name) {
   throw Error(fmt::format("unknown delta-rule prefill '{}' (valid: auto, scan, chunked)", name));
 }
 
+const char* attn_prefill_name(AttnPrefill a) {
+  return a == AttnPrefill::mma ? "mma" : a == AttnPrefill::simt ? "simt" : "auto";
+}
+
+AttnPrefill parse_attn_prefill(const std::string& name) {
+  if (name == "auto") return AttnPrefill::automatic;
+  if (name == "simt") return AttnPrefill::simt;
+  if (name == "mma") return AttnPrefill::mma;
+  throw Error(fmt::format("unknown attention prefill '{}' (valid: auto, simt, mma)", name));
+}
+
 namespace {
+
+// `automatic` -> mma when the tensor-core prefill supports (D, activation = q dtype, KV cache
+// dtype) and its shared memory fits this device, else simt; an explicit mma that cannot run is an
+// error when the step has prefill and attention layers.
+AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache, bool prefill) {
+  if (want == AttnPrefill::simt || (want == AttnPrefill::mma && !prefill)) return want;
+  int dev = 0, optin = 0;
+  check(cudaGetDevice(&dev));
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const bool built = attention_prefill_mma_supports(D, act, cache);
+  const bool fits = attention_prefill_mma_smem(D) <= static_cast<size_t>(optin);
+  if (want == AttnPrefill::automatic) return built && fits ? AttnPrefill::mma : AttnPrefill::simt;
+  require(built, "the tensor-core attention prefill does not support D={} with {} activations and a {} KV cache (built "
+          "for D 32, 64, 128, 256, bf16; use --attn-prefill simt)", D, dtype_name(act), dtype_name(cache));
+  require(fits, "the tensor-core attention prefill needs {} bytes of shared memory per block for D={}; this device "
+          "allows {} (use --attn-prefill simt)", attention_prefill_mma_smem(D), D, optin);
+  return want;
+}
 
 // `automatic` -> chunked when the kernel is built for (Dk, Dv) and one block's shared memory fits
 // this device (the opt-in limit), else scan; an explicit chunked that cannot run is an error when
@@ -100,7 +129,9 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   if (cfg_.num_full_attention() > 0) {
     require(attention_supports(cfg_.Hq, cfg_.Hkv, cfg_.D, kv_cache_dtype()), "attention does not support Hq={} Hkv={} D={}", cfg_.Hq,
             cfg_.Hkv, cfg_.D);
+    opts_.attn_prefill = resolve_attn_prefill(opts_.attn_prefill, cfg_.D, opts_.act, kv_cache_dtype(), opts_.max_prefill_tokens > 0);
   }
+  if (opts_.attn_prefill == AttnPrefill::automatic) opts_.attn_prefill = AttnPrefill::simt;  // no attention layer
   int dev = 0;
   check(cudaGetDevice(&dev));
   check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));

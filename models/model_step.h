@@ -66,6 +66,17 @@ const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked"
 // "auto", "scan" or "chunked"; throws Error on anything else.
 DeltaPrefill parse_delta_prefill(const std::string& name);
 
+// How a prefill step runs attention.prefill. A setting, not an arm (the two agree within the bf16
+// attention tolerance, not byte for byte).
+enum class AttnPrefill : uint8_t {
+  automatic,  // mma where attention_prefill_mma_supports (bf16 activations/cache, D 32/64/128/256), else simt
+  simt,       // attention_prefill: the f32 CUDA-core kernel
+  mma,        // attention_prefill_mma: bf16 tensor cores (mma.sync), P split into two bf16 halves
+};
+const char* attn_prefill_name(AttnPrefill a);  // "auto", "simt", "mma"
+// "auto", "simt" or "mma"; throws Error on anything else.
+AttnPrefill parse_attn_prefill(const std::string& name);
+
 struct ModelStepOptions {
   int num_slots = 8;          // cache slots
   int max_context = 1024;     // tokens per slot (KV cache length)
@@ -78,6 +89,9 @@ struct ModelStepOptions {
   // The delta rule in prefill steps (also with gdn.prefill=fused); the constructor resolves
   // `automatic`, so options().delta_prefill is scan or chunked afterwards.
   DeltaPrefill delta_prefill = DeltaPrefill::automatic;
+  // attention.prefill; the constructor resolves `automatic` (options().attn_prefill is simt or mma
+  // afterwards); an explicit mma the shape or dtype does not support is an error (with prefill).
+  AttnPrefill attn_prefill = AttnPrefill::automatic;
   uint64_t seed = 1;          // synthetic GPU weights (init_synthetic)
   bool synthetic = true;      // fill weights with init_synthetic() in the constructor
 };

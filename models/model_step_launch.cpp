@@ -9,6 +9,7 @@
 #include "graphs/node_timer.h"
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
+#include "kernels/attention_prefill_mma.h"
 #include "kernels/attn_prep.h"
 #include "kernels/contracts.h"
 #include "kernels/embedding.h"
@@ -118,8 +119,9 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   at.Hkv = Hkv;
   at.D = D;
   at.max_context = opts_.max_context;
+  const bool mma = prefill && opts_.attn_prefill == AttnPrefill::mma;
   if (prefill) {
-    check(attention_prefill(at, s));
+    check(mma ? attention_prefill_mma(at, s) : attention_prefill(at, s));
   } else {
     at.splits = attention_splits(rows);
     at.workspace = at.splits > 1 ? a_.attn_ws.ptr<float>() : nullptr;
@@ -130,7 +132,7 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
     // KV bytes read depend on the batch's positions).
     rec->launched(s,
                   {layer, prefill ? "attention.prefill" : "attention.decode",
-                   prefill ? std::string("-") : fmt::format("splits={}", at.splits), rows * 3.0 * Hq * D * es},
+                   prefill ? std::string(attn_prefill_name(opts_.attn_prefill)) : fmt::format("splits={}", at.splits), rows * 3.0 * Hq * D * es},
                   at.splits > 1 ? 2 : 1);  // split-K: the partial kernel and the merge
   }
 

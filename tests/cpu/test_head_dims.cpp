@@ -28,7 +28,16 @@ TEST_CASE("attention head sizes: tuned for 32, 64, 128, 256, generic for the res
     CHECK(attention_supports(4, 2, D, DType::f32) == in_range);
     CHECK_FALSE(attention_supports(4, 2, D, DType::f16));
     CHECK_FALSE(attention_supports(4, 2, D, DType::i32));
+    // The tensor-core prefill: the tuned head sizes, bf16 q and cache only.
+    CHECK(attention_prefill_mma_supports(D, DType::bf16, DType::bf16) == tuned);
+    CHECK_FALSE(attention_prefill_mma_supports(D, DType::f32, DType::bf16));
+    CHECK_FALSE(attention_prefill_mma_supports(D, DType::bf16, DType::f32));
+    CHECK((attention_prefill_mma_smem(D) > 0) == tuned);
   }
+  // 64 query rows + K and V tiles of 64 keys (32 at D = 256), rows of D + 8 bf16, 512 bytes of metadata.
+  CHECK(attention_prefill_mma_smem(256) == 68096);
+  CHECK(attention_prefill_mma_smem(128) == 52736);
+  CHECK(attention_prefill_mma_smem(64) == 28160);
   // GQA: Hq a positive multiple of Hkv.
   CHECK(attention_supports(6, 2, 16));
   CHECK(attention_supports(2, 1, 24, DType::f32));

@@ -201,6 +201,35 @@ TEST_CASE("model prefill manifest labels every kernel and shows the prefill kern
   }
 }
 
+TEST_CASE("model prefill: attn_prefill auto picks mma for bf16, simt for f32, and labels the manifest",
+          "[gpu][model][prefill][mma]") {
+  CHECK(ModelStepOptions{}.attn_prefill == AttnPrefill::automatic);
+  CHECK(parse_attn_prefill("auto") == AttnPrefill::automatic);
+  CHECK(parse_attn_prefill("mma") == AttnPrefill::mma);
+  CHECK_THROWS_AS(parse_attn_prefill("wmma"), Error);
+  const Qwen35Config cfg = preset("tiny");
+  for (auto [act, want] : {std::pair{DType::bf16, AttnPrefill::mma}, {DType::f32, AttnPrefill::simt}}) {
+    CAPTURE(dtype_name(act));
+    ModelStepOptions o = prefill_options(act);
+    o.synthetic = true;
+    o.attn_prefill = AttnPrefill::automatic;
+    ModelStep step(cfg, o);
+    CHECK(step.options().attn_prefill == want);
+    step.capture_all();
+    size_t seen = 0;
+    for (const auto& n : step.prefill_manifest(step.prefill_keys().back()).nodes) {
+      if (n.label.op != "attention.prefill") continue;
+      CHECK(n.label.arm == attn_prefill_name(want));
+      ++seen;
+    }
+    CHECK(seen == static_cast<size_t>(cfg.num_full_attention()));
+    if (act == DType::f32) {
+      o.attn_prefill = AttnPrefill::mma;  // explicit mma on an f32 step: an error
+      CHECK_THROWS_AS(ModelStep(cfg, o), Error);
+    }
+  }
+}
+
 TEST_CASE("model step in f32 reproduces the Hugging Face fixtures on the GPU", "[gpu][model][prefill][fixtures]") {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(SG_TEST_SOURCE_DIR) / "tests" / "fixtures";
@@ -288,13 +317,19 @@ TEST_CASE("model step in f32 reproduces the Hugging Face fixtures on the GPU", "
 // relative) and that difference propagates through the layers. Tolerance: normalised max logit
 // error <= 3e-2 per step; greedy tokens must agree wherever the reference's top-2 margin exceeds
 // twice the observed error times the largest |logit|.
+// Both attention prefills (simt and the tensor-core mma) are held to this tolerance.
 TEST_CASE("model step in bf16 matches the bf16 CPU reference, prefill then decode", "[gpu][model][prefill][bf16]") {
   constexpr double kTol = 3e-2;
+  const AttnPrefill ap = GENERATE(AttnPrefill::simt, AttnPrefill::mma);
+  CAPTURE(attn_prefill_name(ap));
   for (const char* name : {"tiny", "tiny-dkdv"}) {
     CAPTURE(name);
     const Qwen35Config cfg = preset(name);
     const HostWeights w = synthetic_weights(cfg, 21);
-    ModelStep step(cfg, prefill_options(DType::bf16));
+    ModelStepOptions o = prefill_options(DType::bf16);
+    o.attn_prefill = ap;
+    ModelStep step(cfg, o);
+    REQUIRE(step.options().attn_prefill == ap);
     step.load_host_weights(w);
     step.capture_all();
     ReferenceOptions ro;

@@ -26,6 +26,7 @@ struct BenchOptions {
   bool cpu = false;
   ArmOptions arms;
   std::string delta_prefill = "auto";  // model workload: the delta rule in prefill (auto, scan or chunked)
+  std::string attn_prefill = "auto";   // model workload: attention in prefill (auto, simt or mma)
 };
 
 struct Spread {

@@ -146,6 +146,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   opts.max_prefill_seqs = o.max_seqs;
   opts.arms = arms.arms;
   opts.delta_prefill = parse_delta_prefill(o.delta_prefill);
+  opts.attn_prefill = parse_attn_prefill(o.attn_prefill);
   opts.seed = 1;
   fmt::print("device: {}\n", dev.describe());
   fmt::print("workload: {} whole-model steps ({}), {} layers ({} GDN + {} attention), {} sequences, context {} per "
@@ -156,6 +157,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   ModelStep step(cfg, opts);
   const std::string delta_prefill = delta_prefill_name(step.options().delta_prefill);  // `auto` resolved
   fmt::print("delta-rule prefill: {}{}\n", delta_prefill, o.delta_prefill == "auto" ? " (auto)" : "");
+  const std::string attn_prefill = attn_prefill_name(step.options().attn_prefill);  // `auto` resolved
+  fmt::print("attention prefill: {}{}\n", attn_prefill, o.attn_prefill == "auto" ? " (auto)" : "");
   step.randomize_caches(7);
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
@@ -242,7 +245,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     std::ofstream f(o.json);
     require(static_cast<bool>(f), "cannot write {}", o.json);
     f << nlohmann::json{{"device", dev.describe()}, {"preset", cfg.name}, {"arms", arms.arms.describe()},
-                        {"delta_prefill", delta_prefill}, {"workload", "model"}, {"context", o.context},
+                        {"delta_prefill", delta_prefill}, {"attn_prefill", attn_prefill}, {"workload", "model"}, {"context", o.context},
                         {"graphs", graphs}}
              .dump(2)
       << "\n";

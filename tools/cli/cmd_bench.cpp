@@ -225,6 +225,13 @@ void register_bench(CLI::App& app, Action& action) {
                   "the model's Dk and fits the device, else scan; the CPU reference runs the scan)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "scan", "chunked"}));
+  cmd->add_option("--attn-prefill", o.attn_prefill,
+                  "model workload: how prefill runs attention: simt (the f32 CUDA-core kernel), mma (bf16 tensor "
+                  "cores, P split into two bf16 halves; within the bf16 attention tolerance of simt, not "
+                  "byte-identical, so a setting rather than an arm) or auto (mma for bf16 with D 32/64/128/256, "
+                  "else simt)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "simt", "mma"}));
   cmd->callback([&action] {
     action = [] {
       preset(o.preset);  // validate the name before anything else

@@ -1,0 +1,361 @@
+// attention_prefill_mma.cu: the tensor-core varlen causal prefill (attention_prefill_mma.h) for a
+// bf16 cache and bf16 q / gate, D in {32, 64, 128, 256}: mma.sync m16n8k16 bf16 -> f32.
+//
+// Design (FlashAttention-2 style, register-resident S and O). Block (query tile of BQ = 64 rows,
+// q head h), 4 warps; warp w owns tile rows 16w .. 16w + 15. Dynamic shared memory: the q tile
+// [64][D + 8], one K tile and one V tile [BK][D + 8] (BK = 64 keys, 32 for D = 256 so S and O fit
+// the registers: 251 at D = 256, 169 at 128, no spills) (bf16, rows padded by 16 bytes: the
+// 32-bit fragment loads and ldmatrix are bank-conflict free) and the tile's slots / positions:
+// attention_prefill_mma_smem(D) bytes (68,096 for D = 256, 52,736 for 128: opt-in above 48 KB,
+// set by the launcher before every launch as delta_rule_prefill_chunked does). Loads are cp.async (16 bytes,
+// zero-filled past the live keys, so masked keys multiply zeros, never cache poison); K and V are
+// two commit groups, so S = q K^T starts while V is in flight. As in attention.cu, the tile's
+// rows are processed per cache slot (a tile may span sequences): per slot pass, key tiles
+// 0 .. max position of the slot's rows; a warp skips a key tile (and each 16-key step of it)
+// lying wholly above its rows' positions. Per key tile of BK keys each warp:
+//   S [16 x BK] = q K^T        D/16 k-steps x BK/8 mma (A from q_s, B from k_s by 32-bit loads)
+//   online softmax per row     exactly the SIMT kernel's f32 steps: s = dot * scale, masked to
+//                              -inf; m' = max(m, max s); corr = expf(m - m'); p = expf(s - m');
+//                              l = fmaf(l, corr, sum p) (sum of the f32 p); O *= corr
+//   O [16 x D] += P V          P (f32 registers, reused as A fragments) split P = P_hi + P_lo,
+//                              P_hi = bf16(P), P_lo = bf16(P - P_hi); 2 mma per (k-step, n-tile),
+//                              B from v_s by ldmatrix.trans
+// then out = (O / l) * sigmoidf_(gate) (zeros for padding rows; rows >= T untouched).
+// Grid (ceil(T / 64), Hq) from the shape only; no allocation, no host synchronisation.
+//
+// Error versus the f32 CUDA-core kernel (both from the same bf16 q, k, v; u = 2^-24 the f32 unit
+// roundoff, n keys, A = sum_j p_j |v_j| / l <= max |v|):
+// - S: every bf16 x bf16 product is exact in f32; the mma accumulates in f32 as the SIMT fmaf
+//   chain does, in another order: |dS| <= ~D u sum_d |q_d k_d| for both (same order of error).
+// - P V: P_hi + P_lo - P = bf16 rounding of the residual r = P - P_hi (exact in f32), |r| <=
+//   2^-8 P, so |P_hi + P_lo - P| <= 2^-8 |r| <= 2^-16 P (typically ~2^-18 P, and 0 for the row
+//   maximum p = 1). Output error from the split: <= 2^-16 A (worst case, all terms aligned;
+//   independent terms give ~2^-18 sqrt(sum p_j^2 v_j^2) / l); accumulation ~n u A as in SIMT.
+// Against the test tolerance (bf16 outputs: 2^-6 |ref| + 1e-5 after both round to bf16): with
+// |v| <= 1 and sigmoid(gate) < 0.88 (the tests' ranges) the worst case 2^-16 * 0.88 = 1.3e-5 only
+// matters when the output cancels to |o| < ~1e-4, and needs every split residual at its bound
+// with aligned signs; the typical error (<= ~4e-6 for n = 2, shrinking as 1/sqrt(n)) fits.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/attention_internal.cuh"
+#include "kernels/attention_prefill_mma.h"
+#include "kernels/device_util.cuh"
+
+namespace sg {
+namespace {
+
+using attn_detail::attention_scale;
+using attn_detail::kNegInf;
+using attn_detail::resolve_row;
+using attn_detail::sigmoidf_;
+
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kBQ = 64;        // query rows per block (16 per warp)
+constexpr int kParts = 2;      // bf16 parts of P in P V (P_hi, P_lo)
+
+template <int D>
+struct MmaCfg {
+  static constexpr int BK = D >= 256 ? 32 : 64;  // keys per K/V tile (32 at D = 256: no spills)
+  static constexpr int LD = D + 8;        // padded smem row, bf16 elements (16 bytes of padding)
+  static constexpr int KSTEPS = D / 16;   // k-steps of S = q K^T
+  static constexpr int NT_S = BK / 8;    // n-tiles of S (8 keys each)
+  static constexpr int NT_O = D / 8;      // n-tiles of O (8 features each)
+  static constexpr int CHUNKS = D / 8;    // 16-byte chunks per row
+  static constexpr size_t kSmem = static_cast<size_t>(kBQ + 2 * BK) * LD * 2 + 2 * kBQ * sizeof(int);
+  static_assert(D % 16 == 0 && D <= 256, "D must be a multiple of 16, at most 256");
+  static_assert((LD * 2) % 16 == 0, "padded rows stay 16-byte aligned (cp.async, ldmatrix)");
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// 16 bytes global -> shared; zero-filled (no read) when !pred.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) {
+  const int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// D[16x8] += A[16x16] B[16x8], bf16 inputs, f32 accumulators (fragment layouts of the PTX ISA:
+// g = lane / 4, t = lane % 4; a0 (row g, cols 2t, 2t+1), a1 (row g+8), a2 (row g, cols 2t+8, +9),
+// a3 (row g+8, cols 2t+8, +9); b0 (rows 2t, 2t+1, col g), b1 (rows 2t+8, +9); c0 c1 (row g, cols
+// 2t, 2t+1), c2 c3 (row g+8)).
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four transposed 8x8 bf16 matrices; lane l gives the row address of matrix l / 8, row l % 8.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ uint32_t lds32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+__device__ __forceinline__ uint32_t as_u32(__nv_bfloat162 v) {
+  uint32_t u;
+  static_assert(sizeof(u) == sizeof(v));
+  __builtin_memcpy(&u, &v, sizeof(u));
+  return u;
+}
+
+// Splits (x, y) (x the lower column) into kParts bf16x2 words whose sum approximates it: part i
+// rounds what parts 0..i-1 left (the differences are exact in f32).
+__device__ __forceinline__ void split_pair(float x, float y, uint32_t* parts) {
+#pragma unroll
+  for (int i = 0; i < kParts; ++i) {
+    const __nv_bfloat162 b = __floats2bfloat162_rn(x, y);
+    parts[i] = as_u32(b);
+    const float2 f = __bfloat1622float2(b);
+    x -= f.x;
+    y -= f.y;
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 2) attn_prefill_mma_kernel(const AttentionParams p, int group, float scale) {
+  using Cfg = MmaCfg<D>;
+  constexpr int kBK = Cfg::BK, LD = Cfg::LD, KSTEPS = Cfg::KSTEPS, NT_S = Cfg::NT_S, NT_O = Cfg::NT_O, CHUNKS = Cfg::CHUNKS;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kBQ][LD]
+  __nv_bfloat16* k_s = q_s + kBQ * LD;                                // [kBK][LD]
+  __nv_bfloat16* v_s = k_s + kBK * LD;                                // [kBK][LD]
+  int* q_slot = reinterpret_cast<int*>(v_s + kBK * LD);               // [kBQ]
+  int* q_pos = q_slot + kBQ;                                          // [kBQ]
+
+  const int tile = blockIdx.x, h = blockIdx.y, g = h / group;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int gr = lane >> 2, tq = lane & 3;  // fragment row (0..7) and column pair (0..3)
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);        // [T, Hq, D]
+  const auto* kc = static_cast<const __nv_bfloat16*>(p.k_cache);  // [num_slots, max_context, Hkv, D]
+  const auto* vc = static_cast<const __nv_bfloat16*>(p.v_cache);  // [num_slots, max_context, Hkv, D]
+
+  if (threadIdx.x < kBQ) {
+    const int t = tile * kBQ + threadIdx.x;
+    int slot = -1, pos = -1;
+    if (!(t < p.T && resolve_row(p.meta, t, p.max_context, slot, pos))) slot = -1, pos = -1;
+    q_slot[threadIdx.x] = slot;
+    q_pos[threadIdx.x] = pos;
+  }
+  for (int i = threadIdx.x; i < kBQ * CHUNKS; i += kThreads) {
+    const int r = i / CHUNKS, c = i % CHUNKS, t = tile * kBQ + r;
+    const bool in = t < p.T;
+    const __nv_bfloat16* src = in ? q + (static_cast<int64_t>(t) * p.Hq + h) * D + c * 8 : q;
+    cp_async16(smem_addr(q_s + r * LD + c * 8), src, in);
+  }
+  cp_async_commit();
+  __syncthreads();  // q_slot, q_pos
+
+  float o[NT_O][4];
+#pragma unroll
+  for (int j = 0; j < NT_O; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // rows gr and gr + 8 of the warp
+  const int row0 = warp * 16 + gr;
+  uint64_t remaining = 0;
+  for (int r = 0; r < kBQ; ++r) remaining |= static_cast<uint64_t>(q_slot[r] >= 0) << r;
+  const int64_t pos_stride = static_cast<int64_t>(p.Hkv) * D;
+
+  while (remaining) {  // block-uniform
+    const int slot = q_slot[__ffsll(static_cast<long long>(remaining)) - 1];
+    uint64_t active = 0;
+    int kmax = 0;
+    for (int r = 0; r < kBQ; ++r) {
+      if (((remaining >> r) & 1u) && q_slot[r] == slot) {
+        active |= uint64_t{1} << r;
+        kmax = max(kmax, q_pos[r] + 1);
+      }
+    }
+    remaining &= ~active;
+    // Last key each of this thread's rows sees in this pass (-1: none), and the warp's largest.
+    int lim[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) lim[e] = ((active >> (row0 + 8 * e)) & 1u) ? q_pos[row0 + 8 * e] : -1;
+    int wlim = max(lim[0], lim[1]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) wlim = max(wlim, __shfl_xor_sync(0xffffffffu, wlim, off));
+    const int64_t base = (static_cast<int64_t>(slot) * p.max_context * p.Hkv + g) * D;
+
+    for (int kt = 0; kt < kmax; kt += kBK) {
+      const int nk = min(kBK, kmax - kt);
+      __syncthreads();  // the previous K/V tiles are consumed
+      for (int i = threadIdx.x; i < kBK * CHUNKS; i += kThreads) {
+        const int r = i / CHUNKS, c = i % CHUNKS;
+        cp_async16(smem_addr(k_s + r * LD + c * 8), kc + base + (r < nk ? (kt + r) * pos_stride + c * 8 : 0), r < nk);
+      }
+      cp_async_commit();
+      for (int i = threadIdx.x; i < kBK * CHUNKS; i += kThreads) {
+        const int r = i / CHUNKS, c = i % CHUNKS;
+        cp_async16(smem_addr(v_s + r * LD + c * 8), vc + base + (r < nk ? (kt + r) * pos_stride + c * 8 : 0), r < nk);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();  // q and K
+      __syncthreads();
+
+      const bool work = kt <= wlim;  // warp-uniform
+      float s[NT_S][4];
+#pragma unroll
+      for (int j = 0; j < NT_S; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+      if (work) {
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk) {
+          const __nv_bfloat16* qa = q_s + row0 * LD + kk * 16 + 2 * tq;
+          const uint32_t a[4] = {lds32(qa), lds32(qa + 8 * LD), lds32(qa + 8), lds32(qa + 8 * LD + 8)};
+#pragma unroll
+          for (int j = 0; j < NT_S; ++j) {
+            if (kt + 8 * j > wlim) continue;  // keys above every row of the warp
+            const __nv_bfloat16* kb = k_s + (8 * j + gr) * LD + kk * 16 + 2 * tq;
+            mma_bf16(s[j], a, lds32(kb), lds32(kb + 8));
+          }
+        }
+        // Online softmax of rows gr (e = 0) and gr + 8 (e = 1); a row's BK scores sit in the 4
+        // lanes of a quad (2 per n-tile each).
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float mx = kNegInf;
+#pragma unroll
+          for (int j = 0; j < NT_S; ++j) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const bool valid = kt + 8 * j + 2 * tq + c <= lim[e];
+              const float sc = valid ? s[j][2 * e + c] * scale : kNegInf;
+              s[j][2 * e + c] = sc;
+              mx = fmaxf(mx, sc);
+            }
+          }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float mn = fmaxf(m[e], mx);
+          float ps = 0.0f;
+#pragma unroll
+          for (int j = 0; j < NT_S; ++j) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const float sc = s[j][2 * e + c];
+              const float pr = sc == kNegInf ? 0.0f : expf(sc - mn);  // mn finite when sc is
+              s[j][2 * e + c] = pr;
+              ps += pr;
+            }
+          }
+          ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+          ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+          if (mn != kNegInf) {  // else nothing valid yet for this row: m, l, O stay
+            const float corr = expf(m[e] - mn);
+            l[e] = fmaf(l[e], corr, ps);
+            m[e] = mn;
+#pragma unroll
+            for (int j = 0; j < NT_O; ++j) {
+              o[j][2 * e] *= corr;
+              o[j][2 * e + 1] *= corr;
+            }
+          }
+        }
+      }
+      cp_async_wait<0>();  // V
+      __syncthreads();
+      if (work) {
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          if (kt + 16 * kk > wlim) continue;  // warp-uniform: every p of this k-step is 0
+          uint32_t a[kParts][4], w[kParts];
+          split_pair(s[2 * kk][0], s[2 * kk][1], w);
+#pragma unroll
+          for (int i = 0; i < kParts; ++i) a[i][0] = w[i];
+          split_pair(s[2 * kk][2], s[2 * kk][3], w);
+#pragma unroll
+          for (int i = 0; i < kParts; ++i) a[i][1] = w[i];
+          split_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], w);
+#pragma unroll
+          for (int i = 0; i < kParts; ++i) a[i][2] = w[i];
+          split_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], w);
+#pragma unroll
+          for (int i = 0; i < kParts; ++i) a[i][3] = w[i];
+          // ldmatrix.trans: matrix mi = lane / 8 holds keys 16kk + (mi & 1) * 8 .. + 7 and
+          // features n0 + (mi >> 1) * 8 .. + 7; r0 r1 are b0 b1 of n-tile n0 / 8, r2 r3 of the next.
+          const int mi = lane >> 3;
+          const __nv_bfloat16* vrow = v_s + (16 * kk + (lane & 7) + (mi & 1) * 8) * LD + (mi >> 1) * 8;
+#pragma unroll
+          for (int jp = 0; jp < NT_O / 2; ++jp) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, smem_addr(vrow + jp * 16));
+#pragma unroll
+            for (int i = 0; i < kParts; ++i) {
+              mma_bf16(o[2 * jp], a[i], b[0], b[1]);
+              mma_bf16(o[2 * jp + 1], a[i], b[2], b[3]);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  cp_async_wait<0>();  // a tile without live rows never waited for its q copies
+
+  // out = (O / l) * sigmoid(gate); zeros for padding rows.
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int r = row0 + 8 * e, t = tile * kBQ + r;
+    if (t >= p.T) continue;
+    const bool live = q_slot[r] >= 0;
+    const int64_t orow = (static_cast<int64_t>(t) * p.Hq + h) * D;
+#pragma unroll
+    for (int j = 0; j < NT_O; ++j) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int64_t i = orow + 8 * j + 2 * tq + c;
+        float y = 0.0f;
+        if (live) y = (o[j][2 * e + c] / l[e]) * sigmoidf_(dev::load(p.gate, p.q_dtype, i));
+        dev::store(p.out, p.out_dtype, i, y);
+      }
+    }
+  }
+}
+
+template <int D>
+cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
+  constexpr size_t bytes = MmaCfg<D>::kSmem;
+  auto* kernel = attn_prefill_mma_kernel<D>;
+  if (bytes > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    if (err != cudaSuccess) return err;
+  }
+  const dim3 grid(static_cast<unsigned>((p.T + kBQ - 1) / kBQ), static_cast<unsigned>(p.Hq));
+  kernel<<<grid, kThreads, bytes, stream>>>(p, p.Hq / p.Hkv, attention_scale(D));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t attention_prefill_mma(const AttentionParams& p, cudaStream_t stream) {
+  if (p.T < 0 || p.max_context <= 0 || !attention_supports(p.Hq, p.Hkv, p.D, p.cache_dtype) ||
+      !attention_prefill_mma_supports(p.D, p.q_dtype, p.cache_dtype) || p.Hq > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.out_dtype != DType::bf16 && p.out_dtype != DType::f32) return cudaErrorInvalidValue;
+  if (!p.q || !p.gate || !p.k_cache || !p.v_cache || !p.out || !p.meta.positions || !p.meta.token_seq || !p.meta.slots) {
+    return cudaErrorInvalidValue;
+  }
+  if (!dev::aligned16(p.q) || !dev::aligned16(p.gate) || !dev::aligned16(p.k_cache) || !dev::aligned16(p.v_cache)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.T == 0) return cudaSuccess;
+  static_assert(MmaCfg<256>::kSmem == (64 + 2 * 32) * 264 * 2 + 512 && MmaCfg<128>::kSmem == 3 * 64 * 136 * 2 + 512);
+  switch (p.D) {
+    case 32: return launch<32>(p, stream);
+    case 64: return launch<64>(p, stream);
+    case 128: return launch<128>(p, stream);
+    case 256: return launch<256>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace sg

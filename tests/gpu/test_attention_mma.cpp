@@ -1,0 +1,187 @@
+// GPU tests of the tensor-core attention prefill (attention_prefill_mma.h; shared pieces:
+// attention_fixture.h): varlen batches with history, zero-length sequences, a padding sequence
+// and padding rows, lengths across several key tiles, D 32/64/128/256 and GQA groups 1/2/4,
+// against the CPU attention reference fed the GPU's own q / gate / bf16 cache, with the bf16
+// output tolerance of test_attention.cpp (2^-6 |r| + 1e-5, for bf16 and f32 outputs alike);
+// padding rows exactly zero, rows past the live count zero (as attention_prefill), rows >= T
+// untouched; graph replay == eager bytes; two runs give the same bytes; unsupported params rejected.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_prefill_mma.h"
+#include "tests/gpu/attention_fixture.h"
+#include "tests/support/catch.h"
+
+using namespace sg;
+using namespace sg::test::attn;
+
+namespace {
+
+// Both output dtypes: 2^-6 |r| + 1e-5 (test_attention.cpp's bf16 tolerance; f32 outputs do not
+// meet its f32 one, 1e-4 |r| + 2e-6, by design: the P split leaves up to 2^-16 max |v|).
+Tol out_tol(DType) { return Tol{std::ldexp(1.0, -6), 1e-5}; }
+
+// Lengths 1, 15, 16, 17, 63, 64, 65, 200, 1024 with and without history, a zero-length sequence,
+// a padding sequence, 5 padding rows.
+const std::vector<Seq> kSeqs = {{0, 1, 0},   {9, 15, 1},  {0, 16, 2},    {40, 17, 3}, {0, 0, 4},  {70, 63, 5},
+                                {0, 64, 6},  {3, 65, 7},  {2, 3, -1},    {0, 200, 8}, {130, 1024, 9}, {0, 1024, 10},
+                                {1, 1, 11}};
+
+Shape shape_for(int D, int Hq, int Hkv) { return {Hq, Hkv, D, D / 4, 1e7}; }
+
+struct Problem {
+  Shape sh;
+  Batch b;
+  DevMeta dm;
+  Cache c;
+  PrepOut po;
+  Problem(const Shape& s, const std::vector<Seq>& seqs, int pad, int max_ctx, uint64_t seed)
+      : sh(s), b(make_batch(seqs, pad)), dm(b), c(s, 12, max_ctx, 0xFF), po(make(seqs, seed)) {}
+
+ private:
+  PrepOut make(const std::vector<Seq>& seqs, uint64_t seed) {
+    const Inputs in = make_inputs(sh, b.T, seed);
+    fill_history(sh, c, seqs, seed + 10);
+    return run_prep(sh, b, dm, in, c);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("attention prefill mma: varlen with history, zero-length sequences and padding match the reference",
+          "[gpu][attention][mma]") {
+  for (int D : {32, 64, 128, 256}) {
+    for (auto [Hq, Hkv] : {std::pair{2, 2}, {4, 2}, {8, 2}}) {
+      const Shape sh = shape_for(D, Hq, Hkv);
+      CAPTURE(D, Hq, Hkv);
+      REQUIRE(attention_prefill_mma_supports(D, DType::bf16, DType::bf16));
+      const uint64_t seed = 12000 + D + Hq;
+      INFO("seed " << seed);
+      Problem pr(sh, kSeqs, 5, 1200, seed);
+      const Batch& b = pr.b;
+      const auto q = pr.po.q.download_f32(DType::bf16), gate = pr.po.gate.download_f32(DType::bf16);
+      const auto kc = pr.c.k.download_f32(DType::bf16), vc = pr.c.v.download_f32(DType::bf16);
+      std::vector<int> rows;  // every row, except every 4th of the two 1024-token sequences
+      int t0 = 0;
+      for (const Seq& s : kSeqs) {
+        for (int i = 0; i < s.n; ++i)
+          if (s.n < 1024 || i % 4 == 0 || i >= s.n - 4) rows.push_back(t0 + i);
+        t0 += s.n;
+      }
+      for (int t = t0; t < b.T; ++t) rows.push_back(t);
+      const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
+      for (DType ot : {DType::bf16, DType::f32}) {
+        CAPTURE(dtype_name(ot));
+        const auto want = ref_attention(sh, b, q, gate, kc, vc, pr.c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
+        test::DevBuf out(b.T * row * dtype_size(ot));
+        AttentionParams p = attn_params(sh, b, pr.dm, pr.po, pr.c, out, ot);
+        check(attention_prefill_mma(p, nullptr));
+        check(cudaDeviceSynchronize());
+        const auto got = out.download_f32(ot);
+        CHECK_FALSE(has_nan(got));
+        std::string first;
+        const size_t bad = count_bad(got, want, rows, row, out_tol(ot), first);
+        INFO(first);
+        CHECK(bad == 0);
+        size_t nonzero_pad = 0;  // padding rows: exactly zero
+        for (int t = 0; t < b.T; ++t)
+          if (!b.live(t))
+            for (size_t i = t * row; i < (t + 1) * row; ++i) nonzero_pad += got[i] != 0.0f;
+        CHECK(nonzero_pad == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention prefill mma: rows past the live count are zero, rows >= T untouched, replay and reruns give the same bytes",
+          "[gpu][attention][mma]") {
+  for (int D : {64, 256}) {
+    CAPTURE(D);
+    const Shape sh = shape_for(D, 8, 2);
+    const std::vector<Seq> seqs = {{0, 70, 0}, {5, 33, 1}, {0, 130, 2}};
+    Problem pr(sh, seqs, 7, 300, 13000 + D);
+    const Batch& b = pr.b;
+    const size_t row = static_cast<size_t>(sh.Hq) * sh.D, extra = 9;
+    const int live = 150;  // *num_tokens: rows live .. T-1 are padding
+    test::DevBuf ntok = test::DevBuf::from_i32({live});
+    auto run = [&](cudaStream_t s, test::DevBuf& out, bool graph) {
+      AttentionParams p = attn_params(sh, b, pr.dm, pr.po, pr.c, out, DType::bf16);
+      p.meta.num_tokens = ntok.as<int32_t>();
+      if (!graph) {
+        check(attention_prefill_mma(p, s));
+        check(cudaStreamSynchronize(s));
+        return;
+      }
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t ge = nullptr;
+      check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      const cudaError_t launched = attention_prefill_mma(p, s);
+      check(cudaStreamEndCapture(s, &g));
+      check(launched);
+      check(cudaGraphInstantiate(&ge, g, 0));
+      check(cudaGraphLaunch(ge, s));
+      check(cudaStreamSynchronize(s));
+      check(cudaGraphExecDestroy(ge));
+      check(cudaGraphDestroy(g));
+    };
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    test::DevBuf eager((b.T + extra) * row * 2, 0x5A), again((b.T + extra) * row * 2, 0x5A), graphed((b.T + extra) * row * 2, 0x5A);
+    run(s, eager, false);
+    run(s, again, false);
+    run(s, graphed, true);
+    const auto e = eager.download();
+    CHECK(test::byte_diff(again.download(), e, DType::bf16) == "");
+    CHECK(test::byte_diff(graphed.download(), e, DType::bf16) == "");
+    const auto got = eager.download_f32(DType::bf16);
+    size_t nonzero = 0, touched = 0;
+    for (size_t i = live * row; i < b.T * row; ++i) nonzero += got[i] != 0.0f;
+    for (size_t i = b.T * row * 2; i < e.size(); ++i) touched += e[i] != 0x5A;
+    CHECK(nonzero == 0);
+    CHECK(touched == 0);
+    // The live rows agree with the reference.
+    const auto q = pr.po.q.download_f32(DType::bf16), gate = pr.po.gate.download_f32(DType::bf16);
+    const auto kc = pr.c.k.download_f32(DType::bf16), vc = pr.c.v.download_f32(DType::bf16);
+    std::vector<int> rows(live);
+    for (int t = 0; t < live; ++t) rows[t] = t;
+    const auto want = ref_attention(sh, b, q, gate, kc, vc, pr.c, rows, ref::Store::bf16);
+    std::string first;
+    const size_t bad = count_bad(got, want, rows, row, out_tol(DType::bf16), first);
+    INFO(first);
+    CHECK(bad == 0);
+    check(cudaStreamDestroy(s));
+  }
+}
+
+TEST_CASE("attention prefill mma: unsupported params are rejected", "[gpu][attention][mma]") {
+  CHECK_FALSE(attention_prefill_mma_supports(16, DType::bf16, DType::bf16));
+  CHECK_FALSE(attention_prefill_mma_supports(256, DType::f32, DType::bf16));
+  CHECK_FALSE(attention_prefill_mma_supports(256, DType::bf16, DType::f32));
+  const Shape sh = shape_for(64, 4, 2);
+  Problem pr(sh, {{0, 5, 0}}, 0, 16, 14000);
+  test::DevBuf out(pr.b.T * sh.Hq * sh.D * 2);
+  AttentionParams p = attn_params(sh, pr.b, pr.dm, pr.po, pr.c, out, DType::bf16);
+  check(attention_prefill_mma(p, nullptr));
+  AttentionParams bad = p;
+  bad.cache_dtype = DType::f32;
+  CHECK(attention_prefill_mma(bad, nullptr) == cudaErrorInvalidValue);
+  bad = p;
+  bad.q_dtype = DType::f32;
+  CHECK(attention_prefill_mma(bad, nullptr) == cudaErrorInvalidValue);
+  bad = p;
+  bad.D = 48;
+  CHECK(attention_prefill_mma(bad, nullptr) == cudaErrorInvalidValue);
+  bad = p;
+  bad.Hq = 3;
+  CHECK(attention_prefill_mma(bad, nullptr) == cudaErrorInvalidValue);
+  bad = p;
+  bad.k_cache = static_cast<const char*>(p.k_cache) + 2;
+  CHECK(attention_prefill_mma(bad, nullptr) == cudaErrorInvalidValue);
+  bad = p;
+  bad.T = 0;
+  CHECK(attention_prefill_mma(bad, nullptr) == cudaSuccess);
+  check(cudaDeviceSynchronize());
+}

@@ -8,7 +8,7 @@
 // 32-bit fragment loads and ldmatrix are bank-conflict free) and the tile's slots / positions:
 // attention_prefill_mma_smem(D) bytes (68,096 for D = 256, 52,736 for 128: opt-in above 48 KB,
 // set by the launcher before every launch as delta_rule_prefill_chunked does). Loads are cp.async (16 bytes,
-// zero-filled past the live keys, so masked keys multiply zeros, never cache poison); K and V are
+// zero-filled past the slot's last needed key, so keys past it multiply zeros); K and V are
 // two commit groups, so S = q K^T starts while V is in flight. As in attention.cu, the tile's
 // rows are processed per cache slot (a tile may span sequences): per slot pass, key tiles
 // 0 .. max position of the slot's rows; a warp skips a key tile (and each 16-key step of it)
@@ -22,11 +22,18 @@
 //                              B from v_s by ldmatrix.trans
 // then out = (O / l) * sigmoidf_(gate) (zeros for padding rows; rows >= T untouched).
 // Grid (ceil(T / 64), Hq) from the shape only; no allocation, no host synchronisation.
+// Non-finite cache values are not isolated (as in the CUDA-core kernel, attention.cu): P V multiplies
+// every row of a warp by the whole V tile, so a NaN / Inf in a V row reaches, through 0 * NaN, the
+// outputs of the tile's rows whose weight for it is zero: earlier tokens of its own sequence, and
+// rows of another sequence that shares the 64-row query tile. Isolating them needs tiles that never
+// span two sequences (per-sequence tile descriptors); not done yet.
+// Needs sm_80 or newer (mma.sync bf16, cp.async, ldmatrix); the model checks the device.
 //
 // Error versus the f32 CUDA-core kernel (both from the same bf16 q, k, v; u = 2^-24 the f32 unit
 // roundoff, n keys, A = sum_j p_j |v_j| / l <= max |v|):
-// - S: every bf16 x bf16 product is exact in f32; the mma accumulates in f32 as the SIMT fmaf
-//   chain does, in another order: |dS| <= ~D u sum_d |q_d k_d| for both (same order of error).
+// - S: every bf16 x bf16 product is exact in f32; the mma accumulates in f32 (not IEEE round to
+//   nearest: aligned significands are truncated, a small constant more error) in another order
+//   than the SIMT fmaf chain: |dS| <= ~c D u sum_d |q_d k_d| for both.
 // - P V: P_hi + P_lo - P = bf16 rounding of the residual r = P - P_hi (exact in f32), |r| <=
 //   2^-8 P, so |P_hi + P_lo - P| <= 2^-8 |r| <= 2^-16 P (typically ~2^-18 P, and 0 for the row
 //   maximum p = 1). Output error from the split: <= 2^-16 A (worst case, all terms aligned;

@@ -71,14 +71,16 @@ namespace {
 // error when the step has prefill and attention layers.
 AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache, bool prefill) {
   if (want == AttnPrefill::simt || (want == AttnPrefill::mma && !prefill)) return want;
-  int dev = 0, optin = 0;
+  int dev = 0, optin = 0, major = 0;
   check(cudaGetDevice(&dev));
   check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const bool built = attention_prefill_mma_supports(D, act, cache);
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  const bool built = attention_prefill_mma_supports(D, act, cache) && major >= 8;  // mma.sync bf16: sm_80+
   const bool fits = attention_prefill_mma_smem(D) <= static_cast<size_t>(optin);
   if (want == AttnPrefill::automatic) return built && fits ? AttnPrefill::mma : AttnPrefill::simt;
-  require(built, "the tensor-core attention prefill does not support D={} with {} activations and a {} KV cache (built "
-          "for D 32, 64, 128, 256, bf16; use --attn-prefill simt)", D, dtype_name(act), dtype_name(cache));
+  require(built, "the tensor-core attention prefill does not support D={} with {} activations and a {} KV cache on "
+          "compute capability {}.x (built for D 32, 64, 128, 256, bf16, sm_80+; use --attn-prefill simt)", D,
+          dtype_name(act), dtype_name(cache), major);
   require(fits, "the tensor-core attention prefill needs {} bytes of shared memory per block for D={}; this device "
           "allows {} (use --attn-prefill simt)", attention_prefill_mma_smem(D), D, optin);
   return want;

@@ -69,7 +69,7 @@ DeltaPrefill parse_delta_prefill(const std::string& name);
 // How a prefill step runs attention.prefill. A setting, not an arm (the two agree within the bf16
 // attention tolerance, not byte for byte).
 enum class AttnPrefill : uint8_t {
-  automatic,  // mma where attention_prefill_mma_supports (bf16 activations/cache, D 32/64/128/256), else simt
+  automatic,  // mma where attention_prefill_mma_supports (bf16, D 32/64/128/256), sm_80+ and the smem fits, else simt
   simt,       // attention_prefill: the f32 CUDA-core kernel
   mma,        // attention_prefill_mma: bf16 tensor cores (mma.sync), P split into two bf16 halves
 };

@@ -2,15 +2,18 @@
 // attention_fixture.h): varlen batches with history, zero-length sequences, a padding sequence
 // and padding rows, lengths across several key tiles, D 32/64/128/256 and GQA groups 1/2/4,
 // against the CPU attention reference fed the GPU's own q / gate / bf16 cache, with the bf16
-// output tolerance of test_attention.cpp (2^-6 |r| + 1e-5, for bf16 and f32 outputs alike);
+// output tolerance of test_attention.cpp (2^-6 |r| + 1e-5, for bf16 and f32 outputs alike), and
+// f32 outputs against the f32 CUDA-core kernel within 2^-12 |r| + 2^-14 max |v| (proves the P split);
 // padding rows exactly zero, rows past the live count zero (as attention_prefill), rows >= T
 // untouched; graph replay == eager bytes; two runs give the same bytes; unsupported params rejected.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kernels/attention_prefill_mma.h"
 #include "tests/gpu/attention_fixture.h"
 #include "tests/support/catch.h"
@@ -86,6 +89,21 @@ TEST_CASE("attention prefill mma: varlen with history, zero-length sequences and
         const size_t bad = count_bad(got, want, rows, row, out_tol(ot), first);
         INFO(first);
         CHECK(bad == 0);
+        if (ot == DType::f32) {
+          // Against the f32 CUDA-core kernel on the same inputs, tighter: 2^-12 |r| + 2^-14 max |v|.
+          // With the P split the two differ by summation orders and <= 2^-16 max |v|; with P only
+          // rounded to bf16 (no P_lo) by ~2^-9 of each term, which the short sequences' rows fail.
+          test::DevBuf out2(b.T * row * dtype_size(ot));
+          check(attention_prefill(attn_params(sh, b, pr.dm, pr.po, pr.c, out2, ot), nullptr));
+          check(cudaDeviceSynchronize());
+          double vmax = 0;
+          for (float x : vc) vmax = std::max(vmax, static_cast<double>(std::fabs(x)));
+          std::string first2;
+          const size_t far = count_bad(got, out2.download_f32(ot), rows, row,
+                                       Tol{std::ldexp(1.0, -12), std::ldexp(1.0, -14) * vmax}, first2);
+          INFO("against the f32 CUDA-core kernel: " << first2);
+          CHECK(far == 0);
+        }
         size_t nonzero_pad = 0;  // padding rows: exactly zero
         for (int t = 0; t < b.T; ++t)
           if (!b.live(t))

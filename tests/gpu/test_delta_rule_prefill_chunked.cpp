@@ -414,6 +414,12 @@ TEST_CASE("delta-rule prefill: a NaN or Inf in one token never reaches an earlie
       const auto vals = test::from_bytes(rows(a.out, 0, 5), t), vals1 = test::from_bytes(rows(a.out, 9, 46), t);
       CHECK(std::all_of(vals.begin(), vals.end(), [](float x) { return std::isfinite(x); }));
       CHECK(std::all_of(vals1.begin(), vals1.end(), [](float x) { return std::isfinite(x); }));
+      // The poison landed: the bad tokens' own outputs are not finite.
+      for (size_t r : {size_t{5}, size_t{9 + 37}}) {
+        CAPTURE(r);
+        const auto bad = test::from_bytes(rows(a.out, r, r + 1), t);
+        CHECK(std::any_of(bad.begin(), bad.end(), [](float x) { return !std::isfinite(x); }));
+      }
     }
   }
 }

@@ -234,7 +234,7 @@ void register_generate(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "scan", "chunked"}));
   cmd->add_option("--attn-prefill", o.attn_prefill,
                   "How the prefill step runs attention (GPU only): simt (the f32 CUDA-core kernel), mma (bf16 tensor "
-                  "cores, within the bf16 attention tolerance of simt) or auto (mma for bf16 with D 32/64/128/256, "
+                  "cores, within the bf16 attention tolerance of simt) or auto (mma for bf16 with D 32/64/128/256 where the device allows it, "
                   "else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));

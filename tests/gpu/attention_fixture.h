@@ -214,6 +214,31 @@ inline size_t count_bad(const std::vector<float>& got, const std::vector<float>&
   return bad;
 }
 
+// The prefill tests' batches (tuned, f32-cache and generic kernels): contexts that cross the key
+// tiles at odd points (17, 43, 1024, 63), history, a zero-length and a padding sequence, padding
+// rows, and one 4096-token sequence.
+struct PrefillCase {
+  std::vector<Seq> seqs;
+  int pad;
+  int max_ctx;
+  int sample;  // check every sample-th row (plus the last 8 rows)
+  // The rows checked: every sample-th, and the last 8.
+  std::vector<int> rows(int T) const {
+    std::vector<int> r;
+    for (int t = 0; t < T; ++t)
+      if (t % sample == 0 || t >= T - 8) r.push_back(t);
+    return r;
+  }
+};
+inline const std::vector<PrefillCase>& prefill_cases() {
+  static const std::vector<PrefillCase> cases = {
+      {{{0, 17, 3}, {5, 0, 1}, {1000, 24, 0}, {0, 1, 4}, {2, 3, -1}, {3, 40, 2}}, 5, 1100, 1},
+      {{{0, 1024, 1}, {0, 0, 2}, {30, 33, 0}}, 3, 1100, 3},
+      {{{0, 4096, 2}}, 16, 4200, 17},
+  };
+  return cases;
+}
+
 inline std::vector<int> all_rows(int T) {
   std::vector<int> r(T);
   for (int i = 0; i < T; ++i) r[i] = i;

@@ -127,20 +127,10 @@ TEST_CASE("attention decode: every split count matches the reference, padding ro
 }
 
 TEST_CASE("attention prefill: history, zero-length sequences and padding match the reference and decode", "[gpu][attention]") {
-  struct Case {
-    std::vector<Seq> seqs;
-    int pad;
-    int max_ctx;
-    int sample;  // check every sample-th row (plus the last 8 rows)
-  };
-  const std::vector<Case> cases = {
-      {{{0, 17, 3}, {5, 0, 1}, {1000, 24, 0}, {0, 1, 4}, {2, 3, -1}, {3, 40, 2}}, 5, 1100, 1},
-      {{{0, 1024, 1}, {0, 0, 2}, {30, 33, 0}}, 3, 1100, 3},
-      {{{0, 4096, 2}}, 16, 4200, 17},
-  };
+  const std::vector<PrefillCase>& cases = prefill_cases();
   for (const Shape& sh : kShapes) {
     for (size_t ci = 0; ci < cases.size(); ++ci) {
-      const Case& cs = cases[ci];
+      const PrefillCase& cs = cases[ci];
       if (ci == 2 && sh.Hq != 4 && sh.Hq != 16) continue;  // keep the CPU reference time bounded
       CAPTURE(sh.Hq, sh.Hkv, sh.D, ci);
       const Batch b = make_batch(cs.seqs, cs.pad);
@@ -153,9 +143,7 @@ TEST_CASE("attention prefill: history, zero-length sequences and padding match t
       PrepOut po = run_prep(sh, b, dm, in, c);
       const auto q = po.q.download_f32(DType::bf16), gate = po.gate.download_f32(DType::bf16);
       const auto kc = c.k.download_f32(DType::bf16), vc = c.v.download_f32(DType::bf16);
-      std::vector<int> rows;
-      for (int t = 0; t < b.T; ++t)
-        if (t % cs.sample == 0 || t >= b.T - 8) rows.push_back(t);
+      const std::vector<int> rows = cs.rows(b.T);
       const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
       for (DType ot : {DType::bf16, DType::f32}) {
         CAPTURE(dtype_name(ot));

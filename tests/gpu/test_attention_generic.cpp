@@ -173,21 +173,11 @@ TEST_CASE("attention generic head sizes: decode, no split and split-K, matches t
 
 TEST_CASE("attention generic head sizes: prefill with history, zero-length sequences and padding matches the reference and decode",
           "[gpu][attention][generic]") {
-  struct Case {
-    std::vector<Seq> seqs;
-    int pad;
-    int max_ctx;
-    int sample;  // check every sample-th row (plus the last 8 rows)
-  };
-  const std::vector<Case> cases = {
-      {{{0, 17, 3}, {5, 0, 1}, {1000, 24, 0}, {0, 1, 4}, {2, 3, -1}, {3, 40, 2}}, 5, 1100, 1},
-      {{{0, 1024, 1}, {0, 0, 2}, {30, 33, 0}}, 3, 1100, 3},
-      {{{0, 4096, 2}}, 16, 4200, 17},
-  };
+  const std::vector<PrefillCase>& cases = prefill_cases();
   for (const Shape& sh : kGenericShapes) {
     for (DType cache : {DType::bf16, DType::f32}) {
       for (size_t ci = 0; ci < cases.size(); ++ci) {
-        const Case& cs = cases[ci];
+        const PrefillCase& cs = cases[ci];
         if (ci == 2 && sh.D > 24) continue;  // keep the CPU reference time bounded
         CAPTURE(sh.Hq, sh.Hkv, sh.D, dtype_name(cache), ci);
         const Batch b = make_batch(cs.seqs, cs.pad);
@@ -200,9 +190,7 @@ TEST_CASE("attention generic head sizes: prefill with history, zero-length seque
         PrepOut po = run_prep(sh, b, dm, in, c);
         const auto q = po.q.download_f32(cache), gate = po.gate.download_f32(cache);  // [T, Hq, D]
         const auto kc = c.k.download_f32(cache), vc = c.v.download_f32(cache);      // [5, max_ctx, Hkv, D]
-        std::vector<int> rows;
-        for (int t = 0; t < b.T; ++t)
-          if (t % cs.sample == 0 || t >= b.T - 8) rows.push_back(t);
+        const std::vector<int> rows = cs.rows(b.T);
         const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
         for (DType ot : {DType::f32, DType::bf16}) {
           CAPTURE(dtype_name(ot));

@@ -392,7 +392,11 @@ TEST_CASE("model step in bf16 matches the bf16 CPU reference, prefill then decod
   }
 }
 
+// The fused arm replaces conv.fwd + postconv and gives their bytes, whichever delta-rule prefill
+// reads its q, k, v, g, beta (the arms are byte-identical and both delta-rule kernels deterministic).
 TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes", "[gpu][model][prefill][fused]") {
+  const DeltaPrefill dp = GENERATE(DeltaPrefill::scan, DeltaPrefill::chunked);
+  CAPTURE(delta_prefill_name(dp));
   // A tiny model with the head sizes the fused kernel is built for (Dk = 128; Dv 128 and 64).
   for (int Dv : {128, 64}) {
     CAPTURE(Dv);
@@ -402,7 +406,7 @@ TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes"
     REQUIRE(gdn_prefill_fused_supports(cfg.gdn.Dk, cfg.gdn.Dv, cfg.gdn.K));
     for (DType act : {DType::bf16, DType::f32}) {
       CAPTURE(dtype_name(act));
-      ModelStepOptions o = prefill_options(act);
+      ModelStepOptions o = prefill_options(act, dp);
       o.synthetic = true;
       ModelStep unfused(cfg, o);
       o.arms.gdn_prefill = GdnPrefillArm::fused;
@@ -421,11 +425,16 @@ TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes"
       CHECK(std::memcmp(u.logits.data(), f.logits.data(), u.logits.size() * sizeof(float)) == 0);
       CHECK(u.tokens == f.tokens);
       CHECK(unfused.cache_bytes() == fused.cache_bytes());
-      std::multiset<std::string> ops;
-      for (const auto& n : fused.prefill_manifest(128).nodes) ops.insert(n.label.op);
+      std::multiset<std::string> ops, arms;
+      for (const auto& n : fused.prefill_manifest(128).nodes) {
+        ops.insert(n.label.op);
+        if (n.label.op == "delta_rule.prefill") arms.insert(n.label.arm);
+      }
       CHECK(ops.count("gdn.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
       CHECK(ops.count("conv.fwd") == 0);
       CHECK(ops.count("postconv") == 0);
+      CHECK(ops.count("delta_rule.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
+      CHECK(arms.count(delta_prefill_name(dp)) == static_cast<size_t>(cfg.num_linear_attention()));
     }
   }
 }

@@ -331,10 +331,8 @@ template <int D>
 cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
   constexpr size_t bytes = MmaCfg<D>::kSmem;
   auto* kernel = attn_prefill_mma_kernel<D>;
-  if (bytes > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-    if (err != cudaSuccess) return err;
-  }
+  static_assert(bytes == attention_prefill_mma_smem(D), "the bytes the model plans with (attention_shapes.h)");
+  if (const cudaError_t err = dev::allow_dynamic_smem(kernel, bytes); err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>((p.T + kBQ - 1) / kBQ), static_cast<unsigned>(p.Hq));
   kernel<<<grid, kThreads, bytes, stream>>>(p, p.Hq / p.Hkv, attention_scale(D));
   return cudaGetLastError();
@@ -355,7 +353,6 @@ cudaError_t attention_prefill_mma(const AttentionParams& p, cudaStream_t stream)
     return cudaErrorInvalidValue;
   }
   if (p.T == 0) return cudaSuccess;
-  static_assert(MmaCfg<256>::kSmem == (64 + 2 * 32) * 264 * 2 + 512 && MmaCfg<128>::kSmem == 3 * 64 * 136 * 2 + 512);
   switch (p.D) {
     case 32: return launch<32>(p, stream);
     case 64: return launch<64>(p, stream);

@@ -3,7 +3,6 @@
 
 namespace sg {
 
-bool attention_tuned_head_dim(int D) { return D == 32 || D == 64 || D == 128 || D == 256; }
 
 bool attention_supports(int Hq, int Hkv, int D, DType cache_dtype) {
   return Hq > 0 && Hkv > 0 && Hq % Hkv == 0 && D >= 1 && D <= kAttentionMaxD &&
@@ -19,13 +18,6 @@ size_t attention_decode_workspace_bytes(int T, int Hq, int D, int splits) {
 
 bool attention_prefill_mma_supports(int D, DType q_dtype, DType cache_dtype) {
   return attention_tuned_head_dim(D) && q_dtype == DType::bf16 && cache_dtype == DType::bf16;
-}
-
-size_t attention_prefill_mma_smem(int D) {
-  if (!attention_tuned_head_dim(D)) return 0;
-  // A query tile of 64 rows, a K and a V tile of 64 keys (32 for D = 256) (attention_prefill_mma.cu).
-  const size_t rows = 64 + 2 * (D >= 256 ? 32 : 64);
-  return rows * static_cast<size_t>(D + 8) * 2 + 2 * 64 * sizeof(int);
 }
 
 }  // namespace sg

@@ -18,7 +18,7 @@ namespace sg {
 inline constexpr int kAttentionMaxD = 256;
 
 // True for the head sizes with a tuned kernel pair: 32, 64, 128, 256.
-bool attention_tuned_head_dim(int D);
+constexpr bool attention_tuned_head_dim(int D) { return D == 32 || D == 64 || D == 128 || D == 256; }
 
 // Shapes and cache dtypes both kernels take: Hq, Hkv >= 1, Hq % Hkv == 0, 1 <= D <= 256 (tuned or
 // generic), cache bf16 or f32. Without a dtype: for the engine's bf16 cache.
@@ -34,7 +34,12 @@ bool attention_prefill_mma_supports(int D, DType q_dtype, DType cache_dtype);
 
 // Dynamic shared memory of one block of the tensor-core prefill (bytes): a query tile of 64
 // rows and one K and one V tile of 64 keys (32 for D = 256), rows padded to D + 8 bf16, plus the
-// tile's slots and positions; 0 for a D it is not built for.
-size_t attention_prefill_mma_smem(int D);
+// tile's slots and positions; 0 for a D it is not built for. The kernel's own constants
+// (attention_prefill_mma.cu) are static_asserted to give these bytes.
+constexpr size_t attention_prefill_mma_smem(int D) {
+  if (!attention_tuned_head_dim(D)) return 0;
+  const size_t rows = 64 + 2 * (D >= 256 ? 32 : 64);
+  return rows * static_cast<size_t>(D + 8) * 2 + 2 * 64 * sizeof(int);
+}
 
 }  // namespace sg

@@ -493,11 +493,7 @@ template <int DK, int BV>
 cudaError_t launch(const DeltaRulePrefillParams& p, bool vec, cudaStream_t stream) {
   using Tl = Tile<DK, BV>;
   auto* kernel = delta_rule_chunked_kernel<DK, BV>;
-  if (Tl::bytes > 48 * 1024) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Tl::bytes));
-    if (err != cudaSuccess) return err;
-  }
+  if (const cudaError_t err = dev::allow_dynamic_smem(kernel, Tl::bytes); err != cudaSuccess) return err;
   const int tiles = (p.Dv + BV - 1) / BV;
   const dim3 grid(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.max_seqs)), block(Tl::NT);
   kernel<<<grid, block, Tl::bytes, stream>>>(p, vec);

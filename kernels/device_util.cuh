@@ -1,5 +1,6 @@
 // device_util.cuh: small device helpers shared by the kernels: dtype-dispatched loads and stores
-// (f32 math everywhere, one rounding when storing), and the activation functions of the contract.
+// (f32 math everywhere, one rounding when storing), the activation functions of the contract, and
+// the launchers' dynamic-shared-memory opt-in.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -40,5 +41,13 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
 // softplus(x) = x > 20 ? x : log1pf(expf(x))
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory: above the default 48 KB the opt-in
+// attribute is set (not a stream operation: legal before a launch that is being captured).
+template <typename Kernel>
+cudaError_t allow_dynamic_smem(Kernel* kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
 
 }  // namespace sg::dev

@@ -66,15 +66,26 @@ AttnPrefill parse_attn_prefill(const std::string& name) {
 
 namespace {
 
+// What the settings' resolution reads of the current device, read once per step.
+struct DeviceLimits {
+  int sms = 0, smem_optin = 0, cc_major = 0;
+  static DeviceLimits current() {
+    DeviceLimits d;
+    int dev = 0;
+    check(cudaGetDevice(&dev));
+    check(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+    check(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    check(cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+    return d;
+  }
+};
+
 // `automatic` -> mma when the tensor-core prefill supports (D, activation = q dtype, KV cache
 // dtype) and its shared memory fits this device, else simt; an explicit mma that cannot run is an
 // error when the step has prefill and attention layers.
-AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache, bool prefill) {
+AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache, bool prefill, const DeviceLimits& d) {
   if (want == AttnPrefill::simt || (want == AttnPrefill::mma && !prefill)) return want;
-  int dev = 0, optin = 0, major = 0;
-  check(cudaGetDevice(&dev));
-  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  const int optin = d.smem_optin, major = d.cc_major;
   const bool built = attention_prefill_mma_supports(D, act, cache) && major >= 8;  // mma.sync bf16: sm_80+
   const bool fits = attention_prefill_mma_smem(D) <= static_cast<size_t>(optin);
   if (want == AttnPrefill::automatic) return built && fits ? AttnPrefill::mma : AttnPrefill::simt;
@@ -89,11 +100,9 @@ AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache
 // `automatic` -> chunked when the kernel is built for (Dk, Dv) and one block's shared memory fits
 // this device (the opt-in limit), else scan; an explicit chunked that cannot run is an error when
 // the step has prefill (`prefill`), and harmless without.
-DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool prefill) {
+DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool prefill, const DeviceLimits& d) {
   if (want == DeltaPrefill::scan || (want == DeltaPrefill::chunked && !prefill)) return want;
-  int dev = 0, optin = 0;
-  check(cudaGetDevice(&dev));
-  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const int optin = d.smem_optin;
   const bool built = delta_rule_prefill_chunked_supports(g.Dk, g.Dv);
   const size_t smem = built ? delta_rule_prefill_chunked_smem(g.Dk, delta_rule_prefill_chunked_tile(g.Dv)) : 0;
   const bool fits = smem <= static_cast<size_t>(optin);
@@ -121,22 +130,22 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
           "need max_prefill_tokens ({}) >= 0 and 1 <= max_prefill_seqs ({}) <= 65535", opts_.max_prefill_tokens,
           opts_.max_prefill_seqs);
   const GdnDims& g = cfg_.gdn;
+  const DeviceLimits device = DeviceLimits::current();
+  sms_ = device.sms;
   if (cfg_.num_linear_attention() > 0) {
     require(delta_rule_decode_supports(g.Dk, g.Dv), "delta-rule decode does not support Dk={} Dv={}", g.Dk, g.Dv);
     require(opts_.max_prefill_tokens == 0 || delta_rule_prefill_supports(g.Dk, g.Dv),
             "delta-rule prefill does not support Dk={} Dv={}", g.Dk, g.Dv);
-    opts_.delta_prefill = resolve_delta_prefill(opts_.delta_prefill, g, opts_.max_prefill_tokens > 0);
+    opts_.delta_prefill = resolve_delta_prefill(opts_.delta_prefill, g, opts_.max_prefill_tokens > 0, device);
   }
   if (opts_.delta_prefill == DeltaPrefill::automatic) opts_.delta_prefill = DeltaPrefill::scan;  // no GDN layer
   if (cfg_.num_full_attention() > 0) {
     require(attention_supports(cfg_.Hq, cfg_.Hkv, cfg_.D, kv_cache_dtype()), "attention does not support Hq={} Hkv={} D={}", cfg_.Hq,
             cfg_.Hkv, cfg_.D);
-    opts_.attn_prefill = resolve_attn_prefill(opts_.attn_prefill, cfg_.D, opts_.act, kv_cache_dtype(), opts_.max_prefill_tokens > 0);
+    opts_.attn_prefill =
+        resolve_attn_prefill(opts_.attn_prefill, cfg_.D, opts_.act, kv_cache_dtype(), opts_.max_prefill_tokens > 0, device);
   }
   if (opts_.attn_prefill == AttnPrefill::automatic) opts_.attn_prefill = AttnPrefill::simt;  // no attention layer
-  int dev = 0;
-  check(cudaGetDevice(&dev));
-  check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
   keys_ = decode_capture_sizes(opts_.graph_max);
   if (opts_.max_prefill_tokens > 0) prefill_keys_ = prefill_buckets(opts_.max_prefill_tokens);
 

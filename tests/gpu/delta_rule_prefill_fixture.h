@@ -1,14 +1,17 @@
 // delta_rule_prefill_fixture.h: what the GPU tests of the two delta-rule prefill kernels (the scan,
 // test_delta_rule_prefill.cpp, and the chunked WY form, test_delta_rule_prefill_chunked.cpp) share:
 // a varlen problem (heads, dtype, lengths, slots, history flags, two dead programs with garbage
-// metadata) and its host inputs, with NaN in every row past the live tokens.
+// metadata) and its host inputs, with NaN in every row past the live tokens; its device copies and
+// the launch params over them.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
+#include "kernels/delta_rule_prefill.h"
 #include "kernels/numeric.h"
+#include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
 
 namespace sg::test::drp {
@@ -114,6 +117,52 @@ inline Problem segment_problem(const Problem& whole, const std::vector<int64_t>&
   P.g = gather(whole.g, sh.Hv);
   P.beta = gather(whole.beta, sh.Hv);
   return P;
+}
+
+// Device copies of a problem's inputs and metadata.
+struct DevProblem {
+  DevBuf q, k, v, g, beta, cu, slots, hist, n;
+  explicit DevProblem(const Problem& P)
+      : q(DevBuf::from(P.q, P.t)),
+        k(DevBuf::from(P.k, P.t)),
+        v(DevBuf::from(P.v, P.t)),
+        g(DevBuf::from(P.g, DType::f32)),
+        beta(DevBuf::from(P.beta, DType::f32)),
+        cu(DevBuf::from_i32(P.cu)),
+        slots(DevBuf::from_i32(P.slots)),
+        hist(DevBuf::from_bytes(P.hist)),
+        n(DevBuf::from_i32({P.n_live})) {}
+};
+
+// Output bytes [max_tokens, Hv, Dv] and the whole state cache after a run.
+struct Result {
+  std::vector<uint8_t> out, state;
+};
+
+// The prefill params of problem P over its device copies, a state cache and an output buffer.
+inline DeltaRulePrefillParams prefill_params(const Problem& P, const DevProblem& d, float* state, void* out,
+                                             int split = 0) {
+  DeltaRulePrefillParams p;
+  p.q = d.q.data();
+  p.k = d.k.data();
+  p.v = d.v.data();
+  p.qkv_dtype = P.t;
+  p.g = d.g.as<float>();
+  p.beta = d.beta.as<float>();
+  p.cu_seqlens = d.cu.as<int32_t>();
+  p.slots = d.slots.as<int32_t>();
+  p.has_history = d.hist.as<uint8_t>();
+  p.n_seqs = d.n.as<int32_t>();
+  p.state = state;
+  p.out = out;
+  p.out_dtype = P.t;
+  p.max_seqs = P.max_seqs;
+  p.Hk = P.sh.Hk;
+  p.Hv = P.sh.Hv;
+  p.Dk = P.sh.Dk;
+  p.Dv = P.sh.Dv;
+  p.split = split;
+  return p;
 }
 
 }  // namespace sg::test::drp

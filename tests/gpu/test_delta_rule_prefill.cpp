@@ -39,48 +39,9 @@ using test::drp::make_problem;
 using test::drp::segment_problem;
 using test::drp::Problem;
 using test::drp::Shape;
-
-struct DevProblem {
-  DevBuf q, k, v, g, beta, cu, slots, hist, n;
-  explicit DevProblem(const Problem& P)
-      : q(DevBuf::from(P.q, P.t)),
-        k(DevBuf::from(P.k, P.t)),
-        v(DevBuf::from(P.v, P.t)),
-        g(DevBuf::from(P.g, DType::f32)),
-        beta(DevBuf::from(P.beta, DType::f32)),
-        cu(DevBuf::from_i32(P.cu)),
-        slots(DevBuf::from_i32(P.slots)),
-        hist(DevBuf::from_bytes(P.hist)),
-        n(DevBuf::from_i32({P.n_live})) {}
-};
-
-struct Result {
-  std::vector<uint8_t> out, state;
-};
-
-DeltaRulePrefillParams prefill_params(const Problem& P, const DevProblem& d, float* state, void* out, int split) {
-  DeltaRulePrefillParams p;
-  p.q = d.q.data();
-  p.k = d.k.data();
-  p.v = d.v.data();
-  p.qkv_dtype = P.t;
-  p.g = d.g.as<float>();
-  p.beta = d.beta.as<float>();
-  p.cu_seqlens = d.cu.as<int32_t>();
-  p.slots = d.slots.as<int32_t>();
-  p.has_history = d.hist.as<uint8_t>();
-  p.n_seqs = d.n.as<int32_t>();
-  p.state = state;
-  p.out = out;
-  p.out_dtype = P.t;
-  p.max_seqs = P.max_seqs;
-  p.Hk = P.sh.Hk;
-  p.Hv = P.sh.Hv;
-  p.Dk = P.sh.Dk;
-  p.Dv = P.sh.Dv;
-  p.split = split;
-  return p;
-}
+using test::drp::DevProblem;
+using test::drp::prefill_params;
+using test::drp::Result;
 
 Result run_prefill(const Problem& P, const DevProblem& d, int split, uint8_t poison) {
   auto state = DevBuf::from(P.state0, DType::f32);

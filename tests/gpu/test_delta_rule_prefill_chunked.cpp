@@ -50,22 +50,14 @@ using test::drp::make_problem;
 using test::drp::segment_problem;
 using test::drp::Problem;
 using test::drp::Shape;
+using test::drp::DevProblem;
+using test::drp::prefill_params;
+using test::drp::Result;
 
 // Device copies of a problem's inputs and metadata, plus its state and output buffers.
-struct Rig {
-  DevBuf q, k, v, g, beta, cu, slots, hist, n, state, out;
-  explicit Rig(const Problem& P)
-      : q(DevBuf::from(P.q, P.t)),
-        k(DevBuf::from(P.k, P.t)),
-        v(DevBuf::from(P.v, P.t)),
-        g(DevBuf::from(P.g, DType::f32)),
-        beta(DevBuf::from(P.beta, DType::f32)),
-        cu(DevBuf::from_i32(P.cu)),
-        slots(DevBuf::from_i32(P.slots)),
-        hist(DevBuf::from_bytes(P.hist)),
-        n(DevBuf::from_i32({P.n_live})),
-        state(DevBuf::from(P.state0, DType::f32)),
-        out(P.out_bytes()) {}
+struct Rig : DevProblem {
+  DevBuf state, out;
+  explicit Rig(const Problem& P) : DevProblem(P), state(DevBuf::from(P.state0, DType::f32)), out(P.out_bytes()) {}
   // state = state0, every output byte = poison.
   void reset(const Problem& P, uint8_t poison) {
     const auto s0 = test::to_bytes(P.state0, DType::f32);
@@ -73,32 +65,7 @@ struct Rig {
     out.fill(poison);
     check(cudaDeviceSynchronize());  // the memset is on the legacy stream; replays run on another
   }
-  DeltaRulePrefillParams params(const Problem& P) const {
-    DeltaRulePrefillParams p;
-    p.q = q.data();
-    p.k = k.data();
-    p.v = v.data();
-    p.qkv_dtype = P.t;
-    p.g = g.as<float>();
-    p.beta = beta.as<float>();
-    p.cu_seqlens = cu.as<int32_t>();
-    p.slots = slots.as<int32_t>();
-    p.has_history = hist.as<uint8_t>();
-    p.n_seqs = n.as<int32_t>();
-    p.state = state.as<float>();
-    p.out = out.data();
-    p.out_dtype = P.t;
-    p.max_seqs = P.max_seqs;
-    p.Hk = P.sh.Hk;
-    p.Hv = P.sh.Hv;
-    p.Dk = P.sh.Dk;
-    p.Dv = P.sh.Dv;
-    return p;
-  }
-};
-
-struct Result {
-  std::vector<uint8_t> out, state;
+  DeltaRulePrefillParams params(const Problem& P) const { return prefill_params(P, *this, state.as<float>(), out.data()); }
 };
 
 enum class Kernel { chunked, scan };

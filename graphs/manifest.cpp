@@ -82,7 +82,8 @@ std::vector<cudaGraphNode_t> neighbours(cudaGraphNode_t node, bool in) {
   return out;
 }
 
-// Kernel nodes in a topological order (Kahn's algorithm, ties by the graph's node order).
+}  // namespace
+
 std::vector<cudaGraphNode_t> topo_kernel_nodes(cudaGraph_t graph) {
   size_t n = 0;
   check(cudaGraphGetNodes(graph, nullptr, &n));
@@ -111,6 +112,8 @@ std::vector<cudaGraphNode_t> topo_kernel_nodes(cudaGraph_t graph) {
   }
   return kernels;
 }
+
+namespace {
 
 // A kernel node read through the driver API. The runtime's cudaGraphKernelNodeGetParams fails
 // with cudaErrorInvalidDeviceFunction for kernels a library launched through the driver (cuBLAS),

@@ -63,6 +63,10 @@ struct Manifest {
   int unlabelled() const;
 };
 
+// The kernel nodes of `graph` in the manifest's order (ManifestNode::index): a topological order
+// (Kahn's algorithm, ties by the graph's node order).
+std::vector<cudaGraphNode_t> topo_kernel_nodes(cudaGraph_t graph);
+
 Manifest build_manifest(const std::string& graph_name, const std::string& arms, cudaGraph_t graph,
                         const NodeRecorder& recorder);
 std::string demangle(const char* name);

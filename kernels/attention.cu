@@ -208,33 +208,7 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(const DecArgs 
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < G * D; i += kDecThreads) {
-    const int hh = i / D, d = i % D;
-    float mx = kNegInf;
-    for (int w = 0; w < kDecWarps; ++w) mx = fmaxf(mx, smx[w * G + hh]);
-    float lsum = 0.0f, osum = 0.0f;
-    if (mx != kNegInf) {
-      for (int w = 0; w < kDecWarps; ++w) {
-        const float c = expf(smx[w * G + hh] - mx);
-        lsum = fmaf(sl[w * G + hh], c, lsum);
-        osum = fmaf(so[(w * G + hh) * D + d], c, osum);
-      }
-    }
-    const int h = h0 + hh;
-    const int64_t orow = (static_cast<int64_t>(b) * p.Hq + h) * D + d;
-    if (splits == 1) {
-      const float gv = dev::load(p.gate, p.q_dtype, orow);
-      dev::store(p.out, p.out_dtype, orow, (osum / lsum) * sigmoidf_(gv));
-    } else {
-      const int64_t wi = (static_cast<int64_t>(b) * p.Hq + h) * splits + z;
-      p.workspace[wi * D + d] = osum;
-      if (d == 0) {
-        float* ml = p.workspace + static_cast<int64_t>(p.T) * p.Hq * splits * D;
-        ml[2 * wi] = mx;
-        ml[2 * wi + 1] = lsum;
-      }
-    }
-  }
+  attn_detail::combine_warps<kDecWarps>(p, so, smx, sl, G, D, b, h0, splits, z);
 }
 
 // Merge of the splits: grid (Hq, rows), block D threads.

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "kernels/attention.h"
+#include "kernels/device_util.cuh"
 
 namespace sg::attn_detail {
 
@@ -30,6 +31,44 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf
 
 // D^-0.5 as float(pow(double(D), -0.5)).
 inline float attention_scale(int D) { return static_cast<float>(std::pow(static_cast<double>(D), -0.5)); }
+
+// The end of a decode block: W warps left partials of the G query heads h0 .. h0 + G - 1 of row b
+// in shared memory (so [W][G][D] unnormalised outputs, smx [W][G] running maxima, sl [W][G] sums;
+// a warp that saw no key holds -inf, 0, 0). They are merged in warp order, rescaled to the largest
+// maximum; with splits == 1 the block writes out = (o / l) * sigmoid(gate), else its split z's
+// partial (o, then (max, sum)) into the workspace for the merge kernel. Every thread calls it
+// (after a barrier that makes the partials visible).
+template <int W>
+__device__ __forceinline__ void combine_warps(const AttentionParams& p, const float* so, const float* smx, const float* sl,
+                                              int G, int D, int b, int h0, int splits, int z) {
+  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+    const int hh = i / D, d = i % D;
+    float mx = kNegInf;
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, smx[w * G + hh]);
+    float lsum = 0.0f, osum = 0.0f;
+    if (mx != kNegInf) {
+      for (int w = 0; w < W; ++w) {
+        const float c = expf(smx[w * G + hh] - mx);
+        lsum = fmaf(sl[w * G + hh], c, lsum);
+        osum = fmaf(so[(w * G + hh) * D + d], c, osum);
+      }
+    }
+    const int h = h0 + hh;
+    const int64_t orow = (static_cast<int64_t>(b) * p.Hq + h) * D + d;
+    if (splits == 1) {
+      const float gv = dev::load(p.gate, p.q_dtype, orow);
+      dev::store(p.out, p.out_dtype, orow, (osum / lsum) * sigmoidf_(gv));
+    } else {
+      const int64_t wi = (static_cast<int64_t>(b) * p.Hq + h) * splits + z;
+      p.workspace[wi * D + d] = osum;
+      if (d == 0) {
+        float* ml = p.workspace + static_cast<int64_t>(p.T) * p.Hq * splits * D;
+        ml[2 * wi] = mx;
+        ml[2 * wi + 1] = lsum;
+      }
+    }
+  }
+}
 
 // Merges the split-K partials of a decode (workspace layout: attention_decode_workspace_bytes)
 // into out = (o / l) * sigmoid(gate); padding rows get zeros. Grid (Hq, T), block D threads.

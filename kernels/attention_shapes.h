@@ -7,7 +7,9 @@
 //           split), a warp per key, lanes over the features; correct, not tuned (the test
 //           fixtures' head sizes 16 and 24, other small models).
 //   mma     prefill on the tensor cores (attention_prefill_mma.h): bf16 cache and q, D in
-//           {32, 64, 128, 256}; dynamic shared memory attention_prefill_mma_smem(D).
+//           {32, 64, 128, 256}; dynamic shared memory attention_prefill_mma_smem(D); decode on
+//           the tensor cores (attention_decode_mma.h): bf16 cache and q, D in {64, 128, 256},
+//           at most 8 query heads per kv head; attention_decode_mma_smem(D).
 #pragma once
 #include <cstddef>
 
@@ -41,5 +43,23 @@ constexpr size_t attention_prefill_mma_smem(int D) {
   const size_t rows = 64 + 2 * (D >= 256 ? 32 : 64);
   return rows * static_cast<size_t>(D + 8) * 2 + 2 * 64 * sizeof(int);
 }
+
+// True when the tensor-core decode runs the shape: D in {64, 128, 256}, Hq / Hkv <= 8 (the query
+// heads of a kv head are the 8 columns of one mma tile), q and cache bf16.
+bool attention_decode_mma_supports(int Hq, int Hkv, int D, DType q_dtype, DType cache_dtype);
+
+// Dynamic shared memory of one block of the tensor-core decode (bytes): each of its 4 warps owns
+// a ring of 3 stages of 16 keys' K and V rows (bf16); 0 for a D it is not built for. The kernel
+// static_asserts its constants against this.
+constexpr size_t attention_decode_mma_smem(int D) {
+  if (D != 64 && D != 128 && D != 256) return 0;
+  return size_t{4} * 3 * 2 * 16 * static_cast<size_t>(D) * 2;
+}
+
+// Split count of the tensor-core decode for a bucket of T rows (T x Hkv x splits blocks, waves of
+// `blocks_per_sm` x `num_sms`): the smallest within 3% of the least modelled time, waves x
+// (max_context / splits + 64), with at least 64 context positions per split, at most 64 splits.
+// Depends on the shape only (graph keys), never on live context lengths.
+int attention_decode_mma_pick_splits(int T, int Hkv, int max_context, int num_sms, int blocks_per_sm);
 
 }  // namespace sg

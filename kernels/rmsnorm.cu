@@ -1,5 +1,7 @@
 // rmsnorm.cu: zero-centred RMSNorm (optionally fused with the residual add) and the GDN gated
 // RMSNorm. One kernel template for both: a row is owned by a warp (n <= 512) or a block.
+#include <cuda_bf16.h>
+
 #include "kernels/device_util.cuh"
 #include "kernels/rmsnorm.h"
 
@@ -110,6 +112,86 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(const NormArgs a) {
 
 bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 
+// The block-per-row norm for bf16 rows whose length is a multiple of 256 (the layer norms of the
+// real models: 2560, 5120): thread i owns the 8 consecutive elements 8i .. 8i + 7 and moves them
+// with one 16-byte load or store per tensor, all loads issued before the first store, so a row
+// costs one memory round trip and one barrier (the strided loop pays one round trip per element
+// pair it owns: a load after a store to a possibly aliasing pointer cannot move ahead of it).
+// Sum of squares: the thread's 8 in index order (fmaf), then the fixed butterflies of block_sum;
+// depends only on n, as the strided loop's order does (not the same order, so not its bytes).
+struct alignas(16) Bf16x8 {
+  __nv_bfloat162 h[4];
+};
+
+__device__ __forceinline__ void unpack(const Bf16x8& u, float* f) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __bfloat1622float2(u.h[i]);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+
+__device__ __forceinline__ Bf16x8 pack(const float* f) {
+  Bf16x8 u;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) u.h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+  return u;
+}
+
+__global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
+  __shared__ float partial[32];
+  const int64_t row = blockIdx.x;  // grid = T * heads exactly; blockDim = n / 8
+  const int t = static_cast<int>(row / a.heads), h = static_cast<int>(row % a.heads);
+  const int64_t o0 = row * a.n + 8 * threadIdx.x;
+  if (a.live && t >= *a.live) {  // padding token: defined zeros, nothing read
+    const Bf16x8 z{};
+    *reinterpret_cast<Bf16x8*>(static_cast<__nv_bfloat16*>(a.y) + o0) = z;
+    if (a.res_out) *reinterpret_cast<Bf16x8*>(static_cast<__nv_bfloat16*>(a.res_out) + o0) = z;
+    return;
+  }
+  const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * threadIdx.x;
+  const Bf16x8 xu = *reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
+  const Bf16x8 wu = *reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(a.w) + 8 * threadIdx.x);
+  Bf16x8 ru{};
+  if (a.res) ru = *reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(a.res) + o0);
+  float v[8], r[8], w[8];
+  unpack(xu, v);
+  unpack(wu, w);
+  if (a.res_out) {
+    if (a.res) {
+      unpack(ru, r);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = v[i] + r[i];
+    }
+    const Bf16x8 hu = pack(v);  // the rounded residual stream, which the norm reads
+    unpack(hu, v);
+    *reinterpret_cast<Bf16x8*>(static_cast<__nv_bfloat16*>(a.res_out) + o0) = hu;
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = fmaf(v[i], v[i], s);
+  s = block_sum(s, partial);
+  const float inv = 1.0f / sqrtf(s / static_cast<float>(a.n) + a.eps);
+  float y[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) y[i] = (v[i] * inv) * (1.0f + w[i]);
+  *reinterpret_cast<Bf16x8*>(static_cast<__nv_bfloat16*>(a.y) + o0) = pack(y);
+}
+
+// The vector path applies: bf16 everywhere, n a multiple of 256 up to 8192 (whole warps of 8
+// elements a thread), 16-byte aligned bases and strides.
+bool vec_ok(const NormArgs& a) {
+  const bool bf16 = a.xt == DType::bf16 && a.wt == DType::bf16 && a.yt == DType::bf16 &&
+                    (!a.res_out || a.rt == DType::bf16);
+  if (!bf16 || a.n % 256 != 0 || a.n > 8 * kMaxBlock) return false;
+  if (a.x_ts % 8 != 0 || a.x_hs % 8 != 0) return false;
+  return dev::aligned16(a.x) && dev::aligned16(a.w) && dev::aligned16(a.y) && dev::aligned16(a.res) &&
+         dev::aligned16(a.res_out);
+}
+
+
+
 template <bool kGated>
 cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
@@ -121,6 +203,10 @@ cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
     norm_kernel<kGated, true><<<static_cast<unsigned>(blocks), kWarpRowBlock, 0, stream>>>(a);
   } else {
     if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+    if (!kGated && vec_ok(a)) {
+      norm_vec_kernel<<<static_cast<unsigned>(rows), a.n / 8, 0, stream>>>(a);
+      return cudaGetLastError();
+    }
     const int want = (a.n + 7) / 8;
     const int block = want >= kMaxBlock ? kMaxBlock : (want + 31) / 32 * 32;
     norm_kernel<kGated, false><<<static_cast<unsigned>(rows), block, 0, stream>>>(a);

@@ -10,6 +10,7 @@
 #include "engine/error.h"
 #include "graphs/capture_sizes.h"
 #include "kernels/attention.h"
+#include "kernels/attention_decode_mma.h"
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/delta_rule_prefill_chunked.h"
@@ -38,79 +39,6 @@ void upload_values(void* dst, DType t, const float* v, size_t n, cudaStream_t s)
   }
   check(cudaMemcpyAsync(dst, host.data(), host.size(), cudaMemcpyHostToDevice, s));
   check(cudaStreamSynchronize(s));
-}
-
-}  // namespace
-
-const char* delta_prefill_name(DeltaPrefill d) {
-  return d == DeltaPrefill::chunked ? "chunked" : d == DeltaPrefill::scan ? "scan" : "auto";
-}
-
-DeltaPrefill parse_delta_prefill(const std::string& name) {
-  if (name == "auto") return DeltaPrefill::automatic;
-  if (name == "scan") return DeltaPrefill::scan;
-  if (name == "chunked") return DeltaPrefill::chunked;
-  throw Error(fmt::format("unknown delta-rule prefill '{}' (valid: auto, scan, chunked)", name));
-}
-
-const char* attn_prefill_name(AttnPrefill a) {
-  return a == AttnPrefill::mma ? "mma" : a == AttnPrefill::simt ? "simt" : "auto";
-}
-
-AttnPrefill parse_attn_prefill(const std::string& name) {
-  if (name == "auto") return AttnPrefill::automatic;
-  if (name == "simt") return AttnPrefill::simt;
-  if (name == "mma") return AttnPrefill::mma;
-  throw Error(fmt::format("unknown attention prefill '{}' (valid: auto, simt, mma)", name));
-}
-
-namespace {
-
-// What the settings' resolution reads of the current device, read once per step.
-struct DeviceLimits {
-  int sms = 0, smem_optin = 0, cc_major = 0;
-  static DeviceLimits current() {
-    DeviceLimits d;
-    int dev = 0;
-    check(cudaGetDevice(&dev));
-    check(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
-    check(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    check(cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev));
-    return d;
-  }
-};
-
-// `automatic` -> mma when the tensor-core prefill supports (D, activation = q dtype, KV cache
-// dtype) and its shared memory fits this device, else simt; an explicit mma that cannot run is an
-// error when the step has prefill and attention layers.
-AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache, bool prefill, const DeviceLimits& d) {
-  if (want == AttnPrefill::simt || (want == AttnPrefill::mma && !prefill)) return want;
-  const int optin = d.smem_optin, major = d.cc_major;
-  const bool built = attention_prefill_mma_supports(D, act, cache) && major >= 8;  // mma.sync bf16: sm_80+
-  const bool fits = attention_prefill_mma_smem(D) <= static_cast<size_t>(optin);
-  if (want == AttnPrefill::automatic) return built && fits ? AttnPrefill::mma : AttnPrefill::simt;
-  require(built, "the tensor-core attention prefill does not support D={} with {} activations and a {} KV cache on "
-          "compute capability {}.x (built for D 32, 64, 128, 256, bf16, sm_80+; use --attn-prefill simt)", D,
-          dtype_name(act), dtype_name(cache), major);
-  require(fits, "the tensor-core attention prefill needs {} bytes of shared memory per block for D={}; this device "
-          "allows {} (use --attn-prefill simt)", attention_prefill_mma_smem(D), D, optin);
-  return want;
-}
-
-// `automatic` -> chunked when the kernel is built for (Dk, Dv) and one block's shared memory fits
-// this device (the opt-in limit), else scan; an explicit chunked that cannot run is an error when
-// the step has prefill (`prefill`), and harmless without.
-DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool prefill, const DeviceLimits& d) {
-  if (want == DeltaPrefill::scan || (want == DeltaPrefill::chunked && !prefill)) return want;
-  const int optin = d.smem_optin;
-  const bool built = delta_rule_prefill_chunked_supports(g.Dk, g.Dv);
-  const size_t smem = built ? delta_rule_prefill_chunked_smem(g.Dk, delta_rule_prefill_chunked_tile(g.Dv)) : 0;
-  const bool fits = smem <= static_cast<size_t>(optin);
-  if (want == DeltaPrefill::automatic) return built && fits ? DeltaPrefill::chunked : DeltaPrefill::scan;
-  require(built, "the chunked delta-rule prefill does not support Dk={} Dv={} (built for Dk 32, 64, 128)", g.Dk, g.Dv);
-  require(fits, "the chunked delta-rule prefill needs {} bytes of shared memory per block for Dk={} Dv={}; this "
-          "device allows {} (use --delta-prefill scan)", smem, g.Dk, g.Dv, optin);
-  return want;
 }
 
 }  // namespace
@@ -144,8 +72,10 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
             cfg_.Hkv, cfg_.D);
     opts_.attn_prefill =
         resolve_attn_prefill(opts_.attn_prefill, cfg_.D, opts_.act, kv_cache_dtype(), opts_.max_prefill_tokens > 0, device);
+    opts_.attn_decode = resolve_attn_decode(opts_.attn_decode, cfg_.Hq, cfg_.Hkv, cfg_.D, opts_.act, kv_cache_dtype(), device);
   }
   if (opts_.attn_prefill == AttnPrefill::automatic) opts_.attn_prefill = AttnPrefill::simt;  // no attention layer
+  if (opts_.attn_decode == AttnDecode::automatic) opts_.attn_decode = AttnDecode::simt;
   keys_ = decode_capture_sizes(opts_.graph_max);
   if (opts_.max_prefill_tokens > 0) prefill_keys_ = prefill_buckets(opts_.max_prefill_tokens);
 
@@ -195,6 +125,10 @@ size_t ModelStep::meta_bytes() const {
 
 int ModelStep::attention_splits(int rows) const {
   if (cfg_.num_full_attention() == 0) return 1;
+  if (opts_.attn_decode == AttnDecode::mma) {
+    return attention_decode_mma_pick_splits(rows, cfg_.Hkv, opts_.max_context, sms_,
+                                            attention_decode_mma_blocks_per_sm(cfg_.D));
+  }
   return std::max(1, attention_decode_pick_splits(rows, cfg_.Hq, cfg_.Hkv, opts_.max_context, sms_));
 }
 

@@ -52,30 +52,9 @@
 #include "models/qwen35_config.h"
 #include "models/reference_model.h"  // HostWeights
 #include "models/step_metadata.h"
+#include "models/step_settings.h"
 
 namespace sg {
-
-// How a prefill step runs the gated delta rule. A setting, not an arm: arms are byte-identical
-// (ARMS.md), these two agree only within the f32 tolerance of delta_rule_ref.h (normalised 1e-5).
-enum class DeltaPrefill : uint8_t {
-  automatic,  // chunked where its kernel is built for Dk and its shared memory fits the device, else scan
-  scan,       // delta_rule_prefill: the reference-exact sequential scan (bytes of decode token by token)
-  chunked,    // delta_rule_prefill_chunked: the chunked WY form (chunks of 64 tokens), much faster
-};
-const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked"
-// "auto", "scan" or "chunked"; throws Error on anything else.
-DeltaPrefill parse_delta_prefill(const std::string& name);
-
-// How a prefill step runs attention.prefill. A setting, not an arm (the two agree within the bf16
-// attention tolerance, not byte for byte).
-enum class AttnPrefill : uint8_t {
-  automatic,  // mma where attention_prefill_mma_supports (bf16, D 32/64/128/256), sm_80+ and the smem fits, else simt
-  simt,       // attention_prefill: the f32 CUDA-core kernel
-  mma,        // attention_prefill_mma: bf16 tensor cores (mma.sync), P split into two bf16 halves
-};
-const char* attn_prefill_name(AttnPrefill a);  // "auto", "simt", "mma"
-// "auto", "simt" or "mma"; throws Error on anything else.
-AttnPrefill parse_attn_prefill(const std::string& name);
 
 struct ModelStepOptions {
   int num_slots = 8;          // cache slots
@@ -92,6 +71,9 @@ struct ModelStepOptions {
   // attention.prefill; the constructor resolves `automatic` (options().attn_prefill is simt or mma
   // afterwards); an explicit mma the shape or dtype does not support is an error (with prefill).
   AttnPrefill attn_prefill = AttnPrefill::automatic;
+  // attention.decode; the constructor resolves `automatic` (options().attn_decode is simt or mma
+  // afterwards); an explicit mma the shape or dtype does not support is an error.
+  AttnDecode attn_decode = AttnDecode::automatic;
   uint64_t seed = 1;          // synthetic GPU weights (init_synthetic)
   bool synthetic = true;      // fill weights with init_synthetic() in the constructor
 };

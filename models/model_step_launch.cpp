@@ -9,6 +9,7 @@
 #include "graphs/node_timer.h"
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
+#include "kernels/attention_decode_mma.h"
 #include "kernels/attention_prefill_mma.h"
 #include "kernels/attn_prep.h"
 #include "kernels/contracts.h"
@@ -125,14 +126,15 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   } else {
     at.splits = attention_splits(rows);
     at.workspace = at.splits > 1 ? a_.attn_ws.ptr<float>() : nullptr;
-    check(attention_decode(at, s));
+    check(opts_.attn_decode == AttnDecode::mma ? attention_decode_mma(at, s) : attention_decode(at, s));
   }
   if (rec) {
     // Live context lengths are not known at capture: count the query/gate/output rows only (the
     // KV bytes read depend on the batch's positions).
     rec->launched(s,
                   {layer, prefill ? "attention.prefill" : "attention.decode",
-                   prefill ? std::string(attn_prefill_name(opts_.attn_prefill)) : fmt::format("splits={}", at.splits), rows * 3.0 * Hq * D * es},
+                   prefill ? std::string(attn_prefill_name(opts_.attn_prefill))
+                           : fmt::format("{} splits={}", attn_decode_name(opts_.attn_decode), at.splits), rows * 3.0 * Hq * D * es},
                   at.splits > 1 ? 2 : 1);  // split-K: the partial kernel and the merge
   }
 

@@ -47,6 +47,42 @@ TEST_CASE("attention head sizes: tuned for 32, 64, 128, 256, generic for the res
   CHECK_FALSE(attention_supports(-2, -1, 16));
 }
 
+TEST_CASE("attention decode mma: shapes, shared memory and the split pick", "[attention][contracts]") {
+  for (int D = -1; D <= 300; ++D) {
+    CAPTURE(D);
+    const bool built = D == 64 || D == 128 || D == 256;
+    CHECK(attention_decode_mma_supports(16, 4, D, DType::bf16, DType::bf16) == built);
+    CHECK((attention_decode_mma_smem(D) > 0) == built);
+  }
+  // At most 8 query heads per kv head (the n of one mma tile); bf16 q and cache only.
+  CHECK(attention_decode_mma_supports(8, 1, 256, DType::bf16, DType::bf16));
+  CHECK(attention_decode_mma_supports(24, 4, 256, DType::bf16, DType::bf16));
+  CHECK_FALSE(attention_decode_mma_supports(9, 1, 256, DType::bf16, DType::bf16));
+  CHECK_FALSE(attention_decode_mma_supports(16, 1, 128, DType::bf16, DType::bf16));
+  CHECK_FALSE(attention_decode_mma_supports(16, 4, 256, DType::f32, DType::bf16));
+  CHECK_FALSE(attention_decode_mma_supports(16, 4, 256, DType::bf16, DType::f32));
+  CHECK_FALSE(attention_decode_mma_supports(16, 3, 256, DType::bf16, DType::bf16));
+  // 4 warps x 3 stages x (K + V) x 16 keys x D bf16.
+  CHECK(attention_decode_mma_smem(256) == 196608);
+  CHECK(attention_decode_mma_smem(128) == 98304);
+  CHECK(attention_decode_mma_smem(64) == 49152);
+  // The split pick on the H200 (132 SMs), 4B shapes (Hkv 4), one block per SM at D = 256.
+  CHECK(attention_decode_mma_pick_splits(32, 4, 1152, 132, 1) == 1);   // 128 blocks: one wave
+  CHECK(attention_decode_mma_pick_splits(16, 4, 1152, 132, 1) == 2);   // 128 blocks
+  CHECK(attention_decode_mma_pick_splits(8, 4, 1152, 132, 1) == 4);    // 128 blocks
+  CHECK(attention_decode_mma_pick_splits(24, 4, 1152, 132, 1) == 4);   // 384 blocks, 2.9 waves
+  CHECK(attention_decode_mma_pick_splits(1, 4, 1152, 132, 1) == 17);   // near the cap of 64 positions per split
+  CHECK(attention_decode_mma_pick_splits(1, 4, 100, 132, 1) == 1);
+  CHECK(attention_decode_mma_pick_splits(0, 4, 1152, 132, 1) == 1);
+  for (int T = 1; T <= 64; ++T) {
+    for (int ctx : {1, 63, 64, 1024, 8192, 1 << 20}) {
+      const int s = attention_decode_mma_pick_splits(T, 4, ctx, 132, 1);
+      CHECK(s >= 1);
+      CHECK(s <= std::max(1, std::min(64, ctx / 64)));
+    }
+  }
+}
+
 TEST_CASE("attention split-K workspace: [T, Hq, splits, D] partials then [T, Hq, splits, 2] (max, sum)", "[attention][contracts]") {
   CHECK(attention_decode_workspace_bytes(4, 8, 256, 1) == 0);
   CHECK(attention_decode_workspace_bytes(4, 8, 256, 0) == 0);

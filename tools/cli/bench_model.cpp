@@ -21,6 +21,7 @@
 #include "engine/env.h"
 #include "engine/error.h"
 #include "graphs/export.h"
+#include "graphs/marginal.h"
 #include "graphs/node_timer.h"
 #include "models/model_step.h"
 #include "models/reference_model.h"
@@ -147,6 +148,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   opts.arms = arms.arms;
   opts.delta_prefill = parse_delta_prefill(o.delta_prefill);
   opts.attn_prefill = parse_attn_prefill(o.attn_prefill);
+  opts.attn_decode = parse_attn_decode(o.attn_decode);
   opts.seed = 1;
   fmt::print("device: {}\n", dev.describe());
   fmt::print("workload: {} whole-model steps ({}), {} layers ({} GDN + {} attention), {} sequences, context {} per "
@@ -159,6 +161,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   fmt::print("delta-rule prefill: {}{}\n", delta_prefill, o.delta_prefill == "auto" ? " (auto)" : "");
   const std::string attn_prefill = attn_prefill_name(step.options().attn_prefill);  // `auto` resolved
   fmt::print("attention prefill: {}{}\n", attn_prefill, o.attn_prefill == "auto" ? " (auto)" : "");
+  const std::string attn_decode = attn_decode_name(step.options().attn_decode);  // `auto` resolved
+  fmt::print("attention decode: {}{}\n", attn_decode, o.attn_decode == "auto" ? " (auto)" : "");
   step.randomize_caches(7);
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
@@ -190,6 +194,14 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                  key, g.median, g.min, g.max, o.reps, o.replays, e.median, floor_ms, format_bytes(floor_bytes),
                  100 * floor_ms / g.median);
       nlohmann::json ops = op_family_table(o, key, step.manifest(key), o.node_replays, [&] { step.replay(key); });
+      if (o.marginal && (key == step.keys().front() || key == step.keys().back())) {
+        const MarginalReport mr = marginal_costs(step.graph(key), step.manifest(key), s,
+                                                 [](const ManifestNode& n) { return n.label.op; }, o.reps, o.replays);
+        fmt::print("{}", format_marginal_table(mr));
+        for (const auto& g : mr.groups) {
+          if (ops.contains(g.group)) ops[g.group]["marginal_us"] = 1000.0 * g.marginal_ms;
+        }
+      }
       summary.push_back(fmt::format("  decode b={:<5} graph {:>9.3f} ms  eager {:>9.3f} ms  floor {:>7.3f} ms", key,
                                     g.median, e.median, floor_ms));
       graphs.push_back({{"kind", "decode"}, {"batch", key}, {"step_ms", {{"median", g.median}, {"min", g.min}, {"max", g.max}}},
@@ -245,7 +257,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     std::ofstream f(o.json);
     require(static_cast<bool>(f), "cannot write {}", o.json);
     f << nlohmann::json{{"device", dev.describe()}, {"preset", cfg.name}, {"arms", arms.arms.describe()},
-                        {"delta_prefill", delta_prefill}, {"attn_prefill", attn_prefill}, {"workload", "model"}, {"context", o.context},
+                        {"delta_prefill", delta_prefill}, {"attn_prefill", attn_prefill}, {"attn_decode", attn_decode}, {"workload", "model"}, {"context", o.context},
                         {"graphs", graphs}}
              .dump(2)
       << "\n";

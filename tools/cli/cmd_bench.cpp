@@ -232,6 +232,17 @@ void register_bench(CLI::App& app, Action& action) {
                   "else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
+  cmd->add_option("--attn-decode", o.attn_decode,
+                  "model workload: how decode runs attention: simt (the f32 CUDA-core split-K kernel), mma (bf16 "
+                  "tensor cores, a K/V ring per warp, P split into two bf16 halves; within the bf16 attention "
+                  "tolerance of simt, not byte-identical, so a setting rather than an arm) or auto (mma for bf16 "
+                  "with D 64/128/256 and at most 8 query heads per kv head where the device allows it, else simt)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "simt", "mma"}));
+  cmd->add_flag("--marginal", o.marginal,
+                 "model workload: also the marginal cost of every op family in the largest and the smallest decode "
+                 "graph: the step time with the family's nodes disabled (cudaGraphNodeSetEnabled), subtracted from "
+                 "the full step's (timing only; outputs are not used)");
   cmd->callback([&action] {
     action = [] {
       preset(o.preset);  // validate the name before anything else

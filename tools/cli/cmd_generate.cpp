@@ -38,6 +38,7 @@ struct GenerateOptions {
   bool chunked = false;
   std::string delta_prefill = "auto";  // the delta rule in the prefill step (auto, scan or chunked)
   std::string attn_prefill = "auto";   // attention in the prefill step (auto, simt or mma)
+  std::string attn_decode = "auto";    // attention in the decode steps (auto, simt or mma)
 };
 
 std::vector<int64_t> parse_tokens(const std::string& s) {
@@ -123,6 +124,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::st
   so.seed = o.seed;
   so.delta_prefill = o.chunked ? DeltaPrefill::chunked : parse_delta_prefill(o.delta_prefill);
   so.attn_prefill = parse_attn_prefill(o.attn_prefill);
+  so.attn_decode = parse_attn_decode(o.attn_decode);
   ModelStep step(cfg, so);
   if (weights) step.load_host_weights(*weights);
   step.capture_all();
@@ -140,10 +142,10 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::st
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   print_result(o, "gpu", cfg, source, dtype,
-               fmt::format("{}; KV cache {}; {} delta-rule prefill; {} attention prefill; graphs captured (prefill "
-                           "bucket, decode b=1)",
+               fmt::format("{}; KV cache {}; {} delta-rule prefill; {} attention prefill; {} attention decode; graphs "
+                           "captured (prefill bucket, decode b=1)",
                            dev.describe(), dtype_name(step.kv_cache_dtype()), delta_prefill_name(step.options().delta_prefill),
-                           attn_prefill_name(step.options().attn_prefill)),
+                           attn_prefill_name(step.options().attn_prefill), attn_decode_name(step.options().attn_decode)),
                prompt, out, secs, notes);
   return 0;
 }
@@ -236,6 +238,12 @@ void register_generate(CLI::App& app, Action& action) {
                   "How the prefill step runs attention (GPU only): simt (the f32 CUDA-core kernel), mma (bf16 tensor "
                   "cores, within the bf16 attention tolerance of simt) or auto (mma for bf16 with D 32/64/128/256 where the device allows it, "
                   "else simt)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "simt", "mma"}));
+  cmd->add_option("--attn-decode", o.attn_decode,
+                  "How the decode steps run attention (GPU only): simt (the f32 CUDA-core kernel), mma (bf16 tensor "
+                  "cores, within the bf16 attention tolerance of simt) or auto (mma for bf16 with D 64/128/256 and "
+                  "at most 8 query heads per kv head where the device allows it, else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
   cmd->callback([&action] {

@@ -1,0 +1,44 @@
+// marginal.h: the marginal cost of kernel nodes inside a captured graph: how much faster a replay
+// gets when a group of nodes does no work. Each group's nodes are disabled in the executable graph
+// (cudaGraphNodeSetEnabled: a disabled kernel node launches nothing but keeps its place in the
+// dependency order), the graph is replayed and timed with events, and the nodes are enabled again.
+// This is what removing (or infinitely speeding up) those nodes would buy, which a node's own
+// duration does not say when nodes overlap, wait on their neighbours or pay launch and ramp costs.
+// Timing only: while a group is disabled the graph's outputs are garbage (the buffers keep whatever
+// the disabled nodes did not write); nothing is read back, and every address a node reads comes
+// from the step's metadata, never from a disabled node's output, so replays stay in bounds.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "graphs/graph.h"
+#include "graphs/manifest.h"
+
+namespace sg {
+
+struct MarginalCost {
+  std::string group;      // the name group_of gave its nodes
+  int nodes = 0;          // kernel nodes in the group
+  double without_ms = 0;  // median replay time with the group disabled
+  double marginal_ms = 0; // baseline median minus without_ms
+};
+
+struct MarginalReport {
+  double baseline_ms = 0;  // median replay time with every node enabled (before and after the groups)
+  double spread_ms = 0;    // max - min of the baseline repetitions: differences below this are noise
+  std::vector<MarginalCost> groups;  // largest marginal cost first
+};
+
+// Groups the manifest's nodes by group_of (nodes it maps to "" are never disabled) and times each
+// group; `reps` repetitions of `replays` replays each, medians per replay. The stream must not be
+// capturing; the graph is left with every node enabled (also when an error is thrown).
+MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manifest, cudaStream_t stream,
+                              const std::function<std::string(const ManifestNode&)>& group_of, int reps, int replays);
+
+// A fixed-width table of a report: group, nodes, ms without, marginal ms and its share of the baseline.
+std::string format_marginal_table(const MarginalReport& r);
+
+}  // namespace sg

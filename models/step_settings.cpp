@@ -1,0 +1,98 @@
+// step_settings.cpp: see step_settings.h.
+#include "models/step_settings.h"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "engine/error.h"
+#include "engine/tensor.h"
+#include "kernels/attention_shapes.h"
+#include "kernels/delta_rule_prefill_chunked.h"
+
+namespace sg {
+
+const char* delta_prefill_name(DeltaPrefill d) {
+  return d == DeltaPrefill::chunked ? "chunked" : d == DeltaPrefill::scan ? "scan" : "auto";
+}
+
+DeltaPrefill parse_delta_prefill(const std::string& name) {
+  if (name == "auto") return DeltaPrefill::automatic;
+  if (name == "scan") return DeltaPrefill::scan;
+  if (name == "chunked") return DeltaPrefill::chunked;
+  throw Error(fmt::format("unknown delta-rule prefill '{}' (valid: auto, scan, chunked)", name));
+}
+
+const char* attn_prefill_name(AttnPrefill a) {
+  return a == AttnPrefill::mma ? "mma" : a == AttnPrefill::simt ? "simt" : "auto";
+}
+
+AttnPrefill parse_attn_prefill(const std::string& name) {
+  if (name == "auto") return AttnPrefill::automatic;
+  if (name == "simt") return AttnPrefill::simt;
+  if (name == "mma") return AttnPrefill::mma;
+  throw Error(fmt::format("unknown attention prefill '{}' (valid: auto, simt, mma)", name));
+}
+
+DeviceLimits DeviceLimits::current() {
+  DeviceLimits d;
+  int dev = 0;
+  check(cudaGetDevice(&dev));
+  check(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+  check(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  check(cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+  return d;
+}
+
+AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache, bool prefill, const DeviceLimits& d) {
+  if (want == AttnPrefill::simt || (want == AttnPrefill::mma && !prefill)) return want;
+  const int optin = d.smem_optin, major = d.cc_major;
+  const bool built = attention_prefill_mma_supports(D, act, cache) && major >= 8;  // mma.sync bf16: sm_80+
+  const bool fits = attention_prefill_mma_smem(D) <= static_cast<size_t>(optin);
+  if (want == AttnPrefill::automatic) return built && fits ? AttnPrefill::mma : AttnPrefill::simt;
+  require(built, "the tensor-core attention prefill does not support D={} with {} activations and a {} KV cache on "
+          "compute capability {}.x (built for D 32, 64, 128, 256, bf16, sm_80+; use --attn-prefill simt)", D,
+          dtype_name(act), dtype_name(cache), major);
+  require(fits, "the tensor-core attention prefill needs {} bytes of shared memory per block for D={}; this device "
+          "allows {} (use --attn-prefill simt)", attention_prefill_mma_smem(D), D, optin);
+  return want;
+}
+
+DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool prefill, const DeviceLimits& d) {
+  if (want == DeltaPrefill::scan || (want == DeltaPrefill::chunked && !prefill)) return want;
+  const int optin = d.smem_optin;
+  const bool built = delta_rule_prefill_chunked_supports(g.Dk, g.Dv);
+  const size_t smem = built ? delta_rule_prefill_chunked_smem(g.Dk, delta_rule_prefill_chunked_tile(g.Dv)) : 0;
+  const bool fits = smem <= static_cast<size_t>(optin);
+  if (want == DeltaPrefill::automatic) return built && fits ? DeltaPrefill::chunked : DeltaPrefill::scan;
+  require(built, "the chunked delta-rule prefill does not support Dk={} Dv={} (built for Dk 32, 64, 128)", g.Dk, g.Dv);
+  require(fits, "the chunked delta-rule prefill needs {} bytes of shared memory per block for Dk={} Dv={}; this "
+          "device allows {} (use --delta-prefill scan)", smem, g.Dk, g.Dv, optin);
+  return want;
+}
+
+const char* attn_decode_name(AttnDecode a) {
+  return a == AttnDecode::mma ? "mma" : a == AttnDecode::simt ? "simt" : "auto";
+}
+
+AttnDecode parse_attn_decode(const std::string& name) {
+  if (name == "auto") return AttnDecode::automatic;
+  if (name == "simt") return AttnDecode::simt;
+  if (name == "mma") return AttnDecode::mma;
+  throw Error(fmt::format("unknown attention decode '{}' (valid: auto, simt, mma)", name));
+}
+
+AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType act, DType cache, const DeviceLimits& d) {
+  if (want == AttnDecode::simt) return want;
+  const int optin = d.smem_optin, major = d.cc_major;
+  const bool built = attention_decode_mma_supports(Hq, Hkv, D, act, cache) && major >= 8;  // mma.sync bf16: sm_80+
+  const bool fits = attention_decode_mma_smem(D) <= static_cast<size_t>(optin);
+  if (want == AttnDecode::automatic) return built && fits ? AttnDecode::mma : AttnDecode::simt;
+  require(built, "the tensor-core attention decode does not support Hq={} Hkv={} D={} with {} activations and a {} KV "
+          "cache on compute capability {}.x (built for D 64, 128, 256, at most 8 query heads per kv head, bf16, "
+          "sm_80+; use --attn-decode simt)", Hq, Hkv, D, dtype_name(act), dtype_name(cache), major);
+  require(fits, "the tensor-core attention decode needs {} bytes of shared memory per block for D={}; this device "
+          "allows {} (use --attn-decode simt)", attention_decode_mma_smem(D), D, optin);
+  return want;
+}
+
+}  // namespace sg

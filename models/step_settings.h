@@ -1,0 +1,65 @@
+// step_settings.h: the model step's settings, the choices that are not arms because they change
+// the arithmetic within a written tolerance instead of reproducing the reference bytes (arms are
+// byte-identical, docs/ARMS.md): how prefill runs the delta rule and attention, and how decode runs
+// attention. Each has a name, a parser for the command line, and a resolution of `auto` against
+// the model's shapes, dtypes and the device (DeviceLimits, read once per model step).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "kernels/numeric.h"
+#include "models/qwen35_config.h"
+
+namespace sg {
+
+// How a prefill step runs the gated delta rule. A setting, not an arm: arms are byte-identical
+// (ARMS.md), these two agree only within the f32 tolerance of delta_rule_ref.h (normalised 1e-5).
+enum class DeltaPrefill : uint8_t {
+  automatic,  // chunked where its kernel is built for Dk and its shared memory fits the device, else scan
+  scan,       // delta_rule_prefill: the reference-exact sequential scan (bytes of decode token by token)
+  chunked,    // delta_rule_prefill_chunked: the chunked WY form (chunks of 64 tokens), much faster
+};
+const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked"
+// "auto", "scan" or "chunked"; throws Error on anything else.
+DeltaPrefill parse_delta_prefill(const std::string& name);
+
+// How a prefill step runs attention.prefill. A setting, not an arm (the two agree within the bf16
+// attention tolerance, not byte for byte).
+enum class AttnPrefill : uint8_t {
+  automatic,  // mma where attention_prefill_mma_supports (bf16, D 32/64/128/256), sm_80+ and the smem fits, else simt
+  simt,       // attention_prefill: the f32 CUDA-core kernel
+  mma,        // attention_prefill_mma: bf16 tensor cores (mma.sync), P split into two bf16 halves
+};
+const char* attn_prefill_name(AttnPrefill a);  // "auto", "simt", "mma"
+// "auto", "simt" or "mma"; throws Error on anything else.
+AttnPrefill parse_attn_prefill(const std::string& name);
+
+// How a decode step runs attention.decode. A setting, not an arm (the two agree within the bf16
+// attention tolerance, not byte for byte).
+enum class AttnDecode : uint8_t {
+  automatic,  // mma where attention_decode_mma_supports (bf16, D 64/128/256, <= 8 q heads per kv head), sm_80+ and the smem fits, else simt
+  simt,       // attention_decode: the f32 CUDA-core kernel (split-K)
+  mma,        // attention_decode_mma: bf16 tensor cores (mma.sync), P split into two bf16 halves
+};
+const char* attn_decode_name(AttnDecode a);  // "auto", "simt", "mma"
+// "auto", "simt" or "mma"; throws Error on anything else.
+AttnDecode parse_attn_decode(const std::string& name);
+
+// What the settings' resolution reads of the current device.
+struct DeviceLimits {
+  int sms = 0, smem_optin = 0, cc_major = 0;
+  static DeviceLimits current();
+};
+
+// `automatic` -> mma when the tensor-core prefill supports (D, activation = q dtype, KV cache
+// dtype) and its shared memory fits this device, else simt; an explicit mma that cannot run is an
+// error when the step has prefill (`prefill`) and attention layers.
+AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache, bool prefill, const DeviceLimits& d);
+// The same for the tensor-core decode (it always applies: every step kind decodes).
+AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType act, DType cache, const DeviceLimits& d);
+// `automatic` -> chunked when the kernel is built for (Dk, Dv) and one block's shared memory fits
+// this device (the opt-in limit), else scan; an explicit chunked that cannot run is an error when
+// the step has prefill (`prefill`), and harmless without.
+DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool prefill, const DeviceLimits& d);
+
+}  // namespace sg

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(const NormArgs a) {
 
 bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 
-// The block-per-row norm for bf16 rows whose length is a multiple of 256 (the layer norms of the
+// The block-per-row norm for bf16 rows (bf16 or f32 weights) whose length is a multiple of 256 (the layer norms of the
 // real models: 2560, 5120): thread i owns the 8 consecutive elements 8i .. 8i + 7 and moves them
 // with one 16-byte load or store per tensor, all loads issued before the first store, so a row
 // costs one memory round trip and one barrier (the strided loop pays one round trip per element
@@ -139,6 +139,17 @@ __device__ __forceinline__ Bf16x8 pack(const float* f) {
   return u;
 }
 
+// Elements i .. i + 7 of a 16-byte aligned bf16 or f32 weight vector.
+__device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float* f) {
+  if (t == DType::bf16) {
+    unpack(*reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(w) + i), f);
+  } else {
+    const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(w) + i);
+    const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(w) + i + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  }
+}
+
 __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
   __shared__ float partial[32];
   const int64_t row = blockIdx.x;  // grid = T * heads exactly; blockDim = n / 8
@@ -152,12 +163,11 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
   }
   const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * threadIdx.x;
   const Bf16x8 xu = *reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
-  const Bf16x8 wu = *reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(a.w) + 8 * threadIdx.x);
   Bf16x8 ru{};
   if (a.res) ru = *reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(a.res) + o0);
   float v[8], r[8], w[8];
+  load_w8(a.w, a.wt, 8 * threadIdx.x, w);
   unpack(xu, v);
-  unpack(wu, w);
   if (a.res_out) {
     if (a.res) {
       unpack(ru, r);
@@ -179,10 +189,55 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
   *reinterpret_cast<Bf16x8*>(static_cast<__nv_bfloat16*>(a.y) + o0) = pack(y);
 }
 
-// The vector path applies: bf16 everywhere, n a multiple of 256 up to 8192 (whole warps of 8
+// The GDN gated norm on the same 16-byte footing for short bf16 rows (n = 64, 128, 256: the real
+// Dv = 128): R = n / 8 consecutive lanes own a row, 8 consecutive elements each; the sum of
+// squares goes through a butterfly over those R lanes. Every lane of a warp takes part in the
+// shuffles (rows past the end compute on zeros and store nothing).
+template <int R>
+__global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs a) {
+  const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarpRowBlock / R) + threadIdx.x / R;
+  const int part = threadIdx.x % R;
+  const bool in = row < rows;
+  const int t = in ? static_cast<int>(row / a.heads) : 0, h = in ? static_cast<int>(row % a.heads) : 0;
+  const bool live = in && !(a.live && t >= *a.live);
+  const int64_t o0 = row * a.n + 8 * part;
+  float v[8] = {}, zf[8] = {}, w[8] = {};
+  if (live) {
+    const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * part;
+    const int64_t z0 = static_cast<int64_t>(t) * a.z_ts + static_cast<int64_t>(h) * a.n + 8 * part;
+    const Bf16x8 xu = *reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
+    const Bf16x8 zu = *reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(a.z) + z0);
+    load_w8(a.w, a.wt, 8 * part, w);
+    unpack(xu, v);
+    unpack(zu, zf);
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = fmaf(v[i], v[i], s);
+#pragma unroll
+  for (int o = R / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (!in) return;
+  float y[8] = {};
+  if (live) {
+    const float inv = 1.0f / sqrtf(s / static_cast<float>(a.n) + a.eps);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i] = (w[i] * (v[i] * inv)) * dev::silu(zf[i]);
+  }
+  *reinterpret_cast<Bf16x8*>(static_cast<__nv_bfloat16*>(a.y) + o0) = pack(y);
+}
+
+bool gated_vec_ok(const NormArgs& a) {
+  const bool bf16 = a.xt == DType::bf16 && a.zt == DType::bf16 && float_type(a.wt) && a.yt == DType::bf16;
+  if (!bf16 || (a.n != 64 && a.n != 128 && a.n != 256)) return false;
+  if (a.x_ts % 8 != 0 || a.x_hs % 8 != 0 || a.z_ts % 8 != 0) return false;
+  return dev::aligned16(a.x) && dev::aligned16(a.z) && dev::aligned16(a.w) && dev::aligned16(a.y);
+}
+
+// The vector path applies: bf16 rows (x, y, residual; the weight bf16 or f32), n a multiple of 256 up to 8192 (whole warps of 8
 // elements a thread), 16-byte aligned bases and strides.
 bool vec_ok(const NormArgs& a) {
-  const bool bf16 = a.xt == DType::bf16 && a.wt == DType::bf16 && a.yt == DType::bf16 &&
+  const bool bf16 = a.xt == DType::bf16 && float_type(a.wt) && a.yt == DType::bf16 &&
                     (!a.res_out || a.rt == DType::bf16);
   if (!bf16 || a.n % 256 != 0 || a.n > 8 * kMaxBlock) return false;
   if (a.x_ts % 8 != 0 || a.x_hs % 8 != 0) return false;
@@ -196,6 +251,16 @@ template <bool kGated>
 cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
   if (rows == 0) return cudaSuccess;
+  if (kGated && gated_vec_ok(a)) {
+    const int R = a.n / 8, per_block = kWarpRowBlock / R;
+    const int64_t blocks = (rows + per_block - 1) / per_block;
+    if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+    const unsigned g = static_cast<unsigned>(blocks);
+    if (R == 8) gated_vec_kernel<8><<<g, kWarpRowBlock, 0, stream>>>(a);
+    if (R == 16) gated_vec_kernel<16><<<g, kWarpRowBlock, 0, stream>>>(a);
+    if (R == 32) gated_vec_kernel<32><<<g, kWarpRowBlock, 0, stream>>>(a);
+    return cudaGetLastError();
+  }
   if (a.n <= kWarpRowMaxN) {
     const int64_t per_block = kWarpRowBlock / 32;
     const int64_t blocks = (rows + per_block - 1) / per_block;

@@ -6,13 +6,18 @@
 // Rows are (token, head) pairs: row (t, h) of the input starts at t * token_stride + h * head_stride,
 // so q_norm can read the query half of q_proj's per-head [query | gate] rows in place.
 // Numerics vs the CPU reference (kernels/ref/norm_ref.h), which sums squares sequentially:
-//   each thread sums its strided elements in index order with fmaf, then a fixed butterfly
-//   (__shfl_xor) over the warp, then (block-per-row) the warp partials in a fixed butterfly.
-//   The order depends only on n (never on T, live_rows or the GPU), so results are deterministic
-//   run to run and identical across bucket sizes; they differ from the sequential reference by
-//   the rounding of the sum only (a few f32 ulps of inv). sqrtf and '/' are correctly rounded.
-// Grid: depends only on the padded token count T (and heads, n): n <= 512 -> one warp per row,
-// 8 rows per 256-thread block; else one block per row (block = round_up(ceil(n / 8), 32) <= 1024).
+//   each thread sums its elements in index order with fmaf, then a fixed butterfly (__shfl_xor)
+//   over the lanes of the row, then (block-per-row) the warp partials in a fixed butterfly. A
+//   thread owns either 8 consecutive elements (the 16-byte kernels: bf16 rows, bf16 or f32
+//   weights, n % 256 == 0 for rmsnorm, n in {64, 128, 256} for the gated norm, aligned) or a
+//   strided set (every other case). The order depends only on n, the dtypes and the alignment
+//   (never on T, live_rows or the GPU), so results are deterministic run to run and identical
+//   across bucket sizes; they differ from the sequential reference by the rounding of the sum only
+//   (a few f32 ulps of inv). sqrtf and '/' are correctly rounded.
+// Grid: depends only on the padded token count T (and heads, n): the gated 16-byte kernel puts a
+// row on n / 8 lanes (256-thread blocks); otherwise n <= 512 -> one warp per row, 8 rows per
+// 256-thread block; else one block per row (block = n / 8 for the 16-byte kernel, else
+// round_up(ceil(n / 8), 32) <= 1024).
 #pragma once
 #include <cuda_runtime_api.h>
 

@@ -230,6 +230,42 @@ TEST_CASE("model prefill: attn_prefill auto picks mma for bf16, simt for f32, an
   }
 }
 
+TEST_CASE("model decode: attn_decode auto picks mma for bf16 with D 64, simt otherwise, and labels the manifest",
+          "[gpu][model][mma][decode_mma]") {
+  CHECK(ModelStepOptions{}.attn_decode == AttnDecode::automatic);
+  CHECK(parse_attn_decode("auto") == AttnDecode::automatic);
+  CHECK(parse_attn_decode("simt") == AttnDecode::simt);
+  CHECK(parse_attn_decode("mma") == AttnDecode::mma);
+  CHECK_THROWS_AS(parse_attn_decode("wmma"), Error);
+  Qwen35Config cfg = preset("tiny");
+  for (int D : {32, 64}) {
+    cfg.D = D;
+    for (DType act : {DType::bf16, DType::f32}) {
+      CAPTURE(D, dtype_name(act));
+      const AttnDecode want = D == 64 && act == DType::bf16 ? AttnDecode::mma : AttnDecode::simt;
+      ModelStepOptions o = prefill_options(act);
+      o.synthetic = true;
+      ModelStep step(cfg, o);
+      CHECK(step.options().attn_decode == want);
+      step.capture_all(false, false);
+      size_t seen = 0;
+      for (const auto& n : step.manifest(step.keys().back()).nodes) {
+        if (n.label.op != "attention.decode") continue;
+        CHECK(n.label.arm.rfind(attn_decode_name(want), 0) == 0);  // "mma splits=N" / "simt splits=N"
+        if (want == AttnDecode::mma && n.kernel.find("merge") == std::string::npos) {
+          CHECK(n.kernel.find("attn_decode_mma_kernel") != std::string::npos);
+        }
+        ++seen;
+      }
+      CHECK(seen >= static_cast<size_t>(cfg.num_full_attention()));
+      if (want == AttnDecode::simt) {
+        o.attn_decode = AttnDecode::mma;  // explicit mma where it cannot run: an error
+        CHECK_THROWS_AS(ModelStep(cfg, o), Error);
+      }
+    }
+  }
+}
+
 TEST_CASE("model step in f32 reproduces the Hugging Face fixtures on the GPU", "[gpu][model][prefill][fixtures]") {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(SG_TEST_SOURCE_DIR) / "tests" / "fixtures";
@@ -322,14 +358,19 @@ TEST_CASE("model step in bf16 matches the bf16 CPU reference, prefill then decod
   constexpr double kTol = 3e-2;
   const AttnPrefill ap = GENERATE(AttnPrefill::simt, AttnPrefill::mma);
   CAPTURE(attn_prefill_name(ap));
-  for (const char* name : {"tiny", "tiny-dkdv"}) {
+  // "tiny" with D = 64 as well: its decode steps run the tensor-core attention decode (auto), the
+  // presets' D = 32 the CUDA-core one.
+  for (const char* name : {"tiny", "tiny-dkdv", "tiny-d64"}) {
     CAPTURE(name);
-    const Qwen35Config cfg = preset(name);
+    const bool d64 = std::string(name) == "tiny-d64";
+    Qwen35Config cfg = preset(d64 ? "tiny" : name);
+    if (d64) cfg.D = 64;
     const HostWeights w = synthetic_weights(cfg, 21);
     ModelStepOptions o = prefill_options(DType::bf16);
     o.attn_prefill = ap;
     ModelStep step(cfg, o);
     REQUIRE(step.options().attn_prefill == ap);
+    REQUIRE(step.options().attn_decode == (d64 ? AttnDecode::mma : AttnDecode::simt));
     step.load_host_weights(w);
     step.capture_all();
     ReferenceOptions ro;

@@ -100,9 +100,10 @@ TEST_CASE("rmsnorm: matches the reference for awkward sizes, dtypes and padded t
   struct Types {
     DType x, w, y;
   };
+  // bf16 x and y with n % 256 == 0 run the 16-byte row kernel (bf16 or f32 weights); the rest the strided loop.
   for (Types ty : {Types{DType::bf16, DType::f32, DType::bf16}, Types{DType::f32, DType::f32, DType::f32},
-                   Types{DType::bf16, DType::bf16, DType::f32}}) {
-    for (int n : {1, 127, 129, 2560, 5120}) {
+                   Types{DType::bf16, DType::bf16, DType::f32}, Types{DType::bf16, DType::bf16, DType::bf16}}) {
+    for (int n : {1, 127, 129, 256, 2560, 5120}) {
       for (int T : {1, 17, 300}) {
         const int live = T > 1 ? T - T / 3 : T;  // T = 1: no live_rows pointer
         const uint64_t seed = 7000 + 31 * n + T + 1000 * static_cast<int>(ty.x) + 100 * static_cast<int>(ty.y);
@@ -299,9 +300,11 @@ TEST_CASE("gated rmsnorm: matches the reference for GDN shapes, strided gates an
   struct Shape {
     int heads, n;
   };
+  // bf16 x, z and y with n 64 / 128 / 256 run the 16-byte kernel (bf16 or f32 weights); the rest the strided loop.
   for (Types ty : {Types{DType::bf16, DType::bf16, DType::f32, DType::bf16}, Types{DType::f32, DType::f32, DType::f32, DType::f32},
-                   Types{DType::bf16, DType::bf16, DType::bf16, DType::f32}}) {
-    for (Shape sh : {Shape{32, 128}, Shape{48, 128}, Shape{3, 1}, Shape{2, 127}, Shape{2, 129}, Shape{1, 2560}}) {
+                   Types{DType::bf16, DType::bf16, DType::bf16, DType::f32}, Types{DType::bf16, DType::bf16, DType::bf16, DType::bf16}}) {
+    for (Shape sh : {Shape{32, 128}, Shape{48, 128}, Shape{5, 64}, Shape{3, 256}, Shape{3, 1}, Shape{2, 127}, Shape{2, 129},
+                     Shape{1, 2560}}) {
       for (int T : {1, 17, 300}) {
         const int live = T > 1 ? T - 7 : T;
         const uint64_t seed = 3000 + sh.heads * 7 + sh.n + T + 100 * static_cast<int>(ty.x) + 10 * static_cast<int>(ty.w);

@@ -1,4 +1,6 @@
-// argmax.cu: per-row argmax with torch's NaN rule, one block per row.
+// argmax.cu: per-row argmax with torch's NaN rule: one block per row, or several blocks per row
+// whose last one to finish combines their partials.
+#include <algorithm>
 #include <climits>
 
 #include "kernels/argmax.h"
@@ -7,7 +9,8 @@
 namespace sg {
 namespace {
 
-constexpr int kBlock = 1024;
+constexpr int kBlock = 1024;      // one block per row
+constexpr int kSplitBlock = 256;  // a block per (row, chunk)
 constexpr int kNone = INT_MAX;  // "no candidate yet" (loses to every real element)
 
 // True when candidate (av, ai) beats (bv, bi): NaN first, then the larger value, then the lower index.
@@ -41,33 +44,27 @@ __device__ __forceinline__ void warp_best(float& bv, int& bi) {
   }
 }
 
-__global__ void __launch_bounds__(kBlock) argmax_kernel(const ArgmaxParams p, int64_t ld, bool vec) {
+// Best (value, index) of row[lo, hi) by this block; lo is a multiple of 4 when vec.
+__device__ __forceinline__ void block_best(const float* row, int lo, int hi, bool vec, float& bv, int& bi) {
   __shared__ float sv[32];
   __shared__ int si[32];
-  const int r = blockIdx.x;
-  if (p.live_rows && r >= *p.live_rows) {
-    if (threadIdx.x == 0) p.out[r] = 0;
-    return;
-  }
-  const float* row = p.logits + static_cast<int64_t>(r) * ld;
-  const int V = static_cast<int>(p.V);
-  float bv = -INFINITY;
-  int bi = kNone;
-  int tail = 0;
+  bv = -INFINITY;
+  bi = kNone;
+  int tail = lo;
   if (vec) {
-    const int nvec = V / 4;
+    const int v0 = lo / 4, v1 = hi / 4;
     const float4* row4 = reinterpret_cast<const float4*>(row);
 #pragma unroll 4
-    for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+    for (int j = v0 + threadIdx.x; j < v1; j += blockDim.x) {
       const float4 q = row4[j];
       visit(q.x, 4 * j, bv, bi);
       visit(q.y, 4 * j + 1, bv, bi);
       visit(q.z, 4 * j + 2, bv, bi);
       visit(q.w, 4 * j + 3, bv, bi);
     }
-    tail = nvec * 4;
+    tail = v1 * 4;
   }
-  for (int i = tail + threadIdx.x; i < V; i += blockDim.x) visit(row[i], i, bv, bi);
+  for (int i = tail + threadIdx.x; i < hi; i += blockDim.x) visit(row[i], i, bv, bi);
   warp_best(bv, bi);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) {
@@ -75,24 +72,84 @@ __global__ void __launch_bounds__(kBlock) argmax_kernel(const ArgmaxParams p, in
     si[warp] = bi;
   }
   __syncthreads();
-  if (warp == 0) {
-    const int nw = blockDim.x / 32;
-    bv = lane < nw ? sv[lane] : -INFINITY;
-    bi = lane < nw ? si[lane] : kNone;
-    warp_best(bv, bi);
-    if (lane == 0) p.out[r] = bi;
+  const int nw = blockDim.x / 32;
+  bv = lane < nw ? sv[lane] : -INFINITY;
+  bi = lane < nw ? si[lane] : kNone;
+  warp_best(bv, bi);  // every warp ends with the block's best
+}
+
+struct Partial {
+  float v;
+  int i;
+};
+
+// Grid (chunks, rows). Block c of row r reduces its slice; with chunks > 1 it stores its partial,
+// and the row's last block to arrive combines all of them (exact: one total order).
+__global__ void __launch_bounds__(kBlock) argmax_kernel(const ArgmaxParams p, int64_t ld, bool vec, int slice) {
+  const int r = blockIdx.y, c = blockIdx.x, chunks = gridDim.x;
+  if (p.live_rows && r >= *p.live_rows) {
+    if (c == 0 && threadIdx.x == 0) p.out[r] = 0;
+    return;
+  }
+  const float* row = p.logits + static_cast<int64_t>(r) * ld;
+  const int V = static_cast<int>(p.V);
+  const int lo = min(V, c * slice), hi = min(V, lo + slice);
+  float bv;
+  int bi;
+  block_best(row, lo, hi, vec, bv, bi);
+  if (chunks == 1) {
+    if (threadIdx.x == 0) p.out[r] = bi;
+    return;
+  }
+  __shared__ bool last;
+  Partial* part = static_cast<Partial*>(p.workspace) + static_cast<int64_t>(r) * chunks;
+  if (threadIdx.x == 0) {
+    part[c] = Partial{bv, bi};
+    __threadfence();  // the partial is visible before the count says so
+    last = atomicAdd(&p.counters[r], 1) == chunks - 1;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x >= 32) return;
+  __threadfence();
+  bv = -INFINITY;
+  bi = kNone;
+  for (int k = threadIdx.x; k < chunks; k += 32) {
+    const float v = __ldcg(&part[k].v);
+    const int i = __ldcg(&part[k].i);
+    if (beats(v, i, bv, bi)) bv = v, bi = i;
+  }
+  warp_best(bv, bi);
+  if (threadIdx.x == 0) {
+    p.out[r] = bi;
+    p.counters[r] = 0;  // ready for the next launch
   }
 }
 
 }  // namespace
 
+size_t argmax_workspace_bytes(int rows, int chunks) {
+  return rows > 0 && chunks > 1 ? static_cast<size_t>(rows) * chunks * sizeof(Partial) : 0;
+}
+
+int argmax_pick_chunks(int rows, int64_t V, int num_sms) {
+  if (rows <= 0 || V <= 0) return 1;
+  const int64_t want = (2 * static_cast<int64_t>(std::max(num_sms, 1)) + rows - 1) / rows;
+  const int64_t most = std::max<int64_t>(1, V / 2048);
+  return static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 65535)));
+}
+
 cudaError_t argmax(const ArgmaxParams& p, cudaStream_t stream) {
-  if (!p.logits || !p.out || p.rows < 0 || p.V < 1 || p.V > INT_MAX) return cudaErrorInvalidValue;
+  if (!p.logits || !p.out || p.rows < 0 || p.rows > 65535 || p.V < 1 || p.V > INT_MAX) return cudaErrorInvalidValue;
+  if (p.chunks < 1 || p.chunks > 65535 || (p.chunks > 1 && (!p.workspace || !p.counters))) return cudaErrorInvalidValue;
   const int64_t ld = p.ld ? p.ld : p.V;
   if (ld < p.V) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   const bool vec = ld % 4 == 0 && reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;
-  argmax_kernel<<<static_cast<unsigned>(p.rows), kBlock, 0, stream>>>(p, ld, vec);
+  // Slices start at multiples of 4 (float4 loads stay aligned).
+  const int64_t slice = (p.V + p.chunks - 1) / p.chunks;
+  const int slice4 = static_cast<int>((slice + 3) / 4 * 4);
+  const dim3 grid(static_cast<unsigned>(p.chunks), static_cast<unsigned>(p.rows));
+  argmax_kernel<<<grid, p.chunks > 1 ? kSplitBlock : kBlock, 0, stream>>>(p, ld, vec, slice4);
   return cudaGetLastError();
 }
 

@@ -4,8 +4,11 @@
 // -inf returns 0; +0 and -0 tie. The result is exact (no tolerance): the per-thread scans and the
 // cross-thread combine use one strict total order on (is-NaN, value, -index), so any reduction
 // order picks the same element.
-// Grid: one 1024-thread block per row (rows = the padded row count, the graph key). Rows are read
-// as float4 when the row stride is a multiple of 4 and logits is 16-byte aligned.
+// Grid: one 1024-thread block per row (rows = the padded row count, the graph key), or, split,
+// `chunks` 256-thread blocks per row, each reducing a contiguous slice; the last of a row's blocks
+// to finish (a per-row counter) combines their partials. The split depends only on rows and V
+// (argmax_pick_chunks), so it is fixed per graph key. Rows are read as float4 when the row stride
+// is a multiple of 4 and logits is 16-byte aligned (the slices start at multiples of 4).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -21,7 +24,18 @@ struct ArgmaxParams {
   int32_t* out = nullptr;         // [rows] token ids
   // Optional [1] device count of live rows: rows r >= *live_rows write 0 and read nothing.
   const int32_t* live_rows = nullptr;
+  // Optional split (chunks > 1): workspace of argmax_workspace_bytes(rows, chunks) bytes, and
+  // [rows] int32 counters that are zero before the launch (the kernel leaves them zero again).
+  int chunks = 1;
+  void* workspace = nullptr;
+  int32_t* counters = nullptr;
 };
+
+// Bytes of the split's partials: 8 per (row, chunk).
+size_t argmax_workspace_bytes(int rows, int chunks);
+// Blocks per row for `rows` rows of V logits on `num_sms` SMs: enough to give every SM two blocks,
+// at most one per 2048 logits, at least 1.
+int argmax_pick_chunks(int rows, int64_t V, int num_sms);
 
 // Returns cudaErrorInvalidValue on bad params, else the launch error.
 cudaError_t argmax(const ArgmaxParams& p, cudaStream_t stream);

@@ -9,12 +9,14 @@
 
 #include "engine/error.h"
 #include "graphs/capture_sizes.h"
+#include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/attention_decode_mma.h"
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/fill.h"
+#include "kernels/skinny_gemm.h"
 #include "models/memory_plan.h"
 
 namespace sg {
@@ -76,6 +78,7 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   }
   if (opts_.attn_prefill == AttnPrefill::automatic) opts_.attn_prefill = AttnPrefill::simt;  // no attention layer
   if (opts_.attn_decode == AttnDecode::automatic) opts_.attn_decode = AttnDecode::simt;
+  opts_.gemm = resolve_gemm(opts_.gemm, opts_.act, device);
   keys_ = decode_capture_sizes(opts_.graph_max);
   if (opts_.max_prefill_tokens > 0) prefill_keys_ = prefill_buckets(opts_.max_prefill_tokens);
 
@@ -121,6 +124,21 @@ size_t ModelStep::meta_bytes() const {
   size_t b = metadata_layout(StepKey::decode(opts_.max_decode_batch)).total;
   if (opts_.max_prefill_tokens > 0) b = std::max(b, metadata_layout(prefill_key(opts_.max_prefill_tokens)).total);
   return b;
+}
+
+std::vector<std::pair<int64_t, int64_t>> ModelStep::projection_shapes() const {
+  const GdnDims& g = cfg_.gdn;
+  const int64_t H = cfg_.hidden, I = cfg_.intermediate;
+  std::vector<std::pair<int64_t, int64_t>> out = {{2 * I, H}, {H, I}, {cfg_.vocab, H}};  // gate_up, down, lm_head
+  if (cfg_.num_linear_attention() > 0) {
+    out.push_back({int64_t{g.C()} + int64_t{g.Hv} * g.Dv + 2 * g.Hv, H});  // in_proj
+    out.push_back({H, int64_t{g.Hv} * g.Dv});                              // out_proj
+  }
+  if (cfg_.num_full_attention() > 0) {
+    out.push_back({2 * int64_t{cfg_.Hq} * cfg_.D + 2 * int64_t{cfg_.Hkv} * cfg_.D, H});  // q|k|v
+    out.push_back({H, int64_t{cfg_.Hq} * cfg_.D});                                       // o_proj
+  }
+  return out;
 }
 
 int ModelStep::attention_splits(int rows) const {
@@ -208,6 +226,26 @@ void ModelStep::layout(Arena& a) {
   }
   a_.logits = a.take("logits", DType::f32, {logit_rows(), V});
   a_.tokens = a.take("tokens", DType::i32, {logit_rows()});
+  size_t aws = 0;  // the split argmax's partials: the most any output row count needs
+  for (int rows = 1; rows <= logit_rows(); ++rows) {
+    aws = std::max(aws, argmax_workspace_bytes(rows, argmax_pick_chunks(rows, V, sms_)));
+  }
+  a_.argmax_ws = a.take("argmax.workspace", DType::i8, {std::max<int64_t>(16, static_cast<int64_t>(aws))});
+  a_.argmax_counters = a.take("argmax.counters", DType::i32, {logit_rows()});
+  // The skinny GEMM's split-K partials and counters: the most any projection of a decode key needs.
+  size_t gws = 0;
+  int64_t most_n = 1;
+  for (const auto& [n, k] : projection_shapes()) {
+    most_n = std::max<int64_t>(most_n, n);
+    if (opts_.gemm != GemmKind::skinny) continue;
+    for (int rows = 1; rows <= 32; ++rows) {  // any step with at most 32 rows (decode keys, small buckets)
+      if (skinny_gemm_supports(rows, n, k)) {
+        gws = std::max(gws, skinny_gemm_workspace_bytes(rows, n, skinny_gemm_pick_splits(n, k, sms_)));
+      }
+    }
+  }
+  a_.gemm_ws = a.take("gemm.workspace", DType::f32, {std::max<int64_t>(4, static_cast<int64_t>((gws + 3) / 4))});
+  a_.gemm_counters = a.take("gemm.counters", DType::i32, {(most_n + 63) / 64});
   a_.meta = a.take("step metadata", DType::i8, {static_cast<int64_t>(meta_bytes())});
 }
 

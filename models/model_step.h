@@ -74,6 +74,8 @@ struct ModelStepOptions {
   // attention.decode; the constructor resolves `automatic` (options().attn_decode is simt or mma
   // afterwards); an explicit mma the shape or dtype does not support is an error.
   AttnDecode attn_decode = AttnDecode::automatic;
+  // The projections; the constructor resolves `automatic` (options().gemm is cublas or skinny).
+  GemmKind gemm = GemmKind::automatic;
   uint64_t seed = 1;          // synthetic GPU weights (init_synthetic)
   bool synthetic = true;      // fill weights with init_synthetic() in the constructor
 };
@@ -164,6 +166,9 @@ class ModelStep {
   double state_bytes_per_slot() const;
   double kv_bytes_per_token() const;
   int attention_splits(int key) const;
+  // (N, K) of every projection the step runs: gate_up, down, lm_head, then in_proj, out_proj (GDN
+  // layers), q|k|v, o_proj (attention layers).
+  std::vector<std::pair<int64_t, int64_t>> projection_shapes() const;
 
  private:
   struct GdnLayer {
@@ -202,6 +207,10 @@ class ModelStep {
     TensorView mlp;                 // [R, I]
     TensorView logits;              // [L, V] f32, L = max(max_decode_batch, max_prefill_seqs)
     TensorView tokens;              // [L] i32
+    TensorView argmax_ws;           // split argmax partials (argmax_workspace_bytes), i8
+    TensorView argmax_counters;     // [L] i32, zero between launches
+    TensorView gemm_ws;             // skinny GEMM split-K partials (f32)
+    TensorView gemm_counters;       // [max N / 64] i32, zero between launches
     TensorView meta;                // [meta_bytes()] i8: the static block
   };
 

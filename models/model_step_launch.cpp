@@ -2,6 +2,7 @@
 // identical eagerly and under capture): embedding, norms, the attention mixer, the MLP, the head;
 // and the capture of every key with NodeRecorder labels. The GDN mixer is in model_step_gdn.cpp.
 #include <cstddef>
+#include <cstdint>
 
 #include "engine/error.h"
 #include "engine/gemm.h"
@@ -15,6 +16,7 @@
 #include "kernels/contracts.h"
 #include "kernels/embedding.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/skinny_gemm.h"
 #include "kernels/swiglu.h"
 #include "models/model_step.h"
 #include "models/model_step_meta.h"
@@ -50,11 +52,31 @@ StepMetadata padding_metadata(const StepKey& key) {
 
 void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op,
                      NodeRecorder* rec) {
-  gemm_xwt(cublas_, x, W, y);
-  if (rec) {
-    const double bytes = static_cast<double>(x.bytes() + W.bytes() + y.bytes());
-    rec->launched(stream_.get(), {layer, op, "cublas", bytes}, NodeRecorder::kAnyKernels);
+  const double bytes = static_cast<double>(x.bytes() + W.bytes() + y.bytes());
+  const int64_t M = x.dim(0), N = W.dim(0), K = W.dim(1);
+  const bool skinny = opts_.gemm == GemmKind::skinny && x.dtype == DType::bf16 && W.dtype == DType::bf16 &&
+                      W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 && y.dim(0) == M && y.dim(1) == N &&
+                      x.dim(1) == K && M <= 32 && N <= INT32_MAX && skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
+  if (!skinny) {
+    gemm_xwt(cublas_, x, W, y);
+    if (rec) rec->launched(stream_.get(), {layer, op, "cublas", bytes}, NodeRecorder::kAnyKernels);
+    return;
   }
+  SkinnyGemmParams p;
+  p.x = x.data;
+  p.ldx = x.stride[0];
+  p.W = W.data;
+  p.y = y.data;
+  p.ldy = y.stride[0];
+  p.y_dtype = y.dtype;
+  p.M = static_cast<int>(M);
+  p.N = static_cast<int>(N);
+  p.K = static_cast<int>(K);
+  p.splits = skinny_gemm_pick_splits(p.N, p.K, sms_);
+  p.workspace = a_.gemm_ws.ptr<float>();
+  p.counters = a_.gemm_counters.ptr<int32_t>();
+  check(skinny_gemm(p, stream_.get()));
+  if (rec) rec->launched(stream_.get(), {layer, op, fmt::format("skinny splits={}", p.splits), bytes});
 }
 
 void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
@@ -253,8 +275,11 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
   xp.rows = out_rows;
   xp.out = a_.tokens.ptr<int32_t>();
   xp.live_rows = live_out;
+  xp.chunks = argmax_pick_chunks(out_rows, cfg_.vocab, sms_);
+  xp.workspace = a_.argmax_ws.data;
+  xp.counters = a_.argmax_counters.ptr<int32_t>();
   check(argmax(xp, s));
-  if (rec) rec->launched(s, {-1, "argmax", "-", out_rows * (4.0 * cfg_.vocab + 4.0)});
+  if (rec) rec->launched(s, {-1, "argmax", fmt::format("chunks={}", xp.chunks), out_rows * (4.0 * cfg_.vocab + 4.0)});
 }
 
 void ModelStep::capture_all(bool for_timing, bool prefill) {

@@ -95,4 +95,22 @@ AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType ac
   return want;
 }
 
+const char* gemm_name(GemmKind g) { return g == GemmKind::skinny ? "skinny" : g == GemmKind::cublas ? "cublas" : "auto"; }
+
+GemmKind parse_gemm(const std::string& name) {
+  if (name == "auto") return GemmKind::automatic;
+  if (name == "cublas") return GemmKind::cublas;
+  if (name == "skinny") return GemmKind::skinny;
+  throw Error(fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny)", name));
+}
+
+GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
+  if (want == GemmKind::cublas) return want;
+  const bool built = act == DType::bf16 && d.cc_major >= 8;
+  if (want == GemmKind::automatic) return built ? GemmKind::skinny : GemmKind::cublas;
+  require(built, "the skinny GEMM takes bf16 activations on sm_80+ (this step: {} on compute capability {}.x; use "
+          "--gemm cublas)", dtype_name(act), d.cc_major);
+  return want;
+}
+
 }  // namespace sg

@@ -45,6 +45,20 @@ const char* attn_decode_name(AttnDecode a);  // "auto", "simt", "mma"
 // "auto", "simt" or "mma"; throws Error on anything else.
 AttnDecode parse_attn_decode(const std::string& name);
 
+// How a step runs its projections (x W^T). A setting, not an arm (the two agree within the GEMM
+// test tolerance, not byte for byte).
+enum class GemmKind : uint8_t {
+  automatic,  // skinny for bf16 steps (decode keys with M <= 32 rows and K % 64 == 0), cuBLAS otherwise
+  cublas,     // cublasGemmEx for every projection
+  skinny,     // kernels/skinny_gemm.h where it applies (bf16, M <= 32, K % 64 == 0), cuBLAS elsewhere
+};
+const char* gemm_name(GemmKind g);  // "auto", "cublas", "skinny"
+// "auto", "cublas" or "skinny"; throws Error on anything else.
+GemmKind parse_gemm(const std::string& name);
+// `automatic` -> skinny for bf16 activations (sm_80+), else cublas; skinny on an f32 step is an
+// error (the kernel takes bf16 only).
+GemmKind resolve_gemm(GemmKind want, DType act, const struct DeviceLimits& d);
+
 // What the settings' resolution reads of the current device.
 struct DeviceLimits {
   int sms = 0, smem_optin = 0, cc_major = 0;

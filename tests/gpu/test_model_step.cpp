@@ -255,6 +255,17 @@ TEST_CASE("model step manifest labels every kernel it launches", "[gpu][model][m
       }
     }
     CHECK(unlabelled_non_gemm == 0);
+    // bf16 decode: every projection runs the skinny GEMM (gemm auto), one kernel node each.
+    REQUIRE(step.options().gemm == GemmKind::skinny);
+    for (const auto& n : m.nodes) {
+      const std::string& op = n.label.op;
+      if (op == "mlp.gate_up" || op == "mlp.down" || op == "gdn.in_proj" || op == "gdn.out_proj" || op == "attn.qkv_proj" ||
+          op == "attn.o_proj" || op == "lm_head") {
+        CAPTURE(op, n.kernel);
+        CHECK(n.label.arm.rfind("skinny splits=", 0) == 0);
+        CHECK(n.kernel.find("skinny_gemm_kernel") != std::string::npos);
+      }
+    }
     const int L = cfg.layers, A = cfg.num_full_attention(), G = cfg.num_linear_attention();
     CHECK(ops["embedding"] == 1);
     CHECK(ops["rmsnorm.input"] == L);

@@ -486,25 +486,59 @@ TEST_CASE("argmax: first index of the maximum with ties, NaN, infinities and pad
       std::vector<int32_t> want(rows, 0);
       for (int r = 0; r < live; ++r) want[r] = static_cast<int32_t>(ref::argmax(x.data() + static_cast<size_t>(r) * ld, V));
       auto dx = test::DevBuf::from(x, DType::f32), dlive = test::DevBuf::from_i32({live});
-      test::DevBuf out((rows + kGuard) * 4, kPoison);
-      ArgmaxParams p;
-      p.logits = dx.as<float>();
-      p.ld = ld;
-      p.V = V;
-      p.rows = rows;
-      p.out = out.as<int32_t>();
-      p.live_rows = dlive.as<int32_t>();
-      check(argmax(p, nullptr));
-      auto g = fetch(out, rows, DType::i32);
-      CHECK(g.guard_ok);
-      std::vector<int32_t> got(rows);
-      std::memcpy(got.data(), g.bytes.data(), rows * 4);
-      for (int r = 0; r < rows; ++r) {
-        CAPTURE(r);
-        CHECK(got[r] == want[r]);
+      // One block per row, and split rows (slices ending inside the ties, the NaNs and the
+      // infinities above; more chunks than float4s for small V), each launched twice: the
+      // counters must come back to zero.
+      for (int chunks : {1, 2, 7, 64, argmax_pick_chunks(rows, V, 132)}) {
+        CAPTURE(chunks);
+        test::DevBuf ws(std::max<size_t>(16, argmax_workspace_bytes(rows, chunks)), kPoison);
+        test::DevBuf counters(rows * 4, 0);
+        for (int launch = 0; launch < 2; ++launch) {
+          test::DevBuf out((rows + kGuard) * 4, kPoison);
+          ArgmaxParams p;
+          p.logits = dx.as<float>();
+          p.ld = ld;
+          p.V = V;
+          p.rows = rows;
+          p.out = out.as<int32_t>();
+          p.live_rows = dlive.as<int32_t>();
+          p.chunks = chunks;
+          p.workspace = ws.data();
+          p.counters = counters.as<int32_t>();
+          check(argmax(p, nullptr));
+          auto g = fetch(out, rows, DType::i32);
+          CHECK(g.guard_ok);
+          std::vector<int32_t> got(rows);
+          std::memcpy(got.data(), g.bytes.data(), rows * 4);
+          for (int r = 0; r < rows; ++r) {
+            CAPTURE(r);
+            CHECK(got[r] == want[r]);
+          }
+          const auto cb = counters.download();
+          CHECK(std::all_of(cb.begin(), cb.end(), [](uint8_t b) { return b == 0; }));
+        }
       }
     }
   }
+}
+
+TEST_CASE("argmax: split rows need a workspace and counters, and the pick gives every SM two blocks", "[gpu][norms]") {
+  CHECK(argmax_pick_chunks(32, 248320, 132) == 9);
+  CHECK(argmax_pick_chunks(1, 248320, 132) == 121);  // at most one block per 2048 logits
+  CHECK(argmax_pick_chunks(300, 248320, 132) == 1);
+  CHECK(argmax_pick_chunks(4, 100, 132) == 1);
+  CHECK(argmax_workspace_bytes(32, 9) == 32u * 9 * 8);
+  CHECK(argmax_workspace_bytes(32, 1) == 0);
+  test::DevBuf x(4 * 4096, 0), out(4 * 2);
+  ArgmaxParams p;
+  p.logits = x.as<float>();
+  p.V = 4096;
+  p.rows = 2;
+  p.out = out.as<int32_t>();
+  p.chunks = 4;
+  CHECK(argmax(p, nullptr) == cudaErrorInvalidValue);  // no workspace or counters
+  p.chunks = 0;
+  CHECK(argmax(p, nullptr) == cudaErrorInvalidValue);
 }
 
 TEST_CASE("argmax: many rows without live_rows at the vocabulary size", "[gpu][norms]") {

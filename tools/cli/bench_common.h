@@ -28,6 +28,7 @@ struct BenchOptions {
   std::string delta_prefill = "auto";  // model workload: the delta rule in prefill (auto, scan or chunked)
   std::string attn_prefill = "auto";   // model workload: attention in prefill (auto, simt or mma)
   std::string attn_decode = "auto";    // model workload: attention in decode (auto, simt or mma)
+  std::string gemm = "auto";           // model workload: the projections (auto, cublas or skinny)
   bool marginal = false;               // model workload: marginal cost per op family (largest and smallest decode key)
 };
 

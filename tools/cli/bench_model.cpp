@@ -149,6 +149,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   opts.delta_prefill = parse_delta_prefill(o.delta_prefill);
   opts.attn_prefill = parse_attn_prefill(o.attn_prefill);
   opts.attn_decode = parse_attn_decode(o.attn_decode);
+  opts.gemm = parse_gemm(o.gemm);
   opts.seed = 1;
   fmt::print("device: {}\n", dev.describe());
   fmt::print("workload: {} whole-model steps ({}), {} layers ({} GDN + {} attention), {} sequences, context {} per "
@@ -163,6 +164,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   fmt::print("attention prefill: {}{}\n", attn_prefill, o.attn_prefill == "auto" ? " (auto)" : "");
   const std::string attn_decode = attn_decode_name(step.options().attn_decode);  // `auto` resolved
   fmt::print("attention decode: {}{}\n", attn_decode, o.attn_decode == "auto" ? " (auto)" : "");
+  const std::string gemm = gemm_name(step.options().gemm);  // `auto` resolved
+  fmt::print("projections: {}{}\n", gemm, o.gemm == "auto" ? " (auto)" : "");
   step.randomize_caches(7);
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
@@ -257,7 +260,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     std::ofstream f(o.json);
     require(static_cast<bool>(f), "cannot write {}", o.json);
     f << nlohmann::json{{"device", dev.describe()}, {"preset", cfg.name}, {"arms", arms.arms.describe()},
-                        {"delta_prefill", delta_prefill}, {"attn_prefill", attn_prefill}, {"attn_decode", attn_decode}, {"workload", "model"}, {"context", o.context},
+                        {"delta_prefill", delta_prefill}, {"attn_prefill", attn_prefill}, {"attn_decode", attn_decode}, {"gemm", gemm}, {"workload", "model"}, {"context", o.context},
                         {"graphs", graphs}}
              .dump(2)
       << "\n";

@@ -239,6 +239,13 @@ void register_bench(CLI::App& app, Action& action) {
                   "with D 64/128/256 and at most 8 query heads per kv head where the device allows it, else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
+  cmd->add_option("--gemm", o.gemm,
+                  "model workload: how steps run their projections: cublas (cublasGemmEx), skinny (the "
+                  "tensor-core weight-streaming kernel for at most 32 rows, K % 64 == 0; within the GEMM "
+                  "tolerance of cuBLAS, not byte-identical, so a setting rather than an arm; cuBLAS for other "
+                  "shapes) or auto (skinny for bf16 steps, else cublas)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cublas", "skinny"}));
   cmd->add_flag("--marginal", o.marginal,
                  "model workload: also the marginal cost of every op family in the largest and the smallest decode "
                  "graph: the step time with the family's nodes disabled (cudaGraphNodeSetEnabled), subtracted from "

@@ -39,6 +39,7 @@ struct GenerateOptions {
   std::string delta_prefill = "auto";  // the delta rule in the prefill step (auto, scan or chunked)
   std::string attn_prefill = "auto";   // attention in the prefill step (auto, simt or mma)
   std::string attn_decode = "auto";    // attention in the decode steps (auto, simt or mma)
+  std::string gemm = "auto";           // the projections (auto, cublas or skinny)
 };
 
 std::vector<int64_t> parse_tokens(const std::string& s) {
@@ -125,6 +126,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::st
   so.delta_prefill = o.chunked ? DeltaPrefill::chunked : parse_delta_prefill(o.delta_prefill);
   so.attn_prefill = parse_attn_prefill(o.attn_prefill);
   so.attn_decode = parse_attn_decode(o.attn_decode);
+  so.gemm = parse_gemm(o.gemm);
   ModelStep step(cfg, so);
   if (weights) step.load_host_weights(*weights);
   step.capture_all();
@@ -142,10 +144,11 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::st
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   print_result(o, "gpu", cfg, source, dtype,
-               fmt::format("{}; KV cache {}; {} delta-rule prefill; {} attention prefill; {} attention decode; graphs "
-                           "captured (prefill bucket, decode b=1)",
+               fmt::format("{}; KV cache {}; {} delta-rule prefill; {} attention prefill; {} attention decode; {} "
+                           "projections; graphs captured (prefill bucket, decode b=1)",
                            dev.describe(), dtype_name(step.kv_cache_dtype()), delta_prefill_name(step.options().delta_prefill),
-                           attn_prefill_name(step.options().attn_prefill), attn_decode_name(step.options().attn_decode)),
+                           attn_prefill_name(step.options().attn_prefill), attn_decode_name(step.options().attn_decode),
+                           gemm_name(step.options().gemm)),
                prompt, out, secs, notes);
   return 0;
 }
@@ -240,6 +243,11 @@ void register_generate(CLI::App& app, Action& action) {
                   "else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
+  cmd->add_option("--gemm", o.gemm,
+                  "How the steps run their projections (GPU only): cublas, skinny (the tensor-core weight-streaming "
+                  "kernel for at most 32 rows; within the GEMM tolerance of cuBLAS) or auto (skinny for bf16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cublas", "skinny"}));
   cmd->add_option("--attn-decode", o.attn_decode,
                   "How the decode steps run attention (GPU only): simt (the f32 CUDA-core kernel), mma (bf16 tensor "
                   "cores, within the bf16 attention tolerance of simt) or auto (mma for bf16 with D 64/128/256 and "

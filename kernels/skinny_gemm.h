@@ -1,0 +1,53 @@
+// skinny_gemm.h: y = x W^T for few rows (decode: M <= 32 tokens), bf16 x and W, f32 accumulation,
+// y bf16 or f32: the projections of a decode step, where the GEMM is a stream of weight bytes and
+// a library GEMM pays a fixed 3-5 us per call (its split-K reduction kernel, ramp and tail) on
+// weights of 20-100 MB. Tensor cores with the weight on the wide side: mma.sync m16n8k16 with
+// A = 16 rows of W, B = 8 tokens of x, so M only sets the number of n8 tiles (1..4).
+//
+// Grid (N / 64 row blocks, splits): block = 4 warps, warp w owns W rows 16 w .. 16 w + 15 of its
+// row block; each block streams its K range in 64-wide tiles through a 6-stage cp.async ring
+// (W rows and the x rows of the tile, XOR-swizzled for ldmatrix). With splits > 1 every block
+// writes its f32 partial [M, 64] to the workspace and the row block's last block to finish (a
+// per-row-block counter) sums the partials in split order and writes y: deterministic, graph-safe,
+// and the counters are zero again after every launch.
+// Numerics: products of bf16 are exact in f32; tensor-core accumulation (f32, not IEEE order)
+// over each block's K range, then the partials in split order; not the bytes of cuBLAS (a
+// setting of the model step, ModelStepOptions::gemm, within the GEMM test tolerance).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/numeric.h"
+
+namespace sg {
+
+struct SkinnyGemmParams {
+  const void* x = nullptr;  // [M, ldx] bf16, 16-byte aligned, ldx % 8 == 0
+  int64_t ldx = 0;          // 0 = K
+  const void* W = nullptr;  // [N, K] bf16 contiguous, 16-byte aligned
+  void* y = nullptr;        // [M, ldy] bf16 or f32
+  int64_t ldy = 0;          // 0 = N
+  DType y_dtype = DType::bf16;
+  int M = 0, N = 0, K = 0;  // 1 <= M <= 32, N % 64 == 0, K % 64 == 0
+  int splits = 1;           // K ranges (skinny_gemm_pick_splits); > 1 needs workspace and counters
+  float* workspace = nullptr;   // skinny_gemm_workspace_bytes(M, N, splits)
+  int32_t* counters = nullptr;  // [N / 64], zero before the launch (left zero)
+};
+
+// Shapes the kernel takes: 1 <= M <= 32, N and K positive multiples of 64.
+bool skinny_gemm_supports(int M, int N, int K);
+// Split count: the one that fills whole waves of `blocks_per_wave` blocks best for N / 64 row
+// blocks over K / 64 tiles (time ~ waves x (tiles per split + a fixed 4 tiles per block)), the
+// smallest within 3% of the best, at most 32 and at most K / 256 (4 tiles a split).
+int skinny_gemm_pick_splits(int N, int K, int blocks_per_wave);
+size_t skinny_gemm_workspace_bytes(int M, int N, int splits);
+// Blocks of the kernel an SM runs at once (shared memory bound), for the pick's wave size.
+int skinny_gemm_blocks_per_sm();
+
+// cudaErrorInvalidValue on unsupported shapes, dtypes, alignment or a missing workspace; else the
+// launch error. M == 0 does nothing.
+cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream);
+
+}  // namespace sg

@@ -1,0 +1,188 @@
+// GPU tests of the skinny tensor-core GEMM (kernels/skinny_gemm.h): y = x W^T for 1..32 rows
+// against the CPU reference linear with the tolerance of the cuBLAS GEMM test (f32 accumulation in
+// another order: |err| <= 1e-5 sum |x||w|, plus one bf16 rounding of y), for every n8 tile count,
+// N that is not a multiple of the 64-row block, strided x and y, bf16 and f32 outputs, every split
+// count from 1 to the most K allows; the split counters come back to zero; graph replay == eager ==
+// a rerun, byte for byte; bad params rejected.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/tensor.h"
+#include "kernels/ref/mlp_ref.h"
+#include "kernels/skinny_gemm.h"
+#include "tests/support/catch.h"
+#include "tests/support/gpu_buffers.h"
+#include "tests/support/random.h"
+
+using namespace sg;
+
+namespace {
+
+struct Problem {
+  int M, N, K, ldx, ldy;
+  std::vector<float> x, W;        // x [M, ldx], W [N, K] (bf16 values)
+  std::vector<double> ref, mag;   // [M, N]: the reference y and sum |x||w|
+  test::DevBuf dx, dW;
+  Problem(int M_, int N_, int K_, int ldx_, int ldy_, uint64_t seed)
+      : M(M_), N(N_), K(K_), ldx(ldx_), ldy(ldy_), x(test::uniform_bf16(static_cast<size_t>(M_) * ldx_, seed, -1.f, 1.f)),
+        W(test::uniform_bf16(static_cast<size_t>(N_) * K_, seed + 1, -0.1f, 0.1f)), dx(test::DevBuf::from(x, DType::bf16)),
+        dW(test::DevBuf::from(W, DType::bf16)) {
+    std::vector<float> xd(static_cast<size_t>(M) * K), r(static_cast<size_t>(M) * N);
+    for (int t = 0; t < M; ++t)
+      for (int i = 0; i < K; ++i) xd[static_cast<size_t>(t) * K + i] = x[static_cast<size_t>(t) * ldx + i];
+    ref::linear(xd.data(), W.data(), r.data(), M, K, N);
+    ref.assign(r.begin(), r.end());
+    mag.assign(r.size(), 0.0);
+    for (int t = 0; t < M; ++t) {
+      for (int o = 0; o < N; ++o) {
+        double m = 0;
+        for (int i = 0; i < K; ++i) m += std::fabs(xd[static_cast<size_t>(t) * K + i] * W[static_cast<size_t>(o) * K + i]);
+        mag[static_cast<size_t>(t) * N + o] = m;
+      }
+    }
+  }
+
+  SkinnyGemmParams params(test::DevBuf& y, DType yt, int splits, test::DevBuf& ws, test::DevBuf& counters) const {
+    SkinnyGemmParams p;
+    p.x = dx.data();
+    p.ldx = ldx;
+    p.W = dW.data();
+    p.y = y.data();
+    p.ldy = ldy;
+    p.y_dtype = yt;
+    p.M = M;
+    p.N = N;
+    p.K = K;
+    p.splits = splits;
+    p.workspace = ws.as<float>();
+    p.counters = counters.as<int32_t>();
+    return p;
+  }
+
+  // Elements of y (rows < M, columns < N) outside the cuBLAS test's tolerance (f32 accumulation
+  // in another order: 1e-5 sum |x||w|, plus one bf16 rounding of y).
+  size_t bad(const std::vector<float>& got, DType yt) const {
+    size_t n = 0;
+    for (int t = 0; t < M; ++t) {
+      for (int o = 0; o < N; ++o) {
+        const double r = ref[static_cast<size_t>(t) * N + o];
+        const double tol = 1e-5 * mag[static_cast<size_t>(t) * N + o] + (yt == DType::bf16 ? std::ldexp(1.0, -8) * std::fabs(r) : 0.0) + 1e-7;
+        n += !(std::fabs(got[static_cast<size_t>(t) * ldy + o] - r) <= tol);
+      }
+    }
+    return n;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("skinny gemm matches the reference linear for every row count, split count and output dtype",
+          "[gpu][gemm][skinny]") {
+  struct Case {
+    int M, N, K, ldx, ldy;
+  };
+  for (Case c : {Case{1, 64, 64, 64, 64}, Case{5, 100, 128, 136, 101}, Case{8, 2560, 4096, 4096, 2560},
+                 Case{9, 192, 2560, 2560, 200}, Case{17, 1000, 512, 520, 1000}, Case{32, 2560, 9216, 9216, 2560},
+                 Case{32, 12352, 2560, 2560, 12352}, Case{24, 130, 640, 640, 130}}) {
+    const Problem pr(c.M, c.N, c.K, c.ldx, c.ldy, 500 + c.M + c.N);
+    const int most = c.K / 64;
+    std::vector<int> splits = {1, 2, 3, most, skinny_gemm_pick_splits(c.N, c.K, 132)};
+    if (most > 7) splits.push_back(7);
+    for (DType yt : {DType::bf16, DType::f32}) {
+      for (int sp : splits) {
+        if (sp > most) continue;
+        CAPTURE(c.M, c.N, c.K, c.ldx, c.ldy, dtype_name(yt), sp);
+        test::DevBuf y(static_cast<size_t>(c.M) * c.ldy * dtype_size(yt));  // poisoned: every element must be written
+        test::DevBuf ws(std::max<size_t>(16, skinny_gemm_workspace_bytes(c.M, c.N, sp)));
+        test::DevBuf counters(static_cast<size_t>((c.N + 63) / 64) * 4, 0);
+        check(skinny_gemm(pr.params(y, yt, sp, ws, counters), nullptr));
+        check(cudaDeviceSynchronize());
+        const auto got = y.download_f32(yt);
+        CHECK(pr.bad(got, yt) == 0);
+        const auto cb = counters.download();
+        CHECK(std::all_of(cb.begin(), cb.end(), [](uint8_t b) { return b == 0; }));
+      }
+    }
+  }
+}
+
+TEST_CASE("skinny gemm: graph replay, eager and a rerun give the same bytes; columns past N untouched",
+          "[gpu][gemm][skinny][graphs]") {
+  const Problem pr(32, 2560, 4096, 4096, 2600, 900);
+  for (int sp : {1, 6}) {
+    CAPTURE(sp);
+    test::DevBuf ws(std::max<size_t>(16, skinny_gemm_workspace_bytes(32, 2560, sp)));
+    test::DevBuf counters(40 * 4, 0);
+    const size_t bytes = static_cast<size_t>(32) * 2600 * 2;
+    test::DevBuf eager(bytes, 0x5A), again(bytes, 0x5A), graphed(bytes, 0x5A);
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    check(skinny_gemm(pr.params(eager, DType::bf16, sp, ws, counters), s));
+    check(skinny_gemm(pr.params(again, DType::bf16, sp, ws, counters), s));
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t ge = nullptr;
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    const cudaError_t launched = skinny_gemm(pr.params(graphed, DType::bf16, sp, ws, counters), s);
+    check(cudaStreamEndCapture(s, &g));
+    check(launched);
+    check(cudaGraphInstantiate(&ge, g, 0));
+    for (int i = 0; i < 3; ++i) check(cudaGraphLaunch(ge, s));
+    check(cudaStreamSynchronize(s));
+    const auto e = eager.download();
+    CHECK(test::byte_diff(again.download(), e, DType::bf16) == "");
+    CHECK(test::byte_diff(graphed.download(), e, DType::bf16) == "");
+    size_t touched = 0;  // columns [N, ldy) of every row keep their poison
+    for (int t = 0; t < 32; ++t)
+      for (size_t i = (static_cast<size_t>(t) * 2600 + 2560) * 2; i < static_cast<size_t>(t + 1) * 2600 * 2; ++i) touched += e[i] != 0x5A;
+    CHECK(touched == 0);
+    CHECK(pr.bad(eager.download_f32(DType::bf16), DType::bf16) == 0);
+    check(cudaGraphExecDestroy(ge));
+    check(cudaGraphDestroy(g));
+    check(cudaStreamDestroy(s));
+  }
+}
+
+TEST_CASE("skinny gemm: shapes, the split pick and bad params", "[gpu][gemm][skinny]") {
+  CHECK(skinny_gemm_supports(1, 1, 64));
+  CHECK(skinny_gemm_supports(32, 12352, 2560));
+  CHECK_FALSE(skinny_gemm_supports(33, 64, 64));
+  CHECK_FALSE(skinny_gemm_supports(0, 64, 64));
+  CHECK_FALSE(skinny_gemm_supports(8, 64, 100));
+  CHECK_FALSE(skinny_gemm_supports(8, 64, 32));
+  for (int N : {64, 2560, 12352, 18432, 248320}) {
+    for (int K : {64, 2560, 4096, 9216}) {
+      const int s = skinny_gemm_pick_splits(N, K, 132);
+      CHECK(s >= 1);
+      CHECK(s <= std::max(1, std::min(32, K / 256)));
+    }
+  }
+  CHECK(skinny_gemm_workspace_bytes(32, 2560, 1) == 0);
+  CHECK(skinny_gemm_workspace_bytes(32, 2560, 6) == 6u * 32 * 2560 * 4);
+  const Problem pr(4, 128, 128, 128, 128, 77);
+  test::DevBuf y(4 * 128 * 2), ws(6 * 4 * 128 * 4), counters(8, 0);
+  const SkinnyGemmParams ok = pr.params(y, DType::bf16, 2, ws, counters);
+  check(skinny_gemm(ok, nullptr));
+  SkinnyGemmParams bad = ok;
+  bad.workspace = nullptr;  // splits > 1 without a workspace
+  CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  bad = ok;
+  bad.splits = 3;  // more splits than 64-wide K tiles
+  CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  bad = ok;
+  bad.M = 33;
+  CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  bad = ok;
+  bad.ldx = 130;  // not a multiple of 8 (16-byte rows)
+  CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  bad = ok;
+  bad.y_dtype = DType::f16;
+  CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  bad = ok;
+  bad.M = 0;
+  CHECK(skinny_gemm(bad, nullptr) == cudaSuccess);
+  check(cudaDeviceSynchronize());
+}

@@ -1,0 +1,129 @@
+// gemm_lt_probe.cu: is cuBLASLt's algorithm list worth searching for the decode projections?
+// For each small-M shape y[M, N] = x[M, K] W[N, K]^T (bf16 in, f32 accumulate, bf16 out), times
+// cublasGemmEx (what the model step calls) and each of cuBLASLt's top heuristic algorithms, with
+// CUDA graphs of 20 launches over 8 rotating weight copies (so L2 cannot serve the weights), and
+// prints the weight bandwidth of the default and of the best algorithm.
+// Build and run on the GPU machine:
+//   nvcc -O3 -arch=sm_90 -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu -lcublasLt -lcublas && /tmp/gemm_lt_probe
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                         \
+  do {                                                                                \
+    auto e_ = (x);                                                                    \
+    if (static_cast<int>(e_) != 0) {                                                  \
+      std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, (int)e_); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+constexpr int kCopies = 8, kLaunches = 20;
+
+template <typename F>
+float time_graph(cudaStream_t s, F body) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kLaunches; ++i) body(i % kCopies);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int r = 0; r < 5; ++r) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float t;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t / kLaunches);
+  }
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  std::sort(ms.begin(), ms.end());
+  return ms[2];
+}
+
+int main() {
+  struct Shape { const char* name; int N, K; };
+  const Shape shapes[] = {{"gdn.in_proj", 12352, 2560}, {"gdn.out_proj", 2560, 4096}, {"mlp.gate_up", 18432, 2560},
+                          {"mlp.down", 2560, 9216},     {"attn.qkv", 10240, 2560},    {"attn.o_proj", 2560, 4096}};
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cublasHandle_t h;
+  CK(cublasCreate(&h));
+  CK(cublasSetStream(h, s));
+  void* ws;
+  const size_t ws_bytes = 32u << 20;
+  CK(cudaMalloc(&ws, ws_bytes));
+  CK(cublasSetWorkspace(h, ws, ws_bytes));
+  cublasLtHandle_t lt;
+  CK(cublasLtCreate(&lt));
+  std::printf("%-14s %4s %7s %6s | %9s %6s | %9s %6s | %s\n", "op", "M", "N", "K", "gemmEx us", "TB/s", "best lt us", "TB/s",
+              "algos tried");
+  for (const Shape& sh : shapes) {
+    const size_t wb = size_t(sh.N) * sh.K * 2;
+    std::vector<void*> W(kCopies);
+    for (auto& w : W) {
+      CK(cudaMalloc(&w, wb));
+      CK(cudaMemset(w, 0x3c, wb));  // bf16 ~1.1: finite, not zero
+    }
+    for (int M : {1, 8, 32}) {
+      void *x, *y;
+      CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
+      CK(cudaMemset(x, 0x3c, size_t(M) * sh.K * 2));
+      CK(cudaMalloc(&y, size_t(M) * sh.N * 2));
+      const float alpha = 1, beta = 0;
+      const float t0 = time_graph(s, [&](int c) {
+        CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, M, sh.K, &alpha, W[c], CUDA_R_16BF, sh.K, x, CUDA_R_16BF, sh.K,
+                        &beta, y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      });
+      cublasLtMatmulDesc_t op;
+      CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+      CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+      CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+      cublasLtMatrixLayout_t la, lb, lc;
+      CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.K, sh.N, sh.K));
+      CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.K, M, sh.K));
+      CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.N, M, sh.N));
+      cublasLtMatmulPreference_t pref;
+      CK(cublasLtMatmulPreferenceCreate(&pref));
+      CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
+      cublasLtMatmulHeuristicResult_t res[32];
+      int n = 0;
+      CK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 32, res, &n));
+      float best = 1e30f;
+      int tried = 0;
+      for (int i = 0; i < n; ++i) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        ++tried;
+        const float t = time_graph(s, [&](int c) {
+          CK(cublasLtMatmul(lt, op, &alpha, W[c], la, x, lb, &beta, y, lc, y, lc, &res[i].algo, ws, ws_bytes, s));
+        });
+        best = std::min(best, t);
+      }
+      std::printf("%-14s %4d %7d %6d | %9.2f %6.2f | %9.2f %6.2f | %d\n", sh.name, M, sh.N, sh.K, 1000 * t0, wb / (t0 * 1e9),
+                  1000 * best, wb / (best * 1e9), tried);
+      cublasLtMatmulPreferenceDestroy(pref);
+      cublasLtMatrixLayoutDestroy(la);
+      cublasLtMatrixLayoutDestroy(lb);
+      cublasLtMatrixLayoutDestroy(lc);
+      cublasLtMatmulDescDestroy(op);
+      CK(cudaFree(x));
+      CK(cudaFree(y));
+    }
+    for (auto& w : W) CK(cudaFree(w));
+  }
+  return 0;
+}

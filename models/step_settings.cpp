@@ -105,9 +105,8 @@ GemmKind parse_gemm(const std::string& name) {
 }
 
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
-  if (want == GemmKind::cublas) return want;
+  if (want == GemmKind::cublas || want == GemmKind::automatic) return GemmKind::cublas;
   const bool built = act == DType::bf16 && d.cc_major >= 8;
-  if (want == GemmKind::automatic) return built ? GemmKind::skinny : GemmKind::cublas;
   require(built, "the skinny GEMM takes bf16 activations on sm_80+ (this step: {} on compute capability {}.x; use "
           "--gemm cublas)", dtype_name(act), d.cc_major);
   return want;

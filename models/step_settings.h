@@ -48,15 +48,15 @@ AttnDecode parse_attn_decode(const std::string& name);
 // How a step runs its projections (x W^T). A setting, not an arm (the two agree within the GEMM
 // test tolerance, not byte for byte).
 enum class GemmKind : uint8_t {
-  automatic,  // skinny for bf16 steps (decode keys with M <= 32 rows and K % 64 == 0), cuBLAS otherwise
+  automatic,  // cublas (the skinny kernel measured slower on the H200, docs/BENCHMARKS.md)
   cublas,     // cublasGemmEx for every projection
   skinny,     // kernels/skinny_gemm.h where it applies (bf16, M <= 32, K % 64 == 0), cuBLAS elsewhere
 };
 const char* gemm_name(GemmKind g);  // "auto", "cublas", "skinny"
 // "auto", "cublas" or "skinny"; throws Error on anything else.
 GemmKind parse_gemm(const std::string& name);
-// `automatic` -> skinny for bf16 activations (sm_80+), else cublas; skinny on an f32 step is an
-// error (the kernel takes bf16 only).
+// `automatic` -> cublas; skinny on an f32 step or before sm_80 is an error (the kernel takes bf16
+// and needs mma.sync).
 GemmKind resolve_gemm(GemmKind want, DType act, const struct DeviceLimits& d);
 
 // What the settings' resolution reads of the current device.

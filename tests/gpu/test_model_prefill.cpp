@@ -358,8 +358,8 @@ TEST_CASE("model step in bf16 matches the bf16 CPU reference, prefill then decod
   constexpr double kTol = 3e-2;
   const AttnPrefill ap = GENERATE(AttnPrefill::simt, AttnPrefill::mma);
   CAPTURE(attn_prefill_name(ap));
-  // "tiny" with D = 64 as well: its decode steps run the tensor-core attention decode (auto), the
-  // presets' D = 32 the CUDA-core one.
+  // "tiny" with D = 64 as well: its decode steps run the tensor-core attention decode (auto) and
+  // the skinny GEMM, the presets' D = 32 the CUDA-core attention and cuBLAS.
   for (const char* name : {"tiny", "tiny-dkdv", "tiny-d64"}) {
     CAPTURE(name);
     const bool d64 = std::string(name) == "tiny-d64";
@@ -368,9 +368,11 @@ TEST_CASE("model step in bf16 matches the bf16 CPU reference, prefill then decod
     const HostWeights w = synthetic_weights(cfg, 21);
     ModelStepOptions o = prefill_options(DType::bf16);
     o.attn_prefill = ap;
+    if (d64) o.gemm = GemmKind::skinny;  // and its decode projections on the skinny GEMM
     ModelStep step(cfg, o);
     REQUIRE(step.options().attn_prefill == ap);
     REQUIRE(step.options().attn_decode == (d64 ? AttnDecode::mma : AttnDecode::simt));
+    REQUIRE(step.options().gemm == (d64 ? GemmKind::skinny : GemmKind::cublas));
     step.load_host_weights(w);
     step.capture_all();
     ReferenceOptions ro;

@@ -234,6 +234,7 @@ TEST_CASE("model step manifest labels every kernel it launches", "[gpu][model][m
   o.num_slots = 8;
   o.max_context = 32;
   o.max_decode_batch = 8;
+  o.gemm = GemmKind::skinny;  // one kernel node per projection (cuBLAS may add a reduction)
   ModelStep step(cfg, o);
   step.capture_all();
   REQUIRE(step.keys() == std::vector<int>{1, 2, 4, 8});
@@ -255,7 +256,7 @@ TEST_CASE("model step manifest labels every kernel it launches", "[gpu][model][m
       }
     }
     CHECK(unlabelled_non_gemm == 0);
-    // bf16 decode: every projection runs the skinny GEMM (gemm auto), one kernel node each.
+    // bf16 decode with gemm = skinny: every projection runs the skinny kernel, one node each.
     REQUIRE(step.options().gemm == GemmKind::skinny);
     for (const auto& n : m.nodes) {
       const std::string& op = n.label.op;

@@ -243,7 +243,7 @@ void register_bench(CLI::App& app, Action& action) {
                   "model workload: how steps run their projections: cublas (cublasGemmEx), skinny (the "
                   "tensor-core weight-streaming kernel for at most 32 rows, K % 64 == 0; within the GEMM "
                   "tolerance of cuBLAS, not byte-identical, so a setting rather than an arm; cuBLAS for other "
-                  "shapes) or auto (skinny for bf16 steps, else cublas)")
+                  "shapes; measured slower than cuBLAS so far) or auto (cublas)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cublas", "skinny"}));
   cmd->add_flag("--marginal", o.marginal,

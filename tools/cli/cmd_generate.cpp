@@ -245,7 +245,7 @@ void register_generate(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
   cmd->add_option("--gemm", o.gemm,
                   "How the steps run their projections (GPU only): cublas, skinny (the tensor-core weight-streaming "
-                  "kernel for at most 32 rows; within the GEMM tolerance of cuBLAS) or auto (skinny for bf16)")
+                  "kernel for at most 32 rows; within the GEMM tolerance of cuBLAS) or auto (cublas)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cublas", "skinny"}));
   cmd->add_option("--attn-decode", o.attn_decode,

@@ -1,10 +1,11 @@
-// gemm_lt_probe.cu: is cuBLASLt's algorithm list worth searching for the decode projections?
-// For each small-M shape y[M, N] = x[M, K] W[N, K]^T (bf16 in, f32 accumulate, bf16 out), times
-// cublasGemmEx (what the model step calls) and each of cuBLASLt's top heuristic algorithms, with
-// CUDA graphs of 20 launches over 8 rotating weight copies (so L2 cannot serve the weights), and
-// prints the weight bandwidth of the default and of the best algorithm.
-// Build and run on the GPU machine:
-//   nvcc -O3 -arch=sm_90 -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu -lcublasLt -lcublas && /tmp/gemm_lt_probe
+// gemm_lt_probe.cu: the decode projections three ways. For each small-M shape y[M, N] = x[M, K]
+// W[N, K]^T (bf16 in, f32 accumulate, bf16 out), times cublasGemmEx (the model step's default),
+// the best of cuBLASLt's top heuristic algorithms, and the skinny kernel (kernels/skinny_gemm.h)
+// at its picked split count and at 1, 2, 4, 8 splits, with CUDA graphs of 20 launches over 8
+// rotating weight copies (so L2 cannot serve the weights), and prints each one's weight bandwidth.
+// Usage: gemm_lt_probe [OP M] (one shape, e.g. `mlp.gate_up 32`, for ncu). Build and run on the GPU
+// machine (from the repository root):
+//   nvcc -O3 -arch=sm_90 -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu -lcublasLt -lcublas && /tmp/gemm_lt_probe
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -12,7 +13,10 @@
 
 #include <algorithm>
 #include <cstdio>
+
+#include "kernels/skinny_gemm.cu"  // the kernel under test, compiled into the probe
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #define CK(x)                                                                         \
@@ -54,7 +58,10 @@ float time_graph(cudaStream_t s, F body) {
   return ms[2];
 }
 
-int main() {
+int main(int argc, char** argv) {
+  // Optional: one shape and row count (`gemm_lt_probe mlp.gate_up 32`), e.g. under ncu.
+  const char* only = argc >= 3 ? argv[1] : nullptr;
+  const int only_m = argc >= 3 ? std::atoi(argv[2]) : 0;
   struct Shape { const char* name; int N, K; };
   const Shape shapes[] = {{"gdn.in_proj", 12352, 2560}, {"gdn.out_proj", 2560, 4096}, {"mlp.gate_up", 18432, 2560},
                           {"mlp.down", 2560, 9216},     {"attn.qkv", 10240, 2560},    {"attn.o_proj", 2560, 4096}};
@@ -69,9 +76,15 @@ int main() {
   CK(cublasSetWorkspace(h, ws, ws_bytes));
   cublasLtHandle_t lt;
   CK(cublasLtCreate(&lt));
-  std::printf("%-14s %4s %7s %6s | %9s %6s | %9s %6s | %s\n", "op", "M", "N", "K", "gemmEx us", "TB/s", "best lt us", "TB/s",
-              "algos tried");
+  std::printf("%-14s %4s %7s %6s | %9s %6s | %9s %6s | %5s | %s\n", "op", "M", "N", "K", "gemmEx us", "TB/s", "best lt us",
+              "TB/s", "algos", "skinny us (TB/s) at splits pick, 1, 2, 4, 8");
+  float* sk_ws;
+  int32_t* sk_cnt;
+  CK(cudaMalloc(&sk_ws, size_t(8) * 32 * 20000 * 4));
+  CK(cudaMalloc(&sk_cnt, 4096 * 4));
+  CK(cudaMemset(sk_cnt, 0, 4096 * 4));
   for (const Shape& sh : shapes) {
+    if (only && std::string(only) != sh.name) continue;
     const size_t wb = size_t(sh.N) * sh.K * 2;
     std::vector<void*> W(kCopies);
     for (auto& w : W) {
@@ -79,6 +92,7 @@ int main() {
       CK(cudaMemset(w, 0x3c, wb));  // bf16 ~1.1: finite, not zero
     }
     for (int M : {1, 8, 32}) {
+      if (only && M != only_m) continue;
       void *x, *y;
       CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
       CK(cudaMemset(x, 0x3c, size_t(M) * sh.K * 2));
@@ -113,8 +127,26 @@ int main() {
         });
         best = std::min(best, t);
       }
-      std::printf("%-14s %4d %7d %6d | %9.2f %6.2f | %9.2f %6.2f | %d\n", sh.name, M, sh.N, sh.K, 1000 * t0, wb / (t0 * 1e9),
+      std::printf("%-14s %4d %7d %6d | %9.2f %6.2f | %9.2f %6.2f | %5d |", sh.name, M, sh.N, sh.K, 1000 * t0, wb / (t0 * 1e9),
                   1000 * best, wb / (best * 1e9), tried);
+      const int pick = sg::skinny_gemm_pick_splits(sh.N, sh.K, 132);
+      for (int sp : {pick, 1, 2, 4, 8}) {
+        const float t = time_graph(s, [&](int c) {
+          sg::SkinnyGemmParams p;
+          p.x = x;
+          p.W = W[c];
+          p.y = y;
+          p.M = M;
+          p.N = sh.N;
+          p.K = sh.K;
+          p.splits = sp;
+          p.workspace = sk_ws;
+          p.counters = sk_cnt;
+          CK(sg::skinny_gemm(p, s));
+        });
+        std::printf(" %d: %.2f (%.2f)", sp, 1000 * t, wb / (t * 1e9));
+      }
+      std::printf("\n");
       cublasLtMatmulPreferenceDestroy(pref);
       cublasLtMatrixLayoutDestroy(la);
       cublasLtMatrixLayoutDestroy(lb);

@@ -181,6 +181,11 @@ std::vector<CliCase> env_cases() {
   add("arms: an escape sequence in STEPGRAPH_ARMS", {"arms"}, {{"STEPGRAPH_ARMS", "conv.fwd=\x1b[2J"}}, 1,
       {"unknown arm \"\\x1b[2J\""});
   add("arms: VT_CONV_REG=yes warns", {"arms"}, {{"VT_CONV_REG", "yes"}}, 0, {"warning: VT_CONV_REG=\"yes\" is not 0 or 1"});
+  add("arms: non-ASCII bytes in a VT_* flag", {"arms"}, {{"VT_CONV_UPDATE_FAST", "\xc3\xa9\xc2\x9b"}}, 0,
+      {"warning: VT_CONV_UPDATE_FAST=\"\\xc3\\xa9\\xc2\\x9b\" is not 0 or 1"});
+  add("arms: a 100 kB STEPGRAPH_ARMS", {"arms"}, {{"STEPGRAPH_ARMS", std::string(100'000, 'x')}}, 1,
+      {"STEPGRAPH_ARMS item \"xxxx", "(cut; 100000 bytes)"})
+      ->after = [](const fs::path&, const std::string& out) { CHECK(out.size() < 2000); };
   add("generate: STEPGRAPH_ARMS=garbage", {"generate", "--cpu"}, {{"STEPGRAPH_ARMS", "garbage"}}, 1,
       {"STEPGRAPH_ARMS item \"garbage\""});
   add("generate: STEPGRAPH_ARMS with an unknown arm", {"generate"}, {{"STEPGRAPH_ARMS", "conv.fwd=nope"}}, 1,

@@ -14,11 +14,19 @@ DeviceInfo probe_device(int ordinal) {
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    info.reason = fmt::format("no CUDA device: {} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
+    const std::string detail = fmt::format("cudaGetDeviceCount: {} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
+    if (e == cudaErrorNoDevice) {
+      info.reason = fmt::format("no CUDA device was found ({})", detail);
+    } else if (e == cudaErrorInsufficientDriver) {
+      info.reason = fmt::format("no CUDA driver was found, or it is older than this build's CUDA runtime {}.{} ({})",
+                                info.runtime_version / 1000, (info.runtime_version % 1000) / 10, detail);
+    } else {
+      info.reason = fmt::format("no usable CUDA driver or device was found ({})", detail);
+    }
     return info;
   }
   if (count <= ordinal) {
-    info.reason = fmt::format("no CUDA device: {} device(s) visible, asked for device {}", count, ordinal);
+    info.reason = fmt::format("no CUDA device was found: {} device(s) visible, asked for device {}", count, ordinal);
     return info;
   }
   cudaDeviceProp p{};

@@ -54,21 +54,25 @@ constexpr std::array<std::string_view, 7> kSeedFlags{kVtConvReg,       kVtConvEx
                                                      kVtConvUpdateFast, kVtPostconvFast,    kVtPostconvSplit,
                                                      kVtPostconvTokenTile};
 
-// A value in double quotes; quotes, backslashes and control bytes escaped, so that a stray blank
-// or newline in a flag is visible in the message.
+// A value in double quotes; quotes, backslashes, control bytes and non-ASCII bytes escaped (as
+// engine/text.h's printable() does), so that a stray blank or newline in a flag is visible in the
+// message and nothing reaches the terminal raw; values longer than 200 bytes are cut.
 std::string quoted(std::string_view s) {
+  constexpr size_t kShown = 200;
   std::string out = "\"";
-  for (unsigned char ch : s) {
+  for (unsigned char ch : s.substr(0, kShown)) {
     if (ch == '"' || ch == '\\') {
       out += '\\';
       out += static_cast<char>(ch);
-    } else if (ch < 0x20 || ch == 0x7f) {
+    } else if (ch < 0x20 || ch >= 0x7f) {
       out += fmt::format("\\x{:02x}", ch);
     } else {
       out += static_cast<char>(ch);
     }
   }
-  return out + "\"";
+  out += "\"";
+  if (s.size() > kShown) out += fmt::format(" (cut; {} bytes)", s.size());
+  return out;
 }
 
 std::string_view trim(std::string_view s) {

@@ -3,29 +3,23 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <limits>
 #include <optional>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/text.h"
+#include "models/json_read.h"
 
 namespace sg {
 namespace {
 
 using nlohmann::json;
 
-// A JSON value for an error message, cut short when long.
-std::string show(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
+// A JSON value for an error message: short and printable, however large or deep the value is.
+std::string show(const json& v) { return json_excerpt(v); }
 
 // Reads keys of one JSON object; every error names origin and the key's full path.
 class Keys {
@@ -129,7 +123,7 @@ Qwen35Config parse_hf_config(const json& config, const std::string& origin) {
   if (rope) {
     for (const char* key : {"rope_type", "type"}) {
       if (auto type = rope->opt_string(key); type && *type != "default") {
-        rope->fail(key, fmt::format("'{}' is not supported (only 'default')", *type));
+        rope->fail(key, fmt::format("'{}' is not supported (only 'default')", printable(*type)));
       }
     }
   }
@@ -202,7 +196,7 @@ Qwen35Config parse_hf_config(const json& config, const std::string& origin) {
     }
   }
   if (auto act = t.opt_string("hidden_act"); act && *act != "silu") {
-    t.fail("hidden_act", fmt::format("'{}' is not supported (only 'silu')", *act));
+    t.fail("hidden_act", fmt::format("'{}' is not supported (only 'silu')", printable(*act)));
   }
 
   c.validate(origin);
@@ -210,18 +204,9 @@ Qwen35Config parse_hf_config(const json& config, const std::string& origin) {
 }
 
 Qwen35Config load_hf_config(const std::filesystem::path& config_json) {
-  const std::string origin = config_json.string();
-  std::ifstream in(config_json, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open: {}", origin, std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("{}: read error", origin));
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
-  }
+  const std::string origin = printable(config_json.string(), 4096);
+  // A regular file of at most 64 MiB, nested at most 64 deep, no key twice (models/json_read.h).
+  const json j = read_json_file(config_json);
   Qwen35Config c = parse_hf_config(j, origin);
   const std::string folder = config_json.parent_path().filename().string();
   if (!folder.empty()) c.name = folder;

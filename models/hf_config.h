@@ -33,8 +33,11 @@ namespace sg {
 // `origin` names the source in errors (a file path). The result's name is `origin`.
 Qwen35Config parse_hf_config(const nlohmann::json& config, const std::string& origin);
 
-// Reads and parses a config.json. The result's name is the name of the folder holding the file
-// (e.g. "Qwen3.5-4B"), or the path when there is none.
+// Reads and parses a config.json. The file must be a regular file of at most 64 MiB (checked before
+// it is opened: a FIFO or /dev/zero is refused, never waited on or read without end), its JSON
+// nested at most 64 deep with no key given twice (models/json_read.h). Strings from the file are
+// shown escaped in errors (engine/text.h). The result's name is the name of the folder holding the
+// file (e.g. "Qwen3.5-4B"), or the path when there is none.
 Qwen35Config load_hf_config(const std::filesystem::path& config_json);
 
 }  // namespace sg

@@ -15,6 +15,9 @@
 #include "kernels/ref/norm_ref.h"
 #include "kernels/ref/postconv_ref.h"
 #include "kernels/ref/rope_ref.h"
+#include "engine/host_memory.h"
+#include "engine/text.h"
+#include "models/reference_memory.h"
 #include "models/safetensors.h"
 
 namespace sg {
@@ -145,6 +148,8 @@ void check_weights(const Qwen35Config& c, const HostWeights& w) {
 }
 
 HostWeights synthetic_weights(const Qwen35Config& c, uint64_t seed) {
+  check_host_memory(reference_weight_bytes(c), fmt::format("the f32 synthetic weights of '{}'", printable(c.name)),
+                    "every tensor of the config");
   HostWeights w;
   for (const auto& [name, shape] : expected_weights(c)) {
     auto ends_with = [&](const char* s) {
@@ -175,7 +180,26 @@ HostWeights synthetic_weights(const Qwen35Config& c, uint64_t seed) {
   return w;
 }
 
+namespace {
+
+// "3 non-finite values (first: nan at index 17)" for a tensor with NaN or Inf, else "".
+std::string nonfinite_summary(const std::vector<float>& v) {
+  size_t count = 0, first = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) {
+      if (count++ == 0) first = i;
+    }
+  }
+  if (count == 0) return {};
+  return fmt::format("{} non-finite value{} (first: {} at index {})", count, count == 1 ? "" : "s", v[first], first);
+}
+
+}  // namespace
+
 HostWeights load_weights(const Checkpoint& ckpt, const Qwen35Config& c) {
+  check_host_memory(reference_weight_bytes(c),
+                    fmt::format("loading checkpoint {} as f32", printable(ckpt.path().string(), 4096)),
+                    "every tensor of the config");
   HostWeights w;
   std::vector<std::string> problems;
   for (const auto& [name, shape] : expected_weights(c)) {
@@ -195,11 +219,17 @@ HostWeights load_weights(const Checkpoint& ckpt, const Qwen35Config& c) {
       problems.push_back(fmt::format("{} is {}: only BF16, F16 and F32 are read", name, info.describe()));
       continue;
     }
-    w[name] = HostTensor{shape, ckpt.read_f32(name)};
+    std::vector<float> values = ckpt.read_f32(name);
+    // A NaN or Inf weight can only produce garbage tokens: refuse it here, naming the tensor.
+    if (const std::string bad = nonfinite_summary(values); !bad.empty()) {
+      problems.push_back(fmt::format("{} (in {}) has {}", name, printable(ckpt.file_of(name), 4096), bad));
+      continue;
+    }
+    w[name] = HostTensor{shape, std::move(values)};
   }
   if (!problems.empty()) {
-    std::string msg = fmt::format("checkpoint {} does not fit config '{}': {} problem(s):",
-                                  ckpt.path().string(), c.name, problems.size());
+    std::string msg = fmt::format("checkpoint {} cannot be used with config '{}': {} problem(s):",
+                                  printable(ckpt.path().string(), 4096), printable(c.name), problems.size());
     const size_t shown = std::min<size_t>(problems.size(), 20);
     for (size_t i = 0; i < shown; ++i) msg += "\n  " + problems[i];
     if (shown < problems.size()) msg += fmt::format("\n  ... and {} more", problems.size() - shown);
@@ -243,6 +273,12 @@ ReferenceModel::ReferenceModel(const Qwen35Config& config, HostWeights weights, 
                      rotary_, cfg_.D, cfg_.D));
   }
   check_weights(cfg_, weights_);
+  // The states and caches below, checked against the memory there is before any is allocated.
+  const ReferenceMemory need = reference_memory(cfg_, num_slots, max_context, 0);
+  check_host_memory(need.states(), fmt::format("the CPU reference model of '{}'", printable(cfg_.name)),
+                    fmt::format("conv state {}, SSM state {}, KV cache {} for {} slot(s) of {} tokens",
+                                format_host_bytes(need.conv_state), format_host_bytes(need.ssm_state),
+                                format_host_bytes(need.kv_cache), num_slots, max_context));
   if (opt_.act == Store::bf16) {
     for (auto& [name, t] : weights_) {
       for (auto& x : t.data) x = round_bf16(x);

@@ -71,7 +71,8 @@ using HostWeights = std::map<std::string, HostTensor>;
 //   GDN norm.weight (used as is)         1 + U(-0.1, 0.1)
 //   A_log                                log(U(1, 16))  (decay rate A in [1, 16])
 //   dt_bias                              U(-0.5, 0.5)
-// lm_head.weight is omitted when the config ties the embeddings.
+// lm_head.weight is omitted when the config ties the embeddings. Throws sg::Error, before
+// allocating, when the f32 weights do not fit the host memory that is available (host_memory.h).
 HostWeights synthetic_weights(const Qwen35Config& c, uint64_t seed);
 
 class Checkpoint;  // models/safetensors.h
@@ -80,7 +81,9 @@ class Checkpoint;  // models/safetensors.h
 // Checkpoint; BF16 / F16 / F32 converted exactly to f32). lm_head.weight is read only when the
 // embeddings are not tied (a tied checkpoint that still stores it is fine: it is ignored). A
 // conv1d.weight stored as [C, K] is accepted as [C, 1, K]. Throws std::invalid_argument listing
-// every missing, misshapen or non-float tensor.
+// every missing, misshapen or non-float tensor and every tensor holding a NaN or an infinity (with
+// the count, the first such value and its index, and the file); throws sg::Error, before reading,
+// when the f32 weights do not fit the host memory that is available (host_memory.h).
 HostWeights load_weights(const Checkpoint& ckpt, const Qwen35Config& c);
 
 // Checks that `w` holds every tensor the config needs with the expected shape (lm_head optional
@@ -108,6 +111,8 @@ class ReferenceModel {
  public:
   // Takes the weights (checked with check_weights; rounded to bf16 when options.act is bf16).
   // num_slots >= 1 independent sequences, each up to max_context >= 1 tokens (prompt + generated).
+  // The states and KV caches are checked against the available host memory before they are
+  // allocated (reference_memory.h): sg::Error with the sizes when they do not fit.
   ReferenceModel(const Qwen35Config& config, HostWeights weights, int num_slots, int64_t max_context,
                  ReferenceOptions options = {});
 

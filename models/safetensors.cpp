@@ -2,12 +2,9 @@
 // checkpoint folder loader with text-model name normalisation, and the writer.
 #include "models/safetensors.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -15,12 +12,14 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/files.h"
+#include "engine/text.h"
 #include "models/half.h"
+#include "models/json_read.h"
 
 namespace sg {
 
@@ -46,35 +45,23 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
 constexpr int kMaxHeaderDepth = 8;                  // a valid header nests 3 deep
+constexpr size_t kPathShown = 4096;                 // paths in messages: printable, this long at most
+
+std::string shown_path(const std::string& p) { return printable(p, kPathShown); }
 
 class MappedFile final : public ByteSource {
  public:
   explicit MappedFile(const std::filesystem::path& path) {
-    const std::string p = path.string();
-    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(fmt::format("{}: cannot open: {}", p, std::strerror(errno)));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      int err = errno;
-      ::close(fd);
-      throw Error(fmt::format("{}: cannot stat: {}", p, std::strerror(err)));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw Error(fmt::format("{}: not a regular file", p));
-    }
-    size_ = static_cast<size_t>(st.st_size);
+    const RegularFile file(path);  // checked to be a regular file before and after opening
+    size_ = static_cast<size_t>(file.size());
     if (size_ > 0) {  // mmap of length 0 fails; an empty file is reported by the parser
-      void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.fd(), 0);
       if (m == MAP_FAILED) {
-        int err = errno;
-        ::close(fd);
-        throw Error(fmt::format("{}: cannot map {} bytes: {}", p, size_, std::strerror(err)));
+        throw Error(fmt::format("{}: cannot map {} bytes: {}", shown_path(path.string()), size_, std::strerror(errno)));
       }
       data_ = static_cast<const uint8_t*>(m);
     }
-    ::close(fd);  // the mapping keeps the file
-  }
+  }  // the mapping keeps the file after the descriptor is closed
   ~MappedFile() override {
     if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
   }
@@ -126,39 +113,28 @@ const char* stored_dtype_name(DType d) {
   return "?";
 }
 
-// A JSON value for an error message, cut short when long.
-std::string show(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
+// A JSON value for an error message: short and printable, however large the value is.
+std::string show(const json& v) { return json_excerpt(v); }
 
 // A non-negative JSON integer (parsed ones are unsigned; built ones may be signed).
 bool is_count(const json& v) {
   return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
 }
 
-struct TooDeep {};
-
-json parse_json(const char* first, const char* last) {
-  json::parser_callback_t cb = [](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxHeaderDepth) throw TooDeep{};
-    return true;
-  };
-  return json::parse(first, last, cb);
+// A key given twice in the header: a tensor named twice, or a field given twice in one entry.
+std::string header_key_name(const std::vector<std::string>& path) {
+  if (path.size() == 1) return fmt::format("tensor '{}'", path[0]);
+  std::string rest;
+  for (size_t i = 1; i < path.size(); ++i) rest += (i > 1 ? "." : "") + path[i];
+  return fmt::format("tensor '{}': key '{}'", path[0], rest);
 }
 
-json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: not valid JSON: {}", path.string(), e.what()));
-  }
+// A key given twice in the index: a tensor listed twice in weight_map, or any other key.
+std::string index_key_name(const std::vector<std::string>& path) {
+  if (path.size() == 2 && path[0] == "weight_map") return fmt::format("tensor '{}' (in weight_map)", path[1]);
+  std::string all;
+  for (size_t i = 0; i < path.size(); ++i) all += (i ? "." : "") + path[i];
+  return fmt::format("key '{}'", all);
 }
 
 // Parses and checks the header of a safetensors image.
@@ -176,25 +152,23 @@ std::map<std::string, TensorInfo> parse_header(const uint8_t* data, size_t size,
     throw Error(fmt::format("{}: header length {} runs past the end of the file ({} bytes; truncated?)", origin, n,
                             size));
   }
-  const char* text = reinterpret_cast<const char*>(data + 8);
-  json header;
-  try {
-    header = parse_json(text, text + n);
-  } catch (const TooDeep&) {
-    throw Error(fmt::format("{}: header JSON nests deeper than {} levels", origin, kMaxHeaderDepth));
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: header is not valid JSON: {}", origin, e.what()));
-  }
+  JsonReadOptions jo;
+  jo.max_depth = kMaxHeaderDepth;
+  jo.what = "header";
+  jo.name_key = header_key_name;  // a tensor named twice is an error, as in the reference implementation
+  const json header = parse_json(std::string_view(reinterpret_cast<const char*>(data + 8), n), origin, jo);
   if (!header.is_object()) throw Error(fmt::format("{}: header is not a JSON object: {}", origin, show(header)));
 
   const uint64_t data_start = 8 + n;
   const uint64_t data_size = size - data_start;
   std::map<std::string, TensorInfo> tensors;
+  uint64_t data_end = 0;  // the end of the last tensor's bytes, relative to the data section
+  std::string last;       // the tensor that ends there
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     if (name == "__metadata__") continue;
     auto fail = [&](const std::string& what) {
-      throw Error(fmt::format("{}: tensor '{}': {}", origin, name, what));
+      throw Error(fmt::format("{}: tensor '{}': {}", origin, printable(name), what));
     };
     const json& e = it.value();
     if (!e.is_object()) fail(fmt::format("entry is not an object: {}", show(e)));
@@ -207,7 +181,7 @@ std::map<std::string, TensorInfo> parse_header(const uint8_t* data, size_t size,
     info.name = name;
     info.dtype_name = dt->get<std::string>();
     const DtypeEntry* d = find_dtype(info.dtype_name);
-    if (!d) fail(fmt::format("unknown dtype '{}'", info.dtype_name));
+    if (!d) fail(fmt::format("unknown dtype '{}'", printable(info.dtype_name)));
     info.dtype = d->dtype;
     if (!sh->is_array()) fail(fmt::format("shape is not a list: {}", show(*sh)));
     uint64_t numel = 1;
@@ -238,9 +212,12 @@ std::map<std::string, TensorInfo> parse_header(const uint8_t* data, size_t size,
     }
     info.begin = data_start + b;
     info.end = data_start + en;
+    if (en >= data_end) {
+      data_end = en;
+      last = name;
+    }
     tensors.emplace(name, std::move(info));
   }
-
   // No two tensors may share bytes.
   std::vector<const TensorInfo*> by_offset;
   for (const auto& [name, t] : tensors) {
@@ -251,9 +228,18 @@ std::map<std::string, TensorInfo> parse_header(const uint8_t* data, size_t size,
   });
   for (size_t i = 1; i < by_offset.size(); ++i) {
     if (by_offset[i]->begin < by_offset[i - 1]->end) {
-      throw Error(fmt::format("{}: tensor '{}': its data overlaps tensor '{}'", origin, by_offset[i]->name,
-                              by_offset[i - 1]->name));
+      throw Error(fmt::format("{}: tensor '{}': its data overlaps tensor '{}'", origin, printable(by_offset[i]->name),
+                              printable(by_offset[i - 1]->name)));
     }
+  }
+  // Bytes after the last tensor belong to nothing: the reference implementation refuses them too.
+  if (data_end != data_size) {
+    if (tensors.empty()) {
+      throw Error(fmt::format("{}: the header lists no tensors but {} data bytes follow it", origin, data_size));
+    }
+    throw Error(fmt::format("{}: {} bytes after the end of the tensor data (the last tensor, '{}', ends at byte {} of "
+                            "the {}-byte data section): a damaged file, or not a safetensors file",
+                            origin, data_size - data_end, printable(last), data_end, data_size));
   }
   return tensors;
 }
@@ -273,14 +259,16 @@ bool TensorInfo::is_float() const {
   return dtype && (*dtype == DType::f32 || *dtype == DType::bf16 || *dtype == DType::f16);
 }
 
-std::string TensorInfo::describe() const { return fmt::format("{} [{}]", dtype_name, fmt::join(shape, ", ")); }
+std::string TensorInfo::describe() const {
+  return fmt::format("{} [{}]", printable(dtype_name), fmt::join(shape, ", "));
+}
 
 // ---------------------------------------------------------------------------------------------
 // SafetensorsFile
 
 SafetensorsFile::SafetensorsFile(std::shared_ptr<const ByteSource> src, std::string origin)
     : src_(std::move(src)), origin_(std::move(origin)) {
-  tensors_ = parse_header(src_->data(), src_->size(), origin_);
+  tensors_ = parse_header(src_->data(), src_->size(), shown_path(origin_));
 }
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
@@ -301,7 +289,8 @@ std::vector<std::string> SafetensorsFile::names() const {
 const TensorInfo& SafetensorsFile::info(const std::string& name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) {
-    throw Error(fmt::format("{}: tensor '{}': not in this file ({} tensors)", origin_, name, tensors_.size()));
+    throw Error(fmt::format("{}: tensor '{}': not in this file ({} tensors)", shown_path(origin_), printable(name),
+                            tensors_.size()));
   }
   return it->second;
 }
@@ -314,8 +303,8 @@ std::span<const uint8_t> SafetensorsFile::bytes(const std::string& name) const {
 const TensorInfo& SafetensorsFile::float_info(const std::string& name, const char* what) const {
   const TensorInfo& t = info(name);
   if (!t.is_float()) {
-    throw Error(fmt::format("{}: tensor '{}': cannot {} a {} tensor (supported: BF16, F16, F32)", origin_, name, what,
-                            t.dtype_name));
+    throw Error(fmt::format("{}: tensor '{}': cannot {} a {} tensor (supported: BF16, F16, F32)", shown_path(origin_),
+                            printable(name), what, printable(t.dtype_name)));
   }
   return t;
 }
@@ -402,8 +391,8 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
     }
     auto [it, fresh] = c.entries_.emplace(*name, Entry{shard, stored});
     if (!fresh) {
-      throw Error(fmt::format("{}: tensors '{}' and '{}' are both the text model's '{}'", file, it->second.stored,
-                              stored, *name));
+      throw Error(fmt::format("{}: tensors '{}' and '{}' are both the text model's '{}'", shown_path(file),
+                              printable(it->second.stored), printable(stored), printable(*name)));
     }
   };
   auto add_file = [&](const fs::path& file) {
@@ -412,14 +401,14 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
     for (const std::string& stored : s.names()) add(stored, c.shards_.size() - 1, s.origin());
   };
 
-  if (fs::is_regular_file(path, ec)) {
-    add_file(path);
-  } else if (fs::is_directory(path, ec)) {
+  if (fs::is_directory(path, ec)) {
     const fs::path index = path / "model.safetensors.index.json";
     const fs::path single = path / "model.safetensors";
     if (fs::exists(index, ec)) {
-      const std::string idx = index.string();
-      const json j = read_json_file(index);
+      const std::string idx = shown_path(index.string());
+      JsonReadOptions jo;
+      jo.name_key = index_key_name;
+      const json j = read_json_file(index, jo);  // a regular file, <= 64 MiB, <= 64 deep, no key twice
       if (!j.is_object()) throw Error(fmt::format("{}: not a JSON object", idx));
       auto wm = j.find("weight_map");
       if (wm == j.end() || !wm->is_object()) throw Error(fmt::format("{}: no 'weight_map' object", idx));
@@ -427,7 +416,8 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
       for (auto it = wm->begin(); it != wm->end(); ++it) {
         const std::string& stored = it.key();
         if (!it.value().is_string()) {
-          throw Error(fmt::format("{}: tensor '{}': shard is not a file name: {}", idx, stored, show(it.value())));
+          throw Error(fmt::format("{}: tensor '{}': shard is not a file name: {}", idx, printable(stored),
+                                  show(it.value())));
         }
         if (!text_model_name(stored)) {
           c.ignored_.push_back(stored);
@@ -438,30 +428,34 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
         if (file.empty() || rel.is_absolute() ||
             std::any_of(rel.begin(), rel.end(), [](const fs::path& part) { return part == ".."; })) {
           throw Error(fmt::format("{}: tensor '{}': shard '{}' is not a file name inside the checkpoint folder", idx,
-                                  stored, file));
+                                  printable(stored), printable(file)));
         }
         auto [sit, fresh] = shard_of_file.emplace(file, c.shards_.size());
         if (fresh) {
           const fs::path shard = path / rel;
-          if (!fs::is_regular_file(shard, ec)) {
-            throw Error(fmt::format("{}: tensor '{}': its shard {} does not exist", idx, stored, shard.string()));
+          if (!fs::exists(shard, ec)) {
+            throw Error(fmt::format("{}: tensor '{}': its shard {} does not exist", idx, printable(stored),
+                                    shown_path(shard.string())));
           }
-          c.shards_.push_back(SafetensorsFile::open(shard));
+          c.shards_.push_back(SafetensorsFile::open(shard));  // refuses anything but a regular file
         }
         const SafetensorsFile& s = c.shards_[sit->second];
         if (!s.has(stored)) {
-          throw Error(fmt::format("{}: tensor '{}': listed in shard {}, which does not hold it", idx, stored,
-                                  s.origin()));
+          throw Error(fmt::format("{}: tensor '{}': listed in shard {}, which does not hold it", idx, printable(stored),
+                                  shown_path(s.origin())));
         }
         add(stored, sit->second, s.origin());
       }
     } else if (fs::exists(single, ec)) {
-      add_file(single);
+      add_file(single);  // refuses anything but a regular file
     } else {
-      throw Error(fmt::format("{}: no model.safetensors.index.json or model.safetensors in this folder", path.string()));
+      throw Error(fmt::format("{}: no model.safetensors.index.json or model.safetensors in this folder",
+                              shown_path(path.string())));
     }
+  } else if (fs::exists(path, ec)) {
+    add_file(path);  // a regular file; anything else (a FIFO, a device) is refused with what it is
   } else {
-    throw Error(fmt::format("{}: no such checkpoint file or folder", path.string()));
+    throw Error(fmt::format("{}: no such checkpoint file or folder", shown_path(path.string())));
   }
   std::sort(c.ignored_.begin(), c.ignored_.end());
   return c;
@@ -477,8 +471,8 @@ std::vector<std::string> Checkpoint::names() const {
 const Checkpoint::Entry& Checkpoint::entry(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) {
-    throw Error(fmt::format("{}: tensor '{}': not in this checkpoint ({} text-model tensors)", path_.string(), name,
-                            entries_.size()));
+    throw Error(fmt::format("{}: tensor '{}': not in this checkpoint ({} text-model tensors)", shown_path(path_.string()),
+                            printable(name), entries_.size()));
   }
   return it->second;
 }

@@ -4,11 +4,17 @@
 // Format: an 8-byte little-endian header length N, N bytes of JSON header
 //   {"<name>": {"dtype": "BF16", "shape": [..], "data_offsets": [begin, end]}, ...,
 //    "__metadata__": {...}}   (ignored)
-// then the data section; offsets are relative to its start. Everything is checked on open: N within
-// the file and below 100 MB, the header a JSON object, every entry's dtype known, shape made of
-// non-negative integers, 0 <= begin <= end <= data size, end - begin == numel * element size, and no
-// two tensors overlapping. After that no read can leave the file. Files are memory-mapped.
-// Every error is an sg::Error naming the file and, where there is one, the tensor.
+// then the data section; offsets are relative to its start. Everything is checked on open: the path
+// a regular file (checked before opening: a FIFO or a device is refused, never waited on), N within
+// the file and below 100 MB, the header a JSON object nested at most 8 deep with no key twice (a
+// tensor named twice is an error, as in the reference implementation), every entry's dtype known,
+// shape made of non-negative integers, 0 <= begin <= end <= data size, end - begin == numel *
+// element size, no two tensors overlapping, and no bytes after the last tensor's data (the
+// reference implementation refuses them too). After that no read can leave the file. Files are
+// memory-mapped. The index file is read as models/json_read.h reads every JSON file (a regular
+// file of at most 64 MiB, nested at most 64 deep, no key twice).
+// Every error is an sg::Error naming the file and, where there is one, the tensor; names and
+// dtypes taken from the file are shown escaped (engine/text.h).
 #pragma once
 #include <cstdint>
 #include <filesystem>

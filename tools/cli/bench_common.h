@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "engine/device.h"
 #include "graphs/node_timer.h"
 #include "tools/cli/commands.h"
@@ -41,6 +43,9 @@ Spread spread(std::vector<double> v);  // v not empty
 // is added to each file name.
 void write_exports(const BenchOptions& o, int key, const Manifest& m, const std::vector<NodeStats>& stats,
                    const std::vector<KernelRecord>& records);
+
+// Writes a CPU reference run's results to --json (nothing when it is not given).
+void write_cpu_json(const BenchOptions& o, const nlohmann::json& result);
 
 int run_cpu_model(const BenchOptions& o, const std::string& why);
 int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev);

@@ -91,8 +91,9 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
   fmt::print("stepgraph bench: {}\n", why);
   const Qwen35Config cfg = preset("tiny");
   const int B = std::min(o.max_seqs, 8), ctx = std::min(o.context, 64);
-  fmt::print("No GPU, so running the CPU reference of the whole model's decode step on the 'tiny' preset instead "
-             "({} layers, hidden {}, vocab {}), {} sequences with {} tokens of context.\n",
+  fmt::print("Running the CPU reference of the whole model's decode step on the 'tiny' preset instead ({} layers, "
+             "hidden {}, vocab {}), {} sequences with {} tokens of context (--max-seqs is capped at 8 and --context at "
+             "64 here).\n",
              cfg.layers, cfg.hidden, cfg.vocab, B, ctx);
   ReferenceOptions ro;
   ro.chunked_prefill = o.delta_prefill == "chunked";  // its own chunked form (double); auto runs the scan
@@ -127,6 +128,9 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
   fmt::print("prefill {} x {} tokens: {:.2f} ms; decode step (batch {}): {:.3f} ms; checksum {:.6f}\n", B, ctx,
              prefill_ms, B, ms, sum);
+  write_cpu_json(o, {{"implementation", "cpu-reference"}, {"why", why}, {"preset", cfg.name}, {"workload", "model"},
+                     {"sequences", B}, {"context", ctx}, {"prefill_ms", prefill_ms}, {"decode_steps", steps},
+                     {"decode_step_ms", ms}, {"checksum", sum}});
   return 0;
 }
 

@@ -3,7 +3,9 @@
 // layer's decode step per padded batch size, captured into CUDA graphs: whole-graph replay times
 // (CUDA events, no profiler attached) and then per-node times through CUPTI, with the bytes each
 // node must move and the fraction of the 4.3 TB/s bandwidth floor.
-// Without a GPU it says so and runs the CPU reference of the same step on the tiny preset.
+// Without a GPU it says so and runs the CPU reference of the same step on the tiny preset; every
+// option that cannot apply there (CUPTI exports, replay counts, kernel arms, ...) is an error naming
+// it, and --json gets the CPU run's results. Output files are checked to be writable before a run.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include "engine/device.h"
 #include "engine/env.h"
 #include "engine/error.h"
+#include "engine/text.h"
 #include "graphs/capture_sizes.h"
 #include "graphs/export.h"
 #include "graphs/node_timer.h"
@@ -27,6 +30,7 @@
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tools/cli/bench_common.h"
+#include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
 
 namespace sg::cli {
@@ -48,8 +52,8 @@ DecodeBatch random_batch(const GdnDims& d, int B, int num_slots, uint64_t seed) 
 
 int run_cpu(const BenchOptions& o, const std::string& why) {
   fmt::print("stepgraph bench: {}\n", why);
-  fmt::print("No GPU, so running the CPU reference of the same step (one GDN layer's decode: conv update, "
-             "post-conv, delta rule) on the 'tiny' preset instead.\n\n");
+  fmt::print("Running the CPU reference of the same step (one GDN layer's decode: conv update, post-conv, delta "
+             "rule) on the 'tiny' preset instead.\n\n");
   const Qwen35Config cfg = preset("tiny");
   const GdnDims d = cfg.gdn;
   const int slots_n = 2 * o.max_seqs;
@@ -63,6 +67,7 @@ int run_cpu(const BenchOptions& o, const std::string& why) {
   for (auto& x : dt_bias) x = u(rng);
   std::vector<float> conv_state(static_cast<size_t>(slots_n) * d.C() * (d.K - 1), 0.f);
   std::vector<float> ssm(static_cast<size_t>(slots_n) * d.Hv * d.Dk * d.Dv, 0.f);
+  nlohmann::json rows = nlohmann::json::array();
   for (int B : decode_capture_sizes(o.max_seqs)) {
     auto batch = random_batch(d, B, slots_n, 100 + B);
     std::vector<float> conv_out(static_cast<size_t>(B) * d.C()), q(static_cast<size_t>(B) * d.Hk * d.Dk), k(q.size()),
@@ -82,8 +87,38 @@ int run_cpu(const BenchOptions& o, const std::string& why) {
     double sum = 0;
     for (float x : out) sum += x;
     fmt::print("{:>6} {:>12.3f} {:>14.6f}\n", B, ms, sum);
+    rows.push_back({{"batch", B}, {"ms_per_step", ms}, {"output_sum", sum}});
   }
+  write_cpu_json(o, {{"implementation", "cpu-reference"}, {"why", why}, {"preset", cfg.name},
+                     {"workload", "gdn-decode-layer"}, {"steps_per_batch", 20}, {"batches", rows}});
   return 0;
+}
+
+// The options a CPU reference run cannot apply, each with the reason; empty when every option given
+// is one it honours.
+std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App& cmd) {
+  std::vector<std::string> bad;
+  auto given = [&](const char* opt) { return cmd.count(opt) > 0; };
+  if (!o.csv.empty()) bad.push_back("--csv (per-node statistics are measured with CUPTI on a GPU)");
+  if (!o.trace.empty()) bad.push_back("--trace (the trace is of graph replays on a GPU)");
+  if (!o.dot.empty()) bad.push_back("--dot (the graphs are CUDA graphs captured on a GPU)");
+  for (const char* opt : {"--replays", "--reps", "--node-replays"}) {
+    if (given(opt)) bad.push_back(fmt::format("{} (a count of CUDA graph replays)", opt));
+  }
+  if (given("--attn-prefill")) bad.push_back("--attn-prefill (chooses a GPU attention kernel)");
+  if (given("--attn-decode")) bad.push_back("--attn-decode (chooses a GPU attention kernel)");
+  if (given("--gemm")) bad.push_back("--gemm (chooses a GPU projection kernel)");
+  if (o.marginal) bad.push_back("--marginal (disables nodes of captured CUDA graphs)");
+  if (given("--preset") && o.preset != "tiny") {
+    bad.push_back(fmt::format("--preset {} (the CPU reference runs the 'tiny' preset only)", o.preset));
+  }
+  if (o.workload == "model" && given("--phase") && o.phase != "both") {
+    bad.push_back(fmt::format("--phase {} (the CPU reference runs a prefill and then decode steps)", o.phase));
+  }
+  if (o.workload == "gdn-layer" && given("--delta-prefill")) {
+    bad.push_back("--delta-prefill (the gdn-layer workload has no prefill)");
+  }
+  return bad;
 }
 
 int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
@@ -163,6 +198,15 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
 }
 
 }  // namespace
+
+void write_cpu_json(const BenchOptions& o, const nlohmann::json& result) {
+  if (o.json.empty()) return;
+  std::ofstream f(o.json);
+  if (f) f << result.dump(2) << "\n";
+  f.close();
+  if (!f) throw Error(fmt::format("--json {}: cannot write the results to this file", printable(o.json, 4096)));
+  fmt::print("wrote {}\n", o.json);
+}
 
 Spread spread(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -250,13 +294,36 @@ void register_bench(CLI::App& app, Action& action) {
                  "model workload: also the marginal cost of every op family in the largest and the smallest decode "
                  "graph: the step time with the family's nodes disabled (cudaGraphNodeSetEnabled), subtracted from "
                  "the full step's (timing only; outputs are not used)");
-  cmd->callback([&action] {
-    action = [] {
+  cmd->callback([&action, cmd] {
+    action = [cmd] {
       preset(o.preset);  // validate the name before anything else
-      auto cpu = [&](const std::string& why) { return o.workload == "model" ? run_cpu_model(o, why) : run_cpu(o, why); };
-      if (o.cpu) return cpu("--cpu given.");
-      DeviceInfo dev = probe_device();
-      if (!dev.ok) return cpu(fmt::format("no GPU found ({}).", dev.reason));
+      // Every source of arms is parsed first: a bad name is an error on either path.
+      const ResolvedArms arms = resolve_cli_arms(o.arms.arms);
+      check_writable(o.json, "--json");  // before the run, so that its results are never lost
+      std::string why;
+      DeviceInfo dev;
+      if (o.cpu) {
+        why = "--cpu given.";
+      } else {
+        dev = probe_device();
+        if (!dev.ok) why = dev.reason + ".";
+      }
+      if (!why.empty()) {
+        if (const auto bad = cpu_inapplicable(o, *cmd); !bad.empty()) {
+          std::string list;
+          for (const auto& b : bad) list += "\n  " + b;
+          const std::string reason = why.substr(0, why.size() - 1);  // without the final '.'
+          throw Error(fmt::format("bench: this run is the CPU reference model ({}), which cannot apply:{}\nDrop "
+                                  "these options, or run on a machine with a GPU.",
+                                  reason, list));
+        }
+        reject_arms_on_cpu(arms, "bench");
+        return o.workload == "model" ? run_cpu_model(o, why) : run_cpu(o, why);
+      }
+      const std::pair<std::string, const char*> exports[] = {{o.csv, "--csv"}, {o.trace, "--trace"}, {o.dot, "--dot"}};
+      for (const auto& [path, option] : exports) {
+        if (!path.empty()) check_writable(with_key(path, 1), option);  // as the first graph's file is named
+      }
       return o.workload == "model" ? run_gpu_model(o, dev) : run_gpu(o, dev);
     };
   });

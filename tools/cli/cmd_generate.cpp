@@ -5,6 +5,10 @@
 // synthetic weights of a preset (--preset; default 'qwen3.5-4b' on the GPU, 'tiny' on the CPU,
 // since the CPU reference of the real sizes is very slow). The GPU's synthetic weights are
 // generated on the GPU and are not the CPU reference's values for the same seed.
+// Kernel arms (--arm, STEPGRAPH_ARMS, VT_*) are resolved as `bench` does and used by the GPU step;
+// the CPU reference runs no kernels, so there a selected arm is an error naming it. The CPU path
+// checks the host memory the model needs before allocating it (models/reference_memory.h); runs
+// longer than two seconds report progress on stderr.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -12,15 +16,19 @@
 #include <optional>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "engine/device.h"
 #include "engine/error.h"
+#include "engine/host_memory.h"
+#include "engine/text.h"
+#include "kernels/ref/mlp_ref.h"
 #include "models/model_step.h"
 #include "models/hf_config.h"
 #include "models/qwen35_config.h"
+#include "models/reference_memory.h"
 #include "models/reference_model.h"
 #include "models/safetensors.h"
+#include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
 
 namespace sg::cli {
@@ -40,30 +48,9 @@ struct GenerateOptions {
   std::string attn_prefill = "auto";   // attention in the prefill step (auto, simt or mma)
   std::string attn_decode = "auto";    // attention in the decode steps (auto, simt or mma)
   std::string gemm = "auto";           // the projections (auto, cublas or skinny)
+  ArmOptions arms;
+  bool gpu_setting_given = false;  // --attn-prefill, --attn-decode or --gemm given (they have no CPU meaning)
 };
-
-std::vector<int64_t> parse_tokens(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const auto b = item.find_first_not_of(" \t");
-    const auto e = item.find_last_not_of(" \t");
-    if (b == std::string::npos) throw Error(fmt::format("--tokens: empty entry in '{}'", s));
-    item = item.substr(b, e - b + 1);
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size()) throw Error(fmt::format("--tokens: '{}' is not an integer token id", item));
-    out.push_back(v);
-  }
-  if (out.empty()) throw Error("--tokens: no token ids given");
-  return out;
-}
 
 void print_result(const GenerateOptions& o, const char* implementation, const Qwen35Config& cfg,
                   const std::string& source, const std::string& dtype, const std::string& detail,
@@ -83,7 +70,7 @@ void print_result(const GenerateOptions& o, const char* implementation, const Qw
     fmt::print("{}\n", j.dump(2));
   } else {
     for (const auto& n : notes) fmt::print(stderr, "note: {}\n", n);
-    fmt::print("model: {} (hidden {}, {} layers: {} GDN + {} attention, vocab {}), {}\n", cfg.name, cfg.hidden,
+    fmt::print("model: {} (hidden {}, {} layers: {} GDN + {} attention, vocab {}), {}\n", printable(cfg.name), cfg.hidden,
                cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), cfg.vocab, source);
     fmt::print("implementation: {}, {} activations, {}\n", implementation, dtype, detail);
     fmt::print("prompt ({} tokens): {}\n", prompt.size(), fmt::join(prompt, ","));
@@ -93,8 +80,9 @@ void print_result(const GenerateOptions& o, const char* implementation, const Qw
 
 // The GPU path: one slot, a prefill step of the whole prompt, then max_new - 1 decode steps (each
 // replays the batch-1 graph), feeding back the GPU's argmax.
-int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::string> notes) {
-  const std::vector<int64_t> prompt = parse_tokens(o.tokens);
+int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms& arms, std::vector<std::string> notes) {
+  for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
+  const std::vector<int64_t> prompt = parse_token_list(o.tokens);
   Qwen35Config cfg;
   std::optional<HostWeights> weights;
   std::string source;
@@ -103,16 +91,15 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::st
     if (!o.preset.empty()) notes.push_back(fmt::format("--preset {} ignored: --weights gives the config", o.preset));
     cfg = load_hf_config(dir / "config.json");
     const Checkpoint ck = Checkpoint::open(dir);
+    check_token_range(prompt, cfg.vocab, cfg.name);  // before reading gigabytes of weights
     weights = load_weights(ck, cfg);
-    source = fmt::format("checkpoint {} ({} shard(s), {} tensors ignored)", dir.string(), ck.num_shards(),
-                         ck.ignored().size());
+    source = fmt::format("checkpoint {} ({} shard(s), {} tensors ignored)", printable(dir.string(), 4096),
+                         ck.num_shards(), ck.ignored().size());
   } else {
     cfg = preset(o.preset.empty() ? "qwen3.5-4b" : o.preset);
     source = fmt::format("synthetic weights of preset '{}' generated on the GPU (seed {})", cfg.name, o.seed);
   }
-  for (int64_t t : prompt) {
-    require(t >= 0 && t < cfg.vocab, "--tokens: token id {} outside the vocabulary [0, {})", t, cfg.vocab);
-  }
+  check_token_range(prompt, cfg.vocab, cfg.name);
   const std::string dtype = o.dtype.empty() ? "bf16" : o.dtype;
   ModelStepOptions so;
   so.num_slots = 1;
@@ -127,6 +114,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::st
   so.attn_prefill = parse_attn_prefill(o.attn_prefill);
   so.attn_decode = parse_attn_decode(o.attn_decode);
   so.gemm = parse_gemm(o.gemm);
+  so.arms = arms.arms;
   ModelStep step(cfg, so);
   if (weights) step.load_host_weights(*weights);
   step.capture_all();
@@ -136,42 +124,52 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, std::vector<std::st
     const PrefillOutput p =
         step.prefill({PrefillRequest{0, std::vector<int32_t>(prompt.begin(), prompt.end()), 0}}, RunMode::graph);
     out.push_back(p.tokens[0]);
+    Progress progress("generate", o.max_new);
     while (static_cast<int>(out.size()) < o.max_new) {
       const int pos = static_cast<int>(prompt.size() + out.size()) - 1;
       const DecodeOutput d = step.decode({DecodeRequest{0, static_cast<int32_t>(out.back()), pos}}, RunMode::graph);
       out.push_back(d.tokens[0]);
+      progress.update(static_cast<int64_t>(out.size()));
     }
+    progress.finish();
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   print_result(o, "gpu", cfg, source, dtype,
                fmt::format("{}; KV cache {}; {} delta-rule prefill; {} attention prefill; {} attention decode; {} "
-                           "projections; graphs captured (prefill bucket, decode b=1)",
+                           "projections; arms {}; graphs captured (prefill bucket, decode b=1)",
                            dev.describe(), dtype_name(step.kv_cache_dtype()), delta_prefill_name(step.options().delta_prefill),
                            attn_prefill_name(step.options().attn_prefill), attn_decode_name(step.options().attn_decode),
-                           gemm_name(step.options().gemm)),
+                           gemm_name(step.options().gemm), arms.arms.describe()),
                prompt, out, secs, notes);
   return 0;
 }
 
 int run(const GenerateOptions& o) {
   std::vector<std::string> notes;
+  // Every source of arms is parsed first: a bad name is an error on either path.
+  const ResolvedArms arms = resolve_cli_arms(o.arms.arms);
   if (!o.cpu) {
     const DeviceInfo dev = probe_device();
-    if (dev.ok) return run_gpu(o, dev, notes);
-    notes.push_back(fmt::format("no GPU found ({}): running the CPU reference model instead", dev.reason));
+    if (dev.ok) return run_gpu(o, dev, arms, notes);
+    notes.push_back(fmt::format("{}: running the CPU reference model instead", dev.reason));
   }
-  const std::vector<int64_t> prompt = parse_tokens(o.tokens);
+  reject_arms_on_cpu(arms, "generate");
+  if (o.gpu_setting_given) {
+    throw Error("generate: --attn-prefill, --attn-decode and --gemm choose GPU kernels, but this run is the CPU "
+                "reference model (its own attention and projections), so they cannot apply. Drop them, or run on a "
+                "machine with a GPU.");
+  }
+  const std::vector<int64_t> prompt = parse_token_list(o.tokens);
   Qwen35Config cfg;
-  HostWeights weights;
+  std::optional<Checkpoint> ck;
   std::string source;
   if (!o.weights.empty()) {
     const std::filesystem::path dir(o.weights);
     if (!o.preset.empty()) notes.push_back(fmt::format("--preset {} ignored: --weights gives the config", o.preset));
     cfg = load_hf_config(dir / "config.json");
-    const Checkpoint ck = Checkpoint::open(dir);
-    weights = load_weights(ck, cfg);
-    source = fmt::format("checkpoint {} ({} shard(s), {} tensors ignored)", dir.string(), ck.num_shards(),
-                         ck.ignored().size());
+    ck = Checkpoint::open(dir);
+    source = fmt::format("checkpoint {} ({} shard(s), {} tensors ignored)", printable(dir.string(), 4096),
+                         ck->num_shards(), ck->ignored().size());
   } else {
     std::string name = o.preset;
     if (name.empty()) {
@@ -180,27 +178,37 @@ int run(const GenerateOptions& o) {
                       "sizes is very slow; pass --preset to choose another)");
     }
     cfg = preset(name);
-    double bytes = 0;
-    for (const auto& [n, shape] : expected_weights(cfg)) {
-      double numel = 1;
-      for (int64_t d : shape) numel *= static_cast<double>(d);
-      bytes += 4 * numel;
-    }
-    if (bytes > 2e9) {
-      fmt::print(stderr, "note: the f32 synthetic weights of '{}' take {:.1f} GB of host memory, and the CPU "
-                         "reference is slow at this size\n", name, bytes / 1e9);
-    }
-    weights = synthetic_weights(cfg, o.seed);
     source = fmt::format("synthetic weights of preset '{}' (seed {})", name, o.seed);
   }
+  check_token_range(prompt, cfg.vocab, cfg.name);
+  const int64_t ctx = static_cast<int64_t>(prompt.size()) + std::max(o.max_new, 1);
+  // Everything the CPU reference will hold, against the memory there is, before any allocation.
+  const ReferenceMemory need = reference_memory(cfg, 1, ctx, static_cast<int64_t>(prompt.size()));
+  check_host_memory(need.total(), fmt::format("the CPU reference model of '{}'", printable(cfg.name)), need.describe());
+  if (need.weights > (uint64_t{2} << 30)) {
+    fmt::print(stderr, "note: the f32 weights of '{}' take {} of host memory; the CPU reference is slow at this size\n",
+               printable(cfg.name), format_host_bytes(need.weights));
+  }
+  HostWeights weights = ck ? load_weights(*ck, cfg) : synthetic_weights(cfg, o.seed);
   ReferenceOptions ro;
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;  // default f32 on the CPU
   ro.chunked_prefill = o.chunked || o.delta_prefill == "chunked";
-  const int64_t ctx = static_cast<int64_t>(prompt.size()) + std::max(o.max_new, 1);
   ReferenceModel model(cfg, std::move(weights), 1, ctx, ro);
 
+  // Greedy generation as ReferenceModel::generate does it, with progress for long runs.
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<int64_t> out = model.generate(prompt, o.max_new);
+  std::vector<int64_t> out;
+  if (o.max_new > 0) {
+    Progress progress("generate", o.max_new);
+    std::vector<float> logits = model.prefill({Sequence{0, prompt}});
+    for (int i = 0; i < o.max_new; ++i) {
+      const int64_t next = ref::argmax(logits.data(), cfg.vocab);
+      out.push_back(next);
+      progress.update(i + 1);
+      if (i + 1 < o.max_new) logits = model.decode({0}, {next});
+    }
+    progress.finish();
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   print_result(o, "cpu-reference", cfg, source, o.dtype.empty() ? "f32" : o.dtype,
@@ -221,14 +229,23 @@ void register_generate(CLI::App& app, Action& action) {
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--preset", o.preset, "Preset for synthetic weights (default qwen3.5-4b on the GPU, tiny on the "
                                         "CPU; `stepgraph info` lists them)");
-  cmd->add_option("--tokens", o.tokens, "Prompt token ids, comma separated")->capture_default_str();
-  cmd->add_option("--max-new", o.max_new, "Tokens to generate")->capture_default_str()->check(CLI::Range(0, 1000000));
+  cmd->add_option("--tokens", o.tokens, "Prompt token ids, comma separated (non-negative integers below the vocabulary size)")
+      ->capture_default_str();
+  cmd->add_option("--max-new", o.max_new,
+                  fmt::format("Tokens to generate, at most {} (the Qwen3.5 context length); runs longer than two "
+                              "seconds report progress on stderr",
+                              kMaxNewTokens))
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxNewTokens));
   cmd->add_flag("--json", o.json, "Print the result as JSON");
   cmd->add_flag("--cpu", o.cpu, "Run the CPU reference model instead of the GPU");
   cmd->add_option("--dtype", o.dtype, "Compute dtype: bf16 (default on the GPU) or f32 (parity with HF; default on "
                                       "the CPU, where bf16 emulates a bf16 step with weights rounded to bf16)")
       ->check(CLI::IsMember({"f32", "bf16"}));
-  cmd->add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the synthetic weights (an integer in [0, 2^64 - 1])")
+      ->capture_default_str()
+      ->check(unsigned_integer_check());
+  add_arm_options(cmd, o.arms);
   cmd->add_flag("--chunked", o.chunked, "Same as --delta-prefill chunked (GPU and CPU reference)");
   cmd->add_option("--delta-prefill", o.delta_prefill,
                   "How the prefill step runs the gated delta rule: scan (the reference-exact sequential scan), "
@@ -254,7 +271,8 @@ void register_generate(CLI::App& app, Action& action) {
                   "at most 8 query heads per kv head where the device allows it, else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
-  cmd->callback([&action] {
+  cmd->callback([&action, cmd] {
+    o.gpu_setting_given = cmd->count("--attn-prefill") + cmd->count("--attn-decode") + cmd->count("--gemm") > 0;
     action = [] { return run(o); };
   });
 }

@@ -9,6 +9,7 @@
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
+#include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/kernel_bench.h"
 
@@ -38,7 +39,9 @@ void register_kernels(CLI::App& app, Action& action) {
   cmd->add_option("--shape", o.shapes, "Shapes (default: the four standard ones). MODEL-decode-bN or MODEL-prefill-SxL, "
                                        "MODEL in 4b, 27b, tiny")
       ->delimiter(',');
-  cmd->add_option("--op", o.ops, "Only these ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode)")->delimiter(',');
+  cmd->add_option("--op", o.ops, "Only these ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"conv.update", "conv.fwd", "postconv", "gdn.prefill", "gdn.decode"}));
   cmd->add_option("--reps", o.cfg.reps, "Interleaved repetitions")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--launches", o.cfg.min_launches, "Kernel launches per repetition")
       ->capture_default_str()
@@ -63,8 +66,9 @@ void register_kernels(CLI::App& app, Action& action) {
       auto shapes = o.shapes.empty() ? bench::standard_shapes() : o.shapes;
       std::vector<bench::KernelShape> parsed;
       for (const auto& s : shapes) parsed.push_back(bench::parse_shape(s));  // validate all first
+      check_writable(o.json, "--json");  // before the run, so that its results are never lost
       DeviceInfo dev = probe_device();
-      require(dev.ok, "stepgraph kernels needs a CUDA device: {}", dev.reason);
+      if (!dev.ok) throw Error(fmt::format("stepgraph kernels times CUDA kernels, so it needs a GPU: {}", dev.reason));
       fmt::print("device: {}\nrule: median of {} interleaved repetitions (min..max); decode shapes rotate {} buffer "
                  "sets; floor = bytes / 4.3 TB/s\n\n",
                  dev.describe(), o.cfg.reps, o.cfg.sets);

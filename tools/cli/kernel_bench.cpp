@@ -13,6 +13,7 @@
 
 #include "engine/cuda_handles.h"
 #include "engine/error.h"
+#include "engine/text.h"
 #include "graphs/graph.h"
 #include "kernels/arms.h"
 #include "kernels/conv_fwd.h"
@@ -423,10 +424,14 @@ std::vector<std::string> standard_shapes() {
 }
 
 KernelShape parse_shape(const std::string& name) {
-  static const std::regex re(R"(^(4b|27b|tiny)-(decode-b(\d+)|prefill-(\d+)x(\d+))$)");
+  // At most 9 digits per number, so that std::stoi below cannot overflow.
+  static const std::regex re(R"(^(4b|27b|tiny)-(decode-b(\d{1,9})|prefill-(\d{1,9})x(\d{1,9}))$)");
   std::smatch m;
-  require(std::regex_match(name, m, re), "unknown shape '{}' (standard: {}; others: MODEL-decode-bN or MODEL-prefill-SxL "
-          "with MODEL 4b, 27b or tiny)", name, fmt::join(standard_shapes(), ", "));
+  if (!std::regex_match(name, m, re)) {
+    throw Error(fmt::format("unknown shape '{}' (standard: {}; others: MODEL-decode-bN or MODEL-prefill-SxL with MODEL "
+                            "4b, 27b or tiny)",
+                            printable(name), fmt::join(standard_shapes(), ", ")));
+  }
   KernelShape s;
   s.name = name;
   s.model = m[1] == "4b" ? "qwen3.5-4b" : m[1] == "27b" ? "qwen3.5-27b" : "tiny";
@@ -438,8 +443,9 @@ KernelShape parse_shape(const std::string& name) {
     s.rows = std::stoi(m[4]);
     s.seq_len = std::stoi(m[5]);
   }
-  require(s.rows >= 1 && s.rows <= 65535 && (s.decode || (s.seq_len >= 1 && int64_t{s.rows} * s.seq_len <= (1 << 24))),
-          "shape '{}' out of range", name);
+  if (!(s.rows >= 1 && s.rows <= 65535 && (s.decode || (s.seq_len >= 1 && int64_t{s.rows} * s.seq_len <= (1 << 24))))) {
+    throw Error(fmt::format("shape '{}' out of range (rows 1..65535; a prefill of at most 2^24 tokens)", name));
+  }
   return s;
 }
 

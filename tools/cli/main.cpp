@@ -1,6 +1,7 @@
 // main.cpp: the `stepgraph` command line.
 #include <cstdio>
 #include <exception>
+#include <new>
 
 #include "engine/error.h"
 #include "tools/cli/commands.h"
@@ -25,6 +26,11 @@ int main(int argc, char** argv) {
   }
   try {
     return action();
+  } catch (const std::bad_alloc&) {
+    // Large host allocations are checked against the available memory first (engine/host_memory.h);
+    // this is what is left when one was not.
+    std::fprintf(stderr, "stepgraph: error: out of host memory (an allocation failed)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stepgraph: error: %s\n", e.what());
     return 1;

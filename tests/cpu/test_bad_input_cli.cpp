@@ -1,0 +1,234 @@
+// The bad-input suite, part 2: the `stepgraph` program run as a subprocess (tests/support/child.h:
+// a time limit, an 8 GiB address-space limit, CUDA_VISIBLE_DEVICES="" so that every machine takes
+// the no-GPU path, STEPGRAPH_ARMS and VT_* cleared) with bad options, bad checkpoints and a bad
+// environment. Each case asserts the exit code, fragments of the output, that no source location
+// appears (user-facing errors are plain sentences) and that the output is printable. Part 1 (files
+// read in-process): test_bad_input.cpp.
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/bad_input.h"
+
+using namespace sg;
+using namespace sg::test;
+using nlohmann::json;
+
+size_t bad_input_file_cases();  // test_bad_input.cpp
+
+namespace {
+
+constexpr int kCli11Invalid = 105;  // CLI11's exit code for an option value its check refuses
+
+void huge_head_checkpoint(const fs::path& d) {
+  copy_checkpoint(d);
+  json c = base_config();
+  c["hidden_size"] = 8;
+  c["linear_num_key_heads"] = 1;
+  c["linear_num_value_heads"] = 1;
+  c["linear_key_head_dim"] = 131072;
+  c["linear_value_head_dim"] = 131072;
+  write_text(d / "config.json", c.dump());
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<CliCase> option_cases() {
+  std::vector<CliCase> v;
+  auto add = [&](std::string name, std::vector<std::string> args, int code, std::vector<std::string> fragments) {
+    CliCase c;
+    c.name = std::move(name);
+    c.args = std::move(args);
+    c.exit_code = code;
+    c.fragments = std::move(fragments);
+    v.push_back(std::move(c));
+    return &v.back();
+  };
+  add("generate --max-new past the limit", {"generate", "--cpu", "--max-new", "1000000"}, kCli11Invalid,
+      {"--max-new", "262144"});
+  add("generate --max-new negative", {"generate", "--cpu", "--max-new", "-1"}, -1, {"--max-new"});
+  add("generate --seed -1", {"generate", "--cpu", "--seed", "-1"}, -1, {"--seed"});
+  add("generate --seed past 2^64", {"generate", "--cpu", "--seed", "18446744073709551616"}, -1, {"--seed"});
+  add("generate --tokens with a trailing comma", {"generate", "--cpu", "--tokens", "1,2,"}, 1,
+      {"--tokens: empty entry in '1,2,'"});
+  add("generate --tokens with an empty entry", {"generate", "--cpu", "--tokens", "1,,2"}, 1,
+      {"--tokens: empty entry in '1,,2'"});
+  add("generate --tokens empty", {"generate", "--cpu", "--tokens", ""}, 1, {"--tokens: no token ids given"});
+  add("generate --tokens not a number", {"generate", "--cpu", "--tokens", "1,two"}, 1,
+      {"--tokens: 'two' is not a token id"});
+  add("generate --tokens negative", {"generate", "--cpu", "--tokens", "-5"}, 1, {"--tokens: '-5' is not a token id"});
+  add("generate --tokens with an escape sequence", {"generate", "--cpu", "--tokens", "1,\x1b[2J"}, 1,
+      {"--tokens: '\\x1b[2J' is not a token id"});
+  add("generate --tokens outside the vocabulary", {"generate", "--cpu", "--tokens", "1,256"}, 1,
+      {"--tokens: token id 256 is outside the vocabulary [0, 256) of model 'tiny'"});
+  add("generate --tokens past int64", {"generate", "--cpu", "--tokens", "99999999999999999999"}, 1,
+      {"is not a token id"});
+  add("generate --arm with an unknown op", {"generate", "--arm", "nope=x"}, 1, {"unknown op \"nope\"", "conv.fwd"});
+  add("generate --cpu --arm", {"generate", "--cpu", "--arm", "conv.fwd=k4"}, 1,
+      {"generate: kernel arms were selected (conv.fwd (--arm))", "cannot apply"});
+  add("generate --cpu --attn-prefill", {"generate", "--cpu", "--attn-prefill", "mma"}, 1, {"--attn-prefill"});
+  add("generate --cpu --attn-decode", {"generate", "--cpu", "--attn-decode", "simt"}, 1, {"--attn-decode", "cannot apply"});
+  add("generate --cpu --gemm", {"generate", "--cpu", "--gemm", "cublas"}, 1, {"--gemm", "cannot apply"});
+  add("generate --preset unknown", {"generate", "--cpu", "--preset", "nope"}, 1,
+      {"unknown preset 'nope' (valid: qwen3.5-4b"});
+  add("generate --cpu of the 27B preset does not fit", {"generate", "--cpu", "--preset", "qwen3.5-27b"}, 1,
+      {"the CPU reference model of 'qwen3.5-27b' needs", "of host memory", "is available"});
+  add("kernels --op unknown", {"kernels", "--op", "nope"}, kCli11Invalid,
+      {"--op", "conv.update", "postconv", "gdn.decode"});
+  add("kernels --shape with an overflowing number", {"kernels", "--shape", "4b-decode-b99999999999"}, 1,
+      {"unknown shape '4b-decode-b99999999999'"});
+  add("kernels without a GPU", {"kernels", "--shape", "tiny-decode-b4"}, 1, {"needs a GPU", "was found"});
+  add("bench --cpu --csv", {"bench", "--cpu", "--csv", "x.csv"}, 1, {"--csv (per-node statistics"});
+  add("bench --cpu --trace", {"bench", "--cpu", "--trace", "t.json"}, 1, {"--trace"});
+  add("bench --cpu --dot", {"bench", "--cpu", "--dot", "g.dot"}, 1, {"--dot"});
+  add("bench --cpu --attn-decode", {"bench", "--cpu", "--attn-decode", "mma"}, 1, {"--attn-decode (chooses a GPU"});
+  add("bench --cpu --gemm", {"bench", "--cpu", "--gemm", "skinny"}, 1, {"--gemm (chooses a GPU projection kernel)"});
+  add("bench --cpu --marginal", {"bench", "--cpu", "--marginal"}, 1, {"--marginal (disables nodes"});
+  add("bench --gemm unknown", {"bench", "--cpu", "--gemm", "cutlass"}, kCli11Invalid, {"--gemm"});
+  add("bench --cpu --replays", {"bench", "--cpu", "--replays", "5"}, 1, {"--replays (a count of CUDA graph replays)"});
+  add("bench --cpu --preset 27b", {"bench", "--cpu", "--preset", "qwen3.5-27b"}, 1,
+      {"--preset qwen3.5-27b (the CPU reference runs the 'tiny' preset only)"});
+  add("bench --cpu --arm", {"bench", "--cpu", "--arm", "postconv=split"}, 1,
+      {"bench: kernel arms were selected (postconv (--arm))"});
+  add("bench --cpu --json into a missing folder", {"bench", "--cpu", "--json", "no/such/folder/r.json"}, 1,
+      {"--json no/such/folder/r.json: cannot write this file: No such file or directory"})
+      ->absent = {"prefill", "decode step"};  // refused before the run
+  add("bench --cpu --json into a folder", {"bench", "--cpu", "--json", "{dir}"}, 1, {"cannot write this file"});
+  add("bench --max-seqs 0", {"bench", "--cpu", "--max-seqs", "0"}, kCli11Invalid, {"--max-seqs"});
+  auto* json_ok = add("bench --cpu --json writes the CPU run", {"bench", "--cpu", "--json", "r.json"}, 0,
+                      {"wrote r.json"});
+  json_ok->seconds = 120;
+  json_ok->after = [](const fs::path& d, const std::string&) {
+    const json j = json::parse(read_file(d / "r.json"));
+    CHECK(j.at("implementation") == "cpu-reference");
+    CHECK(j.at("workload") == "model");
+  };
+  auto* no_gpu = add("bench without a GPU says so", {"bench", "--workload", "gdn-layer", "--max-seqs", "2"}, 0,
+                     {"stepgraph bench: no ", "was found"});
+  no_gpu->seconds = 120;
+  add("no subcommand, only an unknown word", {"nope"}, -1, {"A subcommand is required"});
+  return v;
+}
+
+std::vector<CliCase> checkpoint_cases() {
+  std::vector<CliCase> v;
+  auto add = [&](std::string name, std::function<void(const fs::path&)> setup, std::vector<std::string> fragments) {
+    CliCase c;
+    c.name = std::move(name);
+    c.setup = std::move(setup);
+    c.args = {"generate", "--cpu", "--weights", "{dir}", "--max-new", "2"};
+    c.exit_code = 1;
+    c.fragments = std::move(fragments);
+    v.push_back(std::move(c));
+  };
+  add("generate: config.json is a FIFO",
+      [](const fs::path& d) {
+        copy_checkpoint(d);
+        make_fifo(d / "config.json");
+      },
+      {"{dir}/config.json: not a regular file (it is a FIFO)"});
+  add("generate: model.safetensors is a FIFO",
+      [](const fs::path& d) {
+        copy_checkpoint(d);
+        make_fifo(d / "model.safetensors");
+      },
+      {"{dir}/model.safetensors: not a regular file (it is a FIFO)"});
+  add("generate: config.json links to /dev/zero",
+      [](const fs::path& d) {
+        copy_checkpoint(d);
+        link_to(d / "config.json", "/dev/zero");
+      },
+      {"(it is a character device)"});
+  add("generate: config.json nested 100000 deep",
+      [](const fs::path& d) {
+        copy_checkpoint(d);
+        write_text(d / "config.json", nested_arrays(100000));
+      },
+      {"{dir}/config.json: the file nests deeper than 64 levels"});
+  add("generate: huge GDN head sizes are refused before allocating", huge_head_checkpoint,
+      {"needs", "of host memory", "SSM state", "is available"});
+  add("generate: a NaN weight",
+      [](const fs::path& d) { poisoned_checkpoint(d, "model.layers.1.linear_attn.A_log", std::nanf(""), 1); },
+      {"model.layers.1.linear_attn.A_log (in {dir}/model.safetensors) has 1 non-finite value"});
+  add("generate: a tensor named twice",
+      [](const fs::path& d) {
+        copy_checkpoint(d);
+        const std::string e = R"({"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+        write_bytes(d / "model.safetensors", image("{\"model.norm.weight\":" + e + ",\"model.norm.weight\":" + e + "}",
+                                                   std::vector<uint8_t>(4)));
+      },
+      {"tensor 'model.norm.weight' appears twice"});
+  return v;
+}
+
+std::vector<CliCase> env_cases() {
+  std::vector<CliCase> v;
+  auto add = [&](std::string name, std::vector<std::string> args, EnvChanges env, int code,
+                 std::vector<std::string> fragments) {
+    CliCase c;
+    c.name = std::move(name);
+    c.args = std::move(args);
+    c.env = std::move(env);
+    c.exit_code = code;
+    c.fragments = std::move(fragments);
+    v.push_back(std::move(c));
+    return &v.back();
+  };
+  add("arms: STEPGRAPH_ARMS=garbage", {"arms"}, {{"STEPGRAPH_ARMS", "garbage"}}, 1,
+      {"STEPGRAPH_ARMS item \"garbage\" is not op=arm", "valid ops"});
+  add("arms: an escape sequence in STEPGRAPH_ARMS", {"arms"}, {{"STEPGRAPH_ARMS", "conv.fwd=\x1b[2J"}}, 1,
+      {"unknown arm \"\\x1b[2J\""});
+  add("arms: VT_CONV_REG=yes warns", {"arms"}, {{"VT_CONV_REG", "yes"}}, 0, {"warning: VT_CONV_REG=\"yes\" is not 0 or 1"});
+  add("arms: non-ASCII bytes in a VT_* flag", {"arms"}, {{"VT_CONV_UPDATE_FAST", "\xc3\xa9\xc2\x9b"}}, 0,
+      {"warning: VT_CONV_UPDATE_FAST=\"\\xc3\\xa9\\xc2\\x9b\" is not 0 or 1"});
+  add("arms: a 100 kB STEPGRAPH_ARMS", {"arms"}, {{"STEPGRAPH_ARMS", std::string(100'000, 'x')}}, 1,
+      {"STEPGRAPH_ARMS item \"xxxx", "(cut; 100000 bytes)"})
+      ->after = [](const fs::path&, const std::string& out) { CHECK(out.size() < 2000); };
+  add("generate: STEPGRAPH_ARMS=garbage", {"generate", "--cpu"}, {{"STEPGRAPH_ARMS", "garbage"}}, 1,
+      {"STEPGRAPH_ARMS item \"garbage\""});
+  add("generate: STEPGRAPH_ARMS with an unknown arm", {"generate"}, {{"STEPGRAPH_ARMS", "conv.fwd=nope"}}, 1,
+      {"unknown arm \"nope\" for conv.fwd", "valid arms of conv.fwd"});
+  add("generate --cpu: STEPGRAPH_ARMS cannot apply", {"generate", "--cpu"}, {{"STEPGRAPH_ARMS", "conv.update=grid"}}, 1,
+      {"conv.update (STEPGRAPH_ARMS)", "cannot apply"});
+  add("generate --cpu: a VT_* flag cannot apply", {"generate", "--cpu"}, {{"VT_GDN_POSTCONV_SPLIT", "1"}}, 1,
+      {"postconv (VT_GDN_POSTCONV_SPLIT=1)", "cannot apply"});
+  add("bench --cpu: STEPGRAPH_ARMS=garbage", {"bench", "--cpu"}, {{"STEPGRAPH_ARMS", "garbage"}}, 1,
+      {"STEPGRAPH_ARMS item \"garbage\""});
+  add("bench --cpu: STEPGRAPH_ARMS cannot apply", {"bench", "--cpu"}, {{"STEPGRAPH_ARMS", "conv.fwd=k4"}}, 1,
+      {"bench: kernel arms were selected (conv.fwd (STEPGRAPH_ARMS))"});
+  add("bench --cpu: VT_CONV_REG=0 cannot apply", {"bench", "--cpu"}, {{"VT_CONV_REG", "0"}}, 1,
+      {"conv.fwd (VT_CONV_REG=0)"});
+  add("bench --cpu: an empty STEPGRAPH_ARMS selects nothing", {"bench", "--cpu", "--workload", "gdn-layer",
+                                                               "--max-seqs", "2"},
+      {{"STEPGRAPH_ARMS", ""}}, 0, {"--cpu given"})
+      ->seconds = 120;
+  return v;
+}
+
+void run_table(const std::vector<CliCase>& cases) {
+  for (const CliCase& c : cases) check_cli_case(c);
+}
+
+}  // namespace
+
+TEST_CASE("bad input: command-line options", "[bad_input][cli]") { run_table(option_cases()); }
+
+TEST_CASE("bad input: checkpoints given to generate", "[bad_input][cli]") { run_table(checkpoint_cases()); }
+
+TEST_CASE("bad input: environment variables", "[bad_input][cli]") { run_table(env_cases()); }
+
+TEST_CASE("bad input: the suite has at least 60 cases", "[bad_input]") {
+  const size_t files = bad_input_file_cases();
+  const size_t cli = option_cases().size() + checkpoint_cases().size();
+  const size_t env = env_cases().size();
+  INFO("files " << files << ", command line " << cli << ", environment " << env);
+  CHECK(files + cli + env >= 60);
+}

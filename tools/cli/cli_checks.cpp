@@ -1,0 +1,122 @@
+// cli_checks.cpp: option checks shared by the commands (see cli_checks.h).
+#include "tools/cli/cli_checks.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "engine/env.h"
+#include "engine/error.h"
+#include "engine/text.h"
+
+namespace sg::cli {
+
+ResolvedArms resolve_cli_arms(const std::vector<std::string>& cli_arms) { return resolve_arms(cli_arms, read_env); }
+
+void reject_arms_on_cpu(const ResolvedArms& r, std::string_view command) {
+  std::vector<std::string> sources;
+  for (size_t i = 0; i < kNumOps; ++i) {
+    const std::string& s = r.source[i];
+    if (s == "default") continue;
+    const std::string item = fmt::format("{} ({})", op_name(static_cast<Op>(i)), printable(s));
+    sources.push_back(item);
+  }
+  if (sources.empty()) return;
+  std::string list;
+  for (const auto& s : sources) list += (list.empty() ? "" : ", ") + s;
+  throw Error(fmt::format("{}: kernel arms were selected ({}), but this run is the CPU reference model, which runs no "
+                          "CUDA kernels, so they cannot apply. Drop --arm and unset STEPGRAPH_ARMS and the VT_* "
+                          "flags, or run on a machine with a GPU.",
+                          command, list));
+}
+
+void check_writable(const std::string& path, std::string_view option) {
+  if (path.empty()) return;
+  const std::string shown = printable(path, 4096);
+  // O_NONBLOCK: a FIFO without a reader fails at once instead of waiting for one.
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
+  if (fd >= 0) {  // created here: remove it again, the run writes it at the end
+    ::close(fd);
+    ::unlink(path.c_str());
+    return;
+  }
+  if (errno == EEXIST) fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
+    throw Error(fmt::format("{} {}: cannot write this file: {} (checked before the run, so that no result is lost)",
+                            option, shown, std::strerror(errno)));
+  }
+  ::close(fd);
+}
+
+std::vector<int64_t> parse_token_list(const std::string& text) {
+  const std::string shown = printable(text);
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  for (;;) {
+    const size_t comma = text.find(',', pos);
+    std::string_view item(text.data() + pos, (comma == std::string::npos ? text.size() : comma) - pos);
+    const size_t b = item.find_first_not_of(" \t");
+    if (b == std::string_view::npos) {
+      if (text.find_first_not_of(" \t") == std::string::npos) throw Error("--tokens: no token ids given");
+      throw Error(fmt::format("--tokens: empty entry in '{}' (a comma with no token id {})", shown,
+                              comma == std::string::npos ? "after it" : "before it"));
+    }
+    item = item.substr(b, item.find_last_not_of(" \t") - b + 1);
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || end != item.data() + item.size() || v < 0) {
+      throw Error(fmt::format("--tokens: '{}' is not a token id (a non-negative integer)", printable(item)));
+    }
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+void check_token_range(const std::vector<int64_t>& tokens, int64_t vocab, const std::string& model) {
+  for (int64_t t : tokens) {
+    if (t < 0 || t >= vocab) {
+      throw Error(fmt::format("--tokens: token id {} is outside the vocabulary [0, {}) of model '{}'", t, vocab,
+                              printable(model)));
+    }
+  }
+}
+
+CLI::Validator unsigned_integer_check() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || ec != std::errc() || end != s.data() + s.size()) {
+          return fmt::format("'{}' is not an integer in [0, 18446744073709551615]", printable(s));
+        }
+        return {};
+      },
+      "UINT64");
+}
+
+Progress::Progress(std::string label, int64_t total, std::chrono::milliseconds every)
+    : label_(std::move(label)), total_(total), every_(every), start_(std::chrono::steady_clock::now()), last_(start_) {}
+
+void Progress::update(int64_t done) {
+  done_ = done;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_ < every_) return;
+  last_ = now;
+  shown_ = true;
+  const double secs = std::chrono::duration<double>(now - start_).count();
+  fmt::print(stderr, "{}: {} / {} tokens, {:.1f} tokens/s\n", label_, done, total_, secs > 0 ? done / secs : 0.0);
+}
+
+void Progress::finish() {
+  if (!shown_) return;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  fmt::print(stderr, "{}: {} / {} tokens in {:.1f} s\n", label_, done_, total_, secs);
+}
+
+}  // namespace sg::cli

@@ -1,0 +1,67 @@
+// cli_checks.h: the checks the commands apply to their options before anything runs, so that every
+// option is either honoured or rejected with a message naming it, on every path (GPU or CPU
+// reference), and nothing is lost at the end of a run:
+//   - kernel arms from --arm, STEPGRAPH_ARMS and the VT_* flags are resolved (a bad name is an
+//     error listing the valid ones) and, where only the CPU reference runs, refused by name;
+//   - output files are checked to be writable before the run;
+//   - prompts (--tokens) and seeds (--seed) are parsed strictly;
+//   - long generations report progress on stderr.
+// User-facing errors are sg::Error with a plain sentence (no source location).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/arms.h"
+
+namespace sg::cli {
+
+// The most tokens `generate --max-new` takes: the context length of the Qwen3.5 models
+// (max_position_embeddings).
+inline constexpr int kMaxNewTokens = 262144;
+
+// resolve_arms(cli_arms, read_env): throws ArmError for an unknown op or arm (listing the valid ones).
+ResolvedArms resolve_cli_arms(const std::vector<std::string>& cli_arms);
+
+// For a run of the CPU reference, where no kernel arm can apply: throws sg::Error naming every
+// source that selected an arm (--arm, STEPGRAPH_ARMS, a VT_* flag). `command`: "bench", "generate".
+void reject_arms_on_cpu(const ResolvedArms& r, std::string_view command);
+
+// Throws sg::Error naming `option` and `path` when `path` cannot be opened for writing (a missing
+// folder, no permission, a directory, a FIFO without a reader); a file this check creates is
+// removed again, an existing one is left as it is. "" passes.
+void check_writable(const std::string& path, std::string_view option);
+
+// "1,2,3" -> {1, 2, 3}; blanks around ids are allowed. Throws sg::Error for an empty list, an
+// empty entry ("1,,2", "1,2,"), or an entry that is not a non-negative decimal integer.
+std::vector<int64_t> parse_token_list(const std::string& text);
+
+// Throws sg::Error when a token id is outside [0, vocab): "--tokens: token id 300 is outside the
+// vocabulary [0, 256) of model 'tiny'".
+void check_token_range(const std::vector<int64_t>& tokens, int64_t vocab, const std::string& model);
+
+// A CLI11 check for an unsigned 64-bit decimal integer: "-1", "1e3", "0x10" or a value past
+// 2^64 - 1 are refused (CLI11 would wrap "-1" to 2^64 - 1).
+CLI::Validator unsigned_integer_check();
+
+// Reports the progress of a long loop on stderr, at most every `every` and only once the loop has
+// run that long: "generate: 120 / 100000 tokens, 31.5 tokens/s".
+class Progress {
+ public:
+  Progress(std::string label, int64_t total, std::chrono::milliseconds every = std::chrono::milliseconds(2000));
+  void update(int64_t done);
+  void finish();  // a last line with the total time, when progress was shown at all
+
+ private:
+  std::string label_;
+  int64_t total_;
+  std::chrono::milliseconds every_;
+  std::chrono::steady_clock::time_point start_, last_;
+  int64_t done_ = 0;
+  bool shown_ = false;
+};
+
+}  // namespace sg::cli

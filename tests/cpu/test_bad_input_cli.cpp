@@ -93,6 +93,9 @@ std::vector<CliCase> option_cases() {
   add("bench --cpu --gemm", {"bench", "--cpu", "--gemm", "skinny"}, 1, {"--gemm (chooses a GPU projection kernel)"});
   add("bench --cpu --marginal", {"bench", "--cpu", "--marginal"}, 1, {"--marginal (disables nodes"});
   add("bench --gemm unknown", {"bench", "--cpu", "--gemm", "cutlass"}, kCli11Invalid, {"--gemm"});
+  add("inspect without a GPU", {"inspect"}, 1, {"inspect times captured CUDA graphs", "none to run"});
+  add("inspect --by unknown", {"inspect", "--by", "kernel"}, kCli11Invalid, {"--by"});
+  add("inspect --format unknown", {"inspect", "--format", "xml"}, kCli11Invalid, {"--format"});
   add("bench --cpu --replays", {"bench", "--cpu", "--replays", "5"}, 1, {"--replays (a count of CUDA graph replays)"});
   add("bench --cpu --preset 27b", {"bench", "--cpu", "--preset", "qwen3.5-27b"}, 1,
       {"--preset qwen3.5-27b (the CPU reference runs the 'tiny' preset only)"});

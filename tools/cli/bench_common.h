@@ -8,6 +8,8 @@
 
 #include "engine/device.h"
 #include "graphs/node_timer.h"
+#include "kernels/arms.h"
+#include "models/model_step.h"
 #include "tools/cli/commands.h"
 
 namespace sg::cli {
@@ -46,6 +48,11 @@ void write_exports(const BenchOptions& o, int key, const Manifest& m, const std:
 
 // Writes a CPU reference run's results to --json (nothing when it is not given).
 void write_cpu_json(const BenchOptions& o, const nlohmann::json& result);
+
+// The model step's options for a bench-like run: --max-seqs slots and decode rows, --context (+
+// extra_context) positions, a prefill of max_seqs x context tokens when `prefill`, the arms and
+// the settings (--delta-prefill, --attn-prefill, --attn-decode, --gemm).
+ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& arms, bool prefill, int extra_context);
 
 int run_cpu_model(const BenchOptions& o, const std::string& why);
 int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev);

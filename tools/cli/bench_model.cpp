@@ -134,20 +134,15 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
   return 0;
 }
 
-int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
-  const Qwen35Config cfg = preset(o.preset);
-  ResolvedArms arms = resolve_arms(o.arms.arms, read_env);
-  for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
-  const bool do_decode = o.phase != "prefill", do_prefill = o.phase != "decode";
+ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& arms, bool prefill, int extra_context) {
   ModelStepOptions opts;
   opts.num_slots = o.max_seqs;
-  // Prefill: room for the 128 decode steps of the finiteness check after the prompt.
-  opts.max_context = do_prefill ? o.context + kCheckSteps : o.context;
+  opts.max_context = o.context + extra_context;
   opts.max_decode_batch = o.max_seqs;
   const int64_t prefill_tokens = int64_t{o.max_seqs} * o.context;
-  require(!do_prefill || prefill_tokens <= (int64_t{1} << 30), "a prefill of {} x {} tokens is too large for one step",
+  require(!prefill || prefill_tokens <= (int64_t{1} << 30), "a prefill of {} x {} tokens is too large for one step",
           o.max_seqs, o.context);
-  opts.max_prefill_tokens = do_prefill ? static_cast<int>(prefill_tokens) : 0;
+  opts.max_prefill_tokens = prefill ? static_cast<int>(prefill_tokens) : 0;
   opts.max_prefill_seqs = o.max_seqs;
   opts.arms = arms.arms;
   opts.delta_prefill = parse_delta_prefill(o.delta_prefill);
@@ -155,6 +150,16 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   opts.attn_decode = parse_attn_decode(o.attn_decode);
   opts.gemm = parse_gemm(o.gemm);
   opts.seed = 1;
+  return opts;
+}
+
+int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
+  const Qwen35Config cfg = preset(o.preset);
+  ResolvedArms arms = resolve_arms(o.arms.arms, read_env);
+  for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
+  const bool do_decode = o.phase != "prefill", do_prefill = o.phase != "decode";
+  // Prefill: room for the 128 decode steps of the finiteness check after the prompt.
+  const ModelStepOptions opts = model_step_options(o, arms, do_prefill, do_prefill ? kCheckSteps : 0);
   fmt::print("device: {}\n", dev.describe());
   fmt::print("workload: {} whole-model steps ({}), {} layers ({} GDN + {} attention), {} sequences, context {} per "
              "sequence, synthetic bf16 weights\narms: {}\n",

@@ -1,0 +1,224 @@
+// cmd_inspect.cpp: `stepgraph inspect`: one captured graph of the whole model, node by node. For a
+// decode key (`--key decode-32`) or the prefill bucket (`--key prefill`): every kernel node's
+// CUPTI duration grouped by node, op family or layer, and beside each group its marginal cost: the
+// step time with the group's nodes disabled in the executable graph, subtracted from the full
+// step's (graphs/marginal.h). Table, JSON or CSV; --trace / --dot export the graph.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "engine/device.h"
+#include "engine/env.h"
+#include "engine/error.h"
+#include "graphs/export.h"
+#include "graphs/marginal.h"
+#include "graphs/node_timer.h"
+#include "models/model_step.h"
+#include "tools/cli/bench_common.h"
+#include "tools/cli/cli_checks.h"
+#include "tools/cli/commands.h"
+
+namespace sg::cli {
+namespace {
+
+struct InspectOptions {
+  BenchOptions b;             // preset, max_seqs, context, settings, arms, reps/replays, trace/dot
+  std::string key = "decode"; // decode (the largest decode key), decode-N, or prefill
+  std::string by = "op";      // node, op or layer
+  int top = 0;                // groups shown (0: all; by node: 30)
+  std::string format = "table";
+  bool no_marginal = false;
+};
+
+InspectOptions io;
+
+struct Group {
+  std::string name;
+  int nodes = 0;
+  double us = 0, bytes = 0;  // summed node medians, summed label bytes
+  double marginal_ms = 0;
+  bool has_marginal = false;
+};
+
+std::string group_of(const ManifestNode& n, const std::string& by) {
+  if (by == "op") return n.label.op;
+  if (by == "layer") return n.label.layer < 0 ? std::string("(outside layers)") : fmt::format("layer {:02d}", n.label.layer);
+  return fmt::format("#{:03d} L{} {} [{}] {}", n.index, n.label.layer, n.label.op, n.label.arm, short_kernel_name(n.kernel));
+}
+
+int run(const InspectOptions& o) {
+  // User-facing errors are plain sentences (sg::Error without a source location).
+  const ResolvedArms arms = resolve_cli_arms(o.b.arms.arms);  // a bad arm name is an error on every path
+  const Qwen35Config cfg = preset(o.b.preset);
+  check_writable(o.b.trace, "--trace");  // before the run, so that its results are never lost
+  check_writable(o.b.dot, "--dot");
+  const DeviceInfo dev = probe_device();
+  if (!dev.ok) throw Error(fmt::format("inspect times captured CUDA graphs, and this machine has none to run: {}", dev.reason));
+  const bool prefill = o.key == "prefill";
+  int rows = o.b.max_seqs;
+  if (!prefill && o.key != "decode") {
+    size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(o.key.substr(7), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (!(o.key.rfind("decode-", 0) == 0 && used == o.key.size() - 7 && n >= 1 && n <= o.b.max_seqs)) {
+      throw Error(fmt::format("--key {}: expected decode, decode-N (1 <= N <= --max-seqs {}) or prefill", o.key, o.b.max_seqs));
+    }
+    rows = n;
+  }
+  ModelStep step(cfg, model_step_options(o.b, arms, prefill, 0));
+  step.randomize_caches(7);
+  step.capture_all(/*for_timing=*/true, prefill);
+  cudaStream_t s = step.stream();
+  int key = 0;
+  std::string name;
+  if (prefill) {
+    std::vector<PrefillRequest> batch;
+    for (int r = 0; r < o.b.max_seqs; ++r) {
+      PrefillRequest q{r, {}, 0};
+      for (int t = 0; t < o.b.context; ++t) q.tokens.push_back((r * 7919 + t * 131) % cfg.vocab);
+      batch.push_back(std::move(q));
+    }
+    key = step.stage_prefill(batch);
+    name = fmt::format("prefill {} x {} tokens (bucket {})", o.b.max_seqs, o.b.context, key);
+  } else {
+    // The padded decode key that holds `rows` rows.
+    key = *std::lower_bound(step.keys().begin(), step.keys().end(), rows);
+    std::vector<DecodeRequest> batch;
+    for (int r = 0; r < rows; ++r) batch.push_back({r, (r * 7919) % cfg.vocab, o.b.context - 1});
+    step.enqueue(batch, RunMode::graph);
+    name = fmt::format("decode b={} ({} live rows, context {})", key, rows, o.b.context);
+  }
+  const Manifest& m = prefill ? step.prefill_manifest(key) : step.manifest(key);
+  const CapturedGraph& g = prefill ? step.prefill_graph(key) : step.graph(key);
+  auto replay = [&] { g.replay(s); };
+  for (int i = 0; i < 2; ++i) replay();
+  check(cudaStreamSynchronize(s));
+  NodeTimer::instance().start();
+  for (int i = 0; i < o.b.node_replays; ++i) replay();
+  const auto records = NodeTimer::instance().stop();
+  const auto stats = aggregate(m, records);
+
+  std::map<std::string, Group> groups;
+  for (const auto& st : stats) {
+    Group& gr = groups[group_of(st.node, o.by)];
+    gr.name = group_of(st.node, o.by);
+    ++gr.nodes;
+    gr.us += st.median_us;
+    gr.bytes += st.node.label.bytes;
+  }
+  std::vector<Group> rows_out;
+  for (auto& [k, v] : groups) rows_out.push_back(v);
+  std::sort(rows_out.begin(), rows_out.end(), [](const Group& a, const Group& b) { return a.us > b.us; });
+  const int top = o.top > 0 ? o.top : (o.by == "node" ? 30 : 0);
+  if (top > 0 && static_cast<int>(rows_out.size()) > top) rows_out.resize(static_cast<size_t>(top));
+  MarginalReport mr;
+  if (!o.no_marginal) {
+    std::map<std::string, bool> shown;
+    for (const auto& r : rows_out) shown[r.name] = true;
+    mr = marginal_costs(g, m, s, [&](const ManifestNode& n) {
+      const std::string gname = group_of(n, o.by);
+      return shown.count(gname) ? gname : std::string();
+    }, o.b.reps, std::max(1, o.b.replays));
+    for (auto& r : rows_out) {
+      for (const auto& mg : mr.groups) {
+        if (mg.group == r.name) r.marginal_ms = mg.marginal_ms, r.has_marginal = true;
+      }
+    }
+  }
+  double total_us = 0;
+  for (const auto& st : stats) total_us += st.median_us;
+
+  if (o.format == "json") {
+    nlohmann::json j = {{"device", dev.describe()}, {"preset", cfg.name}, {"graph", name}, {"arms", arms.arms.describe()},
+                        {"by", o.by}, {"nodes", stats.size()}, {"node_time_us", total_us}};
+    if (!o.no_marginal) j["step_ms"] = {{"median", mr.baseline_ms}, {"spread", mr.spread_ms}};
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& r : rows_out) {
+      nlohmann::json e = {{"group", r.name}, {"nodes", r.nodes}, {"us", r.us}, {"bytes", r.bytes}};
+      if (r.has_marginal) e["marginal_us"] = 1000.0 * r.marginal_ms;
+      arr.push_back(e);
+    }
+    j["groups"] = arr;
+    fmt::print("{}\n", j.dump(2));
+  } else if (o.format == "csv") {
+    fmt::print("group,nodes,us,share,bytes,GBps,marginal_us\n");
+    for (const auto& r : rows_out) {
+      const std::string gname = r.name.find_first_of(",\"") == std::string::npos ? r.name : "\"" + r.name + "\"";
+      fmt::print("{},{},{:.3f},{:.4f},{:.0f},{:.1f},{}\n", gname, r.nodes, r.us, total_us > 0 ? r.us / total_us : 0.0, r.bytes,
+                 r.us > 0 ? r.bytes / (r.us * 1e3) : 0.0, r.has_marginal ? fmt::format("{:.3f}", 1000.0 * r.marginal_ms) : "");
+    }
+  } else {
+    fmt::print("device: {}\ngraph: {} of {}; {} kernel nodes, node times sum {:.1f} us (CUPTI, {} replays)\n", dev.describe(),
+               name, cfg.name, stats.size(), total_us, o.b.node_replays);
+    if (!o.no_marginal) {
+      fmt::print("step {:.3f} ms (median; spread {:.3f} ms): marginal = step minus the step with the group's nodes "
+                 "disabled\n",
+                 mr.baseline_ms, mr.spread_ms);
+    }
+    fmt::print("{:<48} {:>5} {:>10} {:>6} {:>9} {:>12}\n", "group", "nodes", "node us", "share", "GB/s", "marginal us");
+    for (const auto& r : rows_out) {
+      fmt::print("{:<48} {:>5} {:>10.1f} {:>5.1f}% {:>9.0f} {:>12}\n", r.name, r.nodes, r.us,
+                 total_us > 0 ? 100 * r.us / total_us : 0.0, r.us > 0 ? r.bytes / (r.us * 1e3) : 0.0,
+                 r.has_marginal ? fmt::format("{:.1f}", 1000.0 * r.marginal_ms) : "-");
+    }
+  }
+  if (!o.b.trace.empty()) {
+    std::ofstream f(o.b.trace);
+    if (!f) throw Error(fmt::format("cannot write {}", o.b.trace));
+    f << to_chrome_trace(m, records).dump() << "\n";
+  }
+  if (!o.b.dot.empty()) {
+    std::ofstream f(o.b.dot);
+    if (!f) throw Error(fmt::format("cannot write {}", o.b.dot));
+    f << to_dot(m);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_inspect(CLI::App& app, Action& action) {
+  io.b.reps = 3;  // inspect's defaults (before the options capture them for --help)
+  io.b.replays = 20;
+  io.b.node_replays = 20;
+  auto* cmd = app.add_subcommand(
+      "inspect",
+      "One captured graph of the whole model, node by node: each node's CUPTI duration grouped by node, op family or "
+      "layer, beside the group's marginal cost (the step with the group's nodes disabled, subtracted from the full "
+      "step). Needs a GPU.");
+  cmd->add_option("--preset", io.b.preset, "model preset")->capture_default_str();
+  cmd->add_option("--key", io.key, "the graph: decode (the largest decode key), decode-N (the key holding N rows) or prefill")
+      ->capture_default_str();
+  cmd->add_option("--max-seqs", io.b.max_seqs, "sequences (decode rows and prefill sequences)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--context", io.b.context, "tokens of context per sequence (decode) or prompt tokens (prefill)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--by", io.by, "group nodes by node, op or layer")->capture_default_str()->check(CLI::IsMember({"node", "op", "layer"}));
+  cmd->add_option("--top", io.top, "show the N largest groups (0: all; by node: 30)")->capture_default_str()->check(CLI::Range(0, 100000));
+  cmd->add_option("--format", io.format, "table, json or csv")->capture_default_str()->check(CLI::IsMember({"table", "json", "csv"}));
+  cmd->add_flag("--no-marginal", io.no_marginal, "skip the marginal costs (they replay the graph once more per group)");
+  cmd->add_option("--node-replays", io.b.node_replays, "replays under CUPTI for the node times")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--reps", io.b.reps, "timed repetitions per marginal cost")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--replays", io.b.replays, "replays per timed repetition")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--trace", io.b.trace, "write a Chrome/Perfetto trace of the CUPTI replays");
+  cmd->add_option("--dot", io.b.dot, "write the graph's kernel nodes and dependencies as Graphviz DOT");
+  cmd->add_option("--delta-prefill", io.b.delta_prefill, "auto, scan or chunked (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "scan", "chunked"}));
+  cmd->add_option("--attn-prefill", io.b.attn_prefill, "auto, simt or mma (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "simt", "mma"}));
+  cmd->add_option("--attn-decode", io.b.attn_decode, "auto, simt or mma (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "simt", "mma"}));
+  cmd->add_option("--gemm", io.b.gemm, "auto, cublas or skinny (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "cublas", "skinny"}));
+  add_arm_options(cmd, io.b.arms);
+  cmd->callback([&action] {
+    action = [] { return run(io); };
+  });
+}
+
+}  // namespace sg::cli

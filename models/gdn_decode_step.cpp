@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <random>
+#include <span>
 
 #include "engine/error.h"
 #include "graphs/capture_sizes.h"
@@ -28,7 +29,10 @@ void put(void* dst, DType t, size_t i, float v) {
 
 }  // namespace
 
-GdnDecodeStep::GdnDecodeStep(const GdnDims& dims, const GdnDecodeOptions& opts) : dims_(dims), opts_(opts) {
+GdnDecodeStep::GdnDecodeStep(const GdnDims& dims, const GdnDecodeOptions& opts)
+    : dims_(dims),
+      opts_(opts),
+      graphs_(stream_.get(), [this](const GraphKey& key, NodeRecorder* rec) { launch_sequence(key.tokens, rec); }) {
   require(opts.max_seqs >= 1 && opts.graph_max >= 1 && opts.graph_max <= opts.max_seqs,
           "need 1 <= graph_max ({}) <= max_seqs ({})", opts.graph_max, opts.max_seqs);
   require(opts.num_slots >= opts.max_seqs, "num_slots ({}) must be >= max_seqs ({})", opts.num_slots, opts.max_seqs);
@@ -45,7 +49,7 @@ GdnDecodeStep::GdnDecodeStep(const GdnDims& dims, const GdnDecodeOptions& opts) 
   layout(*arena_);
   arena_->freeze();
   arena_->zero(stream_.get());
-  for (auto& b : staging_) b = PinnedBuffer(io_layout(opts.max_seqs).total);
+  staging_ = StagedUpload(io_layout(opts.max_seqs).total);
 
   // Synthetic weights: conv taps around 1/K so activations stay O(1); A_log, dt_bias as in a
   // trained model's range.
@@ -102,22 +106,25 @@ void GdnDecodeStep::upload(const DecodeBatch& batch, int rows) {
           "batch a/b must have {} x {} values", B, Hv);
   validate_slots(batch.slots, opts_.num_slots);
   const IoLayout l = io_layout(rows);
-  char* h = acquire_staging();
-  std::memset(h, 0, l.total);  // padding rows: zero inputs
-  auto slots = pad_slots(batch.slots, rows);
-  std::memcpy(h + l.slots, slots.data(), sizeof(int32_t) * rows);
-  for (size_t i = 0; i < batch.x.size(); ++i) put(h + l.x, opts_.act, i, batch.x[i]);
-  for (size_t i = 0; i < batch.a.size(); ++i) put(h + l.a, opts_.act, i, batch.a[i]);
-  for (size_t i = 0; i < batch.b.size(); ++i) put(h + l.b, opts_.act, i, batch.b[i]);
-  check(cudaMemcpyAsync(v_.io.data, h, l.total, cudaMemcpyHostToDevice, stream_.get()));
-  staged_[static_cast<size_t>(1 - next_staging_)].record(stream_.get());
+  staging_.upload(stream_.get(), v_.io.data, l.total, [&](std::span<std::byte> host) {
+    char* h = reinterpret_cast<char*>(host.data());
+    std::memset(h, 0, l.total);  // padding rows: zero inputs
+    auto slots = pad_slots(batch.slots, rows);
+    std::memcpy(h + l.slots, slots.data(), sizeof(int32_t) * rows);
+    for (size_t i = 0; i < batch.x.size(); ++i) put(h + l.x, opts_.act, i, batch.x[i]);
+    for (size_t i = 0; i < batch.a.size(); ++i) put(h + l.a, opts_.act, i, batch.a[i]);
+    for (size_t i = 0; i < batch.b.size(); ++i) put(h + l.b, opts_.act, i, batch.b[i]);
+  });
 }
 
-char* GdnDecodeStep::acquire_staging() {
-  const auto i = static_cast<size_t>(next_staging_);
-  staged_[i].sync();  // returns at once unless that buffer's upload (two steps ago) is still pending
-  next_staging_ = 1 - next_staging_;
-  return staging_[i].as<char>();
+void GdnDecodeStep::stage_padding(int rows) {
+  const IoLayout l = io_layout(rows);
+  staging_.upload(stream_.get(), v_.io.data, l.total, [&](std::span<std::byte> host) {
+    char* h = reinterpret_cast<char*>(host.data());
+    const std::vector<int32_t> pad(static_cast<size_t>(rows), -1);
+    std::memset(h, 0, l.total);
+    std::memcpy(h + l.slots, pad.data(), sizeof(int32_t) * rows);
+  });
 }
 
 double GdnDecodeStep::step_bytes(int rows) const {
@@ -251,27 +258,11 @@ void GdnDecodeStep::launch_sequence(int rows, NodeRecorder* rec) {
 
 void GdnDecodeStep::capture_all(bool for_timing) {
   if (for_timing) NodeTimer::instance().attach();
-  // Warm-up: every key once eagerly on padding-only inputs (slot -1 rows touch no state).
-  for (int key : keys_) {
-    DecodeBatch none;
-    const IoLayout l = io_layout(key);
-    std::vector<int32_t> pad(static_cast<size_t>(key), -1);
-    char* h = acquire_staging();
-    std::memset(h, 0, l.total);
-    std::memcpy(h + l.slots, pad.data(), sizeof(int32_t) * key);
-    check(cudaMemcpyAsync(v_.io.data, h, l.total, cudaMemcpyHostToDevice, stream_.get()));
-    staged_[static_cast<size_t>(1 - next_staging_)].record(stream_.get());
-    launch_sequence(key, nullptr);
-  }
-  stream_.sync();
-  for (auto it = keys_.rbegin(); it != keys_.rend(); ++it) {
-    const int key = *it;
-    NodeRecorder rec;
-    const std::string name = fmt::format("gdn-decode b={}", key);
-    CapturedGraph g = CapturedGraph::capture(name, stream_.get(), [&] { launch_sequence(key, &rec); });
-    manifests_[key] = build_manifest(name, opts_.arms.describe(), g.graph(), rec);
-    graphs_[key] = std::move(g);
-  }
+  std::vector<GraphKey> keys;
+  for (int key : keys_) keys.push_back(GraphKey::decode(key));
+  graphs_.capture_all(
+      keys, [&](const GraphKey& key) { stage_padding(key.tokens); },
+      [](const GraphKey& key) { return fmt::format("gdn-decode b={}", key.tokens); }, opts_.arms.describe());
 }
 
 int GdnDecodeStep::run(const DecodeBatch& batch, RunMode mode) {
@@ -281,28 +272,11 @@ int GdnDecodeStep::run(const DecodeBatch& batch, RunMode mode) {
   auto key = pad_to_key(keys_, B);
   const int rows = key ? *key : B;
   upload(batch, rows);
-  if (mode == RunMode::graph && key && graphs_.count(*key)) {
-    graphs_.at(*key).replay(stream_.get());
-  } else {
-    if (mode == RunMode::graph) ++eager_fallbacks_;
-    launch_sequence(rows, nullptr);
-  }
+  graphs_.run(GraphKey::decode(rows), mode);
   return rows;
 }
 
-void GdnDecodeStep::replay(int key) const { graph(key).replay(stream_.get()); }
-
-const Manifest& GdnDecodeStep::manifest(int key) const {
-  auto it = manifests_.find(key);
-  require(it != manifests_.end(), "no graph captured for batch {}", key);
-  return it->second;
-}
-
-const CapturedGraph& GdnDecodeStep::graph(int key) const {
-  auto it = graphs_.find(key);
-  require(it != graphs_.end(), "no graph captured for batch {}", key);
-  return it->second;
-}
+void GdnDecodeStep::replay(int key) const { graphs_.replay(GraphKey::decode(key)); }
 
 namespace {
 std::vector<uint8_t> download(const TensorView& t, size_t bytes, cudaStream_t s) {

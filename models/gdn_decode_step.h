@@ -8,8 +8,6 @@
 // static input block, then replays the key's graph (or launches the same sequence eagerly).
 #pragma once
 #include <cstdint>
-#include <array>
-#include <map>
 #include <optional>
 #include <vector>
 
@@ -17,6 +15,8 @@
 #include "engine/cuda_handles.h"
 #include "graphs/graph.h"
 #include "graphs/manifest.h"
+#include "graphs/staged_upload.h"
+#include "graphs/step_graphs.h"
 #include "kernels/arms.h"
 #include "models/qwen35_config.h"
 
@@ -40,11 +40,11 @@ struct DecodeBatch {
   int rows() const { return static_cast<int>(slots.size()); }
 };
 
-enum class RunMode { eager, graph };
-
 class GdnDecodeStep {
  public:
   GdnDecodeStep(const GdnDims& dims, const GdnDecodeOptions& opts);
+  GdnDecodeStep(const GdnDecodeStep&) = delete;  // the graph runner's launch callback points here
+  GdnDecodeStep& operator=(const GdnDecodeStep&) = delete;
 
   // Warm-up (one eager run per key), then capture every key, largest first. Attach the CUPTI
   // node timer first when `for_timing` so replays can be mapped to captured nodes.
@@ -72,9 +72,11 @@ class GdnDecodeStep {
   const std::vector<float>& dt_bias() const { return dt_bias_host_; }// [Hv]
 
   const std::vector<int>& keys() const { return keys_; }
-  const Manifest& manifest(int key) const;
-  const CapturedGraph& graph(int key) const;
-  int eager_fallbacks() const { return eager_fallbacks_; }
+  // The graph runner (graph keys: GraphKey::decode(rows)); manifest and graph of one batch key.
+  const StepGraphs& graphs() const { return graphs_; }
+  const Manifest& manifest(int key) const { return graphs_.manifest(GraphKey::decode(key)); }
+  const CapturedGraph& graph(int key) const { return graphs_.graph(GraphKey::decode(key)); }
+  int eager_fallbacks() const { return graphs_.eager_fallbacks(); }
   cudaStream_t stream() const { return stream_.get(); }
   const GdnDims& dims() const { return dims_; }
   const GdnDecodeOptions& options() const { return opts_; }
@@ -97,6 +99,7 @@ class GdnDecodeStep {
   void layout(Arena& arena);
   IoLayout io_layout(int rows) const;
   void upload(const DecodeBatch& batch, int rows);
+  void stage_padding(int rows);  // warm-up inputs: every row padding (slot -1, zero inputs)
   void launch_sequence(int rows, NodeRecorder* rec);
 
   GdnDims dims_;
@@ -104,17 +107,10 @@ class GdnDecodeStep {
   Stream stream_;
   std::optional<Arena> arena_;
   Views v_;
-  // Two pinned staging buffers used in turn; each one's event marks when its upload has been
-  // consumed, so the host packs step n+1 while step n runs and waits only for step n-1's copy.
-  std::array<PinnedBuffer, 2> staging_;
-  std::array<Event, 2> staged_{Event(false), Event(false)};
-  int next_staging_ = 0;
-  char* acquire_staging();  // waits for that buffer's previous upload, returns it
+  StagedUpload staging_;  // step inputs -> v_.io
   std::vector<float> w_host_, A_log_host_, dt_bias_host_;
   std::vector<int> keys_;
-  std::map<int, CapturedGraph> graphs_;
-  std::map<int, Manifest> manifests_;
-  int eager_fallbacks_ = 0;
+  StepGraphs graphs_;
 };
 
 }  // namespace sg

@@ -43,10 +43,25 @@ void upload_values(void* dst, DType t, const float* v, size_t n, cudaStream_t s)
   check(cudaStreamSynchronize(s));
 }
 
+// The smallest bucket that holds the batch's tokens (an error when none does).
+int prefill_bucket(const std::vector<int>& buckets, const std::vector<PrefillRequest>& batch, int max_tokens) {
+  require(!buckets.empty(), "this model step has no prefill buffers (max_prefill_tokens is 0)");
+  size_t n = 0;
+  for (const auto& r : batch) n += r.tokens.size();
+  const auto bucket =
+      n <= static_cast<size_t>(max_tokens) ? pad_tokens_to_bucket(buckets, static_cast<int>(n)) : std::nullopt;
+  require(bucket.has_value(), "prefill of {} tokens: more than max_prefill_tokens ({}); split the batch", n,
+          max_tokens);
+  return *bucket;
+}
+
 }  // namespace
 
 ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
-    : cfg_(config), opts_(opts), cublas_(stream_.get()) {
+    : cfg_(config),
+      opts_(opts),
+      cublas_(stream_.get()),
+      graphs_(stream_.get(), [this](const GraphKey& key, NodeRecorder* rec) { launch_sequence(step_key(key), rec); }) {
   cfg_.validate("ModelStep");
   if (opts_.graph_max == 0) opts_.graph_max = opts_.max_decode_batch;
   require(opts_.max_decode_batch >= 1 && opts_.graph_max >= 1 && opts_.graph_max <= opts_.max_decode_batch,
@@ -101,7 +116,7 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   layout(*arena_);
   arena_->freeze();
   arena_->zero(stream_.get());
-  for (auto& b : staging_) b = PinnedBuffer(meta_bytes());
+  staging_ = StagedUpload(meta_bytes());
   if (opts_.synthetic) init_synthetic(opts_.seed);
   stream_.sync();
 }
@@ -445,20 +460,27 @@ void ModelStep::clear_caches() {
 
 // --- the step -------------------------------------------------------------------------------------
 
-char* ModelStep::acquire_staging() {
-  const auto i = static_cast<size_t>(next_staging_);
-  staged_[i].sync();  // returns at once unless that buffer's upload (two steps ago) is still pending
-  next_staging_ = 1 - next_staging_;
-  return staging_[i].as<char>();
+StepKey ModelStep::step_key(const GraphKey& key) const {
+  require(key.kind != GraphKind::mixed, "model step: no mixed prefill + decode steps yet ({})", describe(key));
+  return key.kind == GraphKind::prefill ? prefill_key(key.tokens) : StepKey::decode(key.tokens);
 }
 
 void ModelStep::upload_metadata(const StepMetadata& md) {
-  const size_t total = md.layout().total;
-  const size_t which = static_cast<size_t>(next_staging_);
-  char* h = acquire_staging();
-  md.pack_into(std::span<std::byte>(reinterpret_cast<std::byte*>(h), staging_[which].bytes()));
-  check(cudaMemcpyAsync(a_.meta.data, h, total, cudaMemcpyHostToDevice, stream_.get()));
-  staged_[which].record(stream_.get());
+  staging_.upload(stream_.get(), a_.meta.data, md.layout().total, [&](std::span<std::byte> host) { md.pack_into(host); });
+}
+
+void ModelStep::run_step(const StepMetadata& md, RunMode mode) {
+  upload_metadata(md);
+  graphs_.run(graph_key(md.key), mode);
+}
+
+void ModelStep::read_outputs(size_t n, std::vector<float>& logits, std::vector<int32_t>& tokens) const {
+  logits.resize(n * static_cast<size_t>(cfg_.vocab));
+  tokens.resize(n);
+  check(cudaMemcpyAsync(logits.data(), a_.logits.data, logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream_.get()));
+  check(cudaMemcpyAsync(tokens.data(), a_.tokens.data, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_.get()));
+  stream_.sync();
 }
 
 int ModelStep::enqueue(const std::vector<DecodeRequest>& batch, RunMode mode) {
@@ -468,89 +490,45 @@ int ModelStep::enqueue(const std::vector<DecodeRequest>& batch, RunMode mode) {
   const auto key = pad_to_key(keys_, B);
   const int rows = key ? *key : B;
   const StepLimits limits{opts_.num_slots, cfg_.vocab, opts_.max_context};
-  upload_metadata(build_decode_metadata(batch, StepKey::decode(rows), limits));
-  if (mode == RunMode::graph && key && graphs_.count(*key)) {
-    graphs_.at(*key).replay(stream_.get());
-  } else {
-    if (mode == RunMode::graph) ++eager_fallbacks_;
-    launch_sequence(StepKey::decode(rows), nullptr);
-  }
+  run_step(build_decode_metadata(batch, StepKey::decode(rows), limits), mode);
   return rows;
-}
-
-int ModelStep::stage_prefill(const std::vector<PrefillRequest>& batch) {
-  require(!prefill_keys_.empty(), "this model step has no prefill buffers (max_prefill_tokens is 0)");
-  size_t n = 0;
-  for (const auto& r : batch) n += r.tokens.size();
-  const auto bucket = n <= static_cast<size_t>(opts_.max_prefill_tokens)
-                          ? pad_tokens_to_bucket(prefill_keys_, static_cast<int>(n))
-                          : std::nullopt;
-  require(bucket.has_value(), "prefill of {} tokens: more than max_prefill_tokens ({}); split the batch", n,
-          opts_.max_prefill_tokens);
-  const StepLimits limits{opts_.num_slots, cfg_.vocab, opts_.max_context};
-  upload_metadata(build_prefill_metadata(batch, prefill_key(*bucket), limits));
-  return *bucket;
-}
-
-int ModelStep::enqueue_prefill(const std::vector<PrefillRequest>& batch, RunMode mode) {
-  const int bucket = stage_prefill(batch);
-  if (mode == RunMode::graph && prefill_graphs_.count(bucket)) {
-    prefill_graphs_.at(bucket).replay(stream_.get());
-  } else {
-    if (mode == RunMode::graph) ++eager_fallbacks_;
-    launch_sequence(prefill_key(bucket), nullptr);
-  }
-  return bucket;
-}
-
-void ModelStep::launch_prefill_eager(int bucket) {
-  require(std::count(prefill_keys_.begin(), prefill_keys_.end(), bucket) == 1, "no prefill bucket {}", bucket);
-  launch_sequence(prefill_key(bucket), nullptr);
-}
-
-PrefillOutput ModelStep::prefill(const std::vector<PrefillRequest>& batch, RunMode mode) {
-  PrefillOutput out;
-  out.bucket = enqueue_prefill(batch, mode);
-  const size_t N = batch.size();
-  out.logits.resize(N * static_cast<size_t>(cfg_.vocab));
-  out.tokens.resize(N);
-  check(cudaMemcpyAsync(out.logits.data(), a_.logits.data, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                        stream_.get()));
-  check(cudaMemcpyAsync(out.tokens.data(), a_.tokens.data, N * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                        stream_.get()));
-  stream_.sync();
-  return out;
-}
-
-void ModelStep::replay_prefill(int bucket) const { prefill_graph(bucket).replay(stream_.get()); }
-
-const Manifest& ModelStep::prefill_manifest(int bucket) const {
-  auto it = prefill_manifests_.find(bucket);
-  require(it != prefill_manifests_.end(), "no prefill graph captured for bucket {}", bucket);
-  return it->second;
-}
-
-const CapturedGraph& ModelStep::prefill_graph(int bucket) const {
-  auto it = prefill_graphs_.find(bucket);
-  require(it != prefill_graphs_.end(), "no prefill graph captured for bucket {}", bucket);
-  return it->second;
 }
 
 DecodeOutput ModelStep::decode(const std::vector<DecodeRequest>& batch, RunMode mode) {
   DecodeOutput out;
   out.rows = enqueue(batch, mode);
-  const size_t B = batch.size();
-  out.logits.resize(B * static_cast<size_t>(cfg_.vocab));
-  out.tokens.resize(B);
-  check(cudaMemcpyAsync(out.logits.data(), a_.logits.data, out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                        stream_.get()));
-  check(cudaMemcpyAsync(out.tokens.data(), a_.tokens.data, B * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                        stream_.get()));
-  stream_.sync();
+  read_outputs(batch.size(), out.logits, out.tokens);
   return out;
 }
 
-void ModelStep::replay(int key) const { graph(key).replay(stream_.get()); }
+void ModelStep::replay(int key) const { graphs_.replay(GraphKey::decode(key)); }
+
+int ModelStep::stage_prefill(const std::vector<PrefillRequest>& batch) {
+  const int bucket = prefill_bucket(prefill_keys_, batch, opts_.max_prefill_tokens);
+  const StepLimits limits{opts_.num_slots, cfg_.vocab, opts_.max_context};
+  upload_metadata(build_prefill_metadata(batch, prefill_key(bucket), limits));
+  return bucket;
+}
+
+int ModelStep::enqueue_prefill(const std::vector<PrefillRequest>& batch, RunMode mode) {
+  const int bucket = stage_prefill(batch);
+  graphs_.run(GraphKey::prefill(bucket), mode);
+  return bucket;
+}
+
+void ModelStep::launch_prefill_eager(int bucket) {
+  require(std::count(prefill_keys_.begin(), prefill_keys_.end(), bucket) == 1, "no prefill bucket {}", bucket);
+  graphs_.run(GraphKey::prefill(bucket), RunMode::eager);
+}
+
+PrefillOutput ModelStep::prefill(const std::vector<PrefillRequest>& batch, RunMode mode) {
+  PrefillOutput out;
+  out.bucket = enqueue_prefill(batch, mode);
+  read_outputs(batch.size(), out.logits, out.tokens);
+  return out;
+}
+
+void ModelStep::replay_prefill(int bucket) const { graphs_.replay(GraphKey::prefill(bucket)); }
 
 std::vector<uint8_t> ModelStep::logits_bytes(int rows) const {
   require(rows >= 0 && rows <= logit_rows(), "logits_bytes: rows {} outside [0, {}]", rows, logit_rows());
@@ -564,18 +542,6 @@ std::vector<int32_t> ModelStep::tokens(int rows) const {
   std::vector<int32_t> out(static_cast<size_t>(rows));
   download_into(reinterpret_cast<uint8_t*>(out.data()), a_.tokens.data, out.size() * sizeof(int32_t), stream_.get());
   return out;
-}
-
-const Manifest& ModelStep::manifest(int key) const {
-  auto it = manifests_.find(key);
-  require(it != manifests_.end(), "no graph captured for batch {}", key);
-  return it->second;
-}
-
-const CapturedGraph& ModelStep::graph(int key) const {
-  auto it = graphs_.find(key);
-  require(it != graphs_.end(), "no graph captured for batch {}", key);
-  return it->second;
 }
 
 }  // namespace sg

@@ -31,14 +31,13 @@
 // [max(rows, max_prefill_seqs), V], tokens i32). In a prefill step the intermediate activations of
 // padding token rows are unspecified (stale); the outputs and every cache are defined.
 //
-// A step: build_decode_metadata for the padded key, pack_into a pinned staging buffer (two used in
-// turn, each guarded by an event), one async upload into the static block, then replay the key's
-// graph (or launch the same sequence eagerly). Padding rows (slot -1, token_seq -1, past n_tokens)
-// read and write no cache and produce zero rows.
+// A step: build_decode_metadata (or build_prefill_metadata) for the padded key, pack_into a pinned
+// staging buffer and one async upload into the static block (graphs/staged_upload.h), then the
+// graph runner (graphs/step_graphs.h) replays the key's graph or launches the same sequence
+// eagerly. Decode keys map to GraphKey::decode(rows), prefill buckets to GraphKey::prefill(bucket).
+// Padding rows (slot -1, token_seq -1, past n_tokens) read and write no cache and produce zero rows.
 #pragma once
-#include <array>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,8 +46,9 @@
 #include "engine/cuda_handles.h"
 #include "graphs/graph.h"
 #include "graphs/manifest.h"
+#include "graphs/staged_upload.h"
+#include "graphs/step_graphs.h"
 #include "kernels/arms.h"
-#include "models/gdn_decode_step.h"  // RunMode
 #include "models/qwen35_config.h"
 #include "models/reference_model.h"  // HostWeights
 #include "models/step_metadata.h"
@@ -95,6 +95,8 @@ struct PrefillOutput {
 class ModelStep {
  public:
   ModelStep(const Qwen35Config& config, const ModelStepOptions& opts);
+  ModelStep(const ModelStep&) = delete;  // the graph runner's launch callback points here
+  ModelStep& operator=(const ModelStep&) = delete;
 
   // Fast synthetic weights generated on the GPU with fill_uniform (per tensor seed = f(seed, index));
   // the same scales as synthetic_weights() but NOT the same values (use load_host_weights for that).
@@ -144,13 +146,16 @@ class ModelStep {
   void clear_caches();
 
   const std::vector<int>& keys() const { return keys_; }
-  const Manifest& manifest(int key) const;
-  const CapturedGraph& graph(int key) const;
   const std::vector<int>& prefill_keys() const { return prefill_keys_; }  // buckets, ascending
-  const Manifest& prefill_manifest(int bucket) const;
-  const CapturedGraph& prefill_graph(int bucket) const;
+  // The graph runner, keyed by GraphKey::decode(rows) and GraphKey::prefill(bucket); the four
+  // accessors below are shorthands for its manifest() and graph() with one kind of key.
+  const StepGraphs& graphs() const { return graphs_; }
+  const Manifest& manifest(int key) const { return graphs_.manifest(GraphKey::decode(key)); }
+  const CapturedGraph& graph(int key) const { return graphs_.graph(GraphKey::decode(key)); }
+  const Manifest& prefill_manifest(int bucket) const { return graphs_.manifest(GraphKey::prefill(bucket)); }
+  const CapturedGraph& prefill_graph(int bucket) const { return graphs_.graph(GraphKey::prefill(bucket)); }
   int max_prefill_seqs() const { return opts_.max_prefill_seqs; }
-  int eager_fallbacks() const { return eager_fallbacks_; }  // decode and prefill steps run eagerly in graph mode
+  int eager_fallbacks() const { return graphs_.eager_fallbacks(); }  // decode and prefill steps run eagerly in graph mode
   cudaStream_t stream() const { return stream_.get(); }
   const Qwen35Config& config() const { return cfg_; }
   const ModelStepOptions& options() const { return opts_; }
@@ -220,14 +225,22 @@ class ModelStep {
   int logit_rows() const;   // L
   size_t meta_bytes() const;
   StepKey prefill_key(int bucket) const { return StepKey::prefill(bucket, opts_.max_prefill_seqs); }
+  // A step key and its graph key (the kind and the token rows; prefill's sequences are fixed).
+  static GraphKey graph_key(const StepKey& key) {
+    return key.kind == StepKind::prefill ? GraphKey::prefill(key.tokens) : GraphKey::decode(key.tokens);
+  }
+  StepKey step_key(const GraphKey& key) const;
   void upload_metadata(const StepMetadata& md);
+  // Uploads `md`, then replays its key's graph or launches it eagerly (StepGraphs::run).
+  void run_step(const StepMetadata& md, RunMode mode);
+  // Downloads the first n rows of logits and tokens (synchronises).
+  void read_outputs(size_t n, std::vector<float>& logits, std::vector<int32_t>& tokens) const;
   void launch_sequence(const StepKey& key, NodeRecorder* rec);
   void gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   void attn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   void mlp_block(int layer, const StepKey& key, NodeRecorder* rec);
   void gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op,
             NodeRecorder* rec);
-  char* acquire_staging();
   std::vector<const TensorView*> caches() const;
 
   Qwen35Config cfg_;
@@ -239,16 +252,10 @@ class ModelStep {
   TensorView embed_, lm_head_, final_norm_;
   Acts a_;
   int sms_ = 0;  // SM count (attention split-K choice)
-  std::array<PinnedBuffer, 2> staging_;
-  std::array<Event, 2> staged_{Event(false), Event(false)};
-  int next_staging_ = 0;
+  StagedUpload staging_;  // step metadata -> a_.meta
   std::vector<int> keys_;
-  std::map<int, CapturedGraph> graphs_;
-  std::map<int, Manifest> manifests_;
   std::vector<int> prefill_keys_;
-  std::map<int, CapturedGraph> prefill_graphs_;
-  std::map<int, Manifest> prefill_manifests_;
-  int eager_fallbacks_ = 0;
+  StepGraphs graphs_;
 };
 
 }  // namespace sg

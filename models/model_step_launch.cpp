@@ -284,29 +284,19 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
 
 void ModelStep::capture_all(bool for_timing, bool prefill) {
   if (for_timing) NodeTimer::instance().attach();
-  std::vector<StepKey> keys;
-  for (int k : keys_) keys.push_back(StepKey::decode(k));
+  std::vector<GraphKey> keys;
+  for (int k : keys_) keys.push_back(GraphKey::decode(k));
   if (prefill) {
-    for (int b : prefill_keys_) keys.push_back(prefill_key(b));
+    for (int b : prefill_keys_) keys.push_back(GraphKey::prefill(b));
   }
-  // Warm-up: every key once eagerly on padding-only metadata (no cache is read or written), so
-  // cuBLAS and the kernels initialise nothing lazily inside a capture.
-  for (const StepKey& key : keys) {
-    upload_metadata(padding_metadata(key));
-    launch_sequence(key, nullptr);
-  }
-  stream_.sync();
-  // Largest first within each kind.
-  for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
-    const StepKey key = *it;
-    const bool pre = key.kind == StepKind::prefill;
-    NodeRecorder rec;
-    const std::string name = pre ? fmt::format("model-prefill {} t={}", cfg_.name, key.tokens)
-                                 : fmt::format("model-decode {} b={}", cfg_.name, key.tokens);
-    CapturedGraph g = CapturedGraph::capture(name, stream_.get(), [&] { launch_sequence(key, &rec); });
-    (pre ? prefill_manifests_ : manifests_)[key.tokens] = build_manifest(name, opts_.arms.describe(), g.graph(), rec);
-    (pre ? prefill_graphs_ : graphs_)[key.tokens] = std::move(g);
-  }
+  // Warm-up on padding-only metadata: no cache is read or written.
+  graphs_.capture_all(
+      keys, [&](const GraphKey& key) { upload_metadata(padding_metadata(step_key(key))); },
+      [&](const GraphKey& key) {
+        return key.kind == GraphKind::prefill ? fmt::format("model-prefill {} t={}", cfg_.name, key.tokens)
+                                              : fmt::format("model-decode {} b={}", cfg_.name, key.tokens);
+      },
+      opts_.arms.describe());
 }
 
 }  // namespace sg

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# gpu_visit.sh: one visit to the GPU machine: build (build-gpu), run every test (GPU tests
-# included), the GPU tests under compute-sanitizer memcheck and racecheck, and `stepgraph bench`;
-# logs go to $OUT (or ./gpu-out), a short summary is printed last.
-#   usage: tools/gpu_visit.sh [--no-tests] [--no-sanitize] [--no-bench] [--no-kernels] [-- extra bench args]
-# One 600 s device call holds build + tests + sanitizers (`--no-bench --no-kernels`); a second
-# call the rest (`--no-tests --no-sanitize`).
+# gpu_check.sh: the checks that need a GPU, in one run: build (build-gpu), every test (GPU tests
+# included), the new kernels' GPU tests under compute-sanitizer memcheck and racecheck, generate on
+# a checkpoint folder, the C interface example, `stepgraph bench` and `stepgraph kernels`. Logs
+# go to OUT_DIR (default ./gpu-out); a short summary is printed last.
+#   usage: tools/gpu_check.sh [OUT_DIR] [--no-tests] [--no-sanitize] [--no-bench] [--no-kernels] [-- extra bench args]
+# Build + tests + sanitizers take about 7 minutes on an H200 machine with 16 cores
+# (`--no-bench --no-kernels`); the rest (`--no-tests --no-sanitize`) about 3.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then OUT=$1; shift; fi
 mkdir -p "$OUT"
 tests=1; sanitize=1; bench=1; kernels=1; bench_args=()
 while [ $# -gt 0 ]; do
@@ -25,8 +27,8 @@ summary=()
 note() { summary+=("$*"); echo "== $*"; }
 
 export PATH=/usr/local/cuda/bin:$PATH
-# (at most 8 files come back from $OUT: ctest, tests_gpu, 3 sanitizer logs, bench log+json, kernels;
-# build.log only when the build failed)
+# OUT_DIR keeps at most 8 files: ctest, tests_gpu, 3 sanitizer logs, bench log + json, kernels
+# (build.log only when the build failed).
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader 2>&1
 echo "commit: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | wc -l) changed files"
 
@@ -34,7 +36,7 @@ start=$(date +%s)
 if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release > "$OUT/build.log" 2>&1 &&
    cmake --build build-gpu -j"$(nproc)" >> "$OUT/build.log" 2>&1; then
   note "build: ok ($(( $(date +%s) - start )) s)"
-  rm -f "$OUT/build.log"  # at most 8 files come back; a good build's log says nothing new
+  rm -f "$OUT/build.log"  # a good build's log says nothing new
 else
   tail -40 "$OUT/build.log"; note "build: FAILED (see build.log)"; printf '%s\n' "${summary[@]}"; exit 1
 fi
@@ -50,18 +52,17 @@ note "tests_gpu (one process): rc=$?; $(grep -E '^(All tests passed|test cases:)
 fi
 
 if [ $sanitize = 1 ]; then
-  # The GDN kernel tests (and the chunked delta rule's) under both tools. Deliberate API errors (the
-  # bad-argument tests) are not memory errors. Session 3 timings: memcheck on these tags ~35 s;
-  # racecheck on them > 170 s, the chunked cases being the slow ones, so racecheck runs the
-  # kernel tags first and one chunked case (two segments with history: every phase of the kernel,
-  # history in and out) by name.
-  tags="[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi],[delta_rule_chunked]"
-  timeout 90 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 \
+  # The kernels' GPU tests under both tools. Deliberate API errors (the bad-argument tests) are not
+  # memory errors. memcheck on these tags takes about 2 minutes; racecheck is slower (the chunked
+  # delta rule's cases most), so it runs the kernel tags and one chunked case (two segments with
+  # history: every phase of the kernel, history in and out) by name.
+  tags="[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi],[delta_rule_chunked],[decode_mma],[skinny],[norms],[runner]"
+  timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 \
     ./build-gpu/tests/tests_gpu "$tags" > "$OUT/sanitizer-memcheck.log" 2>&1
-  note "compute-sanitizer memcheck (GDN kernels): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-memcheck.log" | tail -1)"
+  note "compute-sanitizer memcheck (kernel tests): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-memcheck.log" | tail -1)"
   timeout 150 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 99 ./build-gpu/tests/tests_gpu \
-    "[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi]" > "$OUT/sanitizer-racecheck.log" 2>&1
-  note "compute-sanitizer racecheck (GDN kernels): rc=$?; $(grep -E 'RACECHECK SUMMARY' "$OUT/sanitizer-racecheck.log" | tail -1)"
+    "[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi],[skinny],[runner],argmax*" > "$OUT/sanitizer-racecheck.log" 2>&1
+  note "compute-sanitizer racecheck (kernel tests): rc=$?; $(grep -E 'RACECHECK SUMMARY' "$OUT/sanitizer-racecheck.log" | tail -1)"
   timeout 120 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 99 ./build-gpu/tests/tests_gpu \
     "chunked delta-rule prefill: two segments with history agree with one prefill" > "$OUT/sanitizer-racecheck-chunked.log" 2>&1
   note "compute-sanitizer racecheck (chunked delta rule, one case): rc=$?; $(grep -E 'RACECHECK SUMMARY' "$OUT/sanitizer-racecheck-chunked.log" | tail -1)"

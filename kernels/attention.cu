@@ -93,16 +93,11 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(const DecArgs 
   int slot = -1, pos = 0;
   const bool live = resolve_row(p.meta, b, p.max_context, slot, pos);
   if (!live) {
-    if (splits == 1) {
-      for (int i = threadIdx.x; i < G * D; i += kDecThreads)
-        dev::store(p.out, p.out_dtype, (static_cast<int64_t>(b) * p.Hq + h0) * D + i, 0.0f);
-    }
-    return;  // with splits > 1 the merge kernel writes the zeros
+    attn_detail::zero_padding_row(p, b, h0, G * D, splits);
+    return;
   }
-  const int ctx = pos + 1;
-  const int chunk = (ctx + splits - 1) / splits;
-  const int k0 = z * chunk;
-  const int k1 = min(ctx, k0 + chunk);
+  int k0 = 0, k1 = 0;
+  attn_detail::split_range(pos, splits, z, k0, k1);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane / L, part = lane % L, d0 = part * 8;
 

@@ -84,16 +84,11 @@ __global__ void __launch_bounds__(kThreads, 1) attn_decode_mma_kernel(const Atte
   const int G = group, h0 = g * group;
   int slot = -1, pos = 0;
   if (!resolve_row(p.meta, b, p.max_context, slot, pos)) {
-    if (splits == 1) {
-      for (int i = threadIdx.x; i < G * D; i += kThreads)
-        dev::store(p.out, p.out_dtype, (static_cast<int64_t>(b) * p.Hq + h0) * D + i, 0.0f);
-    }
-    return;  // with splits > 1 the merge kernel writes the zeros
+    attn_detail::zero_padding_row(p, b, h0, G * D, splits);
+    return;
   }
-  const int ctx = pos + 1;
-  const int chunk = (ctx + splits - 1) / splits;
-  const int k0 = z * chunk;
-  const int k1 = min(ctx, k0 + chunk);
+  int k0 = 0, k1 = 0;
+  attn_detail::split_range(pos, splits, z, k0, k1);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gq = lane >> 2, tq = lane & 3;  // fragment row / column pair
 
@@ -275,13 +270,7 @@ cudaError_t attention_decode_mma(const AttentionParams& p, cudaStream_t stream) 
   if (p.splits < 1 || p.splits > 1024 || (p.splits > 1 && !p.workspace) || p.T > 65535 || p.Hq > 65535) {
     return cudaErrorInvalidValue;
   }
-  if (p.out_dtype != DType::bf16 && p.out_dtype != DType::f32) return cudaErrorInvalidValue;
-  if (!p.q || !p.gate || !p.k_cache || !p.v_cache || !p.out || !p.meta.positions || !p.meta.token_seq || !p.meta.slots) {
-    return cudaErrorInvalidValue;
-  }
-  if (!dev::aligned16(p.q) || !dev::aligned16(p.gate) || !dev::aligned16(p.k_cache) || !dev::aligned16(p.v_cache)) {
-    return cudaErrorInvalidValue;
-  }
+  if (!attn_detail::mma_params_ok(p)) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   switch (p.D) {
     case 64: return launch<64>(p, stream);

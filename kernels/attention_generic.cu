@@ -35,16 +35,12 @@ __global__ void __launch_bounds__(kGenThreads) attn_generic_kernel(const Attenti
   const int64_t orow = (static_cast<int64_t>(b) * p.Hq + h) * D;  // row (b, h) of q, gate, out [T, Hq, D]
   int slot = -1, pos = 0;
   if (!resolve_row(p.meta, b, p.max_context, slot, pos)) {
-    if (splits == 1) {
-      for (int d = threadIdx.x; d < D; d += kGenThreads) dev::store(p.out, p.out_dtype, orow + d, 0.0f);
-    }
-    return;  // with splits > 1 the merge kernel writes the zeros
+    attn_detail::zero_padding_row(p, b, h, D, splits);
+    return;
   }
   const int g = h / (p.Hq / p.Hkv);
-  const int ctx = pos + 1;
-  const int chunk = (ctx + splits - 1) / splits;
-  const int k0 = z * chunk;
-  const int k1 = min(ctx, k0 + chunk);
+  int k0 = 0, k1 = 0;
+  attn_detail::split_range(pos, splits, z, k0, k1);
 
   float qr[kGenMaxF], o[kGenMaxF];
 #pragma unroll
@@ -105,18 +101,7 @@ __global__ void __launch_bounds__(kGenThreads) attn_generic_kernel(const Attenti
         osum = fmaf(so[w][d], c, osum);
       }
     }
-    if (splits == 1) {
-      dev::store(p.out, p.out_dtype, orow + d, (osum / lsum) * sigmoidf_(dev::load(p.gate, p.q_dtype, orow + d)));
-    } else {
-      // Workspace: [T, Hq, splits, D] partial o, then [T, Hq, splits, 2] (max, sum).
-      const int64_t wi = (static_cast<int64_t>(b) * p.Hq + h) * splits + z;
-      p.workspace[wi * D + d] = osum;
-      if (d == 0) {
-        float* ml = p.workspace + static_cast<int64_t>(p.T) * p.Hq * splits * D;
-        ml[2 * wi] = mx;
-        ml[2 * wi + 1] = lsum;
-      }
-    }
+    attn_detail::store_head_feature(p, b, h, d, splits, z, osum, mx, lsum);
   }
 }
 

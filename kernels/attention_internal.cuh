@@ -32,12 +32,47 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf
 // D^-0.5 as float(pow(double(D), -0.5)).
 inline float attention_scale(int D) { return static_cast<float>(std::pow(static_cast<double>(D), -0.5)); }
 
+// Split z of `splits` over the ctx = pos + 1 cached positions of a decode row: [k0, k1), empty
+// when k0 >= k1 (possible only for z > 0).
+__device__ __forceinline__ void split_range(int pos, int splits, int z, int& k0, int& k1) {
+  const int ctx = pos + 1;
+  const int chunk = (ctx + splits - 1) / splits;
+  k0 = z * chunk;
+  k1 = min(ctx, k0 + chunk);
+}
+
+// A padding decode row: the block writes zeros to the n = G * D outputs of its query heads h0 ..
+// when splits == 1; with splits > 1 the merge kernel writes them.
+__device__ __forceinline__ void zero_padding_row(const AttentionParams& p, int b, int h0, int n, int splits) {
+  if (splits != 1) return;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dev::store(p.out, p.out_dtype, (static_cast<int64_t>(b) * p.Hq + h0) * p.D + i, 0.0f);
+}
+
+// Feature d of query head h of row b, merged over a block's warps (osum, lsum at the running
+// maximum mx): with splits == 1 the output (o / l) * sigmoid(gate); else split z's partial into
+// the workspace ([T, Hq, splits, D] partial o, then [T, Hq, splits, 2] (max, sum)).
+__device__ __forceinline__ void store_head_feature(const AttentionParams& p, int b, int h, int d, int splits, int z,
+                                                   float osum, float mx, float lsum) {
+  const int64_t orow = (static_cast<int64_t>(b) * p.Hq + h) * p.D + d;
+  if (splits == 1) {
+    const float gv = dev::load(p.gate, p.q_dtype, orow);
+    dev::store(p.out, p.out_dtype, orow, (osum / lsum) * sigmoidf_(gv));
+  } else {
+    const int64_t wi = (static_cast<int64_t>(b) * p.Hq + h) * splits + z;
+    p.workspace[wi * p.D + d] = osum;
+    if (d == 0) {
+      float* ml = p.workspace + static_cast<int64_t>(p.T) * p.Hq * splits * p.D;
+      ml[2 * wi] = mx;
+      ml[2 * wi + 1] = lsum;
+    }
+  }
+}
+
 // The end of a decode block: W warps left partials of the G query heads h0 .. h0 + G - 1 of row b
 // in shared memory (so [W][G][D] unnormalised outputs, smx [W][G] running maxima, sl [W][G] sums;
 // a warp that saw no key holds -inf, 0, 0). They are merged in warp order, rescaled to the largest
-// maximum; with splits == 1 the block writes out = (o / l) * sigmoid(gate), else its split z's
-// partial (o, then (max, sum)) into the workspace for the merge kernel. Every thread calls it
-// (after a barrier that makes the partials visible).
+// maximum, and stored (store_head_feature). Every thread calls it (after a barrier that makes the
+// partials visible).
 template <int W>
 __device__ __forceinline__ void combine_warps(const AttentionParams& p, const float* so, const float* smx, const float* sl,
                                               int G, int D, int b, int h0, int splits, int z) {
@@ -53,21 +88,18 @@ __device__ __forceinline__ void combine_warps(const AttentionParams& p, const fl
         osum = fmaf(so[(w * G + hh) * D + d], c, osum);
       }
     }
-    const int h = h0 + hh;
-    const int64_t orow = (static_cast<int64_t>(b) * p.Hq + h) * D + d;
-    if (splits == 1) {
-      const float gv = dev::load(p.gate, p.q_dtype, orow);
-      dev::store(p.out, p.out_dtype, orow, (osum / lsum) * sigmoidf_(gv));
-    } else {
-      const int64_t wi = (static_cast<int64_t>(b) * p.Hq + h) * splits + z;
-      p.workspace[wi * D + d] = osum;
-      if (d == 0) {
-        float* ml = p.workspace + static_cast<int64_t>(p.T) * p.Hq * splits * D;
-        ml[2 * wi] = mx;
-        ml[2 * wi + 1] = lsum;
-      }
-    }
+    store_head_feature(p, b, h0 + hh, d, splits, z, osum, mx, lsum);
   }
+}
+
+// Host: the checks both tensor-core kernels share (out dtype, every pointer set, q / gate / caches
+// 16-byte aligned).
+inline bool mma_params_ok(const AttentionParams& p) {
+  if (p.out_dtype != DType::bf16 && p.out_dtype != DType::f32) return false;
+  if (!p.q || !p.gate || !p.k_cache || !p.v_cache || !p.out || !p.meta.positions || !p.meta.token_seq || !p.meta.slots) {
+    return false;
+  }
+  return dev::aligned16(p.q) && dev::aligned16(p.gate) && dev::aligned16(p.k_cache) && dev::aligned16(p.v_cache);
 }
 
 // Merges the split-K partials of a decode (workspace layout: attention_decode_workspace_bytes)

@@ -299,13 +299,7 @@ cudaError_t attention_prefill_mma(const AttentionParams& p, cudaStream_t stream)
       !attention_prefill_mma_supports(p.D, p.q_dtype, p.cache_dtype) || p.Hq > 65535) {
     return cudaErrorInvalidValue;
   }
-  if (p.out_dtype != DType::bf16 && p.out_dtype != DType::f32) return cudaErrorInvalidValue;
-  if (!p.q || !p.gate || !p.k_cache || !p.v_cache || !p.out || !p.meta.positions || !p.meta.token_seq || !p.meta.slots) {
-    return cudaErrorInvalidValue;
-  }
-  if (!dev::aligned16(p.q) || !dev::aligned16(p.gate) || !dev::aligned16(p.k_cache) || !dev::aligned16(p.v_cache)) {
-    return cudaErrorInvalidValue;
-  }
+  if (!attn_detail::mma_params_ok(p)) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   switch (p.D) {
     case 32: return launch<32>(p, stream);

@@ -52,7 +52,7 @@ inline constexpr std::array<int, 3> kConvUpdateFastBlockChoices = {128, 256, 512
 inline constexpr std::array<int, 3> kConvUpdateFastChannelChoices = {8, 4, 2};
 // The decode update is latency-bound (~4 MB at the 4B shape), so the pick wants enough threads in
 // flight to fill the GPU once: 132 SMs x 2048 resident threads (H100/H200); a constant, so the
-// contract does not depend on the device. Measured on the H200 (BENCHMARKS.md, session 4), 32 rows,
+// contract does not depend on the device. Measured on the H200 (BENCHMARKS.md, `4d2f25d`), 32 rows,
 // 4B / 27B: V = 2 3.05 / 3.72 us, V = 4 3.18 / 3.85, V = 8 4.45 / 5.15 (the pick is 2 for both);
 // 256 or 512 threads per block instead of 128 changes V = 2 by < 1%. `stepgraph kernels --op
 // conv.update --conv-update-channels 2,4,8 --conv-update-blocks 128,256,512` repeats the sweep.

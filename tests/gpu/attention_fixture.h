@@ -6,6 +6,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -193,6 +194,27 @@ inline std::vector<float> ref_attention(const Shape& sh, const Batch& b, const s
                           gate.data() + t * row, &view, out.data() + t * row, 1, sh.Hq, sh.Hkv, sh.D, st);
   }
   return out;
+}
+
+// Runs `launch` on stream s, eagerly or captured into a graph that is instantiated and replayed
+// once, then synchronises (the tests' replay == eager checks).
+inline void run_once(cudaStream_t s, bool graph, const std::function<cudaError_t(cudaStream_t)>& launch) {
+  if (!graph) {
+    check(launch(s));
+    check(cudaStreamSynchronize(s));
+    return;
+  }
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  const cudaError_t launched = launch(s);
+  check(cudaStreamEndCapture(s, &g));
+  check(launched);
+  check(cudaGraphInstantiate(&ge, g, 0));
+  check(cudaGraphLaunch(ge, s));
+  check(cudaStreamSynchronize(s));
+  check(cudaGraphExecDestroy(ge));
+  check(cudaGraphDestroy(g));
 }
 
 // |got - want| <= rel * |want| + abs.

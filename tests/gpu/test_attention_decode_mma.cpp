@@ -140,22 +140,7 @@ TEST_CASE("attention decode mma: graph replay, eager and a rerun give the same b
       p.meta.num_tokens = ntok.as<int32_t>();
       p.splits = splits;
       p.workspace = ws.as<float>();
-      if (!graph) {
-        check(attention_decode_mma(p, s));
-        check(cudaStreamSynchronize(s));
-        return;
-      }
-      cudaGraph_t g = nullptr;
-      cudaGraphExec_t ge = nullptr;
-      check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      const cudaError_t launched = attention_decode_mma(p, s);
-      check(cudaStreamEndCapture(s, &g));
-      check(launched);
-      check(cudaGraphInstantiate(&ge, g, 0));
-      check(cudaGraphLaunch(ge, s));
-      check(cudaStreamSynchronize(s));
-      check(cudaGraphExecDestroy(ge));
-      check(cudaGraphDestroy(g));
+      run_once(s, graph, [&](cudaStream_t st) { return attention_decode_mma(p, st); });
     };
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

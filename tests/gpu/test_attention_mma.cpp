@@ -128,22 +128,7 @@ TEST_CASE("attention prefill mma: rows past the live count are zero, rows >= T u
     auto run = [&](cudaStream_t s, test::DevBuf& out, bool graph) {
       AttentionParams p = attn_params(sh, b, pr.dm, pr.po, pr.c, out, DType::bf16);
       p.meta.num_tokens = ntok.as<int32_t>();
-      if (!graph) {
-        check(attention_prefill_mma(p, s));
-        check(cudaStreamSynchronize(s));
-        return;
-      }
-      cudaGraph_t g = nullptr;
-      cudaGraphExec_t ge = nullptr;
-      check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      const cudaError_t launched = attention_prefill_mma(p, s);
-      check(cudaStreamEndCapture(s, &g));
-      check(launched);
-      check(cudaGraphInstantiate(&ge, g, 0));
-      check(cudaGraphLaunch(ge, s));
-      check(cudaStreamSynchronize(s));
-      check(cudaGraphExecDestroy(ge));
-      check(cudaGraphDestroy(g));
+      run_once(s, graph, [&](cudaStream_t st) { return attention_prefill_mma(p, st); });
     };
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

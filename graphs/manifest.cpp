@@ -29,12 +29,16 @@ void NodeRecorder::launched(cudaStream_t stream, NodeLabel label, int kernels) {
   check(cudaGraphGetNodes(graph, nullptr, &n));
   std::vector<cudaGraphNode_t> nodes(n);
   if (n) check(cudaGraphGetNodes(graph, nodes.data(), &n));
+  // The launch's bytes go to its first kernel node (a library's split-K GEMM, not its reduction), so
+  // summing a family's nodes counts them once.
   int added = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!seen_.insert(nodes[i]).second) continue;
-    labels_[nodes[i]] = label;
     cudaGraphNodeType t;
     check(cudaGraphNodeGetType(nodes[i], &t));
+    NodeLabel l = label;
+    if (t == cudaGraphNodeTypeKernel && added > 0) l.bytes = 0;
+    labels_[nodes[i]] = l;
     added += t == cudaGraphNodeTypeKernel;
   }
   require(kernels == kAnyKernels ? added >= 1 : added == kernels,

@@ -31,7 +31,9 @@ class NodeRecorder {
   static constexpr int kAnyKernels = -1;  // a library call (cuBLAS) that may add several kernels
   // Call right after each launch on `stream`; labels every node the capture gained since the last
   // call and checks that they hold `kernels` kernel nodes (an error otherwise: a launch in between
-  // was not labelled). Counts an eager launch when the stream is not capturing.
+  // was not labelled). The label's bytes go to the first kernel node of the launch, 0 to the others
+  // (a split-K GEMM's reduction), so bytes summed over nodes count each launch once. Counts an
+  // eager launch when the stream is not capturing.
   void launched(cudaStream_t stream, NodeLabel label, int kernels = 1);
   // Eager launches seen (stream not capturing): counts only.
   int eager_launches() const { return eager_; }

@@ -106,3 +106,26 @@ TEST_CASE("no source file includes a folder above its own", "[layering]") {
   INFO(report);
   CHECK(found.empty());
 }
+
+// ctest names each Catch2 test after its TEST_CASE name, and catch_discover_tests splits names at
+// ';' (a CMake list separator): a name with one would become two ctest entries that match nothing.
+TEST_CASE("no test case name contains a semicolon", "[layering]") {
+  const fs::path root = fs::path(SG_TEST_SOURCE_DIR) / "tests";
+  REQUIRE(fs::is_directory(root));
+  const std::regex name(R"re(TEST_CASE\s*\(\s*"([^"]*)")re");
+  std::vector<std::string> bad;
+  int seen = 0;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file() || e.path().extension() != ".cpp") continue;
+    std::ifstream in(e.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      std::smatch m;
+      if (!std::regex_search(line, m, name)) continue;
+      ++seen;
+      if (m[1].str().find(';') != std::string::npos) bad.push_back(e.path().filename().string() + ": " + m[1].str());
+    }
+  }
+  CHECK(seen > 100);  // the scan finds the suite's test cases
+  for (const auto& b : bad) FAIL_CHECK("test case name with ';': " << b);
+}

@@ -124,7 +124,7 @@ TEST_CASE("attention decode mma: every split count matches the reference and the
   }
 }
 
-TEST_CASE("attention decode mma: graph replay, eager and a rerun give the same bytes; rows past the live count are zero",
+TEST_CASE("attention decode mma: graph replay, eager and a rerun give the same bytes, rows past the live count are zero",
           "[gpu][attention][mma][decode_mma]") {
   const Shape sh = shape_for(256, 16, 4);
   Problem pr(sh, decode_seqs({300, 5, 1024, 77, 2000}), 3, 2048, 16000);

@@ -111,7 +111,7 @@ TEST_CASE("the recorder labels every kernel of a cuBLAS call and catches an unla
   NodeRecorder rec;
   auto g = CapturedGraph::capture("gemm labels", s.get(), [&] {
     gemm_xwt(h, vx, vW, vy);
-    rec.launched(s.get(), {0, "mlp.down", "cublas", 0}, NodeRecorder::kAnyKernels);
+    rec.launched(s.get(), {0, "mlp.down", "cublas", 1000.0}, NodeRecorder::kAnyKernels);
     check(fill_uniform(y.data(), DType::bf16, 16, 1, 0.f, 1.f, s.get()));
     rec.launched(s.get(), {0, "fill", "-", 0});
   });
@@ -120,7 +120,12 @@ TEST_CASE("the recorder labels every kernel of a cuBLAS call and catches an unla
   CHECK(m.nodes.size() >= 2);
   CHECK(m.unlabelled() == 0);
   CHECK(m.nodes.back().label.op == "fill");
-  for (size_t i = 0; i + 1 < m.nodes.size(); ++i) CHECK(m.nodes[i].label.op == "mlp.down");
+  double gemm_bytes = 0;
+  for (size_t i = 0; i + 1 < m.nodes.size(); ++i) {
+    CHECK(m.nodes[i].label.op == "mlp.down");
+    gemm_bytes += m.nodes[i].label.bytes;
+  }
+  CHECK(gemm_bytes == 1000.0);  // the launch's bytes counted once over its nodes
 
   // A launch without its label: the next label finds two kernel nodes and says so.
   NodeRecorder rec2;

@@ -110,7 +110,7 @@ TEST_CASE("skinny gemm matches the reference linear for every row count, split c
   }
 }
 
-TEST_CASE("skinny gemm: graph replay, eager and a rerun give the same bytes; columns past N untouched",
+TEST_CASE("skinny gemm: graph replay, eager and a rerun give the same bytes, columns past N untouched",
           "[gpu][gemm][skinny][graphs]") {
   const Problem pr(32, 2560, 4096, 4096, 2600, 900);
   for (int sp : {1, 6}) {

@@ -1,14 +1,20 @@
 // attn_prep.cu: q/k zero-centred RMSNorm + partial RoPE, gate split, KV cache append (see
-// attn_prep.h). One block per token row; one warp per head (norm), heads looped over warps. The
-// cache dtype (bf16 or f32) only changes the stores (dev::store: one rounding for bf16, none for f32).
+// attn_prep.h). One block per token row with one warp per head job (Hq + Hkv jobs, at most 32
+// warps; jobs loop over the warps beyond that). A warp loads its first head's features and norm
+// weights before anything else, and every load of a head before its first store; the gate and v
+// copies move 16 bytes at a time where dtypes and alignment allow, every head's gate chunks at once
+// (a loop over heads would pay one memory round trip per head). The cache dtype
+// (bf16 or f32) only changes the stores (dev::store: one rounding for bf16, none for f32).
+#include <algorithm>
+
 #include "kernels/attn_prep.h"
 #include "kernels/device_util.cuh"
 
 namespace sg {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+constexpr int kMaxWarps = 32;  // one warp per head job (Hq + Hkv of them) up to 32
+constexpr int kRegPer = 8;     // features per lane held in registers: D <= 256 (the real models)
 
 // True when row t is live; then slot and pos are its cache coordinates.
 __device__ __forceinline__ bool resolve_row(const AttnTokenMeta& m, int t, int max_context, int& slot, int& pos) {
@@ -27,25 +33,29 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Norm + rope of one head (D features at src[off..]) by one warp, into dst[doff..].
-// xs: this warp's scratch of D floats; cs: cos[half] then sin[half].
-__device__ void norm_rope_head(const AttnPrepParams& p, const void* src, int64_t off, const void* w, void* dst,
-                               DType dst_dtype, int64_t doff, float* xs, const float* cs) {
+// One head job's inputs: the features d = lane + 32 i of x and of the norm weight, loaded before
+// anything is stored (a load after a store to a possibly aliasing pointer cannot move ahead of it,
+// which would cost one memory round trip per feature), for D <= 32 * kRegPer.
+struct HeadIn {
+  float x[kRegPer], w[kRegPer];
+};
+
+__device__ __forceinline__ void load_head(const AttnPrepParams& p, const void* src, int64_t off, const void* w, HeadIn& in) {
   const int lane = threadIdx.x & 31;
-  const int D = p.D;
-  float ss = 0.0f;
-  for (int d = lane; d < D; d += 32) {
-    const float x = dev::load(src, p.in_dtype, off + d);
-    xs[d] = x;
-    ss = ss + x * x;
+#pragma unroll
+  for (int i = 0; i < kRegPer; ++i) {
+    const int d = lane + 32 * i;
+    in.x[i] = d < p.D ? dev::load(src, p.in_dtype, off + d) : 0.0f;
+    in.w[i] = d < p.D ? dev::load(w, p.norm_dtype, d) : 0.0f;
   }
-  ss = warp_sum(ss);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + p.eps);
-  __syncwarp();
-  for (int d = lane; d < D; d += 32) xs[d] = (xs[d] * inv) * (1.0f + dev::load(w, p.norm_dtype, d));
-  __syncwarp();
+}
+
+// Rope of the normed head in xs (D floats) into dst[doff..]; cs: cos[half] then sin[half].
+__device__ __forceinline__ void rope_store(const AttnPrepParams& p, const float* xs, void* dst, DType dst_dtype, int64_t doff,
+                                           const float* cs) {
+  const int lane = threadIdx.x & 31;
   const int half = p.rotary_dim / 2;
-  for (int d = lane; d < D; d += 32) {
+  for (int d = lane; d < p.D; d += 32) {
     float y;
     if (d < half) {
       y = xs[d] * cs[d] - xs[d + half] * cs[half + d];
@@ -57,58 +67,155 @@ __device__ void norm_rope_head(const AttnPrepParams& p, const void* src, int64_t
     }
     dev::store(dst, dst_dtype, doff + d, y);
   }
+}
+
+// Norm + rope of one head by one warp. The sum of squares runs over d = lane, lane + 32, ... in
+// that order (ss + x * x, two roundings), then the warp tree: the same arithmetic for the register
+// path (`reg`: the features already in `in`, D <= 256) and the loop (larger D). xs: this warp's scratch of D floats.
+__device__ __forceinline__ void norm_rope_head(const AttnPrepParams& p, const void* src, int64_t off, const void* w,
+                                               void* dst, DType dst_dtype, int64_t doff, float* xs, const float* cs,
+                                               bool reg, const HeadIn& in) {
+  const int lane = threadIdx.x & 31;
+  const int D = p.D;
+  float ss = 0.0f;
+  if (reg) {
+#pragma unroll
+    for (int i = 0; i < kRegPer; ++i)
+      if (lane + 32 * i < D) ss = ss + in.x[i] * in.x[i];
+  } else {
+    for (int d = lane; d < D; d += 32) {
+      const float x = dev::load(src, p.in_dtype, off + d);
+      xs[d] = x;
+      ss = ss + x * x;
+    }
+  }
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + p.eps);
+  __syncwarp();
+  if (reg) {
+#pragma unroll
+    for (int i = 0; i < kRegPer; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) xs[d] = (in.x[i] * inv) * (1.0f + in.w[i]);
+    }
+  } else {
+    for (int d = lane; d < D; d += 32) xs[d] = (xs[d] * inv) * (1.0f + dev::load(w, p.norm_dtype, d));
+  }
+  __syncwarp();
+  rope_store(p, xs, dst, dst_dtype, doff, cs);
   __syncwarp();  // xs is reused by the next head
 }
 
-__global__ void __launch_bounds__(kThreads) attn_prep_kernel(const AttnPrepParams p) {
+// Copies n elements src[i] -> dst[i] (i = threadIdx.x, + blockDim.x, ...): 16 bytes at a time
+// when both are bf16 and 16-byte aligned (n % 8 == 0), two chunks' loads before their stores.
+__device__ __forceinline__ void copy_row(void* dst, DType td, const void* src, DType ts, int n, bool vec) {
+  if (vec) {
+    const uint4* s4 = static_cast<const uint4*>(src);
+    uint4* d4 = static_cast<uint4*>(dst);
+    const int n8 = n / 8;
+    for (int i = threadIdx.x; i < n8; i += 2 * blockDim.x) {
+      const int j = i + blockDim.x;
+      const uint4 a = s4[i];
+      const uint4 b = j < n8 ? s4[j] : uint4{};
+      d4[i] = a;
+      if (j < n8) d4[j] = b;
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dev::copy(dst, td, i, src, ts, i);
+}
+
+__global__ void __launch_bounds__(kMaxWarps * 32) attn_prep_kernel(const AttnPrepParams p, bool vec_gate, bool vec_v) {
   extern __shared__ float sm[];
   const int t = blockIdx.x;
   const int D = p.D;
+  const int warps = blockDim.x / 32, warp = threadIdx.x >> 5;
   const int64_t qg_stride = p.qg_stride ? p.qg_stride : static_cast<int64_t>(p.Hq) * 2 * D;
   const int64_t k_stride = p.k_stride ? p.k_stride : static_cast<int64_t>(p.Hkv) * D;
   const int64_t v_stride = p.v_stride ? p.v_stride : static_cast<int64_t>(p.Hkv) * D;
   const int64_t qrow = static_cast<int64_t>(t) * p.Hq * D;
   int slot = -1, pos = 0;
   if (!resolve_row(p.meta, t, p.max_context, slot, pos)) {
-    for (int i = threadIdx.x; i < p.Hq * D; i += kThreads) {
+    for (int i = threadIdx.x; i < p.Hq * D; i += blockDim.x) {
       dev::store(p.q, p.q_dtype, qrow + i, 0.0f);
       dev::store(p.gate, p.q_dtype, qrow + i, 0.0f);
     }
     return;
   }
+  // Head job j < Hq is q head j, else k head j - Hq; the warp's first job's inputs are loaded
+  // now, so their latency overlaps the rotary table.
+  auto job_src = [&](int job, int64_t& off, const void*& src, const void*& w) {
+    if (job < p.Hq) {
+      src = p.qg, w = p.q_norm, off = t * qg_stride + static_cast<int64_t>(job) * 2 * D;
+    } else {
+      src = p.k, w = p.k_norm, off = t * k_stride + static_cast<int64_t>(job - p.Hq) * D;
+    }
+  };
+  const bool reg = D <= 32 * kRegPer;
+  HeadIn first;
+  if (reg && warp < p.Hq + p.Hkv) {
+    int64_t off;
+    const void *src, *w;
+    job_src(warp, off, src, w);
+    load_head(p, src, off, w, first);
+  }
+  // Gate and v: plain copies (one rounding when the dtypes differ); q rows are [Hq][query | gate].
+  // The 16-byte gate copy runs over the chunks of every head at once (one round trip a thread).
+  const int64_t crow = ((static_cast<int64_t>(slot) * p.max_context + pos) * p.Hkv) * D;
+  if (vec_gate) {
+    const int per_head = D / 8, n8 = p.Hq * per_head;
+    const uint4* src = static_cast<const uint4*>(p.qg);
+    uint4* dst = static_cast<uint4*>(p.gate);
+    const int64_t src_row = t * qg_stride / 8, dst_row = qrow / 8;
+    for (int i = threadIdx.x; i < n8; i += 2 * blockDim.x) {
+      const int j = i + blockDim.x;
+      auto src_of = [&](int c) { return src_row + static_cast<int64_t>(c / per_head) * 2 * per_head + per_head + c % per_head; };
+      const uint4 a = src[src_of(i)];
+      const uint4 b = j < n8 ? src[src_of(j)] : uint4{};
+      dst[dst_row + i] = a;
+      if (j < n8) dst[dst_row + j] = b;
+    }
+  } else {
+    for (int i = threadIdx.x; i < p.Hq * D; i += blockDim.x) {
+      const int h = i / D, d = i % D;
+      dev::copy(p.gate, p.q_dtype, qrow + i, p.qg, p.in_dtype, t * qg_stride + static_cast<int64_t>(h) * 2 * D + D + d);
+    }
+  }
+  const size_t ces = p.cache_dtype == DType::bf16 ? 2 : 4, ies = p.in_dtype == DType::bf16 ? 2 : 4;
+  copy_row(static_cast<char*>(p.v_cache) + crow * ces, p.cache_dtype, static_cast<const char*>(p.v) + t * v_stride * ies,
+           p.in_dtype, p.Hkv * D, vec_v);
   const int half = p.rotary_dim / 2;
   float* cs = sm;                       // [rotary]: cos[half], sin[half]
-  float* scratch = sm + p.rotary_dim;   // [kWarps][D]
+  float* scratch = sm + p.rotary_dim;   // [warps][D]
   const float base = static_cast<float>(p.rope_theta);
-  for (int i = threadIdx.x; i < half; i += kThreads) {
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float e = static_cast<float>(2 * i) / static_cast<float>(p.rotary_dim);
     const float inv_freq = 1.0f / static_cast<float>(pow(static_cast<double>(base), static_cast<double>(e)));
     const float a = static_cast<float>(pos) * inv_freq;
     cs[i] = static_cast<float>(cos(static_cast<double>(a)));
     cs[half + i] = static_cast<float>(sin(static_cast<double>(a)));
   }
-  // Gate and v: plain copies (one rounding when the dtypes differ).
-  const int64_t crow = ((static_cast<int64_t>(slot) * p.max_context + pos) * p.Hkv) * D;
-  for (int i = threadIdx.x; i < p.Hq * D; i += kThreads) {
-    const int h = i / D, d = i % D;
-    dev::copy(p.gate, p.q_dtype, qrow + i, p.qg, p.in_dtype, t * qg_stride + static_cast<int64_t>(h) * 2 * D + D + d);
-  }
-  for (int i = threadIdx.x; i < p.Hkv * D; i += kThreads) {
-    dev::copy(p.v_cache, p.cache_dtype, crow + i, p.v, p.in_dtype, t * v_stride + i);
-  }
   __syncthreads();
-  const int warp = threadIdx.x >> 5;
   float* xs = scratch + warp * D;
-  for (int job = warp; job < p.Hq + p.Hkv; job += kWarps) {
+  for (int job = warp; job < p.Hq + p.Hkv; job += warps) {
+    int64_t off;
+    const void *src, *w;
+    job_src(job, off, src, w);
+    if (reg && job != warp) load_head(p, src, off, w, first);  // later jobs reuse the registers
     if (job < p.Hq) {
-      norm_rope_head(p, p.qg, t * qg_stride + static_cast<int64_t>(job) * 2 * D, p.q_norm, p.q, p.q_dtype,
-                     qrow + static_cast<int64_t>(job) * D, xs, cs);
+      norm_rope_head(p, src, off, w, p.q, p.q_dtype, qrow + static_cast<int64_t>(job) * D, xs, cs, reg, first);
     } else {
-      const int g = job - p.Hq;
-      norm_rope_head(p, p.k, t * k_stride + static_cast<int64_t>(g) * D, p.k_norm, p.k_cache, p.cache_dtype,
-                     crow + static_cast<int64_t>(g) * D, xs, cs);
+      norm_rope_head(p, src, off, w, p.k_cache, p.cache_dtype, crow + static_cast<int64_t>(job - p.Hq) * D, xs, cs, reg,
+                     first);
     }
   }
+}
+
+// Warps per block: one per head job, at most 32, fewer when the scratch would pass 48 KB.
+int prep_warps(const AttnPrepParams& p) {
+  int w = std::min(kMaxWarps, p.Hq + p.Hkv);
+  while (w > 1 && static_cast<size_t>(p.rotary_dim + w * p.D) * sizeof(float) > 48 * 1024) --w;
+  return w;
 }
 
 }  // namespace
@@ -123,9 +230,18 @@ cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream) {
       !p.meta.positions || !p.meta.token_seq || !p.meta.slots)
     return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
-  const size_t smem = static_cast<size_t>(p.rotary_dim + kWarps * p.D) * sizeof(float);
+  const int warps = prep_warps(p);
+  const size_t smem = static_cast<size_t>(p.rotary_dim + warps * p.D) * sizeof(float);
   if (smem > 48 * 1024) return cudaErrorInvalidValue;
-  attn_prep_kernel<<<p.T, kThreads, smem, stream>>>(p);
+  // 16-byte copies: bf16 in and out, D a multiple of 8, aligned bases and row strides.
+  const int64_t qg_stride = p.qg_stride ? p.qg_stride : static_cast<int64_t>(p.Hq) * 2 * p.D;
+  const int64_t v_stride = p.v_stride ? p.v_stride : static_cast<int64_t>(p.Hkv) * p.D;
+  const bool bf = p.in_dtype == DType::bf16;
+  const bool vec_gate = bf && p.q_dtype == DType::bf16 && p.D % 8 == 0 && qg_stride % 8 == 0 && dev::aligned16(p.qg) &&
+                        dev::aligned16(p.gate);
+  const bool vec_v = bf && p.cache_dtype == DType::bf16 && p.D % 8 == 0 && v_stride % 8 == 0 && dev::aligned16(p.v) &&
+                     dev::aligned16(p.v_cache);
+  attn_prep_kernel<<<p.T, warps * 32, smem, stream>>>(p, vec_gate, vec_v);
   return cudaGetLastError();
 }
 

@@ -65,18 +65,6 @@ std::function<void(const fs::path&)> index_text(std::string text) {
   return [text](const fs::path& d) { write_text(d / "model.safetensors.index.json", text); };
 }
 
-// A config whose GDN head sizes make the recurrent state enormous while the weights stay small (the
-// crafted-checkpoint attack: megabytes of weights, hundreds of GB of state).
-json huge_head_config() {
-  json c = base_config();
-  c["hidden_size"] = 8;
-  c["linear_num_key_heads"] = 1;
-  c["linear_num_value_heads"] = 1;
-  c["linear_key_head_dim"] = 131072;
-  c["linear_value_head_dim"] = 131072;
-  return c;
-}
-
 std::vector<FileCase> config_cases() {
   std::vector<FileCase> v;
   auto add = [&](std::string name, std::function<void(const fs::path&)> setup, std::vector<std::string> fragments,

@@ -25,13 +25,7 @@ constexpr int kCli11Invalid = 105;  // CLI11's exit code for an option value its
 
 void huge_head_checkpoint(const fs::path& d) {
   copy_checkpoint(d);
-  json c = base_config();
-  c["hidden_size"] = 8;
-  c["linear_num_key_heads"] = 1;
-  c["linear_num_value_heads"] = 1;
-  c["linear_key_head_dim"] = 131072;
-  c["linear_value_head_dim"] = 131072;
-  write_text(d / "config.json", c.dump());
+  write_text(d / "config.json", huge_head_config().dump());
 }
 
 std::string read_file(const fs::path& p) {

@@ -15,6 +15,7 @@
 #include "kernels/attention.h"
 #include "kernels/attn_prep.h"
 #include "kernels/ref/attention_ref.h"
+#include "tests/support/catch.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
 
@@ -215,6 +216,32 @@ inline void run_once(cudaStream_t s, bool graph, const std::function<cudaError_t
   check(cudaStreamSynchronize(s));
   check(cudaGraphExecDestroy(ge));
   check(cudaGraphDestroy(g));
+}
+
+// The rejections both tensor-core kernels share (`launch` runs one of them on valid params p): an
+// f32 cache or q, a D they are not built for, Hq not a multiple of Hkv, a misaligned cache.
+inline void check_mma_rejects(const AttentionParams& p, const std::function<cudaError_t(const AttentionParams&)>& launch) {
+  AttentionParams bad = p;
+  bad.cache_dtype = DType::f32;
+  CHECK(launch(bad) == cudaErrorInvalidValue);
+  bad = p;
+  bad.q_dtype = DType::f32;
+  CHECK(launch(bad) == cudaErrorInvalidValue);
+  bad = p;
+  bad.D = 48;
+  CHECK(launch(bad) == cudaErrorInvalidValue);
+  bad = p;
+  bad.Hq = 3;
+  CHECK(launch(bad) == cudaErrorInvalidValue);
+  bad = p;
+  bad.k_cache = static_cast<const char*>(p.k_cache) + 2;
+  CHECK(launch(bad) == cudaErrorInvalidValue);
+  bad = p;
+  bad.v_cache = static_cast<const char*>(p.v_cache) + 2;
+  CHECK(launch(bad) == cudaErrorInvalidValue);
+  bad = p;
+  bad.T = 0;
+  CHECK(launch(bad) == cudaSuccess);
 }
 
 // |got - want| <= rel * |want| + abs.

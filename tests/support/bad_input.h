@@ -35,6 +35,18 @@ inline nlohmann::json base_config() {
   return nlohmann::json::parse(in);
 }
 
+// A config whose GDN head sizes make the recurrent state enormous while the weights stay small (the
+// crafted-checkpoint attack: megabytes of weights, hundreds of GB of state).
+inline nlohmann::json huge_head_config() {
+  nlohmann::json c = base_config();
+  c["hidden_size"] = 8;
+  c["linear_num_key_heads"] = 1;
+  c["linear_num_value_heads"] = 1;
+  c["linear_key_head_dim"] = 131072;
+  c["linear_value_head_dim"] = 131072;
+  return c;
+}
+
 // Copies the fixture's config.json and model.safetensors into `dir`.
 inline void copy_checkpoint(const fs::path& dir) {
   for (const char* f : {"config.json", "model.safetensors"}) {

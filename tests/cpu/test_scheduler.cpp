@@ -11,16 +11,15 @@
 #include "models/scheduler.h"
 #include "models/serve_metrics.h"
 #include "tests/support/catch.h"
+#include "tests/support/serve_fixture.h"
 
 using namespace sg;
 
 namespace {
 
+// A request whose prompt ids are 0, 1, 2, ... (mod 97).
 ServeRequest req(int prompt_len, int max_new, double arrival_ms = 0) {
-  ServeRequest q;
-  q.prompt_len = prompt_len;
-  q.max_new = max_new;
-  q.arrival_ms = arrival_ms;
+  ServeRequest q = test::serve_request(prompt_len, max_new, arrival_ms);
   for (int i = 0; i < prompt_len; ++i) q.prompt.push_back(i % 97);
   return q;
 }

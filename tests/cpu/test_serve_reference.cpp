@@ -15,29 +15,15 @@
 #include "models/serve_trace.h"
 #include "models/step_metadata.h"
 #include "tests/support/catch.h"
+#include "tests/support/serve_fixture.h"
 
 using namespace sg;
-
-namespace {
-
-ServeRequest req(int prompt_len, int max_new, double arrival_ms) {
-  ServeRequest q;
-  q.prompt_len = prompt_len;
-  q.max_new = max_new;
-  q.arrival_ms = arrival_ms;
-  return q;
-}
-
-}  // namespace
 
 TEST_CASE("serve on the CPU reference: every request's tokens equal the request run alone (f32)", "[serve][e2e]") {
   const Qwen35Config cfg = preset("tiny");
   const HostWeights weights = synthetic_weights(cfg, 11);
-  constexpr int kSlots = 3, kContext = 64, kBudget = 16;
-  std::vector<ServeRequest> trace = {req(5, 6, 0),   req(40, 5, 0),  req(12, 9, 0), req(23, 4, 2),
-                                     req(3, 1, 2),   req(17, 8, 5),  req(60, 8, 6),  // 60 + 8 - 1 > 64: rejected
-                                     req(33, 3, 9),  req(8, 7, 30),  req(45, 2, 31)};
-  fill_prompts(trace, cfg.vocab, 3);
+  constexpr int kSlots = test::kServeE2eSlots, kContext = test::kServeE2eContext, kBudget = test::kServeE2eBudget;
+  const std::vector<ServeRequest> trace = test::serve_e2e_trace(cfg.vocab);
 
   ReferenceModel model(cfg, weights, kSlots, kContext);
   SchedulerOptions o;
@@ -63,7 +49,7 @@ TEST_CASE("serve on the CPU reference: every request's tokens equal the request 
   for (size_t i = 0; i < trace.size(); ++i) {
     INFO("request " << i);
     const RequestState& st = r.states[i];
-    if (i == 6) {
+    if (i == test::kServeE2eRejected) {
       CHECK(st.phase == RequestPhase::rejected);
       CHECK(st.error.find("needs 67 cached tokens, more than the context of 64") != std::string::npos);
       continue;

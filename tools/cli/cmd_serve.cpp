@@ -228,13 +228,21 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
     int64_t unmatched = 0;
     const std::vector<FamilyTime> families = family_times(node_samples(step.graphs(), records, &unmatched));
     const bool same = serve_metrics(again).token_hash == m.token_hash;
+    // Arrivals after 0 may fall between other steps in the second run: another schedule, other
+    // batches. With the same steps, the tokens must be the same.
+    const bool same_schedule = std::equal(res.steps.begin(), res.steps.end(), again.steps.begin(), again.steps.end(),
+                                          [](const StepRecord& a, const StepRecord& b) {
+                                            return a.kind == b.kind && a.key == b.key && a.seqs == b.seqs &&
+                                                   a.tokens == b.tokens;
+                                          });
     extra["node_time"] = {{"families", families_json(families)}, {"kernel_records", records.size()},
-                          {"unmatched_records", unmatched}, {"wall_ms", again.wall_ms}, {"token_hash_matches", same}};
+                          {"unmatched_records", unmatched}, {"wall_ms", again.wall_ms},
+                          {"same_schedule", same_schedule}, {"token_hash_matches", same}};
     text += fmt::format("\ngraph-node time per op family over the whole run (CUPTI, a second run of the same trace: "
-                        "{:.1f} ms, {} kernel records, {} outside the graphs; token hash {}):\n{}",
-                        again.wall_ms, records.size(), unmatched, same ? "the same" : "DIFFERENT",
-                        format_family_table(families));
-    if (!same) text += "warning: the second run's tokens differ from the first's\n";
+                        "{:.1f} ms, {} kernel records, {} outside the graphs; {} schedule, token hash {}):\n{}",
+                        again.wall_ms, records.size(), unmatched, same_schedule ? "the same" : "another",
+                        same ? "the same" : "different", format_family_table(families));
+    if (same_schedule && !same) text += "warning: the same schedule gave other tokens in the second run\n";
   }
   report(o,
          {{"implementation", "gpu"}, {"device", dev.describe()}, {"preset", cfg.name}, {"dtype", std::string(dtype_name(mo.act))},

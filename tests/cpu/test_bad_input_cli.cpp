@@ -38,13 +38,7 @@ std::string read_file(const fs::path& p) {
 std::vector<CliCase> option_cases() {
   std::vector<CliCase> v;
   auto add = [&](std::string name, std::vector<std::string> args, int code, std::vector<std::string> fragments) {
-    CliCase c;
-    c.name = std::move(name);
-    c.args = std::move(args);
-    c.exit_code = code;
-    c.fragments = std::move(fragments);
-    v.push_back(std::move(c));
-    return &v.back();
+    return add_cli_case(v, std::move(name), std::move(args), code, std::move(fragments));
   };
   add("generate --max-new past the limit", {"generate", "--cpu", "--max-new", "1000000"}, kCli11Invalid,
       {"--max-new", "262144"});

@@ -20,6 +20,7 @@
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tests/support/catch.h"
+#include "tests/support/logits.h"
 
 using namespace sg;
 
@@ -56,20 +57,6 @@ std::vector<int32_t> slots_for(int B, int num_slots) {
   std::vector<int32_t> s;
   for (int r = 0; r < B; ++r) s.push_back(static_cast<int32_t>((r * 7 + 3) % num_slots));
   return s;
-}
-
-// Top-1 minus top-2 of a row.
-float margin(const float* x, int64_t n) {
-  float a = -INFINITY, b = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) {
-    if (x[i] > a) {
-      b = a;
-      a = x[i];
-    } else if (x[i] > b) {
-      b = x[i];
-    }
-  }
-  return a - b;
 }
 
 }  // namespace
@@ -128,7 +115,7 @@ TEST_CASE("model decode step matches the CPU reference from empty slots", "[gpu]
         // The GPU argmax is exact on the GPU's own logits.
         CHECK(g.tokens[static_cast<size_t>(r)] == ref::argmax(gr, V));
         // And equals the reference's greedy token unless the reference is within the error of a tie.
-        if (margin(cr, V) > 2.0 * e * max_abs + 1e-6) {
+        if (test::top2_margin(cr, V) > 2.0 * e * max_abs + 1e-6) {
           CHECK(g.tokens[static_cast<size_t>(r)] == ref::argmax(cr, V));
           ++compared;
         }

@@ -131,6 +131,19 @@ struct CliCase {
   unsigned seconds = 30;
 };
 
+// Appends a case to `v` and returns it, for setting its other fields (setup, after, seconds)
+// before the next case is added.
+inline CliCase* add_cli_case(std::vector<CliCase>& v, std::string name, std::vector<std::string> args, int exit_code,
+                             std::vector<std::string> fragments) {
+  CliCase c;
+  c.name = std::move(name);
+  c.args = std::move(args);
+  c.exit_code = exit_code;
+  c.fragments = std::move(fragments);
+  v.push_back(std::move(c));
+  return &v.back();
+}
+
 // What every case asserts besides its own fragments: it ended by itself (no signal, no timeout),
 // and its output holds no byte that could drive a terminal.
 inline void check_common(const ChildResult& r) {

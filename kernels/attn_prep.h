@@ -1,4 +1,4 @@
-// attn_prep.h: the full-attention layer's pre-attention step, per token t (MODEL-MATH.md,
+// attn_prep.h: the full-attention layer's pre-attention step, per token t (docs/MODEL.md,
 // "Attention layer, per token"), one launch over a token bucket:
 //   q[t,h]    = rope(rmsnorm(qg[t,h,0:D], q_norm), pos_t)       (zero-centred RMSNorm over D)
 //   gate[t,h] = qg[t,h,D:2D]

@@ -1,5 +1,5 @@
 // conv_fwd.h: the GDN causal depthwise conv, prefill form (`conv.fwd`), over a packed varlen batch
-// of sequences with slot-indexed conv state (MODEL-MATH.md "Causal conv", "Caches and slots").
+// of sequences with slot-indexed conv state (docs/MODEL.md "Causal conv", "Caches and slots").
 //
 // Arithmetic (every arm, byte-identical; the kernels build with -fmad=false):
 //   acc = bias ? bias[c] : 0; acc = fmaf(w[c*K + j], tap_j, acc) for j = 0..K-1 (tap 0 oldest);

@@ -7,7 +7,7 @@
 // the final state are byte-identical to calling delta_rule_decode token by token with the same
 // split, and equal ref::delta_rule_prefill_recurrent up to expf vs std::exp.
 // This is the correctness baseline, not the fast path: its parallelism is Hv x sequences and its
-// latency is linear in the sequence length. The chunked WY form (MODEL-MATH.md step 4) is
+// latency is linear in the sequence length. The chunked WY form (docs/MODEL.md step 4) is
 // delta_rule_prefill_chunked.h (about 1.85x faster on the 4B prefill); it is not byte-equal to this
 // scan (a different summation), only within the reference's documented tolerance.
 //

@@ -1,5 +1,5 @@
 // delta_rule_prefill_chunked.h: the gated delta rule's prefill over a packed varlen batch in the
-// CHUNKED WY FORM (MODEL-MATH.md step 4; ref::delta_rule_prefill_chunked is its double-precision
+// CHUNKED WY FORM (docs/MODEL.md step 4; ref::delta_rule_prefill_chunked is its double-precision
 // oracle), with the params struct and contract of delta_rule_prefill (delta_rule_prefill.h). The
 // sequential dependency is per chunk of 64 tokens instead of per token, and inside a chunk all the
 // work is small matrix products that run on the CUDA cores in f32 FMA (no tensor cores: bf16/tf32

@@ -1,4 +1,4 @@
-// embedding.h: token embedding lookup, y[t] = table[ids[t]] (MODEL-MATH.md; ref::embedding).
+// embedding.h: token embedding lookup, y[t] = table[ids[t]] (docs/MODEL.md; ref::embedding).
 // Pure data movement: with table and output of one dtype the copy is byte-exact; f32 -> bf16
 // rounds once to nearest even, bf16 -> f32 is exact.
 // Ids: the host step-metadata builder validates every live id against [0, V) (ref::embedding

@@ -4,7 +4,7 @@
 // and the launchers of the arms that live in their own files (split in postconv_split.cu,
 // token_tile in postconv_token_tile.cu); the dispatch table in postconv.cu calls those launchers.
 //
-// Reduction order (MODEL-MATH.md step 3, the byte contract): the sum of squares of a row of n
+// Reduction order (docs/MODEL.md step 3, the byte contract): the sum of squares of a row of n
 // features is the tree over P = next_pow2(n) (zeros beyond n): s[i] = s[i] + s[i + h] for
 // h = P/2, ..., 1. megablock computes it in shared memory (the reference); every helper here
 // computes the same additions on the same operands, so every arm's bytes equal megablock's.

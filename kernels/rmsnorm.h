@@ -1,4 +1,4 @@
-// rmsnorm.h: the two RMSNorms of the model step (MODEL-MATH.md), f32 math, one rounding per store.
+// rmsnorm.h: the two RMSNorms of the model step (docs/MODEL.md), f32 math, one rounding per store.
 //   rmsnorm        zero-centred weight: y = (h * inv) * (1 + w), inv = 1 / sqrtf(mean(h^2) + eps)
 //                  (layer norms, final norm, attention q_norm / k_norm), with an optional fused
 //                  residual add (the pre-norm fusion, see RmsNormParams::residual).

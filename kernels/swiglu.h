@@ -1,4 +1,4 @@
-// swiglu.h: the MLP activation act = silu(gate) * up (MODEL-MATH.md), read from a fused gate|up
+// swiglu.h: the MLP activation act = silu(gate) * up (docs/MODEL.md), read from a fused gate|up
 // projection output. Hugging Face's Qwen MLP keeps gate_proj and up_proj as two separate [I, H]
 // linears; the engine concatenates their rows into one [2I, H] weight, first the I gate_proj rows
 // then the I up_proj rows, so one GEMM gives gu = [T, 2I] with gate in columns [0, I) and up in

@@ -99,7 +99,7 @@ MemoryPlan plan_memory(const Qwen35Config& c, const PlanOptions& o) {
   const int64_t L = c.layers, nA = c.num_full_attention(), nG = c.num_linear_attention();
   const DType w = o.weight_dtype, act = o.act_dtype, f32 = DType::f32;
 
-  // Weights (MODEL-MATH.md "Weights"); per-layer tensors are one entry with count = layers.
+  // Weights (docs/MODEL.md "Weights"); per-layer tensors are one entry with count = layers.
   p.add(M::weights, c.tie_word_embeddings ? "model.embed_tokens.weight (= lm_head)" : "model.embed_tokens.weight",
         {V, H}, w);
   if (!c.tie_word_embeddings) p.add(M::weights, "lm_head.weight", {V, H}, w);
@@ -125,7 +125,7 @@ MemoryPlan plan_memory(const Qwen35Config& c, const PlanOptions& o) {
   p.add(M::weights, "layers.*.self_attn.q_norm.weight", {D}, w, nA);
   p.add(M::weights, "layers.*.self_attn.k_norm.weight", {D}, w, nA);
 
-  // Per-slot caches (MODEL-MATH.md "Caches and slots").
+  // Per-slot caches (docs/MODEL.md "Caches and slots").
   const int64_t S = o.num_slots, ctx = o.max_context;
   p.add(M::conv_state, "layers.*.conv_state", {S, C, K - 1}, w, nG);
   p.add(M::ssm_state, "layers.*.ssm_state", {S, Hv, Dk, Dv}, f32, nG);

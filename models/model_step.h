@@ -1,4 +1,4 @@
-// model_step.h: the whole Qwen3.5 text model's decode and prefill steps on the GPU (MODEL-MATH.md),
+// model_step.h: the whole Qwen3.5 text model's decode and prefill steps on the GPU (docs/MODEL.md),
 // composed from the kernels (embedding, rmsnorm with the fused residual, the GDN decode or prefill
 // path, attn_prep + attention_decode / attention_prefill, swiglu, argmax) and cuBLAS projections
 // (gemm_xwt). Decode keys are padded batch sizes; prefill keys are token buckets (prefill_buckets)

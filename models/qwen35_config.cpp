@@ -1,5 +1,5 @@
 // qwen35_config.cpp: layer patterns, validation and the built-in presets (numbers from
-// MODEL-MATH.md's table).
+// docs/MODEL.md's table).
 #include "models/qwen35_config.h"
 
 #include <fmt/format.h>

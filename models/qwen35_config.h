@@ -1,4 +1,4 @@
-// qwen35_config.h: the dimensions of a Qwen3.5 hybrid model (MODEL-MATH.md) and the built-in
+// qwen35_config.h: the dimensions of a Qwen3.5 hybrid model (docs/MODEL.md) and the built-in
 // presets. Hugging Face config.json files are parsed into the same struct by models/hf_config.h.
 // Field <- HF key (text config): hidden <- hidden_size, layers <- num_hidden_layers,
 // intermediate <- intermediate_size, vocab <- vocab_size, Hq/Hkv/D <- num_attention_heads /

@@ -1,4 +1,4 @@
-// reference_model.h: the CPU reference forward of the whole Qwen3.5 text model (MODEL-MATH.md),
+// reference_model.h: the CPU reference forward of the whole Qwen3.5 text model (docs/MODEL.md),
 // composed from the reference ops in kernels/ref/ (nothing is re-implemented here), with per-slot
 // state (conv state, SSM state and KV cache per layer) so that prefill with history, decode and
 // greedy generation work the way the GPU model step will.

@@ -70,7 +70,7 @@ typedef struct sg_conv_update_args {
 
 /* --- postconv: split the conv output into q | k | v, L2-normalise q and k, compute the gates ---- */
 /* Per token t: q[t, h] = x / sqrtf(sum(x^2) + 1e-6) for q head h (k likewise), v copied,
- * beta = 1 / (1 + expf(-b)), g = -expf(A_log) * softplus(a + dt_bias) (MODEL-MATH.md step 3). */
+ * beta = 1 / (1 + expf(-b)), g = -expf(A_log) * softplus(a + dt_bias) (docs/MODEL.md step 3). */
 typedef struct sg_postconv_args {
   const void* conv;      /* [T, conv_stride] conv_dtype, C = 2*Hk*Dk + Hv*Dv channels q | k | v */
   int64_t conv_stride;   /* elements, >= C */

@@ -1,4 +1,4 @@
-// conv_ref.h: CPU reference of the GDN causal depthwise conv (MODEL-MATH.md, step 2): the decode
+// conv_ref.h: CPU reference of the GDN causal depthwise conv (docs/MODEL.md, step 2): the decode
 // update (one token per row) and the varlen prefill. Plain loops in the contract's exact f32
 // operation order: the GPU arms reproduce these outputs and states bit for bit, except that the
 // CPU's std::exp and the GPU's expf may differ by an ulp when silu is on.

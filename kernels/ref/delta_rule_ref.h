@@ -1,4 +1,4 @@
-// delta_rule_ref.h: CPU reference of the gated delta rule (MODEL-MATH.md, step 4): the decode step,
+// delta_rule_ref.h: CPU reference of the gated delta rule (docs/MODEL.md, step 4): the decode step,
 // the recurrent prefill (the same step per token, f32, bit-exact with decode) and the chunked
 // prefill (WY representation, computed in double) used as an accurate oracle for chunked GPU kernels.
 //

@@ -1,4 +1,4 @@
-// norm_ref.h: CPU reference for the two RMSNorms of the model (MODEL-MATH.md):
+// norm_ref.h: CPU reference for the two RMSNorms of the model (docs/MODEL.md):
 //   rmsnorm        zero-centred weight, y = x * rsqrt(mean(x^2) + eps) * (1 + w)
 //                  (layer norms, final norm, attention q_norm / k_norm)
 //   gated_rmsnorm  GDN output norm, y = w * (x * rsqrt(mean(x^2) + eps)) * silu(z), w used as is

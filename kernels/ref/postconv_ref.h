@@ -1,4 +1,4 @@
-// postconv_ref.h: CPU reference of the GDN post-conv prep (MODEL-MATH.md, step 3): split each conv
+// postconv_ref.h: CPU reference of the GDN post-conv prep (docs/MODEL.md, step 3): split each conv
 // output row into q | k | v, L2-normalise q and k per head with the contract's tree-ordered sum of
 // squares, and compute the gates g and beta per v-head. The f32 operation order is the contract's,
 // so q, k, v match every GPU arm bit for bit; g and beta use std::exp / std::log1p, which may
@@ -17,7 +17,7 @@ struct PostconvShape {
 
 // Sum of squares in the contract's tree order: P = smallest power of two >= n;
 // s[i] = x[i]*x[i] for i < n, 0 beyond; then for h = P/2, P/4, ..., 1: s[i] = s[i] + s[i+h] for
-// i < h; returns s[0]. For n = 128 this is MODEL-MATH.md's "add feature i to i+64, then 32, 16,
+// i < h; returns s[0]. For n = 128 this is docs/MODEL.md's "add feature i to i+64, then 32, 16,
 // 8, 4, 2, 1". n = 0 returns 0. Throws std::invalid_argument for n < 0 or a null x with n > 0.
 float sum_squares_tree(const float* x,  // [n]
                        int n);

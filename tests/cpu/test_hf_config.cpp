@@ -376,7 +376,7 @@ TEST_CASE("HF config: load_hf_config reads a file and names it in errors", "[mod
   }
 }
 
-TEST_CASE("presets: every preset is valid and matches MODEL-MATH's table", "[models][config]") {
+TEST_CASE("presets: every preset is valid and matches the sizes table of docs/MODEL.md", "[models][config]") {
   for (const auto& name : preset_names()) {
     INFO("preset " << name);
     Qwen35Config c = preset(name);

@@ -1,5 +1,5 @@
 // CPU tests of the device memory plan (models/memory_plan.h): totals for the 4B, 27B and tiny
-// presets against numbers computed here by hand from MODEL-MATH.md and WORKLOADS.md, category
+// presets against numbers computed here by hand from docs/MODEL.md and docs/BENCHMARKS.md, category
 // sums, the table and check_fits' error.
 #include <algorithm>
 #include <cmath>
@@ -45,14 +45,14 @@ PlanOptions decode_b32() {
 TEST_CASE("4B plan: 8.41 GB of weights, 1.61 GB of SSM state, 1.07 GB of KV at 32 x 1024", "[memory]") {
   const Qwen35Config c = preset("qwen3.5-4b");
   const MemoryPlan p = plan_memory(c, decode_b32());
-  // Parameters, MODEL-MATH.md shapes: H 2560, I 9216, V 248320, C 8192, Hv*Dv 4096, Hq*D 4096.
+  // Parameters, docs/MODEL.md shapes: H 2560, I 9216, V 248320, C 8192, Hv*Dv 4096, Hq*D 4096.
   const uint64_t embed = 248320ull * 2560;
   const uint64_t gdn =
       8192ull * 2560 + 4096ull * 2560 + 2ull * 32 * 2560 + 8192ull * 4 + 32 + 32 + 128 + 2560ull * 4096;
   const uint64_t attn = 8192ull * 2560 + 2ull * 1024 * 2560 + 2560ull * 4096 + 2ull * 256;
   const uint64_t mlp_norms = 3ull * 9216 * 2560 + 2ull * 2560;
   const uint64_t params = embed + 24 * (gdn + mlp_norms) + 8 * (attn + mlp_norms) + 2560;
-  CHECK(params * 2 == 8411502592ull);  // WORKLOADS.md: "4B reads 8.41 GB of weights" (tied lm_head once)
+  CHECK(params * 2 == 8411502592ull);  // docs/BENCHMARKS.md: "the 4B decode-b32 step reads 8.41 GB of weights" (tied lm_head once)
   // The plan keeps conv1d, dt_bias and A_log in f32 (what the kernels read), each small tensor
   // padded to 256 bytes: +8192*4*2 and 2 x (256 - 64) bytes per GDN layer.
   const uint64_t weights = params * 2 + 24 * (8192ull * 4 * 2 + 2 * (256 - 64));
@@ -103,7 +103,7 @@ TEST_CASE("27B plan: 51.2 GB of weights read per step, 4.83 GB of SSM state, 2.1
   const uint64_t params = 2 * embed + 48 * (gdn + mlp_norms) + 16 * (attn + mlp_norms) + 5120;
   const uint64_t weights = params * 2 + 48 * (10240ull * 4 * 2 + 2 * (256 - 96));
   CHECK(p.bytes_of(MemoryCategory::weights) == weights);
-  // WORKLOADS.md: the 27B step reads 51.2 GB of weights: everything but the input embedding,
+  // the 27B step reads 51.2 GB of weights: everything but the input embedding,
   // of which a step gathers only its tokens' rows.
   CHECK(within(static_cast<double>(weights - embed * 2), 51.2e9, 0.01));
   CHECK(has_entry(p, "lm_head.weight"));

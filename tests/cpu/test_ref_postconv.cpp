@@ -32,7 +32,7 @@ float sequential_sum_squares(const std::vector<float>& x) {
   return s;
 }
 
-// MODEL-MATH.md's Dk = 128 tree written out literally: add feature i to i+64, then 32, ..., 1.
+// docs/MODEL.md's Dk = 128 tree written out literally: add feature i to i+64, then 32, ..., 1.
 float tree128(const std::vector<float>& x) {
   float s[128];
   for (int i = 0; i < 128; ++i) s[i] = x[i] * x[i];

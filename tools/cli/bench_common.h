@@ -14,7 +14,7 @@
 
 namespace sg::cli {
 
-constexpr double kFloorGBps = 4300.0;  // WORKLOADS.md: 4.3 TB/s for every byte
+constexpr double kFloorGBps = 4300.0;  // docs/BENCHMARKS.md: 4.3 TB/s for every byte
 constexpr double kPeakTflops = 989.0;  // the H200's dense bf16 tensor-core peak (compute floors)
 
 struct BenchOptions {

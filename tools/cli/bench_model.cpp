@@ -1,5 +1,5 @@
 // bench_model.cpp: `stepgraph bench --workload model`: the whole model's steps on the GPU.
-//   decode (decode-b32 of WORKLOADS.md with --max-seqs 32 --context 1024): every sequence continues
+//   decode (decode-b32 of docs/BENCHMARKS.md with --max-seqs 32 --context 1024): every sequence continues
 //     at position context - 1 over caches filled with random values (attention reads `context`
 //     keys); one graph per batch key; graphed and eager step times with events, then per-node
 //     times with CUPTI summed per op family, beside the step's bandwidth floor (weights + recurrent

@@ -1,5 +1,5 @@
 // kernel_bench.h: the kernel-level benchmark behind `stepgraph kernels`: every arm of every GDN
-// op on a standard shape, timed as WORKLOADS.md prescribes. Each arm is captured into one graph:
+// op on a standard shape, timed as docs/BENCHMARKS.md's rules prescribe. Each arm is captured into one graph:
 // decode shapes launch the kernel once per buffer set (24 sets, like the 24 GDN layers of a step,
 // so the 60 MB L2 cannot serve them), prefill shapes once. Arms are timed interleaved over
 // repetitions (median, min, max per launch), and their outputs are hashed from the same starting

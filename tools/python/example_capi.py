@@ -2,7 +2,7 @@
 """example_capi.py: stepgraph's C interface from PyTorch (docs/C-API.md). On a CUDA machine with
 libstepgraph_c.so built: random inputs on the GPU, every arm of conv.update, postconv and conv.fwd
 called through ctypes (tools/python/stepgraph_ctypes.py) on the tensors' data pointers, each
-checked against a plain PyTorch float32 implementation of MODEL-MATH.md (steps 2 and 3), and every
+checked against a plain PyTorch float32 implementation of docs/MODEL.md (steps 2 and 3), and every
 arm's output bytes against the op's reference arm. Also a conv.fwd captured into a CUDA graph with
 device metadata, replayed. Prints one table row per run and exits 1 on any mismatch.
 
@@ -23,7 +23,7 @@ TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (1e-5, 2.0**-7)}
 NAME = {torch.float32: "f32", torch.bfloat16: "bf16"}
 
 
-# --- plain PyTorch float32 references (MODEL-MATH.md) ----------------------------------------------
+# --- plain PyTorch float32 references (docs/MODEL.md) ----------------------------------------------
 
 def silu(x):
     return x / (1 + torch.exp(-x))

@@ -14,6 +14,7 @@
 #include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/gdn_prefill_fused.h"
 #include "kernels/gdn_decode_fused.h"
+#include "kernels/op_bytes.h"
 #include "kernels/postconv.h"
 #include "kernels/rmsnorm.h"
 #include "models/model_step.h"
@@ -30,7 +31,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   const GdnLayer& W = layers_[static_cast<size_t>(layer)].gdn;
   const GdnDims& g = cfg_.gdn;
   const DType act = opts_.act;
-  const double es = static_cast<double>(dtype_size(act));
+  const size_t esz = dtype_size(act), ses = dtype_size(W.conv_state.dtype);  // bytes per activation / conv-state value
   const int C = g.C(), Hv = g.Hv, HvDv = g.Hv * g.Dv;
   const int P = C + HvDv + 2 * Hv;
   const bool prefill = key.kind == StepKind::prefill;
@@ -94,9 +95,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
     fp.K = g.K;
     check(gdn_decode_fused(fp, fc, s));
     if (rec) {
-      const double bytes = rows * (C + 2.0 * Hv) * es + rows * C * (g.K - 1) * 2.0 * es + C * g.K * 4.0 + Hv * 8.0 +
-                           rows * double(Hv) * g.Dk * g.Dv * 8.0 + rows * double(HvDv) * es;
-      rec->launched(s, {layer, "gdn.decode", "fused", bytes});
+      rec->launched(s, {layer, "gdn.decode", "fused", op_bytes::gdn_decode_fused(rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K, esz, ses)});
     }
   } else {
     // Causal conv: conv_out [rows, C] (the fused prefill arm also does the post-conv prep).
@@ -119,9 +118,9 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       fp.max_seqs = key.seqs;
       check(gdn_prefill_fused(fp, pfc, s));
       if (rec) {
+        // A prefill graph serves batches with history: the initial states count as read.
         rec->launched(s, {layer, "gdn.prefill", "fused",
-                          rows * C * es + key.seqs * C * (g.K - 1) * es * 2 + C * g.K * 4.0 + rows * C * es +
-                              rows * Hv * (es * 2 + 8.0)});
+                          op_bytes::gdn_prefill_fused(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K, esz, ses, true)});
       }
     } else if (prefill) {
       ConvFwdParams cp;
@@ -146,7 +145,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       if (rec) {
         rec->launched(s, {layer, "conv.fwd",
                           fmt::format("{}+{}", arm_name(cc.arm), arm_name(opts_.arms.conv_chunks)),
-                          rows * C * es * 2 + key.seqs * C * (g.K - 1) * es * 2 + C * g.K * 4.0});
+                          op_bytes::conv_fwd(rows, key.seqs, C, g.K, esz, ses, true)});
       }
     } else {
       ConvUpdateParams cp;
@@ -165,8 +164,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       const auto cc = conv_update_contract(opts_.arms.conv_update, ConvUpdateShape{rows, C, g.K});
       check(conv_update(cp, cc, s));
       if (rec) {
-        rec->launched(s, {layer, "conv.update", std::string(arm_name(cc.arm)),
-                          rows * C * es * 2 + rows * C * (g.K - 1) * es * 2 + C * g.K * 4.0});
+        rec->launched(s, {layer, "conv.update", std::string(arm_name(cc.arm)), op_bytes::conv_update(rows, C, g.K, esz, ses)});
       }
     }
 
@@ -184,13 +182,11 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       const auto pc = postconv_contract(opts_.arms.postconv, PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv});
       check(postconv(pp, pc, s));
       if (rec) {
-        rec->launched(s, {layer, "postconv", std::string(arm_name(pc.arm)), rows * C * es * 2 + rows * Hv * (es * 2 + 8.0)});
+        rec->launched(s, {layer, "postconv", std::string(arm_name(pc.arm)), op_bytes::postconv(rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)});
       }
     }
 
     // Gated delta rule: core [rows, Hv, Dv], state [slots, Hv, Dk, Dv] f32 in place.
-    const double state_bytes = double(Hv) * g.Dk * g.Dv * 8.0;  // read + write per sequence
-    const double io_bytes = rows * (2.0 * g.Hk * g.Dk + 2.0 * HvDv) * es + rows * Hv * 8.0;
     if (prefill) {
       DeltaRulePrefillParams dp;
       set_qkv_gates(dp);
@@ -208,7 +204,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       }
       if (rec) {
         rec->launched(s, {layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),
-                          io_bytes + key.seqs * state_bytes});
+                          op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz)});
       }
     } else {
       DeltaRuleDecodeParams dp;
@@ -220,7 +216,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       dp.rows = rows;
       set_heads(dp);
       check(delta_rule_decode(dp, s));
-      if (rec) rec->launched(s, {layer, "delta_rule.decode", "-", io_bytes + rows * state_bytes});
+      if (rec) rec->launched(s, {layer, "delta_rule.decode", "-", op_bytes::delta_rule(rows, rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)});
     }
   }
 
@@ -241,7 +237,9 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   gp.eps = cfg_.rms_eps;
   gp.live_rows = m.n_tokens;
   check(gated_rmsnorm(gp, s));
-  if (rec) rec->launched(s, {layer, "gated_rmsnorm", "-", rows * HvDv * es * 3 + g.Dv * es});
+  if (rec) {
+    rec->launched(s, {layer, "gated_rmsnorm", "-", op_bytes::gated_rmsnorm(rows, g.Hv, g.Dv, esz, dtype_size(W.norm_w.dtype))});
+  }
 
   gemm(mat(a_.core.data, act, rows, HvDv), W.out_proj, a_.mix.rows(0, rows), layer, "gdn.out_proj", rec);
 }

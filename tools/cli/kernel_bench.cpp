@@ -19,8 +19,9 @@
 #include "kernels/conv_fwd.h"
 #include "kernels/conv_update.h"
 #include "kernels/delta_rule.h"
-#include "kernels/gdn_decode_fused.h"
 #include "kernels/fill.h"
+#include "kernels/gdn_decode_fused.h"
+#include "kernels/op_bytes.h"
 #include "kernels/postconv.h"
 #include "tools/cli/bench_probes.h"
 
@@ -76,7 +77,7 @@ OpCase conv_update_case(const KernelShape& s, const BenchConfig& cfg, int sets, 
   OpCase oc;
   oc.op = "conv.update";
   oc.sets = sets;
-  oc.bytes = 2.0 * xb + 2.0 * sb + 4.0 * C * K;
+  oc.bytes = op_bytes::conv_update(R, C, K, dtype_size(act), dtype_size(DType::bf16));
   static_assert(ArmTraits<ConvUpdateArm>::count == 2, "conv.update arms: grid, fast (add a new arm here)");
   const auto g = conv_update_contract(ConvUpdateArm::grid, ConvUpdateShape{R, C, K});
   oc.arms.push_back({std::string(arm_name(g.arm)), std::string(g.kernel), g.grid, g.block,
@@ -166,7 +167,7 @@ OpCase postconv_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_t 
   OpCase oc;
   oc.op = "postconv";
   oc.sets = sets;
-  oc.bytes = 2.0 * cb + 2.0 * ab + 2.0 * gb + 8.0 * Hv;
+  oc.bytes = op_bytes::postconv(T, d.Hk, Hv, d.Dk, d.Dv, dtype_size(act));
   for (size_t a = 0; a < ArmTraits<PostconvArm>::count; ++a) {
     auto c = postconv_contract(static_cast<PostconvArm>(a), PostconvShape{T, d.Hk, Hv, d.Dk, d.Dv});
     std::string name(arm_name(static_cast<PostconvArm>(a)));
@@ -300,7 +301,7 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
   OpCase oc;
   oc.op = "gdn.decode";
   oc.sets = sets;
-  oc.bytes = 1.0 * xb + 2.0 * ab + 2.0 * csb + 4.0 * C * K + 8.0 * Hv + 2.0 * ssb + ob;
+  oc.bytes = op_bytes::gdn_decode_fused(R, d.Hk, Hv, d.Dk, d.Dv, K, dtype_size(act), dtype_size(DType::bf16));
   const GdnDecodeShape shape{R, d.Hk, Hv, d.Dk, d.Dv, K};
   const auto cuc = conv_update_contract(ConvUpdateArm::fast, ConvUpdateShape{R, C, K});
   const auto pcc = postconv_contract(PostconvArm::fast, PostconvShape{R, d.Hk, Hv, d.Dk, d.Dv});
@@ -386,7 +387,7 @@ OpCase conv_fwd_case(const KernelShape& s, Buffers& buf, cudaStream_t st) {
   OpCase oc;
   oc.op = "conv.fwd";
   oc.sets = 1;
-  oc.bytes = 2.0 * xb + sb + 4.0 * C * K;  // x read, out written, new state written (no history read)
+  oc.bytes = op_bytes::conv_fwd(T, N, C, K, dtype_size(act), dtype_size(DType::bf16), false);  // no history
   for (ConvChunksArm ch : {ConvChunksArm::exact, ConvChunksArm::whole}) {
     for (size_t a = 0; a < ArmTraits<ConvFwdArm>::count; ++a) {
       const auto requested = static_cast<ConvFwdArm>(a);

@@ -12,6 +12,7 @@
 #include "kernels/conv_fwd.h"
 #include "kernels/fill.h"
 #include "kernels/gdn_prefill_fused.h"
+#include "kernels/op_bytes.h"
 #include "kernels/postconv.h"
 #include "tools/cli/kernel_bench_cases.h"
 
@@ -137,7 +138,7 @@ OpCase gdn_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st) {
   OpCase oc;
   oc.op = "gdn.prefill";
   oc.sets = 1;
-  oc.bytes = static_cast<double>(xb) + 2.0 * ab + 4.0 * C * K + 8.0 * Hv + static_cast<double>(sb) + 2.0 * qb + vb + 2.0 * gb;
+  oc.bytes = op_bytes::gdn_prefill_fused(T, N, d.Hk, Hv, d.Dk, d.Dv, K, dtype_size(act), dtype_size(DType::bf16), false);
   struct Pair {
     ConvFwdArm conv;
     ConvChunksArm chunks;

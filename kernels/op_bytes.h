@@ -1,0 +1,34 @@
+// op_bytes.h: the bytes each GDN op must move, the numbers beside every time (the floor is bytes
+// over 4.3 TB/s): each input read once, each output written once, a state the op updates read and
+// written, per launch. One function per op, used by the model step's node labels (manifests,
+// `stepgraph bench`, `inspect`) and by `stepgraph kernels`, so both tools compute the fraction of
+// the floor from the same bytes. Pure arithmetic; `es` is the activation dtype's size in bytes,
+// weights of the conv and the gates (A_log, dt_bias) are f32, g and beta f32, the SSM state f32.
+#pragma once
+#include <cstddef>
+
+namespace sg::op_bytes {
+
+// conv.update: x in and out [rows, C], the conv state [rows, C, K-1] read and written (`state_es`
+// its dtype's size), the weights [C, K] f32.
+double conv_update(int rows, int C, int K, size_t es, size_t state_es);
+// conv.fwd over `tokens` packed tokens of `seqs` sequences: x in and out [tokens, C], each
+// sequence's final state written and, when `reads_state` (a batch that may carry history), its
+// initial state read; the weights f32.
+double conv_fwd(int tokens, int seqs, int C, int K, size_t es, size_t state_es, bool reads_state);
+// postconv over `rows` rows: the conv output [rows, C] in, q, k, v (C values) out, a and b
+// [rows, Hv] in, g and beta [rows, Hv] f32 out, A_log and dt_bias [Hv] f32.
+double postconv(int rows, int Hk, int Hv, int Dk, int Dv, size_t es);
+// gdn.prefill=fused: conv.fwd and postconv without the conv output between them.
+double gdn_prefill_fused(int tokens, int seqs, int Hk, int Hv, int Dk, int Dv, int K, size_t es, size_t state_es,
+                         bool reads_state);
+// The gated delta rule over `rows` token rows and `state_seqs` states: q, k [rows, Hk, Dk], v and
+// the output [rows, Hv, Dv], g and beta [rows, Hv] f32, each state [Hv, Dk, Dv] f32 read and written.
+double delta_rule(int rows, int state_seqs, int Hk, int Hv, int Dk, int Dv, size_t es);
+// gdn.decode=fused: conv.update, postconv and the delta rule for one token a row, without their
+// intermediates: x and a, b in, conv and SSM states read and written, weights and gates, output.
+double gdn_decode_fused(int rows, int Hk, int Hv, int Dk, int Dv, int K, size_t es, size_t state_es);
+// gated_rmsnorm: x, z in and y out [rows, heads, n], the weight [n] (`w_es` its dtype's size).
+double gated_rmsnorm(int rows, int heads, int n, size_t es, size_t w_es);
+
+}  // namespace sg::op_bytes

@@ -1,0 +1,47 @@
+// CPU tests of the per-op byte counts (kernels/op_bytes.h) that the model step's node labels and
+// `stepgraph kernels` share: the 4B standard shapes against the bytes the floors in
+// docs/BENCHMARKS.md were computed from, by hand here, and the fused ops as their parts less the
+// intermediates they keep on chip.
+#include "kernels/op_bytes.h"
+#include "tests/support/catch.h"
+
+using namespace sg;
+
+TEST_CASE("op bytes: the 4B decode-b32 shapes", "[op_bytes]") {
+  // conv.update: x and out [32, 8192] bf16, state [32, 8192, 3] bf16 read and written, w [8192, 4] f32.
+  CHECK(op_bytes::conv_update(32, 8192, 4, 2, 2) == 2.0 * 32 * 8192 * 2 + 2.0 * 32 * 8192 * 3 * 2 + 4.0 * 8192 * 4);
+  CHECK(op_bytes::conv_update(32, 8192, 4, 2, 2) == 4325376.0);  // the 4.33 MB of the conv.update rows
+  // postconv: conv in + q, k, v out (C values a row), a and b in, g and beta out f32, A_log and dt_bias f32.
+  CHECK(op_bytes::postconv(32, 16, 32, 128, 128, 2) == 1061120.0);  // 1.06 MB
+  // delta rule: q, k [32, 16, 128], v and out [32, 32, 128] bf16, g and beta f32, 32 states of 2 MB read and written.
+  CHECK(op_bytes::delta_rule(32, 32, 16, 32, 128, 128, 2) ==
+        32.0 * (2 * 16 * 128 + 2 * 32 * 128) * 2 + 8.0 * 32 * 32 + 8.0 * 32 * 32 * 128 * 128);
+  // gdn.decode fused: 138.3 MB (the gdn.decode rows).
+  CHECK(op_bytes::gdn_decode_fused(32, 16, 32, 128, 128, 4, 2, 2) == 138285312.0);
+  CHECK(op_bytes::gated_rmsnorm(32, 32, 128, 2, 2) == 3.0 * 32 * 32 * 128 * 2 + 128 * 2);
+}
+
+TEST_CASE("op bytes: the 4B prefill-32x1024 shapes", "[op_bytes]") {
+  const int T = 32 * 1024;
+  // conv.fwd without history: x in, out written, each sequence's final state written: 1.075 GB.
+  CHECK(op_bytes::conv_fwd(T, 32, 8192, 4, 2, 2, false) == 2.0 * T * 8192 * 2 + 32.0 * 8192 * 3 * 2 + 4.0 * 8192 * 4);
+  // With history the initial states are read as well.
+  CHECK(op_bytes::conv_fwd(T, 32, 8192, 4, 2, 2, true) - op_bytes::conv_fwd(T, 32, 8192, 4, 2, 2, false) == 32.0 * 8192 * 3 * 2);
+  CHECK(op_bytes::postconv(T, 16, 32, 128, 128, 2) == 2.0 * T * 8192 * 2 + 2.0 * T * 32 * 2 + 8.0 * T * 32 + 8.0 * 32);
+}
+
+TEST_CASE("op bytes: a fused op moves its parts' bytes less the intermediates it keeps", "[op_bytes]") {
+  for (int rows : {1, 32, 4096}) {
+    for (size_t es : {size_t{2}, size_t{4}}) {
+      CAPTURE(rows, es);
+      const int Hk = 16, Hv = 48, Dk = 128, Dv = 128, K = 4, C = 2 * Hk * Dk + Hv * Dv;
+      const double conv_out = double(rows) * C * es;  // written by the conv, read by postconv
+      CHECK(op_bytes::gdn_prefill_fused(rows, 7, Hk, Hv, Dk, Dv, K, es, 2, true) ==
+            op_bytes::conv_fwd(rows, 7, C, K, es, 2, true) + op_bytes::postconv(rows, Hk, Hv, Dk, Dv, es) - 2.0 * conv_out);
+      const double qkv = double(rows) * C * es, gates = 2.0 * 4.0 * rows * Hv;  // postconv -> delta rule
+      CHECK(op_bytes::gdn_decode_fused(rows, Hk, Hv, Dk, Dv, K, es, 2) ==
+            op_bytes::conv_update(rows, C, K, es, 2) + op_bytes::postconv(rows, Hk, Hv, Dk, Dv, es) +
+                op_bytes::delta_rule(rows, rows, Hk, Hv, Dk, Dv, es) - 2.0 * conv_out - 2.0 * qkv - 2.0 * gates);
+    }
+  }
+}

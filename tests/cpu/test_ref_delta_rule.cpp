@@ -12,6 +12,7 @@
 
 #include "kernels/ref/delta_rule_ref.h"
 #include "tests/support/catch.h"
+#include "tests/support/tolerance.h"
 #include "tests/support/random.h"
 
 using namespace sg;
@@ -29,15 +30,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// ||a - b|| / ||b|| over [begin, end); 0 when both are zero.
-double norm_err(const float* a, const float* b, int64_t n) {
-  double d = 0, r = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    r += double(b[i]) * b[i];
-  }
-  return r == 0 ? std::sqrt(d) : std::sqrt(d / r);
-}
+// ||a - b|| / ||b|| (tests/support/tolerance.h).
+double norm_err(const float* a, const float* b, size_t n) { return test::l2_normalised_error(a, b, n); }
 
 // Random inputs for T tokens: q, k L2-normalised per head (as postconv makes them), v in [-1, 1],
 // g in [g_lo, g_hi], beta in (0, 1).

@@ -24,6 +24,7 @@
 #include "models/reference_model.h"
 #include "models/safetensors.h"
 #include "tests/support/catch.h"
+#include "tests/support/tolerance.h"
 
 using namespace sg;
 
@@ -43,15 +44,8 @@ ReferenceModel make_model(const std::string& preset_name, int slots, int64_t ctx
   return ReferenceModel(c, synthetic_weights(c, kSeed), slots, ctx, o);
 }
 
-// max |a - b| / max |b| over n values (a normalised error: 0 when equal).
-double rel_err(const float* a, const float* b, size_t n) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < n; ++i) {
-    diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::fabs(double(b[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
+// max |a - b| / max |b| (tests/support/tolerance.h).
+double rel_err(const float* a, const float* b, size_t n) { return test::max_normalised_error(a, b, n); }
 
 std::vector<float> row(const std::vector<float>& m, int64_t r, int64_t V) {
   return std::vector<float>(m.begin() + r * V, m.begin() + (r + 1) * V);

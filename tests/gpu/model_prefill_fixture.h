@@ -11,18 +11,12 @@
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tests/support/catch.h"
+#include "tests/support/tolerance.h"
 
 namespace sg::test::mp {
 
-// max |a - b| / max |b| over [n] values (0 when equal).
-inline double normalised_error(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::fabs(double(b[i])));
-  }
-  return den > 0 ? num / den : num;
-}
+// max |a - b| / max |b| (tests/support/tolerance.h).
+inline double normalised_error(const float* a, const float* b, size_t n) { return test::max_normalised_error(a, b, n); }
 
 // Deterministic token ids for (sequence, position).
 inline std::vector<int32_t> tokens_for(int seq, int n, int vocab, int from = 0) {

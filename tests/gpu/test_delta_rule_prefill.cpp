@@ -26,6 +26,7 @@
 #include "kernels/ref/delta_rule_ref.h"
 #include "tests/gpu/delta_rule_prefill_fixture.h"
 #include "tests/support/catch.h"
+#include "tests/support/tolerance.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
 
@@ -91,16 +92,8 @@ Result run_decode_by_token(const Problem& P, const DevProblem& d, int split, uin
   return {out.download(), state.download()};
 }
 
-double norm_err(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    num += d * d;
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  if (!std::isfinite(num)) return std::numeric_limits<double>::infinity();
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
+// ||a - b|| / ||b|| (tests/support/tolerance.h).
+double norm_err(const float* a, const float* b, size_t n) { return test::l2_normalised_error(a, b, n); }
 
 // Against the CPU reference (same fmaf chains; only expf vs std::exp differ).
 void check_against_ref(const Problem& P, const Result& r) {

@@ -34,6 +34,7 @@
 #include "kernels/ref/delta_rule_ref.h"
 #include "tests/gpu/delta_rule_prefill_fixture.h"
 #include "tests/support/catch.h"
+#include "tests/support/tolerance.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
 
@@ -81,17 +82,8 @@ Result run(const Problem& P, Rig& rig, Kernel kernel, int tile = 0, uint8_t pois
   return {rig.out.download(), rig.state.download()};
 }
 
-// ||a - b|| / ||b|| (||a - b|| when b is zero; infinity when anything is not finite).
-double norm_err(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    num += d * d;
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  if (!std::isfinite(num)) return std::numeric_limits<double>::infinity();
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
+// ||a - b|| / ||b|| (tests/support/tolerance.h).
+double norm_err(const float* a, const float* b, size_t n) { return test::l2_normalised_error(a, b, n); }
 
 // The expected values: outputs [T, Hv, Dv] (as stored) and the whole state cache.
 struct Expected {

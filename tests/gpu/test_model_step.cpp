@@ -20,21 +20,14 @@
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tests/support/catch.h"
+#include "tests/support/tolerance.h"
 #include "tests/support/logits.h"
 
 using namespace sg;
 
 namespace {
 
-// max |a - b| / max |b| (a normalised error: 0 when equal).
-double normalised_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::fabs(double(b[i])));
-  }
-  return den > 0 ? num / den : num;
-}
+using test::max_normalised_error;
 
 size_t count_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   if (a.size() != b.size()) return std::max(a.size(), b.size());
@@ -102,7 +95,7 @@ TEST_CASE("model decode step matches the CPU reference from empty slots", "[gpu]
       const std::vector<float> c = ref.decode(rslots, rtoks);
       REQUIRE(g.rows == 4);
       REQUIRE(g.logits.size() == c.size());
-      const double e = normalised_error(g.logits, c);
+      const double e = max_normalised_error(g.logits, c);
       worst = std::max(worst, e);
       INFO("normalised max logit error " << e << " (tolerance " << tol << ")");
       CHECK(e <= tol);

@@ -91,6 +91,9 @@ if [ $bench = 1 ]; then
   # One GDN layer's decode step, node by node.
   ./build-gpu/tools/stepgraph bench --workload gdn-layer 2>&1 | sed -n '/^summary/,$p'
   note "stepgraph bench --workload gdn-layer: rc=${PIPESTATUS[0]}"
+  # A serving run through the captured graphs (32 requests of 1024 + 128 tokens), its summary lines.
+  timeout 300 ./build-gpu/tools/stepgraph serve --trace-preset serve-c32 2>&1 | grep -E "^(requests|tokens|time to|token hash|steps)"
+  note "stepgraph serve --trace-preset serve-c32: rc=${PIPESTATUS[0]}"
 fi
 
 if [ $kernels = 1 ]; then

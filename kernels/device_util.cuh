@@ -36,6 +36,33 @@ __device__ __forceinline__ void copy(void* dst, DType td, int64_t j, const void*
   store(dst, td, j, load(src, ts, i));
 }
 
+// 8 bf16 values (one 16-byte word) <-> f32: unpack8 widens exactly, pack8 rounds each to nearest
+// even. load8 reads 8 consecutive elements at a 16-byte aligned address: one 16-byte load for
+// bf16, two for f32.
+__device__ __forceinline__ void unpack8(const uint4& u, float* f) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __bfloat1622float2(h[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
+  }
+}
+__device__ __forceinline__ uint4 pack8(const float* f) {
+  uint4 u;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+  return u;
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float* f) { unpack8(*reinterpret_cast<const uint4*>(p), f); }
+__device__ __forceinline__ void load8(const float* p, float* f) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  const float4 b = *reinterpret_cast<const float4*>(p + 4);
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+  f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
 // The contract's SiLU: acc / (1 + expf(-acc)), correctly rounded division (no fast-math).
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 

@@ -112,71 +112,49 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(const NormArgs a) {
 
 bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 
-// The block-per-row norm for bf16 rows (bf16 or f32 weights) whose length is a multiple of 256 (the layer norms of the
-// real models: 2560, 5120): thread i owns the 8 consecutive elements 8i .. 8i + 7 and moves them
+// Elements i .. i + 7 of a 16-byte aligned bf16 or f32 weight vector.
+__device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float* f) {
+  if (t == DType::bf16) {
+    dev::load8(static_cast<const __nv_bfloat16*>(w) + i, f);
+  } else {
+    dev::load8(static_cast<const float*>(w) + i, f);
+  }
+}
+
+// The block-per-row norm for bf16 rows (bf16 or f32 weights) whose length is a multiple of 256
+// (the layer norms of the real models: 2560, 5120): thread i owns the 8 consecutive elements 8i .. 8i + 7 and moves them
 // with one 16-byte load or store per tensor, all loads issued before the first store, so a row
 // costs one memory round trip and one barrier (the strided loop pays one round trip per element
 // pair it owns: a load after a store to a possibly aliasing pointer cannot move ahead of it).
 // Sum of squares: the thread's 8 in index order (fmaf), then the fixed butterflies of block_sum;
 // depends only on n, as the strided loop's order does (not the same order, so not its bytes).
-struct alignas(16) Bf16x8 {
-  __nv_bfloat162 h[4];
-};
-
-__device__ __forceinline__ void unpack(const Bf16x8& u, float* f) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __bfloat1622float2(u.h[i]);
-    f[2 * i] = v.x;
-    f[2 * i + 1] = v.y;
-  }
-}
-
-__device__ __forceinline__ Bf16x8 pack(const float* f) {
-  Bf16x8 u;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) u.h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-  return u;
-}
-
-// Elements i .. i + 7 of a 16-byte aligned bf16 or f32 weight vector.
-__device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float* f) {
-  if (t == DType::bf16) {
-    unpack(*reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(w) + i), f);
-  } else {
-    const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(w) + i);
-    const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(w) + i + 4);
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  }
-}
-
 __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
   __shared__ float partial[32];
   const int64_t row = blockIdx.x;  // grid = T * heads exactly; blockDim = n / 8
   const int t = static_cast<int>(row / a.heads), h = static_cast<int>(row % a.heads);
   const int64_t o0 = row * a.n + 8 * threadIdx.x;
   if (a.live && t >= *a.live) {  // padding token: defined zeros, nothing read
-    const Bf16x8 z{};
-    *reinterpret_cast<Bf16x8*>(static_cast<__nv_bfloat16*>(a.y) + o0) = z;
-    if (a.res_out) *reinterpret_cast<Bf16x8*>(static_cast<__nv_bfloat16*>(a.res_out) + o0) = z;
+    const uint4 z{};
+    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.y) + o0) = z;
+    if (a.res_out) *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.res_out) + o0) = z;
     return;
   }
   const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * threadIdx.x;
-  const Bf16x8 xu = *reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
-  Bf16x8 ru{};
-  if (a.res) ru = *reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(a.res) + o0);
+  const uint4 xu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
+  uint4 ru{};
+  if (a.res) ru = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.res) + o0);
   float v[8], r[8], w[8];
   load_w8(a.w, a.wt, 8 * threadIdx.x, w);
-  unpack(xu, v);
+  dev::unpack8(xu, v);
   if (a.res_out) {
     if (a.res) {
-      unpack(ru, r);
+      dev::unpack8(ru, r);
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = v[i] + r[i];
     }
-    const Bf16x8 hu = pack(v);  // the rounded residual stream, which the norm reads
-    unpack(hu, v);
-    *reinterpret_cast<Bf16x8*>(static_cast<__nv_bfloat16*>(a.res_out) + o0) = hu;
+    const uint4 hu = dev::pack8(v);  // the rounded residual stream, which the norm reads
+    dev::unpack8(hu, v);
+    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.res_out) + o0) = hu;
   }
   float s = 0.0f;
 #pragma unroll
@@ -186,7 +164,7 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
   float y[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) y[i] = (v[i] * inv) * (1.0f + w[i]);
-  *reinterpret_cast<Bf16x8*>(static_cast<__nv_bfloat16*>(a.y) + o0) = pack(y);
+  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.y) + o0) = dev::pack8(y);
 }
 
 // The GDN gated norm on the same 16-byte footing for short bf16 rows (n = 64, 128, 256: the real
@@ -206,11 +184,11 @@ __global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs
   if (live) {
     const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * part;
     const int64_t z0 = static_cast<int64_t>(t) * a.z_ts + static_cast<int64_t>(h) * a.n + 8 * part;
-    const Bf16x8 xu = *reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
-    const Bf16x8 zu = *reinterpret_cast<const Bf16x8*>(static_cast<const __nv_bfloat16*>(a.z) + z0);
+    const uint4 xu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
+    const uint4 zu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.z) + z0);
     load_w8(a.w, a.wt, 8 * part, w);
-    unpack(xu, v);
-    unpack(zu, zf);
+    dev::unpack8(xu, v);
+    dev::unpack8(zu, zf);
   }
   float s = 0.0f;
 #pragma unroll
@@ -224,7 +202,7 @@ __global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs
 #pragma unroll
     for (int i = 0; i < 8; ++i) y[i] = (w[i] * (v[i] * inv)) * dev::silu(zf[i]);
   }
-  *reinterpret_cast<Bf16x8*>(static_cast<__nv_bfloat16*>(a.y) + o0) = pack(y);
+  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.y) + o0) = dev::pack8(y);
 }
 
 bool gated_vec_ok(const NormArgs& a) {

@@ -189,8 +189,6 @@ size_t skinny_gemm_workspace_bytes(int M, int N, int splits) {
   return splits > 1 && M > 0 && N > 0 ? static_cast<size_t>(splits) * M * N * sizeof(float) : 0;
 }
 
-int skinny_gemm_blocks_per_sm() { return static_cast<int>((228 * 1024) / (kSmem + 1024)); }
-
 cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   if (p.M == 0) return cudaSuccess;
   if (!skinny_gemm_supports(p.M, p.N, p.K) || !p.x || !p.W || !p.y) return cudaErrorInvalidValue;

@@ -30,21 +30,20 @@ struct SkinnyGemmParams {
   void* y = nullptr;        // [M, ldy] bf16 or f32
   int64_t ldy = 0;          // 0 = N
   DType y_dtype = DType::bf16;
-  int M = 0, N = 0, K = 0;  // 1 <= M <= 32, N % 64 == 0, K % 64 == 0
+  int M = 0, N = 0, K = 0;  // 1 <= M <= 32, N >= 1, K % 64 == 0
   int splits = 1;           // K ranges (skinny_gemm_pick_splits); > 1 needs workspace and counters
   float* workspace = nullptr;   // skinny_gemm_workspace_bytes(M, N, splits)
-  int32_t* counters = nullptr;  // [N / 64], zero before the launch (left zero)
+  int32_t* counters = nullptr;  // [ceil(N / 64)], zero before the launch (left zero)
 };
 
-// Shapes the kernel takes: 1 <= M <= 32, N and K positive multiples of 64.
+// Shapes the kernel takes: 1 <= M <= 32, any N >= 1 (the last row block is partial), K a positive
+// multiple of 64.
 bool skinny_gemm_supports(int M, int N, int K);
-// Split count: the one that fills whole waves of `blocks_per_wave` blocks best for N / 64 row
-// blocks over K / 64 tiles (time ~ waves x (tiles per split + a fixed 4 tiles per block)), the
-// smallest within 3% of the best, at most 32 and at most K / 256 (4 tiles a split).
-int skinny_gemm_pick_splits(int N, int K, int blocks_per_wave);
+// Split count for N / 64 row blocks over K / 64 tiles on `num_sms` SMs: the smallest within 3% of
+// the least modelled time, blocks per SM x (tiles per split + 4) / min(blocks per SM, 2) (an SM
+// streams at full speed from two resident blocks on); at most 32 and at most K / 256.
+int skinny_gemm_pick_splits(int N, int K, int num_sms);
 size_t skinny_gemm_workspace_bytes(int M, int N, int splits);
-// Blocks of the kernel an SM runs at once (shared memory bound), for the pick's wave size.
-int skinny_gemm_blocks_per_sm();
 
 // cudaErrorInvalidValue on unsupported shapes, dtypes, alignment or a missing workspace; else the
 // launch error. M == 0 does nothing.

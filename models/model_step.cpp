@@ -141,21 +141,6 @@ size_t ModelStep::meta_bytes() const {
   return b;
 }
 
-std::vector<std::pair<int64_t, int64_t>> ModelStep::projection_shapes() const {
-  const GdnDims& g = cfg_.gdn;
-  const int64_t H = cfg_.hidden, I = cfg_.intermediate;
-  std::vector<std::pair<int64_t, int64_t>> out = {{2 * I, H}, {H, I}, {cfg_.vocab, H}};  // gate_up, down, lm_head
-  if (cfg_.num_linear_attention() > 0) {
-    out.push_back({int64_t{g.C()} + int64_t{g.Hv} * g.Dv + 2 * g.Hv, H});  // in_proj
-    out.push_back({H, int64_t{g.Hv} * g.Dv});                              // out_proj
-  }
-  if (cfg_.num_full_attention() > 0) {
-    out.push_back({2 * int64_t{cfg_.Hq} * cfg_.D + 2 * int64_t{cfg_.Hkv} * cfg_.D, H});  // q|k|v
-    out.push_back({H, int64_t{cfg_.Hq} * cfg_.D});                                       // o_proj
-  }
-  return out;
-}
-
 int ModelStep::attention_splits(int rows) const {
   if (cfg_.num_full_attention() == 0) return 1;
   if (opts_.attn_decode == AttnDecode::mma) {
@@ -247,16 +232,21 @@ void ModelStep::layout(Arena& a) {
   }
   a_.argmax_ws = a.take("argmax.workspace", DType::i8, {std::max<int64_t>(16, static_cast<int64_t>(aws))});
   a_.argmax_counters = a.take("argmax.counters", DType::i32, {logit_rows()});
-  // The skinny GEMM's split-K partials and counters: the most any projection of a decode key needs.
+  // The skinny GEMM's split-K partials and counters: the most any projection (the weight views
+  // taken above) needs at its largest row count, 32.
+  std::vector<const TensorView*> projections = {&lm_head_};
+  for (const Layer& L : layers_) {
+    for (const TensorView* W : {&L.gate_up, &L.down, &L.gdn.in_proj, &L.gdn.out_proj, &L.attn.qkv_proj, &L.attn.o_proj}) {
+      if (W->rank == 2) projections.push_back(W);  // (the other mixer's views are empty)
+    }
+  }
   size_t gws = 0;
   int64_t most_n = 1;
-  for (const auto& [n, k] : projection_shapes()) {
+  for (const TensorView* W : projections) {
+    const auto n = static_cast<int>(W->dim(0)), k = static_cast<int>(W->dim(1));
     most_n = std::max<int64_t>(most_n, n);
-    if (opts_.gemm != GemmKind::skinny) continue;
-    for (int rows = 1; rows <= 32; ++rows) {  // any step with at most 32 rows (decode keys, small buckets)
-      if (skinny_gemm_supports(rows, n, k)) {
-        gws = std::max(gws, skinny_gemm_workspace_bytes(rows, n, skinny_gemm_pick_splits(n, k, sms_)));
-      }
+    if (opts_.gemm == GemmKind::skinny && skinny_gemm_supports(32, n, k)) {
+      gws = std::max(gws, skinny_gemm_workspace_bytes(32, n, skinny_gemm_pick_splits(n, k, sms_)));
     }
   }
   a_.gemm_ws = a.take("gemm.workspace", DType::f32, {std::max<int64_t>(4, static_cast<int64_t>((gws + 3) / 4))});

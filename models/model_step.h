@@ -171,9 +171,6 @@ class ModelStep {
   double state_bytes_per_slot() const;
   double kv_bytes_per_token() const;
   int attention_splits(int key) const;
-  // (N, K) of every projection the step runs: gate_up, down, lm_head, then in_proj, out_proj (GDN
-  // layers), q|k|v, o_proj (attention layers).
-  std::vector<std::pair<int64_t, int64_t>> projection_shapes() const;
 
  private:
   struct GdnLayer {

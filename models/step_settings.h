@@ -12,6 +12,12 @@
 
 namespace sg {
 
+// What the settings' resolution reads of the current device.
+struct DeviceLimits {
+  int sms = 0, smem_optin = 0, cc_major = 0;
+  static DeviceLimits current();
+};
+
 // How a prefill step runs the gated delta rule. A setting, not an arm: arms are byte-identical
 // (ARMS.md), these two agree only within the f32 tolerance of delta_rule_ref.h (normalised 1e-5).
 enum class DeltaPrefill : uint8_t {
@@ -57,13 +63,7 @@ const char* gemm_name(GemmKind g);  // "auto", "cublas", "skinny"
 GemmKind parse_gemm(const std::string& name);
 // `automatic` -> cublas; skinny on an f32 step or before sm_80 is an error (the kernel takes bf16
 // and needs mma.sync).
-GemmKind resolve_gemm(GemmKind want, DType act, const struct DeviceLimits& d);
-
-// What the settings' resolution reads of the current device.
-struct DeviceLimits {
-  int sms = 0, smem_optin = 0, cc_major = 0;
-  static DeviceLimits current();
-};
+GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
 
 // `automatic` -> mma when the tensor-core prefill supports (D, activation = q dtype, KV cache
 // dtype) and its shared memory fits this device, else simt; an explicit mma that cannot run is an

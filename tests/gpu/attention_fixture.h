@@ -218,6 +218,24 @@ inline void run_once(cudaStream_t s, bool graph, const std::function<cudaError_t
   check(cudaGraphDestroy(g));
 }
 
+// Runs `run(stream, out, graph)` into three buffers of `bytes` bytes poisoned with 0x5A: eagerly,
+// eagerly again and captured into a graph; checks that the three hold the same bytes and returns
+// the eager run's.
+inline std::vector<uint8_t> eager_rerun_replay(size_t bytes,
+                                               const std::function<void(cudaStream_t, test::DevBuf&, bool)>& run) {
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  test::DevBuf eager(bytes, 0x5A), again(bytes, 0x5A), graphed(bytes, 0x5A);
+  run(s, eager, false);
+  run(s, again, false);
+  run(s, graphed, true);
+  check(cudaStreamDestroy(s));
+  const auto e = eager.download();
+  CHECK(test::byte_diff(again.download(), e, DType::bf16) == "");
+  CHECK(test::byte_diff(graphed.download(), e, DType::bf16) == "");
+  return e;
+}
+
 // The rejections both tensor-core kernels share (`launch` runs one of them on valid params p): an
 // f32 cache or q, a D they are not built for, Hq not a multiple of Hkv, a misaligned cache.
 inline void check_mma_rejects(const AttentionParams& p, const std::function<cudaError_t(const AttentionParams&)>& launch) {

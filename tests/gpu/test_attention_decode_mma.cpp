@@ -142,16 +142,7 @@ TEST_CASE("attention decode mma: graph replay, eager and a rerun give the same b
       p.workspace = ws.as<float>();
       run_once(s, graph, [&](cudaStream_t st) { return attention_decode_mma(p, st); });
     };
-    cudaStream_t s = nullptr;
-    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    test::DevBuf eager(b.T * row * 2, 0x5A), again(b.T * row * 2, 0x5A), graphed(b.T * row * 2, 0x5A);
-    run(s, eager, false);
-    run(s, again, false);
-    run(s, graphed, true);
-    const auto e = eager.download();
-    CHECK(test::byte_diff(again.download(), e, DType::bf16) == "");
-    CHECK(test::byte_diff(graphed.download(), e, DType::bf16) == "");
-    const auto got = eager.download_f32(DType::bf16);
+    const auto got = test::from_bytes(eager_rerun_replay(b.T * row * 2, run), DType::bf16);
     size_t nonzero = 0;
     for (size_t i = live * row; i < b.T * row; ++i) nonzero += got[i] != 0.0f;
     CHECK(nonzero == 0);
@@ -164,7 +155,6 @@ TEST_CASE("attention decode mma: graph replay, eager and a rerun give the same b
     const size_t bad = count_bad(got, want, rows, row, out_tol(), first);
     INFO(first);
     CHECK(bad == 0);
-    check(cudaStreamDestroy(s));
   }
 }
 

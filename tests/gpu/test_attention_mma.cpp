@@ -130,16 +130,8 @@ TEST_CASE("attention prefill mma: rows past the live count are zero, rows >= T u
       p.meta.num_tokens = ntok.as<int32_t>();
       run_once(s, graph, [&](cudaStream_t st) { return attention_prefill_mma(p, st); });
     };
-    cudaStream_t s = nullptr;
-    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    test::DevBuf eager((b.T + extra) * row * 2, 0x5A), again((b.T + extra) * row * 2, 0x5A), graphed((b.T + extra) * row * 2, 0x5A);
-    run(s, eager, false);
-    run(s, again, false);
-    run(s, graphed, true);
-    const auto e = eager.download();
-    CHECK(test::byte_diff(again.download(), e, DType::bf16) == "");
-    CHECK(test::byte_diff(graphed.download(), e, DType::bf16) == "");
-    const auto got = eager.download_f32(DType::bf16);
+    const auto e = eager_rerun_replay((b.T + extra) * row * 2, run);
+    const auto got = test::from_bytes(e, DType::bf16);
     size_t nonzero = 0, touched = 0;
     for (size_t i = live * row; i < b.T * row; ++i) nonzero += got[i] != 0.0f;
     for (size_t i = b.T * row * 2; i < e.size(); ++i) touched += e[i] != 0x5A;
@@ -155,7 +147,6 @@ TEST_CASE("attention prefill mma: rows past the live count are zero, rows >= T u
     const size_t bad = count_bad(got, want, rows, row, out_tol(DType::bf16), first);
     INFO(first);
     CHECK(bad == 0);
-    check(cudaStreamDestroy(s));
   }
 }
 

@@ -107,8 +107,9 @@ int run(const InspectOptions& o) {
 
   std::map<std::string, Group> groups;
   for (const auto& st : stats) {
-    Group& gr = groups[group_of(st.node, o.by)];
-    gr.name = group_of(st.node, o.by);
+    const std::string name = group_of(st.node, o.by);
+    Group& gr = groups[name];
+    gr.name = name;
     ++gr.nodes;
     gr.us += st.median_us;
     gr.bytes += st.node.label.bytes;

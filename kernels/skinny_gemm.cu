@@ -23,20 +23,26 @@ constexpr int kBN = 64;        // W rows per block (16 per warp)
 constexpr int kBK = 64;        // K per tile: 8 chunks of 16 bytes per row
 constexpr int kStages = 6;     // ring depth: 5 tiles in flight while one is computed
 constexpr int kMaxM = 32;
-constexpr int kStageElems = (kBN + kMaxM) * kBK;  // bf16: W rows, then x rows
-constexpr size_t kSmem = static_cast<size_t>(kStages) * kStageElems * 2;
+template <int BK>
+constexpr int stage_elems() { return (kBN + kMaxM) * BK; }  // bf16: W rows, then x rows
+template <int BK, int S>
+constexpr size_t smem_bytes() { return static_cast<size_t>(S) * stage_elems<BK>() * 2; }
 
-// Offset (bf16 elements) of chunk c of row r in a tile of 64-wide rows.
-__device__ __forceinline__ int swz(int r, int c) { return r * kBK + ((c ^ (r & 7)) << 3); }
+// Offset (bf16 elements) of chunk c of row r in a tile of BK-wide rows (the XOR spreads the 8
+// rows an ldmatrix reads over the banks).
+template <int BK>
+__device__ __forceinline__ int swz(int r, int c) { return r * BK + ((c ^ (r & 7)) << 3); }
 
-template <int NT, bool kF32Out>
+template <int BK, int S, int NT, bool kF32Out, int R>
 __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const SkinnyGemmParams p, int tiles_per_split) {
+  constexpr int kStageElems = (kBN + kMaxM) * BK;  // stage_elems<BK>()
+  constexpr int kChunks = BK / 8;  // 16-byte chunks per row of a tile
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* ring = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   const int rb = blockIdx.x, s = blockIdx.y, splits = gridDim.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
-  const int KT = p.K / kBK;
+  const int KT = p.K / BK;
   const int t0 = s * tiles_per_split, t1 = min(KT, t0 + tiles_per_split);
   const int nt = max(0, t1 - t0);
   const int n0 = rb * kBN;
@@ -44,26 +50,29 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const SkinnyGemmP
   const auto* x = static_cast<const __nv_bfloat16*>(p.x);  // [M, ldx]
   const int64_t ldx = p.ldx ? p.ldx : p.K;
 
-  // Tile i of this block's K range into stage i % kStages; W rows past N and x rows past M are
+  // Tile i of this block's K range into stage i % S; W rows past N and x rows past M are
   // zero-filled (no read).
+  // R = 1: row blocks start at different tiles (spreads the x reads); R = 2 (probe only, wrong
+  // results): x is never read, to price its loads.
+  const int rot = R == 1 && nt > 0 ? rb % nt : 0;
   auto issue = [&](int i) {
-    const int64_t k0 = static_cast<int64_t>(t0 + i) * kBK;
-    __nv_bfloat16* ws_ = ring + (i % kStages) * kStageElems;
-    __nv_bfloat16* xs_ = ws_ + kBN * kBK;
+    const int64_t k0 = static_cast<int64_t>(t0 + (i + rot) % max(nt, 1)) * BK;
+    __nv_bfloat16* ws_ = ring + (i % S) * kStageElems;
+    __nv_bfloat16* xs_ = ws_ + kBN * BK;
 #pragma unroll
-    for (int j = 0; j < kBN * 8 / kThreads; ++j) {
-      const int idx = tid + kThreads * j, r = idx >> 3, c = idx & 7;
+    for (int j = 0; j < kBN * kChunks / kThreads; ++j) {
+      const int idx = tid + kThreads * j, r = idx / kChunks, c = idx % kChunks;
       const bool ok = n0 + r < p.N;
-      cp_async16(smem_addr(ws_ + swz(r, c)), W + (ok ? (static_cast<int64_t>(n0 + r) * p.K + k0 + c * 8) : 0), ok);
+      cp_async16(smem_addr(ws_ + swz<BK>(r, c)), W + (ok ? (static_cast<int64_t>(n0 + r) * p.K + k0 + c * 8) : 0), ok);
     }
-    for (int idx = tid; idx < 8 * NT * 8; idx += kThreads) {
-      const int r = idx >> 3, c = idx & 7;
-      const bool ok = r < p.M;
-      cp_async16(smem_addr(xs_ + swz(r, c)), x + (ok ? (r * ldx + k0 + c * 8) : 0), ok);
+    for (int idx = tid; idx < 8 * NT * kChunks; idx += kThreads) {
+      const int r = idx / kChunks, c = idx % kChunks;
+      const bool ok = R != 2 && r < p.M;
+      cp_async16(smem_addr(xs_ + swz<BK>(r, c)), x + (ok ? (r * ldx + k0 + c * 8) : 0), ok);
     }
   };
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
+  for (int i = 0; i < S - 1; ++i) {
     if (i < nt) issue(i);
     cp_async_commit();
   }
@@ -76,21 +85,21 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const SkinnyGemmP
   const int a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
   const int b_row = lane & 7, b_chunk = lane >> 3;
   for (int i = 0; i < nt; ++i) {
-    if (i + kStages - 1 < nt) issue(i + kStages - 1);  // into the stage consumed at i - 1
+    if (i + S - 1 < nt) issue(i + S - 1);  // into the stage consumed at i - 1
     cp_async_commit();
-    cp_async_wait<kStages - 1>();
+    cp_async_wait<S - 1>();
     __syncthreads();  // every thread's copies of tile i landed
-    const __nv_bfloat16* ws_ = ring + (i % kStages) * kStageElems;
-    const __nv_bfloat16* xs_ = ws_ + kBN * kBK;
+    const __nv_bfloat16* ws_ = ring + (i % S) * kStageElems;
+    const __nv_bfloat16* xs_ = ws_ + kBN * BK;
 #pragma unroll
-    for (int kp = 0; kp < kBK / 32; ++kp) {  // pairs of k-steps
+    for (int kp = 0; kp < BK / 32; ++kp) {  // pairs of k-steps
       uint32_t a0[4], a1[4];
-      ldmatrix_x4(a0, smem_addr(ws_ + swz(a_row, 4 * kp + a_chunk)));
-      ldmatrix_x4(a1, smem_addr(ws_ + swz(a_row, 4 * kp + 2 + a_chunk)));
+      ldmatrix_x4(a0, smem_addr(ws_ + swz<BK>(a_row, 4 * kp + a_chunk)));
+      ldmatrix_x4(a1, smem_addr(ws_ + swz<BK>(a_row, 4 * kp + 2 + a_chunk)));
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         uint32_t b[4];
-        ldmatrix_x4(b, smem_addr(xs_ + swz(8 * j + b_row, 4 * kp + b_chunk)));
+        ldmatrix_x4(b, smem_addr(xs_ + swz<BK>(8 * j + b_row, 4 * kp + b_chunk)));
         mma_bf16(acc[j], a0, b[0], b[1]);
         mma_bf16(acc[j], a1, b[2], b[3]);
       }
@@ -146,21 +155,32 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const SkinnyGemmP
   if (tid == 0) p.counters[rb] = 0;  // ready for the next launch
 }
 
-template <int NT>
+template <int BK, int S, int NT, int R>
 cudaError_t launch_nt(const SkinnyGemmParams& p, cudaStream_t stream) {
-  const int KT = p.K / kBK;
+  const int KT = p.K / BK;
   const int tps = (KT + p.splits - 1) / p.splits;
   const dim3 grid(static_cast<unsigned>((p.N + kBN - 1) / kBN), static_cast<unsigned>(p.splits));
+  constexpr size_t smem = smem_bytes<BK, S>();
   if (p.y_dtype == DType::f32) {
-    auto* k = skinny_gemm_kernel<NT, true>;
-    if (const cudaError_t e = dev::allow_dynamic_smem(k, kSmem); e != cudaSuccess) return e;
-    k<<<grid, kThreads, kSmem, stream>>>(p, tps);
+    auto* k = skinny_gemm_kernel<BK, S, NT, true, R>;
+    if (const cudaError_t e = dev::allow_dynamic_smem(k, smem); e != cudaSuccess) return e;
+    k<<<grid, kThreads, smem, stream>>>(p, tps);
   } else {
-    auto* k = skinny_gemm_kernel<NT, false>;
-    if (const cudaError_t e = dev::allow_dynamic_smem(k, kSmem); e != cudaSuccess) return e;
-    k<<<grid, kThreads, kSmem, stream>>>(p, tps);
+    auto* k = skinny_gemm_kernel<BK, S, NT, false, R>;
+    if (const cudaError_t e = dev::allow_dynamic_smem(k, smem); e != cudaSuccess) return e;
+    k<<<grid, kThreads, smem, stream>>>(p, tps);
   }
   return cudaGetLastError();
+}
+
+template <int BK, int S, int R = 0>
+cudaError_t launch_cfg(const SkinnyGemmParams& p, cudaStream_t stream) {
+  switch ((p.M + 7) / 8) {
+    case 1: return launch_nt<BK, S, 1, R>(p, stream);
+    case 2: return launch_nt<BK, S, 2, R>(p, stream);
+    case 3: return launch_nt<BK, S, 3, R>(p, stream);
+    default: return launch_nt<BK, S, 4, R>(p, stream);
+  }
 }
 
 }  // namespace
@@ -198,12 +218,7 @@ cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   const int rbs = (p.N + kBN - 1) / kBN;
   if (p.splits < 1 || p.splits > p.K / kBK || p.splits > 65535 || rbs > 0x7fffffff) return cudaErrorInvalidValue;
   if (p.splits > 1 && (!p.workspace || !p.counters)) return cudaErrorInvalidValue;
-  switch ((p.M + 7) / 8) {
-    case 1: return launch_nt<1>(p, stream);
-    case 2: return launch_nt<2>(p, stream);
-    case 3: return launch_nt<3>(p, stream);
-    default: return launch_nt<4>(p, stream);
-  }
+  return launch_cfg<kBK, kStages>(p, stream);
 }
 
 }  // namespace sg

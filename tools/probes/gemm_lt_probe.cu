@@ -1,7 +1,8 @@
 // gemm_lt_probe.cu: the decode projections three ways. For each small-M shape y[M, N] = x[M, K]
 // W[N, K]^T (bf16 in, f32 accumulate, bf16 out), times cublasGemmEx (the model step's default),
-// the best of cuBLASLt's top heuristic algorithms, and the skinny kernel (kernels/skinny_gemm.h)
-// at its picked split count and at 1, 2, 4, 8 splits, with CUDA graphs of 20 launches over 8
+// the best of cuBLASLt's top heuristic algorithms, and variants of the skinny kernel
+// (kernels/skinny_gemm.h: cp.async ring; tools/probes/skinny_bulk.cuh: bulk copies), each at its
+// best split count and checked against cublasGemmEx, with CUDA graphs of 20 launches over 8
 // rotating weight copies (so L2 cannot serve the weights), and prints each one's weight bandwidth.
 // Usage: gemm_lt_probe [OP M] (one shape, e.g. `mlp.gate_up 32`, for ncu). Build and run on the GPU
 // machine (from the repository root):
@@ -15,7 +16,10 @@
 #include <cstdio>
 
 #include "kernels/skinny_gemm.cu"  // the kernel under test, compiled into the probe
+#include "tools/probes/skinny_bulk.cuh"  // a bulk-copy variant
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -77,10 +81,10 @@ int main(int argc, char** argv) {
   cublasLtHandle_t lt;
   CK(cublasLtCreate(&lt));
   std::printf("%-14s %4s %7s %6s | %9s %6s | %9s %6s | %5s | %s\n", "op", "M", "N", "K", "gemmEx us", "TB/s", "best lt us",
-              "TB/s", "algos", "skinny us (TB/s) at splits pick, 1, 2, 4, 8");
+              "TB/s", "algos", "skinny variant BKxstages/best splits: us (TB/s)");
   float* sk_ws;
   int32_t* sk_cnt;
-  CK(cudaMalloc(&sk_ws, size_t(8) * 32 * 20000 * 4));
+  CK(cudaMalloc(&sk_ws, size_t(16) * 32 * 20000 * 4));
   CK(cudaMalloc(&sk_cnt, 4096 * 4));
   CK(cudaMemset(sk_cnt, 0, 4096 * 4));
   for (const Shape& sh : shapes) {
@@ -89,13 +93,22 @@ int main(int argc, char** argv) {
     std::vector<void*> W(kCopies);
     for (auto& w : W) {
       CK(cudaMalloc(&w, wb));
-      CK(cudaMemset(w, 0x3c, wb));  // bf16 ~1.1: finite, not zero
+      CK(cudaMemset(w, 0x3c, wb));  // bf16 ~0.012: finite, not zero
+    }
+    {  // copy 0 varies by row and column, for the variants' check
+      std::vector<__nv_bfloat16> h(size_t(sh.N) * sh.K);
+      for (size_t i = 0; i < h.size(); ++i) h[i] = __float2bfloat16(float(int((i / sh.K) * 5 + i % sh.K) % 13 - 6) / 16);
+      CK(cudaMemcpy(W[0], h.data(), wb, cudaMemcpyHostToDevice));
     }
     for (int M : {1, 8, 32}) {
       if (only && M != only_m) continue;
       void *x, *y;
       CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
-      CK(cudaMemset(x, 0x3c, size_t(M) * sh.K * 2));
+      {
+        std::vector<__nv_bfloat16> h(size_t(M) * sh.K);
+        for (size_t i = 0; i < h.size(); ++i) h[i] = __float2bfloat16(float(int((i / sh.K) * 7 + 3 * (i % sh.K)) % 17 - 8) / 8);
+        CK(cudaMemcpy(x, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+      }
       CK(cudaMalloc(&y, size_t(M) * sh.N * 2));
       const float alpha = 1, beta = 0;
       const float t0 = time_graph(s, [&](int c) {
@@ -130,21 +143,64 @@ int main(int argc, char** argv) {
       std::printf("%-14s %4d %7d %6d | %9.2f %6.2f | %9.2f %6.2f | %5d |", sh.name, M, sh.N, sh.K, 1000 * t0, wb / (t0 * 1e9),
                   1000 * best, wb / (best * 1e9), tried);
       const int pick = sg::skinny_gemm_pick_splits(sh.N, sh.K, 132);
-      for (int sp : {pick, 1, 2, 4, 8}) {
-        const float t = time_graph(s, [&](int c) {
+      // Tile variants (K per tile, ring stages): the best split count of each.
+      struct Variant { const char* name; int bk; cudaError_t (*fn)(const sg::SkinnyGemmParams&, cudaStream_t); };
+      // cp: the cp.async kernel (row blocks start at different K tiles); bBNxBKxS: the bulk-copy kernel.
+      const Variant variants[] = {{"cp64x6r", 64, sg::launch_cfg<64, 6, 1>},
+                                  {"b64x128x6", 128, sg::launch_bulk<64, 128, 6>},
+                                  {"b64x256x4", 256, sg::launch_bulk<64, 256, 4>},
+                                  {"b64x64x8", 64, sg::launch_bulk<64, 64, 8>},
+                                  {"b128x128x5", 128, sg::launch_bulk<128, 128, 5>},
+                                  {"b128x64x8", 64, sg::launch_bulk<128, 64, 8>}};
+      for (const Variant& v : variants) {
+        float vbest = 1e30f;
+        int vs = 0;
+        for (int sp : {pick, 1, 2, 3, 4, 6, 8, 12, 16}) {
+          if (sp > sh.K / v.bk) continue;
+          const float t = time_graph(s, [&](int c) {
+            sg::SkinnyGemmParams p;
+            p.x = x;
+            p.W = W[c];
+            p.y = y;
+            p.M = M;
+            p.N = sh.N;
+            p.K = sh.K;
+            p.splits = sp;
+            p.workspace = sk_ws;
+            p.counters = sk_cnt;
+            CK(v.fn(p, s));
+          });
+          if (t < vbest) vbest = t, vs = sp;
+        }
+        // Check: the variant's y on copy 0 against cublasGemmEx's (bf16 outputs, relative error).
+        std::vector<uint16_t> got(size_t(M) * sh.N), want(size_t(M) * sh.N);
+        CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, M, sh.K, &alpha, W[0], CUDA_R_16BF, sh.K, x, CUDA_R_16BF, sh.K,
+                        &beta, y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        CK(cudaMemcpy(want.data(), y, want.size() * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemset(y, 0, got.size() * 2));
+        {
           sg::SkinnyGemmParams p;
           p.x = x;
-          p.W = W[c];
+          p.W = W[0];
           p.y = y;
           p.M = M;
           p.N = sh.N;
           p.K = sh.K;
-          p.splits = sp;
+          p.splits = vs;
           p.workspace = sk_ws;
           p.counters = sk_cnt;
-          CK(sg::skinny_gemm(p, s));
-        });
-        std::printf(" %d: %.2f (%.2f)", sp, 1000 * t, wb / (t * 1e9));
+          CK(v.fn(p, s));
+          CK(cudaStreamSynchronize(s));
+        }
+        CK(cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost));
+        auto f32 = [](uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; };
+        double worst = 0, scale = 1e-30;  // the largest difference over the largest |y|
+        for (size_t e = 0; e < got.size(); ++e) {
+          worst = std::max(worst, double(std::fabs(f32(got[e]) - f32(want[e]))));
+          scale = std::max(scale, double(std::fabs(f32(want[e]))));
+        }
+        worst /= scale;
+        std::printf(" %s/%d: %.2f (%.2f)%s", v.name, vs, 1000 * vbest, wb / (vbest * 1e9), worst < 1e-2 ? "" : " BAD");
       }
       std::printf("\n");
       cublasLtMatmulPreferenceDestroy(pref);

@@ -6,7 +6,7 @@
 // rotating weight copies (so L2 cannot serve the weights), and prints each one's weight bandwidth.
 // Usage: gemm_lt_probe [OP M] (one shape, e.g. `mlp.gate_up 32`, for ncu). Build and run on the GPU
 // machine (from the repository root):
-//   nvcc -O3 -arch=sm_90 -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu -lcublasLt -lcublas && /tmp/gemm_lt_probe
+//   nvcc -O3 -arch=sm_90 -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu -lcublasLt -lcublas -lcuda && /tmp/gemm_lt_probe
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -145,13 +145,11 @@ int main(int argc, char** argv) {
       const int pick = sg::skinny_gemm_pick_splits(sh.N, sh.K, 132);
       // Tile variants (K per tile, ring stages): the best split count of each.
       struct Variant { const char* name; int bk; cudaError_t (*fn)(const sg::SkinnyGemmParams&, cudaStream_t); };
-      // cp: the cp.async kernel (row blocks start at different K tiles); bBNxBKxS: the bulk-copy kernel.
-      const Variant variants[] = {{"cp64x6r", 64, sg::launch_cfg<64, 6, 1>},
-                                  {"b64x128x6", 128, sg::launch_bulk<64, 128, 6>},
-                                  {"b64x256x4", 256, sg::launch_bulk<64, 256, 4>},
-                                  {"b64x64x8", 64, sg::launch_bulk<64, 64, 8>},
-                                  {"b128x128x5", 128, sg::launch_bulk<128, 128, 5>},
-                                  {"b128x64x8", 64, sg::launch_bulk<128, 64, 8>}};
+      // cp: the cp.async kernel (row blocks start at different K tiles); tmaBNxS: the tensor-map kernel
+      // (s: all row blocks start at their first tile). launch_bulk<BN, BK, S> (1-D bulk copies) is slower.
+      const Variant variants[] = {{"cp64x6r", 64, sg::launch_cfg<64, 6, 1>},   {"tma64x8", 64, sg::launch_tma<64, 8>},
+                                  {"tma64x16", 64, sg::launch_tma<64, 16>},   {"tma128x10", 64, sg::launch_tma<128, 10>},
+                                  {"tma128x5", 64, sg::launch_tma<128, 5>},   {"tma64x8s", 64, sg::launch_tma<64, 8, 0>}};
       for (const Variant& v : variants) {
         float vbest = 1e30f;
         int vs = 0;
@@ -176,8 +174,10 @@ int main(int argc, char** argv) {
         std::vector<uint16_t> got(size_t(M) * sh.N), want(size_t(M) * sh.N);
         CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, M, sh.K, &alpha, W[0], CUDA_R_16BF, sh.K, x, CUDA_R_16BF, sh.K,
                         &beta, y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        CK(cudaStreamSynchronize(s));  // s does not synchronise with the legacy stream's copies
         CK(cudaMemcpy(want.data(), y, want.size() * 2, cudaMemcpyDeviceToHost));
         CK(cudaMemset(y, 0, got.size() * 2));
+        CK(cudaDeviceSynchronize());
         {
           sg::SkinnyGemmParams p;
           p.x = x;

@@ -145,11 +145,11 @@ int main(int argc, char** argv) {
       const int pick = sg::skinny_gemm_pick_splits(sh.N, sh.K, 132);
       // Tile variants (K per tile, ring stages): the best split count of each.
       struct Variant { const char* name; int bk; cudaError_t (*fn)(const sg::SkinnyGemmParams&, cudaStream_t); };
-      // cp: the cp.async kernel (row blocks start at different K tiles); tmaBNxS: the tensor-map kernel
-      // (s: all row blocks start at their first tile). launch_bulk<BN, BK, S> (1-D bulk copies) is slower.
-      const Variant variants[] = {{"cp64x6r", 64, sg::launch_cfg<64, 6, 1>},   {"tma64x8", 64, sg::launch_tma<64, 8>},
-                                  {"tma64x16", 64, sg::launch_tma<64, 16>},   {"tma128x10", 64, sg::launch_tma<128, 10>},
-                                  {"tma128x5", 64, sg::launch_tma<128, 5>},   {"tma64x8s", 64, sg::launch_tma<64, 8, 0>}};
+      // tmaBNxS: the tensor-map kernel, BN W rows a block, S stages. launch_cfg<BK, S, R> (the cp.async
+      // kernel) and launch_bulk<BN, BK, S> (1-D bulk copies) are slower (docs/BENCHMARKS.md).
+      const Variant variants[] = {{"tma64x8", 64, sg::launch_tma<64, 8>},     {"tma128x5", 64, sg::launch_tma<128, 5>},
+                                  {"tma256x5", 64, sg::launch_tma<256, 5>},   {"tma256x6", 64, sg::launch_tma<256, 6>},
+                                  {"tma192x6", 64, sg::launch_tma<192, 6>}};
       for (const Variant& v : variants) {
         float vbest = 1e30f;
         int vs = 0;

@@ -6,7 +6,8 @@
 // loop, and the producer runs up to S stages ahead. Rows are padded by 16 bytes so that the 8 rows
 // an ldmatrix reads fall on different banks. sm_90 only. Correct (the probe checks it against
 // cuBLAS) but 2-4x slower than the cp.async kernel: one bulk copy per 128-512-byte row costs more
-// than the bytes it moves (docs/BENCHMARKS.md); a 2-D tensor map (one copy per tile) is the next step.
+// than the bytes it moves (docs/BENCHMARKS.md). The tensor-map variant below (one copy per tile) is
+// the fast one.
 #pragma once
 #include <cuda_bf16.h>
 

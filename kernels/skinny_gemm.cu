@@ -1,5 +1,7 @@
 // skinny_gemm.cu: y = x W^T for M <= 32 rows on the tensor cores (skinny_gemm.h).
+#include <cuda.h>
 #include <cuda_bf16.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include <algorithm>
 #include <cstdint>
@@ -7,135 +9,171 @@
 #include "kernels/device_util.cuh"
 #include "kernels/mma_util.cuh"
 #include "kernels/skinny_gemm.h"
+#include "kernels/tma_util.cuh"
 
 namespace sg {
 namespace {
 
-using mma::cp_async16;
-using mma::cp_async_commit;
-using mma::cp_async_wait;
 using mma::ldmatrix_x4;
 using mma::mma_bf16;
 using mma::smem_addr;
 
-constexpr int kThreads = 128;  // 4 warps
-constexpr int kBN = 64;        // W rows per block (16 per warp)
-constexpr int kBK = 64;        // K per tile: 8 chunks of 16 bytes per row
-constexpr int kStages = 6;     // ring depth: 5 tiles in flight while one is computed
+constexpr int kBN = 64;      // W rows per block: 16 per consumer warp
+constexpr int kBK = 64;      // K per tile: one 128-byte swizzle row of bf16
+constexpr int kStages = 8;   // ring depth; two blocks fit an SM
 constexpr int kMaxM = 32;
-template <int BK>
-constexpr int stage_elems() { return (kBN + kMaxM) * BK; }  // bf16: W rows, then x rows
-template <int BK, int S>
-constexpr size_t smem_bytes() { return static_cast<size_t>(S) * stage_elems<BK>() * 2; }
 
-// Offset (bf16 elements) of chunk c of row r in a tile of BK-wide rows (the XOR spreads the 8
-// rows an ldmatrix reads over the banks).
-template <int BK>
-__device__ __forceinline__ int swz(int r, int c) { return r * BK + ((c ^ (r & 7)) << 3); }
+// Offset (bf16 elements) of 16-byte chunk c of row r in a tile of 64-wide rows: the TMA's 128-byte
+// swizzle (chunk c ^ (r % 8)), so the 8 rows an ldmatrix reads fall on different banks. A tile
+// must start on a 1024-byte boundary for the pattern to line up.
+__device__ __forceinline__ int swz(int r, int c) { return r * kBK + ((c ^ (r & 7)) << 3); }
 
-template <int BK, int S, int NT, bool kF32Out, int R>
-__global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const SkinnyGemmParams p, int tiles_per_split) {
-  constexpr int kStageElems = (kBN + kMaxM) * BK;  // stage_elems<BK>()
-  constexpr int kChunks = BK / 8;  // 16-byte chunks per row of a tile
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto* ring = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+// y[token, n] = v (bf16 rounded to nearest, or f32).
+template <bool kF32Out>
+__device__ __forceinline__ void store_y(const SkinnyGemmParams& p, int token, int n, float v) {
+  const int64_t ldy = p.ldy ? p.ldy : p.N;
+  if constexpr (kF32Out) {
+    static_cast<float*>(p.y)[token * ldy + n] = v;
+  } else {
+    static_cast<__nv_bfloat16*>(p.y)[token * ldy + n] = __float2bfloat16_rn(v);
+  }
+}
+
+// The last block of a row block (W rows n0 .. n0 + BN) sums the split partials, in split order
+// from 0.0f, and stores y. Four adjacent outputs a thread and up to 8 partial loads in flight: the
+// sum is a chain of L2 round trips otherwise (M = 32: ~13 outputs x splits loads a thread, one
+// after another, which cost more than the GEMM at N = 2560).
+template <int BN, bool kF32Out>
+__device__ void sum_splits(const SkinnyGemmParams& p, int n0, int splits, int tid, int nthreads) {
+  const int64_t plane = static_cast<int64_t>(p.M) * p.N;  // one split's partial [M, N]
+  const bool vec = p.N % 4 == 0;  // then every group of 4 starts 16-byte aligned
+  for (int idx = tid; idx < p.M * (BN / 4); idx += nthreads) {
+    const int token = idx / (BN / 4), n = n0 + (idx % (BN / 4)) * 4;
+    if (n >= p.N) continue;
+    const float* src = p.workspace + static_cast<int64_t>(token) * p.N + n;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (vec) {
+      for (int k0 = 0; k0 < splits; k0 += 8) {
+        float4 t[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (k0 + j < splits) t[j] = __ldcg(reinterpret_cast<const float4*>(src + (k0 + j) * plane));
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (k0 + j < splits) {
+            v[0] += t[j].x;
+            v[1] += t[j].y;
+            v[2] += t[j].z;
+            v[3] += t[j].w;
+          }
+        }
+      }
+    } else {
+      for (int e = 0; e < 4 && n + e < p.N; ++e)
+        for (int k = 0; k < splits; ++k) v[e] += __ldcg(src + k * plane + e);
+    }
+    for (int e = 0; e < 4 && n + e < p.N; ++e) store_y<kF32Out>(p, token, n + e, v[e]);
+  }
+}
+
+// Block = 1 producer warp + BN / 16 consumer warps; grid (ceil(N / BN), splits). Stage st of the
+// ring: the W box [BN rows x 64 K] then the x box [8 NT rows x 64 K], both TMA copies that
+// complete on full[st]; the consumers free it through empty[st]. No block-wide barrier in the K
+// loop: the producer runs up to S tiles ahead of the slowest consumer warp.
+template <int BN, int S, int NT, bool kF32Out>
+__global__ void __launch_bounds__(32 * (1 + BN / 16))
+    skinny_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                       const SkinnyGemmParams p, int tiles_per_split) {
+  constexpr int kStage = (BN + 8 * NT) * kBK;  // bf16 elements a stage: a multiple of 512 (1024 bytes)
+  constexpr int kConsumers = BN / 16;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full[S], empty[S];
+  const uint32_t raw = smem_addr(smem_raw);
+  auto* ring = reinterpret_cast<__nv_bfloat16*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // 1024-aligned
   const int rb = blockIdx.x, s = blockIdx.y, splits = gridDim.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, tq = lane & 3;
-  const int KT = p.K / BK;
-  const int t0 = s * tiles_per_split, t1 = min(KT, t0 + tiles_per_split);
-  const int nt = max(0, t1 - t0);
-  const int n0 = rb * kBN;
-  const auto* W = static_cast<const __nv_bfloat16*>(p.W);  // [N, K]
-  const auto* x = static_cast<const __nv_bfloat16*>(p.x);  // [M, ldx]
-  const int64_t ldx = p.ldx ? p.ldx : p.K;
-
-  // Tile i of this block's K range into stage i % S; W rows past N and x rows past M are
-  // zero-filled (no read).
-  // R = 1: row blocks start at different tiles (spreads the x reads); R = 2 (probe only, wrong
-  // results): x is never read, to price its loads.
-  const int rot = R == 1 && nt > 0 ? rb % nt : 0;
-  auto issue = [&](int i) {
-    const int64_t k0 = static_cast<int64_t>(t0 + (i + rot) % max(nt, 1)) * BK;
-    __nv_bfloat16* ws_ = ring + (i % S) * kStageElems;
-    __nv_bfloat16* xs_ = ws_ + kBN * BK;
-#pragma unroll
-    for (int j = 0; j < kBN * kChunks / kThreads; ++j) {
-      const int idx = tid + kThreads * j, r = idx / kChunks, c = idx % kChunks;
-      const bool ok = n0 + r < p.N;
-      cp_async16(smem_addr(ws_ + swz<BK>(r, c)), W + (ok ? (static_cast<int64_t>(n0 + r) * p.K + k0 + c * 8) : 0), ok);
+  const int KT = p.K / kBK;
+  const int t0 = s * tiles_per_split, nt = max(0, min(KT, t0 + tiles_per_split) - t0);
+  const int n0 = rb * BN;
+  if (tid == 0) {
+    for (int i = 0; i < S; ++i) {
+      tma::mbar_init(smem_addr(&full[i]), 1);
+      tma::mbar_init(smem_addr(&empty[i]), kConsumers);
     }
-    for (int idx = tid; idx < 8 * NT * kChunks; idx += kThreads) {
-      const int r = idx / kChunks, c = idx % kChunks;
-      const bool ok = R != 2 && r < p.M;
-      cp_async16(smem_addr(xs_ + swz<BK>(r, c)), x + (ok ? (r * ldx + k0 + c * 8) : 0), ok);
-    }
-  };
-#pragma unroll
-  for (int i = 0; i < S - 1; ++i) {
-    if (i < nt) issue(i);
-    cp_async_commit();
+    tma::mbar_fence_init();
   }
+  __syncthreads();
 
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  // ldmatrix lane roles: A (W rows of this warp): matrix q = lane / 8 holds rows (q & 1) * 8 ..
-  // and the k-step's chunk (q >> 1); B (x rows): matrix q holds 8 tokens and chunk q of two k-steps.
-  const int a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
-  const int b_row = lane & 7, b_chunk = lane >> 3;
-  for (int i = 0; i < nt; ++i) {
-    if (i + S - 1 < nt) issue(i + S - 1);  // into the stage consumed at i - 1
-    cp_async_commit();
-    cp_async_wait<S - 1>();
-    __syncthreads();  // every thread's copies of tile i landed
-    const __nv_bfloat16* ws_ = ring + (i % S) * kStageElems;
-    const __nv_bfloat16* xs_ = ws_ + kBN * BK;
-#pragma unroll
-    for (int kp = 0; kp < BK / 32; ++kp) {  // pairs of k-steps
-      uint32_t a0[4], a1[4];
-      ldmatrix_x4(a0, smem_addr(ws_ + swz<BK>(a_row, 4 * kp + a_chunk)));
-      ldmatrix_x4(a1, smem_addr(ws_ + swz<BK>(a_row, 4 * kp + 2 + a_chunk)));
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        uint32_t b[4];
-        ldmatrix_x4(b, smem_addr(xs_ + swz<BK>(8 * j + b_row, 4 * kp + b_chunk)));
-        mma_bf16(acc[j], a0, b[0], b[1]);
-        mma_bf16(acc[j], a1, b[2], b[3]);
+  const int g = lane >> 2, tq = lane & 3, cw = warp - 1;  // cw: consumer warp, W rows 16 cw ..
+  if (warp == 0) {
+    if (lane == 0) {
+      // Whole boxes count, zero fill past N and M included.
+      constexpr uint32_t kBytes = static_cast<uint32_t>(BN + 8 * NT) * kBK * 2;
+      for (int i = 0; i < nt; ++i) {
+        const int st = i % S;
+        if (i >= S) tma::mbar_wait(smem_addr(&empty[st]), ((i / S) - 1) & 1);  // round i / S - 1 consumed
+        const int k0 = (t0 + i) * kBK;
+        __nv_bfloat16* stage = ring + st * kStage;
+        const uint32_t bar = smem_addr(&full[st]);
+        tma::mbar_arrive_expect_tx(bar, kBytes);
+        tma::load_2d(smem_addr(stage), &w_map, k0, n0, bar);
+        tma::load_2d(smem_addr(stage + BN * kBK), &x_map, k0, 0, bar);
       }
     }
-    __syncthreads();  // the stage is consumed before it is refilled
-  }
-  cp_async_wait<0>();
-
-  // acc[j]: c0 c1 = (W row 16 warp + g, tokens 8 j + 2 tq, + 1), c2 c3 = (row + 8, same tokens).
-  const int64_t ldy = p.ldy ? p.ldy : p.N;
-  auto store = [&](int token, int n, float v) {
-    if constexpr (kF32Out) {
-      static_cast<float*>(p.y)[token * ldy + n] = v;
-    } else {
-      static_cast<__nv_bfloat16*>(p.y)[token * ldy + n] = __float2bfloat16_rn(v);
+  } else {
+    // ldmatrix lane roles: A (W rows of this warp): matrix q = lane / 8 holds rows (q & 1) * 8 ..
+    // and the k-step's chunk (q >> 1); B (x rows): matrix q holds 8 tokens and chunk q of two k-steps.
+    const int a_row = cw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
+    const int b_row = lane & 7, b_chunk = lane >> 3;
+    for (int i = 0; i < nt; ++i) {
+      const int st = i % S;
+      tma::mbar_wait(smem_addr(&full[st]), (i / S) & 1);
+      const __nv_bfloat16* ws = ring + st * kStage;
+      const __nv_bfloat16* xs = ws + BN * kBK;
+#pragma unroll
+      for (int kp = 0; kp < kBK / 32; ++kp) {  // pairs of k-steps
+        uint32_t a0[4], a1[4];
+        ldmatrix_x4(a0, smem_addr(ws + swz(a_row, 4 * kp + a_chunk)));
+        ldmatrix_x4(a1, smem_addr(ws + swz(a_row, 4 * kp + 2 + a_chunk)));
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          uint32_t b[4];
+          ldmatrix_x4(b, smem_addr(xs + swz(8 * j + b_row, 4 * kp + b_chunk)));
+          mma_bf16(acc[j], a0, b[0], b[1]);
+          mma_bf16(acc[j], a1, b[2], b[3]);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) tma::mbar_arrive(smem_addr(&empty[st]));
     }
-  };
+  }
+
+  // acc[j]: c0 c1 = (W row 16 cw + g, tokens 8 j + 2 tq, + 1), c2 c3 = (row + 8, same tokens).
   if (splits == 1) {
+    if (warp == 0) return;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int token = 8 * j + 2 * tq + (e & 1), n = n0 + warp * 16 + g + (e >> 1) * 8;
-        if (token < p.M && n < p.N) store(token, n, acc[j][e]);
+        const int token = 8 * j + 2 * tq + (e & 1), n = n0 + cw * 16 + g + (e >> 1) * 8;
+        if (token < p.M && n < p.N) store_y<kF32Out>(p, token, n, acc[j][e]);
       }
     }
     return;
   }
   // Split K: partial [M, N] of split s; the row block's last block sums the splits in order.
   float* part = p.workspace + static_cast<int64_t>(s) * p.M * p.N;
+  if (warp > 0) {
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
+    for (int j = 0; j < NT; ++j) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int token = 8 * j + 2 * tq + (e & 1), n = n0 + warp * 16 + g + (e >> 1) * 8;
-      if (token < p.M && n < p.N) part[static_cast<int64_t>(token) * p.N + n] = acc[j][e];
+      for (int e = 0; e < 4; ++e) {
+        const int token = 8 * j + 2 * tq + (e & 1), n = n0 + cw * 16 + g + (e >> 1) * 8;
+        if (token < p.M && n < p.N) part[static_cast<int64_t>(token) * p.N + n] = acc[j][e];
+      }
     }
   }
   __shared__ bool last;
@@ -145,41 +183,64 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const SkinnyGemmP
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int idx = tid; idx < p.M * kBN; idx += kThreads) {
-    const int token = idx / kBN, n = n0 + idx % kBN;
-    if (n >= p.N) continue;
-    float v = 0.0f;
-    for (int k = 0; k < splits; ++k) v += __ldcg(p.workspace + (static_cast<int64_t>(k) * p.M + token) * p.N + n);
-    store(token, n, v);
-  }
+  sum_splits<BN, kF32Out>(p, n0, splits, tid, blockDim.x);
   if (tid == 0) p.counters[rb] = 0;  // ready for the next launch
 }
 
-template <int BK, int S, int NT, int R>
+// The driver's tensor-map encoder, looked up once (null when the driver lacks it).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const bool ok = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) ==
+                        cudaSuccess &&
+                    q == cudaDriverEntryPointSuccess;
+    return ok ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f) : nullptr;
+  }();
+  return fn;
+}
+
+// A bf16 [rows, cols] matrix with row stride ld elements, boxes of [box_rows x 64], 128-byte swizzle.
+bool make_map(CUtensorMap* m, const void* base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
+  const auto encode = tensor_map_encoder();
+  if (!encode) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem[2] = {1, 1};
+  return encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int BN, int S, int NT, bool kF32Out>
 cudaError_t launch_nt(const SkinnyGemmParams& p, cudaStream_t stream) {
-  const int KT = p.K / BK;
+  const int KT = p.K / kBK;
   const int tps = (KT + p.splits - 1) / p.splits;
-  const dim3 grid(static_cast<unsigned>((p.N + kBN - 1) / kBN), static_cast<unsigned>(p.splits));
-  constexpr size_t smem = smem_bytes<BK, S>();
-  if (p.y_dtype == DType::f32) {
-    auto* k = skinny_gemm_kernel<BK, S, NT, true, R>;
-    if (const cudaError_t e = dev::allow_dynamic_smem(k, smem); e != cudaSuccess) return e;
-    k<<<grid, kThreads, smem, stream>>>(p, tps);
-  } else {
-    auto* k = skinny_gemm_kernel<BK, S, NT, false, R>;
-    if (const cudaError_t e = dev::allow_dynamic_smem(k, smem); e != cudaSuccess) return e;
-    k<<<grid, kThreads, smem, stream>>>(p, tps);
-  }
+  const dim3 grid(static_cast<unsigned>((p.N + BN - 1) / BN), static_cast<unsigned>(p.splits));
+  constexpr size_t smem = static_cast<size_t>(S) * (BN + 8 * NT) * kBK * 2 + 1024;  // + alignment
+  CUtensorMap w_map, x_map;
+  if (!make_map(&w_map, p.W, p.N, p.K, p.K, BN) || !make_map(&x_map, p.x, p.M, p.K, p.ldx ? p.ldx : p.K, 8 * NT))
+    return cudaErrorNotSupported;
+  auto* k = skinny_gemm_kernel<BN, S, NT, kF32Out>;
+  if (const cudaError_t e = dev::allow_dynamic_smem(k, smem); e != cudaSuccess) return e;
+  k<<<grid, 32 * (1 + BN / 16), smem, stream>>>(w_map, x_map, p, tps);
   return cudaGetLastError();
 }
 
-template <int BK, int S, int R = 0>
-cudaError_t launch_cfg(const SkinnyGemmParams& p, cudaStream_t stream) {
+template <int BN, int S, int NT>
+cudaError_t launch_dtype(const SkinnyGemmParams& p, cudaStream_t stream) {
+  return p.y_dtype == DType::f32 ? launch_nt<BN, S, NT, true>(p, stream) : launch_nt<BN, S, NT, false>(p, stream);
+}
+
+// BN W rows a block, S stages (the probe tries other shapes; the library runs kBN, kStages).
+template <int BN, int S>
+cudaError_t launch_tma(const SkinnyGemmParams& p, cudaStream_t stream) {
   switch ((p.M + 7) / 8) {
-    case 1: return launch_nt<BK, S, 1, R>(p, stream);
-    case 2: return launch_nt<BK, S, 2, R>(p, stream);
-    case 3: return launch_nt<BK, S, 3, R>(p, stream);
-    default: return launch_nt<BK, S, 4, R>(p, stream);
+    case 1: return launch_dtype<BN, S, 1>(p, stream);
+    case 2: return launch_dtype<BN, S, 2>(p, stream);
+    case 3: return launch_dtype<BN, S, 3>(p, stream);
+    default: return launch_dtype<BN, S, 4>(p, stream);
   }
 }
 
@@ -191,8 +252,8 @@ int skinny_gemm_pick_splits(int N, int K, int num_sms) {
   if (N <= 0 || K < kBK) return 1;
   const long rb = (N + kBN - 1) / kBN, KT = K / kBK, sms = std::max(num_sms, 1);
   const int most = static_cast<int>(std::clamp<long>(KT / 4, 1, 32));
-  // An SM streams its blocks' tiles at full speed from two resident blocks on (one block keeps too
-  // few bytes in flight): time ~ blocks per SM x (tiles per split + 4) / min(blocks per SM, 2).
+  // Two blocks fit an SM (kStages stages each); an SM streams at full speed from two resident
+  // blocks on: time ~ blocks per SM x (tiles per split + 4) / min(blocks per SM, 2).
   auto cost = [&](int s) {
     const long b = (rb * s + sms - 1) / sms;
     return static_cast<double>(b) * static_cast<double>((KT + s - 1) / s + 4) / static_cast<double>(std::min<long>(b, 2));
@@ -218,7 +279,7 @@ cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   const int rbs = (p.N + kBN - 1) / kBN;
   if (p.splits < 1 || p.splits > p.K / kBK || p.splits > 65535 || rbs > 0x7fffffff) return cudaErrorInvalidValue;
   if (p.splits > 1 && (!p.workspace || !p.counters)) return cudaErrorInvalidValue;
-  return launch_cfg<kBK, kStages>(p, stream);
+  return launch_tma<kBN, kStages>(p, stream);
 }
 
 }  // namespace sg

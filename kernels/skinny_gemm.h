@@ -4,12 +4,15 @@
 // weights of 20-100 MB. Tensor cores with the weight on the wide side: mma.sync m16n8k16 with
 // A = 16 rows of W, B = 8 tokens of x, so M only sets the number of n8 tiles (1..4).
 //
-// Grid (N / 64 row blocks, splits): block = 4 warps, warp w owns W rows 16 w .. 16 w + 15 of its
-// row block; each block streams its K range in 64-wide tiles through a 6-stage cp.async ring
-// (W rows and the x rows of the tile, XOR-swizzled for ldmatrix). With splits > 1 every block
+// Grid (N / 64 row blocks, splits): block = 1 producer warp + 4 consumer warps (consumer w owns W
+// rows 16 w .. 16 w + 15 of its row block). The producer streams the block's K range in 64-wide
+// tiles into an 8-stage shared-memory ring with two TMA copies a tile (the W box and the x box,
+// 2-D tensor maps with the 128-byte swizzle, zero fill past N and M), each stage guarded by a
+// full and an empty mbarrier; no block-wide barrier in the K loop. With splits > 1 every block
 // writes its f32 partial [M, 64] to the workspace and the row block's last block to finish (a
 // per-row-block counter) sums the partials in split order and writes y: deterministic, graph-safe,
-// and the counters are zero again after every launch.
+// and the counters are zero again after every launch. sm_90 (TMA); the tensor-map encoder comes
+// from the driver at run time (nothing links libcuda).
 // Numerics: products of bf16 are exact in f32; tensor-core accumulation (f32, not IEEE order)
 // over each block's K range, then the partials in split order; not the bytes of cuBLAS (a
 // setting of the model step, ModelStepOptions::gemm, within the GEMM test tolerance).
@@ -45,8 +48,9 @@ bool skinny_gemm_supports(int M, int N, int K);
 int skinny_gemm_pick_splits(int N, int K, int num_sms);
 size_t skinny_gemm_workspace_bytes(int M, int N, int splits);
 
-// cudaErrorInvalidValue on unsupported shapes, dtypes, alignment or a missing workspace; else the
-// launch error. M == 0 does nothing.
+// cudaErrorInvalidValue on unsupported shapes, dtypes, alignment or a missing workspace;
+// cudaErrorNotSupported when the driver cannot encode the tensor maps; else the launch error.
+// M == 0 does nothing.
 cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream);
 
 }  // namespace sg

@@ -95,21 +95,35 @@ AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType ac
   return want;
 }
 
-const char* gemm_name(GemmKind g) { return g == GemmKind::skinny ? "skinny" : g == GemmKind::cublas ? "cublas" : "auto"; }
+const char* gemm_name(GemmKind g) {
+  switch (g) {
+    case GemmKind::automatic: return "auto";
+    case GemmKind::cublas: return "cublas";
+    case GemmKind::skinny: return "skinny";
+    case GemmKind::mixed: return "mixed";
+  }
+  return "?";
+}
 
 GemmKind parse_gemm(const std::string& name) {
   if (name == "auto") return GemmKind::automatic;
   if (name == "cublas") return GemmKind::cublas;
   if (name == "skinny") return GemmKind::skinny;
-  throw Error(fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny)", name));
+  if (name == "mixed") return GemmKind::mixed;
+  throw Error(fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny, mixed)", name));
 }
 
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
-  if (want == GemmKind::cublas || want == GemmKind::automatic) return GemmKind::cublas;
-  const bool built = act == DType::bf16 && d.cc_major >= 8;
-  require(built, "the skinny GEMM takes bf16 activations on sm_80+ (this step: {} on compute capability {}.x; use "
+  const bool built = act == DType::bf16 && d.cc_major >= 9;
+  if (want == GemmKind::automatic) return built ? GemmKind::mixed : GemmKind::cublas;
+  if (want == GemmKind::cublas) return want;
+  require(built, "the skinny GEMM takes bf16 activations on sm_90+ (this step: {} on compute capability {}.x; use "
           "--gemm cublas)", dtype_name(act), d.cc_major);
   return want;
+}
+
+bool gemm_uses_skinny(GemmKind g, int64_t rows) {
+  return g == GemmKind::skinny || (g == GemmKind::mixed && rows <= kGemmMixedSkinnyRows);
 }
 
 }  // namespace sg

@@ -360,7 +360,7 @@ TEST_CASE("model step in bf16 matches the bf16 CPU reference, prefill then decod
   const AttnPrefill ap = GENERATE(AttnPrefill::simt, AttnPrefill::mma);
   CAPTURE(attn_prefill_name(ap));
   // "tiny" with D = 64 as well: its decode steps run the tensor-core attention decode (auto) and
-  // the skinny GEMM, the presets' D = 32 the CUDA-core attention and cuBLAS.
+  // the skinny GEMM, the presets' D = 32 the CUDA-core attention and the mixed projections.
   for (const char* name : {"tiny", "tiny-dkdv", "tiny-d64"}) {
     CAPTURE(name);
     const bool d64 = std::string(name) == "tiny-d64";
@@ -373,7 +373,7 @@ TEST_CASE("model step in bf16 matches the bf16 CPU reference, prefill then decod
     ModelStep step(cfg, o);
     REQUIRE(step.options().attn_prefill == ap);
     REQUIRE(step.options().attn_decode == (d64 ? AttnDecode::mma : AttnDecode::simt));
-    REQUIRE(step.options().gemm == (d64 ? GemmKind::skinny : GemmKind::cublas));
+    REQUIRE(step.options().gemm == (d64 ? GemmKind::skinny : GemmKind::mixed));
     step.load_host_weights(w);
     step.capture_all();
     ReferenceOptions ro;

@@ -287,9 +287,10 @@ void register_bench(CLI::App& app, Action& action) {
                   "model workload: how steps run their projections: cublas (cublasGemmEx), skinny (the "
                   "tensor-core weight-streaming kernel for at most 32 rows, K % 64 == 0; within the GEMM "
                   "tolerance of cuBLAS, not byte-identical, so a setting rather than an arm; cuBLAS for other "
-                  "shapes; measured slower than cuBLAS so far) or auto (cublas)")
+                  "shapes), mixed (skinny for steps of at most 8 rows, where it measures faster, cuBLAS above) "
+                  "or auto (mixed for bf16 on sm_90, else cublas)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cublas", "skinny"}));
+      ->check(CLI::IsMember({"auto", "cublas", "skinny", "mixed"}));
   cmd->add_flag("--marginal", o.marginal,
                  "model workload: also the marginal cost of every op family in the largest and the smallest decode "
                  "graph: the step time with the family's nodes disabled (cudaGraphNodeSetEnabled), subtracted from "

@@ -262,9 +262,10 @@ void register_generate(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
   cmd->add_option("--gemm", o.gemm,
                   "How the steps run their projections (GPU only): cublas, skinny (the tensor-core weight-streaming "
-                  "kernel for at most 32 rows; within the GEMM tolerance of cuBLAS) or auto (cublas)")
+                  "kernel for at most 32 rows; within the GEMM tolerance of cuBLAS), mixed (skinny up to 8 rows, "
+                  "cuBLAS above) or auto (mixed for bf16 on sm_90, else cublas)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cublas", "skinny"}));
+      ->check(CLI::IsMember({"auto", "cublas", "skinny", "mixed"}));
   cmd->add_option("--attn-decode", o.attn_decode,
                   "How the decode steps run attention (GPU only): simt (the f32 CUDA-core kernel), mma (bf16 tensor "
                   "cores, within the bf16 attention tolerance of simt) or auto (mma for bf16 with D 64/128/256 and "

@@ -215,7 +215,7 @@ void register_inspect(CLI::App& app, Action& action) {
   cmd->add_option("--delta-prefill", io.b.delta_prefill, "auto, scan or chunked (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "scan", "chunked"}));
   cmd->add_option("--attn-prefill", io.b.attn_prefill, "auto, simt or mma (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "simt", "mma"}));
   cmd->add_option("--attn-decode", io.b.attn_decode, "auto, simt or mma (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "simt", "mma"}));
-  cmd->add_option("--gemm", io.b.gemm, "auto, cublas or skinny (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "cublas", "skinny"}));
+  cmd->add_option("--gemm", io.b.gemm, "auto, cublas, skinny or mixed (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "cublas", "skinny", "mixed"}));
   add_arm_options(cmd, io.b.arms);
   cmd->callback([&action] {
     action = [] { return run(io); };

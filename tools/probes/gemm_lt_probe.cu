@@ -1,12 +1,12 @@
 // gemm_lt_probe.cu: the decode projections three ways. For each small-M shape y[M, N] = x[M, K]
 // W[N, K]^T (bf16 in, f32 accumulate, bf16 out), times cublasGemmEx (the model step's default),
 // the best of cuBLASLt's top heuristic algorithms, and variants of the skinny kernel
-// (kernels/skinny_gemm.h: cp.async ring; tools/probes/skinny_bulk.cuh: bulk copies), each at its
+// (kernels/skinny_gemm.h: tensor-map copies; tools/probes/skinny_bulk.cuh: 1-D bulk copies), each at its
 // best split count and checked against cublasGemmEx, with CUDA graphs of 20 launches over 8
 // rotating weight copies (so L2 cannot serve the weights), and prints each one's weight bandwidth.
 // Usage: gemm_lt_probe [OP M] (one shape, e.g. `mlp.gate_up 32`, for ncu). Build and run on the GPU
 // machine (from the repository root):
-//   nvcc -O3 -arch=sm_90 -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu -lcublasLt -lcublas -lcuda && /tmp/gemm_lt_probe
+//   nvcc -O3 -arch=sm_90 -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu -lcublasLt -lcublas && /tmp/gemm_lt_probe
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -145,11 +145,11 @@ int main(int argc, char** argv) {
       const int pick = sg::skinny_gemm_pick_splits(sh.N, sh.K, 132);
       // Tile variants (K per tile, ring stages): the best split count of each.
       struct Variant { const char* name; int bk; cudaError_t (*fn)(const sg::SkinnyGemmParams&, cudaStream_t); };
-      // tmaBNxS: the tensor-map kernel, BN W rows a block, S stages. launch_cfg<BK, S, R> (the cp.async
-      // kernel) and launch_bulk<BN, BK, S> (1-D bulk copies) are slower (docs/BENCHMARKS.md).
+      // tmaBNxS: the library's tensor-map kernel with BN W rows a block and S stages (the library runs
+      // 64 x 8); bulkBNxBKxS: 1-D bulk copies, one per row piece (slower, docs/BENCHMARKS.md).
       const Variant variants[] = {{"tma64x8", 64, sg::launch_tma<64, 8>},     {"tma128x5", 64, sg::launch_tma<128, 5>},
-                                  {"tma256x5", 64, sg::launch_tma<256, 5>},   {"tma256x6", 64, sg::launch_tma<256, 6>},
-                                  {"tma192x6", 64, sg::launch_tma<192, 6>}};
+                                  {"tma256x5", 64, sg::launch_tma<256, 5>},   {"tma64x16", 64, sg::launch_tma<64, 16>},
+                                  {"bulk64x256x4", 256, sg::launch_bulk<64, 256, 4>}};
       for (const Variant& v : variants) {
         float vbest = 1e30f;
         int vs = 0;

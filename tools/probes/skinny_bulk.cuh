@@ -1,43 +1,30 @@
 // skinny_bulk.cuh: a probe variant of the skinny GEMM (kernels/skinny_gemm.h), included by
-// gemm_lt_probe.cu after kernels/skinny_gemm.cu. One producer warp streams W and x tiles into a ring of shared-memory stages with
+// gemm_lt_probe.cu after kernels/skinny_gemm.cu (whose store_y and sum_splits it uses). One producer warp streams W and x tiles into a ring of shared-memory stages with
 // 1-D bulk copies (cp.async.bulk, the copy engine of sm_90) that complete on an mbarrier per stage;
 // CW consumer warps wait on that barrier, run the same mma.sync tiles as the cp.async kernel, and
 // free the stage through a second mbarrier. Nothing waits on a block-wide barrier inside the K
 // loop, and the producer runs up to S stages ahead. Rows are padded by 16 bytes so that the 8 rows
 // an ldmatrix reads fall on different banks. sm_90 only. Correct (the probe checks it against
 // cuBLAS) but 2-4x slower than the cp.async kernel: one bulk copy per 128-512-byte row costs more
-// than the bytes it moves (docs/BENCHMARKS.md). The tensor-map variant below (one copy per tile) is
-// the fast one.
+// than the bytes it moves (docs/BENCHMARKS.md). The library's kernel (one 2-D tensor-map copy per
+// tile) is the fast one.
 #pragma once
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
 #include "kernels/mma_util.cuh"
+#include "kernels/tma_util.cuh"
 #include "kernels/skinny_gemm.h"
 
 namespace sg::bulk {
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
+using tma::mbar_arrive;
+using tma::mbar_arrive_expect_tx;
+using tma::mbar_fence_init;
+using tma::mbar_init;
+using tma::mbar_wait;
+
 // bytes (a multiple of 16) global -> shared, completing on mbarrier `bar`; both addresses 16-byte aligned.
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
@@ -130,14 +117,6 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16)) skinny_bulk_kernel(const S
     }
   }
 
-  const int64_t ldy = p.ldy ? p.ldy : p.N;
-  auto store = [&](int token, int n, float v) {
-    if constexpr (kF32Out) {
-      static_cast<float*>(p.y)[token * ldy + n] = v;
-    } else {
-      static_cast<__nv_bfloat16*>(p.y)[token * ldy + n] = __float2bfloat16_rn(v);
-    }
-  };
   if (splits == 1) {
     if (warp == 0) return;
 #pragma unroll
@@ -145,7 +124,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16)) skinny_bulk_kernel(const S
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int token = 8 * j + 2 * tq + (e & 1), n = n0 + cw * 16 + g + (e >> 1) * 8;
-        if (token < p.M && n < p.N) store(token, n, acc[j][e]);
+        if (token < p.M && n < p.N) store_y<kF32Out>(p, token, n, acc[j][e]);
       }
     }
     return;
@@ -168,13 +147,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16)) skinny_bulk_kernel(const S
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int idx = tid; idx < p.M * BN; idx += blockDim.x) {
-    const int token = idx / BN, n = n0 + idx % BN;
-    if (n >= p.N) continue;
-    float v = 0.0f;
-    for (int k = 0; k < splits; ++k) v += __ldcg(p.workspace + (static_cast<int64_t>(k) * p.M + token) * p.N + n);
-    store(token, n, v);
-  }
+  sum_splits<BN, kF32Out>(p, n0, splits, tid, blockDim.x);
   if (tid == 0) p.counters[rb] = 0;
 }
 
@@ -205,178 +178,6 @@ cudaError_t launch_bulk(const SkinnyGemmParams& p, cudaStream_t stream) {
     case 2: return launch_bulk_nt<BN, BK, S, 2, R>(p, stream);
     case 3: return launch_bulk_nt<BN, BK, S, 3, R>(p, stream);
     default: return launch_bulk_nt<BN, BK, S, 4, R>(p, stream);
-  }
-}
-
-}  // namespace
-}  // namespace sg
-
-// The tensor-map variant: the producer issues one 2-D TMA copy per tile (the W box [BN rows x 64 K]
-// and the x box [8 NT rows x 64 K], 128-byte swizzle, zero fill past N and M), so a stage costs two
-// copy instructions whatever its size. The swizzle is the cp.async kernel's swz<64> layout, so the
-// consumers are that kernel's loop. Needs the driver's cuTensorMapEncodeTiled (link -lcuda).
-#include <cuda.h>
-
-namespace sg {
-namespace {
-
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-
-template <int BN, int S, int NT, int R>
-__global__ void __launch_bounds__(32 * (1 + BN / 16))
-    skinny_tma_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx_map,
-                      const SkinnyGemmParams p, int tiles_per_split) {
-  constexpr int BK = 64;
-  constexpr int kStage = (BN + 8 * NT) * BK;  // bf16 elements; a multiple of 512 (1024 bytes)
-  constexpr int CW = BN / 16;
-  extern __shared__ unsigned char tma_smem_raw[];
-  __shared__ __align__(8) uint64_t full[S], empty[S];
-  // The swizzle repeats every 1024 bytes: stages start on a 1024-byte boundary.
-  const uint32_t raw = smem_addr(tma_smem_raw);
-  auto* ring = reinterpret_cast<__nv_bfloat16*>(tma_smem_raw + (((raw + 1023) & ~1023u) - raw));
-  const int rb = blockIdx.x, s = blockIdx.y, splits = gridDim.y;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int KT = p.K / BK;
-  const int t0 = s * tiles_per_split, t1 = min(KT, t0 + tiles_per_split);
-  const int nt = max(0, t1 - t0);
-  const int n0 = rb * BN;
-  const int rot = R == 1 && nt > 0 ? rb % nt : 0;
-  if (tid == 0) {
-    for (int i = 0; i < S; ++i) {
-      bulk::mbar_init(smem_addr(&full[i]), 1);
-      bulk::mbar_init(smem_addr(&empty[i]), CW);
-    }
-    bulk::mbar_fence_init();
-  }
-  __syncthreads();
-
-  float acc[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  const int g = lane >> 2, tq = lane & 3, cw = warp - 1;
-  if (warp == 0) {
-    if (lane == 0) {
-      constexpr uint32_t tx = static_cast<uint32_t>(BN + 8 * NT) * BK * 2;  // whole boxes, zero fill included
-      for (int i = 0; i < nt; ++i) {
-        const int st = i % S;
-        if (i >= S) bulk::mbar_wait(smem_addr(&empty[st]), ((i / S) - 1) & 1);
-        const int k0 = (t0 + (i + rot) % nt) * BK;
-        __nv_bfloat16* ws_ = ring + st * kStage;
-        const uint32_t bar = smem_addr(&full[st]);
-        bulk::mbar_arrive_expect_tx(bar, tx);
-        tma_load_2d(smem_addr(ws_), &tw, k0, n0, bar);
-        tma_load_2d(smem_addr(ws_ + BN * BK), &tx_map, k0, 0, bar);
-      }
-    }
-  } else {
-    const int a_row = cw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
-    const int b_row = lane & 7, b_chunk = lane >> 3;
-    for (int i = 0; i < nt; ++i) {
-      const int st = i % S;
-      bulk::mbar_wait(smem_addr(&full[st]), (i / S) & 1);
-      const __nv_bfloat16* ws_ = ring + st * kStage;
-      const __nv_bfloat16* xs_ = ws_ + BN * BK;
-#pragma unroll
-      for (int kp = 0; kp < BK / 32; ++kp) {
-        uint32_t a0[4], a1[4];
-        ldmatrix_x4(a0, smem_addr(ws_ + swz<BK>(a_row, 4 * kp + a_chunk)));
-        ldmatrix_x4(a1, smem_addr(ws_ + swz<BK>(a_row, 4 * kp + 2 + a_chunk)));
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          uint32_t b[4];
-          ldmatrix_x4(b, smem_addr(xs_ + swz<BK>(8 * j + b_row, 4 * kp + b_chunk)));
-          mma_bf16(acc[j], a0, b[0], b[1]);
-          mma_bf16(acc[j], a1, b[2], b[3]);
-        }
-      }
-      __syncwarp();
-      if (lane == 0) bulk::mbar_arrive(smem_addr(&empty[st]));
-    }
-  }
-
-  const int64_t ldy = p.ldy ? p.ldy : p.N;
-  auto store = [&](int token, int n, float v) { static_cast<__nv_bfloat16*>(p.y)[token * ldy + n] = __float2bfloat16_rn(v); };
-  if (splits == 1) {
-    if (warp == 0) return;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int token = 8 * j + 2 * tq + (e & 1), n = n0 + cw * 16 + g + (e >> 1) * 8;
-        if (token < p.M && n < p.N) store(token, n, acc[j][e]);
-      }
-    }
-    return;
-  }
-  float* part = p.workspace + static_cast<int64_t>(s) * p.M * p.N;
-  if (warp > 0) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int token = 8 * j + 2 * tq + (e & 1), n = n0 + cw * 16 + g + (e >> 1) * 8;
-        if (token < p.M && n < p.N) part[static_cast<int64_t>(token) * p.N + n] = acc[j][e];
-      }
-    }
-  }
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) last = atomicAdd(&p.counters[rb], 1) == splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int idx = tid; idx < p.M * BN; idx += blockDim.x) {
-    const int token = idx / BN, n = n0 + idx % BN;
-    if (n >= p.N) continue;
-    float v = 0.0f;
-    for (int k = 0; k < splits; ++k) v += __ldcg(p.workspace + (static_cast<int64_t>(k) * p.M + token) * p.N + n);
-    store(token, n, v);
-  }
-  if (tid == 0) p.counters[rb] = 0;
-}
-
-// A 2-D bf16 tensor map over rows x cols (row stride ld elements), box [box_rows x 64], 128-byte swizzle.
-inline CUtensorMap make_map(const void* base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
-  CUtensorMap m;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUresult r = cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
-                                            box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(r));
-  return m;
-}
-
-template <int BN, int S, int NT, int R>
-cudaError_t launch_tma_nt(const SkinnyGemmParams& p, cudaStream_t stream) {
-  const int KT = p.K / 64;
-  const int tps = (KT + p.splits - 1) / p.splits;
-  const dim3 grid(static_cast<unsigned>((p.N + BN - 1) / BN), static_cast<unsigned>(p.splits));
-  constexpr size_t smem = static_cast<size_t>(S) * (BN + 8 * NT) * 64 * 2 + 1024;
-  const int64_t ldx = p.ldx ? p.ldx : p.K;
-  const CUtensorMap tw = make_map(p.W, p.N, p.K, p.K, BN), tx = make_map(p.x, p.M, p.K, ldx, 8 * NT);
-  auto* k = skinny_tma_kernel<BN, S, NT, R>;
-  if (const cudaError_t e = dev::allow_dynamic_smem(k, smem); e != cudaSuccess) return e;
-  k<<<grid, 32 * (1 + BN / 16), smem, stream>>>(tw, tx, p, tps);
-  return cudaGetLastError();
-}
-
-template <int BN, int S, int R = 1>
-cudaError_t launch_tma(const SkinnyGemmParams& p, cudaStream_t stream) {
-  if (p.K % 64 != 0 || p.splits > p.K / 64 || p.y_dtype != DType::bf16) return cudaErrorInvalidValue;
-  switch ((p.M + 7) / 8) {
-    case 1: return launch_tma_nt<BN, S, 1, R>(p, stream);
-    case 2: return launch_tma_nt<BN, S, 2, R>(p, stream);
-    case 3: return launch_tma_nt<BN, S, 3, R>(p, stream);
-    default: return launch_tma_nt<BN, S, 4, R>(p, stream);
   }
 }
 

@@ -39,7 +39,7 @@ AbReport sample_report() {
   r.hash_steps = 16;
   r.a = {"(base)", "conv.fwd=register", "delta-prefill=chunked", 1, 2};
   r.b = {"postconv=token_tile", "conv.fwd=register", "delta-prefill=chunked", 1, 2};
-  r.step = compare_row("step", {1.0, 1.1, 1.05}, {0.8, 0.85, 0.82});
+  r.step = compare_row("whole step (ms)", {1.0, 1.1, 1.05}, {0.8, 0.85, 0.82});
   r.families = compare_families({{"postconv", {10, 11, 12}}, {"conv.update", {5, 5, 5}}},
                                 {{"postconv", {7, 7.5, 8}}, {"conv.update", {5.1, 5, 4.9}}});
   return r;
@@ -198,7 +198,7 @@ TEST_CASE("ab report: the text has every row and a summary", "[ab][report]") {
   const std::string t = format_ab_report(sample_report());
   CHECK(contains(t, "A: (base)"));
   CHECK(contains(t, "B: postconv=token_tile"));
-  CHECK(contains(t, "step "));
+  CHECK(contains(t, "whole step (ms)"));
   CHECK(contains(t, "postconv"));
   CHECK(contains(t, "conv.update"));
   CHECK(contains(t, "faster"));
@@ -232,4 +232,23 @@ TEST_CASE("ab report: the JSON shape", "[ab][report]") {
   const nlohmann::json k = ab_json(one_sided);
   CHECK(k.at("families_us")[0].at("b").is_null());
   CHECK(k.at("families_us")[0].at("verdict") == "only A");
+}
+
+TEST_CASE("ab selection: which settings decide the arithmetic of a decode or prefill graph", "[ab][selection]") {
+  StepChoice a, b;
+  b.arms.postconv = PostconvArm::token_tile;  // arms never count
+  CHECK(same_arithmetic(a, b, false));
+  CHECK(same_arithmetic(a, b, true));
+  b.attn_prefill = "mma";  // not used by a decode graph
+  b.delta_prefill = "scan";
+  CHECK(same_arithmetic(a, b, false));
+  CHECK_FALSE(same_arithmetic(a, b, true));
+  b = a;
+  b.attn_decode = "simt";  // not used by a prefill graph
+  CHECK_FALSE(same_arithmetic(a, b, false));
+  CHECK(same_arithmetic(a, b, true));
+  b = a;
+  b.gemm = "skinny";  // both
+  CHECK_FALSE(same_arithmetic(a, b, false));
+  CHECK_FALSE(same_arithmetic(a, b, true));
 }

@@ -110,7 +110,7 @@ std::string format_ab_report(const AbReport& r) {
       "(max - min) of the two sides; neutral otherwise\n\n";
   out += fmt::format("{:<22} {:>28} {:>28} {:>10} {:>9} {}\n", "", "A median (min..max)", "B median (min..max)",
                      "B - A", "noise", "verdict");
-  out += row_line(r.step, 4) + "  (whole step, ms)\n";
+  out += row_line(r.step, 4);
   out += "per op family (us per step: node medians summed, CUPTI):\n";
   for (const auto& f : r.families) out += row_line(f, 1);
   out += fmt::format("\ntokens of {} greedy steps: A {} B {}: {}\n", r.hash_steps, hash_text(r.a.token_hash),
@@ -118,14 +118,13 @@ std::string format_ab_report(const AbReport& r) {
   out += fmt::format("logits bytes of those steps: A {} B {}: {}\n", hash_text(r.a.logits_hash),
                      hash_text(r.b.logits_hash), r.logits_equal() ? "equal" : "DIFFERENT");
   if (r.hashes_must_match) {
-    out += r.hash_failure() ? "error: A and B run the same settings and arms are byte-identical, so their hashes must "
-                              "be equal: one of the arms is wrong\n"
-                            : "A and B run the same settings and differ only in arms, which are byte-identical: "
-                              "equal hashes are required, and they are\n";
+    out += r.hash_failure() ? "error: A and B run the same settings on this graph and arms are byte-identical, so "
+                              "their hashes must be equal: one of the arms is wrong\n"
+                            : "A and B run the same settings on this graph and differ at most in arms, which are "
+                              "byte-identical: equal hashes are required, and they are\n";
   } else {
-    out +=
-        "A and B run different settings, which change the arithmetic within a written tolerance: the hashes may "
-        "differ\n";
+    out += "A and B run different settings on this graph, which change the arithmetic within a written tolerance: "
+           "the hashes may differ\n";
   }
   int faster = 0, slower = 0;
   for (const auto& f : r.families) {

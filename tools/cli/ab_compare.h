@@ -55,7 +55,7 @@ struct AbReport {
   std::string device, preset, graph;  // graph: "decode b=32 (context 1024)", "prefill 32 x 1024 tokens (bucket 32768)"
   int reps = 0, replays = 0, node_replays = 0, hash_steps = 0;
   AbSide a, b;
-  ComparedRow step;                   // ms per step (CUDA events)
+  ComparedRow step;                   // ms per step (CUDA events), named "whole step (ms)"
   std::vector<ComparedRow> families;  // us per step (CUPTI node medians summed per family)
   // Equal hashes are required when both sides resolve to the same settings (arms are
   // byte-identical), merely expected otherwise (settings change the arithmetic within tolerance).

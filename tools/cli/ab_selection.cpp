@@ -75,6 +75,12 @@ std::string Selection::describe() const {
   return out;
 }
 
+bool same_arithmetic(const StepChoice& a, const StepChoice& b, bool prefill) {
+  if (a.gemm != b.gemm) return false;
+  if (prefill) return a.delta_prefill == b.delta_prefill && a.attn_prefill == b.attn_prefill;
+  return a.attn_decode == b.attn_decode;
+}
+
 std::string valid_selection_keys() {
   std::string out = valid_ops_list();
   for (const SettingInfo& s : kSettings) out += fmt::format(", {}", s.name);

@@ -62,6 +62,12 @@ Selection parse_selection(std::string_view text, std::string_view option);
 // `base` with the selection's items applied.
 StepChoice apply(const Selection& sel, StepChoice base);
 
+// Whether two resolved choices run the same arithmetic on one kind of graph: the settings that
+// kind of step uses are equal (decode: attn-decode, gemm; prefill: delta-prefill, attn-prefill,
+// gemm). Arms never count: every arm of an op is byte-identical (docs/ARMS.md), so such choices
+// must give the same bytes.
+bool same_arithmetic(const StepChoice& a, const StepChoice& b, bool prefill);
+
 // The valid keys, for errors and --help: "conv.fwd, conv.chunks, ..., delta-prefill, ..., gemm".
 std::string valid_selection_keys();
 

@@ -110,6 +110,9 @@ class ModelStep {
   // with NodeRecorder labels (layer, op, arm, bytes): the decode keys, then the prefill buckets
   // when `prefill` (and max_prefill_tokens > 0). Attach the CUPTI node timer when for_timing.
   void capture_all(bool for_timing = false, bool prefill = true);
+  // The same for the given keys only (GraphKey::decode(k) for k in keys(), GraphKey::prefill(b)
+  // for b in prefill_keys(); anything else is an error naming the key and the step's keys).
+  void capture(const std::vector<GraphKey>& keys, bool for_timing = false);
 
   // One decode step: request i is row i. Validates (slots distinct and in range, token ids, position
   // + 1 <= max_context), pads to the key, uploads, runs, synchronises and downloads rows [0, B).

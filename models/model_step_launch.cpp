@@ -1,6 +1,7 @@
 // model_step_launch.cpp: the launch sequence of a decode or prefill step (one per graph key;
 // identical eagerly and under capture): embedding, norms, the attention mixer, the MLP, the head;
 // and the capture of every key with NodeRecorder labels. The GDN mixer is in model_step_gdn.cpp.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -283,12 +284,25 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
 }
 
 void ModelStep::capture_all(bool for_timing, bool prefill) {
-  if (for_timing) NodeTimer::instance().attach();
   std::vector<GraphKey> keys;
   for (int k : keys_) keys.push_back(GraphKey::decode(k));
   if (prefill) {
     for (int b : prefill_keys_) keys.push_back(GraphKey::prefill(b));
   }
+  capture(keys, for_timing);
+}
+
+void ModelStep::capture(const std::vector<GraphKey>& keys, bool for_timing) {
+  for (const GraphKey& key : keys) {
+    const std::vector<int>& have = key.kind == GraphKind::prefill ? prefill_keys_ : keys_;
+    if (key.kind == GraphKind::mixed || std::find(have.begin(), have.end(), key.tokens) == have.end()) {
+      std::string list;
+      for (int k : keys_) list += fmt::format("{}decode {}", list.empty() ? "" : ", ", k);
+      for (int b : prefill_keys_) list += fmt::format(", prefill {}", b);
+      throw Error(fmt::format("the model step has no graph key {} (its keys: {})", describe(key), list));
+    }
+  }
+  if (for_timing) NodeTimer::instance().attach();
   // Warm-up on padding-only metadata: no cache is read or written.
   graphs_.capture_all(
       keys, [&](const GraphKey& key) { upload_metadata(padding_metadata(step_key(key))); },

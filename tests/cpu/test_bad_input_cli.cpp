@@ -84,6 +84,24 @@ std::vector<CliCase> option_cases() {
   add("inspect without a GPU", {"inspect"}, 1, {"inspect times captured CUDA graphs", "none to run"});
   add("inspect --by unknown", {"inspect", "--by", "kernel"}, kCli11Invalid, {"--by"});
   add("inspect --format unknown", {"inspect", "--format", "xml"}, kCli11Invalid, {"--format"});
+  add("capture without a GPU", {"capture", "--phase", "decode"}, 1,
+      {"capture: capturing CUDA graphs needs a GPU", "was found"});
+  add("capture --phase unknown", {"capture", "--phase", "mixed"}, kCli11Invalid, {"--phase"});
+  add("capture --json into a missing folder", {"capture", "--json", "no/such/folder/c.json"}, 1,
+      {"--json no/such/folder/c.json: cannot write this file"});
+  add("ab without a GPU", {"ab", "--a", "postconv=fast", "--b", "postconv=token_tile"}, 1,
+      {"ab: timing CUDA graphs needs a GPU", "was found"});
+  add("ab without --b", {"ab"}, -1, {"--b is required"});
+  add("ab --b with an unknown key", {"ab", "--b", "postcnv=fast"}, 1,
+      {"--b \"postcnv=fast\": unknown key \"postcnv\" (valid keys: conv.fwd", "gemm)"});
+  add("ab --a with an unknown arm", {"ab", "--a", "conv.fwd=k5", "--b", "conv.fwd=k4"}, 1,
+      {"unknown arm \"k5\" for conv.fwd (valid arms of conv.fwd: tiled, register, k4, k4x2)"});
+  add("ab --b with an unknown setting value", {"ab", "--b", "attn-decode=wmma"}, 1,
+      {"unknown value \"wmma\" for attn-decode (valid values of attn-decode: auto, simt, mma)"});
+  add("ab --reps below 3", {"ab", "--b", "gemm=skinny", "--reps", "2"}, kCli11Invalid, {"--reps"});
+  add("ab --phase both", {"ab", "--b", "gemm=skinny", "--phase", "both"}, kCli11Invalid, {"--phase"});
+  add("ab --svg into a missing folder", {"ab", "--b", "gemm=skinny", "--svg", "no/such/folder/ab.svg"}, 1,
+      {"--svg no/such/folder/ab.svg: cannot write this file"});
   add("bench --cpu --replays", {"bench", "--cpu", "--replays", "5"}, 1, {"--replays (a count of CUDA graph replays)"});
   add("bench --cpu --preset 27b", {"bench", "--cpu", "--preset", "qwen3.5-27b"}, 1,
       {"--preset qwen3.5-27b (the CPU reference runs the 'tiny' preset only)"});

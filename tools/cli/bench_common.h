@@ -1,5 +1,7 @@
 // bench_common.h: what `stepgraph bench`'s workloads share (tools/cli/cmd_bench.cpp registers the
-// command; bench_model.cpp runs the whole-model workload).
+// command; bench_model.cpp runs the whole-model workload), and what the other commands that build
+// one whole-model step (inspect, capture, ab) take from it: BenchOptions, model_step_options and
+// add_model_step_options (step_options.cpp).
 #pragma once
 #include <string>
 #include <vector>
@@ -10,7 +12,9 @@
 #include "graphs/node_timer.h"
 #include "kernels/arms.h"
 #include "models/model_step.h"
+#include "tools/cli/ab_selection.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/spread.h"
 
 namespace sg::cli {
 
@@ -37,10 +41,6 @@ struct BenchOptions {
   bool marginal = false;               // model workload: marginal cost per op family (largest and smallest decode key)
 };
 
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-Spread spread(std::vector<double> v);  // v not empty
 
 // Writes the per-graph exports the user asked for (CSV of node stats, Chrome trace, DOT); the key
 // is added to each file name.
@@ -54,6 +54,14 @@ void write_cpu_json(const BenchOptions& o, const nlohmann::json& result);
 // extra_context) positions, a prefill of max_seqs x context tokens when `prefill`, the arms and
 // the settings (--delta-prefill, --attn-prefill, --attn-decode, --gemm).
 ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& arms, bool prefill, int extra_context);
+
+// The options of the commands that build one whole-model step from a preset (inspect, capture,
+// ab): --preset, --max-seqs, --context, --arm and the settings --delta-prefill, --attn-prefill,
+// --attn-decode, --gemm (values from ab_selection.h's setting_table()).
+void add_model_step_options(CLI::App* cmd, BenchOptions& o);
+
+// What `step` runs: its arms and its settings with `auto` resolved (ab_selection.h StepChoice).
+StepChoice resolved_choice(const ModelStep& step);
 
 int run_cpu_model(const BenchOptions& o, const std::string& why);
 int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev);

@@ -208,11 +208,6 @@ void write_cpu_json(const BenchOptions& o, const nlohmann::json& result) {
   fmt::print("wrote {}\n", o.json);
 }
 
-Spread spread(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
-}
-
 void write_exports(const BenchOptions& o, int key, const Manifest& m, const std::vector<NodeStats>& stats,
                    const std::vector<KernelRecord>& records) {
   auto write = [&](const std::string& path, const std::string& text) {

@@ -194,15 +194,9 @@ void register_inspect(CLI::App& app, Action& action) {
       "One captured graph of the whole model, node by node: each node's CUPTI duration grouped by node, op family or "
       "layer, beside the group's marginal cost (the step with the group's nodes disabled, subtracted from the full "
       "step). Needs a GPU.");
-  cmd->add_option("--preset", io.b.preset, "model preset")->capture_default_str();
+  add_model_step_options(cmd, io.b);  // --preset, --max-seqs, --context, --arm, the settings
   cmd->add_option("--key", io.key, "the graph: decode (the largest decode key), decode-N (the key holding N rows) or prefill")
       ->capture_default_str();
-  cmd->add_option("--max-seqs", io.b.max_seqs, "sequences (decode rows and prefill sequences)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  cmd->add_option("--context", io.b.context, "tokens of context per sequence (decode) or prompt tokens (prefill)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--by", io.by, "group nodes by node, op or layer")->capture_default_str()->check(CLI::IsMember({"node", "op", "layer"}));
   cmd->add_option("--top", io.top, "show the N largest groups (0: all; by node: 30)")->capture_default_str()->check(CLI::Range(0, 100000));
   cmd->add_option("--format", io.format, "table, json or csv")->capture_default_str()->check(CLI::IsMember({"table", "json", "csv"}));
@@ -212,11 +206,6 @@ void register_inspect(CLI::App& app, Action& action) {
   cmd->add_option("--replays", io.b.replays, "replays per timed repetition")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--trace", io.b.trace, "write a Chrome/Perfetto trace of the CUPTI replays");
   cmd->add_option("--dot", io.b.dot, "write the graph's kernel nodes and dependencies as Graphviz DOT");
-  cmd->add_option("--delta-prefill", io.b.delta_prefill, "auto, scan or chunked (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "scan", "chunked"}));
-  cmd->add_option("--attn-prefill", io.b.attn_prefill, "auto, simt or mma (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "simt", "mma"}));
-  cmd->add_option("--attn-decode", io.b.attn_decode, "auto, simt or mma (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "simt", "mma"}));
-  cmd->add_option("--gemm", io.b.gemm, "auto, cublas, skinny or mixed (see bench --help)")->capture_default_str()->check(CLI::IsMember({"auto", "cublas", "skinny", "mixed"}));
-  add_arm_options(cmd, io.b.arms);
   cmd->callback([&action] {
     action = [] { return run(io); };
   });

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   sg::cli::register_info(app, action);
   sg::cli::register_generate(app, action);
   sg::cli::register_inspect(app, action);
+  sg::cli::register_capture(app, action);
+  sg::cli::register_ab(app, action);
   sg::cli::register_serve(app, action);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,153 @@
+// ab_selection.cpp: the selection grammar of `stepgraph ab` (see ab_selection.h).
+#include "tools/cli/ab_selection.h"
+
+#include <fmt/format.h>
+
+#include <array>
+
+#include "engine/error.h"
+#include "engine/text.h"
+
+namespace sg::cli {
+namespace {
+
+constexpr std::array<std::string_view, 3> kDeltaPrefill = {"auto", "scan", "chunked"};
+constexpr std::array<std::string_view, 3> kAttn = {"auto", "simt", "mma"};
+constexpr std::array<std::string_view, 4> kGemm = {"auto", "cublas", "skinny", "mixed"};
+const std::array<SettingInfo, 4> kSettings = {{
+    {"delta-prefill", kDeltaPrefill},
+    {"attn-prefill", kAttn},
+    {"attn-decode", kAttn},
+    {"gemm", kGemm},
+}};
+
+std::string_view trim(std::string_view s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+std::string join(std::span<const std::string_view> names) {
+  std::string out;
+  for (auto n : names) out += fmt::format("{}{}", out.empty() ? "" : ", ", n);
+  return out;
+}
+
+}  // namespace
+
+std::span<const SettingInfo> setting_table() { return kSettings; }
+
+const SettingInfo* find_setting(std::string_view name) {
+  for (const SettingInfo& s : kSettings) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> setting_values(std::string_view name) {
+  const SettingInfo* s = find_setting(name);
+  require(s != nullptr, "no setting '{}'", name);
+  return {s->values.begin(), s->values.end()};
+}
+
+std::string& StepChoice::setting(std::string_view name) {
+  return const_cast<std::string&>(static_cast<const StepChoice&>(*this).setting(name));
+}
+
+const std::string& StepChoice::setting(std::string_view name) const {
+  if (name == "delta-prefill") return delta_prefill;
+  if (name == "attn-prefill") return attn_prefill;
+  if (name == "attn-decode") return attn_decode;
+  if (name == "gemm") return gemm;
+  throw Error(fmt::format("no setting '{}'", printable(name)));
+}
+
+std::string StepChoice::describe_settings() const {
+  std::string out;
+  for (const SettingInfo& s : kSettings) out += fmt::format("{}{}={}", out.empty() ? "" : ",", s.name, setting(s.name));
+  return out;
+}
+
+std::string Selection::describe() const {
+  if (items.empty()) return "(base)";
+  std::string out;
+  for (const auto& it : items) out += fmt::format("{}{}={}", out.empty() ? "" : ",", it.key, it.value);
+  return out;
+}
+
+bool same_arithmetic(const StepChoice& a, const StepChoice& b, bool prefill) {
+  if (a.gemm != b.gemm) return false;
+  if (prefill) return a.delta_prefill == b.delta_prefill && a.attn_prefill == b.attn_prefill;
+  return a.attn_decode == b.attn_decode;
+}
+
+std::string valid_selection_keys() {
+  std::string out = valid_ops_list();
+  for (const SettingInfo& s : kSettings) out += fmt::format(", {}", s.name);
+  return out;
+}
+
+Selection parse_selection(std::string_view text, std::string_view option) {
+  Selection sel;
+  sel.text = std::string(text);
+  if (trim(text).empty()) return sel;
+  const std::string shown = printable(text);
+  size_t pos = 0;
+  for (;;) {
+    const size_t comma = text.find(',', pos);
+    const std::string_view item = trim(text.substr(pos, comma == std::string_view::npos ? text.npos : comma - pos));
+    if (item.empty()) {
+      throw Error(
+          fmt::format("{} \"{}\": empty item (a comma with nothing {} it); write key=value items separated by "
+                      "commas",
+                      option, shown, comma == std::string_view::npos ? "after" : "before"));
+    }
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      throw Error(fmt::format("{} \"{}\": item \"{}\" is not key=value (keys: {})", option, shown, printable(item),
+                              valid_selection_keys()));
+    }
+    SelectionItem it;
+    const std::string_view key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
+    it.key = std::string(key);
+    it.value = std::string(value);
+    if (const auto op = find_op(key)) {
+      if (!find_arm(*op, value)) {
+        throw Error(fmt::format("{} \"{}\": unknown arm \"{}\" for {} (valid arms of {}: {})", option, shown,
+                                printable(value), key, key, valid_arms_list(*op)));
+      }
+    } else if (const SettingInfo* s = find_setting(key)) {
+      it.setting = true;
+      bool known = false;
+      for (auto v : s->values) known = known || v == value;
+      if (!known) {
+        throw Error(fmt::format("{} \"{}\": unknown value \"{}\" for {} (valid values of {}: {})", option, shown,
+                                printable(value), key, key, join(s->values)));
+      }
+    } else {
+      throw Error(fmt::format("{} \"{}\": unknown key \"{}\" (valid keys: {})", option, shown, printable(key),
+                              valid_selection_keys()));
+    }
+    for (const auto& prev : sel.items) {
+      if (prev.key == it.key) throw Error(fmt::format("{} \"{}\": {} is given twice", option, shown, it.key));
+    }
+    sel.items.push_back(std::move(it));
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  return sel;
+}
+
+StepChoice apply(const Selection& sel, StepChoice base) {
+  for (const auto& it : sel.items) {
+    if (it.setting) {
+      base.setting(it.key) = it.value;
+    } else {
+      const Op op = *find_op(it.key);
+      base.arms.set_index(op, *find_arm(op, it.value));
+    }
+  }
+  return base;
+}
+
+}  // namespace sg::cli

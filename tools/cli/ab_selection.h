@@ -1,0 +1,74 @@
+// ab_selection.h: what one side of `stepgraph ab` runs, and the grammar that selects it.
+//
+//   SEL   := "" | ITEM ( "," ITEM )*
+//   ITEM  := KEY "=" VALUE          (blanks around KEY and VALUE are ignored)
+//   KEY   := an op of the arm table (conv.fwd, conv.chunks, conv.update, postconv, gdn.prefill,
+//            gdn.decode) or a setting (delta-prefill, attn-prefill, attn-decode, gemm)
+//   VALUE := one of that op's arms (`stepgraph arms`) or one of that setting's values
+//
+// e.g. "postconv=token_tile", "conv.fwd=k4,gemm=skinny", "attn-decode=simt". A selection changes
+// only what it names: the rest comes from the base (the defaults, --arm / STEPGRAPH_ARMS / VT_*
+// and the setting options of the command line). "" is the base itself. Errors (sg::Error, one
+// sentence naming the option): an empty item, an item without '=', an unknown key (listing the
+// valid keys), an unknown value (listing the key's valid values), a key given twice.
+// Pure host code.
+#pragma once
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/arms.h"
+
+namespace sg::cli {
+
+// One model-step setting (not an arm: it changes the arithmetic within a written tolerance).
+struct SettingInfo {
+  std::string_view name;                     // "attn-decode": the command-line option without "--"
+  std::span<const std::string_view> values;  // "auto" first
+};
+// delta-prefill, attn-prefill, attn-decode, gemm (the options' value lists come from here too).
+std::span<const SettingInfo> setting_table();
+const SettingInfo* find_setting(std::string_view name);
+std::vector<std::string> setting_values(std::string_view name);  // for CLI::IsMember
+
+// What a model step runs: the arm of every op and the four settings, by their command-line names.
+struct StepChoice {
+  ArmSelection arms;
+  std::string delta_prefill = "auto", attn_prefill = "auto", attn_decode = "auto", gemm = "auto";
+
+  std::string& setting(std::string_view name);  // an error for a name outside setting_table()
+  const std::string& setting(std::string_view name) const;
+  // "delta-prefill=auto,attn-prefill=auto,attn-decode=auto,gemm=auto"
+  std::string describe_settings() const;
+  bool operator==(const StepChoice&) const = default;
+};
+
+struct SelectionItem {
+  std::string key, value;
+  bool setting = false;  // a setting (else an op of the arm table)
+};
+
+struct Selection {
+  std::string text;  // as given
+  std::vector<SelectionItem> items;
+  // "postconv=token_tile,gemm=skinny" (normalised: no blanks), or "(base)" when empty.
+  std::string describe() const;
+};
+
+// `option` names the source in errors ("--a", "--b").
+Selection parse_selection(std::string_view text, std::string_view option);
+
+// `base` with the selection's items applied.
+StepChoice apply(const Selection& sel, StepChoice base);
+
+// Whether two resolved choices run the same arithmetic on one kind of graph: the settings that
+// kind of step uses are equal (decode: attn-decode, gemm; prefill: delta-prefill, attn-prefill,
+// gemm). Arms never count: every arm of an op is byte-identical (docs/ARMS.md), so such choices
+// must give the same bytes.
+bool same_arithmetic(const StepChoice& a, const StepChoice& b, bool prefill);
+
+// The valid keys, for errors and --help: "conv.fwd, conv.chunks, ..., delta-prefill, ..., gemm".
+std::string valid_selection_keys();
+
+}  // namespace sg::cli

@@ -1,0 +1,266 @@
+// cmd_ab.cpp: `stepgraph ab --a SEL --b SEL`: two whole-model steps in one process, each built
+// from the command line's base (preset, sizes, --arm, settings) changed by its selection
+// (ab_selection.h), capturing the same graph key: decode at --max-seqs rows, or the prefill of
+// --max-seqs x --context tokens. Both run the same greedy tokens first (hashes of the tokens and of
+// the logits bytes), then --reps interleaved repetitions: A then B, each timing --replays whole-step
+// replays with CUDA events, then A then B under CUPTI for --node-replays replays (node medians
+// summed per op family). Per family and for the whole step: medians, spreads and the verdict of
+// ab_compare.h. --json and --svg write the report. Needs a GPU. Exit 1 when arms alone differ and
+// the hashes do not match (arms are byte-identical, docs/ARMS.md).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "engine/cuda_handles.h"
+#include "engine/device.h"
+#include "engine/error.h"
+#include "engine/text.h"
+#include "graphs/node_timer.h"
+#include "models/model_step.h"
+#include "models/serve_trace.h"
+#include "tools/cli/ab_compare.h"
+#include "tools/cli/ab_selection.h"
+#include "tools/cli/ab_svg.h"
+#include "tools/cli/bench_common.h"
+#include "tools/cli/cli_checks.h"
+#include "tools/cli/commands.h"
+
+namespace sg::cli {
+namespace {
+
+constexpr int kHashSteps = 16;                          // greedy decode steps hashed (decode phase)
+constexpr uint64_t kHashBasis = 0xcbf29ce484222325ull;  // token_hash's starting value (FNV-1a)
+
+struct AbOptions {
+  BenchOptions b;  // the base: preset, max_seqs, context, phase, arms, settings, reps, replays, node_replays
+  std::string a, bsel;
+  std::string json, svg;
+};
+
+AbOptions ao;
+
+// One side: its choice, its step and the graph it times.
+struct Side {
+  std::string name;  // "A", "B"
+  Selection sel;
+  std::unique_ptr<ModelStep> step;
+  GraphKey key;
+  std::vector<double> step_ms;                            // per repetition
+  FamilySamples families;                                 // per repetition, us
+  uint64_t tokens_h = kHashBasis, logits_h = kHashBasis;  // chained over the hashed steps
+  int unmatched = 0;                                      // CUPTI records outside the graph
+};
+
+uint64_t logits_hash(const std::vector<float>& logits, uint64_t h) {
+  std::vector<int32_t> words(logits.size());  // the float bytes, as token_hash takes them
+  std::memcpy(words.data(), logits.data(), logits.size() * sizeof(float));
+  return token_hash(words, h);
+}
+
+std::vector<DecodeRequest> decode_batch(const AbOptions& o, int vocab) {
+  std::vector<DecodeRequest> batch;
+  for (int r = 0; r < o.b.max_seqs; ++r) batch.push_back({r, (r * 7919) % vocab, o.b.context - 1});
+  return batch;
+}
+
+std::vector<PrefillRequest> prefill_batch(const AbOptions& o, int vocab) {
+  std::vector<PrefillRequest> batch;
+  for (int r = 0; r < o.b.max_seqs; ++r) {
+    PrefillRequest q{r, {}, 0};
+    for (int t = 0; t < o.b.context; ++t) q.tokens.push_back((r * 7919 + t * 131) % vocab);
+    batch.push_back(std::move(q));
+  }
+  return batch;
+}
+
+// Builds the side's step from `choice`, captures its key (CUPTI attached), runs the greedy tokens
+// and hashes them, then stages the timed step's inputs.
+void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoice& choice) {
+  const bool prefill = o.b.phase == "prefill";
+  BenchOptions bo = o.b;
+  bo.delta_prefill = choice.delta_prefill;
+  bo.attn_prefill = choice.attn_prefill;
+  bo.attn_decode = choice.attn_decode;
+  bo.gemm = choice.gemm;
+  ResolvedArms arms;
+  arms.arms = choice.arms;
+  // Decode: room for the hashed greedy steps after the context.
+  s.step = std::make_unique<ModelStep>(cfg, model_step_options(bo, arms, prefill, prefill ? 0 : kHashSteps));
+  ModelStep& step = *s.step;
+  s.key = prefill ? GraphKey::prefill(step.prefill_keys().back()) : GraphKey::decode(step.keys().back());
+  step.capture({s.key}, /*for_timing=*/true);
+  if (prefill) {
+    const auto batch = prefill_batch(o, cfg.vocab);
+    const PrefillOutput po = step.prefill(batch, RunMode::graph);  // no history: the caches do not matter
+    s.tokens_h = token_hash(po.tokens, s.tokens_h);
+    s.logits_h = logits_hash(po.logits, s.logits_h);
+    step.stage_prefill(batch);
+    return;
+  }
+  step.randomize_caches(7);  // the same caches on both sides
+  auto batch = decode_batch(o, cfg.vocab);
+  for (int t = 0; t < kHashSteps; ++t) {
+    const DecodeOutput d = step.decode(batch, RunMode::graph);
+    s.tokens_h = token_hash(d.tokens, s.tokens_h);
+    s.logits_h = logits_hash(d.logits, s.logits_h);
+    for (size_t r = 0; r < batch.size(); ++r) {
+      batch[r].token = d.tokens[r];
+      ++batch[r].position;
+    }
+  }
+  step.randomize_caches(7);  // time both sides from the same caches
+  step.enqueue(decode_batch(o, cfg.vocab), RunMode::graph);
+  check(cudaStreamSynchronize(step.stream()));
+}
+
+// `replays` replays timed with events: ms per replay.
+double time_replays(const Side& s, int replays) {
+  Event start, stop;
+  start.record(s.step->stream());
+  for (int i = 0; i < replays; ++i) s.step->graphs().replay(s.key);
+  stop.record(s.step->stream());
+  stop.sync();
+  return Event::elapsed_ms(start, stop) / replays;
+}
+
+// `replays` replays under CUPTI: one sample per op family (its nodes' medians summed, us).
+void time_families(Side& s, int replays) {
+  NodeTimer::instance().start();
+  for (int i = 0; i < replays; ++i) s.step->graphs().replay(s.key);
+  const auto records = NodeTimer::instance().stop();
+  int unmatched = 0;
+  std::map<std::string, double> sum;
+  for (const NodeStats& st : aggregate(s.step->graphs().manifest(s.key), records, &unmatched)) {
+    sum[st.node.label.op] += st.median_us;
+  }
+  for (const auto& [family, us] : sum) s.families[family].push_back(us);
+  s.unmatched += unmatched;
+}
+
+void write_text(const std::string& path, const char* option, const std::string& text) {
+  std::ofstream f(path);
+  if (f) f << text;
+  f.close();
+  if (!f) throw Error(fmt::format("{} {}: cannot write the results to this file", option, printable(path, 4096)));
+  fmt::print("wrote {}\n", path);
+}
+
+int run(AbOptions o) {
+  const bool prefill = o.b.phase == "prefill";
+  if (o.b.replays == 0) o.b.replays = prefill ? 5 : 100;
+  if (o.b.node_replays == 0) o.b.node_replays = prefill ? 2 : 10;
+  // Everything the user typed is checked before the device is looked for.
+  const Selection sel_a = parse_selection(o.a, "--a"), sel_b = parse_selection(o.bsel, "--b");
+  const ResolvedArms base_arms = resolve_cli_arms(o.b.arms.arms);
+  const Qwen35Config cfg = preset(o.b.preset);
+  check_writable(o.json, "--json");  // before the run, so that its results are never lost
+  check_writable(o.svg, "--svg");
+  const DeviceInfo dev = probe_device();
+  if (!dev.ok)
+    throw Error(fmt::format("ab: timing CUDA graphs needs a GPU, and none can be used here: {}", dev.reason));
+  for (const auto& w : base_arms.warnings) fmt::print(stderr, "warning: {}\n", w);
+  StepChoice base;
+  base.arms = base_arms.arms;
+  base.delta_prefill = o.b.delta_prefill;
+  base.attn_prefill = o.b.attn_prefill;
+  base.attn_decode = o.b.attn_decode;
+  base.gemm = o.b.gemm;
+  Side sides[2];
+  sides[0].name = "A";
+  sides[0].sel = sel_a;
+  sides[1].name = "B";
+  sides[1].sel = sel_b;
+  fmt::print("device: {}\nmodel: {} ({} layers), {} sequences, context {}; phase {}\n", dev.describe(), cfg.name,
+             cfg.layers, o.b.max_seqs, o.b.context, o.b.phase);
+  for (Side& s : sides) {
+    fmt::print("building and capturing {}: {}...\n", s.name, s.sel.describe());
+    std::fflush(stdout);
+    build(s, o, cfg, apply(s.sel, base));
+  }
+  const bool tty = isatty(fileno(stderr));
+  for (Side& s : sides) {
+    for (int i = 0; i < 3; ++i) s.step->graphs().replay(s.key);  // warm-up
+    check(cudaStreamSynchronize(s.step->stream()));
+  }
+  for (int r = 0; r < o.b.reps; ++r) {
+    if (tty) std::fprintf(stderr, "\rab: repetition %d/%d\x1b[K%s", r + 1, o.b.reps, r + 1 == o.b.reps ? "\n" : "");
+    for (Side& s : sides) s.step_ms.push_back(time_replays(s, o.b.replays));
+    for (Side& s : sides) time_families(s, o.b.node_replays);
+  }
+  AbReport rep;
+  rep.device = dev.describe();
+  rep.preset = cfg.name;
+  rep.graph = o.b.phase == "prefill"
+                  ? fmt::format("prefill {} x {} tokens (bucket {})", o.b.max_seqs, o.b.context, sides[0].key.tokens)
+                  : fmt::format("decode b={} (context {})", sides[0].key.tokens, o.b.context);
+  rep.reps = o.b.reps;
+  rep.replays = o.b.replays;
+  rep.node_replays = o.b.node_replays;
+  rep.hash_steps = o.b.phase == "prefill" ? 1 : kHashSteps;
+  AbSide* out[2] = {&rep.a, &rep.b};
+  StepChoice resolved[2];
+  for (int i = 0; i < 2; ++i) {
+    resolved[i] = resolved_choice(*sides[i].step);
+    *out[i] = {sides[i].sel.describe(), resolved[i].arms.describe(), resolved[i].describe_settings(), sides[i].tokens_h,
+               sides[i].logits_h};
+  }
+  // Arms are byte-identical: with the same resolved settings (those this graph uses), the bytes must match.
+  rep.hashes_must_match = same_arithmetic(resolved[0], resolved[1], o.b.phase == "prefill");
+  rep.step = compare_row("whole step (ms)", sides[0].step_ms, sides[1].step_ms);
+  rep.families = compare_families(sides[0].families, sides[1].families);
+  fmt::print("\n{}", format_ab_report(rep));
+  if (sides[0].unmatched + sides[1].unmatched > 0) {
+    fmt::print("note: {} (A) and {} (B) kernel records matched no node of the graph\n", sides[0].unmatched,
+               sides[1].unmatched);
+  }
+  if (!o.json.empty()) write_text(o.json, "--json", ab_json(rep).dump(2) + "\n");
+  if (!o.svg.empty()) write_text(o.svg, "--svg", ab_svg(rep));
+  return rep.hash_failure() ? 1 : 0;
+}
+
+}  // namespace
+
+void register_ab(CLI::App& app, Action& action) {
+  auto* cmd = app.add_subcommand(
+      "ab",
+      "Compare two selections of arms and settings on one graph of the whole model: two steps in one process, "
+      "interleaved repetitions (A, B, A, B, ...) of whole-step replays (CUDA events) and per-node times (CUPTI) per op "
+      "family, medians and spreads, a verdict per row, and the hashes of the same greedy tokens. Needs a GPU.");
+  AbOptions& o = ao;
+  o.b.phase = "decode";
+  o.b.replays = 0;       // 0: 100 in decode, 5 in prefill (run() fills it in)
+  o.b.node_replays = 0;  // 0: 10 in decode, 2 in prefill
+  add_model_step_options(cmd, o.b);
+  const std::string grammar = fmt::format(
+      "comma-separated key=value items; keys: {}; values: the op's arms (stepgraph arms) or the setting's values; "
+      "unnamed ops and settings keep the base (the defaults, --arm and the setting options)",
+      valid_selection_keys());
+  cmd->add_option("--a", o.a, "Selection A (default: the base itself): " + grammar);
+  cmd->add_option("--b", o.bsel, "Selection B, e.g. postconv=token_tile or attn-decode=simt,gemm=skinny")->required();
+  cmd->add_option("--phase", o.b.phase,
+                  "decode (the decode graph of --max-seqs rows) or prefill (--max-seqs x --context "
+                  "tokens)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"decode", "prefill"}));
+  cmd->add_option("--reps", o.b.reps, "Interleaved repetitions (A then B in each); at least 3, for a spread")
+      ->capture_default_str()
+      ->check(CLI::Range(3, 1000));
+  cmd->add_option("--replays", o.b.replays,
+                  "Whole-step replays timed with CUDA events per side and repetition (default: 100 in decode, 5 in "
+                  "prefill)")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--node-replays", o.b.node_replays,
+                  "Replays under CUPTI per side and repetition (default: 10 in decode, 2 in prefill)")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--json", o.json, "Also write the report (samples, medians, spreads, verdicts, hashes) as JSON");
+  cmd->add_option("--svg", o.svg, "Also write a bar chart of the op families, A against B, as SVG");
+  cmd->callback([&action] { action = [] { return run(ao); }; });
+}
+
+}  // namespace sg::cli

@@ -111,7 +111,7 @@ TEST_CASE("ab selection: bad inputs name the option and the valid choices", "[ab
 
   e = selection_error("gemm=cutlass");
   CHECK(contains(e, "unknown value \"cutlass\" for gemm"));
-  CHECK(contains(e, "auto, cublas, skinny"));
+  CHECK(contains(e, "auto, cublas, skinny, mixed"));
 
   e = selection_error("attn-decode=");
   CHECK(contains(e, "unknown value \"\" for attn-decode"));
@@ -136,7 +136,7 @@ TEST_CASE("ab selection: the settings table matches the options", "[ab][selectio
   CHECK(setting_values("delta-prefill") == std::vector<std::string>{"auto", "scan", "chunked"});
   CHECK(setting_values("attn-prefill") == std::vector<std::string>{"auto", "simt", "mma"});
   CHECK(setting_values("attn-decode") == std::vector<std::string>{"auto", "simt", "mma"});
-  CHECK(setting_values("gemm") == std::vector<std::string>{"auto", "cublas", "skinny"});
+  CHECK(setting_values("gemm") == std::vector<std::string>{"auto", "cublas", "skinny", "mixed"});
   CHECK(find_setting("postconv") == nullptr);
   StepChoice c;
   CHECK_THROWS_AS(c.setting("postconv"), Error);

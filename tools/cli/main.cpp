@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   sg::cli::register_generate(app, action);
   sg::cli::register_inspect(app, action);
   sg::cli::register_serve(app, action);
+  sg::cli::register_soak(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

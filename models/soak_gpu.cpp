@@ -94,8 +94,9 @@ SoakResult run_soak(ModelStep& step, const SoakOptions& o) {
   res.reference_seconds = seconds_since(t_ref);
   res.reference_hash = ledger.reference_hash();
   res.distinct_tokens = ledger.reference_distinct_tokens();
-  if (!ledger.reference_complete()) {
+  if (!ledger.reference_complete()) {  // stopped during the reference: no replay ran, nothing sampled
     res.interrupted = true;
+    res.samples.clear();
     return res;
   }
 

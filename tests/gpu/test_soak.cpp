@@ -4,7 +4,8 @@
 //   of 5 rows runs through the padded key 8;
 // - caches overwritten in the middle of a period fail the run at a replay of that period;
 // - device memory or host RSS taken during the run fail it at the next memory sample;
-// - a stop request ends the run after the current replay, with what was measured kept.
+// - a stop request ends the run after the current replay, with what was measured kept (also one
+//   during the eager reference pass: no replay, no sample).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -151,4 +152,15 @@ TEST_CASE("soak: a stop request ends the run after the current replay and keeps 
   REQUIRE(r.samples.size() == 3);  // after replays 0, 249 and the last one, 299
   CHECK(r.samples.back().replay == 299);
   CHECK(r.periods_completed == 3);
+
+  // Stopped during the eager reference: no replay ran and nothing was sampled.
+  SoakOptions early = options(2000);
+  early.stop = [] { return true; };
+  const SoakResult e = run_soak(step, early);
+  CHECK(e.ok());
+  CHECK(e.interrupted);
+  CHECK(e.reference_steps == 1);
+  CHECK(e.replays_done == 0);
+  CHECK(e.samples.empty());
+  CHECK(e.memory.samples() == 0);
 }

@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # gpu_check.sh: the checks that need a GPU, in one run: build (build-gpu), every test (GPU tests
-# included), the new kernels' GPU tests under compute-sanitizer memcheck and racecheck, generate on
-# a checkpoint folder, the C interface example, `stepgraph bench` and `stepgraph kernels`. Logs
-# go to OUT_DIR (default ./gpu-out); a short summary is printed last.
-#   usage: tools/gpu_check.sh [OUT_DIR] [--no-tests] [--no-sanitize] [--no-bench] [--no-kernels] [-- extra bench args]
-# Build + tests + sanitizers take about 7 minutes on an H200 machine with 16 cores
-# (`--no-bench --no-kernels`); the rest (`--no-tests --no-sanitize`) about 3.
+# included), the new kernels' GPU tests under compute-sanitizer memcheck, racecheck, initcheck and
+# synccheck, a soak (`stepgraph soak`: 100,000 decode replays of the tiny preset, tokens checked
+# against an eager reference, memory flat), generate on a checkpoint folder, the C interface
+# example, `stepgraph bench` and `stepgraph kernels`. Logs go to OUT_DIR (default ./gpu-out); a
+# short summary is printed last.
+#   usage: tools/gpu_check.sh [OUT_DIR] [--no-tests] [--no-sanitize] [--no-soak] [--no-bench] [--no-kernels]
+#                             [-- extra bench args]
+# Build + tests + memcheck and racecheck took about 7 minutes on an H200 machine with 16 cores
+# (`--no-bench --no-kernels`); initcheck and synccheck add at most 150 s each, the soak at most
+# 150 s (about a minute expected); the rest (`--no-tests --no-sanitize --no-soak`) about 3.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then OUT=$1; shift; fi
 mkdir -p "$OUT"
-tests=1; sanitize=1; bench=1; kernels=1; bench_args=()
+tests=1; sanitize=1; soak=1; bench=1; kernels=1; bench_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) tests=0 ;;
     --no-sanitize) sanitize=0 ;;
+    --no-soak) soak=0 ;;
     --no-bench) bench=0 ;;
     --no-kernels) kernels=0 ;;
     --) shift; bench_args=("$@"); break ;;
@@ -27,8 +32,9 @@ summary=()
 note() { summary+=("$*"); echo "== $*"; }
 
 export PATH=/usr/local/cuda/bin:$PATH
-# OUT_DIR keeps at most 8 files: ctest, tests_gpu, 3 sanitizer logs, bench log + json, kernels
-# (build.log only when the build failed).
+# OUT_DIR keeps at most 8 files: ctest, tests_gpu, 3 sanitizer logs (memcheck; both racecheck
+# runs; initcheck and synccheck), bench log + json, kernels (build.log only when the build failed).
+# The soak's log is a temporary file: its summary line is printed, and its last lines on a failure.
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader 2>&1
 echo "commit: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | wc -l) changed files"
 
@@ -64,8 +70,31 @@ if [ $sanitize = 1 ]; then
     "[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi],[skinny],[runner],argmax*" > "$OUT/sanitizer-racecheck.log" 2>&1
   note "compute-sanitizer racecheck (kernel tests): rc=$?; $(grep -E 'RACECHECK SUMMARY' "$OUT/sanitizer-racecheck.log" | tail -1)"
   timeout 120 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 99 ./build-gpu/tests/tests_gpu \
-    "chunked delta-rule prefill: two segments with history agree with one prefill" > "$OUT/sanitizer-racecheck-chunked.log" 2>&1
-  note "compute-sanitizer racecheck (chunked delta rule, one case): rc=$?; $(grep -E 'RACECHECK SUMMARY' "$OUT/sanitizer-racecheck-chunked.log" | tail -1)"
+    "chunked delta-rule prefill: two segments with history agree with one prefill" >> "$OUT/sanitizer-racecheck.log" 2>&1
+  note "compute-sanitizer racecheck (chunked delta rule, one case): rc=$?; $(grep -E 'RACECHECK SUMMARY' "$OUT/sanitizer-racecheck.log" | tail -1)"
+  # initcheck (device memory read before anything wrote it) and synccheck (__syncthreads and warp
+  # syncs reached by only part of the threads that must reach them) over memcheck's tags, into one
+  # log; each has 150 s.
+  timeout 150 compute-sanitizer --tool initcheck --report-api-errors no --error-exitcode 99 \
+    ./build-gpu/tests/tests_gpu "$tags" > "$OUT/sanitizer-initcheck-synccheck.log" 2>&1
+  note "compute-sanitizer initcheck (kernel tests): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-initcheck-synccheck.log" | tail -1)"
+  timeout 150 compute-sanitizer --tool synccheck --report-api-errors no --error-exitcode 99 \
+    ./build-gpu/tests/tests_gpu "$tags" >> "$OUT/sanitizer-initcheck-synccheck.log" 2>&1
+  note "compute-sanitizer synccheck (kernel tests): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-initcheck-synccheck.log" | tail -1)"
+fi
+
+if [ $soak = 1 ]; then
+  # 100,000 graphed decode replays of 32 rows of the tiny preset (periods of 1024 from zeroed
+  # caches, greedy tokens fed back): every replay's tokens against an eager reference period,
+  # device memory and host RSS against their first sample. The same count on the 4B preset
+  # (`stepgraph soak` with no options) would take about 8 minutes at 4.6 ms a replay.
+  soak_log=$(mktemp)
+  timeout 150 ./build-gpu/tools/stepgraph soak --preset tiny --replays 100000 > "$soak_log" 2>&1
+  rc=$?
+  grep -E '^soak: ' "$soak_log" | tail -1
+  [ $rc = 0 ] || tail -5 "$soak_log"
+  note "stepgraph soak --preset tiny --replays 100000: rc=$rc"
+  rm -f "$soak_log"
 fi
 
 # A checkpoint folder through the CLI on the GPU (the fixture with the real head sizes).

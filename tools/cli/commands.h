@@ -25,5 +25,6 @@ void register_info(CLI::App& app, Action& action);
 void register_inspect(CLI::App& app, Action& action);
 void register_kernels(CLI::App& app, Action& action);
 void register_serve(CLI::App& app, Action& action);
+void register_soak(CLI::App& app, Action& action);
 
 }  // namespace sg::cli

@@ -42,9 +42,10 @@ struct SkinnyGemmParams {
 // Shapes the kernel takes: 1 <= M <= 32, any N >= 1 (the last row block is partial), K a positive
 // multiple of 64.
 bool skinny_gemm_supports(int M, int N, int K);
-// Split count for N / 64 row blocks over K / 64 tiles on `num_sms` SMs: the smallest within 3% of
-// the least modelled time, blocks per SM x (tiles per split + 4) / min(blocks per SM, 2) (an SM
-// streams at full speed from two resident blocks on); at most 32 and at most K / 256.
+// Split count for N / 64 row blocks over K / 64 tiles on `num_sms` SMs: 1 when there are at least
+// as many row blocks as SMs; else the smallest within 3% of the least modelled time, blocks per SM
+// x (tiles per split + 4) / min(blocks per SM, 2) (an SM streams at full speed from two resident
+// blocks on); at most 32 and at most K / 256.
 int skinny_gemm_pick_splits(int N, int K, int num_sms);
 size_t skinny_gemm_workspace_bytes(int M, int N, int splits);
 

@@ -160,6 +160,8 @@ TEST_CASE("skinny gemm: shapes, the split pick and bad params", "[gpu][gemm][ski
       CHECK(s <= std::max(1, std::min(32, K / 256)));
     }
   }
+  CHECK(skinny_gemm_pick_splits(18432, 2560, 132) == 1);  // 288 row blocks fill 132 SMs: no split
+  CHECK(skinny_gemm_pick_splits(2560, 4096, 132) > 1);    // 40 row blocks: split K
   CHECK(skinny_gemm_workspace_bytes(32, 2560, 1) == 0);
   CHECK(skinny_gemm_workspace_bytes(32, 2560, 6) == 6u * 32 * 2560 * 4);
   const Problem pr(4, 128, 128, 128, 128, 77);

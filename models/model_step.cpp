@@ -233,7 +233,7 @@ void ModelStep::layout(Arena& a) {
   a_.argmax_ws = a.take("argmax.workspace", DType::i8, {std::max<int64_t>(16, static_cast<int64_t>(aws))});
   a_.argmax_counters = a.take("argmax.counters", DType::i32, {logit_rows()});
   // The skinny GEMM's split-K partials and counters: the most any projection (the weight views
-  // taken above) needs at the most rows it runs (32 for skinny, kGemmMixedSkinnyRows for mixed).
+  // taken above) needs at the most rows it runs them on (32, or kGemmMixedSkinnyRows for mixed).
   std::vector<const TensorView*> projections = {&lm_head_};
   for (const Layer& L : layers_) {
     for (const TensorView* W : {&L.gate_up, &L.down, &L.gdn.in_proj, &L.gdn.out_proj, &L.attn.qkv_proj, &L.attn.o_proj}) {
@@ -245,7 +245,9 @@ void ModelStep::layout(Arena& a) {
   for (const TensorView* W : projections) {
     const auto n = static_cast<int>(W->dim(0)), k = static_cast<int>(W->dim(1));
     most_n = std::max<int64_t>(most_n, n);
-    const int rows = opts_.gemm == GemmKind::skinny ? 32 : opts_.gemm == GemmKind::mixed ? kGemmMixedSkinnyRows : 0;
+    const int rows = gemm_uses_skinny(opts_.gemm, 32, n)                     ? 32
+                     : gemm_uses_skinny(opts_.gemm, kGemmMixedSkinnyRows, n) ? kGemmMixedSkinnyRows
+                                                                              : 0;
     if (rows > 0 && skinny_gemm_supports(rows, n, k)) {
       gws = std::max(gws, skinny_gemm_workspace_bytes(rows, n, skinny_gemm_pick_splits(n, k, sms_)));
     }

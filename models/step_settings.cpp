@@ -122,8 +122,8 @@ GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
   return want;
 }
 
-bool gemm_uses_skinny(GemmKind g, int64_t rows) {
-  return g == GemmKind::skinny || (g == GemmKind::mixed && rows <= kGemmMixedSkinnyRows);
+bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n) {
+  return g == GemmKind::skinny || (g == GemmKind::mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN));
 }
 
 }  // namespace sg

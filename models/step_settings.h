@@ -57,19 +57,21 @@ enum class GemmKind : uint8_t {
   automatic,  // mixed where the skinny kernel can run (bf16 on sm_90), else cublas
   cublas,     // cublasGemmEx for every projection
   skinny,     // kernels/skinny_gemm.h where it applies (bf16, M <= 32, K % 64 == 0), cuBLAS elsewhere
-  mixed,      // skinny for steps of at most kGemmMixedSkinnyRows rows, cuBLAS above (measured per
-              // shape on the H200: the skinny kernel wins at 1 and 8 rows, cuBLAS at 32; docs/BENCHMARKS.md)
+  mixed,      // skinny for steps of at most kGemmMixedSkinnyRows rows and for weights of at least
+              // kGemmMixedWideN rows (the LM head), cuBLAS otherwise: where each measured faster on
+              // the H200 (docs/BENCHMARKS.md)
 };
 constexpr int kGemmMixedSkinnyRows = 8;
+constexpr int64_t kGemmMixedWideN = 65536;
 const char* gemm_name(GemmKind g);  // "auto", "cublas", "skinny", "mixed"
 // "auto", "cublas", "skinny" or "mixed"; throws Error on anything else.
 GemmKind parse_gemm(const std::string& name);
 // `automatic` -> mixed on a bf16 step on sm_90+, else cublas; skinny or mixed on an f32 step or
 // before sm_90 is an error (the kernel takes bf16 and needs the TMA).
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
-// Whether a projection of `rows` rows runs the skinny kernel under the resolved setting `g` (the
-// shape must also be one skinny_gemm_supports).
-bool gemm_uses_skinny(GemmKind g, int64_t rows);
+// Whether a projection of `rows` rows and an [n, k] weight runs the skinny kernel under the
+// resolved setting `g` (the shape must also be one skinny_gemm_supports).
+bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n);
 
 // `automatic` -> mma when the tensor-core prefill supports (D, activation = q dtype, KV cache
 // dtype) and its shared memory fits this device, else simt; an explicit mma that cannot run is an

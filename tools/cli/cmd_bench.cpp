@@ -282,7 +282,8 @@ void register_bench(CLI::App& app, Action& action) {
                   "model workload: how steps run their projections: cublas (cublasGemmEx), skinny (the "
                   "tensor-core weight-streaming kernel for at most 32 rows, K % 64 == 0; within the GEMM "
                   "tolerance of cuBLAS, not byte-identical, so a setting rather than an arm; cuBLAS for other "
-                  "shapes), mixed (skinny for steps of at most 8 rows, where it measures faster, cuBLAS above) "
+                  "shapes), mixed (skinny for steps of at most 8 rows and for the LM head, where it measures faster, "
+                  "cuBLAS elsewhere) "
                   "or auto (mixed for bf16 on sm_90, else cublas)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cublas", "skinny", "mixed"}));

@@ -17,7 +17,7 @@ class Arena {
  public:
   static constexpr size_t kAlign = 256;
 
-  static Arena measure() { return Arena(); }     // counts bytes; views have null data
+  static Arena measure() { return Arena(); }                          // counts bytes; views have null data
   explicit Arena(size_t capacity_bytes, std::string name = "arena");  // one cudaMalloc
 
   // Carves a contiguous view; throws sg::Error naming the tensor when frozen or full.

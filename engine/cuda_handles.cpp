@@ -62,7 +62,8 @@ CublasHandle::CublasHandle(cudaStream_t stream, size_t workspace_bytes) : worksp
   check(cublasSetWorkspace(h, workspace_.data(), workspace_.bytes()));
   // Split-K partial sums stay in f32 even when the output is bf16/f16 (the default allows them to be
   // reduced in the output type, which loses accuracy on long reductions).
-  check(cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  check(cublasSetMathMode(
+      h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
 }
 
 }  // namespace sg

@@ -63,7 +63,9 @@ class PinnedBuffer {
   void* data() const { return p_.get(); }
   size_t bytes() const { return bytes_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(p_.get()); }
+  T* as() const {
+    return static_cast<T*>(p_.get());
+  }
 
  private:
   Owned<void*, detail::free_pinned> p_;

@@ -11,7 +11,10 @@ std::string where(const std::source_location& loc) {
   if (pos == std::string::npos) {
     for (const char* top : {"/engine/", "/graphs/", "/kernels/", "/models/", "/tools/", "/tests/"}) {
       auto p = file.rfind(top);
-      if (p != std::string::npos) { pos = p; break; }
+      if (p != std::string::npos) {
+        pos = p;
+        break;
+      }
     }
     if (pos != std::string::npos) file = file.substr(pos + 1);
   }
@@ -27,8 +30,7 @@ void check(cudaError_t e, const std::source_location loc) {
 
 void check(cublasStatus_t s, const std::source_location loc) {
   if (s != CUBLAS_STATUS_SUCCESS) {
-    throw Error(fmt::format("cuBLAS error {} ({}) at {}", static_cast<int>(s), cublasGetStatusString(s),
-                            where(loc)));
+    throw Error(fmt::format("cuBLAS error {} ({}) at {}", static_cast<int>(s), cublasGetStatusString(s), where(loc)));
   }
 }
 

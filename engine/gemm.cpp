@@ -21,13 +21,14 @@ void gemm_xwt(const CublasHandle& h, const TensorView& x, const TensorView& W, c
   require(x.rank == 2 && W.rank == 2 && y.rank == 2, "gemm: rank-2 views expected (x {}, W {}, y {})", x.describe(),
           W.describe(), y.describe());
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
-  require(W.dim(1) == in && y.dim(0) == T && y.dim(1) == out, "gemm: shapes do not match: x {} W {} y {}",
-          x.describe(), W.describe(), y.describe());
+  require(W.dim(1) == in && y.dim(0) == T && y.dim(1) == out, "gemm: shapes do not match: x {} W {} y {}", x.describe(),
+          W.describe(), y.describe());
   require(x.dtype == W.dtype, "gemm: x ({}) and W ({}) must share a dtype", dtype_name(x.dtype), dtype_name(W.dtype));
   require(y.dtype == x.dtype || y.dtype == DType::f32, "gemm: y must be {} or f32 (cuBLAS), got {}",
           dtype_name(x.dtype), dtype_name(y.dtype));
   require(x.stride[1] == 1 && y.stride[1] == 1 && W.is_contiguous(), "gemm: inner dimensions must be contiguous");
-  require(x.stride[0] >= in && y.stride[0] >= out, "gemm: row strides too small (x {}, y {})", x.stride[0], y.stride[0]);
+  require(x.stride[0] >= in && y.stride[0] >= out, "gemm: row strides too small (x {}, y {})", x.stride[0],
+          y.stride[0]);
   require(T <= INT32_MAX && in <= INT32_MAX && out <= INT32_MAX, "gemm: sizes exceed int32");
   if (T == 0) return;
   const float alpha = 1.0f, beta = 0.0f;

@@ -51,9 +51,10 @@ HostMemory available_host_memory() {
     const uint64_t left = limit > used ? limit - used : 0;
     if (left < m.available) {
       m.available = left;
-      m.source = fmt::format("the address-space limit (RLIMIT_AS, ulimit -v) of {} minus the {} this process "
-                             "already maps",
-                             format_host_bytes(limit), format_host_bytes(used));
+      m.source = fmt::format(
+          "the address-space limit (RLIMIT_AS, ulimit -v) of {} minus the {} this process "
+          "already maps",
+          format_host_bytes(limit), format_host_bytes(used));
     }
   }
   return m;

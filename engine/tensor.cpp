@@ -72,8 +72,8 @@ bool TensorView::is_contiguous() const {
 }
 
 TensorView TensorView::rows(int64_t begin, int64_t end) const {
-  require(rank >= 1 && 0 <= begin && begin <= end && end <= shape[0], "rows [{}, {}) out of range for {}",
-          begin, end, describe());
+  require(rank >= 1 && 0 <= begin && begin <= end && end <= shape[0], "rows [{}, {}) out of range for {}", begin, end,
+          describe());
   TensorView v = *this;
   v.data = static_cast<char*>(data) + static_cast<size_t>(begin * stride[0]) * dtype_size(dtype);
   v.shape[0] = end - begin;

@@ -40,7 +40,9 @@ struct TensorView {
   // Rows [begin, end) of dimension 0.
   TensorView rows(int64_t begin, int64_t end) const;
   template <typename T>
-  T* ptr() const { return static_cast<T*>(data); }
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
   std::string describe() const;  // "[32, 8192] bf16 device"
 };
 

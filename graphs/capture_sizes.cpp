@@ -44,7 +44,8 @@ void validate_slots(const std::vector<int32_t>& slots, int num_slots) {
       throw std::invalid_argument(fmt::format("row {}: slot {} out of range [0, {})", r, s, num_slots));
     }
     if (seen[static_cast<size_t>(s)] >= 0) {
-      throw std::invalid_argument(fmt::format("row {}: slot {} already used by row {}", r, s, seen[static_cast<size_t>(s)]));
+      throw std::invalid_argument(
+          fmt::format("row {}: slot {} already used by row {}", r, s, seen[static_cast<size_t>(s)]));
     }
     seen[static_cast<size_t>(s)] = static_cast<int>(r);
   }

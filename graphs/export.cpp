@@ -64,20 +64,25 @@ nlohmann::json to_chrome_trace(const Manifest& m, const std::vector<KernelRecord
                       {"dur", (r->end_ns - r->start_ns) / 1000.0},
                       {"pid", 1},
                       {"tid", 1},
-                      {"args", {{"node", n.index}, {"layer", n.label.layer}, {"op", n.label.op}, {"arm", n.label.arm},
-                                {"grid", dim(n.grid)}, {"block", dim(n.block)}}}});
+                      {"args",
+                       {{"node", n.index},
+                        {"layer", n.label.layer},
+                        {"op", n.label.op},
+                        {"arm", n.label.arm},
+                        {"grid", dim(n.grid)},
+                        {"block", dim(n.block)}}}});
   }
-  return {{"traceEvents", events}, {"displayTimeUnit", "ns"},
-          {"otherData", {{"graph", m.graph}, {"arms", m.arms}}}};
+  return {{"traceEvents", events}, {"displayTimeUnit", "ns"}, {"otherData", {{"graph", m.graph}, {"arms", m.arms}}}};
 }
 
 std::string to_dot(const Manifest& m) {
-  std::string out = fmt::format("digraph \"{}\" {{\n  label=\"{}\\n{}\";\n  node [shape=box, fontname=\"monospace\"];\n",
-                                dot_escape(m.graph), dot_escape(m.graph), dot_escape(m.arms));
+  std::string out =
+      fmt::format("digraph \"{}\" {{\n  label=\"{}\\n{}\";\n  node [shape=box, fontname=\"monospace\"];\n",
+                  dot_escape(m.graph), dot_escape(m.graph), dot_escape(m.arms));
   for (const auto& n : m.nodes) {
     const std::string head = n.label.layer >= 0 ? fmt::format("L{} {}", n.label.layer, n.label.op) : n.label.op;
-    out += fmt::format("  n{} [label=\"{} [{}]\\n{}\\n{} x {}\"];\n", n.index, dot_escape(head), dot_escape(n.label.arm),
-                       dot_escape(short_kernel_name(n.kernel)), dim(n.grid), dim(n.block));
+    out += fmt::format("  n{} [label=\"{} [{}]\\n{}\\n{} x {}\"];\n", n.index, dot_escape(head),
+                       dot_escape(n.label.arm), dot_escape(short_kernel_name(n.kernel)), dim(n.grid), dim(n.block));
   }
   for (const auto& [from, to] : m.edges) out += fmt::format("  n{} -> n{};\n", from, to);
   return out + "}\n";

@@ -20,10 +20,10 @@
 namespace sg {
 
 struct NodeLabel {
-  int layer = -1;       // -1 when not inside a layer
-  std::string op;       // "conv.update", "postconv", "delta_rule.decode", ...
-  std::string arm;      // the arm that runs after fallbacks ("grid", "megablock", "-" when the op has none)
-  double bytes = 0;     // bytes the kernel must move (each input read once, each output written once)
+  int layer = -1;    // -1 when not inside a layer
+  std::string op;    // "conv.update", "postconv", "delta_rule.decode", ...
+  std::string arm;   // the arm that runs after fallbacks ("grid", "megablock", "-" when the op has none)
+  double bytes = 0;  // bytes the kernel must move (each input read once, each output written once)
 };
 
 class NodeRecorder {
@@ -38,7 +38,11 @@ class NodeRecorder {
   // Eager launches seen (stream not capturing): counts only.
   int eager_launches() const { return eager_; }
   const std::map<cudaGraphNode_t, NodeLabel>& labels() const { return labels_; }
-  void clear() { labels_.clear(); seen_.clear(); eager_ = 0; }
+  void clear() {
+    labels_.clear();
+    seen_.clear();
+    eager_ = 0;
+  }
 
  private:
   std::map<cudaGraphNode_t, NodeLabel> labels_;

@@ -70,14 +70,16 @@ MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manife
   r.baseline_ms = median(base);
   r.spread_ms = *std::max_element(base.begin(), base.end()) - *std::min_element(base.begin(), base.end());
   for (auto& g : r.groups) g.marginal_ms = r.baseline_ms - g.without_ms;
-  std::sort(r.groups.begin(), r.groups.end(), [](const auto& a, const auto& b) { return a.marginal_ms > b.marginal_ms; });
+  std::sort(r.groups.begin(), r.groups.end(),
+            [](const auto& a, const auto& b) { return a.marginal_ms > b.marginal_ms; });
   return r;
 }
 
 std::string format_marginal_table(const MarginalReport& r) {
-  std::string out = fmt::format("  step {:.3f} ms with every node (spread {:.3f} ms); marginal cost = step minus step "
-                                "with the group's nodes disabled:\n",
-                                r.baseline_ms, r.spread_ms);
+  std::string out = fmt::format(
+      "  step {:.3f} ms with every node (spread {:.3f} ms); marginal cost = step minus step "
+      "with the group's nodes disabled:\n",
+      r.baseline_ms, r.spread_ms);
   out += fmt::format("  {:<24} {:>6} {:>12} {:>12} {:>7}\n", "group", "nodes", "without ms", "marginal ms", "share");
   for (const auto& g : r.groups) {
     out += fmt::format("  {:<24} {:>6} {:>12.3f} {:>12.3f} {:>6.1f}%\n", g.group, g.nodes, g.without_ms, g.marginal_ms,

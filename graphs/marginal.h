@@ -20,15 +20,15 @@
 namespace sg {
 
 struct MarginalCost {
-  std::string group;      // the name group_of gave its nodes
-  int nodes = 0;          // kernel nodes in the group
-  double without_ms = 0;  // median replay time with the group disabled
-  double marginal_ms = 0; // baseline median minus without_ms
+  std::string group;       // the name group_of gave its nodes
+  int nodes = 0;           // kernel nodes in the group
+  double without_ms = 0;   // median replay time with the group disabled
+  double marginal_ms = 0;  // baseline median minus without_ms
 };
 
 struct MarginalReport {
-  double baseline_ms = 0;  // median replay time with every node enabled (before and after the groups)
-  double spread_ms = 0;    // max - min of the baseline repetitions: differences below this are noise
+  double baseline_ms = 0;            // median replay time with every node enabled (before and after the groups)
+  double spread_ms = 0;              // max - min of the baseline repetitions: differences below this are noise
   std::vector<MarginalCost> groups;  // largest marginal cost first
 };
 

@@ -168,18 +168,19 @@ std::string short_kernel_name(const std::string& demangled) {
 }
 
 std::string format_node_table(const std::vector<NodeStats>& stats, double floor_gbps) {
-  std::string out = fmt::format("{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>7}\n",
-                                "node", "layer", "op", "arm", "kernel", "grid", "block", "calls", "median_us",
-                                "min_us", "max_us", "share", "GB/s", "%floor");
+  std::string out = fmt::format(
+      "{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>7}\n", "node", "layer",
+      "op", "arm", "kernel", "grid", "block", "calls", "median_us", "min_us", "max_us", "share", "GB/s", "%floor");
   for (const auto& s : stats) {
     std::string kernel = short_kernel_name(s.node.kernel);
     if (kernel.size() > 34) kernel = kernel.substr(0, 33) + "~";
-    out += fmt::format("{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>5.1f}% {:>9.1f} {:>6.1f}%\n",
-                       s.node.index, s.node.label.layer, s.node.label.op, s.node.label.arm, kernel,
-                       fmt::format("{}x{}x{}", s.node.grid.x, s.node.grid.y, s.node.grid.z),
-                       fmt::format("{}x{}x{}", s.node.block.x, s.node.block.y, s.node.block.z), s.calls,
-                       s.median_us, s.min_us, s.max_us, 100 * s.share, s.gbps,
-                       floor_gbps > 0 ? 100 * s.gbps / floor_gbps : 0.0);
+    out += fmt::format(
+        "{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>5.1f}% {:>9.1f} "
+        "{:>6.1f}%\n",
+        s.node.index, s.node.label.layer, s.node.label.op, s.node.label.arm, kernel,
+        fmt::format("{}x{}x{}", s.node.grid.x, s.node.grid.y, s.node.grid.z),
+        fmt::format("{}x{}x{}", s.node.block.x, s.node.block.y, s.node.block.z), s.calls, s.median_us, s.min_us,
+        s.max_us, 100 * s.share, s.gbps, floor_gbps > 0 ? 100 * s.gbps / floor_gbps : 0.0);
   }
   return out;
 }

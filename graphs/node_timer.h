@@ -48,8 +48,8 @@ struct NodeStats {
   ManifestNode node;
   int calls = 0;
   double mean_us = 0, median_us = 0, min_us = 0, max_us = 0;
-  double share = 0;        // of the summed kernel time of the graph
-  double gbps = 0;         // label.bytes / median
+  double share = 0;  // of the summed kernel time of the graph
+  double gbps = 0;   // label.bytes / median
 };
 
 // Aggregates records of one graph's replays per manifest node. Records whose node id is not in

@@ -20,8 +20,8 @@ class StagedUpload {
   // Fills the staging buffer (all of its capacity is writable; only the first `bytes` are copied).
   using FillFn = std::function<void(std::span<std::byte> host)>;
 
-  StagedUpload() = default;                 // no buffers: every upload is an error
-  explicit StagedUpload(size_t capacity);   // two pinned buffers of `capacity` bytes and their events
+  StagedUpload() = default;                // no buffers: every upload is an error
+  explicit StagedUpload(size_t capacity);  // two pinned buffers of `capacity` bytes and their events
 
   // Waits until the next buffer's previous copy has been consumed, fills it, enqueues one async
   // copy of its first `bytes` bytes to `device` on `stream`, and records the buffer's event.

@@ -16,8 +16,8 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <cstdint>
 #include <compare>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>

@@ -11,7 +11,7 @@ namespace {
 
 constexpr int kBlock = 1024;      // one block per row
 constexpr int kSplitBlock = 256;  // a block per (row, chunk)
-constexpr int kNone = INT_MAX;  // "no candidate yet" (loses to every real element)
+constexpr int kNone = INT_MAX;    // "no candidate yet" (loses to every real element)
 
 // True when candidate (av, ai) beats (bv, bi): NaN first, then the larger value, then the lower index.
 __device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) {
@@ -149,7 +149,8 @@ cudaError_t argmax(const ArgmaxParams& p, cudaStream_t stream) {
   const int64_t slice = (p.V + p.chunks - 1) / p.chunks;
   const int slice4 = static_cast<int>((slice + 3) / 4 * 4);
   const dim3 grid(static_cast<unsigned>(p.chunks), static_cast<unsigned>(p.rows));
-  argmax_kernel<<<grid, p.chunks > 1 ? kSplitBlock : kBlock, 0, stream>>>(p, ld, vec, slice4);
+  const int block = p.chunks > 1 ? kSplitBlock : kBlock;
+  argmax_kernel<<<grid, block, 0, stream>>>(p, ld, vec, slice4);
   return cudaGetLastError();
 }
 

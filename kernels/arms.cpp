@@ -50,8 +50,8 @@ constexpr std::string_view kVtConvUpdateFast = "VT_CONV_UPDATE_FAST";
 constexpr std::string_view kVtPostconvFast = "VT_GDN_POSTCONV_FAST";
 constexpr std::string_view kVtPostconvSplit = "VT_GDN_POSTCONV_SPLIT";
 constexpr std::string_view kVtPostconvTokenTile = "VT_GDN_POSTCONV_TOKEN_TILE";
-constexpr std::array<std::string_view, 7> kSeedFlags{kVtConvReg,       kVtConvExactChunks, kVtConvChannelTile,
-                                                     kVtConvUpdateFast, kVtPostconvFast,    kVtPostconvSplit,
+constexpr std::array<std::string_view, 7> kSeedFlags{kVtConvReg,          kVtConvExactChunks, kVtConvChannelTile,
+                                                     kVtConvUpdateFast,   kVtPostconvFast,    kVtPostconvSplit,
                                                      kVtPostconvTokenTile};
 
 // A value in double quotes; quotes, backslashes, control bytes and non-ASCII bytes escaped (as
@@ -146,8 +146,8 @@ ItemSet parse_list(std::string_view text, std::string_view where) {
     const size_t comma = text.find(',', pos);
     const std::string_view item = trim(text.substr(pos, comma == std::string_view::npos ? text.npos : comma - pos));
     if (item.empty()) {
-      throw ArmError(fmt::format("empty item in {} {}; expected op=arm[,op=arm...] with ops: {}", where,
-                                 quoted(text), valid_ops_list()));
+      throw ArmError(fmt::format("empty item in {} {}; expected op=arm[,op=arm...] with ops: {}", where, quoted(text),
+                                 valid_ops_list()));
     }
     set.add(parse_item(item, where));
     if (comma == std::string_view::npos) break;
@@ -379,8 +379,8 @@ ResolvedArms resolve_arms(const std::vector<std::string>& cli_arms, const EnvLoo
       throw ArmError(fmt::format("empty --arm value; expected op=arm with ops: {}", valid_ops_list()));
     }
     if (item.find(',') != std::string_view::npos) {
-      throw ArmError(fmt::format("--arm takes one op=arm (got {}); repeat --arm, or list them in {}", quoted(raw),
-                                 kArmsEnvVar));
+      throw ArmError(
+          fmt::format("--arm takes one op=arm (got {}); repeat --arm, or list them in {}", quoted(raw), kArmsEnvVar));
     }
     cli.add(parse_item(item, "--arm"));
   }

@@ -21,12 +21,12 @@ enum class Op { conv_fwd, conv_chunks, conv_update, postconv, gdn_prefill, gdn_d
 inline constexpr size_t kNumOps = 6;
 
 // One enum per op; the enumerator's value is the arm's index in its op's name table.
-enum class ConvFwdArm { tiled, reg, k4, k4x2 };       // conv.fwd: tiled, register, k4, k4x2
-enum class ConvChunksArm { exact, whole };             // conv.chunks
-enum class ConvUpdateArm { grid, fast };               // conv.update
+enum class ConvFwdArm { tiled, reg, k4, k4x2 };                 // conv.fwd: tiled, register, k4, k4x2
+enum class ConvChunksArm { exact, whole };                      // conv.chunks
+enum class ConvUpdateArm { grid, fast };                        // conv.update
 enum class PostconvArm { megablock, fast, split, token_tile };  // postconv
-enum class GdnPrefillArm { unfused, fused };           // gdn.prefill
-enum class GdnDecodeArm { unfused, fused };            // gdn.decode
+enum class GdnPrefillArm { unfused, fused };                    // gdn.prefill
+enum class GdnDecodeArm { unfused, fused };                     // gdn.decode
 
 // Which op an arm enum belongs to and how many arms it has (dispatch tables are checked against
 // `count` at compile time).
@@ -73,10 +73,10 @@ class ArmError : public std::runtime_error {
 // One op's row of the arm table (`stepgraph arms`, error messages). Indices are enum values.
 struct OpInfo {
   Op op;
-  std::string_view name;                     // "conv.fwd"
-  std::span<const std::string_view> arms;    // names, index = enum value
-  size_t reference;                          // the byte reference arm
-  size_t default_arm;                        // what ArmSelection{} holds
+  std::string_view name;                   // "conv.fwd"
+  std::span<const std::string_view> arms;  // names, index = enum value
+  size_t reference;                        // the byte reference arm
+  size_t default_arm;                      // what ArmSelection{} holds
 };
 
 // Every op in describe() order.

@@ -50,7 +50,7 @@ using dev::load8;
 // merged with the usual rescaling.
 constexpr int kDecThreads = 128;
 constexpr int kDecWarps = kDecThreads / 32;
-constexpr int kMaxG = 8;  // query heads per block (a kv head's group is chunked by 8)
+constexpr int kMaxG = 8;       // query heads per block (a kv head's group is chunked by 8)
 constexpr int kDecUnroll = 4;  // keys per warp whose K/V loads are in flight together
 
 struct DecArgs {
@@ -230,9 +230,9 @@ struct PreCfg {
   using Pair = typename CacheVec<Tc>::Pair;
   static constexpr int BQ = D >= 256 ? 8 : 16;
   static constexpr int QPW = BQ / kPreWarps;
-  static constexpr int F = D / 32;  // output features per lane
+  static constexpr int F = D / 32;                                  // output features per lane
   static constexpr int BK = sizeof(Tc) == 4 && D >= 256 ? 16 : 32;  // key tile
-  static constexpr int KS = 32 / BK;  // lanes per key in the score loop
+  static constexpr int KS = 32 / BK;                                // lanes per key in the score loop
   static constexpr int KW = D / 2 + 1;  // padded k row, in pairs (odd: conflict-free column reads)
   // Static shared memory of the kernel: q_s, k_s, v_s, q_slot and q_pos.
   static constexpr size_t kSmem =
@@ -471,7 +471,8 @@ cudaError_t attention_prefill(const AttentionParams& p, cudaStream_t stream) {
     attn_detail::launch_generic_prefill(p, stream);
     return cudaGetLastError();
   }
-  const bool ok = p.cache_dtype == DType::f32 ? prefill_for_d<float>(p, stream) : prefill_for_d<__nv_bfloat16>(p, stream);
+  const bool ok =
+      p.cache_dtype == DType::f32 ? prefill_for_d<float>(p, stream) : prefill_for_d<__nv_bfloat16>(p, stream);
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 

@@ -51,9 +51,9 @@ struct AttentionParams {
   const void* v_cache = nullptr;  // [num_slots, max_context, Hkv, D] same dtype, 16-byte aligned
   DType cache_dtype = DType::bf16;
   AttnTokenMeta meta;
-  void* out = nullptr;         // [T, Hq, D]
+  void* out = nullptr;  // [T, Hq, D]
   DType out_dtype = DType::bf16;
-  int T = 0;                   // rows (token bucket / decode batch bucket)
+  int T = 0;  // rows (token bucket / decode batch bucket)
   int Hq = 0, Hkv = 0, D = 0, max_context = 0;
   // Decode only: context splits (1 = no split-K) and the f32 workspace for splits > 1
   // (attention_decode_workspace_bytes).

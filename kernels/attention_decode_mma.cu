@@ -51,17 +51,17 @@ using mma::smem_addr;
 
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kKeys = 16;      // keys per tile (the k of the P V mma)
-constexpr int kStages = 3;     // tiles per warp ring: two in flight while one is computed
-constexpr int kMaxG = 8;       // query heads per kv head (the n of an mma tile)
+constexpr int kKeys = 16;   // keys per tile (the k of the P V mma)
+constexpr int kStages = 3;  // tiles per warp ring: two in flight while one is computed
+constexpr int kMaxG = 8;    // query heads per kv head (the n of an mma tile)
 
 template <int D>
 struct DecCfg {
-  static constexpr int CH = D / 8;            // 16-byte chunks per key row
-  static constexpr int KSTEPS = D / 16;       // k-steps of S = Q K^T
-  static constexpr int MT = D / 16;           // m-tiles of O^T (16 features each)
-  static constexpr int kStage = 2 * kKeys * D;      // bf16 elements of a stage: K rows, then V rows
-  static constexpr int kRing = kStages * kStage;    // bf16 elements of a warp's ring
+  static constexpr int CH = D / 8;                // 16-byte chunks per key row
+  static constexpr int KSTEPS = D / 16;           // k-steps of S = Q K^T
+  static constexpr int MT = D / 16;               // m-tiles of O^T (16 features each)
+  static constexpr int kStage = 2 * kKeys * D;    // bf16 elements of a stage: K rows, then V rows
+  static constexpr int kRing = kStages * kStage;  // bf16 elements of a warp's ring
   static constexpr size_t kSmem = static_cast<size_t>(kWarps) * kRing * 2;
   static_assert(CH >= 8 && CH <= 32 && (kKeys * CH) % 32 == 0, "the swizzle needs 8..32 chunks per row");
   static_assert(kSmem == attention_decode_mma_smem(D), "the bytes the model plans with (attention_shapes.h)");

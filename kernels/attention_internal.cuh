@@ -45,7 +45,8 @@ __device__ __forceinline__ void split_range(int pos, int splits, int z, int& k0,
 // when splits == 1; with splits > 1 the merge kernel writes them.
 __device__ __forceinline__ void zero_padding_row(const AttentionParams& p, int b, int h0, int n, int splits) {
   if (splits != 1) return;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) dev::store(p.out, p.out_dtype, (static_cast<int64_t>(b) * p.Hq + h0) * p.D + i, 0.0f);
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    dev::store(p.out, p.out_dtype, (static_cast<int64_t>(b) * p.Hq + h0) * p.D + i, 0.0f);
 }
 
 // Feature d of query head h of row b, merged over a block's warps (osum, lsum at the running
@@ -74,8 +75,8 @@ __device__ __forceinline__ void store_head_feature(const AttentionParams& p, int
 // maximum, and stored (store_head_feature). Every thread calls it (after a barrier that makes the
 // partials visible).
 template <int W>
-__device__ __forceinline__ void combine_warps(const AttentionParams& p, const float* so, const float* smx, const float* sl,
-                                              int G, int D, int b, int h0, int splits, int z) {
+__device__ __forceinline__ void combine_warps(const AttentionParams& p, const float* so, const float* smx,
+                                              const float* sl, int G, int D, int b, int h0, int splits, int z) {
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
     const int hh = i / D, d = i % D;
     float mx = kNegInf;
@@ -96,7 +97,8 @@ __device__ __forceinline__ void combine_warps(const AttentionParams& p, const fl
 // 16-byte aligned).
 inline bool mma_params_ok(const AttentionParams& p) {
   if (p.out_dtype != DType::bf16 && p.out_dtype != DType::f32) return false;
-  if (!p.q || !p.gate || !p.k_cache || !p.v_cache || !p.out || !p.meta.positions || !p.meta.token_seq || !p.meta.slots) {
+  if (!p.q || !p.gate || !p.k_cache || !p.v_cache || !p.out || !p.meta.positions || !p.meta.token_seq ||
+      !p.meta.slots) {
     return false;
   }
   return dev::aligned16(p.q) && dev::aligned16(p.gate) && dev::aligned16(p.k_cache) && dev::aligned16(p.v_cache);

@@ -73,31 +73,33 @@ constexpr int kParts = 2;      // bf16 parts of P in P V (P_hi, P_lo)
 template <int D>
 struct MmaCfg {
   static constexpr int BK = D >= 256 ? 32 : 64;  // keys per K/V tile (32 at D = 256: no spills)
-  static constexpr int LD = D + 8;        // padded smem row, bf16 elements (16 bytes of padding)
-  static constexpr int KSTEPS = D / 16;   // k-steps of S = q K^T
-  static constexpr int NT_S = BK / 8;    // n-tiles of S (8 keys each)
-  static constexpr int NT_O = D / 8;      // n-tiles of O (8 features each)
-  static constexpr int CHUNKS = D / 8;    // 16-byte chunks per row
+  static constexpr int LD = D + 8;               // padded smem row, bf16 elements (16 bytes of padding)
+  static constexpr int KSTEPS = D / 16;          // k-steps of S = q K^T
+  static constexpr int NT_S = BK / 8;            // n-tiles of S (8 keys each)
+  static constexpr int NT_O = D / 8;             // n-tiles of O (8 features each)
+  static constexpr int CHUNKS = D / 8;           // 16-byte chunks per row
   static constexpr size_t kSmem = static_cast<size_t>(kBQ + 2 * BK) * LD * 2 + 2 * kBQ * sizeof(int);
   static_assert(D % 16 == 0 && D <= 256, "D must be a multiple of 16, at most 256");
   static_assert((LD * 2) % 16 == 0, "padded rows stay 16-byte aligned (cp.async, ldmatrix)");
 };
 
 template <int D>
-__global__ void __launch_bounds__(kThreads, 2) attn_prefill_mma_kernel(const AttentionParams p, int group, float scale) {
+__global__ void __launch_bounds__(kThreads, 2)
+    attn_prefill_mma_kernel(const AttentionParams p, int group, float scale) {
   using Cfg = MmaCfg<D>;
-  constexpr int kBK = Cfg::BK, LD = Cfg::LD, KSTEPS = Cfg::KSTEPS, NT_S = Cfg::NT_S, NT_O = Cfg::NT_O, CHUNKS = Cfg::CHUNKS;
+  constexpr int kBK = Cfg::BK, LD = Cfg::LD, KSTEPS = Cfg::KSTEPS, NT_S = Cfg::NT_S, NT_O = Cfg::NT_O,
+                CHUNKS = Cfg::CHUNKS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kBQ][LD]
-  __nv_bfloat16* k_s = q_s + kBQ * LD;                                // [kBK][LD]
-  __nv_bfloat16* v_s = k_s + kBK * LD;                                // [kBK][LD]
-  int* q_slot = reinterpret_cast<int*>(v_s + kBK * LD);               // [kBQ]
-  int* q_pos = q_slot + kBQ;                                          // [kBQ]
+  __nv_bfloat16* k_s = q_s + kBQ * LD;                              // [kBK][LD]
+  __nv_bfloat16* v_s = k_s + kBK * LD;                              // [kBK][LD]
+  int* q_slot = reinterpret_cast<int*>(v_s + kBK * LD);             // [kBQ]
+  int* q_pos = q_slot + kBQ;                                        // [kBQ]
 
   const int tile = blockIdx.x, h = blockIdx.y, g = h / group;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int gr = lane >> 2, tq = lane & 3;  // fragment row (0..7) and column pair (0..3)
-  const auto* q = static_cast<const __nv_bfloat16*>(p.q);        // [T, Hq, D]
+  const int gr = lane >> 2, tq = lane & 3;                        // fragment row (0..7) and column pair (0..3)
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);         // [T, Hq, D]
   const auto* kc = static_cast<const __nv_bfloat16*>(p.k_cache);  // [num_slots, max_context, Hkv, D]
   const auto* vc = static_cast<const __nv_bfloat16*>(p.v_cache);  // [num_slots, max_context, Hkv, D]
 

@@ -5,7 +5,6 @@
 
 namespace sg {
 
-
 bool attention_supports(int Hq, int Hkv, int D, DType cache_dtype) {
   return Hq > 0 && Hkv > 0 && Hq % Hkv == 0 && D >= 1 && D <= kAttentionMaxD &&
          (cache_dtype == DType::bf16 || cache_dtype == DType::f32);
@@ -34,7 +33,9 @@ int attention_decode_mma_pick_splits(int T, int Hkv, int max_context, int num_sm
   const int most = std::clamp(max_context / 64, 1, 64);
   // A step's time ~ waves x (positions per split + a fixed cost per block, about 64 positions'
   // worth: the first loads' latency and the merge).
-  auto cost = [&](int s) { return static_cast<double>((pairs * s + wave - 1) / wave) * (double(max_context) / s + 64.0); };
+  auto cost = [&](int s) {
+    return static_cast<double>((pairs * s + wave - 1) / wave) * (double(max_context) / s + 64.0);
+  };
   double best = cost(1);
   for (int s = 2; s <= most; ++s) best = std::min(best, cost(s));
   for (int s = 1; s <= most; ++s) {

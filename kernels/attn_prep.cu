@@ -40,7 +40,8 @@ struct HeadIn {
   float x[kRegPer], w[kRegPer];
 };
 
-__device__ __forceinline__ void load_head(const AttnPrepParams& p, const void* src, int64_t off, const void* w, HeadIn& in) {
+__device__ __forceinline__ void load_head(const AttnPrepParams& p, const void* src, int64_t off, const void* w,
+                                          HeadIn& in) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < kRegPer; ++i) {
@@ -51,8 +52,8 @@ __device__ __forceinline__ void load_head(const AttnPrepParams& p, const void* s
 }
 
 // Rope of the normed head in xs (D floats) into dst[doff..]; cs: cos[half] then sin[half].
-__device__ __forceinline__ void rope_store(const AttnPrepParams& p, const float* xs, void* dst, DType dst_dtype, int64_t doff,
-                                           const float* cs) {
+__device__ __forceinline__ void rope_store(const AttnPrepParams& p, const float* xs, void* dst, DType dst_dtype,
+                                           int64_t doff, const float* cs) {
   const int lane = threadIdx.x & 31;
   const int half = p.rotary_dim / 2;
   for (int d = lane; d < p.D; d += 32) {
@@ -169,7 +170,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attn_prep_kernel(const AttnPre
     const int64_t src_row = t * qg_stride / 8, dst_row = qrow / 8;
     for (int i = threadIdx.x; i < n8; i += 2 * blockDim.x) {
       const int j = i + blockDim.x;
-      auto src_of = [&](int c) { return src_row + static_cast<int64_t>(c / per_head) * 2 * per_head + per_head + c % per_head; };
+      auto src_of = [&](int c) {
+        return src_row + static_cast<int64_t>(c / per_head) * 2 * per_head + per_head + c % per_head;
+      };
       const uint4 a = src[src_of(i)];
       const uint4 b = j < n8 ? src[src_of(j)] : uint4{};
       dst[dst_row + i] = a;
@@ -182,11 +185,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attn_prep_kernel(const AttnPre
     }
   }
   const size_t ces = p.cache_dtype == DType::bf16 ? 2 : 4, ies = p.in_dtype == DType::bf16 ? 2 : 4;
-  copy_row(static_cast<char*>(p.v_cache) + crow * ces, p.cache_dtype, static_cast<const char*>(p.v) + t * v_stride * ies,
-           p.in_dtype, p.Hkv * D, vec_v);
+  copy_row(static_cast<char*>(p.v_cache) + crow * ces, p.cache_dtype,
+           static_cast<const char*>(p.v) + t * v_stride * ies, p.in_dtype, p.Hkv * D, vec_v);
   const int half = p.rotary_dim / 2;
-  float* cs = sm;                       // [rotary]: cos[half], sin[half]
-  float* scratch = sm + p.rotary_dim;   // [warps][D]
+  float* cs = sm;                      // [rotary]: cos[half], sin[half]
+  float* scratch = sm + p.rotary_dim;  // [warps][D]
   const float base = static_cast<float>(p.rope_theta);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float e = static_cast<float>(2 * i) / static_cast<float>(p.rotary_dim);

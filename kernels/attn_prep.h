@@ -35,24 +35,24 @@ struct AttnTokenMeta {
 };
 
 struct AttnPrepParams {
-  const void* qg = nullptr;   // [T, qg_stride]: per head D query features then D gate features
-  int64_t qg_stride = 0;      // elements between token rows (0 = Hq * 2D)
-  const void* k = nullptr;    // [T, k_stride] k_proj output, Hkv heads of D
-  int64_t k_stride = 0;       // 0 = Hkv * D
-  const void* v = nullptr;    // [T, v_stride] v_proj output
-  int64_t v_stride = 0;       // 0 = Hkv * D
+  const void* qg = nullptr;  // [T, qg_stride]: per head D query features then D gate features
+  int64_t qg_stride = 0;     // elements between token rows (0 = Hq * 2D)
+  const void* k = nullptr;   // [T, k_stride] k_proj output, Hkv heads of D
+  int64_t k_stride = 0;      // 0 = Hkv * D
+  const void* v = nullptr;   // [T, v_stride] v_proj output
+  int64_t v_stride = 0;      // 0 = Hkv * D
   DType in_dtype = DType::bf16;
   const void* q_norm = nullptr;  // [D] zero-centred weight (scale 1 + w)
   const void* k_norm = nullptr;  // [D]
   DType norm_dtype = DType::f32;
-  void* q = nullptr;          // [T, Hq, D] out
-  void* gate = nullptr;       // [T, Hq, D] out
+  void* q = nullptr;     // [T, Hq, D] out
+  void* gate = nullptr;  // [T, Hq, D] out
   DType q_dtype = DType::bf16;
-  void* k_cache = nullptr;    // [num_slots, max_context, Hkv, D] bf16 or f32
-  void* v_cache = nullptr;    // [num_slots, max_context, Hkv, D] same dtype as k_cache
+  void* k_cache = nullptr;          // [num_slots, max_context, Hkv, D] bf16 or f32
+  void* v_cache = nullptr;          // [num_slots, max_context, Hkv, D] same dtype as k_cache
   DType cache_dtype = DType::bf16;  // bf16 or f32 (f32: the parity mode, no rounding of k/v)
   AttnTokenMeta meta;
-  int T = 0;                  // rows (the token bucket): the grid size
+  int T = 0;  // rows (the token bucket): the grid size
   int Hq = 0, Hkv = 0, D = 0, rotary_dim = 0, max_context = 0;
   float eps = 1e-6f;
   double rope_theta = 10000000.0;

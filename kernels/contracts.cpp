@@ -19,7 +19,8 @@ namespace {
 unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 void check_k(std::string_view op, int K) {
-  if (K < kConvMinK || K > kConvMaxK) bad_shape(op, fmt::format("K must be {}..{} (got K={})", kConvMinK, kConvMaxK, K));
+  if (K < kConvMinK || K > kConvMaxK)
+    bad_shape(op, fmt::format("K must be {}..{} (got K={})", kConvMinK, kConvMaxK, K));
 }
 
 void check_grid_y(std::string_view op, int64_t y, std::string_view what) {
@@ -161,8 +162,8 @@ int delta_rule_decode_split(int Dk, int Dv, int requested) {
 LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s) {
   if (s.rows < 1 || s.Hk < 1 || s.Hv < 1 || s.Hv % s.Hk != 0 || s.Dk < 1 || s.Dv < 1 || s.K < kConvMinK ||
       s.K > kConvMaxK) {
-    throw std::invalid_argument(fmt::format("gdn.decode: bad shape rows={} Hk={} Hv={} Dk={} Dv={} K={}", s.rows, s.Hk,
-                                            s.Hv, s.Dk, s.Dv, s.K));
+    throw std::invalid_argument(
+        fmt::format("gdn.decode: bad shape rows={} Hk={} Hv={} Dk={} Dv={} K={}", s.rows, s.Hk, s.Hv, s.Dk, s.Dv, s.K));
   }
   if (static_cast<unsigned>(s.rows) > kMaxGridYZ) {
     throw std::invalid_argument(fmt::format("gdn.decode: rows {} exceed the grid limit {}", s.rows, kMaxGridYZ));
@@ -181,9 +182,10 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   c.arm = requested;
   if (requested == GdnDecodeArm::fused && !fused_ok) {
     c.arm = GdnDecodeArm::unfused;
-    c.fallback_reason = fmt::format("fused needs Dk in {{64, 128}}, Dv % 32 == 0 and Dv <= {} "
-                                    "(got Dk={}, Dv={}, Hv/Hk={}): using unfused", kGdnDecodeFusedMaxThreads, s.Dk,
-                                    s.Dv, ratio);
+    c.fallback_reason = fmt::format(
+        "fused needs Dk in {{64, 128}}, Dv % 32 == 0 and Dv <= {} "
+        "(got Dk={}, Dv={}, Hv/Hk={}): using unfused",
+        kGdnDecodeFusedMaxThreads, s.Dk, s.Dv, ratio);
   }
   if (c.arm == GdnDecodeArm::fused) {
     c.grid = Dim3{static_cast<unsigned>(s.Hk), static_cast<unsigned>(s.rows), 1};
@@ -230,8 +232,9 @@ LaunchContract<GdnPrefillArm> gdn_prefill_contract(GdnPrefillArm requested, cons
   c.arm = requested;
   if (requested == GdnPrefillArm::fused && !gdn_prefill_fused_supports(s.Dk, s.Dv, s.K)) {
     c.arm = GdnPrefillArm::unfused;
-    c.fallback_reason = fmt::format("fused needs Dk = {} and Dv a multiple of 8 in 8..{} (got Dk={}, Dv={}): using unfused",
-                                    kGdnPrefillGroupChannels, kPostconvMaxD, s.Dk, s.Dv);
+    c.fallback_reason =
+        fmt::format("fused needs Dk = {} and Dv a multiple of 8 in 8..{} (got Dk={}, Dv={}): using unfused",
+                    kGdnPrefillGroupChannels, kPostconvMaxD, s.Dk, s.Dv);
   }
   if (c.arm == GdnPrefillArm::unfused) {
     c.grid = {0, 0, 0};
@@ -257,15 +260,16 @@ LaunchContract<GdnPrefillArm> gdn_prefill_contract(const ArmSelection& sel, cons
 // --- conv.fwd -------------------------------------------------------------------------------------
 
 std::vector<ConvChunk> build_conv_chunks(const std::vector<int32_t>& cu_seqlens, int chunk_tokens) {
-  if (chunk_tokens < 1) throw std::invalid_argument(fmt::format("conv chunks: chunk_tokens must be >= 1 (got {})", chunk_tokens));
+  if (chunk_tokens < 1)
+    throw std::invalid_argument(fmt::format("conv chunks: chunk_tokens must be >= 1 (got {})", chunk_tokens));
   if (cu_seqlens.empty()) throw std::invalid_argument("conv chunks: cu_seqlens is empty (needs at least {0})");
-  if (cu_seqlens[0] != 0) throw std::invalid_argument(fmt::format("conv chunks: cu_seqlens[0] must be 0 (got {})", cu_seqlens[0]));
+  if (cu_seqlens[0] != 0)
+    throw std::invalid_argument(fmt::format("conv chunks: cu_seqlens[0] must be 0 (got {})", cu_seqlens[0]));
   std::vector<ConvChunk> out;
   for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
     const int32_t b = cu_seqlens[s], e = cu_seqlens[s + 1];
     if (e < b) {
-      throw std::invalid_argument(
-          fmt::format("conv chunks: cu_seqlens decreases at {} ({} then {})", s + 1, b, e));
+      throw std::invalid_argument(fmt::format("conv chunks: cu_seqlens decreases at {} ({} then {})", s + 1, b, e));
     }
     for (int64_t t = b; t < e; t += chunk_tokens) {
       const auto len = static_cast<int32_t>(std::min<int64_t>(chunk_tokens, e - t));
@@ -277,11 +281,13 @@ std::vector<ConvChunk> build_conv_chunks(const std::vector<int32_t>& cu_seqlens,
 
 int conv_max_chunks(int max_tokens, int max_seqs, int chunk_tokens) {
   if (max_tokens < 0 || max_seqs < 0 || chunk_tokens < 1) {
-    throw std::invalid_argument(fmt::format("conv_max_chunks: need max_tokens >= 0, max_seqs >= 0, chunk_tokens >= 1 "
-                                            "(got {}, {}, {})", max_tokens, max_seqs, chunk_tokens));
+    throw std::invalid_argument(
+        fmt::format("conv_max_chunks: need max_tokens >= 0, max_seqs >= 0, chunk_tokens >= 1 "
+                    "(got {}, {}, {})",
+                    max_tokens, max_seqs, chunk_tokens));
   }
   const int64_t m = std::min(max_seqs, max_tokens);  // most non-empty sequences
-  if (m == 0) return 0;  // no sequence (or no token): nothing to chunk
+  if (m == 0) return 0;                              // no sequence (or no token): nothing to chunk
   return static_cast<int>((max_tokens + static_cast<int64_t>(chunk_tokens - 1) * m) / chunk_tokens);
 }
 

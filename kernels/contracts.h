@@ -26,7 +26,7 @@ std::ostream& operator<<(std::ostream& os, const Dim3& d);
 
 template <class Arm>
 struct LaunchContract {
-  Arm arm{};                    // the arm that runs (after fallbacks)
+  Arm arm{};  // the arm that runs (after fallbacks)
   Dim3 grid, block;
   size_t smem_bytes = 0;        // dynamic shared memory
   std::string_view kernel;      // stable short name, e.g. "conv_update_grid" (static storage)
@@ -59,9 +59,9 @@ inline constexpr std::array<int, 3> kConvUpdateFastChannelChoices = {8, 4, 2};
 inline constexpr int64_t kConvUpdateFastWaveThreads = 132 * 2048;
 
 struct ConvUpdateShape {
-  int rows = 0;  // padded batch (part of the graph key)
-  int C = 0;     // channels
-  int K = 0;     // conv width, 2..8
+  int rows = 0;      // padded batch (part of the graph key)
+  int C = 0;         // channels
+  int K = 0;         // conv width, 2..8
   int channels = 0;  // fast arm: channels per thread, 2, 4 or 8; 0 = conv_update_fast_channels(rows, C)
                      // (a sweep knob: every V gives the same bytes; the grid arm ignores it)
   int block = 0;     // fast arm: threads per block, 128, 256 or 512; 0 = kConvUpdateFastBlock
@@ -84,7 +84,7 @@ inline constexpr int kPostconvMaxD = 256;
 inline constexpr int kPostconvTokenTile = 16;  // tokens per token_tile block (4 warps x 4 tokens)
 
 struct PostconvShape {
-  int T = 0;                      // tokens (padded bucket)
+  int T = 0;  // tokens (padded bucket)
   int Hk = 0, Hv = 0, Dk = 0, Dv = 0;
 };
 // megablock:  grid (T, Hk+1),               block 256
@@ -105,7 +105,7 @@ struct ConvFwdShape {
   int max_tokens = 0;  // padded token bucket
   int max_seqs = 0;    // most sequences in the bucket
   int C = 0;
-  int K = 0;           // 2..8
+  int K = 0;  // 2..8
 };
 
 // One `exact` work item: up to chunk_tokens tokens of one sequence.
@@ -145,8 +145,8 @@ LaunchContract<ConvFwdArm> conv_fwd_contract(const ArmSelection& sel, const Conv
 
 // --- delta_rule.decode ----------------------------------------------------------------------------
 // Threads per state column for the recurrent step: `requested` (1, 2, 4, 8) or, for 0, the first of
-// 2, 1, 4 that fits (2 measured fastest on the H200). Built: 1 and 4 for Dk in {8, 16, 32, 64, 128}, also 2 and 8 for Dk = 128. A split
-// q fits when round_up(Dv * q, 32) <= delta_rule_max_threads(q) (the kernel's launch bound, which
+// 2, 1, 4 that fits (2 measured fastest on the H200). Built: 1 and 4 for Dk in {8, 16, 32, 64, 128}, also 2 and 8 for
+// Dk = 128. A split q fits when round_up(Dv * q, 32) <= delta_rule_max_threads(q) (the kernel's launch bound, which
 // keeps Dk/q state rows per thread in registers: 256 threads for q = 1, 512 for 2 and 4, 1024 for
 // 8). Returns 0 when nothing fits. Every split gives the same bytes.
 int delta_rule_max_threads(int q);
@@ -154,7 +154,7 @@ int delta_rule_decode_split(int Dk, int Dv, int requested = 0);
 
 // --- gdn.decode ----------------------------------------------------------------------------------
 struct GdnDecodeShape {
-  int rows = 0;                   // padded batch (graph key)
+  int rows = 0;  // padded batch (graph key)
   int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
 };
 // unfused: three launches (conv.update, postconv, delta_rule.decode); the contract describes the
@@ -181,8 +181,8 @@ inline constexpr int kGdnPrefillGroupsPerBlock = 8;
 inline constexpr unsigned kGdnPrefillBlock = 128;  // 8 half-warps
 
 struct GdnPrefillShape {
-  int max_tokens = 0;             // padded token bucket (graph key)
-  int max_seqs = 0;               // most sequences in the bucket
+  int max_tokens = 0;  // padded token bucket (graph key)
+  int max_seqs = 0;    // most sequences in the bucket
   int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
 };
 // True when the fused kernel is built for the head sizes and width: Dk = 128, Dv a multiple of 8
@@ -204,7 +204,8 @@ LaunchContract<GdnPrefillArm> gdn_prefill_contract(const ArmSelection& sel, cons
 // The table has one slot per arm of the op (checked at compile time); an empty slot (an arm not
 // built) throws ArmError naming op and arm.
 template <class Arm, size_t N>
-void dispatch(const LaunchContract<Arm>& c, const std::array<std::function<void(const LaunchContract<Arm>&)>, N>& by_arm) {
+void dispatch(const LaunchContract<Arm>& c,
+              const std::array<std::function<void(const LaunchContract<Arm>&)>, N>& by_arm) {
   static_assert(N == ArmTraits<Arm>::count, "dispatch table needs exactly one slot per arm of the op");
   const size_t i = static_cast<size_t>(c.arm);
   if (i >= N) {

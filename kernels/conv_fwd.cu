@@ -80,10 +80,12 @@ __device__ __forceinline__ void tiled_body(const ConvFwdParams& p) {
   }
 }
 
-__global__ void __launch_bounds__(kConvTiledChannels * kConvTiledTokenLanes) conv_fwd_tiled_exact_kernel(const ConvFwdParams p) {
+__global__ void __launch_bounds__(kConvTiledChannels* kConvTiledTokenLanes)
+    conv_fwd_tiled_exact_kernel(const ConvFwdParams p) {
   tiled_body<false>(p);
 }
-__global__ void __launch_bounds__(kConvTiledChannels * kConvTiledTokenLanes) conv_fwd_tiled_whole_kernel(const ConvFwdParams p) {
+__global__ void __launch_bounds__(kConvTiledChannels* kConvTiledTokenLanes)
+    conv_fwd_tiled_whole_kernel(const ConvFwdParams p) {
   tiled_body<true>(p);
 }
 
@@ -126,7 +128,9 @@ cudaError_t conv_fwd(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c
 
   cudaError_t err = cudaSuccess;
   std::array<std::function<void(const LaunchContract<ConvFwdArm>&)>, 4> by_arm;
-  by_arm[static_cast<size_t>(ConvFwdArm::tiled)] = [&](const auto& k) { err = conv_fwd_launch_tiled(p, k, chunks, stream); };
+  by_arm[static_cast<size_t>(ConvFwdArm::tiled)] = [&](const auto& k) {
+    err = conv_fwd_launch_tiled(p, k, chunks, stream);
+  };
   const auto reg = [&](const auto& k) { err = conv_fwd_launch_register(p, k, chunks, stream); };
   by_arm[static_cast<size_t>(ConvFwdArm::reg)] = reg;
   by_arm[static_cast<size_t>(ConvFwdArm::k4)] = reg;

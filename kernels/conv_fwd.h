@@ -50,15 +50,15 @@
 namespace sg {
 
 struct ConvFwdParams {
-  const void* x = nullptr;     // [>= T, x_stride] raw inputs, x_stride >= C (may be a view into a
-  int64_t x_stride = 0;        //   wider projection output; columns >= C are never read)
+  const void* x = nullptr;  // [>= T, x_stride] raw inputs, x_stride >= C (may be a view into a
+  int64_t x_stride = 0;     //   wider projection output; columns >= C are never read)
   DType x_dtype = DType::bf16;
-  void* out = nullptr;         // [>= T, C]; rows of live tokens are all written, others untouched
+  void* out = nullptr;  // [>= T, C]; rows of live tokens are all written, others untouched
   DType out_dtype = DType::bf16;
-  void* state = nullptr;       // [num_slots, C, K-1] last K-1 raw inputs per channel, oldest first
+  void* state = nullptr;  // [num_slots, C, K-1] last K-1 raw inputs per channel, oldest first
   DType state_dtype = DType::bf16;
-  const float* w = nullptr;    // [C, K] f32, tap 0 oldest
-  const float* bias = nullptr; // [C] f32 or null
+  const float* w = nullptr;     // [C, K] f32, tap 0 oldest
+  const float* bias = nullptr;  // [C] f32 or null
   bool silu = true;
 
   // Per-step metadata, all in device memory (a captured graph reads the live values at replay).
@@ -71,10 +71,10 @@ struct ConvFwdParams {
   // live batch, in a buffer of conv_max_chunks(max_tokens, max_seqs) entries (the tail is never
   // interpreted), and its live count.
   const ConvChunk* chunks = nullptr;
-  const int32_t* n_chunks = nullptr;     // [1] live descriptor count
+  const int32_t* n_chunks = nullptr;  // [1] live descriptor count
 
-  int C = 0, K = 0;                      // channels; conv width 2..8
-  int max_tokens = 0, max_seqs = 0;      // the graph key's bucket: the contract's grid depends on these
+  int C = 0, K = 0;                  // channels; conv width 2..8
+  int max_tokens = 0, max_seqs = 0;  // the graph key's bucket: the contract's grid depends on these
 };
 
 // Launches the contract's arm with the given work split. `c` must be conv_fwd_contract(arm,

@@ -96,9 +96,13 @@ __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162flo
 template <class T>
 __device__ __forceinline__ T from_f32(float v);
 template <>
-__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+__device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 // a[i] for a runtime i in [0, N) without dynamic register indexing (which would go to local
 // memory): N selects. Only state-owning programs use it.
@@ -136,7 +140,8 @@ __device__ __forceinline__ float silu_fast(float x, bool& bad) {
 // j = K-1-d = 0 .. K-1, the contract's order. Then the window slides by one. wr is reversed:
 // wr[d] = w[c, K-1-d]. (Shared by the register arms and gdn_prefill_fused.)
 template <int KMAX>
-__device__ __forceinline__ float conv_step(float (&win)[KMAX - 1], const float (&wr)[KMAX], float bias, float v, int K) {
+__device__ __forceinline__ float conv_step(float (&win)[KMAX - 1], const float (&wr)[KMAX], float bias, float v,
+                                           int K) {
   constexpr int HB = KMAX - 1;
   float acc = bias;
 #pragma unroll
@@ -156,7 +161,7 @@ __device__ __forceinline__ float conv_step(float (&win)[KMAX - 1], const float (
 // conv_fwd() after it has validated the params against the contract.
 cudaError_t conv_fwd_launch_tiled(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c, ConvChunksArm chunks,
                                   cudaStream_t stream);
-cudaError_t conv_fwd_launch_register(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c,
-                                     ConvChunksArm chunks, cudaStream_t stream);
+cudaError_t conv_fwd_launch_register(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c, ConvChunksArm chunks,
+                                     cudaStream_t stream);
 
 }  // namespace sg

@@ -161,7 +161,8 @@ struct Geo {
 // shared memory with 16-byte cp.async, while the sequence metadata loads. Each thread then walks
 // its channel through a K-tap register window.
 template <class T, int KC, int CPT, bool kSilu>
-__device__ __forceinline__ void exact_body(const ConvFwdParams& p, T* tile) {  // tile [HB + W][TILE]: row r = token (chunk start) - HB + r
+__device__ __forceinline__ void exact_body(const ConvFwdParams& p,
+                                           T* tile) {  // tile [HB + W][TILE]: row r = token (chunk start) - HB + r
   using G = Geo<T, KC, CPT>;
   constexpr int KMAX = G::KMAX, HB = G::HB, TILE = G::TILE, VE = G::VE, VPR = G::VPR;
 
@@ -457,16 +458,15 @@ cudaError_t launch_typed(const ConvFwdParams& p, const LaunchContract<ConvFwdArm
         conv_fwd_k4x2_exact_kernel<T><<<g, b, c.smem_bytes, stream>>>(p);
       }
       break;
-    default:
-      return cudaErrorInvalidValue;
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t conv_fwd_launch_register(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c,
-                                     ConvChunksArm chunks, cudaStream_t stream) {
+cudaError_t conv_fwd_launch_register(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c, ConvChunksArm chunks,
+                                     cudaStream_t stream) {
   if (p.x_dtype != p.out_dtype) return cudaErrorInvalidValue;
   if (p.x_dtype == DType::bf16) return launch_typed<__nv_bfloat16>(p, c, chunks, stream);
   if (p.x_dtype == DType::f32) return launch_typed<float>(p, c, chunks, stream);

@@ -48,7 +48,8 @@ __global__ void conv_update_grid_kernel(const ConvUpdateParams p) {
 
 constexpr int kConvUpdateFastMaxBlock = kConvUpdateFastBlockChoices[2];  // the launch bound: 512
 static_assert(kConvUpdateFastBlockChoices[0] < kConvUpdateFastBlockChoices[1] &&
-              kConvUpdateFastBlockChoices[1] < kConvUpdateFastMaxBlock, "the largest block size last");
+                  kConvUpdateFastBlockChoices[1] < kConvUpdateFastMaxBlock,
+              "the largest block size last");
 
 // Fast arm: grid (ceil(C / (B * V)), rows), block B (128 by default, 256 or 512); thread t of block
 // x handles the V consecutive channels c0 = (x * B + t) * V .. c0 + V - 1 of row blockIdx.y, V = the contract's
@@ -165,7 +166,8 @@ __global__ void __launch_bounds__(kConvUpdateFastMaxBlock) conv_update_fast_kern
   for (int i = 0; i < V; ++i) {
     float acc = __uint_as_float(b[i]);
 #pragma unroll
-    for (int j = 0; j < KM1; ++j) acc = fmaf(__uint_as_float(w[i * K + j]), bits_to_f32<TS>(bits_at<TS>(s, i * KM1 + j)), acc);
+    for (int j = 0; j < KM1; ++j)
+      acc = fmaf(__uint_as_float(w[i * K + j]), bits_to_f32<TS>(bits_at<TS>(s, i * KM1 + j)), acc);
     const float xv = bits_to_f32<TA>(bits_at<TA>(xw, i));
     acc = fmaf(__uint_as_float(w[i * K + KM1]), xv, acc);
     put_bits<TA>(ow, i, f32_to_bits<TA>(p.silu ? dev::silu(acc) : acc));
@@ -188,7 +190,9 @@ __global__ void __launch_bounds__(kConvUpdateFastMaxBlock) conv_update_fast_scal
 
 dim3 to_dim3(const Dim3& d) { return dim3(d.x, d.y, d.z); }
 
-bool aligned_to(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0; }
+bool aligned_to(const void* p, int bytes) {
+  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
+}
 
 // True when the vec body may run with V channels per thread: K 2..5, x and out of one dtype,
 // C % V == 0, and each buffer's base (and x's row stride in bytes) a multiple of its access width.
@@ -270,9 +274,7 @@ cudaError_t conv_update(const ConvUpdateParams& p, const LaunchContract<ConvUpda
   by_arm[static_cast<size_t>(ConvUpdateArm::grid)] = [&](const auto& k) {
     conv_update_grid_kernel<<<to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream>>>(p);
   };
-  by_arm[static_cast<size_t>(ConvUpdateArm::fast)] = [&](const auto& k) {
-    launch_fast(p, k, stream);
-  };
+  by_arm[static_cast<size_t>(ConvUpdateArm::fast)] = [&](const auto& k) { launch_fast(p, k, stream); };
   try {
     dispatch(c, by_arm);
   } catch (const std::exception&) {

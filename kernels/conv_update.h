@@ -15,16 +15,16 @@
 namespace sg {
 
 struct ConvUpdateParams {
-  const void* x = nullptr;     // [rows, x_stride] new raw inputs (x_stride >= C)
+  const void* x = nullptr;  // [rows, x_stride] new raw inputs (x_stride >= C)
   int64_t x_stride = 0;
   DType x_dtype = DType::bf16;
-  void* out = nullptr;         // [rows, C]
+  void* out = nullptr;  // [rows, C]
   DType out_dtype = DType::bf16;
-  void* state = nullptr;       // [num_slots, C, K-1] last K-1 raw inputs, oldest first
+  void* state = nullptr;  // [num_slots, C, K-1] last K-1 raw inputs, oldest first
   DType state_dtype = DType::bf16;
   const int32_t* slots = nullptr;  // [rows]; < 0 = padding row (output 0, state untouched)
-  const float* w = nullptr;    // [C, K] f32, tap 0 oldest
-  const float* bias = nullptr; // [C] or null
+  const float* w = nullptr;        // [C, K] f32, tap 0 oldest
+  const float* bias = nullptr;     // [C] or null
   int rows = 0, C = 0, K = 0;
   bool silu = true;
 };

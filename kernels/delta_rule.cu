@@ -9,7 +9,9 @@ namespace {
 
 // Grid (Hv, rows); block round_up(Dv * Q, 32): Q consecutive threads share column t / Q.
 template <int DK, int Q>
-__global__ void __launch_bounds__(Q == 1 ? 256 : Q == 8 ? 1024 : 512) delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
+__global__ void __launch_bounds__(Q == 1   ? 256
+                                  : Q == 8 ? 1024
+                                           : 512) delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
   __shared__ float ks[DK], qs[DK];
   const int hv = blockIdx.x, r = blockIdx.y, j = threadIdx.x / Q;
   const int slot = p.slots[r];
@@ -50,7 +52,8 @@ cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t strea
   if (p.rows == 0) return cudaSuccess;
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
   if (q == 0) return cudaErrorInvalidValue;
-  const bool built = dev::with_delta_rule_tile(p.Dk, q, [&](auto dk, auto qq) { launch<decltype(dk)::value, decltype(qq)::value>(p, stream); });
+  const bool built = dev::with_delta_rule_tile(
+      p.Dk, q, [&](auto dk, auto qq) { launch<decltype(dk)::value, decltype(qq)::value>(p, stream); });
   if (!built) return cudaErrorInvalidValue;
   return cudaGetLastError();
 }

@@ -16,11 +16,11 @@ struct DeltaRuleDecodeParams {
   const void* k = nullptr;  // [rows, Hk, Dk]
   const void* v = nullptr;  // [rows, Hv, Dv]
   DType qkv_dtype = DType::bf16;
-  const float* g = nullptr;     // [rows, Hv]
-  const float* beta = nullptr;  // [rows, Hv]
+  const float* g = nullptr;        // [rows, Hv]
+  const float* beta = nullptr;     // [rows, Hv]
   const int32_t* slots = nullptr;  // [rows]; < 0: output 0, state untouched
-  float* state = nullptr;       // [num_slots, Hv, Dk, Dv] f32
-  void* out = nullptr;          // [rows, Hv, Dv]
+  float* state = nullptr;          // [num_slots, Hv, Dk, Dv] f32
+  void* out = nullptr;             // [rows, Hv, Dv]
   DType out_dtype = DType::bf16;
   int rows = 0, Hk = 0, Hv = 0, Dk = 0, Dv = 0;
   int split = 0;  // threads per state column (1, 2, 4, 8; 0 = automatic). Same bytes for every value.

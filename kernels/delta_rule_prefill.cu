@@ -18,8 +18,10 @@ namespace {
 // 13.0): no spills except Dk = 128 with split 1 (128 state registers in a 255-register budget;
 // ~190 bytes, the decode kernel spills there too); the automatic split never picks it for Dv <= 256.
 template <int DK, int Q>
-__global__ void __launch_bounds__(Q == 1 ? 256 : Q == 8 ? 1024 : 512, 1)
-    delta_rule_prefill_kernel(const DeltaRulePrefillParams p) {
+__global__ void __launch_bounds__(Q == 1   ? 256
+                                  : Q == 8 ? 1024
+                                           : 512,
+                                  1) delta_rule_prefill_kernel(const DeltaRulePrefillParams p) {
   constexpr int R = DK / Q;
   __shared__ float ks[2][DK], qs[2][DK];
   const int hv = blockIdx.x, n = blockIdx.y;
@@ -30,7 +32,8 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : Q == 8 ? 1024 : 512, 1)
   const int Hv = p.Hv, Dv = p.Dv;
   if (slot < 0) {  // padding: zero output rows, state untouched
     for (int64_t t = b; t < e; ++t) {
-      for (int jj = threadIdx.x; jj < Dv; jj += blockDim.x) dev::store(p.out, p.out_dtype, (t * Hv + hv) * Dv + jj, 0.0f);
+      for (int jj = threadIdx.x; jj < Dv; jj += blockDim.x)
+        dev::store(p.out, p.out_dtype, (t * Hv + hv) * Dv + jj, 0.0f);
     }
     return;
   }
@@ -124,8 +127,8 @@ cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t str
       p.max_seqs > static_cast<int>(kMaxGridYZ)) {
     return cudaErrorInvalidValue;
   }
-  if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.cu_seqlens || !p.slots || !p.has_history || !p.n_seqs ||
-      !p.state || !p.out) {
+  if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.cu_seqlens || !p.slots || !p.has_history || !p.n_seqs || !p.state ||
+      !p.out) {
     return cudaErrorInvalidValue;
   }
   if ((p.qkv_dtype != DType::f32 && p.qkv_dtype != DType::bf16) ||
@@ -135,7 +138,8 @@ cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t str
   if (p.max_seqs == 0) return cudaSuccess;
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
   if (q == 0) return cudaErrorInvalidValue;
-  const bool built = dev::with_delta_rule_tile(p.Dk, q, [&](auto dk, auto qq) { launch<decltype(dk)::value, decltype(qq)::value>(p, stream); });
+  const bool built = dev::with_delta_rule_tile(
+      p.Dk, q, [&](auto dk, auto qq) { launch<decltype(dk)::value, decltype(qq)::value>(p, stream); });
   if (!built) return cudaErrorInvalidValue;
   return cudaGetLastError();
 }

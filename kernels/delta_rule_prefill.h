@@ -33,9 +33,9 @@
 namespace sg {
 
 struct DeltaRulePrefillParams {
-  const void* q = nullptr;  // [>= T, Hk, Dk]
-  const void* k = nullptr;  // [>= T, Hk, Dk]
-  const void* v = nullptr;  // [>= T, Hv, Dv]
+  const void* q = nullptr;        // [>= T, Hk, Dk]
+  const void* k = nullptr;        // [>= T, Hk, Dk]
+  const void* v = nullptr;        // [>= T, Hv, Dv]
   DType qkv_dtype = DType::bf16;  // f32 or bf16 (q, k, v alike)
   const float* g = nullptr;       // [>= T, Hv] log decay (S *= expf(g))
   const float* beta = nullptr;    // [>= T, Hv]

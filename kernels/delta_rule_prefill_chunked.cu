@@ -40,16 +40,16 @@ struct Tile {
   static constexpr int LDK = DK + 4;  // k row pitch: rows start 4 banks apart (conflict-free column reads)
   static constexpr int LDT = C + 4;   // T and P row pitch
   static constexpr int WW = DK > BV ? DK : BV;
-  static constexpr int oG = 0;              // G     [C] double
-  static constexpr int oS = oG + 2 * C;     // S     [DK, BV]   state tile, S[i][j] at i * BV + j
-  static constexpr int oK = oS + DK * BV;   // K     [C, LDK]   k, then exp(G_last - G_r) k (P2)
-  static constexpr int oW = oK + C * LDK;   // W     [C, DK] q' (P0-P1), then [C, BV] V' (P3-P4)
-  static constexpr int oV = oW + C * WW;    // V     [C, BV]    v tile, then X (P1)
-  static constexpr int oT = oV + C * BV;    // T     [C, LDT]   A (P1), T = (I + A)^-1 (P2)
-  static constexpr int oP = oT + C * LDT;   // P     [C, LDT]   exp(G_r - G_c) q'_r.k_c, 0 for c > r
-  static constexpr int oE = oP + C * LDT;   // E     [C]        exp(G_r)
-  static constexpr int oL = oE + C;         // EL    [C]        exp(G_last - G_r)
-  static constexpr int oB = oL + C;         // beta  [C]
+  static constexpr int oG = 0;             // G     [C] double
+  static constexpr int oS = oG + 2 * C;    // S     [DK, BV]   state tile, S[i][j] at i * BV + j
+  static constexpr int oK = oS + DK * BV;  // K     [C, LDK]   k, then exp(G_last - G_r) k (P2)
+  static constexpr int oW = oK + C * LDK;  // W     [C, DK] q' (P0-P1), then [C, BV] V' (P3-P4)
+  static constexpr int oV = oW + C * WW;   // V     [C, BV]    v tile, then X (P1)
+  static constexpr int oT = oV + C * BV;   // T     [C, LDT]   A (P1), T = (I + A)^-1 (P2)
+  static constexpr int oP = oT + C * LDT;  // P     [C, LDT]   exp(G_r - G_c) q'_r.k_c, 0 for c > r
+  static constexpr int oE = oP + C * LDT;  // E     [C]        exp(G_r)
+  static constexpr int oL = oE + C;        // EL    [C]        exp(G_last - G_r)
+  static constexpr int oB = oL + C;        // beta  [C]
   static constexpr int floats = oB + C;
   static constexpr size_t bytes = floats * sizeof(float);
   static_assert(RG == 16 && C % CG == 0 && NS >= 1, "16 row groups of 4 tokens");
@@ -60,7 +60,9 @@ struct Tile {
   static_assert(bytes <= 227 * 1024, "fits one block's shared memory on sm_90");
 };
 
-__device__ __forceinline__ float comp(const float4& v, int u) { return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w; }
+__device__ __forceinline__ float comp(const float4& v, int u) {
+  return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w;
+}
 __device__ __forceinline__ float4 ld4(const float* s) { return *reinterpret_cast<const float4*>(s); }
 __device__ __forceinline__ void st4(float* s, const float4& v) { *reinterpret_cast<float4*>(s) = v; }
 __device__ __forceinline__ float4 scale4(float4 v, float w) { return make_float4(v.x * w, v.y * w, v.z * w, v.w * w); }
@@ -142,7 +144,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const Del
   extern __shared__ float4 smem4[];
   float* const sm = reinterpret_cast<float*>(smem4);
   double* const Gs = reinterpret_cast<double*>(sm + Tl::oG);  // [C] cumulative log decay G_r
-  float* const Ss = sm + Tl::oS;  // [DK, BV] state tile
+  float* const Ss = sm + Tl::oS;                              // [DK, BV] state tile
   float* const Ks = sm + Tl::oK;  // [C, LDK] k rows (row r = token c0 + r); scaled by EL in P2
   float* const Qs = sm + Tl::oW;  // [C, DK]  q' rows (P0-P1)
   float* const Ws = sm + Tl::oW;  // [C, BV]  V' rows (P3-P4), the same memory as Qs
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const Del
   const int r0 = 4 * rg, j0 = 4 * cg;  // this thread's first token row and first tile column
   const int v0 = tile * BV;
   const int cols = Dv - v0 - j0;  // this thread's valid columns (>= 4: all four; <= 0: none)
-  if (slot < 0) {  // padding: zero output rows (this tile's columns), state untouched
+  if (slot < 0) {                 // padding: zero output rows (this tile's columns), state untouched
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int64_t f = tid; f < (e - b) * (BV / 4); f += NT) {
       const int64_t t = b + f / (BV / 4);
@@ -500,7 +502,6 @@ cudaError_t launch(const DeltaRulePrefillParams& p, bool vec, cudaStream_t strea
   return cudaGetLastError();
 }
 
-
 }  // namespace
 
 bool delta_rule_prefill_chunked_supports(int Dk, int Dv) { return (Dk == 32 || Dk == 64 || Dk == 128) && Dv >= 1; }
@@ -514,13 +515,13 @@ size_t delta_rule_prefill_chunked_smem(int Dk, int dv_tile) {
 }
 
 cudaError_t delta_rule_prefill_chunked(const DeltaRulePrefillParams& p, cudaStream_t stream, int dv_tile) {
-  if (!delta_rule_prefill_chunked_supports(p.Dk, p.Dv) || p.Hk < 1 || p.Hv < 1 || p.Hv % p.Hk != 0 ||
-      p.max_seqs < 0 || p.max_seqs > static_cast<int>(kMaxGridYZ)) {
+  if (!delta_rule_prefill_chunked_supports(p.Dk, p.Dv) || p.Hk < 1 || p.Hv < 1 || p.Hv % p.Hk != 0 || p.max_seqs < 0 ||
+      p.max_seqs > static_cast<int>(kMaxGridYZ)) {
     return cudaErrorInvalidValue;
   }
   if (dv_tile != 0 && dv_tile != 32 && dv_tile != 64 && dv_tile != 128) return cudaErrorInvalidValue;
-  if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.cu_seqlens || !p.slots || !p.has_history || !p.n_seqs ||
-      !p.state || !p.out) {
+  if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.cu_seqlens || !p.slots || !p.has_history || !p.n_seqs || !p.state ||
+      !p.out) {
     return cudaErrorInvalidValue;
   }
   if ((p.qkv_dtype != DType::f32 && p.qkv_dtype != DType::bf16) ||
@@ -530,10 +531,11 @@ cudaError_t delta_rule_prefill_chunked(const DeltaRulePrefillParams& p, cudaStre
   const int bv = dv_tile == 0 ? delta_rule_prefill_chunked_tile(p.Dv) : dv_tile;
   if (static_cast<int64_t>((p.Dv + bv - 1) / bv) * p.Hv > 0x7fffffff) return cudaErrorInvalidValue;
   if (p.max_seqs == 0) return cudaSuccess;
-  const bool vec = p.Dv % 4 == 0 && dev::aligned16(p.q) && dev::aligned16(p.k) && dev::aligned16(p.v) && dev::aligned16(p.out) &&
-                   dev::aligned16(p.state);
+  const bool vec = p.Dv % 4 == 0 && dev::aligned16(p.q) && dev::aligned16(p.k) && dev::aligned16(p.v) &&
+                   dev::aligned16(p.out) && dev::aligned16(p.state);
   cudaError_t err = cudaErrorInvalidValue;
-  with_tile(p.Dk, bv, [&](auto dk, auto tile) { err = launch<decltype(dk)::value, decltype(tile)::value>(p, vec, stream); });
+  with_tile(p.Dk, bv,
+            [&](auto dk, auto tile) { err = launch<decltype(dk)::value, decltype(tile)::value>(p, vec, stream); });
   return err;
 }
 

@@ -18,14 +18,14 @@ __device__ __forceinline__ float round_act(float v, DType t) {
 template <int DK, int Q>
 __global__ void __launch_bounds__(kGdnDecodeFusedMaxThreads) gdn_decode_fused_kernel(const GdnDecodeFusedParams p) {
   extern __shared__ float sm[];
-  float* qraw = sm;             // [DK]
-  float* kraw = qraw + DK;      // [DK]
-  float* qs = kraw + DK;        // [DK] q (rounded) / sqrt(Dk)
-  float* ks = qs + DK;          // [DK] k (rounded)
-  float* tq = ks + DK;          // [DK] tree for q
-  float* tk = tq + DK;          // [DK] tree for k
+  float* qraw = sm;         // [DK]
+  float* kraw = qraw + DK;  // [DK]
+  float* qs = kraw + DK;    // [DK] q (rounded) / sqrt(Dk)
+  float* ks = qs + DK;      // [DK] k (rounded)
+  float* tq = ks + DK;      // [DK] tree for q
+  float* tk = tq + DK;      // [DK] tree for k
   const int ratio = p.Hv / p.Hk;
-  float* vraw = tk + DK;        // [ratio * Dv]
+  float* vraw = tk + DK;            // [ratio * Dv]
   float* gs = vraw + ratio * p.Dv;  // [ratio]
   float* betas = gs + ratio;        // [ratio]
 

@@ -16,26 +16,25 @@
 namespace sg {
 
 struct GdnDecodeFusedParams {
-  const void* x = nullptr;       // [rows, x_stride] conv input (q | k | v channels), act dtype
+  const void* x = nullptr;  // [rows, x_stride] conv input (q | k | v channels), act dtype
   int64_t x_stride = 0;
-  const void* a = nullptr;       // [rows, a_stride], first Hv used, act dtype
+  const void* a = nullptr;  // [rows, a_stride], first Hv used, act dtype
   int64_t a_stride = 0;
-  const void* b = nullptr;       // [rows, b_stride]
+  const void* b = nullptr;  // [rows, b_stride]
   int64_t b_stride = 0;
-  DType act = DType::bf16;       // x, a, b, intermediates and the output
-  void* conv_state = nullptr;    // [num_slots, C, K-1]
+  DType act = DType::bf16;     // x, a, b, intermediates and the output
+  void* conv_state = nullptr;  // [num_slots, C, K-1]
   DType conv_state_dtype = DType::bf16;
-  const float* w = nullptr;      // [C, K]
-  const float* bias = nullptr;   // [C] or null
-  const float* A_log = nullptr;  // [Hv]
-  const float* dt_bias = nullptr;// [Hv]
-  const int32_t* slots = nullptr;// [rows]; < 0: output rows 0, no state touched
-  float* ssm_state = nullptr;    // [num_slots, Hv, Dk, Dv] f32
-  void* out = nullptr;           // [rows, Hv, Dv] act dtype
+  const float* w = nullptr;        // [C, K]
+  const float* bias = nullptr;     // [C] or null
+  const float* A_log = nullptr;    // [Hv]
+  const float* dt_bias = nullptr;  // [Hv]
+  const int32_t* slots = nullptr;  // [rows]; < 0: output rows 0, no state touched
+  float* ssm_state = nullptr;      // [num_slots, Hv, Dk, Dv] f32
+  void* out = nullptr;             // [rows, Hv, Dv] act dtype
   int rows = 0, Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
 };
 
-cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract<GdnDecodeArm>& c,
-                             cudaStream_t stream);
+cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract<GdnDecodeArm>& c, cudaStream_t stream);
 
 }  // namespace sg

@@ -38,9 +38,9 @@ using postconv_detail::store8;
 using postconv_detail::store_raw8;
 using postconv_detail::tree_sum_128_by8;
 
-constexpr int kTT = kGdnPrefillTileTokens;      // tokens per tile
-constexpr int kGW = kGdnPrefillGroupChannels;   // channels per group (= Dk)
-constexpr int kGPB = kGdnPrefillGroupsPerBlock; // groups (half-warps) per block
+constexpr int kTT = kGdnPrefillTileTokens;       // tokens per tile
+constexpr int kGW = kGdnPrefillGroupChannels;    // channels per group (= Dk)
+constexpr int kGPB = kGdnPrefillGroupsPerBlock;  // groups (half-warps) per block
 constexpr int kThreads = static_cast<int>(kGdnPrefillBlock);
 // Tuning knobs (tools/sweep_fused.sh builds variants with -DSG_FUSED_STEP=... etc. and times
 // them; docs/BENCHMARKS.md has the sweep: prefetch 8 beat 16 and 32, step 4 beat 8). None changes a byte.
@@ -53,8 +53,8 @@ constexpr int kThreads = static_cast<int>(kGdnPrefillBlock);
 #ifndef SG_FUSED_MIN_BLOCKS
 #define SG_FUSED_MIN_BLOCKS 4
 #endif
-constexpr int kStep = SG_FUSED_STEP;            // tokens per step of the walk
-constexpr int kPrefetch = SG_FUSED_PREFETCH;    // tokens requested into L2 ahead of the step
+constexpr int kStep = SG_FUSED_STEP;          // tokens per step of the walk
+constexpr int kPrefetch = SG_FUSED_PREFETCH;  // tokens requested into L2 ahead of the step
 static_assert(kThreads == 16 * kGPB && kGW == 8 * 16, "a half-warp per group, 8 channels per lane");
 static_assert(kTT <= kThreads, "the gate block classifies one token per thread");
 static_assert(kStep <= 16 && (kStep & (kStep - 1)) == 0, "lane j mod kStep of a half computes token j's root");
@@ -169,20 +169,20 @@ __device__ __forceinline__ void conv_group(const GdnPrefillFusedParams& p, const
   }
 
   const int64_t xs = p.x_stride;
-  constexpr int kEs = kAct == DType::bf16 ? 2 : 4;  // bytes per x element
+  constexpr int kEs = kAct == DType::bf16 ? 2 : 4;            // bytes per x element
   const void* xl = static_cast<const char*>(p.x) + c0 * kEs;  // x[0, c0]: element (t, c0 + e) at t * xs + e
   out = static_cast<char*>(out) + ocol * (p.qkv_dtype == DType::bf16 ? 2 : 4);  // now (t, e) at t * orow + e
-  const auto load_x = [&](int t, float (&xv)[8]) {  // x[t, c0 .. c0+7] as f32 (exact)
+  const auto load_x = [&](int t, float(&xv)[8]) {                               // x[t, c0 .. c0+7] as f32 (exact)
     postconv_detail::to_f32(load8<kAct, kVec>(xl, t * xs), xv);
   };
   float win[8][H];  // win[e][q]: channel c0+e's input H-q tokens before the current one
 
   // One step: tokens s .. s+3 (those >= end are computed from zeros and never stored).
-  const auto load_step = [&](Raw8<kAct> (&raw)[kStep], int s, int end) {
+  const auto load_step = [&](Raw8<kAct>(&raw)[kStep], int s, int end) {
 #pragma unroll
     for (int j = 0; j < kStep; ++j) raw[j] = s + j < end ? load8<kAct, kVec>(xl, (s + j) * xs) : Raw8<kAct>{};
   };
-  const auto run_step = [&](const Raw8<kAct> (&raw)[kStep], int s, int end) {
+  const auto run_step = [&](const Raw8<kAct>(&raw)[kStep], int s, int end) {
     float y[kStep][8];
 #pragma unroll
     for (int j = 0; j < kStep; ++j) {
@@ -385,8 +385,8 @@ cudaError_t gdn_prefill_fused(const GdnPrefillFusedParams& p, const LaunchContra
   }
   const int64_t C = 2 * static_cast<int64_t>(p.Hk) * p.Dk + static_cast<int64_t>(p.Hv) * p.Dv;
   if (p.x_stride < C || p.a_stride < p.Hv || p.b_stride < p.Hv) return cudaErrorInvalidValue;
-  if (!p.x || !p.state || !p.w || !p.a || !p.b || !p.A_log || !p.dt_bias || !p.q || !p.k || !p.v || !p.g ||
-      !p.beta || !p.cu_seqlens || !p.slots || !p.has_history || !p.n_seqs) {
+  if (!p.x || !p.state || !p.w || !p.a || !p.b || !p.A_log || !p.dt_bias || !p.q || !p.k || !p.v || !p.g || !p.beta ||
+      !p.cu_seqlens || !p.slots || !p.has_history || !p.n_seqs) {
     return cudaErrorInvalidValue;
   }
   // The contract must be the one for these params (grid, block, shared memory, kernel).

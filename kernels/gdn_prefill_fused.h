@@ -51,29 +51,29 @@
 namespace sg {
 
 struct GdnPrefillFusedParams {
-  const void* x = nullptr;       // [>= T, x_stride] conv inputs, channels q | k | v (C = 2*Hk*Dk + Hv*Dv);
-  int64_t x_stride = 0;          //   x_stride >= C, columns >= C never read
-  DType act = DType::bf16;       // x's dtype, and the dtype the conv output is rounded to (as conv.fwd's out)
-  void* state = nullptr;         // [num_slots, C, K-1] last K-1 raw inputs per channel, oldest first
+  const void* x = nullptr;  // [>= T, x_stride] conv inputs, channels q | k | v (C = 2*Hk*Dk + Hv*Dv);
+  int64_t x_stride = 0;     //   x_stride >= C, columns >= C never read
+  DType act = DType::bf16;  // x's dtype, and the dtype the conv output is rounded to (as conv.fwd's out)
+  void* state = nullptr;    // [num_slots, C, K-1] last K-1 raw inputs per channel, oldest first
   DType state_dtype = DType::bf16;
-  const float* w = nullptr;      // [C, K] f32, tap 0 oldest
-  const float* bias = nullptr;   // [C] f32 or null
+  const float* w = nullptr;     // [C, K] f32, tap 0 oldest
+  const float* bias = nullptr;  // [C] f32 or null
   bool silu = true;
 
-  const void* a = nullptr;       // [>= T, a_stride], first Hv used
+  const void* a = nullptr;  // [>= T, a_stride], first Hv used
   int64_t a_stride = 0;
-  const void* b = nullptr;       // [>= T, b_stride], first Hv used
+  const void* b = nullptr;  // [>= T, b_stride], first Hv used
   int64_t b_stride = 0;
   DType ab_dtype = DType::bf16;
-  const float* A_log = nullptr;  // [Hv]
-  const float* dt_bias = nullptr;// [Hv]
+  const float* A_log = nullptr;    // [Hv]
+  const float* dt_bias = nullptr;  // [Hv]
 
-  void* q = nullptr;             // [>= T, Hk, Dk]
-  void* k = nullptr;             // [>= T, Hk, Dk]
-  void* v = nullptr;             // [>= T, Hv, Dv]
+  void* q = nullptr;  // [>= T, Hk, Dk]
+  void* k = nullptr;  // [>= T, Hk, Dk]
+  void* v = nullptr;  // [>= T, Hv, Dv]
   DType qkv_dtype = DType::bf16;
-  float* g = nullptr;            // [>= T, Hv] f32
-  float* beta = nullptr;         // [>= T, Hv] f32
+  float* g = nullptr;     // [>= T, Hv] f32
+  float* beta = nullptr;  // [>= T, Hv] f32
 
   // Per-step metadata in device memory (a captured graph reads the live values at replay), as
   // conv.fwd's: the first n_seqs + 1 entries of cu_seqlens live, cu[0] = 0, non-decreasing,
@@ -84,7 +84,7 @@ struct GdnPrefillFusedParams {
   const int32_t* n_seqs = nullptr;       // [1] live sequence count N, 0..max_seqs
 
   int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
-  int max_tokens = 0, max_seqs = 0;      // the graph key's bucket: the contract's grid depends on these
+  int max_tokens = 0, max_seqs = 0;  // the graph key's bucket: the contract's grid depends on these
 };
 
 // Launches the fused kernel. `c` must be gdn_prefill_contract(fused, {max_tokens, max_seqs, Hk, Hv,

@@ -9,7 +9,9 @@
 
 namespace sg::mma {
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
 
 // 16 bytes global -> shared; zero-filled (no read) when !pred.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) {

@@ -2,8 +2,8 @@
 // shared by the CPU reference ops, the engine's tensors and the tests. No CUDA, no dependencies.
 #pragma once
 #include <cmath>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 namespace sg {

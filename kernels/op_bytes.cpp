@@ -39,8 +39,8 @@ double gdn_decode_fused(int rows, int Hk, int Hv, int Dk, int Dv, int K, size_t 
   // conv.update + postconv + delta rule, less the intermediates the fused kernel keeps on chip:
   // the conv output (written and read) and q, k, v, g, beta (written and read).
   const double qkv = double(rows) * C * es, gates = 2.0 * kF32 * rows * Hv;
-  return conv_update(rows, C, K, es, state_es) + postconv(rows, Hk, Hv, Dk, Dv, es) + delta_rule(rows, rows, Hk, Hv, Dk, Dv, es) -
-         2.0 * (qkv + qkv + gates);
+  return conv_update(rows, C, K, es, state_es) + postconv(rows, Hk, Hv, Dk, Dv, es) +
+         delta_rule(rows, rows, Hk, Hv, Dk, Dv, es) - 2.0 * (qkv + qkv + gates);
 }
 
 double gated_rmsnorm(int rows, int heads, int n, size_t es, size_t w_es) {

@@ -16,8 +16,7 @@ using namespace postconv_detail;
 // Normalises one head of `Dk` features read at conv[t, col0 ..] into out[t, h, :], using `lanes`
 // threads starting at `lane` and the shared array s[P]. All threads of the block must call it
 // (it synchronises).
-__device__ void l2norm_head(const PostconvParams& p, int t, int col0, void* out, int h, float* s, int lane,
-                            int lanes) {
+__device__ void l2norm_head(const PostconvParams& p, int t, int col0, void* out, int h, float* s, int lane, int lanes) {
   const int P = next_pow2(p.Dk);
   const int64_t in0 = static_cast<int64_t>(t) * p.conv_stride + col0;
   for (int i = lane; i < P; i += lanes) {
@@ -31,7 +30,8 @@ __device__ void l2norm_head(const PostconvParams& p, int t, int col0, void* out,
   }
   const float inv = 1.0f / sqrtf(s[0] + 1e-6f);
   const int64_t o0 = (static_cast<int64_t>(t) * p.Hk + h) * p.Dk;
-  for (int i = lane; i < p.Dk; i += lanes) dev::store(out, p.qkv_dtype, o0 + i, dev::load(p.conv, p.conv_dtype, in0 + i) * inv);
+  for (int i = lane; i < p.Dk; i += lanes)
+    dev::store(out, p.qkv_dtype, o0 + i, dev::load(p.conv, p.conv_dtype, in0 + i) * inv);
 }
 
 // Reference arm: grid (T, Hk + 1), 256 threads. Blocks h < Hk: threads 0..127 normalise q head h,

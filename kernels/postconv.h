@@ -19,16 +19,16 @@ struct PostconvParams {
   const void* conv = nullptr;  // [T, conv_stride], C = 2*Hk*Dk + Hv*Dv channels (q | k | v)
   int64_t conv_stride = 0;
   DType conv_dtype = DType::bf16;
-  const void* a = nullptr;     // [T, a_stride], first Hv used
+  const void* a = nullptr;  // [T, a_stride], first Hv used
   int64_t a_stride = 0;
-  const void* b = nullptr;     // [T, b_stride], first Hv used
+  const void* b = nullptr;  // [T, b_stride], first Hv used
   int64_t b_stride = 0;
   DType ab_dtype = DType::bf16;
   const float* A_log = nullptr;    // [Hv]
   const float* dt_bias = nullptr;  // [Hv]
-  void* q = nullptr;  // [T, Hk, Dk]
-  void* k = nullptr;  // [T, Hk, Dk]
-  void* v = nullptr;  // [T, Hv, Dv]
+  void* q = nullptr;               // [T, Hk, Dk]
+  void* k = nullptr;               // [T, Hk, Dk]
+  void* v = nullptr;               // [T, Hv, Dv]
   DType qkv_dtype = DType::bf16;
   float* g = nullptr;     // [T, Hv] f32
   float* beta = nullptr;  // [T, Hv] f32

@@ -99,8 +99,8 @@ __device__ __forceinline__ void warp_l2norm_row(const void* in, DType in_t, int6
 // dst[0..n) = src[0..n) converted (exact when the dtypes match; one rounding f32 -> bf16), by `nt`
 // threads starting at `tid`. Same dtype, 16-byte aligned ends and a multiple of 16 bytes: 16-byte
 // vectors, four loads in flight per thread before the stores; else element by element.
-__device__ __forceinline__ void copy_row(const void* src, DType ts, int64_t src0, void* dst, DType td, int64_t dst0, int n,
-                                         int tid, int nt) {
+__device__ __forceinline__ void copy_row(const void* src, DType ts, int64_t src0, void* dst, DType td, int64_t dst0,
+                                         int n, int tid, int nt) {
   const int64_t es = static_cast<int64_t>(dtype_size(ts));
   const char* s = static_cast<const char*>(src) + src0 * es;
   char* d = static_cast<char*>(dst) + dst0 * static_cast<int64_t>(dtype_size(td));
@@ -224,7 +224,8 @@ __device__ __forceinline__ Raw8<T> pack8(const float (&y)[8]) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const __nv_bfloat162 h2 = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);  // .x low, .y high
-      w[k] = static_cast<uint32_t>(__bfloat16_as_ushort(h2.x)) | (static_cast<uint32_t>(__bfloat16_as_ushort(h2.y)) << 16);
+      w[k] =
+          static_cast<uint32_t>(__bfloat16_as_ushort(h2.x)) | (static_cast<uint32_t>(__bfloat16_as_ushort(h2.y)) << 16);
     }
     r.u = make_uint4(w[0], w[1], w[2], w[3]);
   } else {

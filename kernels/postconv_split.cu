@@ -1,8 +1,8 @@
 // postconv_split.cu: the post-conv `split` arm: grid (T, Hk + Hv), 128 threads, one block per
 // (token, head), the blocks of one token started together (launch order lin = x + y * T does
-// token lin / (Hk+Hv), head lin % (Hk+Hv)). Blocks y < Hk normalise q head y (warp 0) and k head y (warp 1) with the one-warp
-// tree of postconv_common.cuh; block Hk + hv copies v head hv (16-byte vectors when aligned) and
-// computes the gates of hv. Byte-identical to megablock (same additions, same operands).
+// token lin / (Hk+Hv), head lin % (Hk+Hv)). Blocks y < Hk normalise q head y (warp 0) and k head y (warp 1) with the
+// one-warp tree of postconv_common.cuh; block Hk + hv copies v head hv (16-byte vectors when aligned) and computes the
+// gates of hv. Byte-identical to megablock (same additions, same operands).
 #include "kernels/postconv_common.cuh"
 
 namespace sg::postconv_detail {

@@ -36,9 +36,9 @@
 namespace sg::postconv_detail {
 namespace {
 
-constexpr int kD = 128;                      // Dk = Dv
-constexpr int kTile = kPostconvTokenTile;    // 16 tokens per block
-constexpr int kWarpTokens = kTile / 4;       // 4 tokens per warp
+constexpr int kD = 128;                    // Dk = Dv
+constexpr int kTile = kPostconvTokenTile;  // 16 tokens per block
+constexpr int kWarpTokens = kTile / 4;     // 4 tokens per warp
 
 template <DType kIn, DType kOut, bool kVec>
 __global__ void __launch_bounds__(128) postconv_token_tile_kernel(const PostconvParams p) {

@@ -21,12 +21,12 @@ struct NormArgs {
   const void* res;     // [T, heads, n] or null
   void* res_out;       // [T, heads, n] or null
   DType rt;
-  const void* z;       // gated only: [T, heads, n] with token stride z_ts
+  const void* z;  // gated only: [T, heads, n] with token stride z_ts
   DType zt;
   int64_t z_ts;
   const void* w;
   DType wt;
-  void* y;             // [T, heads, n] contiguous
+  void* y;  // [T, heads, n] contiguous
   DType yt;
   int T, heads, n;
   float eps;
@@ -122,12 +122,12 @@ __device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float
 }
 
 // The block-per-row norm for bf16 rows (bf16 or f32 weights) whose length is a multiple of 256
-// (the layer norms of the real models: 2560, 5120): thread i owns the 8 consecutive elements 8i .. 8i + 7 and moves them
-// with one 16-byte load or store per tensor, all loads issued before the first store, so a row
-// costs one memory round trip and one barrier (the strided loop pays one round trip per element
-// pair it owns: a load after a store to a possibly aliasing pointer cannot move ahead of it).
-// Sum of squares: the thread's 8 in index order (fmaf), then the fixed butterflies of block_sum;
-// depends only on n, as the strided loop's order does (not the same order, so not its bytes).
+// (the layer norms of the real models: 2560, 5120): thread i owns the 8 consecutive elements 8i .. 8i + 7 and moves
+// them with one 16-byte load or store per tensor, all loads issued before the first store, so a row costs one memory
+// round trip and one barrier (the strided loop pays one round trip per element pair it owns: a load after a store to a
+// possibly aliasing pointer cannot move ahead of it). Sum of squares: the thread's 8 in index order (fmaf), then the
+// fixed butterflies of block_sum; depends only on n, as the strided loop's order does (not the same order, so not its
+// bytes).
 __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
   __shared__ float partial[32];
   const int64_t row = blockIdx.x;  // grid = T * heads exactly; blockDim = n / 8
@@ -212,18 +212,16 @@ bool gated_vec_ok(const NormArgs& a) {
   return dev::aligned16(a.x) && dev::aligned16(a.z) && dev::aligned16(a.w) && dev::aligned16(a.y);
 }
 
-// The vector path applies: bf16 rows (x, y, residual; the weight bf16 or f32), n a multiple of 256 up to 8192 (whole warps of 8
-// elements a thread), 16-byte aligned bases and strides.
+// The vector path applies: bf16 rows (x, y, residual; the weight bf16 or f32), n a multiple of 256 up to 8192 (whole
+// warps of 8 elements a thread), 16-byte aligned bases and strides.
 bool vec_ok(const NormArgs& a) {
-  const bool bf16 = a.xt == DType::bf16 && float_type(a.wt) && a.yt == DType::bf16 &&
-                    (!a.res_out || a.rt == DType::bf16);
+  const bool bf16 =
+      a.xt == DType::bf16 && float_type(a.wt) && a.yt == DType::bf16 && (!a.res_out || a.rt == DType::bf16);
   if (!bf16 || a.n % 256 != 0 || a.n > 8 * kMaxBlock) return false;
   if (a.x_ts % 8 != 0 || a.x_hs % 8 != 0) return false;
   return dev::aligned16(a.x) && dev::aligned16(a.w) && dev::aligned16(a.y) && dev::aligned16(a.res) &&
          dev::aligned16(a.res_out);
 }
-
-
 
 template <bool kGated>
 cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
@@ -267,13 +265,31 @@ cudaError_t rmsnorm(const RmsNormParams& p, cudaStream_t stream) {
   const int64_t hs = p.x_head_stride ? p.x_head_stride : p.n;
   const int64_t ts = p.x_token_stride ? p.x_token_stride : hs * p.heads;
   if (hs < p.n || ts < (p.heads - 1) * hs + p.n) return cudaErrorInvalidValue;
-  NormArgs a{p.x, p.x_dtype, ts, hs, p.residual, p.residual_out, p.residual_dtype, nullptr, DType::f32, 0,
-             p.w, p.w_dtype, p.y, p.y_dtype, p.T, p.heads, p.n, p.eps, p.live_rows};
+  NormArgs a{p.x,
+             p.x_dtype,
+             ts,
+             hs,
+             p.residual,
+             p.residual_out,
+             p.residual_dtype,
+             nullptr,
+             DType::f32,
+             0,
+             p.w,
+             p.w_dtype,
+             p.y,
+             p.y_dtype,
+             p.T,
+             p.heads,
+             p.n,
+             p.eps,
+             p.live_rows};
   return launch<false>(a, stream);
 }
 
 cudaError_t gated_rmsnorm(const GatedRmsNormParams& p, cudaStream_t stream) {
-  if (!p.x || !p.z || !p.w || !p.y || p.T < 0 || p.heads < 1 || p.n < 1 || !(p.eps >= 0.0f)) return cudaErrorInvalidValue;
+  if (!p.x || !p.z || !p.w || !p.y || p.T < 0 || p.heads < 1 || p.n < 1 || !(p.eps >= 0.0f))
+    return cudaErrorInvalidValue;
   if (!float_type(p.x_dtype) || !float_type(p.z_dtype) || !float_type(p.w_dtype) || !float_type(p.y_dtype)) {
     return cudaErrorInvalidValue;
   }
@@ -281,8 +297,8 @@ cudaError_t gated_rmsnorm(const GatedRmsNormParams& p, cudaStream_t stream) {
   const int64_t xts = p.x_token_stride ? p.x_token_stride : row;
   const int64_t zts = p.z_token_stride ? p.z_token_stride : row;
   if (xts < row || zts < row) return cudaErrorInvalidValue;
-  NormArgs a{p.x, p.x_dtype, xts, p.n, nullptr, nullptr, DType::f32, p.z, p.z_dtype, zts,
-             p.w, p.w_dtype, p.y, p.y_dtype, p.T, p.heads, p.n, p.eps, p.live_rows};
+  NormArgs a{p.x, p.x_dtype, xts, p.n,       nullptr, nullptr, DType::f32, p.z,   p.z_dtype,  zts,
+             p.w, p.w_dtype, p.y, p.y_dtype, p.T,     p.heads, p.n,        p.eps, p.live_rows};
   return launch<true>(a, stream);
 }
 

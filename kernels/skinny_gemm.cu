@@ -1,7 +1,7 @@
 // skinny_gemm.cu: y = x W^T for M <= 32 rows on the tensor cores (skinny_gemm.h).
 #include <cuda.h>
-#include <cuda_bf16.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -18,9 +18,9 @@ using mma::ldmatrix_x4;
 using mma::mma_bf16;
 using mma::smem_addr;
 
-constexpr int kBN = 64;      // W rows per block: 16 per consumer warp
-constexpr int kBK = 64;      // K per tile: one 128-byte swizzle row of bf16
-constexpr int kStages = 8;   // ring depth; two blocks fit an SM
+constexpr int kBN = 64;     // W rows per block: 16 per consumer warp
+constexpr int kBK = 64;     // K per tile: one 128-byte swizzle row of bf16
+constexpr int kStages = 8;  // ring depth; two blocks fit an SM
 constexpr int kMaxM = 32;
 
 // Offset (bf16 elements) of 16-byte chunk c of row r in a tile of 64-wide rows: the TMA's 128-byte
@@ -46,7 +46,7 @@ __device__ __forceinline__ void store_y(const SkinnyGemmParams& p, int token, in
 template <int BN, bool kF32Out>
 __device__ void sum_splits(const SkinnyGemmParams& p, int n0, int splits, int tid, int nthreads) {
   const int64_t plane = static_cast<int64_t>(p.M) * p.N;  // one split's partial [M, N]
-  const bool vec = p.N % 4 == 0;  // then every group of 4 starts 16-byte aligned
+  const bool vec = p.N % 4 == 0;                          // then every group of 4 starts 16-byte aligned
   for (int idx = tid; idx < p.M * (BN / 4); idx += nthreads) {
     const int token = idx / (BN / 4), n = n0 + (idx % (BN / 4)) * 4;
     if (n >= p.N) continue;
@@ -192,9 +192,9 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    const bool ok = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) ==
-                        cudaSuccess &&
-                    q == cudaDriverEntryPointSuccess;
+    const bool ok =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess;
     return ok ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f) : nullptr;
   }();
   return fn;
@@ -259,7 +259,8 @@ int skinny_gemm_pick_splits(int N, int K, int num_sms) {
   // blocks on: time ~ blocks per SM x (tiles per split + 4) / min(blocks per SM, 2).
   auto cost = [&](int s) {
     const long b = (rb * s + sms - 1) / sms;
-    return static_cast<double>(b) * static_cast<double>((KT + s - 1) / s + 4) / static_cast<double>(std::min<long>(b, 2));
+    return static_cast<double>(b) * static_cast<double>((KT + s - 1) / s + 4) /
+           static_cast<double>(std::min<long>(b, 2));
   };
   double best = cost(1);
   for (int s = 2; s <= most; ++s) best = std::min(best, cost(s));
@@ -278,7 +279,8 @@ cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   if (!skinny_gemm_supports(p.M, p.N, p.K) || !p.x || !p.W || !p.y) return cudaErrorInvalidValue;
   if (p.y_dtype != DType::bf16 && p.y_dtype != DType::f32) return cudaErrorInvalidValue;
   const int64_t ldx = p.ldx ? p.ldx : p.K, ldy = p.ldy ? p.ldy : p.N;
-  if (ldx < p.K || ldx % 8 != 0 || ldy < p.N || !dev::aligned16(p.x) || !dev::aligned16(p.W)) return cudaErrorInvalidValue;
+  if (ldx < p.K || ldx % 8 != 0 || ldy < p.N || !dev::aligned16(p.x) || !dev::aligned16(p.W))
+    return cudaErrorInvalidValue;
   const int rbs = (p.N + kBN - 1) / kBN;
   if (p.splits < 1 || p.splits > p.K / kBK || p.splits > 65535 || rbs > 0x7fffffff) return cudaErrorInvalidValue;
   if (p.splits > 1 && (!p.workspace || !p.counters)) return cudaErrorInvalidValue;

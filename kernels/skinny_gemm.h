@@ -33,8 +33,8 @@ struct SkinnyGemmParams {
   void* y = nullptr;        // [M, ldy] bf16 or f32
   int64_t ldy = 0;          // 0 = N
   DType y_dtype = DType::bf16;
-  int M = 0, N = 0, K = 0;  // 1 <= M <= 32, N >= 1, K % 64 == 0
-  int splits = 1;           // K ranges (skinny_gemm_pick_splits); > 1 needs workspace and counters
+  int M = 0, N = 0, K = 0;      // 1 <= M <= 32, N >= 1, K % 64 == 0
+  int splits = 1;               // K ranges (skinny_gemm_pick_splits); > 1 needs workspace and counters
   float* workspace = nullptr;   // skinny_gemm_workspace_bytes(M, N, splits)
   int32_t* counters = nullptr;  // [ceil(N / 64)], zero before the launch (left zero)
 };

@@ -20,8 +20,8 @@ namespace sg {
 struct SwigluParams {
   const void* gu = nullptr;  // [T, gu_stride]: gate [0, I) | up [I, 2I), gu_dtype f32 or bf16
   DType gu_dtype = DType::bf16;
-  int64_t gu_stride = 0;     // elements between tokens, >= 2I; 0 = 2I
-  void* y = nullptr;         // [T, I] row-major, y_dtype f32 or bf16; must not overlap gu
+  int64_t gu_stride = 0;  // elements between tokens, >= 2I; 0 = 2I
+  void* y = nullptr;      // [T, I] row-major, y_dtype f32 or bf16; must not overlap gu
   DType y_dtype = DType::bf16;
   DType act_dtype = DType::bf16;  // dtype silu(gate) is rounded to before the product
   int T = 0, I = 0;

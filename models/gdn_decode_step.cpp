@@ -153,8 +153,8 @@ void GdnDecodeStep::launch_sequence(int rows, NodeRecorder* rec) {
   const double es = static_cast<double>(dtype_size(opts_.act));
   const int layer = opts_.layer_index;
 
-  const auto fc = gdn_decode_contract(opts_.arms.gdn_decode,
-                                      GdnDecodeShape{rows, dims_.Hk, dims_.Hv, dims_.Dk, dims_.Dv, dims_.K});
+  const auto fc =
+      gdn_decode_contract(opts_.arms.gdn_decode, GdnDecodeShape{rows, dims_.Hk, dims_.Hv, dims_.Dk, dims_.Dv, dims_.K});
   if (fc.arm == GdnDecodeArm::fused) {
     GdnDecodeFusedParams fp;
     fp.x = io + l.x;  // [rows, C]
@@ -184,10 +184,10 @@ void GdnDecodeStep::launch_sequence(int rows, NodeRecorder* rec) {
   }
 
   ConvUpdateParams cp;
-  cp.x = io + l.x;           // [rows, C]
+  cp.x = io + l.x;  // [rows, C]
   cp.x_stride = C;
   cp.x_dtype = opts_.act;
-  cp.out = v_.conv_out.data; // [rows, C]
+  cp.out = v_.conv_out.data;  // [rows, C]
   cp.out_dtype = opts_.act;
   cp.state = v_.conv_state.data;
   cp.state_dtype = DType::bf16;
@@ -207,9 +207,9 @@ void GdnDecodeStep::launch_sequence(int rows, NodeRecorder* rec) {
   pp.conv = v_.conv_out.data;  // [rows, C]
   pp.conv_stride = C;
   pp.conv_dtype = opts_.act;
-  pp.a = io + l.a;             // [rows, Hv]
+  pp.a = io + l.a;  // [rows, Hv]
   pp.a_stride = dims_.Hv;
-  pp.b = io + l.b;             // [rows, Hv]
+  pp.b = io + l.b;  // [rows, Hv]
   pp.b_stride = dims_.Hv;
   pp.ab_dtype = opts_.act;
   pp.A_log = v_.A_log.ptr<float>();
@@ -228,8 +228,8 @@ void GdnDecodeStep::launch_sequence(int rows, NodeRecorder* rec) {
   auto pc = postconv_contract(opts_.arms.postconv, PostconvShape{rows, dims_.Hk, dims_.Hv, dims_.Dk, dims_.Dv});
   check(postconv(pp, pc, s));
   if (rec) {
-    rec->launched(s, {layer, "postconv", std::string(arm_name(pc.arm)),
-                      rows * C * es * 2 + rows * dims_.Hv * (es * 2 + 8.0)});
+    rec->launched(
+        s, {layer, "postconv", std::string(arm_name(pc.arm)), rows * C * es * 2 + rows * dims_.Hv * (es * 2 + 8.0)});
   }
 
   DeltaRuleDecodeParams dp;
@@ -301,7 +301,9 @@ std::vector<uint8_t> GdnDecodeStep::conv_state_bytes() const {
 std::vector<uint8_t> GdnDecodeStep::ssm_state_bytes() const {
   return download(v_.ssm_state, v_.ssm_state.bytes(), stream_.get());
 }
-void GdnDecodeStep::set_conv_state_bytes(const std::vector<uint8_t>& b) { upload_bytes(v_.conv_state, b, stream_.get()); }
+void GdnDecodeStep::set_conv_state_bytes(const std::vector<uint8_t>& b) {
+  upload_bytes(v_.conv_state, b, stream_.get());
+}
 void GdnDecodeStep::set_ssm_state_bytes(const std::vector<uint8_t>& b) { upload_bytes(v_.ssm_state, b, stream_.get()); }
 
 void GdnDecodeStep::randomize_states(uint64_t seed) {

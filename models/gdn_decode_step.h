@@ -23,13 +23,13 @@
 namespace sg {
 
 struct GdnDecodeOptions {
-  int max_seqs = 32;       // rows the static buffers hold
-  int graph_max = 32;      // largest captured batch (<= max_seqs); larger batches run eagerly (counted)
-  int num_slots = 64;      // cache slots
-  DType act = DType::bf16; // activations (x, a, b, conv out, q, k, v, output)
-  uint64_t seed = 1;       // synthetic weights
+  int max_seqs = 32;        // rows the static buffers hold
+  int graph_max = 32;       // largest captured batch (<= max_seqs); larger batches run eagerly (counted)
+  int num_slots = 64;       // cache slots
+  DType act = DType::bf16;  // activations (x, a, b, conv out, q, k, v, output)
+  uint64_t seed = 1;        // synthetic weights
   ArmSelection arms;
-  int layer_index = 0;     // label used in manifests
+  int layer_index = 0;  // label used in manifests
 };
 
 // One live decode batch. Row r: slot[r] and its inputs (values as f32; rounded to `act` on upload).
@@ -67,9 +67,9 @@ class GdnDecodeStep {
   void randomize_states(uint64_t seed);
 
   // The weights (f32 on the host) so tests can run the CPU reference on the same numbers.
-  const std::vector<float>& conv_weight() const { return w_host_; }  // [C, K]
-  const std::vector<float>& A_log() const { return A_log_host_; }    // [Hv]
-  const std::vector<float>& dt_bias() const { return dt_bias_host_; }// [Hv]
+  const std::vector<float>& conv_weight() const { return w_host_; }    // [C, K]
+  const std::vector<float>& A_log() const { return A_log_host_; }      // [Hv]
+  const std::vector<float>& dt_bias() const { return dt_bias_host_; }  // [Hv]
 
   const std::vector<int>& keys() const { return keys_; }
   // The graph runner (graph keys: GraphKey::decode(rows)); manifest and graph of one batch key.
@@ -88,10 +88,10 @@ class GdnDecodeStep {
 
  private:
   struct Views {
-    TensorView w, A_log, dt_bias;                 // [C, K] f32, [Hv] f32, [Hv] f32
-    TensorView conv_state, ssm_state;             // [slots, C, K-1] bf16, [slots, Hv, Dk, Dv] f32
-    TensorView io;                                // [io bytes] i8: packed step inputs (largest key)
-    TensorView conv_out, q, k, v, g, beta, out;   // activations, rows = max_seqs
+    TensorView w, A_log, dt_bias;                // [C, K] f32, [Hv] f32, [Hv] f32
+    TensorView conv_state, ssm_state;            // [slots, C, K-1] bf16, [slots, Hv, Dk, Dv] f32
+    TensorView io;                               // [io bytes] i8: packed step inputs (largest key)
+    TensorView conv_out, q, k, v, g, beta, out;  // activations, rows = max_seqs
   };
   struct IoLayout {
     size_t slots = 0, x = 0, a = 0, b = 0, total = 0;  // byte offsets inside the io block

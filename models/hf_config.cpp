@@ -87,7 +87,8 @@ class Keys {
 }  // namespace
 
 Qwen35Config parse_hf_config(const json& config, const std::string& origin) {
-  if (!config.is_object()) throw Error(fmt::format("{}: the config must be a JSON object, got {}", origin, show(config)));
+  if (!config.is_object())
+    throw Error(fmt::format("{}: the config must be a JSON object, got {}", origin, show(config)));
   const Keys top(config, origin, "");
   const std::optional<Keys> nested = top.opt_object("text_config");
   const Keys& t = nested ? *nested : top;
@@ -145,9 +146,10 @@ Qwen35Config parse_hf_config(const json& config, const std::string& origin) {
     c.partial_rotary = prf_keys->to_positive_number("partial_rotary_factor", *prf_keys->find("partial_rotary_factor"));
     const double r = c.D * c.partial_rotary;
     if (c.partial_rotary > 1.0 || std::abs(r - std::round(r)) > 1e-9 || std::llround(r) % 2 != 0) {
-      prf_keys->fail("partial_rotary_factor",
-                     fmt::format("head_dim * partial_rotary_factor = {} * {} = {} must be an even integer in (0, head_dim]",
-                                 c.D, c.partial_rotary, r));
+      prf_keys->fail(
+          "partial_rotary_factor",
+          fmt::format("head_dim * partial_rotary_factor = {} * {} = {} must be an even integer in (0, head_dim]", c.D,
+                      c.partial_rotary, r));
     }
   }
 

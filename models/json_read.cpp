@@ -116,8 +116,8 @@ json parse_json(std::string_view text, const std::string& origin, const JsonRead
       for (const auto& k : d.path) joined += (joined.empty() ? "" : ".") + k;
       name = fmt::format("key '{}'", joined);
     }
-    throw Error(fmt::format("{}: {} appears twice in one object of the {} (keys must be unique)", origin, name,
-                            options.what));
+    throw Error(
+        fmt::format("{}: {} appears twice in one object of the {} (keys must be unique)", origin, name, options.what));
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: the {} is not valid JSON: {}", origin, options.what, printable(e.what(), 300)));
   }

@@ -22,8 +22,7 @@ class Planner {
  public:
   explicit Planner(MemoryPlan& p) : p_(p) {}
   // `count` tensors of `shape` in `dtype`; skipped when count is 0 (e.g. no attention layers).
-  void add(MemoryCategory cat, std::string name, std::initializer_list<int64_t> shape, DType dtype,
-           int64_t count = 1) {
+  void add(MemoryCategory cat, std::string name, std::initializer_list<int64_t> shape, DType dtype, int64_t count = 1) {
     if (count == 0) return;
     size_t elems = 1;
     std::string dims;

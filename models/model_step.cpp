@@ -85,11 +85,12 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   }
   if (opts_.delta_prefill == DeltaPrefill::automatic) opts_.delta_prefill = DeltaPrefill::scan;  // no GDN layer
   if (cfg_.num_full_attention() > 0) {
-    require(attention_supports(cfg_.Hq, cfg_.Hkv, cfg_.D, kv_cache_dtype()), "attention does not support Hq={} Hkv={} D={}", cfg_.Hq,
-            cfg_.Hkv, cfg_.D);
-    opts_.attn_prefill =
-        resolve_attn_prefill(opts_.attn_prefill, cfg_.D, opts_.act, kv_cache_dtype(), opts_.max_prefill_tokens > 0, device);
-    opts_.attn_decode = resolve_attn_decode(opts_.attn_decode, cfg_.Hq, cfg_.Hkv, cfg_.D, opts_.act, kv_cache_dtype(), device);
+    require(attention_supports(cfg_.Hq, cfg_.Hkv, cfg_.D, kv_cache_dtype()),
+            "attention does not support Hq={} Hkv={} D={}", cfg_.Hq, cfg_.Hkv, cfg_.D);
+    opts_.attn_prefill = resolve_attn_prefill(opts_.attn_prefill, cfg_.D, opts_.act, kv_cache_dtype(),
+                                              opts_.max_prefill_tokens > 0, device);
+    opts_.attn_decode =
+        resolve_attn_decode(opts_.attn_decode, cfg_.Hq, cfg_.Hkv, cfg_.D, opts_.act, kv_cache_dtype(), device);
   }
   if (opts_.attn_prefill == AttnPrefill::automatic) opts_.attn_prefill = AttnPrefill::simt;  // no attention layer
   if (opts_.attn_decode == AttnDecode::automatic) opts_.attn_decode = AttnDecode::simt;
@@ -236,7 +237,8 @@ void ModelStep::layout(Arena& a) {
   // taken above) needs at the most rows it runs them on (32, or kGemmMixedSkinnyRows for mixed).
   std::vector<const TensorView*> projections = {&lm_head_};
   for (const Layer& L : layers_) {
-    for (const TensorView* W : {&L.gate_up, &L.down, &L.gdn.in_proj, &L.gdn.out_proj, &L.attn.qkv_proj, &L.attn.o_proj}) {
+    for (const TensorView* W :
+         {&L.gate_up, &L.down, &L.gdn.in_proj, &L.gdn.out_proj, &L.attn.qkv_proj, &L.attn.o_proj}) {
       if (W->rank == 2) projections.push_back(W);  // (the other mixer's views are empty)
     }
   }
@@ -247,7 +249,7 @@ void ModelStep::layout(Arena& a) {
     most_n = std::max<int64_t>(most_n, n);
     const int rows = gemm_uses_skinny(opts_.gemm, 32, n)                     ? 32
                      : gemm_uses_skinny(opts_.gemm, kGemmMixedSkinnyRows, n) ? kGemmMixedSkinnyRows
-                                                                              : 0;
+                                                                             : 0;
     if (rows > 0 && skinny_gemm_supports(rows, n, k)) {
       gws = std::max(gws, skinny_gemm_workspace_bytes(rows, n, skinny_gemm_pick_splits(n, k, sms_)));
     }
@@ -306,8 +308,8 @@ void ModelStep::load_host_weights(const HostWeights& w) {
   auto put = [&](const TensorView& dst, int64_t row0, const std::string& name) {
     const HostTensor& t = get(name);
     const int64_t cols = dst.rank >= 2 ? dst.numel() / dst.dim(0) : 1;
-    require(row0 * cols + t.numel() <= dst.numel(), "load_host_weights: {} ({} values) does not fit {} at row {}",
-            name, t.numel(), dst.describe(), row0);
+    require(row0 * cols + t.numel() <= dst.numel(), "load_host_weights: {} ({} values) does not fit {} at row {}", name,
+            t.numel(), dst.describe(), row0);
     char* base = static_cast<char*>(dst.data) + static_cast<size_t>(row0 * cols) * dtype_size(dst.dtype);
     upload_values(base, dst.dtype, t.data.data(), t.data.size(), s);
   };
@@ -356,8 +358,8 @@ double ModelStep::weight_bytes() const {
         b += static_cast<double>(t->bytes());
       }
     } else {
-      for (const TensorView* t : {&L.gdn.in_proj, &L.gdn.conv_w, &L.gdn.A_log, &L.gdn.dt_bias, &L.gdn.norm_w,
-                                  &L.gdn.out_proj}) {
+      for (const TensorView* t :
+           {&L.gdn.in_proj, &L.gdn.conv_w, &L.gdn.A_log, &L.gdn.dt_bias, &L.gdn.norm_w, &L.gdn.out_proj}) {
         b += static_cast<double>(t->bytes());
       }
     }
@@ -459,7 +461,8 @@ StepKey ModelStep::step_key(const GraphKey& key) const {
 }
 
 void ModelStep::upload_metadata(const StepMetadata& md) {
-  staging_.upload(stream_.get(), a_.meta.data, md.layout().total, [&](std::span<std::byte> host) { md.pack_into(host); });
+  staging_.upload(stream_.get(), a_.meta.data, md.layout().total,
+                  [&](std::span<std::byte> host) { md.pack_into(host); });
 }
 
 void ModelStep::run_step(const StepMetadata& md, RunMode mode) {
@@ -478,8 +481,8 @@ void ModelStep::read_outputs(size_t n, std::vector<float>& logits, std::vector<i
 
 int ModelStep::enqueue(const std::vector<DecodeRequest>& batch, RunMode mode) {
   const int B = static_cast<int>(batch.size());
-  require(B >= 1 && B <= opts_.max_decode_batch, "decode batch of {} rows: must be 1..{} (the static buffers' size)",
-          B, opts_.max_decode_batch);
+  require(B >= 1 && B <= opts_.max_decode_batch, "decode batch of {} rows: must be 1..{} (the static buffers' size)", B,
+          opts_.max_decode_batch);
   const auto key = pad_to_key(keys_, B);
   const int rows = key ? *key : B;
   const StepLimits limits{opts_.num_slots, cfg_.vocab, opts_.max_context};

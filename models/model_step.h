@@ -57,13 +57,13 @@
 namespace sg {
 
 struct ModelStepOptions {
-  int num_slots = 8;          // cache slots
-  int max_context = 1024;     // tokens per slot (KV cache length)
-  int max_decode_batch = 32;  // rows the static buffers hold; also the largest graph key
-  int graph_max = 0;          // largest captured key (0 = max_decode_batch); bigger batches run eagerly
-  int max_prefill_tokens = 0; // tokens one prefill step holds (the largest bucket); 0 = no prefill
-  int max_prefill_seqs = 0;   // sequences one prefill step holds (0 = max_decode_batch)
-  DType act = DType::bf16;    // activations and weights: bf16 or f32
+  int num_slots = 8;           // cache slots
+  int max_context = 1024;      // tokens per slot (KV cache length)
+  int max_decode_batch = 32;   // rows the static buffers hold; also the largest graph key
+  int graph_max = 0;           // largest captured key (0 = max_decode_batch); bigger batches run eagerly
+  int max_prefill_tokens = 0;  // tokens one prefill step holds (the largest bucket); 0 = no prefill
+  int max_prefill_seqs = 0;    // sequences one prefill step holds (0 = max_decode_batch)
+  DType act = DType::bf16;     // activations and weights: bf16 or f32
   ArmSelection arms;
   // The delta rule in prefill steps (also with gdn.prefill=fused); the constructor resolves
   // `automatic`, so options().delta_prefill is scan or chunked afterwards.
@@ -76,8 +76,8 @@ struct ModelStepOptions {
   AttnDecode attn_decode = AttnDecode::automatic;
   // The projections; the constructor resolves `automatic` (options().gemm is cublas or skinny).
   GemmKind gemm = GemmKind::automatic;
-  uint64_t seed = 1;          // synthetic GPU weights (init_synthetic)
-  bool synthetic = true;      // fill weights with init_synthetic() in the constructor
+  uint64_t seed = 1;      // synthetic GPU weights (init_synthetic)
+  bool synthetic = true;  // fill weights with init_synthetic() in the constructor
 };
 
 struct DecodeOutput {
@@ -158,7 +158,9 @@ class ModelStep {
   const Manifest& prefill_manifest(int bucket) const { return graphs_.manifest(GraphKey::prefill(bucket)); }
   const CapturedGraph& prefill_graph(int bucket) const { return graphs_.graph(GraphKey::prefill(bucket)); }
   int max_prefill_seqs() const { return opts_.max_prefill_seqs; }
-  int eager_fallbacks() const { return graphs_.eager_fallbacks(); }  // decode and prefill steps run eagerly in graph mode
+  int eager_fallbacks() const {
+    return graphs_.eager_fallbacks();
+  }  // decode and prefill steps run eagerly in graph mode
   cudaStream_t stream() const { return stream_.get(); }
   const Qwen35Config& config() const { return cfg_; }
   const ModelStepOptions& options() const { return opts_; }
@@ -177,13 +179,13 @@ class ModelStep {
 
  private:
   struct GdnLayer {
-    TensorView in_proj;           // [C + Hv*Dv + 2*Hv, H]  qkv | z | b | a
-    TensorView conv_w;            // [C, K] f32
-    TensorView A_log, dt_bias;    // [Hv] f32
-    TensorView norm_w;            // [Dv]
-    TensorView out_proj;          // [H, Hv*Dv]
-    TensorView conv_state;        // [slots, C, K-1] act dtype
-    TensorView ssm_state;         // [slots, Hv, Dk, Dv] f32
+    TensorView in_proj;         // [C + Hv*Dv + 2*Hv, H]  qkv | z | b | a
+    TensorView conv_w;          // [C, K] f32
+    TensorView A_log, dt_bias;  // [Hv] f32
+    TensorView norm_w;          // [Dv]
+    TensorView out_proj;        // [H, Hv*Dv]
+    TensorView conv_state;      // [slots, C, K-1] act dtype
+    TensorView ssm_state;       // [slots, Hv, Dk, Dv] f32
   };
   struct AttnLayer {
     TensorView qkv_proj;          // [2*Hq*D + 2*Hkv*D, H]  q_proj (query|gate per head) | k | v
@@ -201,28 +203,28 @@ class ModelStep {
   };
   struct Acts {
     // R = max(max_decode_batch, max_prefill_tokens) rows.
-    TensorView x, h, mix;           // [R, H]
-    TensorView proj;                // [R * Pmax] flat: GDN / attention / MLP projection output
-    TensorView conv_out;            // [R, C]
-    TensorView q, k, v;             // [R, Hk, Dk], [R, Hk, Dk], [R, Hv, Dv]
-    TensorView g, beta;             // [R, Hv] f32
-    TensorView core;                // [R, Hv, Dv] delta-rule output, gated-normed in place
-    TensorView aq, agate, aout;     // [R, Hq, D]
-    TensorView attn_ws;             // attention split-K workspace (f32)
-    TensorView mlp;                 // [R, I]
-    TensorView logits;              // [L, V] f32, L = max(max_decode_batch, max_prefill_seqs)
-    TensorView tokens;              // [L] i32
-    TensorView argmax_ws;           // split argmax partials (argmax_workspace_bytes), i8
-    TensorView argmax_counters;     // [L] i32, zero between launches
-    TensorView gemm_ws;             // skinny GEMM split-K partials (f32)
-    TensorView gemm_counters;       // [max N / 64] i32, zero between launches
-    TensorView meta;                // [meta_bytes()] i8: the static block
+    TensorView x, h, mix;        // [R, H]
+    TensorView proj;             // [R * Pmax] flat: GDN / attention / MLP projection output
+    TensorView conv_out;         // [R, C]
+    TensorView q, k, v;          // [R, Hk, Dk], [R, Hk, Dk], [R, Hv, Dv]
+    TensorView g, beta;          // [R, Hv] f32
+    TensorView core;             // [R, Hv, Dv] delta-rule output, gated-normed in place
+    TensorView aq, agate, aout;  // [R, Hq, D]
+    TensorView attn_ws;          // attention split-K workspace (f32)
+    TensorView mlp;              // [R, I]
+    TensorView logits;           // [L, V] f32, L = max(max_decode_batch, max_prefill_seqs)
+    TensorView tokens;           // [L] i32
+    TensorView argmax_ws;        // split argmax partials (argmax_workspace_bytes), i8
+    TensorView argmax_counters;  // [L] i32, zero between launches
+    TensorView gemm_ws;          // skinny GEMM split-K partials (f32)
+    TensorView gemm_counters;    // [max N / 64] i32, zero between launches
+    TensorView meta;             // [meta_bytes()] i8: the static block
   };
 
   void layout(Arena& a);
   int proj_width() const;
-  int act_rows() const;     // R
-  int logit_rows() const;   // L
+  int act_rows() const;    // R
+  int logit_rows() const;  // L
   size_t meta_bytes() const;
   StepKey prefill_key(int bucket) const { return StepKey::prefill(bucket, opts_.max_prefill_seqs); }
   // A step key and its graph key (the kind and the token rows; prefill's sequences are fixed).
@@ -251,7 +253,7 @@ class ModelStep {
   std::vector<Layer> layers_;
   TensorView embed_, lm_head_, final_norm_;
   Acts a_;
-  int sms_ = 0;  // SM count (attention split-K choice)
+  int sms_ = 0;           // SM count (attention split-K choice)
   StagedUpload staging_;  // step metadata -> a_.meta
   std::vector<int> keys_;
   std::vector<int> prefill_keys_;

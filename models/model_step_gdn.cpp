@@ -12,8 +12,8 @@
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/delta_rule_prefill_chunked.h"
-#include "kernels/gdn_prefill_fused.h"
 #include "kernels/gdn_decode_fused.h"
+#include "kernels/gdn_prefill_fused.h"
 #include "kernels/op_bytes.h"
 #include "kernels/postconv.h"
 #include "kernels/rmsnorm.h"
@@ -40,8 +40,8 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
 
   const TensorView proj = mat(a_.proj.data, act, rows, P);  // [rows, P]: qkv | z | b | a
   gemm(a_.h.rows(0, rows), W.in_proj, proj, layer, "gdn.in_proj", rec);
-  const void* z = offset(proj.data, C, act);          // [rows, Hv, Dv] at row stride P
-  const void* b = offset(proj.data, C + HvDv, act);   // [rows, Hv] at row stride P
+  const void* z = offset(proj.data, C, act);         // [rows, Hv, Dv] at row stride P
+  const void* b = offset(proj.data, C + HvDv, act);  // [rows, Hv] at row stride P
   const void* a = offset(proj.data, C + HvDv + Hv, act);
 
   const auto fc = gdn_decode_contract(opts_.arms.gdn_decode, GdnDecodeShape{rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K});
@@ -95,7 +95,8 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
     fp.K = g.K;
     check(gdn_decode_fused(fp, fc, s));
     if (rec) {
-      rec->launched(s, {layer, "gdn.decode", "fused", op_bytes::gdn_decode_fused(rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K, esz, ses)});
+      rec->launched(
+          s, {layer, "gdn.decode", "fused", op_bytes::gdn_decode_fused(rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K, esz, ses)});
     }
   } else {
     // Causal conv: conv_out [rows, C] (the fused prefill arm also does the post-conv prep).
@@ -143,8 +144,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       const auto cc = conv_fwd_contract(opts_.arms, ConvFwdShape{rows, key.seqs, C, g.K});
       check(conv_fwd(cp, cc, opts_.arms.conv_chunks, s));
       if (rec) {
-        rec->launched(s, {layer, "conv.fwd",
-                          fmt::format("{}+{}", arm_name(cc.arm), arm_name(opts_.arms.conv_chunks)),
+        rec->launched(s, {layer, "conv.fwd", fmt::format("{}+{}", arm_name(cc.arm), arm_name(opts_.arms.conv_chunks)),
                           op_bytes::conv_fwd(rows, key.seqs, C, g.K, esz, ses, true)});
       }
     } else {
@@ -164,7 +164,8 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       const auto cc = conv_update_contract(opts_.arms.conv_update, ConvUpdateShape{rows, C, g.K});
       check(conv_update(cp, cc, s));
       if (rec) {
-        rec->launched(s, {layer, "conv.update", std::string(arm_name(cc.arm)), op_bytes::conv_update(rows, C, g.K, esz, ses)});
+        rec->launched(
+            s, {layer, "conv.update", std::string(arm_name(cc.arm)), op_bytes::conv_update(rows, C, g.K, esz, ses)});
       }
     }
 
@@ -182,7 +183,8 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       const auto pc = postconv_contract(opts_.arms.postconv, PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv});
       check(postconv(pp, pc, s));
       if (rec) {
-        rec->launched(s, {layer, "postconv", std::string(arm_name(pc.arm)), op_bytes::postconv(rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)});
+        rec->launched(s, {layer, "postconv", std::string(arm_name(pc.arm)),
+                          op_bytes::postconv(rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)});
       }
     }
 
@@ -216,7 +218,9 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       dp.rows = rows;
       set_heads(dp);
       check(delta_rule_decode(dp, s));
-      if (rec) rec->launched(s, {layer, "delta_rule.decode", "-", op_bytes::delta_rule(rows, rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)});
+      if (rec)
+        rec->launched(s,
+                      {layer, "delta_rule.decode", "-", op_bytes::delta_rule(rows, rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)});
     }
   }
 
@@ -238,7 +242,8 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   gp.live_rows = m.n_tokens;
   check(gated_rmsnorm(gp, s));
   if (rec) {
-    rec->launched(s, {layer, "gated_rmsnorm", "-", op_bytes::gated_rmsnorm(rows, g.Hv, g.Dv, esz, dtype_size(W.norm_w.dtype))});
+    rec->launched(
+        s, {layer, "gated_rmsnorm", "-", op_bytes::gated_rmsnorm(rows, g.Hv, g.Dv, esz, dtype_size(W.norm_w.dtype))});
   }
 
   gemm(mat(a_.core.data, act, rows, HvDv), W.out_proj, a_.mix.rows(0, rows), layer, "gdn.out_proj", rec);

@@ -57,7 +57,8 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   const int64_t M = x.dim(0), N = W.dim(0), K = W.dim(1);
   const bool skinny = gemm_uses_skinny(opts_.gemm, M, N) && x.dtype == DType::bf16 && W.dtype == DType::bf16 &&
                       W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 && y.dim(0) == M && y.dim(1) == N &&
-                      x.dim(1) == K && M <= 32 && N <= INT32_MAX && skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
+                      x.dim(1) == K && M <= 32 && N <= INT32_MAX &&
+                      skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
   if (!skinny) {
     gemm_xwt(cublas_, x, W, y);
     if (rec) rec->launched(stream_.get(), {layer, op, "cublas", bytes}, NodeRecorder::kAnyKernels);
@@ -157,7 +158,8 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
     rec->launched(s,
                   {layer, prefill ? "attention.prefill" : "attention.decode",
                    prefill ? std::string(attn_prefill_name(opts_.attn_prefill))
-                           : fmt::format("{} splits={}", attn_decode_name(opts_.attn_decode), at.splits), rows * 3.0 * Hq * D * es},
+                           : fmt::format("{} splits={}", attn_decode_name(opts_.attn_decode), at.splits),
+                   rows * 3.0 * Hq * D * es},
                   at.splits > 1 ? 2 : 1);  // split-K: the partial kernel and the merge
   }
 

@@ -12,17 +12,17 @@ namespace sg::detail {
 
 // Device pointers into the static metadata block (step_metadata.h) laid out for `key`.
 struct MetaPtrs {
-  const int32_t* n_seqs = nullptr;      // [1] live sequences (StepCounts::n_seqs)
-  const int32_t* n_tokens = nullptr;    // [1] live token rows (StepCounts::n_tokens)
-  const int32_t* n_chunks = nullptr;    // [1] live conv chunk descriptors
-  const int32_t* tokens = nullptr;      // [T]
-  const int32_t* positions = nullptr;   // [T]
-  const int32_t* token_seq = nullptr;   // [T]
-  const int32_t* slots = nullptr;       // [S] (decode: row i is sequence i, so per row)
-  const int32_t* cu_seqlens = nullptr;  // [S + 1]
-  const uint8_t* has_history = nullptr; // [S]
-  const int32_t* last_rows = nullptr;   // [S]
-  const ConvChunk* chunks = nullptr;    // [key.chunk_capacity()]
+  const int32_t* n_seqs = nullptr;       // [1] live sequences (StepCounts::n_seqs)
+  const int32_t* n_tokens = nullptr;     // [1] live token rows (StepCounts::n_tokens)
+  const int32_t* n_chunks = nullptr;     // [1] live conv chunk descriptors
+  const int32_t* tokens = nullptr;       // [T]
+  const int32_t* positions = nullptr;    // [T]
+  const int32_t* token_seq = nullptr;    // [T]
+  const int32_t* slots = nullptr;        // [S] (decode: row i is sequence i, so per row)
+  const int32_t* cu_seqlens = nullptr;   // [S + 1]
+  const uint8_t* has_history = nullptr;  // [S]
+  const int32_t* last_rows = nullptr;    // [S]
+  const ConvChunk* chunks = nullptr;     // [key.chunk_capacity()]
 };
 
 inline MetaPtrs meta_ptrs(const void* block, const StepKey& key) {

@@ -17,8 +17,8 @@ std::string_view layer_type_name(LayerType t) {
 }
 
 std::vector<LayerType> default_layer_types(int layers, int full_attention_interval) {
-  require(layers >= 0 && full_attention_interval > 0, "default_layer_types: layers {} and interval {} must be >= 0 and > 0",
-          layers, full_attention_interval);
+  require(layers >= 0 && full_attention_interval > 0,
+          "default_layer_types: layers {} and interval {} must be >= 0 and > 0", layers, full_attention_interval);
   std::vector<LayerType> t(static_cast<size_t>(layers));
   for (int i = 0; i < layers; ++i) {
     t[static_cast<size_t>(i)] =
@@ -37,11 +37,18 @@ int Qwen35Config::num_full_attention() const {
 
 void Qwen35Config::validate(const std::string& origin) const {
   auto fail = [&](const std::string& what) { throw Error(fmt::format("{}: {}", origin, what)); };
-  const std::pair<const char*, int> sizes[] = {
-      {"hidden_size", hidden},        {"num_hidden_layers", layers},      {"intermediate_size", intermediate},
-      {"vocab_size", vocab},          {"num_attention_heads", Hq},        {"num_key_value_heads", Hkv},
-      {"head_dim", D},                {"linear_num_key_heads", gdn.Hk},   {"linear_num_value_heads", gdn.Hv},
-      {"linear_key_head_dim", gdn.Dk}, {"linear_value_head_dim", gdn.Dv}, {"linear_conv_kernel_dim", gdn.K}};
+  const std::pair<const char*, int> sizes[] = {{"hidden_size", hidden},
+                                               {"num_hidden_layers", layers},
+                                               {"intermediate_size", intermediate},
+                                               {"vocab_size", vocab},
+                                               {"num_attention_heads", Hq},
+                                               {"num_key_value_heads", Hkv},
+                                               {"head_dim", D},
+                                               {"linear_num_key_heads", gdn.Hk},
+                                               {"linear_num_value_heads", gdn.Hv},
+                                               {"linear_key_head_dim", gdn.Dk},
+                                               {"linear_value_head_dim", gdn.Dv},
+                                               {"linear_conv_kernel_dim", gdn.K}};
   for (const auto& [key, v] : sizes) {
     if (v <= 0) fail(fmt::format("{} must be positive, got {}", key, v));
   }
@@ -93,7 +100,7 @@ Qwen35Config preset(const std::string& name) {
     c.vocab = 256;
     c.Hq = 4;
     c.Hkv = 2;
-    c.D = 32;  // rotary dim 8
+    c.D = 32;                                   // rotary dim 8
     c.layer_types = default_layer_types(6, 3);  // linear, linear, full, linear, linear, full
     if (name == "tiny") {
       c.gdn = GdnDims{2, 4, 32, 32, 4};

@@ -41,7 +41,9 @@ struct Qwen35Config {
   bool tie_word_embeddings = true;  // lm_head is the embedding matrix (the 4B ties; the 27B does not)
 
   int rotary_dim() const;  // D * partial_rotary, rounded (validate() checks it is an even integer)
-  bool is_full_attention(int layer) const { return layer_types.at(static_cast<size_t>(layer)) == LayerType::full_attention; }
+  bool is_full_attention(int layer) const {
+    return layer_types.at(static_cast<size_t>(layer)) == LayerType::full_attention;
+  }
   int num_full_attention() const;
   int num_linear_attention() const { return layers - num_full_attention(); }
   // Throws sg::Error starting with `origin` on any inconsistency: non-positive sizes, Hv not a

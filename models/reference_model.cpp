@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/host_memory.h"
+#include "engine/text.h"
 #include "kernels/numeric.h"
 #include "kernels/ref/conv_ref.h"
 #include "kernels/ref/delta_rule_ref.h"
@@ -15,8 +17,6 @@
 #include "kernels/ref/norm_ref.h"
 #include "kernels/ref/postconv_ref.h"
 #include "kernels/ref/rope_ref.h"
-#include "engine/host_memory.h"
-#include "engine/text.h"
 #include "models/reference_memory.h"
 #include "models/safetensors.h"
 
@@ -31,9 +31,7 @@ bool layer_is_attention(const Qwen35Config& c, int i) { return c.is_full_attenti
 bool tied_embeddings(const Qwen35Config& c) { return c.tie_word_embeddings; }
 int rotary_dim_of(const Qwen35Config& c) { return c.rotary_dim(); }
 
-std::string layer_name(int i, const std::string& suffix) {
-  return fmt::format("model.layers.{}.{}", i, suffix);
-}
+std::string layer_name(int i, const std::string& suffix) { return fmt::format("model.layers.{}.{}", i, suffix); }
 
 [[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument("ReferenceModel: " + msg); }
 
@@ -63,8 +61,8 @@ struct Stream {
   float uniform(float lo, float hi) { return lo + (hi - lo) * next(); }
 };
 
-HostTensor make_tensor(std::vector<int64_t> shape, uint64_t seed, const std::string& name,
-                       float lo, float hi, float offset = 0.f) {
+HostTensor make_tensor(std::vector<int64_t> shape, uint64_t seed, const std::string& name, float lo, float hi,
+                       float offset = 0.f) {
   HostTensor t;
   t.shape = std::move(shape);
   t.data.resize(static_cast<size_t>(t.numel()));
@@ -131,11 +129,11 @@ void check_weights(const Qwen35Config& c, const HostWeights& w) {
     if (it == w.end()) {
       problems.push_back(fmt::format("missing {} {}", name, shape_str(shape)));
     } else if (it->second.shape != shape) {
-      problems.push_back(fmt::format("{} has shape {}, expected {}", name,
-                                     shape_str(it->second.shape), shape_str(shape)));
+      problems.push_back(
+          fmt::format("{} has shape {}, expected {}", name, shape_str(it->second.shape), shape_str(shape)));
     } else if (static_cast<int64_t>(it->second.data.size()) != it->second.numel()) {
-      problems.push_back(fmt::format("{} holds {} values for shape {}", name,
-                                     it->second.data.size(), shape_str(shape)));
+      problems.push_back(
+          fmt::format("{} holds {} values for shape {}", name, it->second.data.size(), shape_str(shape)));
     }
   }
   if (!problems.empty()) {
@@ -250,16 +248,15 @@ struct ReferenceModel::Packed {
   std::vector<int64_t> positions;    // [T] absolute position of each token
 };
 
-ReferenceModel::ReferenceModel(const Qwen35Config& config, HostWeights weights, int num_slots,
-                               int64_t max_context, ReferenceOptions options)
-    : cfg_(config), weights_(std::move(weights)), opt_(options), num_slots_(num_slots),
-      max_context_(max_context) {
+ReferenceModel::ReferenceModel(const Qwen35Config& config, HostWeights weights, int num_slots, int64_t max_context,
+                               ReferenceOptions options)
+    : cfg_(config), weights_(std::move(weights)), opt_(options), num_slots_(num_slots), max_context_(max_context) {
   if (num_slots < 1) fail(fmt::format("num_slots ({}) must be >= 1", num_slots));
   if (max_context < 1) fail(fmt::format("max_context ({}) must be >= 1", max_context));
   if (opt_.chunk < 1) fail(fmt::format("chunk ({}) must be >= 1", opt_.chunk));
   const GdnDims& g = cfg_.gdn;
-  if (cfg_.hidden < 1 || cfg_.layers < 1 || cfg_.intermediate < 1 || cfg_.vocab < 1 || cfg_.Hq < 1 ||
-      cfg_.Hkv < 1 || cfg_.D < 1 || g.Hk < 1 || g.Hv < 1 || g.Dk < 1 || g.Dv < 1 || g.K < 1) {
+  if (cfg_.hidden < 1 || cfg_.layers < 1 || cfg_.intermediate < 1 || cfg_.vocab < 1 || cfg_.Hq < 1 || cfg_.Hkv < 1 ||
+      cfg_.D < 1 || g.Hk < 1 || g.Hv < 1 || g.Dk < 1 || g.Dv < 1 || g.K < 1) {
     fail(fmt::format("config '{}' has a size < 1", cfg_.name));
   }
   if (cfg_.Hq % cfg_.Hkv != 0) fail(fmt::format("Hq ({}) must be a multiple of Hkv ({})", cfg_.Hq, cfg_.Hkv));
@@ -269,8 +266,8 @@ ReferenceModel::ReferenceModel(const Qwen35Config& config, HostWeights weights, 
   }
   rotary_ = rotary_dim_of(cfg_);
   if (rotary_ < 0 || rotary_ > cfg_.D || rotary_ % 2 != 0) {
-    fail(fmt::format("rotary dim {} (head_dim {} * partial_rotary_factor) must be even and in [0, {}]",
-                     rotary_, cfg_.D, cfg_.D));
+    fail(fmt::format("rotary dim {} (head_dim {} * partial_rotary_factor) must be even and in [0, {}]", rotary_, cfg_.D,
+                     cfg_.D));
   }
   check_weights(cfg_, weights_);
   // The states and caches below, checked against the memory there is before any is allocated.
@@ -310,9 +307,7 @@ const float* ReferenceModel::w(const std::string& name) const {
   return it->second.data.data();
 }
 
-const float* ReferenceModel::wl(int layer, const std::string& suffix) const {
-  return w(layer_name(layer, suffix));
-}
+const float* ReferenceModel::wl(int layer, const std::string& suffix) const { return w(layer_name(layer, suffix)); }
 
 void ReferenceModel::check_slot(int slot, const char* what) const {
   if (slot < 0 || slot >= num_slots_) {
@@ -362,8 +357,8 @@ ReferenceModel::Packed ReferenceModel::pack_prefill(const std::vector<Sequence>&
     for (int64_t t : s.tokens) check_token(t, "prefill");
     const int64_t n_tok = static_cast<int64_t>(s.tokens.size());
     if (len_[s.slot] + n_tok > max_context_) {
-      fail(fmt::format("prefill: context overflow on slot {}: {} cached + {} new tokens > max_context {}",
-                       s.slot, len_[s.slot], n_tok, max_context_));
+      fail(fmt::format("prefill: context overflow on slot {}: {} cached + {} new tokens > max_context {}", s.slot,
+                       len_[s.slot], n_tok, max_context_));
     }
     total += n_tok;
   }
@@ -392,8 +387,7 @@ std::vector<float> ReferenceModel::prefill_all_logits(const std::vector<Sequence
   return forward(pack_prefill(batch), /*decode_step=*/false, /*all_logits=*/true);
 }
 
-std::vector<float> ReferenceModel::decode(const std::vector<int>& slots,
-                                          const std::vector<int64_t>& tokens) {
+std::vector<float> ReferenceModel::decode(const std::vector<int>& slots, const std::vector<int64_t>& tokens) {
   if (slots.empty()) fail("decode: the batch is empty");
   if (slots.size() != tokens.size()) {
     fail(fmt::format("decode: {} slots but {} tokens", slots.size(), tokens.size()));
@@ -405,8 +399,8 @@ std::vector<float> ReferenceModel::decode(const std::vector<int>& slots,
     used[slots[b]] = 1;
     check_token(tokens[b], "decode");
     if (len_[slots[b]] + 1 > max_context_) {
-      fail(fmt::format("decode: context overflow on slot {}: {} cached + 1 new token > max_context {}",
-                       slots[b], len_[slots[b]], max_context_));
+      fail(fmt::format("decode: context overflow on slot {}: {} cached + 1 new token > max_context {}", slots[b],
+                       len_[slots[b]], max_context_));
     }
   }
   Packed p;
@@ -430,8 +424,10 @@ std::vector<int64_t> ReferenceModel::generate(const std::vector<int64_t>& prompt
   for (int64_t t : prompt) check_token(t, "generate");
   const int64_t need = static_cast<int64_t>(prompt.size()) + std::max(max_new - 1, 0);
   if (need > max_context_) {
-    fail(fmt::format("generate: context overflow: a {}-token prompt and {} new tokens need {} positions "
-                     "> max_context {}", prompt.size(), max_new, need, max_context_));
+    fail(
+        fmt::format("generate: context overflow: a {}-token prompt and {} new tokens need {} positions "
+                    "> max_context {}",
+                    prompt.size(), max_new, need, max_context_));
   }
   std::vector<int64_t> out;
   if (max_new == 0) return out;
@@ -465,8 +461,8 @@ std::vector<float> ReferenceModel::forward(const Packed& p, bool decode_step, bo
     }
     for (size_t j = 0; j < x.size(); ++j) x[j] = ref::store(x[j] + mix[j], act);
     ref::rmsnorm(x.data(), wl(i, "post_attention_layernorm.weight"), h.data(), T, H, eps, act);
-    ref::swiglu_mlp(h.data(), wl(i, "mlp.gate_proj.weight"), wl(i, "mlp.up_proj.weight"),
-                    wl(i, "mlp.down_proj.weight"), mix.data(), T, H, I, act, act);
+    ref::swiglu_mlp(h.data(), wl(i, "mlp.gate_proj.weight"), wl(i, "mlp.up_proj.weight"), wl(i, "mlp.down_proj.weight"),
+                    mix.data(), T, H, I, act, act);
     for (size_t j = 0; j < x.size(); ++j) x[j] = ref::store(x[j] + mix[j], act);
   }
   for (int n = 0; n < p.N; ++n) len_[p.slots[n]] += p.cu[n + 1] - p.cu[n];
@@ -511,42 +507,37 @@ void ReferenceModel::gdn_layer(int layer, const Packed& p, bool decode_step, con
   if (decode_step) {
     ref::conv_update(cs, p.N, mixed.data(), C, p.slots.data(), st.conv.data(), conv_w, nullptr, conv.data());
   } else {
-    ref::conv_fwd(cs, p.N, p.cu.data(), mixed.data(), C, p.slots.data(), p.has_history.data(),
-                  st.conv.data(), conv_w, nullptr, conv.data());
+    ref::conv_fwd(cs, p.N, p.cu.data(), mixed.data(), C, p.slots.data(), p.has_history.data(), st.conv.data(), conv_w,
+                  nullptr, conv.data());
   }
 
   // Post-conv: split q | k | v, L2-normalise q and k, gates g and beta.
   const ref::PostconvShape ps{g.Hk, g.Hv, g.Dk, g.Dv, act};
   std::vector<float> q(static_cast<size_t>(T) * g.Hk * g.Dk), k(q.size());
   std::vector<float> v(static_cast<size_t>(T) * Hv * Dv), gg(static_cast<size_t>(T) * Hv), beta(gg.size());
-  ref::postconv(ps, static_cast<int>(T), conv.data(), C, a.data(), Hv, b.data(), Hv,
-                wl(layer, "linear_attn.A_log"), wl(layer, "linear_attn.dt_bias"), q.data(), k.data(),
-                v.data(), gg.data(), beta.data());
+  ref::postconv(ps, static_cast<int>(T), conv.data(), C, a.data(), Hv, b.data(), Hv, wl(layer, "linear_attn.A_log"),
+                wl(layer, "linear_attn.dt_bias"), q.data(), k.data(), v.data(), gg.data(), beta.data());
 
   // Gated delta rule.
   const ref::DeltaShape ds{g.Hk, g.Hv, g.Dk, g.Dv, act};
   std::vector<float> o(v.size());
   if (decode_step) {
-    ref::delta_rule_decode(ds, p.N, q.data(), k.data(), v.data(), gg.data(), beta.data(), p.slots.data(),
-                           st.ssm.data(), o.data());
+    ref::delta_rule_decode(ds, p.N, q.data(), k.data(), v.data(), gg.data(), beta.data(), p.slots.data(), st.ssm.data(),
+                           o.data());
   } else if (opt_.chunked_prefill) {
-    ref::delta_rule_prefill_chunked(ds, p.N, p.cu.data(), q.data(), k.data(), v.data(), gg.data(),
-                                    beta.data(), p.slots.data(), p.has_history.data(), st.ssm.data(),
-                                    o.data(), opt_.chunk);
+    ref::delta_rule_prefill_chunked(ds, p.N, p.cu.data(), q.data(), k.data(), v.data(), gg.data(), beta.data(),
+                                    p.slots.data(), p.has_history.data(), st.ssm.data(), o.data(), opt_.chunk);
   } else {
-    ref::delta_rule_prefill_recurrent(ds, p.N, p.cu.data(), q.data(), k.data(), v.data(), gg.data(),
-                                      beta.data(), p.slots.data(), p.has_history.data(), st.ssm.data(),
-                                      o.data());
+    ref::delta_rule_prefill_recurrent(ds, p.N, p.cu.data(), q.data(), k.data(), v.data(), gg.data(), beta.data(),
+                                      p.slots.data(), p.has_history.data(), st.ssm.data(), o.data());
   }
 
   // Gated RMSNorm per (token, v-head) with silu(z), then out_proj.
-  ref::gated_rmsnorm(o.data(), z.data(), wl(layer, "linear_attn.norm.weight"), o.data(), T * Hv, Dv,
-                     cfg_.rms_eps, act);
+  ref::gated_rmsnorm(o.data(), z.data(), wl(layer, "linear_attn.norm.weight"), o.data(), T * Hv, Dv, cfg_.rms_eps, act);
   ref::linear(o.data(), wl(layer, "linear_attn.out_proj.weight"), out, T, Hv * Dv, H, act);
 }
 
-void ReferenceModel::attention_layer(int layer, const Packed& p, bool decode_step, const float* h,
-                                     float* out) {
+void ReferenceModel::attention_layer(int layer, const Packed& p, bool decode_step, const float* h, float* out) {
   const Store act = opt_.act;
   const int H = cfg_.hidden, Hq = cfg_.Hq, Hkv = cfg_.Hkv, D = cfg_.D;
   const int64_t T = p.T;
@@ -570,11 +561,10 @@ void ReferenceModel::attention_layer(int layer, const Packed& p, bool decode_ste
   std::vector<ref::KvView> views(p.N);
   for (int n = 0; n < p.N; ++n) views[n] = caches[p.slots[n]].view();
   if (decode_step) {
-    ref::attention_decode(q.data(), k.data(), v.data(), gate.data(), views.data(), attn.data(), p.N, Hq, Hkv,
-                          D, act);
+    ref::attention_decode(q.data(), k.data(), v.data(), gate.data(), views.data(), attn.data(), p.N, Hq, Hkv, D, act);
   } else {
-    ref::attention_prefill(q.data(), k.data(), v.data(), gate.data(), p.cu.data(), views.data(), attn.data(),
-                           T, p.N, Hq, Hkv, D, act);
+    ref::attention_prefill(q.data(), k.data(), v.data(), gate.data(), p.cu.data(), views.data(), attn.data(), T, p.N,
+                           Hq, Hkv, D, act);
   }
   const int64_t row = static_cast<int64_t>(Hkv) * D;
   for (int n = 0; n < p.N; ++n) {

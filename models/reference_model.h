@@ -164,11 +164,11 @@ class ReferenceModel {
   int num_slots_;
   int64_t max_context_;
   int rotary_;
-  std::vector<bool> is_attention_;      // per layer
-  std::vector<int> state_index_;        // per layer: index into gdn_ or kv_
-  std::vector<GdnState> gdn_;           // per GDN layer
+  std::vector<bool> is_attention_;             // per layer
+  std::vector<int> state_index_;               // per layer: index into gdn_ or kv_
+  std::vector<GdnState> gdn_;                  // per GDN layer
   std::vector<std::vector<ref::KvCache>> kv_;  // per attention layer, per slot
-  std::vector<int64_t> len_;            // per slot: tokens consumed
+  std::vector<int64_t> len_;                   // per slot: tokens consumed
 };
 
 }  // namespace sg

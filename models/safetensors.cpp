@@ -44,8 +44,8 @@ namespace {
 using nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
-constexpr int kMaxHeaderDepth = 8;                  // a valid header nests 3 deep
-constexpr size_t kPathShown = 4096;                 // paths in messages: printable, this long at most
+constexpr int kMaxHeaderDepth = 8;                 // a valid header nests 3 deep
+constexpr size_t kPathShown = 4096;                // paths in messages: printable, this long at most
 
 std::string shown_path(const std::string& p) { return printable(p, kPathShown); }
 
@@ -87,12 +87,11 @@ struct DtypeEntry {
 };
 // Every dtype of the safetensors format with a whole-byte element size.
 constexpr DtypeEntry kDtypes[] = {
-    {"BOOL", 1, std::nullopt},   {"U8", 1, std::nullopt},      {"I8", 1, DType::i8},
-    {"F8_E5M2", 1, std::nullopt}, {"F8_E4M3", 1, std::nullopt}, {"F8_E8M0", 1, std::nullopt},
-    {"I16", 2, std::nullopt},    {"U16", 2, std::nullopt},     {"F16", 2, DType::f16},
-    {"BF16", 2, DType::bf16},    {"I32", 4, DType::i32},       {"U32", 4, std::nullopt},
-    {"F32", 4, DType::f32},      {"F64", 8, std::nullopt},     {"I64", 8, std::nullopt},
-    {"U64", 8, std::nullopt},    {"C64", 8, std::nullopt},
+    {"BOOL", 1, std::nullopt},    {"U8", 1, std::nullopt},      {"I8", 1, DType::i8},     {"F8_E5M2", 1, std::nullopt},
+    {"F8_E4M3", 1, std::nullopt}, {"F8_E8M0", 1, std::nullopt}, {"I16", 2, std::nullopt}, {"U16", 2, std::nullopt},
+    {"F16", 2, DType::f16},       {"BF16", 2, DType::bf16},     {"I32", 4, DType::i32},   {"U32", 4, std::nullopt},
+    {"F32", 4, DType::f32},       {"F64", 8, std::nullopt},     {"I64", 8, std::nullopt}, {"U64", 8, std::nullopt},
+    {"C64", 8, std::nullopt},
 };
 
 const DtypeEntry* find_dtype(const std::string& s) {
@@ -117,9 +116,7 @@ const char* stored_dtype_name(DType d) {
 std::string show(const json& v) { return json_excerpt(v); }
 
 // A non-negative JSON integer (parsed ones are unsigned; built ones may be signed).
-bool is_count(const json& v) {
-  return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
-}
+bool is_count(const json& v) { return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0); }
 
 // A key given twice in the header: a tensor named twice, or a field given twice in one entry.
 std::string header_key_name(const std::vector<std::string>& path) {
@@ -149,8 +146,8 @@ std::map<std::string, TensorInfo> parse_header(const uint8_t* data, size_t size,
                             kMaxHeaderBytes));
   }
   if (n > size - 8) {
-    throw Error(fmt::format("{}: header length {} runs past the end of the file ({} bytes; truncated?)", origin, n,
-                            size));
+    throw Error(
+        fmt::format("{}: header length {} runs past the end of the file ({} bytes; truncated?)", origin, n, size));
   }
   JsonReadOptions jo;
   jo.max_depth = kMaxHeaderDepth;
@@ -204,7 +201,8 @@ std::map<std::string, TensorInfo> parse_header(const uint8_t* data, size_t size,
     const uint64_t b = (*off)[0].get<uint64_t>(), en = (*off)[1].get<uint64_t>();
     if (b > en) fail(fmt::format("data_offsets [{}, {}] end before they begin", b, en));
     if (en > data_size) {
-      fail(fmt::format("data_offsets [{}, {}] run past the data section ({} bytes; truncated file?)", b, en, data_size));
+      fail(
+          fmt::format("data_offsets [{}, {}] run past the data section ({} bytes; truncated file?)", b, en, data_size));
     }
     if (en - b != nbytes) {
       fail(fmt::format("data_offsets [{}, {}] hold {} bytes but {} {} needs {}", b, en, en - b, info.dtype_name,
@@ -223,9 +221,8 @@ std::map<std::string, TensorInfo> parse_header(const uint8_t* data, size_t size,
   for (const auto& [name, t] : tensors) {
     if (t.end > t.begin) by_offset.push_back(&t);
   }
-  std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
-    return a->begin < b->begin;
-  });
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->begin < b->begin; });
   for (size_t i = 1; i < by_offset.size(); ++i) {
     if (by_offset[i]->begin < by_offset[i - 1]->end) {
       throw Error(fmt::format("{}: tensor '{}': its data overlaps tensor '{}'", origin, printable(by_offset[i]->name),
@@ -237,9 +234,10 @@ std::map<std::string, TensorInfo> parse_header(const uint8_t* data, size_t size,
     if (tensors.empty()) {
       throw Error(fmt::format("{}: the header lists no tensors but {} data bytes follow it", origin, data_size));
     }
-    throw Error(fmt::format("{}: {} bytes after the end of the tensor data (the last tensor, '{}', ends at byte {} of "
-                            "the {}-byte data section): a damaged file, or not a safetensors file",
-                            origin, data_size - data_end, printable(last), data_end, data_size));
+    throw Error(
+        fmt::format("{}: {} bytes after the end of the tensor data (the last tensor, '{}', ends at byte {} of "
+                    "the {}-byte data section): a damaged file, or not a safetensors file",
+                    origin, data_size - data_end, printable(last), data_end, data_size));
   }
   return tensors;
 }
@@ -372,7 +370,8 @@ void SafetensorsFile::read_bf16(const std::string& name, bf16_t* dst) const {
 
 std::optional<std::string> text_model_name(const std::string& stored) {
   auto starts = [&](std::string_view p) { return stored.size() > p.size() && stored.compare(0, p.size(), p) == 0; };
-  if (starts("model.language_model.")) return "model." + stored.substr(std::string_view("model.language_model.").size());
+  if (starts("model.language_model."))
+    return "model." + stored.substr(std::string_view("model.language_model.").size());
   if (starts("model.visual.") || starts("model.vision")) return std::nullopt;
   if (starts("model.") || starts("lm_head.")) return stored;
   return std::nullopt;  // visual., mtp., and anything else outside the text model
@@ -416,8 +415,8 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
       for (auto it = wm->begin(); it != wm->end(); ++it) {
         const std::string& stored = it.key();
         if (!it.value().is_string()) {
-          throw Error(fmt::format("{}: tensor '{}': shard is not a file name: {}", idx, printable(stored),
-                                  show(it.value())));
+          throw Error(
+              fmt::format("{}: tensor '{}': shard is not a file name: {}", idx, printable(stored), show(it.value())));
         }
         if (!text_model_name(stored)) {
           c.ignored_.push_back(stored);
@@ -471,8 +470,8 @@ std::vector<std::string> Checkpoint::names() const {
 const Checkpoint::Entry& Checkpoint::entry(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) {
-    throw Error(fmt::format("{}: tensor '{}': not in this checkpoint ({} text-model tensors)", shown_path(path_.string()),
-                            printable(name), entries_.size()));
+    throw Error(fmt::format("{}: tensor '{}': not in this checkpoint ({} text-model tensors)",
+                            shown_path(path_.string()), printable(name), entries_.size()));
   }
   return it->second;
 }
@@ -517,8 +516,8 @@ std::vector<uint8_t> safetensors_bytes(const std::vector<SafetensorsTensor>& ten
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const auto& [name, dtype, shape, data] : tensors) {
-    require(name != "__metadata__" && !header.contains(name), "write_safetensors: tensor name '{}' is reserved or repeated",
-            name);
+    require(name != "__metadata__" && !header.contains(name),
+            "write_safetensors: tensor name '{}' is reserved or repeated", name);
     int64_t numel = 1;
     for (int64_t d : shape) {
       require(d >= 0, "write_safetensors: tensor '{}' has a negative dimension", name);
@@ -527,7 +526,8 @@ std::vector<uint8_t> safetensors_bytes(const std::vector<SafetensorsTensor>& ten
     require(data.size() == static_cast<size_t>(numel) * dtype_size(dtype),
             "write_safetensors: tensor '{}' has {} bytes but its shape and dtype need {}", name, data.size(),
             static_cast<size_t>(numel) * dtype_size(dtype));
-    header[name] = {{"dtype", stored_dtype_name(dtype)}, {"shape", shape}, {"data_offsets", {offset, offset + data.size()}}};
+    header[name] = {
+        {"dtype", stored_dtype_name(dtype)}, {"shape", shape}, {"data_offsets", {offset, offset + data.size()}}};
     offset += data.size();
   }
   std::string text = header.dump();

@@ -45,7 +45,8 @@ Scheduler::Scheduler(std::vector<ServeRequest> requests, SchedulerOptions option
   };
   need(opt_.slots >= 1, fmt::format("slots (the concurrency limit) must be >= 1, got {}", opt_.slots));
   need(opt_.prefill_budget >= 1, fmt::format("the prefill token budget must be >= 1, got {}", opt_.prefill_budget));
-  need(opt_.max_prefill_seqs >= 1, fmt::format("sequences per prefill step must be >= 1, got {}", opt_.max_prefill_seqs));
+  need(opt_.max_prefill_seqs >= 1,
+       fmt::format("sequences per prefill step must be >= 1, got {}", opt_.max_prefill_seqs));
   need(opt_.max_context >= 1, fmt::format("the context (tokens per slot) must be >= 1, got {}", opt_.max_context));
   need(opt_.max_prefill_streak >= 1, fmt::format("the prefill streak must be >= 1, got {}", opt_.max_prefill_streak));
   check_keys(opt_.decode_keys, "decode keys");
@@ -85,9 +86,10 @@ void Scheduler::admit(double now_ms) {
     if (q.prompt_len < 1 || q.max_new < 1) {
       st.error = fmt::format("prompt of {} tokens and max_new {}: both must be >= 1", q.prompt_len, q.max_new);
     } else if (most > opt_.max_context) {
-      st.error = fmt::format("prompt of {} tokens + {} new tokens needs {} cached tokens, more than the context of "
-                             "{} tokens per slot, so it can never run",
-                             q.prompt_len, q.max_new, most, opt_.max_context);
+      st.error = fmt::format(
+          "prompt of {} tokens + {} new tokens needs {} cached tokens, more than the context of "
+          "{} tokens per slot, so it can never run",
+          q.prompt_len, q.max_new, most, opt_.max_context);
     }
     if (!st.error.empty()) {
       st.phase = RequestPhase::rejected;
@@ -164,10 +166,11 @@ ScheduledStep Scheduler::decode_step() {
 }
 
 void Scheduler::complete(const ScheduledStep& step, const std::vector<int32_t>& tokens, double now_ms) {
-  require(in_flight_ && step.index == steps_ - 1, "scheduler: complete() of step {} without it being the step in flight",
-          step.index);
-  require(tokens.size() == step.requests.size(), "scheduler: step {} has {} sequences but the executor returned {} tokens",
-          step.index, step.requests.size(), tokens.size());
+  require(in_flight_ && step.index == steps_ - 1,
+          "scheduler: complete() of step {} without it being the step in flight", step.index);
+  require(tokens.size() == step.requests.size(),
+          "scheduler: step {} has {} sequences but the executor returned {} tokens", step.index, step.requests.size(),
+          tokens.size());
   in_flight_ = false;
   for (size_t i = 0; i < step.requests.size(); ++i) {
     const int r = step.requests[i];

@@ -39,11 +39,11 @@
 namespace sg {
 
 struct SchedulerOptions {
-  int slots = 32;              // concurrency limit: requests holding a cache slot at once
-  int prefill_budget = 2048;   // prompt tokens one prefill step holds
-  int max_prefill_seqs = 0;    // sequences one prefill step holds (0: slots)
-  int max_context = 0;         // tokens a slot holds (the KV cache length); required
-  int max_prefill_streak = 1;  // consecutive prefill steps while a request is decoding
+  int slots = 32;                    // concurrency limit: requests holding a cache slot at once
+  int prefill_budget = 2048;         // prompt tokens one prefill step holds
+  int max_prefill_seqs = 0;          // sequences one prefill step holds (0: slots)
+  int max_context = 0;               // tokens a slot holds (the KV cache length); required
+  int max_prefill_streak = 1;        // consecutive prefill steps while a request is decoding
   std::vector<int> decode_keys;      // padded decode batch sizes, ascending (empty: unpadded)
   std::vector<int> prefill_buckets;  // prefill token buckets, ascending (empty: unpadded)
 };
@@ -63,13 +63,13 @@ enum class RequestPhase : uint8_t { pending, prefill, decode, finished, rejected
 
 struct RequestState {
   RequestPhase phase = RequestPhase::pending;
-  int slot = -1;         // the slot it holds, -1 when none (pending, finished, rejected)
-  int last_slot = -1;    // the slot it held (finished requests)
-  int prefilled = 0;     // prompt tokens in its slot
-  int chunks = 0;        // prefill chunks run
+  int slot = -1;       // the slot it holds, -1 when none (pending, finished, rejected)
+  int last_slot = -1;  // the slot it held (finished requests)
+  int prefilled = 0;   // prompt tokens in its slot
+  int chunks = 0;      // prefill chunks run
   std::vector<int32_t> generated;
   double admitted_ms = -1, first_token_ms = -1, finished_ms = -1;
-  std::string error;     // why it was rejected
+  std::string error;  // why it was rejected
 };
 
 class Scheduler {
@@ -105,16 +105,16 @@ class Scheduler {
   std::vector<ServeRequest> requests_;
   SchedulerOptions opt_;
   std::vector<RequestState> states_;
-  std::vector<int> arrivals_;   // request indices in arrival order
-  size_t next_arrival_ = 0;     // arrivals_[next_arrival_..] have not arrived yet
-  std::deque<int> queue_;       // arrived, waiting for a slot, in arrival order
-  std::vector<int> admitted_;   // requests holding a slot, in admission order
-  std::vector<int> slot_owner_; // per slot: the request holding it, -1 when free
-  int unresolved_ = 0;          // requests neither finished nor rejected
+  std::vector<int> arrivals_;    // request indices in arrival order
+  size_t next_arrival_ = 0;      // arrivals_[next_arrival_..] have not arrived yet
+  std::deque<int> queue_;        // arrived, waiting for a slot, in arrival order
+  std::vector<int> admitted_;    // requests holding a slot, in admission order
+  std::vector<int> slot_owner_;  // per slot: the request holding it, -1 when free
+  int unresolved_ = 0;           // requests neither finished nor rejected
   int prefill_streak_ = 0;
   int steps_ = 0;
   int64_t generated_ = 0;
-  bool in_flight_ = false;      // a step was handed out and not completed yet
+  bool in_flight_ = false;  // a step was handed out and not completed yet
 };
 
 // One step as run: for the metrics.
@@ -129,10 +129,10 @@ struct StepRecord {
 
 // What runs the steps. `run` returns one token per sequence / row.
 struct ServeExecutor {
-  std::function<double()> now_ms;                                  // a monotonic clock, any origin
+  std::function<double()> now_ms;  // a monotonic clock, any origin
   std::function<std::vector<int32_t>(const ScheduledStep&)> run;
-  std::function<void(double clock_ms)> wait_until;                 // idle until now_ms() reads clock_ms
-  std::function<double(const ScheduledStep&)> floor_ms;            // optional
+  std::function<void(double clock_ms)> wait_until;                   // idle until now_ms() reads clock_ms
+  std::function<double(const ScheduledStep&)> floor_ms;              // optional
   std::function<void(const Scheduler&, const StepRecord&)> on_step;  // optional (progress)
 };
 
@@ -143,8 +143,8 @@ struct ServeResult {
   std::vector<ServeRequest> requests;
   std::vector<RequestState> states;  // every request finished or rejected
   std::vector<StepRecord> steps;
-  double wall_ms = 0;                // from the start to the end of the last step
-  int slots_busy_at_end = 0;         // 0 unless something went wrong
+  double wall_ms = 0;         // from the start to the end of the last step
+  int slots_busy_at_end = 0;  // 0 unless something went wrong
 };
 
 // Runs the whole trace: next step, run, complete, until every request is finished or rejected.

@@ -14,11 +14,14 @@ namespace {
 
 using nlohmann::json;
 
-json percentiles_json(const Percentiles& p) { return {{"count", p.count}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}}; }
+json percentiles_json(const Percentiles& p) {
+  return {{"count", p.count}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}};
+}
 
 std::string percentiles_line(const char* what, const Percentiles& p) {
   if (p.count == 0) return fmt::format("{}: none\n", what);
-  return fmt::format("{}: p50 {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms ({} requests)\n", what, p.p50, p.p90, p.p99, p.count);
+  return fmt::format("{}: p50 {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms ({} requests)\n", what, p.p50, p.p90, p.p99,
+                     p.count);
 }
 
 }  // namespace
@@ -95,7 +98,8 @@ std::string format_metrics(const ServeMetrics& m, const ServeResult& r) {
                      m.prompt_tokens, m.output_tokens, m.wall_ms, m.tokens_per_s, m.output_tokens_per_s);
   out += percentiles_line("time to first token", m.ttft_ms);
   out += percentiles_line("time per output token", m.tpot_ms);
-  out += fmt::format("prompts prefilled in more than one chunk: {} (at most {} chunks)\n", m.chunked_requests, m.max_chunks);
+  out += fmt::format("prompts prefilled in more than one chunk: {} (at most {} chunks)\n", m.chunked_requests,
+                     m.max_chunks);
   const bool floors = m.all_steps.floor_ms > 0;
   out += fmt::format("steps: {} ({:.1f} ms summed{})\n", m.all_steps.steps, m.all_steps.ms,
                      floors ? fmt::format(", floor {:.1f} ms = {:.0f}% of it", m.all_steps.floor_ms,
@@ -104,14 +108,15 @@ std::string format_metrics(const ServeMetrics& m, const ServeResult& r) {
   out += fmt::format("  {:<14} {:>6} {:>10} {:>11} {:>10}{}\n", "key", "steps", "tokens", "total ms", "ms/step",
                      floors ? fmt::format(" {:>10}", "floor ms") : "");
   for (const auto& [key, k] : m.steps) {
-    out += fmt::format("  {:<14} {:>6} {:>10} {:>11.2f} {:>10.3f}{}\n", step_name(key.first, key.second), k.steps, k.tokens, k.ms, k.ms / k.steps,
-                       floors ? fmt::format(" {:>10.2f}", k.floor_ms) : "");
+    out += fmt::format("  {:<14} {:>6} {:>10} {:>11.2f} {:>10.3f}{}\n", step_name(key.first, key.second), k.steps,
+                       k.tokens, k.ms, k.ms / k.steps, floors ? fmt::format(" {:>10.2f}", k.floor_ms) : "");
   }
   out += fmt::format("token hash: {:016x}\n", m.token_hash);
   for (size_t i = 0; i < r.states.size(); ++i) {
     if (r.states[i].phase != RequestPhase::rejected) continue;
     const int line = r.requests[i].line;
-    out += fmt::format("rejected: request {}{}: {}\n", i, line > 0 ? fmt::format(" (line {})", line) : "", r.states[i].error);
+    out += fmt::format("rejected: request {}{}: {}\n", i, line > 0 ? fmt::format(" (line {})", line) : "",
+                       r.states[i].error);
   }
   return out;
 }
@@ -119,7 +124,8 @@ std::string format_metrics(const ServeMetrics& m, const ServeResult& r) {
 json metrics_json(const ServeMetrics& m) {
   json steps = json::object();
   for (const auto& [key, k] : m.steps) {
-    steps[step_name(key.first, key.second)] = {{"steps", k.steps}, {"tokens", k.tokens}, {"ms", k.ms}, {"floor_ms", k.floor_ms}};
+    steps[step_name(key.first, key.second)] = {
+        {"steps", k.steps}, {"tokens", k.tokens}, {"ms", k.ms}, {"floor_ms", k.floor_ms}};
   }
   return {{"requests", m.requests},
           {"completed", m.completed},
@@ -181,15 +187,16 @@ std::vector<FamilyTime> family_times(const std::vector<NodeSample>& nodes) {
     f.family = name;
     out.push_back(f);
   }
-  std::stable_sort(out.begin(), out.end(), [](const FamilyTime& a, const FamilyTime& b) { return a.total_ms > b.total_ms; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const FamilyTime& a, const FamilyTime& b) { return a.total_ms > b.total_ms; });
   return out;
 }
 
 std::string format_family_table(const std::vector<FamilyTime>& families) {
   double total = 0;
   for (const auto& f : families) total += f.total_ms;
-  std::string out = fmt::format("  {:<36} {:>9} {:>12} {:>11} {:>7}\n", "op family [arm]", "calls", "total ms",
-                                "mean us", "share");
+  std::string out =
+      fmt::format("  {:<36} {:>9} {:>12} {:>11} {:>7}\n", "op family [arm]", "calls", "total ms", "mean us", "share");
   for (const auto& f : families) {
     out += fmt::format("  {:<36} {:>9} {:>12.3f} {:>11.2f} {:>6.1f}%\n", f.family, f.calls, f.total_ms, f.mean_us(),
                        total > 0 ? 100 * f.total_ms / total : 0.0);
@@ -209,9 +216,9 @@ json families_json(const std::vector<FamilyTime>& families) {
 std::string serve_progress_line(int done, int total, int64_t output_tokens, double elapsed_ms) {
   constexpr int kWidth = 20;
   const int filled = total > 0 ? std::clamp(done, 0, total) * kWidth / total : kWidth;
-  return fmt::format("serve [{}{}] {}/{} requests, {} tokens out, {:.1f} s", std::string(static_cast<size_t>(filled), '#'),
-                     std::string(static_cast<size_t>(kWidth - filled), '-'), done, total, output_tokens,
-                     elapsed_ms / 1000.0);
+  return fmt::format(
+      "serve [{}{}] {}/{} requests, {} tokens out, {:.1f} s", std::string(static_cast<size_t>(filled), '#'),
+      std::string(static_cast<size_t>(kWidth - filled), '-'), done, total, output_tokens, elapsed_ms / 1000.0);
 }
 
 }  // namespace sg

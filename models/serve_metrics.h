@@ -28,9 +28,9 @@ Percentiles percentiles(std::vector<double> values);
 
 struct StepKeyStats {
   int steps = 0;
-  int64_t tokens = 0;       // live tokens
-  double ms = 0;            // summed step time
-  double floor_ms = 0;      // summed floors
+  int64_t tokens = 0;   // live tokens
+  double ms = 0;        // summed step time
+  double floor_ms = 0;  // summed floors
 };
 
 struct ServeMetrics {
@@ -43,7 +43,7 @@ struct ServeMetrics {
   StepKeyStats all_steps;
   int chunked_requests = 0;  // prompts prefilled in more than one chunk
   int max_chunks = 0;
-  uint64_t token_hash = 0;   // every completed request's index, count and tokens, in trace order
+  uint64_t token_hash = 0;  // every completed request's index, count and tokens, in trace order
   int slots_busy_at_end = 0;
 };
 ServeMetrics serve_metrics(const ServeResult& r);

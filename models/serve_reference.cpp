@@ -23,8 +23,9 @@ std::vector<int32_t> run_reference_step(ReferenceModel& model, const ScheduledSt
     std::vector<int> slots;
     std::vector<int64_t> tokens;
     for (const DecodeRequest& d : step.decode) {
-      require(model.length(d.slot) == d.position, "serve: a decode row for slot {} at position {}, but the slot holds {} tokens",
-              d.slot, d.position, model.length(d.slot));
+      require(model.length(d.slot) == d.position,
+              "serve: a decode row for slot {} at position {}, but the slot holds {} tokens", d.slot, d.position,
+              model.length(d.slot));
       slots.push_back(d.slot);
       tokens.push_back(d.token);
     }

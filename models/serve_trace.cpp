@@ -73,7 +73,8 @@ ServeRequest parse_line(const json& obj, const std::string& where, int line) {
     bool ok = false;
     for (const char* k : known) ok = ok || it.key() == k;
     if (!ok) {
-      throw Error(fmt::format("{}: unknown field '{}' (known: {})", where, printable(it.key(), 60), fmt::join(known, ", ")));
+      throw Error(
+          fmt::format("{}: unknown field '{}' (known: {})", where, printable(it.key(), 60), fmt::join(known, ", ")));
     }
   }
   const LineReader r(obj, where);
@@ -84,7 +85,8 @@ ServeRequest parse_line(const json& obj, const std::string& where, int line) {
   if (prompt && len) r.fail("prompt_len", "given together with 'prompt' (give one of them)");
   if (!prompt && !len) r.fail("prompt", "missing (give 'prompt': [token ids] or 'prompt_len': n)");
   if (prompt) {
-    if (!prompt->is_array()) r.fail("prompt", fmt::format("must be an array of token ids, got {}", json_excerpt(*prompt)));
+    if (!prompt->is_array())
+      r.fail("prompt", fmt::format("must be an array of token ids, got {}", json_excerpt(*prompt)));
     if (prompt->empty()) r.fail("prompt", "is empty (a request needs at least one prompt token)");
     if (prompt->size() > static_cast<size_t>(kMaxTraceTokens)) {
       r.fail("prompt", fmt::format("has {} tokens, more than {}", prompt->size(), kMaxTraceTokens));
@@ -100,7 +102,8 @@ ServeRequest parse_line(const json& obj, const std::string& where, int line) {
   if (!max_new) r.fail("max_new", "missing (the number of tokens to generate, >= 1)");
   q.max_new = r.integer("max_new", *max_new, 1, kMaxTraceTokens);
   if (const json* a = r.find("arrival_ms")) {
-    if (!a->is_number()) r.fail("arrival_ms", fmt::format("must be a number of milliseconds, got {}", json_excerpt(*a)));
+    if (!a->is_number())
+      r.fail("arrival_ms", fmt::format("must be a number of milliseconds, got {}", json_excerpt(*a)));
     q.arrival_ms = a->get<double>();
     if (!std::isfinite(q.arrival_ms) || q.arrival_ms < 0) {
       r.fail("arrival_ms", fmt::format("{} is negative (must be >= 0)", json_excerpt(*a)));
@@ -148,7 +151,8 @@ SyntheticTraceOptions trace_preset(const std::string& name, int requests, uint64
     o.new_max = 256;
     o.mean_gap_ms = 20;
   } else {
-    throw Error(fmt::format("unknown trace preset '{}' (valid: {})", printable(name), fmt::join(trace_preset_names(), ", ")));
+    throw Error(
+        fmt::format("unknown trace preset '{}' (valid: {})", printable(name), fmt::join(trace_preset_names(), ", ")));
   }
   if (requests > 0) o.requests = requests;
   return o;

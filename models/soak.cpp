@@ -25,9 +25,10 @@ uint64_t hash_tokens(uint64_t h, std::span<const int32_t> tokens) {
 }
 
 std::string HashMismatch::describe() const {
-  return fmt::format("replay {} (period {}, position {}): the period's token hash {:#018x} differs from the "
-                     "reference's {:#018x} (eager launches of the same period)",
-                     replay, period, position, got, want);
+  return fmt::format(
+      "replay {} (period {}, position {}): the period's token hash {:#018x} differs from the "
+      "reference's {:#018x} (eager launches of the same period)",
+      replay, period, position, got, want);
 }
 
 PeriodLedger::PeriodLedger(int period, int64_t replays) {
@@ -81,7 +82,9 @@ std::string after_what(int64_t replay) {
   return replay < 0 ? std::string("before the first replay") : fmt::format("after replay {}", replay);
 }
 
-std::string format_bytes_exact(uint64_t bytes) { return fmt::format("{} ({} bytes)", format_mib(static_cast<int64_t>(bytes)), bytes); }
+std::string format_bytes_exact(uint64_t bytes) {
+  return fmt::format("{} ({} bytes)", format_mib(static_cast<int64_t>(bytes)), bytes);
+}
 
 }  // namespace
 

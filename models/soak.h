@@ -29,9 +29,9 @@ uint64_t hash_tokens(uint64_t h, std::span<const int32_t> tokens);
 
 // A replay whose tokens left the reference.
 struct HashMismatch {
-  int64_t replay = 0;      // 0-based index of the replay in the run
-  int64_t period = 0;      // 0-based index of its period
-  int position = 0;        // its position in the period
+  int64_t replay = 0;          // 0-based index of the replay in the run
+  int64_t period = 0;          // 0-based index of its period
+  int position = 0;            // its position in the period
   uint64_t got = 0, want = 0;  // the period's running hash after it, and the reference's
   // "replay 41234 (period 40, position 274): the period's token hash 0x... differs from the
   // reference's 0x... (eager launches of the same period)"
@@ -65,7 +65,7 @@ class PeriodLedger {
 
   int64_t replays_checked() const { return next_; }
   int64_t periods_completed() const { return next_ / period_; }  // whole periods checked
-  uint64_t run_hash() const { return run_hash_; }  // every token of every replay checked so far
+  uint64_t run_hash() const { return run_hash_; }                // every token of every replay checked so far
 
  private:
   int period_ = 1;

@@ -12,9 +12,7 @@
 
 namespace sg {
 
-int32_t soak_first_token(int row, int64_t vocab) {
-  return static_cast<int32_t>((int64_t{row} * 7919 + 17) % vocab);
-}
+int32_t soak_first_token(int row, int64_t vocab) { return static_cast<int32_t>((int64_t{row} * 7919 + 17) % vocab); }
 
 ModelStepOptions soak_step_options(int rows, int period) {
   ModelStepOptions o;
@@ -125,7 +123,8 @@ SoakResult run_soak(ModelStep& step, const SoakOptions& o) {
     tokens = step.tokens(o.rows);
     res.replays_done = i + 1;
     if (step.eager_fallbacks() != fallbacks_before) {
-      res.failure = fmt::format("replay {}: the step ran eagerly (no graph was captured for decode key {})", i, res.key);
+      res.failure =
+          fmt::format("replay {}: the step ran eagerly (no graph was captured for decode key {})", i, res.key);
       res.failed_replay = i;
       break;
     }

@@ -42,19 +42,19 @@ struct SoakOptions {
 
 struct SoakResult {
   int64_t replays_requested = 0;
-  int64_t replays_done = 0;        // graphed replays run (and checked)
+  int64_t replays_done = 0;  // graphed replays run (and checked)
   int rows = 0, key = 0, period = 0, check_every = 0;
-  int reference_steps = 0;         // eager steps of the reference pass run
-  bool interrupted = false;        // stopped by SoakOptions::stop before the end
-  std::string failure;             // empty: no failure
-  int64_t failed_replay = -1;      // the replay the failure names (-1: none, or before any replay)
+  int reference_steps = 0;     // eager steps of the reference pass run
+  bool interrupted = false;    // stopped by SoakOptions::stop before the end
+  std::string failure;         // empty: no failure
+  int64_t failed_replay = -1;  // the replay the failure names (-1: none, or before any replay)
   std::optional<HashMismatch> mismatch;
   uint64_t reference_hash = 0, run_hash = 0;
   int64_t periods_completed = 0;
-  int distinct_tokens = 0;         // different token ids in the reference period
+  int distinct_tokens = 0;  // different token ids in the reference period
   MemoryDrift memory;
   std::vector<MemorySample> samples;
-  int eager_fallbacks = 0;         // during the graphed run
+  int eager_fallbacks = 0;                    // during the graphed run
   double reference_seconds = 0, seconds = 0;  // the eager reference pass, the graphed run
   double ms_per_replay() const { return replays_done > 0 ? 1000.0 * seconds / static_cast<double>(replays_done) : 0.0; }
   bool ok() const { return failure.empty(); }

@@ -18,8 +18,8 @@ const char* kind_name(StepKind k) { return k == StepKind::decode ? "decode" : "p
 
 void check_key(const StepKey& key, StepKind want) {
   if (key.kind != want) {
-    throw Error(fmt::format("{} metadata needs a {} key, got a {} key", kind_name(want), kind_name(want),
-                            kind_name(key.kind)));
+    throw Error(
+        fmt::format("{} metadata needs a {} key, got a {} key", kind_name(want), kind_name(want), kind_name(key.kind)));
   }
   if (want == StepKind::decode && (key.tokens < 1 || key.seqs != key.tokens)) {
     throw Error(fmt::format("decode key: rows must be >= 1 with tokens = seqs, got tokens {} and seqs {}", key.tokens,

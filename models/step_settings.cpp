@@ -49,11 +49,14 @@ AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache
   const bool built = attention_prefill_mma_supports(D, act, cache) && major >= 8;  // mma.sync bf16: sm_80+
   const bool fits = attention_prefill_mma_smem(D) <= static_cast<size_t>(optin);
   if (want == AttnPrefill::automatic) return built && fits ? AttnPrefill::mma : AttnPrefill::simt;
-  require(built, "the tensor-core attention prefill does not support D={} with {} activations and a {} KV cache on "
-          "compute capability {}.x (built for D 32, 64, 128, 256, bf16, sm_80+; use --attn-prefill simt)", D,
-          dtype_name(act), dtype_name(cache), major);
-  require(fits, "the tensor-core attention prefill needs {} bytes of shared memory per block for D={}; this device "
-          "allows {} (use --attn-prefill simt)", attention_prefill_mma_smem(D), D, optin);
+  require(built,
+          "the tensor-core attention prefill does not support D={} with {} activations and a {} KV cache on "
+          "compute capability {}.x (built for D 32, 64, 128, 256, bf16, sm_80+; use --attn-prefill simt)",
+          D, dtype_name(act), dtype_name(cache), major);
+  require(fits,
+          "the tensor-core attention prefill needs {} bytes of shared memory per block for D={}; this device "
+          "allows {} (use --attn-prefill simt)",
+          attention_prefill_mma_smem(D), D, optin);
   return want;
 }
 
@@ -65,8 +68,10 @@ DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool pre
   const bool fits = smem <= static_cast<size_t>(optin);
   if (want == DeltaPrefill::automatic) return built && fits ? DeltaPrefill::chunked : DeltaPrefill::scan;
   require(built, "the chunked delta-rule prefill does not support Dk={} Dv={} (built for Dk 32, 64, 128)", g.Dk, g.Dv);
-  require(fits, "the chunked delta-rule prefill needs {} bytes of shared memory per block for Dk={} Dv={}; this "
-          "device allows {} (use --delta-prefill scan)", smem, g.Dk, g.Dv, optin);
+  require(fits,
+          "the chunked delta-rule prefill needs {} bytes of shared memory per block for Dk={} Dv={}; this "
+          "device allows {} (use --delta-prefill scan)",
+          smem, g.Dk, g.Dv, optin);
   return want;
 }
 
@@ -87,11 +92,15 @@ AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType ac
   const bool built = attention_decode_mma_supports(Hq, Hkv, D, act, cache) && major >= 8;  // mma.sync bf16: sm_80+
   const bool fits = attention_decode_mma_smem(D) <= static_cast<size_t>(optin);
   if (want == AttnDecode::automatic) return built && fits ? AttnDecode::mma : AttnDecode::simt;
-  require(built, "the tensor-core attention decode does not support Hq={} Hkv={} D={} with {} activations and a {} KV "
+  require(built,
+          "the tensor-core attention decode does not support Hq={} Hkv={} D={} with {} activations and a {} KV "
           "cache on compute capability {}.x (built for D 64, 128, 256, at most 8 query heads per kv head, bf16, "
-          "sm_80+; use --attn-decode simt)", Hq, Hkv, D, dtype_name(act), dtype_name(cache), major);
-  require(fits, "the tensor-core attention decode needs {} bytes of shared memory per block for D={}; this device "
-          "allows {} (use --attn-decode simt)", attention_decode_mma_smem(D), D, optin);
+          "sm_80+; use --attn-decode simt)",
+          Hq, Hkv, D, dtype_name(act), dtype_name(cache), major);
+  require(fits,
+          "the tensor-core attention decode needs {} bytes of shared memory per block for D={}; this device "
+          "allows {} (use --attn-decode simt)",
+          attention_decode_mma_smem(D), D, optin);
   return want;
 }
 
@@ -117,8 +126,10 @@ GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
   const bool built = act == DType::bf16 && d.cc_major >= 9;
   if (want == GemmKind::automatic) return built ? GemmKind::mixed : GemmKind::cublas;
   if (want == GemmKind::cublas) return want;
-  require(built, "the skinny GEMM takes bf16 activations on sm_90+ (this step: {} on compute capability {}.x; use "
-          "--gemm cublas)", dtype_name(act), d.cc_major);
+  require(built,
+          "the skinny GEMM takes bf16 activations on sm_90+ (this step: {} on compute capability {}.x; use "
+          "--gemm cublas)",
+          dtype_name(act), d.cc_major);
   return want;
 }
 

@@ -43,7 +43,8 @@ AttnPrefill parse_attn_prefill(const std::string& name);
 // How a decode step runs attention.decode. A setting, not an arm (the two agree within the bf16
 // attention tolerance, not byte for byte).
 enum class AttnDecode : uint8_t {
-  automatic,  // mma where attention_decode_mma_supports (bf16, D 64/128/256, <= 8 q heads per kv head), sm_80+ and the smem fits, else simt
+  automatic,  // mma where attention_decode_mma_supports (bf16, D 64/128/256, <= 8 q heads per kv head), sm_80+ and the
+              // smem fits, else simt
   simt,       // attention_decode: the f32 CUDA-core kernel (split-K)
   mma,        // attention_decode_mma: bf16 tensor cores (mma.sync), P split into two bf16 halves
 };

@@ -129,8 +129,8 @@ Arm resolve_arm(const char* name) {
   const sg::Op op = sg::ArmTraits<Arm>::op;
   if (name == nullptr || *name == '\0') return static_cast<Arm>(sg::op_info(op).default_arm);
   if (auto i = sg::find_arm(op, name)) return static_cast<Arm>(*i);
-  fail(SG_ERR_ARM, fmt::format("unknown arm '{}' for {}; valid arms: {}", name, sg::op_name(op),
-                               sg::valid_arms_list(op)));
+  fail(SG_ERR_ARM,
+       fmt::format("unknown arm '{}' for {}; valid arms: {}", name, sg::op_name(op), sg::valid_arms_list(op)));
 }
 
 // The `exact` descriptors of a host cu_seqlens [N+1]; malformed lists are SG_ERR_SEQLENS.
@@ -163,9 +163,9 @@ void check_launch(cudaError_t e, std::string_view kernel) {
 // Never throws: the launch has happened, so a failure here must not turn success into an error.
 template <class Arm>
 void record_launch(Arm requested, const sg::LaunchContract<Arm>& c, std::string_view extra = {}) noexcept try {
-  t_launch = fmt::format("{}={} kernel {} grid {} block {} smem {}{}", sg::op_name(sg::ArmTraits<Arm>::op),
-                         sg::arm_name(c.arm), c.kernel, sg::to_string(c.grid), sg::to_string(c.block), c.smem_bytes,
-                         extra);
+  t_launch =
+      fmt::format("{}={} kernel {} grid {} block {} smem {}{}", sg::op_name(sg::ArmTraits<Arm>::op),
+                  sg::arm_name(c.arm), c.kernel, sg::to_string(c.grid), sg::to_string(c.block), c.smem_bytes, extra);
   if (c.arm != requested || !c.fallback_reason.empty()) {
     t_launch += fmt::format(" (requested {}: {})", sg::arm_name(requested), c.fallback_reason);
   }
@@ -261,7 +261,8 @@ SG_C_API int sg_postconv(const sg_postconv_args* a, const char* arm, void* strea
     need_range(a->T, 0, INT32_MAX, "T");
     need_range(a->Hk, 1, sg::kMaxGridYZ, "Hk");
     need_range(a->Hv, 1, sg::kMaxGridYZ, "Hv");
-    if (a->Hv % a->Hk != 0) fail(SG_ERR_SIZE, fmt::format("Hv must be a multiple of Hk (got Hk={}, Hv={})", a->Hk, a->Hv));
+    if (a->Hv % a->Hk != 0)
+      fail(SG_ERR_SIZE, fmt::format("Hv must be a multiple of Hk (got Hk={}, Hv={})", a->Hk, a->Hv));
     if (static_cast<int64_t>(a->Hk) + a->Hv > sg::kMaxGridYZ) {
       fail(SG_ERR_SIZE, fmt::format("Hk + Hv must be <= {} (got {})", sg::kMaxGridYZ, int64_t{a->Hk} + a->Hv));
     }
@@ -383,13 +384,15 @@ SG_C_API int sg_conv_fwd(const sg_conv_fwd_args* a, const char* arm, const char*
       const int T = a->cu_seqlens_host[a->N];
       if (max_tokens == 0) max_tokens = T;
       if (max_seqs == 0) max_seqs = a->N;
-      if (T > max_tokens) fail(SG_ERR_SIZE, fmt::format("T = cu_seqlens_host[N] = {} exceeds max_tokens {}", T, max_tokens));
+      if (T > max_tokens)
+        fail(SG_ERR_SIZE, fmt::format("T = cu_seqlens_host[N] = {} exceeds max_tokens {}", T, max_tokens));
       if (a->N > max_seqs) fail(SG_ERR_SIZE, fmt::format("N = {} exceeds max_seqs {}", a->N, max_seqs));
       if (T == 0) return;  // no token: no output row, every state untouched
     }
     const auto c = sg::conv_fwd_contract(requested, split, sg::ConvFwdShape{max_tokens, max_seqs, a->C, a->K});
     if (c.arm != sg::ConvFwdArm::tiled && p.x_dtype != p.out_dtype) {
-      fail(SG_ERR_DTYPE, fmt::format("conv.fwd={} needs x_dtype == out_dtype (tiled takes any mix)", sg::arm_name(c.arm)));
+      fail(SG_ERR_DTYPE,
+           fmt::format("conv.fwd={} needs x_dtype == out_dtype (tiled takes any mix)", sg::arm_name(c.arm)));
     }
 
     need_ptr(a->x, "x", sg::dtype_size(p.x_dtype));
@@ -433,19 +436,21 @@ SG_C_API int sg_conv_fwd(const sg_conv_fwd_args* a, const char* arm, const char*
       }
       if (qe != cudaSuccess) {
         (void)cudaGetLastError();
-        fail(SG_ERR_CUDA, fmt::format("cudaStreamIsCapturing failed: {}: {}", cudaGetErrorName(qe), cudaGetErrorString(qe)));
+        fail(SG_ERR_CUDA,
+             fmt::format("cudaStreamIsCapturing failed: {}: {}", cudaGetErrorName(qe), cudaGetErrorString(qe)));
       }
       if (!exact) chunks.clear();  // `whole` reads only n_seqs
       // Workspace image: [0] n_seqs, [1] n_chunks, pad to 16 bytes, then the descriptors.
       std::vector<uint8_t> image(kWorkspaceHeader + chunks.size() * sizeof(sg::ConvChunk), 0);
       const int32_t counts[2] = {a->N, static_cast<int32_t>(chunks.size())};
       std::memcpy(image.data(), counts, sizeof(counts));
-      if (!chunks.empty()) std::memcpy(image.data() + kWorkspaceHeader, chunks.data(), chunks.size() * sizeof(sg::ConvChunk));
+      if (!chunks.empty())
+        std::memcpy(image.data() + kWorkspaceHeader, chunks.data(), chunks.size() * sizeof(sg::ConvChunk));
       const cudaError_t ce =
           cudaMemcpyAsync(a->workspace, image.data(), image.size(), cudaMemcpyHostToDevice, as_stream(stream));
       if (ce != cudaSuccess) {
-        fail(SG_ERR_CUDA, fmt::format("copy of the chunk descriptors to the workspace failed: {}: {}", cudaGetErrorName(ce),
-                                      cudaGetErrorString(ce)));
+        fail(SG_ERR_CUDA, fmt::format("copy of the chunk descriptors to the workspace failed: {}: {}",
+                                      cudaGetErrorName(ce), cudaGetErrorString(ce)));
       }
       auto* ws = static_cast<uint8_t*>(a->workspace);
       p.n_seqs = reinterpret_cast<const int32_t*>(ws);
@@ -481,14 +486,16 @@ SG_C_API int sg_gdn_prefill_fused(const sg_gdn_prefill_args* a, void* stream) {
     p.qkv_dtype = to_dtype(a->qkv_dtype, "qkv_dtype");
     need_range(a->Hk, 1, INT32_MAX, "Hk");
     need_range(a->Hv, 1, INT32_MAX, "Hv");
-    if (a->Hv % a->Hk != 0) fail(SG_ERR_SIZE, fmt::format("Hv must be a multiple of Hk (got Hk={}, Hv={})", a->Hk, a->Hv));
+    if (a->Hv % a->Hk != 0)
+      fail(SG_ERR_SIZE, fmt::format("Hv must be a multiple of Hk (got Hk={}, Hv={})", a->Hk, a->Hv));
     need_range(a->Dk, 1, INT32_MAX, "Dk");
     need_range(a->Dv, 1, INT32_MAX, "Dv");
     need_range(a->K, sg::kConvMinK, sg::kConvMaxK, "K");
     if (!sg::gdn_prefill_fused_supports(a->Dk, a->Dv, a->K)) {
-      fail(SG_ERR_SIZE, fmt::format("the fused kernel needs Dk = {} and Dv a multiple of 8 in 8..{} (got Dk={}, Dv={}); "
-                                    "the unfused arm is sg_conv_fwd then sg_postconv",
-                                    sg::kGdnPrefillGroupChannels, sg::kPostconvMaxD, a->Dk, a->Dv));
+      fail(SG_ERR_SIZE,
+           fmt::format("the fused kernel needs Dk = {} and Dv a multiple of 8 in 8..{} (got Dk={}, Dv={}); "
+                       "the unfused arm is sg_conv_fwd then sg_postconv",
+                       sg::kGdnPrefillGroupChannels, sg::kPostconvMaxD, a->Dk, a->Dv));
     }
     const int64_t C = 2 * int64_t{a->Hk} * a->Dk + int64_t{a->Hv} * a->Dv;
     if (C > INT32_MAX) fail(SG_ERR_SIZE, fmt::format("2*Hk*Dk + Hv*Dv = {} channels exceeds {}", C, INT32_MAX));
@@ -497,8 +504,8 @@ SG_C_API int sg_gdn_prefill_fused(const sg_gdn_prefill_args* a, void* stream) {
     need_stride(a->b_stride, a->Hv, "b_stride", "Hv");
     need_range(a->max_tokens, 1, INT32_MAX, "max_tokens");
     need_range(a->max_seqs, 1, INT32_MAX, "max_seqs");
-    const auto c = sg::gdn_prefill_contract(sg::GdnPrefillArm::fused,
-                                            sg::GdnPrefillShape{a->max_tokens, a->max_seqs, a->Hk, a->Hv, a->Dk, a->Dv, a->K});
+    const auto c = sg::gdn_prefill_contract(
+        sg::GdnPrefillArm::fused, sg::GdnPrefillShape{a->max_tokens, a->max_seqs, a->Hk, a->Hv, a->Dk, a->Dv, a->K});
     need_ptr(a->x, "x", sg::dtype_size(p.act));
     need_ptr(a->state, "state", sg::dtype_size(p.state_dtype));
     need_ptr(a->w, "w", sizeof(float));

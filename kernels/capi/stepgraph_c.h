@@ -26,10 +26,7 @@ extern "C" {
 
 /* Element types of activations, outputs and caches. Weights, biases, A_log, dt_bias, g and beta
  * are always f32; slots and cu_seqlens always int32; has_history uint8. */
-typedef enum sg_dtype {
-  SG_F32 = 0,
-  SG_BF16 = 1
-} sg_dtype;
+typedef enum sg_dtype { SG_F32 = 0, SG_BF16 = 1 } sg_dtype;
 
 /* Return codes. The message of sg_last_error() says which argument and why. */
 typedef enum sg_status {
@@ -52,45 +49,45 @@ typedef enum sg_status {
  * row is zeroed, no state is read or written. Slots of non-padding rows must be distinct and less
  * than the cache's slot count (not checkable here). */
 typedef struct sg_conv_update_args {
-  const void* x;         /* [rows, x_stride] x_dtype, new raw inputs; columns >= C never read */
-  int64_t x_stride;      /* elements, >= C */
+  const void* x;    /* [rows, x_stride] x_dtype, new raw inputs; columns >= C never read */
+  int64_t x_stride; /* elements, >= C */
   sg_dtype x_dtype;
-  void* out;             /* [rows, C] out_dtype, contiguous */
+  void* out; /* [rows, C] out_dtype, contiguous */
   sg_dtype out_dtype;
-  void* state;           /* [num_slots, C, K-1] state_dtype, contiguous; updated in place */
+  void* state; /* [num_slots, C, K-1] state_dtype, contiguous; updated in place */
   sg_dtype state_dtype;
-  const int32_t* slots;  /* [rows] int32; < 0 = padding row */
-  const float* w;        /* [C, K] f32, contiguous; tap 0 oldest */
-  const float* bias;     /* [C] f32, or NULL */
-  int rows;              /* >= 0; 0 is a no-op */
-  int C;                 /* >= 1 */
-  int K;                 /* 2..8 */
-  int silu;              /* nonzero: apply silu (the model always does) */
+  const int32_t* slots; /* [rows] int32; < 0 = padding row */
+  const float* w;       /* [C, K] f32, contiguous; tap 0 oldest */
+  const float* bias;    /* [C] f32, or NULL */
+  int rows;             /* >= 0; 0 is a no-op */
+  int C;                /* >= 1 */
+  int K;                /* 2..8 */
+  int silu;             /* nonzero: apply silu (the model always does) */
 } sg_conv_update_args;
 
 /* --- postconv: split the conv output into q | k | v, L2-normalise q and k, compute the gates ---- */
 /* Per token t: q[t, h] = x / sqrtf(sum(x^2) + 1e-6) for q head h (k likewise), v copied,
  * beta = 1 / (1 + expf(-b)), g = -expf(A_log) * softplus(a + dt_bias) (docs/MODEL.md step 3). */
 typedef struct sg_postconv_args {
-  const void* conv;      /* [T, conv_stride] conv_dtype, C = 2*Hk*Dk + Hv*Dv channels q | k | v */
-  int64_t conv_stride;   /* elements, >= C */
+  const void* conv;    /* [T, conv_stride] conv_dtype, C = 2*Hk*Dk + Hv*Dv channels q | k | v */
+  int64_t conv_stride; /* elements, >= C */
   sg_dtype conv_dtype;
-  const void* a;         /* [T, a_stride] ab_dtype, first Hv used */
-  int64_t a_stride;      /* elements, >= Hv */
-  const void* b;         /* [T, b_stride] ab_dtype, first Hv used */
-  int64_t b_stride;      /* elements, >= Hv */
+  const void* a;    /* [T, a_stride] ab_dtype, first Hv used */
+  int64_t a_stride; /* elements, >= Hv */
+  const void* b;    /* [T, b_stride] ab_dtype, first Hv used */
+  int64_t b_stride; /* elements, >= Hv */
   sg_dtype ab_dtype;
-  const float* A_log;    /* [Hv] f32 */
-  const float* dt_bias;  /* [Hv] f32 */
-  void* q;               /* [T, Hk, Dk] qkv_dtype, contiguous */
-  void* k;               /* [T, Hk, Dk] qkv_dtype, contiguous */
-  void* v;               /* [T, Hv, Dv] qkv_dtype, contiguous */
+  const float* A_log;   /* [Hv] f32 */
+  const float* dt_bias; /* [Hv] f32 */
+  void* q;              /* [T, Hk, Dk] qkv_dtype, contiguous */
+  void* k;              /* [T, Hk, Dk] qkv_dtype, contiguous */
+  void* v;              /* [T, Hv, Dv] qkv_dtype, contiguous */
   sg_dtype qkv_dtype;
-  float* g;              /* [T, Hv] f32, contiguous */
-  float* beta;           /* [T, Hv] f32, contiguous */
-  int T;                 /* >= 0; 0 is a no-op */
-  int Hk, Hv;            /* >= 1, Hv a multiple of Hk, Hk + Hv <= 65535 */
-  int Dk, Dv;            /* 1..256 */
+  float* g;    /* [T, Hv] f32, contiguous */
+  float* beta; /* [T, Hv] f32, contiguous */
+  int T;       /* >= 0; 0 is a no-op */
+  int Hk, Hv;  /* >= 1, Hv a multiple of Hk, Hk + Hv <= 65535 */
+  int Dk, Dv;  /* 1..256 */
 } sg_postconv_args;
 
 /* --- conv.fwd: causal conv, varlen prefill over a packed token stream ------------------------- */
@@ -98,9 +95,9 @@ typedef struct sg_postconv_args {
  * of a sequence starts a multiple of 8 tokens after the sequence's first token: only tables made by
  * sg_conv_build_chunks are valid (the kernels trap on others). */
 typedef struct sg_conv_chunk {
-  int32_t seq;    /* sequence index */
-  int32_t start;  /* first token (row of x) */
-  int32_t len;    /* 1..8 */
+  int32_t seq;   /* sequence index */
+  int32_t start; /* first token (row of x) */
+  int32_t len;   /* 1..8 */
 } sg_conv_chunk;
 
 /* Sequence n < N owns tokens cu_seqlens[n] .. cu_seqlens[n+1]-1; T = cu_seqlens[N]. Tap j of
@@ -126,31 +123,31 @@ typedef struct sg_conv_chunk {
  * Dtypes: the `tiled` arm takes any mix of f32/bf16 for x, out and state; register, k4 and k4x2
  * need x_dtype == out_dtype (SG_ERR_DTYPE otherwise). out must not alias x or state. */
 typedef struct sg_conv_fwd_args {
-  const void* x;                   /* [>= T, x_stride] x_dtype, raw inputs; columns >= C never read */
-  int64_t x_stride;                /* elements, >= C */
+  const void* x;    /* [>= T, x_stride] x_dtype, raw inputs; columns >= C never read */
+  int64_t x_stride; /* elements, >= C */
   sg_dtype x_dtype;
-  void* out;                       /* [>= T, C] out_dtype, contiguous */
+  void* out; /* [>= T, C] out_dtype, contiguous */
   sg_dtype out_dtype;
-  void* state;                     /* [num_slots, C, K-1] state_dtype, contiguous; in place */
+  void* state; /* [num_slots, C, K-1] state_dtype, contiguous; in place */
   sg_dtype state_dtype;
-  const float* w;                  /* [C, K] f32, contiguous; tap 0 oldest */
-  const float* bias;               /* [C] f32, or NULL */
-  const int32_t* cu_seqlens;       /* device [max_seqs + 1] int32; first N+1 live: 0, non-decreasing */
-  const int32_t* slots;            /* device [max_seqs] int32; < 0 = padding sequence */
-  const uint8_t* has_history;      /* device [max_seqs] uint8; nonzero: taps before token 0 read state */
-  int C;                           /* >= 1 */
-  int K;                           /* 2..8 */
-  int max_tokens;                  /* token bucket, >= T (the grid's size) */
-  int max_seqs;                    /* sequence bucket, >= N */
-  int silu;                        /* nonzero: apply silu (the model always does) */
+  const float* w;             /* [C, K] f32, contiguous; tap 0 oldest */
+  const float* bias;          /* [C] f32, or NULL */
+  const int32_t* cu_seqlens;  /* device [max_seqs + 1] int32; first N+1 live: 0, non-decreasing */
+  const int32_t* slots;       /* device [max_seqs] int32; < 0 = padding sequence */
+  const uint8_t* has_history; /* device [max_seqs] uint8; nonzero: taps before token 0 read state */
+  int C;                      /* >= 1 */
+  int K;                      /* 2..8 */
+  int max_tokens;             /* token bucket, >= T (the grid's size) */
+  int max_seqs;               /* sequence bucket, >= N */
+  int silu;                   /* nonzero: apply silu (the model always does) */
   /* (a) device metadata */
-  const int32_t* n_seqs;           /* device [1] int32: N; NULL selects (b) */
-  const sg_conv_chunk* chunks;     /* device [sg_conv_max_chunks(max_tokens, max_seqs)]; exact only */
-  const int32_t* n_chunks;         /* device [1] int32; exact only */
+  const int32_t* n_seqs;       /* device [1] int32: N; NULL selects (b) */
+  const sg_conv_chunk* chunks; /* device [sg_conv_max_chunks(max_tokens, max_seqs)]; exact only */
+  const int32_t* n_chunks;     /* device [1] int32; exact only */
   /* (b) host metadata */
-  const int32_t* cu_seqlens_host;  /* host [N+1] */
-  int N;                           /* live sequences, 0..max_seqs */
-  void* workspace;                 /* device, 16-byte aligned */
+  const int32_t* cu_seqlens_host; /* host [N+1] */
+  int N;                          /* live sequences, 0..max_seqs */
+  void* workspace;                /* device, 16-byte aligned */
   size_t workspace_bytes;
 } sg_conv_fwd_args;
 
@@ -166,36 +163,36 @@ typedef struct sg_conv_fwd_args {
  * cu_seqlens are read on the device, with T = cu_seqlens[N] <= max_tokens and N <= max_seqs (the
  * kernel traps otherwise). Outputs must not alias inputs, the state or each other. */
 typedef struct sg_gdn_prefill_args {
-  const void* x;                   /* [>= T, x_stride] x_dtype, conv inputs q | k | v, C = 2*Hk*Dk + Hv*Dv */
-  int64_t x_stride;                /* elements, >= C */
-  sg_dtype x_dtype;                /* also the dtype the conv output is rounded to */
-  void* state;                     /* [num_slots, C, K-1] state_dtype, contiguous; in place */
+  const void* x;    /* [>= T, x_stride] x_dtype, conv inputs q | k | v, C = 2*Hk*Dk + Hv*Dv */
+  int64_t x_stride; /* elements, >= C */
+  sg_dtype x_dtype; /* also the dtype the conv output is rounded to */
+  void* state;      /* [num_slots, C, K-1] state_dtype, contiguous; in place */
   sg_dtype state_dtype;
-  const float* w;                  /* [C, K] f32, contiguous; tap 0 oldest */
-  const float* bias;               /* [C] f32, or NULL */
-  const void* a;                   /* [>= T, a_stride] ab_dtype, first Hv used */
-  int64_t a_stride;                /* elements, >= Hv */
-  const void* b;                   /* [>= T, b_stride] ab_dtype, first Hv used */
-  int64_t b_stride;                /* elements, >= Hv */
+  const float* w;    /* [C, K] f32, contiguous; tap 0 oldest */
+  const float* bias; /* [C] f32, or NULL */
+  const void* a;     /* [>= T, a_stride] ab_dtype, first Hv used */
+  int64_t a_stride;  /* elements, >= Hv */
+  const void* b;     /* [>= T, b_stride] ab_dtype, first Hv used */
+  int64_t b_stride;  /* elements, >= Hv */
   sg_dtype ab_dtype;
-  const float* A_log;              /* [Hv] f32 */
-  const float* dt_bias;            /* [Hv] f32 */
-  void* q;                         /* [>= T, Hk, Dk] qkv_dtype, contiguous */
-  void* k;                         /* [>= T, Hk, Dk] qkv_dtype, contiguous */
-  void* v;                         /* [>= T, Hv, Dv] qkv_dtype, contiguous */
+  const float* A_log;   /* [Hv] f32 */
+  const float* dt_bias; /* [Hv] f32 */
+  void* q;              /* [>= T, Hk, Dk] qkv_dtype, contiguous */
+  void* k;              /* [>= T, Hk, Dk] qkv_dtype, contiguous */
+  void* v;              /* [>= T, Hv, Dv] qkv_dtype, contiguous */
   sg_dtype qkv_dtype;
-  float* g;                        /* [>= T, Hv] f32, contiguous */
-  float* beta;                     /* [>= T, Hv] f32, contiguous */
-  const int32_t* cu_seqlens;       /* device [max_seqs + 1] int32; first N+1 live: 0, non-decreasing */
-  const int32_t* slots;            /* device [max_seqs] int32; < 0 = padding sequence */
-  const uint8_t* has_history;      /* device [max_seqs] uint8 */
-  const int32_t* n_seqs;           /* device [1] int32: N */
-  int Hk, Hv;                      /* >= 1, Hv a multiple of Hk */
-  int Dk, Dv;                      /* Dk = 128; Dv % 8 == 0, 8..256 */
-  int K;                           /* 2..8 */
-  int max_tokens;                  /* token bucket, >= 1 and >= T */
-  int max_seqs;                    /* sequence bucket, >= 1 and >= N */
-  int silu;                        /* nonzero: apply silu (the model always does) */
+  float* g;                   /* [>= T, Hv] f32, contiguous */
+  float* beta;                /* [>= T, Hv] f32, contiguous */
+  const int32_t* cu_seqlens;  /* device [max_seqs + 1] int32; first N+1 live: 0, non-decreasing */
+  const int32_t* slots;       /* device [max_seqs] int32; < 0 = padding sequence */
+  const uint8_t* has_history; /* device [max_seqs] uint8 */
+  const int32_t* n_seqs;      /* device [1] int32: N */
+  int Hk, Hv;                 /* >= 1, Hv a multiple of Hk */
+  int Dk, Dv;                 /* Dk = 128; Dv % 8 == 0, 8..256 */
+  int K;                      /* 2..8 */
+  int max_tokens;             /* token bucket, >= 1 and >= T */
+  int max_seqs;               /* sequence bucket, >= 1 and >= N */
+  int silu;                   /* nonzero: apply silu (the model always does) */
 } sg_gdn_prefill_args;
 
 /* --- entry points ---------------------------------------------------------------------------- */
@@ -215,8 +212,7 @@ SG_C_API int sg_gdn_prefill_fused(const sg_gdn_prefill_args* a, void* stream);
 /* Host only (no CUDA): the `exact` descriptors of cu_seqlens_host [N+1] into out[capacity] and
  * their number into *count. out = NULL with capacity = 0 only counts (returns SG_OK); a capacity
  * too small returns SG_ERR_WORKSPACE with *count set. */
-SG_C_API int sg_conv_build_chunks(const int32_t* cu_seqlens_host, int N, sg_conv_chunk* out, int capacity,
-                                  int* count);
+SG_C_API int sg_conv_build_chunks(const int32_t* cu_seqlens_host, int N, sg_conv_chunk* out, int capacity, int* count);
 /* Host only: the most descriptors a batch of at most max_tokens tokens in at most max_seqs
  * sequences can have (the size of (a)'s chunks buffer), and the workspace (b) needs for that bucket:
  * 16 bytes of counts plus that many descriptors, rounded up to a multiple of 256 bytes. */

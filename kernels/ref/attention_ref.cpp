@@ -13,19 +13,16 @@ namespace {
 
 void check_heads(const char* op, int Hq, int Hkv, int D) {
   if (Hq <= 0 || Hkv <= 0 || D <= 0) {
-    throw std::invalid_argument(
-        fmt::format("{}: Hq ({}), Hkv ({}) and D ({}) must be > 0", op, Hq, Hkv, D));
+    throw std::invalid_argument(fmt::format("{}: Hq ({}), Hkv ({}) and D ({}) must be > 0", op, Hq, Hkv, D));
   }
   if (Hq % Hkv != 0) {
-    throw std::invalid_argument(
-        fmt::format("{}: Hq ({}) must be a multiple of Hkv ({})", op, Hq, Hkv));
+    throw std::invalid_argument(fmt::format("{}: Hq ({}) must be a multiple of Hkv ({})", op, Hq, Hkv));
   }
 }
 
 void check_view(const char* op, const KvView& c, int64_t index) {
   if (c.len > 0 && (!c.k || !c.v)) {
-    throw std::invalid_argument(
-        fmt::format("{}: cache {} has len {} but a null k or v pointer", op, index, c.len));
+    throw std::invalid_argument(fmt::format("{}: cache {} has len {} but a null k or v pointer", op, index, c.len));
   }
 }
 
@@ -47,8 +44,8 @@ float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // One query head over its key list: softmax(q . k_j * scale) weighted sum of v_j, times
 // sigmoid(gate), rounded once. Arithmetic exactly as documented in attention_ref.h.
-void attend_row(const float* q, const float* gate, const KeyList& keys, int D, float scale,
-                float* out, Store store_out) {
+void attend_row(const float* q, const float* gate, const KeyList& keys, int D, float scale, float* out,
+                Store store_out) {
   const size_t n = keys.k.size();
   std::vector<float> s(n);
   for (size_t j = 0; j < n; ++j) {
@@ -77,8 +74,8 @@ float attention_scale(int D) { return static_cast<float>(std::pow(static_cast<do
 
 KvCache::KvCache(int Hkv_, int D_, int64_t capacity_) : Hkv(Hkv_), D(D_), capacity(capacity_) {
   if (Hkv <= 0 || D <= 0 || capacity < 0) {
-    throw std::invalid_argument(fmt::format(
-        "KvCache: Hkv ({}) and D ({}) must be > 0, capacity ({}) >= 0", Hkv, D, capacity));
+    throw std::invalid_argument(
+        fmt::format("KvCache: Hkv ({}) and D ({}) must be > 0, capacity ({}) >= 0", Hkv, D, capacity));
   }
   k.assign(static_cast<size_t>(capacity) * Hkv * D, 0.f);
   v.assign(static_cast<size_t>(capacity) * Hkv * D, 0.f);
@@ -87,8 +84,8 @@ KvCache::KvCache(int Hkv_, int D_, int64_t capacity_) : Hkv(Hkv_), D(D_), capaci
 void KvCache::append(const float* k_new, const float* v_new, int64_t n) {
   if (n <= 0) throw std::invalid_argument(fmt::format("KvCache::append: n ({}) must be > 0", n));
   if (len + n > capacity) {
-    throw std::invalid_argument(fmt::format(
-        "KvCache::append: {} cached + {} new positions exceed capacity {}", len, n, capacity));
+    throw std::invalid_argument(
+        fmt::format("KvCache::append: {} cached + {} new positions exceed capacity {}", len, n, capacity));
   }
   if (!k_new || !v_new) throw std::invalid_argument("KvCache::append: null k or v");
   const int64_t row = static_cast<int64_t>(Hkv) * D;
@@ -99,8 +96,7 @@ void KvCache::append(const float* k_new, const float* v_new, int64_t n) {
 
 void split_q_gate(const float* qg, float* q, float* gate, int64_t T, int Hq, int D) {
   if (T <= 0 || Hq <= 0 || D <= 0) {
-    throw std::invalid_argument(
-        fmt::format("split_q_gate: T ({}), Hq ({}) and D ({}) must be > 0", T, Hq, D));
+    throw std::invalid_argument(fmt::format("split_q_gate: T ({}), Hq ({}) and D ({}) must be > 0", T, Hq, D));
   }
   if (!qg || !q || !gate) throw std::invalid_argument("split_q_gate: null pointer argument");
   for (int64_t t = 0; t < T; ++t) {
@@ -116,13 +112,11 @@ void split_q_gate(const float* qg, float* q, float* gate, int64_t T, int Hq, int
   }
 }
 
-void attention_prefill(const float* q, const float* k, const float* v, const float* gate,
-                       const int32_t* cu_seqlens, const KvView* history, float* out, int64_t T,
-                       int S, int Hq, int Hkv, int D, Store store_out) {
+void attention_prefill(const float* q, const float* k, const float* v, const float* gate, const int32_t* cu_seqlens,
+                       const KvView* history, float* out, int64_t T, int S, int Hq, int Hkv, int D, Store store_out) {
   check_heads("attention_prefill", Hq, Hkv, D);
   if (T <= 0 || S <= 0) {
-    throw std::invalid_argument(
-        fmt::format("attention_prefill: T ({}) and S ({}) must be > 0", T, S));
+    throw std::invalid_argument(fmt::format("attention_prefill: T ({}) and S ({}) must be > 0", T, S));
   }
   if (!q || !k || !v || !gate || !cu_seqlens || !out) {
     throw std::invalid_argument("attention_prefill: null pointer argument");
@@ -160,9 +154,8 @@ void attention_prefill(const float* q, const float* k, const float* v, const flo
   }
 }
 
-void attention_decode(const float* q, const float* k, const float* v, const float* gate,
-                      const KvView* cache, float* out, int64_t B, int Hq, int Hkv, int D,
-                      Store store_out) {
+void attention_decode(const float* q, const float* k, const float* v, const float* gate, const KvView* cache,
+                      float* out, int64_t B, int Hq, int Hkv, int D, Store store_out) {
   check_heads("attention_decode", Hq, Hkv, D);
   if (B <= 0) throw std::invalid_argument(fmt::format("attention_decode: B ({}) must be > 0", B));
   if (!q || !k || !v || !gate || !cache || !out) {

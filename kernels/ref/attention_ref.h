@@ -61,13 +61,13 @@ void split_q_gate(const float* qg,  // [T, Hq, 2 * D] row-major
 // positions 0..hist_s-1 (history[s].k/v) followed by the sequence's new tokens 0..t (k/v below).
 // A sequence whose history[s].len < 0 is a padding sequence: nothing is read, its output rows
 // are zeros.
-void attention_prefill(const float* q,           // [T, Hq, D] row-major (after norm + RoPE)
-                       const float* k,           // [T, Hkv, D] row-major (after norm + RoPE)
-                       const float* v,           // [T, Hkv, D] row-major
-                       const float* gate,        // [T, Hq, D] row-major
+void attention_prefill(const float* q,             // [T, Hq, D] row-major (after norm + RoPE)
+                       const float* k,             // [T, Hkv, D] row-major (after norm + RoPE)
+                       const float* v,             // [T, Hkv, D] row-major
+                       const float* gate,          // [T, Hq, D] row-major
                        const int32_t* cu_seqlens,  // [S + 1]: 0, non-decreasing, ends at T
-                       const KvView* history,    // [S] or nullptr (no history anywhere)
-                       float* out,               // [T, Hq, D] row-major; must not alias inputs
+                       const KvView* history,      // [S] or nullptr (no history anywhere)
+                       float* out,                 // [T, Hq, D] row-major; must not alias inputs
                        int64_t T, int S, int Hq, int Hkv, int D, Store store_out = Store::f32);
 
 // Decode: row b is one new token of its own sequence at absolute position cache[b].len. It

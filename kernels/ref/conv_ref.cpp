@@ -34,8 +34,8 @@ float conv_point(const ConvShape& s, const float* taps, const float* w_c, const 
 
 }  // namespace
 
-void conv_update(const ConvShape& s, int B, const float* x, int64_t x_stride, const int32_t* slots,
-                 float* state, const float* w, const float* bias, float* out) {
+void conv_update(const ConvShape& s, int B, const float* x, int64_t x_stride, const int32_t* slots, float* state,
+                 const float* w, const float* bias, float* out) {
   const char* op = "conv_update";
   check_shape(s, x_stride, op);
   detail::require(B >= 0, op, "B must be >= 0, got " + std::to_string(B));
@@ -70,8 +70,8 @@ void conv_update(const ConvShape& s, int B, const float* x, int64_t x_stride, co
 }
 
 void conv_fwd(const ConvShape& s, int N, const int32_t* cu_seqlens, const float* x, int64_t x_stride,
-              const int32_t* slots, const uint8_t* has_history, float* state, const float* w,
-              const float* bias, float* out) {
+              const int32_t* slots, const uint8_t* has_history, float* state, const float* w, const float* bias,
+              float* out) {
   const char* op = "conv_fwd";
   check_shape(s, x_stride, op);
   detail::require(N >= 0, op, "N must be >= 0, got " + std::to_string(N));

@@ -29,13 +29,13 @@ struct ConvShape {
 // Throws std::invalid_argument on bad arguments (C < 1, K < 1, B < 0, x_stride < C, null pointers;
 // state may be null only when K == 1, bias may always be null; duplicate slots).
 void conv_update(const ConvShape& s, int B,
-                 const float* x,         // [B, x_stride], x_stride >= C; columns >= C never read
+                 const float* x,  // [B, x_stride], x_stride >= C; columns >= C never read
                  int64_t x_stride,
-                 const int32_t* slots,   // [B]; < 0 marks a padding row
-                 float* state,           // [num_slots, C, K-1], updated in place
-                 const float* w,         // [C, K], tap j = 0 oldest .. K-1 current
-                 const float* bias,      // [C] or nullptr
-                 float* out);            // [B, C]
+                 const int32_t* slots,  // [B]; < 0 marks a padding row
+                 float* state,          // [num_slots, C, K-1], updated in place
+                 const float* w,        // [C, K], tap j = 0 oldest .. K-1 current
+                 const float* bias,     // [C] or nullptr
+                 float* out);           // [B, C]
 
 // Prefill over a packed varlen stream of N sequences; sequence n owns tokens
 // cu_seqlens[n] .. cu_seqlens[n+1]-1. Tap j of token t reads token t-(K-1-j); a negative index
@@ -51,14 +51,14 @@ void conv_update(const ConvShape& s, int B,
 // Throws std::invalid_argument on bad arguments (as conv_update, plus N < 0, cu_seqlens not
 // starting at 0 or decreasing).
 void conv_fwd(const ConvShape& s, int N,
-              const int32_t* cu_seqlens,    // [N+1], cu_seqlens[0] = 0, non-decreasing; T = cu_seqlens[N]
-              const float* x,               // [T, x_stride], x_stride >= C; columns >= C never read
+              const int32_t* cu_seqlens,  // [N+1], cu_seqlens[0] = 0, non-decreasing; T = cu_seqlens[N]
+              const float* x,             // [T, x_stride], x_stride >= C; columns >= C never read
               int64_t x_stride,
-              const int32_t* slots,         // [N]; < 0 marks a padding sequence
-              const uint8_t* has_history,   // [N]; nonzero: taps before the first token read state[slot]
-              float* state,                 // [num_slots, C, K-1], updated in place
-              const float* w,               // [C, K]
-              const float* bias,            // [C] or nullptr
-              float* out);                  // [T, C]
+              const int32_t* slots,        // [N]; < 0 marks a padding sequence
+              const uint8_t* has_history,  // [N]; nonzero: taps before the first token read state[slot]
+              float* state,                // [num_slots, C, K-1], updated in place
+              const float* w,              // [C, K]
+              const float* bias,           // [C] or nullptr
+              float* out);                 // [T, C]
 
 }  // namespace sg::ref

@@ -20,16 +20,16 @@ namespace {
 
 void check_shape(const DeltaShape& s, const char* op) {
   detail::require(s.Hk >= 1 && s.Hv >= 1 && s.Dk >= 1 && s.Dv >= 1, op,
-                  "Hk, Hv, Dk, Dv must all be >= 1, got " + std::to_string(s.Hk) + ", " +
-                      std::to_string(s.Hv) + ", " + std::to_string(s.Dk) + ", " + std::to_string(s.Dv));
+                  "Hk, Hv, Dk, Dv must all be >= 1, got " + std::to_string(s.Hk) + ", " + std::to_string(s.Hv) + ", " +
+                      std::to_string(s.Dk) + ", " + std::to_string(s.Dv));
   detail::require(s.Hv % s.Hk == 0, op,
                   "Hv (" + std::to_string(s.Hv) + ") must be a multiple of Hk (" + std::to_string(s.Hk) + ")");
 }
 
 // Checks shared by both prefill forms.
 void check_prefill(const DeltaShape& s, int N, const int32_t* cu_seqlens, const float* q, const float* k,
-                   const float* v, const float* g, const float* beta, const int32_t* slots,
-                   const uint8_t* has_history, const float* state, const float* out, const char* op) {
+                   const float* v, const float* g, const float* beta, const int32_t* slots, const uint8_t* has_history,
+                   const float* state, const float* out, const char* op) {
   check_shape(s, op);
   detail::require(N >= 0, op, "N must be >= 0, got " + std::to_string(N));
   detail::require_ptr(cu_seqlens, op, "cu_seqlens");
@@ -48,8 +48,8 @@ void check_prefill(const DeltaShape& s, int N, const int32_t* cu_seqlens, const 
 
 // One recurrent step of one v-head, f32, in the contract's order. S [Dk, Dv]; q, k [Dk]; v [Dv];
 // out [Dv]; u [Dv] scratch.
-void recurrent_step(const DeltaShape& s, float* S, const float* q, const float* k, const float* v,
-                    float g, float beta, float* out, float* u) {
+void recurrent_step(const DeltaShape& s, float* S, const float* q, const float* k, const float* v, float g, float beta,
+                    float* out, float* u) {
   const int Dk = s.Dk, Dv = s.Dv;
   const float decay = std::exp(g);
   const float scale = 1.0f / std::sqrt(static_cast<float>(Dk));
@@ -74,8 +74,8 @@ struct TokenInputs {
   const float *q, *k, *v;
   float g, beta;
 };
-TokenInputs token_inputs(const DeltaShape& s, int64_t t, int hv, const float* q, const float* k,
-                         const float* v, const float* g, const float* beta) {
+TokenInputs token_inputs(const DeltaShape& s, int64_t t, int hv, const float* q, const float* k, const float* v,
+                         const float* g, const float* beta) {
   const int hk = hv / (s.Hv / s.Hk);
   const int64_t qk = (t * s.Hk + hk) * s.Dk;
   return {q + qk, k + qk, v + (t * s.Hv + hv) * s.Dv, g[t * s.Hv + hv], beta[t * s.Hv + hv]};
@@ -86,9 +86,8 @@ void zero_rows(float* out, int64_t begin, int64_t end, int64_t row_size) {
 }
 
 // Chunked form for one (sequence, v-head): S [Dk, Dv] double, the state on entry and on exit.
-void chunked_head(const DeltaShape& s, int chunk, int64_t start, int len, int hv, const float* q,
-                  const float* k, const float* v, const float* g, const float* beta,
-                  std::vector<double>& S, float* out) {
+void chunked_head(const DeltaShape& s, int chunk, int64_t start, int len, int hv, const float* q, const float* k,
+                  const float* v, const float* g, const float* beta, std::vector<double>& S, float* out) {
   const int Dk = s.Dk, Dv = s.Dv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(Dk));
   for (int c0 = 0; c0 < len; c0 += chunk) {
@@ -107,8 +106,7 @@ void chunked_head(const DeltaShape& s, int chunk, int64_t start, int len, int hv
     // A [L, L] strictly lower; Tm = (I + A)^-1, unit lower triangular, by forward substitution.
     std::vector<double> A(static_cast<size_t>(L) * L, 0.0), Tm(static_cast<size_t>(L) * L, 0.0);
     for (int r = 0; r < L; ++r)
-      for (int c = 0; c < r; ++c)
-        A[r * L + c] = in[r].beta * std::exp(G[r] - G[c]) * dot_k(in[r].k, in[c].k);
+      for (int c = 0; c < r; ++c) A[r * L + c] = in[r].beta * std::exp(G[r] - G[c]) * dot_k(in[r].k, in[c].k);
     for (int r = 0; r < L; ++r) {
       Tm[r * L + r] = 1.0;
       for (int c = 0; c < r; ++c) {
@@ -160,8 +158,8 @@ void chunked_head(const DeltaShape& s, int chunk, int64_t start, int len, int hv
 
 }  // namespace
 
-void delta_rule_decode(const DeltaShape& s, int B, const float* q, const float* k, const float* v,
-                       const float* g, const float* beta, const int32_t* slots, float* state, float* out) {
+void delta_rule_decode(const DeltaShape& s, int B, const float* q, const float* k, const float* v, const float* g,
+                       const float* beta, const int32_t* slots, float* state, float* out) {
   const char* op = "delta_rule_decode";
   check_shape(s, op);
   detail::require(B >= 0, op, "B must be >= 0, got " + std::to_string(B));
@@ -187,9 +185,9 @@ void delta_rule_decode(const DeltaShape& s, int B, const float* q, const float* 
   }
 }
 
-void delta_rule_prefill_recurrent(const DeltaShape& s, int N, const int32_t* cu_seqlens, const float* q,
-                                  const float* k, const float* v, const float* g, const float* beta,
-                                  const int32_t* slots, const uint8_t* has_history, float* state, float* out) {
+void delta_rule_prefill_recurrent(const DeltaShape& s, int N, const int32_t* cu_seqlens, const float* q, const float* k,
+                                  const float* v, const float* g, const float* beta, const int32_t* slots,
+                                  const uint8_t* has_history, float* state, float* out) {
   const char* op = "delta_rule_prefill_recurrent";
   check_prefill(s, N, cu_seqlens, q, k, v, g, beta, slots, has_history, state, out, op);
   const int64_t head_size = static_cast<int64_t>(s.Dk) * s.Dv;
@@ -213,10 +211,9 @@ void delta_rule_prefill_recurrent(const DeltaShape& s, int N, const int32_t* cu_
   }
 }
 
-void delta_rule_prefill_chunked(const DeltaShape& s, int N, const int32_t* cu_seqlens, const float* q,
-                                const float* k, const float* v, const float* g, const float* beta,
-                                const int32_t* slots, const uint8_t* has_history, float* state, float* out,
-                                int chunk) {
+void delta_rule_prefill_chunked(const DeltaShape& s, int N, const int32_t* cu_seqlens, const float* q, const float* k,
+                                const float* v, const float* g, const float* beta, const int32_t* slots,
+                                const uint8_t* has_history, float* state, float* out, int chunk) {
   const char* op = "delta_rule_prefill_chunked";
   check_prefill(s, N, cu_seqlens, q, k, v, g, beta, slots, has_history, state, out, op);
   detail::require(chunk >= 1, op, "chunk must be >= 1, got " + std::to_string(chunk));

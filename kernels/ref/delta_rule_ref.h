@@ -29,14 +29,14 @@ struct DeltaShape {
 // Throws std::invalid_argument on bad arguments (sizes < 1, B < 0, Hv % Hk != 0, null pointers
 // when B > 0, duplicate slots).
 void delta_rule_decode(const DeltaShape& s, int B,
-                       const float* q,         // [B, Hk, Dk]
-                       const float* k,         // [B, Hk, Dk]
-                       const float* v,         // [B, Hv, Dv]
-                       const float* g,         // [B, Hv]
-                       const float* beta,      // [B, Hv]
-                       const int32_t* slots,   // [B]; < 0 marks a padding row
-                       float* state,           // [num_slots, Hv, Dk, Dv] f32, updated in place
-                       float* out);            // [B, Hv, Dv]
+                       const float* q,        // [B, Hk, Dk]
+                       const float* k,        // [B, Hk, Dk]
+                       const float* v,        // [B, Hv, Dv]
+                       const float* g,        // [B, Hv]
+                       const float* beta,     // [B, Hv]
+                       const int32_t* slots,  // [B]; < 0 marks a padding row
+                       float* state,          // [num_slots, Hv, Dk, Dv] f32, updated in place
+                       float* out);           // [B, Hv, Dv]
 
 // Prefill, recurrent form: the decode step applied token by token (so a recurrent prefill of n
 // tokens followed by m decode steps equals a recurrent prefill of n + m tokens, bit for bit).

@@ -11,11 +11,9 @@
 
 namespace sg::ref {
 
-void linear(const float* x, const float* W, float* y, int64_t T, int in, int out,
-            Store store_out) {
+void linear(const float* x, const float* W, float* y, int64_t T, int in, int out, Store store_out) {
   if (T <= 0 || in <= 0 || out <= 0) {
-    throw std::invalid_argument(
-        fmt::format("linear: T ({}), in ({}) and out ({}) must be > 0", T, in, out));
+    throw std::invalid_argument(fmt::format("linear: T ({}), in ({}) and out ({}) must be > 0", T, in, out));
   }
   if (!x || !W || !y) throw std::invalid_argument("linear: null pointer argument");
   for (int64_t t = 0; t < T; ++t) {
@@ -29,11 +27,10 @@ void linear(const float* x, const float* W, float* y, int64_t T, int in, int out
   }
 }
 
-void swiglu_mlp(const float* x, const float* gate_w, const float* up_w, const float* down_w,
-                float* y, int64_t T, int H, int I, Store act, Store store_out) {
+void swiglu_mlp(const float* x, const float* gate_w, const float* up_w, const float* down_w, float* y, int64_t T, int H,
+                int I, Store act, Store store_out) {
   if (T <= 0 || H <= 0 || I <= 0) {
-    throw std::invalid_argument(
-        fmt::format("swiglu_mlp: T ({}), H ({}) and I ({}) must be > 0", T, H, I));
+    throw std::invalid_argument(fmt::format("swiglu_mlp: T ({}), H ({}) and I ({}) must be > 0", T, H, I));
   }
   if (!x || !gate_w || !up_w || !down_w || !y) {
     throw std::invalid_argument("swiglu_mlp: null pointer argument");
@@ -51,8 +48,7 @@ void swiglu_mlp(const float* x, const float* gate_w, const float* up_w, const fl
 
 void embedding(const float* table, const int64_t* ids, float* y, int64_t T, int64_t V, int H) {
   if (T <= 0 || V <= 0 || H <= 0) {
-    throw std::invalid_argument(
-        fmt::format("embedding: T ({}), V ({}) and H ({}) must be > 0", T, V, H));
+    throw std::invalid_argument(fmt::format("embedding: T ({}), V ({}) and H ({}) must be > 0", T, V, H));
   }
   if (!table || !ids || !y) throw std::invalid_argument("embedding: null pointer argument");
   for (int64_t t = 0; t < T; ++t) {

@@ -9,8 +9,7 @@
 namespace sg::ref {
 namespace {
 
-void check_args(const char* op, const void* x, const void* w, const void* y, int64_t rows, int n,
-                float eps) {
+void check_args(const char* op, const void* x, const void* w, const void* y, int64_t rows, int n, float eps) {
   if (rows <= 0 || n <= 0) {
     throw std::invalid_argument(fmt::format("{}: rows ({}) and n ({}) must be > 0", op, rows, n));
   }
@@ -40,8 +39,8 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int n, floa
   }
 }
 
-void gated_rmsnorm(const float* x, const float* z, const float* w, float* y, int64_t rows, int n,
-                   float eps, Store out) {
+void gated_rmsnorm(const float* x, const float* z, const float* w, float* y, int64_t rows, int n, float eps,
+                   Store out) {
   check_args("gated_rmsnorm", x, w, y, rows, n, eps);
   if (!z) throw std::invalid_argument("gated_rmsnorm: null gate z");
   for (int64_t r = 0; r < rows; ++r) {

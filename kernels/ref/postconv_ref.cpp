@@ -41,13 +41,13 @@ float sum_squares_tree(const float* x, int n) {
   return s[0];
 }
 
-void postconv(const PostconvShape& s, int T, const float* conv, int64_t conv_stride, const float* a,
-              int64_t a_stride, const float* b, int64_t b_stride, const float* A_log,
-              const float* dt_bias, float* q, float* k, float* v, float* g, float* beta) {
+void postconv(const PostconvShape& s, int T, const float* conv, int64_t conv_stride, const float* a, int64_t a_stride,
+              const float* b, int64_t b_stride, const float* A_log, const float* dt_bias, float* q, float* k, float* v,
+              float* g, float* beta) {
   const char* op = "postconv";
   detail::require(s.Hk >= 1 && s.Hv >= 1 && s.Dk >= 1 && s.Dv >= 1, op,
-                  "Hk, Hv, Dk, Dv must all be >= 1, got " + std::to_string(s.Hk) + ", " +
-                      std::to_string(s.Hv) + ", " + std::to_string(s.Dk) + ", " + std::to_string(s.Dv));
+                  "Hk, Hv, Dk, Dv must all be >= 1, got " + std::to_string(s.Hk) + ", " + std::to_string(s.Hv) + ", " +
+                      std::to_string(s.Dk) + ", " + std::to_string(s.Dv));
   detail::require(s.Hv % s.Hk == 0, op,
                   "Hv (" + std::to_string(s.Hv) + ") must be a multiple of Hk (" + std::to_string(s.Hk) + ")");
   detail::require(T >= 0, op, "T must be >= 0, got " + std::to_string(T));

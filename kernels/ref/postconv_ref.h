@@ -31,11 +31,11 @@ float sum_squares_tree(const float* x,  // [n]
 // Throws std::invalid_argument on bad arguments (sizes < 1, T < 0, Hv not a multiple of Hk,
 // strides too small, null pointers when T > 0).
 void postconv(const PostconvShape& s, int T,
-              const float* conv,     // [T, conv_stride], conv_stride >= C; channels q | k | v
+              const float* conv,  // [T, conv_stride], conv_stride >= C; channels q | k | v
               int64_t conv_stride,
-              const float* a,        // [T, a_stride], a_stride >= Hv; first Hv entries used
+              const float* a,  // [T, a_stride], a_stride >= Hv; first Hv entries used
               int64_t a_stride,
-              const float* b,        // [T, b_stride], b_stride >= Hv; first Hv entries used
+              const float* b,  // [T, b_stride], b_stride >= Hv; first Hv entries used
               int64_t b_stride,
               const float* A_log,    // [Hv]
               const float* dt_bias,  // [Hv]

@@ -33,9 +33,9 @@ inline void require_distinct_slots(const int32_t* slots, int n, const char* op) 
   for (int a = 0; a < n; ++a) {
     if (slots[a] < 0) continue;
     for (int b = a + 1; b < n; ++b) {
-      require(slots[a] != slots[b], op,
-              "slot " + std::to_string(slots[a]) + " is used by rows " + std::to_string(a) +
-                  " and " + std::to_string(b));
+      require(
+          slots[a] != slots[b], op,
+          "slot " + std::to_string(slots[a]) + " is used by rows " + std::to_string(a) + " and " + std::to_string(b));
     }
   }
 }

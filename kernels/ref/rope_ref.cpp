@@ -13,8 +13,7 @@ constexpr int64_t kMaxExactPosition = int64_t{1} << 24;  // float(pos) is exact 
 
 void check_rotary_dim(int rotary_dim, double theta) {
   if (rotary_dim <= 0 || rotary_dim % 2 != 0) {
-    throw std::invalid_argument(
-        fmt::format("rope: rotary_dim ({}) must be a positive even number", rotary_dim));
+    throw std::invalid_argument(fmt::format("rope: rotary_dim ({}) must be a positive even number", rotary_dim));
   }
   if (!(theta > 0.0) || !std::isfinite(theta)) {
     throw std::invalid_argument(fmt::format("rope: theta ({}) must be finite and > 0", theta));
@@ -35,16 +34,13 @@ std::vector<float> rope_inv_freq(int rotary_dim, double theta) {
   return inv_freq;
 }
 
-void rope(float* x, const int64_t* positions, int64_t T, int H, int D, int rotary_dim,
-          double theta, Store out) {
+void rope(float* x, const int64_t* positions, int64_t T, int H, int D, int rotary_dim, double theta, Store out) {
   if (T <= 0 || H <= 0 || D <= 0) {
-    throw std::invalid_argument(
-        fmt::format("rope: T ({}), H ({}) and D ({}) must be > 0", T, H, D));
+    throw std::invalid_argument(fmt::format("rope: T ({}), H ({}) and D ({}) must be > 0", T, H, D));
   }
   check_rotary_dim(rotary_dim, theta);
   if (rotary_dim > D) {
-    throw std::invalid_argument(
-        fmt::format("rope: rotary_dim ({}) must be <= head dim D ({})", rotary_dim, D));
+    throw std::invalid_argument(fmt::format("rope: rotary_dim ({}) must be <= head dim D ({})", rotary_dim, D));
   }
   if (!x || !positions) throw std::invalid_argument("rope: null pointer argument");
 
@@ -54,8 +50,7 @@ void rope(float* x, const int64_t* positions, int64_t T, int H, int D, int rotar
   for (int64_t t = 0; t < T; ++t) {
     const int64_t pos = positions[t];
     if (pos < 0 || pos >= kMaxExactPosition) {
-      throw std::invalid_argument(
-          fmt::format("rope: position {} of token {} is outside [0, 2^24)", pos, t));
+      throw std::invalid_argument(fmt::format("rope: position {} of token {} is outside [0, 2^24)", pos, t));
     }
     for (int i = 0; i < half; ++i) {
       const float angle = static_cast<float>(pos) * inv_freq[i];

@@ -27,7 +27,7 @@ namespace sg::ref {
 std::vector<float> rope_inv_freq(int rotary_dim, double theta);  // -> [rotary_dim / 2]
 
 // Applies the rotary embedding in place to every head of every token.
-void rope(float* x,                 // [T, H, D] row-major; rotated in place
+void rope(float* x,                  // [T, H, D] row-major; rotated in place
           const int64_t* positions,  // [T] absolute position of each token, 0 <= pos < 2^24
           int64_t T, int H, int D, int rotary_dim, double theta, Store out = Store::f32);
 

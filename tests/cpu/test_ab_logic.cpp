@@ -143,10 +143,10 @@ TEST_CASE("ab selection: the settings table matches the options", "[ab][selectio
 }
 
 TEST_CASE("ab verdict: faster or slower only beyond the wider spread", "[ab][verdict]") {
-  const Spread a{10.0, 9.0, 11.0};  // spread 2
-  CHECK(verdict(a, {7.9, 7.5, 8.5}) == Verdict::faster);   // d = -2.1, noise 2
+  const Spread a{10.0, 9.0, 11.0};                           // spread 2
+  CHECK(verdict(a, {7.9, 7.5, 8.5}) == Verdict::faster);     // d = -2.1, noise 2
   CHECK(verdict(a, {12.1, 12.0, 12.5}) == Verdict::slower);  // d = +2.1
-  CHECK(verdict(a, {8.0, 7.5, 8.5}) == Verdict::neutral);  // d = -2 = noise: not beyond it
+  CHECK(verdict(a, {8.0, 7.5, 8.5}) == Verdict::neutral);    // d = -2 = noise: not beyond it
   CHECK(verdict(a, {11.5, 11.4, 11.6}) == Verdict::neutral);
   // B's spread is the wider one: it sets the noise.
   CHECK(verdict(a, {6.5, 3.0, 9.0}) == Verdict::neutral);  // d = -3.5, noise 6

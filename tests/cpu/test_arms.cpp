@@ -206,7 +206,8 @@ TEST_CASE("ArmSelection::parse: errors name the problem and list the valid names
   CHECK(contains(m, "\"conv.fwd\" is not op=arm"));
   CHECK(contains(m, kValidOps));
 
-  for (const char* bad : {",", "conv.fwd=k4,", ",conv.fwd=k4", "conv.fwd=k4,,postconv=fast", "conv.fwd=k4, ,postconv=fast"}) {
+  for (const char* bad :
+       {",", "conv.fwd=k4,", ",conv.fwd=k4", "conv.fwd=k4,,postconv=fast", "conv.fwd=k4, ,postconv=fast"}) {
     CAPTURE(bad);
     m = arm_error([&] { ArmSelection::parse(bad); });
     CHECK(contains(m, "empty item"));
@@ -256,8 +257,8 @@ TEST_CASE("resolve_arms precedence: --arm > STEPGRAPH_ARMS > seed flags > defaul
     CHECK(src(r, Op::conv_fwd) == "--arm");
   }
   SECTION("STEPGRAPH_ARMS over the seed flags, op by op") {
-    const ResolvedArms r =
-        resolve({{"VT_GDN_POSTCONV_SPLIT", "1"}, {"VT_CONV_CHANNEL_TILE", "1"}, {"STEPGRAPH_ARMS", "postconv=megablock"}});
+    const ResolvedArms r = resolve(
+        {{"VT_GDN_POSTCONV_SPLIT", "1"}, {"VT_CONV_CHANNEL_TILE", "1"}, {"STEPGRAPH_ARMS", "postconv=megablock"}});
     CHECK(r.arms.postconv == PostconvArm::megablock);
     CHECK(src(r, Op::postconv) == "STEPGRAPH_ARMS");
     CHECK(r.arms.conv_fwd == ConvFwdArm::k4);

@@ -30,7 +30,9 @@ const std::string kEsc = "\x1b";
 void load_config(const fs::path& d) { load_hf_config(d / "config.json"); }
 void open_checkpoint(const fs::path& d) { Checkpoint::open(d); }
 void open_file(const fs::path& d) { SafetensorsFile::open(d / "m.safetensors"); }
-void load_checkpoint_weights(const fs::path& d) { load_weights(Checkpoint::open(d), load_hf_config(d / "config.json")); }
+void load_checkpoint_weights(const fs::path& d) {
+  load_weights(Checkpoint::open(d), load_hf_config(d / "config.json"));
+}
 
 // Writes config.json: the fixture's config with `edit` applied.
 std::function<void(const fs::path&)> config_with(std::function<void(json&)> edit) {
@@ -103,22 +105,19 @@ std::vector<FileCase> config_cases() {
   add("config: raw control byte inside a string", config_raw_value("hidden_act", "\"si" + kEsc + "lu\""),
       {"not valid JSON"});
   add("config: invalid UTF-8 inside a string", config_raw_value("hidden_act", "\"s\xff\xfe\""), {"not valid JSON"});
-  add("config: 10 MB string value",
-      config_with([](json& c) { c["hidden_act"] = std::string(10'000'000, 'x'); }),
+  add("config: 10 MB string value", config_with([](json& c) { c["hidden_act"] = std::string(10'000'000, 'x'); }),
       {"key 'hidden_act': 'xxxx", "... (10000000 bytes)"});
   add("config: layer_types with a million entries",
       config_with([](json& c) { c["layer_types"] = std::vector<std::string>(1'000'000, "linear_attention"); }),
       {"key 'layer_types': has 1000000 entries but num_hidden_layers is 4"});
-  add("config: hidden_size an object of 100000 keys",
-      config_with([](json& c) {
+  add("config: hidden_size an object of 100000 keys", config_with([](json& c) {
         json o = json::object();
         for (int i = 0; i < 100000; ++i) o[fmt::format("k{}", i)] = i;
         c["hidden_size"] = o;
       }),
       {"key 'hidden_size': must be an integer, got {", "..."});
   add("config: not an object", config_text(R"([1, 2, 3])"), {"must be a JSON object, got [1,2,3]"});
-  add("config: huge GDN head sizes fail the memory check",
-      config_with([](json& c) { c = huge_head_config(); }),
+  add("config: huge GDN head sizes fail the memory check", config_with([](json& c) { c = huge_head_config(); }),
       {"needs", "of host memory", "SSM state"});
   v.back().run = [](const fs::path& d) {
     const Qwen35Config cfg = load_hf_config(d / "config.json");
@@ -140,15 +139,19 @@ std::vector<FileCase> safetensors_cases() {
       st_file(R"({"w":{"dtype":"F32","dtype":"F16","shape":[4],"data_offsets":[0,16]}})"),
       {"{dir}/m.safetensors", "tensor 'w': key 'dtype' appears twice"});
   add("safetensors: bytes after the data section", st_file("{\"w\":" + kEntry + "}", std::vector<uint8_t>(20)),
-      {"{dir}/m.safetensors", "4 bytes after the end of the tensor data (the last tensor, 'w', ends at byte 16 of the 20-byte data section)"});
+      {"{dir}/m.safetensors",
+       "4 bytes after the end of the tensor data (the last tensor, 'w', ends at byte 16 of the 20-byte data section)"});
   add("safetensors: no tensors, yet data bytes", st_file(R"({"__metadata__":{"format":"pt"}})"),
       {"{dir}/m.safetensors", "lists no tensors but 16 data bytes"});
-  add("safetensors: model.safetensors is a FIFO", [](const fs::path& d) { make_fifo(d / "model.safetensors"); },
+  add(
+      "safetensors: model.safetensors is a FIFO", [](const fs::path& d) { make_fifo(d / "model.safetensors"); },
       {"{dir}/model.safetensors: not a regular file (it is a FIFO)"}, open_checkpoint);
-  add("safetensors: a FIFO given as the checkpoint", [](const fs::path& d) { make_fifo(d / "m.safetensors"); },
+  add(
+      "safetensors: a FIFO given as the checkpoint", [](const fs::path& d) { make_fifo(d / "m.safetensors"); },
       {"{dir}/m.safetensors: not a regular file (it is a FIFO)"},
       [](const fs::path& d) { Checkpoint::open(d / "m.safetensors"); });
-  add("safetensors: model.safetensors links to /dev/zero",
+  add(
+      "safetensors: model.safetensors links to /dev/zero",
       [](const fs::path& d) { link_to(d / "model.safetensors", "/dev/zero"); },
       {"not a regular file (it is a character device)"}, open_checkpoint);
   add("safetensors: header nested 100000 deep", st_file("{\"w\":" + nested_arrays(100000) + "}"),
@@ -161,10 +164,11 @@ std::vector<FileCase> safetensors_cases() {
       {"tensor 'w': unknown dtype '\\x1b[31mF32'"});
   add("safetensors: invalid UTF-8 in a tensor name",
       st_file("{\"w\xff\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}"), {"header is not valid JSON"});
-  add("safetensors: a 1 MB dtype", st_file(R"({"w":{"dtype":")" + std::string(1'000'000, 'A') +
-                                           R"(","shape":[4],"data_offsets":[0,16]}})"),
+  add("safetensors: a 1 MB dtype",
+      st_file(R"({"w":{"dtype":")" + std::string(1'000'000, 'A') + R"(","shape":[4],"data_offsets":[0,16]}})"),
       {"unknown dtype 'AAAA", "... (1000000 bytes)"});
-  add("safetensors: header length 2^63", [](const fs::path& d) {
+  add("safetensors: header length 2^63",
+      [](const fs::path& d) {
         auto b = image("{}", {});
         const uint64_t n = uint64_t{1} << 63;
         std::memcpy(b.data(), &n, 8);
@@ -174,10 +178,12 @@ std::vector<FileCase> safetensors_cases() {
   add("safetensors: a shape whose size overflows",
       st_file(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,16]}})"),
       {"tensor 'w': shape", "too large"});
-  add("weights: a NaN", [](const fs::path& d) { poisoned_checkpoint(d, "model.norm.weight", std::nanf(""), 7); },
+  add(
+      "weights: a NaN", [](const fs::path& d) { poisoned_checkpoint(d, "model.norm.weight", std::nanf(""), 7); },
       {"model.norm.weight (in {dir}/model.safetensors) has 1 non-finite value (first: nan at index 7)"},
       load_checkpoint_weights, kInvalid);
-  add("weights: an infinity",
+  add(
+      "weights: an infinity",
       [](const fs::path& d) {
         poisoned_checkpoint(d, "model.embed_tokens.weight", -std::numeric_limits<float>::infinity(), 123);
       },
@@ -196,8 +202,7 @@ std::vector<FileCase> index_cases() {
       {idx, "nests deeper than 64"});
   add("index: a FIFO", [](const fs::path& d) { make_fifo(d / "model.safetensors.index.json"); },
       {idx + ": not a regular file (it is a FIFO)"});
-  add("index: a link to /dev/zero",
-      [](const fs::path& d) { link_to(d / "model.safetensors.index.json", "/dev/zero"); },
+  add("index: a link to /dev/zero", [](const fs::path& d) { link_to(d / "model.safetensors.index.json", "/dev/zero"); },
       {idx + ": not a regular file (it is a character device)"});
   add("index: 65 MiB", [](const fs::path& d) { sparse_file(d / "model.safetensors.index.json", uint64_t{65} << 20); },
       {idx, "more than the 67108864 byte limit"});

@@ -63,7 +63,8 @@ std::vector<CliCase> option_cases() {
   add("generate --cpu --arm", {"generate", "--cpu", "--arm", "conv.fwd=k4"}, 1,
       {"generate: kernel arms were selected (conv.fwd (--arm))", "cannot apply"});
   add("generate --cpu --attn-prefill", {"generate", "--cpu", "--attn-prefill", "mma"}, 1, {"--attn-prefill"});
-  add("generate --cpu --attn-decode", {"generate", "--cpu", "--attn-decode", "simt"}, 1, {"--attn-decode", "cannot apply"});
+  add("generate --cpu --attn-decode", {"generate", "--cpu", "--attn-decode", "simt"}, 1,
+      {"--attn-decode", "cannot apply"});
   add("generate --cpu --gemm", {"generate", "--cpu", "--gemm", "cublas"}, 1, {"--gemm", "cannot apply"});
   add("generate --preset unknown", {"generate", "--cpu", "--preset", "nope"}, 1,
       {"unknown preset 'nope' (valid: qwen3.5-4b"});
@@ -112,8 +113,8 @@ std::vector<CliCase> option_cases() {
       ->absent = {"prefill", "decode step"};  // refused before the run
   add("bench --cpu --json into a folder", {"bench", "--cpu", "--json", "{dir}"}, 1, {"cannot write this file"});
   add("bench --max-seqs 0", {"bench", "--cpu", "--max-seqs", "0"}, kCli11Invalid, {"--max-seqs"});
-  auto* json_ok = add("bench --cpu --json writes the CPU run", {"bench", "--cpu", "--json", "r.json"}, 0,
-                      {"wrote r.json"});
+  auto* json_ok =
+      add("bench --cpu --json writes the CPU run", {"bench", "--cpu", "--json", "r.json"}, 0, {"wrote r.json"});
   json_ok->seconds = 120;
   json_ok->after = [](const fs::path& d, const std::string&) {
     const json j = json::parse(read_file(d / "r.json"));
@@ -195,7 +196,8 @@ std::vector<CliCase> env_cases() {
       {"STEPGRAPH_ARMS item \"garbage\" is not op=arm", "valid ops"});
   add("arms: an escape sequence in STEPGRAPH_ARMS", {"arms"}, {{"STEPGRAPH_ARMS", "conv.fwd=\x1b[2J"}}, 1,
       {"unknown arm \"\\x1b[2J\""});
-  add("arms: VT_CONV_REG=yes warns", {"arms"}, {{"VT_CONV_REG", "yes"}}, 0, {"warning: VT_CONV_REG=\"yes\" is not 0 or 1"});
+  add("arms: VT_CONV_REG=yes warns", {"arms"}, {{"VT_CONV_REG", "yes"}}, 0,
+      {"warning: VT_CONV_REG=\"yes\" is not 0 or 1"});
   add("arms: non-ASCII bytes in a VT_* flag", {"arms"}, {{"VT_CONV_UPDATE_FAST", "\xc3\xa9\xc2\x9b"}}, 0,
       {"warning: VT_CONV_UPDATE_FAST=\"\\xc3\\xa9\\xc2\\x9b\" is not 0 or 1"});
   add("arms: a 100 kB STEPGRAPH_ARMS", {"arms"}, {{"STEPGRAPH_ARMS", std::string(100'000, 'x')}}, 1,
@@ -215,9 +217,8 @@ std::vector<CliCase> env_cases() {
       {"bench: kernel arms were selected (conv.fwd (STEPGRAPH_ARMS))"});
   add("bench --cpu: VT_CONV_REG=0 cannot apply", {"bench", "--cpu"}, {{"VT_CONV_REG", "0"}}, 1,
       {"conv.fwd (VT_CONV_REG=0)"});
-  add("bench --cpu: an empty STEPGRAPH_ARMS selects nothing", {"bench", "--cpu", "--workload", "gdn-layer",
-                                                               "--max-seqs", "2"},
-      {{"STEPGRAPH_ARMS", ""}}, 0, {"--cpu given"})
+  add("bench --cpu: an empty STEPGRAPH_ARMS selects nothing",
+      {"bench", "--cpu", "--workload", "gdn-layer", "--max-seqs", "2"}, {{"STEPGRAPH_ARMS", ""}}, 0, {"--cpu given"})
       ->seconds = 120;
   return v;
 }

@@ -247,7 +247,15 @@ TEST_CASE("C API: sizes and strides out of range are SG_ERR_SIZE", "[capi]") {
          "conv_stride must be >= 384 (C = 2*Hk*Dk + Hv*Dv) (got 383)"},
         {"a_stride", [](sg_postconv_args& a) { a.a_stride = 3; }, "a_stride must be >= 4 (Hv) (got 3)"},
         {"b_stride", [](sg_postconv_args& a) { a.b_stride = 0; }, "b_stride must be >= 4 (Hv) (got 0)"},
-        {"Hk + Hv", [](sg_postconv_args& a) { a.Hk = 40000; a.Hv = 40000; a.Dk = 1; a.Dv = 1; a.conv_stride = 1 << 20; a.a_stride = a.b_stride = 40000; },
+        {"Hk + Hv",
+         [](sg_postconv_args& a) {
+           a.Hk = 40000;
+           a.Hv = 40000;
+           a.Dk = 1;
+           a.Dv = 1;
+           a.conv_stride = 1 << 20;
+           a.a_stride = a.b_stride = 40000;
+         },
          "Hk + Hv must be <= 65535 (got 80000)"},
     };
     for (const auto& c : cases) {
@@ -303,7 +311,8 @@ TEST_CASE("C API: NULL and misaligned pointers are SG_ERR_POINTER and named", "[
     CHECK(contains(last_error(), "x ("));
     CHECK(contains(last_error(), "is not aligned to its element size (2 bytes)"));
     a = update_args();
-    a.bias = reinterpret_cast<const float*>(reinterpret_cast<const char*>(fake(4)) + 2);  // optional, but must be aligned
+    a.bias =
+        reinterpret_cast<const float*>(reinterpret_cast<const char*>(fake(4)) + 2);  // optional, but must be aligned
     CHECK(sg_conv_update(&a, nullptr, nullptr) == SG_ERR_POINTER);
     CHECK(contains(last_error(), "bias ("));
   }

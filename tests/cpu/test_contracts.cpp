@@ -111,8 +111,8 @@ TEST_CASE("postconv contract: token_tile falls back to fast unless Dk = Dv = 128
     CHECK(c.kernel == "postconv_fast");
     CHECK(c.grid == d3(128, 17, 1));
     CHECK(c.block == d3(128, 1, 1));
-    CHECK(c.fallback_reason ==
-          "token_tile needs Dk = Dv = 128 (got Dk=" + std::to_string(d.Dk) + ", Dv=" + std::to_string(d.Dv) + "): using fast");
+    CHECK(c.fallback_reason == "token_tile needs Dk = Dv = 128 (got Dk=" + std::to_string(d.Dk) +
+                                   ", Dv=" + std::to_string(d.Dv) + "): using fast");
     // The other arms never fall back on D.
     for (auto arm : {PostconvArm::megablock, PostconvArm::fast, PostconvArm::split}) {
       auto o = postconv_contract(arm, {128, 16, 32, d.Dk, d.Dv});
@@ -132,13 +132,17 @@ TEST_CASE("postconv contract: invalid shapes", "[contracts]") {
   for (auto arm : {PostconvArm::megablock, PostconvArm::fast, PostconvArm::split, PostconvArm::token_tile}) {
     CAPTURE(arm_name(arm));
     CHECK(contains(invalid_argument_of([&] { postconv_contract(arm, {0, 16, 32, 128, 128}); }), "T must be >= 1"));
-    CHECK(contains(invalid_argument_of([&] { postconv_contract(arm, {8, 16, 24, 128, 128}); }),
+    CHECK(contains(invalid_argument_of([&] {
+                     postconv_contract(arm, {8, 16, 24, 128, 128});
+                   }),
                    "Hv must be a multiple of Hk (got Hk=16, Hv=24)"));
     CHECK_THROWS_AS(postconv_contract(arm, {8, 0, 32, 128, 128}), std::invalid_argument);
     CHECK_THROWS_AS(postconv_contract(arm, {8, 16, 0, 128, 128}), std::invalid_argument);
     CHECK_THROWS_AS(postconv_contract(arm, {8, 16, 32, 0, 128}), std::invalid_argument);
     CHECK_THROWS_AS(postconv_contract(arm, {8, 16, 32, 128, 0}), std::invalid_argument);
-    CHECK(contains(invalid_argument_of([&] { postconv_contract(arm, {8, 16, 32, 257, 128}); }),
+    CHECK(contains(invalid_argument_of([&] {
+                     postconv_contract(arm, {8, 16, 32, 257, 128});
+                   }),
                    "Dk and Dv must be 1..256 (got Dk=257, Dv=128)"));
     CHECK_THROWS_AS(postconv_contract(arm, {8, 16, 32, 128, 257}), std::invalid_argument);
     CHECK_NOTHROW(postconv_contract(arm, {8, 16, 32, 256, 256}));
@@ -160,10 +164,11 @@ TEST_CASE("conv.fwd contract: tiles, blocks, shared memory, both chunk splits", 
       size_t smem;
       const char *exact, *whole;
     };
-    for (const Row& r : {Row{ConvFwdArm::tiled, 256, {32, 8, 1}, (16 + 3) * 32 * 4, "conv_fwd_tiled_exact", "conv_fwd_tiled_whole"},
-                         Row{ConvFwdArm::reg, 64, {128, 1, 1}, 0, "conv_fwd_register_exact", "conv_fwd_register_whole"},
-                         Row{ConvFwdArm::k4, 64, {128, 1, 1}, 0, "conv_fwd_k4_exact", "conv_fwd_k4_whole"},
-                         Row{ConvFwdArm::k4x2, 32, {128, 1, 1}, 0, "conv_fwd_k4x2_exact", "conv_fwd_k4x2_whole"}}) {
+    for (const Row& r :
+         {Row{ConvFwdArm::tiled, 256, {32, 8, 1}, (16 + 3) * 32 * 4, "conv_fwd_tiled_exact", "conv_fwd_tiled_whole"},
+          Row{ConvFwdArm::reg, 64, {128, 1, 1}, 0, "conv_fwd_register_exact", "conv_fwd_register_whole"},
+          Row{ConvFwdArm::k4, 64, {128, 1, 1}, 0, "conv_fwd_k4_exact", "conv_fwd_k4_whole"},
+          Row{ConvFwdArm::k4x2, 32, {128, 1, 1}, 0, "conv_fwd_k4x2_exact", "conv_fwd_k4x2_whole"}}) {
       CAPTURE(arm_name(r.arm));
       auto e = conv_fwd_contract(r.arm, ConvChunksArm::exact, s);
       CHECK(e.arm == r.arm);
@@ -192,8 +197,8 @@ TEST_CASE("conv.fwd contract: tiles, blocks, shared memory, both chunk splits", 
       int C;
       unsigned tiled, reg, k4x2;
     };
-    for (const Row& r : {Row{1, 1, 1, 1}, Row{127, 4, 1, 1}, Row{129, 5, 2, 1}, Row{385, 13, 4, 2},
-                         Row{32, 1, 1, 1}, Row{33, 2, 1, 1}, Row{256, 8, 2, 1}, Row{257, 9, 3, 2}}) {
+    for (const Row& r : {Row{1, 1, 1, 1}, Row{127, 4, 1, 1}, Row{129, 5, 2, 1}, Row{385, 13, 4, 2}, Row{32, 1, 1, 1},
+                         Row{33, 2, 1, 1}, Row{256, 8, 2, 1}, Row{257, 9, 3, 2}}) {
       CAPTURE(r.C);
       const ConvFwdShape s{64, 4, r.C, 4};
       CHECK(conv_fwd_contract(ConvFwdArm::tiled, ConvChunksArm::exact, s).grid.x == r.tiled);
@@ -238,8 +243,8 @@ TEST_CASE("conv.fwd contract: k4 and k4x2 fall back to register when K != 4", "[
         auto c = conv_fwd_contract(requested, chunks, s);
         auto reg = conv_fwd_contract(ConvFwdArm::reg, chunks, s);
         CHECK(c.arm == ConvFwdArm::reg);
-        CHECK(c.fallback_reason == std::string(arm_name(requested)) + " needs K = 4 (got K=" + std::to_string(K) +
-                                       "): using register");
+        CHECK(c.fallback_reason ==
+              std::string(arm_name(requested)) + " needs K = 4 (got K=" + std::to_string(K) + "): using register");
         CHECK(c.grid == reg.grid);
         CHECK(c.block == reg.block);
         CHECK(c.smem_bytes == reg.smem_bytes);
@@ -267,7 +272,9 @@ TEST_CASE("conv.fwd contract: invalid shapes", "[contracts]") {
   for (auto arm : {ConvFwdArm::tiled, ConvFwdArm::reg, ConvFwdArm::k4, ConvFwdArm::k4x2}) {
     for (auto chunks : {ConvChunksArm::exact, ConvChunksArm::whole}) {
       CAPTURE(arm_name(arm), arm_name(chunks));
-      CHECK(contains(invalid_argument_of([&] { conv_fwd_contract(arm, chunks, {64, 4, 1024, 1}); }),
+      CHECK(contains(invalid_argument_of([&] {
+                       conv_fwd_contract(arm, chunks, {64, 4, 1024, 1});
+                     }),
                      "conv.fwd: K must be 2..8 (got K=1)"));
       CHECK_THROWS_AS(conv_fwd_contract(arm, chunks, {64, 4, 1024, 9}), std::invalid_argument);
       CHECK_THROWS_AS(conv_fwd_contract(arm, chunks, {0, 4, 1024, 4}), std::invalid_argument);
@@ -278,10 +285,13 @@ TEST_CASE("conv.fwd contract: invalid shapes", "[contracts]") {
   // grid y over CUDA's 65535: exact via the chunk bound, whole via max_seqs.
   CHECK(conv_max_chunks(524280, 1) == 65535);
   CHECK_NOTHROW(conv_fwd_contract(ConvFwdArm::reg, ConvChunksArm::exact, {524280, 1, 1024, 4}));
-  CHECK(contains(invalid_argument_of([] { conv_fwd_contract(ConvFwdArm::reg, ConvChunksArm::exact, {524288, 1, 1024, 4}); }),
+  CHECK(contains(invalid_argument_of([] {
+                   conv_fwd_contract(ConvFwdArm::reg, ConvChunksArm::exact, {524288, 1, 1024, 4});
+                 }),
                  "grid y = 65536"));
   CHECK_NOTHROW(conv_fwd_contract(ConvFwdArm::reg, ConvChunksArm::whole, {524288, 1, 1024, 4}));
-  CHECK_THROWS_AS(conv_fwd_contract(ConvFwdArm::reg, ConvChunksArm::whole, {70000, 65536, 1024, 4}), std::invalid_argument);
+  CHECK_THROWS_AS(conv_fwd_contract(ConvFwdArm::reg, ConvChunksArm::whole, {70000, 65536, 1024, 4}),
+                  std::invalid_argument);
 }
 
 // --- chunk descriptors ----------------------------------------------------------------------------
@@ -297,8 +307,16 @@ TEST_CASE("conv chunks: hand cases", "[contracts]") {
   CHECK(build_conv_chunks({0, 0, 3, 3, 20}) == chunks_of({{1, 0, 3}, {3, 3, 8}, {3, 11, 8}, {3, 19, 1}}));
   CHECK(build_conv_chunks({0, 1, 2, 3}) == chunks_of({{0, 0, 1}, {1, 1, 1}, {2, 2, 1}}));
   // The seed's regression shape: lengths {33, 37}.
-  CHECK(build_conv_chunks({0, 33, 70}) == chunks_of({{0, 0, 8}, {0, 8, 8}, {0, 16, 8}, {0, 24, 8}, {0, 32, 1},
-                                              {1, 33, 8}, {1, 41, 8}, {1, 49, 8}, {1, 57, 8}, {1, 65, 5}}));
+  CHECK(build_conv_chunks({0, 33, 70}) == chunks_of({{0, 0, 8},
+                                                     {0, 8, 8},
+                                                     {0, 16, 8},
+                                                     {0, 24, 8},
+                                                     {0, 32, 1},
+                                                     {1, 33, 8},
+                                                     {1, 41, 8},
+                                                     {1, 49, 8},
+                                                     {1, 57, 8},
+                                                     {1, 65, 5}}));
   // Other chunk sizes.
   CHECK(build_conv_chunks({0, 5, 5, 7}, 2) == chunks_of({{0, 0, 2}, {0, 2, 2}, {0, 4, 1}, {2, 5, 2}}));
   CHECK(build_conv_chunks({0, 3}, 1) == chunks_of({{0, 0, 1}, {0, 1, 1}, {0, 2, 1}}));
@@ -343,8 +361,7 @@ TEST_CASE("conv chunks: conv_max_chunks is the exact worst case", "[contracts]")
   }
 }
 
-TEST_CASE("conv chunks: random varlen batches stay within conv_max_chunks and cover every token once",
-          "[contracts]") {
+TEST_CASE("conv chunks: random varlen batches stay within conv_max_chunks and cover every token once", "[contracts]") {
   const uint64_t seed = 0x5eedc0117ull;
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
@@ -358,8 +375,10 @@ TEST_CASE("conv chunks: random varlen batches stay within conv_max_chunks and co
       int len = 0;
       if (profile == 0) len = std::uniform_int_distribution<int>(0, 3)(rng);
       if (profile == 1) len = std::uniform_int_distribution<int>(0, 300)(rng);
-      if (profile == 2) len = std::uniform_int_distribution<int>(0, 1)(rng) ? 1 : 8 * std::uniform_int_distribution<int>(0, 5)(rng) + 1;
-      if (profile == 3) len = std::uniform_int_distribution<int>(0, 20)(rng) == 0 ? 0 : std::uniform_int_distribution<int>(1, 17)(rng);
+      if (profile == 2)
+        len = std::uniform_int_distribution<int>(0, 1)(rng) ? 1 : 8 * std::uniform_int_distribution<int>(0, 5)(rng) + 1;
+      if (profile == 3)
+        len = std::uniform_int_distribution<int>(0, 20)(rng) == 0 ? 0 : std::uniform_int_distribution<int>(1, 17)(rng);
       cu.push_back(cu.back() + len);
     }
     const int T = cu.back();

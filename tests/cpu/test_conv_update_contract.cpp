@@ -46,7 +46,7 @@ TEST_CASE("conv.update contract: grid and fast arms", "[contracts]") {
     auto f = conv_update_contract(ConvUpdateArm::fast, {32, 8192, 4});
     CHECK(f.arm == ConvUpdateArm::fast);
     CHECK(dims(f.block) == "(128, 1, 1)");
-    CHECK(f.per_thread == 2);               // 32 x 8192 / 2 = 131072 threads: under one wave, so V = 2
+    CHECK(f.per_thread == 2);              // 32 x 8192 / 2 = 131072 threads: under one wave, so V = 2
     CHECK(dims(f.grid) == "(32, 32, 1)");  // 8192 / (128 threads x 2 channels)
     CHECK(f.kernel == "conv_update_fast");
     CHECK(f.fallback_reason.empty());
@@ -61,7 +61,7 @@ TEST_CASE("conv.update contract: grid and fast arms", "[contracts]") {
     CHECK(dims(conv_update_contract(ConvUpdateArm::fast, {32, 10240, 4}).grid) == "(40, 32, 1)");  // V = 2
     CHECK(dims(conv_update_contract(ConvUpdateArm::fast, {32, 10240, 4, 8}).grid) == "(10, 32, 1)");
     CHECK(dims(conv_update_contract(ConvUpdateArm::fast, {512, 10240, 4}).grid) == "(10, 512, 1)");  // V = 8
-    CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {33, 8192, 4}).grid) == "(1056, 1, 1)");  // 1056 exactly
+    CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {33, 8192, 4}).grid) == "(1056, 1, 1)");    // 1056 exactly
     CHECK(dims(conv_update_contract(ConvUpdateArm::grid, {1, 8192, 4}).grid) == "(32, 1, 1)");
   }
   SECTION("V: the largest of 8, 4, 2 that fills one wave (132 x 2048 threads), else 2") {
@@ -69,15 +69,15 @@ TEST_CASE("conv.update contract: grid and fast arms", "[contracts]") {
     struct Row {
       int rows, C, v;
     };
-    for (const Row& r : {Row{32, 8192, 2}, Row{32, 10240, 2}, Row{1, 1, 2},
-                         Row{65535, 1, 2},     // 65535 threads whatever V: 2
-                         Row{131, 8192, 2},    // V = 4: 131 x 2048 = 268288 threads, short of a wave
-                         Row{132, 8192, 4},    // 132 x 2048 = 270336: exactly one wave
-                         Row{263, 8192, 4},    // V = 8: 263 x 1024 = 269312
-                         Row{264, 8192, 8},    // 264 x 1024 = 270336
-                         Row{1, 2162688, 8},   // 2162688 / 8 = 270336 threads in one row
-                         Row{1, 2162687, 8},   // ceil(2162687 / 8) = 270336: working threads, rounded up
-                         Row{1, 2162680, 4}, Row{1, 1081344, 4}, Row{1, 1081343, 4}, Row{1, 1081336, 2}}) {
+    for (const Row& r :
+         {Row{32, 8192, 2}, Row{32, 10240, 2}, Row{1, 1, 2}, Row{65535, 1, 2},  // 65535 threads whatever V: 2
+          Row{131, 8192, 2},   // V = 4: 131 x 2048 = 268288 threads, short of a wave
+          Row{132, 8192, 4},   // 132 x 2048 = 270336: exactly one wave
+          Row{263, 8192, 4},   // V = 8: 263 x 1024 = 269312
+          Row{264, 8192, 8},   // 264 x 1024 = 270336
+          Row{1, 2162688, 8},  // 2162688 / 8 = 270336 threads in one row
+          Row{1, 2162687, 8},  // ceil(2162687 / 8) = 270336: working threads, rounded up
+          Row{1, 2162680, 4}, Row{1, 1081344, 4}, Row{1, 1081343, 4}, Row{1, 1081336, 2}}) {
       CAPTURE(r.rows, r.C);
       CHECK(conv_update_fast_channels(r.rows, r.C) == r.v);
       CHECK(conv_update_contract(ConvUpdateArm::fast, {r.rows, r.C, 4}).per_thread == r.v);
@@ -159,21 +159,32 @@ TEST_CASE("conv.update contract: grid and fast arms", "[contracts]") {
   }
   SECTION("invalid shapes") {
     for (auto arm : {ConvUpdateArm::grid, ConvUpdateArm::fast}) {
-      CHECK(contains(invalid_argument_of([&] { conv_update_contract(arm, {32, 8192, 1}); }), "K must be 2..8 (got K=1)"));
-      CHECK(contains(invalid_argument_of([&] { conv_update_contract(arm, {32, 8192, 9}); }), "K must be 2..8 (got K=9)"));
+      CHECK(contains(invalid_argument_of([&] {
+                       conv_update_contract(arm, {32, 8192, 1});
+                     }),
+                     "K must be 2..8 (got K=1)"));
+      CHECK(contains(invalid_argument_of([&] {
+                       conv_update_contract(arm, {32, 8192, 9});
+                     }),
+                     "K must be 2..8 (got K=9)"));
       CHECK_THROWS_AS(conv_update_contract(arm, {0, 8192, 4}), std::invalid_argument);
       CHECK_THROWS_AS(conv_update_contract(arm, {-1, 8192, 4}), std::invalid_argument);
       CHECK_THROWS_AS(conv_update_contract(arm, {32, 0, 4}), std::invalid_argument);
       CHECK(contains(invalid_argument_of([&] { conv_update_contract(arm, {32, 0, 4}); }), "conv.update"));
       for (int v : {-1, 1, 3, 6, 16}) {
         CAPTURE(v);
-        CHECK(contains(invalid_argument_of([&] { conv_update_contract(arm, {32, 8192, 4, v}); }),
+        CHECK(contains(invalid_argument_of([&] {
+                         conv_update_contract(arm, {32, 8192, 4, v});
+                       }),
                        "conv.update: channels per thread must be 0 (pick), 2, 4 or 8 (got " + std::to_string(v) + ")"));
       }
       for (int b : {-1, 32, 64, 100, 1024}) {
         CAPTURE(b);
-        CHECK(contains(invalid_argument_of([&] { conv_update_contract(arm, {32, 8192, 4, 0, b}); }),
-                       "conv.update: block must be 0 (default), 128, 256 or 512 threads (got " + std::to_string(b) + ")"));
+        CHECK(contains(
+            invalid_argument_of([&] {
+              conv_update_contract(arm, {32, 8192, 4, 0, b});
+            }),
+            "conv.update: block must be 0 (default), 128, 256 or 512 threads (got " + std::to_string(b) + ")"));
       }
     }
     // The fast arm puts rows on grid y.
@@ -182,4 +193,3 @@ TEST_CASE("conv.update contract: grid and fast arms", "[contracts]") {
     CHECK(conv_update_contract(ConvUpdateArm::grid, {65536, 128, 4}).grid.x == kConvUpdateGridMaxBlocks);
   }
 }
-

@@ -65,8 +65,8 @@ TEST_CASE("require() formats its message with the call site", "[engine][error]")
 
 TEST_CASE("a measuring arena counts aligned bytes and a frozen arena refuses to allocate", "[engine][arena]") {
   Arena a = Arena::measure();
-  auto x = a.take("x", DType::bf16, {3, 5});   // 30 bytes
-  auto y = a.take("y", DType::f32, {10});      // aligned to 256, 40 bytes
+  auto x = a.take("x", DType::bf16, {3, 5});  // 30 bytes
+  auto y = a.take("y", DType::f32, {10});     // aligned to 256, 40 bytes
   CHECK(x.data == nullptr);
   CHECK(y.shape[0] == 10);
   CHECK(a.used() == 256 + 40);

@@ -57,7 +57,8 @@ TEST_CASE("Chrome trace has one complete event per matched record, in time order
 TEST_CASE("DOT export draws labelled nodes and the dependency edges", "[graphs][export]") {
   auto dot = to_dot(two_nodes());
   CHECK(dot.rfind("digraph \"gdn-decode b=4\"", 0) == 0);
-  CHECK(dot.find("n0 [label=\"L0 conv.update [fast]\\nconv_update_fast_kernel\\n64x4x1 x 128x1x1\"]") != std::string::npos);
+  CHECK(dot.find("n0 [label=\"L0 conv.update [fast]\\nconv_update_fast_kernel\\n64x4x1 x 128x1x1\"]") !=
+        std::string::npos);
   CHECK(dot.find("k\\\"q") != std::string::npos);  // quotes escaped
   CHECK(dot.find("n0 -> n1;") != std::string::npos);
   CHECK(dot.back() == '\n');

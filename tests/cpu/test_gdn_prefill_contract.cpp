@@ -80,13 +80,12 @@ TEST_CASE("gdn.prefill contract: the fused grid on model shapes and awkward head
       {32768, 32, 16, 48, 128, 128, 4, 512},  // 27B: 80 groups, 10 + 1
       {1, 1, 1, 1, 128, 128, 2, 1},           // C = 384: 3 groups, 1 + 1
       {65, 7, 3, 9, 128, 40, 5, 2},           // v region 360 channels: pieces of 128, 128, 104
-      {129, 2, 2, 6, 128, 200, 3, 3},
-      {64, 1, 1, 2, 128, 8, 8, 1},            // a 16-channel v region: one narrow piece
+      {129, 2, 2, 6, 128, 200, 3, 3},        {64, 1, 1, 2, 128, 8, 8, 1},  // a 16-channel v region: one narrow piece
   };
   for (const Case& c : cases) {
     CAPTURE(c.max_tokens, c.Hk, c.Hv, c.Dv, c.K);
-    const auto k = gdn_prefill_contract(GdnPrefillArm::fused, GdnPrefillShape{c.max_tokens, c.max_seqs, c.Hk, c.Hv,
-                                                                             c.Dk, c.Dv, c.K});
+    const auto k = gdn_prefill_contract(GdnPrefillArm::fused,
+                                        GdnPrefillShape{c.max_tokens, c.max_seqs, c.Hk, c.Hv, c.Dk, c.Dv, c.K});
     CHECK(k.arm == GdnPrefillArm::fused);
     CHECK(k.fallback_reason.empty());
     CHECK(k.kernel == "gdn_prefill_fused");
@@ -95,8 +94,8 @@ TEST_CASE("gdn.prefill contract: the fused grid on model shapes and awkward head
     CHECK(k.smem_bytes == 0);
     CHECK(static_cast<unsigned>(gdn_prefill_conv_blocks_per_tile(c.Hk, c.Hv, c.Dv)) + 1 == per_tile(c.Hk, c.Hv, c.Dv));
     // The grid is the bucket's: any max_seqs gives the same launch.
-    const auto more = gdn_prefill_contract(GdnPrefillArm::fused, GdnPrefillShape{c.max_tokens, c.max_seqs + 100, c.Hk,
-                                                                                c.Hv, c.Dk, c.Dv, c.K});
+    const auto more = gdn_prefill_contract(
+        GdnPrefillArm::fused, GdnPrefillShape{c.max_tokens, c.max_seqs + 100, c.Hk, c.Hv, c.Dk, c.Dv, c.K});
     CHECK(more.grid == k.grid);
   }
   CHECK(gdn_prefill_contract(GdnPrefillArm::fused, GdnPrefillShape{32768, 32, 16, 32, 128, 128, 4}).grid.x == 4608);
@@ -134,11 +133,16 @@ TEST_CASE("gdn.prefill contract: invalid shapes throw", "[contracts]") {
     return s;
   };
   const GdnPrefillShape bad[] = {
-      with([](auto& s) { s.max_tokens = 0; }), with([](auto& s) { s.max_seqs = 0; }),
-      with([](auto& s) { s.Hk = 0; }),         with([](auto& s) { s.Hv = 0; }),
-      with([](auto& s) { s.Hv = 3; }),         with([](auto& s) { s.Dk = 0; }),
-      with([](auto& s) { s.Dv = -8; }),        with([](auto& s) { s.K = 1; }),
-      with([](auto& s) { s.K = 9; }),          with([](auto& s) {
+      with([](auto& s) { s.max_tokens = 0; }),
+      with([](auto& s) { s.max_seqs = 0; }),
+      with([](auto& s) { s.Hk = 0; }),
+      with([](auto& s) { s.Hv = 0; }),
+      with([](auto& s) { s.Hv = 3; }),
+      with([](auto& s) { s.Dk = 0; }),
+      with([](auto& s) { s.Dv = -8; }),
+      with([](auto& s) { s.K = 1; }),
+      with([](auto& s) { s.K = 9; }),
+      with([](auto& s) {
         s.Hk = 1 << 20;
         s.Hv = 1 << 20;
         s.Dk = 1024;
@@ -165,7 +169,8 @@ TEST_CASE("C API: sg_gdn_prefill_fused argument errors name the field", "[capi]"
     const char* message;
   };
   const Bad bad[] = {
-      {"x dtype", [](sg_gdn_prefill_args& a) { a.x_dtype = static_cast<sg_dtype>(2); }, SG_ERR_DTYPE, "x_dtype must be SG_F32"},
+      {"x dtype", [](sg_gdn_prefill_args& a) { a.x_dtype = static_cast<sg_dtype>(2); }, SG_ERR_DTYPE,
+       "x_dtype must be SG_F32"},
       {"qkv dtype", [](sg_gdn_prefill_args& a) { a.qkv_dtype = static_cast<sg_dtype>(-1); }, SG_ERR_DTYPE, "qkv_dtype"},
       {"Hv % Hk", [](sg_gdn_prefill_args& a) { a.Hv = 5; }, SG_ERR_SIZE, "Hv must be a multiple of Hk"},
       {"K", [](sg_gdn_prefill_args& a) { a.K = 9; }, SG_ERR_SIZE, "K must be 2..8"},
@@ -178,7 +183,8 @@ TEST_CASE("C API: sg_gdn_prefill_fused argument errors name the field", "[capi]"
       {"q", [](sg_gdn_prefill_args& a) { a.q = nullptr; }, SG_ERR_POINTER, "q is NULL"},
       {"n_seqs", [](sg_gdn_prefill_args& a) { a.n_seqs = nullptr; }, SG_ERR_POINTER, "n_seqs is NULL"},
       {"x alignment", [](sg_gdn_prefill_args& a) { a.x = reinterpret_cast<char*>(g_fake) + 1; }, SG_ERR_POINTER, "x ("},
-      {"g alignment", [](sg_gdn_prefill_args& a) { a.g = reinterpret_cast<float*>(reinterpret_cast<char*>(g_fake) + 2); },
+      {"g alignment",
+       [](sg_gdn_prefill_args& a) { a.g = reinterpret_cast<float*>(reinterpret_cast<char*>(g_fake) + 2); },
        SG_ERR_POINTER, "g ("},
   };
   for (const Bad& b : bad) {

@@ -18,7 +18,8 @@
 
 using namespace sg;
 
-TEST_CASE("attention head sizes: tuned for 32, 64, 128, 256, generic for the rest of 1..256", "[attention][contracts]") {
+TEST_CASE("attention head sizes: tuned for 32, 64, 128, 256, generic for the rest of 1..256",
+          "[attention][contracts]") {
   for (int D = -1; D <= 300; ++D) {
     CAPTURE(D);
     const bool tuned = D == 32 || D == 64 || D == 128 || D == 256;
@@ -67,11 +68,11 @@ TEST_CASE("attention decode mma: shapes, shared memory and the split pick", "[at
   CHECK(attention_decode_mma_smem(128) == 98304);
   CHECK(attention_decode_mma_smem(64) == 49152);
   // The split pick on the H200 (132 SMs), 4B shapes (Hkv 4), one block per SM at D = 256.
-  CHECK(attention_decode_mma_pick_splits(32, 4, 1152, 132, 1) == 1);   // 128 blocks: one wave
-  CHECK(attention_decode_mma_pick_splits(16, 4, 1152, 132, 1) == 2);   // 128 blocks
-  CHECK(attention_decode_mma_pick_splits(8, 4, 1152, 132, 1) == 4);    // 128 blocks
-  CHECK(attention_decode_mma_pick_splits(24, 4, 1152, 132, 1) == 4);   // 384 blocks, 2.9 waves
-  CHECK(attention_decode_mma_pick_splits(1, 4, 1152, 132, 1) == 17);   // near the cap of 64 positions per split
+  CHECK(attention_decode_mma_pick_splits(32, 4, 1152, 132, 1) == 1);  // 128 blocks: one wave
+  CHECK(attention_decode_mma_pick_splits(16, 4, 1152, 132, 1) == 2);  // 128 blocks
+  CHECK(attention_decode_mma_pick_splits(8, 4, 1152, 132, 1) == 4);   // 128 blocks
+  CHECK(attention_decode_mma_pick_splits(24, 4, 1152, 132, 1) == 4);  // 384 blocks, 2.9 waves
+  CHECK(attention_decode_mma_pick_splits(1, 4, 1152, 132, 1) == 17);  // near the cap of 64 positions per split
   CHECK(attention_decode_mma_pick_splits(1, 4, 100, 132, 1) == 1);
   CHECK(attention_decode_mma_pick_splits(0, 4, 1152, 132, 1) == 1);
   for (int T = 1; T <= 64; ++T) {
@@ -83,7 +84,8 @@ TEST_CASE("attention decode mma: shapes, shared memory and the split pick", "[at
   }
 }
 
-TEST_CASE("attention split-K workspace: [T, Hq, splits, D] partials then [T, Hq, splits, 2] (max, sum)", "[attention][contracts]") {
+TEST_CASE("attention split-K workspace: [T, Hq, splits, D] partials then [T, Hq, splits, 2] (max, sum)",
+          "[attention][contracts]") {
   CHECK(attention_decode_workspace_bytes(4, 8, 256, 1) == 0);
   CHECK(attention_decode_workspace_bytes(4, 8, 256, 0) == 0);
   CHECK(attention_decode_workspace_bytes(4, 8, 256, 2) == 4u * 8 * 2 * (256 + 2) * 4);

@@ -155,7 +155,8 @@ TEST_CASE("HF config: a multimodal config reads its nested text_config", "[model
   SECTION("errors name the nested key") {
     json j = multimodal(text_4b());
     j["text_config"].erase("hidden_size");
-    expect_error([&] { parse_hf_config(j, "mm/config.json"); }, {"mm/config.json", "'text_config.hidden_size'", "missing"});
+    expect_error([&] { parse_hf_config(j, "mm/config.json"); },
+                 {"mm/config.json", "'text_config.hidden_size'", "missing"});
   }
 }
 
@@ -249,11 +250,19 @@ TEST_CASE("HF config: rope keys, current and legacy", "[models][config]") {
 }
 
 TEST_CASE("HF config: every missing required key is an error naming the file and the key", "[models][config]") {
-  const std::vector<std::string> required = {
-      "hidden_size",          "num_hidden_layers",   "intermediate_size",      "vocab_size",
-      "num_attention_heads",  "num_key_value_heads", "head_dim",               "linear_num_key_heads",
-      "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
-      "rms_norm_eps"};
+  const std::vector<std::string> required = {"hidden_size",
+                                             "num_hidden_layers",
+                                             "intermediate_size",
+                                             "vocab_size",
+                                             "num_attention_heads",
+                                             "num_key_value_heads",
+                                             "head_dim",
+                                             "linear_num_key_heads",
+                                             "linear_num_value_heads",
+                                             "linear_key_head_dim",
+                                             "linear_value_head_dim",
+                                             "linear_conv_kernel_dim",
+                                             "rms_norm_eps"};
   for (const auto& key : required) {
     INFO("key " << key);
     json t = text_4b();
@@ -283,36 +292,48 @@ TEST_CASE("HF config: bad values are errors naming the file and the key", "[mode
       {"zero size", [](json& t) { t["num_hidden_layers"] = 0; }, {"'num_hidden_layers'", "positive"}},
       {"negative size", [](json& t) { t["head_dim"] = -256; }, {"'head_dim'", "positive"}},
       {"huge size", [](json& t) { t["vocab_size"] = 1ULL << 40; }, {"'vocab_size'", "too large"}},
-      {"Hv not a multiple of Hk", [](json& t) { t["linear_num_value_heads"] = 24; },
+      {"Hv not a multiple of Hk",
+       [](json& t) { t["linear_num_value_heads"] = 24; },
        {"'linear_num_value_heads'", "multiple", "linear_num_key_heads"}},
-      {"Hq not a multiple of Hkv", [](json& t) { t["num_attention_heads"] = 6; },
+      {"Hq not a multiple of Hkv",
+       [](json& t) { t["num_attention_heads"] = 6; },
        {"'num_attention_heads'", "multiple"}},
-      {"unknown layer type", [](json& t) { t["layer_types"][5] = "sliding_attention"; },
+      {"unknown layer type",
+       [](json& t) { t["layer_types"][5] = "sliding_attention"; },
        {"'layer_types[5]'", "sliding_attention"}},
       {"non-string layer type", [](json& t) { t["layer_types"][0] = 1; }, {"'layer_types[0]'", "unknown layer type"}},
-      {"layer_types too short", [](json& t) { t["layer_types"].erase(t["layer_types"].size() - 1); },
+      {"layer_types too short",
+       [](json& t) { t["layer_types"].erase(t["layer_types"].size() - 1); },
        {"'layer_types'", "31 entries", "32"}},
       {"layer_types not a list", [](json& t) { t["layer_types"] = "linear_attention"; }, {"'layer_types'", "list"}},
-      {"rotary dim not an integer", [](json& t) { t["rope_parameters"]["partial_rotary_factor"] = 0.3; },
+      {"rotary dim not an integer",
+       [](json& t) { t["rope_parameters"]["partial_rotary_factor"] = 0.3; },
        {"'rope_parameters.partial_rotary_factor'", "even integer"}},
-      {"rotary dim odd", [](json& t) {
+      {"rotary dim odd",
+       [](json& t) {
          t["head_dim"] = 12;
          t["rope_parameters"]["partial_rotary_factor"] = 0.25;
        },
        {"'rope_parameters.partial_rotary_factor'", "even integer"}},
-      {"partial_rotary_factor above 1", [](json& t) { t["rope_parameters"]["partial_rotary_factor"] = 2.0; },
+      {"partial_rotary_factor above 1",
+       [](json& t) { t["rope_parameters"]["partial_rotary_factor"] = 2.0; },
        {"partial_rotary_factor", "even integer"}},
-      {"partial_rotary_factor zero", [](json& t) { t["rope_parameters"]["partial_rotary_factor"] = 0; },
+      {"partial_rotary_factor zero",
+       [](json& t) { t["rope_parameters"]["partial_rotary_factor"] = 0; },
        {"'rope_parameters.partial_rotary_factor'", "positive"}},
-      {"rope_theta a string", [](json& t) { t["rope_parameters"]["rope_theta"] = "1e7"; },
+      {"rope_theta a string",
+       [](json& t) { t["rope_parameters"]["rope_theta"] = "1e7"; },
        {"'rope_parameters.rope_theta'", "number"}},
-      {"rope_theta negative", [](json& t) { t["rope_parameters"]["rope_theta"] = -1; },
+      {"rope_theta negative",
+       [](json& t) { t["rope_parameters"]["rope_theta"] = -1; },
        {"'rope_parameters.rope_theta'", "positive"}},
       {"rope_parameters not an object", [](json& t) { t["rope_parameters"] = 5; }, {"'rope_parameters'", "object"}},
-      {"unsupported rope type", [](json& t) { t["rope_parameters"]["rope_type"] = "yarn"; },
+      {"unsupported rope type",
+       [](json& t) { t["rope_parameters"]["rope_type"] = "yarn"; },
        {"'rope_parameters.rope_type'", "yarn"}},
       {"eps zero", [](json& t) { t["rms_norm_eps"] = 0.0; }, {"'rms_norm_eps'", "positive"}},
-      {"interval zero", [](json& t) {
+      {"interval zero",
+       [](json& t) {
          t.erase("layer_types");
          t["full_attention_interval"] = 0;
        },

@@ -52,7 +52,8 @@ TEST_CASE("4B plan: 8.41 GB of weights, 1.61 GB of SSM state, 1.07 GB of KV at 3
   const uint64_t attn = 8192ull * 2560 + 2ull * 1024 * 2560 + 2560ull * 4096 + 2ull * 256;
   const uint64_t mlp_norms = 3ull * 9216 * 2560 + 2ull * 2560;
   const uint64_t params = embed + 24 * (gdn + mlp_norms) + 8 * (attn + mlp_norms) + 2560;
-  CHECK(params * 2 == 8411502592ull);  // docs/BENCHMARKS.md: "the 4B decode-b32 step reads 8.41 GB of weights" (tied lm_head once)
+  CHECK(params * 2 ==
+        8411502592ull);  // docs/BENCHMARKS.md: "the 4B decode-b32 step reads 8.41 GB of weights" (tied lm_head once)
   // The plan keeps conv1d, dt_bias and A_log in f32 (what the kernels read), each small tensor
   // padded to 256 bytes: +8192*4*2 and 2 x (256 - 64) bytes per GDN layer.
   const uint64_t weights = params * 2 + 24 * (8192ull * 4 * 2 + 2 * (256 - 64));
@@ -75,14 +76,13 @@ TEST_CASE("4B plan: 8.41 GB of weights, 1.61 GB of SSM state, 1.07 GB of KV at 3
   // Activations for T = 32768 tokens, R = 32 logit rows (every term is a multiple of 256 here).
   const uint64_t T = 32768, R = 32, H = 2560, C = 8192, HvDv = 4096, Hv = 32, I = 9216, V = 248320;
   const uint64_t acts = 3 * T * H * 2 + T * (C + HvDv + 2 * Hv) * 2 + 2 * T * C * 2 + 2 * T * Hv * 4 +
-                        2 * T * HvDv * 2 + T * (2 * 16 * 256 + 2 * 4 * 256) * 2 + T * 16 * 256 * 2 +
-                        T * 2 * I * 2 + T * I * 2 + R * H * 2 + R * V * 4;
+                        2 * T * HvDv * 2 + T * (2 * 16 * 256 + 2 * 4 * 256) * 2 + T * 16 * 256 * 2 + T * 2 * I * 2 +
+                        T * I * 2 + R * H * 2 + R * V * 4;
   CHECK(p.bytes_of(MemoryCategory::activations) == acts);
 
   // Metadata: decode rows 32: nine 256-byte sections + 32 chunks x 12 B = 384 -> 512.
   CHECK(metadata_layout(StepKey::decode(32)).total == 9 * 256 + 512);
-  CHECK(p.bytes_of(MemoryCategory::step_metadata) ==
-        2816 + metadata_layout(StepKey::prefill(32768, 32)).total);
+  CHECK(p.bytes_of(MemoryCategory::step_metadata) == 2816 + metadata_layout(StepKey::prefill(32768, 32)).total);
   CHECK(p.bytes_of(MemoryCategory::workspace) == size_t{32} << 20);
 
   CHECK(sum_categories(p) == p.total);
@@ -96,8 +96,8 @@ TEST_CASE("27B plan: 51.2 GB of weights read per step, 4.83 GB of SSM state, 2.1
   const MemoryPlan p = plan_memory(c, decode_b32());
   // H 5120, I 17408, C 10240, Hv*Dv 6144, Hq*D 6144, untied lm_head.
   const uint64_t embed = 248320ull * 5120;
-  const uint64_t gdn = 10240ull * 5120 + 6144ull * 5120 + 2ull * 48 * 5120 + 10240ull * 4 + 48 + 48 + 128 +
-                       5120ull * 6144;
+  const uint64_t gdn =
+      10240ull * 5120 + 6144ull * 5120 + 2ull * 48 * 5120 + 10240ull * 4 + 48 + 48 + 128 + 5120ull * 6144;
   const uint64_t attn = 2ull * 6144 * 5120 + 2ull * 1024 * 5120 + 5120ull * 6144 + 2ull * 256;
   const uint64_t mlp_norms = 3ull * 17408 * 5120 + 2ull * 5120;
   const uint64_t params = 2 * embed + 48 * (gdn + mlp_norms) + 16 * (attn + mlp_norms) + 5120;
@@ -174,8 +174,8 @@ TEST_CASE("the plan table lists every entry and the per-category subtotals", "[m
   CHECK(t.find("= kv cache") != std::string::npos);
   CHECK(t.find("= total") != std::string::npos);
   CHECK(t.find(format_bytes(static_cast<double>(p.total))) != std::string::npos);
-  for (const char* name : {"weights", "conv state", "ssm state", "kv cache", "activations", "step metadata",
-                           "workspace"}) {
+  for (const char* name :
+       {"weights", "conv state", "ssm state", "kv cache", "activations", "step metadata", "workspace"}) {
     CHECK(t.find(name) != std::string::npos);
   }
 }

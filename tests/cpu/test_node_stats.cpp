@@ -9,7 +9,8 @@ using namespace sg;
 TEST_CASE("kernel names are shortened to the kernel and its template arguments", "[graphs][manifest]") {
   CHECK(short_kernel_name("void sg::(anonymous namespace)::conv_update_fast_kernel(sg::ConvUpdateParams)") ==
         "conv_update_fast_kernel");
-  CHECK(short_kernel_name("void sg::(anonymous namespace)::delta_rule_decode_kernel<128, 2>(sg::DeltaRuleDecodeParams)") ==
+  CHECK(short_kernel_name(
+            "void sg::(anonymous namespace)::delta_rule_decode_kernel<128, 2>(sg::DeltaRuleDecodeParams)") ==
         "delta_rule_decode_kernel<128, 2>");
   CHECK(short_kernel_name("void a::b<c::d>(int)") == "b<c::d>");
   CHECK(short_kernel_name("plain") == "plain");
@@ -26,7 +27,7 @@ TEST_CASE("kernel records aggregate per manifest node, unmatched ones are counte
     n.index = i;
     n.cupti_id = 100 + static_cast<uint64_t>(i);
     n.label.op = std::string(1, i == 0 ? 'a' : 'b');  // (a char* assign trips GCC 12's false -Wrestrict)
-    n.label.bytes = 4e6;  // 4 MB
+    n.label.bytes = 4e6;                              // 4 MB
     m.nodes.push_back(n);
   }
   std::vector<KernelRecord> recs;

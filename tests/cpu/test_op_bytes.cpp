@@ -26,7 +26,8 @@ TEST_CASE("op bytes: the 4B prefill-32x1024 shapes", "[op_bytes]") {
   // conv.fwd without history: x in, out written, each sequence's final state written: 1.075 GB.
   CHECK(op_bytes::conv_fwd(T, 32, 8192, 4, 2, 2, false) == 2.0 * T * 8192 * 2 + 32.0 * 8192 * 3 * 2 + 4.0 * 8192 * 4);
   // With history the initial states are read as well.
-  CHECK(op_bytes::conv_fwd(T, 32, 8192, 4, 2, 2, true) - op_bytes::conv_fwd(T, 32, 8192, 4, 2, 2, false) == 32.0 * 8192 * 3 * 2);
+  CHECK(op_bytes::conv_fwd(T, 32, 8192, 4, 2, 2, true) - op_bytes::conv_fwd(T, 32, 8192, 4, 2, 2, false) ==
+        32.0 * 8192 * 3 * 2);
   CHECK(op_bytes::postconv(T, 16, 32, 128, 128, 2) == 2.0 * T * 8192 * 2 + 2.0 * T * 32 * 2 + 8.0 * T * 32 + 8.0 * 32);
 }
 
@@ -37,7 +38,8 @@ TEST_CASE("op bytes: a fused op moves its parts' bytes less the intermediates it
       const int Hk = 16, Hv = 48, Dk = 128, Dv = 128, K = 4, C = 2 * Hk * Dk + Hv * Dv;
       const double conv_out = double(rows) * C * es;  // written by the conv, read by postconv
       CHECK(op_bytes::gdn_prefill_fused(rows, 7, Hk, Hv, Dk, Dv, K, es, 2, true) ==
-            op_bytes::conv_fwd(rows, 7, C, K, es, 2, true) + op_bytes::postconv(rows, Hk, Hv, Dk, Dv, es) - 2.0 * conv_out);
+            op_bytes::conv_fwd(rows, 7, C, K, es, 2, true) + op_bytes::postconv(rows, Hk, Hv, Dk, Dv, es) -
+                2.0 * conv_out);
       const double qkv = double(rows) * C * es, gates = 2.0 * 4.0 * rows * Hv;  // postconv -> delta rule
       CHECK(op_bytes::gdn_decode_fused(rows, Hk, Hv, Dk, Dv, K, es, 2) ==
             op_bytes::conv_update(rows, C, K, es, 2) + op_bytes::postconv(rows, Hk, Hv, Dk, Dv, es) +

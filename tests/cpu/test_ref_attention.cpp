@@ -24,19 +24,16 @@ struct Inputs {
 };
 
 Inputs random_inputs(int64_t T, int Hq, int Hkv, int D, uint64_t seed) {
-  return {test::uniform_bf16(T * Hq * D, seed, -1.5f, 1.5f),
-          test::uniform_bf16(T * Hkv * D, seed + 1, -1.5f, 1.5f),
-          test::uniform_bf16(T * Hkv * D, seed + 2, -2.f, 2.f),
-          test::uniform_bf16(T * Hq * D, seed + 3, -3.f, 3.f)};
+  return {test::uniform_bf16(T * Hq * D, seed, -1.5f, 1.5f), test::uniform_bf16(T * Hkv * D, seed + 1, -1.5f, 1.5f),
+          test::uniform_bf16(T * Hkv * D, seed + 2, -2.f, 2.f), test::uniform_bf16(T * Hq * D, seed + 3, -3.f, 3.f)};
 }
 
 // One sequence, no history.
-std::vector<float> prefill1(const Inputs& in, int64_t T, int Hq, int Hkv, int D,
-                            Store s = Store::f32) {
+std::vector<float> prefill1(const Inputs& in, int64_t T, int Hq, int Hkv, int D, Store s = Store::f32) {
   std::vector<float> out(T * Hq * D);
   const int32_t cu[2] = {0, static_cast<int32_t>(T)};
-  attention_prefill(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), cu, nullptr,
-                    out.data(), T, 1, Hq, Hkv, D, s);
+  attention_prefill(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), cu, nullptr, out.data(), T, 1, Hq, Hkv, D,
+                    s);
   return out;
 }
 
@@ -55,8 +52,7 @@ std::vector<double> naive(const Inputs& in, int64_t T, int Hq, int Hkv, int D) {
       double mx = -1e300, z = 0;
       for (int64_t j = 0; j <= t; ++j) {
         double s = 0;
-        for (int d = 0; d < D; ++d)
-          s += double(in.q[(t * Hq + h) * D + d]) * in.k[(j * Hkv + g) * D + d];
+        for (int d = 0; d < D; ++d) s += double(in.q[(t * Hq + h) * D + d]) * in.k[(j * Hkv + g) * D + d];
         p[j] = s * scale;
         mx = std::max(mx, p[j]);
       }
@@ -78,11 +74,9 @@ double sigmoid_d(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 TEST_CASE("attention with one key is v * sigmoid(gate)", "[ref][attention]") {
   const int D = 4;
-  Inputs in{{0.3f, -2.f, 5.f, 1.f}, {1.f, 2.f, -1.f, 0.5f}, {1.f, -2.f, 3.f, 0.25f},
-            {0.f, 1.f, -2.f, 4.f}};
+  Inputs in{{0.3f, -2.f, 5.f, 1.f}, {1.f, 2.f, -1.f, 0.5f}, {1.f, -2.f, 3.f, 0.25f}, {0.f, 1.f, -2.f, 4.f}};
   auto out = prefill1(in, 1, 1, 1, D);
-  for (int d = 0; d < D; ++d)
-    CHECK(out[d] == Approx(in.v[d] * sigmoid_d(in.gate[d])).epsilon(1e-6));
+  for (int d = 0; d < D; ++d) CHECK(out[d] == Approx(in.v[d] * sigmoid_d(in.gate[d])).epsilon(1e-6));
 }
 
 TEST_CASE("attention by hand: two keys, scale D^-0.5", "[ref][attention]") {
@@ -95,7 +89,7 @@ TEST_CASE("attention by hand: two keys, scale D^-0.5", "[ref][attention]") {
   in.v = {4, 4, 4, 4, 8, 8, 8, 8};
   in.gate = {0, 0, 0, 0, 0, 0, 0, 30};  // sigmoid 0.5, and ~1 for the last feature
   auto out = prefill1(in, 2, 1, 1, D);
-  for (int d = 0; d < D; ++d) CHECK(out[d] == Approx(2.0).epsilon(1e-6));  // 4 * 0.5
+  for (int d = 0; d < D; ++d) CHECK(out[d] == Approx(2.0).epsilon(1e-6));      // 4 * 0.5
   for (int d = 0; d < 3; ++d) CHECK(out[D + d] == Approx(3.5).epsilon(1e-6));  // (1 + 6) * 0.5
   CHECK(out[D + 3] == Approx(7.0).epsilon(1e-6));
 }
@@ -160,8 +154,7 @@ TEST_CASE("attention varlen: packed sequences equal separate calls", "[ref][atte
   const int64_t T = 12;
   auto in = random_inputs(T, Hq, Hkv, D, 500);
   std::vector<float> out(T * Hq * D);
-  attention_prefill(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), cu, nullptr,
-                    out.data(), T, 3, Hq, Hkv, D);
+  attention_prefill(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), cu, nullptr, out.data(), T, 3, Hq, Hkv, D);
   for (int s : {0, 2}) {
     const int64_t b = cu[s], e = cu[s + 1];
     Inputs part{slice(in.q, b * Hq * D, e * Hq * D), slice(in.k, b * Hkv * D, e * Hkv * D),
@@ -187,14 +180,12 @@ TEST_CASE("attention prefill with history equals one prefill", "[ref][attention]
   const KvView hist = cache.view();
   const int32_t cu[2] = {0, static_cast<int32_t>(n)};
   std::vector<float> out(n * Hq * D);
-  attention_prefill(in.q.data() + split * Hq * D, in.k.data() + split * Hkv * D,
-                    in.v.data() + split * Hkv * D, in.gate.data() + split * Hq * D, cu, &hist,
-                    out.data(), n, 1, Hq, Hkv, D);
+  attention_prefill(in.q.data() + split * Hq * D, in.k.data() + split * Hkv * D, in.v.data() + split * Hkv * D,
+                    in.gate.data() + split * Hq * D, cu, &hist, out.data(), n, 1, Hq, Hkv, D);
   CHECK(out == slice(full, split * Hq * D, T * Hq * D));
 }
 
-TEST_CASE("attention decode of token n equals the last row of a prefill of n + 1 tokens",
-          "[ref][attention]") {
+TEST_CASE("attention decode of token n equals the last row of a prefill of n + 1 tokens", "[ref][attention]") {
   const int Hq = 6, Hkv = 2, D = 16;
   // Three sequences decoded together, with caches of 0, 5 and 9 tokens.
   const int64_t lens[3] = {0, 5, 9};
@@ -208,12 +199,9 @@ TEST_CASE("attention decode of token n equals the last row of a prefill of n + 1
     const Inputs& s = seqs.back();
     caches.emplace_back(Hkv, D, n + 1);
     if (n > 0) caches.back().append(s.k.data(), s.v.data(), n);
-    auto last = [&](const std::vector<float>& a, int H) {
-      return slice(a, n * H * D, (n + 1) * H * D);
-    };
-    for (auto [dst, src, H] :
-         {std::tuple{&step.q, &s.q, Hq}, std::tuple{&step.k, &s.k, Hkv},
-          std::tuple{&step.v, &s.v, Hkv}, std::tuple{&step.gate, &s.gate, Hq}}) {
+    auto last = [&](const std::vector<float>& a, int H) { return slice(a, n * H * D, (n + 1) * H * D); };
+    for (auto [dst, src, H] : {std::tuple{&step.q, &s.q, Hq}, std::tuple{&step.k, &s.k, Hkv},
+                               std::tuple{&step.v, &s.v, Hkv}, std::tuple{&step.gate, &s.gate, Hq}}) {
       auto part = last(*src, H);
       dst->insert(dst->end(), part.begin(), part.end());
     }
@@ -223,8 +211,7 @@ TEST_CASE("attention decode of token n equals the last row of a prefill of n + 1
   }
   const KvView views[3] = {caches[0].view(), caches[1].view(), caches[2].view()};
   std::vector<float> out(3 * Hq * D);
-  attention_decode(step.q.data(), step.k.data(), step.v.data(), step.gate.data(), views,
-                   out.data(), 3, Hq, Hkv, D);
+  attention_decode(step.q.data(), step.k.data(), step.v.data(), step.gate.data(), views, out.data(), 3, Hq, Hkv, D);
   CHECK(out == expect);
 }
 
@@ -259,8 +246,7 @@ TEST_CASE("attention padding rows read nothing and write zeros", "[ref][attentio
     real.append(in.k.data(), in.v.data(), 2);
     const KvView views[2] = {KvView{nullptr, nullptr, -1}, real.view()};
     std::vector<float> out(2 * Hq * D, nan);
-    attention_decode(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), views, out.data(), 2,
-                     Hq, Hkv, D);
+    attention_decode(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), views, out.data(), 2, Hq, Hkv, D);
     for (int i = 0; i < Hq * D; ++i) CHECK(out[i] == 0.f);
     for (int i = Hq * D; i < 2 * Hq * D; ++i) CHECK(std::isfinite(out[i]));
   }
@@ -268,8 +254,7 @@ TEST_CASE("attention padding rows read nothing and write zeros", "[ref][attentio
     const int32_t cu[3] = {0, 2, 3};
     const KvView hist[2] = {KvView{}, KvView{nullptr, nullptr, -1}};
     std::vector<float> out(3 * Hq * D, nan);
-    attention_prefill(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), cu, hist, out.data(),
-                      3, 2, Hq, Hkv, D);
+    attention_prefill(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), cu, hist, out.data(), 3, 2, Hq, Hkv, D);
     for (int i = 0; i < 2 * Hq * D; ++i) CHECK(std::isfinite(out[i]));
     for (int i = 2 * Hq * D; i < 3 * Hq * D; ++i) CHECK(out[i] == 0.f);
   }
@@ -307,8 +292,7 @@ TEST_CASE("attention rejects bad arguments", "[ref][attention]") {
   const int32_t cu_bad_end[2] = {0, 3};
   const int32_t cu_decreasing[3] = {0, 2, 1};
   auto prefill = [&](const int32_t* c, int64_t T, int S, int Hq, int Hkv, int D) {
-    attention_prefill(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), c, nullptr,
-                      out.data(), T, S, Hq, Hkv, D);
+    attention_prefill(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), c, nullptr, out.data(), T, S, Hq, Hkv, D);
   };
   CHECK_THROWS_AS(prefill(cu, 2, 1, 3, 2, 4), std::invalid_argument);  // Hq % Hkv != 0
   CHECK_THROWS_AS(prefill(cu, 2, 1, 4, 0, 4), std::invalid_argument);
@@ -317,12 +301,12 @@ TEST_CASE("attention rejects bad arguments", "[ref][attention]") {
   CHECK_THROWS_AS(prefill(cu_bad_end, 2, 1, 4, 2, 4), std::invalid_argument);
   CHECK_THROWS_AS(prefill(cu_decreasing, 2, 2, 4, 2, 4), std::invalid_argument);
   const KvView views[1] = {KvView{nullptr, nullptr, 3}};  // len > 0 with null pointers
-  CHECK_THROWS_AS(attention_decode(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), views,
-                                   out.data(), 1, 4, 2, 4),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(attention_decode(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), views,
-                                   out.data(), 0, 4, 2, 4),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      attention_decode(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), views, out.data(), 1, 4, 2, 4),
+      std::invalid_argument);
+  CHECK_THROWS_AS(
+      attention_decode(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), views, out.data(), 0, 4, 2, 4),
+      std::invalid_argument);
   KvCache cache(2, 4, 1);
   CHECK_THROWS_AS(cache.append(in.k.data(), in.v.data(), 2), std::invalid_argument);  // > capacity
   CHECK_THROWS_AS(KvCache(0, 4, 1), std::invalid_argument);

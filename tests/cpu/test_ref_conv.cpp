@@ -40,12 +40,12 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 // C = 2, K = 3. Weights and inputs are small dyadic numbers, so every f32 operation is exact and
 // the expected values are plain arithmetic (worked out in the comments).
 TEST_CASE("conv_fwd: hand-computed C=2 K=3", "[ref][conv]") {
-  const std::vector<float> w = {1, 2, 3,  // channel 0, taps oldest .. current
+  const std::vector<float> w = {1,    2,  3,  // channel 0, taps oldest .. current
                                 0.5f, -1, 2};
-  const std::vector<float> x = {1, 2,     // token 0: channel 0, channel 1
-                                3, -1,    // token 1
-                                -2, 4,    // token 2
-                                0.5f, 1}; // token 3
+  const std::vector<float> x = {1,    2,   // token 0: channel 0, channel 1
+                                3,    -1,  // token 1
+                                -2,   4,   // token 2
+                                0.5f, 1};  // token 3
   const std::vector<int32_t> cu = {0, 4}, slots = {1};
   ConvShape s{2, 3, false, Store::f32, Store::f32};
   // Slot 1 of 2; slot 0 holds a marker that must survive.
@@ -239,8 +239,7 @@ TEST_CASE("conv: strided x never reads the padding columns", "[ref][conv]") {
 
   std::vector<float> st_c = state0, st_s = state0, out_c(T * C, kNaN), out_s(T * C, kNaN);
   conv_fwd(s, 3, cu.data(), xc.data(), C, slots.data(), hist.data(), st_c.data(), w.data(), nullptr, out_c.data());
-  conv_fwd(s, 3, cu.data(), xs.data(), stride, slots.data(), hist.data(), st_s.data(), w.data(), nullptr,
-           out_s.data());
+  conv_fwd(s, 3, cu.data(), xs.data(), stride, slots.data(), hist.data(), st_s.data(), w.data(), nullptr, out_s.data());
   for (float o : out_s) CHECK(!std::isnan(o));
   CHECK(same_bits(out_s, out_c));
   CHECK(same_bits(st_s, st_c));
@@ -367,8 +366,7 @@ TEST_CASE("conv: bf16 stores round outputs and state, f32 stores do not", "[ref]
 TEST_CASE("conv: argument validation throws", "[ref][conv]") {
   const std::vector<float> w(8, 1.0f), x(8, 1.0f);
   std::vector<float> state(8, 0.0f), out(8);
-  const std::vector<int32_t> slots = {0, 1}, dup = {1, 1}, cu = {0, 1, 2}, bad_cu0 = {1, 1, 2},
-                             bad_cu = {0, 2, 1};
+  const std::vector<int32_t> slots = {0, 1}, dup = {1, 1}, cu = {0, 1, 2}, bad_cu0 = {1, 1, 2}, bad_cu = {0, 2, 1};
   const std::vector<uint8_t> hist = {0, 0};
   const ConvShape ok{2, 2};
   auto upd = [&](ConvShape s, int B, int64_t stride, const float* xp, const int32_t* sl, float* st) {
@@ -396,15 +394,15 @@ TEST_CASE("conv: argument validation throws", "[ref][conv]") {
   CHECK_THROWS_AS(fwd(ok, 2, bad_cu0.data(), 2, hist.data()), std::invalid_argument);
   CHECK_THROWS_AS(fwd(ok, 2, bad_cu.data(), 2, hist.data()), std::invalid_argument);
   CHECK_THROWS_AS(fwd(ok, 2, cu.data(), 2, nullptr), std::invalid_argument);
-  CHECK_THROWS_AS(conv_fwd(ok, 2, cu.data(), x.data(), 2, dup.data(), hist.data(), state.data(), w.data(), nullptr,
-                           out.data()),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(conv_fwd(ok, 2, cu.data(), x.data(), 2, slots.data(), hist.data(), state.data(), nullptr,
-                           nullptr, out.data()),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(conv_fwd(ok, 2, cu.data(), x.data(), 2, slots.data(), hist.data(), state.data(), w.data(),
-                           nullptr, nullptr),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      conv_fwd(ok, 2, cu.data(), x.data(), 2, dup.data(), hist.data(), state.data(), w.data(), nullptr, out.data()),
+      std::invalid_argument);
+  CHECK_THROWS_AS(
+      conv_fwd(ok, 2, cu.data(), x.data(), 2, slots.data(), hist.data(), state.data(), nullptr, nullptr, out.data()),
+      std::invalid_argument);
+  CHECK_THROWS_AS(
+      conv_fwd(ok, 2, cu.data(), x.data(), 2, slots.data(), hist.data(), state.data(), w.data(), nullptr, nullptr),
+      std::invalid_argument);
   // The message names the op and the problem.
   std::string msg;
   try {

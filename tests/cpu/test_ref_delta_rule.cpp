@@ -12,8 +12,8 @@
 
 #include "kernels/ref/delta_rule_ref.h"
 #include "tests/support/catch.h"
-#include "tests/support/tolerance.h"
 #include "tests/support/random.h"
+#include "tests/support/tolerance.h"
 
 using namespace sg;
 using namespace sg::ref;
@@ -147,8 +147,8 @@ TEST_CASE("delta_rule_decode: invariants of the delta rule", "[ref][delta_rule]"
   std::vector<float> out(s.Dv, kNaN);
   SECTION("full decay (exp(g) = 0): S = beta k v^T, o = beta v (k . q')") {
     const std::vector<float> g = {-200.0f};
-    delta_rule_decode(s, 1, in.q.data(), in.k.data(), in.v.data(), g.data(), in.beta.data(), slot0.data(),
-                      state.data(), out.data());
+    delta_rule_decode(s, 1, in.q.data(), in.k.data(), in.v.data(), g.data(), in.beta.data(), slot0.data(), state.data(),
+                      out.data());
     double kq = 0;
     for (int i = 0; i < s.Dk; ++i) kq += double(in.k[i]) * in.q[i] / std::sqrt(double(s.Dk));
     for (int j = 0; j < s.Dv; ++j) {
@@ -159,8 +159,8 @@ TEST_CASE("delta_rule_decode: invariants of the delta rule", "[ref][delta_rule]"
   }
   SECTION("g = 0, beta = 1, unit k: the new state maps k exactly to v") {
     const std::vector<float> g = {0.0f}, beta = {1.0f};
-    delta_rule_decode(s, 1, in.q.data(), in.k.data(), in.v.data(), g.data(), beta.data(), slot0.data(),
-                      state.data(), out.data());
+    delta_rule_decode(s, 1, in.q.data(), in.k.data(), in.v.data(), g.data(), beta.data(), slot0.data(), state.data(),
+                      out.data());
     for (int j = 0; j < s.Dv; ++j) {
       double sk = 0;
       for (int i = 0; i < s.Dk; ++i) sk += double(state[i * s.Dv + j]) * in.k[i];
@@ -210,13 +210,13 @@ TEST_CASE("delta rule: padding slots leave the state bitwise untouched and write
     for (int i = 0; i < 3 * s.Hv * s.Dv; ++i) CHECK(out[i] == 0.0f);
   }
   SECTION("recurrent prefill") {
-    delta_rule_prefill_recurrent(s, 3, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                                 in.beta.data(), slots.data(), hist.data(), state.data(), out.data());
+    delta_rule_prefill_recurrent(s, 3, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                                 slots.data(), hist.data(), state.data(), out.data());
     for (float o : out) CHECK(o == 0.0f);
   }
   SECTION("chunked prefill") {
-    delta_rule_prefill_chunked(s, 3, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                               in.beta.data(), slots.data(), hist.data(), state.data(), out.data(), 4);
+    delta_rule_prefill_chunked(s, 3, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                               slots.data(), hist.data(), state.data(), out.data(), 4);
     for (float o : out) CHECK(o == 0.0f);
   }
   CHECK(same_bits(state, state0));
@@ -227,18 +227,17 @@ TEST_CASE("delta rule: padding slots leave the state bitwise untouched and write
     CAPTURE(chunked);
     std::vector<float> st = state0;
     if (chunked)
-      delta_rule_prefill_chunked(s, 3, cu2.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                                 in.beta.data(), slots2.data(), hist2.data(), st.data(), out.data(), 4);
+      delta_rule_prefill_chunked(s, 3, cu2.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                                 slots2.data(), hist2.data(), st.data(), out.data(), 4);
     else
-      delta_rule_prefill_recurrent(s, 3, cu2.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                                   in.beta.data(), slots2.data(), hist2.data(), st.data(), out.data());
+      delta_rule_prefill_recurrent(s, 3, cu2.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                                   slots2.data(), hist2.data(), st.data(), out.data());
     CHECK(same_bits(st, state0));
     for (float o : out) CHECK(o == 0.0f);
   }
 }
 
-TEST_CASE("delta rule: recurrent prefill of n then decode of m equals prefill of n+m (bitwise)",
-          "[ref][delta_rule]") {
+TEST_CASE("delta rule: recurrent prefill of n then decode of m equals prefill of n+m (bitwise)", "[ref][delta_rule]") {
   const int n = GENERATE(1, 5, 70);
   const int hist = GENERATE(0, 1);
   const Store st = GENERATE(Store::f32, Store::bf16);
@@ -253,25 +252,23 @@ TEST_CASE("delta rule: recurrent prefill of n then decode of m equals prefill of
 
   std::vector<float> st_one = state0, out_one(T * row, kNaN);
   const std::vector<int32_t> cu_one = {0, T}, cu_n = {0, n};
-  delta_rule_prefill_recurrent(s, 1, cu_one.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                               in.beta.data(), slot0.data(), h.data(), st_one.data(), out_one.data());
+  delta_rule_prefill_recurrent(s, 1, cu_one.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                               slot0.data(), h.data(), st_one.data(), out_one.data());
 
   std::vector<float> st_two = state0, out_two(T * row, kNaN);
-  delta_rule_prefill_recurrent(s, 1, cu_n.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                               in.beta.data(), slot0.data(), h.data(), st_two.data(), out_two.data());
+  delta_rule_prefill_recurrent(s, 1, cu_n.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                               slot0.data(), h.data(), st_two.data(), out_two.data());
   const int64_t qk = int64_t(s.Hk) * s.Dk;
   for (int t = n; t < T; ++t)
-    delta_rule_decode(s, 1, in.q.data() + t * qk, in.k.data() + t * qk, in.v.data() + t * row,
-                      in.g.data() + t * s.Hv, in.beta.data() + t * s.Hv, slot0.data(), st_two.data(),
-                      out_two.data() + t * row);
+    delta_rule_decode(s, 1, in.q.data() + t * qk, in.k.data() + t * qk, in.v.data() + t * row, in.g.data() + t * s.Hv,
+                      in.beta.data() + t * s.Hv, slot0.data(), st_two.data(), out_two.data() + t * row);
   CHECK(same_bits(out_two, out_one));
   CHECK(same_bits(st_two, st_one));
   if (st == Store::bf16)
     for (float o : out_one) CHECK(o == round_bf16(o));
 }
 
-TEST_CASE("delta rule: chunked prefill equals recurrent prefill within the documented tolerance",
-          "[ref][delta_rule]") {
+TEST_CASE("delta rule: chunked prefill equals recurrent prefill within the documented tolerance", "[ref][delta_rule]") {
   struct Heads {
     int Hk, Hv, Dk, Dv;
   };
@@ -304,20 +301,18 @@ TEST_CASE("delta rule: chunked prefill equals recurrent prefill within the docum
     const auto state0 = test::uniform(size_t(num_slots) * s.Hv * head_size(s), 112, -0.5f, 0.5f);
     const int64_t row = int64_t(s.Hv) * s.Dv, slot_size = s.Hv * head_size(s);
     std::vector<float> st_r = state0, st_c = state0, out_r(T * row, kNaN), out_c(T * row, kNaN);
-    delta_rule_prefill_recurrent(s, N, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                                 in.beta.data(), slots.data(), hist.data(), st_r.data(), out_r.data());
-    delta_rule_prefill_chunked(s, N, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                               in.beta.data(), slots.data(), hist.data(), st_c.data(), out_c.data(), chunk);
+    delta_rule_prefill_recurrent(s, N, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                                 slots.data(), hist.data(), st_r.data(), out_r.data());
+    delta_rule_prefill_chunked(s, N, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                               slots.data(), hist.data(), st_c.data(), out_c.data(), chunk);
     double worst_out = 0, worst_state = 0;
     for (int n = 0; n < N; ++n) {
       CAPTURE(n, cu[n + 1] - cu[n], int(hist[n]));
-      const double e_out = norm_err(out_c.data() + cu[n] * row, out_r.data() + cu[n] * row,
-                                    (cu[n + 1] - cu[n]) * row);
+      const double e_out = norm_err(out_c.data() + cu[n] * row, out_r.data() + cu[n] * row, (cu[n + 1] - cu[n]) * row);
       CHECK(e_out <= (st == Store::f32 ? kTolF32 : kTolBf16));
       worst_out = std::max(worst_out, e_out);
       if (slots[n] >= 0) {
-        const double e_st = norm_err(st_c.data() + slots[n] * slot_size, st_r.data() + slots[n] * slot_size,
-                                     slot_size);
+        const double e_st = norm_err(st_c.data() + slots[n] * slot_size, st_r.data() + slots[n] * slot_size, slot_size);
         CHECK(e_st <= kTolF32);
         worst_state = std::max(worst_state, e_st);
       }
@@ -332,8 +327,8 @@ TEST_CASE("delta rule: chunked prefill equals recurrent prefill within the docum
     if (regime == 2) {
       std::vector<uint8_t> no_hist(N, 0);
       std::vector<float> st_x = state0, out_x(T * row, kNaN);
-      delta_rule_prefill_chunked(s, N, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                                 in.beta.data(), slots.data(), no_hist.data(), st_x.data(), out_x.data(), chunk);
+      delta_rule_prefill_chunked(s, N, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                                 slots.data(), no_hist.data(), st_x.data(), out_x.data(), chunk);
       const int n = int(lens.size()) + 1;  // second length, with history
       CHECK(norm_err(out_x.data() + cu[n] * row, out_r.data() + cu[n] * row, (cu[n + 1] - cu[n]) * row) >
             10 * kTolBf16);
@@ -350,8 +345,8 @@ TEST_CASE("delta rule: chunked prefill with unusual chunk sizes", "[ref][delta_r
   const auto in = make_inputs(s, 170, 121, -0.5f, 0.f);
   const auto state0 = test::uniform(2 * s.Hv * head_size(s), 122);
   std::vector<float> st_r = state0, st_c = state0, out_r(170 * 32), out_c(170 * 32);
-  delta_rule_prefill_recurrent(s, 2, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                               in.beta.data(), slots.data(), hist.data(), st_r.data(), out_r.data());
+  delta_rule_prefill_recurrent(s, 2, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                               slots.data(), hist.data(), st_r.data(), out_r.data());
   delta_rule_prefill_chunked(s, 2, cu.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
                              slots.data(), hist.data(), st_c.data(), out_c.data(), chunk);
   CHECK(norm_err(out_c.data(), out_r.data(), int64_t(out_r.size())) <= kTolF32);

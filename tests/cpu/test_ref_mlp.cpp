@@ -15,10 +15,10 @@ using namespace sg;
 using namespace sg::ref;
 
 TEST_CASE("linear by hand: y = W x with W [out, in]", "[ref][linear]") {
-  const float W[6] = {1, 2, 3,   // row 0
-                      4, 5, 6};  // row 1
-  const float x[6] = {1, -1, 2,  // token 0
-                      0, 1, 0};  // token 1
+  const float W[6] = {1, 2, 3,    // row 0
+                      4, 5, 6};   // row 1
+  const float x[6] = {1, -1, 2,   // token 0
+                      0, 1,  0};  // token 1
   float y[4] = {};
   linear(x, W, y, 2, 3, 2);
   CHECK(y[0] == 5.f);
@@ -58,8 +58,8 @@ TEST_CASE("linear matches a double evaluation and rounds to bf16 on request", "[
 
 TEST_CASE("swiglu mlp by hand", "[ref][swiglu]") {
   const float x[2] = {1, 2};
-  const float gate_w[4] = {1, 0, 0, 1};  // g = {1, 2}
-  const float up_w[4] = {1, 1, 2, 0};    // u = {3, 2}
+  const float gate_w[4] = {1, 0, 0, 1};   // g = {1, 2}
+  const float up_w[4] = {1, 1, 2, 0};     // u = {3, 2}
   const float down_w[4] = {1, 0, 1, -1};  // y = {h0, h0 - h1}
   float y[2] = {};
   swiglu_mlp(x, gate_w, up_w, down_w, y, 1, 2, 2);
@@ -76,8 +76,7 @@ TEST_CASE("swiglu mlp: act rounding follows HF's bf16 intermediates", "[ref][swi
   auto dw = test::uniform_bf16(H * I, 94, -0.5f, 0.5f);
   std::vector<float> yf(T * H), yb(T * H);
   swiglu_mlp(x.data(), gw.data(), uw.data(), dw.data(), yf.data(), T, H, I);
-  swiglu_mlp(x.data(), gw.data(), uw.data(), dw.data(), yb.data(), T, H, I, Store::bf16,
-             Store::bf16);
+  swiglu_mlp(x.data(), gw.data(), uw.data(), dw.data(), yb.data(), T, H, I, Store::bf16, Store::bf16);
 
   // The same composition spelled out with the pieces.
   auto compose = [&](Store act, Store out) {
@@ -139,7 +138,7 @@ TEST_CASE("argmax: first index of the maximum, NaN as torch", "[ref][argmax]") {
     CHECK(argmax(b, 3) == 0);
   }
   SECTION("per row") {
-    const float x[6] = {0, 5, 5,  // row 0 -> 1
+    const float x[6] = {0, 5, 5,   // row 0 -> 1
                         7, 1, 8};  // row 1 -> 2
     int64_t idx[2] = {-1, -1};
     argmax_rows(x, idx, 2, 3);

@@ -105,9 +105,8 @@ TEST_CASE("sum_squares_tree: the contract's tree order, not a sequential sum", "
 // Hk = 1, Hv = 2, Dk = 4, Dv = 2: C = 2*4 + 2*2 = 12. Two tokens.
 TEST_CASE("postconv: hand-computed Dk=4", "[ref][postconv]") {
   const PostconvShape s32{1, 2, 4, 2, Store::f32};
-  const std::vector<float> conv = {
-      3, 4, 0, 0, /* k */ 1, 1, 1, 1, /* v */ 0.1f, -2, 3.5f, 1e-3f,   // token 0
-      0, 0, 0, 2, /* k */ 1, -2, 2, 0, /* v */ 7, 8, 9, 10};           // token 1
+  const std::vector<float> conv = {3, 4, 0, 0, /* k */ 1, 1,  1, 1, /* v */ 0.1f, -2, 3.5f, 1e-3f,  // token 0
+                                   0, 0, 0, 2, /* k */ 1, -2, 2, 0, /* v */ 7,    8,  9,    10};    // token 1
   const std::vector<float> a = {0, 25, -30, 1}, b = {0, -30, 2, 40};
   const std::vector<float> A_log = {0, 0.6931472f}, dt_bias = {0, 0.5f};
   const int T = 2;
@@ -116,10 +115,10 @@ TEST_CASE("postconv: hand-computed Dk=4", "[ref][postconv]") {
            v.data(), g.data(), beta.data());
 
   // The contract's formulas, evaluated by hand for each head.
-  const float inv_q0 = 1.0f / std::sqrt(25.0f + 1e-6f);        // 3^2 + 4^2
-  const float inv_k0 = 1.0f / std::sqrt(4.0f + 1e-6f);         // four ones
-  const float inv_q1 = 1.0f / std::sqrt(4.0f + 1e-6f);         // one 2
-  const float inv_k1 = 1.0f / std::sqrt(9.0f + 1e-6f);         // (1 + 4) + (4 + 0)
+  const float inv_q0 = 1.0f / std::sqrt(25.0f + 1e-6f);  // 3^2 + 4^2
+  const float inv_k0 = 1.0f / std::sqrt(4.0f + 1e-6f);   // four ones
+  const float inv_q1 = 1.0f / std::sqrt(4.0f + 1e-6f);   // one 2
+  const float inv_k1 = 1.0f / std::sqrt(9.0f + 1e-6f);   // (1 + 4) + (4 + 0)
   CHECK(q == std::vector<float>{3 * inv_q0, 4 * inv_q0, 0, 0, 0, 0, 0, 2 * inv_q1});
   CHECK(k == std::vector<float>{inv_k0, inv_k0, inv_k0, inv_k0, inv_k1, -2 * inv_k1, 2 * inv_k1, 0});
   CHECK(q[0] == Approx(0.6).epsilon(1e-6));
@@ -135,19 +134,19 @@ TEST_CASE("postconv: hand-computed Dk=4", "[ref][postconv]") {
   CHECK(beta[2] == Approx(0.8807970780).epsilon(1e-6));
   CHECK(beta[3] == 1.0f);
   // g = -exp(A_log) * softplus(a + dt_bias).
-  CHECK(g[0] == -std::log1p(1.0f));                              // -ln 2
+  CHECK(g[0] == -std::log1p(1.0f));  // -ln 2
   CHECK(g[0] == Approx(-0.6931472).epsilon(1e-6));
-  CHECK(g[1] == -std::exp(0.6931472f) * 25.5f);                  // 25.5 > 20: softplus is the identity
+  CHECK(g[1] == -std::exp(0.6931472f) * 25.5f);  // 25.5 > 20: softplus is the identity
   CHECK(g[1] == Approx(-51.0).epsilon(1e-6));
-  CHECK(g[2] == Approx(-9.357623e-14).epsilon(1e-5));            // log1p keeps e^-30 (log(1 + e^-30) = 0)
+  CHECK(g[2] == Approx(-9.357623e-14).epsilon(1e-5));  // log1p keeps e^-30 (log(1 + e^-30) = 0)
   CHECK(g[3] == -std::exp(0.6931472f) * std::log1p(std::exp(1.5f)));
   CHECK(g[3] == Approx(-2.0 * 1.7014132).epsilon(1e-6));
 
   SECTION("bf16 stores round q, k and v once; g and beta stay f32") {
     const PostconvShape s16{1, 2, 4, 2, Store::bf16};
     std::vector<float> q16(T * 4), k16(T * 4), v16(T * 4), g16(T * 2), beta16(T * 2);
-    postconv(s16, T, conv.data(), 12, a.data(), 2, b.data(), 2, A_log.data(), dt_bias.data(), q16.data(),
-             k16.data(), v16.data(), g16.data(), beta16.data());
+    postconv(s16, T, conv.data(), 12, a.data(), 2, b.data(), 2, A_log.data(), dt_bias.data(), q16.data(), k16.data(),
+             v16.data(), g16.data(), beta16.data());
     for (int i = 0; i < T * 4; ++i) {
       CHECK(q16[i] == round_bf16(q[i]));
       CHECK(k16[i] == round_bf16(k[i]));
@@ -213,8 +212,8 @@ TEST_CASE("postconv: argument validation throws", "[ref][postconv]") {
   const PostconvShape ok{1, 2, 4, 2, Store::f32};
   std::vector<float> buf(64, 0.5f), q(8), k(8), v(8), g(4), beta(4);
   auto run = [&](PostconvShape s, int T, int64_t cs, int64_t as, int64_t bs, const float* conv, float* qp) {
-    postconv(s, T, conv, cs, buf.data(), as, buf.data(), bs, buf.data(), buf.data(), qp, k.data(), v.data(),
-             g.data(), beta.data());
+    postconv(s, T, conv, cs, buf.data(), as, buf.data(), bs, buf.data(), buf.data(), qp, k.data(), v.data(), g.data(),
+             beta.data());
   };
   run(ok, 2, 12, 2, 2, buf.data(), q.data());  // valid (an exception here fails the test case)
   run(ok, 0, 12, 2, 2, nullptr, nullptr);      // T = 0 needs no buffers

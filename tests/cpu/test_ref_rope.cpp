@@ -61,8 +61,7 @@ TEST_CASE("rope rotates by hand-computed angles", "[ref][rope]") {
   }
 }
 
-TEST_CASE("rope preserves the norm of each rotated pair and passes the tail through",
-          "[ref][rope]") {
+TEST_CASE("rope preserves the norm of each rotated pair and passes the tail through", "[ref][rope]") {
   const int T = 5, H = 4, D = 256, R = 64;
   auto x = test::uniform_bf16(T * H * D, 17, -2.f, 2.f);
   auto y = x;
@@ -116,9 +115,9 @@ TEST_CASE("rope: each token uses its own position, heads of a token rotate alike
     return std::vector<float>(x.begin() + (t * H + h) * D, x.begin() + (t * H + h + 1) * D);
   };
   for (int h = 1; h < H; ++h) CHECK(row(2, h) == row(2, 0));
-  CHECK(row(0, 0) == row(3, 0));   // same position, same result
-  CHECK(row(1, 0) == head);        // position 0
-  CHECK(row(0, 0) != row(2, 0));   // different positions differ
+  CHECK(row(0, 0) == row(3, 0));  // same position, same result
+  CHECK(row(1, 0) == head);       // position 0
+  CHECK(row(0, 0) != row(2, 0));  // different positions differ
   // Single-token calls agree with the batched call.
   for (int t = 0; t < T; ++t) {
     auto one = head;

@@ -303,7 +303,10 @@ TEST_CASE("reference model: invalid calls throw clear errors and change nothing"
   const int64_t V = m.config().vocab;
   m.prefill({Sequence{0, {1, 2, 3}}});
 
-  CHECK(contains(error_of([&] { m.prefill({Sequence{1, {1, V}}}); }), "token id 256 is outside the vocabulary [0, 256)"));
+  CHECK(contains(error_of([&] {
+                   m.prefill({Sequence{1, {1, V}}});
+                 }),
+                 "token id 256 is outside the vocabulary [0, 256)"));
   CHECK(contains(error_of([&] { m.prefill({Sequence{1, {-1}}}); }), "token id -1 is outside"));
   CHECK(contains(error_of([&] { m.decode({0}, {V + 5}); }), "token id 261 is outside"));
   CHECK(contains(error_of([&] { m.generate({V}, 3); }), "outside the vocabulary"));
@@ -315,7 +318,9 @@ TEST_CASE("reference model: invalid calls throw clear errors and change nothing"
   CHECK(contains(error_of([&] { m.generate({1}, 2, 7); }), "slot 7 is outside"));
   CHECK(contains(error_of([&] { (void)m.length(9); }), "slot 9 is outside"));
 
-  CHECK(contains(error_of([&] { m.prefill({Sequence{0, std::vector<int64_t>(14, 1)}}); }),
+  CHECK(contains(error_of([&] {
+                   m.prefill({Sequence{0, std::vector<int64_t>(14, 1)}});
+                 }),
                  "context overflow on slot 0: 3 cached + 14 new tokens > max_context 16"));
   CHECK(contains(error_of([&] { m.generate(std::vector<int64_t>(10, 1), 8); }), "context overflow"));
   CHECK(contains(error_of([&] { m.prefill({Sequence{0, {1}}, Sequence{0, {2}}}); }), "slot 0 appears twice"));
@@ -393,15 +398,16 @@ TEST_CASE("reference model: load_weights reads a safetensors checkpoint") {
         std::vector<uint8_t> bytes(e.data.size() * 4, 0);
         tensors.emplace_back("lm_head.weight", DType::f32, e.shape, std::move(bytes));
       }
-      const fs::path dir = fs::temp_directory_path() /
-                           ("sg_refmodel_" + name + (multimodal_prefix ? "_mm" : "") + "_" + std::to_string(::getpid()));
+      const fs::path dir = fs::temp_directory_path() / ("sg_refmodel_" + name + (multimodal_prefix ? "_mm" : "") + "_" +
+                                                        std::to_string(::getpid()));
       fs::create_directories(dir);
       write_safetensors(dir / "model.safetensors", tensors);
       const Checkpoint ck = Checkpoint::open(dir);
       const HostWeights loaded = load_weights(ck, c);
       CHECK(loaded.size() == w.size());
       bool same = true;
-      for (const auto& [k, t] : w) same = same && loaded.count(k) && loaded.at(k).data == t.data && loaded.at(k).shape == t.shape;
+      for (const auto& [k, t] : w)
+        same = same && loaded.count(k) && loaded.at(k).data == t.data && loaded.at(k).shape == t.shape;
       CHECK(same);
       // A config that does not fit the checkpoint is rejected with the tensor named.
       Qwen35Config wrong = c;
@@ -464,9 +470,8 @@ TEST_CASE("reference model: reproduces the Hugging Face fixtures") {
       REQUIRE(gen.size() == greedy.size());
       const std::vector<double> margins =
           p.contains("greedy_margins") ? p.at("greedy_margins").get<std::vector<double>>() : std::vector<double>{};
-      const double max_abs = *std::max_element(hf.begin(), hf.end(), [](float x, float y) {
-        return std::fabs(x) < std::fabs(y);
-      });
+      const double max_abs =
+          *std::max_element(hf.begin(), hf.end(), [](float x, float y) { return std::fabs(x) < std::fabs(y); });
       INFO("ours " << nlohmann::json(gen).dump() << ", HF " << nlohmann::json(greedy).dump()
                    << ", HF top-1 minus top-2 margins " << nlohmann::json(margins).dump());
       for (size_t i = 0; i < greedy.size(); ++i) {

@@ -41,7 +41,8 @@ double f16_reference(uint16_t h) {
   const int sign = (h >> 15) ? -1 : 1;
   const int exp = (h >> 10) & 0x1f;
   const int mant = h & 0x3ff;
-  if (exp == 0x1f) return mant ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
+  if (exp == 0x1f)
+    return mant ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
   if (exp == 0) return sign * std::ldexp(static_cast<double>(mant), -24);
   return sign * std::ldexp(1.0 + mant / 1024.0, exp - 15);
 }
@@ -126,9 +127,9 @@ TEST_CASE("safetensors: writer then reader round-trips every dtype", "[models][s
     CHECK(v[1] == -2.f);
     CHECK(v[2] == 0.f);
     CHECK(std::signbit(v[3]));
-    CHECK(v[4] == std::ldexp(1.f, -24));   // smallest subnormal
+    CHECK(v[4] == std::ldexp(1.f, -24));     // smallest subnormal
     CHECK(v[5] == std::ldexp(1023.f, -24));  // largest subnormal
-    CHECK(v[6] == std::ldexp(1.f, -14));   // smallest normal
+    CHECK(v[6] == std::ldexp(1.f, -14));     // smallest normal
     CHECK(v[7] == 65504.f);
     CHECK(v[8] == std::numeric_limits<float>::infinity());
     CHECK(v[9] == -std::numeric_limits<float>::infinity());
@@ -296,9 +297,9 @@ TEST_CASE("checkpoint: sharded with model.safetensors.index.json", "[models][saf
   CHECK(c.file_of("model.embed_tokens.weight") == (dir.path / "model-00001-of-00002.safetensors").string());
 
   SECTION("an index with the multimodal prefix") {
-    json mm = {{"weight_map",
-                {{"model.language_model.layers.0.mlp.up_proj.weight", "s.safetensors"},
-                 {"model.visual.x", "s.safetensors"}}}};
+    json mm = {
+        {"weight_map",
+         {{"model.language_model.layers.0.mlp.up_proj.weight", "s.safetensors"}, {"model.visual.x", "s.safetensors"}}}};
     TempDir d2;
     write_safetensors(d2.path / "s.safetensors",
                       {{"model.language_model.layers.0.mlp.up_proj.weight", DType::f32, {2, 2}, raw(a)},

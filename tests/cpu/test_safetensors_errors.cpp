@@ -79,7 +79,8 @@ TEST_CASE("safetensors: malformed files are errors naming the file and the tenso
   SECTION("entry not an object") { check_open(one("[1]"), {"'w'", "not an object"}); }
   SECTION("missing field") { check_open(one(R"({"dtype":"F32","shape":[4]})"), {"'w'", "data_offsets"}); }
   SECTION("offsets out of range") {
-    check_open(one(R"({"dtype":"F32","shape":[4],"data_offsets":[8,24]})"), {"'w'", "[8, 24]", "past the data section"});
+    check_open(one(R"({"dtype":"F32","shape":[4],"data_offsets":[8,24]})"),
+               {"'w'", "[8, 24]", "past the data section"});
     check_open(one(R"({"dtype":"F32","shape":[4],"data_offsets":[0,18446744073709551615]})"), {"'w'"});
   }
   SECTION("offsets reversed") {
@@ -121,8 +122,9 @@ TEST_CASE("safetensors: malformed files are errors naming the file and the tenso
     expect_error([&] { f.read_f32("w"); }, {F, "'w'", "I64"});
   }
   SECTION("__metadata__ of any shape is ignored, and so is padding") {
-    write_bytes(file, image(R"({"__metadata__": [1, {"x": 2}], "w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}   )",
-                            data16));
+    write_bytes(
+        file,
+        image(R"({"__metadata__": [1, {"x": 2}], "w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}   )", data16));
     CHECK(SafetensorsFile::open(file).names() == std::vector<std::string>{"w"});
   }
   SECTION("not a regular file") {

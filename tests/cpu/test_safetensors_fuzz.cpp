@@ -61,12 +61,28 @@ TEST_CASE("safetensors fuzz: mutated files open and read, or throw sg::Error", "
   const std::vector<uint8_t> base_data(base.begin() + 8 + static_cast<long>(base_n), base.end());
 
   // JSON-level edit of one random tensor entry (or the header as a whole).
-  const std::vector<json> odd_values = {json(nullptr),   json(-1),          json(0),        json(1),
-                                        json(3),         json(1ULL << 63),  json(~0ULL),    json(1.5),
-                                        json("F32"),     json("BF16"),      json("F16"),    json("I64"),
-                                        json("F8_E4M3"), json("NOPE"),      json::array(),  json::array({0}),
-                                        json::array({0, 4}), json::array({4, 0}), json::array({1, 2, 3}),
-                                        json::object(),  json(true),        json::array({~0ULL - 3, ~0ULL})};
+  const std::vector<json> odd_values = {json(nullptr),
+                                        json(-1),
+                                        json(0),
+                                        json(1),
+                                        json(3),
+                                        json(1ULL << 63),
+                                        json(~0ULL),
+                                        json(1.5),
+                                        json("F32"),
+                                        json("BF16"),
+                                        json("F16"),
+                                        json("I64"),
+                                        json("F8_E4M3"),
+                                        json("NOPE"),
+                                        json::array(),
+                                        json::array({0}),
+                                        json::array({0, 4}),
+                                        json::array({4, 0}),
+                                        json::array({1, 2, 3}),
+                                        json::object(),
+                                        json(true),
+                                        json::array({~0ULL - 3, ~0ULL})};
   auto json_edit = [&](std::vector<uint8_t>& img) {
     json h = json::parse(base_header);
     std::vector<std::string> keys;
@@ -99,8 +115,9 @@ TEST_CASE("safetensors fuzz: mutated files open and read, or throw sg::Error", "
           }
           break;
         case 4: h[k] = odd_values[uni(0, odd_values.size() - 1)]; break;
-        case 5: h["extra" + std::to_string(uni(0, 3))] = {{"dtype", "F32"}, {"shape", {uni(0, 8)}},
-                                                          {"data_offsets", {uni(0, 64), uni(0, 200)}}};
+        case 5:
+          h["extra" + std::to_string(uni(0, 3))] = {
+              {"dtype", "F32"}, {"shape", {uni(0, 8)}}, {"data_offsets", {uni(0, 64), uni(0, 200)}}};
           break;
         default: h.erase(k); break;
       }
@@ -119,7 +136,8 @@ TEST_CASE("safetensors fuzz: mutated files open and read, or throw sg::Error", "
     for (int r = 0; r < rounds; ++r) {
       switch (r == 0 ? kind : static_cast<int>(uni(0, 7))) {
         case 0:  // flip bits anywhere
-          for (uint64_t i = 0, n = uni(1, 8); i < n && !m.empty(); ++i) m[uni(0, m.size() - 1)] ^= uint8_t(1u << uni(0, 7));
+          for (uint64_t i = 0, n = uni(1, 8); i < n && !m.empty(); ++i)
+            m[uni(0, m.size() - 1)] ^= uint8_t(1u << uni(0, 7));
           break;
         case 1:  // random bytes inside the header
           for (uint64_t i = 0, n = uni(1, 4); i < n && m.size() > 8; ++i) {
@@ -193,8 +211,9 @@ TEST_CASE("checkpoint fuzz: mutated index files open or throw sg::Error", "[mode
   write_safetensors(dir.path / "s1.safetensors", {{"model.a", DType::f32, {1}, raw(std::vector<float>{1})}});
   write_safetensors(dir.path / "s2.safetensors", {{"model.b", DType::f32, {1}, raw(std::vector<float>{2})}});
   const std::string index =
-      json{{"metadata", {{"total_size", 8}}},
-           {"weight_map", {{"model.a", "s1.safetensors"}, {"model.b", "s2.safetensors"}, {"visual.c", "v.safetensors"}}}}
+      json{
+          {"metadata", {{"total_size", 8}}},
+          {"weight_map", {{"model.a", "s1.safetensors"}, {"model.b", "s2.safetensors"}, {"visual.c", "v.safetensors"}}}}
           .dump();
   int opened = 0, rejected = 0;
   for (int it = 0; it < 400; ++it) {

@@ -64,7 +64,8 @@ bool has_phase(const Scheduler& s, RequestPhase p) {
 
 }  // namespace
 
-TEST_CASE("scheduler: admission in arrival order (ties in trace order) into the lowest free slot", "[serve][scheduler]") {
+TEST_CASE("scheduler: admission in arrival order (ties in trace order) into the lowest free slot",
+          "[serve][scheduler]") {
   Scheduler s({req(4, 1, 5), req(4, 1, 0), req(4, 1, 0), req(4, 1, 3)}, options(2, 64));
   auto step = s.next(0);
   REQUIRE(step.has_value());
@@ -77,7 +78,7 @@ TEST_CASE("scheduler: admission in arrival order (ties in trace order) into the 
   s.complete(*step, tokens_for(*step), 1);  // max_new 1: both finish and free their slots
   CHECK(s.busy_slots() == 0);
   CHECK(!s.next(2).has_value());  // nothing has arrived
-  step = s.next(6);                // 3 (arrived at 3) before 0 (arrived at 5)
+  step = s.next(6);               // 3 (arrived at 3) before 0 (arrived at 5)
   REQUIRE(step.has_value());
   CHECK(step->requests == std::vector<int>{3, 0});
   CHECK(s.states()[3].slot == 0);
@@ -85,7 +86,8 @@ TEST_CASE("scheduler: admission in arrival order (ties in trace order) into the 
   CHECK(s.states()[3].admitted_ms == 6);
 }
 
-TEST_CASE("scheduler: a request waits for a slot and reuses the freed one, first come first served", "[serve][scheduler]") {
+TEST_CASE("scheduler: a request waits for a slot and reuses the freed one, first come first served",
+          "[serve][scheduler]") {
   Fake f;
   const ServeResult r = run_serve({req(4, 3), req(5, 2), req(6, 4), req(3, 1)}, options(1, 64), f.exec());
   CHECK(r.slots_busy_at_end == 0);
@@ -97,12 +99,13 @@ TEST_CASE("scheduler: a request waits for a slot and reuses the freed one, first
     if (i > 0) CHECK(st.admitted_ms >= r.states[i - 1].finished_ms);  // one after the other
   }
   for (const ScheduledStep& s : f.steps) {
-    CHECK(s.requests.size() == 1);  // one slot: one sequence per step
+    CHECK(s.requests.size() == 1);                                             // one slot: one sequence per step
     if (s.kind == StepKind::prefill) CHECK(s.prefill[0].start_position == 0);  // each prompt starts afresh
   }
 }
 
-TEST_CASE("scheduler: long prompts are prefilled in chunks under the token budget, with history", "[serve][scheduler]") {
+TEST_CASE("scheduler: long prompts are prefilled in chunks under the token budget, with history",
+          "[serve][scheduler]") {
   Fake f;
   SchedulerOptions o = options(4, 8);
   o.prefill_buckets = {4, 8};
@@ -116,8 +119,9 @@ TEST_CASE("scheduler: long prompts are prefilled in chunks under the token budge
       const int q = s.requests[i];
       CHECK(s.prefill[i].start_position == next_start[q]);
       const auto& prompt = r.requests[static_cast<size_t>(q)].prompt;
-      CHECK(s.prefill[i].tokens == std::vector<int32_t>(prompt.begin() + next_start[q],
-                                                        prompt.begin() + next_start[q] + static_cast<long>(s.prefill[i].tokens.size())));
+      CHECK(s.prefill[i].tokens ==
+            std::vector<int32_t>(prompt.begin() + next_start[q],
+                                 prompt.begin() + next_start[q] + static_cast<long>(s.prefill[i].tokens.size())));
       next_start[q] += static_cast<int>(s.prefill[i].tokens.size());
     }
   }
@@ -213,10 +217,12 @@ TEST_CASE("scheduler: no starvation: with both kinds of work waiting, prefill an
   }
 }
 
-TEST_CASE("scheduler: a request that can never fit is rejected with an error, the others complete", "[serve][scheduler]") {
+TEST_CASE("scheduler: a request that can never fit is rejected with an error, the others complete",
+          "[serve][scheduler]") {
   Fake f;
   // Context 16: 10 + 7 - 1 = 16 fits exactly; 10 + 8 - 1 = 17 cannot.
-  const ServeResult r = run_serve({req(10, 7), req(10, 8, 1), req(3, 2, 2), req(17, 1, 3)}, options(2, 4, 16), f.exec());
+  const ServeResult r =
+      run_serve({req(10, 7), req(10, 8, 1), req(3, 2, 2), req(17, 1, 3)}, options(2, 4, 16), f.exec());
   CHECK(r.states[0].phase == RequestPhase::finished);
   CHECK(r.states[0].generated.size() == 7);
   CHECK(r.states[1].phase == RequestPhase::rejected);
@@ -284,8 +290,8 @@ TEST_CASE("scheduler: options are checked, and steps must be completed in turn",
   Scheduler s({req(2, 2), req(2, 2)}, options(2, 8));
   auto step = s.next(0);
   REQUIRE(step.has_value());
-  CHECK_THROWS_AS(s.next(0), Error);                          // the step is still in flight
-  CHECK_THROWS_AS(s.complete(*step, {1}, 1), Error);          // two sequences, one token
+  CHECK_THROWS_AS(s.next(0), Error);                  // the step is still in flight
+  CHECK_THROWS_AS(s.complete(*step, {1}, 1), Error);  // two sequences, one token
   s.complete(*step, tokens_for(*step), 1);
   CHECK_THROWS_AS(s.complete(*step, tokens_for(*step), 1), Error);  // completed twice
 }

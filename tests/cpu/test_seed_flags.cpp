@@ -47,10 +47,9 @@ TEST_CASE("resolve_arms: reads only STEPGRAPH_ARMS and the seed flags, once each
     got.insert(name);
   }
   CHECK(got == want);
-  const std::vector<std::string_view> table_order{"VT_CONV_REG",          "VT_CONV_EXACT_CHUNKS",
-                                                  "VT_CONV_CHANNEL_TILE", "VT_CONV_UPDATE_FAST",
-                                                  "VT_GDN_POSTCONV_FAST", "VT_GDN_POSTCONV_SPLIT",
-                                                  "VT_GDN_POSTCONV_TOKEN_TILE"};
+  const std::vector<std::string_view> table_order{
+      "VT_CONV_REG",          "VT_CONV_EXACT_CHUNKS",  "VT_CONV_CHANNEL_TILE",      "VT_CONV_UPDATE_FAST",
+      "VT_GDN_POSTCONV_FAST", "VT_GDN_POSTCONV_SPLIT", "VT_GDN_POSTCONV_TOKEN_TILE"};
   const std::vector<std::string_view> names(seed_flag_names().begin(), seed_flag_names().end());
   CHECK(names == table_order);
 }
@@ -116,19 +115,18 @@ TEST_CASE("seed flag VT_CONV_REG: off only when set and starting with '0'", "[ar
 TEST_CASE("seed flag VT_CONV_EXACT_CHUNKS: off only when set and starting with '0'", "[arms]") {
   const std::string on = "(on: conv.chunks=exact)", off = "(off: conv.chunks=whole)";
   const size_t exact = 0, whole = 1;
-  check_flag_rows("VT_CONV_EXACT_CHUNKS", Op::conv_chunks,
-                  {
-                      {std::nullopt, exact, "", "default"},
-                      {"1", exact, "", "VT_CONV_EXACT_CHUNKS=1"},
-                      {"0", whole, "", "VT_CONV_EXACT_CHUNKS=0"},
-                      {"", exact, "VT_CONV_EXACT_CHUNKS=\"\" is not 0 or 1: using 1 " + on, "VT_CONV_EXACT_CHUNKS=\"\""},
-                      {"00", whole, "VT_CONV_EXACT_CHUNKS=\"00\" is not 0 or 1: using 0 " + off,
-                       "VT_CONV_EXACT_CHUNKS=\"00\""},
-                      {"no", exact, "VT_CONV_EXACT_CHUNKS=\"no\" is not 0 or 1: using 1 " + on,
-                       "VT_CONV_EXACT_CHUNKS=\"no\""},
-                      {"0\n", whole, "VT_CONV_EXACT_CHUNKS=\"0\\x0a\" is not 0 or 1: using 0 " + off,
-                       "VT_CONV_EXACT_CHUNKS=\"0\\x0a\""},
-                  });
+  check_flag_rows(
+      "VT_CONV_EXACT_CHUNKS", Op::conv_chunks,
+      {
+          {std::nullopt, exact, "", "default"},
+          {"1", exact, "", "VT_CONV_EXACT_CHUNKS=1"},
+          {"0", whole, "", "VT_CONV_EXACT_CHUNKS=0"},
+          {"", exact, "VT_CONV_EXACT_CHUNKS=\"\" is not 0 or 1: using 1 " + on, "VT_CONV_EXACT_CHUNKS=\"\""},
+          {"00", whole, "VT_CONV_EXACT_CHUNKS=\"00\" is not 0 or 1: using 0 " + off, "VT_CONV_EXACT_CHUNKS=\"00\""},
+          {"no", exact, "VT_CONV_EXACT_CHUNKS=\"no\" is not 0 or 1: using 1 " + on, "VT_CONV_EXACT_CHUNKS=\"no\""},
+          {"0\n", whole, "VT_CONV_EXACT_CHUNKS=\"0\\x0a\" is not 0 or 1: using 0 " + off,
+           "VT_CONV_EXACT_CHUNKS=\"0\\x0a\""},
+      });
 }
 
 TEST_CASE("seed flag VT_CONV_CHANNEL_TILE: only the exact strings 1 and 2 pick an arm", "[arms]") {
@@ -192,53 +190,49 @@ TEST_CASE("seed flags VT_CONV_REG x VT_CONV_CHANNEL_TILE: the channel tile appli
 TEST_CASE("seed flag VT_CONV_UPDATE_FAST: off only when starting with '0'", "[arms]") {
   const std::string on = "(on: conv.update=fast)", off = "(off: conv.update=grid)";
   const size_t grid = 0, fast = 1;
-  check_flag_rows("VT_CONV_UPDATE_FAST", Op::conv_update,
-                  {
-                      {std::nullopt, fast, "", "default"},
-                      {"1", fast, "", "VT_CONV_UPDATE_FAST=1"},
-                      {"0", grid, "", "VT_CONV_UPDATE_FAST=0"},
-                      {"", fast, "VT_CONV_UPDATE_FAST=\"\" is not 0 or 1: using 1 " + on, "VT_CONV_UPDATE_FAST=\"\""},
-                      {"0.5", grid, "VT_CONV_UPDATE_FAST=\"0.5\" is not 0 or 1: using 0 " + off,
-                       "VT_CONV_UPDATE_FAST=\"0.5\""},
-                      {"true", fast, "VT_CONV_UPDATE_FAST=\"true\" is not 0 or 1: using 1 " + on,
-                       "VT_CONV_UPDATE_FAST=\"true\""},
-                  });
+  check_flag_rows(
+      "VT_CONV_UPDATE_FAST", Op::conv_update,
+      {
+          {std::nullopt, fast, "", "default"},
+          {"1", fast, "", "VT_CONV_UPDATE_FAST=1"},
+          {"0", grid, "", "VT_CONV_UPDATE_FAST=0"},
+          {"", fast, "VT_CONV_UPDATE_FAST=\"\" is not 0 or 1: using 1 " + on, "VT_CONV_UPDATE_FAST=\"\""},
+          {"0.5", grid, "VT_CONV_UPDATE_FAST=\"0.5\" is not 0 or 1: using 0 " + off, "VT_CONV_UPDATE_FAST=\"0.5\""},
+          {"true", fast, "VT_CONV_UPDATE_FAST=\"true\" is not 0 or 1: using 1 " + on, "VT_CONV_UPDATE_FAST=\"true\""},
+      });
 }
 
 TEST_CASE("seed flag VT_GDN_POSTCONV_FAST: off (megablock) only when starting with '0'", "[arms]") {
   const std::string on = "(on: postconv=fast unless split or token_tile is on)";
   const std::string off = "(off: postconv=megablock unless split or token_tile is on)";
   const size_t megablock = 0, fast = 1;
-  check_flag_rows("VT_GDN_POSTCONV_FAST", Op::postconv,
-                  {
-                      {std::nullopt, fast, "", "default"},
-                      {"1", fast, "", "VT_GDN_POSTCONV_FAST=1"},
-                      {"0", megablock, "", "VT_GDN_POSTCONV_FAST=0"},
-                      {"", fast, "VT_GDN_POSTCONV_FAST=\"\" is not 0 or 1: using 1 " + on, "VT_GDN_POSTCONV_FAST=\"\""},
-                      {"000", megablock, "VT_GDN_POSTCONV_FAST=\"000\" is not 0 or 1: using 0 " + off,
-                       "VT_GDN_POSTCONV_FAST=\"000\""},
-                      {"yes", fast, "VT_GDN_POSTCONV_FAST=\"yes\" is not 0 or 1: using 1 " + on,
-                       "VT_GDN_POSTCONV_FAST=\"yes\""},
-                  });
+  check_flag_rows(
+      "VT_GDN_POSTCONV_FAST", Op::postconv,
+      {
+          {std::nullopt, fast, "", "default"},
+          {"1", fast, "", "VT_GDN_POSTCONV_FAST=1"},
+          {"0", megablock, "", "VT_GDN_POSTCONV_FAST=0"},
+          {"", fast, "VT_GDN_POSTCONV_FAST=\"\" is not 0 or 1: using 1 " + on, "VT_GDN_POSTCONV_FAST=\"\""},
+          {"000", megablock, "VT_GDN_POSTCONV_FAST=\"000\" is not 0 or 1: using 0 " + off,
+           "VT_GDN_POSTCONV_FAST=\"000\""},
+          {"yes", fast, "VT_GDN_POSTCONV_FAST=\"yes\" is not 0 or 1: using 1 " + on, "VT_GDN_POSTCONV_FAST=\"yes\""},
+      });
 }
 
 TEST_CASE("seed flag VT_GDN_POSTCONV_SPLIT: on when set and not starting with '0' (\"\" is on)", "[arms]") {
   const std::string on = "(on: postconv=split)", off = "(off)";
   const size_t fast = 1, split = 2;
-  check_flag_rows("VT_GDN_POSTCONV_SPLIT", Op::postconv,
-                  {
-                      {std::nullopt, fast, "", "default"},
-                      {"0", fast, "", "VT_GDN_POSTCONV_SPLIT=0"},
-                      {"1", split, "", "VT_GDN_POSTCONV_SPLIT=1"},
-                      {"", split, "VT_GDN_POSTCONV_SPLIT=\"\" is not 0 or 1: using 1 " + on,
-                       "VT_GDN_POSTCONV_SPLIT=\"\""},
-                      {"00", fast, "VT_GDN_POSTCONV_SPLIT=\"00\" is not 0 or 1: using 0 " + off,
-                       "VT_GDN_POSTCONV_SPLIT=\"00\""},
-                      {"off", split, "VT_GDN_POSTCONV_SPLIT=\"off\" is not 0 or 1: using 1 " + on,
-                       "VT_GDN_POSTCONV_SPLIT=\"off\""},
-                      {" ", split, "VT_GDN_POSTCONV_SPLIT=\" \" is not 0 or 1: using 1 " + on,
-                       "VT_GDN_POSTCONV_SPLIT=\" \""},
-                  });
+  check_flag_rows(
+      "VT_GDN_POSTCONV_SPLIT", Op::postconv,
+      {
+          {std::nullopt, fast, "", "default"},
+          {"0", fast, "", "VT_GDN_POSTCONV_SPLIT=0"},
+          {"1", split, "", "VT_GDN_POSTCONV_SPLIT=1"},
+          {"", split, "VT_GDN_POSTCONV_SPLIT=\"\" is not 0 or 1: using 1 " + on, "VT_GDN_POSTCONV_SPLIT=\"\""},
+          {"00", fast, "VT_GDN_POSTCONV_SPLIT=\"00\" is not 0 or 1: using 0 " + off, "VT_GDN_POSTCONV_SPLIT=\"00\""},
+          {"off", split, "VT_GDN_POSTCONV_SPLIT=\"off\" is not 0 or 1: using 1 " + on, "VT_GDN_POSTCONV_SPLIT=\"off\""},
+          {" ", split, "VT_GDN_POSTCONV_SPLIT=\" \" is not 0 or 1: using 1 " + on, "VT_GDN_POSTCONV_SPLIT=\" \""},
+      });
 }
 
 TEST_CASE("seed flag VT_GDN_POSTCONV_TOKEN_TILE: on when set and not starting with '0'", "[arms]") {
@@ -345,7 +339,8 @@ TEST_CASE("seed flag warnings: exactly one per non-canonical value, in table ord
   SECTION("quotes and backslashes are escaped") {
     const ResolvedArms r = resolve({{"VT_CONV_REG", "a\"b\\c"}});
     REQUIRE(r.warnings.size() == 1);
-    CHECK(r.warnings[0] == "VT_CONV_REG=\"a\\\"b\\\\c\" is not 0 or 1: using 1 (on: conv.fwd=register, or the "
-                           "VT_CONV_CHANNEL_TILE arm)");
+    CHECK(r.warnings[0] ==
+          "VT_CONV_REG=\"a\\\"b\\\\c\" is not 0 or 1: using 1 (on: conv.fwd=register, or the "
+          "VT_CONV_CHANNEL_TILE arm)");
   }
 }

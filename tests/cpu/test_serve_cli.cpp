@@ -41,13 +41,15 @@ std::vector<CliCase> serve_cases() {
                      {"requests: 2 completed, 1 rejected, of 3", "rejected: request 1 (line 2): prompt of 40 tokens",
                       "can never run", "time to first token: p50"});
   reject->setup = [](const fs::path& d) {
-    write_text(d / "t.jsonl", "{\"prompt\": [1, 2, 3], \"max_new\": 4}\n{\"prompt_len\": 40, \"max_new\": 2}\n"
-                              "{\"prompt_len\": 20, \"max_new\": 5, \"arrival_ms\": 1}\n");
+    write_text(d / "t.jsonl",
+               "{\"prompt\": [1, 2, 3], \"max_new\": 4}\n{\"prompt_len\": 40, \"max_new\": 2}\n"
+               "{\"prompt_len\": 20, \"max_new\": 5, \"arrival_ms\": 1}\n");
   };
   reject->seconds = 120;
   add("serve --cpu --preset qwen3.5-4b", {"serve", "--cpu", "--preset", "qwen3.5-4b"}, 1,
-      {"serve: this run is the CPU reference model (--cpu given)", "--preset qwen3.5-4b (the CPU reference runs the "
-                                                                   "'tiny' preset only)"});
+      {"serve: this run is the CPU reference model (--cpu given)",
+       "--preset qwen3.5-4b (the CPU reference runs the "
+       "'tiny' preset only)"});
   add("serve --cpu --eager --gemm", {"serve", "--cpu", "--eager", "--gemm", "cublas"}, 1,
       {"--eager (runs GPU steps", "--gemm (chooses a GPU projection kernel)"});
   add("serve --cpu --no-node-time", {"serve", "--cpu", "--no-node-time"}, 1, {"--no-node-time (graph-node times"});

@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,12 +40,13 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 }  // namespace
 
 TEST_CASE("serve trace: JSON Lines with prompts, lengths, defaults and blank lines", "[serve][trace]") {
-  const auto t = parse_trace_jsonl("{\"prompt\": [1, 2, 3], \"max_new\": 4, \"arrival_ms\": 2.5}\n"
-                                   "\n"
-                                   "   \r\n"
-                                   "{\"max_new\": 1, \"prompt_len\": 7}\n"
-                                   "{\"prompt_len\": 2, \"max_new\": 3, \"arrival_ms\": 0}",  // no final newline
-                                   "t.jsonl");
+  const auto t = parse_trace_jsonl(
+      "{\"prompt\": [1, 2, 3], \"max_new\": 4, \"arrival_ms\": 2.5}\n"
+      "\n"
+      "   \r\n"
+      "{\"max_new\": 1, \"prompt_len\": 7}\n"
+      "{\"prompt_len\": 2, \"max_new\": 3, \"arrival_ms\": 0}",  // no final newline
+      "t.jsonl");
   REQUIRE(t.size() == 3);
   CHECK(t[0].prompt == std::vector<int32_t>{1, 2, 3});
   CHECK(t[0].prompt_len == 3);
@@ -159,7 +160,8 @@ TEST_CASE("serve trace: synthetic traces and presets", "[serve][trace]") {
 }
 
 TEST_CASE("serve trace: prompts filled from the seed, given ids checked against the vocabulary", "[serve][trace]") {
-  auto t = parse_trace_jsonl("{\"prompt_len\": 50, \"max_new\": 1}\n{\"prompt\": [255, 0], \"max_new\": 1}\n", "t.jsonl");
+  auto t =
+      parse_trace_jsonl("{\"prompt_len\": 50, \"max_new\": 1}\n{\"prompt\": [255, 0], \"max_new\": 1}\n", "t.jsonl");
   auto u = t;
   fill_prompts(t, 256, 9);
   fill_prompts(u, 256, 9);
@@ -170,12 +172,14 @@ TEST_CASE("serve trace: prompts filled from the seed, given ids checked against 
   auto v = parse_trace_jsonl("{\"prompt_len\": 50, \"max_new\": 1}\n", "t.jsonl");
   fill_prompts(v, 256, 10);
   CHECK(v[0].prompt != t[0].prompt);
-  auto w = parse_trace_jsonl("{\"prompt_len\": 2, \"max_new\": 1}\n{\"prompt\": [3, 300], \"max_new\": 1}\n", "t.jsonl");
+  auto w =
+      parse_trace_jsonl("{\"prompt_len\": 2, \"max_new\": 1}\n{\"prompt\": [3, 300], \"max_new\": 1}\n", "t.jsonl");
   CHECK(contains(error_of([&] { fill_prompts(w, 256, 1); }),
                  "request 1 (line 2): prompt[1] = 300 is outside the vocabulary [0, 256)"));
 }
 
-TEST_CASE("serve metrics: nearest-rank percentiles, op families by arm, token hash, progress line", "[serve][metrics]") {
+TEST_CASE("serve metrics: nearest-rank percentiles, op families by arm, token hash, progress line",
+          "[serve][metrics]") {
   std::vector<double> v;
   for (int i = 100; i >= 1; --i) v.push_back(i);
   const Percentiles p = percentiles(v);

@@ -21,17 +21,39 @@ std::vector<CliCase> soak_cases() {
   };
   add("soak without a GPU", {"soak", "--preset", "tiny", "--replays", "10"}, 1,
       {"soak replays captured CUDA graphs, so it needs a GPU", "was found"});
-  add("soak without a GPU and with every option", {"soak", "--preset", "tiny", "--max-seqs", "4", "--replays", "100",
-      "--period", "10", "--check-every", "5", "--device-tolerance-mib", "0", "--host-tolerance-mib", "1", "--dtype",
-      "f32", "--seed", "3", "--attn-decode", "simt", "--gemm", "cublas", "--json", "{dir}/soak.json"},
+  add("soak without a GPU and with every option",
+      {"soak",
+       "--preset",
+       "tiny",
+       "--max-seqs",
+       "4",
+       "--replays",
+       "100",
+       "--period",
+       "10",
+       "--check-every",
+       "5",
+       "--device-tolerance-mib",
+       "0",
+       "--host-tolerance-mib",
+       "1",
+       "--dtype",
+       "f32",
+       "--seed",
+       "3",
+       "--attn-decode",
+       "simt",
+       "--gemm",
+       "cublas",
+       "--json",
+       "{dir}/soak.json"},
       1, {"needs a GPU"});
   add("soak --replays 0", {"soak", "--replays", "0"}, kCli11Invalid, {"--replays"});
   add("soak --period 0", {"soak", "--period", "0"}, kCli11Invalid, {"--period"});
   add("soak --period past the context length", {"soak", "--period", "262145"}, kCli11Invalid, {"--period"});
   add("soak --check-every 0", {"soak", "--check-every", "0"}, kCli11Invalid, {"--check-every"});
   add("soak --max-seqs 0", {"soak", "--max-seqs", "0"}, kCli11Invalid, {"--max-seqs"});
-  add("soak --device-tolerance-mib -1", {"soak", "--device-tolerance-mib", "-1"}, -1,
-      {"--device-tolerance-mib"});
+  add("soak --device-tolerance-mib -1", {"soak", "--device-tolerance-mib", "-1"}, -1, {"--device-tolerance-mib"});
   add("soak --seed -1", {"soak", "--seed", "-1"}, -1, {"--seed"});
   add("soak --preset unknown", {"soak", "--preset", "nope"}, 1, {"unknown preset 'nope'"});
   add("soak --arm with an unknown op", {"soak", "--preset", "tiny", "--arm", "nope=x"}, 1, {"unknown op \"nope\""});

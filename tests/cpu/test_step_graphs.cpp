@@ -77,14 +77,14 @@ TEST_CASE("graph keys order by kind, then tokens, and describe themselves", "[gr
 TEST_CASE("capture_all warms every key up in ascending order, then captures largest first", "[graphs][runner]") {
   FakeRunner r;
   // Any order, a repeat: the runner sorts and drops it.
-  r.capture({GraphKey::prefill(32), GraphKey::decode(2), GraphKey::decode(1), GraphKey::prefill(16),
-             GraphKey::decode(2)});
-  const std::vector<std::string> want = {
-      "warmup decode 1",   "eager decode 1",   "warmup decode 2",   "eager decode 2",
-      "warmup prefill 16", "eager prefill 16", "warmup prefill 32", "eager prefill 32",
-      "sync",
-      "capture g prefill 32", "record prefill 32", "capture g prefill 16", "record prefill 16",
-      "capture g decode 2",   "record decode 2",   "capture g decode 1",   "record decode 1"};
+  r.capture(
+      {GraphKey::prefill(32), GraphKey::decode(2), GraphKey::decode(1), GraphKey::prefill(16), GraphKey::decode(2)});
+  const std::vector<std::string> want = {"warmup decode 1",      "eager decode 1",     "warmup decode 2",
+                                         "eager decode 2",       "warmup prefill 16",  "eager prefill 16",
+                                         "warmup prefill 32",    "eager prefill 32",   "sync",
+                                         "capture g prefill 32", "record prefill 32",  "capture g prefill 16",
+                                         "record prefill 16",    "capture g decode 2", "record decode 2",
+                                         "capture g decode 1",   "record decode 1"};
   CHECK(r.log == want);
   CHECK(r.graphs.captured() ==
         std::vector<GraphKey>{GraphKey::decode(1), GraphKey::decode(2), GraphKey::prefill(16), GraphKey::prefill(32)});
@@ -112,12 +112,12 @@ TEST_CASE("run replays a captured key and launches the rest eagerly, counting fa
   CHECK(r.graphs.run(GraphKey::decode(4), RunMode::graph));
   CHECK_FALSE(r.graphs.run(GraphKey::decode(4), RunMode::eager));  // eager by choice: not a fallback
   CHECK(r.graphs.eager_fallbacks() == 0);
-  CHECK_FALSE(r.graphs.run(GraphKey::decode(5), RunMode::graph));  // no graph for 5: a fallback
-  CHECK_FALSE(r.graphs.run(GraphKey::prefill(4), RunMode::graph)); // the kind is part of the key
+  CHECK_FALSE(r.graphs.run(GraphKey::decode(5), RunMode::graph));   // no graph for 5: a fallback
+  CHECK_FALSE(r.graphs.run(GraphKey::prefill(4), RunMode::graph));  // the kind is part of the key
   CHECK_FALSE(r.graphs.run(GraphKey::decode(5), RunMode::eager));
   CHECK(r.graphs.eager_fallbacks() == 2);
-  CHECK(r.log == std::vector<std::string>{"replay", "eager decode 4", "eager decode 5", "eager prefill 4",
-                                          "eager decode 5"});
+  CHECK(r.log ==
+        std::vector<std::string>{"replay", "eager decode 4", "eager decode 5", "eager prefill 4", "eager decode 5"});
   r.graphs.replay(GraphKey::decode(1));
   CHECK(r.log.back() == "replay");
 }
@@ -125,8 +125,9 @@ TEST_CASE("run replays a captured key and launches the rest eagerly, counting fa
 TEST_CASE("capturing again replaces a key's graph and manifest", "[graphs][runner]") {
   FakeRunner r;
   r.capture({GraphKey::decode(2)});
-  r.graphs.capture_all({GraphKey::decode(2), GraphKey::decode(8)}, nullptr,
-                       [](const GraphKey& key) { return "again " + describe(key); }, "arms: 2");
+  r.graphs.capture_all(
+      {GraphKey::decode(2), GraphKey::decode(8)}, nullptr, [](const GraphKey& key) { return "again " + describe(key); },
+      "arms: 2");
   CHECK(r.graphs.manifest(GraphKey::decode(2)).graph == "again decode 2");
   CHECK(r.graphs.manifest(GraphKey::decode(2)).arms == "arms: 2");
   CHECK(r.graphs.captured().size() == 2);
@@ -146,7 +147,8 @@ TEST_CASE("a key without a graph is an error naming it and the captured keys", "
 
 TEST_CASE("progress: one line per captured graph, in capture order", "[graphs][runner]") {
   CHECK(capture_progress_line(0, 4, "x") == "capturing graphs [--------------------] 0/4 x");
-  CHECK(capture_progress_line(1, 4, "model-decode b=8") == "capturing graphs [#####---------------] 1/4 model-decode b=8");
+  CHECK(capture_progress_line(1, 4, "model-decode b=8") ==
+        "capturing graphs [#####---------------] 1/4 model-decode b=8");
   CHECK(capture_progress_line(4, 4, "y") == "capturing graphs [####################] 4/4 y");
   CHECK(capture_progress_line(3, 12, "z") == "capturing graphs [#####---------------]  3/12 z");
   CHECK(capture_progress_line(0, 0, "") == "capturing graphs [####################] 0/0 ");

@@ -114,10 +114,10 @@ TEST_CASE("metadata offsets depend only on the key, never on the live batch", "[
     const StepKey big = StepKey::prefill(32768, 32);
     const MetadataLayout g = metadata_layout(big);
     const size_t T = 32768 * 4, S = 32 * 4;
-    const size_t offs[] = {g.counts, g.tokens, g.positions, g.token_seq, g.slots, g.cu_seqlens,
-                           g.has_history, g.context_lens, g.last_rows, g.chunks, g.total};
-    const size_t sizes[] = {32, T, T, T, S, S + 4, S, S, S,
-                            static_cast<size_t>(big.chunk_capacity()) * sizeof(ConvChunk)};
+    const size_t offs[] = {g.counts,      g.tokens,       g.positions, g.token_seq, g.slots, g.cu_seqlens,
+                           g.has_history, g.context_lens, g.last_rows, g.chunks,    g.total};
+    const size_t sizes[] = {32,    T, T, T, S,
+                            S + 4, S, S, S, static_cast<size_t>(big.chunk_capacity()) * sizeof(ConvChunk)};
     for (size_t i = 0; i + 1 < std::size(offs); ++i) {
       INFO("section " << i);
       CHECK(offs[i] % kMetadataAlign == 0);
@@ -170,8 +170,8 @@ TEST_CASE("prefill packs varlen sequences with an empty and history sequences", 
   }
   REQUIRE(m.chunks.size() == static_cast<size_t>(conv_max_chunks(32, 4)));  // floor((32 + 7*4) / 8) = 7
   CHECK(m.chunks.size() == 7);
-  CHECK(m.chunks == std::vector<ConvChunk>{{0, 0, 8}, {0, 8, 2}, {2, 10, 8}, {2, 18, 1}, {-1, 0, 0}, {-1, 0, 0},
-                                           {-1, 0, 0}});
+  CHECK(m.chunks ==
+        std::vector<ConvChunk>{{0, 0, 8}, {0, 8, 2}, {2, 10, 8}, {2, 18, 1}, {-1, 0, 0}, {-1, 0, 0}, {-1, 0, 0}});
   CHECK(m.counts.n_seqs == 3);
   CHECK(m.counts.n_tokens == 19);
   CHECK(m.counts.n_chunks == 4);
@@ -240,19 +240,25 @@ TEST_CASE("every metadata validation error names the request and the limit", "[m
     const std::vector<DecodeRequest> five{{0, 1, 0}, {1, 1, 0}, {2, 1, 0}, {3, 1, 0}, {4, 1, 0}};
     CHECK(error_of([&] { build_decode_metadata(five, d4, kLimits); }) ==
           "decode batch of 5 requests exceeds the graph key's 4 rows");
-    CHECK(error_of([&] { build_decode_metadata({{0, 1, 0}, {8, 1, 0}}, d4, kLimits); }) ==
-          "request 1: slot 8 out of range [0, 8) (num_slots)");
-    CHECK(error_of([&] { build_decode_metadata({{-1, 1, 0}}, d4, kLimits); }) ==
-          "request 0: slot -1 out of range [0, 8) (num_slots)");
-    CHECK(error_of([&] { build_decode_metadata({{5, 1, 0}, {1, 1, 0}, {5, 1, 0}}, d4, kLimits); }) ==
-          "request 2: slot 5 already used by request 0");
-    CHECK(error_of([&] { build_decode_metadata({{0, 100, 0}}, d4, kLimits); }) ==
-          "request 0: token id 100 out of range [0, 100) (vocab)");
-    CHECK(error_of([&] { build_decode_metadata({{0, -3, 0}}, d4, kLimits); }) ==
-          "request 0: token id -3 out of range [0, 100) (vocab)");
+    CHECK(error_of([&] {
+            build_decode_metadata({{0, 1, 0}, {8, 1, 0}}, d4, kLimits);
+          }) == "request 1: slot 8 out of range [0, 8) (num_slots)");
+    CHECK(error_of([&] {
+            build_decode_metadata({{-1, 1, 0}}, d4, kLimits);
+          }) == "request 0: slot -1 out of range [0, 8) (num_slots)");
+    CHECK(error_of([&] {
+            build_decode_metadata({{5, 1, 0}, {1, 1, 0}, {5, 1, 0}}, d4, kLimits);
+          }) == "request 2: slot 5 already used by request 0");
+    CHECK(error_of([&] {
+            build_decode_metadata({{0, 100, 0}}, d4, kLimits);
+          }) == "request 0: token id 100 out of range [0, 100) (vocab)");
+    CHECK(error_of([&] {
+            build_decode_metadata({{0, -3, 0}}, d4, kLimits);
+          }) == "request 0: token id -3 out of range [0, 100) (vocab)");
     CHECK(error_of([&] { build_decode_metadata({{0, 1, -1}}, d4, kLimits); }) == "request 0: position -1 is negative");
-    CHECK(error_of([&] { build_decode_metadata({{0, 1, 64}}, d4, kLimits); }) ==
-          "request 0: position 64 + 1 new token(s) = 65 exceeds max_context 64");
+    CHECK(error_of([&] {
+            build_decode_metadata({{0, 1, 64}}, d4, kLimits);
+          }) == "request 0: position 64 + 1 new token(s) = 65 exceeds max_context 64");
     CHECK(error_of([&] { build_decode_metadata({{0, 1, 63}}, d4, kLimits); }) == "(no error)");
   }
   SECTION("prefill") {
@@ -264,36 +270,45 @@ TEST_CASE("every metadata validation error names the request and the limit", "[m
     for (int i = 0; i < 5; ++i) five.push_back({i, {1}, 0});
     CHECK(error_of([&] { build_prefill_metadata(five, p, lim); }) ==
           "prefill batch has 5 sequences but the graph key allows at most 4 (max_seqs)");
-    CHECK(error_of([&] { build_prefill_metadata({{0, iota_tokens(20, 0), 0}, {1, iota_tokens(13, 0), 0}}, p, lim); }) ==
-          "prefill batch has 33 tokens but the graph key's token bucket is 32");
-    CHECK(error_of([&] { build_prefill_metadata({{0, {1}, 0}, {0, {1}, 0}}, p, lim); }) ==
-          "request 1: slot 0 already used by request 0");
-    CHECK(error_of([&] { build_prefill_metadata({{9, {1}, 0}}, p, lim); }) ==
-          "request 0: slot 9 out of range [0, 8) (num_slots)");
-    CHECK(error_of([&] { build_prefill_metadata({{0, {1}, 0}, {1, {5, 6, 1000}, 0}}, p, lim); }) ==
-          "request 1, token 2: token id 1000 out of range [0, 1000) (vocab)");
-    CHECK(error_of([&] { build_prefill_metadata({{0, iota_tokens(11, 0), 90}}, p, lim); }) ==
-          "request 0: position 90 + 11 new token(s) = 101 exceeds max_context 100");
+    CHECK(error_of([&] {
+            build_prefill_metadata({{0, iota_tokens(20, 0), 0}, {1, iota_tokens(13, 0), 0}}, p, lim);
+          }) == "prefill batch has 33 tokens but the graph key's token bucket is 32");
+    CHECK(error_of([&] {
+            build_prefill_metadata({{0, {1}, 0}, {0, {1}, 0}}, p, lim);
+          }) == "request 1: slot 0 already used by request 0");
+    CHECK(error_of([&] {
+            build_prefill_metadata({{9, {1}, 0}}, p, lim);
+          }) == "request 0: slot 9 out of range [0, 8) (num_slots)");
+    CHECK(error_of([&] {
+            build_prefill_metadata({{0, {1}, 0}, {1, {5, 6, 1000}, 0}}, p, lim);
+          }) == "request 1, token 2: token id 1000 out of range [0, 1000) (vocab)");
+    CHECK(error_of([&] {
+            build_prefill_metadata({{0, iota_tokens(11, 0), 90}}, p, lim);
+          }) == "request 0: position 90 + 11 new token(s) = 101 exceeds max_context 100");
     CHECK(error_of([&] { build_prefill_metadata({{0, {}, -2}}, p, lim); }) == "request 0: position -2 is negative");
     CHECK(error_of([&] { build_prefill_metadata({{0, iota_tokens(10, 0), 90}}, p, lim); }) == "(no error)");
   }
   SECTION("keys and limits") {
-    CHECK(error_of([&] { build_decode_metadata({{0, 1, 0}}, StepKey::prefill(16, 4), kLimits); }) ==
-          "decode metadata needs a decode key, got a prefill key");
-    CHECK(error_of([&] { build_prefill_metadata({{0, {1}, 0}}, d4, kLimits); }) ==
-          "prefill metadata needs a prefill key, got a decode key");
-    CHECK(error_of([&] { build_decode_metadata({{0, 1, 0}}, StepKey::decode(0), kLimits); }) ==
-          "decode key: rows must be >= 1 with tokens = seqs, got tokens 0 and seqs 0");
-    CHECK(error_of([&] { build_prefill_metadata({{0, {1}, 0}}, StepKey::prefill(0, 4), kLimits); }) ==
-          "prefill key: token bucket 0 and max_seqs 4 must both be >= 1");
-    CHECK(error_of([&] { build_decode_metadata({{0, 1, 0}}, d4, StepLimits{0, 100, 64}); }) ==
-          "step limits: num_slots 0, vocab 100 and max_context 64 must all be >= 1");
+    CHECK(error_of([&] {
+            build_decode_metadata({{0, 1, 0}}, StepKey::prefill(16, 4), kLimits);
+          }) == "decode metadata needs a decode key, got a prefill key");
+    CHECK(error_of([&] {
+            build_prefill_metadata({{0, {1}, 0}}, d4, kLimits);
+          }) == "prefill metadata needs a prefill key, got a decode key");
+    CHECK(error_of([&] {
+            build_decode_metadata({{0, 1, 0}}, StepKey::decode(0), kLimits);
+          }) == "decode key: rows must be >= 1 with tokens = seqs, got tokens 0 and seqs 0");
+    CHECK(error_of([&] {
+            build_prefill_metadata({{0, {1}, 0}}, StepKey::prefill(0, 4), kLimits);
+          }) == "prefill key: token bucket 0 and max_seqs 4 must both be >= 1");
+    CHECK(error_of([&] {
+            build_decode_metadata({{0, 1, 0}}, d4, StepLimits{0, 100, 64});
+          }) == "step limits: num_slots 0, vocab 100 and max_context 64 must all be >= 1");
   }
 }
 
 TEST_CASE("prefill buckets are powers of two from 16 and include the maximum", "[metadata]") {
-  CHECK(prefill_buckets(32768) ==
-        std::vector<int>{16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768});
+  CHECK(prefill_buckets(32768) == std::vector<int>{16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768});
   CHECK(prefill_buckets(1000) == std::vector<int>{16, 32, 64, 128, 256, 512, 1000});
   CHECK(prefill_buckets(17) == std::vector<int>{16, 17});
   CHECK(prefill_buckets(16) == std::vector<int>{16});

@@ -30,7 +30,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(printable_message(e.what()), "unprintable message");
     }
   } catch (const sg::Error& e) {
-    FUZZ_CHECK(printable_message(e.what()), "unprintable or oversized message (%zu bytes)", std::string(e.what()).size());
+    FUZZ_CHECK(printable_message(e.what()), "unprintable or oversized message (%zu bytes)",
+               std::string(e.what()).size());
   }
   return 0;
 }

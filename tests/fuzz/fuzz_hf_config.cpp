@@ -20,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(excerpt.size() < 400, "json_excerpt of %zu bytes", excerpt.size());
     c = sg::parse_hf_config(j, "fuzz/config.json");
   } catch (const sg::Error& e) {
-    FUZZ_CHECK(printable_message(e.what()), "unprintable or oversized message (%zu bytes)", std::string(e.what()).size());
+    FUZZ_CHECK(printable_message(e.what()), "unprintable or oversized message (%zu bytes)",
+               std::string(e.what()).size());
     return 0;
   }
   try {
@@ -28,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const sg::Error& e) {
     FUZZ_CHECK(false, "an accepted config fails validate(): %s", e.what());
   }
-  FUZZ_CHECK(c.layer_types.size() == static_cast<size_t>(c.layers), "layer_types %zu, layers %d",
-             c.layer_types.size(), c.layers);
+  FUZZ_CHECK(c.layer_types.size() == static_cast<size_t>(c.layers), "layer_types %zu, layers %d", c.layer_types.size(),
+             c.layers);
   return 0;
 }

@@ -22,8 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const std::string& n : names) {
       FUZZ_CHECK(f.has(n), "listed tensor not found");
       const sg::TensorInfo& t = f.info(n);
-      FUZZ_CHECK(t.begin <= t.end && t.end <= size, "range [%llu, %llu) outside %zu bytes",
-                 (unsigned long long)t.begin, (unsigned long long)t.end, size);
+      FUZZ_CHECK(t.begin <= t.end && t.end <= size, "range [%llu, %llu) outside %zu bytes", (unsigned long long)t.begin,
+                 (unsigned long long)t.end, size);
       FUZZ_CHECK(t.begin >= 8, "tensor data inside the length prefix");
       for (int64_t d : t.shape) FUZZ_CHECK(d >= 0, "negative dimension");
       const auto span = f.bytes(n);
@@ -53,7 +53,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(ranges[i - 1].second <= ranges[i].first, "tensors overlap");
     }
   } catch (const sg::Error& e) {
-    FUZZ_CHECK(printable_message(e.what()), "unprintable or oversized message (%zu bytes)", std::string(e.what()).size());
+    FUZZ_CHECK(printable_message(e.what()), "unprintable or oversized message (%zu bytes)",
+               std::string(e.what()).size());
   }
   return 0;
 }

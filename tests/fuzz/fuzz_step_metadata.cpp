@@ -81,8 +81,8 @@ void check_metadata(const sg::StepMetadata& m, const sg::StepKey& key, const std
     while (at < m.cu_seqlens[i + 1]) {
       FUZZ_CHECK(c < NC, "more chunks than the key's capacity");
       const sg::ConvChunk& ch = m.chunks[c++];
-      FUZZ_CHECK(ch.seq == static_cast<int32_t>(i) && ch.start == at && ch.len >= 1 &&
-                     ch.len <= sg::kConvChunkTokens && at + ch.len <= m.cu_seqlens[i + 1],
+      FUZZ_CHECK(ch.seq == static_cast<int32_t>(i) && ch.start == at && ch.len >= 1 && ch.len <= sg::kConvChunkTokens &&
+                     at + ch.len <= m.cu_seqlens[i + 1],
                  "chunk %zu", c - 1);
       at += ch.len;
     }
@@ -96,8 +96,8 @@ void check_metadata(const sg::StepMetadata& m, const sg::StepKey& key, const std
   // Layout: a pure function of the key, sections aligned and in order; the image holds the arrays.
   const sg::MetadataLayout l = m.layout();
   FUZZ_CHECK(l == sg::metadata_layout(key), "layout");
-  const size_t offs[] = {l.counts, l.tokens, l.positions, l.token_seq, l.slots, l.cu_seqlens,
-                         l.has_history, l.context_lens, l.last_rows, l.chunks, l.total};
+  const size_t offs[] = {l.counts,      l.tokens,       l.positions, l.token_seq, l.slots, l.cu_seqlens,
+                         l.has_history, l.context_lens, l.last_rows, l.chunks,    l.total};
   for (size_t i = 0; i < std::size(offs); ++i) {
     FUZZ_CHECK(offs[i] % sg::kMetadataAlign == 0, "section %zu misaligned", i);
     FUZZ_CHECK(i == 0 || offs[i] >= offs[i - 1], "sections out of order");

@@ -60,7 +60,9 @@ inline Batch make_batch(const std::vector<Seq>& seqs, int pad) {
 struct DevMeta {
   test::DevBuf pos, seq, slots;
   explicit DevMeta(const Batch& b)
-      : pos(test::DevBuf::from_i32(b.positions)), seq(test::DevBuf::from_i32(b.token_seq)), slots(test::DevBuf::from_i32(b.slots)) {}
+      : pos(test::DevBuf::from_i32(b.positions)),
+        seq(test::DevBuf::from_i32(b.token_seq)),
+        slots(test::DevBuf::from_i32(b.slots)) {}
   AttnTokenMeta meta() const { return {pos.as<int32_t>(), seq.as<int32_t>(), slots.as<int32_t>(), nullptr}; }
 };
 
@@ -96,7 +98,9 @@ struct Cache {
   test::DevBuf k, v;  // [num_slots, max_ctx, Hkv, D] each
   size_t elems;
   Cache(const Shape& sh, int num_slots_, int max_ctx_, uint8_t poison, DType dtype_ = DType::bf16)
-      : num_slots(num_slots_), max_ctx(max_ctx_), dtype(dtype_),
+      : num_slots(num_slots_),
+        max_ctx(max_ctx_),
+        dtype(dtype_),
         k(static_cast<size_t>(num_slots_) * max_ctx_ * sh.Hkv * sh.D * dtype_size(dtype_), poison),
         v(static_cast<size_t>(num_slots_) * max_ctx_ * sh.Hkv * sh.D * dtype_size(dtype_), poison),
         elems(static_cast<size_t>(num_slots_) * max_ctx_ * sh.Hkv * sh.D) {}
@@ -129,7 +133,8 @@ struct PrepOut {
 
 // attn_prep of the inputs (in.act in, in.act q / gate out) into the cache (c.dtype).
 inline PrepOut run_prep(const Shape& sh, const Batch& b, const DevMeta& dm, const Inputs& in, Cache& c) {
-  auto dqg = test::DevBuf::from(in.qg, in.act), dk = test::DevBuf::from(in.k, in.act), dv = test::DevBuf::from(in.v, in.act);
+  auto dqg = test::DevBuf::from(in.qg, in.act), dk = test::DevBuf::from(in.k, in.act),
+       dv = test::DevBuf::from(in.v, in.act);
   auto dqn = test::DevBuf::from(in.qn, DType::f32), dkn = test::DevBuf::from(in.kn, DType::f32);
   const size_t qbytes = static_cast<size_t>(b.T) * sh.Hq * sh.D * dtype_size(in.act);
   PrepOut o{test::DevBuf(qbytes), test::DevBuf(qbytes), in.act};
@@ -161,8 +166,8 @@ inline PrepOut run_prep(const Shape& sh, const Batch& b, const DevMeta& dm, cons
   return o;
 }
 
-inline AttentionParams attn_params(const Shape& sh, const Batch& b, const DevMeta& dm, const PrepOut& po, const Cache& c,
-                                   test::DevBuf& out, DType out_dtype) {
+inline AttentionParams attn_params(const Shape& sh, const Batch& b, const DevMeta& dm, const PrepOut& po,
+                                   const Cache& c, test::DevBuf& out, DType out_dtype) {
   AttentionParams p;
   p.q = po.q.data();
   p.gate = po.gate.data();
@@ -182,17 +187,19 @@ inline AttentionParams attn_params(const Shape& sh, const Batch& b, const DevMet
 }
 
 // CPU attention for the listed rows, from the GPU's own q / gate / cache (as f32 values).
-inline std::vector<float> ref_attention(const Shape& sh, const Batch& b, const std::vector<float>& q, const std::vector<float>& gate,
-                                        const std::vector<float>& kc, const std::vector<float>& vc, const Cache& c,
-                                        const std::vector<int>& rows, ref::Store st) {
+inline std::vector<float> ref_attention(const Shape& sh, const Batch& b, const std::vector<float>& q,
+                                        const std::vector<float>& gate, const std::vector<float>& kc,
+                                        const std::vector<float>& vc, const Cache& c, const std::vector<int>& rows,
+                                        ref::Store st) {
   const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
   std::vector<float> out(static_cast<size_t>(b.T) * row, 0.f);
   for (int t : rows) {
     if (!b.live(t)) continue;
     const int slot = b.slot(t), pos = b.positions[t];
     ref::KvView view{kc.data() + c.index(sh, slot, 0, 0, 0), vc.data() + c.index(sh, slot, 0, 0, 0), pos};
-    ref::attention_decode(q.data() + t * row, kc.data() + c.index(sh, slot, pos, 0, 0), vc.data() + c.index(sh, slot, pos, 0, 0),
-                          gate.data() + t * row, &view, out.data() + t * row, 1, sh.Hq, sh.Hkv, sh.D, st);
+    ref::attention_decode(q.data() + t * row, kc.data() + c.index(sh, slot, pos, 0, 0),
+                          vc.data() + c.index(sh, slot, pos, 0, 0), gate.data() + t * row, &view, out.data() + t * row,
+                          1, sh.Hq, sh.Hkv, sh.D, st);
   }
   return out;
 }
@@ -238,7 +245,8 @@ inline std::vector<uint8_t> eager_rerun_replay(size_t bytes,
 
 // The rejections both tensor-core kernels share (`launch` runs one of them on valid params p): an
 // f32 cache or q, a D they are not built for, Hq not a multiple of Hkv, a misaligned cache.
-inline void check_mma_rejects(const AttentionParams& p, const std::function<cudaError_t(const AttentionParams&)>& launch) {
+inline void check_mma_rejects(const AttentionParams& p,
+                              const std::function<cudaError_t(const AttentionParams&)>& launch) {
   AttentionParams bad = p;
   bad.cache_dtype = DType::f32;
   CHECK(launch(bad) == cudaErrorInvalidValue);
@@ -268,13 +276,15 @@ struct Tol {
 };
 
 // Number of elements of the listed rows outside tolerance; `first` describes the first one.
-inline size_t count_bad(const std::vector<float>& got, const std::vector<float>& want, const std::vector<int>& rows, size_t row,
-                        Tol tol, std::string& first) {
+inline size_t count_bad(const std::vector<float>& got, const std::vector<float>& want, const std::vector<int>& rows,
+                        size_t row, Tol tol, std::string& first) {
   size_t bad = 0;
   for (int r : rows) {
     for (size_t i = r * row; i < (r + 1) * row; ++i) {
       if (!(std::fabs(got[i] - want[i]) <= tol.rel * std::fabs(want[i]) + tol.abs)) {
-        if (bad++ == 0) first = "row " + std::to_string(r) + " elem " + std::to_string(i - r * row) + ": got " + std::to_string(got[i]) + " want " + std::to_string(want[i]);
+        if (bad++ == 0)
+          first = "row " + std::to_string(r) + " elem " + std::to_string(i - r * row) + ": got " +
+                  std::to_string(got[i]) + " want " + std::to_string(want[i]);
       }
     }
   }

@@ -27,12 +27,12 @@ struct Problem {
   int num_slots = 10;
   int n_live = 0, max_seqs = 0;
   int64_t T = 0, max_tokens = 0;
-  std::vector<int32_t> cu;      // [max_seqs + 1]; entries past n_live + 1 are garbage
-  std::vector<int32_t> slots;   // [max_seqs]
-  std::vector<uint8_t> hist;    // [max_seqs]
-  std::vector<float> q, k, v;   // [max_tokens, Hk, Dk] x2, [max_tokens, Hv, Dv]; rows >= T are NaN
-  std::vector<float> g, beta;   // [max_tokens, Hv]
-  std::vector<float> state0;    // [num_slots, Hv, Dk, Dv]
+  std::vector<int32_t> cu;     // [max_seqs + 1]; entries past n_live + 1 are garbage
+  std::vector<int32_t> slots;  // [max_seqs]
+  std::vector<uint8_t> hist;   // [max_seqs]
+  std::vector<float> q, k, v;  // [max_tokens, Hk, Dk] x2, [max_tokens, Hv, Dv]; rows >= T are NaN
+  std::vector<float> g, beta;  // [max_tokens, Hv]
+  std::vector<float> state0;   // [num_slots, Hv, Dk, Dv]
   int64_t row() const { return static_cast<int64_t>(sh.Hv) * sh.Dv; }  // output elements per token
   size_t out_elems() const { return static_cast<size_t>(max_tokens * row()); }
   size_t live_out_elems() const { return static_cast<size_t>(T * row()); }
@@ -57,7 +57,7 @@ inline std::vector<float> unit_rows(size_t rows, int dim, uint64_t seed, DType t
 // Two dead programs follow the live ones (max_seqs = live + 2); their metadata is garbage that
 // would corrupt slot 1 (unused) or read far out of bounds if it were interpreted.
 inline Problem make_problem(Shape sh, DType t, const std::vector<int32_t>& lens, const std::vector<int32_t>& slots,
-                     const std::vector<uint8_t>& hist, uint64_t seed) {
+                            const std::vector<uint8_t>& hist, uint64_t seed) {
   Problem P;
   P.sh = sh;
   P.t = t;

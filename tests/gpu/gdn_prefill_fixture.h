@@ -54,10 +54,11 @@ struct Problem {
 };
 
 inline std::string describe(const Problem& p) {
-  std::string s = fmt::format("{} act={} qkv={} state={} ab={} Hk={} Hv={} Dv={} C={} K={} x_stride={} bias={} silu={} "
-                              "odd_w={} bucket=({}, {}) lens={{",
-                              p.name, dtype_name(p.act), dtype_name(p.qkv), dtype_name(p.sdt), dtype_name(p.abt), p.Hk,
-                              p.Hv, p.Dv, p.C(), p.K, p.x_stride, p.has_bias, p.silu, p.odd_w, p.max_tokens, p.max_seqs);
+  std::string s = fmt::format(
+      "{} act={} qkv={} state={} ab={} Hk={} Hv={} Dv={} C={} K={} x_stride={} bias={} silu={} "
+      "odd_w={} bucket=({}, {}) lens={{",
+      p.name, dtype_name(p.act), dtype_name(p.qkv), dtype_name(p.sdt), dtype_name(p.abt), p.Hk, p.Hv, p.Dv, p.C(), p.K,
+      p.x_stride, p.has_bias, p.silu, p.odd_w, p.max_tokens, p.max_seqs);
   for (int n = 0; n < p.N(); ++n) {
     s += fmt::format("{}{}{}", n ? "," : "", p.lens[n], p.slots[n] < 0 ? "(pad)" : p.hist[n] ? "(h)" : "");
   }
@@ -72,9 +73,11 @@ inline std::vector<float> rounded(std::vector<float> v, DType t) {
 }
 
 // rows x cols values in a [bucket_rows, stride] layout, NaN elsewhere.
-inline std::vector<float> strided(const std::vector<float>& dense, int rows, int cols, int bucket_rows, int64_t stride) {
+inline std::vector<float> strided(const std::vector<float>& dense, int rows, int cols, int bucket_rows,
+                                  int64_t stride) {
   std::vector<float> out(static_cast<size_t>(bucket_rows) * stride, kNaN);
-  for (int r = 0; r < rows; ++r) std::copy_n(dense.begin() + static_cast<int64_t>(r) * cols, cols, out.begin() + r * stride);
+  for (int r = 0; r < rows; ++r)
+    std::copy_n(dense.begin() + static_cast<int64_t>(r) * cols, cols, out.begin() + r * stride);
   return out;
 }
 
@@ -143,10 +146,10 @@ inline Problem make(const std::string& name, DType act, DType qkv, int Hk, int H
 // crossing a tile edge); shuffled by the seed.
 inline Problem matrix_problem(DType act, DType qkv, int Hk, int Hv, int Dv, int K, uint64_t seed) {
   Problem p = make("matrix", act, qkv, Hk, Hv, Dv, K, seed);
-  std::vector<Seq> seqs = {{0, true, false},  {1, true, false},  {3, false, false},  {8, true, false},
-                           {9, true, false},  {33, true, false}, {37, false, false}, {5, true, true},
+  std::vector<Seq> seqs = {{0, true, false},   {1, true, false},  {3, false, false},  {8, true, false},
+                           {9, true, false},   {33, true, false}, {37, false, false}, {5, true, true},
                            {130, true, false}, {0, false, false}, {16, false, false}, {62, true, false},
-                           {2, true, false},  {70, true, true},  {66, true, false},  {1, true, false}};
+                           {2, true, false},   {70, true, true},  {66, true, false},  {1, true, false}};
   if (K - 2 >= 1) seqs.push_back({K - 2, true, false});
   std::mt19937_64 rng(seed);
   std::shuffle(seqs.begin(), seqs.end(), rng);
@@ -284,8 +287,8 @@ struct Rig {
     c.K = p.K;
     c.max_tokens = p.max_tokens;
     c.max_seqs = p.max_seqs;
-    const auto cc = conv_fwd_contract(ConvFwdArm::tiled, ConvChunksArm::exact,
-                                      ConvFwdShape{p.max_tokens, p.max_seqs, p.C(), p.K});
+    const auto cc =
+        conv_fwd_contract(ConvFwdArm::tiled, ConvChunksArm::exact, ConvFwdShape{p.max_tokens, p.max_seqs, p.C(), p.K});
     check(conv_fwd(c, cc, ConvChunksArm::exact, s));
     const GdnPrefillFusedParams f = fused();
     PostconvParams pc;
@@ -310,7 +313,8 @@ struct Rig {
     pc.Hv = p.Hv;
     pc.Dk = p.Dk;
     pc.Dv = p.Dv;
-    const auto pcc = postconv_contract(PostconvArm::megablock, PostconvShape{std::max(1, p.T()), p.Hk, p.Hv, p.Dk, p.Dv});
+    const auto pcc =
+        postconv_contract(PostconvArm::megablock, PostconvShape{std::max(1, p.T()), p.Hk, p.Hv, p.Dk, p.Dv});
     check(postconv(pc, pcc, s));
   }
 };
@@ -377,7 +381,8 @@ inline std::string invariants(const Problem& p, const Outcome& o, uint8_t poison
         }
       } else if (pad[t] && !std::all_of(r, r + rb, [](uint8_t x) { return x == 0; })) {
         return fmt::format("{} row {} of a padding sequence is not zero", out.name, t);
-      } else if (std::any_of(vals.begin() + t * out.row, vals.begin() + (t + 1) * out.row, [](float x) { return std::isnan(x); })) {
+      } else if (std::any_of(vals.begin() + t * out.row, vals.begin() + (t + 1) * out.row,
+                             [](float x) { return std::isnan(x); })) {
         return fmt::format("{} row {} holds NaN (a sentinel was read)", out.name, t);
       }
     }

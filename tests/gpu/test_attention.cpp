@@ -4,10 +4,10 @@
 // is seen; decode (every split count) and varlen prefill (history, zero-length sequences, padding)
 // against the CPU attention reference fed the GPU's own q / gate / cache; prefill n then decode m
 // against prefill n + m.
-// Tolerances: q/k from attn_prep (bf16): 1 ulp + 1e-5 abs (rotate-half cancellation) (the norm's sum order differs; pow/sin/cos are
-// computed in double and rounded, so they match the f32 reference to the last bit almost always).
-// v and gate: exact bytes. Attention outputs: bf16 2 ulp (2^-6 |r|) + 1e-5 abs; f32
-// 1e-4 |r| + 2e-6 abs (online softmax and tree/split merges sum in a different order).
+// Tolerances: q/k from attn_prep (bf16): 1 ulp + 1e-5 abs (rotate-half cancellation) (the norm's sum order differs;
+// pow/sin/cos are computed in double and rounded, so they match the f32 reference to the last bit almost always). v and
+// gate: exact bytes. Attention outputs: bf16 2 ulp (2^-6 |r|) + 1e-5 abs; f32 1e-4 |r| + 2e-6 abs (online softmax and
+// tree/split merges sum in a different order).
 #include <cmath>
 #include <string>
 #include <vector>
@@ -27,7 +27,8 @@ Tol out_tol(DType t) { return t == DType::bf16 ? Tol{std::ldexp(1.0, -6), 1e-5} 
 
 }  // namespace
 
-TEST_CASE("attention prep: q, gate and the KV cache match the reference, no other cache byte written", "[gpu][attention]") {
+TEST_CASE("attention prep: q, gate and the KV cache match the reference, no other cache byte written",
+          "[gpu][attention]") {
   for (const Shape& sh : kShapes) {
     CAPTURE(sh.Hq, sh.Hkv, sh.D, sh.rot);
     // Four live sequences (one with long history, one zero-length), a padding sequence, 3 padding rows.
@@ -57,7 +58,8 @@ TEST_CASE("attention prep: q, gate and the KV cache match the reference, no othe
     // q within 1 ulp, gate exact.
     auto gq = po.q.download_f32(DType::bf16);
     size_t bad_q = 0;
-    for (size_t i = 0; i < q.size(); ++i) bad_q += !(std::fabs(gq[i] - q[i]) <= std::ldexp(1.0, -7) * std::fabs(q[i]) + 1e-5);
+    for (size_t i = 0; i < q.size(); ++i)
+      bad_q += !(std::fabs(gq[i] - q[i]) <= std::ldexp(1.0, -7) * std::fabs(q[i]) + 1e-5);
     CHECK(bad_q == 0);
     CHECK(test::byte_diff(po.gate.download(), test::to_bytes(gate, DType::bf16), DType::bf16) == "");
 
@@ -103,7 +105,8 @@ TEST_CASE("attention decode: every split count matches the reference, padding ro
       const auto q = po.q.download_f32(DType::bf16), gate = po.gate.download_f32(DType::bf16);
       const auto kc = c.k.download_f32(DType::bf16), vc = c.v.download_f32(DType::bf16);
       const auto rows = all_rows(b.T);
-      const auto want = ref_attention(sh, b, q, gate, kc, vc, c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
+      const auto want =
+          ref_attention(sh, b, q, gate, kc, vc, c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
       const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
       const int picked = attention_decode_pick_splits(b.T, sh.Hq, sh.Hkv, c.max_ctx, 132);
       for (int splits : {1, 2, 3, 8, 32, picked}) {
@@ -126,7 +129,8 @@ TEST_CASE("attention decode: every split count matches the reference, padding ro
   }
 }
 
-TEST_CASE("attention prefill: history, zero-length sequences and padding match the reference and decode", "[gpu][attention]") {
+TEST_CASE("attention prefill: history, zero-length sequences and padding match the reference and decode",
+          "[gpu][attention]") {
   const std::vector<PrefillCase>& cases = prefill_cases();
   for (const Shape& sh : kShapes) {
     for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -147,7 +151,8 @@ TEST_CASE("attention prefill: history, zero-length sequences and padding match t
       const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
       for (DType ot : {DType::bf16, DType::f32}) {
         CAPTURE(dtype_name(ot));
-        const auto want = ref_attention(sh, b, q, gate, kc, vc, c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
+        const auto want =
+            ref_attention(sh, b, q, gate, kc, vc, c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
         test::DevBuf out(b.T * row * dtype_size(ot));
         AttentionParams p = attn_params(sh, b, dm, po, c, out, ot);
         check(attention_prefill(p, nullptr));
@@ -259,7 +264,8 @@ TEST_CASE("attention: prefill n then decode m equals prefill n plus m", "[gpu][a
       const auto got = out.download_f32(DType::bf16);
       std::vector<float> want(got.size(), 0.f);
       std::copy(full.begin() + (start[0] + n0 + i) * row, full.begin() + (start[0] + n0 + i + 1) * row, want.begin());
-      std::copy(full.begin() + (start[1] + n1 + i) * row, full.begin() + (start[1] + n1 + i + 1) * row, want.begin() + 2 * row);
+      std::copy(full.begin() + (start[1] + n1 + i) * row, full.begin() + (start[1] + n1 + i + 1) * row,
+                want.begin() + 2 * row);
       std::string first;
       const size_t bad = count_bad(got, want, all_rows(3), row, out_tol(DType::bf16), first);
       INFO("decode step: " << first);

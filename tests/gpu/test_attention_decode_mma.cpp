@@ -44,7 +44,11 @@ struct Problem {
   Cache c;
   PrepOut po;
   Problem(const Shape& s, std::vector<Seq> sq, int pad, int max_ctx, uint64_t seed)
-      : sh(s), seqs(std::move(sq)), b(make_batch(seqs, pad)), dm(b), c(s, static_cast<int>(seqs.size()) + 1, max_ctx, 0xFF),
+      : sh(s),
+        seqs(std::move(sq)),
+        b(make_batch(seqs, pad)),
+        dm(b),
+        c(s, static_cast<int>(seqs.size()) + 1, max_ctx, 0xFF),
         po(make(seed)) {}
 
  private:
@@ -92,10 +96,12 @@ TEST_CASE("attention decode mma: every split count matches the reference and the
         if (std::isfinite(vc[i])) vmax = std::max(vmax, static_cast<double>(std::fabs(vc[i])));
       const auto rows = all_rows(b.T);
       const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
-      const int picked = attention_decode_mma_pick_splits(b.T, sh.Hkv, pr.c.max_ctx, 132, attention_decode_mma_blocks_per_sm(D));
+      const int picked =
+          attention_decode_mma_pick_splits(b.T, sh.Hkv, pr.c.max_ctx, 132, attention_decode_mma_blocks_per_sm(D));
       for (DType ot : {DType::bf16, DType::f32}) {
         CAPTURE(dtype_name(ot));
-        const auto want = ref_attention(sh, b, q, gate, kc, vc, pr.c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
+        const auto want =
+            ref_attention(sh, b, q, gate, kc, vc, pr.c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
         for (int splits : {1, 2, 3, 7, 64, picked}) {
           CAPTURE(splits);
           const auto got = run_decode(pr, ot, splits, true);
@@ -114,7 +120,8 @@ TEST_CASE("attention decode mma: every split count matches the reference and the
             // summation orders and <= 2^-16 max |v|; P rounded to bf16 alone misses this.
             const auto simt = run_decode(pr, ot, splits, false);
             std::string first2;
-            const size_t far = count_bad(got, simt, rows, row, Tol{std::ldexp(1.0, -12), std::ldexp(1.0, -14) * vmax}, first2);
+            const size_t far =
+                count_bad(got, simt, rows, row, Tol{std::ldexp(1.0, -12), std::ldexp(1.0, -14) * vmax}, first2);
             INFO("against the f32 CUDA-core kernel: " << first2);
             CHECK(far == 0);
           }
@@ -124,8 +131,9 @@ TEST_CASE("attention decode mma: every split count matches the reference and the
   }
 }
 
-TEST_CASE("attention decode mma: graph replay, eager and a rerun give the same bytes, rows past the live count are zero",
-          "[gpu][attention][mma][decode_mma]") {
+TEST_CASE(
+    "attention decode mma: graph replay, eager and a rerun give the same bytes, rows past the live count are zero",
+    "[gpu][attention][mma][decode_mma]") {
   const Shape sh = shape_for(256, 16, 4);
   Problem pr(sh, decode_seqs({300, 5, 1024, 77, 2000}), 3, 2048, 16000);
   const Batch& b = pr.b;
@@ -158,7 +166,8 @@ TEST_CASE("attention decode mma: graph replay, eager and a rerun give the same b
   }
 }
 
-TEST_CASE("attention decode mma: a NaN in one sequence's cache never reaches another sequence", "[gpu][attention][mma][decode_mma]") {
+TEST_CASE("attention decode mma: a NaN in one sequence's cache never reaches another sequence",
+          "[gpu][attention][mma][decode_mma]") {
   const Shape sh = shape_for(256, 16, 4);
   Problem pr(sh, decode_seqs({40, 33, 200}), 0, 256, 17000);
   // Poison sequence 1's value at its position 3 (inside its context) with NaN.

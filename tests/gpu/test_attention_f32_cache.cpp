@@ -53,8 +53,9 @@ size_t nonzero_padding(const std::vector<float>& got, const Batch& b, size_t row
 
 }  // namespace
 
-TEST_CASE("attention prep f32 cache: k and v stored unrounded, q and gate match, padding rows write zeros and touch no cache",
-          "[gpu][attention]") {
+TEST_CASE(
+    "attention prep f32 cache: k and v stored unrounded, q and gate match, padding rows write zeros and touch no cache",
+    "[gpu][attention]") {
   for (const Shape& sh : kShapes) {
     for (DType act : {DType::f32, DType::bf16}) {
       CAPTURE(sh.Hq, sh.Hkv, sh.D, sh.rot, dtype_name(act));
@@ -124,8 +125,9 @@ TEST_CASE("attention prep f32 cache: k and v stored unrounded, q and gate match,
   }
 }
 
-TEST_CASE("attention decode f32 cache: no split and split-K match the reference at f32 tolerance, padding rows are zero",
-          "[gpu][attention]") {
+TEST_CASE(
+    "attention decode f32 cache: no split and split-K match the reference at f32 tolerance, padding rows are zero",
+    "[gpu][attention]") {
   for (const Shape& sh : kShapes) {
     for (DType ot : {DType::f32, DType::bf16}) {
       CAPTURE(sh.Hq, sh.Hkv, sh.D, dtype_name(ot));
@@ -140,7 +142,7 @@ TEST_CASE("attention decode f32 cache: no split and split-K match the reference 
       fill_history(sh, c, seqs, seed + 10);
       PrepOut po = run_prep(sh, b, dm, in, c);
       const auto q = po.q.download_f32(DType::f32), gate = po.gate.download_f32(DType::f32);  // [T, Hq, D]
-      const auto kc = c.k.download_f32(DType::f32), vc = c.v.download_f32(DType::f32);      // [6, 4100, Hkv, D]
+      const auto kc = c.k.download_f32(DType::f32), vc = c.v.download_f32(DType::f32);        // [6, 4100, Hkv, D]
       const auto rows = all_rows(b.T);
       const ref::Store st = ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32;
       const auto want = ref_attention(sh, b, q, gate, kc, vc, c, rows, st);
@@ -167,8 +169,10 @@ TEST_CASE("attention decode f32 cache: no split and split-K match the reference 
   }
 }
 
-TEST_CASE("attention prefill f32 cache: varlen with history, zero-length sequences and padding match the reference and decode",
-          "[gpu][attention]") {
+TEST_CASE(
+    "attention prefill f32 cache: varlen with history, zero-length sequences and padding match the reference and "
+    "decode",
+    "[gpu][attention]") {
   const std::vector<PrefillCase>& cases = prefill_cases();
   for (const Shape& sh : kShapes) {
     for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -184,7 +188,7 @@ TEST_CASE("attention prefill f32 cache: varlen with history, zero-length sequenc
       fill_history(sh, c, cs.seqs, seed + 10);
       PrepOut po = run_prep(sh, b, dm, in, c);
       const auto q = po.q.download_f32(DType::f32), gate = po.gate.download_f32(DType::f32);  // [T, Hq, D]
-      const auto kc = c.k.download_f32(DType::f32), vc = c.v.download_f32(DType::f32);      // [5, max_ctx, Hkv, D]
+      const auto kc = c.k.download_f32(DType::f32), vc = c.v.download_f32(DType::f32);        // [5, max_ctx, Hkv, D]
       const std::vector<int> rows = cs.rows(b.T);
       const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
       // f32 outputs only: the parity mode's, and the output store does not depend on the cache.
@@ -215,7 +219,8 @@ TEST_CASE("attention prefill f32 cache: varlen with history, zero-length sequenc
   }
 }
 
-TEST_CASE("attention launchers: cache dtypes other than bf16 and f32 and misaligned caches are rejected", "[gpu][attention]") {
+TEST_CASE("attention launchers: cache dtypes other than bf16 and f32 and misaligned caches are rejected",
+          "[gpu][attention]") {
   CHECK(attention_supports(16, 4, 256));
   CHECK(attention_supports(16, 4, 256, DType::f32));
   CHECK_FALSE(attention_supports(16, 4, 256, DType::f16));

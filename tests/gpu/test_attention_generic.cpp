@@ -99,7 +99,9 @@ TEST_CASE("attention generic head sizes: prep with partial rotary matches the re
       }
       // q and k: 1 ulp + 1e-5 (bf16) or 2^-19 + 1e-6 (f32), as the tuned tests; gate and v exact.
       const Tol qk = dt == DType::bf16 ? Tol{std::ldexp(1.0, -7), 1e-5} : Tol{std::ldexp(1.0, -19), 1e-6};
-      const auto within = [&](float got, float want) { return std::fabs(got - want) <= qk.rel * std::fabs(want) + qk.abs; };
+      const auto within = [&](float got, float want) {
+        return std::fabs(got - want) <= qk.rel * std::fabs(want) + qk.abs;
+      };
       const auto gq = po.q.download_f32(dt);
       size_t bad_q = 0;
       for (size_t i = 0; i < q.size(); ++i) bad_q += !within(gq[i], q[i]);
@@ -147,7 +149,7 @@ TEST_CASE("attention generic head sizes: decode, no split and split-K, matches t
       fill_history(sh, c, seqs, seed + 10);
       PrepOut po = run_prep(sh, b, dm, in, c);
       const auto q = po.q.download_f32(cache), gate = po.gate.download_f32(cache);  // [T, Hq, D]
-      const auto kc = c.k.download_f32(cache), vc = c.v.download_f32(cache);      // [6, 4100, Hkv, D]
+      const auto kc = c.k.download_f32(cache), vc = c.v.download_f32(cache);        // [6, 4100, Hkv, D]
       const auto rows = all_rows(b.T);
       const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
       test::DevBuf unused(4);
@@ -171,8 +173,10 @@ TEST_CASE("attention generic head sizes: decode, no split and split-K, matches t
   }
 }
 
-TEST_CASE("attention generic head sizes: prefill with history, zero-length sequences and padding matches the reference and decode",
-          "[gpu][attention][generic]") {
+TEST_CASE(
+    "attention generic head sizes: prefill with history, zero-length sequences and padding matches the reference and "
+    "decode",
+    "[gpu][attention][generic]") {
   const std::vector<PrefillCase>& cases = prefill_cases();
   for (const Shape& sh : kGenericShapes) {
     for (DType cache : {DType::bf16, DType::f32}) {
@@ -189,7 +193,7 @@ TEST_CASE("attention generic head sizes: prefill with history, zero-length seque
         fill_history(sh, c, cs.seqs, seed + 10);
         PrepOut po = run_prep(sh, b, dm, in, c);
         const auto q = po.q.download_f32(cache), gate = po.gate.download_f32(cache);  // [T, Hq, D]
-        const auto kc = c.k.download_f32(cache), vc = c.v.download_f32(cache);      // [5, max_ctx, Hkv, D]
+        const auto kc = c.k.download_f32(cache), vc = c.v.download_f32(cache);        // [5, max_ctx, Hkv, D]
         const std::vector<int> rows = cs.rows(b.T);
         const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
         for (DType ot : {DType::f32, DType::bf16}) {
@@ -222,7 +226,8 @@ TEST_CASE("attention generic head sizes: prefill with history, zero-length seque
   }
 }
 
-TEST_CASE("attention generic head sizes: prefill n then decode m equals prefill n plus m", "[gpu][attention][generic]") {
+TEST_CASE("attention generic head sizes: prefill n then decode m equals prefill n plus m",
+          "[gpu][attention][generic]") {
   for (const Shape& sh : kGenericShapes) {
     for (DType dt : {DType::bf16, DType::f32}) {  // activations, cache and outputs alike
       CAPTURE(sh.Hq, sh.Hkv, sh.D, dtype_name(dt));

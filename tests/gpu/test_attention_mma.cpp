@@ -29,9 +29,9 @@ Tol out_tol(DType) { return Tol{std::ldexp(1.0, -6), 1e-5}; }
 
 // Lengths 1, 15, 16, 17, 63, 64, 65, 200, 1024 with and without history, a zero-length sequence,
 // a padding sequence, 5 padding rows.
-const std::vector<Seq> kSeqs = {{0, 1, 0},   {9, 15, 1},  {0, 16, 2},    {40, 17, 3}, {0, 0, 4},  {70, 63, 5},
-                                {0, 64, 6},  {3, 65, 7},  {2, 3, -1},    {0, 200, 8}, {130, 1024, 9}, {0, 1024, 10},
-                                {1, 1, 11}};
+const std::vector<Seq> kSeqs = {{0, 1, 0},      {9, 15, 1},    {0, 16, 2}, {40, 17, 3}, {0, 0, 4},
+                                {70, 63, 5},    {0, 64, 6},    {3, 65, 7}, {2, 3, -1},  {0, 200, 8},
+                                {130, 1024, 9}, {0, 1024, 10}, {1, 1, 11}};
 
 Shape shape_for(int D, int Hq, int Hkv) { return {Hq, Hkv, D, D / 4, 1e7}; }
 
@@ -78,7 +78,8 @@ TEST_CASE("attention prefill mma: varlen with history, zero-length sequences and
       const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
       for (DType ot : {DType::bf16, DType::f32}) {
         CAPTURE(dtype_name(ot));
-        const auto want = ref_attention(sh, b, q, gate, kc, vc, pr.c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
+        const auto want =
+            ref_attention(sh, b, q, gate, kc, vc, pr.c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
         test::DevBuf out(b.T * row * dtype_size(ot));
         AttentionParams p = attn_params(sh, b, pr.dm, pr.po, pr.c, out, ot);
         check(attention_prefill_mma(p, nullptr));
@@ -114,8 +115,10 @@ TEST_CASE("attention prefill mma: varlen with history, zero-length sequences and
   }
 }
 
-TEST_CASE("attention prefill mma: rows past the live count are zero, rows >= T untouched, replay and reruns give the same bytes",
-          "[gpu][attention][mma]") {
+TEST_CASE(
+    "attention prefill mma: rows past the live count are zero, rows >= T untouched, replay and reruns give the same "
+    "bytes",
+    "[gpu][attention][mma]") {
   for (int D : {64, 256}) {
     CAPTURE(D);
     const Shape sh = shape_for(D, 8, 2);

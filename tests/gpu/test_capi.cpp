@@ -80,7 +80,7 @@ TEST_CASE("C API conv.update matches the C++ launcher byte for byte, every arm",
       const int num_slots = u.rows + 3;
       std::vector<int32_t> slots(u.rows);
       for (int r = 0; r < u.rows; ++r) slots[r] = num_slots - 1 - r;  // distinct, not the row order
-      if (u.rows > 1) slots[1] = -1;  // a padding row
+      if (u.rows > 1) slots[1] = -1;                                  // a padding row
       INFO("rows=" << u.rows << " C=" << u.C << " K=" << u.K << " stride=" << u.stride << " x=" << dname(u.x)
                    << " out=" << dname(u.out) << " state=" << dname(u.state) << " arm=" << (arm ? arm : "(default)")
                    << " seed=" << seed);
@@ -171,8 +171,8 @@ TEST_CASE("C API postconv matches the C++ launcher byte for byte, every arm", "[
       ++seed;
       const int C = 2 * u.Hk * u.Dk + u.Hv * u.Dv;
       const int64_t cs = C + u.conv_pad, as = u.Hv + u.a_pad, bs = u.Hv + u.b_pad;
-      INFO("T=" << u.T << " Hk=" << u.Hk << " Hv=" << u.Hv << " Dk=" << u.Dk << " Dv=" << u.Dv << " conv="
-                << dname(u.conv) << " ab=" << dname(u.ab) << " qkv=" << dname(u.qkv)
+      INFO("T=" << u.T << " Hk=" << u.Hk << " Hv=" << u.Hv << " Dk=" << u.Dk << " Dv=" << u.Dv
+                << " conv=" << dname(u.conv) << " ab=" << dname(u.ab) << " qkv=" << dname(u.qkv)
                 << " arm=" << (arm ? arm : "(default)") << " seed=" << seed);
       const DevBuf conv = DevBuf::from(values(static_cast<size_t>(u.T) * cs, seed, u.conv), u.conv);
       const DevBuf a = DevBuf::from(values(static_cast<size_t>(u.T) * as, seed + 1, u.ab, -3.f, 3.f), u.ab);
@@ -372,8 +372,8 @@ TEST_CASE("C API conv.fwd matches the C++ launcher byte for byte, device and hos
         const auto want_split = *arm_from_name<ConvChunksArm>(split);
         FwdProblem p = make_fwd(u, seed);
         const auto contract = conv_fwd_contract(want_arm, want_split, ConvFwdShape{p.max_tokens, p.max_seqs, u.C, u.K});
-        INFO("C=" << u.C << " K=" << u.K << " x=" << dname(u.x) << " out=" << dname(u.out) << " state="
-                  << dname(u.state) << " arm=" << arm << " chunks=" << split << " seed=" << seed);
+        INFO("C=" << u.C << " K=" << u.K << " x=" << dname(u.x) << " out=" << dname(u.out)
+                  << " state=" << dname(u.state) << " arm=" << arm << " chunks=" << split << " seed=" << seed);
         if (contract.arm != ConvFwdArm::tiled && u.x != u.out) {
           sg_conv_fwd_args a = fwd_args(p, p.x.data(), p.x.data());  // never launched
           CHECK(sg_conv_fwd(&a, arm, split, nullptr) == SG_ERR_DTYPE);

@@ -62,9 +62,9 @@ struct Problem {
   Batch batch;
   std::vector<int32_t> cu;
   std::vector<ConvChunk> chunks;
-  std::vector<float> x;       // [max_tokens, stride]; NaN in columns >= C and rows >= T
-  std::vector<float> w, bias; // [C, K], [C]
-  std::vector<float> state0;  // [num_slots, C, K-1]
+  std::vector<float> x;        // [max_tokens, stride]; NaN in columns >= C and rows >= T
+  std::vector<float> w, bias;  // [C, K], [C]
+  std::vector<float> state0;   // [num_slots, C, K-1]
   int N() const { return static_cast<int>(batch.lens.size()); }
   int T() const { return cu.back(); }
 };
@@ -76,8 +76,10 @@ std::string describe(const Problem& p) {
   for (size_t i = 0; i < p.batch.lens.size(); ++i) {
     if (i) s += ',';
     s += std::to_string(p.batch.lens[i]);
-    if (p.batch.slots[i] < 0) s += "(pad)";
-    else if (p.batch.hist[i]) s += "(h)";
+    if (p.batch.slots[i] < 0)
+      s += "(pad)";
+    else if (p.batch.hist[i])
+      s += "(h)";
   }
   return s + "} seed=" + std::to_string(p.seed);
 }
@@ -102,7 +104,8 @@ void fill(Problem& p, int pad_cols, int extra_tokens = 11, int extra_seqs = 2) {
   p.w = test::uniform(static_cast<size_t>(p.C) * p.K, p.seed + 1, -1.f, 1.f);
   p.bias = test::uniform(static_cast<size_t>(p.C), p.seed + 2, -0.5f, 0.5f);
   const size_t ns = static_cast<size_t>(p.num_slots) * p.C * (p.K - 1);
-  p.state0 = p.sdt == DType::bf16 ? test::uniform_bf16(ns, p.seed + 3, -2.f, 2.f) : test::uniform(ns, p.seed + 3, -2.f, 2.f);
+  p.state0 =
+      p.sdt == DType::bf16 ? test::uniform_bf16(ns, p.seed + 3, -2.f, 2.f) : test::uniform(ns, p.seed + 3, -2.f, 2.f);
 }
 
 // The varied batch of the matrix: zero-length sequences (one with history and a live slot), a
@@ -123,8 +126,8 @@ Problem matrix_problem(DType act, DType sdt, int C, int K, uint64_t seed) {
     int len;
     bool hist, pad;
   };
-  std::vector<S> seqs = {{0, true, false},  {1, true, false},   {3, false, false}, {8, true, false},
-                         {9, true, false},  {33, true, false},  {37, false, false}, {5, true, true},
+  std::vector<S> seqs = {{0, true, false},   {1, true, false},  {3, false, false},  {8, true, false},
+                         {9, true, false},   {33, true, false}, {37, false, false}, {5, true, true},
                          {130, true, false}, {0, false, false}, {16, false, false}, {17, true, false}};
   if (K - 2 >= 1) seqs.push_back({K - 2, true, false});  // shorter than K-1, with history
   std::mt19937_64 rng(seed);
@@ -306,8 +309,7 @@ void check_all_arms(const Problem& p) {
     for (ConvChunksArm chunks : {ConvChunksArm::exact, ConvChunksArm::whole}) {
       if (arm == ConvFwdArm::tiled && chunks == ConvChunksArm::exact) continue;
       const auto c = contract_for(p, arm, chunks);
-      INFO("requested " << arm_label(arm, chunks) << ", runs " << arm_label(c.arm, chunks) << " (" << c.kernel
-                        << ")");
+      INFO("requested " << arm_label(arm, chunks) << ", runs " << arm_label(c.arm, chunks) << " (" << c.kernel << ")");
       const Outcome o = run(p, arm, chunks);
       CHECK(invariants(p, o) == "");
       CHECK(byte_diff(o.out, ref.out, p.act) == "");
@@ -362,8 +364,8 @@ void check_against_reference(const Problem& p) {
     }
     if (tol > 0) worst = std::max(worst, err / tol);
   }
-  INFO("worst error / tolerance " << worst << "; first bad element " << first << ": got "
-                                  << (bad ? vals[first] : 0.f) << ", reference " << (bad ? ref_out[first] : 0.f));
+  INFO("worst error / tolerance " << worst << "; first bad element " << first << ": got " << (bad ? vals[first] : 0.f)
+                                  << ", reference " << (bad ? ref_out[first] : 0.f));
   CHECK(bad == 0);
 }
 
@@ -381,7 +383,9 @@ std::vector<std::tuple<DType, DType, int, int>> matrix_cases() {
       const DType act = (ci + static_cast<size_t>(K)) % 2 ? DType::f32 : DType::bf16;
       const DType sdt = (ci / 2 + static_cast<size_t>(K)) % 2 ? DType::f32 : DType::bf16;
       v.emplace_back(act, sdt, kCs[ci], K);
-      if (K == 4) v.emplace_back(act == DType::f32 ? DType::bf16 : DType::f32, sdt == DType::f32 ? DType::bf16 : DType::f32, kCs[ci], K);
+      if (K == 4)
+        v.emplace_back(act == DType::f32 ? DType::bf16 : DType::f32, sdt == DType::f32 ? DType::bf16 : DType::f32,
+                       kCs[ci], K);
     }
   }
   return v;
@@ -576,7 +580,8 @@ TEST_CASE("conv.fwd: the launcher refuses a contract that is not the params' own
   const ConvFwdParams q = rig.params();
   auto c = contract_for(p, ConvFwdArm::reg, ConvChunksArm::exact);
   CHECK(conv_fwd(q, c, ConvChunksArm::whole, nullptr) == cudaErrorInvalidValue);  // split mismatch
-  auto wrong_c = conv_fwd_contract(ConvFwdArm::reg, ConvChunksArm::exact, ConvFwdShape{p.max_tokens, p.max_seqs, 1024, 4});
+  auto wrong_c =
+      conv_fwd_contract(ConvFwdArm::reg, ConvChunksArm::exact, ConvFwdShape{p.max_tokens, p.max_seqs, 1024, 4});
   CHECK(conv_fwd(q, wrong_c, ConvChunksArm::exact, nullptr) == cudaErrorInvalidValue);
   ConvFwdParams mixed = q;
   mixed.out_dtype = DType::f32;  // register arms need x_dtype == out_dtype

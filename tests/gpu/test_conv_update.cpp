@@ -1,8 +1,8 @@
 // GPU tests of the decode conv update (kernels/conv_update.h, ARMS.md's byte-exact matrix):
 // - `fast` at every V (channels per thread: 2, 4, 8), at 128 threads per block and at 256 or 512,
-//   gives `grid`'s raw bytes of the outputs and of the whole conv state, for K in {2, 3, 4, 5, 8}, C in {1, 127, 129, 385, 1024, 1028, 1030, 8192,
-//   10240} (1028, 1030: C a multiple of 4 / 2 but not of 8 / 4), activations f32/bf16, state
-//   bf16/f32, with and without bias and SiLU (x row strides C, C+5, C+8);
+//   gives `grid`'s raw bytes of the outputs and of the whole conv state, for K in {2, 3, 4, 5, 8}, C in {1, 127, 129,
+//   385, 1024, 1028, 1030, 8192, 10240} (1028, 1030: C a multiple of 4 / 2 but not of 8 / 4), activations f32/bf16,
+//   state bf16/f32, with and without bias and SiLU (x row strides C, C+5, C+8);
 // - every fast launch runs inside a captured graph, so the test reads back which body ran: the vec
 //   body (conv_update_fast_kernel<V, ...>) exactly when K <= 5, C % V == 0 and every buffer is
 //   aligned to its access width (x's row stride included), else the scalar body
@@ -291,7 +291,8 @@ TEST_CASE("conv.update: fast at every V gives grid's bytes, grid matches the ref
   }
 }
 
-TEST_CASE("conv.update: each arm's captured node is the contract's kernel, grid and block", "[gpu][conv_update][manifest]") {
+TEST_CASE("conv.update: each arm's captured node is the contract's kernel, grid and block",
+          "[gpu][conv_update][manifest]") {
   Stream s;
   const Case c{1024, 4, DType::bf16, DType::bf16, 0, false, true, 77};
   const Inputs in = make_inputs(c);
@@ -392,7 +393,8 @@ Result run_shifted(const Case& c, const Inputs& in, ConvUpdateArm arm, int v, Sh
 
 }  // namespace
 
-TEST_CASE("conv.update: fast falls back to its scalar body at every V when any base is misaligned", "[gpu][conv_update]") {
+TEST_CASE("conv.update: fast falls back to its scalar body at every V when any base is misaligned",
+          "[gpu][conv_update]") {
   // Each base alone one element off: the vec body would fault or read the wrong elements, so fast
   // must take its scalar body and still give grid's bytes of the aligned run.
   for (int K : {2, 4}) {  // K = 2: the smallest state slices (4 bytes for bf16 at V = 2)

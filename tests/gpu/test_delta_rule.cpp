@@ -71,17 +71,19 @@ TEST_CASE("delta-rule decode: every column split gives the same bytes and matche
           // Against the CPU reference (same fmaf order; expf may differ by an ulp).
           auto ref_s = state0;
           std::vector<float> r(v.size());
-          ref::delta_rule_decode(ref::DeltaShape{sh.Hk, sh.Hv, sh.Dk, sh.Dv, t == DType::bf16 ? ref::Store::bf16 : ref::Store::f32},
-                                 rows, q.data(), k.data(), v.data(), g.data(), beta.data(), slots.data(), ref_s.data(),
-                                 r.data());
+          ref::delta_rule_decode(
+              ref::DeltaShape{sh.Hk, sh.Hv, sh.Dk, sh.Dv, t == DType::bf16 ? ref::Store::bf16 : ref::Store::f32}, rows,
+              q.data(), k.data(), v.data(), g.data(), beta.data(), slots.data(), ref_s.data(), r.data());
           auto got = test::from_bytes(o, t);
           auto got_s = test::from_bytes(st, DType::f32);
           size_t bad = 0;
           for (size_t i = 0; i < r.size(); ++i) {
-            const double tol = t == DType::bf16 ? 2 * std::ldexp(1.0, -7) * std::fabs(r[i]) + 1e-4 : 1e-5 + 1e-4 * std::fabs(r[i]);
+            const double tol =
+                t == DType::bf16 ? 2 * std::ldexp(1.0, -7) * std::fabs(r[i]) + 1e-4 : 1e-5 + 1e-4 * std::fabs(r[i]);
             bad += !(std::fabs(got[i] - r[i]) <= tol);
           }
-          for (size_t i = 0; i < ref_s.size(); ++i) bad += !(std::fabs(got_s[i] - ref_s[i]) <= 1e-5 + 1e-4 * std::fabs(ref_s[i]));
+          for (size_t i = 0; i < ref_s.size(); ++i)
+            bad += !(std::fabs(got_s[i] - ref_s[i]) <= 1e-5 + 1e-4 * std::fabs(ref_s[i]));
           CHECK(bad == 0);
         } else {
           CHECK(test::byte_diff(o, ref_out, t) == "");

@@ -26,9 +26,9 @@
 #include "kernels/ref/delta_rule_ref.h"
 #include "tests/gpu/delta_rule_prefill_fixture.h"
 #include "tests/support/catch.h"
-#include "tests/support/tolerance.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
+#include "tests/support/tolerance.h"
 
 using namespace sg;
 using test::byte_diff;
@@ -36,13 +36,13 @@ using test::DevBuf;
 
 namespace {
 
-using test::drp::make_problem;
-using test::drp::segment_problem;
-using test::drp::Problem;
-using test::drp::Shape;
 using test::drp::DevProblem;
+using test::drp::make_problem;
 using test::drp::prefill_params;
+using test::drp::Problem;
 using test::drp::Result;
+using test::drp::segment_problem;
+using test::drp::Shape;
 
 Result run_prefill(const Problem& P, const DevProblem& d, int split, uint8_t poison) {
   auto state = DevBuf::from(P.state0, DType::f32);
@@ -59,8 +59,8 @@ Result run_decode_by_token(const Problem& P, const DevProblem& d, int split, uin
   auto st0 = P.state0;
   for (int n = 0; n < P.n_live; ++n) {
     if (P.slots[n] >= 0 && !P.hist[n] && P.cu[n + 1] > P.cu[n]) {
-      std::fill(st0.begin() + P.slots[n] * sh.Hv * P.head_size(), st0.begin() + (P.slots[n] + 1) * sh.Hv * P.head_size(),
-                0.0f);
+      std::fill(st0.begin() + P.slots[n] * sh.Hv * P.head_size(),
+                st0.begin() + (P.slots[n] + 1) * sh.Hv * P.head_size(), 0.0f);
     }
   }
   auto state = DevBuf::from(st0, DType::f32);
@@ -101,9 +101,10 @@ void check_against_ref(const Problem& P, const Result& r) {
   const bool bf = P.t == DType::bf16;
   auto ref_state = P.state0;
   std::vector<float> ref_out(P.live_out_elems(), 0.0f);
-  ref::delta_rule_prefill_recurrent(ref::DeltaShape{sh.Hk, sh.Hv, sh.Dk, sh.Dv, bf ? ref::Store::bf16 : ref::Store::f32},
-                                    P.n_live, P.cu.data(), P.q.data(), P.k.data(), P.v.data(), P.g.data(),
-                                    P.beta.data(), P.slots.data(), P.hist.data(), ref_state.data(), ref_out.data());
+  ref::delta_rule_prefill_recurrent(
+      ref::DeltaShape{sh.Hk, sh.Hv, sh.Dk, sh.Dv, bf ? ref::Store::bf16 : ref::Store::f32}, P.n_live, P.cu.data(),
+      P.q.data(), P.k.data(), P.v.data(), P.g.data(), P.beta.data(), P.slots.data(), P.hist.data(), ref_state.data(),
+      ref_out.data());
   const auto got = test::from_bytes(r.out, P.t);
   const auto got_s = test::from_bytes(r.state, DType::f32);
   const int64_t row = static_cast<int64_t>(sh.Hv) * sh.Dv;
@@ -157,9 +158,8 @@ TEST_CASE("delta-rule prefill: byte-equal to decode token by token, matches the 
           "[gpu][delta_rule]") {
   // (Dk, Dv) = (128, 128), (64, 96), (32, 40), each with Hv/Hk = 2 and 3; then the fixtures' small
   // heads (8, 8), (16, 24), (32, 16) (Dk 8 and 16 run the tiles Q = 1 and 4).
-  const std::vector<Shape> shapes = {{2, 4, 128, 128}, {1, 3, 128, 128}, {1, 2, 64, 96}, {2, 6, 64, 96},
-                                     {2, 4, 32, 40},   {1, 3, 32, 40},   {2, 2, 8, 8},   {2, 4, 16, 24},
-                                     {1, 3, 32, 16}};
+  const std::vector<Shape> shapes = {{2, 4, 128, 128}, {1, 3, 128, 128}, {1, 2, 64, 96}, {2, 6, 64, 96}, {2, 4, 32, 40},
+                                     {1, 3, 32, 40},   {2, 2, 8, 8},     {2, 4, 16, 24}, {1, 3, 32, 16}};
   // Lengths 0, 1, 5, 64, 300 and a padding sequence (slot -1, 7 tokens); slot 7 belongs to the
   // zero-length sequence and must keep its bytes even without history.
   const std::vector<int32_t> lens = {5, 0, 300, 7, 1, 64};

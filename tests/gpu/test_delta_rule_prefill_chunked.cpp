@@ -34,9 +34,9 @@
 #include "kernels/ref/delta_rule_ref.h"
 #include "tests/gpu/delta_rule_prefill_fixture.h"
 #include "tests/support/catch.h"
-#include "tests/support/tolerance.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
+#include "tests/support/tolerance.h"
 
 using namespace sg;
 using test::byte_diff;
@@ -47,13 +47,13 @@ namespace {
 constexpr double kTolF32 = 1e-5;   // normalised, outputs (f32) and state: delta_rule_ref.h
 constexpr double kTolBf16 = 8e-3;  // normalised, bf16 outputs
 
-using test::drp::make_problem;
-using test::drp::segment_problem;
-using test::drp::Problem;
-using test::drp::Shape;
 using test::drp::DevProblem;
+using test::drp::make_problem;
 using test::drp::prefill_params;
+using test::drp::Problem;
 using test::drp::Result;
+using test::drp::segment_problem;
+using test::drp::Shape;
 
 // Device copies of a problem's inputs and metadata, plus its state and output buffers.
 struct Rig : DevProblem {
@@ -66,7 +66,9 @@ struct Rig : DevProblem {
     out.fill(poison);
     check(cudaDeviceSynchronize());  // the memset is on the legacy stream; replays run on another
   }
-  DeltaRulePrefillParams params(const Problem& P) const { return prefill_params(P, *this, state.as<float>(), out.data()); }
+  DeltaRulePrefillParams params(const Problem& P) const {
+    return prefill_params(P, *this, state.as<float>(), out.data());
+  }
 };
 
 enum class Kernel { chunked, scan };
@@ -131,7 +133,8 @@ void check_close(const Problem& P, const Result& r, const Expected& want) {
       CHECK(err <= kTolF32);
     }
     const int64_t s0 = P.slots[n] * P.sh.Hv * P.head_size();
-    const double serr = norm_err(got_s.data() + s0, want.state.data() + s0, static_cast<size_t>(P.sh.Hv * P.head_size()));
+    const double serr =
+        norm_err(got_s.data() + s0, want.state.data() + s0, static_cast<size_t>(P.sh.Hv * P.head_size()));
     CAPTURE(serr);
     CHECK(serr <= kTolF32);
   }
@@ -161,7 +164,8 @@ const std::vector<int32_t> kLens = {63, 0, 1024, 70, 1, 64, 200, 65};
 // Sequence 3 is padding (70 tokens); slot 7 belongs to the zero-length sequence and must keep its
 // bytes even without history.
 const std::vector<int32_t> kSlots = {3, 7, 0, -1, 8, 5, 2, 9};
-const std::vector<std::vector<uint8_t>> kHists = {{1, 1, 1, 1, 1, 1, 1, 1}, {0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0, 1, 1, 0, 1, 0}};
+const std::vector<std::vector<uint8_t>> kHists = {
+    {1, 1, 1, 1, 1, 1, 1, 1}, {0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0, 1, 1, 0, 1, 0}};
 const char* const kHistNames[] = {"all history", "no history", "mixed"};
 
 }  // namespace
@@ -205,7 +209,8 @@ TEST_CASE("chunked delta-rule prefill matches the reference and the scan, keeps 
   }
 }
 
-TEST_CASE("chunked delta-rule prefill: a captured launch replays the eager bytes", "[gpu][delta_rule_chunked][graphs]") {
+TEST_CASE("chunked delta-rule prefill: a captured launch replays the eager bytes",
+          "[gpu][delta_rule_chunked][graphs]") {
   const Shape sh{2, 4, 128, 128};
   for (DType t : {DType::bf16, DType::f32}) {
     CAPTURE(dtype_name(t));
@@ -228,8 +233,8 @@ TEST_CASE("chunked delta-rule prefill: a captured launch replays the eager bytes
     const Manifest m = build_manifest("delta_rule.prefill chunked", "-", graph.graph(), rec);
     REQUIRE(m.nodes.size() == 1);
     const int tile = delta_rule_prefill_chunked_tile(sh.Dv);
-    CHECK(m.nodes[0].grid == Dim3{static_cast<unsigned>((sh.Dv + tile - 1) / tile * sh.Hv),
-                                  static_cast<unsigned>(A.max_seqs), 1});
+    CHECK(m.nodes[0].grid ==
+          Dim3{static_cast<unsigned>((sh.Dv + tile - 1) / tile * sh.Hv), static_cast<unsigned>(A.max_seqs), 1});
     CHECK(m.nodes[0].block == Dim3{static_cast<unsigned>(4 * tile), 1, 1});
     CHECK(m.nodes[0].smem_bytes == delta_rule_prefill_chunked_smem(sh.Dk, tile));
     CAPTURE(m.nodes[0].kernel);
@@ -337,7 +342,8 @@ TEST_CASE("chunked delta-rule prefill: misaligned buffers take the element-wise 
         return std::vector<uint8_t>(b.begin() + static_cast<int64_t>(n), b.end());
       };
       const std::vector<uint8_t> out = p.out == rig.out.data() ? rig.out.download() : strip(out1.download(), es);
-      const std::vector<uint8_t> state = p.state == rig.state.as<float>() ? rig.state.download() : strip(s1.download(), 4);
+      const std::vector<uint8_t> state =
+          p.state == rig.state.as<float>() ? rig.state.download() : strip(s1.download(), 4);
       CHECK(byte_diff(out, aligned.out, t) == "");
       CHECK(byte_diff(state, aligned.state, DType::f32) == "");
     }
@@ -364,9 +370,10 @@ TEST_CASE("delta-rule prefill: a NaN or Inf in one token never reaches an earlie
       CAPTURE(kernel == Kernel::scan ? "scan" : "chunked");
       Rig rw(whole), rc(cut);
       const Result a = run(whole, rw, kernel), b = run(cut, rc, kernel);
-      const size_t rb = static_cast<size_t>(whole.row()) * dtype_size(t);  // bytes per token row
+      const size_t rb = static_cast<size_t>(whole.row()) * dtype_size(t);      // bytes per token row
       auto rows = [rb](const std::vector<uint8_t>& o, size_t r0, size_t r1) {  // token rows [r0, r1)
-        return std::vector<uint8_t>(o.begin() + static_cast<int64_t>(r0 * rb), o.begin() + static_cast<int64_t>(r1 * rb));
+        return std::vector<uint8_t>(o.begin() + static_cast<int64_t>(r0 * rb),
+                                    o.begin() + static_cast<int64_t>(r1 * rb));
       };
       CHECK(byte_diff(rows(a.out, 0, 5), rows(b.out, 0, 5), t) == "");
       CHECK(byte_diff(rows(a.out, 9, 46), rows(b.out, 5, 42), t) == "");

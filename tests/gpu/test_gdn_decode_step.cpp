@@ -177,12 +177,12 @@ TEST_CASE("the GPU step matches the CPU reference", "[gpu][skeleton][reference]"
     std::vector<float> q(static_cast<size_t>(rows) * dims.Hk * dims.Dk), k(q.size());
     std::vector<float> v(static_cast<size_t>(rows) * dims.Hv * dims.Dv), g(static_cast<size_t>(rows) * dims.Hv),
         beta(g.size());
-    ref::postconv(ref::PostconvShape{dims.Hk, dims.Hv, dims.Dk, dims.Dv, st}, rows, conv_out.data(), dims.C(),
-                  a.data(), dims.Hv, b.data(), dims.Hv, step.A_log().data(), step.dt_bias().data(), q.data(),
-                  k.data(), v.data(), g.data(), beta.data());
+    ref::postconv(ref::PostconvShape{dims.Hk, dims.Hv, dims.Dk, dims.Dv, st}, rows, conv_out.data(), dims.C(), a.data(),
+                  dims.Hv, b.data(), dims.Hv, step.A_log().data(), step.dt_bias().data(), q.data(), k.data(), v.data(),
+                  g.data(), beta.data());
     std::vector<float> ref_out(v.size());
-    ref::delta_rule_decode(ref::DeltaShape{dims.Hk, dims.Hv, dims.Dk, dims.Dv, st}, rows, q.data(), k.data(),
-                           v.data(), g.data(), beta.data(), slots.data(), ssm0.data(), ref_out.data());
+    ref::delta_rule_decode(ref::DeltaShape{dims.Hk, dims.Hv, dims.Dk, dims.Dv, st}, rows, q.data(), k.data(), v.data(),
+                           g.data(), beta.data(), slots.data(), ssm0.data(), ref_out.data());
 
     CHECK(count_diff(test::to_bytes_bf16(conv0), conv1) == 0);
     size_t bad_state = 0, bad_out = 0;
@@ -212,30 +212,30 @@ TEST_CASE("every conv.update, postconv and gdn.decode arm gives the reference ar
       Snapshot ref_snap;
       bool first = true;
       for (GdnDecodeArm ga : {GdnDecodeArm::unfused, GdnDecodeArm::fused})
-      for (ConvUpdateArm cu : {ConvUpdateArm::grid, ConvUpdateArm::fast}) {
-        for (PostconvArm pa : {PostconvArm::megablock, PostconvArm::fast}) {
-          CAPTURE(arm_name(cu), arm_name(pa), arm_name(ga));
-          GdnDecodeOptions o;
-          o.act = act;
-          o.arms.conv_update = cu;
-          o.arms.postconv = pa;
-          o.arms.gdn_decode = ga;
-          GdnDecodeStep step(dims, o);
-          step.capture_all();
-          step.randomize_states(3);
-          Snapshot start{{}, step.conv_state_bytes(), step.ssm_state_bytes()};
-          auto batch = make_batch(dims, 17, 44, o.num_slots);
-          Snapshot s = run_once(step, batch, RunMode::graph, start);
-          if (first) {
-            ref_snap = s;
-            first = false;
-          } else {
-            CHECK(count_diff(s.out, ref_snap.out) == 0);
-            CHECK(count_diff(s.conv, ref_snap.conv) == 0);
-            CHECK(count_diff(s.ssm, ref_snap.ssm) == 0);
+        for (ConvUpdateArm cu : {ConvUpdateArm::grid, ConvUpdateArm::fast}) {
+          for (PostconvArm pa : {PostconvArm::megablock, PostconvArm::fast}) {
+            CAPTURE(arm_name(cu), arm_name(pa), arm_name(ga));
+            GdnDecodeOptions o;
+            o.act = act;
+            o.arms.conv_update = cu;
+            o.arms.postconv = pa;
+            o.arms.gdn_decode = ga;
+            GdnDecodeStep step(dims, o);
+            step.capture_all();
+            step.randomize_states(3);
+            Snapshot start{{}, step.conv_state_bytes(), step.ssm_state_bytes()};
+            auto batch = make_batch(dims, 17, 44, o.num_slots);
+            Snapshot s = run_once(step, batch, RunMode::graph, start);
+            if (first) {
+              ref_snap = s;
+              first = false;
+            } else {
+              CHECK(count_diff(s.out, ref_snap.out) == 0);
+              CHECK(count_diff(s.conv, ref_snap.conv) == 0);
+              CHECK(count_diff(s.ssm, ref_snap.ssm) == 0);
+            }
           }
         }
-      }
     }
   }
 }

@@ -89,8 +89,8 @@ TEST_CASE("gdn.prefill fused: the seed's regression case and long sequences with
 TEST_CASE("gdn.prefill fused: sequences around tile edges, short, empty and padding", "[gpu][gdn_prefill_fused]") {
   // In order: sequences starting at 63, 125 (length 1, padding), 126, 128, 190, 253, 256, 320, 384,
   // 448: heads (first K-1 tokens) that cross a 64-token tile edge, with history, and shorter than K-1.
-  const std::vector<Seq> edges = {{63, true, false}, {62, true, false}, {1, true, true},  {2, true, false},
-                                  {62, true, false}, {63, true, false}, {3, true, false}, {64, true, false},
+  const std::vector<Seq> edges = {{63, true, false}, {62, true, false}, {1, true, true},    {2, true, false},
+                                  {62, true, false}, {63, true, false}, {3, true, false},   {64, true, false},
                                   {0, true, false},  {64, true, false}, {64, false, false}, {1, true, false},
                                   {5, true, true},   {2, false, false}};
   uint64_t seed = 5000;
@@ -103,10 +103,11 @@ TEST_CASE("gdn.prefill fused: sequences around tile edges, short, empty and padd
     }
   }
   // Batches with nothing to do, or nothing but padding: zero rows, untouched state.
-  const std::vector<std::vector<Seq>> special = {{{0, true, false}, {0, false, false}},
-                                                 {{4, true, true}, {90, false, true}},
-                                                 {{1, true, false}},
-                                                 {{1, true, false}, {2, true, false}, {1, false, false}, {3, true, false}}};
+  const std::vector<std::vector<Seq>> special = {
+      {{0, true, false}, {0, false, false}},
+      {{4, true, true}, {90, false, true}},
+      {{1, true, false}},
+      {{1, true, false}, {2, true, false}, {1, false, false}, {3, true, false}}};
   for (const auto& batch : special) {
     for (int K : {2, 4, 5}) {
       Problem p = make("special", DType::bf16, DType::bf16, 2, 4, 128, K, seed++);
@@ -146,7 +147,8 @@ TEST_CASE("gdn.prefill fused: unsupported shapes and foreign contracts are refus
   c2.arm = GdnPrefillArm::unfused;
   CHECK(gdn_prefill_fused(f, c2, nullptr) == cudaErrorInvalidValue);
   // The fallback contract of an unsupported shape cannot be launched here.
-  const auto fb = gdn_prefill_contract(GdnPrefillArm::fused, GdnPrefillShape{p.max_tokens, p.max_seqs, 2, 4, 64, 64, 4});
+  const auto fb =
+      gdn_prefill_contract(GdnPrefillArm::fused, GdnPrefillShape{p.max_tokens, p.max_seqs, 2, 4, 64, 64, 4});
   CHECK(fb.arm == GdnPrefillArm::unfused);
   CHECK(!fb.fallback_reason.empty());
   GdnPrefillFusedParams f64 = f;
@@ -168,7 +170,8 @@ TEST_CASE("gdn.prefill fused: unsupported shapes and foreign contracts are refus
   CHECK(std::string(sg_last_error()).find("sg_conv_fwd then sg_postconv") != std::string::npos);
 }
 
-TEST_CASE("gdn.prefill fused: one captured launch is the contract's node and replays eager", "[gpu][gdn_prefill_fused][graphs]") {
+TEST_CASE("gdn.prefill fused: one captured launch is the contract's node and replays eager",
+          "[gpu][gdn_prefill_fused][graphs]") {
   // Bucket of batch A; batch B is another composition of the same bucket.
   Problem a = make("graph batch A", DType::bf16, DType::bf16, 2, 4, 128, 4, 91);
   a.odd_w = false;

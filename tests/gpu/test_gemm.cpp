@@ -40,7 +40,8 @@ TEST_CASE("gemm x W^T matches the reference linear, also through strided rows", 
       // Reference on the dense x rows.
       std::vector<float> xd(static_cast<size_t>(c.T) * c.in), ref(static_cast<size_t>(c.T) * c.out);
       for (int t = 0; t < c.T; ++t) {
-        for (int i = 0; i < c.in; ++i) xd[static_cast<size_t>(t) * c.in + i] = x[static_cast<size_t>(t) * c.x_stride + i];
+        for (int i = 0; i < c.in; ++i)
+          xd[static_cast<size_t>(t) * c.in + i] = x[static_cast<size_t>(t) * c.x_stride + i];
       }
       ref::linear(xd.data(), W.data(), ref.data(), c.T, c.in, c.out);
       // f32 accumulation in another order: |err| <= 1e-5 * sum |x||w| (+ one bf16 rounding of y).

@@ -12,8 +12,8 @@
 // These run the scan delta-rule prefill unless told (the n + m and mixed-batch tests run both);
 // the chunked form's own tests are in test_model_prefill_chunked.cpp.
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -77,7 +77,8 @@ TEST_CASE("model prefill of n tokens then m decode steps equals a prefill of n +
     // A: prefill n into slot 2, then decode m tokens one by one.
     step.prefill({PrefillRequest{2, std::vector<int32_t>(toks.begin(), toks.begin() + n), 0}}, RunMode::graph);
     DecodeOutput last;
-    for (int j = 0; j < m; ++j) last = step.decode({DecodeRequest{2, toks[static_cast<size_t>(n + j)], n + j}}, RunMode::graph);
+    for (int j = 0; j < m; ++j)
+      last = step.decode({DecodeRequest{2, toks[static_cast<size_t>(n + j)], n + j}}, RunMode::graph);
     // B: prefill all n + m into slot 6.
     const PrefillOutput all = step.prefill({PrefillRequest{6, toks, 0}}, RunMode::graph);
     // Same math; only summation orders differ (attention prefill vs decode, cuBLAS kernels for
@@ -174,7 +175,8 @@ TEST_CASE("model prefill leaves unused slots and empty requests untouched", "[gp
   }
   // Bad input: more tokens than the largest bucket, too many sequences, a repeated slot.
   CHECK_THROWS_AS(step.prefill({{1, tokens_for(1, 129, cfg.vocab), 0}}, RunMode::graph), Error);
-  CHECK_THROWS_AS(step.prefill({{0, {1}, 0}, {1, {1}, 0}, {2, {1}, 0}, {3, {1}, 0}, {5, {1}, 0}}, RunMode::graph), Error);
+  CHECK_THROWS_AS(step.prefill({{0, {1}, 0}, {1, {1}, 0}, {2, {1}, 0}, {3, {1}, 0}, {5, {1}, 0}}, RunMode::graph),
+                  Error);
   CHECK_THROWS_AS(step.prefill({{1, {1}, 0}, {1, {2}, 0}}, RunMode::graph), Error);
 }
 
@@ -321,9 +323,8 @@ TEST_CASE("model step in f32 reproduces the Hugging Face fixtures on the GPU", "
       // Greedy continuation: prefill's token, then decode steps feeding each token back.
       std::vector<int64_t> gen = {out.tokens[0]};
       while (gen.size() < greedy.size()) {
-        const DecodeOutput d =
-            step.decode({DecodeRequest{1, static_cast<int32_t>(gen.back()), n + static_cast<int>(gen.size()) - 1}},
-                        RunMode::graph);
+        const DecodeOutput d = step.decode(
+            {DecodeRequest{1, static_cast<int32_t>(gen.back()), n + static_cast<int>(gen.size()) - 1}}, RunMode::graph);
         gen.push_back(d.tokens[0]);
       }
       double max_abs = 0;

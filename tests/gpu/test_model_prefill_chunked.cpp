@@ -23,7 +23,8 @@ using namespace sg::test::mp;
 // f32 tolerance of the CPU reference as the scan (the reference's recurrent prefill, as above, and
 // its chunked form), across chunk boundaries (sequences of 70 and 90 tokens), with history and
 // decode steps after it; the manifest shows the chunked kernel on every GDN layer.
-TEST_CASE("model prefill with the chunked delta rule matches the CPU reference", "[gpu][model][prefill][delta_rule_chunked]") {
+TEST_CASE("model prefill with the chunked delta rule matches the CPU reference",
+          "[gpu][model][prefill][delta_rule_chunked]") {
   for (const char* name : {"tiny", "tiny-dkdv"}) {
     CAPTURE(name);
     const Qwen35Config cfg = preset(name);

@@ -20,8 +20,8 @@
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tests/support/catch.h"
-#include "tests/support/tolerance.h"
 #include "tests/support/logits.h"
+#include "tests/support/tolerance.h"
 
 using namespace sg;
 
@@ -229,7 +229,8 @@ TEST_CASE("model step manifest labels every kernel it launches", "[gpu][model][m
       if (n.label.op == "?") {
         INFO("unlabelled kernel " << n.kernel);
         bool cublas = false;
-        for (const char* k : {"gemm", "gemv", "cutlass", "cublas", "sm90", "splitK", "reduce", "nvjet", "xmma", "Kernel"}) {
+        for (const char* k :
+             {"gemm", "gemv", "cutlass", "cublas", "sm90", "splitK", "reduce", "nvjet", "xmma", "Kernel"}) {
           cublas = cublas || n.kernel.find(k) != std::string::npos;
         }
         unlabelled_non_gemm += !cublas;
@@ -240,8 +241,8 @@ TEST_CASE("model step manifest labels every kernel it launches", "[gpu][model][m
     REQUIRE(step.options().gemm == GemmKind::skinny);
     for (const auto& n : m.nodes) {
       const std::string& op = n.label.op;
-      if (op == "mlp.gate_up" || op == "mlp.down" || op == "gdn.in_proj" || op == "gdn.out_proj" || op == "attn.qkv_proj" ||
-          op == "attn.o_proj" || op == "lm_head") {
+      if (op == "mlp.gate_up" || op == "mlp.down" || op == "gdn.in_proj" || op == "gdn.out_proj" ||
+          op == "attn.qkv_proj" || op == "attn.o_proj" || op == "lm_head") {
         CAPTURE(op, n.kernel);
         CHECK(n.label.arm.rfind("skinny splits=", 0) == 0);
         CHECK(n.kernel.find("skinny_gemm_kernel") != std::string::npos);
@@ -302,7 +303,8 @@ TEST_CASE("model step with the fused gdn.decode arm gives the unfused bytes", "[
   CHECK(count_diff(unfused.cache_bytes(), fused.cache_bytes()) == 0);
 }
 
-TEST_CASE("model step that cannot fit says so with the sizes and holds no device memory afterwards", "[gpu][model][memory]") {
+TEST_CASE("model step that cannot fit says so with the sizes and holds no device memory afterwards",
+          "[gpu][model][memory]") {
   // The 27B preset's KV and delta-rule caches for 4096 slots of 8192 tokens need terabytes.
   ModelStepOptions o;
   o.num_slots = 4096;

@@ -92,7 +92,9 @@ std::string compare(const std::vector<float>& got, const std::vector<float>& wan
 }
 
 // Padding rows of a reference: zero from element live_elems on.
-void zero_tail(std::vector<float>& v, size_t live_elems) { std::fill(v.begin() + std::min(live_elems, v.size()), v.end(), 0.0f); }
+void zero_tail(std::vector<float>& v, size_t live_elems) {
+  std::fill(v.begin() + std::min(live_elems, v.size()), v.end(), 0.0f);
+}
 
 }  // namespace
 
@@ -243,7 +245,8 @@ TEST_CASE("rmsnorm: per-head rows read in place from strided projections", "[gpu
       std::vector<float> rows(N), want(N);
       for (int t = 0; t < T; ++t) {
         for (int h = 0; h < c.heads; ++h) {
-          for (int i = 0; i < c.D; ++i) rows[(static_cast<size_t>(t) * c.heads + h) * c.D + i] = src[t * ts + h * c.head_stride + i];
+          for (int i = 0; i < c.D; ++i)
+            rows[(static_cast<size_t>(t) * c.heads + h) * c.D + i] = src[t * ts + h * c.head_stride + i];
         }
       }
       ref::rmsnorm(rows.data(), w.data(), want.data(), static_cast<int64_t>(T) * c.heads, c.D, kEps, ref::Store::bf16);
@@ -301,13 +304,16 @@ TEST_CASE("gated rmsnorm: matches the reference for GDN shapes, strided gates an
     int heads, n;
   };
   // bf16 x, z and y with n 64 / 128 / 256 run the 16-byte kernel (bf16 or f32 weights); the rest the strided loop.
-  for (Types ty : {Types{DType::bf16, DType::bf16, DType::f32, DType::bf16}, Types{DType::f32, DType::f32, DType::f32, DType::f32},
-                   Types{DType::bf16, DType::bf16, DType::bf16, DType::f32}, Types{DType::bf16, DType::bf16, DType::bf16, DType::bf16}}) {
-    for (Shape sh : {Shape{32, 128}, Shape{48, 128}, Shape{5, 64}, Shape{3, 256}, Shape{3, 1}, Shape{2, 127}, Shape{2, 129},
-                     Shape{1, 2560}}) {
+  for (Types ty :
+       {Types{DType::bf16, DType::bf16, DType::f32, DType::bf16}, Types{DType::f32, DType::f32, DType::f32, DType::f32},
+        Types{DType::bf16, DType::bf16, DType::bf16, DType::f32},
+        Types{DType::bf16, DType::bf16, DType::bf16, DType::bf16}}) {
+    for (Shape sh : {Shape{32, 128}, Shape{48, 128}, Shape{5, 64}, Shape{3, 256}, Shape{3, 1}, Shape{2, 127},
+                     Shape{2, 129}, Shape{1, 2560}}) {
       for (int T : {1, 17, 300}) {
         const int live = T > 1 ? T - 7 : T;
-        const uint64_t seed = 3000 + sh.heads * 7 + sh.n + T + 100 * static_cast<int>(ty.x) + 10 * static_cast<int>(ty.w);
+        const uint64_t seed =
+            3000 + sh.heads * 7 + sh.n + T + 100 * static_cast<int>(ty.x) + 10 * static_cast<int>(ty.w);
         CAPTURE(dtype_name(ty.x), dtype_name(ty.w), dtype_name(ty.y), sh.heads, sh.n, T, live, seed);
         const int64_t row = static_cast<int64_t>(sh.heads) * sh.n;
         const int64_t zts = T == 17 ? row + 5 : row;  // z inside a wider fused projection output
@@ -365,9 +371,9 @@ TEST_CASE("embedding: rows are copied byte-exact, bad ids and padded tokens give
         ids[0] = 0;
         if (T > 1) {
           ids[live - 1] = static_cast<int32_t>(V - 1);
-          ids[1] = -1;                          // outside [0, V): zero row
+          ids[1] = -1;                                  // outside [0, V): zero row
           if (T > 3) ids[2] = static_cast<int32_t>(V);  // outside [0, V): zero row
-          for (int t = live; t < T; ++t) ids[t] = 7;     // padding: must not be read
+          for (int t = live; t < T; ++t) ids[t] = 7;    // padding: must not be read
         }
         const size_t N = static_cast<size_t>(T) * H;
         std::vector<float> want(N, 0.0f);
@@ -445,7 +451,8 @@ TEST_CASE("swiglu: silu(gate) times up from a fused gate-up buffer matches the r
   }
 }
 
-TEST_CASE("argmax: first index of the maximum with ties, NaN, infinities and padded rows as ref::argmax", "[gpu][norms]") {
+TEST_CASE("argmax: first index of the maximum with ties, NaN, infinities and padded rows as ref::argmax",
+          "[gpu][norms]") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (int64_t V : {int64_t{1}, int64_t{127}, int64_t{129}, int64_t{4099}, int64_t{248320}}) {
     // ld = V (float4 path only when V % 4 == 0) and ld = a multiple of 4 > V (float4 path + tail).
@@ -457,7 +464,8 @@ TEST_CASE("argmax: first index of the maximum with ties, NaN, infinities and pad
       auto at = [&](int r, int64_t i) -> float& { return x[static_cast<size_t>(r) * ld + std::min(i, V - 1)]; };
       auto fill_row = [&](int r, float v) { std::fill_n(x.begin() + static_cast<size_t>(r) * ld, V, v); };
       // Columns [V, ld) are NaN: reading past V would change the answer.
-      for (int r = 0; r < rows; ++r) std::fill(x.begin() + static_cast<size_t>(r) * ld + V, x.begin() + static_cast<size_t>(r + 1) * ld, nan);
+      for (int r = 0; r < rows; ++r)
+        std::fill(x.begin() + static_cast<size_t>(r) * ld + V, x.begin() + static_cast<size_t>(r + 1) * ld, nan);
       // row 0: random. row 1: the maximum three times (lowest index wins).
       at(1, V / 3) = at(1, V / 2) = at(1, V - 1) = 50.f;
       // row 2: two NaNs and a +inf: the first NaN wins.
@@ -484,7 +492,8 @@ TEST_CASE("argmax: first index of the maximum with ties, NaN, infinities and pad
       // rows 12, 13: padding (>= live): 0 whatever they hold.
       at(12, V / 2) = 99.f;
       std::vector<int32_t> want(rows, 0);
-      for (int r = 0; r < live; ++r) want[r] = static_cast<int32_t>(ref::argmax(x.data() + static_cast<size_t>(r) * ld, V));
+      for (int r = 0; r < live; ++r)
+        want[r] = static_cast<int32_t>(ref::argmax(x.data() + static_cast<size_t>(r) * ld, V));
       auto dx = test::DevBuf::from(x, DType::f32), dlive = test::DevBuf::from_i32({live});
       // One block per row, and split rows (slices ending inside the ties, the NaNs and the
       // infinities above; more chunks than float4s for small V), each launched twice: the

@@ -36,13 +36,14 @@ using sg::test::DevBuf;
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr PostconvArm kArms[] = {PostconvArm::megablock, PostconvArm::fast, PostconvArm::split, PostconvArm::token_tile};
+constexpr PostconvArm kArms[] = {PostconvArm::megablock, PostconvArm::fast, PostconvArm::split,
+                                 PostconvArm::token_tile};
 
 struct Case {
   int T, Hk, Hv, Dk, Dv;
-  DType in, out;        // conv (and a, b) dtype; q, k, v dtype
-  int conv_pad;         // conv_stride = C + conv_pad (NaN in the gap)
-  int ab_pad;           // a_stride = Hv + ab_pad, b_stride = Hv + ab_pad + 2
+  DType in, out;  // conv (and a, b) dtype; q, k, v dtype
+  int conv_pad;   // conv_stride = C + conv_pad (NaN in the gap)
+  int ab_pad;     // a_stride = Hv + ab_pad, b_stride = Hv + ab_pad + 2
   uint64_t seed;
   int C() const { return 2 * Hk * Dk + Hv * Dv; }
   int64_t conv_stride() const { return C() + conv_pad; }
@@ -79,7 +80,8 @@ Inputs make_inputs(const Case& c) {
   auto conv = test::uniform(static_cast<size_t>(c.T) * C, c.seed, -2.f, 2.f);
   // Every fifth token is scaled by 2^-10 (exact), so its sums of squares are near the 1e-6 epsilon.
   for (int t = 0; t < c.T; t += 5) {
-    for (int i = 0; i < C; ++i) conv[static_cast<size_t>(t) * C + i] = std::ldexp(conv[static_cast<size_t>(t) * C + i], -10);
+    for (int i = 0; i < C; ++i)
+      conv[static_cast<size_t>(t) * C + i] = std::ldexp(conv[static_cast<size_t>(t) * C + i], -10);
   }
   in.conv = strided(as_stored(conv, c.in), c.T, C, c.conv_stride());
   // a + dt_bias spans softplus's x > 20 branch; b spans both tails of the sigmoid.
@@ -178,8 +180,8 @@ void check_case(const Case& c) {
       g(static_cast<size_t>(c.T) * c.Hv), beta(g.size());
   const ref::Store st = c.out == DType::bf16 ? ref::Store::bf16 : ref::Store::f32;
   ref::postconv(ref::PostconvShape{c.Hk, c.Hv, c.Dk, c.Dv, st}, c.T, in.conv.data(), c.conv_stride(), in.a.data(),
-                c.a_stride(), in.b.data(), c.b_stride(), in.A_log.data(), in.dt_bias.data(), q.data(), k.data(), v.data(),
-                g.data(), beta.data());
+                c.a_stride(), in.b.data(), c.b_stride(), in.A_log.data(), in.dt_bias.data(), q.data(), k.data(),
+                v.data(), g.data(), beta.data());
 
   const Outputs mb = run_arm(c, in, PostconvArm::megablock);
   {

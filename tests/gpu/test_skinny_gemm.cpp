@@ -24,12 +24,18 @@ namespace {
 
 struct Problem {
   int M, N, K, ldx, ldy;
-  std::vector<float> x, W;        // x [M, ldx], W [N, K] (bf16 values)
-  std::vector<double> ref, mag;   // [M, N]: the reference y and sum |x||w|
+  std::vector<float> x, W;       // x [M, ldx], W [N, K] (bf16 values)
+  std::vector<double> ref, mag;  // [M, N]: the reference y and sum |x||w|
   test::DevBuf dx, dW;
   Problem(int M_, int N_, int K_, int ldx_, int ldy_, uint64_t seed)
-      : M(M_), N(N_), K(K_), ldx(ldx_), ldy(ldy_), x(test::uniform_bf16(static_cast<size_t>(M_) * ldx_, seed, -1.f, 1.f)),
-        W(test::uniform_bf16(static_cast<size_t>(N_) * K_, seed + 1, -0.1f, 0.1f)), dx(test::DevBuf::from(x, DType::bf16)),
+      : M(M_),
+        N(N_),
+        K(K_),
+        ldx(ldx_),
+        ldy(ldy_),
+        x(test::uniform_bf16(static_cast<size_t>(M_) * ldx_, seed, -1.f, 1.f)),
+        W(test::uniform_bf16(static_cast<size_t>(N_) * K_, seed + 1, -0.1f, 0.1f)),
+        dx(test::DevBuf::from(x, DType::bf16)),
         dW(test::DevBuf::from(W, DType::bf16)) {
     std::vector<float> xd(static_cast<size_t>(M) * K), r(static_cast<size_t>(M) * N);
     for (int t = 0; t < M; ++t)
@@ -40,7 +46,8 @@ struct Problem {
     for (int t = 0; t < M; ++t) {
       for (int o = 0; o < N; ++o) {
         double m = 0;
-        for (int i = 0; i < K; ++i) m += std::fabs(xd[static_cast<size_t>(t) * K + i] * W[static_cast<size_t>(o) * K + i]);
+        for (int i = 0; i < K; ++i)
+          m += std::fabs(xd[static_cast<size_t>(t) * K + i] * W[static_cast<size_t>(o) * K + i]);
         mag[static_cast<size_t>(t) * N + o] = m;
       }
     }
@@ -70,7 +77,8 @@ struct Problem {
     for (int t = 0; t < M; ++t) {
       for (int o = 0; o < N; ++o) {
         const double r = ref[static_cast<size_t>(t) * N + o];
-        const double tol = 1e-5 * mag[static_cast<size_t>(t) * N + o] + (yt == DType::bf16 ? std::ldexp(1.0, -8) * std::fabs(r) : 0.0) + 1e-7;
+        const double tol = 1e-5 * mag[static_cast<size_t>(t) * N + o] +
+                           (yt == DType::bf16 ? std::ldexp(1.0, -8) * std::fabs(r) : 0.0) + 1e-7;
         n += !(std::fabs(got[static_cast<size_t>(t) * ldy + o] - r) <= tol);
       }
     }
@@ -137,7 +145,8 @@ TEST_CASE("skinny gemm: graph replay, eager and a rerun give the same bytes, col
     CHECK(test::byte_diff(graphed.download(), e, DType::bf16) == "");
     size_t touched = 0;  // columns [N, ldy) of every row keep their poison
     for (int t = 0; t < 32; ++t)
-      for (size_t i = (static_cast<size_t>(t) * 2600 + 2560) * 2; i < static_cast<size_t>(t + 1) * 2600 * 2; ++i) touched += e[i] != 0x5A;
+      for (size_t i = (static_cast<size_t>(t) * 2600 + 2560) * 2; i < static_cast<size_t>(t + 1) * 2600 * 2; ++i)
+        touched += e[i] != 0x5A;
     CHECK(touched == 0);
     CHECK(pr.bad(eager.download_f32(DType::bf16), DType::bf16) == 0);
     check(cudaGraphExecDestroy(ge));

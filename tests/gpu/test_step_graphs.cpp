@@ -138,7 +138,7 @@ TEST_CASE("the runner counts eager fallbacks and names missing keys", "[gpu][run
   step.stage(ids_for(16, 3));
   CHECK_FALSE(step.graphs.run(GraphKey::decode(16), RunMode::graph));  // not captured: eager
   CHECK(step.graphs.eager_fallbacks() == 1);
-  CHECK_FALSE(step.graphs.run(GraphKey::decode(8), RunMode::eager));   // eager by choice
+  CHECK_FALSE(step.graphs.run(GraphKey::decode(8), RunMode::eager));  // eager by choice
   CHECK(step.graphs.eager_fallbacks() == 1);
   CHECK(step.graphs.run(GraphKey::prefill(32), RunMode::graph));
   CHECK_FALSE(step.graphs.run(GraphKey::prefill(8), RunMode::graph));  // decode 8 is not prefill 8
@@ -183,9 +183,9 @@ TEST_CASE("staged uploads take two pinned buffers in turn and wait only for the 
   CHECK(st.next() == 0);
   upload(a.data(), 1);
   CHECK(st.next() == 1);
-  upload(b.data(), 2);   // the other buffer: no wait, while the stream is still held
+  upload(b.data(), 2);  // the other buffer: no wait, while the stream is still held
   CHECK(st.next() == 0);
-  upload(a.data(), 3);   // the first buffer again: waits for the first copy (after the hold)
+  upload(a.data(), 3);  // the first buffer again: waits for the first copy (after the hold)
   CHECK(st.next() == 1);
   REQUIRE(used.size() == 3);
   CHECK(used[0] != used[1]);

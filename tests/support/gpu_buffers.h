@@ -21,7 +21,9 @@ class DevBuf {
   static DevBuf from_bytes(const std::vector<uint8_t>& bytes);
   void* data() const { return buf_.data(); }
   template <typename T>
-  T* as() const { return static_cast<T*>(buf_.data()); }
+  T* as() const {
+    return static_cast<T*>(buf_.data());
+  }
   size_t bytes() const { return buf_.bytes(); }
   void fill(uint8_t byte);
   std::vector<uint8_t> download() const;

@@ -21,7 +21,6 @@
 
 namespace sg::test {
 
-
 template <typename T>
 std::vector<uint8_t> raw(const std::vector<T>& v) {
   std::vector<uint8_t> out(v.size() * sizeof(T));
@@ -65,19 +64,23 @@ inline void expect_error(const std::function<void()>& f, const std::vector<std::
 
 // A small valid file's tensors: every readable dtype, a scalar, an empty tensor, an I64.
 inline std::vector<SafetensorsTensor> sample_tensors() {
-  std::vector<float> f32 = {1.f, -2.5f, 0.f, -0.f, 3.0e-39f /* subnormal */, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                            std::numeric_limits<float>::max(), 1e-45f};
+  std::vector<float> f32 = {1.f,
+                            -2.5f,
+                            0.f,
+                            -0.f,
+                            3.0e-39f /* subnormal */,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::max(),
+                            1e-45f};
   std::vector<uint16_t> bf16 = {0x3f80, 0xc020, 0x0000, 0x8000, 0x0001, 0x7f80, 0xff80, 0x7fc0, 0x7f7f, 0x3c23};
-  std::vector<uint16_t> f16 = {0x3c00, 0xc000, 0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x7bff,
-                               0x7c00, 0xfc00, 0x7e00, 0x8001, 0x3555, 0x7d01};
+  std::vector<uint16_t> f16 = {0x3c00, 0xc000, 0x0000, 0x8000, 0x0001, 0x03ff, 0x0400,
+                               0x7bff, 0x7c00, 0xfc00, 0x7e00, 0x8001, 0x3555, 0x7d01};
   return {
-      {"a.f32", DType::f32, {2, 5}, raw(f32)},
-      {"b.bf16", DType::bf16, {10}, raw(bf16)},
-      {"c.f16", DType::f16, {2, 7}, raw(f16)},
-      {"d.scalar", DType::f32, {}, raw(std::vector<float>{42.f})},
-      {"e.empty", DType::bf16, {0, 3}, {}},
-      {"f.i32", DType::i32, {3}, raw(std::vector<int32_t>{1, -2, 3})},
+      {"a.f32", DType::f32, {2, 5}, raw(f32)}, {"b.bf16", DType::bf16, {10}, raw(bf16)},
+      {"c.f16", DType::f16, {2, 7}, raw(f16)}, {"d.scalar", DType::f32, {}, raw(std::vector<float>{42.f})},
+      {"e.empty", DType::bf16, {0, 3}, {}},    {"f.i32", DType::i32, {3}, raw(std::vector<int32_t>{1, -2, 3})},
   };
 }
 

@@ -39,16 +39,11 @@ std::string row_line(const ComparedRow& r, int precision) {
 
 std::string_view verdict_name(Verdict v) {
   switch (v) {
-    case Verdict::faster:
-      return "faster";
-    case Verdict::slower:
-      return "slower";
-    case Verdict::neutral:
-      return "neutral";
-    case Verdict::only_a:
-      return "only A";
-    case Verdict::only_b:
-      return "only B";
+    case Verdict::faster: return "faster";
+    case Verdict::slower: return "slower";
+    case Verdict::neutral: return "neutral";
+    case Verdict::only_a: return "only A";
+    case Verdict::only_b: return "only B";
   }
   return "?";
 }
@@ -123,8 +118,9 @@ std::string format_ab_report(const AbReport& r) {
                             : "A and B run the same settings on this graph and differ at most in arms, which are "
                               "byte-identical: equal hashes are required, and they are\n";
   } else {
-    out += "A and B run different settings on this graph, which change the arithmetic within a written tolerance: "
-           "the hashes may differ\n";
+    out +=
+        "A and B run different settings on this graph, which change the arithmetic within a written tolerance: "
+        "the hashes may differ\n";
   }
   int faster = 0, slower = 0;
   for (const auto& f : r.families) {

@@ -23,13 +23,13 @@ constexpr double kPeakTflops = 989.0;  // the H200's dense bf16 tensor-core peak
 
 struct BenchOptions {
   std::string workload = "model";
-  int context = 1024;      // model workload: tokens of context per sequence (decode) / prompt tokens (prefill)
+  int context = 1024;          // model workload: tokens of context per sequence (decode) / prompt tokens (prefill)
   std::string phase = "both";  // model workload: decode, prefill or both
   std::string preset = "qwen3.5-4b";
   int max_seqs = 32;
-  int replays = 200;       // replays per timed repetition
-  int reps = 5;            // timed repetitions
-  int node_replays = 50;   // replays under CUPTI
+  int replays = 200;      // replays per timed repetition
+  int reps = 5;           // timed repetitions
+  int node_replays = 50;  // replays under CUPTI
   std::string json;
   std::string csv, trace, dot;  // per-graph exports (the key is added to each file name)
   bool cpu = false;
@@ -40,7 +40,6 @@ struct BenchOptions {
   std::string gemm = "auto";           // model workload: the projections (auto, cublas or skinny)
   bool marginal = false;               // model workload: marginal cost per op family (largest and smallest decode key)
 };
-
 
 // Writes the per-graph exports the user asked for (CSV of node stats, Chrome trace, DOT); the key
 // is added to each file name.

@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -91,10 +91,11 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
   fmt::print("stepgraph bench: {}\n", why);
   const Qwen35Config cfg = preset("tiny");
   const int B = std::min(o.max_seqs, 8), ctx = std::min(o.context, 64);
-  fmt::print("Running the CPU reference of the whole model's decode step on the 'tiny' preset instead ({} layers, "
-             "hidden {}, vocab {}), {} sequences with {} tokens of context (--max-seqs is capped at 8 and --context at "
-             "64 here).\n",
-             cfg.layers, cfg.hidden, cfg.vocab, B, ctx);
+  fmt::print(
+      "Running the CPU reference of the whole model's decode step on the 'tiny' preset instead ({} layers, "
+      "hidden {}, vocab {}), {} sequences with {} tokens of context (--max-seqs is capped at 8 and --context at "
+      "64 here).\n",
+      cfg.layers, cfg.hidden, cfg.vocab, B, ctx);
   ReferenceOptions ro;
   ro.chunked_prefill = o.delta_prefill == "chunked";  // its own chunked form (double); auto runs the scan
   ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, ctx + 64, ro);
@@ -128,9 +129,16 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
   fmt::print("prefill {} x {} tokens: {:.2f} ms; decode step (batch {}): {:.3f} ms; checksum {:.6f}\n", B, ctx,
              prefill_ms, B, ms, sum);
-  write_cpu_json(o, {{"implementation", "cpu-reference"}, {"why", why}, {"preset", cfg.name}, {"workload", "model"},
-                     {"sequences", B}, {"context", ctx}, {"prefill_ms", prefill_ms}, {"decode_steps", steps},
-                     {"decode_step_ms", ms}, {"checksum", sum}});
+  write_cpu_json(o, {{"implementation", "cpu-reference"},
+                     {"why", why},
+                     {"preset", cfg.name},
+                     {"workload", "model"},
+                     {"sequences", B},
+                     {"context", ctx},
+                     {"prefill_ms", prefill_ms},
+                     {"decode_steps", steps},
+                     {"decode_step_ms", ms},
+                     {"checksum", sum}});
   return 0;
 }
 
@@ -161,10 +169,11 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   // Prefill: room for the 128 decode steps of the finiteness check after the prompt.
   const ModelStepOptions opts = model_step_options(o, arms, do_prefill, do_prefill ? kCheckSteps : 0);
   fmt::print("device: {}\n", dev.describe());
-  fmt::print("workload: {} whole-model steps ({}), {} layers ({} GDN + {} attention), {} sequences, context {} per "
-             "sequence, synthetic bf16 weights\narms: {}\n",
-             cfg.name, o.phase, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), o.max_seqs, o.context,
-             arms.arms.describe());
+  fmt::print(
+      "workload: {} whole-model steps ({}), {} layers ({} GDN + {} attention), {} sequences, context {} per "
+      "sequence, synthetic bf16 weights\narms: {}\n",
+      cfg.name, o.phase, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), o.max_seqs, o.context,
+      arms.arms.describe());
   auto t0 = std::chrono::steady_clock::now();
   ModelStep step(cfg, opts);
   const std::string delta_prefill = delta_prefill_name(step.options().delta_prefill);  // `auto` resolved
@@ -178,8 +187,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   step.randomize_caches(7);
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-             step.keys().size(), step.prefill_keys().size());
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), step.keys().size(),
+             step.prefill_keys().size());
   t0 = std::chrono::steady_clock::now();
   step.capture_all(/*for_timing=*/true, do_prefill);
   fmt::print("captured in {:.1f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -201,14 +210,16 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
       const double floor_bytes = step.weight_bytes() + 2.0 * key * step.state_bytes_per_slot() +
                                  double(key) * o.context * step.kv_bytes_per_token();
       const double floor_ms = floor_bytes / (kFloorGBps * 1e6);
-      fmt::print("\ngraph decode b={}: step {:.3f} ms median (min {:.3f}, max {:.3f}; {} reps x {} replays); eager "
-                 "{:.3f} ms; floor {:.3f} ms ({} at 4.3 TB/s) = {:.0f}% of the graphed step\n",
-                 key, g.median, g.min, g.max, o.reps, o.replays, e.median, floor_ms, format_bytes(floor_bytes),
-                 100 * floor_ms / g.median);
+      fmt::print(
+          "\ngraph decode b={}: step {:.3f} ms median (min {:.3f}, max {:.3f}; {} reps x {} replays); eager "
+          "{:.3f} ms; floor {:.3f} ms ({} at 4.3 TB/s) = {:.0f}% of the graphed step\n",
+          key, g.median, g.min, g.max, o.reps, o.replays, e.median, floor_ms, format_bytes(floor_bytes),
+          100 * floor_ms / g.median);
       nlohmann::json ops = op_family_table(o, key, step.manifest(key), o.node_replays, [&] { step.replay(key); });
       if (o.marginal && (key == step.keys().front() || key == step.keys().back())) {
-        const MarginalReport mr = marginal_costs(step.graph(key), step.manifest(key), s,
-                                                 [](const ManifestNode& n) { return n.label.op; }, o.reps, o.replays);
+        const MarginalReport mr = marginal_costs(
+            step.graph(key), step.manifest(key), s, [](const ManifestNode& n) { return n.label.op; }, o.reps,
+            o.replays);
         fmt::print("{}", format_marginal_table(mr));
         for (const auto& g : mr.groups) {
           if (ops.contains(g.group)) ops[g.group]["marginal_us"] = 1000.0 * g.marginal_ms;
@@ -216,8 +227,13 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
       }
       summary.push_back(fmt::format("  decode b={:<5} graph {:>9.3f} ms  eager {:>9.3f} ms  floor {:>7.3f} ms", key,
                                     g.median, e.median, floor_ms));
-      graphs.push_back({{"kind", "decode"}, {"batch", key}, {"step_ms", {{"median", g.median}, {"min", g.min}, {"max", g.max}}},
-                        {"eager_ms", e.median}, {"floor_ms", floor_ms}, {"floor_bytes", floor_bytes}, {"ops", ops},
+      graphs.push_back({{"kind", "decode"},
+                        {"batch", key},
+                        {"step_ms", {{"median", g.median}, {"min", g.min}, {"max", g.max}}},
+                        {"eager_ms", e.median},
+                        {"floor_ms", floor_ms},
+                        {"floor_bytes", floor_bytes},
+                        {"ops", ops},
                         {"manifest", to_json(step.manifest(key))}});
     }
   }
@@ -236,12 +252,14 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     const double floor_bytes = step.weight_bytes() + double(o.max_seqs) * step.state_bytes_per_slot() +
                                double(o.max_seqs) * o.context * step.kv_bytes_per_token();
     const double floor_ms = floor_bytes / (kFloorGBps * 1e6);
-    fmt::print("\ngraph prefill {} x {} tokens (bucket {}): step {:.2f} ms median (min {:.2f}, max {:.2f}; {} reps x {} "
-               "replays); eager {:.2f} ms; bandwidth floor {:.3f} ms ({})\n",
-               o.max_seqs, o.context, bucket, g.median, g.min, g.max, reps, replays, e.median, floor_ms,
-               format_bytes(floor_bytes));
-    nlohmann::json ops = op_family_table(o, bucket, step.prefill_manifest(bucket), std::max(1, std::min(o.node_replays, 3)),
-                                         [&] { step.replay_prefill(bucket); });
+    fmt::print(
+        "\ngraph prefill {} x {} tokens (bucket {}): step {:.2f} ms median (min {:.2f}, max {:.2f}; {} reps x {} "
+        "replays); eager {:.2f} ms; bandwidth floor {:.3f} ms ({})\n",
+        o.max_seqs, o.context, bucket, g.median, g.min, g.max, reps, replays, e.median, floor_ms,
+        format_bytes(floor_bytes));
+    nlohmann::json ops =
+        op_family_table(o, bucket, step.prefill_manifest(bucket), std::max(1, std::min(o.node_replays, 3)),
+                        [&] { step.replay_prefill(bucket); });
     summary.push_back(fmt::format("  prefill {}x{} graph {:>9.2f} ms  eager {:>9.2f} ms  floor {:>7.3f} ms", o.max_seqs,
                                   o.context, g.median, e.median, floor_ms));
     // The synthetic weights must keep every activation finite: the prefill's logits, then those of
@@ -258,18 +276,32 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     }
     fmt::print("finiteness: logits of the prefill and {} greedy decode steps after it: {}\n", kCheckSteps,
                bad == 0 ? std::string("all finite") : fmt::format("{} NaN or Inf values", bad));
-    summary.push_back(fmt::format("  logits finite after prefill + {} decode steps: {}", kCheckSteps, bad == 0 ? "yes" : "NO"));
-    graphs.push_back({{"kind", "prefill"}, {"bucket", bucket}, {"sequences", o.max_seqs}, {"tokens_per_sequence", o.context},
-                      {"step_ms", {{"median", g.median}, {"min", g.min}, {"max", g.max}}}, {"eager_ms", e.median},
-                      {"floor_ms", floor_ms}, {"ops", ops}, {"manifest", to_json(step.prefill_manifest(bucket))}});
+    summary.push_back(
+        fmt::format("  logits finite after prefill + {} decode steps: {}", kCheckSteps, bad == 0 ? "yes" : "NO"));
+    graphs.push_back({{"kind", "prefill"},
+                      {"bucket", bucket},
+                      {"sequences", o.max_seqs},
+                      {"tokens_per_sequence", o.context},
+                      {"step_ms", {{"median", g.median}, {"min", g.min}, {"max", g.max}}},
+                      {"eager_ms", e.median},
+                      {"floor_ms", floor_ms},
+                      {"ops", ops},
+                      {"manifest", to_json(step.prefill_manifest(bucket))}});
   }
   fmt::print("\nsummary (median step times; eager fallbacks: {}):\n", step.eager_fallbacks());
   for (const auto& line : summary) fmt::print("{}\n", line);
   if (!o.json.empty()) {
     std::ofstream f(o.json);
     require(static_cast<bool>(f), "cannot write {}", o.json);
-    f << nlohmann::json{{"device", dev.describe()}, {"preset", cfg.name}, {"arms", arms.arms.describe()},
-                        {"delta_prefill", delta_prefill}, {"attn_prefill", attn_prefill}, {"attn_decode", attn_decode}, {"gemm", gemm}, {"workload", "model"}, {"context", o.context},
+    f << nlohmann::json{{"device", dev.describe()},
+                        {"preset", cfg.name},
+                        {"arms", arms.arms.describe()},
+                        {"delta_prefill", delta_prefill},
+                        {"attn_prefill", attn_prefill},
+                        {"attn_decode", attn_decode},
+                        {"gemm", gemm},
+                        {"workload", "model"},
+                        {"context", o.context},
                         {"graphs", graphs}}
              .dump(2)
       << "\n";

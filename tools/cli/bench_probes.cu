@@ -30,8 +30,10 @@ cudaError_t probe_empty(const Dim3& grid, const Dim3& block, cudaStream_t stream
 
 cudaError_t probe_slot_state(const int32_t* slots, void* state, int64_t row_bytes, const Dim3& grid, const Dim3& block,
                              cudaStream_t stream) {
-  if (row_bytes <= 0 || row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(state) % 16 != 0) return cudaErrorInvalidValue;
-  probe_slot_state_kernel<<<to_dim3(grid), to_dim3(block), 0, stream>>>(slots, static_cast<uint4*>(state), row_bytes / 16, 0u);
+  if (row_bytes <= 0 || row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(state) % 16 != 0)
+    return cudaErrorInvalidValue;
+  probe_slot_state_kernel<<<to_dim3(grid), to_dim3(block), 0, stream>>>(slots, static_cast<uint4*>(state),
+                                                                        row_bytes / 16, 0u);
   return cudaGetLastError();
 }
 

@@ -28,10 +28,11 @@ void reject_arms_on_cpu(const ResolvedArms& r, std::string_view command) {
   if (sources.empty()) return;
   std::string list;
   for (const auto& s : sources) list += (list.empty() ? "" : ", ") + s;
-  throw Error(fmt::format("{}: kernel arms were selected ({}), but this run is the CPU reference model, which runs no "
-                          "CUDA kernels, so they cannot apply. Drop --arm and unset STEPGRAPH_ARMS and the VT_* "
-                          "flags, or run on a machine with a GPU.",
-                          command, list));
+  throw Error(
+      fmt::format("{}: kernel arms were selected ({}), but this run is the CPU reference model, which runs no "
+                  "CUDA kernels, so they cannot apply. Drop --arm and unset STEPGRAPH_ARMS and the VT_* "
+                  "flags, or run on a machine with a GPU.",
+                  command, list));
 }
 
 void check_writable(const std::string& path, std::string_view option) {

@@ -16,14 +16,14 @@ void add_arm_options(CLI::App* app, ArmOptions& o) {
 }
 
 void register_arms(CLI::App& app, Action& action) {
-  auto* cmd = app.add_subcommand("arms", "List kernel ops and arms, and show which arms the command line and "
-                                         "environment (STEPGRAPH_ARMS, VT_* seed flags) select.");
+  auto* cmd = app.add_subcommand("arms",
+                                 "List kernel ops and arms, and show which arms the command line and "
+                                 "environment (STEPGRAPH_ARMS, VT_* seed flags) select.");
   static ArmOptions o;
   add_arm_options(cmd, o);
   cmd->callback([&action] {
     action = [] {
-      fmt::print("ops and arms (every arm of an op is byte-identical to its reference arm):\n{}\n",
-                 format_arm_table());
+      fmt::print("ops and arms (every arm of an op is byte-identical to its reference arm):\n{}\n", format_arm_table());
       ResolvedArms r = resolve_arms(o.arms, read_env);
       for (const auto& w : r.warnings) fmt::print(stderr, "warning: {}\n", w);
       fmt::print("resolved selection: {}\n", r.arms.describe());

@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "engine/cuda_handles.h"
@@ -52,8 +52,9 @@ DecodeBatch random_batch(const GdnDims& d, int B, int num_slots, uint64_t seed) 
 
 int run_cpu(const BenchOptions& o, const std::string& why) {
   fmt::print("stepgraph bench: {}\n", why);
-  fmt::print("Running the CPU reference of the same step (one GDN layer's decode: conv update, post-conv, delta "
-             "rule) on the 'tiny' preset instead.\n\n");
+  fmt::print(
+      "Running the CPU reference of the same step (one GDN layer's decode: conv update, post-conv, delta "
+      "rule) on the 'tiny' preset instead.\n\n");
   const Qwen35Config cfg = preset("tiny");
   const GdnDims d = cfg.gdn;
   const int slots_n = 2 * o.max_seqs;
@@ -89,8 +90,12 @@ int run_cpu(const BenchOptions& o, const std::string& why) {
     fmt::print("{:>6} {:>12.3f} {:>14.6f}\n", B, ms, sum);
     rows.push_back({{"batch", B}, {"ms_per_step", ms}, {"output_sum", sum}});
   }
-  write_cpu_json(o, {{"implementation", "cpu-reference"}, {"why", why}, {"preset", cfg.name},
-                     {"workload", "gdn-decode-layer"}, {"steps_per_batch", 20}, {"batches", rows}});
+  write_cpu_json(o, {{"implementation", "cpu-reference"},
+                     {"why", why},
+                     {"preset", cfg.name},
+                     {"workload", "gdn-decode-layer"},
+                     {"steps_per_batch", 20},
+                     {"batches", rows}});
   return 0;
 }
 
@@ -132,16 +137,18 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
   opts.arms = arms.arms;
   const GdnDims& d = cfg.gdn;
   fmt::print("device: {}\n", dev.describe());
-  fmt::print("workload: one GDN layer's decode step of {} (C={} Hk={} Hv={} Dk={} Dv={} K={}), bf16 activations, "
-             "bf16 conv state, f32 delta-rule state\n",
-             cfg.name, d.C(), d.Hk, d.Hv, d.Dk, d.Dv, d.K);
+  fmt::print(
+      "workload: one GDN layer's decode step of {} (C={} Hk={} Hv={} Dk={} Dv={} K={}), bf16 activations, "
+      "bf16 conv state, f32 delta-rule state\n",
+      cfg.name, d.C(), d.Hk, d.Hv, d.Dk, d.Dv, d.K);
   fmt::print("arms: {}\n", arms.arms.describe());
   GdnDecodeStep step(d, opts);
-  fmt::print("arena: {}; capturing {} graphs (largest first)...\n", format_bytes(static_cast<double>(step.arena_bytes())),
-             step.keys().size());
+  fmt::print("arena: {}; capturing {} graphs (largest first)...\n",
+             format_bytes(static_cast<double>(step.arena_bytes())), step.keys().size());
   auto t0 = std::chrono::steady_clock::now();
   step.capture_all(/*for_timing=*/true);
-  fmt::print("captured in {:.1f} ms\n\n", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  fmt::print("captured in {:.1f} ms\n\n",
+             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
 
   nlohmann::json graphs = nlohmann::json::array();
   std::vector<std::string> summary;
@@ -165,10 +172,11 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
     auto records = NodeTimer::instance().stop();
     int unmatched = 0;
     auto stats = aggregate(step.manifest(key), records, &unmatched);
-    fmt::print("graph gdn-decode b={}: replay {:.2f} us median (min {:.2f}, max {:.2f}; {} reps x {} replays), "
-               "{} moved, {:.0f} GB/s = {:.1f}% of the floor\n",
-               key, sp.median, sp.min, sp.max, o.reps, o.replays, format_bytes(bytes), bytes / (sp.median * 1e3),
-               100 * bytes / (sp.median * 1e3) / kFloorGBps);
+    fmt::print(
+        "graph gdn-decode b={}: replay {:.2f} us median (min {:.2f}, max {:.2f}; {} reps x {} replays), "
+        "{} moved, {:.0f} GB/s = {:.1f}% of the floor\n",
+        key, sp.median, sp.min, sp.max, o.reps, o.replays, format_bytes(bytes), bytes / (sp.median * 1e3),
+        100 * bytes / (sp.median * 1e3) / kFloorGBps);
     fmt::print("{}", format_node_table(stats, kFloorGBps));
     write_exports(o, key, step.manifest(key), stats, records);
     if (unmatched) fmt::print("  ({} kernel records did not match a node of this graph)\n", unmatched);
@@ -177,18 +185,31 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
                                   100 * bytes / (sp.median * 1e3) / kFloorGBps));
     nlohmann::json nodes = nlohmann::json::array();
     for (const auto& s : stats) {
-      nodes.push_back({{"index", s.node.index}, {"op", s.node.label.op}, {"arm", s.node.label.arm},
-                       {"kernel", s.node.kernel}, {"calls", s.calls}, {"median_us", s.median_us},
-                       {"min_us", s.min_us}, {"max_us", s.max_us}, {"bytes", s.node.label.bytes}, {"gbps", s.gbps}});
+      nodes.push_back({{"index", s.node.index},
+                       {"op", s.node.label.op},
+                       {"arm", s.node.label.arm},
+                       {"kernel", s.node.kernel},
+                       {"calls", s.calls},
+                       {"median_us", s.median_us},
+                       {"min_us", s.min_us},
+                       {"max_us", s.max_us},
+                       {"bytes", s.node.label.bytes},
+                       {"gbps", s.gbps}});
     }
-    graphs.push_back({{"batch", key}, {"replay_us", {{"median", sp.median}, {"min", sp.min}, {"max", sp.max}}},
-                      {"bytes", bytes}, {"manifest", to_json(step.manifest(key))}, {"nodes", nodes}});
+    graphs.push_back({{"batch", key},
+                      {"replay_us", {{"median", sp.median}, {"min", sp.min}, {"max", sp.max}}},
+                      {"bytes", bytes},
+                      {"manifest", to_json(step.manifest(key))},
+                      {"nodes", nodes}});
   }
   fmt::print("summary (median replay time per graph; eager fallbacks: {}):\n", step.eager_fallbacks());
   for (const auto& s : summary) fmt::print("{}\n", s);
   if (!o.json.empty()) {
-    nlohmann::json out = {{"device", dev.describe()}, {"preset", cfg.name}, {"arms", arms.arms.describe()},
-                          {"workload", "gdn-decode-layer"}, {"graphs", graphs}};
+    nlohmann::json out = {{"device", dev.describe()},
+                          {"preset", cfg.name},
+                          {"arms", arms.arms.describe()},
+                          {"workload", "gdn-decode-layer"},
+                          {"graphs", graphs}};
     std::ofstream f(o.json);
     require(static_cast<bool>(f), "cannot write {}", o.json);
     f << out.dump(2) << "\n";
@@ -244,13 +265,20 @@ void register_bench(CLI::App& app, Action& action) {
                   "model workload: tokens of context per sequence in decode, prompt tokens per sequence in prefill")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--preset", o.preset, "Model preset (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv)")->capture_default_str();
+  cmd->add_option("--preset", o.preset, "Model preset (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv)")
+      ->capture_default_str();
   cmd->add_option("--max-seqs", o.max_seqs, "Largest decode batch; graphs for 1, 2, 4, multiples of 8 up to it")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--replays", o.replays, "Replays per timed repetition")->capture_default_str()->check(CLI::Range(1, 1000000));
-  cmd->add_option("--reps", o.reps, "Timed repetitions (median, min, max reported)")->capture_default_str()->check(CLI::Range(1, 1000));
-  cmd->add_option("--node-replays", o.node_replays, "Replays timed per node under CUPTI")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--replays", o.replays, "Replays per timed repetition")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--reps", o.reps, "Timed repetitions (median, min, max reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--node-replays", o.node_replays, "Replays timed per node under CUPTI")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   cmd->add_option("--json", o.json, "Also write results (manifests, node stats) to this JSON file");
   cmd->add_option("--csv", o.csv, "Write each graph's per-node statistics as CSV (FILE gets -bN before the extension)");
   cmd->add_option("--trace", o.trace, "Write each graph's timed replays as a Chrome/Perfetto trace (JSON)");
@@ -267,7 +295,8 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("--attn-prefill", o.attn_prefill,
                   "model workload: how prefill runs attention: simt (the f32 CUDA-core kernel), mma (bf16 tensor "
                   "cores, P split into two bf16 halves; within the bf16 attention tolerance of simt, not "
-                  "byte-identical, so a setting rather than an arm) or auto (mma for bf16 with D 32/64/128/256 where the device allows it, "
+                  "byte-identical, so a setting rather than an arm) or auto (mma for bf16 with D 32/64/128/256 where "
+                  "the device allows it, "
                   "else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
@@ -288,9 +317,9 @@ void register_bench(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cublas", "skinny", "mixed"}));
   cmd->add_flag("--marginal", o.marginal,
-                 "model workload: also the marginal cost of every op family in the largest and the smallest decode "
-                 "graph: the step time with the family's nodes disabled (cudaGraphNodeSetEnabled), subtracted from "
-                 "the full step's (timing only; outputs are not used)");
+                "model workload: also the marginal cost of every op family in the largest and the smallest decode "
+                "graph: the step time with the family's nodes disabled (cudaGraphNodeSetEnabled), subtracted from "
+                "the full step's (timing only; outputs are not used)");
   cmd->callback([&action, cmd] {
     action = [cmd] {
       preset(o.preset);  // validate the name before anything else
@@ -310,9 +339,10 @@ void register_bench(CLI::App& app, Action& action) {
           std::string list;
           for (const auto& b : bad) list += "\n  " + b;
           const std::string reason = why.substr(0, why.size() - 1);  // without the final '.'
-          throw Error(fmt::format("bench: this run is the CPU reference model ({}), which cannot apply:{}\nDrop "
-                                  "these options, or run on a machine with a GPU.",
-                                  reason, list));
+          throw Error(
+              fmt::format("bench: this run is the CPU reference model ({}), which cannot apply:{}\nDrop "
+                          "these options, or run on a machine with a GPU.",
+                          reason, list));
         }
         reject_arms_on_cpu(arms, "bench");
         return o.workload == "model" ? run_cpu_model(o, why) : run_cpu(o, why);

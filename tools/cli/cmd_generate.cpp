@@ -13,17 +13,17 @@
 #include <fmt/ranges.h>
 
 #include <chrono>
-#include <optional>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/host_memory.h"
 #include "engine/text.h"
 #include "kernels/ref/mlp_ref.h"
-#include "models/model_step.h"
 #include "models/hf_config.h"
+#include "models/model_step.h"
 #include "models/qwen35_config.h"
 #include "models/reference_memory.h"
 #include "models/reference_model.h"
@@ -70,8 +70,8 @@ void print_result(const GenerateOptions& o, const char* implementation, const Qw
     fmt::print("{}\n", j.dump(2));
   } else {
     for (const auto& n : notes) fmt::print(stderr, "note: {}\n", n);
-    fmt::print("model: {} (hidden {}, {} layers: {} GDN + {} attention, vocab {}), {}\n", printable(cfg.name), cfg.hidden,
-               cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), cfg.vocab, source);
+    fmt::print("model: {} (hidden {}, {} layers: {} GDN + {} attention, vocab {}), {}\n", printable(cfg.name),
+               cfg.hidden, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), cfg.vocab, source);
     fmt::print("implementation: {}, {} activations, {}\n", implementation, dtype, detail);
     fmt::print("prompt ({} tokens): {}\n", prompt.size(), fmt::join(prompt, ","));
     fmt::print("generated ({} tokens, greedy, {:.2f} s): {}\n", out.size(), secs, fmt::join(out, ","));
@@ -134,13 +134,14 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
     progress.finish();
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  print_result(o, "gpu", cfg, source, dtype,
-               fmt::format("{}; KV cache {}; {} delta-rule prefill; {} attention prefill; {} attention decode; {} "
-                           "projections; arms {}; graphs captured (prefill bucket, decode b=1)",
-                           dev.describe(), dtype_name(step.kv_cache_dtype()), delta_prefill_name(step.options().delta_prefill),
-                           attn_prefill_name(step.options().attn_prefill), attn_decode_name(step.options().attn_decode),
-                           gemm_name(step.options().gemm), arms.arms.describe()),
-               prompt, out, secs, notes);
+  print_result(
+      o, "gpu", cfg, source, dtype,
+      fmt::format("{}; KV cache {}; {} delta-rule prefill; {} attention prefill; {} attention decode; {} "
+                  "projections; arms {}; graphs captured (prefill bucket, decode b=1)",
+                  dev.describe(), dtype_name(step.kv_cache_dtype()), delta_prefill_name(step.options().delta_prefill),
+                  attn_prefill_name(step.options().attn_prefill), attn_decode_name(step.options().attn_decode),
+                  gemm_name(step.options().gemm), arms.arms.describe()),
+      prompt, out, secs, notes);
   return 0;
 }
 
@@ -155,9 +156,10 @@ int run(const GenerateOptions& o) {
   }
   reject_arms_on_cpu(arms, "generate");
   if (o.gpu_setting_given) {
-    throw Error("generate: --attn-prefill, --attn-decode and --gemm choose GPU kernels, but this run is the CPU "
-                "reference model (its own attention and projections), so they cannot apply. Drop them, or run on a "
-                "machine with a GPU.");
+    throw Error(
+        "generate: --attn-prefill, --attn-decode and --gemm choose GPU kernels, but this run is the CPU "
+        "reference model (its own attention and projections), so they cannot apply. Drop them, or run on a "
+        "machine with a GPU.");
   }
   const std::vector<int64_t> prompt = parse_token_list(o.tokens);
   Qwen35Config cfg;
@@ -174,8 +176,9 @@ int run(const GenerateOptions& o) {
     std::string name = o.preset;
     if (name.empty()) {
       name = "tiny";
-      notes.push_back("no --weights: using the synthetic weights of preset 'tiny' (the CPU reference of the real "
-                      "sizes is very slow; pass --preset to choose another)");
+      notes.push_back(
+          "no --weights: using the synthetic weights of preset 'tiny' (the CPU reference of the real "
+          "sizes is very slow; pass --preset to choose another)");
     }
     cfg = preset(name);
     source = fmt::format("synthetic weights of preset '{}' (seed {})", name, o.seed);
@@ -220,16 +223,20 @@ int run(const GenerateOptions& o) {
 }  // namespace
 
 void register_generate(CLI::App& app, Action& action) {
-  auto* cmd = app.add_subcommand("generate", "Greedy generation from token ids on the GPU model step (prefill, then "
-                                             "graphed decode steps), or on the CPU reference model (--cpu, or when no "
-                                             "GPU is found).");
+  auto* cmd = app.add_subcommand("generate",
+                                 "Greedy generation from token ids on the GPU model step (prefill, then "
+                                 "graphed decode steps), or on the CPU reference model (--cpu, or when no "
+                                 "GPU is found).");
   static GenerateOptions o;
-  cmd->add_option("--weights", o.weights, "Hugging Face checkpoint folder (config.json + model.safetensors or "
-                                          "shards); without it, a preset's synthetic weights")
+  cmd->add_option("--weights", o.weights,
+                  "Hugging Face checkpoint folder (config.json + model.safetensors or "
+                  "shards); without it, a preset's synthetic weights")
       ->check(CLI::ExistingDirectory);
-  cmd->add_option("--preset", o.preset, "Preset for synthetic weights (default qwen3.5-4b on the GPU, tiny on the "
-                                        "CPU; `stepgraph info` lists them)");
-  cmd->add_option("--tokens", o.tokens, "Prompt token ids, comma separated (non-negative integers below the vocabulary size)")
+  cmd->add_option("--preset", o.preset,
+                  "Preset for synthetic weights (default qwen3.5-4b on the GPU, tiny on the "
+                  "CPU; `stepgraph info` lists them)");
+  cmd->add_option("--tokens", o.tokens,
+                  "Prompt token ids, comma separated (non-negative integers below the vocabulary size)")
       ->capture_default_str();
   cmd->add_option("--max-new", o.max_new,
                   fmt::format("Tokens to generate, at most {} (the Qwen3.5 context length); runs longer than two "
@@ -239,8 +246,9 @@ void register_generate(CLI::App& app, Action& action) {
       ->check(CLI::Range(0, kMaxNewTokens));
   cmd->add_flag("--json", o.json, "Print the result as JSON");
   cmd->add_flag("--cpu", o.cpu, "Run the CPU reference model instead of the GPU");
-  cmd->add_option("--dtype", o.dtype, "Compute dtype: bf16 (default on the GPU) or f32 (parity with HF; default on "
-                                      "the CPU, where bf16 emulates a bf16 step with weights rounded to bf16)")
+  cmd->add_option("--dtype", o.dtype,
+                  "Compute dtype: bf16 (default on the GPU) or f32 (parity with HF; default on "
+                  "the CPU, where bf16 emulates a bf16 step with weights rounded to bf16)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--seed", o.seed, "Seed of the synthetic weights (an integer in [0, 2^64 - 1])")
       ->capture_default_str()
@@ -256,7 +264,8 @@ void register_generate(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "scan", "chunked"}));
   cmd->add_option("--attn-prefill", o.attn_prefill,
                   "How the prefill step runs attention (GPU only): simt (the f32 CUDA-core kernel), mma (bf16 tensor "
-                  "cores, within the bf16 attention tolerance of simt) or auto (mma for bf16 with D 32/64/128/256 where the device allows it, "
+                  "cores, within the bf16 attention tolerance of simt) or auto (mma for bf16 with D 32/64/128/256 "
+                  "where the device allows it, "
                   "else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));

@@ -25,10 +25,10 @@ namespace sg::cli {
 namespace {
 
 struct InspectOptions {
-  BenchOptions b;             // preset, max_seqs, context, settings, arms, reps/replays, trace/dot
-  std::string key = "decode"; // decode (the largest decode key), decode-N, or prefill
-  std::string by = "op";      // node, op or layer
-  int top = 0;                // groups shown (0: all; by node: 30)
+  BenchOptions b;              // preset, max_seqs, context, settings, arms, reps/replays, trace/dot
+  std::string key = "decode";  // decode (the largest decode key), decode-N, or prefill
+  std::string by = "op";       // node, op or layer
+  int top = 0;                 // groups shown (0: all; by node: 30)
   std::string format = "table";
   bool no_marginal = false;
 };
@@ -45,8 +45,10 @@ struct Group {
 
 std::string group_of(const ManifestNode& n, const std::string& by) {
   if (by == "op") return n.label.op;
-  if (by == "layer") return n.label.layer < 0 ? std::string("(outside layers)") : fmt::format("layer {:02d}", n.label.layer);
-  return fmt::format("#{:03d} L{} {} [{}] {}", n.index, n.label.layer, n.label.op, n.label.arm, short_kernel_name(n.kernel));
+  if (by == "layer")
+    return n.label.layer < 0 ? std::string("(outside layers)") : fmt::format("layer {:02d}", n.label.layer);
+  return fmt::format("#{:03d} L{} {} [{}] {}", n.index, n.label.layer, n.label.op, n.label.arm,
+                     short_kernel_name(n.kernel));
 }
 
 int run(const InspectOptions& o) {
@@ -56,7 +58,8 @@ int run(const InspectOptions& o) {
   check_writable(o.b.trace, "--trace");  // before the run, so that its results are never lost
   check_writable(o.b.dot, "--dot");
   const DeviceInfo dev = probe_device();
-  if (!dev.ok) throw Error(fmt::format("inspect times captured CUDA graphs, and this machine has none to run: {}", dev.reason));
+  if (!dev.ok)
+    throw Error(fmt::format("inspect times captured CUDA graphs, and this machine has none to run: {}", dev.reason));
   const bool prefill = o.key == "prefill";
   int rows = o.b.max_seqs;
   if (!prefill && o.key != "decode") {
@@ -68,7 +71,8 @@ int run(const InspectOptions& o) {
       used = 0;
     }
     if (!(o.key.rfind("decode-", 0) == 0 && used == o.key.size() - 7 && n >= 1 && n <= o.b.max_seqs)) {
-      throw Error(fmt::format("--key {}: expected decode, decode-N (1 <= N <= --max-seqs {}) or prefill", o.key, o.b.max_seqs));
+      throw Error(
+          fmt::format("--key {}: expected decode, decode-N (1 <= N <= --max-seqs {}) or prefill", o.key, o.b.max_seqs));
     }
     rows = n;
   }
@@ -123,10 +127,13 @@ int run(const InspectOptions& o) {
   if (!o.no_marginal) {
     std::map<std::string, bool> shown;
     for (const auto& r : rows_out) shown[r.name] = true;
-    mr = marginal_costs(g, m, s, [&](const ManifestNode& n) {
-      const std::string gname = group_of(n, o.by);
-      return shown.count(gname) ? gname : std::string();
-    }, o.b.reps, std::max(1, o.b.replays));
+    mr = marginal_costs(
+        g, m, s,
+        [&](const ManifestNode& n) {
+          const std::string gname = group_of(n, o.by);
+          return shown.count(gname) ? gname : std::string();
+        },
+        o.b.reps, std::max(1, o.b.replays));
     for (auto& r : rows_out) {
       for (const auto& mg : mr.groups) {
         if (mg.group == r.name) r.marginal_ms = mg.marginal_ms, r.has_marginal = true;
@@ -137,8 +144,9 @@ int run(const InspectOptions& o) {
   for (const auto& st : stats) total_us += st.median_us;
 
   if (o.format == "json") {
-    nlohmann::json j = {{"device", dev.describe()}, {"preset", cfg.name}, {"graph", name}, {"arms", arms.arms.describe()},
-                        {"by", o.by}, {"nodes", stats.size()}, {"node_time_us", total_us}};
+    nlohmann::json j = {{"device", dev.describe()},     {"preset", cfg.name}, {"graph", name},
+                        {"arms", arms.arms.describe()}, {"by", o.by},         {"nodes", stats.size()},
+                        {"node_time_us", total_us}};
     if (!o.no_marginal) j["step_ms"] = {{"median", mr.baseline_ms}, {"spread", mr.spread_ms}};
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : rows_out) {
@@ -152,16 +160,18 @@ int run(const InspectOptions& o) {
     fmt::print("group,nodes,us,share,bytes,GBps,marginal_us\n");
     for (const auto& r : rows_out) {
       const std::string gname = r.name.find_first_of(",\"") == std::string::npos ? r.name : "\"" + r.name + "\"";
-      fmt::print("{},{},{:.3f},{:.4f},{:.0f},{:.1f},{}\n", gname, r.nodes, r.us, total_us > 0 ? r.us / total_us : 0.0, r.bytes,
-                 r.us > 0 ? r.bytes / (r.us * 1e3) : 0.0, r.has_marginal ? fmt::format("{:.3f}", 1000.0 * r.marginal_ms) : "");
+      fmt::print("{},{},{:.3f},{:.4f},{:.0f},{:.1f},{}\n", gname, r.nodes, r.us, total_us > 0 ? r.us / total_us : 0.0,
+                 r.bytes, r.us > 0 ? r.bytes / (r.us * 1e3) : 0.0,
+                 r.has_marginal ? fmt::format("{:.3f}", 1000.0 * r.marginal_ms) : "");
     }
   } else {
-    fmt::print("device: {}\ngraph: {} of {}; {} kernel nodes, node times sum {:.1f} us (CUPTI, {} replays)\n", dev.describe(),
-               name, cfg.name, stats.size(), total_us, o.b.node_replays);
+    fmt::print("device: {}\ngraph: {} of {}; {} kernel nodes, node times sum {:.1f} us (CUPTI, {} replays)\n",
+               dev.describe(), name, cfg.name, stats.size(), total_us, o.b.node_replays);
     if (!o.no_marginal) {
-      fmt::print("step {:.3f} ms (median; spread {:.3f} ms): marginal = step minus the step with the group's nodes "
-                 "disabled\n",
-                 mr.baseline_ms, mr.spread_ms);
+      fmt::print(
+          "step {:.3f} ms (median; spread {:.3f} ms): marginal = step minus the step with the group's nodes "
+          "disabled\n",
+          mr.baseline_ms, mr.spread_ms);
     }
     fmt::print("{:<48} {:>5} {:>10} {:>6} {:>9} {:>12}\n", "group", "nodes", "node us", "share", "GB/s", "marginal us");
     for (const auto& r : rows_out) {
@@ -195,20 +205,31 @@ void register_inspect(CLI::App& app, Action& action) {
       "layer, beside the group's marginal cost (the step with the group's nodes disabled, subtracted from the full "
       "step). Needs a GPU.");
   add_model_step_options(cmd, io.b);  // --preset, --max-seqs, --context, --arm, the settings
-  cmd->add_option("--key", io.key, "the graph: decode (the largest decode key), decode-N (the key holding N rows) or prefill")
+  cmd->add_option("--key", io.key,
+                  "the graph: decode (the largest decode key), decode-N (the key holding N rows) or prefill")
       ->capture_default_str();
-  cmd->add_option("--by", io.by, "group nodes by node, op or layer")->capture_default_str()->check(CLI::IsMember({"node", "op", "layer"}));
-  cmd->add_option("--top", io.top, "show the N largest groups (0: all; by node: 30)")->capture_default_str()->check(CLI::Range(0, 100000));
-  cmd->add_option("--format", io.format, "table, json or csv")->capture_default_str()->check(CLI::IsMember({"table", "json", "csv"}));
+  cmd->add_option("--by", io.by, "group nodes by node, op or layer")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"node", "op", "layer"}));
+  cmd->add_option("--top", io.top, "show the N largest groups (0: all; by node: 30)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  cmd->add_option("--format", io.format, "table, json or csv")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"table", "json", "csv"}));
   cmd->add_flag("--no-marginal", io.no_marginal, "skip the marginal costs (they replay the graph once more per group)");
-  cmd->add_option("--node-replays", io.b.node_replays, "replays under CUPTI for the node times")->capture_default_str()->check(CLI::Range(1, 100000));
-  cmd->add_option("--reps", io.b.reps, "timed repetitions per marginal cost")->capture_default_str()->check(CLI::Range(1, 1000));
-  cmd->add_option("--replays", io.b.replays, "replays per timed repetition")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--node-replays", io.b.node_replays, "replays under CUPTI for the node times")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--reps", io.b.reps, "timed repetitions per marginal cost")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--replays", io.b.replays, "replays per timed repetition")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   cmd->add_option("--trace", io.b.trace, "write a Chrome/Perfetto trace of the CUPTI replays");
   cmd->add_option("--dot", io.b.dot, "write the graph's kernel nodes and dependencies as Graphviz DOT");
-  cmd->callback([&action] {
-    action = [] { return run(io); };
-  });
+  cmd->callback([&action] { action = [] { return run(io); }; });
 }
 
 }  // namespace sg::cli

@@ -28,7 +28,8 @@ struct KernelsOptions {
 void register_kernels(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand(
       "kernels",
-      "Time every arm of the GDN ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode) on standard shapes: each arm captured in a CUDA "
+      "Time every arm of the GDN ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode) on standard shapes: "
+      "each arm captured in a CUDA "
       "graph (decode: 24 rotating buffer sets, as the 24 GDN layers of a step), timed interleaved over repetitions "
       "(median, min, max per launch), outputs hashed (arms must agree byte for byte), bytes moved and the fraction of "
       "the 4.3 TB/s floor printed beside each time. Decode shapes also time two probe kernels on the conv.update fast "
@@ -36,8 +37,9 @@ void register_kernels(CLI::App& app, Action& action) {
       "reads slots[row], then one 16-byte word of that slot's state row, and stores it back): the latency floor of "
       "a slot-indexed update, not arms (no bytes, no hash).");
   static KernelsOptions o;
-  cmd->add_option("--shape", o.shapes, "Shapes (default: the four standard ones). MODEL-decode-bN or MODEL-prefill-SxL, "
-                                       "MODEL in 4b, 27b, tiny")
+  cmd->add_option("--shape", o.shapes,
+                  "Shapes (default: the four standard ones). MODEL-decode-bN or MODEL-prefill-SxL, "
+                  "MODEL in 4b, 27b, tiny")
       ->delimiter(',');
   cmd->add_option("--op", o.ops, "Only these ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode)")
       ->delimiter(',')
@@ -58,8 +60,9 @@ void register_kernels(CLI::App& app, Action& action) {
                   "fast/vN/bB with their floor probes (default: 128 only). Every block size gives the same bytes")
       ->delimiter(',')
       ->check(CLI::IsMember({128, 256, 512}));
-  cmd->add_option("--json", o.json, "Also write the results to this JSON file (probe rows have \"probe\": true and "
-                                    "null bytes, GB/s, floor fraction and hash)");
+  cmd->add_option("--json", o.json,
+                  "Also write the results to this JSON file (probe rows have \"probe\": true and "
+                  "null bytes, GB/s, floor fraction and hash)");
   cmd->callback([&action] {
     action = [] {
       o.cfg.ops = o.ops;  // --op (empty: every op that applies to the shape)
@@ -69,9 +72,10 @@ void register_kernels(CLI::App& app, Action& action) {
       check_writable(o.json, "--json");  // before the run, so that its results are never lost
       DeviceInfo dev = probe_device();
       if (!dev.ok) throw Error(fmt::format("stepgraph kernels times CUDA kernels, so it needs a GPU: {}", dev.reason));
-      fmt::print("device: {}\nrule: median of {} interleaved repetitions (min..max); decode shapes rotate {} buffer "
-                 "sets; floor = bytes / 4.3 TB/s\n\n",
-                 dev.describe(), o.cfg.reps, o.cfg.sets);
+      fmt::print(
+          "device: {}\nrule: median of {} interleaved repetitions (min..max); decode shapes rotate {} buffer "
+          "sets; floor = bytes / 4.3 TB/s\n\n",
+          dev.describe(), o.cfg.reps, o.cfg.sets);
       nlohmann::json out = nlohmann::json::array();
       int mismatches = 0;
       for (const auto& s : parsed) {
@@ -82,9 +86,15 @@ void register_kernels(CLI::App& app, Action& action) {
         for (const auto& r : rs) {
           const std::string grid = fmt::format("{}x{}x{}", r.grid.x, r.grid.y, r.grid.z);
           const std::string times = fmt::format("{:.2f}..{:.2f}", r.min_us, r.max_us);
-          nlohmann::json row = {{"shape", s.name}, {"op", r.op}, {"arm", r.arm}, {"kernel", r.kernel},
-                                {"grid", {r.grid.x, r.grid.y, r.grid.z}}, {"block", r.block.x},
-                                {"median_us", r.median_us}, {"min_us", r.min_us}, {"max_us", r.max_us},
+          nlohmann::json row = {{"shape", s.name},
+                                {"op", r.op},
+                                {"arm", r.arm},
+                                {"kernel", r.kernel},
+                                {"grid", {r.grid.x, r.grid.y, r.grid.z}},
+                                {"block", r.block.x},
+                                {"median_us", r.median_us},
+                                {"min_us", r.min_us},
+                                {"max_us", r.max_us},
                                 {"probe", r.probe}};
           if (r.channels > 0) row["channels"] = r.channels;
           if (r.probe) {  // a floor probe: the time only
@@ -96,8 +106,8 @@ void register_kernels(CLI::App& app, Action& action) {
           }
           const double gbps = r.bytes / (r.median_us * 1e3);
           fmt::print("  {:<12} {:<22} {:<28} {:>12} {:>8} {:>10.2f} {:>19} {:>10} {:>8.0f} {:>7.1f}% {}\n", r.op, r.arm,
-                     r.kernel, grid, r.block.x, r.median_us, times, format_bytes(r.bytes), gbps, 100 * gbps / kFloorGBps,
-                     r.hash_matches_reference ? "yes" : "NO");
+                     r.kernel, grid, r.block.x, r.median_us, times, format_bytes(r.bytes), gbps,
+                     100 * gbps / kFloorGBps, r.hash_matches_reference ? "yes" : "NO");
           mismatches += !r.hash_matches_reference;
           row["bytes"] = r.bytes;
           row["gbps"] = gbps;

@@ -44,12 +44,12 @@ using nlohmann::json;
 struct ServeOptions {
   BenchOptions b;  // --preset, --concurrency (max_seqs), --cpu, --arm and the model settings
   std::string trace_preset = "serve-c32";
-  std::string trace;      // --trace FILE.jsonl
-  int requests = 0;       // 0: the preset's count
-  uint64_t seed = 1;      // the synthetic trace, made-up prompt ids and synthetic weights
-  int context = 0;        // tokens per slot; 0: the most any request of the trace needs
+  std::string trace;  // --trace FILE.jsonl
+  int requests = 0;   // 0: the preset's count
+  uint64_t seed = 1;  // the synthetic trace, made-up prompt ids and synthetic weights
+  int context = 0;    // tokens per slot; 0: the most any request of the trace needs
   int prefill_budget = 2048;
-  std::string dtype;      // empty: bf16 on the GPU, f32 on the CPU
+  std::string dtype;  // empty: bf16 on the GPU, f32 on the CPU
   bool json = false, eager = false, no_node_time = false;
 };
 
@@ -82,9 +82,10 @@ int context_for(const ServeOptions& o, const std::vector<ServeRequest>& trace) {
   int64_t most = 1;
   for (const ServeRequest& q : trace) most = std::max(most, int64_t{q.prompt_len} + q.max_new - 1);
   if (most > kMaxTraceTokens) {
-    throw Error(fmt::format("serve: a request of the trace needs {} tokens of context, more than {}; pass --context "
-                            "to reject such requests instead",
-                            most, kMaxTraceTokens));
+    throw Error(
+        fmt::format("serve: a request of the trace needs {} tokens of context, more than {}; pass --context "
+                    "to reject such requests instead",
+                    most, kMaxTraceTokens));
   }
   return static_cast<int>(most);
 }
@@ -97,7 +98,8 @@ std::function<void(const Scheduler&, const StepRecord&)> progress_bar() {
     const int total = static_cast<int>(s.requests().size());
     if (r.end_ms - *last < 100 && !s.done()) return;
     *last = r.end_ms;
-    std::fprintf(stderr, "\r%s\x1b[K%s", serve_progress_line(s.resolved(), total, s.generated_tokens(), r.end_ms).c_str(),
+    std::fprintf(stderr, "\r%s\x1b[K%s",
+                 serve_progress_line(s.resolved(), total, s.generated_tokens(), r.end_ms).c_str(),
                  s.done() ? "\n" : "");
     std::fflush(stderr);
   };
@@ -142,9 +144,10 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   if (const auto bad = cpu_inapplicable(o, cmd); !bad.empty()) {
     std::string list;
     for (const auto& b : bad) list += "\n  " + b;
-    throw Error(fmt::format("serve: this run is the CPU reference model ({}), which cannot apply:{}\nDrop these "
-                            "options, or run on a machine with a GPU.",
-                            why, list));
+    throw Error(
+        fmt::format("serve: this run is the CPU reference model ({}), which cannot apply:{}\nDrop these "
+                    "options, or run on a machine with a GPU.",
+                    why, list));
   }
   reject_arms_on_cpu(arms, "serve");
   const Qwen35Config cfg = preset("tiny");
@@ -163,18 +166,24 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   sch.decode_keys = decode_capture_sizes(slots);  // the keys a GPU step would capture
   sch.prefill_buckets = prefill_buckets(o.prefill_budget);
   const std::string dtype = o.dtype.empty() ? "f32" : o.dtype;
-  print_header(o, fmt::format("stepgraph serve: {}; running the CPU reference model of the 'tiny' preset ({} layers, "
-                              "hidden {}, vocab {}, {} activations, synthetic weights, seed {})\ntrace: {}\nslots {}, "
-                              "context {} tokens per slot, prefill budget {} tokens per step\n",
-                              why, cfg.layers, cfg.hidden, cfg.vocab, dtype, o.seed, trace.name, slots, ctx,
-                              o.prefill_budget));
+  print_header(
+      o, fmt::format("stepgraph serve: {}; running the CPU reference model of the 'tiny' preset ({} layers, "
+                     "hidden {}, vocab {}, {} activations, synthetic weights, seed {})\ntrace: {}\nslots {}, "
+                     "context {} tokens per slot, prefill budget {} tokens per step\n",
+                     why, cfg.layers, cfg.hidden, cfg.vocab, dtype, o.seed, trace.name, slots, ctx, o.prefill_budget));
   ServeExecutor exec = wall_clock_executor([&](const ScheduledStep& s) { return run_reference_step(model, s); });
   exec.on_step = progress_bar();
   const ServeResult res = run_serve(trace.requests, sch, exec);
   const ServeMetrics m = serve_metrics(res);
   report(o,
-         {{"implementation", "cpu-reference"}, {"why", why}, {"preset", cfg.name}, {"dtype", dtype}, {"trace", trace.name},
-          {"slots", slots}, {"context", ctx}, {"prefill_budget", o.prefill_budget}},
+         {{"implementation", "cpu-reference"},
+          {"why", why},
+          {"preset", cfg.name},
+          {"dtype", dtype},
+          {"trace", trace.name},
+          {"slots", slots},
+          {"context", ctx},
+          {"prefill_budget", o.prefill_budget}},
          res, m, json::object(), "");
   return 0;
 }
@@ -201,13 +210,14 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
       fmt::format("delta-rule prefill {}, attention prefill {}, attention decode {}, projections {}, arms {}",
                   delta_prefill_name(r.delta_prefill), attn_prefill_name(r.attn_prefill),
                   attn_decode_name(r.attn_decode), gemm_name(r.gemm), arms.arms.describe());
-  print_header(o, fmt::format("device: {}\nmodel: {} ({} layers: {} GDN + {} attention), synthetic {} weights (seed {}); "
-                              "{}\ntrace: {}\nslots {}, context {} tokens per slot, prefill budget {} tokens per step "
-                              "(buckets up to {}), {} steps; {} graphs captured in {:.1f} s\n",
-                              dev.describe(), cfg.name, cfg.layers, cfg.num_linear_attention(),
-                              cfg.num_full_attention(), dtype_name(mo.act), o.seed, settings, trace.name, r.num_slots,
-                              r.max_context, r.max_prefill_tokens, step.prefill_keys().back(),
-                              o.eager ? "eager" : "graphed", step.graphs().captured().size(), setup_s));
+  print_header(
+      o,
+      fmt::format("device: {}\nmodel: {} ({} layers: {} GDN + {} attention), synthetic {} weights (seed {}); "
+                  "{}\ntrace: {}\nslots {}, context {} tokens per slot, prefill budget {} tokens per step "
+                  "(buckets up to {}), {} steps; {} graphs captured in {:.1f} s\n",
+                  dev.describe(), cfg.name, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(),
+                  dtype_name(mo.act), o.seed, settings, trace.name, r.num_slots, r.max_context, r.max_prefill_tokens,
+                  step.prefill_keys().back(), o.eager ? "eager" : "graphed", step.graphs().captured().size(), setup_s));
   const SchedulerOptions sch = scheduler_options_for(step);
   ServeExecutor exec = wall_clock_executor([&](const ScheduledStep& s) { return run_model_step(step, s, mode); });
   exec.floor_ms = [&](const ScheduledStep& s) { return step_floor_ms(step, s, kFloorGBps, kPeakTflops); };
@@ -215,9 +225,10 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
   const ServeResult res = run_serve(trace.requests, sch, exec);
   const ServeMetrics m = serve_metrics(res);
   json extra = {{"eager_fallbacks", step.eager_fallbacks()}};
-  std::string text = fmt::format("eager fallbacks: {}\nfloor: every weight byte, the recurrent state and the cached "
-                                 "K/V each step touches at 4.3 TB/s, or its FLOPs at {:.0f} TFLOP/s, the larger\n",
-                                 step.eager_fallbacks(), kPeakTflops);
+  std::string text = fmt::format(
+      "eager fallbacks: {}\nfloor: every weight byte, the recurrent state and the cached "
+      "K/V each step touches at 4.3 TB/s, or its FLOPs at {:.0f} TFLOP/s, the larger\n",
+      step.eager_fallbacks(), kPeakTflops);
   if (node_time) {
     // The same trace again, under CUPTI: node times for the whole run; the timed run above had no
     // profiler attached.
@@ -230,30 +241,38 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
     const bool same = serve_metrics(again).token_hash == m.token_hash;
     // Arrivals after 0 may fall between other steps in the second run: another schedule, other
     // batches. With the same steps, the tokens must be the same.
-    const bool same_schedule = std::equal(res.steps.begin(), res.steps.end(), again.steps.begin(), again.steps.end(),
-                                          [](const StepRecord& a, const StepRecord& b) {
-                                            return a.kind == b.kind && a.key == b.key && a.seqs == b.seqs &&
-                                                   a.tokens == b.tokens;
-                                          });
+    const bool same_schedule =
+        std::equal(res.steps.begin(), res.steps.end(), again.steps.begin(), again.steps.end(),
+                   [](const StepRecord& a, const StepRecord& b) {
+                     return a.kind == b.kind && a.key == b.key && a.seqs == b.seqs && a.tokens == b.tokens;
+                   });
     extra["node_time"] = {{"families", families_json(families)}, {"kernel_records", records.size()},
-                          {"unmatched_records", unmatched}, {"wall_ms", again.wall_ms},
-                          {"same_schedule", same_schedule}, {"token_hash_matches", same}};
-    text += fmt::format("\ngraph-node time per op family over the whole run (CUPTI, a second run of the same trace: "
-                        "{:.1f} ms, {} kernel records, {} outside the graphs; {} schedule, token hash {}):\n{}",
-                        again.wall_ms, records.size(), unmatched, same_schedule ? "the same" : "another",
-                        same ? "the same" : "different", format_family_table(families));
+                          {"unmatched_records", unmatched},      {"wall_ms", again.wall_ms},
+                          {"same_schedule", same_schedule},      {"token_hash_matches", same}};
+    text += fmt::format(
+        "\ngraph-node time per op family over the whole run (CUPTI, a second run of the same trace: "
+        "{:.1f} ms, {} kernel records, {} outside the graphs; {} schedule, token hash {}):\n{}",
+        again.wall_ms, records.size(), unmatched, same_schedule ? "the same" : "another",
+        same ? "the same" : "different", format_family_table(families));
     if (same_schedule && !same) text += "warning: the same schedule gave other tokens in the second run\n";
   }
   report(o,
-         {{"implementation", "gpu"}, {"device", dev.describe()}, {"preset", cfg.name}, {"dtype", std::string(dtype_name(mo.act))},
-          {"settings", settings}, {"trace", trace.name}, {"slots", r.num_slots}, {"context", r.max_context},
-          {"prefill_budget", r.max_prefill_tokens}, {"mode", o.eager ? "eager" : "graph"}},
+         {{"implementation", "gpu"},
+          {"device", dev.describe()},
+          {"preset", cfg.name},
+          {"dtype", std::string(dtype_name(mo.act))},
+          {"settings", settings},
+          {"trace", trace.name},
+          {"slots", r.num_slots},
+          {"context", r.max_context},
+          {"prefill_budget", r.max_prefill_tokens},
+          {"mode", o.eager ? "eager" : "graph"}},
          res, m, extra, text);
   return 0;
 }
 
 int run(const ServeOptions& o, const CLI::App& cmd) {
-  preset(o.b.preset);  // validate the name before anything else
+  preset(o.b.preset);                                         // validate the name before anything else
   const ResolvedArms arms = resolve_cli_arms(o.b.arms.arms);  // a bad arm name is an error on every path
   if (!o.trace.empty() && cmd.count("--requests") > 0) {
     throw Error("serve: --requests sizes a built-in trace (--trace-preset); a --trace file holds its own requests");
@@ -282,14 +301,16 @@ void register_serve(CLI::App& app, Action& action) {
       "(p50/p90/p99), steps per key, eager fallbacks and, on the GPU, the graph-node time per op family over the run.");
   ServeOptions& o = so;
   o.b.preset = "qwen3.5-4b";
-  cmd->add_option("--preset", o.b.preset, "Model preset (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv); the CPU reference "
-                                          "runs 'tiny' only")
+  cmd->add_option("--preset", o.b.preset,
+                  "Model preset (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv); the CPU reference "
+                  "runs 'tiny' only")
       ->capture_default_str();
-  auto* tp = cmd->add_option("--trace-preset", o.trace_preset,
-                             "Built-in trace: serve-c32 (32 requests of 1024 prompt + 128 new tokens, all at 0) or "
-                             "mixed (64 requests, prompts of 16..2048 tokens, 8..256 new, Poisson arrivals every 20 ms)")
-                 ->capture_default_str()
-                 ->check(CLI::IsMember(trace_preset_names()));
+  auto* tp =
+      cmd->add_option("--trace-preset", o.trace_preset,
+                      "Built-in trace: serve-c32 (32 requests of 1024 prompt + 128 new tokens, all at 0) or "
+                      "mixed (64 requests, prompts of 16..2048 tokens, 8..256 new, Poisson arrivals every 20 ms)")
+          ->capture_default_str()
+          ->check(CLI::IsMember(trace_preset_names()));
   cmd->add_option("--trace", o.trace,
                   "JSON Lines trace, one request per line: {\"prompt\": [ids] or \"prompt_len\": n, \"max_new\": m, "
                   "\"arrival_ms\": t}")
@@ -316,9 +337,11 @@ void register_serve(CLI::App& app, Action& action) {
   cmd->add_flag("--json", o.json, "Print the results as one JSON object (metrics, every request, node times)");
   cmd->add_flag("--cpu", o.b.cpu, "Run the CPU reference model on the tiny preset even when a GPU is present");
   cmd->add_flag("--eager", o.eager, "GPU: run every step eagerly instead of replaying its graph (no node times)");
-  cmd->add_flag("--no-node-time", o.no_node_time, "GPU: skip the second run under CUPTI (graph-node time per op family)");
+  cmd->add_flag("--no-node-time", o.no_node_time,
+                "GPU: skip the second run under CUPTI (graph-node time per op family)");
   add_arm_options(cmd, o.b.arms);
-  cmd->add_option("--delta-prefill", o.b.delta_prefill, "The delta rule in prefill steps: auto, scan or chunked (as bench)")
+  cmd->add_option("--delta-prefill", o.b.delta_prefill,
+                  "The delta rule in prefill steps: auto, scan or chunked (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "scan", "chunked"}));
   cmd->add_option("--attn-prefill", o.b.attn_prefill, "GPU: attention in prefill steps: auto, simt or mma (as bench)")

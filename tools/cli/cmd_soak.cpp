@@ -84,14 +84,15 @@ class SigintGuard {
 std::string hex(uint64_t h) { return fmt::format("{:#018x}", h); }
 
 std::string range_text(const MemoryRange& r) {
-  return fmt::format("{} .. {} (baseline {}, last {:+.2f} MiB, peak {:+.2f} MiB)", format_mib(static_cast<int64_t>(r.min)),
-                     format_mib(static_cast<int64_t>(r.max)), format_mib(static_cast<int64_t>(r.baseline)),
-                     static_cast<double>(r.growth()) / (1 << 20), static_cast<double>(r.peak_growth()) / (1 << 20));
+  return fmt::format("{} .. {} (baseline {}, last {:+.2f} MiB, peak {:+.2f} MiB)",
+                     format_mib(static_cast<int64_t>(r.min)), format_mib(static_cast<int64_t>(r.max)),
+                     format_mib(static_cast<int64_t>(r.baseline)), static_cast<double>(r.growth()) / (1 << 20),
+                     static_cast<double>(r.peak_growth()) / (1 << 20));
 }
 
 json range_json(const MemoryRange& r) {
-  return {{"baseline", r.baseline}, {"min", r.min}, {"max", r.max}, {"last", r.last}, {"growth", r.growth()},
-          {"peak_growth", r.peak_growth()}};
+  return {{"baseline", r.baseline}, {"min", r.min},         {"max", r.max},
+          {"last", r.last},         {"growth", r.growth()}, {"peak_growth", r.peak_growth()}};
 }
 
 json result_json(const SoakResult& r, const json& header) {
@@ -119,15 +120,19 @@ json result_json(const SoakResult& r, const json& header) {
   j["reference_seconds"] = r.reference_seconds;
   j["seconds"] = r.seconds;
   j["ms_per_replay"] = r.ms_per_replay();
-  j["memory"] = {{"device_used", range_json(r.memory.device())},
-                 {"host_rss", range_json(r.memory.host())},
-                 {"tolerance", {{"device_bytes", r.memory.tolerance().device_bytes},
-                                {"host_bytes", r.memory.tolerance().host_bytes}}},
-                 {"baseline_replay", r.memory.baseline_replay()},
-                 {"samples", samples}};
+  j["memory"] = {
+      {"device_used", range_json(r.memory.device())},
+      {"host_rss", range_json(r.memory.host())},
+      {"tolerance",
+       {{"device_bytes", r.memory.tolerance().device_bytes}, {"host_bytes", r.memory.tolerance().host_bytes}}},
+      {"baseline_replay", r.memory.baseline_replay()},
+      {"samples", samples}};
   if (r.mismatch) {
-    j["mismatch"] = {{"replay", r.mismatch->replay}, {"period", r.mismatch->period}, {"position", r.mismatch->position},
-                     {"got", hex(r.mismatch->got)}, {"want", hex(r.mismatch->want)}};
+    j["mismatch"] = {{"replay", r.mismatch->replay},
+                     {"period", r.mismatch->period},
+                     {"position", r.mismatch->position},
+                     {"got", hex(r.mismatch->got)},
+                     {"want", hex(r.mismatch->want)}};
   }
   return j;
 }
@@ -136,19 +141,20 @@ std::string summary_line(const SoakResult& r, const std::string& model) {
   std::string s = fmt::format("soak: {}: {}/{} replays of decode b={} ({}), period {}", r.status(), r.replays_done,
                               r.replays_requested, r.rows, model, r.period);
   if (r.memory.samples() > 0) {
-    s += fmt::format(", every replay's tokens {} the eager reference (token hash {}), device memory {:+.2f} MiB, host "
-                     "RSS {:+.2f} MiB (peak over the first sample), {:.3f} ms/replay",
-                     r.mismatch ? "left" : "match", hex(r.run_hash),
-                     static_cast<double>(r.memory.device().peak_growth()) / (1 << 20),
-                     static_cast<double>(r.memory.host().peak_growth()) / (1 << 20), r.ms_per_replay());
+    s += fmt::format(
+        ", every replay's tokens {} the eager reference (token hash {}), device memory {:+.2f} MiB, host "
+        "RSS {:+.2f} MiB (peak over the first sample), {:.3f} ms/replay",
+        r.mismatch ? "left" : "match", hex(r.run_hash),
+        static_cast<double>(r.memory.device().peak_growth()) / (1 << 20),
+        static_cast<double>(r.memory.host().peak_growth()) / (1 << 20), r.ms_per_replay());
   }
   if (!r.ok()) s += fmt::format("; FAILED at replay {}", r.failed_replay);
   return s;
 }
 
 int run(const SoakCliOptions& o) {
-  const Qwen35Config cfg = preset(o.preset);                  // a bad name is an error before anything runs
-  const ResolvedArms arms = resolve_cli_arms(o.arms.arms);    // a bad arm name too
+  const Qwen35Config cfg = preset(o.preset);                // a bad name is an error before anything runs
+  const ResolvedArms arms = resolve_cli_arms(o.arms.arms);  // a bad arm name too
   check_writable(o.json, "--json");
   const DeviceInfo dev = probe_device();
   if (!dev.ok) {
@@ -169,15 +175,16 @@ int run(const SoakCliOptions& o) {
   step.capture_all(/*for_timing=*/false, /*prefill=*/false);
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelStepOptions& r = step.options();  // `auto` settings resolved
-  const std::string settings = fmt::format("attention decode {}, projections {}, arms {}", attn_decode_name(r.attn_decode),
-                                           gemm_name(r.gemm), arms.arms.describe());
-  fmt::print("device: {}\nmodel: {} ({} layers: {} GDN + {} attention), synthetic {} weights (seed {}); {}\n"
-             "workload: {} graphed decode replays of {} rows (key {}), periods of {} replays from zeroed caches at position "
-             "0, greedy tokens fed back; reference: one period launched eagerly; memory checked every {} replays "
-             "(tolerance: device {} MiB, host RSS {} MiB); {} graphs captured in {:.1f} s\n",
-             dev.describe(), cfg.name, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(),
-             dtype_name(mo.act), o.seed, settings, o.replays, o.max_seqs, pad_to_key(step.keys(), o.max_seqs).value_or(o.max_seqs), o.period,
-             o.check_every, o.device_tolerance_mib, o.host_tolerance_mib, step.graphs().captured().size(), setup_s);
+  const std::string settings = fmt::format("attention decode {}, projections {}, arms {}",
+                                           attn_decode_name(r.attn_decode), gemm_name(r.gemm), arms.arms.describe());
+  fmt::print(
+      "device: {}\nmodel: {} ({} layers: {} GDN + {} attention), synthetic {} weights (seed {}); {}\n"
+      "workload: {} graphed decode replays of {} rows (key {}), periods of {} replays from zeroed caches at position "
+      "0, greedy tokens fed back; reference: one period launched eagerly; memory checked every {} replays "
+      "(tolerance: device {} MiB, host RSS {} MiB); {} graphs captured in {:.1f} s\n",
+      dev.describe(), cfg.name, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), dtype_name(mo.act),
+      o.seed, settings, o.replays, o.max_seqs, pad_to_key(step.keys(), o.max_seqs).value_or(o.max_seqs), o.period,
+      o.check_every, o.device_tolerance_mib, o.host_tolerance_mib, step.graphs().captured().size(), setup_s);
   std::fflush(stdout);
 
   SoakOptions so;
@@ -207,16 +214,19 @@ int run(const SoakCliOptions& o) {
 
   fmt::print("reference: {} eager steps in {:.2f} s, token hash {}, {} different token ids in the period\n",
              res.reference_steps, res.reference_seconds, hex(res.reference_hash), res.distinct_tokens);
-  if (res.interrupted) fmt::print("interrupted (SIGINT) after replay {}: what was measured so far follows\n", res.replays_done);
+  if (res.interrupted)
+    fmt::print("interrupted (SIGINT) after replay {}: what was measured so far follows\n", res.replays_done);
   fmt::print("replays: {} of {} in {:.2f} s ({:.3f} ms each), {} whole periods, eager fallbacks {}\n", res.replays_done,
              res.replays_requested, res.seconds, res.ms_per_replay(), res.periods_completed, res.eager_fallbacks);
   if (res.memory.samples() > 0) {
-    fmt::print("memory, {} samples from after replay {}:\n  device in use: {}\n  host RSS:      {}\n", res.memory.samples(),
-               res.memory.baseline_replay(), range_text(res.memory.device()), range_text(res.memory.host()));
+    fmt::print("memory, {} samples from after replay {}:\n  device in use: {}\n  host RSS:      {}\n",
+               res.memory.samples(), res.memory.baseline_replay(), range_text(res.memory.device()),
+               range_text(res.memory.host()));
   }
   if (!o.json.empty()) {
-    const json header = {{"command", "soak"}, {"device", dev.describe()}, {"preset", cfg.name},
-                         {"dtype", std::string(dtype_name(mo.act))}, {"seed", o.seed}, {"settings", settings}};
+    const json header = {{"command", "soak"},  {"device", dev.describe()},
+                         {"preset", cfg.name}, {"dtype", std::string(dtype_name(mo.act))},
+                         {"seed", o.seed},     {"settings", settings}};
     std::ofstream f(o.json);
     if (!f) throw Error(fmt::format("--json {}: cannot write this file", printable(o.json, 4096)));
     f << result_json(res, header).dump(2) << "\n";
@@ -237,7 +247,8 @@ void register_soak(CLI::App& app, Action& action) {
       "must neither drift nor leak: every replay's tokens are checked against a period launched eagerly, device memory "
       "and host RSS against their first sample. Needs a GPU. Ctrl-C ends it early and still reports.");
   SoakCliOptions& o = soak_options;
-  cmd->add_option("--preset", o.preset, "Model preset with synthetic weights (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv)")
+  cmd->add_option("--preset", o.preset,
+                  "Model preset with synthetic weights (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv)")
       ->capture_default_str();
   cmd->add_option("--max-seqs", o.max_seqs, "Decode rows of every replay (one cache slot each)")
       ->capture_default_str()

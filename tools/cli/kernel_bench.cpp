@@ -34,7 +34,9 @@ std::vector<uint8_t> download(const void* p, size_t bytes) {
   return out;
 }
 
-void append(std::vector<uint8_t>& dst, const std::vector<uint8_t>& src) { dst.insert(dst.end(), src.begin(), src.end()); }
+void append(std::vector<uint8_t>& dst, const std::vector<uint8_t>& src) {
+  dst.insert(dst.end(), src.begin(), src.end());
+}
 
 namespace {
 
@@ -178,7 +180,10 @@ OpCase postconv_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_t 
   auto p0 = ps[0];
   const size_t qb = static_cast<size_t>(T) * d.Hk * d.Dk * 2, vb = static_cast<size_t>(T) * Hv * d.Dv * 2;
   oc.reset = [p0, qb, vb, gb](cudaStream_t s) {
-    for (auto [p, n] : {std::pair{p0.q, qb}, {p0.k, qb}, {p0.v, vb}, {static_cast<void*>(p0.g), gb},
+    for (auto [p, n] : {std::pair{p0.q, qb},
+                        {p0.k, qb},
+                        {p0.v, vb},
+                        {static_cast<void*>(p0.g), gb},
                         {static_cast<void*>(p0.beta), gb}}) {
       check(cudaMemsetAsync(p, 0xA5, n, s));
     }
@@ -201,8 +206,8 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
   const int R = s.rows, C = d.C(), K = d.K, Hv = d.Hv;
   const DType act = DType::bf16;
   const size_t xb = static_cast<size_t>(R) * C * 2, ab = static_cast<size_t>(R) * Hv * 2,
-               csb = static_cast<size_t>(R) * C * (K - 1) * 2,
-               ssb = static_cast<size_t>(R) * Hv * d.Dk * d.Dv * 4, ob = static_cast<size_t>(R) * Hv * d.Dv * 2;
+               csb = static_cast<size_t>(R) * C * (K - 1) * 2, ssb = static_cast<size_t>(R) * Hv * d.Dk * d.Dv * 4,
+               ob = static_cast<size_t>(R) * Hv * d.Dv * 2;
   std::vector<int32_t> slots(R);
   for (int r = 0; r < R; ++r) slots[r] = r;
   auto* dslots = static_cast<int32_t*>(buf.make(sizeof(int32_t) * R));
@@ -429,9 +434,10 @@ KernelShape parse_shape(const std::string& name) {
   static const std::regex re(R"(^(4b|27b|tiny)-(decode-b(\d{1,9})|prefill-(\d{1,9})x(\d{1,9}))$)");
   std::smatch m;
   if (!std::regex_match(name, m, re)) {
-    throw Error(fmt::format("unknown shape '{}' (standard: {}; others: MODEL-decode-bN or MODEL-prefill-SxL with MODEL "
-                            "4b, 27b or tiny)",
-                            printable(name), fmt::join(standard_shapes(), ", ")));
+    throw Error(
+        fmt::format("unknown shape '{}' (standard: {}; others: MODEL-decode-bN or MODEL-prefill-SxL with MODEL "
+                    "4b, 27b or tiny)",
+                    printable(name), fmt::join(standard_shapes(), ", ")));
   }
   KernelShape s;
   s.name = name;

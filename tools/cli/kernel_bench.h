@@ -23,8 +23,8 @@ struct KernelShape {
   std::string model;  // preset name
   GdnDims dims;
   bool decode = true;
-  int rows = 0;       // decode: batch; prefill: sequences
-  int seq_len = 0;    // prefill: tokens per sequence
+  int rows = 0;     // decode: batch; prefill: sequences
+  int seq_len = 0;  // prefill: tokens per sequence
   int tokens() const { return decode ? rows : rows * seq_len; }
 };
 
@@ -37,17 +37,17 @@ struct ArmResult {
   std::string op, arm, kernel;  // arm after fallbacks; kernel = contract's kernel name
   Dim3 grid, block;
   double median_us = 0, min_us = 0, max_us = 0;  // per launch
-  double bytes = 0;              // 0 for probes
+  double bytes = 0;                              // 0 for probes
   uint64_t hash = 0;
   bool hash_matches_reference = true;  // always true for probes (not hashed)
-  bool probe = false;            // a floor probe (bench_probes.h), not an arm
-  int channels = 0;              // conv.update fast and its probes: channels per thread V; else 0
+  bool probe = false;                  // a floor probe (bench_probes.h), not an arm
+  int channels = 0;                    // conv.update fast and its probes: channels per thread V; else 0
 };
 
 struct BenchConfig {
-  int reps = 7;          // interleaved repetitions
-  int min_launches = 200;// launches per repetition (rounded up to whole graph replays)
-  int sets = 24;         // buffer sets for decode shapes
+  int reps = 7;                  // interleaved repetitions
+  int min_launches = 200;        // launches per repetition (rounded up to whole graph replays)
+  int sets = 24;                 // buffer sets for decode shapes
   std::vector<std::string> ops;  // empty = all ops that apply to the shape
   // conv.update fast: one row per V (channels per thread, 2, 4 or 8), each with its floor probes;
   // empty = the contract's pick only.

@@ -29,8 +29,8 @@ struct OpCase {
     int channels = 0;    // conv.update fast (and its probes): channels per thread
   };
   std::vector<Arm> arms;
-  std::function<void(cudaStream_t)> reset;          // set 0 back to its initial state, outputs poisoned
-  std::function<std::vector<uint8_t>()> outputs;    // set 0's outputs and state
+  std::function<void(cudaStream_t)> reset;        // set 0 back to its initial state, outputs poisoned
+  std::function<std::vector<uint8_t>()> outputs;  // set 0's outputs and state
 };
 
 // Owns the device buffers of an op case.

@@ -30,12 +30,12 @@ OpCase gdn_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st) {
   const GdnDims& d = s.dims;
   const int N = s.rows, T = s.tokens(), C = d.C(), K = d.K, Hv = d.Hv;
   const DType act = DType::bf16;
-  const size_t xb = static_cast<size_t>(T) * C * 2;                    // x [T, C], conv [T, C]
-  const size_t sb = static_cast<size_t>(N) * C * (K - 1) * 2;          // state [N, C, K-1]
-  const size_t ab = static_cast<size_t>(T) * Hv * 2;                   // a, b [T, Hv]
-  const size_t qb = static_cast<size_t>(T) * d.Hk * d.Dk * 2;          // q, k [T, Hk, Dk]
-  const size_t vb = static_cast<size_t>(T) * Hv * d.Dv * 2;            // v [T, Hv, Dv]
-  const size_t gb = static_cast<size_t>(T) * Hv * 4;                   // g, beta [T, Hv] f32
+  const size_t xb = static_cast<size_t>(T) * C * 2;            // x [T, C], conv [T, C]
+  const size_t sb = static_cast<size_t>(N) * C * (K - 1) * 2;  // state [N, C, K-1]
+  const size_t ab = static_cast<size_t>(T) * Hv * 2;           // a, b [T, Hv]
+  const size_t qb = static_cast<size_t>(T) * d.Hk * d.Dk * 2;  // q, k [T, Hk, Dk]
+  const size_t vb = static_cast<size_t>(T) * Hv * d.Dv * 2;    // v [T, Hv, Dv]
+  const size_t gb = static_cast<size_t>(T) * Hv * 4;           // g, beta [T, Hv] f32
 
   // Metadata: cu_seqlens [N+1], slots, has_history [N], counts {N, chunks}, chunk descriptors.
   std::vector<int32_t> cu(static_cast<size_t>(N) + 1), slots(static_cast<size_t>(N));
@@ -138,7 +138,8 @@ OpCase gdn_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st) {
   OpCase oc;
   oc.op = "gdn.prefill";
   oc.sets = 1;
-  oc.bytes = op_bytes::gdn_prefill_fused(T, N, d.Hk, Hv, d.Dk, d.Dv, K, dtype_size(act), dtype_size(DType::bf16), false);
+  oc.bytes =
+      op_bytes::gdn_prefill_fused(T, N, d.Hk, Hv, d.Dk, d.Dv, K, dtype_size(act), dtype_size(DType::bf16), false);
   struct Pair {
     ConvFwdArm conv;
     ConvChunksArm chunks;
@@ -162,8 +163,8 @@ OpCase gdn_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st) {
   }
   oc.reset = [f, sb, qb, vb, gb](cudaStream_t s) {
     check(cudaMemsetAsync(f.state, 0x5A, sb, s));
-    for (auto [p, n] : {std::pair{f.q, qb}, {f.k, qb}, {f.v, vb}, {static_cast<void*>(f.g), gb},
-                        {static_cast<void*>(f.beta), gb}}) {
+    for (auto [p, n] :
+         {std::pair{f.q, qb}, {f.k, qb}, {f.v, vb}, {static_cast<void*>(f.g), gb}, {static_cast<void*>(f.beta), gb}}) {
       check(cudaMemsetAsync(p, 0xA5, n, s));
     }
   };

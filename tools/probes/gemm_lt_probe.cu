@@ -6,7 +6,8 @@
 // rotating weight copies (so L2 cannot serve the weights), and prints each one's weight bandwidth.
 // Usage: gemm_lt_probe [OP M] (one shape, e.g. `mlp.gate_up 32`, for ncu). Build and run on the GPU
 // machine (from the repository root):
-//   nvcc -O3 -arch=sm_90 -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu -lcublasLt -lcublas && /tmp/gemm_lt_probe
+//   nvcc -O3 -arch=sm_90 -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu -lcublasLt -lcublas &&
+//   /tmp/gemm_lt_probe
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -15,21 +16,21 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "kernels/skinny_gemm.cu"  // the kernel under test, compiled into the probe
-#include "tools/probes/skinny_bulk.cuh"  // a bulk-copy variant
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
+#include "kernels/skinny_gemm.cu"        // the kernel under test, compiled into the probe
+#include "tools/probes/skinny_bulk.cuh"  // a bulk-copy variant
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    auto e_ = (x);                                                                    \
-    if (static_cast<int>(e_) != 0) {                                                  \
+#define CK(x)                                                                           \
+  do {                                                                                  \
+    auto e_ = (x);                                                                      \
+    if (static_cast<int>(e_) != 0) {                                                    \
       std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, (int)e_); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
+      std::exit(1);                                                                     \
+    }                                                                                   \
   } while (0)
 
 constexpr int kCopies = 8, kLaunches = 20;
@@ -66,7 +67,10 @@ int main(int argc, char** argv) {
   // Optional: one shape and row count (`gemm_lt_probe mlp.gate_up 32`), e.g. under ncu.
   const char* only = argc >= 3 ? argv[1] : nullptr;
   const int only_m = argc >= 3 ? std::atoi(argv[2]) : 0;
-  struct Shape { const char* name; int N, K; };
+  struct Shape {
+    const char* name;
+    int N, K;
+  };
   const Shape shapes[] = {{"gdn.in_proj", 12352, 2560}, {"gdn.out_proj", 2560, 4096}, {"mlp.gate_up", 18432, 2560},
                           {"mlp.down", 2560, 9216},     {"attn.qkv", 10240, 2560},    {"attn.o_proj", 2560, 4096}};
   cudaStream_t s;
@@ -80,8 +84,8 @@ int main(int argc, char** argv) {
   CK(cublasSetWorkspace(h, ws, ws_bytes));
   cublasLtHandle_t lt;
   CK(cublasLtCreate(&lt));
-  std::printf("%-14s %4s %7s %6s | %9s %6s | %9s %6s | %5s | %s\n", "op", "M", "N", "K", "gemmEx us", "TB/s", "best lt us",
-              "TB/s", "algos", "skinny variant BKxstages/best splits: us (TB/s)");
+  std::printf("%-14s %4s %7s %6s | %9s %6s | %9s %6s | %5s | %s\n", "op", "M", "N", "K", "gemmEx us", "TB/s",
+              "best lt us", "TB/s", "algos", "skinny variant BKxstages/best splits: us (TB/s)");
   float* sk_ws;
   int32_t* sk_cnt;
   CK(cudaMalloc(&sk_ws, size_t(16) * 32 * 20000 * 4));
@@ -97,7 +101,8 @@ int main(int argc, char** argv) {
     }
     {  // copy 0 varies by row and column, for the variants' check
       std::vector<__nv_bfloat16> h(size_t(sh.N) * sh.K);
-      for (size_t i = 0; i < h.size(); ++i) h[i] = __float2bfloat16(float(int((i / sh.K) * 5 + i % sh.K) % 13 - 6) / 16);
+      for (size_t i = 0; i < h.size(); ++i)
+        h[i] = __float2bfloat16(float(int((i / sh.K) * 5 + i % sh.K) % 13 - 6) / 16);
       CK(cudaMemcpy(W[0], h.data(), wb, cudaMemcpyHostToDevice));
     }
     for (int M : {1, 8, 32}) {
@@ -106,14 +111,15 @@ int main(int argc, char** argv) {
       CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
       {
         std::vector<__nv_bfloat16> h(size_t(M) * sh.K);
-        for (size_t i = 0; i < h.size(); ++i) h[i] = __float2bfloat16(float(int((i / sh.K) * 7 + 3 * (i % sh.K)) % 17 - 8) / 8);
+        for (size_t i = 0; i < h.size(); ++i)
+          h[i] = __float2bfloat16(float(int((i / sh.K) * 7 + 3 * (i % sh.K)) % 17 - 8) / 8);
         CK(cudaMemcpy(x, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
       }
       CK(cudaMalloc(&y, size_t(M) * sh.N * 2));
       const float alpha = 1, beta = 0;
       const float t0 = time_graph(s, [&](int c) {
-        CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, M, sh.K, &alpha, W[c], CUDA_R_16BF, sh.K, x, CUDA_R_16BF, sh.K,
-                        &beta, y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, M, sh.K, &alpha, W[c], CUDA_R_16BF, sh.K, x, CUDA_R_16BF,
+                        sh.K, &beta, y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       });
       cublasLtMatmulDesc_t op;
       CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -126,7 +132,8 @@ int main(int argc, char** argv) {
       CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.N, M, sh.N));
       cublasLtMatmulPreference_t pref;
       CK(cublasLtMatmulPreferenceCreate(&pref));
-      CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
+      CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                              sizeof(ws_bytes)));
       cublasLtMatmulHeuristicResult_t res[32];
       int n = 0;
       CK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 32, res, &n));
@@ -140,15 +147,21 @@ int main(int argc, char** argv) {
         });
         best = std::min(best, t);
       }
-      std::printf("%-14s %4d %7d %6d | %9.2f %6.2f | %9.2f %6.2f | %5d |", sh.name, M, sh.N, sh.K, 1000 * t0, wb / (t0 * 1e9),
-                  1000 * best, wb / (best * 1e9), tried);
+      std::printf("%-14s %4d %7d %6d | %9.2f %6.2f | %9.2f %6.2f | %5d |", sh.name, M, sh.N, sh.K, 1000 * t0,
+                  wb / (t0 * 1e9), 1000 * best, wb / (best * 1e9), tried);
       const int pick = sg::skinny_gemm_pick_splits(sh.N, sh.K, 132);
       // Tile variants (K per tile, ring stages): the best split count of each.
-      struct Variant { const char* name; int bk; cudaError_t (*fn)(const sg::SkinnyGemmParams&, cudaStream_t); };
+      struct Variant {
+        const char* name;
+        int bk;
+        cudaError_t (*fn)(const sg::SkinnyGemmParams&, cudaStream_t);
+      };
       // tmaBNxS: the library's tensor-map kernel with BN W rows a block and S stages (the library runs
       // 64 x 8); bulkBNxBKxS: 1-D bulk copies, one per row piece (slower, docs/BENCHMARKS.md).
-      const Variant variants[] = {{"tma64x8", 64, sg::launch_tma<64, 8>},     {"tma128x5", 64, sg::launch_tma<128, 5>},
-                                  {"tma256x5", 64, sg::launch_tma<256, 5>},   {"tma64x16", 64, sg::launch_tma<64, 16>},
+      const Variant variants[] = {{"tma64x8", 64, sg::launch_tma<64, 8>},
+                                  {"tma128x5", 64, sg::launch_tma<128, 5>},
+                                  {"tma256x5", 64, sg::launch_tma<256, 5>},
+                                  {"tma64x16", 64, sg::launch_tma<64, 16>},
                                   {"bulk64x256x4", 256, sg::launch_bulk<64, 256, 4>}};
       for (const Variant& v : variants) {
         float vbest = 1e30f;
@@ -172,8 +185,8 @@ int main(int argc, char** argv) {
         }
         // Check: the variant's y on copy 0 against cublasGemmEx's (bf16 outputs, relative error).
         std::vector<uint16_t> got(size_t(M) * sh.N), want(size_t(M) * sh.N);
-        CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, M, sh.K, &alpha, W[0], CUDA_R_16BF, sh.K, x, CUDA_R_16BF, sh.K,
-                        &beta, y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, M, sh.K, &alpha, W[0], CUDA_R_16BF, sh.K, x, CUDA_R_16BF,
+                        sh.K, &beta, y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         CK(cudaStreamSynchronize(s));  // s does not synchronise with the legacy stream's copies
         CK(cudaMemcpy(want.data(), y, want.size() * 2, cudaMemcpyDeviceToHost));
         CK(cudaMemset(y, 0, got.size() * 2));
@@ -193,7 +206,12 @@ int main(int argc, char** argv) {
           CK(cudaStreamSynchronize(s));
         }
         CK(cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost));
-        auto f32 = [](uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; };
+        auto f32 = [](uint16_t b) {
+          uint32_t u = uint32_t(b) << 16;
+          float f;
+          std::memcpy(&f, &u, 4);
+          return f;
+        };
         double worst = 0, scale = 1e-30;  // the largest difference over the largest |y|
         for (size_t e = 0; e < got.size(); ++e) {
           worst = std::max(worst, double(std::fabs(f32(got[e]) - f32(want[e]))));

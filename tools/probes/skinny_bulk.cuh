@@ -1,8 +1,8 @@
 // skinny_bulk.cuh: a probe variant of the skinny GEMM (kernels/skinny_gemm.h), included by
-// gemm_lt_probe.cu after kernels/skinny_gemm.cu (whose store_y and sum_splits it uses). One producer warp streams W and x tiles into a ring of shared-memory stages with
-// 1-D bulk copies (cp.async.bulk, the copy engine of sm_90) that complete on an mbarrier per stage;
-// CW consumer warps wait on that barrier, run the same mma.sync tiles as the cp.async kernel, and
-// free the stage through a second mbarrier. Nothing waits on a block-wide barrier inside the K
+// gemm_lt_probe.cu after kernels/skinny_gemm.cu (whose store_y and sum_splits it uses). One producer warp streams W and
+// x tiles into a ring of shared-memory stages with 1-D bulk copies (cp.async.bulk, the copy engine of sm_90) that
+// complete on an mbarrier per stage; CW consumer warps wait on that barrier, run the same mma.sync tiles as the
+// cp.async kernel, and free the stage through a second mbarrier. Nothing waits on a block-wide barrier inside the K
 // loop, and the producer runs up to S stages ahead. Rows are padded by 16 bytes so that the 8 rows
 // an ldmatrix reads fall on different banks. sm_90 only. Correct (the probe checks it against
 // cuBLAS) but 2-4x slower than the cp.async kernel: one bulk copy per 128-512-byte row costs more
@@ -14,8 +14,8 @@
 #include <cstdint>
 
 #include "kernels/mma_util.cuh"
-#include "kernels/tma_util.cuh"
 #include "kernels/skinny_gemm.h"
+#include "kernels/tma_util.cuh"
 
 namespace sg::bulk {
 
@@ -44,10 +44,11 @@ using mma::smem_addr;
 // The bulk-copy kernel (skinny_gemm_bulk.cuh): BN W rows per block (16 per consumer warp), warp 0
 // produces. Stage layout: BN W rows, then 8 NT x rows, each BK + 8 elements (16 bytes of padding).
 template <int BN, int BK, int S, int NT, bool kF32Out, int R>
-__global__ void __launch_bounds__(32 * (1 + BN / 16)) skinny_bulk_kernel(const SkinnyGemmParams p, int tiles_per_split) {
-  constexpr int kRow = BK + 8;                        // bf16 elements per smem row
-  constexpr int kStage = (BN + 8 * NT) * kRow;        // bf16 elements per stage
-  constexpr int CW = BN / 16;                         // consumer warps
+__global__ void __launch_bounds__(32 * (1 + BN / 16))
+    skinny_bulk_kernel(const SkinnyGemmParams p, int tiles_per_split) {
+  constexpr int kRow = BK + 8;                  // bf16 elements per smem row
+  constexpr int kStage = (BN + 8 * NT) * kRow;  // bf16 elements per stage
+  constexpr int CW = BN / 16;                   // consumer warps
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[S], empty[S];
   auto* ring = reinterpret_cast<__nv_bfloat16*>(smem_raw);

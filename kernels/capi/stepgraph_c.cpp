@@ -91,13 +91,17 @@ int guarded(std::string_view fn, F&& body) noexcept {
 
 // --- argument checks ------------------------------------------------------------------------------
 
-DType to_dtype(sg_dtype d, const char* field) {
-  switch (static_cast<int>(d)) {
+// A C caller may store any int in a dtype field, but in C++ loading an sg_dtype whose value lies
+// outside the enum's range (0..1) is undefined behaviour: the field's bytes are read as an int.
+DType to_dtype(const sg_dtype& d, const char* field) {
+  int32_t v = 0;
+  std::memcpy(&v, &d, sizeof v);
+  switch (v) {
     case SG_F32: return DType::f32;
     case SG_BF16: return DType::bf16;
     default: break;
   }
-  fail(SG_ERR_DTYPE, fmt::format("{} must be SG_F32 (0) or SG_BF16 (1) (got {})", field, static_cast<int>(d)));
+  fail(SG_ERR_DTYPE, fmt::format("{} must be SG_F32 (0) or SG_BF16 (1) (got {})", field, v));
 }
 
 // A required pointer: not NULL and aligned to its element size.

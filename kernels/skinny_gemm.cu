@@ -76,6 +76,49 @@ __device__ void sum_splits(const SkinnyGemmParams& p, int n0, int splits, int ti
   }
 }
 
+// A block's end, shared by the producer/consumer kernels (warp 0 produces, consumer warp w = warp - 1
+// holds acc for W rows n0 + 16 w ..): one split stores y; with splits > 1 it writes its f32 partial
+// [M, BN] to the workspace and the row block's last block to finish (a per-row-block counter, left
+// at zero) sums the partials in split order. Every thread of the block calls it.
+template <int BN, int NT, bool kF32Out>
+__device__ void finish_block(const SkinnyGemmParams& p, const float (&acc)[NT][4], int n0, int rb, int s, int warp,
+                             int lane) {
+  const int splits = gridDim.y, tid = threadIdx.x, g = lane >> 2, tq = lane & 3, cw = warp - 1;
+  // acc[j]: c0 c1 = (W row 16 cw + g, tokens 8 j + 2 tq, + 1), c2 c3 = (row + 8, same tokens).
+  if (splits == 1) {
+    if (warp == 0) return;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int token = 8 * j + 2 * tq + (e & 1), n = n0 + cw * 16 + g + (e >> 1) * 8;
+        if (token < p.M && n < p.N) store_y<kF32Out>(p, token, n, acc[j][e]);
+      }
+    }
+    return;
+  }
+  float* part = p.workspace + static_cast<int64_t>(s) * p.M * p.N;
+  if (warp > 0) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int token = 8 * j + 2 * tq + (e & 1), n = n0 + cw * 16 + g + (e >> 1) * 8;
+        if (token < p.M && n < p.N) part[static_cast<int64_t>(token) * p.N + n] = acc[j][e];
+      }
+    }
+  }
+  __shared__ bool last;
+  __threadfence();  // this thread's partial is visible before the count says so
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&p.counters[rb], 1) == splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  sum_splits<BN, kF32Out>(p, n0, splits, tid, blockDim.x);
+  if (tid == 0) p.counters[rb] = 0;  // ready for the next launch
+}
+
 // Block = 1 producer warp + BN / 16 consumer warps; grid (ceil(N / BN), splits). Stage st of the
 // ring: the W box [BN rows x 64 K] then the x box [8 NT rows x 64 K], both TMA copies that
 // complete on full[st]; the consumers free it through empty[st]. No block-wide barrier in the K
@@ -90,7 +133,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
   __shared__ __align__(8) uint64_t full[S], empty[S];
   const uint32_t raw = smem_addr(smem_raw);
   auto* ring = reinterpret_cast<__nv_bfloat16*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // 1024-aligned
-  const int rb = blockIdx.x, s = blockIdx.y, splits = gridDim.y;
+  const int rb = blockIdx.x, s = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int KT = p.K / kBK;
   const int t0 = s * tiles_per_split, nt = max(0, min(KT, t0 + tiles_per_split) - t0);
@@ -107,7 +150,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  const int g = lane >> 2, tq = lane & 3, cw = warp - 1;  // cw: consumer warp, W rows 16 cw ..
+  const int cw = warp - 1;  // consumer warp: W rows 16 cw ..
   if (warp == 0) {
     if (lane == 0) {
       // Whole boxes count, zero fill past N and M included.
@@ -151,40 +194,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
     }
   }
 
-  // acc[j]: c0 c1 = (W row 16 cw + g, tokens 8 j + 2 tq, + 1), c2 c3 = (row + 8, same tokens).
-  if (splits == 1) {
-    if (warp == 0) return;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int token = 8 * j + 2 * tq + (e & 1), n = n0 + cw * 16 + g + (e >> 1) * 8;
-        if (token < p.M && n < p.N) store_y<kF32Out>(p, token, n, acc[j][e]);
-      }
-    }
-    return;
-  }
-  // Split K: partial [M, N] of split s; the row block's last block sums the splits in order.
-  float* part = p.workspace + static_cast<int64_t>(s) * p.M * p.N;
-  if (warp > 0) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int token = 8 * j + 2 * tq + (e & 1), n = n0 + cw * 16 + g + (e >> 1) * 8;
-        if (token < p.M && n < p.N) part[static_cast<int64_t>(token) * p.N + n] = acc[j][e];
-      }
-    }
-  }
-  __shared__ bool last;
-  __threadfence();  // this thread's partial is visible before the count says so
-  __syncthreads();
-  if (tid == 0) last = atomicAdd(&p.counters[rb], 1) == splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  sum_splits<BN, kF32Out>(p, n0, splits, tid, blockDim.x);
-  if (tid == 0) p.counters[rb] = 0;  // ready for the next launch
+  finish_block<BN, NT, kF32Out>(p, acc, n0, rb, s, warp, lane);
 }
 
 // The driver's tensor-map encoder, looked up once (null when the driver lacks it).

@@ -163,24 +163,25 @@ int main(int argc, char** argv) {
                                   {"tma256x5", 64, sg::launch_tma<256, 5>},
                                   {"tma64x16", 64, sg::launch_tma<64, 16>},
                                   {"bulk64x256x4", 256, sg::launch_bulk<64, 256, 4>}};
+      auto params = [&](void* w, int splits) {  // y = x w^T, M x N x K, at `splits`
+        sg::SkinnyGemmParams p;
+        p.x = x;
+        p.W = w;
+        p.y = y;
+        p.M = M;
+        p.N = sh.N;
+        p.K = sh.K;
+        p.splits = splits;
+        p.workspace = sk_ws;
+        p.counters = sk_cnt;
+        return p;
+      };
       for (const Variant& v : variants) {
         float vbest = 1e30f;
         int vs = 0;
         for (int sp : {pick, 1, 2, 3, 4, 6, 8, 12, 16}) {
           if (sp > sh.K / v.bk) continue;
-          const float t = time_graph(s, [&](int c) {
-            sg::SkinnyGemmParams p;
-            p.x = x;
-            p.W = W[c];
-            p.y = y;
-            p.M = M;
-            p.N = sh.N;
-            p.K = sh.K;
-            p.splits = sp;
-            p.workspace = sk_ws;
-            p.counters = sk_cnt;
-            CK(v.fn(p, s));
-          });
+          const float t = time_graph(s, [&](int c) { CK(v.fn(params(W[c], sp), s)); });
           if (t < vbest) vbest = t, vs = sp;
         }
         // Check: the variant's y on copy 0 against cublasGemmEx's (bf16 outputs, relative error).
@@ -191,20 +192,8 @@ int main(int argc, char** argv) {
         CK(cudaMemcpy(want.data(), y, want.size() * 2, cudaMemcpyDeviceToHost));
         CK(cudaMemset(y, 0, got.size() * 2));
         CK(cudaDeviceSynchronize());
-        {
-          sg::SkinnyGemmParams p;
-          p.x = x;
-          p.W = W[0];
-          p.y = y;
-          p.M = M;
-          p.N = sh.N;
-          p.K = sh.K;
-          p.splits = vs;
-          p.workspace = sk_ws;
-          p.counters = sk_cnt;
-          CK(v.fn(p, s));
-          CK(cudaStreamSynchronize(s));
-        }
+        CK(v.fn(params(W[0], vs), s));
+        CK(cudaStreamSynchronize(s));
         CK(cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost));
         auto f32 = [](uint16_t b) {
           uint32_t u = uint32_t(b) << 16;

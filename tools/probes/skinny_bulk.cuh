@@ -1,5 +1,5 @@
 // skinny_bulk.cuh: a probe variant of the skinny GEMM (kernels/skinny_gemm.h), included by
-// gemm_lt_probe.cu after kernels/skinny_gemm.cu (whose store_y and sum_splits it uses). One producer warp streams W and
+// gemm_lt_probe.cu after kernels/skinny_gemm.cu (whose finish_block it uses). One producer warp streams W and
 // x tiles into a ring of shared-memory stages with 1-D bulk copies (cp.async.bulk, the copy engine of sm_90) that
 // complete on an mbarrier per stage; CW consumer warps wait on that barrier, run the same mma.sync tiles as the
 // cp.async kernel, and free the stage through a second mbarrier. Nothing waits on a block-wide barrier inside the K
@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[S], empty[S];
   auto* ring = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  const int rb = blockIdx.x, s = blockIdx.y, splits = gridDim.y;
+  const int rb = blockIdx.x, s = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int KT = p.K / BK;
   const int t0 = s * tiles_per_split, t1 = min(KT, t0 + tiles_per_split);
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  const int g = lane >> 2, tq = lane & 3, cw = warp - 1;
+  const int cw = warp - 1;
   if (warp == 0) {
     // Producer: tile i into stage i % S once the consumers freed it (round i / S - 1).
     const auto* W = static_cast<const __nv_bfloat16*>(p.W);  // [N, K]
@@ -118,38 +118,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
     }
   }
 
-  if (splits == 1) {
-    if (warp == 0) return;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int token = 8 * j + 2 * tq + (e & 1), n = n0 + cw * 16 + g + (e >> 1) * 8;
-        if (token < p.M && n < p.N) store_y<kF32Out>(p, token, n, acc[j][e]);
-      }
-    }
-    return;
-  }
-  float* part = p.workspace + static_cast<int64_t>(s) * p.M * p.N;
-  if (warp > 0) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int token = 8 * j + 2 * tq + (e & 1), n = n0 + cw * 16 + g + (e >> 1) * 8;
-        if (token < p.M && n < p.N) part[static_cast<int64_t>(token) * p.N + n] = acc[j][e];
-      }
-    }
-  }
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) last = atomicAdd(&p.counters[rb], 1) == splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  sum_splits<BN, kF32Out>(p, n0, splits, tid, blockDim.x);
-  if (tid == 0) p.counters[rb] = 0;
+  finish_block<BN, NT, kF32Out>(p, acc, n0, rb, s, warp, lane);
 }
 
 template <int BN, int BK, int S, int NT, int R>

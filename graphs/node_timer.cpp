@@ -116,7 +116,8 @@ void NodeTimer::on_record(KernelRecord r) {
 std::vector<NodeStats> aggregate(const Manifest& m, const std::vector<KernelRecord>& records, int* unmatched) {
   std::map<uint64_t, size_t> by_id;
   for (size_t i = 0; i < m.nodes.size(); ++i) by_id[m.nodes[i].cupti_id] = i;
-  std::vector<std::vector<double>> times(m.nodes.size());
+  // The matched records in start order (then end order), each with its manifest node.
+  std::vector<std::pair<const KernelRecord*, size_t>> matched;
   int miss = 0;
   for (const auto& r : records) {
     auto it = by_id.find(r.node_id);
@@ -124,23 +125,39 @@ std::vector<NodeStats> aggregate(const Manifest& m, const std::vector<KernelReco
       ++miss;
       continue;
     }
-    times[it->second].push_back((r.end_ns - r.start_ns) / 1000.0);
+    matched.emplace_back(&r, it->second);
   }
   if (unmatched) *unmatched = miss;
+  std::sort(matched.begin(), matched.end(), [](const auto& a, const auto& b) {
+    return a.first->start_ns != b.first->start_ns ? a.first->start_ns < b.first->start_ns
+                                                  : a.first->end_ns < b.first->end_ns;
+  });
+  // A record's own time: from the later of its start and the end of every record that started
+  // before it, to its end. Kernels that overlap (PDL: a kernel starts, then waits, while the one
+  // before it finishes) are so counted once, and a replay's own times add up to its busy time.
+  std::vector<std::vector<double>> own(m.nodes.size()), span(m.nodes.size());
+  uint64_t busy_until = 0;
+  for (const auto& [r, node] : matched) {
+    const uint64_t from = std::max(r->start_ns, busy_until);
+    own[node].push_back(r->end_ns > from ? static_cast<double>(r->end_ns - from) / 1000.0 : 0.0);
+    span[node].push_back(static_cast<double>(r->end_ns - r->start_ns) / 1000.0);
+    busy_until = std::max(busy_until, r->end_ns);
+  }
   std::vector<NodeStats> out;
   double total = 0;
   for (size_t i = 0; i < m.nodes.size(); ++i) {
     NodeStats s;
     s.node = m.nodes[i];
-    auto& t = times[i];
+    auto& t = own[i];
     s.calls = static_cast<int>(t.size());
     if (!t.empty()) {
       double sum = 0;
       for (double x : t) sum += x;
-      s.mean_us = sum / t.size();
+      s.mean_us = sum / static_cast<double>(t.size());
       s.median_us = median_of(t);
       s.min_us = *std::min_element(t.begin(), t.end());
       s.max_us = *std::max_element(t.begin(), t.end());
+      s.span_median_us = median_of(span[i]);
       s.gbps = s.median_us > 0 ? s.node.label.bytes / (s.median_us * 1e3) : 0;
       total += s.median_us;
     }
@@ -168,19 +185,20 @@ std::string short_kernel_name(const std::string& demangled) {
 }
 
 std::string format_node_table(const std::vector<NodeStats>& stats, double floor_gbps) {
-  std::string out = fmt::format(
-      "{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>7}\n", "node", "layer",
-      "op", "arm", "kernel", "grid", "block", "calls", "median_us", "min_us", "max_us", "share", "GB/s", "%floor");
+  std::string out =
+      fmt::format("{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>7}\n",
+                  "node", "layer", "op", "arm", "kernel", "grid", "block", "calls", "median_us", "min_us", "max_us",
+                  "span_us", "share", "GB/s", "%floor");
   for (const auto& s : stats) {
     std::string kernel = short_kernel_name(s.node.kernel);
     if (kernel.size() > 34) kernel = kernel.substr(0, 33) + "~";
     out += fmt::format(
-        "{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>5.1f}% {:>9.1f} "
-        "{:>6.1f}%\n",
+        "{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>5.1f}% "
+        "{:>9.1f} {:>6.1f}%\n",
         s.node.index, s.node.label.layer, s.node.label.op, s.node.label.arm, kernel,
         fmt::format("{}x{}x{}", s.node.grid.x, s.node.grid.y, s.node.grid.z),
         fmt::format("{}x{}x{}", s.node.block.x, s.node.block.y, s.node.block.z), s.calls, s.median_us, s.min_us,
-        s.max_us, 100 * s.share, s.gbps, floor_gbps > 0 ? 100 * s.gbps / floor_gbps : 0.0);
+        s.max_us, s.span_median_us, 100 * s.share, s.gbps, floor_gbps > 0 ? 100 * s.gbps / floor_gbps : 0.0);
   }
   return out;
 }

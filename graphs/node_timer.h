@@ -44,16 +44,24 @@ class NodeTimer {
   std::vector<KernelRecord> records_;
 };
 
+// A node's time is its own time: from the later of its start and the end of every kernel of the
+// graph that started before it, to its end. Without overlap that is the kernel's duration; under
+// programmatic dependent launch a kernel starts early and waits in griddepcontrol.wait while the
+// one before it finishes, and its own time leaves that overlap out, so the nodes' times add up to
+// the graph's busy time. span is the kernel's whole duration, overlap included.
 struct NodeStats {
   ManifestNode node;
   int calls = 0;
-  double mean_us = 0, median_us = 0, min_us = 0, max_us = 0;
-  double share = 0;  // of the summed kernel time of the graph
-  double gbps = 0;   // label.bytes / median
+  double mean_us = 0, median_us = 0, min_us = 0, max_us = 0;  // own time
+  double span_median_us = 0;                                  // start to end, overlap included
+  double share = 0;                                           // of the summed own time of the graph
+  double gbps =
+      0;  // label.bytes / median own time (above the card's bandwidth when the node's loads overlapped the node before)
 };
 
-// Aggregates records of one graph's replays per manifest node. Records whose node id is not in
-// the manifest are ignored; `unmatched` counts them.
+// Aggregates records of one graph's replays per manifest node (own times from the records of this
+// manifest only, in start order). Records whose node id is not in the manifest are ignored;
+// `unmatched` counts them.
 std::vector<NodeStats> aggregate(const Manifest& m, const std::vector<KernelRecord>& records, int* unmatched = nullptr);
 // "conv_update_fast_kernel" from "void sg::(anonymous namespace)::conv_update_fast_kernel(sg::...)".
 std::string short_kernel_name(const std::string& demangled);

@@ -5,6 +5,7 @@
 
 #include "kernels/argmax.h"
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace sg {
 namespace {
@@ -86,6 +87,7 @@ struct Partial {
 // Grid (chunks, rows). Block c of row r reduces its slice; with chunks > 1 it stores its partial,
 // and the row's last block to arrive combines all of them (exact: one total order).
 __global__ void __launch_bounds__(kBlock) argmax_kernel(const ArgmaxParams p, int64_t ld, bool vec, int slice) {
+  pdl_start();  // kernels/launch.cuh
   const int r = blockIdx.y, c = blockIdx.x, chunks = gridDim.x;
   if (p.live_rows && r >= *p.live_rows) {
     if (c == 0 && threadIdx.x == 0) p.out[r] = 0;
@@ -150,7 +152,7 @@ cudaError_t argmax(const ArgmaxParams& p, cudaStream_t stream) {
   const int slice4 = static_cast<int>((slice + 3) / 4 * 4);
   const dim3 grid(static_cast<unsigned>(p.chunks), static_cast<unsigned>(p.rows));
   const int block = p.chunks > 1 ? kSplitBlock : kBlock;
-  argmax_kernel<<<grid, block, 0, stream>>>(p, ld, vec, slice4);
+  launch_kernel(argmax_kernel, grid, block, 0, stream, p, ld, vec, slice4);
   return cudaGetLastError();
 }
 

@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_internal.cuh"
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace sg {
 namespace {
@@ -61,6 +62,7 @@ struct DecArgs {
 
 template <int D, typename Tc>
 __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(const DecArgs a) {
+  pdl_start();  // kernels/launch.cuh
   constexpr int L = D / 8;
   constexpr int KP = 32 / L;
   const AttentionParams& p = a.p;
@@ -190,6 +192,7 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_kernel(const DecArgs 
 
 // Merge of the splits: grid (Hq, rows), block D threads.
 __global__ void attn_decode_merge_kernel(const AttentionParams p) {
+  pdl_start();  // kernels/launch.cuh
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
   const int D = p.D, splits = p.splits;
   const int64_t orow = (static_cast<int64_t>(b) * p.Hq + h) * D + d;
@@ -243,6 +246,7 @@ struct PreCfg {
 
 template <int D, typename Tc>
 __global__ void __launch_bounds__(kPreThreads) attn_prefill_kernel(const AttentionParams p, int group, float scale) {
+  pdl_start();  // kernels/launch.cuh
   using Cfg = PreCfg<D, Tc>;
   using Pair = typename Cfg::Pair;
   constexpr int BQ = Cfg::BQ, QPW = Cfg::QPW, F = Cfg::F, BK = Cfg::BK, KS = Cfg::KS, KW = Cfg::KW;
@@ -402,7 +406,7 @@ void launch_decode(const AttentionParams& p, cudaStream_t stream) {
   const int G = std::min(kMaxG, a.group);
   const size_t smem = static_cast<size_t>(kDecWarps) * G * (D + 2) * sizeof(float);
   const dim3 grid(p.Hkv * a.hchunks, p.T, p.splits);
-  attn_decode_kernel<D, Tc><<<grid, kDecThreads, smem, stream>>>(a);
+  launch_kernel(attn_decode_kernel<D, Tc>, grid, kDecThreads, smem, stream, a);
   if (p.splits > 1) attn_detail::launch_decode_merge(p, stream);
 }
 
@@ -410,7 +414,7 @@ template <int D, typename Tc>
 void launch_prefill(const AttentionParams& p, cudaStream_t stream) {
   constexpr int BQ = PreCfg<D, Tc>::BQ;
   const dim3 grid((p.T + BQ - 1) / BQ, p.Hq);
-  attn_prefill_kernel<D, Tc><<<grid, kPreThreads, 0, stream>>>(p, p.Hq / p.Hkv, attention_scale(D));
+  launch_kernel(attn_prefill_kernel<D, Tc>, grid, kPreThreads, 0, stream, p, p.Hq / p.Hkv, attention_scale(D));
 }
 
 // The D switches (cache element type Tc chosen by the caller); false for a D without a tuned kernel.
@@ -439,7 +443,7 @@ bool prefill_for_d(const AttentionParams& p, cudaStream_t stream) {
 }  // namespace
 
 void attn_detail::launch_decode_merge(const AttentionParams& p, cudaStream_t stream) {
-  attn_decode_merge_kernel<<<dim3(p.Hq, p.T), p.D, 0, stream>>>(p);
+  launch_kernel(attn_decode_merge_kernel, dim3(p.Hq, p.T), p.D, 0, stream, p);
 }
 
 int attention_decode_pick_splits(int T, int Hq, int Hkv, int max_context, int num_sms) {

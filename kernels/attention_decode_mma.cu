@@ -33,6 +33,7 @@
 #include "kernels/attention_decode_mma.h"
 #include "kernels/attention_internal.cuh"
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/mma_util.cuh"
 
 namespace sg {
@@ -77,6 +78,7 @@ __device__ __forceinline__ int swz(int r, int c) {
 
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1) attn_decode_mma_kernel(const AttentionParams p, int group, float scale) {
+  pdl_start();  // kernels/launch.cuh
   using Cfg = DecCfg<D>;
   constexpr int CH = Cfg::CH, KSTEPS = Cfg::KSTEPS, MT = Cfg::MT;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -248,7 +250,7 @@ cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
   auto* kernel = attn_decode_mma_kernel<D>;
   if (const cudaError_t err = dev::allow_dynamic_smem(kernel, bytes); err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(p.Hkv), static_cast<unsigned>(p.T), static_cast<unsigned>(p.splits));
-  kernel<<<grid, kThreads, bytes, stream>>>(p, p.Hq / p.Hkv, attention_scale(D));
+  launch_kernel(kernel, grid, kThreads, bytes, stream, p, p.Hq / p.Hkv, attention_scale(D));
   if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   if (p.splits > 1) attn_detail::launch_decode_merge(p, stream);
   return cudaGetLastError();

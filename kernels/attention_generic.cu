@@ -13,6 +13,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_internal.cuh"
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace sg::attn_detail {
 namespace {
@@ -26,6 +27,7 @@ __device__ __forceinline__ float cache_f32(const float* c, int64_t i) { return c
 
 template <typename Tc>
 __global__ void __launch_bounds__(kGenThreads) attn_generic_kernel(const AttentionParams p, float scale) {
+  pdl_start();                                     // kernels/launch.cuh
   __shared__ float so[kGenWarps][kAttentionMaxD];  // per warp: o over D
   __shared__ float smx[kGenWarps], sl[kGenWarps];  // per warp: running max, sum
   const int b = blockIdx.x, h = blockIdx.y, z = blockIdx.z;
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(kGenThreads) attn_generic_kernel(const Attenti
 template <typename Tc>
 void launch(const AttentionParams& p, int splits, cudaStream_t stream) {
   const dim3 grid(p.T, p.Hq, splits);
-  attn_generic_kernel<Tc><<<grid, kGenThreads, 0, stream>>>(p, attention_scale(p.D));
+  launch_kernel(attn_generic_kernel<Tc>, grid, kGenThreads, 0, stream, p, attention_scale(p.D));
 }
 
 void launch_any_cache(const AttentionParams& p, int splits, cudaStream_t stream) {

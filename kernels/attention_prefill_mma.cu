@@ -49,6 +49,7 @@
 #include "kernels/attention_internal.cuh"
 #include "kernels/attention_prefill_mma.h"
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/mma_util.cuh"
 
 namespace sg {
@@ -86,6 +87,7 @@ struct MmaCfg {
 template <int D>
 __global__ void __launch_bounds__(kThreads, 2)
     attn_prefill_mma_kernel(const AttentionParams p, int group, float scale) {
+  pdl_start();  // kernels/launch.cuh
   using Cfg = MmaCfg<D>;
   constexpr int kBK = Cfg::BK, LD = Cfg::LD, KSTEPS = Cfg::KSTEPS, NT_S = Cfg::NT_S, NT_O = Cfg::NT_O,
                 CHUNKS = Cfg::CHUNKS;
@@ -290,7 +292,7 @@ cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
   static_assert(bytes == attention_prefill_mma_smem(D), "the bytes the model plans with (attention_shapes.h)");
   if (const cudaError_t err = dev::allow_dynamic_smem(kernel, bytes); err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>((p.T + kBQ - 1) / kBQ), static_cast<unsigned>(p.Hq));
-  kernel<<<grid, kThreads, bytes, stream>>>(p, p.Hq / p.Hkv, attention_scale(D));
+  launch_kernel(kernel, grid, kThreads, bytes, stream, p, p.Hq / p.Hkv, attention_scale(D));
   return cudaGetLastError();
 }
 

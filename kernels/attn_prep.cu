@@ -9,6 +9,7 @@
 
 #include "kernels/attn_prep.h"
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace sg {
 namespace {
@@ -127,6 +128,7 @@ __device__ __forceinline__ void copy_row(void* dst, DType td, const void* src, D
 }
 
 __global__ void __launch_bounds__(kMaxWarps * 32) attn_prep_kernel(const AttnPrepParams p, bool vec_gate, bool vec_v) {
+  pdl_start();  // kernels/launch.cuh
   extern __shared__ float sm[];
   const int t = blockIdx.x;
   const int D = p.D;
@@ -244,7 +246,7 @@ cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream) {
                         dev::aligned16(p.gate);
   const bool vec_v = bf && p.cache_dtype == DType::bf16 && p.D % 8 == 0 && v_stride % 8 == 0 && dev::aligned16(p.v) &&
                      dev::aligned16(p.v_cache);
-  attn_prep_kernel<<<p.T, warps * 32, smem, stream>>>(p, vec_gate, vec_v);
+  launch_kernel(attn_prep_kernel, p.T, warps * 32, smem, stream, p, vec_gate, vec_v);
   return cudaGetLastError();
 }
 

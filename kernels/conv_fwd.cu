@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "kernels/conv_fwd_common.cuh"
+#include "kernels/launch.cuh"
 
 namespace sg {
 namespace {
@@ -82,10 +83,12 @@ __device__ __forceinline__ void tiled_body(const ConvFwdParams& p) {
 
 __global__ void __launch_bounds__(kConvTiledChannels* kConvTiledTokenLanes)
     conv_fwd_tiled_exact_kernel(const ConvFwdParams p) {
+  pdl_start();  // kernels/launch.cuh
   tiled_body<false>(p);
 }
 __global__ void __launch_bounds__(kConvTiledChannels* kConvTiledTokenLanes)
     conv_fwd_tiled_whole_kernel(const ConvFwdParams p) {
+  pdl_start();  // kernels/launch.cuh
   tiled_body<true>(p);
 }
 
@@ -98,9 +101,9 @@ bool act_dtype(DType t) { return t == DType::f32 || t == DType::bf16; }
 cudaError_t conv_fwd_launch_tiled(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c, ConvChunksArm chunks,
                                   cudaStream_t stream) {
   if (chunks == ConvChunksArm::exact) {
-    conv_fwd_tiled_exact_kernel<<<to_dim3(c.grid), to_dim3(c.block), c.smem_bytes, stream>>>(p);
+    launch_kernel(conv_fwd_tiled_exact_kernel, to_dim3(c.grid), to_dim3(c.block), c.smem_bytes, stream, p);
   } else {
-    conv_fwd_tiled_whole_kernel<<<to_dim3(c.grid), to_dim3(c.block), c.smem_bytes, stream>>>(p);
+    launch_kernel(conv_fwd_tiled_whole_kernel, to_dim3(c.grid), to_dim3(c.block), c.smem_bytes, stream, p);
   }
   return cudaGetLastError();
 }

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/conv_fwd_common.cuh"
+#include "kernels/launch.cuh"
 
 namespace sg {
 namespace {
@@ -376,6 +377,7 @@ constexpr int kMinBlocksK4x2Exact = 7, kMinBlocksK4x2Whole = 5;
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, kMinBlocksRegExact) conv_fwd_register_exact_kernel(const ConvFwdParams p) {
+  pdl_start();  // kernels/launch.cuh
   __shared__ alignas(16) T smem[Geo<T, 0, 1>::kExactElems];
   if (p.silu) {
     exact_body<T, 0, 1, true>(p, smem);
@@ -385,6 +387,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksRegExact) conv_fwd_registe
 }
 template <class T>
 __global__ void __launch_bounds__(kThreads, kMinBlocksRegWhole) conv_fwd_register_whole_kernel(const ConvFwdParams p) {
+  pdl_start();  // kernels/launch.cuh
   __shared__ alignas(16) T smem[Geo<T, 0, 1>::kWholeElems];
   if (p.silu) {
     whole_body<T, 0, 1, true>(p, smem);
@@ -394,6 +397,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksRegWhole) conv_fwd_registe
 }
 template <class T>
 __global__ void __launch_bounds__(kThreads, kMinBlocksK4Exact) conv_fwd_k4_exact_kernel(const ConvFwdParams p) {
+  pdl_start();  // kernels/launch.cuh
   __shared__ alignas(16) T smem[Geo<T, 4, 1>::kExactElems];
   if (p.silu) {
     exact_body<T, 4, 1, true>(p, smem);
@@ -403,6 +407,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksK4Exact) conv_fwd_k4_exact
 }
 template <class T>
 __global__ void __launch_bounds__(kThreads, kMinBlocksK4Whole) conv_fwd_k4_whole_kernel(const ConvFwdParams p) {
+  pdl_start();  // kernels/launch.cuh
   __shared__ alignas(16) T smem[Geo<T, 4, 1>::kWholeElems];
   if (p.silu) {
     whole_body<T, 4, 1, true>(p, smem);
@@ -412,6 +417,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksK4Whole) conv_fwd_k4_whole
 }
 template <class T>
 __global__ void __launch_bounds__(kThreads, kMinBlocksK4x2Exact) conv_fwd_k4x2_exact_kernel(const ConvFwdParams p) {
+  pdl_start();  // kernels/launch.cuh
   __shared__ alignas(16) T smem[Geo<T, 4, 2>::kExactElems];
   if (p.silu) {
     exact_body<T, 4, 2, true>(p, smem);
@@ -421,6 +427,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksK4x2Exact) conv_fwd_k4x2_e
 }
 template <class T>
 __global__ void __launch_bounds__(kThreads, kMinBlocksK4x2Whole) conv_fwd_k4x2_whole_kernel(const ConvFwdParams p) {
+  pdl_start();  // kernels/launch.cuh
   __shared__ alignas(16) T smem[Geo<T, 4, 2>::kWholeElems];
   if (p.silu) {
     whole_body<T, 4, 2, true>(p, smem);
@@ -437,25 +444,25 @@ cudaError_t launch_typed(const ConvFwdParams& p, const LaunchContract<ConvFwdArm
   switch (c.arm) {
     case ConvFwdArm::reg:
       if (whole) {
-        conv_fwd_register_whole_kernel<T><<<g, b, c.smem_bytes, stream>>>(p);
+        launch_kernel(conv_fwd_register_whole_kernel<T>, g, b, c.smem_bytes, stream, p);
       } else {
-        conv_fwd_register_exact_kernel<T><<<g, b, c.smem_bytes, stream>>>(p);
+        launch_kernel(conv_fwd_register_exact_kernel<T>, g, b, c.smem_bytes, stream, p);
       }
       break;
     case ConvFwdArm::k4:
       if (p.K != 4) return cudaErrorInvalidValue;
       if (whole) {
-        conv_fwd_k4_whole_kernel<T><<<g, b, c.smem_bytes, stream>>>(p);
+        launch_kernel(conv_fwd_k4_whole_kernel<T>, g, b, c.smem_bytes, stream, p);
       } else {
-        conv_fwd_k4_exact_kernel<T><<<g, b, c.smem_bytes, stream>>>(p);
+        launch_kernel(conv_fwd_k4_exact_kernel<T>, g, b, c.smem_bytes, stream, p);
       }
       break;
     case ConvFwdArm::k4x2:
       if (p.K != 4) return cudaErrorInvalidValue;
       if (whole) {
-        conv_fwd_k4x2_whole_kernel<T><<<g, b, c.smem_bytes, stream>>>(p);
+        launch_kernel(conv_fwd_k4x2_whole_kernel<T>, g, b, c.smem_bytes, stream, p);
       } else {
-        conv_fwd_k4x2_exact_kernel<T><<<g, b, c.smem_bytes, stream>>>(p);
+        launch_kernel(conv_fwd_k4x2_exact_kernel<T>, g, b, c.smem_bytes, stream, p);
       }
       break;
     default: return cudaErrorInvalidValue;

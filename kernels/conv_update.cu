@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace sg {
 namespace {
@@ -39,6 +40,7 @@ __device__ __forceinline__ void conv_update_one(const ConvUpdateParams& p, int r
 
 // Reference arm: grid-stride loop over rows * C.
 __global__ void conv_update_grid_kernel(const ConvUpdateParams p) {
+  pdl_start();  // kernels/launch.cuh
   const int64_t n = static_cast<int64_t>(p.rows) * p.C;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -140,6 +142,7 @@ __device__ __forceinline__ void store_words(void* dst, const uint32_t (&w)[N32])
 // or __nv_bfloat16).
 template <int V, int K, class TS, class TA>
 __global__ void __launch_bounds__(kConvUpdateFastMaxBlock) conv_update_fast_kernel(const ConvUpdateParams p) {
+  pdl_start();  // kernels/launch.cuh
   constexpr int KM1 = K - 1;
   static_assert(V % 2 == 0 && (V * KM1 * sizeof(TS)) % 4 == 0, "whole 32-bit words per thread slice");
   constexpr int kStateWords = V * KM1 * static_cast<int>(sizeof(TS)) / 4;  // [V, K-1] state elements
@@ -182,6 +185,7 @@ __global__ void __launch_bounds__(kConvUpdateFastMaxBlock) conv_update_fast_kern
 // The scalar body: the same grid, the thread's V channels one by one (any K, dtypes, alignment).
 template <int V>
 __global__ void __launch_bounds__(kConvUpdateFastMaxBlock) conv_update_fast_scalar_kernel(const ConvUpdateParams p) {
+  pdl_start();  // kernels/launch.cuh
   const int r = blockIdx.y;
   const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
   const int c1 = min(c0 + V, p.C);
@@ -212,9 +216,9 @@ bool conv_update_fast_vectorised(const ConvUpdateParams& p, int V) {
 template <int V, int K, class TS>
 void launch_fast_vec(const ConvUpdateParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
   if (p.x_dtype == DType::bf16) {
-    conv_update_fast_kernel<V, K, TS, __nv_bfloat16><<<grid, block, 0, stream>>>(p);
+    launch_kernel(conv_update_fast_kernel<V, K, TS, __nv_bfloat16>, grid, block, 0, stream, p);
   } else {
-    conv_update_fast_kernel<V, K, TS, float><<<grid, block, 0, stream>>>(p);
+    launch_kernel(conv_update_fast_kernel<V, K, TS, float>, grid, block, 0, stream, p);
   }
 }
 
@@ -230,7 +234,7 @@ void launch_fast_vec(const ConvUpdateParams& p, dim3 grid, dim3 block, cudaStrea
 template <int V>
 void launch_fast_v(const ConvUpdateParams& p, dim3 grid, dim3 block, size_t smem, cudaStream_t stream) {
   if (!conv_update_fast_vectorised(p, V)) {
-    conv_update_fast_scalar_kernel<V><<<grid, block, smem, stream>>>(p);
+    launch_kernel(conv_update_fast_scalar_kernel<V>, grid, block, smem, stream, p);
     return;
   }
   switch (p.K) {
@@ -272,7 +276,7 @@ cudaError_t conv_update(const ConvUpdateParams& p, const LaunchContract<ConvUpda
   }
   std::array<std::function<void(const LaunchContract<ConvUpdateArm>&)>, 2> by_arm;
   by_arm[static_cast<size_t>(ConvUpdateArm::grid)] = [&](const auto& k) {
-    conv_update_grid_kernel<<<to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream>>>(p);
+    launch_kernel(conv_update_grid_kernel, to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream, p);
   };
   by_arm[static_cast<size_t>(ConvUpdateArm::fast)] = [&](const auto& k) { launch_fast(p, k, stream); };
   try {

@@ -3,6 +3,7 @@
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_device.cuh"
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace sg {
 namespace {
@@ -12,6 +13,7 @@ template <int DK, int Q>
 __global__ void __launch_bounds__(Q == 1   ? 256
                                   : Q == 8 ? 1024
                                            : 512) delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
+  pdl_start();  // kernels/launch.cuh
   __shared__ float ks[DK], qs[DK];
   const int hv = blockIdx.x, r = blockIdx.y, j = threadIdx.x / Q;
   const int slot = p.slots[r];
@@ -40,7 +42,7 @@ __global__ void __launch_bounds__(Q == 1   ? 256
 template <int DK, int Q>
 void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   const dim3 grid(p.Hv, p.rows), block((p.Dv * Q + 31) / 32 * 32);
-  delta_rule_decode_kernel<DK, Q><<<grid, block, 0, stream>>>(p);
+  launch_kernel(delta_rule_decode_kernel<DK, Q>, grid, block, 0, stream, p);
 }
 
 }  // namespace

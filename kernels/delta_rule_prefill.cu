@@ -6,6 +6,7 @@
 #include "kernels/delta_rule_device.cuh"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace sg {
 namespace {
@@ -22,6 +23,7 @@ __global__ void __launch_bounds__(Q == 1   ? 256
                                   : Q == 8 ? 1024
                                            : 512,
                                   1) delta_rule_prefill_kernel(const DeltaRulePrefillParams p) {
+  pdl_start();  // kernels/launch.cuh
   constexpr int R = DK / Q;
   __shared__ float ks[2][DK], qs[2][DK];
   const int hv = blockIdx.x, n = blockIdx.y;
@@ -115,7 +117,7 @@ __global__ void __launch_bounds__(Q == 1   ? 256
 template <int DK, int Q>
 void launch(const DeltaRulePrefillParams& p, cudaStream_t stream) {
   const dim3 grid(p.Hv, p.max_seqs), block((p.Dv * Q + 31) / 32 * 32);
-  delta_rule_prefill_kernel<DK, Q><<<grid, block, 0, stream>>>(p);
+  launch_kernel(delta_rule_prefill_kernel<DK, Q>, grid, block, 0, stream, p);
 }
 
 }  // namespace

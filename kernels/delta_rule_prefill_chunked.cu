@@ -22,6 +22,7 @@
 #include "kernels/contracts.h"
 #include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace sg {
 namespace {
@@ -139,6 +140,7 @@ __device__ __forceinline__ void store4(void* p, DType t, int64_t i, const float4
 // sees every thread. vec: q, k, v, out and state are 16-byte aligned and Dv % 4 == 0.
 template <int DK, int BV>
 __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const DeltaRulePrefillParams p, const bool vec) {
+  pdl_start();  // kernels/launch.cuh
   using Tl = Tile<DK, BV>;
   constexpr int C = Tl::C, NT = Tl::NT, CG = Tl::CG, NS = Tl::NS, RS = Tl::RS, LDK = Tl::LDK, LDT = Tl::LDT;
   extern __shared__ float4 smem4[];
@@ -498,7 +500,7 @@ cudaError_t launch(const DeltaRulePrefillParams& p, bool vec, cudaStream_t strea
   if (const cudaError_t err = dev::allow_dynamic_smem(kernel, Tl::bytes); err != cudaSuccess) return err;
   const int tiles = (p.Dv + BV - 1) / BV;
   const dim3 grid(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.max_seqs)), block(Tl::NT);
-  kernel<<<grid, block, Tl::bytes, stream>>>(p, vec);
+  launch_kernel(kernel, grid, block, Tl::bytes, stream, p, vec);
   return cudaGetLastError();
 }
 

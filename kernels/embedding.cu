@@ -1,6 +1,7 @@
 // embedding.cu: row gather from the embedding table, one block per token.
 #include "kernels/device_util.cuh"
 #include "kernels/embedding.h"
+#include "kernels/launch.cuh"
 
 namespace sg {
 namespace {
@@ -9,6 +10,7 @@ constexpr int kBlock = 256;
 
 // Vector path: same dtype, row bytes a multiple of 16, table and y 16-byte aligned.
 __global__ void __launch_bounds__(kBlock) embedding_vec_kernel(const EmbeddingParams p, int vec_per_row) {
+  pdl_start();  // kernels/launch.cuh
   const int t = blockIdx.x;
   uint4* dst = static_cast<uint4*>(p.y) + static_cast<int64_t>(t) * vec_per_row;
   const bool live = !p.live_rows || t < *p.live_rows;
@@ -23,6 +25,7 @@ __global__ void __launch_bounds__(kBlock) embedding_vec_kernel(const EmbeddingPa
 
 // Element path: any dtype pair (converts through f32, one rounding on a bf16 store).
 __global__ void __launch_bounds__(kBlock) embedding_elem_kernel(const EmbeddingParams p) {
+  pdl_start();  // kernels/launch.cuh
   const int t = blockIdx.x;
   const int64_t o0 = static_cast<int64_t>(t) * p.H;
   const bool live = !p.live_rows || t < *p.live_rows;
@@ -47,9 +50,10 @@ cudaError_t embedding(const EmbeddingParams& p, cudaStream_t stream) {
   const bool vec = p.table_dtype == p.y_dtype && row_bytes % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(p.table) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
   if (vec) {
-    embedding_vec_kernel<<<static_cast<unsigned>(p.T), kBlock, 0, stream>>>(p, static_cast<int>(row_bytes / 16));
+    launch_kernel(embedding_vec_kernel, static_cast<unsigned>(p.T), kBlock, 0, stream, p,
+                  static_cast<int>(row_bytes / 16));
   } else {
-    embedding_elem_kernel<<<static_cast<unsigned>(p.T), kBlock, 0, stream>>>(p);
+    launch_kernel(embedding_elem_kernel, static_cast<unsigned>(p.T), kBlock, 0, stream, p);
   }
   return cudaGetLastError();
 }

@@ -1,6 +1,7 @@
 // fill.cu: counter-based uniform fill (splitmix64 of seed and index).
 #include "kernels/device_util.cuh"
 #include "kernels/fill.h"
+#include "kernels/launch.cuh"
 
 #include <algorithm>
 
@@ -16,6 +17,7 @@ __host__ __device__ inline float unit_at(uint64_t seed, int64_t i) {
 }
 
 __global__ void fill_uniform_kernel(void* p, DType t, int64_t n, uint64_t seed, float lo, float hi) {
+  pdl_start();  // kernels/launch.cuh
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     dev::store(p, t, i, fmaf(hi - lo, unit_at(seed, i), lo));
@@ -33,7 +35,7 @@ cudaError_t fill_uniform(void* p, DType dtype, int64_t n, uint64_t seed, float l
   if (dtype != DType::f32 && dtype != DType::bf16) return cudaErrorInvalidValue;
   if (n <= 0) return cudaSuccess;
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 132 * 16);
-  fill_uniform_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, dtype, n, seed, lo, hi);
+  launch_kernel(fill_uniform_kernel, static_cast<unsigned>(blocks), 256, 0, stream, p, dtype, n, seed, lo, hi);
   return cudaGetLastError();
 }
 

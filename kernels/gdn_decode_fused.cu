@@ -7,6 +7,7 @@
 #include "kernels/delta_rule_device.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/gdn_decode_fused.h"
+#include "kernels/launch.cuh"
 
 namespace sg {
 namespace {
@@ -17,6 +18,7 @@ __device__ __forceinline__ float round_act(float v, DType t) {
 
 template <int DK, int Q>
 __global__ void __launch_bounds__(kGdnDecodeFusedMaxThreads) gdn_decode_fused_kernel(const GdnDecodeFusedParams p) {
+  pdl_start();  // kernels/launch.cuh
   extern __shared__ float sm[];
   float* qraw = sm;         // [DK]
   float* kraw = qraw + DK;  // [DK]
@@ -128,12 +130,12 @@ cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract
   const dim3 grid(c.grid.x, c.grid.y, c.grid.z), block(c.block.x, c.block.y, c.block.z);
   const int q = static_cast<int>(c.block.x) / p.Dv;
   switch (p.Dk * 100 + q) {
-    case 6401: gdn_decode_fused_kernel<64, 1><<<grid, block, c.smem_bytes, stream>>>(p); break;
-    case 6402: gdn_decode_fused_kernel<64, 2><<<grid, block, c.smem_bytes, stream>>>(p); break;
-    case 6404: gdn_decode_fused_kernel<64, 4><<<grid, block, c.smem_bytes, stream>>>(p); break;
-    case 12801: gdn_decode_fused_kernel<128, 1><<<grid, block, c.smem_bytes, stream>>>(p); break;
-    case 12802: gdn_decode_fused_kernel<128, 2><<<grid, block, c.smem_bytes, stream>>>(p); break;
-    case 12804: gdn_decode_fused_kernel<128, 4><<<grid, block, c.smem_bytes, stream>>>(p); break;
+    case 6401: launch_kernel(gdn_decode_fused_kernel<64, 1>, grid, block, c.smem_bytes, stream, p); break;
+    case 6402: launch_kernel(gdn_decode_fused_kernel<64, 2>, grid, block, c.smem_bytes, stream, p); break;
+    case 6404: launch_kernel(gdn_decode_fused_kernel<64, 4>, grid, block, c.smem_bytes, stream, p); break;
+    case 12801: launch_kernel(gdn_decode_fused_kernel<128, 1>, grid, block, c.smem_bytes, stream, p); break;
+    case 12802: launch_kernel(gdn_decode_fused_kernel<128, 2>, grid, block, c.smem_bytes, stream, p); break;
+    case 12804: launch_kernel(gdn_decode_fused_kernel<128, 4>, grid, block, c.smem_bytes, stream, p); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

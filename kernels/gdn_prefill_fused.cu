@@ -23,6 +23,7 @@
 //     of padding sequences.
 #include "kernels/conv_fwd_common.cuh"
 #include "kernels/gdn_prefill_fused.h"
+#include "kernels/launch.cuh"
 #include "kernels/postconv_common.cuh"
 
 namespace sg {
@@ -337,6 +338,7 @@ __device__ __forceinline__ void gate_tile(const GdnPrefillFusedParams& p, const 
 
 template <DType kAct, int KC, bool kVec>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) gdn_prefill_fused_kernel(const GdnPrefillFusedParams p) {
+  pdl_start();  // kernels/launch.cuh
   Live live;
   live.N = __ldg(p.n_seqs);
   if (live.N < 0 || live.N > p.max_seqs) __trap();  // (before reading cu_seqlens[N])
@@ -358,13 +360,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gdn_prefill_fused_kernel
 template <DType kAct, bool kVec>
 cudaError_t launch_k(const GdnPrefillFusedParams& p, dim3 grid, cudaStream_t stream) {
   switch (p.K) {
-    case 2: gdn_prefill_fused_kernel<kAct, 2, kVec><<<grid, kThreads, 0, stream>>>(p); break;
-    case 3: gdn_prefill_fused_kernel<kAct, 3, kVec><<<grid, kThreads, 0, stream>>>(p); break;
-    case 4: gdn_prefill_fused_kernel<kAct, 4, kVec><<<grid, kThreads, 0, stream>>>(p); break;
-    case 5: gdn_prefill_fused_kernel<kAct, 5, kVec><<<grid, kThreads, 0, stream>>>(p); break;
-    case 6: gdn_prefill_fused_kernel<kAct, 6, kVec><<<grid, kThreads, 0, stream>>>(p); break;
-    case 7: gdn_prefill_fused_kernel<kAct, 7, kVec><<<grid, kThreads, 0, stream>>>(p); break;
-    case 8: gdn_prefill_fused_kernel<kAct, 8, kVec><<<grid, kThreads, 0, stream>>>(p); break;
+    case 2: launch_kernel(gdn_prefill_fused_kernel<kAct, 2, kVec>, grid, kThreads, 0, stream, p); break;
+    case 3: launch_kernel(gdn_prefill_fused_kernel<kAct, 3, kVec>, grid, kThreads, 0, stream, p); break;
+    case 4: launch_kernel(gdn_prefill_fused_kernel<kAct, 4, kVec>, grid, kThreads, 0, stream, p); break;
+    case 5: launch_kernel(gdn_prefill_fused_kernel<kAct, 5, kVec>, grid, kThreads, 0, stream, p); break;
+    case 6: launch_kernel(gdn_prefill_fused_kernel<kAct, 6, kVec>, grid, kThreads, 0, stream, p); break;
+    case 7: launch_kernel(gdn_prefill_fused_kernel<kAct, 7, kVec>, grid, kThreads, 0, stream, p); break;
+    case 8: launch_kernel(gdn_prefill_fused_kernel<kAct, 8, kVec>, grid, kThreads, 0, stream, p); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

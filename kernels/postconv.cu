@@ -6,6 +6,7 @@
 // >= Dk (zeros beyond Dk): s[i] += s[i + h] for h = P/2 .. 1. For Dk = 128 that is the contract's
 // "i + 64, then 32, 16, 8, 4, 2, 1"; every other arm performs the same additions on the same
 // operands (see postconv_common.cuh and postconv_token_tile.cu for the proofs).
+#include "kernels/launch.cuh"
 #include "kernels/postconv_common.cuh"
 
 namespace sg {
@@ -37,6 +38,7 @@ __device__ void l2norm_head(const PostconvParams& p, int t, int col0, void* out,
 // Reference arm: grid (T, Hk + 1), 256 threads. Blocks h < Hk: threads 0..127 normalise q head h,
 // 128..255 k head h, each half with its own tree. Block Hk copies all of v and computes all gates.
 __global__ void postconv_megablock_kernel(const PostconvParams p) {
+  pdl_start();  // kernels/launch.cuh
   __shared__ float s[2][kMaxD];
   const int t = blockIdx.x, h = blockIdx.y;
   if (t >= p.T) return;  // whole block: before any barrier
@@ -60,6 +62,7 @@ __global__ void postconv_megablock_kernel(const PostconvParams p) {
 // barrier). Head Hk: the gate inputs of the first 128 v-heads are loaded first, then v is copied
 // with 16-byte vectors (four in flight per thread) when aligned, then the gates are finished.
 __global__ void __launch_bounds__(128) postconv_fast_kernel(const PostconvParams p) {
+  pdl_start();  // kernels/launch.cuh
   const int nh = p.Hk + 1;
   const int lin = blockIdx.x + blockIdx.y * gridDim.x;  // launch order, token-major (see token_tile)
   const int t = lin / nh, h = lin % nh;
@@ -110,10 +113,10 @@ cudaError_t postconv(const PostconvParams& p, const LaunchContract<PostconvArm>&
   cudaError_t launched = cudaSuccess;
   std::array<std::function<void(const LaunchContract<PostconvArm>&)>, 4> by_arm;
   by_arm[static_cast<size_t>(PostconvArm::megablock)] = [&](const auto& k) {
-    postconv_megablock_kernel<<<to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream>>>(p);
+    launch_kernel(postconv_megablock_kernel, to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream, p);
   };
   by_arm[static_cast<size_t>(PostconvArm::fast)] = [&](const auto& k) {
-    postconv_fast_kernel<<<to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream>>>(p);
+    launch_kernel(postconv_fast_kernel, to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream, p);
   };
   by_arm[static_cast<size_t>(PostconvArm::split)] = [&](const auto& k) { launched = launch_split(p, k, stream); };
   by_arm[static_cast<size_t>(PostconvArm::token_tile)] = [&](const auto& k) {

@@ -3,12 +3,14 @@
 // token lin / (Hk+Hv), head lin % (Hk+Hv)). Blocks y < Hk normalise q head y (warp 0) and k head y (warp 1) with the
 // one-warp tree of postconv_common.cuh; block Hk + hv copies v head hv (16-byte vectors when aligned) and computes the
 // gates of hv. Byte-identical to megablock (same additions, same operands).
+#include "kernels/launch.cuh"
 #include "kernels/postconv_common.cuh"
 
 namespace sg::postconv_detail {
 namespace {
 
 __global__ void __launch_bounds__(128) postconv_split_kernel(const PostconvParams p) {
+  pdl_start();  // kernels/launch.cuh
   const int nh = p.Hk + p.Hv;
   const int lin = blockIdx.x + blockIdx.y * gridDim.x;  // launch order, token-major (see token_tile)
   const int t = lin / nh, y = lin % nh;
@@ -31,8 +33,8 @@ __global__ void __launch_bounds__(128) postconv_split_kernel(const PostconvParam
 }  // namespace
 
 cudaError_t launch_split(const PostconvParams& p, const LaunchContract<PostconvArm>& c, cudaStream_t stream) {
-  postconv_split_kernel<<<dim3(c.grid.x, c.grid.y, c.grid.z), dim3(c.block.x, c.block.y, c.block.z), c.smem_bytes,
-                          stream>>>(p);
+  launch_kernel(postconv_split_kernel, dim3(c.grid.x, c.grid.y, c.grid.z), dim3(c.block.x, c.block.y, c.block.z),
+                c.smem_bytes, stream, p);
   return cudaGetLastError();
 }
 

@@ -31,6 +31,7 @@
 //   h = 1  (f0 = b1): m ^ 2 -> s1[0], the tree's s[0], in all 16 lanes of the half.
 // All shuffle offsets are < 16, so the two half-warps (q and k) reduce independently in the same
 // instructions. 11 shuffles per pair of rows.
+#include "kernels/launch.cuh"
 #include "kernels/postconv_common.cuh"
 
 namespace sg::postconv_detail {
@@ -42,6 +43,7 @@ constexpr int kWarpTokens = kTile / 4;     // 4 tokens per warp
 
 template <DType kIn, DType kOut, bool kVec>
 __global__ void __launch_bounds__(128) postconv_token_tile_kernel(const PostconvParams p) {
+  pdl_start();  // kernels/launch.cuh
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   // Blocks start in linear order (x fastest). Map that order tile-major, head-minor, so the blocks
   // running together cover whole rows of a few token tiles (DRAM locality; a tile's gates written
@@ -121,9 +123,9 @@ __global__ void __launch_bounds__(128) postconv_token_tile_kernel(const Postconv
 template <DType kIn, DType kOut>
 void launch_typed(const PostconvParams& p, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool vec) {
   if (vec) {
-    postconv_token_tile_kernel<kIn, kOut, true><<<grid, block, smem, stream>>>(p);
+    launch_kernel(postconv_token_tile_kernel<kIn, kOut, true>, grid, block, smem, stream, p);
   } else {
-    postconv_token_tile_kernel<kIn, kOut, false><<<grid, block, smem, stream>>>(p);
+    launch_kernel(postconv_token_tile_kernel<kIn, kOut, false>, grid, block, smem, stream, p);
   }
 }
 

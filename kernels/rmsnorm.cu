@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/rmsnorm.h"
 
 namespace sg {
@@ -57,6 +58,7 @@ __device__ __forceinline__ float block_sum(float s, float* partial) {
 
 template <bool kGated, bool kWarpRow>
 __global__ void __launch_bounds__(kMaxBlock) norm_kernel(const NormArgs a) {
+  pdl_start();  // kernels/launch.cuh
   __shared__ float partial[32];
   int64_t row;
   int lane, G;
@@ -129,6 +131,7 @@ __device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float
 // fixed butterflies of block_sum; depends only on n, as the strided loop's order does (not the same order, so not its
 // bytes).
 __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
+  pdl_start();  // kernels/launch.cuh
   __shared__ float partial[32];
   const int64_t row = blockIdx.x;  // grid = T * heads exactly; blockDim = n / 8
   const int t = static_cast<int>(row / a.heads), h = static_cast<int>(row % a.heads);
@@ -173,6 +176,7 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
 // shuffles (rows past the end compute on zeros and store nothing).
 template <int R>
 __global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs a) {
+  pdl_start();  // kernels/launch.cuh
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarpRowBlock / R) + threadIdx.x / R;
   const int part = threadIdx.x % R;
@@ -232,25 +236,25 @@ cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
     const int64_t blocks = (rows + per_block - 1) / per_block;
     if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
     const unsigned g = static_cast<unsigned>(blocks);
-    if (R == 8) gated_vec_kernel<8><<<g, kWarpRowBlock, 0, stream>>>(a);
-    if (R == 16) gated_vec_kernel<16><<<g, kWarpRowBlock, 0, stream>>>(a);
-    if (R == 32) gated_vec_kernel<32><<<g, kWarpRowBlock, 0, stream>>>(a);
+    if (R == 8) launch_kernel(gated_vec_kernel<8>, g, kWarpRowBlock, 0, stream, a);
+    if (R == 16) launch_kernel(gated_vec_kernel<16>, g, kWarpRowBlock, 0, stream, a);
+    if (R == 32) launch_kernel(gated_vec_kernel<32>, g, kWarpRowBlock, 0, stream, a);
     return cudaGetLastError();
   }
   if (a.n <= kWarpRowMaxN) {
     const int64_t per_block = kWarpRowBlock / 32;
     const int64_t blocks = (rows + per_block - 1) / per_block;
     if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-    norm_kernel<kGated, true><<<static_cast<unsigned>(blocks), kWarpRowBlock, 0, stream>>>(a);
+    launch_kernel(norm_kernel<kGated, true>, static_cast<unsigned>(blocks), kWarpRowBlock, 0, stream, a);
   } else {
     if (rows > 0x7fffffff) return cudaErrorInvalidValue;
     if (!kGated && vec_ok(a)) {
-      norm_vec_kernel<<<static_cast<unsigned>(rows), a.n / 8, 0, stream>>>(a);
+      launch_kernel(norm_vec_kernel, static_cast<unsigned>(rows), a.n / 8, 0, stream, a);
       return cudaGetLastError();
     }
     const int want = (a.n + 7) / 8;
     const int block = want >= kMaxBlock ? kMaxBlock : (want + 31) / 32 * 32;
-    norm_kernel<kGated, false><<<static_cast<unsigned>(rows), block, 0, stream>>>(a);
+    launch_kernel(norm_kernel<kGated, false>, static_cast<unsigned>(rows), block, 0, stream, a);
   }
   return cudaGetLastError();
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/mma_util.cuh"
 #include "kernels/skinny_gemm.h"
 #include "kernels/tma_util.cuh"
@@ -151,22 +152,34 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   const int cw = warp - 1;  // consumer warp: W rows 16 cw ..
-  if (warp == 0) {
-    if (lane == 0) {
-      // Whole boxes count, zero fill past N and M included.
-      constexpr uint32_t kBytes = static_cast<uint32_t>(BN + 8 * NT) * kBK * 2;
-      for (int i = 0; i < nt; ++i) {
-        const int st = i % S;
-        if (i >= S) tma::mbar_wait(smem_addr(&empty[st]), ((i / S) - 1) & 1);  // round i / S - 1 consumed
-        const int k0 = (t0 + i) * kBK;
-        __nv_bfloat16* stage = ring + st * kStage;
-        const uint32_t bar = smem_addr(&full[st]);
-        tma::mbar_arrive_expect_tx(bar, kBytes);
-        tma::load_2d(smem_addr(stage), &w_map, k0, n0, bar);
-        tma::load_2d(smem_addr(stage + BN * kBK), &x_map, k0, 0, bar);
-      }
+  if (warp == 0 && lane == 0) {
+    // Whole boxes count, zero fill past N and M included. The first S tiles of W (weights: no
+    // kernel of the step writes them) are requested before pdl_wait, so under PDL the weight stream
+    // starts while the previous kernel finishes; x, the previous kernel's output, after it.
+    constexpr uint32_t kBytes = static_cast<uint32_t>(BN + 8 * NT) * kBK * 2;
+    const int first = min(nt, S);
+    for (int i = 0; i < first; ++i) {
+      const uint32_t bar = smem_addr(&full[i]);
+      tma::mbar_arrive_expect_tx(bar, kBytes);
+      tma::load_2d(smem_addr(ring + i * kStage), &w_map, (t0 + i) * kBK, n0, bar);
     }
+    pdl_start();
+    for (int i = 0; i < first; ++i)
+      tma::load_2d(smem_addr(ring + i * kStage + BN * kBK), &x_map, (t0 + i) * kBK, 0, smem_addr(&full[i]));
+    for (int i = first; i < nt; ++i) {
+      const int st = i % S;
+      tma::mbar_wait(smem_addr(&empty[st]), ((i / S) - 1) & 1);  // round i / S - 1 consumed
+      const int k0 = (t0 + i) * kBK;
+      __nv_bfloat16* stage = ring + st * kStage;
+      const uint32_t bar = smem_addr(&full[st]);
+      tma::mbar_arrive_expect_tx(bar, kBytes);
+      tma::load_2d(smem_addr(stage), &w_map, k0, n0, bar);
+      tma::load_2d(smem_addr(stage + BN * kBK), &x_map, k0, 0, bar);
+    }
+  } else if (warp == 0) {
+    pdl_start();  // the producer's idle lanes (they write split partials in finish_block)
   } else {
+    pdl_start();  // consumers: nothing to do before the first full stage, which follows the wait
     // ldmatrix lane roles: A (W rows of this warp): matrix q = lane / 8 holds rows (q & 1) * 8 ..
     // and the k-step's chunk (q >> 1); B (x rows): matrix q holds 8 tokens and chunk q of two k-steps.
     const int a_row = cw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
@@ -234,7 +247,7 @@ cudaError_t launch_nt(const SkinnyGemmParams& p, cudaStream_t stream) {
     return cudaErrorNotSupported;
   auto* k = skinny_gemm_kernel<BN, S, NT, kF32Out>;
   if (const cudaError_t e = dev::allow_dynamic_smem(k, smem); e != cudaSuccess) return e;
-  k<<<grid, 32 * (1 + BN / 16), smem, stream>>>(w_map, x_map, p, tps);
+  launch_kernel(k, grid, 32 * (1 + BN / 16), smem, stream, w_map, x_map, p, tps);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,6 @@
 // swiglu.cu: act = round_act(silu(gate)) * up over a fused [T, 2I] gate|up buffer.
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/swiglu.h"
 
 namespace sg {
@@ -10,6 +11,7 @@ constexpr int kPerThread = 4;
 constexpr int kChunk = kBlock * kPerThread;  // elements of one token per block
 
 __global__ void __launch_bounds__(kBlock) swiglu_kernel(const SwigluParams p, int chunks, int64_t stride) {
+  pdl_start();  // kernels/launch.cuh
   const int t = static_cast<int>(blockIdx.x / chunks);
   const int c0 = static_cast<int>(blockIdx.x % chunks) * kChunk;
   const int64_t o0 = static_cast<int64_t>(t) * p.I;
@@ -44,7 +46,7 @@ cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
   const int chunks = (p.I + kChunk - 1) / kChunk;
   const int64_t blocks = static_cast<int64_t>(p.T) * chunks;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  swiglu_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(p, chunks, stride);
+  launch_kernel(swiglu_kernel, static_cast<unsigned>(blocks), kBlock, 0, stream, p, chunks, stride);
   return cudaGetLastError();
 }
 

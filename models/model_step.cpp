@@ -95,6 +95,7 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   if (opts_.attn_prefill == AttnPrefill::automatic) opts_.attn_prefill = AttnPrefill::simt;  // no attention layer
   if (opts_.attn_decode == AttnDecode::automatic) opts_.attn_decode = AttnDecode::simt;
   opts_.gemm = resolve_gemm(opts_.gemm, opts_.act, device);
+  opts_.pdl = resolve_pdl(opts_.pdl, device);
   keys_ = decode_capture_sizes(opts_.graph_max);
   if (opts_.max_prefill_tokens > 0) prefill_keys_ = prefill_buckets(opts_.max_prefill_tokens);
 

@@ -76,6 +76,8 @@ struct ModelStepOptions {
   AttnDecode attn_decode = AttnDecode::automatic;
   // The projections; the constructor resolves `automatic` (options().gemm is cublas or skinny).
   GemmKind gemm = GemmKind::automatic;
+  // How kernels are launched; the constructor resolves `automatic` (options().pdl is off or on).
+  PdlMode pdl = PdlMode::automatic;
   uint64_t seed = 1;      // synthetic GPU weights (init_synthetic)
   bool synthetic = true;  // fill weights with init_synthetic() in the constructor
 };

@@ -16,6 +16,7 @@
 #include "kernels/attn_prep.h"
 #include "kernels/contracts.h"
 #include "kernels/embedding.h"
+#include "kernels/launch_policy.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/skinny_gemm.h"
 #include "kernels/swiglu.h"
@@ -193,6 +194,7 @@ void ModelStep::mlp_block(int layer, const StepKey& key, NodeRecorder* rec) {
 }
 
 void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
+  const PdlScope pdl(opts_.pdl == PdlMode::on);  // this sequence's kernel launches (kernels/launch_policy.h)
   const int rows = key.tokens;
   const MetaPtrs m = meta_ptrs(a_.meta.data, key);
   cudaStream_t s = stream_.get();

@@ -133,6 +133,30 @@ GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
   return want;
 }
 
+const char* pdl_name(PdlMode m) {
+  switch (m) {
+    case PdlMode::automatic: return "auto";
+    case PdlMode::off: return "off";
+    case PdlMode::on: return "on";
+  }
+  return "?";
+}
+
+PdlMode parse_pdl(const std::string& name) {
+  if (name == "auto") return PdlMode::automatic;
+  if (name == "off") return PdlMode::off;
+  if (name == "on") return PdlMode::on;
+  throw Error(fmt::format("unknown pdl '{}' (valid: auto, off, on)", name));
+}
+
+PdlMode resolve_pdl(PdlMode want, const DeviceLimits& d) {
+  if (want == PdlMode::automatic) return d.cc_major >= 9 ? PdlMode::on : PdlMode::off;
+  require(want == PdlMode::off || d.cc_major >= 9,
+          "programmatic dependent launch needs sm_90+ (this device: compute capability {}.x; use --pdl off)",
+          d.cc_major);
+  return want;
+}
+
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n) {
   return g == GemmKind::skinny || (g == GemmKind::mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN));
 }

@@ -62,7 +62,7 @@ enum class GemmKind : uint8_t {
               // kGemmMixedWideN rows (the LM head), cuBLAS otherwise: where each measured faster on
               // the H200 (docs/BENCHMARKS.md)
 };
-constexpr int kGemmMixedSkinnyRows = 8;
+constexpr int kGemmMixedSkinnyRows = 24;  // measured with PDL on, the default (docs/BENCHMARKS.md)
 constexpr int64_t kGemmMixedWideN = 65536;
 const char* gemm_name(GemmKind g);  // "auto", "cublas", "skinny", "mixed"
 // "auto", "cublas", "skinny" or "mixed"; throws Error on anything else.
@@ -73,6 +73,21 @@ GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
 // Whether a projection of `rows` rows and an [n, k] weight runs the skinny kernel under the
 // resolved setting `g` (the shape must also be one skinny_gemm_supports).
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n);
+
+// How a step launches its kernels: with programmatic dependent launch (PDL, kernels/launch.cuh),
+// so that a kernel's blocks start, and the skinny GEMM's weight stream begins, while the previous
+// kernel finishes. Neither an arm nor a tolerance: every kernel waits for the previous one before
+// touching its data, so the outputs are the same bytes with PDL on or off (tested).
+enum class PdlMode : uint8_t {
+  automatic,  // on for sm_90+ (where it measured faster, docs/BENCHMARKS.md), else off
+  off,        // every kernel starts after the previous one completed
+  on,         // PDL (sm_90+)
+};
+const char* pdl_name(PdlMode m);  // "auto", "off", "on"
+// "auto", "off" or "on"; throws Error on anything else.
+PdlMode parse_pdl(const std::string& name);
+// `automatic` -> on for sm_90+, else off; on before sm_90 is an error.
+PdlMode resolve_pdl(PdlMode want, const DeviceLimits& d);
 
 // `automatic` -> mma when the tensor-core prefill supports (D, activation = q dtype, KV cache
 // dtype) and its shared memory fits this device, else simt; an explicit mma that cannot run is an

@@ -61,9 +61,9 @@ TEST_CASE("ab selection: an arm and a setting", "[ab][selection]") {
 TEST_CASE("ab selection: every op and every setting is a key", "[ab][selection]") {
   const Selection s = parse_selection(
       "conv.fwd=k4,conv.chunks=whole,conv.update=grid,postconv=split,gdn.prefill=fused,gdn.decode=fused,"
-      "delta-prefill=scan,attn-prefill=mma,attn-decode=simt,gemm=cublas",
+      "delta-prefill=scan,attn-prefill=mma,attn-decode=simt,gemm=cublas,pdl=off",
       "--a");
-  CHECK(s.items.size() == 10);
+  CHECK(s.items.size() == 11);
   const StepChoice c = apply(s, StepChoice{});
   CHECK(c.arms.conv_fwd == ConvFwdArm::k4);
   CHECK(c.arms.conv_chunks == ConvChunksArm::whole);
@@ -71,7 +71,7 @@ TEST_CASE("ab selection: every op and every setting is a key", "[ab][selection]"
   CHECK(c.arms.postconv == PostconvArm::split);
   CHECK(c.arms.gdn_prefill == GdnPrefillArm::fused);
   CHECK(c.arms.gdn_decode == GdnDecodeArm::fused);
-  CHECK(c.describe_settings() == "delta-prefill=scan,attn-prefill=mma,attn-decode=simt,gemm=cublas");
+  CHECK(c.describe_settings() == "delta-prefill=scan,attn-prefill=mma,attn-decode=simt,gemm=cublas,pdl=off");
 }
 
 TEST_CASE("ab selection: an empty selection is the base", "[ab][selection]") {
@@ -112,6 +112,10 @@ TEST_CASE("ab selection: bad inputs name the option and the valid choices", "[ab
   e = selection_error("gemm=cutlass");
   CHECK(contains(e, "unknown value \"cutlass\" for gemm"));
   CHECK(contains(e, "auto, cublas, skinny, mixed"));
+
+  e = selection_error("pdl=yes");
+  CHECK(contains(e, "unknown value \"yes\" for pdl"));
+  CHECK(contains(e, "auto, off, on"));
 
   e = selection_error("attn-decode=");
   CHECK(contains(e, "unknown value \"\" for attn-decode"));
@@ -188,7 +192,7 @@ TEST_CASE("ab report: hashes must match when only arms differ", "[ab][report]") 
   CHECK_FALSE(r.hash_failure());
   r.b.logits_hash = 3;
   CHECK(r.hash_failure());
-  CHECK(contains(format_ab_report(r), "one of the arms is wrong"));
+  CHECK(contains(format_ab_report(r), "an arm or a kernel's PDL wait is wrong"));
   r.hashes_must_match = false;  // different settings: may differ
   CHECK_FALSE(r.hash_failure());
   CHECK(contains(format_ab_report(r), "the hashes may differ"));
@@ -251,4 +255,8 @@ TEST_CASE("ab selection: which settings decide the arithmetic of a decode or pre
   b.gemm = "skinny";  // both
   CHECK_FALSE(same_arithmetic(a, b, false));
   CHECK_FALSE(same_arithmetic(a, b, true));
+  b = a;
+  b.pdl = "off";  // how kernels are launched, not what they compute: the hashes must match
+  CHECK(same_arithmetic(a, b, false));
+  CHECK(same_arithmetic(a, b, true));
 }

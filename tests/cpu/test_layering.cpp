@@ -2,6 +2,7 @@
 // including only itself and the folders after it; kernels/ stands alone (it includes nothing but
 // kernels/), and graphs/, models/ and tools/ may use it. Scans every #include line of the C++ and
 // CUDA files under engine/, graphs/, kernels/, models/ and tools/.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -128,4 +129,42 @@ TEST_CASE("no test case name contains a semicolon", "[layering]") {
   }
   CHECK(seen > 100);  // the scan finds the suite's test cases
   for (const auto& b : bad) FAIL_CHECK("test case name with ';': " << b);
+}
+
+// Programmatic dependent launch (kernels/launch.cuh): a kernel launched with PDL may start before
+// the previous kernel completes, so every kernel in kernels/ must wait (pdl_start or pdl_wait)
+// before its work, and launches go through launch_kernel (a <<< >>> launch would silently drop
+// the step's PDL choice). A kernel without its wait would race under PDL, and only sometimes.
+TEST_CASE("every kernel waits for its predecessor and is launched through launch_kernel", "[layering][pdl]") {
+  const fs::path root = fs::path(SG_TEST_SOURCE_DIR) / "kernels";
+  REQUIRE(fs::is_directory(root));
+  std::vector<std::string> bad;
+  int kernels = 0;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const auto ext = e.path().extension();
+    if (!e.is_regular_file() || (ext != ".cu" && ext != ".cuh")) continue;
+    std::ifstream in(e.path());
+    std::string text, line;
+    while (std::getline(in, line)) {
+      const size_t c = line.find("//");  // comments may name either
+      text += (c == std::string::npos ? line : line.substr(0, c)) + "\n";
+    }
+    const std::string file = e.path().filename().string();
+    if (text.find("<<<") != std::string::npos) bad.push_back(file + ": a <<< >>> launch");
+    for (size_t at = text.find("__global__"); at != std::string::npos; at = text.find("__global__", at + 1)) {
+      ++kernels;
+      size_t open = text.find('{', at), close = open;
+      for (int depth = 0; close < text.size(); ++close) {
+        if (text[close] == '{') ++depth;
+        if (text[close] == '}' && --depth == 0) break;
+      }
+      const std::string body = text.substr(open, close - open);
+      if (body.find("pdl_start()") == std::string::npos && body.find("pdl_wait()") == std::string::npos) {
+        const auto line_no = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+        bad.push_back(file + ":" + std::to_string(line_no) + ": a kernel without pdl_start() or pdl_wait()");
+      }
+    }
+  }
+  CHECK(kernels > 30);  // the scan finds the kernels
+  for (const auto& b : bad) FAIL_CHECK(b);
 }

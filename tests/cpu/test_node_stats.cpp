@@ -31,12 +31,16 @@ TEST_CASE("kernel records aggregate per manifest node, unmatched ones are counte
     m.nodes.push_back(n);
   }
   std::vector<KernelRecord> recs;
-  // node 100: 1, 2, 3, 10 us; node 101: 4 us twice; one record of another graph's node; one of id 0.
-  for (double us : {1.0, 2.0, 3.0, 10.0}) recs.push_back({1, 100, 1000, 1000 + static_cast<uint64_t>(us * 1000), "k"});
-  recs.push_back({1, 101, 0, 4000, "k"});
-  recs.push_back({1, 101, 0, 4000, "k"});
-  recs.push_back({1, 999, 0, 5000, "k"});
-  recs.push_back({0, 0, 0, 5000, "k"});
+  // node 100: 1, 2, 3, 10 us; node 101: 4 us twice; one after another with gaps (no overlap); one
+  // record of another graph's node and one of id 0, overlapping the others (ignored).
+  uint64_t t = 1000;
+  for (double us : {1.0, 2.0, 3.0, 10.0}) {
+    recs.push_back({1, 100, t, t + static_cast<uint64_t>(us * 1000), "k"});
+    t += 20000;
+  }
+  for (int i = 0; i < 2; ++i, t += 20000) recs.push_back({1, 101, t, t + 4000, "k"});
+  recs.push_back({1, 999, 0, 500000, "k"});
+  recs.push_back({0, 0, 0, 500000, "k"});
   int unmatched = -1;
   auto st = aggregate(m, recs, &unmatched);
   REQUIRE(st.size() == 2);
@@ -51,7 +55,36 @@ TEST_CASE("kernel records aggregate per manifest node, unmatched ones are counte
   CHECK(st[1].median_us == Approx(4.0));
   CHECK(st[0].share + st[1].share == Approx(1.0));
   CHECK(st[1].share == Approx(4.0 / 6.5));
+  CHECK(st[0].span_median_us == Approx(2.5));  // no overlap: own time = duration
   auto table = format_node_table(st, 4300.0);
   CHECK(table.find("median_us") != std::string::npos);
   CHECK(table.find("%floor") != std::string::npos);
+}
+
+TEST_CASE("overlapping kernels (PDL) count their overlap once: own time from the previous end", "[graphs][manifest]") {
+  Manifest m;
+  for (int i = 0; i < 3; ++i) {
+    ManifestNode n;
+    n.index = i;
+    n.cupti_id = 10 + static_cast<uint64_t>(i);
+    n.label.op = std::string(1, static_cast<char>('a' + i));
+    m.nodes.push_back(n);
+  }
+  std::vector<KernelRecord> recs;
+  // Two replays 100 us apart (records out of order). Node a runs 0..10 us; b starts at 2 us, waits,
+  // ends at 15; c starts at 12 and ends at 14, inside b (own time 0); a gap, then the next replay.
+  for (uint64_t base : {100000ull, 0ull}) {
+    recs.push_back({1, 12, base + 12000, base + 14000, "c"});
+    recs.push_back({1, 10, base + 0, base + 10000, "a"});
+    recs.push_back({1, 11, base + 2000, base + 15000, "b"});
+  }
+  const auto st = aggregate(m, recs);
+  REQUIRE(st.size() == 3);
+  CHECK(st[0].median_us == Approx(10.0));
+  CHECK(st[1].median_us == Approx(5.0));  // 10 .. 15
+  CHECK(st[1].span_median_us == Approx(13.0));
+  CHECK(st[2].median_us == Approx(0.0));
+  CHECK(st[2].span_median_us == Approx(2.0));
+  CHECK(st[0].calls == 2);
+  CHECK(st[0].median_us + st[1].median_us + st[2].median_us == Approx(15.0));  // the busy time of a replay
 }

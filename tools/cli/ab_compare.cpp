@@ -113,10 +113,10 @@ std::string format_ab_report(const AbReport& r) {
   out += fmt::format("logits bytes of those steps: A {} B {}: {}\n", hash_text(r.a.logits_hash),
                      hash_text(r.b.logits_hash), r.logits_equal() ? "equal" : "DIFFERENT");
   if (r.hashes_must_match) {
-    out += r.hash_failure() ? "error: A and B run the same settings on this graph and arms are byte-identical, so "
-                              "their hashes must be equal: one of the arms is wrong\n"
-                            : "A and B run the same settings on this graph and differ at most in arms, which are "
-                              "byte-identical: equal hashes are required, and they are\n";
+    out += r.hash_failure() ? "error: A and B run the same arithmetic on this graph (arms and pdl keep the bytes), "
+                              "so their hashes must be equal: an arm or a kernel's PDL wait is wrong\n"
+                            : "A and B run the same arithmetic on this graph and differ at most in arms or pdl, which "
+                              "keep the bytes: equal hashes are required, and they are\n";
   } else {
     out +=
         "A and B run different settings on this graph, which change the arithmetic within a written tolerance: "

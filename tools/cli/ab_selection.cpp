@@ -14,11 +14,13 @@ namespace {
 constexpr std::array<std::string_view, 3> kDeltaPrefill = {"auto", "scan", "chunked"};
 constexpr std::array<std::string_view, 3> kAttn = {"auto", "simt", "mma"};
 constexpr std::array<std::string_view, 4> kGemm = {"auto", "cublas", "skinny", "mixed"};
-const std::array<SettingInfo, 4> kSettings = {{
+constexpr std::array<std::string_view, 3> kPdl = {"auto", "off", "on"};
+const std::array<SettingInfo, 5> kSettings = {{
     {"delta-prefill", kDeltaPrefill},
     {"attn-prefill", kAttn},
     {"attn-decode", kAttn},
     {"gemm", kGemm},
+    {"pdl", kPdl},
 }};
 
 std::string_view trim(std::string_view s) {
@@ -59,6 +61,7 @@ const std::string& StepChoice::setting(std::string_view name) const {
   if (name == "attn-prefill") return attn_prefill;
   if (name == "attn-decode") return attn_decode;
   if (name == "gemm") return gemm;
+  if (name == "pdl") return pdl;
   throw Error(fmt::format("no setting '{}'", printable(name)));
 }
 

@@ -37,7 +37,8 @@ struct BenchOptions {
   std::string delta_prefill = "auto";  // model workload: the delta rule in prefill (auto, scan or chunked)
   std::string attn_prefill = "auto";   // model workload: attention in prefill (auto, simt or mma)
   std::string attn_decode = "auto";    // model workload: attention in decode (auto, simt or mma)
-  std::string gemm = "auto";           // model workload: the projections (auto, cublas or skinny)
+  std::string gemm = "auto";           // model workload: the projections (auto, cublas, skinny or mixed)
+  std::string pdl = "auto";            // model workload: programmatic dependent launch (auto, off or on)
   bool marginal = false;               // model workload: marginal cost per op family (largest and smallest decode key)
 };
 
@@ -51,12 +52,12 @@ void write_cpu_json(const BenchOptions& o, const nlohmann::json& result);
 
 // The model step's options for a bench-like run: --max-seqs slots and decode rows, --context (+
 // extra_context) positions, a prefill of max_seqs x context tokens when `prefill`, the arms and
-// the settings (--delta-prefill, --attn-prefill, --attn-decode, --gemm).
+// the settings (--delta-prefill, --attn-prefill, --attn-decode, --gemm, --pdl).
 ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& arms, bool prefill, int extra_context);
 
 // The options of the commands that build one whole-model step from a preset (inspect, capture,
 // ab): --preset, --max-seqs, --context, --arm and the settings --delta-prefill, --attn-prefill,
-// --attn-decode, --gemm (values from ab_selection.h's setting_table()).
+// --attn-decode, --gemm, --pdl (values from ab_selection.h's setting_table()).
 void add_model_step_options(CLI::App* cmd, BenchOptions& o);
 
 // What `step` runs: its arms and its settings with `auto` resolved (ab_selection.h StepChoice).

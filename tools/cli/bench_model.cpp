@@ -157,6 +157,7 @@ ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& a
   opts.attn_prefill = parse_attn_prefill(o.attn_prefill);
   opts.attn_decode = parse_attn_decode(o.attn_decode);
   opts.gemm = parse_gemm(o.gemm);
+  opts.pdl = parse_pdl(o.pdl);
   opts.seed = 1;
   return opts;
 }
@@ -184,6 +185,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   fmt::print("attention decode: {}{}\n", attn_decode, o.attn_decode == "auto" ? " (auto)" : "");
   const std::string gemm = gemm_name(step.options().gemm);  // `auto` resolved
   fmt::print("projections: {}{}\n", gemm, o.gemm == "auto" ? " (auto)" : "");
+  const std::string pdl = pdl_name(step.options().pdl);  // `auto` resolved
+  fmt::print("programmatic dependent launch: {}{}\n", pdl, o.pdl == "auto" ? " (auto)" : "");
   step.randomize_caches(7);
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
@@ -300,6 +303,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                         {"attn_prefill", attn_prefill},
                         {"attn_decode", attn_decode},
                         {"gemm", gemm},
+                        {"pdl", pdl},
                         {"workload", "model"},
                         {"context", o.context},
                         {"graphs", graphs}}

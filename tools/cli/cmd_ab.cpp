@@ -88,6 +88,7 @@ void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoic
   bo.attn_prefill = choice.attn_prefill;
   bo.attn_decode = choice.attn_decode;
   bo.gemm = choice.gemm;
+  bo.pdl = choice.pdl;
   ResolvedArms arms;
   arms.arms = choice.arms;
   // Decode: room for the hashed greedy steps after the context.
@@ -171,6 +172,7 @@ int run(AbOptions o) {
   base.attn_prefill = o.b.attn_prefill;
   base.attn_decode = o.b.attn_decode;
   base.gemm = o.b.gemm;
+  base.pdl = o.b.pdl;
   Side sides[2];
   sides[0].name = "A";
   sides[0].sel = sel_a;

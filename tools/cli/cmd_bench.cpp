@@ -113,6 +113,7 @@ std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App&
   if (given("--attn-prefill")) bad.push_back("--attn-prefill (chooses a GPU attention kernel)");
   if (given("--attn-decode")) bad.push_back("--attn-decode (chooses a GPU attention kernel)");
   if (given("--gemm")) bad.push_back("--gemm (chooses a GPU projection kernel)");
+  if (given("--pdl")) bad.push_back("--pdl (how GPU kernels are launched)");
   if (o.marginal) bad.push_back("--marginal (disables nodes of captured CUDA graphs)");
   if (given("--preset") && o.preset != "tiny") {
     bad.push_back(fmt::format("--preset {} (the CPU reference runs the 'tiny' preset only)", o.preset));
@@ -193,6 +194,7 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
                        {"median_us", s.median_us},
                        {"min_us", s.min_us},
                        {"max_us", s.max_us},
+                       {"span_median_us", s.span_median_us},
                        {"bytes", s.node.label.bytes},
                        {"gbps", s.gbps}});
     }
@@ -311,11 +313,17 @@ void register_bench(CLI::App& app, Action& action) {
                   "model workload: how steps run their projections: cublas (cublasGemmEx), skinny (the "
                   "tensor-core weight-streaming kernel for at most 32 rows, K % 64 == 0; within the GEMM "
                   "tolerance of cuBLAS, not byte-identical, so a setting rather than an arm; cuBLAS for other "
-                  "shapes), mixed (skinny for steps of at most 8 rows and for the LM head, where it measures faster, "
+                  "shapes), mixed (skinny for steps of at most 24 rows and for the LM head, where it measures faster, "
                   "cuBLAS elsewhere) "
                   "or auto (mixed for bf16 on sm_90, else cublas)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cublas", "skinny", "mixed"}));
+  cmd->add_option("--pdl", o.pdl,
+                  "model workload: programmatic dependent launch: on (each kernel's blocks start while the "
+                  "previous kernel finishes and wait for it before touching its data; the skinny GEMM streams "
+                  "its first weight tiles meanwhile; the same output bytes as off), off, or auto (on for sm_90+)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "off", "on"}));
   cmd->add_flag("--marginal", o.marginal,
                 "model workload: also the marginal cost of every op family in the largest and the smallest decode "
                 "graph: the step time with the family's nodes disabled (cudaGraphNodeSetEnabled), subtracted from "

@@ -271,7 +271,7 @@ void register_generate(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
   cmd->add_option("--gemm", o.gemm,
                   "How the steps run their projections (GPU only): cublas, skinny (the tensor-core weight-streaming "
-                  "kernel for at most 32 rows; within the GEMM tolerance of cuBLAS), mixed (skinny up to 8 rows and "
+                  "kernel for at most 32 rows; within the GEMM tolerance of cuBLAS), mixed (skinny up to 24 rows and "
                   "for the LM head, cuBLAS elsewhere) or auto (mixed for bf16 on sm_90, else cublas)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cublas", "skinny", "mixed"}));

@@ -22,7 +22,8 @@ void add_model_step_options(CLI::App* cmd, BenchOptions& o) {
   const std::pair<const char*, std::string*> settings[] = {{"delta-prefill", &o.delta_prefill},
                                                            {"attn-prefill", &o.attn_prefill},
                                                            {"attn-decode", &o.attn_decode},
-                                                           {"gemm", &o.gemm}};
+                                                           {"gemm", &o.gemm},
+                                                           {"pdl", &o.pdl}};
   for (const auto& [name, value] : settings) {
     const std::vector<std::string> values = setting_values(name);
     std::string list;
@@ -43,6 +44,7 @@ StepChoice resolved_choice(const ModelStep& step) {
   c.attn_prefill = attn_prefill_name(r.attn_prefill);
   c.attn_decode = attn_decode_name(r.attn_decode);
   c.gemm = gemm_name(r.gemm);
+  c.pdl = pdl_name(r.pdl);
   return c;
 }
 

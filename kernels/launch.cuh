@@ -1,0 +1,61 @@
+// launch.cuh: every kernel of this library is launched through sg::launch_kernel and starts with
+// pdl_start() (or, where it can do work that reads no other kernel's output first, calls
+// pdl_wait() before its first such access and pdl_trigger() after it).
+//
+// With PDL on (launch_policy.h) a launch may begin while the previous kernel in the stream still
+// runs: the previous kernel lets it start with griddepcontrol.launch_dependents (pdl_trigger), and
+// griddepcontrol.wait (pdl_wait) blocks until every grid it depends on has completed and its
+// writes are visible. So no kernel reads or writes global memory that another kernel uses before
+// pdl_wait(): the rule that keeps a step byte-identical with PDL on or off. A kernel that calls
+// pdl_wait in every block also completes only after its predecessor did, which keeps the order
+// transitive down the stream. Launched without PDL, both instructions do nothing.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "kernels/launch_policy.h"
+
+namespace sg {
+
+// Blocks until the grids this one depends on have completed and their memory is visible.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel in the stream launch its blocks (they still wait in pdl_wait for this grid
+// to complete). Issued once every block of this grid has issued it or exited.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The start of a kernel that does nothing before reading its inputs: wait for the previous
+// kernel, then let the next one start its blocks (they overlap this kernel's run, not its wait).
+__device__ __forceinline__ void pdl_start() {
+  pdl_wait();
+  pdl_trigger();
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with PDL when this thread enabled it. Returns
+// the launch's error (also left for cudaGetLastError, as a <<< >>> launch leaves it).
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          Args&&... args) {
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace sg

@@ -40,7 +40,8 @@ void set_enabled(cudaGraphExec_t exec, const std::vector<cudaGraphNode_t>& nodes
 }  // namespace
 
 MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manifest, cudaStream_t stream,
-                              const std::function<std::string(const ManifestNode&)>& group_of, int reps, int replays) {
+                              const std::function<std::string(const ManifestNode&)>& group_of, int reps, int replays,
+                              const std::function<void(int, int, const std::string&)>& progress) {
   require(static_cast<bool>(graph), "marginal costs: graph '{}' was never captured", manifest.graph);
   require(reps >= 1 && replays >= 1, "marginal costs: need reps >= 1 and replays >= 1 (got {}, {})", reps, replays);
   const std::vector<cudaGraphNode_t> kernels = topo_kernel_nodes(graph.graph());
@@ -64,6 +65,7 @@ MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manife
     }
     set_enabled(graph.exec(), nodes, true);
     r.groups.push_back({name, static_cast<int>(nodes.size()), median(ms), 0.0});
+    if (progress) progress(static_cast<int>(r.groups.size()), static_cast<int>(groups.size()), name);
   }
   const std::vector<double> after = time_replays(graph, stream, reps, replays);
   base.insert(base.end(), after.begin(), after.end());

@@ -34,9 +34,11 @@ struct MarginalReport {
 
 // Groups the manifest's nodes by group_of (nodes it maps to "" are never disabled) and times each
 // group; `reps` repetitions of `replays` replays each, medians per replay. The stream must not be
-// capturing; the graph is left with every node enabled (also when an error is thrown).
+// capturing; the graph is left with every node enabled (also when an error is thrown). `progress`
+// (optional) is called after each group with groups done, groups in all and the group's name.
 MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manifest, cudaStream_t stream,
-                              const std::function<std::string(const ManifestNode&)>& group_of, int reps, int replays);
+                              const std::function<std::string(const ManifestNode&)>& group_of, int reps, int replays,
+                              const std::function<void(int, int, const std::string&)>& progress = {});
 
 // A fixed-width table of a report: group, nodes, ms without, marginal ms and its share of the baseline.
 std::string format_marginal_table(const MarginalReport& r);

@@ -23,12 +23,25 @@ std::string_view graph_kind_name(GraphKind kind) {
 
 std::string describe(const GraphKey& key) { return fmt::format("{} {}", graph_kind_name(key.kind), key.tokens); }
 
-std::string capture_progress_line(int done, int total, const std::string& name) {
+std::string progress_line(std::string_view what, int done, int total, const std::string& name) {
   constexpr int kWidth = 20;
   const int filled = total > 0 ? std::clamp(done, 0, total) * kWidth / total : kWidth;
   const int digits = static_cast<int>(std::to_string(std::max(total, 0)).size());
-  return fmt::format("capturing graphs [{}{}] {:>{}}/{} {}", std::string(static_cast<size_t>(filled), '#'),
+  return fmt::format("{} [{}{}] {:>{}}/{} {}", what, std::string(static_cast<size_t>(filled), '#'),
                      std::string(static_cast<size_t>(kWidth - filled), '-'), done, digits, total, name);
+}
+
+std::string capture_progress_line(int done, int total, const std::string& name) {
+  return progress_line("capturing graphs", done, total, name);
+}
+
+std::function<void(int, int, const std::string&)> terminal_progress(std::string what) {
+  if (!isatty(fileno(stderr))) return {};
+  return [what = std::move(what)](int done, int total, const std::string& name) {
+    // \r and erase-to-end-of-line redraw the one line; the last step ends it.
+    std::fprintf(stderr, "\r%s\x1b[K%s", progress_line(what, done, total, name).c_str(), done == total ? "\n" : "");
+    std::fflush(stderr);
+  };
 }
 
 GraphDevice GraphDevice::on_stream(cudaStream_t stream) {
@@ -42,13 +55,7 @@ GraphDevice GraphDevice::on_stream(cudaStream_t stream) {
     return CapturedStep{std::move(g), std::move(m)};
   };
   d.replay = [stream](const CapturedGraph& g) { g.replay(stream); };
-  if (isatty(fileno(stderr))) {
-    d.progress = [](int done, int total, const std::string& name) {
-      // \r and erase-to-end-of-line redraw the one line; the last graph ends it.
-      std::fprintf(stderr, "\r%s\x1b[K%s", capture_progress_line(done, total, name).c_str(), done == total ? "\n" : "");
-      std::fflush(stderr);
-    };
-  }
+  d.progress = terminal_progress("capturing graphs");
   return d;
 }
 

@@ -71,8 +71,12 @@ struct GraphDevice {
   static GraphDevice on_stream(cudaStream_t stream);
 };
 
-// One progress line: "capturing graphs [#####---------------]  3/12 model-decode b=8".
+// One progress line: "<what> [#####---------------]  3/12 <name>".
+std::string progress_line(std::string_view what, int done, int total, const std::string& name);
+// progress_line("capturing graphs", ...): "capturing graphs [#####---------------]  3/12 model-decode b=8".
 std::string capture_progress_line(int done, int total, const std::string& name);
+// A progress callback that redraws one line on stderr when stderr is a terminal (empty otherwise).
+std::function<void(int done, int total, const std::string& name)> terminal_progress(std::string what);
 
 class StepGraphs {
  public:

@@ -152,6 +152,8 @@ TEST_CASE("progress: one line per captured graph, in capture order", "[graphs][r
   CHECK(capture_progress_line(4, 4, "y") == "capturing graphs [####################] 4/4 y");
   CHECK(capture_progress_line(3, 12, "z") == "capturing graphs [#####---------------]  3/12 z");
   CHECK(capture_progress_line(0, 0, "") == "capturing graphs [####################] 0/0 ");
+  CHECK(progress_line("marginal costs", 2, 19, "mlp.gate_up") ==
+        "marginal costs [##------------------]  2/19 mlp.gate_up");
 
   FakeRunner r(/*show_progress=*/true);
   r.capture({GraphKey::decode(1), GraphKey::decode(2), GraphKey::decode(4)});

@@ -23,6 +23,7 @@
 #include "graphs/export.h"
 #include "graphs/marginal.h"
 #include "graphs/node_timer.h"
+#include "graphs/step_graphs.h"
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tools/cli/bench_common.h"
@@ -221,8 +222,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
       nlohmann::json ops = op_family_table(o, key, step.manifest(key), o.node_replays, [&] { step.replay(key); });
       if (o.marginal && (key == step.keys().front() || key == step.keys().back())) {
         const MarginalReport mr = marginal_costs(
-            step.graph(key), step.manifest(key), s, [](const ManifestNode& n) { return n.label.op; }, o.reps,
-            o.replays);
+            step.graph(key), step.manifest(key), s, [](const ManifestNode& n) { return n.label.op; }, o.reps, o.replays,
+            terminal_progress(fmt::format("marginal costs, decode b={}", key)));
         fmt::print("{}", format_marginal_table(mr));
         for (const auto& g : mr.groups) {
           if (ops.contains(g.group)) ops[g.group]["marginal_us"] = 1000.0 * g.marginal_ms;

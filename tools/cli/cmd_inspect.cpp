@@ -1,6 +1,6 @@
 // cmd_inspect.cpp: `stepgraph inspect`: one captured graph of the whole model, node by node. For a
 // decode key (`--key decode-32`) or the prefill bucket (`--key prefill`): every kernel node's
-// CUPTI duration grouped by node, op family or layer, and beside each group its marginal cost: the
+// own CUPTI time grouped by node, op family or layer, and beside each group its marginal cost: the
 // step time with the group's nodes disabled in the executable graph, subtracted from the full
 // step's (graphs/marginal.h). Table, JSON or CSV; --trace / --dot export the graph.
 #include <fmt/format.h>
@@ -16,6 +16,7 @@
 #include "graphs/export.h"
 #include "graphs/marginal.h"
 #include "graphs/node_timer.h"
+#include "graphs/step_graphs.h"
 #include "models/model_step.h"
 #include "tools/cli/bench_common.h"
 #include "tools/cli/cli_checks.h"
@@ -31,7 +32,12 @@ struct InspectOptions {
   int top = 0;                 // groups shown (0: all; by node: 30)
   std::string format = "table";
   bool no_marginal = false;
+  bool replays_given = false, node_replays_given = false;  // else prefill takes its own defaults
 };
+
+// A prefill replay of the 4B preset's 32 x 1024 tokens takes ~0.6 s, a decode replay ~5 ms: the
+// prefill key's defaults keep the marginal costs (a timed run per group) to about a minute.
+constexpr int kPrefillReplays = 2, kPrefillNodeReplays = 3;
 
 InspectOptions io;
 
@@ -61,6 +67,8 @@ int run(const InspectOptions& o) {
   if (!dev.ok)
     throw Error(fmt::format("inspect times captured CUDA graphs, and this machine has none to run: {}", dev.reason));
   const bool prefill = o.key == "prefill";
+  const int replays = prefill && !o.replays_given ? kPrefillReplays : o.b.replays;
+  const int node_replays = prefill && !o.node_replays_given ? kPrefillNodeReplays : o.b.node_replays;
   int rows = o.b.max_seqs;
   if (!prefill && o.key != "decode") {
     size_t used = 0;
@@ -105,7 +113,7 @@ int run(const InspectOptions& o) {
   for (int i = 0; i < 2; ++i) replay();
   check(cudaStreamSynchronize(s));
   NodeTimer::instance().start();
-  for (int i = 0; i < o.b.node_replays; ++i) replay();
+  for (int i = 0; i < node_replays; ++i) replay();
   const auto records = NodeTimer::instance().stop();
   const auto stats = aggregate(m, records);
 
@@ -133,7 +141,7 @@ int run(const InspectOptions& o) {
           const std::string gname = group_of(n, o.by);
           return shown.count(gname) ? gname : std::string();
         },
-        o.b.reps, std::max(1, o.b.replays));
+        o.b.reps, std::max(1, replays), terminal_progress("marginal costs"));
     for (auto& r : rows_out) {
       for (const auto& mg : mr.groups) {
         if (mg.group == r.name) r.marginal_ms = mg.marginal_ms, r.has_marginal = true;
@@ -166,7 +174,7 @@ int run(const InspectOptions& o) {
     }
   } else {
     fmt::print("device: {}\ngraph: {} of {}; {} kernel nodes, node times sum {:.1f} us (CUPTI, {} replays)\n",
-               dev.describe(), name, cfg.name, stats.size(), total_us, o.b.node_replays);
+               dev.describe(), name, cfg.name, stats.size(), total_us, node_replays);
     if (!o.no_marginal) {
       fmt::print(
           "step {:.3f} ms (median; spread {:.3f} ms): marginal = step minus the step with the group's nodes "
@@ -201,7 +209,8 @@ void register_inspect(CLI::App& app, Action& action) {
   io.b.node_replays = 20;
   auto* cmd = app.add_subcommand(
       "inspect",
-      "One captured graph of the whole model, node by node: each node's CUPTI duration grouped by node, op family or "
+      "One captured graph of the whole model, node by node: each node's own CUPTI time (overlap with the node before "
+      "counted once) grouped by node, op family or "
       "layer, beside the group's marginal cost (the step with the group's nodes disabled, subtracted from the full "
       "step). Needs a GPU.");
   add_model_step_options(cmd, io.b);  // --preset, --max-seqs, --context, --arm, the settings
@@ -218,18 +227,25 @@ void register_inspect(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "json", "csv"}));
   cmd->add_flag("--no-marginal", io.no_marginal, "skip the marginal costs (they replay the graph once more per group)");
-  cmd->add_option("--node-replays", io.b.node_replays, "replays under CUPTI for the node times")
+  cmd->add_option(
+         "--node-replays", io.b.node_replays,
+         fmt::format("replays under CUPTI for the node times (--key prefill: {} unless given)", kPrefillNodeReplays))
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--reps", io.b.reps, "timed repetitions per marginal cost")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  cmd->add_option("--replays", io.b.replays, "replays per timed repetition")
+  cmd->add_option("--replays", io.b.replays,
+                  fmt::format("replays per timed repetition (--key prefill: {} unless given)", kPrefillReplays))
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--trace", io.b.trace, "write a Chrome/Perfetto trace of the CUPTI replays");
   cmd->add_option("--dot", io.b.dot, "write the graph's kernel nodes and dependencies as Graphviz DOT");
-  cmd->callback([&action] { action = [] { return run(io); }; });
+  cmd->callback([&action, cmd] {
+    io.replays_given = cmd->count("--replays") > 0;
+    io.node_replays_given = cmd->count("--node-replays") > 0;
+    action = [] { return run(io); };
+  });
 }
 
 }  // namespace sg::cli

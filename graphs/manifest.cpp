@@ -225,7 +225,14 @@ nlohmann::json to_json(const Manifest& m) {
                      {"smem_bytes", n.smem_bytes},
                      {"bytes", n.label.bytes}});
   }
-  return {{"graph", m.graph}, {"arms", m.arms}, {"nodes", nodes}, {"edges", m.edges}};
+  nlohmann::json out = {{"graph", m.graph}, {"arms", m.arms}, {"nodes", nodes}, {"edges", m.edges}};
+  if (!m.tuning.empty()) {
+    nlohmann::json t = nlohmann::json::array();
+    for (const ArmTiming& a : m.tuning)
+      t.push_back({{"op", a.op}, {"arm", a.arm}, {"step_ms", a.ms}, {"kept", a.chosen}});
+    out["tuning"] = t;
+  }
+  return out;
 }
 
 }  // namespace sg

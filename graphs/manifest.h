@@ -15,6 +15,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "graphs/arm_tuning.h"
 #include "kernels/contracts.h"
 
 namespace sg {
@@ -62,6 +63,8 @@ struct ManifestNode {
 struct Manifest {
   std::string graph;  // the graph's name ("decode b=32")
   std::string arms;   // ArmSelection::describe() at capture
+  // With `--arms tune`: every arm timed for this graph's key, the kept ones marked (arm_tuning.h).
+  std::vector<ArmTiming> tuning;
   std::vector<ManifestNode> nodes;
   // Dependencies between kernel nodes (indices into nodes), through any non-kernel nodes between
   // them: {from, to} means `to` waits for `from`.

@@ -18,7 +18,12 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Per-replay times (ms) of `reps` repetitions of `replays` replays, after two warm-up replays.
+void set_enabled(cudaGraphExec_t exec, const std::vector<cudaGraphNode_t>& nodes, bool on) {
+  for (cudaGraphNode_t n : nodes) check(cudaGraphNodeSetEnabled(exec, n, on ? 1u : 0u));
+}
+
+}  // namespace
+
 std::vector<double> time_replays(const CapturedGraph& g, cudaStream_t s, int reps, int replays) {
   for (int i = 0; i < 2; ++i) g.replay(s);
   Event start, stop;
@@ -33,11 +38,7 @@ std::vector<double> time_replays(const CapturedGraph& g, cudaStream_t s, int rep
   return ms;
 }
 
-void set_enabled(cudaGraphExec_t exec, const std::vector<cudaGraphNode_t>& nodes, bool on) {
-  for (cudaGraphNode_t n : nodes) check(cudaGraphNodeSetEnabled(exec, n, on ? 1u : 0u));
-}
-
-}  // namespace
+double median_ms(std::vector<double> v) { return v.empty() ? 0.0 : median(std::move(v)); }
 
 MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manifest, cudaStream_t stream,
                               const std::function<std::string(const ManifestNode&)>& group_of, int reps, int replays,

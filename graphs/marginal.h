@@ -40,6 +40,11 @@ MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manife
                               const std::function<std::string(const ManifestNode&)>& group_of, int reps, int replays,
                               const std::function<void(int, int, const std::string&)>& progress = {});
 
+// Per-replay times (ms) of `reps` repetitions of `replays` replays each (CUDA events), after two
+// warm-up replays.
+std::vector<double> time_replays(const CapturedGraph& g, cudaStream_t s, int reps, int replays);
+double median_ms(std::vector<double> v);  // 0 for none
+
 // A fixed-width table of a report: group, nodes, ms without, marginal ms and its share of the baseline.
 std::string format_marginal_table(const MarginalReport& r);
 

@@ -69,6 +69,11 @@ StepGraphs::StepGraphs(GraphDevice device, LaunchFn launch) : device_(std::move(
 
 void StepGraphs::capture_all(std::vector<GraphKey> keys, const WarmupFn& warmup, const NameFn& name,
                              const std::string& arms) {
+  capture_all(std::move(keys), warmup, name, [&arms](const GraphKey&, Manifest& m) { m.arms = arms; });
+}
+
+void StepGraphs::capture_all(std::vector<GraphKey> keys, const WarmupFn& warmup, const NameFn& name,
+                             const DescribeFn& describe) {
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   // Warm-up: every key once eagerly, so libraries and kernels initialise nothing lazily inside a
@@ -84,7 +89,10 @@ void StepGraphs::capture_all(std::vector<GraphKey> keys, const WarmupFn& warmup,
   for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
     const GraphKey key = *it;
     const std::string graph_name = name(key);
-    CapturedStep c = device_.capture(graph_name, arms, [&](NodeRecorder& rec) { launch_(key, &rec); });
+    Manifest described;
+    describe(key, described);
+    CapturedStep c = device_.capture(graph_name, described.arms, [&](NodeRecorder& rec) { launch_(key, &rec); });
+    c.manifest.tuning = std::move(described.tuning);
     captured_[key] = std::move(c);
     if (device_.progress) device_.progress(++done, total, graph_name);
   }

@@ -94,10 +94,16 @@ class StepGraphs {
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
 
+  // Fills what a key's manifest says about the choices it was captured with (Manifest::arms, and
+  // Manifest::tuning when the arms were tuned).
+  using DescribeFn = std::function<void(const GraphKey& key, Manifest& m)>;
+
   // Warm-up, then capture (see the top of this file). Keys may come in any order, repeats are
   // ignored; a key captured before is captured again (its graph and manifest are replaced).
   // `arms` is recorded in every manifest (ArmSelection::describe()).
   void capture_all(std::vector<GraphKey> keys, const WarmupFn& warmup, const NameFn& name, const std::string& arms);
+  // The same with each key's manifest described by `describe` (per-key arms).
+  void capture_all(std::vector<GraphKey> keys, const WarmupFn& warmup, const NameFn& name, const DescribeFn& describe);
 
   // One step on whatever inputs are staged: returns true when it replayed a graph.
   bool run(const GraphKey& key, RunMode mode);

@@ -37,13 +37,16 @@
 // eagerly. Decode keys map to GraphKey::decode(rows), prefill buckets to GraphKey::prefill(bucket).
 // Padding rows (slot -1, token_seq -1, past n_tokens) read and write no cache and produce zero rows.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/arena.h"
 #include "engine/cuda_handles.h"
+#include "graphs/arm_tuning.h"
 #include "graphs/graph.h"
 #include "graphs/manifest.h"
 #include "graphs/staged_upload.h"
@@ -78,8 +81,15 @@ struct ModelStepOptions {
   GemmKind gemm = GemmKind::automatic;
   // How kernels are launched; the constructor resolves `automatic` (options().pdl is off or on).
   PdlMode pdl = PdlMode::automatic;
-  uint64_t seed = 1;      // synthetic GPU weights (init_synthetic)
-  bool synthetic = true;  // fill weights with init_synthetic() in the constructor
+  // `--arms tune`: at capture, for each graph key, time the arms of the ops its kind runs (decode:
+  // conv.update, postconv, gdn.decode; prefill: conv.fwd, conv.chunks, postconv, gdn.prefill) on
+  // the key's shapes and keep the fastest (graphs/arm_tuning.h; arms are byte-identical, so the
+  // outputs do not change). Ops marked in fixed_ops keep their arm from `arms`. Tuning runs real
+  // steps on the caches of slots 0, 1, ... and leaves every cache zeroed.
+  bool tune_arms = false;
+  std::array<bool, kNumOps> fixed_ops{};  // index = Op: an arm the user chose (--arm, STEPGRAPH_ARMS, seed flags)
+  uint64_t seed = 1;                      // synthetic GPU weights (init_synthetic)
+  bool synthetic = true;                  // fill weights with init_synthetic() in the constructor
 };
 
 struct DecodeOutput {
@@ -160,6 +170,8 @@ class ModelStep {
   const Manifest& prefill_manifest(int bucket) const { return graphs_.manifest(GraphKey::prefill(bucket)); }
   const CapturedGraph& prefill_graph(int bucket) const { return graphs_.graph(GraphKey::prefill(bucket)); }
   int max_prefill_seqs() const { return opts_.max_prefill_seqs; }
+  // The arms `key`'s sequence runs: the tuned ones after a capture with tune_arms, else options().arms.
+  const ArmSelection& arms_for(const GraphKey& key) const;
   int eager_fallbacks() const {
     return graphs_.eager_fallbacks();
   }  // decode and prefill steps run eagerly in graph mode
@@ -240,6 +252,15 @@ class ModelStep {
   // Downloads the first n rows of logits and tokens (synchronises).
   void read_outputs(size_t n, std::vector<float>& logits, std::vector<int32_t>& tokens) const;
   void launch_sequence(const StepKey& key, NodeRecorder* rec);
+  // The arms of the sequence being launched (set by launch_sequence from arms_for).
+  const ArmSelection& arms() const { return *arms_; }
+  // tune_arms (model_step_tune.cpp): per key, the search of graphs/arm_tuning.h over the key's ops.
+  void tune(const std::vector<GraphKey>& keys);
+  // Stages metadata with every row live (slots 0, 1, ...; decode at position 0, prefill from
+  // position 0 in even parts) for timing `key` with real work.
+  void stage_live_inputs(const GraphKey& key);
+  // The arm indices of `op` that run as themselves on `key`'s shapes with the other ops as in `s`.
+  std::vector<size_t> arm_candidates(const GraphKey& key, Op op, const ArmSelection& s) const;
   void gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   void attn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   void mlp_block(int layer, const StepKey& key, NodeRecorder* rec);
@@ -255,8 +276,11 @@ class ModelStep {
   std::vector<Layer> layers_;
   TensorView embed_, lm_head_, final_norm_;
   Acts a_;
-  int sms_ = 0;           // SM count (attention split-K choice)
-  StagedUpload staging_;  // step metadata -> a_.meta
+  int sms_ = 0;                                        // SM count (attention split-K choice)
+  StagedUpload staging_;                               // step metadata -> a_.meta
+  std::map<GraphKey, ArmSelection> key_arms_;          // tuned arms per key (tune_arms)
+  std::map<GraphKey, std::vector<ArmTiming>> tuning_;  // their timings, for the manifests
+  const ArmSelection* arms_ = nullptr;                 // arms() while a sequence launches
   std::vector<int> keys_;
   std::vector<int> prefill_keys_;
   StepGraphs graphs_;

@@ -44,10 +44,10 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   const void* b = offset(proj.data, C + HvDv, act);  // [rows, Hv] at row stride P
   const void* a = offset(proj.data, C + HvDv + Hv, act);
 
-  const auto fc = gdn_decode_contract(opts_.arms.gdn_decode, GdnDecodeShape{rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K});
-  const auto pfc = prefill ? gdn_prefill_contract(opts_.arms.gdn_prefill,
-                                                  GdnPrefillShape{rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K})
-                           : LaunchContract<GdnPrefillArm>{};
+  const auto fc = gdn_decode_contract(arms().gdn_decode, GdnDecodeShape{rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K});
+  const auto pfc =
+      prefill ? gdn_prefill_contract(arms().gdn_prefill, GdnPrefillShape{rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K})
+              : LaunchContract<GdnPrefillArm>{};
   const bool fused_prefill = prefill && pfc.arm == GdnPrefillArm::fused;
   // The kernels' params structs name the shared fields alike; these fill them once.
   auto set_heads = [&](auto& p) {
@@ -141,10 +141,10 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       cp.K = g.K;
       cp.max_tokens = rows;
       cp.max_seqs = key.seqs;
-      const auto cc = conv_fwd_contract(opts_.arms, ConvFwdShape{rows, key.seqs, C, g.K});
-      check(conv_fwd(cp, cc, opts_.arms.conv_chunks, s));
+      const auto cc = conv_fwd_contract(arms(), ConvFwdShape{rows, key.seqs, C, g.K});
+      check(conv_fwd(cp, cc, arms().conv_chunks, s));
       if (rec) {
-        rec->launched(s, {layer, "conv.fwd", fmt::format("{}+{}", arm_name(cc.arm), arm_name(opts_.arms.conv_chunks)),
+        rec->launched(s, {layer, "conv.fwd", fmt::format("{}+{}", arm_name(cc.arm), arm_name(arms().conv_chunks)),
                           op_bytes::conv_fwd(rows, key.seqs, C, g.K, esz, ses, true)});
       }
     } else {
@@ -161,7 +161,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       cp.rows = rows;
       cp.C = C;
       cp.K = g.K;
-      const auto cc = conv_update_contract(opts_.arms.conv_update, ConvUpdateShape{rows, C, g.K});
+      const auto cc = conv_update_contract(arms().conv_update, ConvUpdateShape{rows, C, g.K});
       check(conv_update(cp, cc, s));
       if (rec) {
         rec->launched(
@@ -180,7 +180,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       set_qkv_gates(pp);
       pp.T = rows;
       set_heads(pp);
-      const auto pc = postconv_contract(opts_.arms.postconv, PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv});
+      const auto pc = postconv_contract(arms().postconv, PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv});
       check(postconv(pp, pc, s));
       if (rec) {
         rec->launched(s, {layer, "postconv", std::string(arm_name(pc.arm)),

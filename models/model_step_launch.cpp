@@ -195,6 +195,7 @@ void ModelStep::mlp_block(int layer, const StepKey& key, NodeRecorder* rec) {
 
 void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
   const PdlScope pdl(opts_.pdl == PdlMode::on);  // this sequence's kernel launches (kernels/launch_policy.h)
+  arms_ = &arms_for(graph_key(key));
   const int rows = key.tokens;
   const MetaPtrs m = meta_ptrs(a_.meta.data, key);
   cudaStream_t s = stream_.get();
@@ -307,6 +308,7 @@ void ModelStep::capture(const std::vector<GraphKey>& keys, bool for_timing) {
     }
   }
   if (for_timing) NodeTimer::instance().attach();
+  if (opts_.tune_arms) tune(keys);
   // Warm-up on padding-only metadata: no cache is read or written.
   graphs_.capture_all(
       keys, [&](const GraphKey& key) { upload_metadata(padding_metadata(step_key(key))); },
@@ -314,7 +316,11 @@ void ModelStep::capture(const std::vector<GraphKey>& keys, bool for_timing) {
         return key.kind == GraphKind::prefill ? fmt::format("model-prefill {} t={}", cfg_.name, key.tokens)
                                               : fmt::format("model-decode {} b={}", cfg_.name, key.tokens);
       },
-      opts_.arms.describe());
+      [&](const GraphKey& key, Manifest& m) {
+        m.arms = arms_for(key).describe();
+        auto t = tuning_.find(key);
+        if (t != tuning_.end()) m.tuning = t->second;
+      });
 }
 
 }  // namespace sg

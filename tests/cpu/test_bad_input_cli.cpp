@@ -81,6 +81,12 @@ std::vector<CliCase> option_cases() {
   add("bench --cpu --attn-decode", {"bench", "--cpu", "--attn-decode", "mma"}, 1, {"--attn-decode (chooses a GPU"});
   add("bench --cpu --gemm", {"bench", "--cpu", "--gemm", "skinny"}, 1, {"--gemm (chooses a GPU projection kernel)"});
   add("bench --cpu --marginal", {"bench", "--cpu", "--marginal"}, 1, {"--marginal (disables nodes"});
+  add("bench --cpu --pdl", {"bench", "--cpu", "--pdl", "on"}, 1, {"--pdl (how GPU kernels are launched)"});
+  add("bench --cpu --arms tune", {"bench", "--cpu", "--arms", "tune"}, 1,
+      {"--arms tune (times the GPU kernels' arms)"});
+  add("bench --arms unknown", {"bench", "--cpu", "--arms", "best"}, kCli11Invalid, {"--arms"});
+  add("ab --b with an unknown arms mode", {"ab", "--b", "arms=best"}, 1,
+      {"unknown value \"best\" for arms", "fixed, tune"});
   add("bench --gemm unknown", {"bench", "--cpu", "--gemm", "cutlass"}, kCli11Invalid, {"--gemm"});
   add("inspect without a GPU", {"inspect"}, 1, {"inspect times captured CUDA graphs", "none to run"});
   add("inspect --by unknown", {"inspect", "--by", "kernel"}, kCli11Invalid, {"--by"});
@@ -94,7 +100,7 @@ std::vector<CliCase> option_cases() {
       {"ab: timing CUDA graphs needs a GPU", "was found"});
   add("ab without --b", {"ab"}, -1, {"--b is required"});
   add("ab --b with an unknown key", {"ab", "--b", "postcnv=fast"}, 1,
-      {"--b \"postcnv=fast\": unknown key \"postcnv\" (valid keys: conv.fwd", "gemm, pdl)"});
+      {"--b \"postcnv=fast\": unknown key \"postcnv\" (valid keys: conv.fwd", "gemm, pdl, arms)"});
   add("ab --a with an unknown arm", {"ab", "--a", "conv.fwd=k5", "--b", "conv.fwd=k4"}, 1,
       {"unknown arm \"k5\" for conv.fwd (valid arms of conv.fwd: tiled, register, k4, k4x2)"});
   add("ab --b with an unknown setting value", {"ab", "--b", "attn-decode=wmma"}, 1,

@@ -15,12 +15,14 @@ constexpr std::array<std::string_view, 3> kDeltaPrefill = {"auto", "scan", "chun
 constexpr std::array<std::string_view, 3> kAttn = {"auto", "simt", "mma"};
 constexpr std::array<std::string_view, 4> kGemm = {"auto", "cublas", "skinny", "mixed"};
 constexpr std::array<std::string_view, 3> kPdl = {"auto", "off", "on"};
-const std::array<SettingInfo, 5> kSettings = {{
+constexpr std::array<std::string_view, 2> kArmsMode = {"fixed", "tune"};
+const std::array<SettingInfo, 6> kSettings = {{
     {"delta-prefill", kDeltaPrefill},
     {"attn-prefill", kAttn},
     {"attn-decode", kAttn},
     {"gemm", kGemm},
     {"pdl", kPdl},
+    {"arms", kArmsMode},
 }};
 
 std::string_view trim(std::string_view s) {
@@ -62,6 +64,7 @@ const std::string& StepChoice::setting(std::string_view name) const {
   if (name == "attn-decode") return attn_decode;
   if (name == "gemm") return gemm;
   if (name == "pdl") return pdl;
+  if (name == "arms") return arms_mode;
   throw Error(fmt::format("no setting '{}'", printable(name)));
 }
 

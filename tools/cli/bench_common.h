@@ -39,6 +39,7 @@ struct BenchOptions {
   std::string attn_decode = "auto";    // model workload: attention in decode (auto, simt or mma)
   std::string gemm = "auto";           // model workload: the projections (auto, cublas, skinny or mixed)
   std::string pdl = "auto";            // model workload: programmatic dependent launch (auto, off or on)
+  std::string arms_mode = "fixed";     // model workload: fixed (as chosen) or tune (timed per graph key at capture)
   bool marginal = false;               // model workload: marginal cost per op family (largest and smallest decode key)
 };
 
@@ -57,11 +58,15 @@ ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& a
 
 // The options of the commands that build one whole-model step from a preset (inspect, capture,
 // ab): --preset, --max-seqs, --context, --arm and the settings --delta-prefill, --attn-prefill,
-// --attn-decode, --gemm, --pdl (values from ab_selection.h's setting_table()).
+// --attn-decode, --gemm, --pdl, --arms (values from ab_selection.h's setting_table()).
 void add_model_step_options(CLI::App* cmd, BenchOptions& o);
 
+// With --arms tune, one line per captured graph: the arms timed and the ones kept.
+void print_tuning(const ModelStep& step);
+
 // What `step` runs: its arms and its settings with `auto` resolved (ab_selection.h StepChoice).
-StepChoice resolved_choice(const ModelStep& step);
+// With `key`, the arms that key's graph runs (tuned ones with --arms tune).
+StepChoice resolved_choice(const ModelStep& step, const GraphKey* key = nullptr);
 
 int run_cpu_model(const BenchOptions& o, const std::string& why);
 int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev);

@@ -143,6 +143,15 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
   return 0;
 }
 
+void print_tuning(const ModelStep& step) {
+  if (!step.options().tune_arms) return;
+  for (const GraphKey& key : step.graphs().captured()) {
+    const Manifest& m = step.graphs().manifest(key);
+    fmt::print("tuned arms, {}: {}\n", describe(key),
+               m.tuning.empty() ? "(no op with two arms here)" : describe_tuning(m.tuning));
+  }
+}
+
 ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& arms, bool prefill, int extra_context) {
   ModelStepOptions opts;
   opts.num_slots = o.max_seqs;
@@ -159,6 +168,8 @@ ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& a
   opts.attn_decode = parse_attn_decode(o.attn_decode);
   opts.gemm = parse_gemm(o.gemm);
   opts.pdl = parse_pdl(o.pdl);
+  opts.tune_arms = o.arms_mode == "tune";
+  for (size_t i = 0; i < kNumOps; ++i) opts.fixed_ops[i] = arms.source[i] != "default";  // the user's choice
   opts.seed = 1;
   return opts;
 }
@@ -188,7 +199,6 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   fmt::print("projections: {}{}\n", gemm, o.gemm == "auto" ? " (auto)" : "");
   const std::string pdl = pdl_name(step.options().pdl);  // `auto` resolved
   fmt::print("programmatic dependent launch: {}{}\n", pdl, o.pdl == "auto" ? " (auto)" : "");
-  step.randomize_caches(7);
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), step.keys().size(),
@@ -196,6 +206,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   t0 = std::chrono::steady_clock::now();
   step.capture_all(/*for_timing=*/true, do_prefill);
   fmt::print("captured in {:.1f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  print_tuning(step);
+  step.randomize_caches(7);  // after the capture: tuning (--arms tune) runs steps on the caches
   std::vector<std::string> summary;
   nlohmann::json graphs = nlohmann::json::array();
   cudaStream_t s = step.stream();

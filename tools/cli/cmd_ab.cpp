@@ -89,6 +89,7 @@ void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoic
   bo.attn_decode = choice.attn_decode;
   bo.gemm = choice.gemm;
   bo.pdl = choice.pdl;
+  bo.arms_mode = choice.arms_mode;
   ResolvedArms arms;
   arms.arms = choice.arms;
   // Decode: room for the hashed greedy steps after the context.
@@ -173,6 +174,7 @@ int run(AbOptions o) {
   base.attn_decode = o.b.attn_decode;
   base.gemm = o.b.gemm;
   base.pdl = o.b.pdl;
+  base.arms_mode = o.b.arms_mode;
   Side sides[2];
   sides[0].name = "A";
   sides[0].sel = sel_a;
@@ -208,7 +210,7 @@ int run(AbOptions o) {
   AbSide* out[2] = {&rep.a, &rep.b};
   StepChoice resolved[2];
   for (int i = 0; i < 2; ++i) {
-    resolved[i] = resolved_choice(*sides[i].step);
+    resolved[i] = resolved_choice(*sides[i].step, &sides[i].key);
     *out[i] = {sides[i].sel.describe(), resolved[i].arms.describe(), resolved[i].describe_settings(), sides[i].tokens_h,
                sides[i].logits_h};
   }

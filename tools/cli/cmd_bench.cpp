@@ -114,6 +114,7 @@ std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App&
   if (given("--attn-decode")) bad.push_back("--attn-decode (chooses a GPU attention kernel)");
   if (given("--gemm")) bad.push_back("--gemm (chooses a GPU projection kernel)");
   if (given("--pdl")) bad.push_back("--pdl (how GPU kernels are launched)");
+  if (o.arms_mode == "tune") bad.push_back("--arms tune (times the GPU kernels' arms)");
   if (o.marginal) bad.push_back("--marginal (disables nodes of captured CUDA graphs)");
   if (given("--preset") && o.preset != "tiny") {
     bad.push_back(fmt::format("--preset {} (the CPU reference runs the 'tiny' preset only)", o.preset));
@@ -124,6 +125,13 @@ std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App&
   if (o.workload == "gdn-layer" && given("--delta-prefill")) {
     bad.push_back("--delta-prefill (the gdn-layer workload has no prefill)");
   }
+  return bad;
+}
+
+// The options the gdn-layer workload on the GPU cannot apply (the model's settings).
+std::vector<std::string> layer_inapplicable(const BenchOptions& o) {
+  std::vector<std::string> bad;
+  if (o.arms_mode == "tune") bad.push_back("--arms tune (tunes the whole model's graphs; use --workload model)");
   return bad;
 }
 
@@ -318,6 +326,16 @@ void register_bench(CLI::App& app, Action& action) {
                   "or auto (mixed for bf16 on sm_90, else cublas)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cublas", "skinny", "mixed"}));
+  cmd->add_option(
+         "--arms", o.arms_mode,
+         "model workload: " +
+             std::string(
+                 "fixed (the arms of --arm, STEPGRAPH_ARMS, the seed's flags and the defaults) or tune (at capture, "
+                 "each graph key times the arms of the ops it runs on its own shapes and keeps the fastest; ops "
+                 "named by --arm, STEPGRAPH_ARMS or a seed flag stay as chosen; arms are byte-identical, so outputs "
+                 "do not change; the choices and their times are in the manifests)"))
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fixed", "tune"}));
   cmd->add_option("--pdl", o.pdl,
                   "model workload: programmatic dependent launch: on (each kernel's blocks start while the "
                   "previous kernel finishes and wait for it before touching its data; the skinny GEMM streams "
@@ -358,6 +376,13 @@ void register_bench(CLI::App& app, Action& action) {
       const std::pair<std::string, const char*> exports[] = {{o.csv, "--csv"}, {o.trace, "--trace"}, {o.dot, "--dot"}};
       for (const auto& [path, option] : exports) {
         if (!path.empty()) check_writable(with_key(path, 1), option);  // as the first graph's file is named
+      }
+      if (o.workload != "model") {
+        if (const auto bad = layer_inapplicable(o); !bad.empty()) {
+          std::string list;
+          for (const auto& b : bad) list += "\n  " + b;
+          throw Error(fmt::format("bench --workload {} cannot apply:{}", o.workload, list));
+        }
       }
       return o.workload == "model" ? run_gpu_model(o, dev) : run_gpu(o, dev);
     };

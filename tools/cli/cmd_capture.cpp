@@ -63,6 +63,7 @@ int run(const CaptureOptions& o) {
     const CapturedGraph& g = step.graphs().graph(k);
     rows.push_back({describe(k), g.name(), g.stats()});
   }
+  print_tuning(step);
   fmt::print("\n{}", format_capture_table(rows));
   const CaptureStats t = capture_totals(rows);
   fmt::print(
@@ -81,6 +82,16 @@ int run(const CaptureOptions& o) {
     j["arms"] = c.arms.describe();
     j["settings"] = c.describe_settings();
     j["wall_ms"] = wall_ms;
+    if (step.options().tune_arms) {
+      nlohmann::json tuned = nlohmann::json::array();
+      for (const GraphKey& k : step.graphs().captured()) {
+        const Manifest& m = step.graphs().manifest(k);
+        nlohmann::json t = to_json(m);
+        tuned.push_back(
+            {{"graph", describe(k)}, {"arms", m.arms}, {"tuning", t.value("tuning", nlohmann::json::array())}});
+      }
+      j["tuned_arms"] = tuned;
+    }
     std::ofstream f(o.json);
     if (f) f << j.dump(2) << "\n";
     f.close();

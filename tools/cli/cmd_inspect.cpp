@@ -85,8 +85,9 @@ int run(const InspectOptions& o) {
     rows = n;
   }
   ModelStep step(cfg, model_step_options(o.b, arms, prefill, 0));
-  step.randomize_caches(7);
   step.capture_all(/*for_timing=*/true, prefill);
+  print_tuning(step);
+  step.randomize_caches(7);  // after the capture: tuning (--arms tune) runs steps on the caches
   cudaStream_t s = step.stream();
   int key = 0;
   std::string name;
@@ -152,9 +153,10 @@ int run(const InspectOptions& o) {
   for (const auto& st : stats) total_us += st.median_us;
 
   if (o.format == "json") {
-    nlohmann::json j = {{"device", dev.describe()},     {"preset", cfg.name}, {"graph", name},
-                        {"arms", arms.arms.describe()}, {"by", o.by},         {"nodes", stats.size()},
+    nlohmann::json j = {{"device", dev.describe()}, {"preset", cfg.name}, {"graph", name},
+                        {"arms", m.arms},           {"by", o.by},         {"nodes", stats.size()},
                         {"node_time_us", total_us}};
+    if (!m.tuning.empty()) j["tuning"] = to_json(m)["tuning"];
     if (!o.no_marginal) j["step_ms"] = {{"median", mr.baseline_ms}, {"spread", mr.spread_ms}};
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : rows_out) {

@@ -23,7 +23,8 @@ void add_model_step_options(CLI::App* cmd, BenchOptions& o) {
                                                            {"attn-prefill", &o.attn_prefill},
                                                            {"attn-decode", &o.attn_decode},
                                                            {"gemm", &o.gemm},
-                                                           {"pdl", &o.pdl}};
+                                                           {"pdl", &o.pdl},
+                                                           {"arms", &o.arms_mode}};
   for (const auto& [name, value] : settings) {
     const std::vector<std::string> values = setting_values(name);
     std::string list;
@@ -36,15 +37,16 @@ void add_model_step_options(CLI::App* cmd, BenchOptions& o) {
   }
 }
 
-StepChoice resolved_choice(const ModelStep& step) {
+StepChoice resolved_choice(const ModelStep& step, const GraphKey* key) {
   const ModelStepOptions& r = step.options();
   StepChoice c;
-  c.arms = r.arms;
+  c.arms = key ? step.arms_for(*key) : r.arms;
   c.delta_prefill = delta_prefill_name(r.delta_prefill);
   c.attn_prefill = attn_prefill_name(r.attn_prefill);
   c.attn_decode = attn_decode_name(r.attn_decode);
   c.gemm = gemm_name(r.gemm);
   c.pdl = pdl_name(r.pdl);
+  c.arms_mode = r.tune_arms ? "tune" : "fixed";
   return c;
 }
 

@@ -8,17 +8,20 @@
 namespace sg {
 namespace {
 
-// Grid (Hv, rows); block round_up(Dv * Q, 32): Q consecutive threads share column t / Q.
+// Grid (Hv * col_blocks, rows); block round_up(Dv / col_blocks * Q, 32): Q consecutive threads share
+// column (blockIdx.x % col_blocks) * Dv / col_blocks + t / Q.
 template <int DK, int Q>
 __global__ void __launch_bounds__(Q == 1   ? 256
                                   : Q == 8 ? 1024
                                            : 512) delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
   pdl_start();  // kernels/launch.cuh
   __shared__ float ks[DK], qs[DK];
-  const int hv = blockIdx.x, r = blockIdx.y, j = threadIdx.x / Q;
+  const int cb = p.col_blocks > 0 ? p.col_blocks : 1, cols = p.Dv / cb;
+  const int hv = blockIdx.x / cb, r = blockIdx.y, jl = threadIdx.x / Q;
+  const int j = (blockIdx.x % cb) * cols + jl;  // this thread's state column
   const int slot = p.slots[r];
   const int64_t orow = (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv;
-  const bool active = j < p.Dv;
+  const bool active = jl < cols;
   if (slot < 0) {
     if (active && threadIdx.x % Q == 0) dev::store(p.out, p.out_dtype, orow + j, 0.0f);
     return;
@@ -41,7 +44,8 @@ __global__ void __launch_bounds__(Q == 1   ? 256
 
 template <int DK, int Q>
 void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
-  const dim3 grid(p.Hv, p.rows), block((p.Dv * Q + 31) / 32 * 32);
+  const int cb = p.col_blocks > 0 ? p.col_blocks : 1;
+  const dim3 grid(p.Hv * cb, p.rows), block((p.Dv / cb * Q + 31) / 32 * 32);
   launch_kernel(delta_rule_decode_kernel<DK, Q>, grid, block, 0, stream, p);
 }
 
@@ -51,6 +55,8 @@ bool delta_rule_decode_supports(int Dk, int Dv) { return delta_rule_decode_split
 
 cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   if (!delta_rule_decode_supports(p.Dk, p.Dv) || p.Hk < 1 || p.Hv % p.Hk != 0) return cudaErrorInvalidValue;
+  if (p.col_blocks < 0 || p.col_blocks > 4 || p.col_blocks == 3 || (p.col_blocks > 0 && p.Dv % p.col_blocks != 0))
+    return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
   if (q == 0) return cudaErrorInvalidValue;

@@ -24,13 +24,18 @@ struct DeltaRuleDecodeParams {
   DType out_dtype = DType::bf16;
   int rows = 0, Hk = 0, Hv = 0, Dk = 0, Dv = 0;
   int split = 0;  // threads per state column (1, 2, 4, 8; 0 = automatic). Same bytes for every value.
+  // Blocks per (row, v-head), each owning Dv / col_blocks adjacent columns (1, 2, 4; Dv % col_blocks
+  // == 0; 0 = automatic, today 1). Smaller blocks, more of them resident per SM and out of phase.
+  // Same bytes for every value (a column's arithmetic does not depend on its block).
+  int col_blocks = 0;
 };
 
 // True when some built split launches this shape (Dk in {8, 16, 32, 64, 128}; Dv up to 256 with one
 // thread per column, see delta_rule_decode_split in contracts.h).
 bool delta_rule_decode_supports(int Dk, int Dv);
-// Grid (Hv, rows), block round_up(Dv * split, 32): `split` threads per state column j
-// (delta_rule_decode_split in contracts.h says which split runs).
+// Grid (Hv * col_blocks, rows), block round_up(Dv / col_blocks * split, 32): `split` threads per
+// state column j (delta_rule_decode_split in contracts.h says which split runs). Returns
+// cudaErrorInvalidValue for a col_blocks that is not 0, 1, 2 or 4 or does not divide Dv.
 cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t stream);
 
 }  // namespace sg

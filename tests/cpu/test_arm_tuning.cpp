@@ -33,7 +33,7 @@ std::vector<size_t> all_arms(Op op, const ArmSelection&) {
 TEST_CASE("arm tuning keeps the fastest arm of each op and times each selection once", "[graphs][tuning]") {
   FakeStep step;
   step.cost[Op::postconv] = {0.5, 0.4, 0.45, 0.1};  // megablock, fast, split, token_tile
-  step.cost[Op::conv_update] = {0.2, 0.3};         // grid, fast
+  step.cost[Op::conv_update] = {0.2, 0.3};          // grid, fast
   const Op ops[] = {Op::conv_update, Op::postconv};
   const ArmSelection start;  // conv.update fast, postconv fast (the defaults)
   const ArmTuning t = tune_arms(start, ops, all_arms, [&](const ArmSelection& s) { return step(s); });

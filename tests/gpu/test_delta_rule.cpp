@@ -1,6 +1,7 @@
 // GPU tests of the delta-rule decode kernel on its own: every split of a state column over Q lanes
-// (1, 2, 4, 8) gives the same bytes (output and state), and matches the CPU reference; Dk from 8
-// (the smallest tile) to 128.
+// (1, 2, 4, 8), with the columns of a head in 1, 2 or 4 blocks, gives the same bytes (output and
+// state), and matches the CPU reference; Dk from 8 (the smallest tile) to 128. A column-block count
+// that is not 1, 2 or 4 or does not divide Dv is refused.
 #include <cmath>
 
 #include "engine/error.h"
@@ -41,9 +42,10 @@ TEST_CASE("delta-rule decode: every column split gives the same bytes and matche
       auto ds = test::DevBuf::from_i32(slots);
       std::vector<uint8_t> ref_out, ref_state;
       int ran = 0;
-      for (int split : {1, 2, 4, 8}) {
-        if (delta_rule_decode_split(sh.Dk, sh.Dv, split) != split) continue;
-        CAPTURE(split);
+      for (int variant = 0; variant < 4 * 3; ++variant) {
+        const int split = 1 << (variant % 4), col_blocks = 1 << (variant / 4);  // 1 2 4 8 | 1 2 4
+        if (delta_rule_decode_split(sh.Dk, sh.Dv, split) != split || sh.Dv % col_blocks != 0) continue;
+        CAPTURE(split, col_blocks);
         auto state = test::DevBuf::from(state0, DType::f32);
         test::DevBuf out(v.size() * dtype_size(t));  // poisoned
         DeltaRuleDecodeParams p;
@@ -63,6 +65,7 @@ TEST_CASE("delta-rule decode: every column split gives the same bytes and matche
         p.Dk = sh.Dk;
         p.Dv = sh.Dv;
         p.split = split;
+        p.col_blocks = col_blocks;
         check(delta_rule_decode(p, nullptr));
         auto o = out.download(), st = state.download();
         if (ran++ == 0) {
@@ -90,7 +93,17 @@ TEST_CASE("delta-rule decode: every column split gives the same bytes and matche
           CHECK(test::byte_diff(st, ref_state, DType::f32) == "");
         }
       }
-      CHECK(ran >= 2);
+      CHECK(ran >= 4);  // two splits at least, each with at least two column blocks
+      DeltaRuleDecodeParams bad;
+      bad.Hk = sh.Hk;
+      bad.Hv = sh.Hv;
+      bad.Dk = sh.Dk;
+      bad.Dv = sh.Dv;
+      bad.rows = rows;
+      for (int cb : {3, 8, -1}) {
+        bad.col_blocks = cb;
+        CHECK(delta_rule_decode(bad, nullptr) == cudaErrorInvalidValue);
+      }
     }
   }
 }

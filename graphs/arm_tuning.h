@@ -22,9 +22,9 @@ struct ArmTiming {
 };
 
 struct ArmTuning {
-  ArmSelection arms;                 // the selection kept
-  std::vector<ArmTiming> timings;    // every op's candidates, in search order
-  int timed = 0;                     // selections timed (each distinct selection once)
+  ArmSelection arms;               // the selection kept
+  std::vector<ArmTiming> timings;  // every op's candidates, in search order
+  int timed = 0;                   // selections timed (each distinct selection once)
 };
 
 // `candidates(op, current)`: the arm indices worth timing for `op` with the other ops as in

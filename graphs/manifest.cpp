@@ -4,6 +4,7 @@
 #include <cuda.h>  // driver types only: entry points are fetched at run time, libcuda is not linked
 #include <cupti.h>
 #include <cxxabi.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -45,6 +46,15 @@ void NodeRecorder::launched(cudaStream_t stream, NodeLabel label, int kernels) {
           "the launch labelled '{}' (layer {}) added {} kernel nodes to the capture, expected {}: is a "
           "launch before it missing its label?",
           label.op, label.layer, added, kernels == kAnyKernels ? std::string("one or more") : std::to_string(kernels));
+}
+
+void launch_failed(cudaError_t e, const NodeLabel& label) {
+  (void)cudaGetLastError();  // a launch error is not sticky: clear it so the process can go on
+  const std::string where = label.layer >= 0 ? fmt::format("layer {} ", label.layer) : std::string();
+  throw Error(
+      fmt::format("{}{} (arm {}): the launch failed with {} ({}); the op's launcher refused its shape, "
+                  "pointers or launch configuration",
+                  where, label.op, label.arm, cudaGetErrorName(e), cudaGetErrorString(e)));
 }
 
 int Manifest::unlabelled() const {

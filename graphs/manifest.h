@@ -51,6 +51,19 @@ class NodeRecorder {
   int eager_ = 0;
 };
 
+// A launch failed: an Error naming its node ("layer 3 postconv (arm token_tile): the launch failed
+// with cudaErrorInvalidValue ..."), after clearing the runtime's last error so the process can go on.
+[[noreturn]] void launch_failed(cudaError_t e, const NodeLabel& label);
+
+// One call after each launch of a step: a failed launch is an Error naming the node (layer, op,
+// arm), and under capture (rec not null) the launch's nodes are labelled. `label` (returning a
+// NodeLabel) is called only then, so eager steps build no label.
+template <class LabelFn>
+void launched(cudaError_t e, NodeRecorder* rec, cudaStream_t stream, const LabelFn& label, int kernels = 1) {
+  if (e != cudaSuccess) launch_failed(e, label());
+  if (rec) rec->launched(stream, label(), kernels);
+}
+
 struct ManifestNode {
   int index = 0;          // position among the graph's kernel nodes, in topological order
   uint64_t cupti_id = 0;  // CUPTI's id of the captured node (0 when CUPTI could not say)

@@ -93,11 +93,10 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
     fp.rows = rows;
     set_heads(fp);
     fp.K = g.K;
-    check(gdn_decode_fused(fp, fc, s));
-    if (rec) {
-      rec->launched(
-          s, {layer, "gdn.decode", "fused", op_bytes::gdn_decode_fused(rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K, esz, ses)});
-    }
+    launched(gdn_decode_fused(fp, fc, s), rec, s, [&] {
+      return NodeLabel{layer, "gdn.decode", "fused",
+                       op_bytes::gdn_decode_fused(rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K, esz, ses)};
+    });
   } else {
     // Causal conv: conv_out [rows, C] (the fused prefill arm also does the post-conv prep).
     if (fused_prefill) {
@@ -117,12 +116,11 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       fp.K = g.K;
       fp.max_tokens = rows;
       fp.max_seqs = key.seqs;
-      check(gdn_prefill_fused(fp, pfc, s));
-      if (rec) {
-        // A prefill graph serves batches with history: the initial states count as read.
-        rec->launched(s, {layer, "gdn.prefill", "fused",
-                          op_bytes::gdn_prefill_fused(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K, esz, ses, true)});
-      }
+      // A prefill graph serves batches with history: the initial states count as read.
+      launched(gdn_prefill_fused(fp, pfc, s), rec, s, [&] {
+        return NodeLabel{layer, "gdn.prefill", "fused",
+                         op_bytes::gdn_prefill_fused(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K, esz, ses, true)};
+      });
     } else if (prefill) {
       ConvFwdParams cp;
       cp.x = proj.data;
@@ -142,11 +140,10 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       cp.max_tokens = rows;
       cp.max_seqs = key.seqs;
       const auto cc = conv_fwd_contract(arms(), ConvFwdShape{rows, key.seqs, C, g.K});
-      check(conv_fwd(cp, cc, arms().conv_chunks, s));
-      if (rec) {
-        rec->launched(s, {layer, "conv.fwd", fmt::format("{}+{}", arm_name(cc.arm), arm_name(arms().conv_chunks)),
-                          op_bytes::conv_fwd(rows, key.seqs, C, g.K, esz, ses, true)});
-      }
+      launched(conv_fwd(cp, cc, arms().conv_chunks, s), rec, s, [&] {
+        return NodeLabel{layer, "conv.fwd", fmt::format("{}+{}", arm_name(cc.arm), arm_name(arms().conv_chunks)),
+                         op_bytes::conv_fwd(rows, key.seqs, C, g.K, esz, ses, true)};
+      });
     } else {
       ConvUpdateParams cp;
       cp.x = proj.data;
@@ -162,11 +159,10 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       cp.C = C;
       cp.K = g.K;
       const auto cc = conv_update_contract(arms().conv_update, ConvUpdateShape{rows, C, g.K});
-      check(conv_update(cp, cc, s));
-      if (rec) {
-        rec->launched(
-            s, {layer, "conv.update", std::string(arm_name(cc.arm)), op_bytes::conv_update(rows, C, g.K, esz, ses)});
-      }
+      launched(conv_update(cp, cc, s), rec, s, [&] {
+        return NodeLabel{layer, "conv.update", std::string(arm_name(cc.arm)),
+                         op_bytes::conv_update(rows, C, g.K, esz, ses)};
+      });
     }
 
     // Post-conv prep: q, k [rows, Hk, Dk], v [rows, Hv, Dv], g, beta [rows, Hv] f32.
@@ -181,11 +177,10 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       pp.T = rows;
       set_heads(pp);
       const auto pc = postconv_contract(arms().postconv, PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv});
-      check(postconv(pp, pc, s));
-      if (rec) {
-        rec->launched(s, {layer, "postconv", std::string(arm_name(pc.arm)),
-                          op_bytes::postconv(rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)});
-      }
+      launched(postconv(pp, pc, s), rec, s, [&] {
+        return NodeLabel{layer, "postconv", std::string(arm_name(pc.arm)),
+                         op_bytes::postconv(rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)};
+      });
     }
 
     // Gated delta rule: core [rows, Hv, Dv], state [slots, Hv, Dk, Dv] f32 in place.
@@ -199,15 +194,11 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       dp.max_seqs = key.seqs;
       set_heads(dp);
       // The delta rule runs after conv + postconv whichever gdn.prefill arm produced q, k, v, g, beta.
-      if (opts_.delta_prefill == DeltaPrefill::chunked) {
-        check(delta_rule_prefill_chunked(dp, s));
-      } else {
-        check(delta_rule_prefill(dp, s));
-      }
-      if (rec) {
-        rec->launched(s, {layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),
-                          op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz)});
-      }
+      const bool chunked = opts_.delta_prefill == DeltaPrefill::chunked;
+      launched(chunked ? delta_rule_prefill_chunked(dp, s) : delta_rule_prefill(dp, s), rec, s, [&] {
+        return NodeLabel{layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),
+                         op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz)};
+      });
     } else {
       DeltaRuleDecodeParams dp;
       set_qkv_gates(dp);
@@ -217,10 +208,10 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       dp.out_dtype = act;
       dp.rows = rows;
       set_heads(dp);
-      check(delta_rule_decode(dp, s));
-      if (rec)
-        rec->launched(s,
-                      {layer, "delta_rule.decode", "-", op_bytes::delta_rule(rows, rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)});
+      launched(delta_rule_decode(dp, s), rec, s, [&] {
+        return NodeLabel{layer, "delta_rule.decode", "-",
+                         op_bytes::delta_rule(rows, rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)};
+      });
     }
   }
 
@@ -240,11 +231,10 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   gp.n = g.Dv;
   gp.eps = cfg_.rms_eps;
   gp.live_rows = m.n_tokens;
-  check(gated_rmsnorm(gp, s));
-  if (rec) {
-    rec->launched(
-        s, {layer, "gated_rmsnorm", "-", op_bytes::gated_rmsnorm(rows, g.Hv, g.Dv, esz, dtype_size(W.norm_w.dtype))});
-  }
+  launched(gated_rmsnorm(gp, s), rec, s, [&] {
+    return NodeLabel{layer, "gated_rmsnorm", "-",
+                     op_bytes::gated_rmsnorm(rows, g.Hv, g.Dv, esz, dtype_size(W.norm_w.dtype))};
+  });
 
   gemm(mat(a_.core.data, act, rows, HvDv), W.out_proj, a_.mix.rows(0, rows), layer, "gdn.out_proj", rec);
 }

@@ -78,8 +78,9 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   p.splits = skinny_gemm_pick_splits(p.N, p.K, sms_);
   p.workspace = a_.gemm_ws.ptr<float>();
   p.counters = a_.gemm_counters.ptr<int32_t>();
-  check(skinny_gemm(p, stream_.get()));
-  if (rec) rec->launched(stream_.get(), {layer, op, fmt::format("skinny splits={}", p.splits), bytes});
+  launched(skinny_gemm(p, stream_.get()), rec, stream_.get(), [&] {
+    return NodeLabel{layer, op, fmt::format("skinny splits={}", p.splits), bytes};
+  });
 }
 
 void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
@@ -123,12 +124,11 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   ap.max_context = opts_.max_context;
   ap.eps = cfg_.rms_eps;
   ap.rope_theta = cfg_.rope_theta;
-  check(attn_prep(ap, s));
   const double ces = static_cast<double>(dtype_size(W.k_cache.dtype));
-  if (rec) {
-    rec->launched(s, {layer, "attn_prep", "-",
-                      rows * double(P) * es + rows * 2.0 * Hq * D * es + rows * 2.0 * Hkv * D * ces + 2.0 * D * es});
-  }
+  launched(attn_prep(ap, s), rec, s, [&] {
+    return NodeLabel{layer, "attn_prep", "-",
+                     rows * double(P) * es + rows * 2.0 * Hq * D * es + rows * 2.0 * Hkv * D * ces + 2.0 * D * es};
+  });
 
   AttentionParams at;
   at.q = a_.aq.data;
@@ -146,23 +146,25 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   at.D = D;
   at.max_context = opts_.max_context;
   const bool mma = prefill && opts_.attn_prefill == AttnPrefill::mma;
+  cudaError_t e = cudaSuccess;
   if (prefill) {
-    check(mma ? attention_prefill_mma(at, s) : attention_prefill(at, s));
+    e = mma ? attention_prefill_mma(at, s) : attention_prefill(at, s);
   } else {
     at.splits = attention_splits(rows);
     at.workspace = at.splits > 1 ? a_.attn_ws.ptr<float>() : nullptr;
-    check(opts_.attn_decode == AttnDecode::mma ? attention_decode_mma(at, s) : attention_decode(at, s));
+    e = opts_.attn_decode == AttnDecode::mma ? attention_decode_mma(at, s) : attention_decode(at, s);
   }
-  if (rec) {
-    // Live context lengths are not known at capture: count the query/gate/output rows only (the
-    // KV bytes read depend on the batch's positions).
-    rec->launched(s,
-                  {layer, prefill ? "attention.prefill" : "attention.decode",
-                   prefill ? std::string(attn_prefill_name(opts_.attn_prefill))
-                           : fmt::format("{} splits={}", attn_decode_name(opts_.attn_decode), at.splits),
-                   rows * 3.0 * Hq * D * es},
-                  at.splits > 1 ? 2 : 1);  // split-K: the partial kernel and the merge
-  }
+  // Live context lengths are not known at capture: count the query/gate/output rows only (the KV
+  // bytes read depend on the batch's positions). Split-K adds two kernels: the partials and the merge.
+  launched(
+      e, rec, s,
+      [&] {
+        return NodeLabel{layer, prefill ? "attention.prefill" : "attention.decode",
+                         prefill ? std::string(attn_prefill_name(opts_.attn_prefill))
+                                 : fmt::format("{} splits={}", attn_decode_name(opts_.attn_decode), at.splits),
+                         rows * 3.0 * Hq * D * es};
+      },
+      at.splits > 1 ? 2 : 1);
 
   gemm(mat(a_.aout.data, act, rows, int64_t{Hq} * D), W.o_proj, a_.mix.rows(0, rows), layer, "attn.o_proj", rec);
 }
@@ -188,8 +190,7 @@ void ModelStep::mlp_block(int layer, const StepKey& key, NodeRecorder* rec) {
   sp.T = rows;
   sp.I = I;
   sp.live_rows = m.n_tokens;
-  check(swiglu(sp, s));
-  if (rec) rec->launched(s, {layer, "swiglu", "-", rows * 3.0 * I * es});
+  launched(swiglu(sp, s), rec, s, [&] { return NodeLabel{layer, "swiglu", "-", rows * 3.0 * I * es}; });
   gemm(a_.mlp.rows(0, rows), L.down, a_.mix.rows(0, rows), layer, "mlp.down", rec);
 }
 
@@ -213,8 +214,7 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
   ep.H = H;
   ep.T = rows;
   ep.live_rows = m.n_tokens;
-  check(embedding(ep, s));
-  if (rec) rec->launched(s, {-1, "embedding", "-", rows * 2.0 * H * es + rows * 4.0});
+  launched(embedding(ep, s), rec, s, [&] { return NodeLabel{-1, "embedding", "-", rows * 2.0 * H * es + rows * 4.0}; });
 
   // rmsnorm(x = round(x + mix)) -> h; the first call only rounds the embedding into x.
   auto norm = [&](int layer, const TensorView& w, bool first, const char* op) {
@@ -233,8 +233,9 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
     np.n = H;
     np.eps = cfg_.rms_eps;
     np.live_rows = m.n_tokens;
-    check(rmsnorm(np, s));
-    if (rec) rec->launched(s, {layer, op, "-", rows * double(H) * es * (first ? 3.0 : 4.0) + H * es});
+    launched(rmsnorm(np, s), rec, s, [&] {
+      return NodeLabel{layer, op, "-", rows * double(H) * es * (first ? 3.0 : 4.0) + H * es};
+    });
   };
 
   for (int i = 0; i < cfg_.layers; ++i) {
@@ -267,8 +268,9 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
     gp.H = H;
     gp.T = out_rows;
     gp.live_rows = live_out;
-    check(embedding(gp, s));
-    if (rec) rec->launched(s, {-1, "gather_last", "-", out_rows * 2.0 * H * es + out_rows * 4.0});
+    launched(embedding(gp, s), rec, s, [&] {
+      return NodeLabel{-1, "gather_last", "-", out_rows * 2.0 * H * es + out_rows * 4.0};
+    });
     head_in = a_.mix.rows(0, out_rows);
   }
   const TensorView logits = a_.logits.rows(0, out_rows);  // [out_rows, V] f32
@@ -284,8 +286,9 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
   xp.chunks = argmax_pick_chunks(out_rows, cfg_.vocab, sms_);
   xp.workspace = a_.argmax_ws.data;
   xp.counters = a_.argmax_counters.ptr<int32_t>();
-  check(argmax(xp, s));
-  if (rec) rec->launched(s, {-1, "argmax", fmt::format("chunks={}", xp.chunks), out_rows * (4.0 * cfg_.vocab + 4.0)});
+  launched(argmax(xp, s), rec, s, [&] {
+    return NodeLabel{-1, "argmax", fmt::format("chunks={}", xp.chunks), out_rows * (4.0 * cfg_.vocab + 4.0)};
+  });
 }
 
 void ModelStep::capture_all(bool for_timing, bool prefill) {

@@ -65,9 +65,10 @@ std::vector<size_t> ModelStep::arm_candidates(const GraphKey& key, Op op, const 
     bool runs = false;  // the arm runs as itself on this key (no contract fallback)
     switch (op) {
       case Op::gdn_decode:
-        runs = !prefill && gdn_decode_contract(static_cast<GdnDecodeArm>(a),
-                                               GdnDecodeShape{rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K})
-                                   .arm == static_cast<GdnDecodeArm>(a);
+        runs =
+            !prefill &&
+            gdn_decode_contract(static_cast<GdnDecodeArm>(a), GdnDecodeShape{rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K}).arm ==
+                static_cast<GdnDecodeArm>(a);
         break;
       case Op::gdn_prefill:
         runs = prefill && gdn_prefill_contract(static_cast<GdnPrefillArm>(a),
@@ -80,8 +81,9 @@ std::vector<size_t> ModelStep::arm_candidates(const GraphKey& key, Op op, const 
                    static_cast<ConvUpdateArm>(a);
         break;
       case Op::postconv:
-        runs = !fused && postconv_contract(static_cast<PostconvArm>(a), PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv})
-                                 .arm == static_cast<PostconvArm>(a);
+        runs =
+            !fused && postconv_contract(static_cast<PostconvArm>(a), PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv}).arm ==
+                          static_cast<PostconvArm>(a);
         break;
       case Op::conv_fwd: {
         ArmSelection t = s;

@@ -1,5 +1,6 @@
 // CPU tests of the node-timing logic that needs no GPU: kernel-name shortening, demangling, and
 // the aggregation of CUPTI kernel records into per-node statistics.
+#include "engine/error.h"
 #include "graphs/manifest.h"
 #include "graphs/node_timer.h"
 #include "tests/support/catch.h"
@@ -87,4 +88,29 @@ TEST_CASE("overlapping kernels (PDL) count their overlap once: own time from the
   CHECK(st[2].span_median_us == Approx(2.0));
   CHECK(st[0].calls == 2);
   CHECK(st[0].median_us + st[1].median_us + st[2].median_us == Approx(15.0));  // the busy time of a replay
+}
+
+TEST_CASE("a failed launch names its node, and labels are built only when needed", "[graphs][manifest]") {
+  int built = 0;
+  auto label = [&] {
+    ++built;
+    return NodeLabel{3, "postconv", "token_tile", 1e6};
+  };
+  launched(cudaSuccess, nullptr, nullptr, label);  // eager and fine: no label
+  CHECK(built == 0);
+  std::string message;
+  try {
+    launched(cudaErrorInvalidValue, nullptr, nullptr, label);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  CHECK(built == 1);
+  CHECK(message.find("layer 3 postconv (arm token_tile): the launch failed with cudaErrorInvalidValue") == 0);
+  message.clear();
+  try {
+    launch_failed(cudaErrorInvalidConfiguration, NodeLabel{-1, "argmax", "chunks=9", 0});
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  CHECK(message.find("argmax (arm chunks=9): the launch failed with cudaErrorInvalidConfiguration") == 0);
 }

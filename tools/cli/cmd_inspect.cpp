@@ -86,8 +86,8 @@ int run(const InspectOptions& o) {
   }
   ModelStep step(cfg, model_step_options(o.b, arms, prefill, 0));
   step.capture_all(/*for_timing=*/true, prefill);
-  print_tuning(step);
-  step.randomize_caches(7);  // after the capture: tuning (--arms tune) runs steps on the caches
+  if (o.format == "table") print_tuning(step);  // JSON carries it as "tuning"; CSV is the node table only
+  step.randomize_caches(7);                     // after the capture: tuning (--arms tune) runs steps on the caches
   cudaStream_t s = step.stream();
   int key = 0;
   std::string name;

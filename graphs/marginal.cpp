@@ -8,15 +8,10 @@
 
 #include "engine/cuda_handles.h"
 #include "engine/error.h"
+#include "graphs/node_timer.h"
 
 namespace sg {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 void set_enabled(cudaGraphExec_t exec, const std::vector<cudaGraphNode_t>& nodes, bool on) {
   for (cudaGraphNode_t n : nodes) check(cudaGraphNodeSetEnabled(exec, n, on ? 1u : 0u));
@@ -37,8 +32,6 @@ std::vector<double> time_replays(const CapturedGraph& g, cudaStream_t s, int rep
   }
   return ms;
 }
-
-double median_ms(std::vector<double> v) { return v.empty() ? 0.0 : median(std::move(v)); }
 
 MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manifest, cudaStream_t stream,
                               const std::function<std::string(const ManifestNode&)>& group_of, int reps, int replays,
@@ -65,12 +58,12 @@ MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manife
       throw;
     }
     set_enabled(graph.exec(), nodes, true);
-    r.groups.push_back({name, static_cast<int>(nodes.size()), median(ms), 0.0});
+    r.groups.push_back({name, static_cast<int>(nodes.size()), median_of(ms), 0.0});
     if (progress) progress(static_cast<int>(r.groups.size()), static_cast<int>(groups.size()), name);
   }
   const std::vector<double> after = time_replays(graph, stream, reps, replays);
   base.insert(base.end(), after.begin(), after.end());
-  r.baseline_ms = median(base);
+  r.baseline_ms = median_of(base);
   r.spread_ms = *std::max_element(base.begin(), base.end()) - *std::min_element(base.begin(), base.end());
   for (auto& g : r.groups) g.marginal_ms = r.baseline_ms - g.without_ms;
   std::sort(r.groups.begin(), r.groups.end(),

@@ -43,7 +43,6 @@ MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manife
 // Per-replay times (ms) of `reps` repetitions of `replays` replays each (CUDA events), after two
 // warm-up replays.
 std::vector<double> time_replays(const CapturedGraph& g, cudaStream_t s, int reps, int replays);
-double median_ms(std::vector<double> v);  // 0 for none
 
 // A fixed-width table of a report: group, nodes, ms without, marginal ms and its share of the baseline.
 std::string format_marginal_table(const MarginalReport& r);

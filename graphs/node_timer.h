@@ -59,6 +59,9 @@ struct NodeStats {
       0;  // label.bytes / median own time (above the card's bandwidth when the node's loads overlapped the node before)
 };
 
+// The median of `v` (the mean of the middle two for an even count; 0 for none).
+double median_of(std::vector<double> v);
+
 // Aggregates records of one graph's replays per manifest node (own times from the records of this
 // manifest only, in start order). Records whose node id is not in the manifest are ignored;
 // `unmatched` counts them.

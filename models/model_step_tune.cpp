@@ -11,6 +11,7 @@
 
 #include "engine/error.h"
 #include "graphs/marginal.h"
+#include "graphs/node_timer.h"
 #include "kernels/contracts.h"
 #include "models/model_step.h"
 
@@ -115,7 +116,7 @@ void ModelStep::tune(const std::vector<GraphKey>& keys) {
       check(cudaStreamSynchronize(s));
       const CapturedGraph g = CapturedGraph::capture(fmt::format("tuning {} {}", describe(key), sel.describe()), s,
                                                      [&] { launch_sequence(step_key(key), nullptr); });
-      return median_ms(time_replays(g, s, kTuneReps, replays));
+      return median_of(time_replays(g, s, kTuneReps, replays));
     };
     const std::span<const Op> ops = prefill ? std::span<const Op>(kPrefillOps) : std::span<const Op>(kDecodeOps);
     ArmTuning t = tune_arms(

@@ -157,6 +157,12 @@ int delta_rule_decode_split(int Dk, int Dv, int requested) {
   return 0;
 }
 
+int delta_rule_decode_col_blocks(int Dv, int q, int requested) {
+  if (requested > 0) return (requested == 1 || requested == 2 || requested == 4) && Dv % requested == 0 ? requested : 0;
+  if (requested < 0) return 0;
+  return q == 2 && Dv % 2 == 0 ? 2 : 1;
+}
+
 // --- gdn.decode -----------------------------------------------------------------------------------
 
 LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s) {
@@ -194,9 +200,10 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
     c.smem_bytes = sizeof(float) * (6 * static_cast<size_t>(s.Dk) + static_cast<size_t>(ratio) * s.Dv + 2 * ratio);
     c.kernel = "gdn_decode_fused";
   } else {
-    c.grid = Dim3{static_cast<unsigned>(s.Hv), static_cast<unsigned>(s.rows), 1};
     const int split = std::max(1, delta_rule_decode_split(s.Dk, s.Dv));
-    c.block = Dim3{static_cast<unsigned>((s.Dv * split + 31) / 32 * 32), 1, 1};
+    const int cb = delta_rule_decode_col_blocks(s.Dv, split);
+    c.grid = Dim3{static_cast<unsigned>(s.Hv * cb), static_cast<unsigned>(s.rows), 1};
+    c.block = Dim3{static_cast<unsigned>((s.Dv / cb * split + 31) / 32 * 32), 1, 1};
     c.kernel = "delta_rule_decode";
   }
   return c;

@@ -16,7 +16,7 @@ __global__ void __launch_bounds__(Q == 1   ? 256
                                            : 512) delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
   pdl_start();  // kernels/launch.cuh
   __shared__ float ks[DK], qs[DK];
-  const int cb = p.col_blocks > 0 ? p.col_blocks : 1, cols = p.Dv / cb;
+  const int cb = p.col_blocks, cols = p.Dv / cb;  // resolved by the launcher
   const int hv = blockIdx.x / cb, r = blockIdx.y, jl = threadIdx.x / Q;
   const int j = (blockIdx.x % cb) * cols + jl;  // this thread's state column
   const int slot = p.slots[r];
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(Q == 1   ? 256
 
 template <int DK, int Q>
 void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
-  const int cb = p.col_blocks > 0 ? p.col_blocks : 1;
+  const int cb = p.col_blocks;
   const dim3 grid(p.Hv * cb, p.rows), block((p.Dv / cb * Q + 31) / 32 * 32);
   launch_kernel(delta_rule_decode_kernel<DK, Q>, grid, block, 0, stream, p);
 }
@@ -55,13 +55,14 @@ bool delta_rule_decode_supports(int Dk, int Dv) { return delta_rule_decode_split
 
 cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   if (!delta_rule_decode_supports(p.Dk, p.Dv) || p.Hk < 1 || p.Hv % p.Hk != 0) return cudaErrorInvalidValue;
-  if (p.col_blocks < 0 || p.col_blocks > 4 || p.col_blocks == 3 || (p.col_blocks > 0 && p.Dv % p.col_blocks != 0))
-    return cudaErrorInvalidValue;
-  if (p.rows == 0) return cudaSuccess;
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
-  if (q == 0) return cudaErrorInvalidValue;
+  const int cb = delta_rule_decode_col_blocks(p.Dv, q, p.col_blocks);
+  if (q == 0 || cb == 0) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  DeltaRuleDecodeParams r = p;
+  r.col_blocks = cb;
   const bool built = dev::with_delta_rule_tile(
-      p.Dk, q, [&](auto dk, auto qq) { launch<decltype(dk)::value, decltype(qq)::value>(p, stream); });
+      p.Dk, q, [&](auto dk, auto qq) { launch<decltype(dk)::value, decltype(qq)::value>(r, stream); });
   if (!built) return cudaErrorInvalidValue;
   return cudaGetLastError();
 }

@@ -25,7 +25,8 @@ struct DeltaRuleDecodeParams {
   int rows = 0, Hk = 0, Hv = 0, Dk = 0, Dv = 0;
   int split = 0;  // threads per state column (1, 2, 4, 8; 0 = automatic). Same bytes for every value.
   // Blocks per (row, v-head), each owning Dv / col_blocks adjacent columns (1, 2, 4; Dv % col_blocks
-  // == 0; 0 = automatic, today 1). Smaller blocks, more of them resident per SM and out of phase.
+  // == 0; 0 = automatic: delta_rule_decode_col_blocks in contracts.h, 2 for split 2). Smaller
+  // blocks, more of them resident per SM and out of phase.
   // Same bytes for every value (a column's arithmetic does not depend on its block).
   int col_blocks = 0;
 };

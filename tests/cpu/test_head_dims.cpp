@@ -122,6 +122,25 @@ TEST_CASE("delta-rule column split: Dk 8 builds Q = 1 and 4, as Dk 16", "[delta_
   CHECK(c.grid == Dim3{2, 3, 1});
   CHECK(c.block == Dim3{32, 1, 1});
   CHECK(c.kernel == "delta_rule_decode");
+  // Dk = 128 runs split 2 in two column blocks a v-head: grid Hv * 2, half-width blocks.
+  const auto c2 = gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{5, 16, 32, 128, 128, 4});
+  CHECK(c2.grid == Dim3{64, 5, 1});
+  CHECK(c2.block == Dim3{128, 1, 1});
+}
+
+TEST_CASE("delta-rule column blocks: 2 for split 2, else 1; a request must be 1, 2 or 4 and divide Dv",
+          "[delta_rule][contracts]") {
+  CHECK(delta_rule_decode_col_blocks(128, 2) == 2);
+  CHECK(delta_rule_decode_col_blocks(127, 2) == 1);  // odd Dv: one block
+  CHECK(delta_rule_decode_col_blocks(128, 1) == 1);
+  CHECK(delta_rule_decode_col_blocks(128, 4) == 1);
+  CHECK(delta_rule_decode_col_blocks(128, 2, 4) == 4);
+  CHECK(delta_rule_decode_col_blocks(128, 1, 1) == 1);
+  CHECK(delta_rule_decode_col_blocks(24, 4, 2) == 2);
+  CHECK(delta_rule_decode_col_blocks(24, 2, 3) == 0);
+  CHECK(delta_rule_decode_col_blocks(24, 2, 8) == 0);
+  CHECK(delta_rule_decode_col_blocks(10, 2, 4) == 0);  // does not divide Dv
+  CHECK(delta_rule_decode_col_blocks(128, 2, -1) == 0);
 }
 
 TEST_CASE("every Hugging Face fixture's head sizes pass the GPU step's checks and contracts", "[contracts][fixtures]") {
@@ -190,8 +209,9 @@ TEST_CASE("every Hugging Face fixture's head sizes pass the GPU step's checks an
     if (df.arm == GdnDecodeArm::unfused) {
       CHECK_FALSE(df.fallback_reason.empty());
       CHECK(df.kernel == "delta_rule_decode");
-      const int q = delta_rule_decode_split(g.Dk, g.Dv);
-      CHECK(df.block == Dim3{static_cast<unsigned>((g.Dv * q + 31) / 32 * 32), 1, 1});
+      const int q = delta_rule_decode_split(g.Dk, g.Dv), cb = delta_rule_decode_col_blocks(g.Dv, q);
+      CHECK(df.grid == Dim3{static_cast<unsigned>(g.Hv * cb), 8, 1});
+      CHECK(df.block == Dim3{static_cast<unsigned>((g.Dv / cb * q + 31) / 32 * 32), 1, 1});
     }
     if (name != "h32-real-head-dims") {
       CHECK(pf.arm == GdnPrefillArm::unfused);

@@ -310,7 +310,6 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
   const GdnDecodeShape shape{R, d.Hk, Hv, d.Dk, d.Dv, K};
   const auto cuc = conv_update_contract(ConvUpdateArm::fast, ConvUpdateShape{R, C, K});
   const auto pcc = postconv_contract(PostconvArm::fast, PostconvShape{R, d.Hk, Hv, d.Dk, d.Dv});
-  const auto unf = gdn_decode_contract(GdnDecodeArm::unfused, shape);
   // The unfused path with each built split of the delta-rule step (threads per state column), and
   // with a head's columns in 2 or 4 blocks (q1 and q2).
   for (int q : {1, 2, 4, 8}) {
@@ -318,8 +317,7 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
     for (int cb : {1, 2, 4}) {
       if (d.Dv % cb != 0 || (cb > 1 && q > 2)) continue;
       const Dim3 block{static_cast<unsigned>((d.Dv / cb * q + 31) / 32 * 32), 1, 1};
-      Dim3 grid = unf.grid;
-      grid.x *= static_cast<unsigned>(cb);
+      const Dim3 grid{static_cast<unsigned>(Hv * cb), static_cast<unsigned>(R), 1};
       oc.arms.push_back({cb == 1 ? fmt::format("unfused/q{}", q) : fmt::format("unfused/q{}/c{}", q, cb),
                          "conv_update_fast+postconv_fast+delta_rule_decode", grid, block,
                          [ps, cuc, pcc, q, cb](int set, cudaStream_t s) {

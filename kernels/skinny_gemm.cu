@@ -1,4 +1,4 @@
-// skinny_gemm.cu: y = x W^T for M <= 32 rows on the tensor cores, stream-K (skinny_gemm.h).
+// skinny_gemm.cu: y = x W^T for M <= 32 rows on the tensor cores (skinny_gemm.h).
 #include <cuda.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
@@ -19,29 +19,18 @@ using mma::ldmatrix_x4;
 using mma::mma_bf16;
 using mma::smem_addr;
 
-constexpr int kBN = 64;           // W rows per row block: 16 per consumer warp
-constexpr int kBK = 64;           // K per tile: one 128-byte swizzle row of bf16
-constexpr int kStages = 8;        // ring depth; two CTAs fit an SM
-constexpr int kCtasPerSm = 2;     // the stream-K grid: this many CTAs per SM, all resident at once
+constexpr int kBN = 64;     // W rows per block: 16 per consumer warp
+constexpr int kBK = 64;     // K per tile: one 128-byte swizzle row of bf16
+constexpr int kStages = 8;  // ring depth; two blocks fit an SM
 constexpr int kMaxM = 32;
+#ifndef SG_SKINNY_PREFETCH
+#define SG_SKINNY_PREFETCH S
+#endif
 
 // Offset (bf16 elements) of 16-byte chunk c of row r in a tile of 64-wide rows: the TMA's 128-byte
 // swizzle (chunk c ^ (r % 8)), so the 8 rows an ldmatrix reads fall on different banks. A tile
 // must start on a 1024-byte boundary for the pattern to line up.
 __device__ __forceinline__ int swz(int r, int c) { return r * kBK + ((c ^ (r & 7)) << 3); }
-
-// The stream-K schedule: the T = row blocks x K tiles work tiles, row block major, cut into G
-// contiguous ranges; CTA c takes tiles [start(c), start(c + 1)). A row block whose tiles span
-// several CTAs is a run of segments, one per CTA, in K order.
-__host__ __device__ __forceinline__ int64_t range_start(int64_t c, int64_t T, int64_t G) { return c * T / G; }
-// The CTA whose range holds tile t: the largest c with start(c) <= t.
-__device__ __forceinline__ int64_t range_owner(int64_t t, int64_t T, int64_t G) { return ((t + 1) * G + T - 1) / T - 1; }
-
-// Every consumer thread (warps 1 .., BN / 16 of them): a barrier that leaves the producer warp out.
-template <int BN>
-__device__ __forceinline__ void consumers_sync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(32 * (BN / 16)) : "memory");
-}
 
 // y[token, n] = v (bf16 rounded to nearest, or f32).
 template <bool kF32Out>
@@ -54,20 +43,54 @@ __device__ __forceinline__ void store_y(const SkinnyGemmParams& p, int token, in
   }
 }
 
-// The end of one segment (the consumer warps' acc for row block rb over tiles [seg0, seg1)).
-// A whole row block stores y. A part writes its f32 partial [M, BN] to its workspace slot (slot c
-// for the segment a CTA's range starts with, G + c for the one it ends with), and the last of the
-// row block's segments to finish (a per-row-block counter, left at zero) sums the partials in K
-// order from 0.0f and stores y: the same bytes whichever CTA comes last. `flag`: shared memory.
+// The last block of a row block (W rows n0 .. n0 + BN) sums the split partials, in split order
+// from 0.0f, and stores y. Four adjacent outputs a thread and up to 8 partial loads in flight: the
+// sum is a chain of L2 round trips otherwise (M = 32: ~13 outputs x splits loads a thread, one
+// after another, which cost more than the GEMM at N = 2560).
+template <int BN, bool kF32Out>
+__device__ void sum_splits(const SkinnyGemmParams& p, int n0, int splits, int tid, int nthreads) {
+  const int64_t plane = static_cast<int64_t>(p.M) * p.N;  // one split's partial [M, N]
+  const bool vec = p.N % 4 == 0;                          // then every group of 4 starts 16-byte aligned
+  for (int idx = tid; idx < p.M * (BN / 4); idx += nthreads) {
+    const int token = idx / (BN / 4), n = n0 + (idx % (BN / 4)) * 4;
+    if (n >= p.N) continue;
+    const float* src = p.workspace + static_cast<int64_t>(token) * p.N + n;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (vec) {
+      for (int k0 = 0; k0 < splits; k0 += 8) {
+        float4 t[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (k0 + j < splits) t[j] = __ldcg(reinterpret_cast<const float4*>(src + (k0 + j) * plane));
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (k0 + j < splits) {
+            v[0] += t[j].x;
+            v[1] += t[j].y;
+            v[2] += t[j].z;
+            v[3] += t[j].w;
+          }
+        }
+      }
+    } else {
+      for (int e = 0; e < 4 && n + e < p.N; ++e)
+        for (int k = 0; k < splits; ++k) v[e] += __ldcg(src + k * plane + e);
+    }
+    for (int e = 0; e < 4 && n + e < p.N; ++e) store_y<kF32Out>(p, token, n + e, v[e]);
+  }
+}
+
+// A block's end, shared by the producer/consumer kernels (warp 0 produces, consumer warp w = warp - 1
+// holds acc for W rows n0 + 16 w ..): one split stores y; with splits > 1 it writes its f32 partial
+// [M, BN] to the workspace and the row block's last block to finish (a per-row-block counter, left
+// at zero) sums the partials in split order. Every thread of the block calls it.
 template <int BN, int NT, bool kF32Out>
-__device__ void finish_segment(const SkinnyGemmParams& p, const float (&acc)[NT][4], int rb, int64_t seg0,
-                               int64_t seg1, int64_t cta0, int KT, int64_t T, int* flag) {
-  constexpr int kThreads = 32 * (BN / 16);
-  const int ctid = threadIdx.x - 32, lane = threadIdx.x & 31, cw = ctid >> 5, g = lane >> 2, tq = lane & 3;
-  const int n0 = rb * BN;
-  const int64_t rb0 = static_cast<int64_t>(rb) * KT, rb1 = rb0 + KT, G = gridDim.x, c = blockIdx.x;
+__device__ void finish_block(const SkinnyGemmParams& p, const float (&acc)[NT][4], int n0, int rb, int s, int warp,
+                             int lane) {
+  const int splits = gridDim.y, tid = threadIdx.x, g = lane >> 2, tq = lane & 3, cw = warp - 1;
   // acc[j]: c0 c1 = (W row 16 cw + g, tokens 8 j + 2 tq, + 1), c2 c3 = (row + 8, same tokens).
-  if (seg0 == rb0 && seg1 == rb1) {
+  if (splits == 1) {
+    if (warp == 0) return;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
 #pragma unroll
@@ -78,73 +101,47 @@ __device__ void finish_segment(const SkinnyGemmParams& p, const float (&acc)[NT]
     }
     return;
   }
-  const int64_t plane = static_cast<int64_t>(p.M) * BN;  // one slot: [M, BN] f32
-  float* part = p.workspace + (seg0 == cta0 ? c : G + c) * plane;
+  float* part = p.workspace + static_cast<int64_t>(s) * p.M * p.N;
+  if (warp > 0) {
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
+    for (int j = 0; j < NT; ++j) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int token = 8 * j + 2 * tq + (e & 1), col = cw * 16 + g + (e >> 1) * 8;
-      if (token < p.M) part[token * BN + col] = acc[j][e];
+      for (int e = 0; e < 4; ++e) {
+        const int token = 8 * j + 2 * tq + (e & 1), n = n0 + cw * 16 + g + (e >> 1) * 8;
+        if (token < p.M && n < p.N) part[static_cast<int64_t>(token) * p.N + n] = acc[j][e];
+      }
     }
   }
+  __shared__ bool last;
   __threadfence();  // this thread's partial is visible before the count says so
-  consumers_sync<BN>();
-  const int64_t first = range_owner(rb0, T, G), last = range_owner(rb1 - 1, T, G);
-  if (ctid == 0) *flag = atomicAdd(&p.counters[rb], 1) == static_cast<int>(last - first);
-  consumers_sync<BN>();
-  if (!*flag) return;
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&p.counters[rb], 1) == splits - 1;
+  __syncthreads();
+  if (!last) return;
   __threadfence();
-  // Four adjacent outputs a thread and up to 8 partial loads in flight (the sum is a chain of L2
-  // round trips otherwise).
-  for (int idx = ctid; idx < p.M * (BN / 4); idx += kThreads) {
-    const int token = idx / (BN / 4), col = (idx % (BN / 4)) * 4;
-    if (n0 + col >= p.N) continue;
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t k0 = first; k0 <= last; k0 += 8) {
-      float4 t[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int64_t k = k0 + i;
-        if (k > last) continue;
-        const int64_t slot = k == first && range_start(k, T, G) < rb0 ? G + k : k;
-        t[i] = __ldcg(reinterpret_cast<const float4*>(p.workspace + slot * plane + token * BN + col));
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        if (k0 + i <= last) {
-          v[0] += t[i].x;
-          v[1] += t[i].y;
-          v[2] += t[i].z;
-          v[3] += t[i].w;
-        }
-      }
-    }
-    for (int e = 0; e < 4 && n0 + col + e < p.N; ++e) store_y<kF32Out>(p, token, n0 + col + e, v[e]);
-  }
-  if (ctid == 0) p.counters[rb] = 0;  // ready for the next launch
+  sum_splits<BN, kF32Out>(p, n0, splits, tid, blockDim.x);
+  if (tid == 0) p.counters[rb] = 0;  // ready for the next launch
 }
 
-// Block = 1 producer warp + BN / 16 consumer warps; grid G = p.ctas (stream-K ranges). Stage st of
-// the ring: the W box [BN rows x 64 K] then the x box [8 NT rows x 64 K], both TMA copies that
-// complete on full[st]; the consumers free it through empty[st]. The ring runs on across the row
-// blocks of a CTA's range; no block-wide barrier in the K loop.
+// Block = 1 producer warp + BN / 16 consumer warps; grid (ceil(N / BN), splits). Stage st of the
+// ring: the W box [BN rows x 64 K] then the x box [8 NT rows x 64 K], both TMA copies that
+// complete on full[st]; the consumers free it through empty[st]. No block-wide barrier in the K
+// loop: the producer runs up to S tiles ahead of the slowest consumer warp.
 template <int BN, int S, int NT, bool kF32Out>
 __global__ void __launch_bounds__(32 * (1 + BN / 16))
     skinny_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                       const SkinnyGemmParams p) {
+                       const SkinnyGemmParams p, int tiles_per_split) {
   constexpr int kStage = (BN + 8 * NT) * kBK;  // bf16 elements a stage: a multiple of 512 (1024 bytes)
   constexpr int kConsumers = BN / 16;
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[S], empty[S];
-  __shared__ int last_flag;
   const uint32_t raw = smem_addr(smem_raw);
   auto* ring = reinterpret_cast<__nv_bfloat16*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // 1024-aligned
+  const int rb = blockIdx.x, s = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int KT = p.K / kBK;
-  const int64_t T = static_cast<int64_t>((p.N + BN - 1) / BN) * KT, G = gridDim.x;
-  const int64_t t0 = range_start(blockIdx.x, T, G), t1 = range_start(blockIdx.x + 1, T, G);
-  const int nt = static_cast<int>(t1 - t0);
+  const int t0 = s * tiles_per_split, nt = max(0, min(KT, t0 + tiles_per_split) - t0);
+  const int n0 = rb * BN;
   if (tid == 0) {
     for (int i = 0; i < S; ++i) {
       tma::mbar_init(smem_addr(&full[i]), 1);
@@ -154,52 +151,43 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
   }
   __syncthreads();
 
-  if (warp == 0) {
-    if (lane != 0) {
-      pdl_start();  // the producer's idle lanes
-      return;
-    }
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  const int cw = warp - 1;  // consumer warp: W rows 16 cw ..
+  if (warp == 0 && lane == 0) {
     // Whole boxes count, zero fill past N and M included. The first S tiles of W (weights: no
     // kernel of the step writes them) are requested before pdl_wait, so under PDL the weight stream
     // starts while the previous kernel finishes; x, the previous kernel's output, after it.
     constexpr uint32_t kBytes = static_cast<uint32_t>(BN + 8 * NT) * kBK * 2;
-    auto w_tile = [&](int i) {  // W box of the CTA's tile i into stage i % S
-      const int64_t t = t0 + i;
-      const int rb = static_cast<int>(t / KT), kt = static_cast<int>(t - static_cast<int64_t>(rb) * KT);
-      const uint32_t bar = smem_addr(&full[i % S]);
+    const int first = min(nt, SG_SKINNY_PREFETCH);
+    for (int i = 0; i < first; ++i) {
+      const uint32_t bar = smem_addr(&full[i]);
       tma::mbar_arrive_expect_tx(bar, kBytes);
-      tma::load_2d(smem_addr(ring + (i % S) * kStage), &w_map, kt * kBK, rb * BN, bar);
-    };
-    auto x_tile = [&](int i) {
-      const int kt = static_cast<int>((t0 + i) % KT);
-      tma::load_2d(smem_addr(ring + (i % S) * kStage + BN * kBK), &x_map, kt * kBK, 0, smem_addr(&full[i % S]));
-    };
-    const int first = min(nt, S);
-    for (int i = 0; i < first; ++i) w_tile(i);
-    pdl_start();
-    for (int i = 0; i < first; ++i) x_tile(i);
-    for (int i = first; i < nt; ++i) {
-      tma::mbar_wait(smem_addr(&empty[i % S]), ((i / S) - 1) & 1);  // round i / S - 1 consumed
-      w_tile(i);
-      x_tile(i);
+      tma::load_2d(smem_addr(ring + i * kStage), &w_map, (t0 + i) * kBK, n0, bar);
     }
-    return;
-  }
-
-  pdl_start();  // consumers: nothing to do before the first full stage, which follows the wait
-  const int cw = warp - 1;  // consumer warp: W rows 16 cw .. of each row block
-  // ldmatrix lane roles: A (W rows of this warp): matrix q = lane / 8 holds rows (q & 1) * 8 ..
-  // and the k-step's chunk (q >> 1); B (x rows): matrix q holds 8 tokens and chunk q of two k-steps.
-  const int a_row = cw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
-  const int b_row = lane & 7, b_chunk = lane >> 3;
-  int i = 0;  // ring position: the CTA's tile index
-  for (int64_t seg0 = t0; seg0 < t1;) {
-    const int rb = static_cast<int>(seg0 / KT);
-    const int64_t seg1 = min(t1, static_cast<int64_t>(rb + 1) * KT);
-    float acc[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    for (int64_t t = seg0; t < seg1; ++t, ++i) {
+    pdl_start();
+    for (int i = 0; i < first; ++i)
+      tma::load_2d(smem_addr(ring + i * kStage + BN * kBK), &x_map, (t0 + i) * kBK, 0, smem_addr(&full[i]));
+    for (int i = first; i < nt; ++i) {
+      const int st = i % S;
+      tma::mbar_wait(smem_addr(&empty[st]), ((i / S) - 1) & 1);  // round i / S - 1 consumed
+      const int k0 = (t0 + i) * kBK;
+      __nv_bfloat16* stage = ring + st * kStage;
+      const uint32_t bar = smem_addr(&full[st]);
+      tma::mbar_arrive_expect_tx(bar, kBytes);
+      tma::load_2d(smem_addr(stage), &w_map, k0, n0, bar);
+      tma::load_2d(smem_addr(stage + BN * kBK), &x_map, k0, 0, bar);
+    }
+  } else if (warp == 0) {
+    pdl_start();  // the producer's idle lanes (they write split partials in finish_block)
+  } else {
+    pdl_start();  // consumers: nothing to do before the first full stage, which follows the wait
+    // ldmatrix lane roles: A (W rows of this warp): matrix q = lane / 8 holds rows (q & 1) * 8 ..
+    // and the k-step's chunk (q >> 1); B (x rows): matrix q holds 8 tokens and chunk q of two k-steps.
+    const int a_row = cw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
+    const int b_row = lane & 7, b_chunk = lane >> 3;
+    for (int i = 0; i < nt; ++i) {
       const int st = i % S;
       tma::mbar_wait(smem_addr(&full[st]), (i / S) & 1);
       const __nv_bfloat16* ws = ring + st * kStage;
@@ -220,9 +208,9 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
       __syncwarp();
       if (lane == 0) tma::mbar_arrive(smem_addr(&empty[st]));
     }
-    finish_segment<BN, NT, kF32Out>(p, acc, rb, seg0, seg1, t0, KT, T, &last_flag);
-    seg0 = seg1;
   }
+
+  finish_block<BN, NT, kF32Out>(p, acc, n0, rb, s, warp, lane);
 }
 
 // The driver's tensor-map encoder, looked up once (null when the driver lacks it).
@@ -253,13 +241,16 @@ bool make_map(CUtensorMap* m, const void* base, int64_t rows, int64_t cols, int6
 
 template <int BN, int S, int NT, bool kF32Out>
 cudaError_t launch_nt(const SkinnyGemmParams& p, cudaStream_t stream) {
+  const int KT = p.K / kBK;
+  const int tps = (KT + p.splits - 1) / p.splits;
+  const dim3 grid(static_cast<unsigned>((p.N + BN - 1) / BN), static_cast<unsigned>(p.splits));
   constexpr size_t smem = static_cast<size_t>(S) * (BN + 8 * NT) * kBK * 2 + 1024;  // + alignment
   CUtensorMap w_map, x_map;
   if (!make_map(&w_map, p.W, p.N, p.K, p.K, BN) || !make_map(&x_map, p.x, p.M, p.K, p.ldx ? p.ldx : p.K, 8 * NT))
     return cudaErrorNotSupported;
   auto* k = skinny_gemm_kernel<BN, S, NT, kF32Out>;
   if (const cudaError_t e = dev::allow_dynamic_smem(k, smem); e != cudaSuccess) return e;
-  launch_kernel(k, dim3(static_cast<unsigned>(p.ctas)), 32 * (1 + BN / 16), smem, stream, w_map, x_map, p);
+  launch_kernel(k, grid, 32 * (1 + BN / 16), smem, stream, w_map, x_map, p, tps);
   return cudaGetLastError();
 }
 
@@ -268,7 +259,7 @@ cudaError_t launch_dtype(const SkinnyGemmParams& p, cudaStream_t stream) {
   return p.y_dtype == DType::f32 ? launch_nt<BN, S, NT, true>(p, stream) : launch_nt<BN, S, NT, false>(p, stream);
 }
 
-// BN W rows a row block, S stages (the probe tries other shapes; the library runs kBN, kStages).
+// BN W rows a block, S stages (the probe tries other shapes; the library runs kBN, kStages).
 template <int BN, int S>
 cudaError_t launch_tma(const SkinnyGemmParams& p, cudaStream_t stream) {
   switch ((p.M + 7) / 8) {
@@ -279,27 +270,34 @@ cudaError_t launch_tma(const SkinnyGemmParams& p, cudaStream_t stream) {
   }
 }
 
-// Work tiles of an [N, K] weight in BN-row blocks: row blocks x K / 64 (0 when it takes no tiles).
-int64_t work_tiles(int N, int K, int BN = kBN) {
-  return N >= 1 && K >= kBK ? static_cast<int64_t>((N + BN - 1) / BN) * (K / kBK) : 0;
-}
-
 }  // namespace
 
 bool skinny_gemm_supports(int M, int N, int K) { return M >= 1 && M <= kMaxM && N >= 1 && K >= kBK && K % kBK == 0; }
 
-int skinny_gemm_pick_ctas(int N, int K, int num_sms) {
-  const int64_t T = work_tiles(N, K);
-  return static_cast<int>(std::clamp<int64_t>(T, 1, static_cast<int64_t>(kCtasPerSm) * std::max(num_sms, 1)));
+int skinny_gemm_pick_splits(int N, int K, int num_sms) {
+  if (N <= 0 || K < kBK) return 1;
+  const long rb = (N + kBN - 1) / kBN, KT = K / kBK, sms = std::max(num_sms, 1);
+  // As many row blocks as SMs: no split (measured fastest for N = 10240 .. 18432, K = 2560; a split
+  // adds the partials' traffic and the last block's sum).
+  if (rb >= sms) return 1;
+  const int most = static_cast<int>(std::clamp<long>(KT / 4, 1, 32));
+  // Two blocks fit an SM (kStages stages each); an SM streams at full speed from two resident
+  // blocks on: time ~ blocks per SM x (tiles per split + 4) / min(blocks per SM, 2).
+  auto cost = [&](int s) {
+    const long b = (rb * s + sms - 1) / sms;
+    return static_cast<double>(b) * static_cast<double>((KT + s - 1) / s + 4) /
+           static_cast<double>(std::min<long>(b, 2));
+  };
+  double best = cost(1);
+  for (int s = 2; s <= most; ++s) best = std::min(best, cost(s));
+  for (int s = 1; s <= most; ++s) {
+    if (cost(s) <= best * 1.03) return s;
+  }
+  return 1;
 }
 
-size_t skinny_gemm_workspace_bytes(int M, int N, int K, int ctas) {
-  const int64_t T = work_tiles(N, K), KT = K / kBK;
-  if (M < 1 || T < 1 || ctas < 2 || ctas > T) return 0;
-  for (int64_t c = 1; c < ctas; ++c) {
-    if (range_start(c, T, ctas) % KT != 0) return 2 * static_cast<size_t>(ctas) * M * kBN * sizeof(float);
-  }
-  return 0;  // every range holds whole row blocks
+size_t skinny_gemm_workspace_bytes(int M, int N, int splits) {
+  return splits > 1 && M > 0 && N > 0 ? static_cast<size_t>(splits) * M * N * sizeof(float) : 0;
 }
 
 cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
@@ -309,9 +307,9 @@ cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   const int64_t ldx = p.ldx ? p.ldx : p.K, ldy = p.ldy ? p.ldy : p.N;
   if (ldx < p.K || ldx % 8 != 0 || ldy < p.N || !dev::aligned16(p.x) || !dev::aligned16(p.W))
     return cudaErrorInvalidValue;
-  if (p.ctas < 1 || p.ctas > work_tiles(p.N, p.K)) return cudaErrorInvalidValue;
-  if (skinny_gemm_workspace_bytes(p.M, p.N, p.K, p.ctas) > 0 && (!p.workspace || !p.counters))
-    return cudaErrorInvalidValue;
+  const int rbs = (p.N + kBN - 1) / kBN;
+  if (p.splits < 1 || p.splits > p.K / kBK || p.splits > 65535 || rbs > 0x7fffffff) return cudaErrorInvalidValue;
+  if (p.splits > 1 && (!p.workspace || !p.counters)) return cudaErrorInvalidValue;
   return launch_tma<kBN, kStages>(p, stream);
 }
 

@@ -234,7 +234,7 @@ void ModelStep::layout(Arena& a) {
   }
   a_.argmax_ws = a.take("argmax.workspace", DType::i8, {std::max<int64_t>(16, static_cast<int64_t>(aws))});
   a_.argmax_counters = a.take("argmax.counters", DType::i32, {logit_rows()});
-  // The skinny GEMM's stream-K partials and counters: the most any projection (the weight views
+  // The skinny GEMM's split-K partials and counters: the most any projection (the weight views
   // taken above) needs at the most rows it runs them on (32, or kGemmMixedSkinnyRows for mixed).
   std::vector<const TensorView*> projections = {&lm_head_};
   for (const Layer& L : layers_) {
@@ -252,7 +252,7 @@ void ModelStep::layout(Arena& a) {
                      : gemm_uses_skinny(opts_.gemm, kGemmMixedSkinnyRows, n) ? kGemmMixedSkinnyRows
                                                                              : 0;
     if (rows > 0 && skinny_gemm_supports(rows, n, k)) {
-      gws = std::max(gws, skinny_gemm_workspace_bytes(rows, n, k, skinny_gemm_pick_ctas(n, k, sms_)));
+      gws = std::max(gws, skinny_gemm_workspace_bytes(rows, n, skinny_gemm_pick_splits(n, k, sms_)));
     }
   }
   a_.gemm_ws = a.take("gemm.workspace", DType::f32, {std::max<int64_t>(4, static_cast<int64_t>((gws + 3) / 4))});

@@ -230,7 +230,7 @@ class ModelStep {
     TensorView tokens;           // [L] i32
     TensorView argmax_ws;        // split argmax partials (argmax_workspace_bytes), i8
     TensorView argmax_counters;  // [L] i32, zero between launches
-    TensorView gemm_ws;          // skinny GEMM stream-K partials (f32)
+    TensorView gemm_ws;          // skinny GEMM split-K partials (f32)
     TensorView gemm_counters;    // [max N / 64] i32, zero between launches
     TensorView meta;             // [meta_bytes()] i8: the static block
   };

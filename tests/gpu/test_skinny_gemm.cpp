@@ -1,10 +1,9 @@
 // GPU tests of the skinny tensor-core GEMM (kernels/skinny_gemm.h): y = x W^T for 1..32 rows
 // against the CPU reference linear with the tolerance of the cuBLAS GEMM test (f32 accumulation in
 // another order: |err| <= 1e-5 sum |x||w|, plus one bf16 rounding of y), for every n8 tile count,
-// N that is not a multiple of the 64-row block, strided x and y, bf16 and f32 outputs, stream-K CTA
-// counts from 1 to one CTA a tile (ranges inside a row block, across row blocks, whole row
-// blocks); the counters come back to zero; graph replay == eager == a rerun, byte for byte, also
-// when row blocks are cut into segments; bad params rejected.
+// N that is not a multiple of the 64-row block, strided x and y, bf16 and f32 outputs, every split
+// count from 1 to the most K allows; the split counters come back to zero; graph replay == eager ==
+// a rerun, byte for byte; bad params rejected.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -54,7 +53,7 @@ struct Problem {
     }
   }
 
-  SkinnyGemmParams params(test::DevBuf& y, DType yt, int ctas, test::DevBuf& ws, test::DevBuf& counters) const {
+  SkinnyGemmParams params(test::DevBuf& y, DType yt, int splits, test::DevBuf& ws, test::DevBuf& counters) const {
     SkinnyGemmParams p;
     p.x = dx.data();
     p.ldx = ldx;
@@ -65,7 +64,7 @@ struct Problem {
     p.M = M;
     p.N = N;
     p.K = K;
-    p.ctas = ctas;
+    p.splits = splits;
     p.workspace = ws.as<float>();
     p.counters = counters.as<int32_t>();
     return p;
@@ -89,7 +88,7 @@ struct Problem {
 
 }  // namespace
 
-TEST_CASE("skinny gemm matches the reference linear for every row count, stream-K CTA count and output dtype",
+TEST_CASE("skinny gemm matches the reference linear for every row count, split count and output dtype",
           "[gpu][gemm][skinny]") {
   struct Case {
     int M, N, K, ldx, ldy;
@@ -98,19 +97,17 @@ TEST_CASE("skinny gemm matches the reference linear for every row count, stream-
                  Case{9, 192, 2560, 2560, 200}, Case{17, 1000, 512, 520, 1000}, Case{32, 2560, 9216, 9216, 2560},
                  Case{32, 12352, 2560, 2560, 12352}, Case{24, 130, 640, 640, 130}}) {
     const Problem pr(c.M, c.N, c.K, c.ldx, c.ldy, 500 + c.M + c.N);
-    const int rbs = (c.N + 63) / 64, kt = c.K / 64, tiles = rbs * kt;
-    // One CTA; fewer than the row blocks; as many; the pick (ranges that cut row blocks); odd
-    // counts; one CTA a tile where that stays small.
-    std::vector<int> ctas = {1, 2, 3, rbs, rbs + 1, 7, skinny_gemm_pick_ctas(c.N, c.K, 132), 264, 2 * rbs};
-    if (tiles <= 2048) ctas.push_back(tiles);
+    const int most = c.K / 64;
+    std::vector<int> splits = {1, 2, 3, most, skinny_gemm_pick_splits(c.N, c.K, 132)};
+    if (most > 7) splits.push_back(7);
     for (DType yt : {DType::bf16, DType::f32}) {
-      for (int g : ctas) {
-        if (g > tiles) continue;
-        CAPTURE(c.M, c.N, c.K, c.ldx, c.ldy, dtype_name(yt), g);
+      for (int sp : splits) {
+        if (sp > most) continue;
+        CAPTURE(c.M, c.N, c.K, c.ldx, c.ldy, dtype_name(yt), sp);
         test::DevBuf y(static_cast<size_t>(c.M) * c.ldy * dtype_size(yt));  // poisoned: every element must be written
-        test::DevBuf ws(std::max<size_t>(16, skinny_gemm_workspace_bytes(c.M, c.N, c.K, g)));
-        test::DevBuf counters(static_cast<size_t>(rbs) * 4, 0);
-        check(skinny_gemm(pr.params(y, yt, g, ws, counters), nullptr));
+        test::DevBuf ws(std::max<size_t>(16, skinny_gemm_workspace_bytes(c.M, c.N, sp)));
+        test::DevBuf counters(static_cast<size_t>((c.N + 63) / 64) * 4, 0);
+        check(skinny_gemm(pr.params(y, yt, sp, ws, counters), nullptr));
         check(cudaDeviceSynchronize());
         const auto got = y.download_f32(yt);
         CHECK(pr.bad(got, yt) == 0);
@@ -124,20 +121,20 @@ TEST_CASE("skinny gemm matches the reference linear for every row count, stream-
 TEST_CASE("skinny gemm: graph replay, eager and a rerun give the same bytes, columns past N untouched",
           "[gpu][gemm][skinny][graphs]") {
   const Problem pr(32, 2560, 4096, 4096, 2600, 900);
-  for (int ctas : {40, 264, 97}) {  // whole row blocks; the pick on 132 SMs; ranges cutting row blocks
-    CAPTURE(ctas);
-    test::DevBuf ws(std::max<size_t>(16, skinny_gemm_workspace_bytes(32, 2560, 4096, ctas)));
+  for (int sp : {1, 6}) {
+    CAPTURE(sp);
+    test::DevBuf ws(std::max<size_t>(16, skinny_gemm_workspace_bytes(32, 2560, sp)));
     test::DevBuf counters(40 * 4, 0);
     const size_t bytes = static_cast<size_t>(32) * 2600 * 2;
     test::DevBuf eager(bytes, 0x5A), again(bytes, 0x5A), graphed(bytes, 0x5A);
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    check(skinny_gemm(pr.params(eager, DType::bf16, ctas, ws, counters), s));
-    check(skinny_gemm(pr.params(again, DType::bf16, ctas, ws, counters), s));
+    check(skinny_gemm(pr.params(eager, DType::bf16, sp, ws, counters), s));
+    check(skinny_gemm(pr.params(again, DType::bf16, sp, ws, counters), s));
     cudaGraph_t g = nullptr;
     cudaGraphExec_t ge = nullptr;
     check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    const cudaError_t launched = skinny_gemm(pr.params(graphed, DType::bf16, ctas, ws, counters), s);
+    const cudaError_t launched = skinny_gemm(pr.params(graphed, DType::bf16, sp, ws, counters), s);
     check(cudaStreamEndCapture(s, &g));
     check(launched);
     check(cudaGraphInstantiate(&ge, g, 0));
@@ -158,46 +155,34 @@ TEST_CASE("skinny gemm: graph replay, eager and a rerun give the same bytes, col
   }
 }
 
-TEST_CASE("skinny gemm: shapes, the CTA pick, the workspace and bad params", "[gpu][gemm][skinny]") {
+TEST_CASE("skinny gemm: shapes, the split pick and bad params", "[gpu][gemm][skinny]") {
   CHECK(skinny_gemm_supports(1, 1, 64));
   CHECK(skinny_gemm_supports(32, 12352, 2560));
   CHECK_FALSE(skinny_gemm_supports(33, 64, 64));
   CHECK_FALSE(skinny_gemm_supports(0, 64, 64));
   CHECK_FALSE(skinny_gemm_supports(8, 64, 100));
   CHECK_FALSE(skinny_gemm_supports(8, 64, 32));
-  CHECK(skinny_gemm_pick_ctas(18432, 2560, 132) == 264);  // two CTAs an SM
-  CHECK(skinny_gemm_pick_ctas(2560, 4096, 132) == 264);
-  CHECK(skinny_gemm_pick_ctas(64, 128, 132) == 2);  // at most one CTA a tile
-  CHECK(skinny_gemm_pick_ctas(64, 64, 0) == 1);
-  CHECK(skinny_gemm_workspace_bytes(32, 2560, 4096, 1) == 0);
-  CHECK(skinny_gemm_workspace_bytes(32, 2560, 4096, 40) == 0);   // a row block a CTA
-  CHECK(skinny_gemm_workspace_bytes(32, 2560, 4096, 20) == 0);   // two whole row blocks a CTA
-  CHECK(skinny_gemm_workspace_bytes(32, 2560, 4096, 264) == 2u * 264 * 32 * 64 * 4);
-  CHECK(skinny_gemm_workspace_bytes(32, 2560, 4096, 3) == 2u * 3 * 32 * 64 * 4);  // 40 / 3: cut
-  CHECK(skinny_gemm_workspace_bytes(32, 2560, 4096, 2561) == 0);                  // out of range
+  for (int N : {64, 2560, 12352, 18432, 248320}) {
+    for (int K : {64, 2560, 4096, 9216}) {
+      const int s = skinny_gemm_pick_splits(N, K, 132);
+      CHECK(s >= 1);
+      CHECK(s <= std::max(1, std::min(32, K / 256)));
+    }
+  }
+  CHECK(skinny_gemm_pick_splits(18432, 2560, 132) == 1);  // 288 row blocks fill 132 SMs: no split
+  CHECK(skinny_gemm_pick_splits(2560, 4096, 132) > 1);    // 40 row blocks: split K
+  CHECK(skinny_gemm_workspace_bytes(32, 2560, 1) == 0);
+  CHECK(skinny_gemm_workspace_bytes(32, 2560, 6) == 6u * 32 * 2560 * 4);
   const Problem pr(4, 128, 128, 128, 128, 77);
-  // 2 row blocks x 2 K tiles: 3 CTAs cut a row block.
-  REQUIRE(skinny_gemm_workspace_bytes(4, 128, 128, 3) == 2u * 3 * 4 * 64 * 4);
-  test::DevBuf y(4 * 128 * 2), ws(skinny_gemm_workspace_bytes(4, 128, 128, 3)), counters(8, 0);
-  const SkinnyGemmParams ok = pr.params(y, DType::bf16, 3, ws, counters);
+  test::DevBuf y(4 * 128 * 2), ws(6 * 4 * 128 * 4), counters(8, 0);
+  const SkinnyGemmParams ok = pr.params(y, DType::bf16, 2, ws, counters);
   check(skinny_gemm(ok, nullptr));
   SkinnyGemmParams bad = ok;
-  bad.workspace = nullptr;  // ranges cut a row block: no workspace
+  bad.workspace = nullptr;  // splits > 1 without a workspace
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
   bad = ok;
-  bad.counters = nullptr;
+  bad.splits = 3;  // more splits than 64-wide K tiles
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
-  bad = ok;
-  bad.ctas = 5;  // more CTAs than work tiles
-  CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
-  bad = ok;
-  bad.ctas = 0;
-  CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
-  bad = ok;
-  bad.ctas = 2;  // a row block a CTA: no workspace needed
-  bad.workspace = nullptr;
-  bad.counters = nullptr;
-  CHECK(skinny_gemm(bad, nullptr) == cudaSuccess);
   bad = ok;
   bad.M = 33;
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);

@@ -1,12 +1,13 @@
 // gemm_lt_probe.cu: the decode projections three ways. For each small-M shape y[M, N] = x[M, K]
 // W[N, K]^T (bf16 in, f32 accumulate, bf16 out), times cublasGemmEx (the model step's default),
 // the best of cuBLASLt's top heuristic algorithms, and variants of the skinny kernel
-// (kernels/skinny_gemm.h: BN W rows a row block, S ring stages), each at its best stream-K CTA
-// count (one, two or three an SM) and checked against cublasGemmEx, with CUDA graphs of 20 launches over 8
+// (kernels/skinny_gemm.h: tensor-map copies; tools/probes/skinny_bulk.cuh: 1-D bulk copies), each at its
+// best split count and checked against cublasGemmEx, with CUDA graphs of 20 launches over 8
 // rotating weight copies (so L2 cannot serve the weights), and prints each one's weight bandwidth.
 // Usage: gemm_lt_probe [OP M] (one shape, e.g. `mlp.gate_up 32`, for ncu). Build and run on the GPU
 // machine (from the repository root):
-//   nvcc -O3 -arch=sm_90 -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu -lcublasLt -lcublas &&
+//   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu \
+//     kernels/launch_policy.cpp -lcublasLt -lcublas &&
 //   /tmp/gemm_lt_probe
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -21,7 +22,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
-#include "kernels/skinny_gemm.cu"  // the kernel under test, compiled into the probe
+#include "kernels/skinny_gemm.cu"        // the kernel under test, compiled into the probe
+#include "tools/probes/skinny_bulk.cuh"  // a bulk-copy variant
 
 #define CK(x)                                                                           \
   do {                                                                                  \
@@ -84,7 +86,7 @@ int main(int argc, char** argv) {
   cublasLtHandle_t lt;
   CK(cublasLtCreate(&lt));
   std::printf("%-14s %4s %7s %6s | %9s %6s | %9s %6s | %5s | %s\n", "op", "M", "N", "K", "gemmEx us", "TB/s",
-              "best lt us", "TB/s", "algos", "skinny variant BNxstages/best CTAs: us (TB/s)");
+              "best lt us", "TB/s", "algos", "skinny variant BKxstages/best splits: us (TB/s)");
   float* sk_ws;
   int32_t* sk_cnt;
   CK(cudaMalloc(&sk_ws, size_t(16) * 32 * 20000 * 4));
@@ -148,18 +150,21 @@ int main(int argc, char** argv) {
       }
       std::printf("%-14s %4d %7d %6d | %9.2f %6.2f | %9.2f %6.2f | %5d |", sh.name, M, sh.N, sh.K, 1000 * t0,
                   wb / (t0 * 1e9), 1000 * best, wb / (best * 1e9), tried);
-      // Variants (W rows a row block, ring stages), each at its best CTA count.
+      const int pick = sg::skinny_gemm_pick_splits(sh.N, sh.K, 132);
+      // Tile variants (K per tile, ring stages): the best split count of each.
       struct Variant {
         const char* name;
-        int bn;
+        int bk;
         cudaError_t (*fn)(const sg::SkinnyGemmParams&, cudaStream_t);
       };
-      // tmaBNxS: the library's kernel with BN W rows a row block and S stages (the library runs 64 x 8).
+      // tmaBNxS: the library's tensor-map kernel with BN W rows a block and S stages (the library runs
+      // 64 x 8); bulkBNxBKxS: 1-D bulk copies, one per row piece (slower, docs/BENCHMARKS.md).
       const Variant variants[] = {{"tma64x8", 64, sg::launch_tma<64, 8>},
-                                  {"tma64x6", 64, sg::launch_tma<64, 6>},
-                                  {"tma128x5", 128, sg::launch_tma<128, 5>},
-                                  {"tma128x4", 128, sg::launch_tma<128, 4>}};
-      auto params = [&](void* w, int ctas) {  // y = x w^T, M x N x K, on `ctas` CTAs
+                                  {"tma128x5", 64, sg::launch_tma<128, 5>},
+                                  {"tma256x5", 64, sg::launch_tma<256, 5>},
+                                  {"tma64x16", 64, sg::launch_tma<64, 16>},
+                                  {"bulk64x256x4", 256, sg::launch_bulk<64, 256, 4>}};
+      auto params = [&](void* w, int splits) {  // y = x w^T, M x N x K, at `splits`
         sg::SkinnyGemmParams p;
         p.x = x;
         p.W = w;
@@ -167,7 +172,7 @@ int main(int argc, char** argv) {
         p.M = M;
         p.N = sh.N;
         p.K = sh.K;
-        p.ctas = ctas;
+        p.splits = splits;
         p.workspace = sk_ws;
         p.counters = sk_cnt;
         return p;
@@ -175,9 +180,8 @@ int main(int argc, char** argv) {
       for (const Variant& v : variants) {
         float vbest = 1e30f;
         int vs = 0;
-        const long tiles = long((sh.N + v.bn - 1) / v.bn) * (sh.K / 64);
-        for (int sp : {132, 264, 396}) {
-          if (sp > tiles) continue;
+        for (int sp : {pick, 1, 2, 3, 4, 6, 8, 12, 16}) {
+          if (sp > sh.K / v.bk) continue;
           const float t = time_graph(s, [&](int c) { CK(v.fn(params(W[c], sp), s)); });
           if (t < vbest) vbest = t, vs = sp;
         }

@@ -101,6 +101,8 @@ class CublasHandle {
  public:
   CublasHandle(cudaStream_t stream, size_t workspace_bytes = size_t{32} << 20);
   cublasHandle_t get() const { return h_.get(); }
+  void* workspace() const { return workspace_.data(); }
+  size_t workspace_bytes() const { return workspace_.bytes(); }
 
  private:
   Owned<cublasHandle_t, detail::destroy_cublas> h_;

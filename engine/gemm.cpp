@@ -4,9 +4,8 @@
 #include "engine/error.h"
 
 namespace sg {
-namespace {
 
-cudaDataType_t cuda_type(DType t) {
+cudaDataType_t gemm_cuda_type(DType t) {
   switch (t) {
     case DType::f32: return CUDA_R_32F;
     case DType::bf16: return CUDA_R_16BF;
@@ -15,9 +14,7 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
-}  // namespace
-
-void gemm_xwt(const CublasHandle& h, const TensorView& x, const TensorView& W, const TensorView& y) {
+void check_xwt(const TensorView& x, const TensorView& W, const TensorView& y) {
   require(x.rank == 2 && W.rank == 2 && y.rank == 2, "gemm: rank-2 views expected (x {}, W {}, y {})", x.describe(),
           W.describe(), y.describe());
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
@@ -30,11 +27,16 @@ void gemm_xwt(const CublasHandle& h, const TensorView& x, const TensorView& W, c
   require(x.stride[0] >= in && y.stride[0] >= out, "gemm: row strides too small (x {}, y {})", x.stride[0],
           y.stride[0]);
   require(T <= INT32_MAX && in <= INT32_MAX && out <= INT32_MAX, "gemm: sizes exceed int32");
+}
+
+void gemm_xwt(const CublasHandle& h, const TensorView& x, const TensorView& W, const TensorView& y) {
+  check_xwt(x, W, y);
+  const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   if (T == 0) return;
   const float alpha = 1.0f, beta = 0.0f;
   check(cublasGemmEx(h.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), static_cast<int>(T),
-                     static_cast<int>(in), &alpha, W.data, cuda_type(W.dtype), static_cast<int>(in), x.data,
-                     cuda_type(x.dtype), static_cast<int>(x.stride[0]), &beta, y.data, cuda_type(y.dtype),
+                     static_cast<int>(in), &alpha, W.data, gemm_cuda_type(W.dtype), static_cast<int>(in), x.data,
+                     gemm_cuda_type(x.dtype), static_cast<int>(x.stride[0]), &beta, y.data, gemm_cuda_type(y.dtype),
                      static_cast<int>(y.stride[0]), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 

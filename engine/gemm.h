@@ -13,5 +13,9 @@ namespace sg {
 // row stride y.stride[0] >= out. x and W share a dtype (bf16, f16 or f32); y has that dtype or f32.
 // T = 0 does nothing. Throws sg::Error on shape or dtype mismatch, naming the views.
 void gemm_xwt(const CublasHandle& h, const TensorView& x, const TensorView& W, const TensorView& y);
+// The checks of gemm_xwt (also those of the cuBLASLt path, gemm_lt.h); throws sg::Error.
+void check_xwt(const TensorView& x, const TensorView& W, const TensorView& y);
+// bf16, f16, f32 -> the CUDA data type; throws sg::Error on anything else.
+cudaDataType_t gemm_cuda_type(DType t);
 
 }  // namespace sg

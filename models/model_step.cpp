@@ -61,6 +61,7 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
     : cfg_(config),
       opts_(opts),
       cublas_(stream_.get()),
+      lt_(stream_.get(), cublas_.workspace(), cublas_.workspace_bytes()),
       graphs_(stream_.get(), [this](const GraphKey& key, NodeRecorder* rec) { launch_sequence(step_key(key), rec); }) {
   cfg_.validate("ModelStep");
   if (opts_.graph_max == 0) opts_.graph_max = opts_.max_decode_batch;

@@ -46,6 +46,7 @@
 
 #include "engine/arena.h"
 #include "engine/cuda_handles.h"
+#include "engine/gemm_lt.h"
 #include "graphs/arm_tuning.h"
 #include "graphs/graph.h"
 #include "graphs/manifest.h"
@@ -272,6 +273,7 @@ class ModelStep {
   ModelStepOptions opts_;
   Stream stream_;
   CublasHandle cublas_;
+  LtGemm lt_;  // the `lt` GEMM setting's tuned algorithms (shares cublas_'s workspace)
   std::optional<Arena> arena_;
   std::vector<Layer> layers_;
   TensorView embed_, lm_head_, final_norm_;

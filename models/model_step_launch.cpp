@@ -60,6 +60,17 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
                       W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 && y.dim(0) == M && y.dim(1) == N &&
                       x.dim(1) == K && M <= 32 && N <= INT32_MAX &&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
+  if (!skinny && gemm_uses_lt(opts_.gemm, M)) {
+    // Timed and chosen at the first eager use of the shape (the warm-up before any capture).
+    const LtShape shape = lt_shape(x, W, y);
+    if (rec) {
+      lt_.run(x, W, y);
+      rec->launched(stream_.get(), {layer, op, lt_.describe(shape), bytes}, NodeRecorder::kAnyKernels);
+    } else {
+      lt_.tune(x, W, y);
+    }
+    return;
+  }
   if (!skinny) {
     gemm_xwt(cublas_, x, W, y);
     if (rec) rec->launched(stream_.get(), {layer, op, "cublas", bytes}, NodeRecorder::kAnyKernels);

@@ -110,6 +110,7 @@ const char* gemm_name(GemmKind g) {
     case GemmKind::cublas: return "cublas";
     case GemmKind::skinny: return "skinny";
     case GemmKind::mixed: return "mixed";
+    case GemmKind::lt: return "lt";
   }
   return "?";
 }
@@ -119,13 +120,14 @@ GemmKind parse_gemm(const std::string& name) {
   if (name == "cublas") return GemmKind::cublas;
   if (name == "skinny") return GemmKind::skinny;
   if (name == "mixed") return GemmKind::mixed;
-  throw Error(fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny, mixed)", name));
+  if (name == "lt") return GemmKind::lt;
+  throw Error(fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny, mixed, lt)", name));
 }
 
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
   const bool built = act == DType::bf16 && d.cc_major >= 9;
   if (want == GemmKind::automatic) return built ? GemmKind::mixed : GemmKind::cublas;
-  if (want == GemmKind::cublas) return want;
+  if (want == GemmKind::cublas || want == GemmKind::lt) return want;
   require(built,
           "the skinny GEMM takes bf16 activations on sm_90+ (this step: {} on compute capability {}.x; use "
           "--gemm cublas)",
@@ -156,6 +158,8 @@ PdlMode resolve_pdl(PdlMode want, const DeviceLimits& d) {
           d.cc_major);
   return want;
 }
+
+bool gemm_uses_lt(GemmKind g, int64_t rows) { return g == GemmKind::lt && rows <= kGemmLtMaxRows; }
 
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n) {
   return g == GemmKind::skinny || (g == GemmKind::mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN));

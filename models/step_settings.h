@@ -4,8 +4,10 @@
 // attention. Each has a name, a parser for the command line, and a resolution of `auto` against
 // the model's shapes, dtypes and the device (DeviceLimits, read once per model step).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "kernels/numeric.h"
 #include "models/qwen35_config.h"
@@ -61,11 +63,15 @@ enum class GemmKind : uint8_t {
   mixed,      // skinny for steps of at most kGemmMixedSkinnyRows rows and for weights of at least
               // kGemmMixedWideN rows (the LM head), cuBLAS otherwise: where each measured faster on
               // the H200 (docs/BENCHMARKS.md)
+  lt,         // cuBLASLt with the algorithm chosen per shape by timing (engine/gemm_lt.h) for steps
+              // of at most kGemmLtMaxRows rows (decode), cublasGemmEx above
 };
+constexpr std::array<std::string_view, 5> kGemmNames = {"auto", "cublas", "skinny", "mixed", "lt"};
+constexpr int64_t kGemmLtMaxRows = 32;
 constexpr int kGemmMixedSkinnyRows = 24;  // measured with PDL on, the default (docs/BENCHMARKS.md)
 constexpr int64_t kGemmMixedWideN = 65536;
-const char* gemm_name(GemmKind g);  // "auto", "cublas", "skinny", "mixed"
-// "auto", "cublas", "skinny" or "mixed"; throws Error on anything else.
+const char* gemm_name(GemmKind g);  // one of kGemmNames
+// One of kGemmNames; throws Error on anything else.
 GemmKind parse_gemm(const std::string& name);
 // `automatic` -> mixed on a bf16 step on sm_90+, else cublas; skinny or mixed on an f32 step or
 // before sm_90 is an error (the kernel takes bf16 and needs the TMA).
@@ -73,6 +79,8 @@ GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
 // Whether a projection of `rows` rows and an [n, k] weight runs the skinny kernel under the
 // resolved setting `g` (the shape must also be one skinny_gemm_supports).
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n);
+// Whether a projection of `rows` rows runs through cuBLASLt's tuned algorithm under `g`.
+bool gemm_uses_lt(GemmKind g, int64_t rows);
 
 // How a step launches its kernels: with programmatic dependent launch (PDL, kernels/launch.cuh),
 // so that a kernel's blocks start, and the skinny GEMM's weight stream begins, while the previous

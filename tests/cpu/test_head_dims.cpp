@@ -128,7 +128,7 @@ TEST_CASE("delta-rule column split: Dk 8 builds Q = 1 and 4, as Dk 16", "[delta_
   CHECK(c2.block == Dim3{128, 1, 1});
 }
 
-TEST_CASE("delta-rule column blocks: 2 for split 2, else 1; a request must be 1, 2 or 4 and divide Dv",
+TEST_CASE("delta-rule column blocks: 2 for split 2, else 1, and a request must be 1, 2 or 4 and divide Dv",
           "[delta_rule][contracts]") {
   CHECK(delta_rule_decode_col_blocks(128, 2) == 2);
   CHECK(delta_rule_decode_col_blocks(127, 2) == 1);  // odd Dv: one block

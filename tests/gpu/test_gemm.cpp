@@ -1,9 +1,11 @@
-// GPU tests of the cuBLAS projection y = x W^T: against the CPU reference linear, through strided
-// views, and captured into a CUDA graph (replay byte-identical to the eager call).
+// GPU tests of the cuBLAS projection y = x W^T (cublasGemmEx, and cuBLASLt with the algorithm
+// chosen per shape, engine/gemm_lt.h): against the CPU reference linear, through strided views,
+// and captured into a CUDA graph (replay byte-identical to the eager call).
 #include <cmath>
 
 #include "engine/error.h"
 #include "engine/gemm.h"
+#include "engine/gemm_lt.h"
 #include "graphs/graph.h"
 #include "graphs/manifest.h"
 #include "kernels/fill.h"
@@ -14,52 +16,111 @@
 
 using namespace sg;
 
-TEST_CASE("gemm x W^T matches the reference linear, also through strided rows", "[gpu][gemm]") {
+TEST_CASE("gemm x W^T matches the reference linear, also through strided rows (cublasGemmEx and cuBLASLt)",
+          "[gpu][gemm]") {
   Stream s;
   CublasHandle h(s.get());
-  struct Case {
-    int T, in, out, x_stride, y_stride;
-  };
-  for (Case c : {Case{1, 64, 32, 64, 32}, Case{17, 2560, 384, 2560, 384}, Case{33, 129, 127, 200, 131},
-                 Case{300, 512, 1000, 512, 1000}}) {
-    for (DType yt : {DType::bf16, DType::f32}) {
-      CAPTURE(c.T, c.in, c.out, c.x_stride, c.y_stride, dtype_name(yt));
-      auto x = test::uniform_bf16(static_cast<size_t>(c.T) * c.x_stride, 11 + c.T, -1.f, 1.f);
-      auto W = test::uniform_bf16(static_cast<size_t>(c.out) * c.in, 12 + c.in, -0.1f, 0.1f);
-      auto dx = test::DevBuf::from(x, DType::bf16), dW = test::DevBuf::from(W, DType::bf16);
-      test::DevBuf dy(static_cast<size_t>(c.T) * c.y_stride * dtype_size(yt));  // poisoned
-      check(cudaDeviceSynchronize());  // uploads and poison (legacy stream) before the GEMM's stream
-      TensorView vx = TensorView::contiguous(dx.data(), DType::bf16, {c.T, c.in});
-      vx.stride[0] = c.x_stride;
-      TensorView vW = TensorView::contiguous(dW.data(), DType::bf16, {c.out, c.in});
-      TensorView vy = TensorView::contiguous(dy.data(), yt, {c.T, c.out});
-      vy.stride[0] = c.y_stride;
-      gemm_xwt(h, vx, vW, vy);
-      s.sync();
-      auto got = dy.download_f32(yt);
-      // Reference on the dense x rows.
-      std::vector<float> xd(static_cast<size_t>(c.T) * c.in), ref(static_cast<size_t>(c.T) * c.out);
-      for (int t = 0; t < c.T; ++t) {
-        for (int i = 0; i < c.in; ++i)
-          xd[static_cast<size_t>(t) * c.in + i] = x[static_cast<size_t>(t) * c.x_stride + i];
-      }
-      ref::linear(xd.data(), W.data(), ref.data(), c.T, c.in, c.out);
-      // f32 accumulation in another order: |err| <= 1e-5 * sum |x||w| (+ one bf16 rounding of y).
-      size_t bad = 0;
-      for (int t = 0; t < c.T; ++t) {
-        for (int o = 0; o < c.out; ++o) {
-          double mag = 0;
-          for (int i = 0; i < c.in; ++i) {
-            mag += std::fabs(xd[static_cast<size_t>(t) * c.in + i] * W[static_cast<size_t>(o) * c.in + i]);
-          }
-          const double r = ref[static_cast<size_t>(t) * c.out + o];
-          const double tol = 1e-5 * mag + (yt == DType::bf16 ? std::ldexp(1.0, -8) * std::fabs(r) : 0.0) + 1e-7;
-          bad += !(std::fabs(got[static_cast<size_t>(t) * c.y_stride + o] - r) <= tol);
+  LtGemm lt(s.get(), h.workspace(), h.workspace_bytes());
+  for (bool use_lt : {false, true}) {
+    struct Case {
+      int T, in, out, x_stride, y_stride;
+    };
+    for (Case c : {Case{1, 64, 32, 64, 32}, Case{17, 2560, 384, 2560, 384}, Case{33, 129, 127, 200, 131},
+                   Case{300, 512, 1000, 512, 1000}}) {
+      for (DType yt : {DType::bf16, DType::f32}) {
+        CAPTURE(use_lt, c.T, c.in, c.out, c.x_stride, c.y_stride, dtype_name(yt));
+        auto x = test::uniform_bf16(static_cast<size_t>(c.T) * c.x_stride, 11 + c.T, -1.f, 1.f);
+        auto W = test::uniform_bf16(static_cast<size_t>(c.out) * c.in, 12 + c.in, -0.1f, 0.1f);
+        auto dx = test::DevBuf::from(x, DType::bf16), dW = test::DevBuf::from(W, DType::bf16);
+        test::DevBuf dy(static_cast<size_t>(c.T) * c.y_stride * dtype_size(yt));  // poisoned
+        check(cudaDeviceSynchronize());  // uploads and poison (legacy stream) before the GEMM's stream
+        TensorView vx = TensorView::contiguous(dx.data(), DType::bf16, {c.T, c.in});
+        vx.stride[0] = c.x_stride;
+        TensorView vW = TensorView::contiguous(dW.data(), DType::bf16, {c.out, c.in});
+        TensorView vy = TensorView::contiguous(dy.data(), yt, {c.T, c.out});
+        vy.stride[0] = c.y_stride;
+        if (use_lt) {
+          lt.tune(vx, vW, vy);  // times the candidates, leaves the chosen one's result
+          s.sync();
+          const auto tuned = dy.download();
+          check(cudaMemsetAsync(dy.data(), 0x7F, dy.bytes(), s.get()));
+          lt.run(vx, vW, vy);
+          s.sync();
+          CHECK(test::byte_diff(dy.download(), tuned, yt) == "");  // one choice, the same bytes
+          CHECK(lt.describe(lt_shape(vx, vW, vy)).rfind("lt algo=", 0) == 0);
+        } else {
+          gemm_xwt(h, vx, vW, vy);
         }
+        s.sync();
+        auto got = dy.download_f32(yt);
+        // Reference on the dense x rows.
+        std::vector<float> xd(static_cast<size_t>(c.T) * c.in), ref(static_cast<size_t>(c.T) * c.out);
+        for (int t = 0; t < c.T; ++t) {
+          for (int i = 0; i < c.in; ++i)
+            xd[static_cast<size_t>(t) * c.in + i] = x[static_cast<size_t>(t) * c.x_stride + i];
+        }
+        ref::linear(xd.data(), W.data(), ref.data(), c.T, c.in, c.out);
+        // f32 accumulation in another order: |err| <= 1e-5 * sum |x||w| (+ one bf16 rounding of y).
+        size_t bad = 0;
+        for (int t = 0; t < c.T; ++t) {
+          for (int o = 0; o < c.out; ++o) {
+            double mag = 0;
+            for (int i = 0; i < c.in; ++i) {
+              mag += std::fabs(xd[static_cast<size_t>(t) * c.in + i] * W[static_cast<size_t>(o) * c.in + i]);
+            }
+            const double r = ref[static_cast<size_t>(t) * c.out + o];
+            const double tol = 1e-5 * mag + (yt == DType::bf16 ? std::ldexp(1.0, -8) * std::fabs(r) : 0.0) + 1e-7;
+            bad += !(std::fabs(got[static_cast<size_t>(t) * c.y_stride + o] - r) <= tol);
+          }
+        }
+        CHECK(bad == 0);
       }
-      CHECK(bad == 0);
     }
   }
+  CHECK(lt.shapes() == 8);  // 4 shapes x 2 output dtypes
+}
+
+TEST_CASE("cuBLASLt gemm: replay equals eager, untuned shapes refused, tuning under capture refused",
+          "[gpu][gemm][graphs]") {
+  Stream s;
+  CublasHandle h(s.get());
+  LtGemm lt(s.get(), h.workspace(), h.workspace_bytes(), 4);
+  const int T = 32, in = 2560, out = 1024;
+  auto dx = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(T) * in, 15), DType::bf16);
+  auto dW = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(out) * in, 16, -0.05f, 0.05f), DType::bf16);
+  test::DevBuf eager(static_cast<size_t>(T) * out * 2), replay(static_cast<size_t>(T) * out * 2);
+  check(cudaDeviceSynchronize());
+  auto vx = TensorView::contiguous(dx.data(), DType::bf16, {T, in});
+  auto vW = TensorView::contiguous(dW.data(), DType::bf16, {out, in});
+  auto ve = TensorView::contiguous(eager.data(), DType::bf16, {T, out});
+  auto vr = TensorView::contiguous(replay.data(), DType::bf16, {T, out});
+  CHECK_THROWS_AS(lt.run(vx, vW, ve), Error);  // not tuned
+  CHECK_FALSE(lt.tuned(lt_shape(vx, vW, ve)));
+  {  // tuning inside a capture is refused (and the capture ends cleanly)
+    cudaGraph_t g = nullptr;
+    check(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
+    bool threw = false;
+    try {
+      lt.tune(vx, vW, ve);
+    } catch (const Error& e) {
+      threw = std::string(e.what()).find("not tuned before the capture") != std::string::npos;
+    }
+    check(cudaStreamEndCapture(s.get(), &g));
+    if (g) check(cudaGraphDestroy(g));
+    CHECK(threw);
+  }
+  lt.tune(vx, vW, ve);
+  REQUIRE(lt.tuned(lt_shape(vx, vW, ve)));
+  CHECK(lt.tuned(lt_shape(vx, vW, vr)));  // same shape and alignment, other buffer
+  s.sync();
+  auto g = CapturedGraph::capture("lt gemm", s.get(), [&] { lt.run(vx, vW, vr); });
+  g.replay(s.get());
+  s.sync();
+  CHECK(test::byte_diff(replay.download(), eager.download(), DType::bf16) == "");
+  // A misaligned x (2-byte offset, row stride kept even) is another shape: not tuned.
+  auto vx2 = TensorView::contiguous(static_cast<char*>(dx.data()) + 2, DType::bf16, {T - 1, in});
+  CHECK_FALSE(lt.tuned(lt_shape(vx2, vW, TensorView::contiguous(eager.data(), DType::bf16, {T - 1, out}))));
+  CHECK_THROWS_AS(lt_shape(vx, TensorView::contiguous(dW.data(), DType::bf16, {out, in - 1}), ve), Error);
 }
 
 TEST_CASE("gemm runs inside a captured graph after a warm-up, byte-identical to eager", "[gpu][gemm][graphs]") {

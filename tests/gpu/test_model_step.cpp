@@ -208,6 +208,45 @@ TEST_CASE("model step padding rows touch no cache slot and give zero logits", "[
   }
 }
 
+TEST_CASE(
+    "model step with gemm = lt: projections on the tuned cuBLASLt algorithm, named in the manifest, replay == eager",
+    "[gpu][model][graphs][gemm]") {
+  const Qwen35Config cfg = preset("tiny");
+  ModelStepOptions o;
+  o.num_slots = 8;
+  o.max_context = 32;
+  o.max_decode_batch = 8;
+  o.gemm = GemmKind::lt;
+  ModelStep step(cfg, o);
+  step.capture_all();  // the warm-up tunes every projection shape before the captures
+  step.randomize_caches(5);
+  for (int key : step.keys()) {
+    CAPTURE(key);
+    int lt = 0;
+    for (const auto& n : step.manifest(key).nodes) {
+      if (n.label.op == "mlp.gate_up" || n.label.op == "lm_head") {
+        CHECK(n.label.arm.rfind("lt algo=", 0) == 0);
+        ++lt;
+      }
+    }
+    CHECK(lt >= cfg.layers + 1);
+  }
+  const std::vector<uint8_t> start = step.cache_bytes();
+  const auto slots = slots_for(5, o.num_slots);
+  std::vector<DecodeRequest> reqs;
+  for (int r = 0; r < 5; ++r) reqs.push_back({slots[static_cast<size_t>(r)], token_at(0, r, cfg.vocab), 3 + r});
+  const int re = step.enqueue(reqs, RunMode::eager);
+  const auto le = step.logits_bytes(re);
+  const auto ce = step.cache_bytes();
+  step.set_cache_bytes(start);
+  const int rg = step.enqueue(reqs, RunMode::graph);
+  CHECK(rg == re);
+  CHECK(count_diff(le, step.logits_bytes(rg)) == 0);
+  CHECK(count_diff(ce, step.cache_bytes()) == 0);
+  CHECK(count_diff(start, ce) > 0);
+  CHECK(step.eager_fallbacks() == 0);
+}
+
 TEST_CASE("model step manifest labels every kernel it launches", "[gpu][model][manifest]") {
   const Qwen35Config cfg = preset("tiny");
   ModelStepOptions o;

@@ -7,20 +7,20 @@
 
 #include "engine/error.h"
 #include "engine/text.h"
+#include "models/step_settings.h"
 
 namespace sg::cli {
 namespace {
 
 constexpr std::array<std::string_view, 3> kDeltaPrefill = {"auto", "scan", "chunked"};
 constexpr std::array<std::string_view, 3> kAttn = {"auto", "simt", "mma"};
-constexpr std::array<std::string_view, 4> kGemm = {"auto", "cublas", "skinny", "mixed"};
 constexpr std::array<std::string_view, 3> kPdl = {"auto", "off", "on"};
 constexpr std::array<std::string_view, 2> kArmsMode = {"fixed", "tune"};
 const std::array<SettingInfo, 6> kSettings = {{
     {"delta-prefill", kDeltaPrefill},
     {"attn-prefill", kAttn},
     {"attn-decode", kAttn},
-    {"gemm", kGemm},
+    {"gemm", kGemmNames},
     {"pdl", kPdl},
     {"arms", kArmsMode},
 }};

@@ -37,7 +37,7 @@ struct BenchOptions {
   std::string delta_prefill = "auto";  // model workload: the delta rule in prefill (auto, scan or chunked)
   std::string attn_prefill = "auto";   // model workload: attention in prefill (auto, simt or mma)
   std::string attn_decode = "auto";    // model workload: attention in decode (auto, simt or mma)
-  std::string gemm = "auto";           // model workload: the projections (auto, cublas, skinny or mixed)
+  std::string gemm = "auto";           // model workload: the projections (auto, cublas, skinny, mixed or lt)
   std::string pdl = "auto";            // model workload: programmatic dependent launch (auto, off or on)
   std::string arms_mode = "fixed";     // model workload: fixed (as chosen) or tune (timed per graph key at capture)
   bool marginal = false;               // model workload: marginal cost per op family (largest and smallest decode key)

@@ -350,9 +350,9 @@ void register_serve(CLI::App& app, Action& action) {
   cmd->add_option("--attn-decode", o.b.attn_decode, "GPU: attention in decode steps: auto, simt or mma (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
-  cmd->add_option("--gemm", o.b.gemm, "GPU: the projections: auto, cublas, skinny or mixed (as bench)")
+  cmd->add_option("--gemm", o.b.gemm, "GPU: the projections: auto, cublas, skinny, mixed or lt (as bench)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cublas", "skinny", "mixed"}));
+      ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));
   cmd->callback([&action, cmd] { action = [cmd] { return run(so, *cmd); }; });
 }
 

@@ -259,7 +259,8 @@ cudaError_t launch_dtype(const SkinnyGemmParams& p, cudaStream_t stream) {
   return p.y_dtype == DType::f32 ? launch_nt<BN, S, NT, true>(p, stream) : launch_nt<BN, S, NT, false>(p, stream);
 }
 
-// BN W rows a block, S stages (the probe tries other shapes; the library runs kBN, kStages).
+// BN W rows a block, S stages (skinny_gemm_block_rows picks 64 x 8, 128 x 5 or 256 x 5; the probe
+// tries others).
 template <int BN, int S>
 cudaError_t launch_tma(const SkinnyGemmParams& p, cudaStream_t stream) {
   switch ((p.M + 7) / 8) {
@@ -274,12 +275,18 @@ cudaError_t launch_tma(const SkinnyGemmParams& p, cudaStream_t stream) {
 
 bool skinny_gemm_supports(int M, int N, int K) { return M >= 1 && M <= kMaxM && N >= 1 && K >= kBK && K % kBK == 0; }
 
-int skinny_gemm_pick_splits(int N, int K, int num_sms) {
+int skinny_gemm_block_rows(int M, int N) {
+  if (M <= 16) return kBN;
+  return N >= 16384 ? 256 : N >= 8192 ? 128 : kBN;
+}
+
+int skinny_gemm_pick_splits(int M, int N, int K, int num_sms) {
   if (N <= 0 || K < kBK) return 1;
-  const long rb = (N + kBN - 1) / kBN, KT = K / kBK, sms = std::max(num_sms, 1);
-  // As many row blocks as SMs: no split (measured fastest for N = 10240 .. 18432, K = 2560; a split
-  // adds the partials' traffic and the last block's sum).
-  if (rb >= sms) return 1;
+  const int bn = skinny_gemm_block_rows(M, N);
+  const long rb = (N + bn - 1) / bn, KT = K / kBK, sms = std::max(num_sms, 1);
+  // As many row blocks as SMs, or the wide row blocks (72-144 of them at N = 10240 .. 18432): no
+  // split (measured fastest, K = 2560; a split adds the partials' traffic and the last block's sum).
+  if (rb >= sms || bn > kBN) return 1;
   const int most = static_cast<int>(std::clamp<long>(KT / 4, 1, 32));
   // Two blocks fit an SM (kStages stages each); an SM streams at full speed from two resident
   // blocks on: time ~ blocks per SM x (tiles per split + 4) / min(blocks per SM, 2).
@@ -310,7 +317,11 @@ cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   const int rbs = (p.N + kBN - 1) / kBN;
   if (p.splits < 1 || p.splits > p.K / kBK || p.splits > 65535 || rbs > 0x7fffffff) return cudaErrorInvalidValue;
   if (p.splits > 1 && (!p.workspace || !p.counters)) return cudaErrorInvalidValue;
-  return launch_tma<kBN, kStages>(p, stream);
+  switch (skinny_gemm_block_rows(p.M, p.N)) {
+    case 256: return launch_tma<256, 5>(p, stream);  // 184 KB of ring: one block an SM
+    case 128: return launch_tma<128, 5>(p, stream);  // 102 KB: two
+    default: return launch_tma<kBN, kStages>(p, stream);
+  }
 }
 
 }  // namespace sg

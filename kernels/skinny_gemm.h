@@ -42,11 +42,15 @@ struct SkinnyGemmParams {
 // Shapes the kernel takes: 1 <= M <= 32, any N >= 1 (the last row block is partial), K a positive
 // multiple of 64.
 bool skinny_gemm_supports(int M, int N, int K);
-// Split count for N / 64 row blocks over K / 64 tiles on `num_sms` SMs: 1 when there are at least
-// as many row blocks as SMs; else the smallest within 3% of the least modelled time, blocks per SM
-// x (tiles per split + 4) / min(blocks per SM, 2) (an SM streams at full speed from two resident
-// blocks on); at most 32 and at most K / 256.
-int skinny_gemm_pick_splits(int N, int K, int num_sms);
+// W rows a block for M rows and an [N, K] weight: 64 up to 16 rows; above, wider row blocks for
+// wide weights, so that the x tile (re-read for every row block and K tile) costs less: 256 from
+// N >= 16384, 128 from N >= 8192, else 64 (the GEMM probe's fastest at 32 rows on the H200).
+int skinny_gemm_block_rows(int M, int N);
+// Split count for ceil(N / block rows) row blocks over K / 64 tiles on `num_sms` SMs: 1 when there
+// are at least as many row blocks as SMs or the row blocks are wider than 64; else the smallest
+// within 3% of the least modelled time, blocks per SM x (tiles per split + 4) / min(blocks per SM,
+// 2) (an SM streams at full speed from two resident blocks on); at most 32 and at most K / 256.
+int skinny_gemm_pick_splits(int M, int N, int K, int num_sms);
 size_t skinny_gemm_workspace_bytes(int M, int N, int splits);
 
 // cudaErrorInvalidValue on unsupported shapes, dtypes, alignment or a missing workspace;

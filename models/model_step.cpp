@@ -252,8 +252,8 @@ void ModelStep::layout(Arena& a) {
     const int rows = gemm_uses_skinny(opts_.gemm, 32, n)                     ? 32
                      : gemm_uses_skinny(opts_.gemm, kGemmMixedSkinnyRows, n) ? kGemmMixedSkinnyRows
                                                                              : 0;
-    if (rows > 0 && skinny_gemm_supports(rows, n, k)) {
-      gws = std::max(gws, skinny_gemm_workspace_bytes(rows, n, skinny_gemm_pick_splits(n, k, sms_)));
+    for (int m = 1; m <= rows && skinny_gemm_supports(m, n, k); ++m) {  // the split count depends on m
+      gws = std::max(gws, skinny_gemm_workspace_bytes(m, n, skinny_gemm_pick_splits(m, n, k, sms_)));
     }
   }
   a_.gemm_ws = a.take("gemm.workspace", DType::f32, {std::max<int64_t>(4, static_cast<int64_t>((gws + 3) / 4))});

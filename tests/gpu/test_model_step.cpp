@@ -283,7 +283,7 @@ TEST_CASE("model step manifest labels every kernel it launches", "[gpu][model][m
       if (op == "mlp.gate_up" || op == "mlp.down" || op == "gdn.in_proj" || op == "gdn.out_proj" ||
           op == "attn.qkv_proj" || op == "attn.o_proj" || op == "lm_head") {
         CAPTURE(op, n.kernel);
-        CHECK(n.label.arm.rfind("skinny splits=", 0) == 0);
+        CHECK(n.label.arm.rfind("skinny bn=", 0) == 0);
         CHECK(n.kernel.find("skinny_gemm_kernel") != std::string::npos);
       }
     }

@@ -95,10 +95,11 @@ TEST_CASE("skinny gemm matches the reference linear for every row count, split c
   };
   for (Case c : {Case{1, 64, 64, 64, 64}, Case{5, 100, 128, 136, 101}, Case{8, 2560, 4096, 4096, 2560},
                  Case{9, 192, 2560, 2560, 200}, Case{17, 1000, 512, 520, 1000}, Case{32, 2560, 9216, 9216, 2560},
-                 Case{32, 12352, 2560, 2560, 12352}, Case{24, 130, 640, 640, 130}}) {
+                 Case{32, 12352, 2560, 2560, 12352}, Case{24, 130, 640, 640, 130},
+                 Case{32, 16448, 128, 128, 16448}, Case{20, 8200, 192, 200, 8201}}) {  // 256- and 128-row blocks
     const Problem pr(c.M, c.N, c.K, c.ldx, c.ldy, 500 + c.M + c.N);
     const int most = c.K / 64;
-    std::vector<int> splits = {1, 2, 3, most, skinny_gemm_pick_splits(c.N, c.K, 132)};
+    std::vector<int> splits = {1, 2, 3, most, skinny_gemm_pick_splits(c.M, c.N, c.K, 132)};
     if (most > 7) splits.push_back(7);
     for (DType yt : {DType::bf16, DType::f32}) {
       for (int sp : splits) {
@@ -164,13 +165,24 @@ TEST_CASE("skinny gemm: shapes, the split pick and bad params", "[gpu][gemm][ski
   CHECK_FALSE(skinny_gemm_supports(8, 64, 32));
   for (int N : {64, 2560, 12352, 18432, 248320}) {
     for (int K : {64, 2560, 4096, 9216}) {
-      const int s = skinny_gemm_pick_splits(N, K, 132);
-      CHECK(s >= 1);
-      CHECK(s <= std::max(1, std::min(32, K / 256)));
+      for (int M : {1, 16, 17, 32}) {
+        const int s = skinny_gemm_pick_splits(M, N, K, 132);
+        CHECK(s >= 1);
+        CHECK(s <= std::max(1, std::min(32, K / 256)));
+      }
     }
   }
-  CHECK(skinny_gemm_pick_splits(18432, 2560, 132) == 1);  // 288 row blocks fill 132 SMs: no split
-  CHECK(skinny_gemm_pick_splits(2560, 4096, 132) > 1);    // 40 row blocks: split K
+  CHECK(skinny_gemm_pick_splits(8, 18432, 2560, 132) == 1);  // 288 row blocks fill 132 SMs: no split
+  CHECK(skinny_gemm_pick_splits(8, 2560, 4096, 132) > 1);    // 40 row blocks: split K
+  // Wider row blocks above 16 rows for wide weights (the x tile re-read less often).
+  CHECK(skinny_gemm_block_rows(16, 18432) == 64);
+  CHECK(skinny_gemm_block_rows(17, 18432) == 256);
+  CHECK(skinny_gemm_block_rows(32, 16384) == 256);
+  CHECK(skinny_gemm_block_rows(32, 12352) == 128);
+  CHECK(skinny_gemm_block_rows(32, 8192) == 128);
+  CHECK(skinny_gemm_block_rows(32, 8191) == 64);
+  CHECK(skinny_gemm_block_rows(32, 2560) == 64);
+  CHECK(skinny_gemm_pick_splits(32, 18432, 2560, 132) == 1);  // 72 row blocks of 256: no split
   CHECK(skinny_gemm_workspace_bytes(32, 2560, 1) == 0);
   CHECK(skinny_gemm_workspace_bytes(32, 2560, 6) == 6u * 32 * 2560 * 4);
   const Problem pr(4, 128, 128, 128, 128, 77);

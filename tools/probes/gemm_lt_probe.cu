@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
       }
       std::printf("%-14s %4d %7d %6d | %9.2f %6.2f | %9.2f %6.2f | %5d |", sh.name, M, sh.N, sh.K, 1000 * t0,
                   wb / (t0 * 1e9), 1000 * best, wb / (best * 1e9), tried);
-      const int pick = sg::skinny_gemm_pick_splits(sh.N, sh.K, 132);
+      const int pick = sg::skinny_gemm_pick_splits(M, sh.N, sh.K, 132);
       // Tile variants (K per tile, ring stages): the best split count of each.
       struct Variant {
         const char* name;

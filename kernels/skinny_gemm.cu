@@ -23,9 +23,6 @@ constexpr int kBN = 64;     // W rows per block: 16 per consumer warp
 constexpr int kBK = 64;     // K per tile: one 128-byte swizzle row of bf16
 constexpr int kStages = 8;  // ring depth; two blocks fit an SM
 constexpr int kMaxM = 32;
-#ifndef SG_SKINNY_PREFETCH
-#define SG_SKINNY_PREFETCH S
-#endif
 
 // Offset (bf16 elements) of 16-byte chunk c of row r in a tile of 64-wide rows: the TMA's 128-byte
 // swizzle (chunk c ^ (r % 8)), so the 8 rows an ldmatrix reads fall on different banks. A tile
@@ -158,9 +155,11 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
   if (warp == 0 && lane == 0) {
     // Whole boxes count, zero fill past N and M included. The first S tiles of W (weights: no
     // kernel of the step writes them) are requested before pdl_wait, so under PDL the weight stream
-    // starts while the previous kernel finishes; x, the previous kernel's output, after it.
+    // starts while the previous kernel finishes; x, the previous kernel's output, after it. (The
+    // previous kernel's node time grows, as its loads queue behind these, but the step gains:
+    // decode b=16 with no tile requested early was 1.8% slower, docs/BENCHMARKS.md.)
     constexpr uint32_t kBytes = static_cast<uint32_t>(BN + 8 * NT) * kBK * 2;
-    const int first = min(nt, SG_SKINNY_PREFETCH);
+    const int first = min(nt, S);
     for (int i = 0; i < first; ++i) {
       const uint32_t bar = smem_addr(&full[i]);
       tma::mbar_arrive_expect_tx(bar, kBytes);

@@ -104,26 +104,6 @@ AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType ac
   return want;
 }
 
-const char* gemm_name(GemmKind g) {
-  switch (g) {
-    case GemmKind::automatic: return "auto";
-    case GemmKind::cublas: return "cublas";
-    case GemmKind::skinny: return "skinny";
-    case GemmKind::mixed: return "mixed";
-    case GemmKind::lt: return "lt";
-  }
-  return "?";
-}
-
-GemmKind parse_gemm(const std::string& name) {
-  if (name == "auto") return GemmKind::automatic;
-  if (name == "cublas") return GemmKind::cublas;
-  if (name == "skinny") return GemmKind::skinny;
-  if (name == "mixed") return GemmKind::mixed;
-  if (name == "lt") return GemmKind::lt;
-  throw Error(fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny, mixed, lt)", name));
-}
-
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
   const bool built = act == DType::bf16 && d.cc_major >= 9;
   if (want == GemmKind::automatic) return built ? GemmKind::mixed : GemmKind::cublas;
@@ -157,12 +137,6 @@ PdlMode resolve_pdl(PdlMode want, const DeviceLimits& d) {
           "programmatic dependent launch needs sm_90+ (this device: compute capability {}.x; use --pdl off)",
           d.cc_major);
   return want;
-}
-
-bool gemm_uses_lt(GemmKind g, int64_t rows) { return g == GemmKind::lt && rows <= kGemmLtMaxRows; }
-
-bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n) {
-  return g == GemmKind::skinny || (g == GemmKind::mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN));
 }
 
 }  // namespace sg

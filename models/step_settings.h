@@ -61,8 +61,9 @@ enum class GemmKind : uint8_t {
   cublas,     // cublasGemmEx for every projection
   skinny,     // kernels/skinny_gemm.h where it applies (bf16, M <= 32, K % 64 == 0), cuBLAS elsewhere
   mixed,      // skinny for steps of at most kGemmMixedSkinnyRows rows and for weights of at least
-              // kGemmMixedWideN rows (the LM head), cuBLAS otherwise: where each measured faster on
-              // the H200 (docs/BENCHMARKS.md)
+              // kGemmMixedWideN rows (the LM head), lt for the other projections of steps of at most
+              // kGemmLtMaxRows rows, cublasGemmEx above: where each measured faster on the H200
+              // (docs/BENCHMARKS.md)
   lt,         // cuBLASLt with the algorithm chosen per shape by timing (engine/gemm_lt.h) for steps
               // of at most kGemmLtMaxRows rows (decode), cublasGemmEx above
 };
@@ -79,7 +80,8 @@ GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
 // Whether a projection of `rows` rows and an [n, k] weight runs the skinny kernel under the
 // resolved setting `g` (the shape must also be one skinny_gemm_supports).
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n);
-// Whether a projection of `rows` rows runs through cuBLASLt's tuned algorithm under `g`.
+// Whether a projection of `rows` rows that does not run the skinny kernel runs through cuBLASLt's
+// tuned algorithm under `g` (lt or mixed, at most kGemmLtMaxRows rows).
 bool gemm_uses_lt(GemmKind g, int64_t rows);
 
 // How a step launches its kernels: with programmatic dependent launch (PDL, kernels/launch.cuh),

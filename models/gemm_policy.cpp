@@ -1,0 +1,38 @@
+// gemm_policy.cpp: the GEMM setting's names and which projections run which GEMM (step_settings.h;
+// pure, in the host library so that the CPU tests cover it).
+#include <fmt/format.h>
+
+#include "engine/error.h"
+#include "models/step_settings.h"
+
+namespace sg {
+
+const char* gemm_name(GemmKind g) {
+  switch (g) {
+    case GemmKind::automatic: return "auto";
+    case GemmKind::cublas: return "cublas";
+    case GemmKind::skinny: return "skinny";
+    case GemmKind::mixed: return "mixed";
+    case GemmKind::lt: return "lt";
+  }
+  return "?";
+}
+
+GemmKind parse_gemm(const std::string& name) {
+  if (name == "auto") return GemmKind::automatic;
+  if (name == "cublas") return GemmKind::cublas;
+  if (name == "skinny") return GemmKind::skinny;
+  if (name == "mixed") return GemmKind::mixed;
+  if (name == "lt") return GemmKind::lt;
+  throw Error(fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny, mixed, lt)", name));
+}
+
+bool gemm_uses_lt(GemmKind g, int64_t rows) {
+  return (g == GemmKind::lt || g == GemmKind::mixed) && rows <= kGemmLtMaxRows;
+}
+
+bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n) {
+  return g == GemmKind::skinny || (g == GemmKind::mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN));
+}
+
+}  // namespace sg

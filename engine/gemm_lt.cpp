@@ -27,8 +27,8 @@ int alignment(const void* p) {
 
 Layout layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
   cublasLtMatrixLayout_t l = nullptr;
-  check(cublasLtMatrixLayoutCreate(&l, gemm_cuda_type(t), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols),
-                                   ld));
+  check(
+      cublasLtMatrixLayoutCreate(&l, gemm_cuda_type(t), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
   return Layout(l);
 }
 
@@ -72,7 +72,10 @@ struct LtGemm::Choice {
 };
 
 LtGemm::LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes, int candidates)
-    : stream_(stream), workspace_(workspace), workspace_bytes_(workspace_bytes), candidates_(std::clamp(candidates, 1, 32)) {
+    : stream_(stream),
+      workspace_(workspace),
+      workspace_bytes_(workspace_bytes),
+      candidates_(std::clamp(candidates, 1, 32)) {
   check(cublasLtCreate(&handle_));
 }
 
@@ -131,13 +134,13 @@ void LtGemm::tune(const TensorView& x, const TensorView& W, const TensorView& y)
     pref = Pref(p);
     const uint64_t ws = workspace_bytes_;
     // f32 reductions only: no split-K reduction in the output type.
-    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_INPLACE |
-                             CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    const uint32_t schemes =
+        CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     const uint32_t ax = static_cast<uint32_t>(s.align_x), aw = static_cast<uint32_t>(s.align_w),
                    ay = static_cast<uint32_t>(s.align_y);
     check(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    check(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                               sizeof(schemes)));
+    check(
+        cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
     check(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof(aw)));
     check(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof(ax)));
     check(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay, sizeof(ay)));

@@ -90,7 +90,8 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   p.workspace = a_.gemm_ws.ptr<float>();
   p.counters = a_.gemm_counters.ptr<int32_t>();
   launched(skinny_gemm(p, stream_.get()), rec, stream_.get(), [&] {
-    return NodeLabel{layer, op, fmt::format("skinny bn={} splits={}", skinny_gemm_block_rows(p.M, p.N), p.splits), bytes};
+    return NodeLabel{layer, op, fmt::format("skinny bn={} splits={}", skinny_gemm_block_rows(p.M, p.N), p.splits),
+                     bytes};
   });
 }
 

@@ -95,8 +95,8 @@ TEST_CASE("skinny gemm matches the reference linear for every row count, split c
   };
   for (Case c : {Case{1, 64, 64, 64, 64}, Case{5, 100, 128, 136, 101}, Case{8, 2560, 4096, 4096, 2560},
                  Case{9, 192, 2560, 2560, 200}, Case{17, 1000, 512, 520, 1000}, Case{32, 2560, 9216, 9216, 2560},
-                 Case{32, 12352, 2560, 2560, 12352}, Case{24, 130, 640, 640, 130},
-                 Case{32, 16448, 128, 128, 16448}, Case{20, 8200, 192, 200, 8201}}) {  // 256- and 128-row blocks
+                 Case{32, 12352, 2560, 2560, 12352}, Case{24, 130, 640, 640, 130}, Case{32, 16448, 128, 128, 16448},
+                 Case{20, 8200, 192, 200, 8201}}) {  // 256- and 128-row blocks
     const Problem pr(c.M, c.N, c.K, c.ldx, c.ldy, 500 + c.M + c.N);
     const int most = c.K / 64;
     std::vector<int> splits = {1, 2, 3, most, skinny_gemm_pick_splits(c.M, c.N, c.K, 132)};

@@ -322,7 +322,8 @@ void register_bench(CLI::App& app, Action& action) {
                   "tensor-core weight-streaming kernel for at most 32 rows, K % 64 == 0; within the GEMM "
                   "tolerance of cuBLAS, not byte-identical, so a setting rather than an arm; cuBLAS for other "
                   "shapes), mixed (skinny for steps of at most 24 rows and for the LM head, where it measures faster, "
-                  "cuBLAS elsewhere), lt (cuBLASLt with the fastest of its top heuristic algorithms, timed "
+                  "lt for the other decode projections, cublasGemmEx for prefill), lt (cuBLASLt with the fastest of "
+                  "its top heuristic algorithms, timed "
                   "per shape before capture and named in the manifest, for steps of at most 32 rows; "
                   "cublasGemmEx above) or auto (mixed for bf16 on sm_90, else cublas)")
       ->capture_default_str()

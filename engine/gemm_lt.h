@@ -4,15 +4,18 @@
 // or f32), but cublasGemmEx's one heuristic pick becomes a choice among cuBLASLt's top heuristic
 // algorithms, each timed on the shape at hand, the fastest kept for the life of the object.
 //
-// tune() measures (host synchronisation: never inside a capture) and leaves y with the chosen
-// algorithm's result; run() launches the chosen algorithm and is graph-safe (no allocation, no
-// synchronisation: the workspace is the caller's, e.g. the stream's cuBLAS handle's, used by one
-// GEMM at a time on that stream). The shape key holds M, N, K,
-// the row strides, the dtypes and the pointer alignments (an algorithm may need aligned
-// operands). Split-K reductions in the output type are excluded (f32 reductions only, as the
-// cuBLAS handle's DISALLOW_REDUCED_PRECISION_REDUCTION). Algorithms differ in summation order:
-// results are within the GEMM test tolerance of cublasGemmEx, byte-identical run to run for one
-// choice; describe() names the choice so that a manifest can record it.
+// tune() measures (host synchronisation, and a scratch of twice the L2 allocated for the call so
+// that each timed launch streams W from memory: never inside a capture) and leaves y with the
+// chosen algorithm's result; run() launches the chosen algorithm and is graph-safe (no
+// allocation, no synchronisation: the workspace is the caller's, e.g. the stream's cuBLAS
+// handle's, used by one GEMM at a time on that stream). The shape key holds M, N, K, the row
+// strides, the dtypes and the pointer alignments (an algorithm may need aligned operands). A
+// choice is shared by every LtGemm of the process (per device and shape), so two steps of one
+// process give the same bytes; another process may time its way to another algorithm (the
+// manifest names the one that ran). Near ties keep the heuristic's order (a later candidate must
+// be 2% faster). Split-K partials are summed in f32 only (as the cuBLAS handle's
+// DISALLOW_REDUCED_PRECISION_REDUCTION). Algorithms differ in summation order: results are within
+// the GEMM test tolerance of cublasGemmEx.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -49,14 +52,15 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  // Times each candidate (a warm-up launch, then the median of 5 runs of 10 launches) on these
-  // views, keeps the fastest for their shape and leaves its result in y. Not while the stream is
-  // capturing (sg::Error). A shape tuned before is kept (the call only reruns its choice).
+  // Times each candidate (a warm-up launch, then the median of 7 launches after an L2 flush) on
+  // these views, keeps the fastest for their shape (or the process's earlier choice for it) and
+  // leaves its result in y. Not while the stream is capturing (sg::Error). A shape tuned before
+  // is kept (the call only reruns its choice).
   void tune(const TensorView& x, const TensorView& W, const TensorView& y);
   bool tuned(const LtShape& s) const;
   // Launches the shape's chosen algorithm; throws sg::Error when the shape was not tuned.
   void run(const TensorView& x, const TensorView& W, const TensorView& y) const;
-  // "lt algo=<id> tile=<t> stages=<s> splitk=<k> (<us> us, best of <n>)"; throws when not tuned.
+  // "lt algo=<id> tile=<t> stages=<s> splitk=<k> (heuristic #<i> of <n>)"; throws when not tuned.
   std::string describe(const LtShape& s) const;
   size_t shapes() const;
 

@@ -274,14 +274,17 @@ cudaError_t launch_tma(const SkinnyGemmParams& p, cudaStream_t stream) {
 
 bool skinny_gemm_supports(int M, int N, int K) { return M >= 1 && M <= kMaxM && N >= 1 && K >= kBK && K % kBK == 0; }
 
-int skinny_gemm_block_rows(int M, int N) {
-  if (M <= 16) return kBN;
-  return N >= 16384 ? 256 : N >= 8192 ? 128 : kBN;
+int skinny_gemm_block_rows(int M, int N, int num_sms) {
+  if (M <= 16 || N < 1) return kBN;
+  const long sms = std::max(num_sms, 1), rb256 = (N + 255) / 256, rb128 = (N + 127) / 128;
+  if (2 * rb256 >= sms && rb256 <= sms) return 256;      // one wave, one block an SM
+  if (2 * rb128 >= sms && rb128 <= 2 * sms) return 128;  // one wave, two blocks an SM
+  return kBN;
 }
 
 int skinny_gemm_pick_splits(int M, int N, int K, int num_sms) {
   if (N <= 0 || K < kBK) return 1;
-  const int bn = skinny_gemm_block_rows(M, N);
+  const int bn = skinny_gemm_block_rows(M, N, num_sms);
   const long rb = (N + bn - 1) / bn, KT = K / kBK, sms = std::max(num_sms, 1);
   // As many row blocks as SMs, or the wide row blocks (72-144 of them at N = 10240 .. 18432): no
   // split (measured fastest, K = 2560; a split adds the partials' traffic and the last block's sum).
@@ -316,7 +319,9 @@ cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   const int rbs = (p.N + kBN - 1) / kBN;
   if (p.splits < 1 || p.splits > p.K / kBK || p.splits > 65535 || rbs > 0x7fffffff) return cudaErrorInvalidValue;
   if (p.splits > 1 && (!p.workspace || !p.counters)) return cudaErrorInvalidValue;
-  switch (skinny_gemm_block_rows(p.M, p.N)) {
+  if (p.block_rows != 0 && p.block_rows != 64 && p.block_rows != 128 && p.block_rows != 256)
+    return cudaErrorInvalidValue;
+  switch (p.block_rows) {
     case 256: return launch_tma<256, 5>(p, stream);  // 184 KB of ring: one block an SM
     case 128: return launch_tma<128, 5>(p, stream);  // 102 KB: two
     default: return launch_tma<kBN, kStages>(p, stream);

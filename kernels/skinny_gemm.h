@@ -35,6 +35,7 @@ struct SkinnyGemmParams {
   DType y_dtype = DType::bf16;
   int M = 0, N = 0, K = 0;      // 1 <= M <= 32, N >= 1, K % 64 == 0
   int splits = 1;               // K ranges (skinny_gemm_pick_splits); > 1 needs workspace and counters
+  int block_rows = 0;           // W rows a block: 64, 128, 256 (skinny_gemm_block_rows); 0 = 64
   float* workspace = nullptr;   // skinny_gemm_workspace_bytes(M, N, splits)
   int32_t* counters = nullptr;  // [ceil(N / 64)], zero before the launch (left zero)
 };
@@ -42,10 +43,13 @@ struct SkinnyGemmParams {
 // Shapes the kernel takes: 1 <= M <= 32, any N >= 1 (the last row block is partial), K a positive
 // multiple of 64.
 bool skinny_gemm_supports(int M, int N, int K);
-// W rows a block for M rows and an [N, K] weight: 64 up to 16 rows; above, wider row blocks for
-// wide weights, so that the x tile (re-read for every row block and K tile) costs less: 256 from
-// N >= 16384, 128 from N >= 8192, else 64 (the GEMM probe's fastest at 32 rows on the H200).
-int skinny_gemm_block_rows(int M, int N);
+// W rows a block for M rows and N outputs on `num_sms` SMs: 64 up to 16 rows; above, wider row
+// blocks for wide weights, so that the x tile (re-read for every row block and K tile) costs
+// less, where they fill between half and all of one wave: 256 (one block an SM) when
+// ceil(N / 256) is in [sms / 2, sms], else 128 (two an SM) when ceil(N / 128) is in [sms / 2,
+// 2 sms], else 64. On the H200 at 32 rows the GEMM probe measured 256 fastest for N = 18432 (72
+// blocks), 128 for 10240 and 12352 (80 and 97 blocks; 256 was slower there, with 40 and 49).
+int skinny_gemm_block_rows(int M, int N, int num_sms);
 // Split count for ceil(N / block rows) row blocks over K / 64 tiles on `num_sms` SMs: 1 when there
 // are at least as many row blocks as SMs or the row blocks are wider than 64; else the smallest
 // within 3% of the least modelled time, blocks per SM x (tiles per split + 4) / min(blocks per SM,
@@ -53,7 +57,7 @@ int skinny_gemm_block_rows(int M, int N);
 int skinny_gemm_pick_splits(int M, int N, int K, int num_sms);
 size_t skinny_gemm_workspace_bytes(int M, int N, int splits);
 
-// cudaErrorInvalidValue on unsupported shapes, dtypes, alignment or a missing workspace;
+// cudaErrorInvalidValue on unsupported shapes, dtypes, alignment, block rows or a missing workspace;
 // cudaErrorNotSupported when the driver cannot encode the tensor maps; else the launch error.
 // M == 0 does nothing.
 cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream);

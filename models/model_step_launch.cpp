@@ -86,12 +86,12 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   p.M = static_cast<int>(M);
   p.N = static_cast<int>(N);
   p.K = static_cast<int>(K);
+  p.block_rows = skinny_gemm_block_rows(p.M, p.N, sms_);
   p.splits = skinny_gemm_pick_splits(p.M, p.N, p.K, sms_);
   p.workspace = a_.gemm_ws.ptr<float>();
   p.counters = a_.gemm_counters.ptr<int32_t>();
   launched(skinny_gemm(p, stream_.get()), rec, stream_.get(), [&] {
-    return NodeLabel{layer, op, fmt::format("skinny bn={} splits={}", skinny_gemm_block_rows(p.M, p.N), p.splits),
-                     bytes};
+    return NodeLabel{layer, op, fmt::format("skinny bn={} splits={}", p.block_rows, p.splits), bytes};
   });
 }
 

@@ -118,9 +118,20 @@ TEST_CASE("cuBLASLt gemm: replay equals eager, untuned shapes refused, tuning un
   g.replay(s.get());
   s.sync();
   CHECK(test::byte_diff(replay.download(), eager.download(), DType::bf16) == "");
-  // A misaligned x (2-byte offset, row stride kept even) is another shape: not tuned.
-  auto vx2 = TensorView::contiguous(static_cast<char*>(dx.data()) + 2, DType::bf16, {T - 1, in});
-  CHECK_FALSE(lt.tuned(lt_shape(vx2, vW, TensorView::contiguous(eager.data(), DType::bf16, {T - 1, out}))));
+  // The same shape with x 2 bytes off its alignment is another key: not tuned (an algorithm may
+  // need aligned operands).
+  auto vx2 = TensorView::contiguous(static_cast<char*>(dx.data()) + 2, DType::bf16, {T, in});
+  const LtShape off = lt_shape(vx2, vW, ve);
+  CHECK(off.align_x == 2);
+  CHECK(lt_shape(vx, vW, ve).align_x == 256);
+  CHECK_FALSE(lt.tuned(off));
+  // A second LtGemm of the process takes the first one's choice: the same bytes.
+  LtGemm other(s.get(), h.workspace(), h.workspace_bytes(), 4);
+  test::DevBuf again(static_cast<size_t>(T) * out * 2);
+  other.tune(vx, vW, TensorView::contiguous(again.data(), DType::bf16, {T, out}));
+  s.sync();
+  CHECK(other.describe(lt_shape(vx, vW, ve)) == lt.describe(lt_shape(vx, vW, ve)));
+  CHECK(test::byte_diff(again.download(), eager.download(), DType::bf16) == "");
   CHECK_THROWS_AS(lt_shape(vx, TensorView::contiguous(dW.data(), DType::bf16, {out, in - 1}), ve), Error);
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "engine/error.h"
@@ -53,7 +54,8 @@ struct Problem {
     }
   }
 
-  SkinnyGemmParams params(test::DevBuf& y, DType yt, int splits, test::DevBuf& ws, test::DevBuf& counters) const {
+  SkinnyGemmParams params(test::DevBuf& y, DType yt, int splits, test::DevBuf& ws, test::DevBuf& counters,
+                          int block_rows = 0) const {
     SkinnyGemmParams p;
     p.x = dx.data();
     p.ldx = ldx;
@@ -65,6 +67,7 @@ struct Problem {
     p.N = N;
     p.K = K;
     p.splits = splits;
+    p.block_rows = block_rows;
     p.workspace = ws.as<float>();
     p.counters = counters.as<int32_t>();
     return p;
@@ -103,17 +106,20 @@ TEST_CASE("skinny gemm matches the reference linear for every row count, split c
     if (most > 7) splits.push_back(7);
     for (DType yt : {DType::bf16, DType::f32}) {
       for (int sp : splits) {
-        if (sp > most) continue;
-        CAPTURE(c.M, c.N, c.K, c.ldx, c.ldy, dtype_name(yt), sp);
-        test::DevBuf y(static_cast<size_t>(c.M) * c.ldy * dtype_size(yt));  // poisoned: every element must be written
-        test::DevBuf ws(std::max<size_t>(16, skinny_gemm_workspace_bytes(c.M, c.N, sp)));
-        test::DevBuf counters(static_cast<size_t>((c.N + 63) / 64) * 4, 0);
-        check(skinny_gemm(pr.params(y, yt, sp, ws, counters), nullptr));
-        check(cudaDeviceSynchronize());
-        const auto got = y.download_f32(yt);
-        CHECK(pr.bad(got, yt) == 0);
-        const auto cb = counters.download();
-        CHECK(std::all_of(cb.begin(), cb.end(), [](uint8_t b) { return b == 0; }));
+        // Every block width at every row count (the model picks 128 and 256 above 16 rows only).
+        for (int bn : {0, 128, 256}) {
+          if (sp > most) continue;
+          CAPTURE(c.M, c.N, c.K, c.ldx, c.ldy, dtype_name(yt), sp, bn);
+          test::DevBuf y(static_cast<size_t>(c.M) * c.ldy * dtype_size(yt));  // poisoned: every element must be written
+          test::DevBuf ws(std::max<size_t>(16, skinny_gemm_workspace_bytes(c.M, c.N, sp)));
+          test::DevBuf counters(static_cast<size_t>((c.N + 63) / 64) * 4, 0);
+          check(skinny_gemm(pr.params(y, yt, sp, ws, counters, bn), nullptr));
+          check(cudaDeviceSynchronize());
+          const auto got = y.download_f32(yt);
+          CHECK(pr.bad(got, yt) == 0);
+          const auto cb = counters.download();
+          CHECK(std::all_of(cb.begin(), cb.end(), [](uint8_t b) { return b == 0; }));
+        }
       }
     }
   }
@@ -122,20 +128,20 @@ TEST_CASE("skinny gemm matches the reference linear for every row count, split c
 TEST_CASE("skinny gemm: graph replay, eager and a rerun give the same bytes, columns past N untouched",
           "[gpu][gemm][skinny][graphs]") {
   const Problem pr(32, 2560, 4096, 4096, 2600, 900);
-  for (int sp : {1, 6}) {
-    CAPTURE(sp);
+  for (auto [sp, bn] : {std::pair{1, 0}, std::pair{6, 0}, std::pair{1, 256}, std::pair{3, 128}}) {
+    CAPTURE(sp, bn);
     test::DevBuf ws(std::max<size_t>(16, skinny_gemm_workspace_bytes(32, 2560, sp)));
     test::DevBuf counters(40 * 4, 0);
     const size_t bytes = static_cast<size_t>(32) * 2600 * 2;
     test::DevBuf eager(bytes, 0x5A), again(bytes, 0x5A), graphed(bytes, 0x5A);
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    check(skinny_gemm(pr.params(eager, DType::bf16, sp, ws, counters), s));
-    check(skinny_gemm(pr.params(again, DType::bf16, sp, ws, counters), s));
+    check(skinny_gemm(pr.params(eager, DType::bf16, sp, ws, counters, bn), s));
+    check(skinny_gemm(pr.params(again, DType::bf16, sp, ws, counters, bn), s));
     cudaGraph_t g = nullptr;
     cudaGraphExec_t ge = nullptr;
     check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    const cudaError_t launched = skinny_gemm(pr.params(graphed, DType::bf16, sp, ws, counters), s);
+    const cudaError_t launched = skinny_gemm(pr.params(graphed, DType::bf16, sp, ws, counters, bn), s);
     check(cudaStreamEndCapture(s, &g));
     check(launched);
     check(cudaGraphInstantiate(&ge, g, 0));
@@ -175,13 +181,14 @@ TEST_CASE("skinny gemm: shapes, the split pick and bad params", "[gpu][gemm][ski
   CHECK(skinny_gemm_pick_splits(8, 18432, 2560, 132) == 1);  // 288 row blocks fill 132 SMs: no split
   CHECK(skinny_gemm_pick_splits(8, 2560, 4096, 132) > 1);    // 40 row blocks: split K
   // Wider row blocks above 16 rows for wide weights (the x tile re-read less often).
-  CHECK(skinny_gemm_block_rows(16, 18432) == 64);
-  CHECK(skinny_gemm_block_rows(17, 18432) == 256);
-  CHECK(skinny_gemm_block_rows(32, 16384) == 256);
-  CHECK(skinny_gemm_block_rows(32, 12352) == 128);
-  CHECK(skinny_gemm_block_rows(32, 8192) == 128);
-  CHECK(skinny_gemm_block_rows(32, 8191) == 64);
-  CHECK(skinny_gemm_block_rows(32, 2560) == 64);
+  CHECK(skinny_gemm_block_rows(16, 18432, 132) == 64);
+  CHECK(skinny_gemm_block_rows(17, 18432, 132) == 256);  // 72 blocks
+  CHECK(skinny_gemm_block_rows(32, 33792, 132) == 256);  // 132 blocks
+  CHECK(skinny_gemm_block_rows(32, 34816, 132) == 64);   // 136 blocks of 256, 272 of 128: two waves
+  CHECK(skinny_gemm_block_rows(32, 12352, 132) == 128);  // 49 blocks of 256 are too few: 97 of 128
+  CHECK(skinny_gemm_block_rows(32, 10240, 132) == 128);
+  CHECK(skinny_gemm_block_rows(32, 8192, 132) == 64);  // 64 blocks of 128: too few
+  CHECK(skinny_gemm_block_rows(32, 2560, 132) == 64);
   CHECK(skinny_gemm_pick_splits(32, 18432, 2560, 132) == 1);  // 72 row blocks of 256: no split
   CHECK(skinny_gemm_workspace_bytes(32, 2560, 1) == 0);
   CHECK(skinny_gemm_workspace_bytes(32, 2560, 6) == 6u * 32 * 2560 * 4);
@@ -203,6 +210,9 @@ TEST_CASE("skinny gemm: shapes, the split pick and bad params", "[gpu][gemm][ski
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
   bad = ok;
   bad.y_dtype = DType::f16;
+  CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  bad = ok;
+  bad.block_rows = 96;
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
   bad = ok;
   bad.M = 0;

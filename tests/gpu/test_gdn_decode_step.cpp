@@ -264,7 +264,12 @@ TEST_CASE("the manifest names each node's op, arm, kernel and grid", "[gpu][skel
     CHECK(m.nodes[1].grid == Dim3{static_cast<unsigned>(key), 17, 1});
     CHECK(m.nodes[1].block == Dim3{256, 1, 1});
     CHECK(m.nodes[2].label.op == "delta_rule.decode");
-    CHECK(m.nodes[2].grid == Dim3{32, static_cast<unsigned>(key), 1});
+    // Split 2 in two column blocks a v-head (Dk = Dv = 128): 64 half-width blocks a row, as the
+    // unfused contract says.
+    const auto dc = gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{key, 16, 32, 128, 128, 4});
+    CHECK(m.nodes[2].grid == Dim3{64, static_cast<unsigned>(key), 1});
+    CHECK(m.nodes[2].grid == dc.grid);
+    CHECK(m.nodes[2].block == dc.block);
     // One stream captured: each kernel waits for the previous one.
     CHECK(m.edges == std::vector<std::pair<int, int>>{{0, 1}, {1, 2}});
   }

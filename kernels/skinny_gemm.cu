@@ -23,6 +23,10 @@ constexpr int kBN = 64;     // W rows per block: 16 per consumer warp
 constexpr int kBK = 64;     // K per tile: one 128-byte swizzle row of bf16
 constexpr int kStages = 8;  // ring depth; two blocks fit an SM
 constexpr int kMaxM = 32;
+// Weight tiles requested before pdl_wait above 24 rows (S at most 24 rows): the previous kernel's
+// loads queue behind them. 4B decode b=32 against cuBLASLt: 1 tile +0.2%, 3 tiles -1.2%, all
+// (5 or 8) neutral (docs/BENCHMARKS.md).
+constexpr int kEarlyTilesWide = 3;
 
 // Offset (bf16 elements) of 16-byte chunk c of row r in a tile of 64-wide rows: the TMA's 128-byte
 // swizzle (chunk c ^ (r % 8)), so the 8 rows an ldmatrix reads fall on different banks. A tile
@@ -153,13 +157,14 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   const int cw = warp - 1;  // consumer warp: W rows 16 cw ..
   if (warp == 0 && lane == 0) {
-    // Whole boxes count, zero fill past N and M included. The first S tiles of W (weights: no
-    // kernel of the step writes them) are requested before pdl_wait, so under PDL the weight stream
+    // Whole boxes count, zero fill past N and M included. The first S tiles of W (kEarlyTilesWide
+    // above 24 rows; weights: no kernel of the step writes them) are requested before pdl_wait, so
+    // under PDL the weight stream
     // starts while the previous kernel finishes; x, the previous kernel's output, after it. (The
     // previous kernel's node time grows, as its loads queue behind these, but the step gains:
     // decode b=16 with no tile requested early was 1.8% slower, docs/BENCHMARKS.md.)
     constexpr uint32_t kBytes = static_cast<uint32_t>(BN + 8 * NT) * kBK * 2;
-    const int first = min(nt, S);
+    const int first = min(nt, p.M > 24 ? kEarlyTilesWide : S);
     for (int i = 0; i < first; ++i) {
       const uint32_t bar = smem_addr(&full[i]);
       tma::mbar_arrive_expect_tx(bar, kBytes);

@@ -1,6 +1,9 @@
 // The GEMM setting (models/step_settings.h): its names and which projections run the skinny
-// kernel, cuBLASLt's tuned algorithm or cublasGemmEx.
+// kernel, cuBLASLt's tuned algorithm or cublasGemmEx; the cuBLASLt shape key (engine/gemm_lt.h).
+#include <cstdint>
+
 #include "engine/error.h"
+#include "engine/gemm_lt.h"
 #include "models/step_settings.h"
 #include "tests/support/catch.h"
 
@@ -42,4 +45,36 @@ TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt 
     CHECK_FALSE(gemm_uses_skinny(g, 1, 248320));
     CHECK_FALSE(gemm_uses_lt(g, 1));
   }
+}
+
+TEST_CASE("cuBLASLt shape keys: dims, strides, dtypes and each operand's alignment; bad views refused",
+          "[gemm][settings]") {
+  // Views over made-up addresses: lt_shape reads no memory.
+  auto at = [](uintptr_t a) { return reinterpret_cast<void*>(a); };
+  TensorView x = TensorView::contiguous(at(0x10000), DType::bf16, {32, 2560});
+  TensorView W = TensorView::contiguous(at(0x20000), DType::bf16, {18432, 2560});
+  TensorView y = TensorView::contiguous(at(0x30040), DType::bf16, {32, 18432});
+  y.stride[0] = 18440;
+  const LtShape s = lt_shape(x, W, y);
+  CHECK(s.M == 32);
+  CHECK(s.N == 18432);
+  CHECK(s.K == 2560);
+  CHECK(s.ldx == 2560);
+  CHECK(s.ldy == 18440);
+  CHECK(s.align_x == 256);  // capped at 256
+  CHECK(s.align_w == 256);
+  CHECK(s.align_y == 64);
+  CHECK(s.describe() == "M=32 N=18432 K=2560 bf16->bf16");
+  // Another address with the same alignment is the same key; another alignment is not.
+  TensorView x2 = TensorView::contiguous(at(0x50000), DType::bf16, {32, 2560});
+  CHECK(lt_shape(x2, W, y) == s);
+  TensorView x3 = TensorView::contiguous(at(0x10002), DType::bf16, {32, 2560});
+  CHECK(lt_shape(x3, W, y).align_x == 2);
+  CHECK_FALSE(lt_shape(x3, W, y) == s);
+  TensorView yf = TensorView::contiguous(at(0x30000), DType::f32, {32, 18432});
+  CHECK(lt_shape(x, W, yf).out == DType::f32);
+  // The checks of gemm_xwt: mismatched K, a y of the wrong rows, mixed input dtypes.
+  CHECK_THROWS_AS(lt_shape(x, TensorView::contiguous(at(0x20000), DType::bf16, {18432, 2048}), y), Error);
+  CHECK_THROWS_AS(lt_shape(x, W, TensorView::contiguous(at(0x30000), DType::bf16, {31, 18432})), Error);
+  CHECK_THROWS_AS(lt_shape(x, TensorView::contiguous(at(0x20000), DType::f32, {18432, 2560}), y), Error);
 }

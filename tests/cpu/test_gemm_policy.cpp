@@ -47,7 +47,7 @@ TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt 
   }
 }
 
-TEST_CASE("cuBLASLt shape keys: dims, strides, dtypes and each operand's alignment; bad views refused",
+TEST_CASE("cuBLASLt shape keys: dims, strides, dtypes and each operand's alignment, and bad views refused",
           "[gemm][settings]") {
   // Views over made-up addresses: lt_shape reads no memory.
   auto at = [](uintptr_t a) { return reinterpret_cast<void*>(a); };

@@ -121,10 +121,15 @@ std::string LtGemm::describe(const LtShape& s) const {
   return it->second->text;
 }
 
-void LtGemm::launch(const Choice& c, const TensorView& x, const TensorView& W, const TensorView& y) const {
+cublasStatus_t LtGemm::try_launch(const Choice& c, const TensorView& x, const TensorView& W,
+                                  const TensorView& y) const {
   const float alpha = 1.0f, beta = 0.0f;
-  check(cublasLtMatmul(handle_, c.desc.get(), &alpha, W.data, c.a.get(), x.data, c.b.get(), &beta, y.data, c.c.get(),
-                       y.data, c.c.get(), &c.algo, workspace_, workspace_bytes_, stream_));
+  return cublasLtMatmul(handle_, c.desc.get(), &alpha, W.data, c.a.get(), x.data, c.b.get(), &beta, y.data, c.c.get(),
+                        y.data, c.c.get(), &c.algo, workspace_, workspace_bytes_, stream_);
+}
+
+void LtGemm::launch(const Choice& c, const TensorView& x, const TensorView& W, const TensorView& y) const {
+  check(try_launch(c, x, W, y));
 }
 
 void LtGemm::run(const TensorView& x, const TensorView& W, const TensorView& y) const {
@@ -213,10 +218,7 @@ void LtGemm::tune(const TensorView& x, const TensorView& W, const TensorView& y)
   for (int i = 0; i < n; ++i) {
     if (found[static_cast<size_t>(i)].state != CUBLAS_STATUS_SUCCESS) continue;
     c->algo = found[static_cast<size_t>(i)].algo;
-    const float alpha = 1.0f, beta = 0.0f;
-    if (cublasLtMatmul(handle_, c->desc.get(), &alpha, W.data, c->a.get(), x.data, c->b.get(), &beta, y.data,
-                       c->c.get(), y.data, c->c.get(), &c->algo, workspace_, workspace_bytes_,
-                       stream_) != CUBLAS_STATUS_SUCCESS) {
+    if (try_launch(*c, x, W, y) != CUBLAS_STATUS_SUCCESS) {
       cudaGetLastError();  // leave no launch error behind for the next launcher to report
       continue;
     }

@@ -66,7 +66,8 @@ class LtGemm {
 
  private:
   struct Choice;
-  void launch(const Choice& c, const TensorView& x, const TensorView& W, const TensorView& y) const;
+  cublasStatus_t try_launch(const Choice& c, const TensorView& x, const TensorView& W, const TensorView& y) const;
+  void launch(const Choice& c, const TensorView& x, const TensorView& W, const TensorView& y) const;  // checked
   cudaStream_t stream_;
   void* workspace_;
   size_t workspace_bytes_;

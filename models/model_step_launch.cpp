@@ -62,10 +62,9 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
   if (!skinny && gemm_uses_lt(opts_.gemm, M)) {
     // Timed and chosen at the first eager use of the shape (the warm-up before any capture).
-    const LtShape shape = lt_shape(x, W, y);
     if (rec) {
       lt_.run(x, W, y);
-      rec->launched(stream_.get(), {layer, op, lt_.describe(shape), bytes}, NodeRecorder::kAnyKernels);
+      rec->launched(stream_.get(), {layer, op, lt_.describe(lt_shape(x, W, y)), bytes}, NodeRecorder::kAnyKernels);
     } else {
       lt_.tune(x, W, y);
     }

@@ -176,34 +176,30 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   }
   LaunchContract<GdnDecodeArm> c;
   const int ratio = s.Hv / s.Hk;
-  // Q threads per state column; the block (Dv * Q threads) loops over the Hv/Hk v-heads.
-  int q = 0;
-  for (int cand : {2, 1, 4}) {
-    if (s.Dk % cand == 0 && s.Dv * cand <= kGdnDecodeFusedMaxThreads && (s.Dv * cand) % 32 == 0) {
-      q = cand;
-      break;
-    }
-  }
-  const bool fused_ok = (s.Dk == 64 || s.Dk == 128) && s.Dv % 32 == 0 && q > 0;
+  const int split = delta_rule_decode_split(s.Dk, s.Dv);
+  const int unfused_cb = std::max(1, delta_rule_decode_col_blocks(s.Dv, split));
+  // The fused arm keeps the recurrence's blocks; its cluster (the blocks of one k-head) must fit.
+  const int fused_cb = ratio * unfused_cb <= kGdnDecodeMaxCluster ? unfused_cb : 1;
+  const int fused_block = (s.Dv / fused_cb * split + 31) / 32 * 32;
+  const bool fused_ok = (s.Dk == 64 || s.Dk == 128) && (split == 1 || split == 2 || split == 4) &&
+                        ratio <= kGdnDecodeMaxCluster && fused_block <= delta_rule_max_threads(split);
   c.arm = requested;
   if (requested == GdnDecodeArm::fused && !fused_ok) {
     c.arm = GdnDecodeArm::unfused;
     c.fallback_reason = fmt::format(
-        "fused needs Dk in {{64, 128}}, Dv % 32 == 0 and Dv <= {} "
-        "(got Dk={}, Dv={}, Hv/Hk={}): using unfused",
-        kGdnDecodeFusedMaxThreads, s.Dk, s.Dv, ratio);
+        "fused needs Dk in {{64, 128}}, 1, 2 or 4 threads a state column, Hv/Hk <= {} and a block within "
+        "the recurrence's launch bound (got Dk={}, Dv={}, Hv/Hk={}, {} threads a column): using unfused",
+        kGdnDecodeMaxCluster, s.Dk, s.Dv, ratio, split);
   }
+  const int cb = c.arm == GdnDecodeArm::fused ? fused_cb : unfused_cb;
+  c.grid = Dim3{static_cast<unsigned>(s.Hv * cb), static_cast<unsigned>(s.rows), 1};
+  c.block = Dim3{static_cast<unsigned>((s.Dv / cb * std::max(1, split) + 31) / 32 * 32), 1, 1};
   if (c.arm == GdnDecodeArm::fused) {
-    c.grid = Dim3{static_cast<unsigned>(s.Hk), static_cast<unsigned>(s.rows), 1};
-    c.block = Dim3{static_cast<unsigned>(s.Dv * q), 1, 1};
-    // qraw, kraw, qs, ks [Dk] + tree [2 * Dk] + vraw [ratio * Dv] + g, beta [ratio]
-    c.smem_bytes = sizeof(float) * (6 * static_cast<size_t>(s.Dk) + static_cast<size_t>(ratio) * s.Dv + 2 * ratio);
+    c.cluster = Dim3{static_cast<unsigned>(ratio * cb), 1, 1};
+    // qraw, kraw, qs, ks [Dk] + the two trees [2 * Dk] + the block's v columns [Dv / cb]
+    c.smem_bytes = sizeof(float) * (6 * static_cast<size_t>(s.Dk) + static_cast<size_t>(s.Dv / cb));
     c.kernel = "gdn_decode_fused";
   } else {
-    const int split = std::max(1, delta_rule_decode_split(s.Dk, s.Dv));
-    const int cb = delta_rule_decode_col_blocks(s.Dv, split);
-    c.grid = Dim3{static_cast<unsigned>(s.Hv * cb), static_cast<unsigned>(s.rows), 1};
-    c.block = Dim3{static_cast<unsigned>((s.Dv / cb * split + 31) / 32 * 32), 1, 1};
     c.kernel = "delta_rule_decode";
   }
   return c;

@@ -28,6 +28,7 @@ template <class Arm>
 struct LaunchContract {
   Arm arm{};  // the arm that runs (after fallbacks)
   Dim3 grid, block;
+  Dim3 cluster;                 // thread block cluster dims ({1, 1, 1}: launched without clusters)
   size_t smem_bytes = 0;        // dynamic shared memory
   std::string_view kernel;      // stable short name, e.g. "conv_update_grid" (static storage)
   std::string fallback_reason;  // empty when the requested arm runs
@@ -163,15 +164,18 @@ struct GdnDecodeShape {
   int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
 };
 // unfused: three launches (conv.update, postconv, delta_rule.decode); the contract describes the
-//          delta-rule launch: grid (Hv, rows), block round_up(Dv * split, 32).
-// fused:   one launch, grid (Hk, rows), block Dv * Q with Q the first of 2, 1, 4 that keeps the
-//          block <= 512 threads and a multiple of 32 (Q threads share a state column; the block
-//          loops over its Hv/Hk v-heads): one block per (sequence, k-head) owns
-//          the conv channels of that head's q, k and its Hv/Hk v-heads (state read and written by
-//          that block only), then the post-conv and the recurrent step for its v-heads.
-//          Needs Dk in {64, 128}, Dv % 32 == 0 and Dv <= 512; otherwise `unfused`.
-inline constexpr int kGdnDecodeFusedMaxThreads = 512;
-//          smem: floats for q, k (raw and scaled), the v row, the two trees and the gates.
+//          delta-rule launch: grid (Hv * col_blocks, rows), block round_up(Dv / col_blocks * split, 32).
+// fused:   one launch with the delta-rule launch's grid and block (split and col_blocks as there), in
+//          clusters of the Hv/Hk * col_blocks blocks that share a k-head (consecutive along x; when
+//          that exceeds kGdnDecodeMaxCluster, col_blocks drops to 1). Each block owns every n-th q/k
+//          conv channel of the k-head (n = cluster size) and the v channels of its columns: it alone
+//          reads and writes their conv state, and sends its q/k conv outputs to every block of the
+//          cluster through distributed shared memory. Then each block runs the post-conv of the
+//          head (the reference trees, redundantly, so every block gets the same bytes) and the
+//          recurrent step of its columns. Needs Dk in {64, 128}, split in {1, 2, 4}, Hv/Hk <= 8 and a
+//          block <= delta_rule_max_threads(split); otherwise `unfused`.
+//          smem: floats for q, k (raw and scaled), the two trees and the block's v columns.
+inline constexpr int kGdnDecodeMaxCluster = 8;  // the portable cluster size limit
 LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s);
 
 // --- gdn.prefill ---------------------------------------------------------------------------------

@@ -1,9 +1,16 @@
-// gdn_decode_fused.cu: see gdn_decode_fused.h. Phases inside one block (sequence r, k-head h):
-//   1. conv: every thread takes channels of {q head h, k head h, v heads h*ratio ..}; taps in the
-//      contract's order, SiLU, one rounding to act; the rolled state is written by this block only.
-//   2. post-conv: the shared-memory trees for q and k (the reference tree), q and k rounded to act,
-//      q scaled by 1/sqrt(Dk); beta and g of the block's v-heads.
-//   3. the delta-rule step: thread t -> v-head h*ratio + t / Dv, column t % Dv.
+// gdn_decode_fused.cu: see gdn_decode_fused.h and gdn_decode_contract in contracts.h. Block
+// (v-head hv, column block cb_i, row r) in a cluster of the n = Hv/Hk * col_blocks blocks of k-head
+// hk = hv / (Hv/Hk) (rank = blockIdx.x % n):
+//   0. after the dependency wait, the block's state columns are loaded into registers; their loads
+//      run under the conv and post-conv below.
+//   1. conv: q/k channels i = rank, rank + n, .. of the head (2*Dk of them) and the block's v
+//      columns; taps in the contract's order, SiLU, one rounding to act; each channel's rolled state
+//      is read and written by its owner only. q/k outputs go to every block of the cluster.
+//   2. cluster barrier; post-conv: the reference trees for q and k (every block computes the same),
+//      q and k rounded to act, q scaled by 1/sqrt(Dk); beta and g of hv.
+//   3. the recurrent step of the block's columns (dev::delta_rule_step, as delta_rule.decode).
+#include <cooperative_groups.h>
+
 #include "kernels/delta_rule_device.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/gdn_decode_fused.h"
@@ -12,65 +19,94 @@
 namespace sg {
 namespace {
 
+namespace cg = cooperative_groups;
+
 __device__ __forceinline__ float round_act(float v, DType t) {
   return t == DType::bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
 }
 
+// One conv channel c of row r at state slot `slot` (K taps): returns the rounded SiLU output and
+// rolls the channel's state. The arithmetic of conv.update.
+__device__ __forceinline__ float conv_channel(const GdnDecodeFusedParams& p, int r, int slot, int C, int c) {
+  const int km1 = p.K - 1;
+  const int64_t s0 = (static_cast<int64_t>(slot) * C + c) * km1;
+  float acc = p.bias ? p.bias[c] : 0.0f;
+  for (int j = 0; j < km1; ++j) acc = fmaf(p.w[c * p.K + j], dev::load(p.conv_state, p.conv_state_dtype, s0 + j), acc);
+  const float xv = dev::load(p.x, p.act, static_cast<int64_t>(r) * p.x_stride + c);
+  acc = fmaf(p.w[c * p.K + km1], xv, acc);
+  for (int j = 0; j + 1 < km1; ++j) {
+    dev::copy(p.conv_state, p.conv_state_dtype, s0 + j, p.conv_state, p.conv_state_dtype, s0 + j + 1);
+  }
+  if (km1 > 0) dev::store(p.conv_state, p.conv_state_dtype, s0 + km1 - 1, xv);
+  return round_act(dev::silu(acc), p.act);
+}
+
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
 template <int DK, int Q>
-__global__ void __launch_bounds__(kGdnDecodeFusedMaxThreads) gdn_decode_fused_kernel(const GdnDecodeFusedParams p) {
+__global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads(Q)
+    gdn_decode_fused_kernel(const GdnDecodeFusedParams p, const int cb) {
+  // Every block of the cluster must have started before any writes into its shared memory.
+  cluster_arrive_relaxed();
   pdl_start();  // kernels/launch.cuh
   extern __shared__ float sm[];
-  float* qraw = sm;         // [DK]
-  float* kraw = qraw + DK;  // [DK]
+  float* qraw = sm;         // [DK] conv output of the head's q channels (written by every block)
+  float* kraw = qraw + DK;  // [DK] and k channels
   float* qs = kraw + DK;    // [DK] q (rounded) / sqrt(Dk)
   float* ks = qs + DK;      // [DK] k (rounded)
   float* tq = ks + DK;      // [DK] tree for q
   float* tk = tq + DK;      // [DK] tree for k
-  const int ratio = p.Hv / p.Hk;
-  float* vraw = tk + DK;            // [ratio * Dv]
-  float* gs = vraw + ratio * p.Dv;  // [ratio]
-  float* betas = gs + ratio;        // [ratio]
+  float* vs = tk + DK;      // [cols] conv output of this block's v columns
 
-  const int h = blockIdx.x, r = blockIdx.y, t = threadIdx.x, nt = blockDim.x;
-  const int slot = p.slots[r];
-  const int hv0 = h * ratio;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int n = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int ratio = p.Hv / p.Hk, cols = p.Dv / cb;
+  const int hv = blockIdx.x / cb, cbi = blockIdx.x % cb, hk = hv / ratio, r = blockIdx.y;
+  const int t = threadIdx.x, nt = blockDim.x;
+  const int jl = t / Q, j = cbi * cols + jl;  // this thread's state column
+  const bool active = jl < cols;
+  const int64_t orow = (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv;
+  const int slot = p.slots[r];  // the same row for the whole cluster: all return here or none
   if (slot < 0) {
-    const int64_t o = (static_cast<int64_t>(r) * p.Hv + hv0) * p.Dv;
-    for (int i = t; i < ratio * p.Dv; i += nt) dev::store(p.out, p.act, o + i, 0.0f);
+    cluster_wait();
+    if (active && t % Q == 0) dev::store(p.out, p.act, orow + j, 0.0f);
     return;
   }
-  const int C = 2 * p.Hk * DK + p.Hv * p.Dv;
-  const int km1 = p.K - 1;
 
-  // 1. conv over this block's 2*DK + ratio*Dv channels.
-  const int nch = 2 * DK + ratio * p.Dv;
-  for (int i = t; i < nch; i += nt) {
-    int c;
-    float* dst;
-    if (i < DK) {
-      c = h * DK + i;
-      dst = qraw + i;
-    } else if (i < 2 * DK) {
-      c = p.Hk * DK + h * DK + (i - DK);
-      dst = kraw + (i - DK);
+  // 0. the state columns (f32 [Dk rows of this lane's part]), loaded now, used in step 3.
+  constexpr int R = DK / Q;
+  const int r0 = (t % 32 % Q) * R;
+  const float* S = p.ssm_state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + (active ? j : 0);
+  float s[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) s[i] = active ? S[static_cast<int64_t>(r0 + i) * p.Dv] : 0.0f;
+  const float av = dev::load(p.a, p.act, static_cast<int64_t>(r) * p.a_stride + hv);
+  const float bv = dev::load(p.b, p.act, static_cast<int64_t>(r) * p.b_stride + hv);
+
+  // 1. conv: nqk owned q/k channels, then the block's v columns.
+  const int C = 2 * p.Hk * DK + p.Hv * p.Dv;
+  const int nqk = (2 * DK - rank + n - 1) / n;
+  cluster_wait();  // the start barrier: every block of the cluster runs
+  for (int u = t; u < nqk + cols; u += nt) {
+    if (u < nqk) {
+      const int i = rank + n * u;  // channel of the head's q (i < Dk) or k
+      const int c = i < DK ? hk * DK + i : p.Hk * DK + hk * DK + (i - DK);
+      const float y = conv_channel(p, r, slot, C, c);
+      float* dst = i < DK ? qraw + i : kraw + (i - DK);
+      for (int b = 0; b < n; ++b) *cluster.map_shared_rank(dst, b) = y;
     } else {
-      c = 2 * p.Hk * DK + hv0 * p.Dv + (i - 2 * DK);
-      dst = vraw + (i - 2 * DK);
+      const int jv = u - nqk;
+      vs[jv] = conv_channel(p, r, slot, C, 2 * p.Hk * DK + hv * p.Dv + cbi * cols + jv);
     }
-    const int64_t s0 = (static_cast<int64_t>(slot) * C + c) * km1;
-    float acc = p.bias ? p.bias[c] : 0.0f;
-    for (int j = 0; j < km1; ++j) {
-      acc = fmaf(p.w[c * p.K + j], dev::load(p.conv_state, p.conv_state_dtype, s0 + j), acc);
-    }
-    const float xv = dev::load(p.x, p.act, static_cast<int64_t>(r) * p.x_stride + c);
-    acc = fmaf(p.w[c * p.K + km1], xv, acc);
-    *dst = round_act(dev::silu(acc), p.act);
-    for (int j = 0; j + 1 < km1; ++j) {
-      dev::copy(p.conv_state, p.conv_state_dtype, s0 + j, p.conv_state, p.conv_state_dtype, s0 + j + 1);
-    }
-    if (km1 > 0) dev::store(p.conv_state, p.conv_state_dtype, s0 + km1 - 1, xv);
   }
-  __syncthreads();
+  cluster_arrive_release();
+  cluster_wait();  // every block's q/k outputs are in this block's qraw and kraw; no remote access after
 
   // 2. post-conv: the reference trees (s[i] += s[i + h2] for h2 = DK/2 .. 1) for q and k.
   for (int i = t; i < DK; i += nt) {
@@ -91,23 +127,18 @@ __global__ void __launch_bounds__(kGdnDecodeFusedMaxThreads) gdn_decode_fused_ke
     qs[i] = round_act(qraw[i] * inv_q, p.act) * scale;
     ks[i] = round_act(kraw[i] * inv_k, p.act);
   }
-  for (int e = t; e < ratio; e += nt) {
-    const int hv = hv0 + e;
-    const float av = dev::load(p.a, p.act, static_cast<int64_t>(r) * p.a_stride + hv);
-    const float bv = dev::load(p.b, p.act, static_cast<int64_t>(r) * p.b_stride + hv);
-    betas[e] = 1.0f / (1.0f + expf(-bv));
-    gs[e] = -expf(p.A_log[hv]) * dev::softplus(av + p.dt_bias[hv]);
-  }
+  const float beta = 1.0f / (1.0f + expf(-bv));
+  const float g = -expf(p.A_log[hv]) * dev::softplus(av + p.dt_bias[hv]);
   __syncthreads();
 
-  // 3. the recurrent step: Q consecutive threads per state column (block = Dv * Q threads), one
-  //    v-head of the group after the other.
-  const int j = t / Q;
-  for (int e = 0; e < ratio; ++e) {
-    const int hv = hv0 + e;
-    float* S = p.ssm_state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + j;
-    const float o = dev::delta_rule_column<DK, Q>(S, p.Dv, ks, qs, expf(gs[e]), betas[e], vraw[e * p.Dv + j], true);
-    if (t % Q == 0) dev::store(p.out, p.act, (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv + j, o);
+  // 3. the recurrent step on the registers of step 0.
+  const float v = active ? vs[jl] : 0.0f;
+  const float o = dev::delta_rule_step<DK, Q>(s, ks, qs, expf(g), beta, v);
+  if (active) {
+    float* Sw = p.ssm_state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + j;
+#pragma unroll
+    for (int i = 0; i < R; ++i) Sw[static_cast<int64_t>(r0 + i) * p.Dv] = s[i];
+    if (t % Q == 0) dev::store(p.out, p.act, orow + j, o);
   }
 }
 
@@ -115,30 +146,42 @@ __global__ void __launch_bounds__(kGdnDecodeFusedMaxThreads) gdn_decode_fused_ke
 
 cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract<GdnDecodeArm>& c,
                              cudaStream_t stream) {
-  if (c.arm != GdnDecodeArm::fused || p.Dv < 1 || p.Hk < 1) return cudaErrorInvalidValue;
+  if (c.arm != GdnDecodeArm::fused || p.Dv < 1 || p.Hk < 1 || p.Hv % p.Hk != 0) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
-  // The contract must be the one for these params (shared memory is sized from them).
+  // The contract must be the one for these params (the kernel derives its columns from the grid).
   try {
     const auto want = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{p.rows, p.Hk, p.Hv, p.Dk, p.Dv, p.K});
     if (want.arm != GdnDecodeArm::fused || !(want.grid == c.grid) || !(want.block == c.block) ||
-        want.smem_bytes != c.smem_bytes) {
+        !(want.cluster == c.cluster) || want.smem_bytes != c.smem_bytes) {
       return cudaErrorInvalidValue;
     }
   } catch (const std::exception&) {
     return cudaErrorInvalidValue;
   }
   const dim3 grid(c.grid.x, c.grid.y, c.grid.z), block(c.block.x, c.block.y, c.block.z);
-  const int q = static_cast<int>(c.block.x) / p.Dv;
+  const int cb = static_cast<int>(c.grid.x) / p.Hv;
+  const int q = delta_rule_decode_split(p.Dk, p.Dv);
+  const unsigned n = c.cluster.x;
+  cudaError_t e = cudaErrorInvalidValue;
   switch (p.Dk * 100 + q) {
-    case 6401: launch_kernel(gdn_decode_fused_kernel<64, 1>, grid, block, c.smem_bytes, stream, p); break;
-    case 6402: launch_kernel(gdn_decode_fused_kernel<64, 2>, grid, block, c.smem_bytes, stream, p); break;
-    case 6404: launch_kernel(gdn_decode_fused_kernel<64, 4>, grid, block, c.smem_bytes, stream, p); break;
-    case 12801: launch_kernel(gdn_decode_fused_kernel<128, 1>, grid, block, c.smem_bytes, stream, p); break;
-    case 12802: launch_kernel(gdn_decode_fused_kernel<128, 2>, grid, block, c.smem_bytes, stream, p); break;
-    case 12804: launch_kernel(gdn_decode_fused_kernel<128, 4>, grid, block, c.smem_bytes, stream, p); break;
+    case 6401:
+      e = launch_kernel_cluster(gdn_decode_fused_kernel<64, 1>, grid, block, c.smem_bytes, stream, n, p, cb);
+      break;
+    case 6404:
+      e = launch_kernel_cluster(gdn_decode_fused_kernel<64, 4>, grid, block, c.smem_bytes, stream, n, p, cb);
+      break;
+    case 12801:
+      e = launch_kernel_cluster(gdn_decode_fused_kernel<128, 1>, grid, block, c.smem_bytes, stream, n, p, cb);
+      break;
+    case 12802:
+      e = launch_kernel_cluster(gdn_decode_fused_kernel<128, 2>, grid, block, c.smem_bytes, stream, n, p, cb);
+      break;
+    case 12804:
+      e = launch_kernel_cluster(gdn_decode_fused_kernel<128, 4>, grid, block, c.smem_bytes, stream, n, p, cb);
+      break;
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
+  return e;
 }
 
 }  // namespace sg

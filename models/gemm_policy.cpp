@@ -31,8 +31,9 @@ bool gemm_uses_lt(GemmKind g, int64_t rows) {
   return (g == GemmKind::lt || g == GemmKind::mixed) && rows <= kGemmLtMaxRows;
 }
 
-bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n) {
-  return g == GemmKind::skinny || (g == GemmKind::mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN));
+bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, bool wide_blocks) {
+  return g == GemmKind::skinny || (g == GemmKind::mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN ||
+                                                            (wide_blocks && rows <= kGemmMixedWideBlockRows)));
 }
 
 }  // namespace sg

@@ -56,7 +56,9 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
                      NodeRecorder* rec) {
   const double bytes = static_cast<double>(x.bytes() + W.bytes() + y.bytes());
   const int64_t M = x.dim(0), N = W.dim(0), K = W.dim(1);
-  const bool skinny = gemm_uses_skinny(opts_.gemm, M, N) && x.dtype == DType::bf16 && W.dtype == DType::bf16 &&
+  const bool wide =
+      M <= 32 && N <= INT32_MAX && skinny_gemm_block_rows(static_cast<int>(M), static_cast<int>(N), sms_) > 64;
+  const bool skinny = gemm_uses_skinny(opts_.gemm, M, N, wide) && x.dtype == DType::bf16 && W.dtype == DType::bf16 &&
                       W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 && y.dim(0) == M && y.dim(1) == N &&
                       x.dim(1) == K && M <= 32 && N <= INT32_MAX &&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));

@@ -128,6 +128,39 @@ TEST_CASE("delta-rule column split: Dk 8 builds Q = 1 and 4, as Dk 16", "[delta_
   CHECK(c2.block == Dim3{128, 1, 1});
 }
 
+TEST_CASE("gdn.decode fused: the recurrence's grid in clusters of a k-head's blocks, or a named fallback",
+          "[delta_rule][contracts]") {
+  // 4B heads: 32 v-heads x 2 column blocks, 128 threads; clusters of 2 v-heads x 2 column blocks.
+  const auto c4 = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{32, 16, 32, 128, 128, 4});
+  CHECK(c4.arm == GdnDecodeArm::fused);
+  CHECK(c4.fallback_reason.empty());
+  CHECK(c4.grid == Dim3{64, 32, 1});
+  CHECK(c4.block == Dim3{128, 1, 1});
+  CHECK(c4.cluster == Dim3{4, 1, 1});
+  CHECK(c4.smem_bytes == sizeof(float) * (6 * 128 + 64));
+  CHECK(c4.kernel == "gdn_decode_fused");
+  // 27B heads (Hv/Hk = 3): clusters of 6.
+  const auto c27 = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{8, 16, 48, 128, 128, 4});
+  CHECK(c27.grid == Dim3{96, 8, 1});
+  CHECK(c27.cluster == Dim3{6, 1, 1});
+  // Hv/Hk = 6: two column blocks would make clusters of 12 > 8, so one block a v-head.
+  const auto c6 = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{2, 1, 6, 128, 72, 4});
+  CHECK(c6.arm == GdnDecodeArm::fused);
+  CHECK(c6.grid == Dim3{6, 2, 1});
+  CHECK(c6.block == Dim3{160, 1, 1});  // 72 columns x 2 threads, rounded up to whole warps
+  CHECK(c6.cluster == Dim3{6, 1, 1});
+  CHECK(c6.smem_bytes == sizeof(float) * (6 * 128 + 72));
+  // Hv/Hk = 16 exceeds the portable cluster: unfused, saying why; so does Dk = 32.
+  for (const GdnDecodeShape& s : {GdnDecodeShape{2, 1, 16, 128, 128, 4}, GdnDecodeShape{2, 2, 6, 32, 64, 3}}) {
+    CAPTURE(s.Hv, s.Dk);
+    const auto f = gdn_decode_contract(GdnDecodeArm::fused, s);
+    CHECK(f.arm == GdnDecodeArm::unfused);
+    CHECK(f.fallback_reason.find("using unfused") != std::string::npos);
+    CHECK(f.cluster == Dim3{1, 1, 1});
+    CHECK(f.grid == gdn_decode_contract(GdnDecodeArm::unfused, s).grid);
+  }
+}
+
 TEST_CASE("delta-rule column blocks: 2 for split 2, else 1, and a request must be 1, 2 or 4 and divide Dv",
           "[delta_rule][contracts]") {
   CHECK(delta_rule_decode_col_blocks(128, 2) == 2);

@@ -29,6 +29,11 @@ GdnDims dims_4b() { return GdnDims{16, 32, 128, 128, 4}; }
 GdnDims dims_small() { return GdnDims{2, 6, 32, 64, 3}; }
 // Supported by the fused decode arm (Dk = 64), with Hv/Hk = 3 and K = 3.
 GdnDims dims_mid() { return GdnDims{2, 6, 64, 64, 3}; }
+// The 27B model's GDN heads (Hv/Hk = 3: fused clusters of 6 blocks) on fewer heads.
+GdnDims dims_27b_heads() { return GdnDims{2, 6, 128, 128, 4}; }
+// Hv/Hk = 6 with two column blocks would need clusters of 12: the fused arm takes one block per
+// v-head (clusters of 6); Dv = 72 at 2 threads a column leaves 16 idle lanes in the last warp.
+GdnDims dims_wide_group() { return GdnDims{1, 6, 128, 72, 4}; }
 
 DecodeBatch make_batch(const GdnDims& d, int B, uint64_t seed, int num_slots) {
   DecodeBatch b;
@@ -207,7 +212,7 @@ TEST_CASE("the GPU step matches the CPU reference", "[gpu][skeleton][reference]"
 
 TEST_CASE("every conv.update, postconv and gdn.decode arm gives the reference arm's bytes", "[gpu][skeleton][arms]") {
   for (DType act : {DType::f32, DType::bf16}) {
-    for (GdnDims dims : {dims_4b(), dims_small(), dims_mid()}) {
+    for (GdnDims dims : {dims_4b(), dims_small(), dims_mid(), dims_27b_heads(), dims_wide_group()}) {
       CAPTURE(dtype_name(act), dims.C());
       Snapshot ref_snap;
       bool first = true;
@@ -275,7 +280,7 @@ TEST_CASE("the manifest names each node's op, arm, kernel and grid", "[gpu][skel
   }
 }
 
-TEST_CASE("the fused gdn.decode arm is one node of one block per (sequence, k-head)", "[gpu][skeleton][manifest]") {
+TEST_CASE("the fused gdn.decode arm is one node with the recurrence's grid, in clusters", "[gpu][skeleton][manifest]") {
   GdnDecodeOptions o;
   o.arms.gdn_decode = GdnDecodeArm::fused;
   GdnDecodeStep step(dims_4b(), o);
@@ -286,8 +291,13 @@ TEST_CASE("the fused gdn.decode arm is one node of one block per (sequence, k-he
     CHECK(m.nodes[0].label.op == "gdn.decode");
     CHECK(m.nodes[0].label.arm == "fused");
     CHECK(m.nodes[0].kernel.find("gdn_decode_fused_kernel") != std::string::npos);
-    CHECK(m.nodes[0].grid == Dim3{16, static_cast<unsigned>(key), 1});
-    CHECK(m.nodes[0].block == Dim3{256, 1, 1});  // 128 columns x 2 threads per column
+    // 32 v-heads x 2 column blocks; 64 columns x 2 threads per column; clusters of the 4 blocks
+    // (2 v-heads x 2 column blocks) of a k-head.
+    CHECK(m.nodes[0].grid == Dim3{64, static_cast<unsigned>(key), 1});
+    CHECK(m.nodes[0].block == Dim3{128, 1, 1});
+    const auto c = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{key, 16, 32, 128, 128, 4});
+    CHECK(c.cluster == Dim3{4, 1, 1});
+    CHECK(c.grid == m.nodes[0].grid);
   }
   // The small shape (Dk = 32) is not supported by the fused kernel: the contract falls back.
   auto c = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{4, 2, 6, 32, 64, 3});

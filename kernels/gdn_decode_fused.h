@@ -1,10 +1,11 @@
 // gdn_decode_fused.h: the `fused` arm of gdn.decode: conv update, post-conv and the recurrent
-// delta-rule step of one decode token in one kernel. One block per (sequence, k-head) owns the
-// conv channels of that head's q and k and of its Hv/Hk v-heads: it alone reads and writes those
-// channels' conv state for the sequence's slot, so no block can read state another block of the
-// launch writes. Every intermediate (conv output, q, k, v) is rounded to the activation dtype
-// exactly where the unfused path stores it, with the same operation order, so the outputs and
-// both states are byte-identical to conv.update -> postconv -> delta_rule.decode.
+// delta-rule step of one decode token in one kernel, on the recurrence's grid (v-head x column
+// block, row) in thread block clusters of the blocks that share a k-head (gdn_decode_contract in
+// contracts.h). Each conv channel's state is read and written by one block only; the q/k conv
+// outputs reach every block of the cluster through distributed shared memory. Every intermediate
+// (conv output, q, k, v) is rounded to the activation dtype exactly where the unfused path stores
+// it, with the same operation order, so the outputs and both states are byte-identical to
+// conv.update -> postconv -> delta_rule.decode.
 #pragma once
 #include <cuda_runtime_api.h>
 

@@ -28,6 +28,29 @@ __device__ __forceinline__ bool resolve_row(const AttnTokenMeta& m, int t, int m
   return pos >= 0 && pos < max_context;
 }
 
+// cos and sin of rotary angle i (< rotary_dim / 2) at position pos (see attn_prep.h): the one
+// definition of the rotary table, in the kernel and in rope_table_fill.
+__device__ __forceinline__ void rope_cos_sin(int pos, int i, int rotary_dim, double theta, float& c, float& s) {
+  const float e = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+  const float inv_freq =
+      1.0f / static_cast<float>(pow(static_cast<double>(static_cast<float>(theta)), static_cast<double>(e)));
+  const float a = static_cast<float>(pos) * inv_freq;
+  c = static_cast<float>(cos(static_cast<double>(a)));
+  s = static_cast<float>(sin(static_cast<double>(a)));
+}
+
+__global__ void rope_table_kernel(float* table, int max_context, int rotary_dim, double theta) {
+  pdl_start();  // kernels/launch.cuh
+  const int half = rotary_dim / 2;
+  const int64_t n = static_cast<int64_t>(max_context) * half;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int pos = static_cast<int>(k / half), i = static_cast<int>(k % half);
+    float* row = table + static_cast<int64_t>(pos) * rotary_dim;
+    rope_cos_sin(pos, i, rotary_dim, theta, row[i], row[half + i]);
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -190,17 +213,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attn_prep_kernel(const AttnPre
   copy_row(static_cast<char*>(p.v_cache) + crow * ces, p.cache_dtype,
            static_cast<const char*>(p.v) + t * v_stride * ies, p.in_dtype, p.Hkv * D, vec_v);
   const int half = p.rotary_dim / 2;
-  float* cs = sm;                      // [rotary]: cos[half], sin[half]
   float* scratch = sm + p.rotary_dim;  // [warps][D]
-  const float base = static_cast<float>(p.rope_theta);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float e = static_cast<float>(2 * i) / static_cast<float>(p.rotary_dim);
-    const float inv_freq = 1.0f / static_cast<float>(pow(static_cast<double>(base), static_cast<double>(e)));
-    const float a = static_cast<float>(pos) * inv_freq;
-    cs[i] = static_cast<float>(cos(static_cast<double>(a)));
-    cs[half + i] = static_cast<float>(sin(static_cast<double>(a)));
+  const float* cs = sm;                // [rotary]: cos[half], sin[half]
+  if (p.rope_table) {
+    cs = p.rope_table + static_cast<int64_t>(pos) * p.rotary_dim;
+  } else {
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+      rope_cos_sin(pos, i, p.rotary_dim, p.rope_theta, sm[i], sm[half + i]);
+    __syncthreads();
   }
-  __syncthreads();
   float* xs = scratch + warp * D;
   for (int job = warp; job < p.Hq + p.Hkv; job += warps) {
     int64_t off;
@@ -224,6 +245,15 @@ int prep_warps(const AttnPrepParams& p) {
 }
 
 }  // namespace
+
+cudaError_t rope_table_fill(float* table, int max_context, int rotary_dim, double theta, cudaStream_t stream) {
+  if (!table || max_context < 1 || rotary_dim < 0 || rotary_dim % 2 != 0) return cudaErrorInvalidValue;
+  const int64_t n = static_cast<int64_t>(max_context) * (rotary_dim / 2);
+  if (n == 0) return cudaSuccess;
+  const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
+  launch_kernel(rope_table_kernel, blocks, 256, 0, stream, table, max_context, rotary_dim, theta);
+  return cudaGetLastError();
+}
 
 cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream) {
   if (p.T < 0 || p.Hq <= 0 || p.Hkv <= 0 || p.D <= 0 || p.D > 1024 || p.rotary_dim < 0 || p.rotary_dim % 2 != 0 ||

@@ -56,7 +56,15 @@ struct AttnPrepParams {
   int Hq = 0, Hkv = 0, D = 0, rotary_dim = 0, max_context = 0;
   float eps = 1e-6f;
   double rope_theta = 10000000.0;
+  // Optional [max_context, rotary_dim] f32: row pos holds cos then sin of the rotary angles at
+  // position pos, as rope_table_fill writes them (the same bytes the kernel computes without it).
+  // With it each block reads its row instead of evaluating pow, cos and sin in double precision.
+  const float* rope_table = nullptr;
 };
+
+// Fills table [max_context, rotary_dim] (see AttnPrepParams::rope_table) for theta. Returns
+// cudaErrorInvalidValue for a null table, max_context < 1 or an odd or negative rotary_dim.
+cudaError_t rope_table_fill(float* table, int max_context, int rotary_dim, double theta, cudaStream_t stream);
 
 // Grid T blocks of 256 threads; dynamic smem (rotary + 8 * D) * 4 bytes (any cache dtype). D <= 1024,
 // rotary even, 0 <= rotary <= D; in, norm, q and cache dtypes bf16 or f32. Returns

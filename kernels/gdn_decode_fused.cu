@@ -1,13 +1,12 @@
 // gdn_decode_fused.cu: see gdn_decode_fused.h and gdn_decode_contract in contracts.h. Block
 // (v-head hv, column block cb_i, row r) in a cluster of the n = Hv/Hk * col_blocks blocks of k-head
 // hk = hv / (Hv/Hk) (rank = blockIdx.x % n):
-//   0. after the dependency wait, the block's state columns are loaded into registers; their loads
-//      run under the conv and post-conv below.
 //   1. conv: q/k channels i = rank, rank + n, .. of the head (2*Dk of them) and the block's v
 //      columns; taps in the contract's order, SiLU, one rounding to act; each channel's rolled state
 //      is read and written by its owner only. q/k outputs go to every block of the cluster.
-//   2. cluster barrier; post-conv: the reference trees for q and k (every block computes the same),
-//      q and k rounded to act, q scaled by 1/sqrt(Dk); beta and g of hv.
+//   2. cluster barrier; the block's state columns are loaded into registers; post-conv: the
+//      reference trees for q and k (every block computes the same), q and k rounded to act, q
+//      scaled by 1/sqrt(Dk); beta and g of hv.
 //   3. the recurrent step of the block's columns (dev::delta_rule_step, as delta_rule.decode).
 #include <cooperative_groups.h>
 
@@ -79,13 +78,10 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads
     return;
   }
 
-  // 0. the state columns (f32 [Dk rows of this lane's part]), loaded now, used in step 3.
+  // The block's state columns (f32, the Dk/Q rows of this lane's part), loaded after the conv.
   constexpr int R = DK / Q;
   const int r0 = (t % 32 % Q) * R;
-  const float* S = p.ssm_state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + (active ? j : 0);
-  float s[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) s[i] = active ? S[static_cast<int64_t>(r0 + i) * p.Dv] : 0.0f;
+  float* S = p.ssm_state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + (active ? j : 0);
   const float av = dev::load(p.a, p.act, static_cast<int64_t>(r) * p.a_stride + hv);
   const float bv = dev::load(p.b, p.act, static_cast<int64_t>(r) * p.b_stride + hv);
 
@@ -107,6 +103,11 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads
   }
   cluster_arrive_release();
   cluster_wait();  // every block's q/k outputs are in this block's qraw and kraw; no remote access after
+  // Loaded here, the state's loads run under the post-conv below. (Issued before the conv, they
+  // delayed its loads and the cluster barrier: 65.4 against 56.6 us at 4B b=32, BENCHMARKS.md.)
+  float s[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) s[i] = active ? S[static_cast<int64_t>(r0 + i) * p.Dv] : 0.0f;
 
   // 2. post-conv: the reference trees (s[i] += s[i + h2] for h2 = DK/2 .. 1) for q and k.
   for (int i = t; i < DK; i += nt) {
@@ -131,13 +132,12 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads
   const float g = -expf(p.A_log[hv]) * dev::softplus(av + p.dt_bias[hv]);
   __syncthreads();
 
-  // 3. the recurrent step on the registers of step 0.
+  // 3. the recurrent step on the state in registers.
   const float v = active ? vs[jl] : 0.0f;
   const float o = dev::delta_rule_step<DK, Q>(s, ks, qs, expf(g), beta, v);
   if (active) {
-    float* Sw = p.ssm_state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + j;
 #pragma unroll
-    for (int i = 0; i < R; ++i) Sw[static_cast<int64_t>(r0 + i) * p.Dv] = s[i];
+    for (int i = 0; i < R; ++i) S[static_cast<int64_t>(r0 + i) * p.Dv] = s[i];
     if (t % Q == 0) dev::store(p.out, p.act, orow + j, o);
   }
 }

@@ -31,9 +31,10 @@ bool gemm_uses_lt(GemmKind g, int64_t rows) {
   return (g == GemmKind::lt || g == GemmKind::mixed) && rows <= kGemmLtMaxRows;
 }
 
-bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, bool wide_blocks) {
-  return g == GemmKind::skinny || (g == GemmKind::mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN ||
-                                                            (wide_blocks && rows <= kGemmMixedWideBlockRows)));
+bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks) {
+  const bool wide_ok = wide_blocks && rows <= kGemmMixedWideBlockRows && k <= kGemmMixedWideBlockMaxK;
+  return g == GemmKind::skinny ||
+         (g == GemmKind::mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN || wide_ok));
 }
 
 }  // namespace sg

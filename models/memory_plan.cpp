@@ -149,6 +149,7 @@ MemoryPlan plan_memory(const Qwen35Config& c, const PlanOptions& o) {
   if (nA > 0) {
     p.add(M::activations, "attn.proj (q+gate | k | v)", {T, 2 * Hq * D + 2 * Hkv * D}, act);
     p.add(M::activations, "attn.out", {T, Hq * D}, act);
+    if (c.rotary_dim() > 0) p.add(M::activations, "attn.rope_table", {ctx, c.rotary_dim()}, f32);
   }
   p.add(M::activations, "mlp.gate_up", {T, 2 * I}, act);
   p.add(M::activations, "mlp.act", {T, I}, act);

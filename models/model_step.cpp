@@ -12,6 +12,7 @@
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/attention_decode_mma.h"
+#include "kernels/attn_prep.h"
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/delta_rule_prefill_chunked.h"
@@ -119,6 +120,9 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   layout(*arena_);
   arena_->freeze();
   arena_->zero(stream_.get());
+  if (a_.rope.data) {
+    check(rope_table_fill(a_.rope.ptr<float>(), opts_.max_context, cfg_.rotary_dim(), cfg_.rope_theta, stream_.get()));
+  }
   staging_ = StagedUpload(meta_bytes());
   if (opts_.synthetic) init_synthetic(opts_.seed);
   stream_.sync();
@@ -226,6 +230,7 @@ void ModelStep::layout(Arena& a) {
       if (sp > 1) ws = std::max(ws, attention_decode_workspace_bytes(rows, cfg_.Hq, cfg_.D, sp));
     }
     a_.attn_ws = a.take("attn.workspace", DType::f32, {std::max<int64_t>(1, static_cast<int64_t>((ws + 3) / 4))});
+    if (cfg_.rotary_dim() > 0) a_.rope = a.take("attn.rope_table", DType::f32, {Lc, cfg_.rotary_dim()});
   }
   a_.logits = a.take("logits", DType::f32, {logit_rows(), V});
   a_.tokens = a.take("tokens", DType::i32, {logit_rows()});
@@ -250,7 +255,7 @@ void ModelStep::layout(Arena& a) {
     const auto n = static_cast<int>(W->dim(0)), k = static_cast<int>(W->dim(1));
     most_n = std::max<int64_t>(most_n, n);
     const bool wide = skinny_gemm_block_rows(32, n, sms_) > 64;
-    const int rows = gemm_uses_skinny(opts_.gemm, 32, n, wide)               ? 32
+    const int rows = gemm_uses_skinny(opts_.gemm, 32, n, k, wide)            ? 32
                      : gemm_uses_skinny(opts_.gemm, kGemmMixedSkinnyRows, n) ? kGemmMixedSkinnyRows
                                                                              : 0;
     for (int m = 1; m <= rows && skinny_gemm_supports(m, n, k); ++m) {  // the split count depends on m

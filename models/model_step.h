@@ -226,6 +226,7 @@ class ModelStep {
     TensorView core;             // [R, Hv, Dv] delta-rule output, gated-normed in place
     TensorView aq, agate, aout;  // [R, Hq, D]
     TensorView attn_ws;          // attention split-K workspace (f32)
+    TensorView rope;             // [max_context, rotary_dim] f32 rotary table (rope_table_fill)
     TensorView mlp;              // [R, I]
     TensorView logits;           // [L, V] f32, L = max(max_decode_batch, max_prefill_seqs)
     TensorView tokens;           // [L] i32

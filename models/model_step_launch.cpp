@@ -58,7 +58,7 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   const int64_t M = x.dim(0), N = W.dim(0), K = W.dim(1);
   const bool wide =
       M <= 32 && N <= INT32_MAX && skinny_gemm_block_rows(static_cast<int>(M), static_cast<int>(N), sms_) > 64;
-  const bool skinny = gemm_uses_skinny(opts_.gemm, M, N, wide) && x.dtype == DType::bf16 && W.dtype == DType::bf16 &&
+  const bool skinny = gemm_uses_skinny(opts_.gemm, M, N, K, wide) && x.dtype == DType::bf16 && W.dtype == DType::bf16 &&
                       W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 && y.dim(0) == M && y.dim(1) == N &&
                       x.dim(1) == K && M <= 32 && N <= INT32_MAX &&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
@@ -137,6 +137,7 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   ap.max_context = opts_.max_context;
   ap.eps = cfg_.rms_eps;
   ap.rope_theta = cfg_.rope_theta;
+  ap.rope_table = a_.rope.data ? a_.rope.ptr<float>() : nullptr;
   const double ces = static_cast<double>(dtype_size(W.k_cache.dtype));
   launched(attn_prep(ap, s), rec, s, [&] {
     return NodeLabel{layer, "attn_prep", "-",

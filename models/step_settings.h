@@ -62,8 +62,8 @@ enum class GemmKind : uint8_t {
   skinny,     // kernels/skinny_gemm.h where it applies (bf16, M <= 32, K % 64 == 0), cuBLAS elsewhere
   mixed,      // skinny for steps of at most kGemmMixedSkinnyRows rows, for weights of at least
               // kGemmMixedWideN rows (the LM head) and, up to kGemmMixedWideBlockRows rows, for
-              // weights the skinny kernel takes in 128- or 256-row blocks (skinny_gemm_block_rows);
-              // lt for the other projections of steps of at most
+              // weights of at most kGemmMixedWideBlockMaxK columns that the skinny kernel takes in
+              // 128- or 256-row blocks (skinny_gemm_block_rows); lt for the other projections of steps of at most
               // kGemmLtMaxRows rows, cublasGemmEx above: where each measured faster on the H200
               // (docs/BENCHMARKS.md)
   lt,         // cuBLASLt with the algorithm chosen per shape by timing (engine/gemm_lt.h) for steps
@@ -74,6 +74,9 @@ constexpr int64_t kGemmLtMaxRows = 32;
 constexpr int kGemmMixedSkinnyRows = 24;  // measured with PDL on, the default (docs/BENCHMARKS.md)
 constexpr int64_t kGemmMixedWideN = 65536;
 constexpr int kGemmMixedWideBlockRows = 32;
+// Measured (docs/BENCHMARKS.md): at 32 rows the wide-block skinny kernel beat cuBLASLt on the 4B
+// preset's K = 2560 weights and lost on the 27B preset's K = 5120 ones.
+constexpr int64_t kGemmMixedWideBlockMaxK = 4096;
 const char* gemm_name(GemmKind g);  // one of kGemmNames
 // One of kGemmNames; throws Error on anything else.
 GemmKind parse_gemm(const std::string& name);
@@ -82,8 +85,8 @@ GemmKind parse_gemm(const std::string& name);
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
 // Whether a projection of `rows` rows and an [n, k] weight runs the skinny kernel under the
 // resolved setting `g` (the shape must also be one skinny_gemm_supports). wide_blocks: the skinny
-// kernel would take this shape in blocks of more than 64 weight rows.
-bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, bool wide_blocks = false);
+// kernel would take this [n, k] weight in blocks of more than 64 rows.
+bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k = 0, bool wide_blocks = false);
 // Whether a projection of `rows` rows that does not run the skinny kernel runs through cuBLASLt's
 // tuned algorithm under `g` (lt or mixed, at most kGemmLtMaxRows rows).
 bool gemm_uses_lt(GemmKind g, int64_t rows);

@@ -28,11 +28,14 @@ TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt 
   CHECK(gemm_uses_skinny(GemmKind::mixed, 1, 2560));
   CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows, 18432));
   CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows + 1, 2560));
-  // Above that, weights in wide blocks stay on the skinny kernel up to kGemmMixedWideBlockRows rows.
-  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows + 1, 18432, true));
-  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 18432, true));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows + 1, 18432, true));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, kGemmMixedSkinnyRows + 1, 18432, true));
+  // Above that, weights in wide blocks with at most kGemmMixedWideBlockMaxK columns stay on the
+  // skinny kernel up to kGemmMixedWideBlockRows rows.
+  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows + 1, 18432, 2560, true));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 18432, kGemmMixedWideBlockMaxK, true));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 18432, 2560, false));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 16480, 5120, true));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows + 1, 18432, 2560, true));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, kGemmMixedSkinnyRows + 1, 18432, 2560, true));
   CHECK(gemm_uses_skinny(GemmKind::mixed, 32, kGemmMixedWideN));
   CHECK(gemm_uses_skinny(GemmKind::mixed, 4096, 248320));
   // ... and cuBLASLt's tuned algorithm for the other decode projections, cublasGemmEx for prefill.

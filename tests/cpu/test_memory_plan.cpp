@@ -77,7 +77,7 @@ TEST_CASE("4B plan: 8.41 GB of weights, 1.61 GB of SSM state, 1.07 GB of KV at 3
   const uint64_t T = 32768, R = 32, H = 2560, C = 8192, HvDv = 4096, Hv = 32, I = 9216, V = 248320;
   const uint64_t acts = 3 * T * H * 2 + T * (C + HvDv + 2 * Hv) * 2 + 2 * T * C * 2 + 2 * T * Hv * 4 +
                         2 * T * HvDv * 2 + T * (2 * 16 * 256 + 2 * 4 * 256) * 2 + T * 16 * 256 * 2 + T * 2 * I * 2 +
-                        T * I * 2 + R * H * 2 + R * V * 4;
+                        T * I * 2 + R * H * 2 + R * V * 4 + 1024 * 64 * 4;  // the last: the rotary table
   CHECK(p.bytes_of(MemoryCategory::activations) == acts);
 
   // Metadata: decode rows 32: nine 256-byte sections + 32 chunks x 12 B = 384 -> 512.

@@ -131,8 +131,10 @@ struct PrepOut {
   DType dtype;
 };
 
-// attn_prep of the inputs (in.act in, in.act q / gate out) into the cache (c.dtype).
-inline PrepOut run_prep(const Shape& sh, const Batch& b, const DevMeta& dm, const Inputs& in, Cache& c) {
+// attn_prep of the inputs (in.act in, in.act q / gate out) into the cache (c.dtype); with
+// `rope_table`, the rotary angles come from a table rope_table_fill wrote.
+inline PrepOut run_prep(const Shape& sh, const Batch& b, const DevMeta& dm, const Inputs& in, Cache& c,
+                        bool rope_table = false) {
   auto dqg = test::DevBuf::from(in.qg, in.act), dk = test::DevBuf::from(in.k, in.act),
        dv = test::DevBuf::from(in.v, in.act);
   auto dqn = test::DevBuf::from(in.qn, DType::f32), dkn = test::DevBuf::from(in.kn, DType::f32);
@@ -161,6 +163,11 @@ inline PrepOut run_prep(const Shape& sh, const Batch& b, const DevMeta& dm, cons
   p.max_context = c.max_ctx;
   p.eps = kEps;
   p.rope_theta = sh.theta;
+  test::DevBuf table(static_cast<size_t>(c.max_ctx) * std::max(sh.rot, 2) * sizeof(float));
+  if (rope_table) {
+    check(rope_table_fill(static_cast<float*>(table.data()), c.max_ctx, sh.rot, sh.theta, nullptr));
+    p.rope_table = static_cast<const float*>(table.data());
+  }
   check(attn_prep(p, nullptr));
   check(cudaDeviceSynchronize());
   return o;

@@ -85,6 +85,14 @@ TEST_CASE("attention prep: q, gate and the KV cache match the reference, no othe
     CHECK(bad_k == 0);
     CHECK(bad_v == 0);
     CHECK(stray == 0);
+
+    // With the rotary table: the same bytes in q, gate and the whole cache.
+    Cache c2(sh, 5, 1100, 0xA5);
+    PrepOut pt = run_prep(sh, b, dm, in, c2, /*rope_table=*/true);
+    CHECK(pt.q.download() == po.q.download());
+    CHECK(pt.gate.download() == po.gate.download());
+    CHECK(c2.k.download() == kb);
+    CHECK(c2.v.download() == vb);
   }
 }
 

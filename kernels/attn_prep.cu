@@ -151,7 +151,6 @@ __device__ __forceinline__ void copy_row(void* dst, DType td, const void* src, D
 }
 
 __global__ void __launch_bounds__(kMaxWarps * 32) attn_prep_kernel(const AttnPrepParams p, bool vec_gate, bool vec_v) {
-  pdl_start();  // kernels/launch.cuh
   extern __shared__ float sm[];
   const int t = blockIdx.x;
   const int D = p.D;
@@ -160,8 +159,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attn_prep_kernel(const AttnPre
   const int64_t k_stride = p.k_stride ? p.k_stride : static_cast<int64_t>(p.Hkv) * D;
   const int64_t v_stride = p.v_stride ? p.v_stride : static_cast<int64_t>(p.Hkv) * D;
   const int64_t qrow = static_cast<int64_t>(t) * p.Hq * D;
+  // Before the dependency wait: the row's metadata and rotary table row (written before the
+  // step's first kernel; launch.cuh says why that is safe), so the wait ends with both known.
   int slot = -1, pos = 0;
-  if (!resolve_row(p.meta, t, p.max_context, slot, pos)) {
+  const bool live = resolve_row(p.meta, t, p.max_context, slot, pos);
+  if (live && p.rope_table) {
+    for (int i = threadIdx.x; i < p.rotary_dim; i += blockDim.x) {
+      sm[i] = p.rope_table[static_cast<int64_t>(pos) * p.rotary_dim + i];
+    }
+  }
+  pdl_start();  // kernels/launch.cuh
+  if (!live) {
     for (int i = threadIdx.x; i < p.Hq * D; i += blockDim.x) {
       dev::store(p.q, p.q_dtype, qrow + i, 0.0f);
       dev::store(p.gate, p.q_dtype, qrow + i, 0.0f);
@@ -213,15 +221,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attn_prep_kernel(const AttnPre
   copy_row(static_cast<char*>(p.v_cache) + crow * ces, p.cache_dtype,
            static_cast<const char*>(p.v) + t * v_stride * ies, p.in_dtype, p.Hkv * D, vec_v);
   const int half = p.rotary_dim / 2;
+  float* cs = sm;                      // [rotary]: cos[half], sin[half] (copied from the table above)
   float* scratch = sm + p.rotary_dim;  // [warps][D]
-  const float* cs = sm;                // [rotary]: cos[half], sin[half]
-  if (p.rope_table) {
-    cs = p.rope_table + static_cast<int64_t>(pos) * p.rotary_dim;
-  } else {
+  if (!p.rope_table) {
     for (int i = threadIdx.x; i < half; i += blockDim.x)
-      rope_cos_sin(pos, i, p.rotary_dim, p.rope_theta, sm[i], sm[half + i]);
-    __syncthreads();
+      rope_cos_sin(pos, i, p.rotary_dim, p.rope_theta, cs[i], cs[half + i]);
   }
+  __syncthreads();
   float* xs = scratch + warp * D;
   for (int job = warp; job < p.Hq + p.Hkv; job += warps) {
     int64_t off;

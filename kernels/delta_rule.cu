@@ -14,14 +14,23 @@ template <int DK, int Q>
 __global__ void __launch_bounds__(Q == 1   ? 256
                                   : Q == 8 ? 1024
                                            : 512) delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
-  pdl_start();  // kernels/launch.cuh
   __shared__ float ks[DK], qs[DK];
   const int cb = p.col_blocks, cols = p.Dv / cb;  // resolved by the launcher
   const int hv = blockIdx.x / cb, r = blockIdx.y, jl = threadIdx.x / Q;
   const int j = (blockIdx.x % cb) * cols + jl;  // this thread's state column
-  const int slot = p.slots[r];
   const int64_t orow = (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv;
   const bool active = jl < cols;
+  // Before the dependency wait: the slot (step metadata) and this column's state, which only this
+  // op writes (launch.cuh says why both are safe to read here). The loads overlap the previous
+  // kernel's tail.
+  const int slot = p.slots[r];
+  constexpr int R = DK / Q;
+  const int r0 = (threadIdx.x % 32 % Q) * R;
+  float* S = p.state + (static_cast<int64_t>(slot < 0 ? 0 : slot) * p.Hv + hv) * DK * p.Dv + (active ? j : 0);
+  float s[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) s[i] = active && slot >= 0 ? S[static_cast<int64_t>(r0 + i) * p.Dv] : 0.0f;
+  pdl_start();  // kernels/launch.cuh
   if (slot < 0) {
     if (active && threadIdx.x % Q == 0) dev::store(p.out, p.out_dtype, orow + j, 0.0f);
     return;
@@ -36,10 +45,13 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   __syncthreads();
   const float decay = expf(p.g[static_cast<int64_t>(r) * p.Hv + hv]);
   const float beta = p.beta[static_cast<int64_t>(r) * p.Hv + hv];
-  float* S = p.state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + (active ? j : 0);  // column j
   const float v = active ? dev::load(p.v, p.qkv_dtype, orow + j) : 0.0f;
-  const float o = dev::delta_rule_column<DK, Q>(S, p.Dv, ks, qs, decay, beta, v, active);
-  if (active && threadIdx.x % Q == 0) dev::store(p.out, p.out_dtype, orow + j, o);
+  const float o = dev::delta_rule_step<DK, Q>(s, ks, qs, decay, beta, v);
+  if (active) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) S[static_cast<int64_t>(r0 + i) * p.Dv] = s[i];
+    if (threadIdx.x % Q == 0) dev::store(p.out, p.out_dtype, orow + j, o);
+  }
 }
 
 template <int DK, int Q>

@@ -15,9 +15,9 @@
 namespace sg::dev {
 
 // One recurrent step on a state column held in registers (s[i] = S[r0 + i][j] of this lane's row
-// block of R = Dk/Q rows). Called by every lane of the warp (all 32 take part in the shuffles);
-// returns o in every lane of the group. The prefill scan keeps s across tokens; the decode step
-// below loads it, steps once and stores it.
+// block of R = Dk/Q rows). Called by every lane of the warp (all 32 take part in the shuffles;
+// lanes past the last column pass zeros); returns o in every lane of the group. The prefill scan
+// keeps s across tokens; the decode kernels load it, step once and store it.
 template <int DK, int Q>
 __device__ __forceinline__ float delta_rule_step(float (&s)[DK / Q], const float* ks, const float* qs, float decay,
                                                  float beta, float v) {
@@ -47,24 +47,6 @@ __device__ __forceinline__ float delta_rule_step(float (&s)[DK / Q], const float
       for (int i = 0; i < R; ++i) o = fmaf(s[i], qs[r0 + i], o);
     }
     if constexpr (Q > 1) o = __shfl_sync(0xffffffffu, o, base + p);
-  }
-  return o;
-}
-
-// The decode step on a column in memory: S points at row 0 of the column (row stride `stride`);
-// inactive lanes (columns past Dv) take part in the shuffles on zeros and touch no memory.
-template <int DK, int Q>
-__device__ __forceinline__ float delta_rule_column(float* __restrict__ S, int64_t stride, const float* ks,
-                                                   const float* qs, float decay, float beta, float v, bool active) {
-  constexpr int R = DK / Q;
-  const int r0 = (threadIdx.x % 32 % Q) * R;
-  float s[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) s[i] = active ? S[static_cast<int64_t>(r0 + i) * stride] : 0.0f;
-  const float o = delta_rule_step<DK, Q>(s, ks, qs, decay, beta, v);
-  if (active) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) S[static_cast<int64_t>(r0 + i) * stride] = s[i];
   }
   return o;
 }

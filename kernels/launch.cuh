@@ -9,6 +9,13 @@
 // pdl_wait(): the rule that keeps a step byte-identical with PDL on or off. A kernel that calls
 // pdl_wait in every block also completes only after its predecessor did, which keeps the order
 // transitive down the stream. Launched without PDL, both instructions do nothing.
+//
+// Since every kernel here triggers only after its own wait, a kernel that starts early runs
+// beside its immediate predecessor alone: everything before that has completed. So three kinds
+// of data may be read before pdl_wait, and the kernels that do say so: the step metadata (slots,
+// positions; uploaded before the step's first kernel), weights and tables that no step writes,
+// and state that only this op reads and writes (a layer's SSM state: its last writer is the same
+// op one step earlier).
 #pragma once
 #include <cuda_runtime.h>
 

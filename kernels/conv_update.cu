@@ -142,7 +142,6 @@ __device__ __forceinline__ void store_words(void* dst, const uint32_t (&w)[N32])
 // or __nv_bfloat16).
 template <int V, int K, class TS, class TA>
 __global__ void __launch_bounds__(kConvUpdateFastMaxBlock) conv_update_fast_kernel(const ConvUpdateParams p) {
-  pdl_start();  // kernels/launch.cuh
   constexpr int KM1 = K - 1;
   static_assert(V % 2 == 0 && (V * KM1 * sizeof(TS)) % 4 == 0, "whole 32-bit words per thread slice");
   constexpr int kStateWords = V * KM1 * static_cast<int>(sizeof(TS)) / 4;  // [V, K-1] state elements
@@ -150,20 +149,23 @@ __global__ void __launch_bounds__(kConvUpdateFastMaxBlock) conv_update_fast_kern
   const int r = blockIdx.y;
   const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
   if (c0 >= p.C) return;  // C % V == 0: a thread has all V channels or none
+  // Before the dependency wait (launch.cuh says why these may be read there): the slot (step
+  // metadata), the weights and the channels' conv state, which only this op reads and writes.
   const int slot = p.slots[r];
-  void* out = static_cast<TA*>(p.out) + static_cast<int64_t>(r) * p.C + c0;  // [V]
+  void* out = static_cast<TA*>(p.out) + static_cast<int64_t>(r) * p.C + c0;                           // [V]
+  TS* st = static_cast<TS*>(p.state) + (static_cast<int64_t>(slot < 0 ? 0 : slot) * p.C + c0) * KM1;  // [V, K-1]
+  uint32_t s[kStateWords] = {}, xw[kActWords];
+  if (slot >= 0) load_words(s, st);
+  uint32_t w[V * K], b[V] = {};  // f32 bits: weights [V, K], bias [V] (+0.0f without bias)
+  load_words(w, p.w + static_cast<int64_t>(c0) * K);
+  if (p.bias) load_words(b, p.bias + c0);
+  pdl_start();  // kernels/launch.cuh
   if (slot < 0) {
     uint32_t zero[kActWords] = {};
     store_words(out, zero);
     return;
   }
-  TS* st = static_cast<TS*>(p.state) + (static_cast<int64_t>(slot) * p.C + c0) * KM1;  // [V, K-1]
-  uint32_t s[kStateWords], xw[kActWords];
-  load_words(s, st);
   load_words(xw, static_cast<const TA*>(p.x) + static_cast<int64_t>(r) * p.x_stride + c0);  // [V]
-  uint32_t w[V * K], b[V] = {};  // f32 bits: weights [V, K], bias [V] (+0.0f without bias)
-  load_words(w, p.w + static_cast<int64_t>(c0) * K);
-  if (p.bias) load_words(b, p.bias + c0);
   uint32_t ns[kStateWords] = {}, ow[kActWords] = {};
 #pragma unroll
   for (int i = 0; i < V; ++i) {

@@ -271,8 +271,9 @@ void register_generate(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
   cmd->add_option("--gemm", o.gemm,
                   "How the steps run their projections (GPU only): cublas, skinny (the tensor-core weight-streaming "
-                  "kernel for at most 32 rows; within the GEMM tolerance of cuBLAS), mixed (skinny up to 24 rows and "
-                  "for the LM head, lt for the other decode projections, cuBLAS for prefill), lt (cuBLASLt, the "
+                  "kernel for at most 32 rows; within the GEMM tolerance of cuBLAS), mixed (skinny up to 24 rows, for "
+                  "the LM head and up to 32 rows for weights of at most 4096 columns in wide blocks, lt for the other "
+                  "decode projections, cuBLAS for prefill), lt (cuBLASLt, the "
                   "fastest of its top algorithms per shape, up to 32 "
                   "rows) or auto (mixed for bf16 on sm_90, else cublas)")
       ->capture_default_str()

@@ -75,12 +75,17 @@ ChildResult fork_and_wait(const std::function<void()>& child, const ChildLimits&
   }
   ChildResult r;
   int status = 0;
-  bool killed = false;
+  bool killed = false, interrupted = false;
   const auto deadline = t0 + std::chrono::seconds(limits.seconds + 5);
   for (;;) {
     const pid_t w = ::waitpid(pid, &status, WNOHANG);
     if (w == pid) break;
     if (w < 0 && errno != EINTR) break;
+    if (limits.sigint_after > 0 && !interrupted &&
+        std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(limits.sigint_after)) {
+      ::kill(pid, SIGINT);
+      interrupted = true;
+    }
     if (std::chrono::steady_clock::now() > deadline && !killed) {
       ::kill(pid, SIGKILL);  // the child blocked SIGALRM
       killed = true;

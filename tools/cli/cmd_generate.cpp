@@ -30,6 +30,7 @@
 #include "models/safetensors.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/sigint.h"
 
 namespace sg::cli {
 namespace {
@@ -52,10 +53,16 @@ struct GenerateOptions {
   bool gpu_setting_given = false;  // --attn-prefill, --attn-decode or --gemm given (they have no CPU meaning)
 };
 
+// True when Ctrl-C stopped the generation before max_new tokens.
+bool stopped_early(const GenerateOptions& o, const std::vector<int64_t>& out) {
+  return sigint_received() && static_cast<int64_t>(out.size()) < o.max_new;
+}
+
 void print_result(const GenerateOptions& o, const char* implementation, const Qwen35Config& cfg,
                   const std::string& source, const std::string& dtype, const std::string& detail,
                   const std::vector<int64_t>& prompt, const std::vector<int64_t>& out, double secs,
                   const std::vector<std::string>& notes) {
+  const bool interrupted = stopped_early(o, out);
   if (o.json) {
     nlohmann::json j;
     j["implementation"] = implementation;
@@ -66,10 +73,16 @@ void print_result(const GenerateOptions& o, const char* implementation, const Qw
     j["prompt"] = prompt;
     j["generated"] = out;
     j["seconds"] = secs;
+    j["max_new"] = o.max_new;
+    j["interrupted"] = interrupted;
     j["notes"] = notes;
     fmt::print("{}\n", j.dump(2));
   } else {
     for (const auto& n : notes) fmt::print(stderr, "note: {}\n", n);
+    if (interrupted) {
+      fmt::print("interrupted (SIGINT) after {} of {} tokens: what was generated so far follows\n", out.size(),
+                 o.max_new);
+    }
     fmt::print("model: {} (hidden {}, {} layers: {} GDN + {} attention, vocab {}), {}\n", printable(cfg.name),
                cfg.hidden, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), cfg.vocab, source);
     fmt::print("implementation: {}, {} activations, {}\n", implementation, dtype, detail);
@@ -125,7 +138,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
         step.prefill({PrefillRequest{0, std::vector<int32_t>(prompt.begin(), prompt.end()), 0}}, RunMode::graph);
     out.push_back(p.tokens[0]);
     Progress progress("generate", o.max_new);
-    while (static_cast<int>(out.size()) < o.max_new) {
+    while (static_cast<int>(out.size()) < o.max_new && !sigint_received()) {
       const int pos = static_cast<int>(prompt.size() + out.size()) - 1;
       const DecodeOutput d = step.decode({DecodeRequest{0, static_cast<int32_t>(out.back()), pos}}, RunMode::graph);
       out.push_back(d.tokens[0]);
@@ -142,10 +155,12 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
                   attn_prefill_name(step.options().attn_prefill), attn_decode_name(step.options().attn_decode),
                   gemm_name(step.options().gemm), arms.arms.describe()),
       prompt, out, secs, notes);
-  return 0;
+  return stopped_early(o, out) ? kInterruptedExit : 0;
 }
 
 int run(const GenerateOptions& o) {
+  // Ctrl-C stops the generation after the current token; the tokens so far are printed.
+  const SigintGuard guard;
   std::vector<std::string> notes;
   // Every source of arms is parsed first: a bad name is an error on either path.
   const ResolvedArms arms = resolve_cli_arms(o.arms.arms);
@@ -208,6 +223,7 @@ int run(const GenerateOptions& o) {
       const int64_t next = ref::argmax(logits.data(), cfg.vocab);
       out.push_back(next);
       progress.update(i + 1);
+      if (sigint_received()) break;
       if (i + 1 < o.max_new) logits = model.decode({0}, {next});
     }
     progress.finish();
@@ -217,16 +233,18 @@ int run(const GenerateOptions& o) {
   print_result(o, "cpu-reference", cfg, source, o.dtype.empty() ? "f32" : o.dtype,
                ro.chunked_prefill ? "chunked delta-rule prefill" : "recurrent delta-rule prefill", prompt, out, secs,
                notes);
-  return 0;
+  return stopped_early(o, out) ? kInterruptedExit : 0;
 }
 
 }  // namespace
 
 void register_generate(CLI::App& app, Action& action) {
-  auto* cmd = app.add_subcommand("generate",
-                                 "Greedy generation from token ids on the GPU model step (prefill, then "
-                                 "graphed decode steps), or on the CPU reference model (--cpu, or when no "
-                                 "GPU is found).");
+  auto* cmd =
+      app.add_subcommand("generate",
+                         "Greedy generation from token ids on the GPU model step (prefill, then "
+                         "graphed decode steps), or on the CPU reference model (--cpu, or when no "
+                         "GPU is found). Ctrl-C stops after the current token, prints the tokens generated so far "
+                         "and exits with 130.");
   static GenerateOptions o;
   cmd->add_option("--weights", o.weights,
                   "Hugging Face checkpoint folder (config.json + model.safetensors or "

@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,6 +29,7 @@
 #include "models/soak_gpu.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/sigint.h"
 
 namespace sg::cli {
 namespace {
@@ -53,33 +53,6 @@ struct SoakCliOptions {
 };
 
 SoakCliOptions soak_options;
-
-volatile std::sig_atomic_t g_interrupted = 0;
-
-extern "C" void on_sigint(int) { g_interrupted = 1; }
-
-// Ctrl-C sets g_interrupted while the guard lives; SA_RESETHAND: a second Ctrl-C ends the
-// process as usual. The previous handler comes back at the end.
-class SigintGuard {
- public:
-  SigintGuard() {
-    g_interrupted = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;
-    installed_ = ::sigaction(SIGINT, &sa, &old_) == 0;
-  }
-  ~SigintGuard() {
-    if (installed_) ::sigaction(SIGINT, &old_, nullptr);
-  }
-  SigintGuard(const SigintGuard&) = delete;
-  SigintGuard& operator=(const SigintGuard&) = delete;
-
- private:
-  struct sigaction old_ {};
-  bool installed_ = false;
-};
 
 std::string hex(uint64_t h) { return fmt::format("{:#018x}", h); }
 
@@ -194,7 +167,7 @@ int run(const SoakCliOptions& o) {
   so.rows = o.max_seqs;
   so.tolerance.device_bytes = uint64_t(o.device_tolerance_mib) << 20;
   so.tolerance.host_bytes = uint64_t(o.host_tolerance_mib) << 20;
-  so.stop = [] { return g_interrupted != 0; };
+  so.stop = [] { return sigint_received(); };
   const bool tty = isatty(fileno(stderr)) != 0;
   double last_drawn = -1;
   if (tty) {
@@ -235,7 +208,7 @@ int run(const SoakCliOptions& o) {
   fmt::print("{}\n", summary_line(res, cfg.name));
   std::fflush(stdout);
   if (!res.ok()) throw Error(fmt::format("soak failed: {}", res.failure));
-  return res.interrupted ? 130 : 0;
+  return res.interrupted ? kInterruptedExit : 0;
 }
 
 }  // namespace

@@ -162,6 +162,10 @@ int main(int argc, char** argv) {
       const Variant variants[] = {{"tma64x8", 64, sg::launch_tma<64, 8>},
                                   {"tma128x5", 64, sg::launch_tma<128, 5>},
                                   {"tma256x5", 64, sg::launch_tma<256, 5>},
+                                  // one block an SM for N ~ 10240 .. 18432 (ceil(N / 132) rounded up to 16)
+                                  {"tma80x5", 64, sg::launch_tma<80, 5>},
+                                  {"tma96x5", 64, sg::launch_tma<96, 5>},
+                                  {"tma144x5", 64, sg::launch_tma<144, 5>},
                                   {"tma64x16", 64, sg::launch_tma<64, 16>},
                                   {"bulk64x256x4", 256, sg::launch_bulk<64, 256, 4>}};
       auto params = [&](void* w, int splits) {  // y = x w^T, M x N x K, at `splits`

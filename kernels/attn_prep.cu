@@ -1,6 +1,7 @@
 // attn_prep.cu: q/k zero-centred RMSNorm + partial RoPE, gate split, KV cache append (see
 // attn_prep.h). One block per token row with one warp per head job (Hq + Hkv jobs, at most 32
-// warps; jobs loop over the warps beyond that). A warp loads its first head's features and norm
+// warps; jobs loop over the warps beyond that). Before the dependency wait a block reads its row's
+// metadata and rotary-table row; after it, a warp loads its first head's features and norm
 // weights before anything else, and every load of a head before its first store; the gate and v
 // copies move 16 bytes at a time where dtypes and alignment allow, every head's gate chunks at once
 // (a loop over heads would pay one memory round trip per head). The cache dtype
@@ -177,7 +178,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attn_prep_kernel(const AttnPre
     return;
   }
   // Head job j < Hq is q head j, else k head j - Hq; the warp's first job's inputs are loaded
-  // now, so their latency overlaps the rotary table.
+  // now, so their latency overlaps the gate and v copies (and the rotary angles without a table).
   auto job_src = [&](int job, int64_t& off, const void*& src, const void*& w) {
     if (job < p.Hq) {
       src = p.qg, w = p.q_norm, off = t * qg_stride + static_cast<int64_t>(job) * 2 * D;
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attn_prep_kernel(const AttnPre
   copy_row(static_cast<char*>(p.v_cache) + crow * ces, p.cache_dtype,
            static_cast<const char*>(p.v) + t * v_stride * ies, p.in_dtype, p.Hkv * D, vec_v);
   const int half = p.rotary_dim / 2;
-  float* cs = sm;                      // [rotary]: cos[half], sin[half] (copied from the table above)
+  float* cs = sm;                      // [rotary]: cos[half], sin[half] (the table's row, or computed here)
   float* scratch = sm + p.rotary_dim;  // [warps][D]
   if (!p.rope_table) {
     for (int i = threadIdx.x; i < half; i += blockDim.x)

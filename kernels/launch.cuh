@@ -5,17 +5,17 @@
 // With PDL on (launch_policy.h) a launch may begin while the previous kernel in the stream still
 // runs: the previous kernel lets it start with griddepcontrol.launch_dependents (pdl_trigger), and
 // griddepcontrol.wait (pdl_wait) blocks until every grid it depends on has completed and its
-// writes are visible. So no kernel reads or writes global memory that another kernel uses before
-// pdl_wait(): the rule that keeps a step byte-identical with PDL on or off. A kernel that calls
-// pdl_wait in every block also completes only after its predecessor did, which keeps the order
-// transitive down the stream. Launched without PDL, both instructions do nothing.
+// writes are visible. The rule that keeps a step byte-identical with PDL on or off: before
+// pdl_wait() a kernel writes no global memory and reads only data that no other kernel of the
+// current step writes. A kernel that calls pdl_wait in every block also completes only after its
+// predecessor did, which keeps the order transitive down the stream. Launched without PDL, both
+// instructions do nothing.
 //
-// Since every kernel here triggers only after its own wait, a kernel that starts early runs
-// beside its immediate predecessor alone: everything before that has completed. So three kinds
-// of data may be read before pdl_wait, and the kernels that do say so: the step metadata (slots,
-// positions; uploaded before the step's first kernel), weights and tables that no step writes,
-// and state that only this op reads and writes (a layer's SSM state: its last writer is the same
-// op one step earlier).
+// What may be read before the wait, in the kernels that say so: the step metadata (slots,
+// positions), weights and tables that no step writes, and state that only this op touches within
+// a step (a layer's conv state in conv.update, its SSM state in the delta rule). Earlier steps
+// have completed by then: every step starts with its metadata upload, a copy in the same stream,
+// which waits for all work before it.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -47,8 +47,10 @@ __device__ __forceinline__ void pdl_start() {
   pdl_trigger();
 }
 
-// As launch_kernel, in thread block clusters of cluster_x consecutive blocks along x (1: no
-// cluster; grid.x must be a multiple of cluster_x, at most 8 without a non-portable opt-in).
+// As launch_kernel, in thread block clusters of cluster_x consecutive blocks along x (0: launched
+// without the cluster attribute; grid.x must be a multiple of cluster_x, at most 8 without a
+// non-portable opt-in). A kernel that uses cluster barriers or distributed shared memory takes
+// the attribute even for clusters of one block.
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                   unsigned cluster_x, Args&&... args) {
@@ -59,7 +61,7 @@ cudaError_t launch_kernel_cluster(void (*kernel)(Params...), dim3 grid, dim3 blo
     attr[n].val.programmaticStreamSerializationAllowed = 1;
     ++n;
   }
-  if (cluster_x > 1) {
+  if (cluster_x > 0) {
     attr[n].id = cudaLaunchAttributeClusterDimension;
     attr[n].val.clusterDim.x = cluster_x;
     attr[n].val.clusterDim.y = 1;
@@ -81,7 +83,7 @@ cudaError_t launch_kernel_cluster(void (*kernel)(Params...), dim3 grid, dim3 blo
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                           Args&&... args) {
-  return launch_kernel_cluster(kernel, grid, block, smem, stream, 1, std::forward<Args>(args)...);
+  return launch_kernel_cluster(kernel, grid, block, smem, stream, 0, std::forward<Args>(args)...);
 }
 
 }  // namespace sg

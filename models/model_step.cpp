@@ -255,9 +255,9 @@ void ModelStep::layout(Arena& a) {
     const auto n = static_cast<int>(W->dim(0)), k = static_cast<int>(W->dim(1));
     most_n = std::max<int64_t>(most_n, n);
     const bool wide = skinny_gemm_block_rows(32, n, sms_) > 64;
-    const int rows = gemm_uses_skinny(opts_.gemm, 32, n, k, wide)            ? 32
-                     : gemm_uses_skinny(opts_.gemm, kGemmMixedSkinnyRows, n) ? kGemmMixedSkinnyRows
-                                                                             : 0;
+    const int rows = gemm_uses_skinny(opts_.gemm, 32, n, k, wide)                     ? 32
+                     : gemm_uses_skinny(opts_.gemm, kGemmMixedSkinnyRows, n, k, wide) ? kGemmMixedSkinnyRows
+                                                                                      : 0;
     for (int m = 1; m <= rows && skinny_gemm_supports(m, n, k); ++m) {  // the split count depends on m
       gws = std::max(gws, skinny_gemm_workspace_bytes(m, n, skinny_gemm_pick_splits(m, n, k, sms_)));
     }

@@ -86,7 +86,7 @@ GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
 // Whether a projection of `rows` rows and an [n, k] weight runs the skinny kernel under the
 // resolved setting `g` (the shape must also be one skinny_gemm_supports). wide_blocks: the skinny
 // kernel would take this [n, k] weight in blocks of more than 64 rows.
-bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k = 0, bool wide_blocks = false);
+bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks);
 // Whether a projection of `rows` rows that does not run the skinny kernel runs through cuBLASLt's
 // tuned algorithm under `g` (lt or mixed, at most kGemmLtMaxRows rows).
 bool gemm_uses_lt(GemmKind g, int64_t rows);

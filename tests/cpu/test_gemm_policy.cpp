@@ -25,9 +25,9 @@ TEST_CASE("gemm setting names parse back, unknown names are refused with the val
 TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt for the rest of decode",
           "[gemm][settings]") {
   // mixed: the skinny kernel up to kGemmMixedSkinnyRows rows, and for the LM head at any row count.
-  CHECK(gemm_uses_skinny(GemmKind::mixed, 1, 2560));
-  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows, 18432));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows + 1, 2560));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, 1, 2560, 2560, false));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows, 18432, 2560, false));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows + 1, 2560, 2560, false));
   // Above that, weights in wide blocks with at most kGemmMixedWideBlockMaxK columns stay on the
   // skinny kernel up to kGemmMixedWideBlockRows rows.
   CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows + 1, 18432, 2560, true));
@@ -36,8 +36,8 @@ TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt 
   CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 16480, 5120, true));
   CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows + 1, 18432, 2560, true));
   CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, kGemmMixedSkinnyRows + 1, 18432, 2560, true));
-  CHECK(gemm_uses_skinny(GemmKind::mixed, 32, kGemmMixedWideN));
-  CHECK(gemm_uses_skinny(GemmKind::mixed, 4096, 248320));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, 32, kGemmMixedWideN, 2560, false));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, 4096, 248320, 2560, false));
   // ... and cuBLASLt's tuned algorithm for the other decode projections, cublasGemmEx for prefill.
   CHECK(gemm_uses_lt(GemmKind::mixed, 32));
   CHECK_FALSE(gemm_uses_lt(GemmKind::mixed, kGemmLtMaxRows + 1));
@@ -45,12 +45,12 @@ TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt 
   CHECK(gemm_uses_lt(GemmKind::lt, 1));
   CHECK(gemm_uses_lt(GemmKind::lt, kGemmLtMaxRows));
   CHECK_FALSE(gemm_uses_lt(GemmKind::lt, kGemmLtMaxRows + 1));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, 1, 2560));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, 1, 2560, 2560, false));
   // skinny everywhere it applies; cublas never the others.
-  CHECK(gemm_uses_skinny(GemmKind::skinny, 32, 2560));
+  CHECK(gemm_uses_skinny(GemmKind::skinny, 32, 2560, 2560, false));
   CHECK_FALSE(gemm_uses_lt(GemmKind::skinny, 32));
   for (GemmKind g : {GemmKind::cublas, GemmKind::automatic}) {
-    CHECK_FALSE(gemm_uses_skinny(g, 1, 248320));
+    CHECK_FALSE(gemm_uses_skinny(g, 1, 248320, 2560, false));
     CHECK_FALSE(gemm_uses_lt(g, 1));
   }
 }

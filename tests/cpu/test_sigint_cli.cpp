@@ -14,7 +14,7 @@ using namespace sg::test;
 namespace {
 
 std::vector<std::string> generate_argv(int max_new, bool json) {
-  std::vector<std::string> v = {SG_STEPGRAPH_BIN, "generate", "--cpu", "--preset", "tiny", "--max-new",
+  std::vector<std::string> v = {SG_STEPGRAPH_BIN,       "generate", "--cpu", "--preset", "tiny", "--max-new",
                                 std::to_string(max_new)};
   if (json) v.push_back("--json");
   return v;

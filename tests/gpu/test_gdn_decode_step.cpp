@@ -31,6 +31,8 @@ GdnDims dims_small() { return GdnDims{2, 6, 32, 64, 3}; }
 GdnDims dims_mid() { return GdnDims{2, 6, 64, 64, 3}; }
 // The 27B model's GDN heads (Hv/Hk = 3: fused clusters of 6 blocks) on fewer heads.
 GdnDims dims_27b_heads() { return GdnDims{2, 6, 128, 128, 4}; }
+// Hv = Hk with one column block (Dk = 64: one thread a column): clusters of one block.
+GdnDims dims_no_cluster() { return GdnDims{2, 2, 64, 64, 4}; }
 // Hv/Hk = 6 with two column blocks would need clusters of 12: the fused arm takes one block per
 // v-head (clusters of 6); Dv = 72 at 2 threads a column leaves 16 idle lanes in the last warp.
 GdnDims dims_wide_group() { return GdnDims{1, 6, 128, 72, 4}; }
@@ -212,7 +214,7 @@ TEST_CASE("the GPU step matches the CPU reference", "[gpu][skeleton][reference]"
 
 TEST_CASE("every conv.update, postconv and gdn.decode arm gives the reference arm's bytes", "[gpu][skeleton][arms]") {
   for (DType act : {DType::f32, DType::bf16}) {
-    for (GdnDims dims : {dims_4b(), dims_small(), dims_mid(), dims_27b_heads(), dims_wide_group()}) {
+    for (GdnDims dims : {dims_4b(), dims_small(), dims_mid(), dims_27b_heads(), dims_wide_group(), dims_no_cluster()}) {
       CAPTURE(dtype_name(act), dims.C());
       Snapshot ref_snap;
       bool first = true;

@@ -162,26 +162,17 @@ cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract
   const int cb = static_cast<int>(c.grid.x) / p.Hv;
   const int q = delta_rule_decode_split(p.Dk, p.Dv);
   const unsigned n = c.cluster.x;
-  cudaError_t e = cudaErrorInvalidValue;
-  switch (p.Dk * 100 + q) {
-    case 6401:
-      e = launch_kernel_cluster(gdn_decode_fused_kernel<64, 1>, grid, block, c.smem_bytes, stream, n, p, cb);
-      break;
-    case 6404:
-      e = launch_kernel_cluster(gdn_decode_fused_kernel<64, 4>, grid, block, c.smem_bytes, stream, n, p, cb);
-      break;
-    case 12801:
-      e = launch_kernel_cluster(gdn_decode_fused_kernel<128, 1>, grid, block, c.smem_bytes, stream, n, p, cb);
-      break;
-    case 12802:
-      e = launch_kernel_cluster(gdn_decode_fused_kernel<128, 2>, grid, block, c.smem_bytes, stream, n, p, cb);
-      break;
-    case 12804:
-      e = launch_kernel_cluster(gdn_decode_fused_kernel<128, 4>, grid, block, c.smem_bytes, stream, n, p, cb);
-      break;
+  const auto go = [&](auto kernel) {
+    return launch_kernel_cluster(kernel, grid, block, c.smem_bytes, stream, n, p, cb);
+  };
+  switch (p.Dk * 100 + q) {  // the (Dk, split) pairs the contract lets through
+    case 6401: return go(gdn_decode_fused_kernel<64, 1>);
+    case 6404: return go(gdn_decode_fused_kernel<64, 4>);
+    case 12801: return go(gdn_decode_fused_kernel<128, 1>);
+    case 12802: return go(gdn_decode_fused_kernel<128, 2>);
+    case 12804: return go(gdn_decode_fused_kernel<128, 4>);
     default: return cudaErrorInvalidValue;
   }
-  return e;
 }
 
 }  // namespace sg

@@ -135,7 +135,7 @@ namespace {
 // runtime, which keeps libcuda out of the link (CI machines have no driver).
 struct DriverKernelNode {
   const char* name = nullptr;
-  Dim3 grid, block;
+  Dim3 grid, block, cluster;
   unsigned smem = 0;
 };
 
@@ -143,6 +143,7 @@ DriverKernelNode read_kernel_node(cudaGraphNode_t node) {
   using GetParams = CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS*);
   using FuncName = CUresult (*)(const char**, CUfunction);
   using KernName = CUresult (*)(const char**, CUkernel);
+  using GetAttr = CUresult (*)(CUgraphNode, CUkernelNodeAttrID, CUkernelNodeAttrValue*);
   static const auto lookup = [](const char* sym, unsigned version) {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
@@ -153,6 +154,7 @@ DriverKernelNode read_kernel_node(cudaGraphNode_t node) {
   static const auto get_params = reinterpret_cast<GetParams>(lookup("cuGraphKernelNodeGetParams", 12000));
   static const auto func_name = reinterpret_cast<FuncName>(lookup("cuFuncGetName", 12030));
   static const auto kern_name = reinterpret_cast<KernName>(lookup("cuKernelGetName", 12030));
+  static const auto get_attr = reinterpret_cast<GetAttr>(lookup("cuGraphKernelNodeGetAttribute", 11000));
   CUDA_KERNEL_NODE_PARAMS p{};
   const CUresult r = get_params(reinterpret_cast<CUgraphNode>(node), &p);
   require(r == CUDA_SUCCESS, "cuGraphKernelNodeGetParams failed with CUresult {}", static_cast<int>(r));
@@ -165,6 +167,12 @@ DriverKernelNode read_kernel_node(cudaGraphNode_t node) {
   k.grid = Dim3{p.gridDimX, p.gridDimY, p.gridDimZ};
   k.block = Dim3{p.blockDimX, p.blockDimY, p.blockDimZ};
   k.smem = p.sharedMemBytes;
+  // Cluster dims: zeros (or a failed query) mean the node was launched without clusters.
+  CUkernelNodeAttrValue v{};
+  if (get_attr(reinterpret_cast<CUgraphNode>(node), CU_KERNEL_NODE_ATTRIBUTE_CLUSTER_DIMENSION, &v) == CUDA_SUCCESS &&
+      v.clusterDim.x > 0 && v.clusterDim.y > 0 && v.clusterDim.z > 0) {
+    k.cluster = Dim3{v.clusterDim.x, v.clusterDim.y, v.clusterDim.z};
+  }
   return k;
 }
 
@@ -186,6 +194,7 @@ Manifest build_manifest(const std::string& graph_name, const std::string& arms, 
     mn.kernel = demangle(kp.name);
     mn.grid = kp.grid;
     mn.block = kp.block;
+    mn.cluster = kp.cluster;
     mn.smem_bytes = kp.smem;
     uint64_t id = 0;
     if (cuptiGetGraphNodeId(node, &id) == CUPTI_SUCCESS) mn.cupti_id = id;
@@ -234,6 +243,7 @@ nlohmann::json to_json(const Manifest& m) {
                      {"block", {n.block.x, n.block.y, n.block.z}},
                      {"smem_bytes", n.smem_bytes},
                      {"bytes", n.label.bytes}});
+    if (!(n.cluster == Dim3{})) nodes.back()["cluster"] = {n.cluster.x, n.cluster.y, n.cluster.z};
   }
   nlohmann::json out = {{"graph", m.graph}, {"arms", m.arms}, {"nodes", nodes}, {"edges", m.edges}};
   if (!m.tuning.empty()) {

@@ -70,6 +70,7 @@ struct ManifestNode {
   NodeLabel label;        // op "?" when a kernel node had no label (a launch the step forgot to label)
   std::string kernel;     // demangled kernel name
   Dim3 grid, block;
+  Dim3 cluster;  // thread block cluster dims ({1, 1, 1} for a node launched without clusters)
   unsigned smem_bytes = 0;
 };
 

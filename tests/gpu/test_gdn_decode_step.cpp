@@ -277,6 +277,7 @@ TEST_CASE("the manifest names each node's op, arm, kernel and grid", "[gpu][skel
     CHECK(m.nodes[2].grid == Dim3{64, static_cast<unsigned>(key), 1});
     CHECK(m.nodes[2].grid == dc.grid);
     CHECK(m.nodes[2].block == dc.block);
+    CHECK(m.nodes[2].cluster == Dim3{1, 1, 1});  // the unfused delta rule: no cluster
     // One stream captured: each kernel waits for the previous one.
     CHECK(m.edges == std::vector<std::pair<int, int>>{{0, 1}, {1, 2}});
   }
@@ -297,8 +298,9 @@ TEST_CASE("the fused gdn.decode arm is one node with the recurrence's grid, in c
     // (2 v-heads x 2 column blocks) of a k-head.
     CHECK(m.nodes[0].grid == Dim3{64, static_cast<unsigned>(key), 1});
     CHECK(m.nodes[0].block == Dim3{128, 1, 1});
+    CHECK(m.nodes[0].cluster == Dim3{4, 1, 1});  // read from the captured node's launch attribute
     const auto c = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{key, 16, 32, 128, 128, 4});
-    CHECK(c.cluster == Dim3{4, 1, 1});
+    CHECK(c.cluster == m.nodes[0].cluster);
     CHECK(c.grid == m.nodes[0].grid);
   }
   // The small shape (Dk = 32) is not supported by the fused kernel: the contract falls back.

@@ -56,11 +56,13 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
                      NodeRecorder* rec) {
   const double bytes = static_cast<double>(x.bytes() + W.bytes() + y.bytes());
   const int64_t M = x.dim(0), N = W.dim(0), K = W.dim(1);
-  const bool wide =
-      M <= 32 && N <= INT32_MAX && skinny_gemm_block_rows(static_cast<int>(M), static_cast<int>(N), sms_) > 64;
-  const bool skinny = gemm_uses_skinny(opts_.gemm, M, N, K, wide) && x.dtype == DType::bf16 && W.dtype == DType::bf16 &&
-                      W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 && y.dim(0) == M && y.dim(1) == N &&
-                      x.dim(1) == K && M <= 32 && N <= INT32_MAX &&
+  // The skinny kernel's W rows a block for this shape (0 where it cannot run): the policy asks
+  // whether they are wide, and the launch below uses them.
+  const int block_rows =
+      M <= 32 && N <= INT32_MAX ? skinny_gemm_block_rows(static_cast<int>(M), static_cast<int>(N), sms_) : 0;
+  const bool skinny = gemm_uses_skinny(opts_.gemm, M, N, K, block_rows > 64) && x.dtype == DType::bf16 &&
+                      W.dtype == DType::bf16 && W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 &&
+                      y.dim(0) == M && y.dim(1) == N && x.dim(1) == K && M <= 32 && N <= INT32_MAX &&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
   if (!skinny && gemm_uses_lt(opts_.gemm, M)) {
     // Timed and chosen at the first eager use of the shape (the warm-up before any capture).
@@ -87,7 +89,7 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   p.M = static_cast<int>(M);
   p.N = static_cast<int>(N);
   p.K = static_cast<int>(K);
-  p.block_rows = skinny_gemm_block_rows(p.M, p.N, sms_);
+  p.block_rows = block_rows;
   p.splits = skinny_gemm_pick_splits(p.M, p.N, p.K, sms_);
   p.workspace = a_.gemm_ws.ptr<float>();
   p.counters = a_.gemm_counters.ptr<int32_t>();

@@ -68,6 +68,15 @@ __device__ __forceinline__ void load8(const float* p, float* f) {
 // The contract's SiLU: acc / (1 + expf(-acc)), correctly rounded division (no fast-math).
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
+// The MLP activation of one element (swiglu.h): silu(g), rounded to bf16 when round_act (the
+// model's bf16 intermediate), times u. The swiglu kernel and the skinny GEMM's SwiGLU epilogue
+// both call it, so they give the same bytes.
+__device__ __forceinline__ float swiglu_value(float g, float u, bool round_act) {
+  float a = silu(g);
+  if (round_act) a = __bfloat162float(__float2bfloat16_rn(a));
+  return a * u;
+}
+
 // softplus(x) = x > 20 ? x : log1pf(expf(x))
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 

@@ -23,6 +23,9 @@ constexpr int kBN = 64;     // W rows per block: 16 per consumer warp
 constexpr int kBK = 64;     // K per tile: one 128-byte swizzle row of bf16
 constexpr int kStages = 8;  // ring depth; two blocks fit an SM
 constexpr int kMaxM = 32;
+// Block rows above 16 tokens, narrowest first: the first whose row blocks fit one wave of one block
+// an SM (skinny_gemm_block_rows).
+constexpr int kOneWaveBlockRows[] = {64, 80, 96, 128, 144, 192, 256};
 // Weight tiles requested before pdl_wait above 24 rows (S at most 24 rows): the previous kernel's
 // loads queue behind them. 4B decode b=32 against cuBLASLt: 1 tile +0.2%, 3 tiles -1.2%, all
 // (5 or 8) neutral (docs/BENCHMARKS.md).
@@ -44,6 +47,18 @@ __device__ __forceinline__ void store_y(const SkinnyGemmParams& p, int token, in
   }
 }
 
+// The SwiGLU epilogue's store (swiglu_group = 8): gate and up of W rows n and n + 8 (n % 16 < 8)
+// of one token, rounded to bf16 as the GEMM's y would be, give act[token, 8 (n / 16) + n % 8] with
+// the swiglu kernel's bytes; tokens at or past *live_rows get zeros (as the swiglu kernel writes).
+__device__ __forceinline__ void store_act(const SkinnyGemmParams& p, int token, int n, float gate, float up, int live) {
+  const int64_t ldy = p.ldy ? p.ldy : p.N / 2;
+  const float g = __bfloat162float(__float2bfloat16_rn(gate)), u = __bfloat162float(__float2bfloat16_rn(up));
+  const float v = token < live ? dev::swiglu_value(g, u, p.act_dtype == DType::bf16) : 0.0f;
+  static_cast<__nv_bfloat16*>(p.y)[token * ldy + (n >> 4) * 8 + (n & 7)] = __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ int live_tokens(const SkinnyGemmParams& p) { return p.live_rows ? *p.live_rows : p.M; }
+
 // The last block of a row block (W rows n0 .. n0 + BN) sums the split partials, in split order
 // from 0.0f, and stores y. Four adjacent outputs a thread and up to 8 partial loads in flight: the
 // sum is a chain of L2 round trips otherwise (M = 32: ~13 outputs x splits loads a thread, one
@@ -52,11 +67,11 @@ template <int BN, bool kF32Out>
 __device__ void sum_splits(const SkinnyGemmParams& p, int n0, int splits, int tid, int nthreads) {
   const int64_t plane = static_cast<int64_t>(p.M) * p.N;  // one split's partial [M, N]
   const bool vec = p.N % 4 == 0;                          // then every group of 4 starts 16-byte aligned
-  for (int idx = tid; idx < p.M * (BN / 4); idx += nthreads) {
-    const int token = idx / (BN / 4), n = n0 + (idx % (BN / 4)) * 4;
-    if (n >= p.N) continue;
-    const float* src = p.workspace + static_cast<int64_t>(token) * p.N + n;
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const bool swiglu = p.swiglu_group != 0;                // N % 16 == 0: a gate quad's up quad is 8 rows on
+  const int live = swiglu ? live_tokens(p) : 0;
+  // The sum of quad n (4 adjacent outputs of one token) into v, 8 partial loads in flight.
+  auto sum_quad = [&](const float* src, int n, float(&v)[4]) {
+    v[0] = v[1] = v[2] = v[3] = 0.0f;
     if (vec) {
       for (int k0 = 0; k0 < splits; k0 += 8) {
         float4 t[8];
@@ -77,7 +92,20 @@ __device__ void sum_splits(const SkinnyGemmParams& p, int n0, int splits, int ti
       for (int e = 0; e < 4 && n + e < p.N; ++e)
         for (int k = 0; k < splits; ++k) v[e] += __ldcg(src + k * plane + e);
     }
-    for (int e = 0; e < 4 && n + e < p.N; ++e) store_y<kF32Out>(p, token, n + e, v[e]);
+  };
+  for (int idx = tid; idx < p.M * (BN / 4); idx += nthreads) {
+    const int token = idx / (BN / 4), n = n0 + (idx % (BN / 4)) * 4;
+    if (n >= p.N || (swiglu && (n & 8))) continue;  // (an up quad: summed with its gate quad)
+    const float* src = p.workspace + static_cast<int64_t>(token) * p.N + n;
+    float v[4];
+    sum_quad(src, n, v);
+    if (swiglu) {
+      float u[4];
+      sum_quad(src + 8, n + 8, u);
+      for (int e = 0; e < 4; ++e) store_act(p, token, n + e, v[e], u[e], live);
+    } else {
+      for (int e = 0; e < 4 && n + e < p.N; ++e) store_y<kF32Out>(p, token, n + e, v[e]);
+    }
   }
 }
 
@@ -90,6 +118,20 @@ __device__ void finish_block(const SkinnyGemmParams& p, const float (&acc)[NT][4
                              int lane) {
   const int splits = gridDim.y, tid = threadIdx.x, g = lane >> 2, tq = lane & 3, cw = warp - 1;
   // acc[j]: c0 c1 = (W row 16 cw + g, tokens 8 j + 2 tq, + 1), c2 c3 = (row + 8, same tokens).
+  if (splits == 1 && p.swiglu_group != 0) {
+    if (warp == 0) return;
+    const int live = live_tokens(p);
+    // Row g of the warp's 16 is gate (c0 c1), row g + 8 its up (c2 c3): W rows interleave in 8s.
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int token = 8 * j + 2 * tq + e, n = n0 + cw * 16 + g;
+        if (token < p.M && n < p.N) store_act(p, token, n, acc[j][e], acc[j][e + 2], live);
+      }
+    }
+    return;
+  }
   if (splits == 1) {
     if (warp == 0) return;
 #pragma unroll
@@ -263,8 +305,7 @@ cudaError_t launch_dtype(const SkinnyGemmParams& p, cudaStream_t stream) {
   return p.y_dtype == DType::f32 ? launch_nt<BN, S, NT, true>(p, stream) : launch_nt<BN, S, NT, false>(p, stream);
 }
 
-// BN W rows a block, S stages (skinny_gemm_block_rows picks 64 x 8, 128 x 5 or 256 x 5; the probe
-// tries others).
+// BN W rows a block, S stages (64 x 8, or 5 stages for the wider blocks of skinny_gemm_block_rows).
 template <int BN, int S>
 cudaError_t launch_tma(const SkinnyGemmParams& p, cudaStream_t stream) {
   switch ((p.M + 7) / 8) {
@@ -281,9 +322,10 @@ bool skinny_gemm_supports(int M, int N, int K) { return M >= 1 && M <= kMaxM && 
 
 int skinny_gemm_block_rows(int M, int N, int num_sms) {
   if (M <= 16 || N < 1) return kBN;
-  const long sms = std::max(num_sms, 1), rb256 = (N + 255) / 256, rb128 = (N + 127) / 128;
-  if (2 * rb256 >= sms && rb256 <= sms) return 256;      // one wave, one block an SM
-  if (2 * rb128 >= sms && rb128 <= 2 * sms) return 128;  // one wave, two blocks an SM
+  const long sms = std::max(num_sms, 1);
+  for (const int bn : kOneWaveBlockRows) {
+    if ((N + bn - 1) / bn <= sms) return bn;  // one wave, one block an SM
+  }
   return kBN;
 }
 
@@ -318,18 +360,26 @@ cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   if (p.M == 0) return cudaSuccess;
   if (!skinny_gemm_supports(p.M, p.N, p.K) || !p.x || !p.W || !p.y) return cudaErrorInvalidValue;
   if (p.y_dtype != DType::bf16 && p.y_dtype != DType::f32) return cudaErrorInvalidValue;
-  const int64_t ldx = p.ldx ? p.ldx : p.K, ldy = p.ldy ? p.ldy : p.N;
-  if (ldx < p.K || ldx % 8 != 0 || ldy < p.N || !dev::aligned16(p.x) || !dev::aligned16(p.W))
+  const bool swiglu = p.swiglu_group != 0;
+  if (swiglu && (p.swiglu_group != 8 || p.N % 16 != 0 || p.y_dtype != DType::bf16 ||
+                 (p.act_dtype != DType::bf16 && p.act_dtype != DType::f32)))
+    return cudaErrorInvalidValue;
+  const int64_t ldx = p.ldx ? p.ldx : p.K, ldy = p.ldy ? p.ldy : (swiglu ? p.N / 2 : p.N);
+  if (ldx < p.K || ldx % 8 != 0 || ldy < (swiglu ? p.N / 2 : p.N) || !dev::aligned16(p.x) || !dev::aligned16(p.W))
     return cudaErrorInvalidValue;
   const int rbs = (p.N + kBN - 1) / kBN;
   if (p.splits < 1 || p.splits > p.K / kBK || p.splits > 65535 || rbs > 0x7fffffff) return cudaErrorInvalidValue;
   if (p.splits > 1 && (!p.workspace || !p.counters)) return cudaErrorInvalidValue;
-  if (p.block_rows != 0 && p.block_rows != 64 && p.block_rows != 128 && p.block_rows != 256)
-    return cudaErrorInvalidValue;
   switch (p.block_rows) {
-    case 256: return launch_tma<256, 5>(p, stream);  // 184 KB of ring: one block an SM
-    case 128: return launch_tma<128, 5>(p, stream);  // 102 KB: two
-    default: return launch_tma<kBN, kStages>(p, stream);
+    case 0:
+    case kBN: return launch_tma<kBN, kStages>(p, stream);
+    case 80: return launch_tma<80, 5>(p, stream);  // 5 stages of W and x: one block an SM
+    case 96: return launch_tma<96, 5>(p, stream);
+    case 128: return launch_tma<128, 5>(p, stream);  // 102 KB of ring: two blocks fit an SM
+    case 144: return launch_tma<144, 5>(p, stream);
+    case 192: return launch_tma<192, 5>(p, stream);
+    case 256: return launch_tma<256, 5>(p, stream);  // 184 KB: one
+    default: return cudaErrorInvalidValue;
   }
 }
 

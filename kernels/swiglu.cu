@@ -16,21 +16,45 @@ __global__ void __launch_bounds__(kBlock) swiglu_kernel(const SwigluParams p, in
   const int c0 = static_cast<int>(blockIdx.x % chunks) * kChunk;
   const int64_t o0 = static_cast<int64_t>(t) * p.I;
   const bool live = !p.live_rows || t < *p.live_rows;
-  const int64_t g0 = static_cast<int64_t>(t) * stride, u0 = g0 + p.I;
+  const int64_t row = static_cast<int64_t>(t) * stride;
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
     const int i = c0 + k * kBlock + threadIdx.x;
     if (i >= p.I) break;
     float yv = 0.0f;
     if (live) {
-      const float g = dev::load(p.gu, p.gu_dtype, g0 + i);
-      const float u = dev::load(p.gu, p.gu_dtype, u0 + i);
-      float a = dev::silu(g);
-      if (p.act_dtype == DType::bf16) a = __bfloat162float(__float2bfloat16_rn(a));
-      yv = a * u;
+      // Halves: gate i at i, up at I + i. Groups of 8: gate i at 16 (i / 8) + i % 8, up 8 after it.
+      const int64_t gi = p.interleave ? (i >> 3) * 16 + (i & 7) : i, ui = p.interleave ? gi + 8 : p.I + i;
+      const float g = dev::load(p.gu, p.gu_dtype, row + gi);
+      const float u = dev::load(p.gu, p.gu_dtype, row + ui);
+      yv = dev::swiglu_value(g, u, p.act_dtype == DType::bf16);
     }
     dev::store(p.y, p.y_dtype, o0 + i, yv);
   }
+}
+
+// bf16 in and out, I % 8 == 0, 16-byte aligned rows: a thread takes 8 adjacent outputs, whose gate
+// and up values are 16 contiguous bytes each (halves: at i and I + i; groups of 8: one 32-byte run).
+__global__ void __launch_bounds__(kBlock) swiglu_vec8_kernel(const SwigluParams p, int chunks, int64_t stride) {
+  pdl_start();  // kernels/launch.cuh
+  const int t = static_cast<int>(blockIdx.x / chunks);
+  const int i = (static_cast<int>(blockIdx.x % chunks) * kBlock + static_cast<int>(threadIdx.x)) * 8;
+  if (i >= p.I) return;
+  const bool live = !p.live_rows || t < *p.live_rows;
+  const int64_t row = static_cast<int64_t>(t) * stride;
+  const int64_t gi = p.interleave ? (i >> 3) * 16 : i, ui = p.interleave ? gi + 8 : p.I + i;
+  const auto* gu = static_cast<const __nv_bfloat16*>(p.gu);
+  float y[8] = {};
+  if (live) {
+    const uint4 ga = *reinterpret_cast<const uint4*>(gu + row + gi);
+    const uint4 ua = *reinterpret_cast<const uint4*>(gu + row + ui);
+    float g[8], u[8];
+    dev::unpack8(ga, g);
+    dev::unpack8(ua, u);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) y[k] = dev::swiglu_value(g[k], u[k], p.act_dtype == DType::bf16);
+  }
+  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + static_cast<int64_t>(t) * p.I + i) = dev::pack8(y);
 }
 
 bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
@@ -40,9 +64,18 @@ bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
   if (!p.gu || !p.y || p.T < 0 || p.I < 1) return cudaErrorInvalidValue;
   if (!float_type(p.gu_dtype) || !float_type(p.y_dtype) || !float_type(p.act_dtype)) return cudaErrorInvalidValue;
+  if (p.interleave != 0 && (p.interleave != 8 || p.I % 8 != 0)) return cudaErrorInvalidValue;
   const int64_t stride = p.gu_stride ? p.gu_stride : 2 * static_cast<int64_t>(p.I);
   if (stride < 2 * static_cast<int64_t>(p.I)) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
+  if (p.gu_dtype == DType::bf16 && p.y_dtype == DType::bf16 && p.I % 8 == 0 && stride % 8 == 0 &&
+      dev::aligned16(p.gu) && dev::aligned16(p.y)) {
+    const int chunks = (p.I / 8 + kBlock - 1) / kBlock;
+    const int64_t blocks = static_cast<int64_t>(p.T) * chunks;
+    if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+    launch_kernel(swiglu_vec8_kernel, static_cast<unsigned>(blocks), kBlock, 0, stream, p, chunks, stride);
+    return cudaGetLastError();
+  }
   const int chunks = (p.I + kChunk - 1) / kChunk;
   const int64_t blocks = static_cast<int64_t>(p.T) * chunks;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;

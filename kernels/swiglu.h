@@ -2,12 +2,17 @@
 // projection output. Hugging Face's Qwen MLP keeps gate_proj and up_proj as two separate [I, H]
 // linears; the engine concatenates their rows into one [2I, H] weight, first the I gate_proj rows
 // then the I up_proj rows, so one GEMM gives gu = [T, 2I] with gate in columns [0, I) and up in
-// columns [I, 2I).
+// columns [I, 2I) ("halves"); or, where I % 8 == 0, interleaved in groups of 8 rows (weight rows
+// 16 j .. 16 j + 7 = gate_proj rows 8 j .., the next 8 = up_proj rows 8 j ..), so that gate i and
+// up i land in one 16-row tile of the skinny GEMM, whose epilogue then writes act itself
+// (skinny_gemm.h, swiglu_group) with this kernel's bytes (dev::swiglu_value).
 // Arithmetic, as ref::swiglu_mlp does it (kernels/ref/mlp_ref.h), in f32:
 //   a = silu(g) = g / (1 + expf(-g)), rounded to act_dtype (HF materialises it: bf16 in a bf16 model)
 //   y = a * u, rounded once to y_dtype.
 // act_dtype = f32 skips the intermediate rounding (the reference's Store::f32).
-// Grid: 1-D, T * ceil(I / 1024) blocks of 256 threads (T = padded token count, the graph key).
+// Grid: 1-D, 256 threads a block (T = padded token count, the graph key): bf16 in and out with
+// I % 8 == 0 and 16-byte aligned rows, T * ceil(I / 2048) blocks, 8 outputs a thread from two
+// 16-byte loads; otherwise T * ceil(I / 1024) blocks, 4 outputs a thread element by element.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -18,13 +23,14 @@
 namespace sg {
 
 struct SwigluParams {
-  const void* gu = nullptr;  // [T, gu_stride]: gate [0, I) | up [I, 2I), gu_dtype f32 or bf16
+  const void* gu = nullptr;  // [T, gu_stride]: gate | up (halves or groups of 8), gu_dtype f32 or bf16
   DType gu_dtype = DType::bf16;
   int64_t gu_stride = 0;  // elements between tokens, >= 2I; 0 = 2I
   void* y = nullptr;      // [T, I] row-major, y_dtype f32 or bf16; must not overlap gu
   DType y_dtype = DType::bf16;
   DType act_dtype = DType::bf16;  // dtype silu(gate) is rounded to before the product
   int T = 0, I = 0;
+  int interleave = 0;  // 0: gate | up halves; 8: groups of 8 (I % 8 == 0)
   // Optional [1] device count of live tokens: tokens t >= *live_rows write zeros and read nothing.
   const int32_t* live_rows = nullptr;
 };

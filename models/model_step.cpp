@@ -79,6 +79,7 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   const GdnDims& g = cfg_.gdn;
   const DeviceLimits device = DeviceLimits::current();
   sms_ = device.sms;
+  gu_group_ = cfg_.intermediate % 8 == 0 ? 8 : 0;
   if (cfg_.num_linear_attention() > 0) {
     require(delta_rule_decode_supports(g.Dk, g.Dv), "delta-rule decode does not support Dk={} Dv={}", g.Dk, g.Dv);
     require(opts_.max_prefill_tokens == 0 || delta_rule_prefill_supports(g.Dk, g.Dv),
@@ -323,6 +324,28 @@ void ModelStep::load_host_weights(const HostWeights& w) {
   };
   const GdnDims& g = cfg_.gdn;
   const int64_t C = g.C(), HvDv = int64_t{g.Hv} * g.Dv, Hv = g.Hv, I = cfg_.intermediate;
+  // gate_proj and up_proj ([I, H] each) into the rows of gate_up: halves, or groups of gu_group_
+  // rows alternating (gate rows 8 j .. at 16 j .., up rows 8 j .. at 16 j + 8 ..).
+  auto put_gate_up = [&](const TensorView& dst, const std::string& p) {
+    if (gu_group_ == 0) {
+      put(dst, 0, p + "mlp.gate_proj.weight");
+      put(dst, I, p + "mlp.up_proj.weight");
+      return;
+    }
+    const HostTensor& gate = get(p + "mlp.gate_proj.weight");
+    const HostTensor& up = get(p + "mlp.up_proj.weight");
+    const int64_t H = dst.dim(1), G = gu_group_;
+    require(gate.numel() == I * H && up.numel() == I * H && dst.numel() == 2 * I * H,
+            "load_host_weights: {} / {} do not fit {}", p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
+            dst.describe());
+    std::vector<float> rows(static_cast<size_t>(2 * I * H));
+    for (int64_t r = 0; r < I; ++r) {
+      const int64_t at = (r / G) * 2 * G + r % G;  // gate row r; its up row is G rows further
+      std::copy_n(gate.data.begin() + r * H, H, rows.begin() + at * H);
+      std::copy_n(up.data.begin() + r * H, H, rows.begin() + (at + G) * H);
+    }
+    upload_values(dst.data, dst.dtype, rows.data(), rows.size(), s);
+  };
   const int64_t qrows = 2 * int64_t{cfg_.Hq} * cfg_.D, kvrows = int64_t{cfg_.Hkv} * cfg_.D;
   put(embed_, 0, "model.embed_tokens.weight");
   if (!cfg_.tie_word_embeddings) put(lm_head_, 0, "lm_head.weight");
@@ -332,8 +355,7 @@ void ModelStep::load_host_weights(const HostWeights& w) {
     const std::string p = fmt::format("model.layers.{}.", i);
     put(L.in_norm, 0, p + "input_layernorm.weight");
     put(L.post_norm, 0, p + "post_attention_layernorm.weight");
-    put(L.gate_up, 0, p + "mlp.gate_proj.weight");
-    put(L.gate_up, I, p + "mlp.up_proj.weight");
+    put_gate_up(L.gate_up, p);
     put(L.down, 0, p + "mlp.down_proj.weight");
     if (L.attention) {
       put(L.attn.qkv_proj, 0, p + "self_attn.q_proj.weight");

@@ -19,7 +19,9 @@
 //   delta_rule.prefill (the sequential scan, or the chunked WY form: ModelStepOptions::delta_prefill).
 // Attention mixer: one GEMM over [q_proj | k_proj | v_proj] ([2*Hq*D + 2*Hkv*D, H]) -> attn_prep
 //   (q/k norm, RoPE at the token's position, KV append) -> attention_decode (sigmoid gate) -> o_proj.
-// MLP: one GEMM over [gate_proj | up_proj] ([2I, H]) -> swiglu -> down_proj.
+// MLP: one GEMM over gate_proj and up_proj ([2I, H]; their rows interleaved in groups of 8 where
+//   I % 8 == 0, else the two halves) -> swiglu -> down_proj. Where the skinny GEMM runs gate_up
+//   (decode), SwiGLU is its epilogue: one kernel writes act (the swiglu kernel's bytes).
 //
 // Memory: one arena (measured, then allocated exactly and frozen) holds the weights (act dtype:
 // bf16, or f32 when act is f32; conv1d.weight, A_log and dt_bias are always f32 because the kernels
@@ -211,7 +213,7 @@ class ModelStep {
   struct Layer {
     bool attention = false;
     TensorView in_norm, post_norm;  // [H]
-    TensorView gate_up;             // [2I, H]
+    TensorView gate_up;             // [2I, H]: gate_proj and up_proj rows, in groups of gu_group_ (or halves)
     TensorView down;                // [H, I]
     GdnLayer gdn;
     AttnLayer attn;
@@ -266,8 +268,15 @@ class ModelStep {
   void gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   void attn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   void mlp_block(int layer, const StepKey& key, NodeRecorder* rec);
-  void gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op,
-            NodeRecorder* rec);
+  // y = x W^T by the GEMM setting. With `swiglu` (gate_up only: W's rows interleaved in groups of
+  // gu_group_), where the skinny kernel runs it writes swiglu->act = silu(gate) * up in its epilogue
+  // instead of y and returns true; else y, and false.
+  struct GemmSwiglu {
+    TensorView act;            // [rows, I]
+    const int32_t* live_rows;  // [1] device: rows at or past it get zeros
+  };
+  bool gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op, NodeRecorder* rec,
+            const GemmSwiglu* swiglu = nullptr);
   std::vector<const TensorView*> caches() const;
 
   Qwen35Config cfg_;
@@ -279,8 +288,9 @@ class ModelStep {
   std::vector<Layer> layers_;
   TensorView embed_, lm_head_, final_norm_;
   Acts a_;
-  int sms_ = 0;                                        // SM count (attention split-K choice)
-  StagedUpload staging_;                               // step metadata -> a_.meta
+  int sms_ = 0;           // SM count (attention split-K choice)
+  int gu_group_ = 0;      // gate_up's rows: 8 = gate and up interleaved in groups of 8 (I % 8 == 0), 0 = halves
+  StagedUpload staging_;  // step metadata -> a_.meta
   std::map<GraphKey, ArmSelection> key_arms_;          // tuned arms per key (tune_arms)
   std::map<GraphKey, std::vector<ArmTiming>> tuning_;  // their timings, for the manifests
   const ArmSelection* arms_ = nullptr;                 // arms() while a sequence launches

@@ -52,9 +52,8 @@ StepMetadata padding_metadata(const StepKey& key) {
 
 }  // namespace
 
-void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op,
-                     NodeRecorder* rec) {
-  const double bytes = static_cast<double>(x.bytes() + W.bytes() + y.bytes());
+bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op,
+                     NodeRecorder* rec, const GemmSwiglu* swiglu) {
   const int64_t M = x.dim(0), N = W.dim(0), K = W.dim(1);
   // The skinny kernel's W rows a block for this shape (0 where it cannot run): the policy asks
   // whether they are wide, and the launch below uses them.
@@ -64,6 +63,11 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
                       W.dtype == DType::bf16 && W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 &&
                       y.dim(0) == M && y.dim(1) == N && x.dim(1) == K && M <= 32 && N <= INT32_MAX &&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
+  // The SwiGLU epilogue: W interleaved in groups of 8, bf16 in and out (the swiglu kernel's bytes).
+  const bool fuse = skinny && swiglu && gu_group_ == 8 && N % 16 == 0 && y.dtype == DType::bf16 &&
+                    swiglu->act.dtype == DType::bf16 && swiglu->act.dim(0) == M && swiglu->act.dim(1) == N / 2 &&
+                    swiglu->act.stride[1] == 1;
+  const double bytes = static_cast<double>(x.bytes() + W.bytes() + (fuse ? swiglu->act.bytes() : y.bytes()));
   if (!skinny && gemm_uses_lt(opts_.gemm, M)) {
     // Timed and chosen at the first eager use of the shape (the warm-up before any capture).
     if (rec) {
@@ -72,12 +76,12 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
     } else {
       lt_.tune(x, W, y);
     }
-    return;
+    return false;
   }
   if (!skinny) {
     gemm_xwt(cublas_, x, W, y);
     if (rec) rec->launched(stream_.get(), {layer, op, "cublas", bytes}, NodeRecorder::kAnyKernels);
-    return;
+    return false;
   }
   SkinnyGemmParams p;
   p.x = x.data;
@@ -93,9 +97,18 @@ void ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   p.splits = skinny_gemm_pick_splits(p.M, p.N, p.K, sms_);
   p.workspace = a_.gemm_ws.ptr<float>();
   p.counters = a_.gemm_counters.ptr<int32_t>();
+  if (fuse) {
+    p.y = swiglu->act.data;
+    p.ldy = swiglu->act.stride[0];
+    p.swiglu_group = gu_group_;
+    p.act_dtype = DType::bf16;
+    p.live_rows = swiglu->live_rows;
+  }
   launched(skinny_gemm(p, stream_.get()), rec, stream_.get(), [&] {
-    return NodeLabel{layer, op, fmt::format("skinny bn={} splits={}", p.block_rows, p.splits), bytes};
+    return NodeLabel{layer, op, fmt::format("skinny bn={} splits={}{}", p.block_rows, p.splits, fuse ? " +swiglu" : ""),
+                     bytes};
   });
+  return fuse;
 }
 
 void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
@@ -195,18 +208,21 @@ void ModelStep::mlp_block(int layer, const StepKey& key, NodeRecorder* rec) {
   cudaStream_t s = stream_.get();
 
   const TensorView gu = mat(a_.proj.data, act, rows, 2 * int64_t{I});
-  gemm(a_.h.rows(0, rows), L.gate_up, gu, layer, "mlp.gate_up", rec);
-  SwigluParams sp;
-  sp.gu = gu.data;
-  sp.gu_dtype = act;
-  sp.gu_stride = 2 * int64_t{I};
-  sp.y = a_.mlp.data;
-  sp.y_dtype = act;
-  sp.act_dtype = act;
-  sp.T = rows;
-  sp.I = I;
-  sp.live_rows = m.n_tokens;
-  launched(swiglu(sp, s), rec, s, [&] { return NodeLabel{layer, "swiglu", "-", rows * 3.0 * I * es}; });
+  const GemmSwiglu fused{a_.mlp.rows(0, rows), m.n_tokens};  // act [rows, I]
+  if (!gemm(a_.h.rows(0, rows), L.gate_up, gu, layer, "mlp.gate_up", rec, &fused)) {
+    SwigluParams sp;  // gate and up as gate_up's rows lie: halves or groups of gu_group_
+    sp.gu = gu.data;
+    sp.gu_dtype = act;
+    sp.gu_stride = 2 * int64_t{I};
+    sp.y = a_.mlp.data;
+    sp.y_dtype = act;
+    sp.act_dtype = act;
+    sp.T = rows;
+    sp.I = I;
+    sp.interleave = gu_group_;
+    sp.live_rows = m.n_tokens;
+    launched(swiglu(sp, s), rec, s, [&] { return NodeLabel{layer, "swiglu", "-", rows * 3.0 * I * es}; });
+  }
   gemm(a_.mlp.rows(0, rows), L.down, a_.mix.rows(0, rows), layer, "mlp.down", rec);
 }
 

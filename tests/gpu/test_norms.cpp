@@ -414,41 +414,61 @@ TEST_CASE("swiglu: silu(gate) times up from a fused gate-up buffer matches the r
                    Types{DType::f32, DType::f32, DType::f32, 0}}) {
     for (int I : {1, 127, 129, 2560, 17408}) {
       for (int T : {1, 17, 300}) {
-        if (I == 17408 && T == 300) continue;  // host time; T = 17 covers this width
-        const int live = T > 1 ? T - 3 : T;
-        const int64_t stride = 2 * static_cast<int64_t>(I) + (T == 17 ? 3 : 0);
-        const uint64_t seed = 6000 + I + T + 10 * static_cast<int>(ty.gu) + static_cast<int>(ty.act);
-        CAPTURE(dtype_name(ty.gu), dtype_name(ty.act), dtype_name(ty.y), I, T, live, stride, seed);
-        auto gu = rnd(static_cast<size_t>(T) * stride, seed, ty.gu, -6.f, 6.f);
-        const size_t N = static_cast<size_t>(T) * I;
-        std::vector<float> want(N);
-        // ref::swiglu_mlp's elementwise step: a = store(silu(g), act), h = store(a * u, out).
-        for (int t = 0; t < T; ++t) {
-          for (int i = 0; i < I; ++i) {
-            const float g = gu[t * stride + i], u = gu[t * stride + I + i];
-            const float a = ref::store(g / (1.0f + std::exp(-g)), store_of(ty.act));
-            want[static_cast<size_t>(t) * I + i] = ref::store(a * u, store_of(ty.y));
+        for (int il : {0, 8}) {
+          if (I == 17408 && T == 300) continue;  // host time; T = 17 covers this width
+          if (il != 0 && I % il != 0) continue;
+          const int live = T > 1 ? T - 3 : T;
+          const int64_t stride = 2 * static_cast<int64_t>(I) + (T == 17 ? 3 : 0);
+          const uint64_t seed = 6000 + I + T + 10 * static_cast<int>(ty.gu) + static_cast<int>(ty.act);
+          CAPTURE(dtype_name(ty.gu), dtype_name(ty.act), dtype_name(ty.y), I, T, il, live, stride, seed);
+          auto gu = rnd(static_cast<size_t>(T) * stride, seed, ty.gu, -6.f, 6.f);
+          const size_t N = static_cast<size_t>(T) * I;
+          std::vector<float> want(N);
+          // ref::swiglu_mlp's elementwise step: a = store(silu(g), act), h = store(a * u, out).
+          for (int t = 0; t < T; ++t) {
+            for (int i = 0; i < I; ++i) {
+              // Halves (gate i at i, up at I + i) or groups of 8 (gate at 16 (i / 8) + i % 8, up 8 on).
+              const int64_t gi = il ? (i / 8) * 16 + i % 8 : i, ui = il ? gi + 8 : I + i;
+              const float g = gu[t * stride + gi], u = gu[t * stride + ui];
+              const float a = ref::store(g / (1.0f + std::exp(-g)), store_of(ty.act));
+              want[static_cast<size_t>(t) * I + i] = ref::store(a * u, store_of(ty.y));
+            }
           }
+          auto dgu = test::DevBuf::from(gu, ty.gu), dlive = test::DevBuf::from_i32({live});
+          auto y = out_buf(N, ty.y);
+          SwigluParams p;
+          p.gu = dgu.data();
+          p.gu_dtype = ty.gu;
+          p.gu_stride = stride;
+          p.y = y.data();
+          p.y_dtype = ty.y;
+          p.act_dtype = ty.act;
+          p.T = T;
+          p.I = I;
+          p.interleave = il;
+          p.live_rows = T > 1 ? dlive.as<int32_t>() : nullptr;
+          check(swiglu(p, nullptr));
+          auto g = fetch(y, N, ty.y);
+          CHECK(g.guard_ok);
+          CHECK(compare(g.v, want, ty.y, ty.ulps, static_cast<size_t>(live) * I) == "");
         }
-        auto dgu = test::DevBuf::from(gu, ty.gu), dlive = test::DevBuf::from_i32({live});
-        auto y = out_buf(N, ty.y);
-        SwigluParams p;
-        p.gu = dgu.data();
-        p.gu_dtype = ty.gu;
-        p.gu_stride = stride;
-        p.y = y.data();
-        p.y_dtype = ty.y;
-        p.act_dtype = ty.act;
-        p.T = T;
-        p.I = I;
-        p.live_rows = T > 1 ? dlive.as<int32_t>() : nullptr;
-        check(swiglu(p, nullptr));
-        auto g = fetch(y, N, ty.y);
-        CHECK(g.guard_ok);
-        CHECK(compare(g.v, want, ty.y, ty.ulps, static_cast<size_t>(live) * I) == "");
       }
     }
   }
+  SwigluParams bad;  // groups of 8 need I % 8 == 0; no other group size
+  test::DevBuf gu(4 * 24 * 4), y(4 * 12 * 4);
+  bad.gu = gu.data();
+  bad.y = y.data();
+  bad.T = 4;
+  bad.I = 12;
+  bad.interleave = 8;
+  CHECK(swiglu(bad, nullptr) == cudaErrorInvalidValue);
+  bad.I = 8;
+  bad.interleave = 4;
+  CHECK(swiglu(bad, nullptr) == cudaErrorInvalidValue);
+  bad.interleave = 8;
+  check(swiglu(bad, nullptr));
+  check(cudaDeviceSynchronize());
 }
 
 TEST_CASE("argmax: first index of the maximum with ties, NaN, infinities and padded rows as ref::argmax",

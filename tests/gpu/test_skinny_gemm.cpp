@@ -3,7 +3,8 @@
 // another order: |err| <= 1e-5 sum |x||w|, plus one bf16 rounding of y), for every n8 tile count,
 // N that is not a multiple of the 64-row block, strided x and y, bf16 and f32 outputs, every split
 // count from 1 to the most K allows; the split counters come back to zero; graph replay == eager ==
-// a rerun, byte for byte; bad params rejected.
+// a rerun, byte for byte; the SwiGLU epilogue gives the bytes of the GEMM followed by the swiglu
+// kernel; bad params rejected.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "engine/tensor.h"
 #include "kernels/ref/mlp_ref.h"
 #include "kernels/skinny_gemm.h"
+#include "kernels/swiglu.h"
 #include "tests/support/catch.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
@@ -106,8 +108,8 @@ TEST_CASE("skinny gemm matches the reference linear for every row count, split c
     if (most > 7) splits.push_back(7);
     for (DType yt : {DType::bf16, DType::f32}) {
       for (int sp : splits) {
-        // Every block width at every row count (the model picks 128 and 256 above 16 rows only).
-        for (int bn : {0, 128, 256}) {
+        // Every block width at every row count (the model picks the wide ones above 16 rows only).
+        for (int bn : {0, 80, 96, 128, 144, 192, 256}) {
           if (sp > most) continue;
           CAPTURE(c.M, c.N, c.K, c.ldx, c.ldy, dtype_name(yt), sp, bn);
           test::DevBuf y(static_cast<size_t>(c.M) * c.ldy * dtype_size(yt));  // poisoned: every element must be written
@@ -180,16 +182,19 @@ TEST_CASE("skinny gemm: shapes, the split pick and bad params", "[gpu][gemm][ski
   }
   CHECK(skinny_gemm_pick_splits(8, 18432, 2560, 132) == 1);  // 288 row blocks fill 132 SMs: no split
   CHECK(skinny_gemm_pick_splits(8, 2560, 4096, 132) > 1);    // 40 row blocks: split K
-  // Wider row blocks above 16 rows for wide weights (the x tile re-read less often).
+  // Above 16 rows the narrowest block whose row blocks fit one wave (one block an SM).
   CHECK(skinny_gemm_block_rows(16, 18432, 132) == 64);
-  CHECK(skinny_gemm_block_rows(17, 18432, 132) == 256);  // 72 blocks
+  CHECK(skinny_gemm_block_rows(17, 18432, 132) == 144);  // 128 blocks (128 rows: 144 blocks)
   CHECK(skinny_gemm_block_rows(32, 33792, 132) == 256);  // 132 blocks
-  CHECK(skinny_gemm_block_rows(32, 34816, 132) == 64);   // 136 blocks of 256, 272 of 128: two waves
-  CHECK(skinny_gemm_block_rows(32, 12352, 132) == 128);  // 49 blocks of 256 are too few: 97 of 128
-  CHECK(skinny_gemm_block_rows(32, 10240, 132) == 128);
-  CHECK(skinny_gemm_block_rows(32, 8192, 132) == 64);  // 64 blocks of 128: too few
+  CHECK(skinny_gemm_block_rows(32, 34816, 132) == 64);   // 136 blocks of 256: more than one wave
+  CHECK(skinny_gemm_block_rows(32, 12352, 132) == 96);   // 129 blocks
+  CHECK(skinny_gemm_block_rows(32, 10240, 132) == 80);   // 128 blocks
+  CHECK(skinny_gemm_block_rows(32, 16480, 132) == 128);  // 129 blocks (27B in_proj: 144 would give 115)
+  CHECK(skinny_gemm_block_rows(32, 25344, 132) == 192);  // 132 blocks
+  CHECK(skinny_gemm_block_rows(32, 8448, 132) == 64);    // 132 blocks
+  CHECK(skinny_gemm_block_rows(32, 8449, 132) == 80);
   CHECK(skinny_gemm_block_rows(32, 2560, 132) == 64);
-  CHECK(skinny_gemm_pick_splits(32, 18432, 2560, 132) == 1);  // 72 row blocks of 256: no split
+  CHECK(skinny_gemm_pick_splits(32, 18432, 2560, 132) == 1);  // 128 row blocks of 144: no split
   CHECK(skinny_gemm_workspace_bytes(32, 2560, 1) == 0);
   CHECK(skinny_gemm_workspace_bytes(32, 2560, 6) == 6u * 32 * 2560 * 4);
   const Problem pr(4, 128, 128, 128, 128, 77);
@@ -212,10 +217,99 @@ TEST_CASE("skinny gemm: shapes, the split pick and bad params", "[gpu][gemm][ski
   bad.y_dtype = DType::f16;
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
   bad = ok;
-  bad.block_rows = 96;
+  bad.block_rows = 100;
+  CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  bad = ok;
+  bad.swiglu_group = 4;  // groups of 8 only
+  CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  bad = ok;
+  bad.swiglu_group = 8;
+  bad.y_dtype = DType::f32;  // act is bf16
+  CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  bad = ok;
+  bad.swiglu_group = 8;
+  bad.ldy = 63;  // act rows are N / 2 = 64 wide
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
   bad = ok;
   bad.M = 0;
   CHECK(skinny_gemm(bad, nullptr) == cudaSuccess);
   check(cudaDeviceSynchronize());
+}
+
+TEST_CASE("skinny gemm: the SwiGLU epilogue gives the bytes of the GEMM followed by the swiglu kernel",
+          "[gpu][gemm][skinny][swiglu]") {
+  struct Case {
+    int M, N, K;
+  };
+  for (Case c : {Case{1, 64, 64}, Case{5, 1040, 640}, Case{8, 2048, 2560}, Case{17, 12288, 512}, Case{32, 4096, 1024},
+                 Case{32, 18432, 256}}) {
+    const int I = c.N / 2, most = c.K / 64;
+    // W's rows as the model lays gate_up out (gate and up in groups of 8); any bytes will do here.
+    const auto x = test::uniform_bf16(static_cast<size_t>(c.M) * c.K, 700 + c.M, -1.f, 1.f);
+    const auto W = test::uniform_bf16(static_cast<size_t>(c.N) * c.K, 701 + c.N, -0.1f, 0.1f);
+    auto dx = test::DevBuf::from(x, DType::bf16), dW = test::DevBuf::from(W, DType::bf16);
+    for (int sp : {1, 2, std::min(most, 5), skinny_gemm_pick_splits(c.M, c.N, c.K, 132)}) {
+      for (int bn : {0, 80, 144, skinny_gemm_block_rows(c.M, c.N, 132)}) {
+        for (DType act : {DType::bf16, DType::f32}) {
+          if (sp > most) continue;
+          const int live = c.M > 2 ? c.M - 2 : c.M;
+          CAPTURE(c.M, c.N, c.K, sp, bn, dtype_name(act), live);
+          auto dlive = test::DevBuf::from_i32({live});
+          test::DevBuf ws(std::max<size_t>(16, skinny_gemm_workspace_bytes(c.M, c.N, sp)));
+          test::DevBuf counters(static_cast<size_t>((c.N + 63) / 64) * 4, 0);
+          SkinnyGemmParams p;
+          p.x = dx.data();
+          p.W = dW.data();
+          p.M = c.M;
+          p.N = c.N;
+          p.K = c.K;
+          p.splits = sp;
+          p.block_rows = bn;
+          p.workspace = ws.as<float>();
+          p.counters = counters.as<int32_t>();
+          // The unfused pair: gu = x W^T (bf16), then act = swiglu(gu) with groups of 8.
+          test::DevBuf gu(static_cast<size_t>(c.M) * c.N * 2), want(static_cast<size_t>(c.M) * I * 2);
+          SkinnyGemmParams pg = p;
+          pg.y = gu.data();
+          check(skinny_gemm(pg, nullptr));
+          SwigluParams sw;
+          sw.gu = gu.data();
+          sw.y = want.data();
+          sw.act_dtype = act;
+          sw.T = c.M;
+          sw.I = I;
+          sw.interleave = 8;
+          sw.live_rows = dlive.as<int32_t>();
+          check(swiglu(sw, nullptr));
+          // The epilogue, into rows of I + 8 (the 8 past I keep their poison).
+          const int ld = I + 8;
+          test::DevBuf got(static_cast<size_t>(c.M) * ld * 2, 0x5A);
+          SkinnyGemmParams pf = p;
+          pf.y = got.data();
+          pf.ldy = ld;
+          pf.swiglu_group = 8;
+          pf.act_dtype = act;
+          pf.live_rows = dlive.as<int32_t>();
+          check(skinny_gemm(pf, nullptr));
+          check(cudaDeviceSynchronize());
+          const auto g = got.download(), w = want.download();
+          size_t diff = 0, touched = 0;
+          for (int t = 0; t < c.M; ++t) {
+            for (int b = 0; b < ld * 2; ++b) {
+              const uint8_t v = g[static_cast<size_t>(t) * ld * 2 + b];
+              if (b < I * 2) {
+                diff += v != w[static_cast<size_t>(t) * I * 2 + b];
+              } else {
+                touched += v != 0x5A;
+              }
+            }
+          }
+          CHECK(diff == 0);
+          CHECK(touched == 0);
+          const auto cb = counters.download();
+          CHECK(std::all_of(cb.begin(), cb.end(), [](uint8_t b) { return b == 0; }));
+        }
+      }
+    }
+  }
 }

@@ -4,6 +4,7 @@
 // (kernels/skinny_gemm.h: tensor-map copies; tools/probes/skinny_bulk.cuh: 1-D bulk copies), each at its
 // best split count and checked against cublasGemmEx, with CUDA graphs of 20 launches over 8
 // rotating weight copies (so L2 cannot serve the weights), and prints each one's weight bandwidth.
+// Shapes: the 4B preset's projections, then the 27B preset's (`27b.` names).
 // Usage: gemm_lt_probe [OP M] (one shape, e.g. `mlp.gate_up 32`, for ncu). Build and run on the GPU
 // machine (from the repository root):
 //   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu \
@@ -72,8 +73,19 @@ int main(int argc, char** argv) {
     const char* name;
     int N, K;
   };
-  const Shape shapes[] = {{"gdn.in_proj", 12352, 2560}, {"gdn.out_proj", 2560, 4096}, {"mlp.gate_up", 18432, 2560},
-                          {"mlp.down", 2560, 9216},     {"attn.qkv", 10240, 2560},    {"attn.o_proj", 2560, 4096}};
+  const Shape shapes[] = {{"gdn.in_proj", 12352, 2560},
+                          {"gdn.out_proj", 2560, 4096},
+                          {"mlp.gate_up", 18432, 2560},
+                          {"mlp.down", 2560, 9216},
+                          {"attn.qkv", 10240, 2560},
+                          {"attn.o_proj", 2560, 4096},
+                          // the 27B preset's
+                          {"27b.gdn.in_proj", 16480, 5120},
+                          {"27b.gdn.out_proj", 5120, 6144},
+                          {"27b.mlp.gate_up", 34816, 5120},
+                          {"27b.mlp.down", 5120, 17408},
+                          {"27b.attn.qkv", 14336, 5120},
+                          {"27b.attn.o_proj", 5120, 6144}};
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cublasHandle_t h;
@@ -89,7 +101,7 @@ int main(int argc, char** argv) {
               "best lt us", "TB/s", "algos", "skinny variant BKxstages/best splits: us (TB/s)");
   float* sk_ws;
   int32_t* sk_cnt;
-  CK(cudaMalloc(&sk_ws, size_t(16) * 32 * 20000 * 4));
+  CK(cudaMalloc(&sk_ws, size_t(16) * 32 * 40000 * 4));  // splits x M x N partials
   CK(cudaMalloc(&sk_cnt, 4096 * 4));
   CK(cudaMemset(sk_cnt, 0, 4096 * 4));
   for (const Shape& sh : shapes) {
@@ -167,6 +179,7 @@ int main(int argc, char** argv) {
                                   {"tma96x5", 64, sg::launch_tma<96, 5>},
                                   {"tma144x5", 64, sg::launch_tma<144, 5>},
                                   {"tma64x16", 64, sg::launch_tma<64, 16>},
+                                  {"tma64x12", 64, sg::launch_tma<64, 12>},
                                   {"bulk64x256x4", 256, sg::launch_bulk<64, 256, 4>}};
       auto params = [&](void* w, int splits) {  // y = x w^T, M x N x K, at `splits`
         sg::SkinnyGemmParams p;

@@ -23,9 +23,6 @@ constexpr int kBN = 64;     // W rows per block: 16 per consumer warp
 constexpr int kBK = 64;     // K per tile: one 128-byte swizzle row of bf16
 constexpr int kStages = 8;  // ring depth; two blocks fit an SM
 constexpr int kMaxM = 32;
-// Block rows above 16 tokens, narrowest first: the first whose row blocks fit one wave of one block
-// an SM (skinny_gemm_block_rows).
-constexpr int kOneWaveBlockRows[] = {64, 80, 96, 128, 144, 192, 256};
 // Weight tiles requested before pdl_wait above 24 rows (S at most 24 rows): the previous kernel's
 // loads queue behind them. 4B decode b=32 against cuBLASLt: 1 tile +0.2%, 3 tiles -1.2%, all
 // (5 or 8) neutral (docs/BENCHMARKS.md).
@@ -57,18 +54,15 @@ __device__ __forceinline__ void store_act(const SkinnyGemmParams& p, int token, 
   static_cast<__nv_bfloat16*>(p.y)[token * ldy + (n >> 4) * 8 + (n & 7)] = __float2bfloat16_rn(v);
 }
 
-__device__ __forceinline__ int live_tokens(const SkinnyGemmParams& p) { return p.live_rows ? *p.live_rows : p.M; }
-
 // The last block of a row block (W rows n0 .. n0 + BN) sums the split partials, in split order
 // from 0.0f, and stores y. Four adjacent outputs a thread and up to 8 partial loads in flight: the
 // sum is a chain of L2 round trips otherwise (M = 32: ~13 outputs x splits loads a thread, one
 // after another, which cost more than the GEMM at N = 2560).
 template <int BN, bool kF32Out>
-__device__ void sum_splits(const SkinnyGemmParams& p, int n0, int splits, int tid, int nthreads) {
+__device__ void sum_splits(const SkinnyGemmParams& p, int n0, int splits, int tid, int nthreads, int live) {
   const int64_t plane = static_cast<int64_t>(p.M) * p.N;  // one split's partial [M, N]
   const bool vec = p.N % 4 == 0;                          // then every group of 4 starts 16-byte aligned
   const bool swiglu = p.swiglu_group != 0;                // N % 16 == 0: a gate quad's up quad is 8 rows on
-  const int live = swiglu ? live_tokens(p) : 0;
   // The sum of quad n (4 adjacent outputs of one token) into v, 8 partial loads in flight.
   auto sum_quad = [&](const float* src, int n, float(&v)[4]) {
     v[0] = v[1] = v[2] = v[3] = 0.0f;
@@ -115,13 +109,12 @@ __device__ void sum_splits(const SkinnyGemmParams& p, int n0, int splits, int ti
 // at zero) sums the partials in split order. Every thread of the block calls it.
 template <int BN, int NT, bool kF32Out>
 __device__ void finish_block(const SkinnyGemmParams& p, const float (&acc)[NT][4], int n0, int rb, int s, int warp,
-                             int lane) {
+                             int lane, int live) {
   const int splits = gridDim.y, tid = threadIdx.x, g = lane >> 2, tq = lane & 3, cw = warp - 1;
   // acc[j]: c0 c1 = (W row 16 cw + g, tokens 8 j + 2 tq, + 1), c2 c3 = (row + 8, same tokens).
   if (splits == 1 && p.swiglu_group != 0) {
     if (warp == 0) return;
-    const int live = live_tokens(p);
-    // Row g of the warp's 16 is gate (c0 c1), row g + 8 its up (c2 c3): W rows interleave in 8s.
+      // Row g of the warp's 16 is gate (c0 c1), row g + 8 its up (c2 c3): W rows interleave in 8s.
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
 #pragma unroll
@@ -162,7 +155,7 @@ __device__ void finish_block(const SkinnyGemmParams& p, const float (&acc)[NT][4
   __syncthreads();
   if (!last) return;
   __threadfence();
-  sum_splits<BN, kF32Out>(p, n0, splits, tid, blockDim.x);
+  sum_splits<BN, kF32Out>(p, n0, splits, tid, blockDim.x, live);
   if (tid == 0) p.counters[rb] = 0;  // ready for the next launch
 }
 
@@ -185,6 +178,9 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
   const int KT = p.K / kBK;
   const int t0 = s * tiles_per_split, nt = max(0, min(KT, t0 + tiles_per_split) - t0);
   const int n0 = rb * BN;
+  // The SwiGLU epilogue's live token count: step metadata, read before the dependency wait
+  // (launch.cuh), so that its latency hides under the K loop instead of delaying every block's end.
+  const int live = p.swiglu_group != 0 && p.live_rows ? *p.live_rows : p.M;
   if (tid == 0) {
     for (int i = 0; i < S; ++i) {
       tma::mbar_init(smem_addr(&full[i]), 1);
@@ -256,7 +252,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
     }
   }
 
-  finish_block<BN, NT, kF32Out>(p, acc, n0, rb, s, warp, lane);
+  finish_block<BN, NT, kF32Out>(p, acc, n0, rb, s, warp, lane, live);
 }
 
 // The driver's tensor-map encoder, looked up once (null when the driver lacks it).
@@ -305,7 +301,8 @@ cudaError_t launch_dtype(const SkinnyGemmParams& p, cudaStream_t stream) {
   return p.y_dtype == DType::f32 ? launch_nt<BN, S, NT, true>(p, stream) : launch_nt<BN, S, NT, false>(p, stream);
 }
 
-// BN W rows a block, S stages (64 x 8, or 5 stages for the wider blocks of skinny_gemm_block_rows).
+// BN W rows a block, S stages (skinny_gemm_block_rows picks 64 x 8, 128 x 5 or 256 x 5; the probe
+// tries others).
 template <int BN, int S>
 cudaError_t launch_tma(const SkinnyGemmParams& p, cudaStream_t stream) {
   switch ((p.M + 7) / 8) {
@@ -322,10 +319,9 @@ bool skinny_gemm_supports(int M, int N, int K) { return M >= 1 && M <= kMaxM && 
 
 int skinny_gemm_block_rows(int M, int N, int num_sms) {
   if (M <= 16 || N < 1) return kBN;
-  const long sms = std::max(num_sms, 1);
-  for (const int bn : kOneWaveBlockRows) {
-    if ((N + bn - 1) / bn <= sms) return bn;  // one wave, one block an SM
-  }
+  const long sms = std::max(num_sms, 1), rb256 = (N + 255) / 256, rb128 = (N + 127) / 128;
+  if (2 * rb256 >= sms && rb256 <= sms) return 256;      // one wave, one block an SM
+  if (2 * rb128 >= sms && rb128 <= 2 * sms) return 128;  // one wave, two blocks an SM
   return kBN;
 }
 
@@ -370,16 +366,12 @@ cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   const int rbs = (p.N + kBN - 1) / kBN;
   if (p.splits < 1 || p.splits > p.K / kBK || p.splits > 65535 || rbs > 0x7fffffff) return cudaErrorInvalidValue;
   if (p.splits > 1 && (!p.workspace || !p.counters)) return cudaErrorInvalidValue;
+  if (p.block_rows != 0 && p.block_rows != 64 && p.block_rows != 128 && p.block_rows != 256)
+    return cudaErrorInvalidValue;
   switch (p.block_rows) {
-    case 0:
-    case kBN: return launch_tma<kBN, kStages>(p, stream);
-    case 80: return launch_tma<80, 5>(p, stream);  // 5 stages of W and x: one block an SM
-    case 96: return launch_tma<96, 5>(p, stream);
-    case 128: return launch_tma<128, 5>(p, stream);  // 102 KB of ring: two blocks fit an SM
-    case 144: return launch_tma<144, 5>(p, stream);
-    case 192: return launch_tma<192, 5>(p, stream);
-    case 256: return launch_tma<256, 5>(p, stream);  // 184 KB: one
-    default: return cudaErrorInvalidValue;
+    case 256: return launch_tma<256, 5>(p, stream);  // 184 KB of ring: one block an SM
+    case 128: return launch_tma<128, 5>(p, stream);  // 102 KB: two
+    default: return launch_tma<kBN, kStages>(p, stream);
   }
 }
 

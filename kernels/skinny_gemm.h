@@ -35,7 +35,7 @@ struct SkinnyGemmParams {
   DType y_dtype = DType::bf16;
   int M = 0, N = 0, K = 0;      // 1 <= M <= 32, N >= 1, K % 64 == 0
   int splits = 1;               // K ranges (skinny_gemm_pick_splits); > 1 needs workspace and counters
-  int block_rows = 0;           // W rows a block: 64, 80, 96, 128, 144, 192, 256 (skinny_gemm_block_rows); 0 = 64
+  int block_rows = 0;           // W rows a block: 64, 128, 256 (skinny_gemm_block_rows); 0 = 64
   float* workspace = nullptr;   // skinny_gemm_workspace_bytes(M, N, splits)
   int32_t* counters = nullptr;  // [ceil(N / 64)], zero before the launch (left zero)
   // SwiGLU epilogue (0 = off, 8): W's rows interleave gate_proj and up_proj rows in groups of 8
@@ -43,19 +43,23 @@ struct SkinnyGemmParams {
   // (ldy >= N / 2; 0 = N / 2), with the bytes the swiglu kernel gives on this GEMM's bf16 y
   // (interleave 8, act_dtype, live_rows). Needs N % 16 == 0 and y_dtype bf16.
   int swiglu_group = 0;
-  DType act_dtype = DType::bf16;       // silu(gate) rounded to bf16 before the product, or f32 (not rounded)
-  const int32_t* live_rows = nullptr;  // optional [1]: tokens at or past it get zero rows
+  DType act_dtype = DType::bf16;  // silu(gate) rounded to bf16 before the product, or f32 (not rounded)
+  const int32_t* live_rows =
+      nullptr;  // optional [1] (step metadata, read before the dependency wait): tokens at or past it get zero rows
 };
 
 // Shapes the kernel takes: 1 <= M <= 32, any N >= 1 (the last row block is partial), K a positive
 // multiple of 64.
 bool skinny_gemm_supports(int M, int N, int K);
-// W rows a block for M rows and N outputs on `num_sms` SMs: 64 up to 16 rows; above, the narrowest
-// of 64, 80, 96, 128, 144, 192 and 256 whose row blocks fit one wave of one block an SM (wider
-// blocks re-read the x tile fewer times; narrower ones keep more SMs streaming), else 64. On the
-// H200 at 32 rows the GEMM probe measured (us, against 64 / 128 / 256): N = 18432 144 rows 26.0
-// (32.1 / 29.5 / 27.9), N = 12352 96 rows 18.6 (19.6 / 18.8 / 23.4), N = 10240 80 rows 15.9
-// (17.4 / 16.9 / 21.4).
+// W rows a block for M rows and N outputs on `num_sms` SMs: 64 up to 16 rows; above, wider row
+// blocks for wide weights, so that the x tile (re-read for every row block and K tile) costs
+// less, where they fill between half and all of one wave: 256 (one block an SM) when
+// ceil(N / 256) is in [sms / 2, sms], else 128 (two an SM) when ceil(N / 128) is in [sms / 2,
+// 2 sms], else 64. On the H200 at 32 rows the GEMM probe measured 256 fastest for N = 18432 (72
+// blocks), 128 for 10240 and 12352 (80 and 97 blocks; 256 was slower there, with 40 and 49).
+// The probe's 144-, 96- and 80-row blocks (one wave of one block an SM for those N: 26.0, 18.6
+// and 15.9 us against 27.9, 18.8 and 16.9 alone) made the 4B decode-b32 step 1.5% slower in the
+// model (docs/BENCHMARKS.md), so they are not used.
 int skinny_gemm_block_rows(int M, int N, int num_sms);
 // Split count for ceil(N / block rows) row blocks over K / 64 tiles on `num_sms` SMs: 1 when there
 // are at least as many row blocks as SMs or the row blocks are wider than 64; else the smallest

@@ -43,9 +43,8 @@ struct SkinnyGemmParams {
   // (ldy >= N / 2; 0 = N / 2), with the bytes the swiglu kernel gives on this GEMM's bf16 y
   // (interleave 8, act_dtype, live_rows). Needs N % 16 == 0 and y_dtype bf16.
   int swiglu_group = 0;
-  DType act_dtype = DType::bf16;  // silu(gate) rounded to bf16 before the product, or f32 (not rounded)
-  const int32_t* live_rows =
-      nullptr;  // optional [1] (step metadata, read before the dependency wait): tokens at or past it get zero rows
+  DType act_dtype = DType::bf16;       // silu(gate) rounded to bf16 before the product, or f32 (not rounded)
+  const int32_t* live_rows = nullptr;  // optional [1]: tokens at or past it get zero rows
 };
 
 // Shapes the kernel takes: 1 <= M <= 32, any N >= 1 (the last row block is partial), K a positive

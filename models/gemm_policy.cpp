@@ -31,6 +31,10 @@ bool gemm_uses_lt(GemmKind g, int64_t rows) {
   return (g == GemmKind::lt || g == GemmKind::mixed) && rows <= kGemmLtMaxRows;
 }
 
+bool gemm_fuses_swiglu(int64_t rows, int64_t n, int64_t k) {
+  return rows > kGemmSwigluSmallRows || n * k <= kGemmSwigluSmallMaxWeights;
+}
+
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks) {
   const bool wide_ok = wide_blocks && rows <= kGemmMixedWideBlockRows && k <= kGemmMixedWideBlockMaxK;
   return g == GemmKind::skinny ||

@@ -63,10 +63,11 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
                       W.dtype == DType::bf16 && W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 &&
                       y.dim(0) == M && y.dim(1) == N && x.dim(1) == K && M <= 32 && N <= INT32_MAX &&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
-  // The SwiGLU epilogue: W interleaved in groups of 8, bf16 in and out (the swiglu kernel's bytes).
-  const bool fuse = skinny && swiglu && gu_group_ == 8 && N % 16 == 0 && y.dtype == DType::bf16 &&
-                    swiglu->act.dtype == DType::bf16 && swiglu->act.dim(0) == M && swiglu->act.dim(1) == N / 2 &&
-                    swiglu->act.stride[1] == 1;
+  // The SwiGLU epilogue (where gemm_fuses_swiglu measured it faster): W interleaved in groups of 8,
+  // bf16 in and out (the swiglu kernel's bytes).
+  const bool fuse = skinny && swiglu && gemm_fuses_swiglu(M, N, K) && gu_group_ == 8 && N % 16 == 0 &&
+                    y.dtype == DType::bf16 && swiglu->act.dtype == DType::bf16 && swiglu->act.dim(0) == M &&
+                    swiglu->act.dim(1) == N / 2 && swiglu->act.stride[1] == 1;
   const double bytes = static_cast<double>(x.bytes() + W.bytes() + (fuse ? swiglu->act.bytes() : y.bytes()));
   if (!skinny && gemm_uses_lt(opts_.gemm, M)) {
     // Timed and chosen at the first eager use of the shape (the warm-up before any capture).

@@ -77,6 +77,13 @@ constexpr int kGemmMixedWideBlockRows = 32;
 // Measured (docs/BENCHMARKS.md): at 32 rows the wide-block skinny kernel beat cuBLASLt on the 4B
 // preset's K = 2560 weights and lost on the 27B preset's K = 5120 ones.
 constexpr int64_t kGemmMixedWideBlockMaxK = 4096;
+// The gate_up GEMM's SwiGLU epilogue (skinny_gemm.h) where the skinny kernel runs it, except on
+// steps of at most kGemmSwigluSmallRows rows over a gate_up of more than kGemmSwigluSmallMaxWeights
+// values: measured in one process against the separate swiglu kernel (docs/BENCHMARKS.md), it made
+// every 4B decode step 1.8-2.6% faster, the 27B's 16- and 24-row steps 1.2-1.4% faster and its
+// steps of 1-8 rows ([34816, 5120] gate_up) 0.4-0.8% slower.
+constexpr int64_t kGemmSwigluSmallRows = 8;
+constexpr int64_t kGemmSwigluSmallMaxWeights = int64_t{64} << 20;
 const char* gemm_name(GemmKind g);  // one of kGemmNames
 // One of kGemmNames; throws Error on anything else.
 GemmKind parse_gemm(const std::string& name);
@@ -90,6 +97,9 @@ bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_
 // Whether a projection of `rows` rows that does not run the skinny kernel runs through cuBLASLt's
 // tuned algorithm under `g` (lt or mixed, at most kGemmLtMaxRows rows).
 bool gemm_uses_lt(GemmKind g, int64_t rows);
+// Whether a gate_up projection of `rows` rows and an [n, k] weight that runs the skinny kernel
+// takes the SwiGLU epilogue (the rule above).
+bool gemm_fuses_swiglu(int64_t rows, int64_t n, int64_t k);
 
 // How a step launches its kernels: with programmatic dependent launch (PDL, kernels/launch.cuh),
 // so that a kernel's blocks start, and the skinny GEMM's weight stream begins, while the previous

@@ -55,6 +55,16 @@ TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt 
   }
 }
 
+TEST_CASE("gemm policy: the SwiGLU epilogue except on small steps over a large gate_up", "[gemm][settings]") {
+  CHECK(gemm_fuses_swiglu(1, 18432, 2560));  // 4B gate_up: every row count
+  CHECK(gemm_fuses_swiglu(32, 18432, 2560));
+  CHECK_FALSE(gemm_fuses_swiglu(1, 34816, 5120));  // 27B gate_up: above 8 rows only
+  CHECK_FALSE(gemm_fuses_swiglu(kGemmSwigluSmallRows, 34816, 5120));
+  CHECK(gemm_fuses_swiglu(kGemmSwigluSmallRows + 1, 34816, 5120));
+  CHECK(gemm_fuses_swiglu(kGemmSwigluSmallRows, 1, kGemmSwigluSmallMaxWeights));
+  CHECK_FALSE(gemm_fuses_swiglu(kGemmSwigluSmallRows, 1, kGemmSwigluSmallMaxWeights + 1));
+}
+
 TEST_CASE("cuBLASLt shape keys: dims, strides, dtypes and each operand's alignment, and bad views refused",
           "[gemm][settings]") {
   // Views over made-up addresses: lt_shape reads no memory.

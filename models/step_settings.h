@@ -79,8 +79,8 @@ constexpr int kGemmMixedWideBlockRows = 32;
 constexpr int64_t kGemmMixedWideBlockMaxK = 4096;
 // The gate_up GEMM's SwiGLU epilogue (skinny_gemm.h) where the skinny kernel runs it, except on
 // steps of at most kGemmSwigluSmallRows rows over a gate_up of more than kGemmSwigluSmallMaxWeights
-// values: measured in one process against the separate swiglu kernel (docs/BENCHMARKS.md), it made
-// every 4B decode step 1.8-2.6% faster, the 27B's 16- and 24-row steps 1.2-1.4% faster and its
+// values: measured alternately on one machine against the separate swiglu kernel (docs/BENCHMARKS.md), it made
+// every 4B decode step 1.7-2.4% faster, the 27B's 16- and 24-row steps 1.2-1.3% faster and its
 // steps of 1-8 rows ([34816, 5120] gate_up) 0.4-0.8% slower.
 constexpr int64_t kGemmSwigluSmallRows = 8;
 constexpr int64_t kGemmSwigluSmallMaxWeights = int64_t{64} << 20;

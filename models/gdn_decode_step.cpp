@@ -1,4 +1,4 @@
-// gdn_decode_step.cpp: layout, upload, the launch sequence, capture.
+// gdn_decode_step.cpp: layout, upload, the launch sequence (the GDN decode path of gdn_mixer.h), capture.
 #include "models/gdn_decode_step.h"
 
 #include <cstring>
@@ -8,11 +8,6 @@
 #include "engine/error.h"
 #include "graphs/capture_sizes.h"
 #include "graphs/node_timer.h"
-#include "kernels/contracts.h"
-#include "kernels/conv_update.h"
-#include "kernels/delta_rule.h"
-#include "kernels/gdn_decode_fused.h"
-#include "kernels/postconv.h"
 
 namespace sg {
 namespace {
@@ -127,133 +122,36 @@ void GdnDecodeStep::stage_padding(int rows) {
   });
 }
 
-double GdnDecodeStep::step_bytes(int rows) const {
-  if (opts_.arms.gdn_decode == GdnDecodeArm::fused) return fused_bytes(rows);
-  const double es = static_cast<double>(dtype_size(opts_.act));
-  const double C = dims_.C(), K = dims_.K, Hk = dims_.Hk, Hv = dims_.Hv, Dk = dims_.Dk, Dv = dims_.Dv;
-  const double conv = rows * C * es * 2 + rows * C * (K - 1) * 2 * 2 + C * K * 4;
-  const double post = rows * C * es * 2 + rows * Hv * es * 2 + rows * Hv * 8 + Hv * 8;
-  const double delta = rows * (2 * Hk * Dk + 2 * Hv * Dv) * es + rows * Hv * 8 + rows * Hv * Dk * Dv * 8;
-  return conv + post + delta;
-}
+double GdnDecodeStep::step_bytes(int rows) const { return path(rows).bytes(); }
 
-double GdnDecodeStep::fused_bytes(int rows) const {
-  const double es = static_cast<double>(dtype_size(opts_.act));
-  const double C = dims_.C(), K = dims_.K, Hv = dims_.Hv, Dk = dims_.Dk, Dv = dims_.Dv;
-  return rows * C * es + rows * Hv * es * 2 + rows * C * (K - 1) * 2 * 2 + C * K * 4 + Hv * 8 +
-         rows * Hv * Dk * Dv * 8 + rows * Hv * Dv * es;
+GdnDecodePath GdnDecodeStep::path(int rows) const {
+  const IoLayout l = io_layout(rows);
+  char* io = static_cast<char*>(v_.io.data);
+  GdnDecodeIo p;
+  p.x = io + l.x;  // [rows, C]
+  p.x_stride = dims_.C();
+  p.a = io + l.a;  // [rows, Hv]
+  p.b = io + l.b;  // [rows, Hv]
+  p.ab_stride = dims_.Hv;
+  p.slots = reinterpret_cast<const int32_t*>(io + l.slots);
+  p.conv_w = v_.w.ptr<float>();
+  p.A_log = v_.A_log.ptr<float>();
+  p.dt_bias = v_.dt_bias.ptr<float>();
+  p.conv_state = v_.conv_state.data;
+  p.conv_state_dtype = v_.conv_state.dtype;
+  p.ssm_state = v_.ssm_state.ptr<float>();
+  p.conv_out = v_.conv_out.data;
+  p.q = v_.q.data;
+  p.k = v_.k.data;
+  p.v = v_.v.data;
+  p.g = v_.g.ptr<float>();
+  p.beta = v_.beta.ptr<float>();
+  p.out = v_.out.data;  // [rows, Hv, Dv]
+  return gdn_decode_path(dims_, opts_.act, opts_.arms, rows, p);
 }
 
 void GdnDecodeStep::launch_sequence(int rows, NodeRecorder* rec) {
-  const IoLayout l = io_layout(rows);
-  char* io = static_cast<char*>(v_.io.data);
-  const auto* slots = reinterpret_cast<const int32_t*>(io + l.slots);
-  cudaStream_t s = stream_.get();
-  const int C = dims_.C();
-  const double es = static_cast<double>(dtype_size(opts_.act));
-  const int layer = opts_.layer_index;
-
-  const auto fc =
-      gdn_decode_contract(opts_.arms.gdn_decode, GdnDecodeShape{rows, dims_.Hk, dims_.Hv, dims_.Dk, dims_.Dv, dims_.K});
-  if (fc.arm == GdnDecodeArm::fused) {
-    GdnDecodeFusedParams fp;
-    fp.x = io + l.x;  // [rows, C]
-    fp.x_stride = C;
-    fp.a = io + l.a;  // [rows, Hv]
-    fp.a_stride = dims_.Hv;
-    fp.b = io + l.b;  // [rows, Hv]
-    fp.b_stride = dims_.Hv;
-    fp.act = opts_.act;
-    fp.conv_state = v_.conv_state.data;
-    fp.conv_state_dtype = DType::bf16;
-    fp.w = v_.w.ptr<float>();
-    fp.A_log = v_.A_log.ptr<float>();
-    fp.dt_bias = v_.dt_bias.ptr<float>();
-    fp.slots = slots;
-    fp.ssm_state = v_.ssm_state.ptr<float>();
-    fp.out = v_.out.data;  // [rows, Hv, Dv]
-    fp.rows = rows;
-    fp.Hk = dims_.Hk;
-    fp.Hv = dims_.Hv;
-    fp.Dk = dims_.Dk;
-    fp.Dv = dims_.Dv;
-    fp.K = dims_.K;
-    check(gdn_decode_fused(fp, fc, s));
-    if (rec) rec->launched(s, {layer, "gdn.decode", "fused", fused_bytes(rows)});
-    return;
-  }
-
-  ConvUpdateParams cp;
-  cp.x = io + l.x;  // [rows, C]
-  cp.x_stride = C;
-  cp.x_dtype = opts_.act;
-  cp.out = v_.conv_out.data;  // [rows, C]
-  cp.out_dtype = opts_.act;
-  cp.state = v_.conv_state.data;
-  cp.state_dtype = DType::bf16;
-  cp.slots = slots;
-  cp.w = v_.w.ptr<float>();
-  cp.rows = rows;
-  cp.C = C;
-  cp.K = dims_.K;
-  auto cc = conv_update_contract(opts_.arms.conv_update, ConvUpdateShape{rows, C, dims_.K});
-  check(conv_update(cp, cc, s));
-  if (rec) {
-    rec->launched(s, {layer, "conv.update", std::string(arm_name(cc.arm)),
-                      rows * C * es * 2 + rows * C * (dims_.K - 1) * 2.0 * 2 + C * dims_.K * 4.0});
-  }
-
-  PostconvParams pp;
-  pp.conv = v_.conv_out.data;  // [rows, C]
-  pp.conv_stride = C;
-  pp.conv_dtype = opts_.act;
-  pp.a = io + l.a;  // [rows, Hv]
-  pp.a_stride = dims_.Hv;
-  pp.b = io + l.b;  // [rows, Hv]
-  pp.b_stride = dims_.Hv;
-  pp.ab_dtype = opts_.act;
-  pp.A_log = v_.A_log.ptr<float>();
-  pp.dt_bias = v_.dt_bias.ptr<float>();
-  pp.q = v_.q.data;
-  pp.k = v_.k.data;
-  pp.v = v_.v.data;
-  pp.qkv_dtype = opts_.act;
-  pp.g = v_.g.ptr<float>();
-  pp.beta = v_.beta.ptr<float>();
-  pp.T = rows;
-  pp.Hk = dims_.Hk;
-  pp.Hv = dims_.Hv;
-  pp.Dk = dims_.Dk;
-  pp.Dv = dims_.Dv;
-  auto pc = postconv_contract(opts_.arms.postconv, PostconvShape{rows, dims_.Hk, dims_.Hv, dims_.Dk, dims_.Dv});
-  check(postconv(pp, pc, s));
-  if (rec) {
-    rec->launched(
-        s, {layer, "postconv", std::string(arm_name(pc.arm)), rows * C * es * 2 + rows * dims_.Hv * (es * 2 + 8.0)});
-  }
-
-  DeltaRuleDecodeParams dp;
-  dp.q = v_.q.data;  // [rows, Hk, Dk]
-  dp.k = v_.k.data;
-  dp.v = v_.v.data;  // [rows, Hv, Dv]
-  dp.qkv_dtype = opts_.act;
-  dp.g = v_.g.ptr<float>();
-  dp.beta = v_.beta.ptr<float>();
-  dp.slots = slots;
-  dp.state = v_.ssm_state.ptr<float>();
-  dp.out = v_.out.data;  // [rows, Hv, Dv]
-  dp.out_dtype = opts_.act;
-  dp.rows = rows;
-  dp.Hk = dims_.Hk;
-  dp.Hv = dims_.Hv;
-  dp.Dk = dims_.Dk;
-  dp.Dv = dims_.Dv;
-  check(delta_rule_decode(dp, s));
-  if (rec) {
-    const double Hv = dims_.Hv, Dk = dims_.Dk, Dv = dims_.Dv;
-    rec->launched(s, {layer, "delta_rule.decode", "-",
-                      rows * (2 * dims_.Hk * Dk + 2 * Hv * Dv) * es + rows * Hv * 8 + rows * Hv * Dk * Dv * 8});
-  }
+  path(rows).launch(stream_.get(), rec, opts_.layer_index);
 }
 
 void GdnDecodeStep::capture_all(bool for_timing) {

@@ -18,6 +18,7 @@
 #include "graphs/staged_upload.h"
 #include "graphs/step_graphs.h"
 #include "kernels/arms.h"
+#include "models/gdn_mixer.h"
 #include "models/qwen35_config.h"
 
 namespace sg {
@@ -81,10 +82,10 @@ class GdnDecodeStep {
   const GdnDims& dims() const { return dims_; }
   const GdnDecodeOptions& options() const { return opts_; }
   size_t arena_bytes() const { return arena_->capacity(); }
-  // Bytes one step of `rows` rows must move (for bandwidth figures): the unfused path counts its
-  // intermediates (written once, read once); the fused arm only its inputs, states and output.
+  // Bytes one step of `rows` rows must move (for bandwidth figures), as its nodes are labelled
+  // (kernels/op_bytes.h): the unfused path counts its intermediates (written once, read once); the
+  // fused arm only its inputs, states and output.
   double step_bytes(int rows) const;
-  double fused_bytes(int rows) const;
 
  private:
   struct Views {
@@ -97,6 +98,7 @@ class GdnDecodeStep {
     size_t slots = 0, x = 0, a = 0, b = 0, total = 0;  // byte offsets inside the io block
   };
   void layout(Arena& arena);
+  GdnDecodePath path(int rows) const;  // the launches of one step of `rows` rows
   IoLayout io_layout(int rows) const;
   void upload(const DecodeBatch& batch, int rows);
   void stage_padding(int rows);  // warm-up inputs: every row padding (slot -1, zero inputs)

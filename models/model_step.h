@@ -266,6 +266,8 @@ class ModelStep {
   // The arm indices of `op` that run as themselves on `key`'s shapes with the other ops as in `s`.
   std::vector<size_t> arm_candidates(const GraphKey& key, Op op, const ArmSelection& s) const;
   void gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
+  // The GDN prefill path from proj ([rows, P]: qkv | z | b | a) into the core activation.
+  void gdn_prefill(int layer, const StepKey& key, const TensorView& proj, NodeRecorder* rec);
   void attn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   void mlp_block(int layer, const StepKey& key, NodeRecorder* rec);
   // y = x W^T by the GEMM setting. With `swiglu` (gate_up only: W's rows interleaved in groups of

@@ -1,5 +1,6 @@
 // model_step_gdn.cpp: the GDN mixer of the model step, decode and prefill:
-//   in_proj GEMM -> [decode] conv.update -> postconv -> delta_rule.decode  (or gdn.decode=fused)
+//   in_proj GEMM -> [decode] conv.update -> postconv -> delta_rule.decode  (or gdn.decode=fused:
+//                             the GDN decode path of models/gdn_mixer.h)
 //                   [prefill] conv.fwd (varlen) -> postconv (or both as gdn.prefill=fused)
 //                             -> delta_rule.prefill (scan or chunked: ModelStepOptions::delta_prefill)
 //                -> gated_rmsnorm with z -> out_proj GEMM.
@@ -8,15 +9,13 @@
 #include "engine/error.h"
 #include "kernels/contracts.h"
 #include "kernels/conv_fwd.h"
-#include "kernels/conv_update.h"
-#include "kernels/delta_rule.h"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/delta_rule_prefill_chunked.h"
-#include "kernels/gdn_decode_fused.h"
 #include "kernels/gdn_prefill_fused.h"
 #include "kernels/op_bytes.h"
 #include "kernels/postconv.h"
 #include "kernels/rmsnorm.h"
+#include "models/gdn_mixer.h"
 #include "models/model_step.h"
 #include "models/model_step_meta.h"
 
@@ -31,7 +30,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   const GdnLayer& W = layers_[static_cast<size_t>(layer)].gdn;
   const GdnDims& g = cfg_.gdn;
   const DType act = opts_.act;
-  const size_t esz = dtype_size(act), ses = dtype_size(W.conv_state.dtype);  // bytes per activation / conv-state value
+  const size_t esz = dtype_size(act);
   const int C = g.C(), Hv = g.Hv, HvDv = g.Hv * g.Dv;
   const int P = C + HvDv + 2 * Hv;
   const bool prefill = key.kind == StepKind::prefill;
@@ -44,11 +43,74 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   const void* b = offset(proj.data, C + HvDv, act);  // [rows, Hv] at row stride P
   const void* a = offset(proj.data, C + HvDv + Hv, act);
 
-  const auto fc = gdn_decode_contract(arms().gdn_decode, GdnDecodeShape{rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K});
+  if (!prefill) {
+    // conv.update -> postconv -> delta_rule.decode, or gdn.decode=fused: core [rows, Hv, Dv].
+    GdnDecodeIo io;
+    io.x = proj.data;  // q | k | v, the first C columns
+    io.x_stride = P;
+    io.a = a;
+    io.b = b;
+    io.ab_stride = P;
+    io.slots = m.slots;
+    io.conv_w = W.conv_w.ptr<float>();
+    io.A_log = W.A_log.ptr<float>();
+    io.dt_bias = W.dt_bias.ptr<float>();
+    io.conv_state = W.conv_state.data;
+    io.conv_state_dtype = W.conv_state.dtype;
+    io.ssm_state = W.ssm_state.ptr<float>();
+    io.conv_out = a_.conv_out.data;
+    io.q = a_.q.data;
+    io.k = a_.k.data;
+    io.v = a_.v.data;
+    io.g = a_.g.ptr<float>();
+    io.beta = a_.beta.ptr<float>();
+    io.out = a_.core.data;
+    gdn_decode_path(g, act, arms(), rows, io).launch(s, rec, layer);
+  } else {
+    gdn_prefill(layer, key, proj, rec);
+  }
+
+  // Gated RMSNorm of the delta-rule output with z, in place; then the output projection.
+  GatedRmsNormParams gp;
+  gp.x = a_.core.data;
+  gp.x_dtype = act;
+  gp.z = z;
+  gp.z_dtype = act;
+  gp.z_token_stride = P;
+  gp.w = W.norm_w.data;
+  gp.w_dtype = W.norm_w.dtype;
+  gp.y = a_.core.data;  // in place (x is contiguous)
+  gp.y_dtype = act;
+  gp.T = rows;
+  gp.heads = g.Hv;
+  gp.n = g.Dv;
+  gp.eps = cfg_.rms_eps;
+  gp.live_rows = m.n_tokens;
+  launched(gated_rmsnorm(gp, s), rec, s, [&] {
+    return NodeLabel{layer, "gated_rmsnorm", "-",
+                     op_bytes::gated_rmsnorm(rows, g.Hv, g.Dv, esz, dtype_size(W.norm_w.dtype))};
+  });
+
+  gemm(mat(a_.core.data, act, rows, HvDv), W.out_proj, a_.mix.rows(0, rows), layer, "gdn.out_proj", rec);
+}
+
+// The prefill path: conv.fwd (varlen) -> postconv (or both as gdn.prefill=fused) ->
+// delta_rule.prefill (scan or chunked), from proj (qkv | z | b | a) into core [rows, Hv, Dv].
+void ModelStep::gdn_prefill(int layer, const StepKey& key, const TensorView& proj, NodeRecorder* rec) {
+  const int rows = key.tokens;
+  const GdnLayer& W = layers_[static_cast<size_t>(layer)].gdn;
+  const GdnDims& g = cfg_.gdn;
+  const DType act = opts_.act;
+  const size_t esz = dtype_size(act), ses = dtype_size(W.conv_state.dtype);  // bytes per activation / conv-state value
+  const int C = g.C(), Hv = g.Hv, HvDv = g.Hv * g.Dv;
+  const int P = C + HvDv + 2 * Hv;
+  const MetaPtrs m = meta_ptrs(a_.meta.data, key);
+  cudaStream_t s = stream_.get();
+  const void* b = offset(proj.data, C + HvDv, act);  // [rows, Hv] at row stride P
+  const void* a = offset(proj.data, C + HvDv + Hv, act);
   const auto pfc =
-      prefill ? gdn_prefill_contract(arms().gdn_prefill, GdnPrefillShape{rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K})
-              : LaunchContract<GdnPrefillArm>{};
-  const bool fused_prefill = prefill && pfc.arm == GdnPrefillArm::fused;
+      gdn_prefill_contract(arms().gdn_prefill, GdnPrefillShape{rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K});
+  const bool fused_prefill = pfc.arm == GdnPrefillArm::fused;
   // The kernels' params structs name the shared fields alike; these fill them once.
   auto set_heads = [&](auto& p) {
     p.Hk = g.Hk;
@@ -78,165 +140,86 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
     p.has_history = m.has_history;
     p.n_seqs = m.n_seqs;
   };
-  if (!prefill && fc.arm == GdnDecodeArm::fused) {
-    GdnDecodeFusedParams fp;
+  if (fused_prefill) {
+    GdnPrefillFusedParams fp;
     fp.x = proj.data;
     fp.x_stride = P;
-    set_gate_inputs(fp);
     fp.act = act;
-    fp.conv_state = W.conv_state.data;
-    fp.conv_state_dtype = W.conv_state.dtype;
+    fp.state = W.conv_state.data;
+    fp.state_dtype = W.conv_state.dtype;
     fp.w = W.conv_w.ptr<float>();
-    fp.slots = m.slots;
-    fp.ssm_state = W.ssm_state.ptr<float>();
-    fp.out = a_.core.data;
-    fp.rows = rows;
+    fp.silu = true;
+    set_gate_inputs(fp);
+    fp.ab_dtype = act;
+    set_qkv_gates(fp);
+    set_varlen(fp);
     set_heads(fp);
     fp.K = g.K;
-    launched(gdn_decode_fused(fp, fc, s), rec, s, [&] {
-      return NodeLabel{layer, "gdn.decode", "fused",
-                       op_bytes::gdn_decode_fused(rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K, esz, ses)};
+    fp.max_tokens = rows;
+    fp.max_seqs = key.seqs;
+    // A prefill graph serves batches with history: the initial states count as read.
+    launched(gdn_prefill_fused(fp, pfc, s), rec, s, [&] {
+      return NodeLabel{layer, "gdn.prefill", "fused",
+                       op_bytes::gdn_prefill_fused(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K, esz, ses, true)};
     });
   } else {
-    // Causal conv: conv_out [rows, C] (the fused prefill arm also does the post-conv prep).
-    if (fused_prefill) {
-      GdnPrefillFusedParams fp;
-      fp.x = proj.data;
-      fp.x_stride = P;
-      fp.act = act;
-      fp.state = W.conv_state.data;
-      fp.state_dtype = W.conv_state.dtype;
-      fp.w = W.conv_w.ptr<float>();
-      fp.silu = true;
-      set_gate_inputs(fp);
-      fp.ab_dtype = act;
-      set_qkv_gates(fp);
-      set_varlen(fp);
-      set_heads(fp);
-      fp.K = g.K;
-      fp.max_tokens = rows;
-      fp.max_seqs = key.seqs;
-      // A prefill graph serves batches with history: the initial states count as read.
-      launched(gdn_prefill_fused(fp, pfc, s), rec, s, [&] {
-        return NodeLabel{layer, "gdn.prefill", "fused",
-                         op_bytes::gdn_prefill_fused(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K, esz, ses, true)};
-      });
-    } else if (prefill) {
-      ConvFwdParams cp;
-      cp.x = proj.data;
-      cp.x_stride = P;
-      cp.x_dtype = act;
-      cp.out = a_.conv_out.data;
-      cp.out_dtype = act;
-      cp.state = W.conv_state.data;
-      cp.state_dtype = W.conv_state.dtype;
-      cp.w = W.conv_w.ptr<float>();
-      cp.silu = true;
-      set_varlen(cp);
-      cp.chunks = m.chunks;
-      cp.n_chunks = m.n_chunks;
-      cp.C = C;
-      cp.K = g.K;
-      cp.max_tokens = rows;
-      cp.max_seqs = key.seqs;
-      const auto cc = conv_fwd_contract(arms(), ConvFwdShape{rows, key.seqs, C, g.K});
-      launched(conv_fwd(cp, cc, arms().conv_chunks, s), rec, s, [&] {
-        return NodeLabel{layer, "conv.fwd", fmt::format("{}+{}", arm_name(cc.arm), arm_name(arms().conv_chunks)),
-                         op_bytes::conv_fwd(rows, key.seqs, C, g.K, esz, ses, true)};
-      });
-    } else {
-      ConvUpdateParams cp;
-      cp.x = proj.data;
-      cp.x_stride = P;
-      cp.x_dtype = act;
-      cp.out = a_.conv_out.data;
-      cp.out_dtype = act;
-      cp.state = W.conv_state.data;
-      cp.state_dtype = W.conv_state.dtype;
-      cp.slots = m.slots;
-      cp.w = W.conv_w.ptr<float>();
-      cp.rows = rows;
-      cp.C = C;
-      cp.K = g.K;
-      const auto cc = conv_update_contract(arms().conv_update, ConvUpdateShape{rows, C, g.K});
-      launched(conv_update(cp, cc, s), rec, s, [&] {
-        return NodeLabel{layer, "conv.update", std::string(arm_name(cc.arm)),
-                         op_bytes::conv_update(rows, C, g.K, esz, ses)};
-      });
-    }
-
-    // Post-conv prep: q, k [rows, Hk, Dk], v [rows, Hv, Dv], g, beta [rows, Hv] f32.
-    if (!fused_prefill) {
-      PostconvParams pp;
-      pp.conv = a_.conv_out.data;
-      pp.conv_stride = C;
-      pp.conv_dtype = act;
-      set_gate_inputs(pp);
-      pp.ab_dtype = act;
-      set_qkv_gates(pp);
-      pp.T = rows;
-      set_heads(pp);
-      const auto pc = postconv_contract(arms().postconv, PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv});
-      launched(postconv(pp, pc, s), rec, s, [&] {
-        return NodeLabel{layer, "postconv", std::string(arm_name(pc.arm)),
-                         op_bytes::postconv(rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)};
-      });
-    }
-
-    // Gated delta rule: core [rows, Hv, Dv], state [slots, Hv, Dk, Dv] f32 in place.
-    if (prefill) {
-      DeltaRulePrefillParams dp;
-      set_qkv_gates(dp);
-      set_varlen(dp);
-      dp.state = W.ssm_state.ptr<float>();
-      dp.out = a_.core.data;
-      dp.out_dtype = act;
-      dp.max_seqs = key.seqs;
-      set_heads(dp);
-      // The delta rule runs after conv + postconv whichever gdn.prefill arm produced q, k, v, g, beta.
-      const bool chunked = opts_.delta_prefill == DeltaPrefill::chunked;
-      launched(chunked ? delta_rule_prefill_chunked(dp, s) : delta_rule_prefill(dp, s), rec, s, [&] {
-        return NodeLabel{layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),
-                         op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz)};
-      });
-    } else {
-      DeltaRuleDecodeParams dp;
-      set_qkv_gates(dp);
-      dp.slots = m.slots;
-      dp.state = W.ssm_state.ptr<float>();
-      dp.out = a_.core.data;
-      dp.out_dtype = act;
-      dp.rows = rows;
-      set_heads(dp);
-      launched(delta_rule_decode(dp, s), rec, s, [&] {
-        return NodeLabel{layer, "delta_rule.decode", "-",
-                         op_bytes::delta_rule(rows, rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)};
-      });
-    }
+    ConvFwdParams cp;
+    cp.x = proj.data;
+    cp.x_stride = P;
+    cp.x_dtype = act;
+    cp.out = a_.conv_out.data;
+    cp.out_dtype = act;
+    cp.state = W.conv_state.data;
+    cp.state_dtype = W.conv_state.dtype;
+    cp.w = W.conv_w.ptr<float>();
+    cp.silu = true;
+    set_varlen(cp);
+    cp.chunks = m.chunks;
+    cp.n_chunks = m.n_chunks;
+    cp.C = C;
+    cp.K = g.K;
+    cp.max_tokens = rows;
+    cp.max_seqs = key.seqs;
+    const auto cc = conv_fwd_contract(arms(), ConvFwdShape{rows, key.seqs, C, g.K});
+    launched(conv_fwd(cp, cc, arms().conv_chunks, s), rec, s, [&] {
+      return NodeLabel{layer, "conv.fwd", fmt::format("{}+{}", arm_name(cc.arm), arm_name(arms().conv_chunks)),
+                       op_bytes::conv_fwd(rows, key.seqs, C, g.K, esz, ses, true)};
+    });
   }
 
-  // Gated RMSNorm of the delta-rule output with z, in place; then the output projection.
-  GatedRmsNormParams gp;
-  gp.x = a_.core.data;
-  gp.x_dtype = act;
-  gp.z = z;
-  gp.z_dtype = act;
-  gp.z_token_stride = P;
-  gp.w = W.norm_w.data;
-  gp.w_dtype = W.norm_w.dtype;
-  gp.y = a_.core.data;  // in place (x is contiguous)
-  gp.y_dtype = act;
-  gp.T = rows;
-  gp.heads = g.Hv;
-  gp.n = g.Dv;
-  gp.eps = cfg_.rms_eps;
-  gp.live_rows = m.n_tokens;
-  launched(gated_rmsnorm(gp, s), rec, s, [&] {
-    return NodeLabel{layer, "gated_rmsnorm", "-",
-                     op_bytes::gated_rmsnorm(rows, g.Hv, g.Dv, esz, dtype_size(W.norm_w.dtype))};
-  });
+  // Post-conv prep: q, k [rows, Hk, Dk], v [rows, Hv, Dv], g, beta [rows, Hv] f32.
+  if (!fused_prefill) {
+    PostconvParams pp;
+    pp.conv = a_.conv_out.data;
+    pp.conv_stride = C;
+    pp.conv_dtype = act;
+    set_gate_inputs(pp);
+    pp.ab_dtype = act;
+    set_qkv_gates(pp);
+    pp.T = rows;
+    set_heads(pp);
+    const auto pc = postconv_contract(arms().postconv, PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv});
+    launched(postconv(pp, pc, s), rec, s, [&] {
+      return NodeLabel{layer, "postconv", std::string(arm_name(pc.arm)),
+                       op_bytes::postconv(rows, g.Hk, g.Hv, g.Dk, g.Dv, esz)};
+    });
+  }
 
-  gemm(mat(a_.core.data, act, rows, HvDv), W.out_proj, a_.mix.rows(0, rows), layer, "gdn.out_proj", rec);
+  // Gated delta rule: core [rows, Hv, Dv], state [slots, Hv, Dk, Dv] f32 in place (after conv +
+  // postconv, whichever gdn.prefill arm produced q, k, v, g, beta).
+  DeltaRulePrefillParams dp;
+  set_qkv_gates(dp);
+  set_varlen(dp);
+  dp.state = W.ssm_state.ptr<float>();
+  dp.out = a_.core.data;
+  dp.out_dtype = act;
+  dp.max_seqs = key.seqs;
+  set_heads(dp);
+  const bool chunked = opts_.delta_prefill == DeltaPrefill::chunked;
+  launched(chunked ? delta_rule_prefill_chunked(dp, s) : delta_rule_prefill(dp, s), rec, s, [&] {
+    return NodeLabel{layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),
+                     op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz)};
+  });
 }
 
 }  // namespace sg

@@ -23,6 +23,7 @@
 #include "kernels/gdn_decode_fused.h"
 #include "kernels/op_bytes.h"
 #include "kernels/postconv.h"
+#include "models/gdn_mixer.h"
 #include "tools/cli/bench_probes.h"
 
 namespace sg::bench {
@@ -217,99 +218,46 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
   check(fill_uniform(A_log, DType::f32, Hv, 7, 0.f, 2.7f, st));
   check(fill_uniform(dt_bias, DType::f32, Hv, 8, -1.f, 1.f, st));
   struct Set {
-    GdnDecodeFusedParams f;
-    ConvUpdateParams cu;
-    PostconvParams pc;
-    DeltaRuleDecodeParams dr;
+    GdnDecodePath unfused, fused;  // the same buffers through each arm (gdn_mixer.h)
   };
   std::vector<Set> ps(sets);
+  ArmSelection unfused_arms, fused_arms;  // conv.update=fast, postconv=fast
+  fused_arms.gdn_decode = GdnDecodeArm::fused;
   for (int i = 0; i < sets; ++i) {
-    auto& f = ps[i].f;
-    f.x = buf.make(xb);
-    f.x_stride = C;
-    f.a = buf.make(ab);
-    f.a_stride = Hv;
-    f.b = buf.make(ab);
-    f.b_stride = Hv;
-    f.act = act;
-    f.conv_state = buf.make(csb);
-    f.w = static_cast<float*>(buf.make(sizeof(float) * C * K));
-    f.A_log = A_log;
-    f.dt_bias = dt_bias;
-    f.slots = dslots;
-    f.ssm_state = static_cast<float*>(buf.make(ssb));
-    f.out = buf.make(ob);
-    f.rows = R;
-    f.Hk = d.Hk;
-    f.Hv = Hv;
-    f.Dk = d.Dk;
-    f.Dv = d.Dv;
-    f.K = K;
-    check(fill_uniform(const_cast<void*>(f.x), act, int64_t{R} * C, 10 + i, -2.f, 2.f, st));
-    check(fill_uniform(const_cast<void*>(f.a), act, int64_t{R} * Hv, 20 + i, -3.f, 3.f, st));
-    check(fill_uniform(const_cast<void*>(f.b), act, int64_t{R} * Hv, 30 + i, -3.f, 3.f, st));
-    check(fill_uniform(f.conv_state, DType::bf16, int64_t{R} * C * (K - 1), 50 + i, -2.f, 2.f, st));
-    check(fill_uniform(const_cast<float*>(f.w), DType::f32, int64_t{C} * K, 90 + i, -0.4f, 0.4f, st));
-    check(fill_uniform(f.ssm_state, DType::f32, static_cast<int64_t>(ssb / 4), 70 + i, -0.1f, 0.1f, st));
-    // The unfused path's intermediates.
-    auto& cu = ps[i].cu;
-    cu.x = f.x;
-    cu.x_stride = C;
-    cu.x_dtype = act;
-    cu.out = buf.make(xb);
-    cu.out_dtype = act;
-    cu.state = f.conv_state;
-    cu.slots = dslots;
-    cu.w = f.w;
-    cu.rows = R;
-    cu.C = C;
-    cu.K = K;
-    auto& pc = ps[i].pc;
-    pc.conv = cu.out;
-    pc.conv_stride = C;
-    pc.conv_dtype = act;
-    pc.a = f.a;
-    pc.a_stride = Hv;
-    pc.b = f.b;
-    pc.b_stride = Hv;
-    pc.ab_dtype = act;
-    pc.A_log = A_log;
-    pc.dt_bias = dt_bias;
-    pc.q = buf.make(static_cast<size_t>(R) * d.Hk * d.Dk * 2);
-    pc.k = buf.make(static_cast<size_t>(R) * d.Hk * d.Dk * 2);
-    pc.v = buf.make(static_cast<size_t>(R) * Hv * d.Dv * 2);
-    pc.qkv_dtype = act;
-    pc.g = static_cast<float*>(buf.make(static_cast<size_t>(R) * Hv * 4));
-    pc.beta = static_cast<float*>(buf.make(static_cast<size_t>(R) * Hv * 4));
-    pc.T = R;
-    pc.Hk = d.Hk;
-    pc.Hv = Hv;
-    pc.Dk = d.Dk;
-    pc.Dv = d.Dv;
-    auto& dr = ps[i].dr;
-    dr.q = pc.q;
-    dr.k = pc.k;
-    dr.v = pc.v;
-    dr.qkv_dtype = act;
-    dr.g = pc.g;
-    dr.beta = pc.beta;
-    dr.slots = dslots;
-    dr.state = f.ssm_state;
-    dr.out = f.out;
-    dr.out_dtype = act;
-    dr.rows = R;
-    dr.Hk = d.Hk;
-    dr.Hv = Hv;
-    dr.Dk = d.Dk;
-    dr.Dv = d.Dv;
+    GdnDecodeIo io;
+    io.x = buf.make(xb);  // [R, C]
+    io.x_stride = C;
+    io.a = buf.make(ab);  // [R, Hv]
+    io.b = buf.make(ab);
+    io.ab_stride = Hv;
+    io.slots = dslots;
+    io.conv_w = static_cast<float*>(buf.make(sizeof(float) * C * K));
+    io.A_log = A_log;
+    io.dt_bias = dt_bias;
+    io.conv_state = buf.make(csb);
+    io.conv_state_dtype = DType::bf16;
+    io.ssm_state = static_cast<float*>(buf.make(ssb));
+    io.conv_out = buf.make(xb);  // the unfused path's intermediates
+    io.q = buf.make(static_cast<size_t>(R) * d.Hk * d.Dk * 2);
+    io.k = buf.make(static_cast<size_t>(R) * d.Hk * d.Dk * 2);
+    io.v = buf.make(static_cast<size_t>(R) * Hv * d.Dv * 2);
+    io.g = static_cast<float*>(buf.make(static_cast<size_t>(R) * Hv * 4));
+    io.beta = static_cast<float*>(buf.make(static_cast<size_t>(R) * Hv * 4));
+    io.out = buf.make(ob);
+    check(fill_uniform(const_cast<void*>(io.x), act, int64_t{R} * C, 10 + i, -2.f, 2.f, st));
+    check(fill_uniform(const_cast<void*>(io.a), act, int64_t{R} * Hv, 20 + i, -3.f, 3.f, st));
+    check(fill_uniform(const_cast<void*>(io.b), act, int64_t{R} * Hv, 30 + i, -3.f, 3.f, st));
+    check(fill_uniform(io.conv_state, DType::bf16, int64_t{R} * C * (K - 1), 50 + i, -2.f, 2.f, st));
+    check(fill_uniform(const_cast<float*>(io.conv_w), DType::f32, int64_t{C} * K, 90 + i, -0.4f, 0.4f, st));
+    check(fill_uniform(io.ssm_state, DType::f32, static_cast<int64_t>(ssb / 4), 70 + i, -0.1f, 0.1f, st));
+    ps[i].unfused = gdn_decode_path(d, act, unfused_arms, R, io);
+    ps[i].fused = gdn_decode_path(d, act, fused_arms, R, io);
   }
   OpCase oc;
   oc.op = "gdn.decode";
   oc.sets = sets;
+  // The fused arm's bytes (inputs, states and output only) for every arm: the op's floor.
   oc.bytes = op_bytes::gdn_decode_fused(R, d.Hk, Hv, d.Dk, d.Dv, K, dtype_size(act), dtype_size(DType::bf16));
-  const GdnDecodeShape shape{R, d.Hk, Hv, d.Dk, d.Dv, K};
-  const auto cuc = conv_update_contract(ConvUpdateArm::fast, ConvUpdateShape{R, C, K});
-  const auto pcc = postconv_contract(PostconvArm::fast, PostconvShape{R, d.Hk, Hv, d.Dk, d.Dv});
   // The unfused path with each built split of the delta-rule step (threads per state column), and
   // with a head's columns in 2 or 4 blocks (q1 and q2).
   for (int q : {1, 2, 4, 8}) {
@@ -320,22 +268,20 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
       const Dim3 grid{static_cast<unsigned>(Hv * cb), static_cast<unsigned>(R), 1};
       oc.arms.push_back({cb == 1 ? fmt::format("unfused/q{}", q) : fmt::format("unfused/q{}/c{}", q, cb),
                          "conv_update_fast+postconv_fast+delta_rule_decode", grid, block,
-                         [ps, cuc, pcc, q, cb](int set, cudaStream_t s) {
-                           auto dr = ps[set].dr;
-                           dr.split = q;
-                           dr.col_blocks = cb;
-                           check(conv_update(ps[set].cu, cuc, s));
-                           check(postconv(ps[set].pc, pcc, s));
-                           check(delta_rule_decode(dr, s));
+                         [ps, q, cb](int set, cudaStream_t s) {
+                           GdnDecodePath p = ps[set].unfused;
+                           p.delta.split = q;
+                           p.delta.col_blocks = cb;
+                           p.launch(s, nullptr, -1);
                          }});
     }
   }
-  const auto fc = gdn_decode_contract(GdnDecodeArm::fused, shape);
-  if (fc.arm == GdnDecodeArm::fused) {
+  if (ps[0].fused.is_fused()) {
+    const auto& fc = ps[0].fused.fused_contract;
     oc.arms.push_back({"fused", std::string(fc.kernel), fc.grid, fc.block,
-                       [ps, fc](int set, cudaStream_t s) { check(gdn_decode_fused(ps[set].f, fc, s)); }});
+                       [ps](int set, cudaStream_t s) { ps[set].fused.launch(s, nullptr, -1); }});
   }
-  auto f0 = ps[0].f;
+  const GdnDecodeFusedParams f0 = ps[0].fused.fused;
   oc.reset = [f0, R, C, K, ssb, ob](cudaStream_t s) {
     check(fill_uniform(f0.conv_state, DType::bf16, int64_t{R} * C * (K - 1), 50, -2.f, 2.f, s));
     check(fill_uniform(f0.ssm_state, DType::f32, static_cast<int64_t>(ssb / 4), 70, -0.1f, 0.1f, s));

@@ -12,6 +12,7 @@
 #include <queue>
 
 #include "engine/error.h"
+#include "kernels/launch_check.h"
 
 namespace sg {
 
@@ -51,6 +52,11 @@ void NodeRecorder::launched(cudaStream_t stream, NodeLabel label, int kernels) {
 void launch_failed(cudaError_t e, const NodeLabel& label) {
   (void)cudaGetLastError();  // a launch error is not sticky: clear it so the process can go on
   const std::string where = label.layer >= 0 ? fmt::format("layer {} ", label.layer) : std::string();
+  const std::string refusal = take_launch_refusal();  // the launcher's reason (kernels/launch_check.h)
+  if (e == cudaErrorInvalidValue && !refusal.empty()) {
+    throw Error(fmt::format("{}{} (arm {}): the launch failed with {}: the launcher refused {}", where, label.op,
+                            label.arm, cudaGetErrorName(e), refusal));
+  }
   throw Error(
       fmt::format("{}{} (arm {}): the launch failed with {} ({}); the op's launcher refused its shape, "
                   "pointers or launch configuration",

@@ -6,6 +6,7 @@
 #include "kernels/argmax.h"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 
 namespace sg {
 namespace {
@@ -141,10 +142,13 @@ int argmax_pick_chunks(int rows, int64_t V, int num_sms) {
 }
 
 cudaError_t argmax(const ArgmaxParams& p, cudaStream_t stream) {
-  if (!p.logits || !p.out || p.rows < 0 || p.rows > 65535 || p.V < 1 || p.V > INT_MAX) return cudaErrorInvalidValue;
-  if (p.chunks < 1 || p.chunks > 65535 || (p.chunks > 1 && (!p.workspace || !p.counters))) return cudaErrorInvalidValue;
   const int64_t ld = p.ld ? p.ld : p.V;
-  if (ld < p.V) return cudaErrorInvalidValue;
+  LaunchCheck c("argmax");
+  c.not_null(p.logits, "logits").not_null(p.out, "out").in_range(p.rows, 0, 65535, "rows");
+  c.in_range(p.V, 1, INT_MAX, "V").in_range(p.chunks, 1, 65535, "chunks");
+  c.require(p.chunks == 1 || (p.workspace && p.counters), "chunks > 1 needs workspace and counters");
+  c.require(ld >= p.V, "ld must be >= V");
+  if (!c.ok()) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   const bool vec = ld % 4 == 0 && reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;
   // Slices start at multiples of 4 (float4 loads stay aligned).

@@ -13,6 +13,7 @@
 #include "kernels/attention_internal.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 
 namespace sg {
 namespace {
@@ -391,14 +392,6 @@ __global__ void __launch_bounds__(kPreThreads) attn_prefill_kernel(const Attenti
   }
 }
 
-bool common_ok(const AttentionParams& p) {
-  if (p.T < 0 || !attention_supports(p.Hq, p.Hkv, p.D, p.cache_dtype) || p.max_context <= 0) return false;
-  if (!dev::aligned16(p.k_cache) || !dev::aligned16(p.v_cache)) return false;  // 16-byte vector loads
-  if (p.q_dtype != DType::bf16 && p.q_dtype != DType::f32) return false;
-  if (p.out_dtype != DType::bf16 && p.out_dtype != DType::f32) return false;
-  return p.q && p.gate && p.k_cache && p.v_cache && p.out && p.meta.positions && p.meta.token_seq && p.meta.slots;
-}
-
 template <int D, typename Tc>
 void launch_decode(const AttentionParams& p, cudaStream_t stream) {
   DecArgs a{p, p.Hq / p.Hkv, 0, attention_scale(D)};
@@ -457,19 +450,24 @@ int attention_decode_pick_splits(int T, int Hq, int Hkv, int max_context, int nu
 }
 
 cudaError_t attention_decode(const AttentionParams& p, cudaStream_t stream) {
-  if (!common_ok(p) || p.splits < 1 || p.splits > 1024) return cudaErrorInvalidValue;
-  if (p.splits > 1 && !p.workspace) return cudaErrorInvalidValue;
+  LaunchCheck c("attention_decode");
+  attn_detail::check_common(c, p);
+  c.in_range(p.splits, 1, 1024, "splits").require(p.splits == 1 || p.workspace, "splits > 1 needs a workspace");
+  if (!c.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   if (!attention_tuned_head_dim(p.D)) {
     attn_detail::launch_generic_decode(p, stream);
     return cudaGetLastError();
   }
   const bool ok = p.cache_dtype == DType::f32 ? decode_for_d<float>(p, stream) : decode_for_d<__nv_bfloat16>(p, stream);
+  c.require(ok, "no tuned decode kernel for this head dim");
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 cudaError_t attention_prefill(const AttentionParams& p, cudaStream_t stream) {
-  if (!common_ok(p)) return cudaErrorInvalidValue;
+  LaunchCheck c("attention_prefill");
+  attn_detail::check_common(c, p);
+  if (!c.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   if (!attention_tuned_head_dim(p.D)) {
     attn_detail::launch_generic_prefill(p, stream);
@@ -477,6 +475,7 @@ cudaError_t attention_prefill(const AttentionParams& p, cudaStream_t stream) {
   }
   const bool ok =
       p.cache_dtype == DType::f32 ? prefill_for_d<float>(p, stream) : prefill_for_d<__nv_bfloat16>(p, stream);
+  c.require(ok, "no tuned prefill kernel for this head dim");
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 

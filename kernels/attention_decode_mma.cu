@@ -34,6 +34,7 @@
 #include "kernels/attention_internal.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 #include "kernels/mma_util.cuh"
 
 namespace sg {
@@ -266,19 +267,20 @@ int attention_decode_mma_blocks_per_sm(int D) {
 }
 
 cudaError_t attention_decode_mma(const AttentionParams& p, cudaStream_t stream) {
-  if (p.T < 0 || p.max_context <= 0 || !attention_decode_mma_supports(p.Hq, p.Hkv, p.D, p.q_dtype, p.cache_dtype)) {
-    return cudaErrorInvalidValue;
-  }
-  if (p.splits < 1 || p.splits > 1024 || (p.splits > 1 && !p.workspace) || p.T > 65535 || p.Hq > 65535) {
-    return cudaErrorInvalidValue;
-  }
-  if (!attn_detail::mma_params_ok(p)) return cudaErrorInvalidValue;
+  LaunchCheck c("attention_decode_mma");
+  attn_detail::check_common(c, p);
+  c.require(attention_decode_mma_supports(p.Hq, p.Hkv, p.D, p.q_dtype, p.cache_dtype),
+            "needs bf16 q and caches, Hq / Hkv <= 8 and a head dim with a built tile (64, 128, 256)");
+  c.in_range(p.splits, 1, 1024, "splits").require(p.splits == 1 || p.workspace, "splits > 1 needs a workspace");
+  c.in_range(p.T, 0, 65535, "T").in_range(p.Hq, 1, 65535, "Hq");
+  c.require(attn_detail::mma_params_ok(p), "q, gate, k_cache and v_cache must be 16-byte aligned");
+  if (!c.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   switch (p.D) {
     case 64: return launch<64>(p, stream);
     case 128: return launch<128>(p, stream);
     case 256: return launch<256>(p, stream);
-    default: return cudaErrorInvalidValue;
+    default: c.require(false, "D must be 64, 128 or 256"); return cudaErrorInvalidValue;
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/device_util.cuh"
+#include "kernels/launch_check.h"
 
 namespace sg::attn_detail {
 
@@ -95,6 +96,20 @@ __device__ __forceinline__ void combine_warps(const AttentionParams& p, const fl
 
 // Host: the checks both tensor-core kernels share (out dtype, every pointer set, q / gate / caches
 // 16-byte aligned).
+// The checks every attention launcher makes (a failure names the field: launch_check.h).
+inline void check_common(LaunchCheck& c, const AttentionParams& p) {
+  c.in_range(p.T, 0, INT32_MAX, "T").in_range(p.Hq, 1, INT32_MAX, "Hq").in_range(p.Hkv, 1, INT32_MAX, "Hkv");
+  c.require(p.Hkv < 1 || p.Hq % p.Hkv == 0, "Hq must be a multiple of Hkv");
+  c.in_range(p.D, 1, kAttentionMaxD, "D").in_range(p.max_context, 1, INT32_MAX, "max_context");
+  c.require(p.cache_dtype == DType::bf16 || p.cache_dtype == DType::f32, "cache_dtype must be bf16 or f32");
+  c.require(p.q_dtype == DType::bf16 || p.q_dtype == DType::f32, "q_dtype must be bf16 or f32");
+  c.require(p.out_dtype == DType::bf16 || p.out_dtype == DType::f32, "out_dtype must be bf16 or f32");
+  c.not_null(p.q, "q").not_null(p.gate, "gate").not_null(p.k_cache, "k_cache").not_null(p.v_cache, "v_cache");
+  c.not_null(p.out, "out").not_null(p.meta.positions, "meta.positions").not_null(p.meta.token_seq, "meta.token_seq");
+  c.not_null(p.meta.slots, "meta.slots");
+  c.require(dev::aligned16(p.k_cache) && dev::aligned16(p.v_cache), "k_cache and v_cache must be 16-byte aligned");
+}
+
 inline bool mma_params_ok(const AttentionParams& p) {
   if (p.out_dtype != DType::bf16 && p.out_dtype != DType::f32) return false;
   if (!p.q || !p.gate || !p.k_cache || !p.v_cache || !p.out || !p.meta.positions || !p.meta.token_seq ||

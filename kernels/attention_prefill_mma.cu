@@ -50,6 +50,7 @@
 #include "kernels/attention_prefill_mma.h"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 #include "kernels/mma_util.cuh"
 
 namespace sg {
@@ -299,18 +300,20 @@ cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t attention_prefill_mma(const AttentionParams& p, cudaStream_t stream) {
-  if (p.T < 0 || p.max_context <= 0 || !attention_supports(p.Hq, p.Hkv, p.D, p.cache_dtype) ||
-      !attention_prefill_mma_supports(p.D, p.q_dtype, p.cache_dtype) || p.Hq > 65535) {
-    return cudaErrorInvalidValue;
-  }
-  if (!attn_detail::mma_params_ok(p)) return cudaErrorInvalidValue;
+  LaunchCheck c("attention_prefill_mma");
+  attn_detail::check_common(c, p);
+  c.require(attention_prefill_mma_supports(p.D, p.q_dtype, p.cache_dtype),
+            "needs bf16 q and caches and a head dim with a built tile (64, 128, 256)");
+  c.in_range(p.Hq, 1, 65535, "Hq");
+  c.require(attn_detail::mma_params_ok(p), "q, gate, k_cache and v_cache must be 16-byte aligned");
+  if (!c.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   switch (p.D) {
     case 32: return launch<32>(p, stream);
     case 64: return launch<64>(p, stream);
     case 128: return launch<128>(p, stream);
     case 256: return launch<256>(p, stream);
-    default: return cudaErrorInvalidValue;
+    default: c.require(false, "D must be 64, 128 or 256"); return cudaErrorInvalidValue;
   }
 }
 

@@ -11,6 +11,7 @@
 #include "kernels/attn_prep.h"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 
 namespace sg {
 namespace {
@@ -254,7 +255,10 @@ int prep_warps(const AttnPrepParams& p) {
 }  // namespace
 
 cudaError_t rope_table_fill(float* table, int max_context, int rotary_dim, double theta, cudaStream_t stream) {
-  if (!table || max_context < 1 || rotary_dim < 0 || rotary_dim % 2 != 0) return cudaErrorInvalidValue;
+  LaunchCheck c("rope_table_fill");
+  c.not_null(table, "table").in_range(max_context, 1, INT32_MAX, "max_context");
+  c.in_range(rotary_dim, 0, INT32_MAX, "rotary_dim").require(rotary_dim % 2 == 0, "rotary_dim must be even");
+  if (!c.ok()) return cudaErrorInvalidValue;
   const int64_t n = static_cast<int64_t>(max_context) * (rotary_dim / 2);
   if (n == 0) return cudaSuccess;
   const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
@@ -263,18 +267,24 @@ cudaError_t rope_table_fill(float* table, int max_context, int rotary_dim, doubl
 }
 
 cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream) {
-  if (p.T < 0 || p.Hq <= 0 || p.Hkv <= 0 || p.D <= 0 || p.D > 1024 || p.rotary_dim < 0 || p.rotary_dim % 2 != 0 ||
-      p.rotary_dim > p.D || p.max_context <= 0 || !(p.rope_theta > 0.0))
-    return cudaErrorInvalidValue;
+  LaunchCheck c("attn_prep");
+  c.in_range(p.T, 0, INT32_MAX, "T").in_range(p.Hq, 1, INT32_MAX, "Hq").in_range(p.Hkv, 1, INT32_MAX, "Hkv");
+  c.in_range(p.D, 1, 1024, "D").in_range(p.rotary_dim, 0, p.D, "rotary_dim");
+  c.require(p.rotary_dim % 2 == 0, "rotary_dim must be even").in_range(p.max_context, 1, INT32_MAX, "max_context");
+  c.require(p.rope_theta > 0.0, "rope_theta must be > 0");
   const auto fp = [](DType t) { return t == DType::bf16 || t == DType::f32; };  // all dev::load/store know
-  if (!fp(p.in_dtype) || !fp(p.norm_dtype) || !fp(p.q_dtype) || !fp(p.cache_dtype)) return cudaErrorInvalidValue;
-  if (!p.qg || !p.k || !p.v || !p.q_norm || !p.k_norm || !p.q || !p.gate || !p.k_cache || !p.v_cache ||
-      !p.meta.positions || !p.meta.token_seq || !p.meta.slots)
-    return cudaErrorInvalidValue;
+  c.require(fp(p.in_dtype) && fp(p.norm_dtype) && fp(p.q_dtype) && fp(p.cache_dtype),
+            "in_dtype, norm_dtype, q_dtype and cache_dtype must be bf16 or f32");
+  c.not_null(p.qg, "qg").not_null(p.k, "k").not_null(p.v, "v").not_null(p.q_norm, "q_norm");
+  c.not_null(p.k_norm, "k_norm").not_null(p.q, "q").not_null(p.gate, "gate").not_null(p.k_cache, "k_cache");
+  c.not_null(p.v_cache, "v_cache").not_null(p.meta.positions, "meta.positions");
+  c.not_null(p.meta.token_seq, "meta.token_seq").not_null(p.meta.slots, "meta.slots");
+  if (!c.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   const int warps = prep_warps(p);
   const size_t smem = static_cast<size_t>(p.rotary_dim + warps * p.D) * sizeof(float);
-  if (smem > 48 * 1024) return cudaErrorInvalidValue;
+  c.require(smem <= 48 * 1024, "rotary_dim + D floats a warp must fit 48 KB of shared memory");
+  if (!c.ok()) return cudaErrorInvalidValue;
   // 16-byte copies: bf16 in and out, D a multiple of 8, aligned bases and row strides.
   const int64_t qg_stride = p.qg_stride ? p.qg_stride : static_cast<int64_t>(p.Hq) * 2 * p.D;
   const int64_t v_stride = p.v_stride ? p.v_stride : static_cast<int64_t>(p.Hkv) * p.D;

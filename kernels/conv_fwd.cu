@@ -6,6 +6,7 @@
 
 #include "kernels/conv_fwd_common.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 
 namespace sg {
 namespace {
@@ -110,24 +111,30 @@ cudaError_t conv_fwd_launch_tiled(const ConvFwdParams& p, const LaunchContract<C
 
 cudaError_t conv_fwd(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c, ConvChunksArm chunks,
                      cudaStream_t stream) {
-  if (p.C < 1 || p.K < kConvMinK || p.K > kConvMaxK || p.x_stride < p.C) return cudaErrorInvalidValue;
-  if (!p.x || !p.out || !p.state || !p.w || !p.cu_seqlens || !p.slots || !p.has_history || !p.n_seqs) {
-    return cudaErrorInvalidValue;
-  }
-  if (chunks == ConvChunksArm::exact && (!p.chunks || !p.n_chunks)) return cudaErrorInvalidValue;
-  if (!act_dtype(p.x_dtype) || !act_dtype(p.out_dtype) || !act_dtype(p.state_dtype)) return cudaErrorInvalidValue;
-  if (c.arm != ConvFwdArm::tiled && p.x_dtype != p.out_dtype) return cudaErrorInvalidValue;
+  LaunchCheck chk("conv.fwd");
+  chk.in_range(p.C, 1, INT32_MAX, "C").in_range(p.K, kConvMinK, kConvMaxK, "K");
+  chk.require(p.x_stride >= p.C, "x_stride must be >= C");
+  chk.not_null(p.x, "x").not_null(p.out, "out").not_null(p.state, "state").not_null(p.w, "w");
+  chk.not_null(p.cu_seqlens, "cu_seqlens").not_null(p.slots, "slots").not_null(p.has_history, "has_history");
+  chk.not_null(p.n_seqs, "n_seqs");
+  chk.require(chunks != ConvChunksArm::exact || (p.chunks && p.n_chunks),
+              "conv.chunks=exact needs chunks and n_chunks");
+  chk.require(act_dtype(p.x_dtype) && act_dtype(p.out_dtype) && act_dtype(p.state_dtype),
+              "x_dtype, out_dtype and state_dtype must be bf16 or f32");
+  chk.require(c.arm == ConvFwdArm::tiled || p.x_dtype == p.out_dtype, "this arm needs x_dtype == out_dtype");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   // The contract must be the one for these params (grid, block, shared memory, kernel).
   LaunchContract<ConvFwdArm> want;
   try {
     want = conv_fwd_contract(c.arm, chunks, ConvFwdShape{p.max_tokens, p.max_seqs, p.C, p.K});
-  } catch (...) {
+  } catch (const std::exception& e) {
+    chk.require(false, std::string("its shape: ") + e.what());
     return cudaErrorInvalidValue;
   }
-  if (want.arm != c.arm || !(want.grid == c.grid) || !(want.block == c.block) || want.smem_bytes != c.smem_bytes ||
-      want.kernel != c.kernel) {
-    return cudaErrorInvalidValue;
-  }
+  chk.require(want.arm == c.arm && want.grid == c.grid && want.block == c.block && want.smem_bytes == c.smem_bytes &&
+                  want.kernel == c.kernel,
+              "the contract: it is not the one conv_fwd_contract gives for these params");
+  if (!chk.ok()) return cudaErrorInvalidValue;
 
   cudaError_t err = cudaSuccess;
   std::array<std::function<void(const LaunchContract<ConvFwdArm>&)>, 4> by_arm;
@@ -140,7 +147,8 @@ cudaError_t conv_fwd(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c
   by_arm[static_cast<size_t>(ConvFwdArm::k4x2)] = reg;
   try {
     dispatch(c, by_arm);
-  } catch (...) {
+  } catch (const std::exception& e) {
+    chk.require(false, e.what());
     return cudaErrorInvalidValue;
   }
   return err;

@@ -21,6 +21,7 @@
 
 #include "kernels/conv_fwd_common.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 
 namespace sg {
 namespace {
@@ -436,6 +437,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksK4x2Whole) conv_fwd_k4x2_w
   }
 }
 
+// A refusal of the register arms' launcher, named (launch_check.h).
+cudaError_t refuse(const char* rule) {
+  LaunchCheck("conv.fwd").require(false, rule);
+  return cudaErrorInvalidValue;
+}
+cudaError_t refuse_k4() { return refuse("arms k4 and k4x2 need K = 4"); }
+
 template <class T>
 cudaError_t launch_typed(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c, ConvChunksArm chunks,
                          cudaStream_t stream) {
@@ -450,7 +458,7 @@ cudaError_t launch_typed(const ConvFwdParams& p, const LaunchContract<ConvFwdArm
       }
       break;
     case ConvFwdArm::k4:
-      if (p.K != 4) return cudaErrorInvalidValue;
+      if (p.K != 4) return refuse_k4();
       if (whole) {
         launch_kernel(conv_fwd_k4_whole_kernel<T>, g, b, c.smem_bytes, stream, p);
       } else {
@@ -458,14 +466,14 @@ cudaError_t launch_typed(const ConvFwdParams& p, const LaunchContract<ConvFwdArm
       }
       break;
     case ConvFwdArm::k4x2:
-      if (p.K != 4) return cudaErrorInvalidValue;
+      if (p.K != 4) return refuse_k4();
       if (whole) {
         launch_kernel(conv_fwd_k4x2_whole_kernel<T>, g, b, c.smem_bytes, stream, p);
       } else {
         launch_kernel(conv_fwd_k4x2_exact_kernel<T>, g, b, c.smem_bytes, stream, p);
       }
       break;
-    default: return cudaErrorInvalidValue;
+    default: return refuse("the register launcher runs the register, k4 and k4x2 arms only");
   }
   return cudaGetLastError();
 }
@@ -474,10 +482,10 @@ cudaError_t launch_typed(const ConvFwdParams& p, const LaunchContract<ConvFwdArm
 
 cudaError_t conv_fwd_launch_register(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c, ConvChunksArm chunks,
                                      cudaStream_t stream) {
-  if (p.x_dtype != p.out_dtype) return cudaErrorInvalidValue;
+  if (p.x_dtype != p.out_dtype) return refuse("the register arms need x_dtype == out_dtype");
   if (p.x_dtype == DType::bf16) return launch_typed<__nv_bfloat16>(p, c, chunks, stream);
   if (p.x_dtype == DType::f32) return launch_typed<float>(p, c, chunks, stream);
-  return cudaErrorInvalidValue;
+  return refuse("x_dtype must be bf16 or f32");
 }
 
 }  // namespace sg

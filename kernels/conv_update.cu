@@ -5,6 +5,7 @@
 
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 
 namespace sg {
 namespace {
@@ -260,7 +261,9 @@ void launch_fast(const ConvUpdateParams& p, const LaunchContract<ConvUpdateArm>&
 }  // namespace
 
 cudaError_t conv_update(const ConvUpdateParams& p, const LaunchContract<ConvUpdateArm>& c, cudaStream_t stream) {
-  if (p.K < 1 || p.K > kMaxK) return cudaErrorInvalidValue;
+  LaunchCheck chk("conv.update");
+  chk.in_range(p.K, 1, kMaxK, "K");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   // The contract must be the one for these params: the fast arm maps blockIdx.y to the row.
   try {
@@ -269,11 +272,12 @@ cudaError_t conv_update(const ConvUpdateParams& p, const LaunchContract<ConvUpda
     const int v = c.arm == ConvUpdateArm::fast ? c.per_thread : 0;
     const int b = c.arm == ConvUpdateArm::fast ? static_cast<int>(c.block.x) : 0;
     const auto want = conv_update_contract(c.arm, ConvUpdateShape{p.rows, p.C, p.K, v, b});
-    if (!(want.grid == c.grid) || !(want.block == c.block) || want.smem_bytes != c.smem_bytes ||
-        want.per_thread != c.per_thread) {
-      return cudaErrorInvalidValue;
-    }
-  } catch (const std::exception&) {
+    chk.require(want.grid == c.grid && want.block == c.block && want.smem_bytes == c.smem_bytes &&
+                    want.per_thread == c.per_thread,
+                "the contract: it is not the one conv_update_contract gives for these params");
+    if (!chk.ok()) return cudaErrorInvalidValue;
+  } catch (const std::exception& e) {
+    chk.require(false, std::string("its shape: ") + e.what());
     return cudaErrorInvalidValue;
   }
   std::array<std::function<void(const LaunchContract<ConvUpdateArm>&)>, 2> by_arm;

@@ -4,6 +4,7 @@
 #include "kernels/delta_rule_device.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 
 namespace sg {
 namespace {
@@ -66,15 +67,21 @@ void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
 bool delta_rule_decode_supports(int Dk, int Dv) { return delta_rule_decode_split(Dk, Dv) != 0; }
 
 cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
-  if (!delta_rule_decode_supports(p.Dk, p.Dv) || p.Hk < 1 || p.Hv % p.Hk != 0) return cudaErrorInvalidValue;
+  LaunchCheck chk("delta_rule.decode");
+  chk.require(delta_rule_decode_supports(p.Dk, p.Dv), "no built split for this Dk, Dv (Dk 8..128, Dv <= 256)");
+  chk.in_range(p.Hk, 1, INT32_MAX, "Hk").require(p.Hk < 1 || p.Hv % p.Hk == 0, "Hv must be a multiple of Hk");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
   const int cb = delta_rule_decode_col_blocks(p.Dv, q, p.col_blocks);
-  if (q == 0 || cb == 0) return cudaErrorInvalidValue;
+  chk.require(q != 0, "split: not a built split for this Dk, Dv (1, 2, 4 or 8; 0 = automatic)");
+  chk.require(cb != 0, "col_blocks must be 0, 1, 2 or 4 and divide Dv");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   DeltaRuleDecodeParams r = p;
   r.col_blocks = cb;
   const bool built = dev::with_delta_rule_tile(
       p.Dk, q, [&](auto dk, auto qq) { launch<decltype(dk)::value, decltype(qq)::value>(r, stream); });
+  chk.require(built, "no built tile for this Dk and split");
   if (!built) return cudaErrorInvalidValue;
   return cudaGetLastError();
 }

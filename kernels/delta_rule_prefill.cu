@@ -7,6 +7,7 @@
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 
 namespace sg {
 namespace {
@@ -125,23 +126,25 @@ void launch(const DeltaRulePrefillParams& p, cudaStream_t stream) {
 bool delta_rule_prefill_supports(int Dk, int Dv) { return delta_rule_decode_split(Dk, Dv) != 0; }
 
 cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t stream) {
-  if (!delta_rule_prefill_supports(p.Dk, p.Dv) || p.Hk < 1 || p.Hv < 1 || p.Hv % p.Hk != 0 || p.max_seqs < 0 ||
-      p.max_seqs > static_cast<int>(kMaxGridYZ)) {
-    return cudaErrorInvalidValue;
-  }
-  if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.cu_seqlens || !p.slots || !p.has_history || !p.n_seqs || !p.state ||
-      !p.out) {
-    return cudaErrorInvalidValue;
-  }
-  if ((p.qkv_dtype != DType::f32 && p.qkv_dtype != DType::bf16) ||
-      (p.out_dtype != DType::f32 && p.out_dtype != DType::bf16)) {
-    return cudaErrorInvalidValue;
-  }
+  LaunchCheck chk("delta_rule.prefill");
+  chk.require(delta_rule_prefill_supports(p.Dk, p.Dv), "no built tile for this Dk, Dv");
+  chk.in_range(p.Hk, 1, INT32_MAX, "Hk").in_range(p.Hv, 1, INT32_MAX, "Hv");
+  chk.require(p.Hk < 1 || p.Hv % p.Hk == 0, "Hv must be a multiple of Hk");
+  chk.in_range(p.max_seqs, 0, kMaxGridYZ, "max_seqs");
+  chk.not_null(p.q, "q").not_null(p.k, "k").not_null(p.v, "v").not_null(p.g, "g").not_null(p.beta, "beta");
+  chk.not_null(p.cu_seqlens, "cu_seqlens").not_null(p.slots, "slots").not_null(p.has_history, "has_history");
+  chk.not_null(p.n_seqs, "n_seqs").not_null(p.state, "state").not_null(p.out, "out");
+  chk.require((p.qkv_dtype == DType::f32 || p.qkv_dtype == DType::bf16) &&
+                  (p.out_dtype == DType::f32 || p.out_dtype == DType::bf16),
+              "qkv_dtype and out_dtype must be bf16 or f32");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.max_seqs == 0) return cudaSuccess;
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
-  if (q == 0) return cudaErrorInvalidValue;
+  chk.require(q != 0, "split: not a built split for this Dk, Dv (1, 2, 4 or 8; 0 = automatic)");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   const bool built = dev::with_delta_rule_tile(
       p.Dk, q, [&](auto dk, auto qq) { launch<decltype(dk)::value, decltype(qq)::value>(p, stream); });
+  chk.require(built, "no built tile for this Dk and split");
   if (!built) return cudaErrorInvalidValue;
   return cudaGetLastError();
 }

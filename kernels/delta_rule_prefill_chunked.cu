@@ -23,6 +23,7 @@
 #include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 
 namespace sg {
 namespace {
@@ -517,27 +518,32 @@ size_t delta_rule_prefill_chunked_smem(int Dk, int dv_tile) {
 }
 
 cudaError_t delta_rule_prefill_chunked(const DeltaRulePrefillParams& p, cudaStream_t stream, int dv_tile) {
-  if (!delta_rule_prefill_chunked_supports(p.Dk, p.Dv) || p.Hk < 1 || p.Hv < 1 || p.Hv % p.Hk != 0 || p.max_seqs < 0 ||
-      p.max_seqs > static_cast<int>(kMaxGridYZ)) {
-    return cudaErrorInvalidValue;
-  }
-  if (dv_tile != 0 && dv_tile != 32 && dv_tile != 64 && dv_tile != 128) return cudaErrorInvalidValue;
-  if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.cu_seqlens || !p.slots || !p.has_history || !p.n_seqs || !p.state ||
-      !p.out) {
-    return cudaErrorInvalidValue;
-  }
-  if ((p.qkv_dtype != DType::f32 && p.qkv_dtype != DType::bf16) ||
-      (p.out_dtype != DType::f32 && p.out_dtype != DType::bf16)) {
-    return cudaErrorInvalidValue;
-  }
+  LaunchCheck chk("delta_rule.prefill (chunked)");
+  chk.require(delta_rule_prefill_chunked_supports(p.Dk, p.Dv), "the chunked form is not built for this Dk, Dv");
+  chk.in_range(p.Hk, 1, INT32_MAX, "Hk").in_range(p.Hv, 1, INT32_MAX, "Hv");
+  chk.require(p.Hk < 1 || p.Hv % p.Hk == 0, "Hv must be a multiple of Hk");
+  chk.in_range(p.max_seqs, 0, kMaxGridYZ, "max_seqs");
+  chk.not_null(p.q, "q").not_null(p.k, "k").not_null(p.v, "v").not_null(p.g, "g").not_null(p.beta, "beta");
+  chk.not_null(p.cu_seqlens, "cu_seqlens").not_null(p.slots, "slots").not_null(p.has_history, "has_history");
+  chk.not_null(p.n_seqs, "n_seqs").not_null(p.state, "state").not_null(p.out, "out");
+  chk.require((p.qkv_dtype == DType::f32 || p.qkv_dtype == DType::bf16) &&
+                  (p.out_dtype == DType::f32 || p.out_dtype == DType::bf16),
+              "qkv_dtype and out_dtype must be bf16 or f32");
+  chk.require(dv_tile == 0 || dv_tile == 32 || dv_tile == 64 || dv_tile == 128, "dv_tile must be 0, 32, 64 or 128");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   const int bv = dv_tile == 0 ? delta_rule_prefill_chunked_tile(p.Dv) : dv_tile;
-  if (static_cast<int64_t>((p.Dv + bv - 1) / bv) * p.Hv > 0x7fffffff) return cudaErrorInvalidValue;
+  chk.require(static_cast<int64_t>((p.Dv + bv - 1) / bv) * p.Hv <= 0x7fffffff, "Dv / tile x Hv blocks exceed the grid");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.max_seqs == 0) return cudaSuccess;
   const bool vec = p.Dv % 4 == 0 && dev::aligned16(p.q) && dev::aligned16(p.k) && dev::aligned16(p.v) &&
                    dev::aligned16(p.out) && dev::aligned16(p.state);
   cudaError_t err = cudaErrorInvalidValue;
-  with_tile(p.Dk, bv,
-            [&](auto dk, auto tile) { err = launch<decltype(dk)::value, decltype(tile)::value>(p, vec, stream); });
+  bool built = false;
+  with_tile(p.Dk, bv, [&](auto dk, auto tile) {
+    built = true;
+    err = launch<decltype(dk)::value, decltype(tile)::value>(p, vec, stream);
+  });
+  chk.require(built, "no built tile for this Dk and Dv tile");
   return err;
 }
 

@@ -2,6 +2,7 @@
 #include "kernels/device_util.cuh"
 #include "kernels/embedding.h"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 
 namespace sg {
 namespace {
@@ -43,8 +44,11 @@ bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 }  // namespace
 
 cudaError_t embedding(const EmbeddingParams& p, cudaStream_t stream) {
-  if (!p.table || !p.ids || !p.y || p.V < 1 || p.H < 1 || p.T < 0) return cudaErrorInvalidValue;
-  if (!float_type(p.table_dtype) || !float_type(p.y_dtype)) return cudaErrorInvalidValue;
+  LaunchCheck chk("embedding");
+  chk.not_null(p.table, "table").not_null(p.ids, "ids").not_null(p.y, "y");
+  chk.in_range(p.V, 1, INT64_MAX, "V").in_range(p.H, 1, INT64_MAX, "H").in_range(p.T, 0, INT64_MAX, "T");
+  chk.require(float_type(p.table_dtype) && float_type(p.y_dtype), "table_dtype and y_dtype must be bf16 or f32");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   const int64_t row_bytes = static_cast<int64_t>(p.H) * static_cast<int64_t>(dtype_size(p.table_dtype));
   const bool vec = p.table_dtype == p.y_dtype && row_bytes % 16 == 0 &&

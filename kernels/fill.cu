@@ -2,6 +2,7 @@
 #include "kernels/device_util.cuh"
 #include "kernels/fill.h"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 
 #include <algorithm>
 
@@ -32,7 +33,9 @@ float uniform_at(uint64_t seed, int64_t i, float lo, float hi) {
 }
 
 cudaError_t fill_uniform(void* p, DType dtype, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
-  if (dtype != DType::f32 && dtype != DType::bf16) return cudaErrorInvalidValue;
+  LaunchCheck chk("fill_uniform");
+  chk.require(dtype == DType::f32 || dtype == DType::bf16, "dtype must be bf16 or f32");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   if (n <= 0) return cudaSuccess;
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 132 * 16);
   launch_kernel(fill_uniform_kernel, static_cast<unsigned>(blocks), 256, 0, stream, p, dtype, n, seed, lo, hi);

@@ -14,6 +14,7 @@
 #include "kernels/device_util.cuh"
 #include "kernels/gdn_decode_fused.h"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 
 namespace sg {
 namespace {
@@ -146,16 +147,21 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads
 
 cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract<GdnDecodeArm>& c,
                              cudaStream_t stream) {
-  if (c.arm != GdnDecodeArm::fused || p.Dv < 1 || p.Hk < 1 || p.Hv % p.Hk != 0) return cudaErrorInvalidValue;
+  LaunchCheck chk("gdn.decode (fused)");
+  chk.require(c.arm == GdnDecodeArm::fused, "the contract: its arm is not fused (the contract fell back)");
+  chk.in_range(p.Dv, 1, INT32_MAX, "Dv").in_range(p.Hk, 1, INT32_MAX, "Hk");
+  chk.require(p.Hk < 1 || p.Hv % p.Hk == 0, "Hv must be a multiple of Hk");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   // The contract must be the one for these params (the kernel derives its columns from the grid).
   try {
     const auto want = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{p.rows, p.Hk, p.Hv, p.Dk, p.Dv, p.K});
-    if (want.arm != GdnDecodeArm::fused || !(want.grid == c.grid) || !(want.block == c.block) ||
-        !(want.cluster == c.cluster) || want.smem_bytes != c.smem_bytes) {
-      return cudaErrorInvalidValue;
-    }
-  } catch (const std::exception&) {
+    chk.require(want.arm == GdnDecodeArm::fused && want.grid == c.grid && want.block == c.block &&
+                    want.cluster == c.cluster && want.smem_bytes == c.smem_bytes,
+                "the contract: it is not the one gdn_decode_contract gives for these params");
+    if (!chk.ok()) return cudaErrorInvalidValue;
+  } catch (const std::exception& e) {
+    chk.require(false, std::string("its shape: ") + e.what());
     return cudaErrorInvalidValue;
   }
   const dim3 grid(c.grid.x, c.grid.y, c.grid.z), block(c.block.x, c.block.y, c.block.z);
@@ -171,7 +177,7 @@ cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract
     case 12801: return go(gdn_decode_fused_kernel<128, 1>);
     case 12802: return go(gdn_decode_fused_kernel<128, 2>);
     case 12804: return go(gdn_decode_fused_kernel<128, 4>);
-    default: return cudaErrorInvalidValue;
+    default: chk.require(false, "no built kernel for this Dk and split"); return cudaErrorInvalidValue;
   }
 }
 

@@ -24,6 +24,7 @@
 #include "kernels/conv_fwd_common.cuh"
 #include "kernels/gdn_prefill_fused.h"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 #include "kernels/postconv_common.cuh"
 
 namespace sg {
@@ -367,7 +368,7 @@ cudaError_t launch_k(const GdnPrefillFusedParams& p, dim3 grid, cudaStream_t str
     case 6: launch_kernel(gdn_prefill_fused_kernel<kAct, 6, kVec>, grid, kThreads, 0, stream, p); break;
     case 7: launch_kernel(gdn_prefill_fused_kernel<kAct, 7, kVec>, grid, kThreads, 0, stream, p); break;
     case 8: launch_kernel(gdn_prefill_fused_kernel<kAct, 8, kVec>, grid, kThreads, 0, stream, p); break;
-    default: return cudaErrorInvalidValue;
+    default: LaunchCheck("gdn.prefill (fused)").require(false, "K must be 2..8"); return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -378,28 +379,31 @@ bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 
 cudaError_t gdn_prefill_fused(const GdnPrefillFusedParams& p, const LaunchContract<GdnPrefillArm>& c,
                               cudaStream_t stream) {
-  if (c.arm != GdnPrefillArm::fused) return cudaErrorInvalidValue;
-  if (p.Hk < 1 || p.Hv < 1 || p.Hv % p.Hk != 0 || !gdn_prefill_fused_supports(p.Dk, p.Dv, p.K)) {
-    return cudaErrorInvalidValue;
-  }
-  if (!float_type(p.act) || !float_type(p.state_dtype) || !float_type(p.ab_dtype) || !float_type(p.qkv_dtype)) {
-    return cudaErrorInvalidValue;
-  }
+  LaunchCheck chk("gdn.prefill (fused)");
+  chk.require(c.arm == GdnPrefillArm::fused, "the contract: its arm is not fused (the contract fell back)");
+  chk.in_range(p.Hk, 1, INT32_MAX, "Hk").in_range(p.Hv, 1, INT32_MAX, "Hv");
+  chk.require(p.Hk < 1 || p.Hv % p.Hk == 0, "Hv must be a multiple of Hk");
+  chk.require(gdn_prefill_fused_supports(p.Dk, p.Dv, p.K), "not built for this Dk, Dv, K");
+  chk.require(float_type(p.act) && float_type(p.state_dtype) && float_type(p.ab_dtype) && float_type(p.qkv_dtype),
+              "act, state_dtype, ab_dtype and qkv_dtype must be bf16 or f32");
   const int64_t C = 2 * static_cast<int64_t>(p.Hk) * p.Dk + static_cast<int64_t>(p.Hv) * p.Dv;
-  if (p.x_stride < C || p.a_stride < p.Hv || p.b_stride < p.Hv) return cudaErrorInvalidValue;
-  if (!p.x || !p.state || !p.w || !p.a || !p.b || !p.A_log || !p.dt_bias || !p.q || !p.k || !p.v || !p.g || !p.beta ||
-      !p.cu_seqlens || !p.slots || !p.has_history || !p.n_seqs) {
-    return cudaErrorInvalidValue;
-  }
+  chk.require(p.x_stride >= C, "x_stride must be >= C = 2 Hk Dk + Hv Dv");
+  chk.require(p.a_stride >= p.Hv && p.b_stride >= p.Hv, "a_stride and b_stride must be >= Hv");
+  chk.not_null(p.x, "x").not_null(p.state, "state").not_null(p.w, "w").not_null(p.a, "a").not_null(p.b, "b");
+  chk.not_null(p.A_log, "A_log").not_null(p.dt_bias, "dt_bias").not_null(p.q, "q").not_null(p.k, "k");
+  chk.not_null(p.v, "v").not_null(p.g, "g").not_null(p.beta, "beta").not_null(p.cu_seqlens, "cu_seqlens");
+  chk.not_null(p.slots, "slots").not_null(p.has_history, "has_history").not_null(p.n_seqs, "n_seqs");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   // The contract must be the one for these params (grid, block, shared memory, kernel).
   try {
     const auto want = gdn_prefill_contract(GdnPrefillArm::fused,
                                            GdnPrefillShape{p.max_tokens, p.max_seqs, p.Hk, p.Hv, p.Dk, p.Dv, p.K});
-    if (want.arm != GdnPrefillArm::fused || !(want.grid == c.grid) || !(want.block == c.block) ||
-        want.smem_bytes != c.smem_bytes || want.kernel != c.kernel) {
-      return cudaErrorInvalidValue;
-    }
-  } catch (...) {
+    chk.require(want.arm == GdnPrefillArm::fused && want.grid == c.grid && want.block == c.block &&
+                    want.smem_bytes == c.smem_bytes && want.kernel == c.kernel,
+                "the contract: it is not the one gdn_prefill_contract gives for these params");
+    if (!chk.ok()) return cudaErrorInvalidValue;
+  } catch (const std::exception& e) {
+    chk.require(false, std::string("its shape: ") + e.what());
     return cudaErrorInvalidValue;
   }
   // 16-byte vectors need 16-byte aligned rows: x's base and row pitch, and q, k, v (their rows and

@@ -7,6 +7,7 @@
 // "i + 64, then 32, 16, 8, 4, 2, 1"; every other arm performs the same additions on the same
 // operands (see postconv_common.cuh and postconv_token_tile.cu for the proofs).
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 #include "kernels/postconv_common.cuh"
 
 namespace sg {
@@ -89,24 +90,29 @@ bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 }  // namespace
 
 cudaError_t postconv(const PostconvParams& p, const LaunchContract<PostconvArm>& c, cudaStream_t stream) {
-  if (p.Dk < 1 || p.Dk > kMaxD || p.Dv < 1 || p.Dv > kMaxD || p.Hk < 1 || p.Hv < 1 || p.Hv % p.Hk != 0 || p.T < 0) {
-    return cudaErrorInvalidValue;
-  }
-  if (!float_type(p.conv_dtype) || !float_type(p.ab_dtype) || !float_type(p.qkv_dtype)) return cudaErrorInvalidValue;
+  LaunchCheck chk("postconv");
+  chk.in_range(p.Dk, 1, kMaxD, "Dk").in_range(p.Dv, 1, kMaxD, "Dv").in_range(p.Hk, 1, INT32_MAX, "Hk");
+  chk.in_range(p.Hv, 1, INT32_MAX, "Hv").require(p.Hk < 1 || p.Hv % p.Hk == 0, "Hv must be a multiple of Hk");
+  chk.in_range(p.T, 0, INT32_MAX, "T");
+  chk.require(float_type(p.conv_dtype) && float_type(p.ab_dtype) && float_type(p.qkv_dtype),
+              "conv_dtype, ab_dtype and qkv_dtype must be bf16 or f32");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   // The contract must cover every token (it may cover more: a padded bucket; kernels skip t >= T).
   const int64_t covered = static_cast<int64_t>(c.grid.x) * (c.arm == PostconvArm::token_tile ? kPostconvTokenTile : 1);
-  if (covered < p.T) return cudaErrorInvalidValue;
-  if (c.arm == PostconvArm::token_tile && !(p.Dk == 128 && p.Dv == 128)) return cudaErrorInvalidValue;
+  chk.require(covered >= p.T, "the contract: its grid covers fewer tokens than T");
+  chk.require(c.arm != PostconvArm::token_tile || (p.Dk == 128 && p.Dv == 128), "token_tile needs Dk = Dv = 128");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   // Heads, block and shared memory must be the contract's for these params (the kernels map block
   // indices to heads from the params).
   try {
     const int bucket = c.arm == PostconvArm::token_tile ? static_cast<int>(covered) : static_cast<int>(c.grid.x);
     const auto want = postconv_contract(c.arm, PostconvShape{bucket, p.Hk, p.Hv, p.Dk, p.Dv});
-    if (want.arm != c.arm || !(want.grid == c.grid) || !(want.block == c.block) || want.smem_bytes != c.smem_bytes) {
-      return cudaErrorInvalidValue;
-    }
-  } catch (const std::exception&) {
+    chk.require(want.arm == c.arm && want.grid == c.grid && want.block == c.block && want.smem_bytes == c.smem_bytes,
+                "the contract: it is not the one postconv_contract gives for these params");
+    if (!chk.ok()) return cudaErrorInvalidValue;
+  } catch (const std::exception& e) {
+    chk.require(false, std::string("its shape: ") + e.what());
     return cudaErrorInvalidValue;
   }
 

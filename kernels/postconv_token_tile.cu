@@ -32,6 +32,7 @@
 // All shuffle offsets are < 16, so the two half-warps (q and k) reduce independently in the same
 // instructions. 11 shuffles per pair of rows.
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 #include "kernels/postconv_common.cuh"
 
 namespace sg::postconv_detail {
@@ -132,7 +133,10 @@ void launch_typed(const PostconvParams& p, dim3 grid, dim3 block, size_t smem, c
 }  // namespace
 
 cudaError_t launch_token_tile(const PostconvParams& p, const LaunchContract<PostconvArm>& c, cudaStream_t stream) {
-  if (p.Dk != kD || p.Dv != kD || c.block.x != 128 || c.block.y != 1 || c.block.z != 1) return cudaErrorInvalidValue;
+  LaunchCheck chk("postconv (token_tile)");
+  chk.require(p.Dk == kD && p.Dv == kD, "token_tile needs Dk = Dv = 128");
+  chk.require(c.block.x == 128 && c.block.y == 1 && c.block.z == 1, "the contract: token_tile runs 128-thread blocks");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   // 16-byte vectors need 16-byte aligned rows: base pointers and the conv row pitch (the column
   // offsets are multiples of 8 elements).
   const bool vec = dev::aligned16(p.conv) &&

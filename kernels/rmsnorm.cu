@@ -4,6 +4,7 @@
 
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 #include "kernels/rmsnorm.h"
 
 namespace sg {
@@ -227,6 +228,11 @@ bool vec_ok(const NormArgs& a) {
          dev::aligned16(a.res_out);
 }
 
+cudaError_t refuse_rows(bool gated) {
+  LaunchCheck(gated ? "gated_rmsnorm" : "rmsnorm").require(false, "T x heads rows exceed the grid");
+  return cudaErrorInvalidValue;
+}
+
 template <bool kGated>
 cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
@@ -234,7 +240,7 @@ cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
   if (kGated && gated_vec_ok(a)) {
     const int R = a.n / 8, per_block = kWarpRowBlock / R;
     const int64_t blocks = (rows + per_block - 1) / per_block;
-    if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+    if (blocks > 0x7fffffff) return refuse_rows(kGated);
     const unsigned g = static_cast<unsigned>(blocks);
     if (R == 8) launch_kernel(gated_vec_kernel<8>, g, kWarpRowBlock, 0, stream, a);
     if (R == 16) launch_kernel(gated_vec_kernel<16>, g, kWarpRowBlock, 0, stream, a);
@@ -244,10 +250,10 @@ cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
   if (a.n <= kWarpRowMaxN) {
     const int64_t per_block = kWarpRowBlock / 32;
     const int64_t blocks = (rows + per_block - 1) / per_block;
-    if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+    if (blocks > 0x7fffffff) return refuse_rows(kGated);
     launch_kernel(norm_kernel<kGated, true>, static_cast<unsigned>(blocks), kWarpRowBlock, 0, stream, a);
   } else {
-    if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+    if (rows > 0x7fffffff) return refuse_rows(kGated);
     if (!kGated && vec_ok(a)) {
       launch_kernel(norm_vec_kernel, static_cast<unsigned>(rows), a.n / 8, 0, stream, a);
       return cudaGetLastError();
@@ -262,13 +268,21 @@ cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t rmsnorm(const RmsNormParams& p, cudaStream_t stream) {
-  if (!p.x || !p.w || !p.y || p.T < 0 || p.heads < 1 || p.n < 1 || !(p.eps >= 0.0f)) return cudaErrorInvalidValue;
-  if (!float_type(p.x_dtype) || !float_type(p.w_dtype) || !float_type(p.y_dtype)) return cudaErrorInvalidValue;
-  if (p.residual && !p.residual_out) return cudaErrorInvalidValue;
-  if (p.residual_out && (!float_type(p.residual_dtype) || p.residual_out == p.y)) return cudaErrorInvalidValue;
+  LaunchCheck chk("rmsnorm");
+  chk.not_null(p.x, "x").not_null(p.w, "w").not_null(p.y, "y").in_range(p.T, 0, INT32_MAX, "T");
+  chk.in_range(p.heads, 1, INT32_MAX, "heads")
+      .in_range(p.n, 1, INT32_MAX, "n")
+      .require(p.eps >= 0.0f, "eps must be >= 0");
+  chk.require(float_type(p.x_dtype) && float_type(p.w_dtype) && float_type(p.y_dtype),
+              "x_dtype, w_dtype and y_dtype must be bf16 or f32");
+  chk.require(!p.residual || p.residual_out, "residual needs residual_out");
+  chk.require(!p.residual_out || float_type(p.residual_dtype), "residual_dtype must be bf16 or f32");
+  chk.require(!p.residual_out || p.residual_out != p.y, "residual_out must not be y");
   const int64_t hs = p.x_head_stride ? p.x_head_stride : p.n;
   const int64_t ts = p.x_token_stride ? p.x_token_stride : hs * p.heads;
-  if (hs < p.n || ts < (p.heads - 1) * hs + p.n) return cudaErrorInvalidValue;
+  chk.require(hs >= p.n, "x_head_stride must be >= n")
+      .require(ts >= (p.heads - 1) * hs + p.n, "x_token_stride must hold every head of a token");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   NormArgs a{p.x,
              p.x_dtype,
              ts,
@@ -292,15 +306,19 @@ cudaError_t rmsnorm(const RmsNormParams& p, cudaStream_t stream) {
 }
 
 cudaError_t gated_rmsnorm(const GatedRmsNormParams& p, cudaStream_t stream) {
-  if (!p.x || !p.z || !p.w || !p.y || p.T < 0 || p.heads < 1 || p.n < 1 || !(p.eps >= 0.0f))
-    return cudaErrorInvalidValue;
-  if (!float_type(p.x_dtype) || !float_type(p.z_dtype) || !float_type(p.w_dtype) || !float_type(p.y_dtype)) {
-    return cudaErrorInvalidValue;
-  }
+  LaunchCheck chk("gated_rmsnorm");
+  chk.not_null(p.x, "x").not_null(p.z, "z").not_null(p.w, "w").not_null(p.y, "y").in_range(p.T, 0, INT32_MAX, "T");
+  chk.in_range(p.heads, 1, INT32_MAX, "heads")
+      .in_range(p.n, 1, INT32_MAX, "n")
+      .require(p.eps >= 0.0f, "eps must be >= 0");
+  chk.require(float_type(p.x_dtype) && float_type(p.z_dtype) && float_type(p.w_dtype) && float_type(p.y_dtype),
+              "x_dtype, z_dtype, w_dtype and y_dtype must be bf16 or f32");
   const int64_t row = static_cast<int64_t>(p.heads) * p.n;
   const int64_t xts = p.x_token_stride ? p.x_token_stride : row;
   const int64_t zts = p.z_token_stride ? p.z_token_stride : row;
-  if (xts < row || zts < row) return cudaErrorInvalidValue;
+  chk.require(xts >= row, "x_token_stride must be >= heads x n")
+      .require(zts >= row, "z_token_stride must be >= heads x n");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   NormArgs a{p.x, p.x_dtype, xts, p.n,       nullptr, nullptr, DType::f32, p.z,   p.z_dtype,  zts,
              p.w, p.w_dtype, p.y, p.y_dtype, p.T,     p.heads, p.n,        p.eps, p.live_rows};
   return launch<true>(a, stream);

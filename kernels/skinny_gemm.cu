@@ -8,6 +8,7 @@
 
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 #include "kernels/mma_util.cuh"
 #include "kernels/skinny_gemm.h"
 #include "kernels/tma_util.cuh"
@@ -354,20 +355,25 @@ size_t skinny_gemm_workspace_bytes(int M, int N, int splits) {
 
 cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   if (p.M == 0) return cudaSuccess;
-  if (!skinny_gemm_supports(p.M, p.N, p.K) || !p.x || !p.W || !p.y) return cudaErrorInvalidValue;
-  if (p.y_dtype != DType::bf16 && p.y_dtype != DType::f32) return cudaErrorInvalidValue;
+  LaunchCheck chk("skinny_gemm");
+  chk.in_range(p.M, 1, kMaxM, "M").in_range(p.N, 1, INT32_MAX, "N").in_range(p.K, kBK, INT32_MAX, "K");
+  chk.require(p.K % kBK == 0, "K must be a multiple of 64");
+  chk.not_null(p.x, "x").not_null(p.W, "W").not_null(p.y, "y");
+  chk.require(p.y_dtype == DType::bf16 || p.y_dtype == DType::f32, "y_dtype must be bf16 or f32");
   const bool swiglu = p.swiglu_group != 0;
-  if (swiglu && (p.swiglu_group != 8 || p.N % 16 != 0 || p.y_dtype != DType::bf16 ||
-                 (p.act_dtype != DType::bf16 && p.act_dtype != DType::f32)))
-    return cudaErrorInvalidValue;
+  chk.require(!swiglu || p.swiglu_group == 8, "swiglu_group must be 0 or 8");
+  chk.require(!swiglu || p.N % 16 == 0, "the SwiGLU epilogue needs N % 16 == 0");
+  chk.require(!swiglu || p.y_dtype == DType::bf16, "the SwiGLU epilogue writes bf16 (y_dtype)");
+  chk.require(!swiglu || p.act_dtype == DType::bf16 || p.act_dtype == DType::f32, "act_dtype must be bf16 or f32");
   const int64_t ldx = p.ldx ? p.ldx : p.K, ldy = p.ldy ? p.ldy : (swiglu ? p.N / 2 : p.N);
-  if (ldx < p.K || ldx % 8 != 0 || ldy < (swiglu ? p.N / 2 : p.N) || !dev::aligned16(p.x) || !dev::aligned16(p.W))
-    return cudaErrorInvalidValue;
-  const int rbs = (p.N + kBN - 1) / kBN;
-  if (p.splits < 1 || p.splits > p.K / kBK || p.splits > 65535 || rbs > 0x7fffffff) return cudaErrorInvalidValue;
-  if (p.splits > 1 && (!p.workspace || !p.counters)) return cudaErrorInvalidValue;
-  if (p.block_rows != 0 && p.block_rows != 64 && p.block_rows != 128 && p.block_rows != 256)
-    return cudaErrorInvalidValue;
+  chk.require(ldx >= p.K && ldx % 8 == 0, "ldx must be >= K and a multiple of 8");
+  chk.require(ldy >= (swiglu ? p.N / 2 : p.N), swiglu ? "ldy must be >= N / 2" : "ldy must be >= N");
+  chk.require(dev::aligned16(p.x) && dev::aligned16(p.W), "x and W must be 16-byte aligned");
+  chk.in_range(p.splits, 1, std::min(p.K / kBK, 65535), "splits");
+  chk.require(p.splits <= 1 || (p.workspace && p.counters), "splits > 1 needs workspace and counters");
+  chk.require(p.block_rows == 0 || p.block_rows == 64 || p.block_rows == 128 || p.block_rows == 256,
+              "block_rows must be 0, 64, 128 or 256");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   switch (p.block_rows) {
     case 256: return launch_tma<256, 5>(p, stream);  // 184 KB of ring: one block an SM
     case 128: return launch_tma<128, 5>(p, stream);  // 102 KB: two

@@ -1,6 +1,7 @@
 // swiglu.cu: act = round_act(silu(gate)) * up over a fused [T, 2I] gate|up buffer.
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 #include "kernels/swiglu.h"
 
 namespace sg {
@@ -62,23 +63,29 @@ bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 }  // namespace
 
 cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
-  if (!p.gu || !p.y || p.T < 0 || p.I < 1) return cudaErrorInvalidValue;
-  if (!float_type(p.gu_dtype) || !float_type(p.y_dtype) || !float_type(p.act_dtype)) return cudaErrorInvalidValue;
-  if (p.interleave != 0 && (p.interleave != 8 || p.I % 8 != 0)) return cudaErrorInvalidValue;
+  LaunchCheck chk("swiglu");
+  chk.not_null(p.gu, "gu").not_null(p.y, "y").in_range(p.T, 0, INT32_MAX, "T").in_range(p.I, 1, INT32_MAX, "I");
+  chk.require(float_type(p.gu_dtype) && float_type(p.y_dtype) && float_type(p.act_dtype),
+              "gu_dtype, y_dtype and act_dtype must be bf16 or f32");
+  chk.require(p.interleave == 0 || p.interleave == 8, "interleave must be 0 or 8");
+  chk.require(p.interleave == 0 || p.I % 8 == 0, "interleave 8 needs I % 8 == 0");
   const int64_t stride = p.gu_stride ? p.gu_stride : 2 * static_cast<int64_t>(p.I);
-  if (stride < 2 * static_cast<int64_t>(p.I)) return cudaErrorInvalidValue;
+  chk.require(stride >= 2 * static_cast<int64_t>(p.I), "gu_stride must be >= 2 I");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   if (p.gu_dtype == DType::bf16 && p.y_dtype == DType::bf16 && p.I % 8 == 0 && stride % 8 == 0 &&
       dev::aligned16(p.gu) && dev::aligned16(p.y)) {
     const int chunks = (p.I / 8 + kBlock - 1) / kBlock;
     const int64_t blocks = static_cast<int64_t>(p.T) * chunks;
-    if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+    chk.require(blocks <= 0x7fffffff, "T x ceil(I / 2048) blocks exceed the grid");
+    if (!chk.ok()) return cudaErrorInvalidValue;
     launch_kernel(swiglu_vec8_kernel, static_cast<unsigned>(blocks), kBlock, 0, stream, p, chunks, stride);
     return cudaGetLastError();
   }
   const int chunks = (p.I + kChunk - 1) / kChunk;
   const int64_t blocks = static_cast<int64_t>(p.T) * chunks;
-  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  chk.require(blocks <= 0x7fffffff, "T x ceil(I / 1024) blocks exceed the grid");
+  if (!chk.ok()) return cudaErrorInvalidValue;
   launch_kernel(swiglu_kernel, static_cast<unsigned>(blocks), kBlock, 0, stream, p, chunks, stride);
   return cudaGetLastError();
 }

@@ -116,7 +116,8 @@ void GdnDecodePath::launch(cudaStream_t s, NodeRecorder* rec, int layer) const {
                      op_bytes::postconv(rows, d.Hk, d.Hv, d.Dk, d.Dv, act_bytes)};
   });
   launched(delta_rule_decode(delta, s), rec, s, [&] {
-    return NodeLabel{layer, "delta_rule.decode", "-", op_bytes::delta_rule(rows, rows, d.Hk, d.Hv, d.Dk, d.Dv, act_bytes)};
+    return NodeLabel{layer, "delta_rule.decode", "-",
+                     op_bytes::delta_rule(rows, rows, d.Hk, d.Hv, d.Dk, d.Dv, act_bytes)};
   });
 }
 

@@ -20,6 +20,7 @@
 #include "kernels/conv_fwd.h"
 #include "kernels/conv_update.h"
 #include "kernels/gdn_prefill_fused.h"
+#include "kernels/launch_check.h"
 #include "kernels/numeric.h"
 #include "kernels/postconv.h"
 
@@ -159,6 +160,11 @@ cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 void check_launch(cudaError_t e, std::string_view kernel) {
   if (e != cudaSuccess) {
+    const std::string refusal = sg::take_launch_refusal();  // the launcher's reason, where it gave one
+    if (e == cudaErrorInvalidValue && !refusal.empty()) {
+      fail(SG_ERR_CUDA,
+           fmt::format("launch of {} failed: {}: the launcher refused {}", kernel, cudaGetErrorName(e), refusal));
+    }
     fail(SG_ERR_CUDA, fmt::format("launch of {} failed: {}: {}", kernel, cudaGetErrorName(e), cudaGetErrorString(e)));
   }
 }

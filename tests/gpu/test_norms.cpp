@@ -20,6 +20,7 @@
 #include "engine/tensor.h"
 #include "kernels/argmax.h"
 #include "kernels/embedding.h"
+#include "kernels/launch_check.h"
 #include "kernels/ref/mlp_ref.h"
 #include "kernels/ref/norm_ref.h"
 #include "kernels/rmsnorm.h"
@@ -463,9 +464,11 @@ TEST_CASE("swiglu: silu(gate) times up from a fused gate-up buffer matches the r
   bad.I = 12;
   bad.interleave = 8;
   CHECK(swiglu(bad, nullptr) == cudaErrorInvalidValue);
+  CHECK(take_launch_refusal() == "swiglu: interleave 8 needs I % 8 == 0");
   bad.I = 8;
   bad.interleave = 4;
   CHECK(swiglu(bad, nullptr) == cudaErrorInvalidValue);
+  CHECK(take_launch_refusal() == "swiglu: interleave must be 0 or 8");
   bad.interleave = 8;
   check(swiglu(bad, nullptr));
   check(cudaDeviceSynchronize());

@@ -4,7 +4,7 @@
 // N that is not a multiple of the 64-row block, strided x and y, bf16 and f32 outputs, every split
 // count from 1 to the most K allows; the split counters come back to zero; graph replay == eager ==
 // a rerun, byte for byte; the SwiGLU epilogue gives the bytes of the GEMM followed by the swiglu
-// kernel; bad params rejected.
+// kernel; bad params rejected, each refusal naming its field.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 
 #include "engine/error.h"
 #include "engine/tensor.h"
+#include "kernels/launch_check.h"
 #include "kernels/ref/mlp_ref.h"
 #include "kernels/skinny_gemm.h"
 #include "kernels/swiglu.h"
@@ -201,24 +202,30 @@ TEST_CASE("skinny gemm: shapes, the split pick and bad params", "[gpu][gemm][ski
   SkinnyGemmParams bad = ok;
   bad.workspace = nullptr;  // splits > 1 without a workspace
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  CHECK(take_launch_refusal() == "skinny_gemm: splits > 1 needs workspace and counters");
   bad = ok;
   bad.splits = 3;  // more splits than 64-wide K tiles
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  CHECK(take_launch_refusal() == "skinny_gemm: splits = 3, must be 1..2");
   bad = ok;
   bad.M = 33;
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  CHECK(take_launch_refusal() == "skinny_gemm: M = 33, must be 1..32");
   bad = ok;
   bad.ldx = 130;  // not a multiple of 8 (16-byte rows)
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  CHECK(take_launch_refusal() == "skinny_gemm: ldx must be >= K and a multiple of 8");
   bad = ok;
   bad.y_dtype = DType::f16;
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
   bad = ok;
   bad.block_rows = 96;
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  CHECK(take_launch_refusal() == "skinny_gemm: block_rows must be 0, 64, 128 or 256");
   bad = ok;
   bad.swiglu_group = 4;  // groups of 8 only
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  CHECK(take_launch_refusal() == "skinny_gemm: swiglu_group must be 0 or 8");
   bad = ok;
   bad.swiglu_group = 8;
   bad.y_dtype = DType::f32;  // act is bf16
@@ -227,6 +234,7 @@ TEST_CASE("skinny gemm: shapes, the split pick and bad params", "[gpu][gemm][ski
   bad.swiglu_group = 8;
   bad.ldy = 63;  // act rows are N / 2 = 64 wide
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
+  CHECK(take_launch_refusal() == "skinny_gemm: ldy must be >= N / 2");
   bad = ok;
   bad.M = 0;
   CHECK(skinny_gemm(bad, nullptr) == cudaSuccess);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/error.h"
+#include "engine/text.h"
 #include "models/step_settings.h"
 
 namespace sg {
@@ -33,6 +34,27 @@ bool gemm_uses_lt(GemmKind g, int64_t rows) {
 
 bool gemm_fuses_swiglu(int64_t rows, int64_t n, int64_t k) {
   return rows > kGemmSwigluSmallRows || n * k <= kGemmSwigluSmallMaxWeights;
+}
+
+bool gemm_fuses_swiglu(SwigluMode mode, int64_t rows, int64_t n, int64_t k) {
+  if (mode == SwigluMode::kernel) return false;
+  return mode == SwigluMode::gemm || gemm_fuses_swiglu(rows, n, k);
+}
+
+const char* swiglu_name(SwigluMode m) {
+  switch (m) {
+    case SwigluMode::automatic: return "auto";
+    case SwigluMode::gemm: return "gemm";
+    case SwigluMode::kernel: return "kernel";
+  }
+  return "?";
+}
+
+SwigluMode parse_swiglu(const std::string& name) {
+  if (name == "auto") return SwigluMode::automatic;
+  if (name == "gemm") return SwigluMode::gemm;
+  if (name == "kernel") return SwigluMode::kernel;
+  throw Error(fmt::format("unknown swiglu '{}' (valid: auto, gemm, kernel)", printable(name)));
 }
 
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks) {

@@ -65,7 +65,7 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
   // The SwiGLU epilogue (where gemm_fuses_swiglu measured it faster): W interleaved in groups of 8,
   // bf16 in and out (the swiglu kernel's bytes).
-  const bool fuse = skinny && swiglu && gemm_fuses_swiglu(M, N, K) && gu_group_ == 8 && N % 16 == 0 &&
+  const bool fuse = skinny && swiglu && gemm_fuses_swiglu(opts_.swiglu, M, N, K) && gu_group_ == 8 && N % 16 == 0 &&
                     y.dtype == DType::bf16 && swiglu->act.dtype == DType::bf16 && swiglu->act.dim(0) == M &&
                     swiglu->act.dim(1) == N / 2 && swiglu->act.stride[1] == 1;
   const double bytes = static_cast<double>(x.bytes() + W.bytes() + (fuse ? swiglu->act.bytes() : y.bytes()));

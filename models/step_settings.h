@@ -77,6 +77,18 @@ constexpr int kGemmMixedWideBlockRows = 32;
 // Measured (docs/BENCHMARKS.md): at 32 rows the wide-block skinny kernel beat cuBLASLt on the 4B
 // preset's K = 2560 weights and lost on the 27B preset's K = 5120 ones.
 constexpr int64_t kGemmMixedWideBlockMaxK = 4096;
+// Where a step computes the MLP activation silu(gate) * up. Not an arm and not arithmetic: both
+// give the same bytes (the skinny GEMM's epilogue calls the swiglu kernel's element function); a
+// setting so that `stepgraph ab` can time the two in one process.
+enum class SwigluMode : uint8_t {
+  automatic,  // gemm where gemm_fuses_swiglu says so (the rule below), else kernel
+  gemm,       // in the gate_up GEMM's epilogue wherever the skinny kernel runs gate_up
+  kernel,     // the swiglu kernel after gate_up
+};
+constexpr std::array<std::string_view, 3> kSwigluNames = {"auto", "gemm", "kernel"};
+const char* swiglu_name(SwigluMode m);  // one of kSwigluNames
+// One of kSwigluNames; throws Error on anything else.
+SwigluMode parse_swiglu(const std::string& name);
 // The gate_up GEMM's SwiGLU epilogue (skinny_gemm.h) where the skinny kernel runs it, except on
 // steps of at most kGemmSwigluSmallRows rows over a gate_up of more than kGemmSwigluSmallMaxWeights
 // values: measured alternately on one machine against the separate swiglu kernel (docs/BENCHMARKS.md), it made
@@ -100,6 +112,8 @@ bool gemm_uses_lt(GemmKind g, int64_t rows);
 // Whether a gate_up projection of `rows` rows and an [n, k] weight that runs the skinny kernel
 // takes the SwiGLU epilogue (the rule above).
 bool gemm_fuses_swiglu(int64_t rows, int64_t n, int64_t k);
+// Under `mode`: automatic follows gemm_fuses_swiglu, gemm always, kernel never.
+bool gemm_fuses_swiglu(SwigluMode mode, int64_t rows, int64_t n, int64_t k);
 
 // How a step launches its kernels: with programmatic dependent launch (PDL, kernels/launch.cuh),
 // so that a kernel's blocks start, and the skinny GEMM's weight stream begins, while the previous

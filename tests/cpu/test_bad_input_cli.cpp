@@ -100,7 +100,7 @@ std::vector<CliCase> option_cases() {
       {"ab: timing CUDA graphs needs a GPU", "was found"});
   add("ab without --b", {"ab"}, -1, {"--b is required"});
   add("ab --b with an unknown key", {"ab", "--b", "postcnv=fast"}, 1,
-      {"--b \"postcnv=fast\": unknown key \"postcnv\" (valid keys: conv.fwd", "gemm, pdl, arms)"});
+      {"--b \"postcnv=fast\": unknown key \"postcnv\" (valid keys: conv.fwd", "gemm, pdl, swiglu, arms)"});
   add("ab --a with an unknown arm", {"ab", "--a", "conv.fwd=k5", "--b", "conv.fwd=k4"}, 1,
       {"unknown arm \"k5\" for conv.fwd (valid arms of conv.fwd: tiled, register, k4, k4x2)"});
   add("ab --b with an unknown setting value", {"ab", "--b", "attn-decode=wmma"}, 1,

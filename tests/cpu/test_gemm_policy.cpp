@@ -63,6 +63,15 @@ TEST_CASE("gemm policy: the SwiGLU epilogue except on small steps over a large g
   CHECK(gemm_fuses_swiglu(kGemmSwigluSmallRows + 1, 34816, 5120));
   CHECK(gemm_fuses_swiglu(kGemmSwigluSmallRows, 1, kGemmSwigluSmallMaxWeights));
   CHECK_FALSE(gemm_fuses_swiglu(kGemmSwigluSmallRows, 1, kGemmSwigluSmallMaxWeights + 1));
+  // The swiglu setting: auto is the rule, gemm always, kernel never.
+  CHECK_FALSE(gemm_fuses_swiglu(SwigluMode::automatic, 1, 34816, 5120));
+  CHECK(gemm_fuses_swiglu(SwigluMode::automatic, 1, 18432, 2560));
+  CHECK(gemm_fuses_swiglu(SwigluMode::gemm, 1, 34816, 5120));
+  CHECK_FALSE(gemm_fuses_swiglu(SwigluMode::kernel, 32, 18432, 2560));
+  for (SwigluMode m : {SwigluMode::automatic, SwigluMode::gemm, SwigluMode::kernel}) {
+    CHECK(parse_swiglu(swiglu_name(m)) == m);
+  }
+  CHECK_THROWS_AS(parse_swiglu("fused"), Error);
 }
 
 TEST_CASE("cuBLASLt shape keys: dims, strides, dtypes and each operand's alignment, and bad views refused",

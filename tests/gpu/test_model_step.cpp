@@ -345,6 +345,46 @@ TEST_CASE("model step with the fused gdn.decode arm gives the unfused bytes", "[
   CHECK(count_diff(unfused.cache_bytes(), fused.cache_bytes()) == 0);
 }
 
+TEST_CASE("model step: SwiGLU in the gate_up GEMM's epilogue gives the swiglu kernel's bytes", "[gpu][model][swiglu]") {
+  const Qwen35Config c = preset("tiny");  // I % 8 == 0: gate_up's rows interleaved in 8s
+  REQUIRE(c.intermediate % 8 == 0);
+  ModelStepOptions o;
+  o.num_slots = 8;
+  o.max_context = 16;
+  o.max_decode_batch = 4;
+  o.act = DType::bf16;
+  o.gemm = GemmKind::skinny;  // every decode gate_up on the skinny kernel
+  o.swiglu = SwigluMode::kernel;
+  ModelStep kernel(c, o);
+  o.swiglu = SwigluMode::gemm;
+  ModelStep gemm(c, o);
+  kernel.capture_all();
+  gemm.capture_all();
+  for (int key : gemm.keys()) {  // the node labels say which ran
+    int swiglu_nodes = 0, epilogues = 0;
+    for (const auto& n : gemm.manifest(key).nodes) {
+      swiglu_nodes += n.label.op == "swiglu";
+      epilogues += n.label.op == "mlp.gate_up" && n.label.arm.find("+swiglu") != std::string::npos;
+    }
+    CHECK(swiglu_nodes == 0);
+    CHECK(epilogues == c.layers);
+    swiglu_nodes = 0;
+    for (const auto& n : kernel.manifest(key).nodes) swiglu_nodes += n.label.op == "swiglu";
+    CHECK(swiglu_nodes == c.layers);
+  }
+  for (int t = 0; t < 4; ++t) {
+    CAPTURE(t);
+    std::vector<DecodeRequest> reqs = {{1, token_at(t, 0, c.vocab), t},
+                                       {5, token_at(t, 1, c.vocab), t},
+                                       {7, token_at(t, 2, c.vocab), t}};  // 3 live rows of key 4: one padding row
+    const auto a = kernel.decode(reqs, RunMode::graph);
+    const auto b = gemm.decode(reqs, RunMode::graph);
+    CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
+    CHECK(a.tokens == b.tokens);
+  }
+  CHECK(count_diff(kernel.cache_bytes(), gemm.cache_bytes()) == 0);
+}
+
 TEST_CASE("model step that cannot fit says so with the sizes and holds no device memory afterwards",
           "[gpu][model][memory]") {
   // The 27B preset's KV and delta-rule caches for 4096 slots of 8192 tokens need terabytes.

@@ -16,12 +16,13 @@ constexpr std::array<std::string_view, 3> kDeltaPrefill = {"auto", "scan", "chun
 constexpr std::array<std::string_view, 3> kAttn = {"auto", "simt", "mma"};
 constexpr std::array<std::string_view, 3> kPdl = {"auto", "off", "on"};
 constexpr std::array<std::string_view, 2> kArmsMode = {"fixed", "tune"};
-const std::array<SettingInfo, 6> kSettings = {{
+const std::array<SettingInfo, 7> kSettings = {{
     {"delta-prefill", kDeltaPrefill},
     {"attn-prefill", kAttn},
     {"attn-decode", kAttn},
     {"gemm", kGemmNames},
     {"pdl", kPdl},
+    {"swiglu", kSwigluNames},
     {"arms", kArmsMode},
 }};
 
@@ -64,6 +65,7 @@ const std::string& StepChoice::setting(std::string_view name) const {
   if (name == "attn-decode") return attn_decode;
   if (name == "gemm") return gemm;
   if (name == "pdl") return pdl;
+  if (name == "swiglu") return swiglu;
   if (name == "arms") return arms_mode;
   throw Error(fmt::format("no setting '{}'", printable(name)));
 }

@@ -168,6 +168,7 @@ ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& a
   opts.attn_decode = parse_attn_decode(o.attn_decode);
   opts.gemm = parse_gemm(o.gemm);
   opts.pdl = parse_pdl(o.pdl);
+  opts.swiglu = parse_swiglu(o.swiglu);
   opts.tune_arms = o.arms_mode == "tune";
   for (size_t i = 0; i < kNumOps; ++i) opts.fixed_ops[i] = arms.source[i] != "default";  // the user's choice
   opts.seed = 1;
@@ -199,6 +200,11 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   fmt::print("projections: {}{}\n", gemm, o.gemm == "auto" ? " (auto)" : "");
   const std::string pdl = pdl_name(step.options().pdl);  // `auto` resolved
   fmt::print("programmatic dependent launch: {}{}\n", pdl, o.pdl == "auto" ? " (auto)" : "");
+  const std::string swiglu = swiglu_name(step.options().swiglu);
+  fmt::print("MLP activation: {}\n", swiglu == "gemm" ? "in the gate_up GEMM's epilogue (gemm)"
+                                     : swiglu == "kernel"
+                                         ? "the swiglu kernel (kernel)"
+                                         : "the gate_up GEMM's epilogue where it measured faster (auto)");
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), step.keys().size(),
@@ -317,6 +323,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                         {"attn_decode", attn_decode},
                         {"gemm", gemm},
                         {"pdl", pdl},
+                        {"swiglu", swiglu},
                         {"workload", "model"},
                         {"context", o.context},
                         {"graphs", graphs}}

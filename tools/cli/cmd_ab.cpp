@@ -89,6 +89,7 @@ void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoic
   bo.attn_decode = choice.attn_decode;
   bo.gemm = choice.gemm;
   bo.pdl = choice.pdl;
+  bo.swiglu = choice.swiglu;
   bo.arms_mode = choice.arms_mode;
   ResolvedArms arms;
   arms.arms = choice.arms;
@@ -174,6 +175,7 @@ int run(AbOptions o) {
   base.attn_decode = o.b.attn_decode;
   base.gemm = o.b.gemm;
   base.pdl = o.b.pdl;
+  base.swiglu = o.b.swiglu;
   base.arms_mode = o.b.arms_mode;
   Side sides[2];
   sides[0].name = "A";

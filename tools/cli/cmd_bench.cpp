@@ -114,6 +114,7 @@ std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App&
   if (given("--attn-decode")) bad.push_back("--attn-decode (chooses a GPU attention kernel)");
   if (given("--gemm")) bad.push_back("--gemm (chooses a GPU projection kernel)");
   if (given("--pdl")) bad.push_back("--pdl (how GPU kernels are launched)");
+  if (given("--swiglu")) bad.push_back("--swiglu (where GPU kernels compute the MLP activation)");
   if (o.arms_mode == "tune") bad.push_back("--arms tune (times the GPU kernels' arms)");
   if (o.marginal) bad.push_back("--marginal (disables nodes of captured CUDA graphs)");
   if (given("--preset") && o.preset != "tiny") {
@@ -345,6 +346,13 @@ void register_bench(CLI::App& app, Action& action) {
                   "its first weight tiles meanwhile; the same output bytes as off), off, or auto (on for sm_90+)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "off", "on"}));
+  cmd->add_option("--swiglu", o.swiglu,
+                  "model workload: where the MLP activation silu(gate) * up is computed: gemm (in the gate_up "
+                  "GEMM's epilogue wherever the skinny kernel runs gate_up), kernel (the swiglu kernel after "
+                  "gate_up), or auto (gemm except on steps of at most 8 rows over a gate_up larger than 64 Mi "
+                  "values, where it measured slower); the same output bytes every way")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "gemm", "kernel"}));
   cmd->add_flag("--marginal", o.marginal,
                 "model workload: also the marginal cost of every op family in the largest and the smallest decode "
                 "graph: the step time with the family's nodes disabled (cudaGraphNodeSetEnabled), subtracted from "

@@ -24,6 +24,7 @@ void add_model_step_options(CLI::App* cmd, BenchOptions& o) {
                                                            {"attn-decode", &o.attn_decode},
                                                            {"gemm", &o.gemm},
                                                            {"pdl", &o.pdl},
+                                                           {"swiglu", &o.swiglu},
                                                            {"arms", &o.arms_mode}};
   for (const auto& [name, value] : settings) {
     const std::vector<std::string> values = setting_values(name);
@@ -46,6 +47,7 @@ StepChoice resolved_choice(const ModelStep& step, const GraphKey* key) {
   c.attn_decode = attn_decode_name(r.attn_decode);
   c.gemm = gemm_name(r.gemm);
   c.pdl = pdl_name(r.pdl);
+  c.swiglu = swiglu_name(r.swiglu);
   c.arms_mode = r.tune_arms ? "tune" : "fixed";
   return c;
 }

@@ -125,9 +125,7 @@ void launch(const DeltaRulePrefillParams& p, cudaStream_t stream) {
 
 bool delta_rule_prefill_supports(int Dk, int Dv) { return delta_rule_decode_split(Dk, Dv) != 0; }
 
-cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t stream) {
-  LaunchCheck chk("delta_rule.prefill");
-  chk.require(delta_rule_prefill_supports(p.Dk, p.Dv), "no built tile for this Dk, Dv");
+void check_delta_rule_prefill_params(LaunchCheck& chk, const DeltaRulePrefillParams& p) {
   chk.in_range(p.Hk, 1, INT32_MAX, "Hk").in_range(p.Hv, 1, INT32_MAX, "Hv");
   chk.require(p.Hk < 1 || p.Hv % p.Hk == 0, "Hv must be a multiple of Hk");
   chk.in_range(p.max_seqs, 0, kMaxGridYZ, "max_seqs");
@@ -137,6 +135,12 @@ cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t str
   chk.require((p.qkv_dtype == DType::f32 || p.qkv_dtype == DType::bf16) &&
                   (p.out_dtype == DType::f32 || p.out_dtype == DType::bf16),
               "qkv_dtype and out_dtype must be bf16 or f32");
+}
+
+cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t stream) {
+  LaunchCheck chk("delta_rule.prefill");
+  chk.require(delta_rule_prefill_supports(p.Dk, p.Dv), "no built tile for this Dk, Dv");
+  check_delta_rule_prefill_params(chk, p);
   if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.max_seqs == 0) return cudaSuccess;
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 
+#include "kernels/launch_check.h"
 #include "kernels/numeric.h"
 
 namespace sg {
@@ -68,5 +69,8 @@ bool delta_rule_prefill_supports(int Dk, int Dv);
 // Hv % Hk != 0, max_seqs < 0 or > 65535, or a null pointer; cudaSuccess without launching when
 // max_seqs == 0; else the launch error (cudaGetLastError). Never throws.
 cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t stream);
+// The checks both prefill launchers (this and the chunked form) make of the params they share:
+// heads, max_seqs, pointers and dtypes (launch_check.h).
+void check_delta_rule_prefill_params(LaunchCheck& chk, const DeltaRulePrefillParams& p);
 
 }  // namespace sg

@@ -520,15 +520,7 @@ size_t delta_rule_prefill_chunked_smem(int Dk, int dv_tile) {
 cudaError_t delta_rule_prefill_chunked(const DeltaRulePrefillParams& p, cudaStream_t stream, int dv_tile) {
   LaunchCheck chk("delta_rule.prefill (chunked)");
   chk.require(delta_rule_prefill_chunked_supports(p.Dk, p.Dv), "the chunked form is not built for this Dk, Dv");
-  chk.in_range(p.Hk, 1, INT32_MAX, "Hk").in_range(p.Hv, 1, INT32_MAX, "Hv");
-  chk.require(p.Hk < 1 || p.Hv % p.Hk == 0, "Hv must be a multiple of Hk");
-  chk.in_range(p.max_seqs, 0, kMaxGridYZ, "max_seqs");
-  chk.not_null(p.q, "q").not_null(p.k, "k").not_null(p.v, "v").not_null(p.g, "g").not_null(p.beta, "beta");
-  chk.not_null(p.cu_seqlens, "cu_seqlens").not_null(p.slots, "slots").not_null(p.has_history, "has_history");
-  chk.not_null(p.n_seqs, "n_seqs").not_null(p.state, "state").not_null(p.out, "out");
-  chk.require((p.qkv_dtype == DType::f32 || p.qkv_dtype == DType::bf16) &&
-                  (p.out_dtype == DType::f32 || p.out_dtype == DType::bf16),
-              "qkv_dtype and out_dtype must be bf16 or f32");
+  check_delta_rule_prefill_params(chk, p);
   chk.require(dv_tile == 0 || dv_tile == 32 || dv_tile == 64 || dv_tile == 128, "dv_tile must be 0, 32, 64 or 128");
   if (!chk.ok()) return cudaErrorInvalidValue;
   const int bv = dv_tile == 0 ? delta_rule_prefill_chunked_tile(p.Dv) : dv_tile;

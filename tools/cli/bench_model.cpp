@@ -27,6 +27,7 @@
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tools/cli/bench_common.h"
+#include "tools/cli/sigint.h"
 
 namespace sg::cli {
 namespace {
@@ -176,6 +177,9 @@ ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& a
 }
 
 int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
+  // Ctrl-C: the graph being measured finishes, then the run stops and reports (and writes) what it
+  // measured, marked interrupted, and exits with 130. A second Ctrl-C ends the process.
+  const SigintGuard guard;
   const Qwen35Config cfg = preset(o.preset);
   ResolvedArms arms = resolve_arms(o.arms.arms, read_env);
   for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
@@ -218,8 +222,9 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   nlohmann::json graphs = nlohmann::json::array();
   cudaStream_t s = step.stream();
 
+  const size_t planned = (do_decode ? step.keys().size() : 0) + (do_prefill ? 1 : 0);
   if (do_decode) {
-    for (auto it = step.keys().rbegin(); it != step.keys().rend(); ++it) {
+    for (auto it = step.keys().rbegin(); it != step.keys().rend() && !sigint_received(); ++it) {
       const int key = *it;
       std::vector<DecodeRequest> batch;
       for (int r = 0; r < key; ++r) batch.push_back({r, (r * 7919) % cfg.vocab, o.context - 1});
@@ -259,7 +264,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                         {"manifest", to_json(step.manifest(key))}});
     }
   }
-  if (do_prefill) {
+  if (do_prefill && !sigint_received()) {
     std::vector<PrefillRequest> batch;
     for (int r = 0; r < o.max_seqs; ++r) {
       PrefillRequest q{r, {}, 0};
@@ -310,6 +315,11 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                       {"ops", ops},
                       {"manifest", to_json(step.prefill_manifest(bucket))}});
   }
+  const bool interrupted = sigint_received();
+  if (interrupted) {
+    fmt::print("\ninterrupted (SIGINT) after {} of {} graphs: what was measured so far follows\n", graphs.size(),
+               planned);
+  }
   fmt::print("\nsummary (median step times; eager fallbacks: {}):\n", step.eager_fallbacks());
   for (const auto& line : summary) fmt::print("{}\n", line);
   if (!o.json.empty()) {
@@ -326,12 +336,13 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                         {"swiglu", swiglu},
                         {"workload", "model"},
                         {"context", o.context},
+                        {"interrupted", interrupted},
                         {"graphs", graphs}}
              .dump(2)
       << "\n";
     fmt::print("wrote {}\n", o.json);
   }
-  return 0;
+  return interrupted ? kInterruptedExit : 0;
 }
 
 }  // namespace sg::cli

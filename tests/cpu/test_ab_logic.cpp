@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
@@ -209,6 +210,17 @@ TEST_CASE("ab report: the text has every row and a summary", "[ab][report]") {
   CHECK(contains(t, "faster"));
   CHECK(contains(t, "summary: whole step: B faster against A"));
   CHECK(contains(t, "op families: 1 faster, 0 slower, 1 neutral or on one side only; hashes equal"));
+}
+
+TEST_CASE("ab report: a run that Ctrl-C ended early says how many repetitions it covers", "[ab][report]") {
+  AbReport r = sample_report();
+  r.planned_reps = r.reps;
+  CHECK_FALSE(contains(format_ab_report(r), "interrupted"));
+  CHECK(ab_json(r).at("interrupted") == false);
+  r.planned_reps = r.reps + 7;
+  CHECK(contains(format_ab_report(r),
+                 fmt::format("interrupted (SIGINT) after {} of {} repetitions", r.reps, r.reps + 7)));
+  CHECK(ab_json(r).at("interrupted") == true);
 }
 
 TEST_CASE("ab report: the JSON shape", "[ab][report]") {

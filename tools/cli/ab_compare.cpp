@@ -98,6 +98,10 @@ std::string format_ab_report(const AbReport& r) {
       "graph: {} of {}; {} repetitions, A then B in each: {} replays timed with CUDA events, then {} "
       "replays under CUPTI\n",
       r.graph, r.preset, r.reps, r.replays, r.node_replays);
+  if (r.planned_reps > r.reps) {
+    out += fmt::format("interrupted (SIGINT) after {} of {} repetitions: the comparison below covers those\n", r.reps,
+                       r.planned_reps);
+  }
   out += fmt::format("A: {}\n   arms {}\n   settings {}\n", r.a.selection, r.a.arms, r.a.settings);
   out += fmt::format("B: {}\n   arms {}\n   settings {}\n", r.b.selection, r.b.arms, r.b.settings);
   out +=
@@ -151,6 +155,7 @@ nlohmann::json ab_json(const AbReport& r) {
           {"preset", r.preset},
           {"graph", r.graph},
           {"reps", r.reps},
+          {"interrupted", r.planned_reps > r.reps},
           {"replays", r.replays},
           {"node_replays", r.node_replays},
           {"verdict_rule",

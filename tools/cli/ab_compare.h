@@ -54,6 +54,7 @@ struct AbSide {
 struct AbReport {
   std::string device, preset, graph;  // graph: "decode b=32 (context 1024)", "prefill 32 x 1024 tokens (bucket 32768)"
   int reps = 0, replays = 0, node_replays = 0, hash_steps = 0;
+  int planned_reps = 0;  // reps asked for; more than reps when a Ctrl-C ended the run early
   AbSide a, b;
   ComparedRow step;                   // ms per step (CUDA events), named "whole step (ms)"
   std::vector<ComparedRow> families;  // us per step (CUPTI node medians summed per family)

@@ -30,6 +30,7 @@
 #include "tools/cli/bench_common.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/sigint.h"
 
 namespace sg::cli {
 namespace {
@@ -194,10 +195,17 @@ int run(AbOptions o) {
     for (int i = 0; i < 3; ++i) s.step->graphs().replay(s.key);  // warm-up
     check(cudaStreamSynchronize(s.step->stream()));
   }
-  for (int r = 0; r < o.b.reps; ++r) {
+  // Ctrl-C: the repetition under way finishes, then the report covers the repetitions done (exit 130).
+  const SigintGuard guard;
+  int done = 0;
+  for (int r = 0; r < o.b.reps && !sigint_received(); ++r, ++done) {
     if (tty) std::fprintf(stderr, "\rab: repetition %d/%d\x1b[K%s", r + 1, o.b.reps, r + 1 == o.b.reps ? "\n" : "");
     for (Side& s : sides) s.step_ms.push_back(time_replays(s, o.b.replays));
     for (Side& s : sides) time_families(s, o.b.node_replays);
+  }
+  if (done == 0) {
+    fmt::print("\ninterrupted (SIGINT) before the first repetition: nothing was measured\n");
+    return kInterruptedExit;
   }
   AbReport rep;
   rep.device = dev.describe();
@@ -205,7 +213,8 @@ int run(AbOptions o) {
   rep.graph = o.b.phase == "prefill"
                   ? fmt::format("prefill {} x {} tokens (bucket {})", o.b.max_seqs, o.b.context, sides[0].key.tokens)
                   : fmt::format("decode b={} (context {})", sides[0].key.tokens, o.b.context);
-  rep.reps = o.b.reps;
+  rep.reps = done;
+  rep.planned_reps = o.b.reps;
   rep.replays = o.b.replays;
   rep.node_replays = o.b.node_replays;
   rep.hash_steps = o.b.phase == "prefill" ? 1 : kHashSteps;
@@ -227,7 +236,7 @@ int run(AbOptions o) {
   }
   if (!o.json.empty()) write_text(o.json, "--json", ab_json(rep).dump(2) + "\n");
   if (!o.svg.empty()) write_text(o.svg, "--svg", ab_svg(rep));
-  return rep.hash_failure() ? 1 : 0;
+  return rep.hash_failure() ? 1 : done < o.b.reps ? kInterruptedExit : 0;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/kernel_bench.h"
+#include "tools/cli/sigint.h"
 
 namespace sg::cli {
 namespace {
@@ -78,7 +79,12 @@ void register_kernels(CLI::App& app, Action& action) {
           dev.describe(), o.cfg.reps, o.cfg.sets);
       nlohmann::json out = nlohmann::json::array();
       int mismatches = 0;
+      // Ctrl-C: the shape under way finishes, then what was measured is printed and written (exit 130).
+      const SigintGuard guard;
+      size_t done = 0;
       for (const auto& s : parsed) {
+        if (sigint_received()) break;
+        ++done;
         auto rs = bench::run_kernel_bench(s, o.cfg, [](const std::string& m) { fmt::print(stderr, "{}\n", m); });
         fmt::print("{}\n", s.name);
         fmt::print("  {:<12} {:<22} {:<28} {:>12} {:>8} {:>10} {:>19} {:>10} {:>8} {:>8} {}\n", "op", "arm", "kernel",
@@ -118,13 +124,18 @@ void register_kernels(CLI::App& app, Action& action) {
         }
         fmt::print("\n");
       }
+      const bool interrupted = sigint_received();
+      if (interrupted) {
+        fmt::print("interrupted (SIGINT) after {} of {} shapes: the rows above are what was measured\n", done,
+                   parsed.size());
+      }
       if (!o.json.empty()) {
         std::ofstream f(o.json);
         require(static_cast<bool>(f), "cannot write {}", o.json);
-        f << nlohmann::json{{"device", dev.describe()}, {"results", out}}.dump(2) << "\n";
+        f << nlohmann::json{{"device", dev.describe()}, {"interrupted", interrupted}, {"results", out}}.dump(2) << "\n";
       }
       if (mismatches) fmt::print("{} arm(s) did NOT reproduce the reference arm's bytes\n", mismatches);
-      return mismatches ? 3 : 0;
+      return mismatches ? 3 : interrupted ? kInterruptedExit : 0;
     };
   });
 }

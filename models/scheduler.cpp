@@ -219,6 +219,10 @@ ServeResult run_serve(std::vector<ServeRequest> requests, const SchedulerOptions
   ServeResult res;
   const double t0 = exec.now_ms();
   while (!s.done()) {
+    if (exec.stop && exec.stop()) {
+      res.interrupted = true;
+      break;
+    }
     const double now = exec.now_ms() - t0;
     std::optional<ScheduledStep> step = s.next(now);
     if (!step) {

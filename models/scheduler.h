@@ -134,6 +134,9 @@ struct ServeExecutor {
   std::function<void(double clock_ms)> wait_until;                   // idle until now_ms() reads clock_ms
   std::function<double(const ScheduledStep&)> floor_ms;              // optional
   std::function<void(const Scheduler&, const StepRecord&)> on_step;  // optional (progress)
+  // Optional, asked before each step and each wait: true ends the run there (a Ctrl-C); the
+  // result is marked interrupted and keeps what the steps so far did.
+  std::function<bool()> stop;
 };
 
 // The steady clock in milliseconds and a sleeping wait, around `run`.
@@ -144,10 +147,12 @@ struct ServeResult {
   std::vector<RequestState> states;  // every request finished or rejected
   std::vector<StepRecord> steps;
   double wall_ms = 0;         // from the start to the end of the last step
-  int slots_busy_at_end = 0;  // 0 unless something went wrong
+  int slots_busy_at_end = 0;  // 0 unless something went wrong, or the run was interrupted
+  bool interrupted = false;   // ServeExecutor::stop ended the run: some requests are unresolved
 };
 
-// Runs the whole trace: next step, run, complete, until every request is finished or rejected.
+// Runs the whole trace: next step, run, complete, until every request is finished or rejected (or
+// exec.stop says stop).
 ServeResult run_serve(std::vector<ServeRequest> requests, const SchedulerOptions& options, const ServeExecutor& exec);
 
 }  // namespace sg

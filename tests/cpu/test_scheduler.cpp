@@ -295,3 +295,31 @@ TEST_CASE("scheduler: options are checked, and steps must be completed in turn",
   s.complete(*step, tokens_for(*step), 1);
   CHECK_THROWS_AS(s.complete(*step, tokens_for(*step), 1), Error);  // completed twice
 }
+
+TEST_CASE("scheduler: a stop request ends the run between steps with what was done so far", "[serve][scheduler]") {
+  Fake f;
+  ServeExecutor e = f.exec();
+  int asked = 0;
+  // One slot: request 0 takes a prefill and two decode steps (3 tokens), then request 1's prefill
+  // (1 of its 2 tokens) is the fourth step; the run stops before the fifth.
+  e.stop = [&] { return ++asked > 4; };
+  const ServeResult r = run_serve({req(4, 3), req(5, 2), req(6, 4), req(3, 1)}, options(1, 64), e);
+  CHECK(r.interrupted);
+  CHECK(r.steps.size() == 4);
+  CHECK(f.steps.size() == 4);
+  CHECK(r.slots_busy_at_end == 1);  // request 1 holds the slot, neither finished nor rejected
+  int finished = 0, unresolved = 0;
+  for (const RequestState& st : r.states) {
+    finished += st.phase == RequestPhase::finished;
+    unresolved += st.phase != RequestPhase::finished && st.phase != RequestPhase::rejected;
+  }
+  CHECK(finished == 1);
+  CHECK(r.states[0].phase == RequestPhase::finished);
+  CHECK(unresolved == 3);
+  const ServeMetrics m = serve_metrics(r);
+  CHECK(m.completed == finished);  // the metrics cover the finished requests only
+  Fake g;
+  const ServeResult whole = run_serve({req(4, 3), req(5, 2), req(6, 4), req(3, 1)}, options(1, 64), g.exec());
+  CHECK_FALSE(whole.interrupted);
+  CHECK(whole.steps.size() > 3);
+}

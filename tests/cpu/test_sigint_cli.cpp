@@ -1,6 +1,7 @@
 // Ctrl-C in a long `stepgraph generate` run (the CPU reference, as a subprocess without a GPU):
 // the run stops after the current token, prints the tokens generated so far (the same tokens an
-// uninterrupted run starts with), marks the result interrupted and exits with 130.
+// uninterrupted run starts with), marks the result interrupted and exits with 130. The same for
+// `stepgraph serve` after the step under way.
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -69,4 +70,19 @@ TEST_CASE("generate: Ctrl-C stops the run, prints the tokens so far and exits wi
   CHECK(t.code == 130);
   CHECK(t.out.find("interrupted (SIGINT) after ") != std::string::npos);
   CHECK(t.out.find("of 100000 tokens: what was generated so far follows") != std::string::npos);
+}
+
+TEST_CASE("serve: Ctrl-C ends the run after the step under way and reports what was completed", "[cli][sigint]") {
+  // The CPU reference through serve-c32 (32 requests of 1024 prompt and 128 new tokens) runs far
+  // longer than the 3 s before the signal.
+  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "serve", "--cpu", "--trace-preset", "serve-c32", "--json"};
+  const ChildResult r = run_program(argv, {}, limits(3.0));
+  INFO(r.describe() << "\n" << r.out.substr(0, 2000));
+  REQUIRE(r.end == ChildResult::End::exited);
+  CHECK(r.code == 130);
+  CHECK(r.seconds < 60);
+  const nlohmann::json j = json_of(r.out);
+  CHECK(j.at("interrupted") == true);
+  CHECK(j.at("metrics").at("completed").get<int>() < 32);
+  CHECK(j.at("requests").size() == 32);  // every request listed, finished or not
 }

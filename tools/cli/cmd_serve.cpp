@@ -35,6 +35,7 @@
 #include "tools/cli/bench_common.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/sigint.h"
 
 namespace sg::cli {
 namespace {
@@ -108,8 +109,13 @@ std::function<void(const Scheduler&, const StepRecord&)> progress_bar() {
 // Prints the run: one JSON object (header fields + metrics + requests + extra), or text.
 void report(const ServeOptions& o, json header, const ServeResult& res, const ServeMetrics& m, json extra,
             const std::string& text) {
-  if (res.slots_busy_at_end != 0) {
+  if (res.slots_busy_at_end != 0 && !res.interrupted) {
     throw Error(fmt::format("serve: {} slots still busy at the end of the run", res.slots_busy_at_end));
+  }
+  header["interrupted"] = res.interrupted;
+  if (res.interrupted && !o.json) {
+    fmt::print("\ninterrupted (SIGINT) after {} steps: the metrics below cover the {} requests completed by then\n",
+               res.steps.size(), m.completed);
   }
   if (o.json) {
     header["metrics"] = metrics_json(m);
@@ -173,6 +179,8 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
                      why, cfg.layers, cfg.hidden, cfg.vocab, dtype, o.seed, trace.name, slots, ctx, o.prefill_budget));
   ServeExecutor exec = wall_clock_executor([&](const ScheduledStep& s) { return run_reference_step(model, s); });
   exec.on_step = progress_bar();
+  const SigintGuard guard;  // Ctrl-C: the step under way finishes, then the report covers what was done (exit 130)
+  exec.stop = [] { return sigint_received(); };
   const ServeResult res = run_serve(trace.requests, sch, exec);
   const ServeMetrics m = serve_metrics(res);
   report(o,
@@ -185,7 +193,7 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
           {"context", ctx},
           {"prefill_budget", o.prefill_budget}},
          res, m, json::object(), "");
-  return 0;
+  return res.interrupted ? kInterruptedExit : 0;
 }
 
 int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& arms, Trace trace) {
@@ -222,6 +230,8 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
   ServeExecutor exec = wall_clock_executor([&](const ScheduledStep& s) { return run_model_step(step, s, mode); });
   exec.floor_ms = [&](const ScheduledStep& s) { return step_floor_ms(step, s, kFloorGBps, kPeakTflops); };
   exec.on_step = progress_bar();
+  const SigintGuard guard;  // Ctrl-C: the step under way finishes, then the report covers what was done (exit 130)
+  exec.stop = [] { return sigint_received(); };
   const ServeResult res = run_serve(trace.requests, sch, exec);
   const ServeMetrics m = serve_metrics(res);
   json extra = {{"eager_fallbacks", step.eager_fallbacks()}};
@@ -229,7 +239,7 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
       "eager fallbacks: {}\nfloor: every weight byte, the recurrent state and the cached "
       "K/V each step touches at 4.3 TB/s, or its FLOPs at {:.0f} TFLOP/s, the larger\n",
       step.eager_fallbacks(), kPeakTflops);
-  if (node_time) {
+  if (node_time && !res.interrupted) {
     // The same trace again, under CUPTI: node times for the whole run; the timed run above had no
     // profiler attached.
     exec.floor_ms = {};
@@ -268,7 +278,7 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
           {"prefill_budget", r.max_prefill_tokens},
           {"mode", o.eager ? "eager" : "graph"}},
          res, m, extra, text);
-  return 0;
+  return res.interrupted ? kInterruptedExit : 0;
 }
 
 int run(const ServeOptions& o, const CLI::App& cmd) {

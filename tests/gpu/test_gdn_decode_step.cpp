@@ -13,6 +13,7 @@
 #include "engine/error.h"
 #include "graphs/node_timer.h"
 #include "kernels/contracts.h"
+#include "kernels/op_bytes.h"
 #include "kernels/ref/conv_ref.h"
 #include "kernels/ref/delta_rule_ref.h"
 #include "kernels/ref/postconv_ref.h"
@@ -280,6 +281,13 @@ TEST_CASE("the manifest names each node's op, arm, kernel and grid", "[gpu][skel
     CHECK(m.nodes[2].cluster == Dim3{1, 1, 1});  // the unfused delta rule: no cluster
     // One stream captured: each kernel waits for the previous one.
     CHECK(m.edges == std::vector<std::pair<int, int>>{{0, 1}, {1, 2}});
+    // The nodes' bytes are the ops' (kernels/op_bytes.h, as `stepgraph kernels` counts them) and
+    // add up to the step's bandwidth figure. bf16 activations and conv state.
+    const GdnDims& d = step.dims();
+    CHECK(m.nodes[0].label.bytes == op_bytes::conv_update(key, d.C(), d.K, 2, 2));
+    CHECK(m.nodes[1].label.bytes == op_bytes::postconv(key, d.Hk, d.Hv, d.Dk, d.Dv, 2));
+    CHECK(m.nodes[2].label.bytes == op_bytes::delta_rule(key, key, d.Hk, d.Hv, d.Dk, d.Dv, 2));
+    CHECK(step.step_bytes(key) == Approx(m.nodes[0].label.bytes + m.nodes[1].label.bytes + m.nodes[2].label.bytes));
   }
 }
 
@@ -302,6 +310,8 @@ TEST_CASE("the fused gdn.decode arm is one node with the recurrence's grid, in c
     const auto c = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{key, 16, 32, 128, 128, 4});
     CHECK(c.cluster == m.nodes[0].cluster);
     CHECK(c.grid == m.nodes[0].grid);
+    CHECK(m.nodes[0].label.bytes == op_bytes::gdn_decode_fused(key, 16, 32, 128, 128, 4, 2, 2));
+    CHECK(step.step_bytes(key) == m.nodes[0].label.bytes);
   }
   // The small shape (Dk = 32) is not supported by the fused kernel: the contract falls back.
   auto c = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{4, 2, 6, 32, 64, 3});

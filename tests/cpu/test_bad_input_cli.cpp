@@ -82,6 +82,11 @@ std::vector<CliCase> option_cases() {
   add("bench --cpu --gemm", {"bench", "--cpu", "--gemm", "skinny"}, 1, {"--gemm (chooses a GPU projection kernel)"});
   add("bench --cpu --marginal", {"bench", "--cpu", "--marginal"}, 1, {"--marginal (disables nodes"});
   add("bench --cpu --pdl", {"bench", "--cpu", "--pdl", "on"}, 1, {"--pdl (how GPU kernels are launched)"});
+  add("bench --cpu --swiglu", {"bench", "--cpu", "--swiglu", "gemm"}, 1,
+      {"--swiglu (where GPU kernels compute the MLP activation)"});
+  add("bench --swiglu unknown", {"bench", "--cpu", "--swiglu", "fused"}, kCli11Invalid, {"--swiglu"});
+  add("ab --b with an unknown swiglu", {"ab", "--b", "swiglu=fused"}, 1,
+      {"unknown value \"fused\" for swiglu", "auto, gemm, kernel"});
   add("bench --cpu --arms tune", {"bench", "--cpu", "--arms", "tune"}, 1,
       {"--arms tune (times the GPU kernels' arms)"});
   add("bench --arms unknown", {"bench", "--cpu", "--arms", "best"}, kCli11Invalid, {"--arms"});

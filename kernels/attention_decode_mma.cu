@@ -273,7 +273,7 @@ cudaError_t attention_decode_mma(const AttentionParams& p, cudaStream_t stream) 
             "needs bf16 q and caches, Hq / Hkv <= 8 and a head dim with a built tile (64, 128, 256)");
   c.in_range(p.splits, 1, 1024, "splits").require(p.splits == 1 || p.workspace, "splits > 1 needs a workspace");
   c.in_range(p.T, 0, 65535, "T").in_range(p.Hq, 1, 65535, "Hq");
-  c.require(attn_detail::mma_params_ok(p), "q, gate, k_cache and v_cache must be 16-byte aligned");
+  attn_detail::check_mma(c, p);
   if (!c.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   switch (p.D) {

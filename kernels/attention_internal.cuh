@@ -110,13 +110,9 @@ inline void check_common(LaunchCheck& c, const AttentionParams& p) {
   c.require(dev::aligned16(p.k_cache) && dev::aligned16(p.v_cache), "k_cache and v_cache must be 16-byte aligned");
 }
 
-inline bool mma_params_ok(const AttentionParams& p) {
-  if (p.out_dtype != DType::bf16 && p.out_dtype != DType::f32) return false;
-  if (!p.q || !p.gate || !p.k_cache || !p.v_cache || !p.out || !p.meta.positions || !p.meta.token_seq ||
-      !p.meta.slots) {
-    return false;
-  }
-  return dev::aligned16(p.q) && dev::aligned16(p.gate) && dev::aligned16(p.k_cache) && dev::aligned16(p.v_cache);
+// What the mma kernels check beyond check_common: q and gate are read 16 bytes at a time too.
+inline void check_mma(LaunchCheck& c, const AttentionParams& p) {
+  c.require(dev::aligned16(p.q) && dev::aligned16(p.gate), "q and gate must be 16-byte aligned");
 }
 
 // Merges the split-K partials of a decode (workspace layout: attention_decode_workspace_bytes)

@@ -305,7 +305,7 @@ cudaError_t attention_prefill_mma(const AttentionParams& p, cudaStream_t stream)
   c.require(attention_prefill_mma_supports(p.D, p.q_dtype, p.cache_dtype),
             "needs bf16 q and caches and a head dim with a built tile (64, 128, 256)");
   c.in_range(p.Hq, 1, 65535, "Hq");
-  c.require(attn_detail::mma_params_ok(p), "q, gate, k_cache and v_cache must be 16-byte aligned");
+  attn_detail::check_mma(c, p);
   if (!c.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   switch (p.D) {

@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksK4x2Whole) conv_fwd_k4x2_w
 
 // A refusal of the register arms' launcher, named (launch_check.h).
 cudaError_t refuse(const char* rule) {
-  LaunchCheck("conv.fwd").require(false, rule);
+  refuse_launch("conv.fwd", rule);
   return cudaErrorInvalidValue;
 }
 cudaError_t refuse_k4() { return refuse("arms k4 and k4x2 need K = 4"); }

@@ -25,12 +25,9 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   // op writes (launch.cuh says why both are safe to read here). The loads overlap the previous
   // kernel's tail.
   const int slot = p.slots[r];
-  constexpr int R = DK / Q;
-  const int r0 = (threadIdx.x % 32 % Q) * R;
   float* S = p.state + (static_cast<int64_t>(slot < 0 ? 0 : slot) * p.Hv + hv) * DK * p.Dv + (active ? j : 0);
-  float s[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) s[i] = active && slot >= 0 ? S[static_cast<int64_t>(r0 + i) * p.Dv] : 0.0f;
+  float s[DK / Q];
+  dev::load_column<DK, Q>(s, S, p.Dv, active && slot >= 0);
   pdl_start();  // kernels/launch.cuh
   if (slot < 0) {
     if (active && threadIdx.x % Q == 0) dev::store(p.out, p.out_dtype, orow + j, 0.0f);
@@ -48,11 +45,8 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   const float beta = p.beta[static_cast<int64_t>(r) * p.Hv + hv];
   const float v = active ? dev::load(p.v, p.qkv_dtype, orow + j) : 0.0f;
   const float o = dev::delta_rule_step<DK, Q>(s, ks, qs, decay, beta, v);
-  if (active) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) S[static_cast<int64_t>(r0 + i) * p.Dv] = s[i];
-    if (threadIdx.x % Q == 0) dev::store(p.out, p.out_dtype, orow + j, o);
-  }
+  dev::store_column<DK, Q>(s, S, p.Dv, active);
+  if (active && threadIdx.x % Q == 0) dev::store(p.out, p.out_dtype, orow + j, o);
 }
 
 template <int DK, int Q>

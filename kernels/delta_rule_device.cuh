@@ -51,6 +51,26 @@ __device__ __forceinline__ float delta_rule_step(float (&s)[DK / Q], const float
   return o;
 }
 
+// This lane's rows of a state column to and from registers: s[i] = S[(r0 + i) * stride] for the
+// R = Dk/Q rows r0 = (lane % Q) * R ..; S points at row 0 of the column. load_column reads only
+// when `read` (else zeros: padding rows, columns past Dv, a sequence without history);
+// store_column writes only when `write`. The decode kernels and the prefill scan use both.
+template <int DK, int Q>
+__device__ __forceinline__ void load_column(float (&s)[DK / Q], const float* S, int64_t stride, bool read) {
+  constexpr int R = DK / Q;
+  const int r0 = (threadIdx.x % 32 % Q) * R;
+#pragma unroll
+  for (int i = 0; i < R; ++i) s[i] = read ? S[static_cast<int64_t>(r0 + i) * stride] : 0.0f;
+}
+template <int DK, int Q>
+__device__ __forceinline__ void store_column(const float (&s)[DK / Q], float* S, int64_t stride, bool write) {
+  constexpr int R = DK / Q;
+  const int r0 = (threadIdx.x % 32 % Q) * R;
+  if (!write) return;
+#pragma unroll
+  for (int i = 0; i < R; ++i) S[static_cast<int64_t>(r0 + i) * stride] = s[i];
+}
+
 // Calls f(std::integral_constant<int, DK>, std::integral_constant<int, Q>) for the built (Dk, Q)
 // pairs (delta_rule_decode_split in contracts.h says which); false when the pair is not built.
 template <typename F>

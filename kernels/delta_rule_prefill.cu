@@ -46,13 +46,11 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   const int j = threadIdx.x / Q;
   const bool active = j < Dv;
   const float scale = 1.0f / sqrtf(static_cast<float>(DK));
-  const int r0 = (threadIdx.x % 32 % Q) * R;
   float* S = p.state + (static_cast<int64_t>(slot) * Hv + hv) * DK * Dv + (active ? j : 0);  // column j
 
   // The state column, read once (never without history).
   float s[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) s[i] = active && hist ? S[static_cast<int64_t>(r0 + i) * Dv] : 0.0f;
+  dev::load_column<DK, Q>(s, S, Dv, active && hist);
 
   // Token b's q (scaled) and k into buffer 0; its v, g, beta into registers. Offsets of token t:
   // qk = (t * Hk + hk) * DK, vo = (t * Hv + hv) * Dv (+ j), gb = t * Hv + hv.
@@ -109,10 +107,7 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   }
 
   // The final state column, written once.
-  if (active) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) S[static_cast<int64_t>(r0 + i) * Dv] = s[i];
-  }
+  dev::store_column<DK, Q>(s, S, Dv, active);
 }
 
 template <int DK, int Q>

@@ -81,7 +81,6 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads
 
   // The block's state columns (f32, the Dk/Q rows of this lane's part), loaded after the conv.
   constexpr int R = DK / Q;
-  const int r0 = (t % 32 % Q) * R;
   float* S = p.ssm_state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + (active ? j : 0);
   const float av = dev::load(p.a, p.act, static_cast<int64_t>(r) * p.a_stride + hv);
   const float bv = dev::load(p.b, p.act, static_cast<int64_t>(r) * p.b_stride + hv);
@@ -107,8 +106,7 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads
   // Loaded here, the state's loads run under the post-conv below. (Issued before the conv, they
   // delayed its loads and the cluster barrier: 65.4 against 56.6 us at 4B b=32, BENCHMARKS.md.)
   float s[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) s[i] = active ? S[static_cast<int64_t>(r0 + i) * p.Dv] : 0.0f;
+  dev::load_column<DK, Q>(s, S, p.Dv, active);
 
   // 2. post-conv: the reference trees (s[i] += s[i + h2] for h2 = DK/2 .. 1) for q and k.
   for (int i = t; i < DK; i += nt) {
@@ -136,11 +134,8 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads
   // 3. the recurrent step on the state in registers.
   const float v = active ? vs[jl] : 0.0f;
   const float o = dev::delta_rule_step<DK, Q>(s, ks, qs, expf(g), beta, v);
-  if (active) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) S[static_cast<int64_t>(r0 + i) * p.Dv] = s[i];
-    if (t % Q == 0) dev::store(p.out, p.act, orow + j, o);
-  }
+  dev::store_column<DK, Q>(s, S, p.Dv, active);
+  if (active && t % Q == 0) dev::store(p.out, p.act, orow + j, o);
 }
 
 }  // namespace

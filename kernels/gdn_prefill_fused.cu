@@ -368,7 +368,7 @@ cudaError_t launch_k(const GdnPrefillFusedParams& p, dim3 grid, cudaStream_t str
     case 6: launch_kernel(gdn_prefill_fused_kernel<kAct, 6, kVec>, grid, kThreads, 0, stream, p); break;
     case 7: launch_kernel(gdn_prefill_fused_kernel<kAct, 7, kVec>, grid, kThreads, 0, stream, p); break;
     case 8: launch_kernel(gdn_prefill_fused_kernel<kAct, 8, kVec>, grid, kThreads, 0, stream, p); break;
-    default: LaunchCheck("gdn.prefill (fused)").require(false, "K must be 2..8"); return cudaErrorInvalidValue;
+    default: refuse_launch("gdn.prefill (fused)", "K must be 2..8"); return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

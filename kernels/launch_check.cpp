@@ -37,6 +37,8 @@ LaunchCheck& LaunchCheck::in_range(int64_t v, int64_t lo, int64_t hi, std::strin
   return *this;
 }
 
+void refuse_launch(std::string_view op, std::string_view rule) { LaunchCheck(op).require(false, rule); }
+
 std::string take_launch_refusal() { return std::exchange(t_refusal, std::string()); }
 
 }  // namespace sg

@@ -30,6 +30,10 @@ class LaunchCheck {
   bool ok_ = true;
 };
 
+// A refusal outside a LaunchCheck's sequence (a launcher's inner dispatch that finds no kernel for
+// its params): "<op>: <rule>" becomes the thread's refusal, as LaunchCheck(op).require(false, rule).
+void refuse_launch(std::string_view op, std::string_view rule);
+
 // The calling thread's last refusal ("" when none), cleared by the call.
 std::string take_launch_refusal();
 

@@ -228,19 +228,18 @@ bool vec_ok(const NormArgs& a) {
          dev::aligned16(a.res_out);
 }
 
-cudaError_t refuse_rows(bool gated) {
-  LaunchCheck(gated ? "gated_rmsnorm" : "rmsnorm").require(false, "T x heads rows exceed the grid");
-  return cudaErrorInvalidValue;
-}
-
 template <bool kGated>
 cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
   if (rows == 0) return cudaSuccess;
+  const auto too_many_rows = [] {
+    refuse_launch(kGated ? "gated_rmsnorm" : "rmsnorm", "T x heads rows exceed the grid");
+    return cudaErrorInvalidValue;
+  };
   if (kGated && gated_vec_ok(a)) {
     const int R = a.n / 8, per_block = kWarpRowBlock / R;
     const int64_t blocks = (rows + per_block - 1) / per_block;
-    if (blocks > 0x7fffffff) return refuse_rows(kGated);
+    if (blocks > 0x7fffffff) return too_many_rows();
     const unsigned g = static_cast<unsigned>(blocks);
     if (R == 8) launch_kernel(gated_vec_kernel<8>, g, kWarpRowBlock, 0, stream, a);
     if (R == 16) launch_kernel(gated_vec_kernel<16>, g, kWarpRowBlock, 0, stream, a);
@@ -250,10 +249,10 @@ cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
   if (a.n <= kWarpRowMaxN) {
     const int64_t per_block = kWarpRowBlock / 32;
     const int64_t blocks = (rows + per_block - 1) / per_block;
-    if (blocks > 0x7fffffff) return refuse_rows(kGated);
+    if (blocks > 0x7fffffff) return too_many_rows();
     launch_kernel(norm_kernel<kGated, true>, static_cast<unsigned>(blocks), kWarpRowBlock, 0, stream, a);
   } else {
-    if (rows > 0x7fffffff) return refuse_rows(kGated);
+    if (rows > 0x7fffffff) return too_many_rows();
     if (!kGated && vec_ok(a)) {
       launch_kernel(norm_vec_kernel, static_cast<unsigned>(rows), a.n / 8, 0, stream, a);
       return cudaGetLastError();

@@ -127,7 +127,7 @@ double GdnDecodeStep::step_bytes(int rows) const { return path(rows).bytes(); }
 GdnDecodePath GdnDecodeStep::path(int rows) const {
   const IoLayout l = io_layout(rows);
   char* io = static_cast<char*>(v_.io.data);
-  GdnDecodeIo p;
+  GdnIo p;
   p.x = io + l.x;  // [rows, C]
   p.x_stride = dims_.C();
   p.a = io + l.a;  // [rows, Hv]

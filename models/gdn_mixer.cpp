@@ -8,126 +8,98 @@
 
 namespace sg {
 
-GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& arms, int rows, const GdnDecodeIo& io) {
+PostconvParams gdn_postconv_params(const GdnDims& d, DType act, int rows, const GdnIo& io) {
+  PostconvParams pc;
+  pc.conv = io.conv_out;
+  pc.conv_stride = d.C();
+  pc.conv_dtype = act;
+  set_gdn_gate_inputs(pc, io);
+  pc.ab_dtype = act;
+  set_gdn_qkv_gates(pc, io, act);
+  pc.T = rows;
+  set_gdn_heads(pc, d);
+  return pc;
+}
+
+GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& arms, int rows, const GdnIo& io) {
   GdnDecodePath p;
   p.dims = d;
   p.act_bytes = dtype_size(act);
   p.state_bytes = dtype_size(io.conv_state_dtype);
   const int C = d.C();
   p.fused_contract = gdn_decode_contract(arms.gdn_decode, GdnDecodeShape{rows, d.Hk, d.Hv, d.Dk, d.Dv, d.K});
-  p.conv_contract = conv_update_contract(arms.conv_update, ConvUpdateShape{rows, C, d.K});
-  p.post_contract = postconv_contract(arms.postconv, PostconvShape{rows, d.Hk, d.Hv, d.Dk, d.Dv});
+  if (!p.is_fused()) {  // (the unfused kernels' contracts only where they run)
+    p.conv_contract = conv_update_contract(arms.conv_update, ConvUpdateShape{rows, C, d.K});
+    p.post_contract = postconv_contract(arms.postconv, PostconvShape{rows, d.Hk, d.Hv, d.Dk, d.Dv});
+  }
 
   GdnDecodeFusedParams& f = p.fused;
   f.x = io.x;
   f.x_stride = io.x_stride;
-  f.a = io.a;
-  f.a_stride = io.ab_stride;
-  f.b = io.b;
-  f.b_stride = io.ab_stride;
+  set_gdn_gate_inputs(f, io);
   f.act = act;
   f.conv_state = io.conv_state;
   f.conv_state_dtype = io.conv_state_dtype;
   f.w = io.conv_w;
-  f.A_log = io.A_log;
-  f.dt_bias = io.dt_bias;
   f.slots = io.slots;
   f.ssm_state = io.ssm_state;
   f.out = io.out;
   f.rows = rows;
-  f.Hk = d.Hk;
-  f.Hv = d.Hv;
-  f.Dk = d.Dk;
-  f.Dv = d.Dv;
+  set_gdn_heads(f, d);
   f.K = d.K;
 
   ConvUpdateParams& c = p.conv;  // x -> conv_out [rows, C]
-  c.x = io.x;
-  c.x_stride = io.x_stride;
-  c.x_dtype = act;
-  c.out = io.conv_out;
-  c.out_dtype = act;
-  c.state = io.conv_state;
-  c.state_dtype = io.conv_state_dtype;
+  set_gdn_conv_io(c, io, act);
   c.slots = io.slots;
-  c.w = io.conv_w;
   c.rows = rows;
   c.C = C;
   c.K = d.K;
 
-  PostconvParams& pc = p.post;  // conv_out -> q, k, v, g, beta
-  pc.conv = io.conv_out;
-  pc.conv_stride = C;
-  pc.conv_dtype = act;
-  pc.a = io.a;
-  pc.a_stride = io.ab_stride;
-  pc.b = io.b;
-  pc.b_stride = io.ab_stride;
-  pc.ab_dtype = act;
-  pc.A_log = io.A_log;
-  pc.dt_bias = io.dt_bias;
-  pc.q = io.q;
-  pc.k = io.k;
-  pc.v = io.v;
-  pc.qkv_dtype = act;
-  pc.g = io.g;
-  pc.beta = io.beta;
-  pc.T = rows;
-  pc.Hk = d.Hk;
-  pc.Hv = d.Hv;
-  pc.Dk = d.Dk;
-  pc.Dv = d.Dv;
+  p.post = gdn_postconv_params(d, act, rows, io);  // conv_out -> q, k, v, g, beta
 
   DeltaRuleDecodeParams& dr = p.delta;  // q, k, v, g, beta, state -> out
-  dr.q = io.q;
-  dr.k = io.k;
-  dr.v = io.v;
-  dr.qkv_dtype = act;
-  dr.g = io.g;
-  dr.beta = io.beta;
+  set_gdn_qkv_gates(dr, io, act);
   dr.slots = io.slots;
   dr.state = io.ssm_state;
   dr.out = io.out;
   dr.out_dtype = act;
   dr.rows = rows;
-  dr.Hk = d.Hk;
-  dr.Hv = d.Hv;
-  dr.Dk = d.Dk;
-  dr.Dv = d.Dv;
+  set_gdn_heads(dr, d);
   return p;
 }
 
-void GdnDecodePath::launch(cudaStream_t s, NodeRecorder* rec, int layer) const {
+double GdnDecodePath::fused_bytes() const {
   const GdnDims& d = dims;
-  const int rows = conv.rows, C = d.C();
+  return op_bytes::gdn_decode_fused(fused.rows, d.Hk, d.Hv, d.Dk, d.Dv, d.K, act_bytes, state_bytes);
+}
+double GdnDecodePath::conv_bytes() const {
+  return op_bytes::conv_update(conv.rows, dims.C(), dims.K, act_bytes, state_bytes);
+}
+double GdnDecodePath::post_bytes() const {
+  return op_bytes::postconv(post.T, dims.Hk, dims.Hv, dims.Dk, dims.Dv, act_bytes);
+}
+double GdnDecodePath::delta_bytes() const {
+  return op_bytes::delta_rule(delta.rows, delta.rows, dims.Hk, dims.Hv, dims.Dk, dims.Dv, act_bytes);
+}
+
+void GdnDecodePath::launch(cudaStream_t s, NodeRecorder* rec, int layer) const {
   if (is_fused()) {
     launched(gdn_decode_fused(fused, fused_contract, s), rec, s, [&] {
-      return NodeLabel{layer, "gdn.decode", "fused",
-                       op_bytes::gdn_decode_fused(rows, d.Hk, d.Hv, d.Dk, d.Dv, d.K, act_bytes, state_bytes)};
+      return NodeLabel{layer, "gdn.decode", "fused", fused_bytes()};
     });
     return;
   }
   launched(conv_update(conv, conv_contract, s), rec, s, [&] {
-    return NodeLabel{layer, "conv.update", std::string(arm_name(conv_contract.arm)),
-                     op_bytes::conv_update(rows, C, d.K, act_bytes, state_bytes)};
+    return NodeLabel{layer, "conv.update", std::string(arm_name(conv_contract.arm)), conv_bytes()};
   });
   launched(postconv(post, post_contract, s), rec, s, [&] {
-    return NodeLabel{layer, "postconv", std::string(arm_name(post_contract.arm)),
-                     op_bytes::postconv(rows, d.Hk, d.Hv, d.Dk, d.Dv, act_bytes)};
+    return NodeLabel{layer, "postconv", std::string(arm_name(post_contract.arm)), post_bytes()};
   });
   launched(delta_rule_decode(delta, s), rec, s, [&] {
-    return NodeLabel{layer, "delta_rule.decode", "-",
-                     op_bytes::delta_rule(rows, rows, d.Hk, d.Hv, d.Dk, d.Dv, act_bytes)};
+    return NodeLabel{layer, "delta_rule.decode", "-", delta_bytes()};
   });
 }
 
-double GdnDecodePath::bytes() const {
-  const GdnDims& d = dims;
-  const int rows = conv.rows;
-  if (is_fused()) return op_bytes::gdn_decode_fused(rows, d.Hk, d.Hv, d.Dk, d.Dv, d.K, act_bytes, state_bytes);
-  return op_bytes::conv_update(rows, d.C(), d.K, act_bytes, state_bytes) +
-         op_bytes::postconv(rows, d.Hk, d.Hv, d.Dk, d.Dv, act_bytes) +
-         op_bytes::delta_rule(rows, rows, d.Hk, d.Hv, d.Dk, d.Dv, act_bytes);
-}
+double GdnDecodePath::bytes() const { return is_fused() ? fused_bytes() : conv_bytes() + post_bytes() + delta_bytes(); }
 
 }  // namespace sg

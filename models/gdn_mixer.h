@@ -1,8 +1,9 @@
-// gdn_mixer.h: the GDN decode path of one layer, from the conv input (the q|k|v part of in_proj's
-// output) to the delta rule's output, written once for the model step, the one-layer GDN step and
-// the kernel bench: gdn.decode=fused (one kernel, where its contract runs it) or conv.update ->
-// postconv -> delta_rule.decode. Each launch is checked (a failure names the node) and, under
-// capture, labelled with its layer, op, the arm that ran and the op's bytes (kernels/op_bytes.h),
+// gdn_mixer.h: what a GDN layer's kernels read and write (GdnIo), the params they share filled in
+// one place (used by the decode path below and the model step's prefill path), and the GDN decode
+// path of one layer, from the conv input (the q|k|v part of in_proj's output) to the delta rule's
+// output, written once for the model step, the one-layer GDN step and the kernel bench: gdn.decode=fused (one kernel,
+// where its contract runs it) or conv.update -> postconv -> delta_rule.decode. Each launch is checked (a failure names
+// the node) and, under capture, labelled with its layer, op, the arm that ran and the op's bytes (kernels/op_bytes.h),
 // so the three users count the same bytes.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -22,8 +23,9 @@ namespace sg {
 
 class NodeRecorder;
 
-// Where the path reads and writes. act is the dtype of x, a, b, the scratch q, k, v and out.
-struct GdnDecodeIo {
+// Where a GDN layer's kernels read and write. act (the callers') is the dtype of x, a, b, the
+// scratch q, k, v and out. The prefill path takes its slots from the varlen metadata.
+struct GdnIo {
   const void* x = nullptr;  // [rows, C] conv input at row stride x_stride
   int64_t x_stride = 0;
   const void* a = nullptr;  // [rows, Hv] at row stride ab_stride (the decay input)
@@ -36,19 +38,59 @@ struct GdnDecodeIo {
   void* conv_state = nullptr;      // [slots, C, K - 1] in conv_state_dtype
   DType conv_state_dtype = DType::bf16;
   float* ssm_state = nullptr;  // [slots, Hv, Dk, Dv]
-  // Scratch of the unfused path: conv_out [rows, C]; q, k [rows, Hk, Dk]; v [rows, Hv, Dv];
-  // g, beta [rows, Hv] f32. Unused by the fused arm.
+  // Scratch of the unfused paths: conv_out [rows, C]; q, k [rows, Hk, Dk]; v [rows, Hv, Dv];
+  // g, beta [rows, Hv] f32. Unused by the fused decode arm.
   void* conv_out = nullptr;
   void *q = nullptr, *k = nullptr, *v = nullptr;
   float *g = nullptr, *beta = nullptr;
   void* out = nullptr;  // [rows, Hv, Dv]
 };
 
+// The GDN kernels' params structs name the fields they share alike; these fill them from `io`.
+template <class P>
+void set_gdn_heads(P& p, const GdnDims& d) {
+  p.Hk = d.Hk;
+  p.Hv = d.Hv;
+  p.Dk = d.Dk;
+  p.Dv = d.Dv;
+}
+template <class P>
+void set_gdn_conv_io(P& p, const GdnIo& io, DType act) {  // conv.update and conv.fwd: x -> conv_out, state, weights
+  p.x = io.x;
+  p.x_stride = io.x_stride;
+  p.x_dtype = act;
+  p.out = io.conv_out;
+  p.out_dtype = act;
+  p.state = io.conv_state;
+  p.state_dtype = io.conv_state_dtype;
+  p.w = io.conv_w;
+}
+template <class P>
+void set_gdn_gate_inputs(P& p, const GdnIo& io) {  // a, b [rows, Hv] at ab_stride; A_log, dt_bias
+  p.a = io.a;
+  p.a_stride = io.ab_stride;
+  p.b = io.b;
+  p.b_stride = io.ab_stride;
+  p.A_log = io.A_log;
+  p.dt_bias = io.dt_bias;
+}
+template <class P>
+void set_gdn_qkv_gates(P& p, const GdnIo& io, DType act) {  // post-conv outputs, the delta rule's inputs
+  p.q = io.q;
+  p.k = io.k;
+  p.v = io.v;
+  p.qkv_dtype = act;
+  p.g = io.g;
+  p.beta = io.beta;
+}
+// Post-conv of `rows` rows from io.conv_out into q, k, v, g, beta (decode and prefill alike).
+PostconvParams gdn_postconv_params(const GdnDims& d, DType act, int rows, const GdnIo& io);
+
 // The path's kernels and their parameters for `rows` rows under `arms` (gdn.decode, conv.update,
 // postconv); callers may adjust a field (the kernel bench sets delta.split) before launching.
 struct GdnDecodePath {
-  LaunchContract<GdnDecodeArm> fused_contract;
-  LaunchContract<ConvUpdateArm> conv_contract;
+  LaunchContract<GdnDecodeArm> fused_contract;  // the arm that runs (the fused one falls back where not built)
+  LaunchContract<ConvUpdateArm> conv_contract;  // set when the unfused path runs
   LaunchContract<PostconvArm> post_contract;
   GdnDecodeFusedParams fused;
   ConvUpdateParams conv;
@@ -62,8 +104,15 @@ struct GdnDecodePath {
   void launch(cudaStream_t stream, NodeRecorder* rec, int layer) const;
   // The bytes the path must move (the sum of its nodes' labels).
   double bytes() const;
+
+ private:
+  // The bytes of each node (kernels/op_bytes.h), for launch()'s labels and bytes().
+  double fused_bytes() const;
+  double conv_bytes() const;
+  double post_bytes() const;
+  double delta_bytes() const;
 };
 
-GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& arms, int rows, const GdnDecodeIo& io);
+GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& arms, int rows, const GdnIo& io);
 
 }  // namespace sg

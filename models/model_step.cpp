@@ -79,7 +79,6 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   const GdnDims& g = cfg_.gdn;
   const DeviceLimits device = DeviceLimits::current();
   sms_ = device.sms;
-  gu_group_ = cfg_.intermediate % 8 == 0 ? 8 : 0;
   if (cfg_.num_linear_attention() > 0) {
     require(delta_rule_decode_supports(g.Dk, g.Dv), "delta-rule decode does not support Dk={} Dv={}", g.Dk, g.Dv);
     require(opts_.max_prefill_tokens == 0 || delta_rule_prefill_supports(g.Dk, g.Dv),
@@ -324,17 +323,17 @@ void ModelStep::load_host_weights(const HostWeights& w) {
   };
   const GdnDims& g = cfg_.gdn;
   const int64_t C = g.C(), HvDv = int64_t{g.Hv} * g.Dv, Hv = g.Hv, I = cfg_.intermediate;
-  // gate_proj and up_proj ([I, H] each) into the rows of gate_up: halves, or groups of gu_group_
+  // gate_proj and up_proj ([I, H] each) into the rows of gate_up: halves, or groups of gu_group()
   // rows alternating (gate rows 8 j .. at 16 j .., up rows 8 j .. at 16 j + 8 ..).
   auto put_gate_up = [&](const TensorView& dst, const std::string& p) {
-    if (gu_group_ == 0) {
+    if (gu_group() == 0) {
       put(dst, 0, p + "mlp.gate_proj.weight");
       put(dst, I, p + "mlp.up_proj.weight");
       return;
     }
     const HostTensor& gate = get(p + "mlp.gate_proj.weight");
     const HostTensor& up = get(p + "mlp.up_proj.weight");
-    const int64_t H = dst.dim(1), G = gu_group_;
+    const int64_t H = dst.dim(1), G = gu_group();
     require(gate.numel() == I * H && up.numel() == I * H && dst.numel() == 2 * I * H,
             "load_host_weights: {} / {} do not fit {}", p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
             dst.describe());

@@ -62,6 +62,8 @@
 
 namespace sg {
 
+struct GdnIo;  // models/gdn_mixer.h
+
 struct ModelStepOptions {
   int num_slots = 8;           // cache slots
   int max_context = 1024;      // tokens per slot (KV cache length)
@@ -214,7 +216,7 @@ class ModelStep {
   struct Layer {
     bool attention = false;
     TensorView in_norm, post_norm;  // [H]
-    TensorView gate_up;             // [2I, H]: gate_proj and up_proj rows, in groups of gu_group_ (or halves)
+    TensorView gate_up;             // [2I, H]: gate_proj and up_proj rows, in groups of gu_group() (or halves)
     TensorView down;                // [H, I]
     GdnLayer gdn;
     AttnLayer attn;
@@ -266,13 +268,15 @@ class ModelStep {
   void stage_live_inputs(const GraphKey& key);
   // The arm indices of `op` that run as themselves on `key`'s shapes with the other ops as in `s`.
   std::vector<size_t> arm_candidates(const GraphKey& key, Op op, const ArmSelection& s) const;
+  // gate_up's rows: 8 = gate and up interleaved in groups of 8 (I % 8 == 0), 0 = the two halves.
+  int gu_group() const { return cfg_.intermediate % 8 == 0 ? 8 : 0; }
   void gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
-  // The GDN prefill path from proj ([rows, P]: qkv | z | b | a) into the core activation.
-  void gdn_prefill(int layer, const StepKey& key, const TensorView& proj, NodeRecorder* rec);
+  // The GDN prefill path of one layer, on the buffers of `io` (gdn_mixer.h).
+  void gdn_prefill(int layer, const StepKey& key, const GdnIo& io, NodeRecorder* rec);
   void attn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   void mlp_block(int layer, const StepKey& key, NodeRecorder* rec);
   // y = x W^T by the GEMM setting. With `swiglu` (gate_up only: W's rows interleaved in groups of
-  // gu_group_), where the skinny kernel runs it writes swiglu->act = silu(gate) * up in its epilogue
+  // gu_group()), where the skinny kernel runs it writes swiglu->act = silu(gate) * up in its epilogue
   // instead of y and returns true; else y, and false.
   struct GemmSwiglu {
     TensorView act;            // [rows, I]
@@ -291,9 +295,8 @@ class ModelStep {
   std::vector<Layer> layers_;
   TensorView embed_, lm_head_, final_norm_;
   Acts a_;
-  int sms_ = 0;           // SM count (attention split-K choice)
-  int gu_group_ = 0;      // gate_up's rows: 8 = gate and up interleaved in groups of 8 (I % 8 == 0), 0 = halves
-  StagedUpload staging_;  // step metadata -> a_.meta
+  int sms_ = 0;                                        // SM count (attention split-K choice)
+  StagedUpload staging_;                               // step metadata -> a_.meta
   std::map<GraphKey, ArmSelection> key_arms_;          // tuned arms per key (tune_arms)
   std::map<GraphKey, std::vector<ArmTiming>> tuning_;  // their timings, for the manifests
   const ArmSelection* arms_ = nullptr;                 // arms() while a sequence launches

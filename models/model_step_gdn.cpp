@@ -43,31 +43,30 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   const void* b = offset(proj.data, C + HvDv, act);  // [rows, Hv] at row stride P
   const void* a = offset(proj.data, C + HvDv + Hv, act);
 
-  if (!prefill) {
-    // conv.update -> postconv -> delta_rule.decode, or gdn.decode=fused: core [rows, Hv, Dv].
-    GdnDecodeIo io;
-    io.x = proj.data;  // q | k | v, the first C columns
-    io.x_stride = P;
-    io.a = a;
-    io.b = b;
-    io.ab_stride = P;
-    io.slots = m.slots;
-    io.conv_w = W.conv_w.ptr<float>();
-    io.A_log = W.A_log.ptr<float>();
-    io.dt_bias = W.dt_bias.ptr<float>();
-    io.conv_state = W.conv_state.data;
-    io.conv_state_dtype = W.conv_state.dtype;
-    io.ssm_state = W.ssm_state.ptr<float>();
-    io.conv_out = a_.conv_out.data;
-    io.q = a_.q.data;
-    io.k = a_.k.data;
-    io.v = a_.v.data;
-    io.g = a_.g.ptr<float>();
-    io.beta = a_.beta.ptr<float>();
-    io.out = a_.core.data;
+  GdnIo io;          // what the layer's conv, post-conv and delta-rule kernels read and write
+  io.x = proj.data;  // q | k | v, the first C columns
+  io.x_stride = P;
+  io.a = a;
+  io.b = b;
+  io.ab_stride = P;
+  io.slots = m.slots;
+  io.conv_w = W.conv_w.ptr<float>();
+  io.A_log = W.A_log.ptr<float>();
+  io.dt_bias = W.dt_bias.ptr<float>();
+  io.conv_state = W.conv_state.data;
+  io.conv_state_dtype = W.conv_state.dtype;
+  io.ssm_state = W.ssm_state.ptr<float>();
+  io.conv_out = a_.conv_out.data;
+  io.q = a_.q.data;
+  io.k = a_.k.data;
+  io.v = a_.v.data;
+  io.g = a_.g.ptr<float>();
+  io.beta = a_.beta.ptr<float>();
+  io.out = a_.core.data;  // [rows, Hv, Dv]
+  if (prefill) {
+    gdn_prefill(layer, key, io, rec);
+  } else {  // conv.update -> postconv -> delta_rule.decode, or gdn.decode=fused
     gdn_decode_path(g, act, arms(), rows, io).launch(s, rec, layer);
-  } else {
-    gdn_prefill(layer, key, proj, rec);
   }
 
   // Gated RMSNorm of the delta-rule output with z, in place; then the output projection.
@@ -95,45 +94,18 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
 }
 
 // The prefill path: conv.fwd (varlen) -> postconv (or both as gdn.prefill=fused) ->
-// delta_rule.prefill (scan or chunked), from proj (qkv | z | b | a) into core [rows, Hv, Dv].
-void ModelStep::gdn_prefill(int layer, const StepKey& key, const TensorView& proj, NodeRecorder* rec) {
+// delta_rule.prefill (scan or chunked), from io.x (in_proj's qkv columns) into io.out.
+void ModelStep::gdn_prefill(int layer, const StepKey& key, const GdnIo& io, NodeRecorder* rec) {
   const int rows = key.tokens;
-  const GdnLayer& W = layers_[static_cast<size_t>(layer)].gdn;
   const GdnDims& g = cfg_.gdn;
   const DType act = opts_.act;
-  const size_t esz = dtype_size(act), ses = dtype_size(W.conv_state.dtype);  // bytes per activation / conv-state value
-  const int C = g.C(), Hv = g.Hv, HvDv = g.Hv * g.Dv;
-  const int P = C + HvDv + 2 * Hv;
+  const size_t esz = dtype_size(act), ses = dtype_size(io.conv_state_dtype);  // bytes per activation / conv-state value
+  const int C = g.C();
   const MetaPtrs m = meta_ptrs(a_.meta.data, key);
   cudaStream_t s = stream_.get();
-  const void* b = offset(proj.data, C + HvDv, act);  // [rows, Hv] at row stride P
-  const void* a = offset(proj.data, C + HvDv + Hv, act);
   const auto pfc =
       gdn_prefill_contract(arms().gdn_prefill, GdnPrefillShape{rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K});
   const bool fused_prefill = pfc.arm == GdnPrefillArm::fused;
-  // The kernels' params structs name the shared fields alike; these fill them once.
-  auto set_heads = [&](auto& p) {
-    p.Hk = g.Hk;
-    p.Hv = g.Hv;
-    p.Dk = g.Dk;
-    p.Dv = g.Dv;
-  };
-  auto set_gate_inputs = [&](auto& p) {  // a, b: [rows, Hv] at row stride P
-    p.a = a;
-    p.a_stride = P;
-    p.b = b;
-    p.b_stride = P;
-    p.A_log = W.A_log.ptr<float>();
-    p.dt_bias = W.dt_bias.ptr<float>();
-  };
-  auto set_qkv_gates = [&](auto& p) {  // post-conv outputs, the delta rule's inputs
-    p.q = a_.q.data;
-    p.k = a_.k.data;
-    p.v = a_.v.data;
-    p.qkv_dtype = act;
-    p.g = a_.g.ptr<float>();
-    p.beta = a_.beta.ptr<float>();
-  };
   auto set_varlen = [&](auto& p) {  // the prefill's per-sequence metadata
     p.cu_seqlens = m.cu_seqlens;
     p.slots = m.slots;
@@ -142,18 +114,18 @@ void ModelStep::gdn_prefill(int layer, const StepKey& key, const TensorView& pro
   };
   if (fused_prefill) {
     GdnPrefillFusedParams fp;
-    fp.x = proj.data;
-    fp.x_stride = P;
+    fp.x = io.x;
+    fp.x_stride = io.x_stride;
     fp.act = act;
-    fp.state = W.conv_state.data;
-    fp.state_dtype = W.conv_state.dtype;
-    fp.w = W.conv_w.ptr<float>();
+    fp.state = io.conv_state;
+    fp.state_dtype = io.conv_state_dtype;
+    fp.w = io.conv_w;
     fp.silu = true;
-    set_gate_inputs(fp);
+    set_gdn_gate_inputs(fp, io);
     fp.ab_dtype = act;
-    set_qkv_gates(fp);
+    set_gdn_qkv_gates(fp, io, act);
     set_varlen(fp);
-    set_heads(fp);
+    set_gdn_heads(fp, g);
     fp.K = g.K;
     fp.max_tokens = rows;
     fp.max_seqs = key.seqs;
@@ -164,14 +136,7 @@ void ModelStep::gdn_prefill(int layer, const StepKey& key, const TensorView& pro
     });
   } else {
     ConvFwdParams cp;
-    cp.x = proj.data;
-    cp.x_stride = P;
-    cp.x_dtype = act;
-    cp.out = a_.conv_out.data;
-    cp.out_dtype = act;
-    cp.state = W.conv_state.data;
-    cp.state_dtype = W.conv_state.dtype;
-    cp.w = W.conv_w.ptr<float>();
+    set_gdn_conv_io(cp, io, act);
     cp.silu = true;
     set_varlen(cp);
     cp.chunks = m.chunks;
@@ -185,19 +150,8 @@ void ModelStep::gdn_prefill(int layer, const StepKey& key, const TensorView& pro
       return NodeLabel{layer, "conv.fwd", fmt::format("{}+{}", arm_name(cc.arm), arm_name(arms().conv_chunks)),
                        op_bytes::conv_fwd(rows, key.seqs, C, g.K, esz, ses, true)};
     });
-  }
-
-  // Post-conv prep: q, k [rows, Hk, Dk], v [rows, Hv, Dv], g, beta [rows, Hv] f32.
-  if (!fused_prefill) {
-    PostconvParams pp;
-    pp.conv = a_.conv_out.data;
-    pp.conv_stride = C;
-    pp.conv_dtype = act;
-    set_gate_inputs(pp);
-    pp.ab_dtype = act;
-    set_qkv_gates(pp);
-    pp.T = rows;
-    set_heads(pp);
+    // Post-conv prep: q, k [rows, Hk, Dk], v [rows, Hv, Dv], g, beta [rows, Hv] f32.
+    const PostconvParams pp = gdn_postconv_params(g, act, rows, io);
     const auto pc = postconv_contract(arms().postconv, PostconvShape{rows, g.Hk, g.Hv, g.Dk, g.Dv});
     launched(postconv(pp, pc, s), rec, s, [&] {
       return NodeLabel{layer, "postconv", std::string(arm_name(pc.arm)),
@@ -205,16 +159,16 @@ void ModelStep::gdn_prefill(int layer, const StepKey& key, const TensorView& pro
     });
   }
 
-  // Gated delta rule: core [rows, Hv, Dv], state [slots, Hv, Dk, Dv] f32 in place (after conv +
+  // Gated delta rule: out [rows, Hv, Dv], state [slots, Hv, Dk, Dv] f32 in place (after conv +
   // postconv, whichever gdn.prefill arm produced q, k, v, g, beta).
   DeltaRulePrefillParams dp;
-  set_qkv_gates(dp);
+  set_gdn_qkv_gates(dp, io, act);
   set_varlen(dp);
-  dp.state = W.ssm_state.ptr<float>();
-  dp.out = a_.core.data;
+  dp.state = io.ssm_state;
+  dp.out = io.out;
   dp.out_dtype = act;
   dp.max_seqs = key.seqs;
-  set_heads(dp);
+  set_gdn_heads(dp, g);
   const bool chunked = opts_.delta_prefill == DeltaPrefill::chunked;
   launched(chunked ? delta_rule_prefill_chunked(dp, s) : delta_rule_prefill(dp, s), rec, s, [&] {
     return NodeLabel{layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),

@@ -65,7 +65,7 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
   // The SwiGLU epilogue (where gemm_fuses_swiglu measured it faster): W interleaved in groups of 8,
   // bf16 in and out (the swiglu kernel's bytes).
-  const bool fuse = skinny && swiglu && gemm_fuses_swiglu(opts_.swiglu, M, N, K) && gu_group_ == 8 && N % 16 == 0 &&
+  const bool fuse = skinny && swiglu && gemm_fuses_swiglu(opts_.swiglu, M, N, K) && gu_group() == 8 &&
                     y.dtype == DType::bf16 && swiglu->act.dtype == DType::bf16 && swiglu->act.dim(0) == M &&
                     swiglu->act.dim(1) == N / 2 && swiglu->act.stride[1] == 1;
   const double bytes = static_cast<double>(x.bytes() + W.bytes() + (fuse ? swiglu->act.bytes() : y.bytes()));
@@ -101,7 +101,7 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   if (fuse) {
     p.y = swiglu->act.data;
     p.ldy = swiglu->act.stride[0];
-    p.swiglu_group = gu_group_;
+    p.swiglu_group = gu_group();
     p.act_dtype = DType::bf16;
     p.live_rows = swiglu->live_rows;
   }
@@ -211,7 +211,7 @@ void ModelStep::mlp_block(int layer, const StepKey& key, NodeRecorder* rec) {
   const TensorView gu = mat(a_.proj.data, act, rows, 2 * int64_t{I});
   const GemmSwiglu fused{a_.mlp.rows(0, rows), m.n_tokens};  // act [rows, I]
   if (!gemm(a_.h.rows(0, rows), L.gate_up, gu, layer, "mlp.gate_up", rec, &fused)) {
-    SwigluParams sp;  // gate and up as gate_up's rows lie: halves or groups of gu_group_
+    SwigluParams sp;  // gate and up as gate_up's rows lie: halves or groups of gu_group()
     sp.gu = gu.data;
     sp.gu_dtype = act;
     sp.gu_stride = 2 * int64_t{I};
@@ -220,7 +220,7 @@ void ModelStep::mlp_block(int layer, const StepKey& key, NodeRecorder* rec) {
     sp.act_dtype = act;
     sp.T = rows;
     sp.I = I;
-    sp.interleave = gu_group_;
+    sp.interleave = gu_group();
     sp.live_rows = m.n_tokens;
     launched(swiglu(sp, s), rec, s, [&] { return NodeLabel{layer, "swiglu", "-", rows * 3.0 * I * es}; });
   }

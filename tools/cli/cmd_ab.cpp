@@ -197,9 +197,11 @@ int run(AbOptions o) {
   }
   // Ctrl-C: the repetition under way finishes, then the report covers the repetitions done (exit 130).
   const SigintGuard guard;
-  int done = 0;
-  for (int r = 0; r < o.b.reps && !sigint_received(); ++r, ++done) {
-    if (tty) std::fprintf(stderr, "\rab: repetition %d/%d\x1b[K%s", r + 1, o.b.reps, r + 1 == o.b.reps ? "\n" : "");
+  int done = 0;  // repetitions measured
+  for (; done < o.b.reps && !sigint_received(); ++done) {
+    if (tty) {
+      std::fprintf(stderr, "\rab: repetition %d/%d\x1b[K%s", done + 1, o.b.reps, done + 1 == o.b.reps ? "\n" : "");
+    }
     for (Side& s : sides) s.step_ms.push_back(time_replays(s, o.b.replays));
     for (Side& s : sides) time_families(s, o.b.node_replays);
   }

@@ -224,7 +224,7 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
   ArmSelection unfused_arms, fused_arms;  // conv.update=fast, postconv=fast
   fused_arms.gdn_decode = GdnDecodeArm::fused;
   for (int i = 0; i < sets; ++i) {
-    GdnDecodeIo io;
+    GdnIo io;
     io.x = buf.make(xb);  // [R, C]
     io.x_stride = C;
     io.a = buf.make(ab);  // [R, Hv]

@@ -1,4 +1,6 @@
 // delta_rule.cu: recurrent gated delta rule, decode step.
+#include <cooperative_groups.h>
+
 #include "kernels/contracts.h"
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_device.cuh"
@@ -7,11 +9,47 @@
 #include "kernels/launch_check.h"
 
 namespace sg {
+namespace cg = cooperative_groups;
 namespace {
+
+constexpr int kNormMaxDv = 256;
+
+// The fused output norm's inverse RMS for this block's (row, v-head), from o' (the bf16-rounded
+// outputs, `owner` threads only): gated_rmsnorm's 16-byte order (sums of 8 adjacent columns in
+// index order, then a butterfly over the Dv / 8 sums in lanes 0 .. Dv / 8 - 1 of warp 0), with the
+// sums of the other blocks of the cluster read from their shared memory. Every thread of the block
+// calls it. Leaves the cluster barrier arrived: the caller waits (dev::cluster_wait) before it
+// exits, so that no block leaves while another still reads its sums.
+__device__ float fused_norm_inv(const DeltaRuleDecodeParams& p, int cols, int jl, bool owner, float ob) {
+  __shared__ float os[kNormMaxDv];      // [cols] this block's o'
+  __shared__ float part[kNormMaxDv / 8];  // [cols / 8] this block's sums of squares
+  __shared__ float inv_s;
+  if (owner) os[jl] = ob;
+  __syncthreads();
+  const int per = cols / 8;
+  if (threadIdx.x < per) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s = fmaf(os[8 * threadIdx.x + i], os[8 * threadIdx.x + i], s);
+    part[threadIdx.x] = s;
+  }
+  dev::cluster_arrive_release();
+  dev::cluster_wait();  // every block's sums are in its shared memory
+  if (threadIdx.x < 32) {
+    const cg::cluster_group cluster = cg::this_cluster();
+    const int G = p.Dv / 8, lane = static_cast<int>(threadIdx.x);
+    float s = lane < G ? *cluster.map_shared_rank(&part[lane % per], lane / per) : 0.0f;
+    for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) inv_s = dev::gated_norm_inv(s, p.Dv, p.norm_eps);
+  }
+  dev::cluster_arrive_release();  // this block reads no other block's memory after this
+  __syncthreads();
+  return inv_s;
+}
 
 // Grid (Hv * col_blocks, rows); block round_up(Dv / col_blocks * Q, 32): Q consecutive threads share
 // column (blockIdx.x % col_blocks) * Dv / col_blocks + t / Q.
-template <int DK, int Q>
+template <int DK, int Q, bool NORM>
 __global__ void __launch_bounds__(Q == 1   ? 256
                                   : Q == 8 ? 1024
                                            : 512) delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
@@ -44,16 +82,34 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   const float decay = expf(p.g[static_cast<int64_t>(r) * p.Hv + hv]);
   const float beta = p.beta[static_cast<int64_t>(r) * p.Hv + hv];
   const float v = active ? dev::load(p.v, p.qkv_dtype, orow + j) : 0.0f;
+  const bool owner = active && threadIdx.x % Q == 0;
+  float z = 0.0f, w = 0.0f;  // the fused norm's gate and weight of column j
+  if (NORM && owner) {
+    const int64_t zts = p.norm_z_stride ? p.norm_z_stride : static_cast<int64_t>(p.Hv) * p.Dv;
+    z = dev::load(p.norm_z, DType::bf16, r * zts + static_cast<int64_t>(hv) * p.Dv + j);
+    w = dev::load(p.norm_w, p.norm_w_dtype, j);
+  }
   const float o = dev::delta_rule_step<DK, Q>(s, ks, qs, decay, beta, v);
   dev::store_column<DK, Q>(s, S, p.Dv, active);
-  if (active && threadIdx.x % Q == 0) dev::store(p.out, p.out_dtype, orow + j, o);
+  if constexpr (NORM) {
+    const float ob = __bfloat162float(__float2bfloat16_rn(o));  // the bf16 output gated_rmsnorm would read
+    const float inv = fused_norm_inv(p, cols, jl, owner, ob);
+    if (owner) dev::store(p.out, DType::bf16, orow + j, dev::gated_norm_value(w, ob, inv, z));
+    dev::cluster_wait();
+  } else {
+    if (owner) dev::store(p.out, p.out_dtype, orow + j, o);
+  }
 }
 
 template <int DK, int Q>
 void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   const int cb = p.col_blocks;
   const dim3 grid(p.Hv * cb, p.rows), block((p.Dv / cb * Q + 31) / 32 * 32);
-  launch_kernel(delta_rule_decode_kernel<DK, Q>, grid, block, 0, stream, p);
+  if (p.norm_w) {
+    launch_kernel_cluster(delta_rule_decode_kernel<DK, Q, true>, grid, block, 0, stream, static_cast<unsigned>(cb), p);
+  } else {
+    launch_kernel(delta_rule_decode_kernel<DK, Q, false>, grid, block, 0, stream, p);
+  }
 }
 
 }  // namespace
@@ -69,6 +125,14 @@ cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t strea
   const int cb = delta_rule_decode_col_blocks(p.Dv, q, p.col_blocks);
   chk.require(q != 0, "split: not a built split for this Dk, Dv (1, 2, 4 or 8; 0 = automatic)");
   chk.require(cb != 0, "col_blocks must be 0, 1, 2 or 4 and divide Dv");
+  if (p.norm_w) {
+    chk.require(p.Dv == 64 || p.Dv == 128 || p.Dv == kNormMaxDv, "the fused norm needs Dv 64, 128 or 256");
+    chk.require(p.out_dtype == DType::bf16, "the fused norm needs a bf16 out");
+    chk.not_null(p.norm_z, "norm_z").require(p.norm_w_dtype == DType::bf16 || p.norm_w_dtype == DType::f32,
+                                             "norm_w_dtype must be bf16 or f32");
+    chk.require(p.norm_z_stride == 0 || p.norm_z_stride >= static_cast<int64_t>(p.Hv) * p.Dv,
+                "norm_z_stride must be 0 or >= Hv x Dv");
+  }
   if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   DeltaRuleDecodeParams r = p;

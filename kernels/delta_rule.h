@@ -29,14 +29,27 @@ struct DeltaRuleDecodeParams {
   // blocks, more of them resident per SM and out of phase.
   // Same bytes for every value (a column's arithmetic does not depend on its block).
   int col_blocks = 0;
+  // Optional fused output norm (the GDN layer's gated RMSNorm, rmsnorm.h): with norm_w set, the
+  // kernel writes y = (w * (o' * inv)) * silu(z) instead of o, o' = o rounded to bf16, with the
+  // bytes gated_rmsnorm's 16-byte kernel gives on the bf16 output (gated_rmsnorm_vector_path):
+  // the sums of squares of 8 adjacent columns in index order, then the same butterfly over the
+  // Dv / 8 partials. The blocks of a (row, v-head) form a cluster of col_blocks and read each
+  // other's partials through distributed shared memory. Needs out and z bf16, Dv 64, 128 or 256.
+  // Padding rows (slot < 0) write zeros, as gated_rmsnorm does for rows past its live count.
+  const void* norm_z = nullptr;  // [rows, Hv, Dv] bf16 at token stride norm_z_stride (heads Dv apart)
+  int64_t norm_z_stride = 0;     // 0 = Hv * Dv
+  const void* norm_w = nullptr;  // [Dv] f32 or bf16, used as is
+  DType norm_w_dtype = DType::f32;
+  float norm_eps = 1e-6f;
 };
 
 // True when some built split launches this shape (Dk in {8, 16, 32, 64, 128}; Dv up to 256 with one
 // thread per column, see delta_rule_decode_split in contracts.h).
 bool delta_rule_decode_supports(int Dk, int Dv);
 // Grid (Hv * col_blocks, rows), block round_up(Dv / col_blocks * split, 32): `split` threads per
-// state column j (delta_rule_decode_split in contracts.h says which split runs). Returns
-// cudaErrorInvalidValue for a col_blocks that is not 0, 1, 2 or 4 or does not divide Dv.
+// state column j (delta_rule_decode_split in contracts.h says which split runs); with the fused
+// norm, in clusters of col_blocks blocks along x. Returns cudaErrorInvalidValue for a col_blocks
+// that is not 0, 1, 2 or 4 or does not divide Dv, and for a fused norm outside its conditions.
 cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t stream);
 
 }  // namespace sg

@@ -77,6 +77,25 @@ __device__ __forceinline__ float swiglu_value(float g, float u, bool round_act) 
   return a * u;
 }
 
+// The gated RMSNorm (rmsnorm.h) of one row from its sum of squares `ss` over n elements: the
+// inverse RMS, then one element's output. The norm kernels and the delta rule's fused norm call
+// both, so they give the same bytes.
+__device__ __forceinline__ float gated_norm_inv(float ss, int n, float eps) {
+  return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+}
+__device__ __forceinline__ float gated_norm_value(float w, float x, float inv, float z) { return (w * (x * inv)) * silu(z); }
+
+// Thread-block cluster barriers (sm_90), split so that work can go between arrive and wait:
+// relaxed (no memory ordering: "every block has started"), release / acquire (this block's
+// shared-memory writes are seen by the blocks that pass the wait).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
 // softplus(x) = x > 20 ? x : log1pf(expf(x))
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 

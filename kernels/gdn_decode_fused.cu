@@ -41,19 +41,11 @@ __device__ __forceinline__ float conv_channel(const GdnDecodeFusedParams& p, int
   return round_act(dev::silu(acc), p.act);
 }
 
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive_release() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-
 template <int DK, int Q>
 __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads(Q)
     gdn_decode_fused_kernel(const GdnDecodeFusedParams p, const int cb) {
   // Every block of the cluster must have started before any writes into its shared memory.
-  cluster_arrive_relaxed();
+  dev::cluster_arrive_relaxed();
   pdl_start();  // kernels/launch.cuh
   extern __shared__ float sm[];
   float* qraw = sm;         // [DK] conv output of the head's q channels (written by every block)
@@ -74,7 +66,7 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads
   const int64_t orow = (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv;
   const int slot = p.slots[r];  // the same row for the whole cluster: all return here or none
   if (slot < 0) {
-    cluster_wait();
+    dev::cluster_wait();
     if (active && t % Q == 0) dev::store(p.out, p.act, orow + j, 0.0f);
     return;
   }
@@ -88,7 +80,7 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads
   // 1. conv: nqk owned q/k channels, then the block's v columns.
   const int C = 2 * p.Hk * DK + p.Hv * p.Dv;
   const int nqk = (2 * DK - rank + n - 1) / n;
-  cluster_wait();  // the start barrier: every block of the cluster runs
+  dev::cluster_wait();  // the start barrier: every block of the cluster runs
   for (int u = t; u < nqk + cols; u += nt) {
     if (u < nqk) {
       const int i = rank + n * u;  // channel of the head's q (i < Dk) or k
@@ -101,8 +93,8 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads
       vs[jv] = conv_channel(p, r, slot, C, 2 * p.Hk * DK + hv * p.Dv + cbi * cols + jv);
     }
   }
-  cluster_arrive_release();
-  cluster_wait();  // every block's q/k outputs are in this block's qraw and kraw; no remote access after
+  dev::cluster_arrive_release();
+  dev::cluster_wait();  // every block's q/k outputs are in this block's qraw and kraw; no remote access after
   // Loaded here, the state's loads run under the post-conv below. (Issued before the conv, they
   // delayed its loads and the cluster barrier: 65.4 against 56.6 us at 4B b=32, BENCHMARKS.md.)
   float s[R];

@@ -47,4 +47,8 @@ double gated_rmsnorm(int rows, int heads, int n, size_t es, size_t w_es) {
   return 3.0 * rows * heads * double(n) * es + double(n) * w_es;
 }
 
+double fused_gated_norm(int rows, int heads, int n, size_t es, size_t w_es) {
+  return double(rows) * heads * double(n) * es + double(n) * w_es;
+}
+
 }  // namespace sg::op_bytes

@@ -30,5 +30,8 @@ double delta_rule(int rows, int state_seqs, int Hk, int Hv, int Dk, int Dv, size
 double gdn_decode_fused(int rows, int Hk, int Hv, int Dk, int Dv, int K, size_t es, size_t state_es);
 // gated_rmsnorm: x, z in and y out [rows, heads, n], the weight [n] (`w_es` its dtype's size).
 double gated_rmsnorm(int rows, int heads, int n, size_t es, size_t w_es);
+// The gated RMSNorm in the delta rule's epilogue (delta_rule.h), beyond the delta rule's own
+// bytes: z read and the weight; the output is the delta rule's, written once.
+double fused_gated_norm(int rows, int heads, int n, size_t es, size_t w_es);
 
 }  // namespace sg::op_bytes

@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(const NormArgs a) {
     s = fmaf(v, v, s);
   }
   s = kWarpRow ? warp_sum(s) : block_sum(s, partial);
-  const float inv = 1.0f / sqrtf(s / static_cast<float>(a.n) + a.eps);
+  const float inv = dev::gated_norm_inv(s, a.n, a.eps);  // the same inverse RMS for both norms
   // Pass 2: same element-to-thread map, so a thread only re-reads what it read or wrote itself
   // (this is what makes y == x and residual_out == x / residual aliasing safe).
   for (int i = lane; i < a.n; i += G) {
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(const NormArgs a) {
     if constexpr (kGated) {
       const float v = dev::load(a.x, a.xt, x0 + i);
       const float zv = dev::load(a.z, a.zt, static_cast<int64_t>(t) * a.z_ts + static_cast<int64_t>(h) * a.n + i);
-      yv = (wi * (v * inv)) * dev::silu(zv);
+      yv = dev::gated_norm_value(wi, v, inv, zv);
     } else {
       const float v = a.res_out ? dev::load(a.res_out, a.rt, o0 + i) : dev::load(a.x, a.xt, x0 + i);
       yv = (v * inv) * (1.0f + wi);
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) s = fmaf(v[i], v[i], s);
   s = block_sum(s, partial);
-  const float inv = 1.0f / sqrtf(s / static_cast<float>(a.n) + a.eps);
+  const float inv = dev::gated_norm_inv(s, a.n, a.eps);
   float y[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) y[i] = (v[i] * inv) * (1.0f + w[i]);
@@ -203,9 +203,9 @@ __global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs
   if (!in) return;
   float y[8] = {};
   if (live) {
-    const float inv = 1.0f / sqrtf(s / static_cast<float>(a.n) + a.eps);
+    const float inv = dev::gated_norm_inv(s, a.n, a.eps);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) y[i] = (w[i] * (v[i] * inv)) * dev::silu(zf[i]);
+    for (int i = 0; i < 8; ++i) y[i] = dev::gated_norm_value(w[i], v[i], inv, zf[i]);
   }
   *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.y) + o0) = dev::pack8(y);
 }
@@ -304,6 +304,18 @@ cudaError_t rmsnorm(const RmsNormParams& p, cudaStream_t stream) {
   return launch<false>(a, stream);
 }
 
+namespace {
+NormArgs gated_args(const GatedRmsNormParams& p, int64_t xts, int64_t zts) {
+  return NormArgs{p.x, p.x_dtype, xts, p.n,       nullptr, nullptr, DType::f32, p.z,   p.z_dtype,  zts,
+                  p.w, p.w_dtype, p.y, p.y_dtype, p.T,     p.heads, p.n,        p.eps, p.live_rows};
+}
+}  // namespace
+
+bool gated_rmsnorm_vector_path(const GatedRmsNormParams& p) {
+  const int64_t row = static_cast<int64_t>(p.heads) * p.n;
+  return gated_vec_ok(gated_args(p, p.x_token_stride ? p.x_token_stride : row, p.z_token_stride ? p.z_token_stride : row));
+}
+
 cudaError_t gated_rmsnorm(const GatedRmsNormParams& p, cudaStream_t stream) {
   LaunchCheck chk("gated_rmsnorm");
   chk.not_null(p.x, "x").not_null(p.z, "z").not_null(p.w, "w").not_null(p.y, "y").in_range(p.T, 0, INT32_MAX, "T");
@@ -318,9 +330,7 @@ cudaError_t gated_rmsnorm(const GatedRmsNormParams& p, cudaStream_t stream) {
   chk.require(xts >= row, "x_token_stride must be >= heads x n")
       .require(zts >= row, "z_token_stride must be >= heads x n");
   if (!chk.ok()) return cudaErrorInvalidValue;
-  NormArgs a{p.x, p.x_dtype, xts, p.n,       nullptr, nullptr, DType::f32, p.z,   p.z_dtype,  zts,
-             p.w, p.w_dtype, p.y, p.y_dtype, p.T,     p.heads, p.n,        p.eps, p.live_rows};
-  return launch<true>(a, stream);
+  return launch<true>(gated_args(p, xts, zts), stream);
 }
 
 }  // namespace sg

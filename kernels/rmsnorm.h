@@ -79,5 +79,9 @@ struct GatedRmsNormParams {
 
 // GDN gated RMSNorm: y = (w * (x * inv)) * silu(z), silu(z) = z / (1 + expf(-z)).
 cudaError_t gated_rmsnorm(const GatedRmsNormParams& p, cudaStream_t stream);
+// True when gated_rmsnorm(p) runs the 16-byte kernel (bf16 x, z and y, n 64, 128 or 256, 16-byte
+// aligned bases and token strides): the order that the delta rule's fused norm reproduces
+// (delta_rule.h), so a caller fuses only where this holds.
+bool gated_rmsnorm_vector_path(const GatedRmsNormParams& p);
 
 }  // namespace sg

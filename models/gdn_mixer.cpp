@@ -65,6 +65,13 @@ GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& a
   dr.out_dtype = act;
   dr.rows = rows;
   set_gdn_heads(dr, d);
+  if (io.norm_w && !p.is_fused()) {
+    dr.norm_z = io.norm_z;
+    dr.norm_z_stride = io.norm_z_stride;
+    dr.norm_w = io.norm_w;
+    dr.norm_w_dtype = io.norm_w_dtype;
+    dr.norm_eps = io.norm_eps;
+  }
   return p;
 }
 
@@ -79,7 +86,10 @@ double GdnDecodePath::post_bytes() const {
   return op_bytes::postconv(post.T, dims.Hk, dims.Hv, dims.Dk, dims.Dv, act_bytes);
 }
 double GdnDecodePath::delta_bytes() const {
-  return op_bytes::delta_rule(delta.rows, delta.rows, dims.Hk, dims.Hv, dims.Dk, dims.Dv, act_bytes);
+  const double norm = norm_fused() ? op_bytes::fused_gated_norm(delta.rows, dims.Hv, dims.Dv, act_bytes,
+                                                                 dtype_size(delta.norm_w_dtype))
+                                   : 0.0;
+  return op_bytes::delta_rule(delta.rows, delta.rows, dims.Hk, dims.Hv, dims.Dk, dims.Dv, act_bytes) + norm;
 }
 
 void GdnDecodePath::launch(cudaStream_t s, NodeRecorder* rec, int layer) const {
@@ -96,7 +106,7 @@ void GdnDecodePath::launch(cudaStream_t s, NodeRecorder* rec, int layer) const {
     return NodeLabel{layer, "postconv", std::string(arm_name(post_contract.arm)), post_bytes()};
   });
   launched(delta_rule_decode(delta, s), rec, s, [&] {
-    return NodeLabel{layer, "delta_rule.decode", "-", delta_bytes()};
+    return NodeLabel{layer, "delta_rule.decode", norm_fused() ? "+gated_rmsnorm" : "-", delta_bytes()};
   });
 }
 

@@ -44,6 +44,13 @@ struct GdnIo {
   void *q = nullptr, *k = nullptr, *v = nullptr;
   float *g = nullptr, *beta = nullptr;
   void* out = nullptr;  // [rows, Hv, Dv]
+  // Optional, decode: the layer's gated RMSNorm in the delta rule's epilogue (delta_rule.h), so
+  // that out holds the normed output. Taken by the unfused path only (GdnDecodePath::norm_fused).
+  const void* norm_z = nullptr;  // [rows, Hv, Dv] bf16 at token stride norm_z_stride
+  int64_t norm_z_stride = 0;
+  const void* norm_w = nullptr;  // [Dv]
+  DType norm_w_dtype = DType::f32;
+  float norm_eps = 1e-6f;
 };
 
 // The GDN kernels' params structs name the fields they share alike; these fill them from `io`.
@@ -100,6 +107,8 @@ struct GdnDecodePath {
   size_t act_bytes = 2, state_bytes = 2;  // element sizes of act and of the conv state
 
   bool is_fused() const { return fused_contract.arm == GdnDecodeArm::fused; }
+  // Whether the delta rule writes the gated-normed output (io.norm_w was set and the path is unfused).
+  bool norm_fused() const { return !is_fused() && delta.norm_w != nullptr; }
   // Launches the path on `stream`; with `rec`, labels each node with `layer`.
   void launch(cudaStream_t stream, NodeRecorder* rec, int layer) const;
   // The bytes the path must move (the sum of its nodes' labels).

@@ -1,4 +1,4 @@
-// gemm_policy.cpp: the GEMM setting's names and which projections run which GEMM (step_settings.h;
+// gemm_policy.cpp: the GEMM, SwiGLU and gated-norm settings' names and rules (step_settings.h;
 // pure, in the host library so that the CPU tests cover it).
 #include <fmt/format.h>
 
@@ -55,6 +55,27 @@ SwigluMode parse_swiglu(const std::string& name) {
   if (name == "gemm") return SwigluMode::gemm;
   if (name == "kernel") return SwigluMode::kernel;
   throw Error(fmt::format("unknown swiglu '{}' (valid: auto, gemm, kernel)", printable(name)));
+}
+
+const char* gated_norm_name(GatedNormMode m) {
+  switch (m) {
+    case GatedNormMode::automatic: return "auto";
+    case GatedNormMode::delta: return "delta";
+    case GatedNormMode::kernel: return "kernel";
+  }
+  return "?";
+}
+
+GatedNormMode parse_gated_norm(const std::string& name) {
+  if (name == "auto") return GatedNormMode::automatic;
+  if (name == "delta") return GatedNormMode::delta;
+  if (name == "kernel") return GatedNormMode::kernel;
+  throw Error(fmt::format("unknown gated-norm '{}' (valid: auto, delta, kernel)", printable(name)));
+}
+
+bool delta_fuses_gated_norm(GatedNormMode mode, int64_t rows) {
+  (void)rows;
+  return mode != GatedNormMode::kernel;
 }
 
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks) {

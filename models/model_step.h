@@ -87,6 +87,7 @@ struct ModelStepOptions {
   // How kernels are launched; the constructor resolves `automatic` (options().pdl is off or on).
   PdlMode pdl = PdlMode::automatic;
   SwigluMode swiglu = SwigluMode::automatic;  // where the MLP activation is computed (same bytes either way)
+  GatedNormMode gated_norm = GatedNormMode::automatic;  // where a decode step's GDN gated norm is computed (same bytes)
   // `--arms tune`: at capture, for each graph key, time the arms of the ops its kind runs (decode:
   // conv.update, postconv, gdn.decode; prefill: conv.fwd, conv.chunks, postconv, gdn.prefill) on
   // the key's shapes and keep the fastest (graphs/arm_tuning.h; arms are byte-identical, so the

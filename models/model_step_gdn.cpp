@@ -63,13 +63,9 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   io.g = a_.g.ptr<float>();
   io.beta = a_.beta.ptr<float>();
   io.out = a_.core.data;  // [rows, Hv, Dv]
-  if (prefill) {
-    gdn_prefill(layer, key, io, rec);
-  } else {  // conv.update -> postconv -> delta_rule.decode, or gdn.decode=fused
-    gdn_decode_path(g, act, arms(), rows, io).launch(s, rec, layer);
-  }
 
-  // Gated RMSNorm of the delta-rule output with z, in place; then the output projection.
+  // Gated RMSNorm of the delta-rule output with z, in place; then the output projection. In a
+  // decode step the delta rule computes it where it gives the norm kernel's bytes (the setting).
   GatedRmsNormParams gp;
   gp.x = a_.core.data;
   gp.x_dtype = act;
@@ -85,7 +81,22 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   gp.n = g.Dv;
   gp.eps = cfg_.rms_eps;
   gp.live_rows = m.n_tokens;
-  launched(gated_rmsnorm(gp, s), rec, s, [&] {
+  bool norm_done = false;
+  if (prefill) {
+    gdn_prefill(layer, key, io, rec);
+  } else {  // conv.update -> postconv -> delta_rule.decode, or gdn.decode=fused
+    if (delta_fuses_gated_norm(opts_.gated_norm, rows) && gated_rmsnorm_vector_path(gp)) {
+      io.norm_z = z;
+      io.norm_z_stride = P;
+      io.norm_w = W.norm_w.data;
+      io.norm_w_dtype = W.norm_w.dtype;
+      io.norm_eps = cfg_.rms_eps;
+    }
+    const GdnDecodePath path = gdn_decode_path(g, act, arms(), rows, io);
+    path.launch(s, rec, layer);
+    norm_done = path.norm_fused();
+  }
+  if (!norm_done) launched(gated_rmsnorm(gp, s), rec, s, [&] {
     return NodeLabel{layer, "gated_rmsnorm", "-",
                      op_bytes::gated_rmsnorm(rows, g.Hv, g.Dv, esz, dtype_size(W.norm_w.dtype))};
   });

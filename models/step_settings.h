@@ -96,6 +96,21 @@ SwigluMode parse_swiglu(const std::string& name);
 // steps of 1-8 rows ([34816, 5120] gate_up) 0.4-0.8% slower.
 constexpr int64_t kGemmSwigluSmallRows = 8;
 constexpr int64_t kGemmSwigluSmallMaxWeights = int64_t{64} << 20;
+// Where a decode step computes the GDN layer's gated RMSNorm. Same bytes either way (the delta
+// rule's fused norm reproduces the norm kernel's order, delta_rule.h); a setting so that `stepgraph
+// ab` can time the two in one process.
+enum class GatedNormMode : uint8_t {
+  automatic,  // delta where delta_fuses_gated_norm says so, else kernel
+  delta,      // in the delta rule's epilogue wherever it can (decode, unfused GDN path, bf16, Dv 64/128/256)
+  kernel,     // the gated_rmsnorm kernel after the delta rule
+};
+constexpr std::array<std::string_view, 3> kGatedNormNames = {"auto", "delta", "kernel"};
+const char* gated_norm_name(GatedNormMode m);  // one of kGatedNormNames
+// One of kGatedNormNames; throws Error on anything else.
+GatedNormMode parse_gated_norm(const std::string& name);
+// Under `mode`, for a decode step of `rows` rows whose norm could be fused: automatic follows the
+// measured rule (docs/BENCHMARKS.md), delta always, kernel never.
+bool delta_fuses_gated_norm(GatedNormMode mode, int64_t rows);
 const char* gemm_name(GemmKind g);  // one of kGemmNames
 // One of kGemmNames; throws Error on anything else.
 GemmKind parse_gemm(const std::string& name);

@@ -62,9 +62,10 @@ TEST_CASE("ab selection: an arm and a setting", "[ab][selection]") {
 TEST_CASE("ab selection: every op and every setting is a key", "[ab][selection]") {
   const Selection s = parse_selection(
       "conv.fwd=k4,conv.chunks=whole,conv.update=grid,postconv=split,gdn.prefill=fused,gdn.decode=fused,"
-      "delta-prefill=scan,attn-prefill=mma,attn-decode=simt,gemm=cublas,pdl=off,swiglu=kernel,arms=tune",
+      "delta-prefill=scan,attn-prefill=mma,attn-decode=simt,gemm=cublas,pdl=off,swiglu=kernel,gated-norm=delta,"
+      "arms=tune",
       "--a");
-  CHECK(s.items.size() == 13);
+  CHECK(s.items.size() == 14);
   const StepChoice c = apply(s, StepChoice{});
   CHECK(c.arms.conv_fwd == ConvFwdArm::k4);
   CHECK(c.arms.conv_chunks == ConvChunksArm::whole);
@@ -73,7 +74,8 @@ TEST_CASE("ab selection: every op and every setting is a key", "[ab][selection]"
   CHECK(c.arms.gdn_prefill == GdnPrefillArm::fused);
   CHECK(c.arms.gdn_decode == GdnDecodeArm::fused);
   CHECK(c.describe_settings() ==
-        "delta-prefill=scan,attn-prefill=mma,attn-decode=simt,gemm=cublas,pdl=off,swiglu=kernel,arms=tune");
+        "delta-prefill=scan,attn-prefill=mma,attn-decode=simt,gemm=cublas,pdl=off,swiglu=kernel,gated-norm=delta,"
+        "arms=tune");
 }
 
 TEST_CASE("ab selection: an empty selection is the base", "[ab][selection]") {
@@ -276,6 +278,9 @@ TEST_CASE("ab selection: which settings decide the arithmetic of a decode or pre
   CHECK(same_arithmetic(a, b, false));
   CHECK(same_arithmetic(a, b, true));
   b.swiglu = "kernel";  // the GEMM epilogue and the swiglu kernel give the same bytes
+  CHECK(same_arithmetic(a, b, false));
+  CHECK(same_arithmetic(a, b, true));
+  b.gated_norm = "kernel";  // the delta rule's fused norm and the norm kernel give the same bytes
   CHECK(same_arithmetic(a, b, false));
   CHECK(same_arithmetic(a, b, true));
 }

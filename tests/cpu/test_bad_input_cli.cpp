@@ -87,6 +87,11 @@ std::vector<CliCase> option_cases() {
   add("bench --swiglu unknown", {"bench", "--cpu", "--swiglu", "fused"}, kCli11Invalid, {"--swiglu"});
   add("ab --b with an unknown swiglu", {"ab", "--b", "swiglu=fused"}, 1,
       {"unknown value \"fused\" for swiglu", "auto, gemm, kernel"});
+  add("bench --cpu --gated-norm", {"bench", "--cpu", "--gated-norm", "delta"}, 1,
+      {"--gated-norm (where GPU kernels compute the GDN gated norm)"});
+  add("bench --gated-norm unknown", {"bench", "--cpu", "--gated-norm", "fused"}, kCli11Invalid, {"--gated-norm"});
+  add("ab --b with an unknown gated-norm", {"ab", "--b", "gated-norm=gemm"}, 1,
+      {"unknown value \"gemm\" for gated-norm", "auto, delta, kernel"});
   add("bench --cpu --arms tune", {"bench", "--cpu", "--arms", "tune"}, 1,
       {"--arms tune (times the GPU kernels' arms)"});
   add("bench --arms unknown", {"bench", "--cpu", "--arms", "best"}, kCli11Invalid, {"--arms"});
@@ -105,7 +110,7 @@ std::vector<CliCase> option_cases() {
       {"ab: timing CUDA graphs needs a GPU", "was found"});
   add("ab without --b", {"ab"}, -1, {"--b is required"});
   add("ab --b with an unknown key", {"ab", "--b", "postcnv=fast"}, 1,
-      {"--b \"postcnv=fast\": unknown key \"postcnv\" (valid keys: conv.fwd", "gemm, pdl, swiglu, arms)"});
+      {"--b \"postcnv=fast\": unknown key \"postcnv\" (valid keys: conv.fwd", "gemm, pdl, swiglu, gated-norm, arms)"});
   add("ab --a with an unknown arm", {"ab", "--a", "conv.fwd=k5", "--b", "conv.fwd=k4"}, 1,
       {"unknown arm \"k5\" for conv.fwd (valid arms of conv.fwd: tiled, register, k4, k4x2)"});
   add("ab --b with an unknown setting value", {"ab", "--b", "attn-decode=wmma"}, 1,

@@ -74,6 +74,17 @@ TEST_CASE("gemm policy: the SwiGLU epilogue except on small steps over a large g
   CHECK_THROWS_AS(parse_swiglu("fused"), Error);
 }
 
+TEST_CASE("gated-norm setting: names round-trip, kernel never fuses, delta always", "[settings]") {
+  for (GatedNormMode m : {GatedNormMode::automatic, GatedNormMode::delta, GatedNormMode::kernel}) {
+    CHECK(parse_gated_norm(gated_norm_name(m)) == m);
+  }
+  CHECK_THROWS_WITH(parse_gated_norm("fused"), "unknown gated-norm 'fused' (valid: auto, delta, kernel)");
+  for (int64_t rows : {1, 8, 32}) {
+    CHECK(delta_fuses_gated_norm(GatedNormMode::delta, rows));
+    CHECK_FALSE(delta_fuses_gated_norm(GatedNormMode::kernel, rows));
+  }
+}
+
 TEST_CASE("cuBLASLt shape keys: dims, strides, dtypes and each operand's alignment, and bad views refused",
           "[gemm][settings]") {
   // Views over made-up addresses: lt_shape reads no memory.

@@ -8,6 +8,8 @@
 #include "engine/tensor.h"
 #include "kernels/contracts.h"
 #include "kernels/delta_rule.h"
+#include "kernels/launch_check.h"
+#include "kernels/rmsnorm.h"
 #include "kernels/ref/delta_rule_ref.h"
 #include "tests/support/catch.h"
 #include "tests/support/gpu_buffers.h"
@@ -106,4 +108,121 @@ TEST_CASE("delta-rule decode: every column split gives the same bytes and matche
       }
     }
   }
+}
+
+// The GDN gated RMSNorm in the delta rule's epilogue: for every split and column-block count (the
+// blocks of a head in a cluster of 1, 2 or 4), the output equals delta_rule_decode followed by
+// gated_rmsnorm's 16-byte kernel byte for byte, the state equals the plain kernel's, and padding rows
+// (past the live count) are zeros. z is read at a token stride wider than Hv x Dv, as in the model.
+TEST_CASE("delta-rule decode: the fused gated norm gives the bytes of the norm kernel", "[gpu][delta_rule][gated_norm]") {
+  struct Shape {
+    int Hk, Hv, Dk, Dv;
+  };
+  for (Shape sh : {Shape{16, 32, 128, 128}, Shape{2, 6, 128, 64}, Shape{1, 2, 128, 256}, Shape{2, 4, 64, 64}}) {
+    for (DType wt : {DType::f32, DType::bf16}) {
+      CAPTURE(sh.Hk, sh.Hv, sh.Dk, sh.Dv, dtype_name(wt));
+      const int rows = 7, slots_n = 9, live = 5;
+      const int64_t zts = static_cast<int64_t>(sh.Hv) * sh.Dv + 24;  // a wider row, 16-byte aligned
+      const uint64_t seed = 2000 + sh.Hv + sh.Dv;
+      auto q = test::uniform_bf16(static_cast<size_t>(rows) * sh.Hk * sh.Dk, seed, -0.3f, 0.3f);
+      auto k = test::uniform_bf16(q.size(), seed + 1, -0.3f, 0.3f);
+      auto v = test::uniform_bf16(static_cast<size_t>(rows) * sh.Hv * sh.Dv, seed + 2, -1.f, 1.f);
+      auto g = test::uniform(static_cast<size_t>(rows) * sh.Hv, seed + 3, -2.f, 0.f);
+      auto beta = test::uniform(g.size(), seed + 4, 0.f, 1.f);
+      auto state0 = test::uniform(static_cast<size_t>(slots_n) * sh.Hv * sh.Dk * sh.Dv, seed + 5, -0.2f, 0.2f);
+      auto z = test::uniform_bf16(static_cast<size_t>(rows) * zts, seed + 6, -3.f, 3.f);
+      auto w = test::uniform(static_cast<size_t>(sh.Dv), seed + 7, -1.5f, 1.5f);
+      std::vector<int32_t> slots = {4, 0, 8, 2, 6, -1, -1};  // live rows first, as a decode step has them
+      auto dq = test::DevBuf::from(q, DType::bf16), dk = test::DevBuf::from(k, DType::bf16);
+      auto dv = test::DevBuf::from(v, DType::bf16), dz = test::DevBuf::from(z, DType::bf16);
+      auto dw = test::DevBuf::from(w, wt);
+      auto dg = test::DevBuf::from(g, DType::f32), db = test::DevBuf::from(beta, DType::f32);
+      auto ds = test::DevBuf::from_i32(slots), dlive = test::DevBuf::from_i32({live});
+      auto params = [&](test::DevBuf& state, test::DevBuf& out) {
+        DeltaRuleDecodeParams p;
+        p.q = dq.data();
+        p.k = dk.data();
+        p.v = dv.data();
+        p.qkv_dtype = DType::bf16;
+        p.g = dg.as<float>();
+        p.beta = db.as<float>();
+        p.slots = ds.as<int32_t>();
+        p.state = state.as<float>();
+        p.out = out.data();
+        p.out_dtype = DType::bf16;
+        p.rows = rows;
+        p.Hk = sh.Hk;
+        p.Hv = sh.Hv;
+        p.Dk = sh.Dk;
+        p.Dv = sh.Dv;
+        return p;
+      };
+      // The reference: the plain kernel, then the norm kernel in place (its 16-byte path).
+      auto ref_state = test::DevBuf::from(state0, DType::f32);
+      test::DevBuf ref_out(v.size() * 2);
+      check(delta_rule_decode(params(ref_state, ref_out), nullptr));
+      GatedRmsNormParams np;
+      np.x = ref_out.data();
+      np.x_dtype = DType::bf16;
+      np.z = dz.data();
+      np.z_dtype = DType::bf16;
+      np.z_token_stride = zts;
+      np.w = dw.data();
+      np.w_dtype = wt;
+      np.y = ref_out.data();
+      np.y_dtype = DType::bf16;
+      np.T = rows;
+      np.heads = sh.Hv;
+      np.n = sh.Dv;
+      np.eps = 1e-6f;
+      np.live_rows = dlive.as<int32_t>();
+      REQUIRE(gated_rmsnorm_vector_path(np));
+      check(gated_rmsnorm(np, nullptr));
+      const auto want = ref_out.download(), want_state = ref_state.download();
+      int ran = 0;
+      for (int variant = 0; variant < 4 * 3; ++variant) {
+        const int split = 1 << (variant % 4), col_blocks = 1 << (variant / 4);
+        if (delta_rule_decode_split(sh.Dk, sh.Dv, split) != split || sh.Dv % col_blocks != 0) continue;
+        CAPTURE(split, col_blocks);
+        auto state = test::DevBuf::from(state0, DType::f32);
+        test::DevBuf out(v.size() * 2);  // poisoned
+        DeltaRuleDecodeParams p = params(state, out);
+        p.split = split;
+        p.col_blocks = col_blocks;
+        p.norm_z = dz.data();
+        p.norm_z_stride = zts;
+        p.norm_w = dw.data();
+        p.norm_w_dtype = wt;
+        p.norm_eps = 1e-6f;
+        check(delta_rule_decode(p, nullptr));
+        CHECK(test::byte_diff(out.download(), want, DType::bf16) == "");
+        CHECK(test::byte_diff(state.download(), want_state, DType::f32) == "");
+        ++ran;
+      }
+      CHECK(ran >= 4);
+      // Not built: Dv outside 64/128/256, an f32 out, no z.
+      auto state = test::DevBuf::from(state0, DType::f32);
+      test::DevBuf out(v.size() * 4);
+      DeltaRuleDecodeParams bad = params(state, out);
+      bad.norm_z = dz.data();
+      bad.norm_w = dw.data();
+      bad.out_dtype = DType::f32;
+      CHECK(delta_rule_decode(bad, nullptr) == cudaErrorInvalidValue);
+      CHECK(take_launch_refusal() == "delta_rule.decode: the fused norm needs a bf16 out");
+      bad.out_dtype = DType::bf16;
+      bad.norm_z = nullptr;
+      CHECK(delta_rule_decode(bad, nullptr) == cudaErrorInvalidValue);
+      CHECK(take_launch_refusal().find("norm_z") != std::string::npos);
+    }
+  }
+  // Dv = 96 has a built split but no fused norm.
+  DeltaRuleDecodeParams odd;
+  odd.Hk = 2;
+  odd.Hv = 4;
+  odd.Dk = 64;
+  odd.Dv = 96;
+  odd.rows = 1;
+  odd.norm_w = odd.norm_z = reinterpret_cast<const void*>(16);
+  CHECK(delta_rule_decode(odd, nullptr) == cudaErrorInvalidValue);
+  CHECK(take_launch_refusal() == "delta_rule.decode: the fused norm needs Dv 64, 128 or 256");
 }

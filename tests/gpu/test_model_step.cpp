@@ -385,6 +385,49 @@ TEST_CASE("model step: SwiGLU in the gate_up GEMM's epilogue gives the swiglu ke
   CHECK(count_diff(kernel.cache_bytes(), gemm.cache_bytes()) == 0);
 }
 
+TEST_CASE("model step: the gated norm in the delta rule's epilogue gives the norm kernel's bytes",
+          "[gpu][model][gated_norm]") {
+  Qwen35Config c = preset("tiny");
+  c.gdn = GdnDims{2, 4, 64, 64, 4};  // Dv = 64: the norm kernel's 16-byte path, which the fused norm reproduces
+  c.validate("test");
+  ModelStepOptions o;
+  o.num_slots = 8;
+  o.max_context = 16;
+  o.max_decode_batch = 4;
+  o.act = DType::bf16;
+  o.gated_norm = GatedNormMode::kernel;
+  ModelStep kernel(c, o);
+  o.gated_norm = GatedNormMode::delta;
+  ModelStep delta(c, o);
+  kernel.capture_all();
+  delta.capture_all();
+  const int G = c.num_linear_attention();
+  for (int key : delta.keys()) {  // the node labels say which ran
+    CAPTURE(key);
+    int norms = 0, fused = 0;
+    for (const auto& n : delta.manifest(key).nodes) {
+      norms += n.label.op == "gated_rmsnorm";
+      fused += n.label.op == "delta_rule.decode" && n.label.arm == "+gated_rmsnorm";
+    }
+    CHECK(norms == 0);
+    CHECK(fused == G);
+    norms = 0;
+    for (const auto& n : kernel.manifest(key).nodes) norms += n.label.op == "gated_rmsnorm";
+    CHECK(norms == G);
+  }
+  for (int t = 0; t < 4; ++t) {
+    CAPTURE(t);
+    std::vector<DecodeRequest> reqs = {{1, token_at(t, 0, c.vocab), t},
+                                       {5, token_at(t, 1, c.vocab), t},
+                                       {7, token_at(t, 2, c.vocab), t}};  // 3 live rows of key 4: one padding row
+    const auto a = kernel.decode(reqs, RunMode::graph);
+    const auto b = delta.decode(reqs, t % 2 ? RunMode::eager : RunMode::graph);
+    CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
+    CHECK(a.tokens == b.tokens);
+  }
+  CHECK(count_diff(kernel.cache_bytes(), delta.cache_bytes()) == 0);
+}
+
 TEST_CASE("model step that cannot fit says so with the sizes and holds no device memory afterwards",
           "[gpu][model][memory]") {
   // The 27B preset's KV and delta-rule caches for 4096 slots of 8192 tokens need terabytes.

@@ -16,13 +16,14 @@ constexpr std::array<std::string_view, 3> kDeltaPrefill = {"auto", "scan", "chun
 constexpr std::array<std::string_view, 3> kAttn = {"auto", "simt", "mma"};
 constexpr std::array<std::string_view, 3> kPdl = {"auto", "off", "on"};
 constexpr std::array<std::string_view, 2> kArmsMode = {"fixed", "tune"};
-const std::array<SettingInfo, 7> kSettings = {{
+const std::array<SettingInfo, 8> kSettings = {{
     {"delta-prefill", kDeltaPrefill},
     {"attn-prefill", kAttn},
     {"attn-decode", kAttn},
     {"gemm", kGemmNames},
     {"pdl", kPdl},
     {"swiglu", kSwigluNames},
+    {"gated-norm", kGatedNormNames},
     {"arms", kArmsMode},
 }};
 
@@ -66,6 +67,7 @@ const std::string& StepChoice::setting(std::string_view name) const {
   if (name == "gemm") return gemm;
   if (name == "pdl") return pdl;
   if (name == "swiglu") return swiglu;
+  if (name == "gated-norm") return gated_norm;
   if (name == "arms") return arms_mode;
   throw Error(fmt::format("no setting '{}'", printable(name)));
 }

@@ -3,7 +3,8 @@
 //   SEL   := "" | ITEM ( "," ITEM )*
 //   ITEM  := KEY "=" VALUE          (blanks around KEY and VALUE are ignored)
 //   KEY   := an op of the arm table (conv.fwd, conv.chunks, conv.update, postconv, gdn.prefill,
-//            gdn.decode) or a setting (delta-prefill, attn-prefill, attn-decode, gemm, pdl, swiglu, arms)
+//            gdn.decode) or a setting (delta-prefill, attn-prefill, attn-decode, gemm, pdl, swiglu, gated-norm,
+//            arms)
 //   VALUE := one of that op's arms (`stepgraph arms`) or one of that setting's values
 //
 // e.g. "postconv=token_tile", "conv.fwd=k4,gemm=skinny", "attn-decode=simt". A selection changes
@@ -27,21 +28,22 @@ struct SettingInfo {
   std::string_view name;                     // "attn-decode": the command-line option without "--"
   std::span<const std::string_view> values;  // "auto" first
 };
-// delta-prefill, attn-prefill, attn-decode, gemm, pdl, swiglu, arms (the options' value lists come from here too).
+// delta-prefill, attn-prefill, attn-decode, gemm, pdl, swiglu, gated-norm, arms (the options' value lists come
+// from here too).
 std::span<const SettingInfo> setting_table();
 const SettingInfo* find_setting(std::string_view name);
 std::vector<std::string> setting_values(std::string_view name);  // for CLI::IsMember
 
-// What a model step runs: the arm of every op and the seven settings, by their command-line names.
+// What a model step runs: the arm of every op and the eight settings, by their command-line names.
 struct StepChoice {
   ArmSelection arms;
   std::string delta_prefill = "auto", attn_prefill = "auto", attn_decode = "auto", gemm = "auto", pdl = "auto",
-              swiglu = "auto";
+              swiglu = "auto", gated_norm = "auto";
   std::string arms_mode = "fixed";  // the setting "arms": fixed or tune (--arms)
 
   std::string& setting(std::string_view name);  // an error for a name outside setting_table()
   const std::string& setting(std::string_view name) const;
-  // "delta-prefill=auto,attn-prefill=auto,attn-decode=auto,gemm=auto,pdl=auto,swiglu=auto,arms=fixed"
+  // "delta-prefill=auto,attn-prefill=auto,attn-decode=auto,gemm=auto,pdl=auto,swiglu=auto,gated-norm=auto,arms=fixed"
   std::string describe_settings() const;
   bool operator==(const StepChoice&) const = default;
 };

@@ -40,6 +40,7 @@ struct BenchOptions {
   std::string gemm = "auto";           // model workload: the projections (auto, cublas, skinny, mixed or lt)
   std::string pdl = "auto";            // model workload: programmatic dependent launch (auto, off or on)
   std::string swiglu = "auto";         // model workload: where the MLP activation is computed (auto, gemm, kernel)
+  std::string gated_norm = "auto";     // model workload: where the GDN gated norm is computed in decode (auto, delta, kernel)
   std::string arms_mode = "fixed";     // model workload: fixed (as chosen) or tune (timed per graph key at capture)
   bool marginal = false;               // model workload: marginal cost per op family (largest and smallest decode key)
 };
@@ -54,12 +55,12 @@ void write_cpu_json(const BenchOptions& o, const nlohmann::json& result);
 
 // The model step's options for a bench-like run: --max-seqs slots and decode rows, --context (+
 // extra_context) positions, a prefill of max_seqs x context tokens when `prefill`, the arms and
-// the settings (--delta-prefill, --attn-prefill, --attn-decode, --gemm, --pdl, --swiglu).
+// the settings (--delta-prefill, --attn-prefill, --attn-decode, --gemm, --pdl, --swiglu, --gated-norm).
 ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& arms, bool prefill, int extra_context);
 
 // The options of the commands that build one whole-model step from a preset (inspect, capture,
 // ab): --preset, --max-seqs, --context, --arm and the settings --delta-prefill, --attn-prefill,
-// --attn-decode, --gemm, --pdl, --swiglu, --arms (values from ab_selection.h's setting_table()).
+// --attn-decode, --gemm, --pdl, --swiglu, --gated-norm, --arms (values from ab_selection.h's setting_table()).
 void add_model_step_options(CLI::App* cmd, BenchOptions& o);
 
 // With --arms tune, one line per captured graph: the arms timed and the ones kept.

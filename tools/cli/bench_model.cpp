@@ -170,6 +170,7 @@ ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& a
   opts.gemm = parse_gemm(o.gemm);
   opts.pdl = parse_pdl(o.pdl);
   opts.swiglu = parse_swiglu(o.swiglu);
+  opts.gated_norm = parse_gated_norm(o.gated_norm);
   opts.tune_arms = o.arms_mode == "tune";
   for (size_t i = 0; i < kNumOps; ++i) opts.fixed_ops[i] = arms.source[i] != "default";  // the user's choice
   opts.seed = 1;
@@ -209,6 +210,10 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                                      : swiglu == "kernel"
                                          ? "the swiglu kernel (kernel)"
                                          : "the gate_up GEMM's epilogue where it measured faster (auto)");
+  const std::string gated_norm = gated_norm_name(step.options().gated_norm);
+  fmt::print("GDN gated norm (decode): {}\n", gated_norm == "delta"    ? "in the delta rule's epilogue (delta)"
+                                              : gated_norm == "kernel" ? "the gated_rmsnorm kernel (kernel)"
+                                                                       : "the delta rule's epilogue where it measured faster (auto)");
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), step.keys().size(),
@@ -334,6 +339,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                         {"gemm", gemm},
                         {"pdl", pdl},
                         {"swiglu", swiglu},
+                        {"gated_norm", gated_norm},
                         {"workload", "model"},
                         {"context", o.context},
                         {"interrupted", interrupted},

@@ -91,6 +91,7 @@ void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoic
   bo.gemm = choice.gemm;
   bo.pdl = choice.pdl;
   bo.swiglu = choice.swiglu;
+  bo.gated_norm = choice.gated_norm;
   bo.arms_mode = choice.arms_mode;
   ResolvedArms arms;
   arms.arms = choice.arms;
@@ -177,6 +178,7 @@ int run(AbOptions o) {
   base.gemm = o.b.gemm;
   base.pdl = o.b.pdl;
   base.swiglu = o.b.swiglu;
+  base.gated_norm = o.b.gated_norm;
   base.arms_mode = o.b.arms_mode;
   Side sides[2];
   sides[0].name = "A";

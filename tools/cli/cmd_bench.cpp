@@ -115,6 +115,7 @@ std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App&
   if (given("--gemm")) bad.push_back("--gemm (chooses a GPU projection kernel)");
   if (given("--pdl")) bad.push_back("--pdl (how GPU kernels are launched)");
   if (given("--swiglu")) bad.push_back("--swiglu (where GPU kernels compute the MLP activation)");
+  if (given("--gated-norm")) bad.push_back("--gated-norm (where GPU kernels compute the GDN gated norm)");
   if (o.arms_mode == "tune") bad.push_back("--arms tune (times the GPU kernels' arms)");
   if (o.marginal) bad.push_back("--marginal (disables nodes of captured CUDA graphs)");
   if (given("--preset") && o.preset != "tiny") {
@@ -353,6 +354,13 @@ void register_bench(CLI::App& app, Action& action) {
                   "values, where it measured slower); the same output bytes every way")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "gemm", "kernel"}));
+  cmd->add_option("--gated-norm", o.gated_norm,
+                  "model workload: where a decode step computes the GDN layer's gated RMSNorm: delta (in the delta "
+                  "rule's epilogue, its column blocks in a thread-block cluster, wherever the unfused GDN decode path "
+                  "runs on bf16 with Dv 64, 128 or 256), kernel (the gated_rmsnorm kernel after the delta rule), or "
+                  "auto (where it measured faster); the same output bytes every way")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "delta", "kernel"}));
   cmd->add_flag("--marginal", o.marginal,
                 "model workload: also the marginal cost of every op family in the largest and the smallest decode "
                 "graph: the step time with the family's nodes disabled (cudaGraphNodeSetEnabled), subtracted from "

@@ -25,6 +25,7 @@ void add_model_step_options(CLI::App* cmd, BenchOptions& o) {
                                                            {"gemm", &o.gemm},
                                                            {"pdl", &o.pdl},
                                                            {"swiglu", &o.swiglu},
+                                                           {"gated-norm", &o.gated_norm},
                                                            {"arms", &o.arms_mode}};
   for (const auto& [name, value] : settings) {
     const std::vector<std::string> values = setting_values(name);
@@ -48,6 +49,7 @@ StepChoice resolved_choice(const ModelStep& step, const GraphKey* key) {
   c.gemm = gemm_name(r.gemm);
   c.pdl = pdl_name(r.pdl);
   c.swiglu = swiglu_name(r.swiglu);
+  c.gated_norm = gated_norm_name(r.gated_norm);
   c.arms_mode = r.tune_arms ? "tune" : "fixed";
   return c;
 }

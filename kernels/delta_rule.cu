@@ -16,40 +16,49 @@ constexpr int kNormMaxDv = 256;
 
 // The fused output norm's inverse RMS for this block's (row, v-head), from o' (the bf16-rounded
 // outputs, `owner` threads only): gated_rmsnorm's 16-byte order (sums of 8 adjacent columns in
-// index order, then a butterfly over the Dv / 8 sums in lanes 0 .. Dv / 8 - 1 of warp 0), with the
-// sums of the other blocks of the cluster read from their shared memory. Every thread of the block
-// calls it. Leaves the cluster barrier arrived: the caller waits (dev::cluster_wait) before it
-// exits, so that no block leaves while another still reads its sums.
+// index order, then a butterfly over the Dv / 8 sums in lanes 0 .. Dv / 8 - 1 of warp 0). Every
+// thread of the block calls it. kCluster (col_blocks > 1): the head's columns are spread over the
+// blocks of the cluster, and warp 0 reads the other blocks' sums from their shared memory; the
+// cluster barrier is left arrived, and the caller waits (dev::cluster_wait) before it exits, so
+// that no block leaves while another still reads its sums. Else the block holds the whole head.
+template <bool kCluster>
 __device__ float fused_norm_inv(const DeltaRuleDecodeParams& p, int cols, int jl, bool owner, float ob) {
-  __shared__ float os[kNormMaxDv];      // [cols] this block's o'
-  __shared__ float part[kNormMaxDv / 8];  // [cols / 8] this block's sums of squares
+  __shared__ float os[kNormMaxDv];        // [cols] this block's o'
+  __shared__ float part[kNormMaxDv / 8];  // [cols / 8] this block's sums of squares (cluster)
   __shared__ float inv_s;
   if (owner) os[jl] = ob;
   __syncthreads();
-  const int per = cols / 8;
-  if (threadIdx.x < per) {
+  const int per = cols / 8, G = p.Dv / 8, lane = static_cast<int>(threadIdx.x);
+  auto group_sum = [&](int g) {  // columns 8g .. 8g + 7 of this block, in index order
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) s = fmaf(os[8 * threadIdx.x + i], os[8 * threadIdx.x + i], s);
-    part[threadIdx.x] = s;
+    for (int i = 0; i < 8; ++i) s = fmaf(os[8 * g + i], os[8 * g + i], s);
+    return s;
+  };
+  if constexpr (kCluster) {
+    if (lane < per) part[lane] = group_sum(lane);
+    dev::cluster_arrive_release();
+    dev::cluster_wait();  // every block's sums are in its shared memory
   }
-  dev::cluster_arrive_release();
-  dev::cluster_wait();  // every block's sums are in its shared memory
-  if (threadIdx.x < 32) {
-    const cg::cluster_group cluster = cg::this_cluster();
-    const int G = p.Dv / 8, lane = static_cast<int>(threadIdx.x);
-    float s = lane < G ? *cluster.map_shared_rank(&part[lane % per], lane / per) : 0.0f;
+  if (lane < 32) {
+    float s = 0.0f;
+    if constexpr (kCluster) {
+      if (lane < G) s = *cg::this_cluster().map_shared_rank(&part[lane % per], lane / per);
+    } else {
+      if (lane < G) s = group_sum(lane);
+    }
     for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) inv_s = dev::gated_norm_inv(s, p.Dv, p.norm_eps);
   }
-  dev::cluster_arrive_release();  // this block reads no other block's memory after this
+  if constexpr (kCluster) dev::cluster_arrive_release();  // this block reads no other block's memory after this
   __syncthreads();
   return inv_s;
 }
 
 // Grid (Hv * col_blocks, rows); block round_up(Dv / col_blocks * Q, 32): Q consecutive threads share
 // column (blockIdx.x % col_blocks) * Dv / col_blocks + t / Q.
-template <int DK, int Q, bool NORM>
+// NORM: 0 none, 1 the fused norm in one block (col_blocks 1), 2 in a cluster of col_blocks blocks.
+template <int DK, int Q, int NORM>
 __global__ void __launch_bounds__(Q == 1   ? 256
                                   : Q == 8 ? 1024
                                            : 512) delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
@@ -84,18 +93,18 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   const float v = active ? dev::load(p.v, p.qkv_dtype, orow + j) : 0.0f;
   const bool owner = active && threadIdx.x % Q == 0;
   float z = 0.0f, w = 0.0f;  // the fused norm's gate and weight of column j
-  if (NORM && owner) {
+  if (NORM != 0 && owner) {
     const int64_t zts = p.norm_z_stride ? p.norm_z_stride : static_cast<int64_t>(p.Hv) * p.Dv;
     z = dev::load(p.norm_z, DType::bf16, r * zts + static_cast<int64_t>(hv) * p.Dv + j);
     w = dev::load(p.norm_w, p.norm_w_dtype, j);
   }
   const float o = dev::delta_rule_step<DK, Q>(s, ks, qs, decay, beta, v);
   dev::store_column<DK, Q>(s, S, p.Dv, active);
-  if constexpr (NORM) {
+  if constexpr (NORM != 0) {
     const float ob = __bfloat162float(__float2bfloat16_rn(o));  // the bf16 output gated_rmsnorm would read
-    const float inv = fused_norm_inv(p, cols, jl, owner, ob);
+    const float inv = fused_norm_inv<NORM == 2>(p, cols, jl, owner, ob);
     if (owner) dev::store(p.out, DType::bf16, orow + j, dev::gated_norm_value(w, ob, inv, z));
-    dev::cluster_wait();
+    if constexpr (NORM == 2) dev::cluster_wait();
   } else {
     if (owner) dev::store(p.out, p.out_dtype, orow + j, o);
   }
@@ -105,10 +114,12 @@ template <int DK, int Q>
 void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   const int cb = p.col_blocks;
   const dim3 grid(p.Hv * cb, p.rows), block((p.Dv / cb * Q + 31) / 32 * 32);
-  if (p.norm_w) {
-    launch_kernel_cluster(delta_rule_decode_kernel<DK, Q, true>, grid, block, 0, stream, static_cast<unsigned>(cb), p);
+  if (p.norm_w && cb > 1) {
+    launch_kernel_cluster(delta_rule_decode_kernel<DK, Q, 2>, grid, block, 0, stream, static_cast<unsigned>(cb), p);
+  } else if (p.norm_w) {
+    launch_kernel(delta_rule_decode_kernel<DK, Q, 1>, grid, block, 0, stream, p);
   } else {
-    launch_kernel(delta_rule_decode_kernel<DK, Q, false>, grid, block, 0, stream, p);
+    launch_kernel(delta_rule_decode_kernel<DK, Q, 0>, grid, block, 0, stream, p);
   }
 }
 

@@ -33,8 +33,9 @@ struct DeltaRuleDecodeParams {
   // kernel writes y = (w * (o' * inv)) * silu(z) instead of o, o' = o rounded to bf16, with the
   // bytes gated_rmsnorm's 16-byte kernel gives on the bf16 output (gated_rmsnorm_vector_path):
   // the sums of squares of 8 adjacent columns in index order, then the same butterfly over the
-  // Dv / 8 partials. The blocks of a (row, v-head) form a cluster of col_blocks and read each
-  // other's partials through distributed shared memory. Needs out and z bf16, Dv 64, 128 or 256.
+  // Dv / 8 partials. With col_blocks > 1 the blocks of a (row, v-head) form a cluster and read
+  // each other's partials through distributed shared memory (measured slower in the model than
+  // one block a head: docs/BENCHMARKS.md). Needs out and z bf16, Dv 64, 128 or 256.
   // Padding rows (slot < 0) write zeros, as gated_rmsnorm does for rows past its live count.
   const void* norm_z = nullptr;  // [rows, Hv, Dv] bf16 at token stride norm_z_stride (heads Dv apart)
   int64_t norm_z_stride = 0;     // 0 = Hv * Dv
@@ -48,7 +49,7 @@ struct DeltaRuleDecodeParams {
 bool delta_rule_decode_supports(int Dk, int Dv);
 // Grid (Hv * col_blocks, rows), block round_up(Dv / col_blocks * split, 32): `split` threads per
 // state column j (delta_rule_decode_split in contracts.h says which split runs); with the fused
-// norm, in clusters of col_blocks blocks along x. Returns cudaErrorInvalidValue for a col_blocks
+// norm and col_blocks > 1, in clusters of col_blocks blocks along x. Returns cudaErrorInvalidValue for a col_blocks
 // that is not 0, 1, 2 or 4 or does not divide Dv, and for a fused norm outside its conditions.
 cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t stream);
 

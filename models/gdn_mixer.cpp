@@ -71,6 +71,7 @@ GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& a
     dr.norm_w = io.norm_w;
     dr.norm_w_dtype = io.norm_w_dtype;
     dr.norm_eps = io.norm_eps;
+    dr.col_blocks = 1;  // one block a head: the cluster form measured slower (docs/BENCHMARKS.md)
   }
   return p;
 }

@@ -139,8 +139,8 @@ cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t strea
   if (p.norm_w) {
     chk.require(p.Dv == 64 || p.Dv == 128 || p.Dv == kNormMaxDv, "the fused norm needs Dv 64, 128 or 256");
     chk.require(p.out_dtype == DType::bf16, "the fused norm needs a bf16 out");
-    chk.not_null(p.norm_z, "norm_z").require(p.norm_w_dtype == DType::bf16 || p.norm_w_dtype == DType::f32,
-                                             "norm_w_dtype must be bf16 or f32");
+    chk.not_null(p.norm_z, "norm_z")
+        .require(p.norm_w_dtype == DType::bf16 || p.norm_w_dtype == DType::f32, "norm_w_dtype must be bf16 or f32");
     chk.require(p.norm_z_stride == 0 || p.norm_z_stride >= static_cast<int64_t>(p.Hv) * p.Dv,
                 "norm_z_stride must be 0 or >= Hv x Dv");
   }

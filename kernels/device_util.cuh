@@ -83,7 +83,9 @@ __device__ __forceinline__ float swiglu_value(float g, float u, bool round_act) 
 __device__ __forceinline__ float gated_norm_inv(float ss, int n, float eps) {
   return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
 }
-__device__ __forceinline__ float gated_norm_value(float w, float x, float inv, float z) { return (w * (x * inv)) * silu(z); }
+__device__ __forceinline__ float gated_norm_value(float w, float x, float inv, float z) {
+  return (w * (x * inv)) * silu(z);
+}
 
 // Thread-block cluster barriers (sm_90), split so that work can go between arrive and wait:
 // relaxed (no memory ordering: "every block has started"), release / acquire (this block's

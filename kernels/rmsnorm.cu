@@ -313,7 +313,8 @@ NormArgs gated_args(const GatedRmsNormParams& p, int64_t xts, int64_t zts) {
 
 bool gated_rmsnorm_vector_path(const GatedRmsNormParams& p) {
   const int64_t row = static_cast<int64_t>(p.heads) * p.n;
-  return gated_vec_ok(gated_args(p, p.x_token_stride ? p.x_token_stride : row, p.z_token_stride ? p.z_token_stride : row));
+  return gated_vec_ok(
+      gated_args(p, p.x_token_stride ? p.x_token_stride : row, p.z_token_stride ? p.z_token_stride : row));
 }
 
 cudaError_t gated_rmsnorm(const GatedRmsNormParams& p, cudaStream_t stream) {

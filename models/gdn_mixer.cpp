@@ -87,9 +87,9 @@ double GdnDecodePath::post_bytes() const {
   return op_bytes::postconv(post.T, dims.Hk, dims.Hv, dims.Dk, dims.Dv, act_bytes);
 }
 double GdnDecodePath::delta_bytes() const {
-  const double norm = norm_fused() ? op_bytes::fused_gated_norm(delta.rows, dims.Hv, dims.Dv, act_bytes,
-                                                                 dtype_size(delta.norm_w_dtype))
-                                   : 0.0;
+  const double norm =
+      norm_fused() ? op_bytes::fused_gated_norm(delta.rows, dims.Hv, dims.Dv, act_bytes, dtype_size(delta.norm_w_dtype))
+                   : 0.0;
   return op_bytes::delta_rule(delta.rows, delta.rows, dims.Hk, dims.Hv, dims.Dk, dims.Dv, act_bytes) + norm;
 }
 

@@ -86,7 +86,7 @@ struct ModelStepOptions {
   GemmKind gemm = GemmKind::automatic;
   // How kernels are launched; the constructor resolves `automatic` (options().pdl is off or on).
   PdlMode pdl = PdlMode::automatic;
-  SwigluMode swiglu = SwigluMode::automatic;  // where the MLP activation is computed (same bytes either way)
+  SwigluMode swiglu = SwigluMode::automatic;            // where the MLP activation is computed (same bytes either way)
   GatedNormMode gated_norm = GatedNormMode::automatic;  // where a decode step's GDN gated norm is computed (same bytes)
   // `--arms tune`: at capture, for each graph key, time the arms of the ops its kind runs (decode:
   // conv.update, postconv, gdn.decode; prefill: conv.fwd, conv.chunks, postconv, gdn.prefill) on

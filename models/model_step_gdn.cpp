@@ -96,10 +96,11 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
     path.launch(s, rec, layer);
     norm_done = path.norm_fused();
   }
-  if (!norm_done) launched(gated_rmsnorm(gp, s), rec, s, [&] {
-    return NodeLabel{layer, "gated_rmsnorm", "-",
-                     op_bytes::gated_rmsnorm(rows, g.Hv, g.Dv, esz, dtype_size(W.norm_w.dtype))};
-  });
+  if (!norm_done)
+    launched(gated_rmsnorm(gp, s), rec, s, [&] {
+      return NodeLabel{layer, "gated_rmsnorm", "-",
+                       op_bytes::gated_rmsnorm(rows, g.Hv, g.Dv, esz, dtype_size(W.norm_w.dtype))};
+    });
 
   gemm(mat(a_.core.data, act, rows, HvDv), W.out_proj, a_.mix.rows(0, rows), layer, "gdn.out_proj", rec);
 }

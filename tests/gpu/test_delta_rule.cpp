@@ -9,8 +9,8 @@
 #include "kernels/contracts.h"
 #include "kernels/delta_rule.h"
 #include "kernels/launch_check.h"
-#include "kernels/rmsnorm.h"
 #include "kernels/ref/delta_rule_ref.h"
+#include "kernels/rmsnorm.h"
 #include "tests/support/catch.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
@@ -114,7 +114,8 @@ TEST_CASE("delta-rule decode: every column split gives the same bytes and matche
 // blocks of a head in a cluster of 1, 2 or 4), the output equals delta_rule_decode followed by
 // gated_rmsnorm's 16-byte kernel byte for byte, the state equals the plain kernel's, and padding rows
 // (past the live count) are zeros. z is read at a token stride wider than Hv x Dv, as in the model.
-TEST_CASE("delta-rule decode: the fused gated norm gives the bytes of the norm kernel", "[gpu][delta_rule][gated_norm]") {
+TEST_CASE("delta-rule decode: the fused gated norm gives the bytes of the norm kernel",
+          "[gpu][delta_rule][gated_norm]") {
   struct Shape {
     int Hk, Hv, Dk, Dv;
   };

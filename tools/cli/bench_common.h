@@ -40,9 +40,10 @@ struct BenchOptions {
   std::string gemm = "auto";           // model workload: the projections (auto, cublas, skinny, mixed or lt)
   std::string pdl = "auto";            // model workload: programmatic dependent launch (auto, off or on)
   std::string swiglu = "auto";         // model workload: where the MLP activation is computed (auto, gemm, kernel)
-  std::string gated_norm = "auto";     // model workload: where the GDN gated norm is computed in decode (auto, delta, kernel)
-  std::string arms_mode = "fixed";     // model workload: fixed (as chosen) or tune (timed per graph key at capture)
-  bool marginal = false;               // model workload: marginal cost per op family (largest and smallest decode key)
+  std::string gated_norm =
+      "auto";  // model workload: where the GDN gated norm is computed in decode (auto, delta, kernel)
+  std::string arms_mode = "fixed";  // model workload: fixed (as chosen) or tune (timed per graph key at capture)
+  bool marginal = false;            // model workload: marginal cost per op family (largest and smallest decode key)
 };
 
 // Writes the per-graph exports the user asked for (CSV of node stats, Chrome trace, DOT); the key

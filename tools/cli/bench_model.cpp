@@ -211,9 +211,10 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                                          ? "the swiglu kernel (kernel)"
                                          : "the gate_up GEMM's epilogue where it measured faster (auto)");
   const std::string gated_norm = gated_norm_name(step.options().gated_norm);
-  fmt::print("GDN gated norm (decode): {}\n", gated_norm == "delta"    ? "in the delta rule's epilogue (delta)"
-                                              : gated_norm == "kernel" ? "the gated_rmsnorm kernel (kernel)"
-                                                                       : "the delta rule's epilogue where it measured faster (auto)");
+  fmt::print("GDN gated norm (decode): {}\n", gated_norm == "delta" ? "in the delta rule's epilogue (delta)"
+                                              : gated_norm == "kernel"
+                                                  ? "the gated_rmsnorm kernel (kernel)"
+                                                  : "the delta rule's epilogue where it measured faster (auto)");
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), step.keys().size(),

@@ -73,9 +73,9 @@ GatedNormMode parse_gated_norm(const std::string& name) {
   throw Error(fmt::format("unknown gated-norm '{}' (valid: auto, delta, kernel)", printable(name)));
 }
 
-bool delta_fuses_gated_norm(GatedNormMode mode, int64_t rows) {
-  (void)rows;
-  return mode != GatedNormMode::kernel;
+bool delta_fuses_gated_norm(GatedNormMode mode, int64_t rows, int64_t head_values) {
+  if (mode != GatedNormMode::automatic) return mode == GatedNormMode::delta;
+  return rows <= kGatedNormFusedMaxRows && head_values <= kGatedNormFusedMaxValues;
 }
 
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks) {

@@ -85,7 +85,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   if (prefill) {
     gdn_prefill(layer, key, io, rec);
   } else {  // conv.update -> postconv -> delta_rule.decode, or gdn.decode=fused
-    if (delta_fuses_gated_norm(opts_.gated_norm, rows) && gated_rmsnorm_vector_path(gp)) {
+    if (delta_fuses_gated_norm(opts_.gated_norm, rows, HvDv) && gated_rmsnorm_vector_path(gp)) {
       io.norm_z = z;
       io.norm_z_stride = P;
       io.norm_w = W.norm_w.data;

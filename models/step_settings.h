@@ -100,7 +100,7 @@ constexpr int64_t kGemmSwigluSmallMaxWeights = int64_t{64} << 20;
 // rule's fused norm reproduces the norm kernel's order, delta_rule.h); a setting so that `stepgraph
 // ab` can time the two in one process.
 enum class GatedNormMode : uint8_t {
-  automatic,  // delta where delta_fuses_gated_norm says so, else kernel
+  automatic,  // delta where delta_fuses_gated_norm says so (small steps of the 4B's heads), else kernel
   delta,      // in the delta rule's epilogue wherever it can (decode, unfused GDN path, bf16, Dv 64/128/256)
   kernel,     // the gated_rmsnorm kernel after the delta rule
 };
@@ -108,9 +108,16 @@ constexpr std::array<std::string_view, 3> kGatedNormNames = {"auto", "delta", "k
 const char* gated_norm_name(GatedNormMode m);  // one of kGatedNormNames
 // One of kGatedNormNames; throws Error on anything else.
 GatedNormMode parse_gated_norm(const std::string& name);
-// Under `mode`, for a decode step of `rows` rows whose norm could be fused: automatic follows the
-// measured rule (docs/BENCHMARKS.md), delta always, kernel never.
-bool delta_fuses_gated_norm(GatedNormMode mode, int64_t rows);
+// Whether a decode step of `rows` rows whose norm could be fused fuses it under `mode`, for a GDN
+// layer of head_values = Hv x Dv output values a row: delta always, kernel never, automatic on
+// steps of at most kGatedNormFusedMaxRows rows with at most kGatedNormFusedMaxValues. Measured on
+// the H200 against the norm kernel (docs/BENCHMARKS.md): the delta rule's kernel gets 4-9 us
+// longer a call, which outweighs the norm kernel it saves on large steps (4B b=32 +3.0%, 27B b=32
+// +2.6%) but not on the 4B's small ones (b=1..8: -0.1% to -1.5% over two measurements); the 27B's
+// (Hv x Dv = 6144) small steps were no faster (-0.4% to +0.5%).
+bool delta_fuses_gated_norm(GatedNormMode mode, int64_t rows, int64_t head_values);
+constexpr int64_t kGatedNormFusedMaxRows = 8;
+constexpr int64_t kGatedNormFusedMaxValues = 4096;
 const char* gemm_name(GemmKind g);  // one of kGemmNames
 // One of kGemmNames; throws Error on anything else.
 GemmKind parse_gemm(const std::string& name);

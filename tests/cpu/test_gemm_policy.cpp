@@ -74,15 +74,19 @@ TEST_CASE("gemm policy: the SwiGLU epilogue except on small steps over a large g
   CHECK_THROWS_AS(parse_swiglu("fused"), Error);
 }
 
-TEST_CASE("gated-norm setting: names round-trip, kernel never fuses, delta always", "[settings]") {
+TEST_CASE("gated-norm setting: names round-trip, auto fuses small steps of small heads", "[settings]") {
   for (GatedNormMode m : {GatedNormMode::automatic, GatedNormMode::delta, GatedNormMode::kernel}) {
     CHECK(parse_gated_norm(gated_norm_name(m)) == m);
   }
   CHECK_THROWS_WITH(parse_gated_norm("fused"), "unknown gated-norm 'fused' (valid: auto, delta, kernel)");
   for (int64_t rows : {1, 8, 32}) {
-    CHECK(delta_fuses_gated_norm(GatedNormMode::delta, rows));
-    CHECK_FALSE(delta_fuses_gated_norm(GatedNormMode::kernel, rows));
+    CHECK(delta_fuses_gated_norm(GatedNormMode::delta, rows, 6144));
+    CHECK_FALSE(delta_fuses_gated_norm(GatedNormMode::kernel, rows, 4096));
   }
+  CHECK(delta_fuses_gated_norm(GatedNormMode::automatic, 1, 4096));  // 4B: Hv 32 x Dv 128
+  CHECK(delta_fuses_gated_norm(GatedNormMode::automatic, kGatedNormFusedMaxRows, 4096));
+  CHECK_FALSE(delta_fuses_gated_norm(GatedNormMode::automatic, kGatedNormFusedMaxRows + 1, 4096));
+  CHECK_FALSE(delta_fuses_gated_norm(GatedNormMode::automatic, 1, 6144));  // 27B: Hv 48 x Dv 128
 }
 
 TEST_CASE("cuBLASLt shape keys: dims, strides, dtypes and each operand's alignment, and bad views refused",

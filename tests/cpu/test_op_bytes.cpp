@@ -19,6 +19,8 @@ TEST_CASE("op bytes: the 4B decode-b32 shapes", "[op_bytes]") {
   // gdn.decode fused: 138.3 MB (the gdn.decode rows).
   CHECK(op_bytes::gdn_decode_fused(32, 16, 32, 128, 128, 4, 2, 2) == 138285312.0);
   CHECK(op_bytes::gated_rmsnorm(32, 32, 128, 2, 2) == 3.0 * 32 * 32 * 128 * 2 + 128 * 2);
+  // In the delta rule's epilogue: z and the weight only (the delta rule writes its output once).
+  CHECK(op_bytes::fused_gated_norm(32, 32, 128, 2, 4) == 32.0 * 32 * 128 * 2 + 128 * 4);
 }
 
 TEST_CASE("op bytes: the 4B prefill-32x1024 shapes", "[op_bytes]") {

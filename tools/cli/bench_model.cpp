@@ -214,7 +214,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   fmt::print("GDN gated norm (decode): {}\n", gated_norm == "delta" ? "in the delta rule's epilogue (delta)"
                                               : gated_norm == "kernel"
                                                   ? "the gated_rmsnorm kernel (kernel)"
-                                                  : "the delta rule's epilogue where it measured faster (auto)");
+                                                  : "the delta rule's epilogue on small steps, else the kernel (auto)");
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), step.keys().size(),

@@ -358,7 +358,8 @@ void register_bench(CLI::App& app, Action& action) {
                   "model workload: where a decode step computes the GDN layer's gated RMSNorm: delta (in the delta "
                   "rule's epilogue, its column blocks in a thread-block cluster, wherever the unfused GDN decode path "
                   "runs on bf16 with Dv 64, 128 or 256), kernel (the gated_rmsnorm kernel after the delta rule), or "
-                  "auto (where it measured faster); the same output bytes every way")
+                  "auto (delta on steps of at most 8 rows whose GDN layers have at most 4096 output values a row, "
+                  "the 4B's, where it measured faster; kernel elsewhere); the same output bytes every way")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "delta", "kernel"}));
   cmd->add_flag("--marginal", o.marginal,

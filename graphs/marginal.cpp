@@ -35,7 +35,8 @@ std::vector<double> time_replays(const CapturedGraph& g, cudaStream_t s, int rep
 
 MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manifest, cudaStream_t stream,
                               const std::function<std::string(const ManifestNode&)>& group_of, int reps, int replays,
-                              const std::function<void(int, int, const std::string&)>& progress) {
+                              const std::function<void(int, int, const std::string&)>& progress,
+                              const std::function<bool()>& stop) {
   require(static_cast<bool>(graph), "marginal costs: graph '{}' was never captured", manifest.graph);
   require(reps >= 1 && replays >= 1, "marginal costs: need reps >= 1 and replays >= 1 (got {}, {})", reps, replays);
   const std::vector<cudaGraphNode_t> kernels = topo_kernel_nodes(graph.graph());
@@ -49,6 +50,7 @@ MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manife
   MarginalReport r;
   std::vector<double> base = time_replays(graph, stream, reps, replays);
   for (const auto& [name, nodes] : groups) {
+    if (stop && stop()) break;
     set_enabled(graph.exec(), nodes, false);
     std::vector<double> ms;
     try {

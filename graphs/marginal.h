@@ -36,9 +36,12 @@ struct MarginalReport {
 // group; `reps` repetitions of `replays` replays each, medians per replay. The stream must not be
 // capturing; the graph is left with every node enabled (also when an error is thrown). `progress`
 // (optional) is called after each group with groups done, groups in all and the group's name.
+// `stop` (optional) is asked before each group: when it says true the remaining groups are left
+// out (the report holds the groups timed so far, and the baseline is still timed at the end).
 MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manifest, cudaStream_t stream,
                               const std::function<std::string(const ManifestNode&)>& group_of, int reps, int replays,
-                              const std::function<void(int, int, const std::string&)>& progress = {});
+                              const std::function<void(int, int, const std::string&)>& progress = {},
+                              const std::function<bool()>& stop = {});
 
 // Per-replay times (ms) of `reps` repetitions of `replays` replays each (CUDA events), after two
 // warm-up replays.

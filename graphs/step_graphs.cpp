@@ -87,6 +87,7 @@ void StepGraphs::capture_all(std::vector<GraphKey> keys, const WarmupFn& warmup,
   const int total = static_cast<int>(keys.size());
   int done = 0;
   for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
+    if (device_.stop && device_.stop()) break;
     const GraphKey key = *it;
     const std::string graph_name = name(key);
     Manifest described;

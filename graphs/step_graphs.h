@@ -6,7 +6,7 @@
 //     staged padding-only inputs for it), one synchronisation, then capture largest first (keys in
 //     descending order: the largest key of each kind first, kinds in the order mixed, prefill,
 //     decode) with a NodeRecorder, and build each key's manifest. On a terminal, a progress bar on
-//     stderr; nothing otherwise.
+//     stderr; nothing otherwise. A stop hook (set_stop) ends the capture loop before its next key.
 //   run: replays the key's graph in graph mode when it was captured; otherwise launches the
 //     sequence eagerly, counting an eager fallback when a graph was wanted.
 //
@@ -65,6 +65,9 @@ struct GraphDevice {
   std::function<void(const CapturedGraph&)> replay;
   // After each capture: graphs done, graphs in all, the graph just captured. Empty: no progress.
   std::function<void(int done, int total, const std::string& name)> progress;
+  // Asked before each capture: true ends capture_all there (the keys captured so far keep their
+  // graphs; a Ctrl-C handler, say). Empty: never stops.
+  std::function<bool()> stop;
 
   // CapturedGraph::capture + build_manifest on `stream`, replays on `stream`, and a progress bar on
   // stderr when stderr is a terminal (isatty), no progress otherwise.
@@ -109,6 +112,9 @@ class StepGraphs {
   bool run(const GraphKey& key, RunMode mode);
   // Replays `key`'s graph (an error naming the key when it was not captured).
   void replay(const GraphKey& key) const;
+
+  // Sets GraphDevice::stop (the capture loop's stop question).
+  void set_stop(std::function<bool()> stop) { device_.stop = std::move(stop); }
 
   bool has(const GraphKey& key) const { return captured_.count(key) != 0; }
   const Manifest& manifest(const GraphKey& key) const;

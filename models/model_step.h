@@ -132,6 +132,9 @@ class ModelStep {
   // The same for the given keys only (GraphKey::decode(k) for k in keys(), GraphKey::prefill(b)
   // for b in prefill_keys(); anything else is an error naming the key and the step's keys).
   void capture(const std::vector<GraphKey>& keys, bool for_timing = false);
+  // Asked before each graph's capture: true ends capture_all / capture there, the graphs captured
+  // so far kept (Ctrl-C in the commands). Empty: never stops.
+  void set_capture_stop(std::function<bool()> stop) { graphs_.set_stop(std::move(stop)); }
 
   // One decode step: request i is row i. Validates (slots distinct and in range, token ids, position
   // + 1 <= max_context), pads to the key, uploads, runs, synchronises and downloads rows [0, B).

@@ -3,6 +3,7 @@
 // progress lines, and the errors for keys that have no graph. No CUDA call is made.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <span>
@@ -160,6 +161,21 @@ TEST_CASE("progress: one line per captured graph, in capture order", "[graphs][r
   CHECK(r.progress == std::vector<std::string>{"capturing graphs [######--------------] 1/3 g decode 4",
                                                "capturing graphs [#############-------] 2/3 g decode 2",
                                                "capturing graphs [####################] 3/3 g decode 1"});
+}
+
+TEST_CASE("a stop hook ends the capture loop before its next key; what was captured stays", "[graphs][runner]") {
+  FakeRunner r;
+  int asked = 0;
+  r.graphs.set_stop([&] { return ++asked > 2; });  // two captures, then stop (a Ctrl-C, say)
+  r.capture({GraphKey::decode(1), GraphKey::decode(2), GraphKey::decode(4), GraphKey::decode(8)});
+  CHECK(asked == 3);
+  CHECK(r.graphs.captured() == std::vector<GraphKey>{GraphKey::decode(4), GraphKey::decode(8)});  // largest first
+  CHECK(std::count(r.log.begin(), r.log.end(), "capture g decode 2") == 0);
+  CHECK(r.graphs.run(GraphKey::decode(2), RunMode::graph) == false);  // the rest run eagerly
+  CHECK(r.graphs.eager_fallbacks() == 1);
+  r.graphs.set_stop({});
+  r.capture({GraphKey::decode(1), GraphKey::decode(2)});
+  CHECK(r.graphs.captured().size() == 4);
 }
 
 TEST_CASE("the stream's hooks show progress only when stderr is a terminal", "[graphs][runner]") {

@@ -45,3 +45,56 @@ TEST_CASE("bench: Ctrl-C ends the run after the graph being measured and writes 
   }
   std::filesystem::remove(json);
 }
+
+TEST_CASE("capture: Ctrl-C ends the run after the graph being captured and writes the graphs captured so far",
+          "[gpu][cli][sigint]") {
+  const std::filesystem::path json = std::filesystem::temp_directory_path() / "sg_test_sigint_capture.json";
+  std::filesystem::remove(json);
+  // The 4B preset's 7 decode graphs and 12 prefill buckets (32 x 1024 tokens) take longer than the
+  // 6 s after which the signal comes (the model is built first, then every key runs once eagerly).
+  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "capture", "--preset", "qwen3.5-4b",
+                                         "--phase",        "both",    "--json",   json.string()};
+  ChildLimits l;
+  l.seconds = 300;
+  l.address_space = ~uint64_t{0};
+  l.sigint_after = 6.0;
+  const ChildResult r = run_program(argv, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
+  INFO(r.describe() << "\n" << r.out.substr(0, 3000));
+  REQUIRE(r.end == ChildResult::End::exited);
+  CHECK(r.code == 130);
+  CHECK(r.out.find("interrupted (SIGINT) after ") != std::string::npos);
+  CHECK(r.out.find("of 19 graphs: the graphs captured so far follow") != std::string::npos);
+  std::ifstream f(json);
+  REQUIRE(f.good());
+  const nlohmann::json j = nlohmann::json::parse(f);
+  CHECK(j.at("interrupted") == true);
+  CHECK(j.at("planned_graphs") == 19);
+  const auto& graphs = j.at("graphs");
+  CHECK(graphs.size() < 19);
+  CHECK(j.at("totals").at("graphs") == graphs.size());
+  for (const auto& g : graphs) CHECK(g.at("kernel_nodes").get<int>() > 0);  // whatever was captured is whole
+  std::filesystem::remove(json);
+}
+
+TEST_CASE("inspect: Ctrl-C ends the run after the unit under way and exits with 130", "[gpu][cli][sigint]") {
+  // 400 replays a timing: the baseline alone takes about 5 s on the 4B decode graph and each of the
+  // 18 op families as long again, so the signal at 10 s comes during the capture or the marginal costs.
+  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "inspect", "--preset", "qwen3.5-4b", "--replays", "400"};
+  ChildLimits l;
+  l.seconds = 300;
+  l.address_space = ~uint64_t{0};
+  l.sigint_after = 10.0;
+  const ChildResult r = run_program(argv, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
+  INFO(r.describe() << "\n" << r.out.substr(0, 4000));
+  REQUIRE(r.end == ChildResult::End::exited);
+  CHECK(r.code == 130);
+  CHECK(r.seconds < 120);
+  const bool in_capture =
+      r.out.find("interrupted (SIGINT) while capturing the graphs: nothing was measured") != std::string::npos;
+  const bool in_marginal = r.out.find("interrupted (SIGINT) during the marginal costs: ") != std::string::npos;
+  CHECK(in_capture != in_marginal);
+  if (in_marginal) {  // the table follows, every op family listed, the unmeasured ones without a marginal cost
+    CHECK(r.out.find("groups measured (the others show none)") != std::string::npos);
+    CHECK(r.out.find("mlp.gate_up") != std::string::npos);
+  }
+}

@@ -18,6 +18,7 @@
 #include "tools/cli/capture_report.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/sigint.h"
 
 namespace sg::cli {
 namespace {
@@ -30,6 +31,9 @@ struct CaptureOptions {
 CaptureOptions co;
 
 int run(const CaptureOptions& o) {
+  // Ctrl-C: the graph being captured finishes, then the command reports (and writes) the graphs
+  // captured so far, marked interrupted, and exits with 130. A second Ctrl-C ends the process.
+  const SigintGuard guard;
   const ResolvedArms arms = resolve_cli_arms(o.b.arms.arms);  // a bad arm name is an error on every path
   const Qwen35Config cfg = preset(o.b.preset);
   check_writable(o.json, "--json");  // before the run, so that its results are never lost
@@ -56,7 +60,9 @@ int run(const CaptureOptions& o) {
       o.b.context, format_bytes(static_cast<double>(step.arena_bytes())), build_s, c.arms.describe(),
       c.describe_settings(), keys.size(), o.b.phase);
   t0 = std::chrono::steady_clock::now();
+  step.set_capture_stop(sigint_received);
   step.capture(keys, /*for_timing=*/false);
+  const bool interrupted = sigint_received();
   const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::vector<CaptureRow> rows;
   for (const GraphKey& k : step.graphs().captured()) {
@@ -64,6 +70,10 @@ int run(const CaptureOptions& o) {
     rows.push_back({describe(k), g.name(), g.stats()});
   }
   print_tuning(step);
+  if (interrupted) {
+    fmt::print("\ninterrupted (SIGINT) after {} of {} graphs: the graphs captured so far follow\n", rows.size(),
+               keys.size());
+  }
   fmt::print("\n{}", format_capture_table(rows));
   const CaptureStats t = capture_totals(rows);
   fmt::print(
@@ -82,6 +92,8 @@ int run(const CaptureOptions& o) {
     j["arms"] = c.arms.describe();
     j["settings"] = c.describe_settings();
     j["wall_ms"] = wall_ms;
+    j["interrupted"] = interrupted;
+    j["planned_graphs"] = keys.size();
     if (step.options().tune_arms) {
       nlohmann::json tuned = nlohmann::json::array();
       for (const GraphKey& k : step.graphs().captured()) {
@@ -98,7 +110,7 @@ int run(const CaptureOptions& o) {
     if (!f) throw Error(fmt::format("--json {}: cannot write the results to this file", printable(o.json, 4096)));
     fmt::print("wrote {}\n", o.json);
   }
-  return 0;
+  return interrupted ? kInterruptedExit : 0;
 }
 
 }  // namespace
@@ -108,7 +120,8 @@ void register_capture(CLI::App& app, Action& action) {
       "capture",
       "Build the whole-model step of a preset and capture its graph keys (decode keys, prefill buckets or both): per "
       "graph its kernel and other nodes, capture and instantiation times and the device memory instantiation took, "
-      "and the totals. Needs a GPU.");
+      "and the totals. Ctrl-C ends the run after the graph being captured and reports (and writes) the graphs "
+      "captured so far, exit 130. Needs a GPU.");
   add_model_step_options(cmd, co.b);
   cmd->add_option("--phase", co.b.phase,
                   "decode (the decode keys 1, 2, 4, 8, ... --max-seqs), prefill (the token buckets 16, 32, ... up to "

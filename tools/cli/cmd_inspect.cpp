@@ -21,6 +21,7 @@
 #include "tools/cli/bench_common.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/sigint.h"
 
 namespace sg::cli {
 namespace {
@@ -58,6 +59,10 @@ std::string group_of(const ManifestNode& n, const std::string& by) {
 }
 
 int run(const InspectOptions& o) {
+  // Ctrl-C: during the capture, the command stops after the graph being captured (nothing was
+  // measured yet); during the marginal costs, after the group being timed, and prints (or writes)
+  // the table with the marginal costs measured so far. Both exit with 130.
+  const SigintGuard guard;
   // User-facing errors are plain sentences (sg::Error without a source location).
   const ResolvedArms arms = resolve_cli_arms(o.b.arms.arms);  // a bad arm name is an error on every path
   const Qwen35Config cfg = preset(o.b.preset);
@@ -85,7 +90,12 @@ int run(const InspectOptions& o) {
     rows = n;
   }
   ModelStep step(cfg, model_step_options(o.b, arms, prefill, 0));
+  step.set_capture_stop(sigint_received);
   step.capture_all(/*for_timing=*/true, prefill);
+  if (sigint_received()) {
+    fmt::print("interrupted (SIGINT) while capturing the graphs: nothing was measured\n");
+    return kInterruptedExit;
+  }
   if (o.format == "table") print_tuning(step);  // JSON carries it as "tuning"; CSV is the node table only
   step.randomize_caches(7);                     // after the capture: tuning (--arms tune) runs steps on the caches
   cudaStream_t s = step.stream();
@@ -142,7 +152,7 @@ int run(const InspectOptions& o) {
           const std::string gname = group_of(n, o.by);
           return shown.count(gname) ? gname : std::string();
         },
-        o.b.reps, std::max(1, replays), terminal_progress("marginal costs"));
+        o.b.reps, std::max(1, replays), terminal_progress("marginal costs"), sigint_received);
     for (auto& r : rows_out) {
       for (const auto& mg : mr.groups) {
         if (mg.group == r.name) r.marginal_ms = mg.marginal_ms, r.has_marginal = true;
@@ -151,6 +161,13 @@ int run(const InspectOptions& o) {
   }
   double total_us = 0;
   for (const auto& st : stats) total_us += st.median_us;
+  const bool interrupted = sigint_received();
+  int marginal_groups = 0;
+  for (const auto& r : rows_out) marginal_groups += r.has_marginal;
+  const std::string stopped =
+      fmt::format("interrupted (SIGINT) during the marginal costs: {} of {} groups measured (the others show none)",
+                  marginal_groups, rows_out.size());
+  if (interrupted && o.format != "table") fmt::print(stderr, "{}\n", stopped);  // stdout keeps its format
 
   if (o.format == "json") {
     nlohmann::json j = {{"device", dev.describe()}, {"preset", cfg.name}, {"graph", name},
@@ -158,6 +175,7 @@ int run(const InspectOptions& o) {
                         {"node_time_us", total_us}};
     if (!m.tuning.empty()) j["tuning"] = to_json(m)["tuning"];
     if (!o.no_marginal) j["step_ms"] = {{"median", mr.baseline_ms}, {"spread", mr.spread_ms}};
+    j["interrupted"] = interrupted;
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : rows_out) {
       nlohmann::json e = {{"group", r.name}, {"nodes", r.nodes}, {"us", r.us}, {"bytes", r.bytes}};
@@ -175,6 +193,7 @@ int run(const InspectOptions& o) {
                  r.has_marginal ? fmt::format("{:.3f}", 1000.0 * r.marginal_ms) : "");
     }
   } else {
+    if (interrupted) fmt::print("{}\n", stopped);
     fmt::print("device: {}\ngraph: {} of {}; {} kernel nodes, node times sum {:.1f} us (CUPTI, {} replays)\n",
                dev.describe(), name, cfg.name, stats.size(), total_us, node_replays);
     if (!o.no_marginal) {
@@ -200,7 +219,7 @@ int run(const InspectOptions& o) {
     if (!f) throw Error(fmt::format("cannot write {}", o.b.dot));
     f << to_dot(m);
   }
-  return 0;
+  return interrupted ? kInterruptedExit : 0;
 }
 
 }  // namespace
@@ -214,7 +233,8 @@ void register_inspect(CLI::App& app, Action& action) {
       "One captured graph of the whole model, node by node: each node's own CUPTI time (overlap with the node before "
       "counted once) grouped by node, op family or "
       "layer, beside the group's marginal cost (the step with the group's nodes disabled, subtracted from the full "
-      "step). Needs a GPU.");
+      "step). Ctrl-C ends the run after the graph being captured (nothing measured) or the group being timed (the "
+      "table with the marginal costs measured so far), exit 130. Needs a GPU.");
   add_model_step_options(cmd, io.b);  // --preset, --max-seqs, --context, --arm, the settings
   cmd->add_option("--key", io.key,
                   "the graph: decode (the largest decode key), decode-N (the key holding N rows) or prefill")

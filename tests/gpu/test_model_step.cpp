@@ -319,16 +319,29 @@ TEST_CASE("model step manifest labels every kernel it launches", "[gpu][model][m
   }
 }
 
-TEST_CASE("model step with the fused gdn.decode arm gives the unfused bytes", "[gpu][model][arms]") {
-  const Qwen35Config cfg = preset("tiny");  // Dk = 32: the fused arm falls back unless Dk is 64 or 128
-  Qwen35Config c = cfg;
+namespace {
+// The tiny preset with Dk = Dv = 64 (its own Dk = Dv = 32 leave out the fused gdn.decode arm and the
+// delta rule's fused norm, which need 64 or more).
+Qwen35Config tiny_d64() {
+  Qwen35Config c = preset("tiny");
   c.gdn = GdnDims{2, 4, 64, 64, 4};
   c.validate("test");
+  return c;
+}
+// A small bf16 step: 8 slots of 16 tokens, decode keys up to 4 rows.
+ModelStepOptions small_bf16_step() {
   ModelStepOptions o;
   o.num_slots = 8;
   o.max_context = 16;
   o.max_decode_batch = 4;
   o.act = DType::bf16;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("model step with the fused gdn.decode arm gives the unfused bytes", "[gpu][model][arms]") {
+  const Qwen35Config c = tiny_d64();
+  ModelStepOptions o = small_bf16_step();
   ModelStep unfused(c, o);
   o.arms.gdn_decode = GdnDecodeArm::fused;
   ModelStep fused(c, o);
@@ -348,11 +361,7 @@ TEST_CASE("model step with the fused gdn.decode arm gives the unfused bytes", "[
 TEST_CASE("model step: SwiGLU in the gate_up GEMM's epilogue gives the swiglu kernel's bytes", "[gpu][model][swiglu]") {
   const Qwen35Config c = preset("tiny");  // I % 8 == 0: gate_up's rows interleaved in 8s
   REQUIRE(c.intermediate % 8 == 0);
-  ModelStepOptions o;
-  o.num_slots = 8;
-  o.max_context = 16;
-  o.max_decode_batch = 4;
-  o.act = DType::bf16;
+  ModelStepOptions o = small_bf16_step();
   o.gemm = GemmKind::skinny;  // every decode gate_up on the skinny kernel
   o.swiglu = SwigluMode::kernel;
   ModelStep kernel(c, o);
@@ -387,14 +396,8 @@ TEST_CASE("model step: SwiGLU in the gate_up GEMM's epilogue gives the swiglu ke
 
 TEST_CASE("model step: the gated norm in the delta rule's epilogue gives the norm kernel's bytes",
           "[gpu][model][gated_norm]") {
-  Qwen35Config c = preset("tiny");
-  c.gdn = GdnDims{2, 4, 64, 64, 4};  // Dv = 64: the norm kernel's 16-byte path, which the fused norm reproduces
-  c.validate("test");
-  ModelStepOptions o;
-  o.num_slots = 8;
-  o.max_context = 16;
-  o.max_decode_batch = 4;
-  o.act = DType::bf16;
+  const Qwen35Config c = tiny_d64();  // Dv = 64: the norm kernel's 16-byte path, which the fused norm reproduces
+  ModelStepOptions o = small_bf16_step();
   o.gated_norm = GatedNormMode::kernel;
   ModelStep kernel(c, o);
   o.gated_norm = GatedNormMode::delta;

@@ -163,7 +163,7 @@ TEST_CASE("progress: one line per captured graph, in capture order", "[graphs][r
                                                "capturing graphs [####################] 3/3 g decode 1"});
 }
 
-TEST_CASE("a stop hook ends the capture loop before its next key; what was captured stays", "[graphs][runner]") {
+TEST_CASE("a stop hook ends the capture loop before its next key, and what was captured stays", "[graphs][runner]") {
   FakeRunner r;
   int asked = 0;
   r.graphs.set_stop([&] { return ++asked > 2; });  // two captures, then stop (a Ctrl-C, say)

@@ -50,14 +50,15 @@ TEST_CASE("capture: Ctrl-C ends the run after the graph being captured and write
           "[gpu][cli][sigint]") {
   const std::filesystem::path json = std::filesystem::temp_directory_path() / "sg_test_sigint_capture.json";
   std::filesystem::remove(json);
-  // The 4B preset's 7 decode graphs and 12 prefill buckets (32 x 1024 tokens) take longer than the
-  // 6 s after which the signal comes (the model is built first, then every key runs once eagerly).
-  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "capture", "--preset", "qwen3.5-4b",
+  // The 27B preset's 7 decode graphs and 12 prefill buckets (32 x 1024 tokens): before the captures
+  // every key runs once eagerly, the largest prefill bucket for seconds, so the signal at 3 s comes
+  // before the last graph is captured (the 4B preset's whole run took about 1 s on the H200).
+  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "capture", "--preset", "qwen3.5-27b",
                                          "--phase",        "both",    "--json",   json.string()};
   ChildLimits l;
   l.seconds = 300;
   l.address_space = ~uint64_t{0};
-  l.sigint_after = 6.0;
+  l.sigint_after = 3.0;
   const ChildResult r = run_program(argv, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
   INFO(r.describe() << "\n" << r.out.substr(0, 3000));
   REQUIRE(r.end == ChildResult::End::exited);

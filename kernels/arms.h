@@ -28,8 +28,9 @@ enum class PostconvArm { megablock, fast, split, token_tile };  // postconv
 enum class GdnPrefillArm { unfused, fused };                    // gdn.prefill
 enum class GdnDecodeArm { unfused, fused };                     // gdn.decode
 
-// Which op an arm enum belongs to and how many arms it has (dispatch tables are checked against
-// `count` at compile time).
+// Which op an arm enum belongs to and how many arms it has (the name tables are checked against
+// `count` at compile time; launchers switch over the arm enum with no default, which
+// -Werror=switch makes an error for any arm without a case).
 template <class Arm>
 struct ArmTraits;
 template <>

@@ -1,6 +1,6 @@
 // contracts.h: one pure, CUDA-free function per op that turns (arm, shape) into a launch contract:
 // the arm actually used after fallbacks, grid, block, dynamic shared memory and a stable kernel
-// name. Launchers launch exactly what the contract says (through dispatch()); graph manifests
+// name. Launchers launch exactly what the contract says (a closed switch over its arm); graph manifests
 // record it; CPU tests check it. Also the conv prefill chunk descriptors and their worst-case
 // count, which sizes the `exact` grid.
 #pragma once
@@ -207,25 +207,5 @@ int gdn_prefill_conv_blocks_per_tile(int Hk, int Hv, int Dv);
 // Dk or Dv < 1, K outside 2..8, C = 2*Hk*Dk + Hv*Dv beyond int32, or a grid of 2^31 blocks or more.
 LaunchContract<GdnPrefillArm> gdn_prefill_contract(GdnPrefillArm requested, const GdnPrefillShape& s);
 LaunchContract<GdnPrefillArm> gdn_prefill_contract(const ArmSelection& sel, const GdnPrefillShape& s);
-
-// --- dispatch -------------------------------------------------------------------------------------
-// Calls exactly by_arm[contract.arm], the one launcher of the arm that the contract says runs.
-// The table has one slot per arm of the op (checked at compile time); an empty slot (an arm not
-// built) throws ArmError naming op and arm.
-template <class Arm, size_t N>
-void dispatch(const LaunchContract<Arm>& c,
-              const std::array<std::function<void(const LaunchContract<Arm>&)>, N>& by_arm) {
-  static_assert(N == ArmTraits<Arm>::count, "dispatch table needs exactly one slot per arm of the op");
-  const size_t i = static_cast<size_t>(c.arm);
-  if (i >= N) {
-    throw ArmError("dispatch: arm index " + std::to_string(i) + " out of range for " +
-                   std::string(op_name(ArmTraits<Arm>::op)));
-  }
-  if (!by_arm[i]) {
-    throw ArmError("no launcher for " + std::string(op_name(ArmTraits<Arm>::op)) + "=" + std::string(arm_name(c.arm)) +
-                   " in this build");
-  }
-  by_arm[i](c);
-}
 
 }  // namespace sg

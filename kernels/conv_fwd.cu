@@ -136,22 +136,14 @@ cudaError_t conv_fwd(const ConvFwdParams& p, const LaunchContract<ConvFwdArm>& c
               "the contract: it is not the one conv_fwd_contract gives for these params");
   if (!chk.ok()) return cudaErrorInvalidValue;
 
-  cudaError_t err = cudaSuccess;
-  std::array<std::function<void(const LaunchContract<ConvFwdArm>&)>, 4> by_arm;
-  by_arm[static_cast<size_t>(ConvFwdArm::tiled)] = [&](const auto& k) {
-    err = conv_fwd_launch_tiled(p, k, chunks, stream);
-  };
-  const auto reg = [&](const auto& k) { err = conv_fwd_launch_register(p, k, chunks, stream); };
-  by_arm[static_cast<size_t>(ConvFwdArm::reg)] = reg;
-  by_arm[static_cast<size_t>(ConvFwdArm::k4)] = reg;
-  by_arm[static_cast<size_t>(ConvFwdArm::k4x2)] = reg;
-  try {
-    dispatch(c, by_arm);
-  } catch (const std::exception& e) {
-    chk.require(false, e.what());
-    return cudaErrorInvalidValue;
+  switch (c.arm) {  // closed: an arm without a case does not compile (-Werror=switch)
+    case ConvFwdArm::tiled: return conv_fwd_launch_tiled(p, c, chunks, stream);
+    case ConvFwdArm::reg:
+    case ConvFwdArm::k4:
+    case ConvFwdArm::k4x2: return conv_fwd_launch_register(p, c, chunks, stream);
   }
-  return err;
+  chk.require(false, "the contract: its arm is not one of the op's arms");
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace sg

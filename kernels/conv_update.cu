@@ -280,17 +280,14 @@ cudaError_t conv_update(const ConvUpdateParams& p, const LaunchContract<ConvUpda
     chk.require(false, std::string("its shape: ") + e.what());
     return cudaErrorInvalidValue;
   }
-  std::array<std::function<void(const LaunchContract<ConvUpdateArm>&)>, 2> by_arm;
-  by_arm[static_cast<size_t>(ConvUpdateArm::grid)] = [&](const auto& k) {
-    launch_kernel(conv_update_grid_kernel, to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream, p);
-  };
-  by_arm[static_cast<size_t>(ConvUpdateArm::fast)] = [&](const auto& k) { launch_fast(p, k, stream); };
-  try {
-    dispatch(c, by_arm);
-  } catch (const std::exception&) {
-    return cudaErrorNotSupported;
+  switch (c.arm) {  // closed: an arm without a case does not compile (-Werror=switch)
+    case ConvUpdateArm::grid:
+      launch_kernel(conv_update_grid_kernel, to_dim3(c.grid), to_dim3(c.block), c.smem_bytes, stream, p);
+      return cudaGetLastError();
+    case ConvUpdateArm::fast: launch_fast(p, c, stream); return cudaGetLastError();
   }
-  return cudaGetLastError();
+  chk.require(false, "the contract: its arm is not one of the op's arms");
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace sg

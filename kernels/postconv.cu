@@ -1,4 +1,4 @@
-// postconv.cu: the post-conv launcher (one dispatch table over the four arms) and the seed's two
+// postconv.cu: the post-conv launcher (a closed switch over the four arms) and the seed's two
 // one-token-per-block arms, megablock (the byte reference) and fast. split and token_tile live in
 // postconv_split.cu and postconv_token_tile.cu; the shared helpers in postconv_common.cuh.
 //
@@ -116,25 +116,19 @@ cudaError_t postconv(const PostconvParams& p, const LaunchContract<PostconvArm>&
     return cudaErrorInvalidValue;
   }
 
-  cudaError_t launched = cudaSuccess;
-  std::array<std::function<void(const LaunchContract<PostconvArm>&)>, 4> by_arm;
-  by_arm[static_cast<size_t>(PostconvArm::megablock)] = [&](const auto& k) {
-    launch_kernel(postconv_megablock_kernel, to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream, p);
-  };
-  by_arm[static_cast<size_t>(PostconvArm::fast)] = [&](const auto& k) {
-    launch_kernel(postconv_fast_kernel, to_dim3(k.grid), to_dim3(k.block), k.smem_bytes, stream, p);
-  };
-  by_arm[static_cast<size_t>(PostconvArm::split)] = [&](const auto& k) { launched = launch_split(p, k, stream); };
-  by_arm[static_cast<size_t>(PostconvArm::token_tile)] = [&](const auto& k) {
-    launched = launch_token_tile(p, k, stream);
-  };
-  try {
-    dispatch(c, by_arm);
-  } catch (const std::exception&) {
-    return cudaErrorNotSupported;
+  const auto then_last = [](cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastError(); };
+  switch (c.arm) {  // closed: an arm without a case does not compile (-Werror=switch)
+    case PostconvArm::megablock:
+      launch_kernel(postconv_megablock_kernel, to_dim3(c.grid), to_dim3(c.block), c.smem_bytes, stream, p);
+      return cudaGetLastError();
+    case PostconvArm::fast:
+      launch_kernel(postconv_fast_kernel, to_dim3(c.grid), to_dim3(c.block), c.smem_bytes, stream, p);
+      return cudaGetLastError();
+    case PostconvArm::split: return then_last(launch_split(p, c, stream));
+    case PostconvArm::token_tile: return then_last(launch_token_tile(p, c, stream));
   }
-  if (launched != cudaSuccess) return launched;
-  return cudaGetLastError();
+  chk.require(false, "the contract: its arm is not one of the op's arms");
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace sg

@@ -1,6 +1,6 @@
 // CPU tests of kernels/contracts.h: grid, block, shared memory and fallbacks of every op's launch
 // contract (conv.update's in test_conv_update_contract.cpp); the conv prefill chunk descriptors
-// against their worst-case bound; dispatch() running exactly the contract's arm.
+// against their worst-case bound; the arm each contract runs after its fallbacks.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -424,94 +424,35 @@ TEST_CASE("conv chunks: random varlen batches stay within conv_max_chunks and co
   }
 }
 
-// --- dispatch -------------------------------------------------------------------------------------
+// --- the arm a launcher runs ----------------------------------------------------------------------
+// Each launcher switches over the contract's arm (closed switches: an arm without a case does not
+// compile), so the arm that runs is the contract's after its fallbacks, and its kernel name.
 
-namespace {
-
-template <class Arm, size_t N>
-struct Counter {
-  std::array<int, N> calls{};
-  std::array<std::function<void(const LaunchContract<Arm>&)>, N> table;
-  std::string last_kernel;
-  Counter() {
-    for (size_t i = 0; i < N; ++i) {
-      table[i] = [this, i](const LaunchContract<Arm>& c) {
-        ++calls[i];
-        last_kernel = std::string(c.kernel);
-      };
-    }
-  }
-  int total() const {
-    int t = 0;
-    for (int c : calls) t += c;
-    return t;
-  }
-};
-
-}  // namespace
-
-TEST_CASE("dispatch runs exactly the contract's arm, after fallbacks", "[contracts]") {
-  SECTION("conv.fwd: every requested arm, K = 3 and K = 4") {
+TEST_CASE("the contract's arm is the requested one or its fallback, with that arm's kernel", "[contracts]") {
+  SECTION("conv.fwd: every requested arm, K = 3, 4 and 5") {
     for (auto requested : {ConvFwdArm::tiled, ConvFwdArm::reg, ConvFwdArm::k4, ConvFwdArm::k4x2}) {
       for (int K : {3, 4, 5}) {
         CAPTURE(arm_name(requested), K);
-        Counter<ConvFwdArm, 4> cnt;
-        auto c = conv_fwd_contract(requested, ConvChunksArm::exact, {2048, 32, 8192, K});
-        dispatch(c, cnt.table);
+        const auto c = conv_fwd_contract(requested, ConvChunksArm::exact, {2048, 32, 8192, K});
         const bool falls_back = (requested == ConvFwdArm::k4 || requested == ConvFwdArm::k4x2) && K != 4;
-        const ConvFwdArm ran = falls_back ? ConvFwdArm::reg : requested;
-        CHECK(cnt.total() == 1);
-        CHECK(cnt.calls[size_t(ran)] == 1);
-        CHECK(cnt.last_kernel == std::string(c.kernel));
+        CHECK(c.arm == (falls_back ? ConvFwdArm::reg : requested));
+        CHECK(std::string(c.kernel) ==
+              std::string(conv_fwd_contract(c.arm, ConvChunksArm::exact, {2048, 32, 8192, K}).kernel));
       }
     }
   }
   SECTION("postconv: token_tile with Dk = 64 runs fast") {
-    Counter<PostconvArm, 4> cnt;
-    dispatch(postconv_contract(PostconvArm::token_tile, {128, 16, 32, 64, 64}), cnt.table);
-    CHECK((cnt.calls == std::array<int, 4>{0, 1, 0, 0}));
-    CHECK(cnt.last_kernel == "postconv_fast");
-    Counter<PostconvArm, 4> cnt2;
-    dispatch(postconv_contract(PostconvArm::token_tile, {128, 16, 32, 128, 128}), cnt2.table);
-    CHECK((cnt2.calls == std::array<int, 4>{0, 0, 0, 1}));
+    const auto c = postconv_contract(PostconvArm::token_tile, {128, 16, 32, 64, 64});
+    CHECK(c.arm == PostconvArm::fast);
+    CHECK(std::string(c.kernel) == "postconv_fast");
+    CHECK(postconv_contract(PostconvArm::token_tile, {128, 16, 32, 128, 128}).arm == PostconvArm::token_tile);
     for (auto arm : {PostconvArm::megablock, PostconvArm::fast, PostconvArm::split}) {
-      Counter<PostconvArm, 4> c3;
-      dispatch(postconv_contract(arm, {17, 4, 8, 128, 128}), c3.table);
-      CHECK(c3.total() == 1);
-      CHECK(c3.calls[size_t(arm)] == 1);
+      CHECK(postconv_contract(arm, {17, 4, 8, 128, 128}).arm == arm);
     }
   }
   SECTION("conv.update: each arm") {
     for (auto arm : {ConvUpdateArm::grid, ConvUpdateArm::fast}) {
-      Counter<ConvUpdateArm, 2> cnt;
-      dispatch(conv_update_contract(arm, {32, 8192, 4}), cnt.table);
-      CHECK(cnt.total() == 1);
-      CHECK(cnt.calls[size_t(arm)] == 1);
+      CHECK(conv_update_contract(arm, {32, 8192, 4}).arm == arm);
     }
-  }
-  SECTION("gdn arms: a hand-made contract dispatches by its arm") {
-    Counter<GdnDecodeArm, 2> cnt;
-    LaunchContract<GdnDecodeArm> c;
-    c.arm = GdnDecodeArm::fused;
-    dispatch(c, cnt.table);
-    CHECK((cnt.calls == std::array<int, 2>{0, 1}));
-  }
-  SECTION("an empty slot throws ArmError naming op and arm; nothing else runs") {
-    Counter<PostconvArm, 4> cnt;
-    cnt.table[size_t(PostconvArm::split)] = nullptr;
-    try {
-      dispatch(postconv_contract(PostconvArm::split, {17, 4, 8, 128, 128}), cnt.table);
-      FAIL("no throw");
-    } catch (const ArmError& e) {
-      CHECK(std::string(e.what()) == "no launcher for postconv=split in this build");
-    }
-    CHECK(cnt.total() == 0);
-  }
-  SECTION("an out-of-range arm value throws") {
-    Counter<ConvUpdateArm, 2> cnt;
-    LaunchContract<ConvUpdateArm> c;
-    c.arm = static_cast<ConvUpdateArm>(7);
-    CHECK_THROWS_AS(dispatch(c, cnt.table), ArmError);
-    CHECK(cnt.total() == 0);
   }
 }

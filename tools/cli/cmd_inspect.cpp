@@ -165,8 +165,11 @@ int run(const InspectOptions& o) {
   int marginal_groups = 0;
   for (const auto& r : rows_out) marginal_groups += r.has_marginal;
   const std::string stopped =
-      fmt::format("interrupted (SIGINT) during the marginal costs: {} of {} groups measured (the others show none)",
-                  marginal_groups, rows_out.size());
+      o.no_marginal
+          ? std::string("interrupted (SIGINT) after the node times were measured")
+          : fmt::format(
+                "interrupted (SIGINT) during the marginal costs: {} of {} groups measured (the others show none)",
+                marginal_groups, rows_out.size());
   if (interrupted && o.format != "table") fmt::print(stderr, "{}\n", stopped);  // stdout keeps its format
 
   if (o.format == "json") {

@@ -19,7 +19,9 @@ TensorView Arena::take(const std::string& what, DType dtype, std::initializer_li
     v.data = static_cast<char*>(buf_.data()) + offset;
   }
   used_ = offset + bytes;
-  entries_.push_back({what, offset, bytes});
+  std::string dims;
+  for (int64_t d : shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+  entries_.push_back({what, offset, bytes, section_, "[" + dims + "] " + std::string(dtype_name(dtype))});
   return v;
 }
 

@@ -22,6 +22,8 @@ class Arena {
 
   // Carves a contiguous view; throws sg::Error naming the tensor when frozen or full.
   TensorView take(const std::string& what, DType dtype, std::initializer_list<int64_t> shape);
+  // The category the following takes are recorded under (Entry::section; "" until set).
+  void section(std::string name) { section_ = std::move(name); }
   void freeze() { frozen_ = true; }
   bool frozen() const { return frozen_; }
   bool measuring() const { return measuring_; }
@@ -33,6 +35,8 @@ class Arena {
   struct Entry {
     std::string what;
     size_t offset, bytes;
+    std::string section;  // the section() in force when it was taken
+    std::string shape;    // "[8192, 2560] bf16"
   };
   const std::vector<Entry>& entries() const { return entries_; }
 
@@ -43,6 +47,7 @@ class Arena {
   size_t capacity_ = 0, used_ = 0;
   bool measuring_ = false, frozen_ = false;
   std::vector<Entry> entries_;
+  std::string section_;
 };
 
 }  // namespace sg

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <initializer_list>
+#include <map>
 #include <utility>
 
 #include "engine/error.h"
@@ -18,31 +18,24 @@ namespace {
 constexpr size_t kAlign = 256;  // the arena's alignment (engine/arena.h)
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
-class Planner {
- public:
-  explicit Planner(MemoryPlan& p) : p_(p) {}
-  // `count` tensors of `shape` in `dtype`; skipped when count is 0 (e.g. no attention layers).
-  void add(MemoryCategory cat, std::string name, std::initializer_list<int64_t> shape, DType dtype, int64_t count = 1) {
-    if (count == 0) return;
-    size_t elems = 1;
-    std::string dims;
-    for (int64_t d : shape) {
-      elems *= static_cast<size_t>(d);
-      dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-    }
-    const size_t bytes = static_cast<size_t>(count) * align_up(elems * dtype_size(dtype));
-    p_.entries.push_back({std::move(name), fmt::format("[{}] {}", dims, dtype_name(dtype)), count, bytes, cat});
-    p_.total += bytes;
+MemoryCategory category_of(const std::string& section, const std::string& what) {
+  for (int i = 0; i < kMemoryCategories; ++i) {
+    const auto c = static_cast<MemoryCategory>(i);
+    if (section == category_name(c)) return c;
   }
-  void add_bytes(MemoryCategory cat, std::string name, size_t bytes) {
-    const size_t b = align_up(bytes);
-    p_.entries.push_back({std::move(name), fmt::format("{} B", bytes), 1, b, cat});
-    p_.total += b;
-  }
+  throw Error(
+      fmt::format("memory plan: '{}' was taken under section '{}', which is not a memory category", what, section));
+}
 
- private:
-  MemoryPlan& p_;
-};
+// "layers.12.mlp.gate_up" -> "layers.*.mlp.gate_up"; any other name as it is.
+std::string per_layer_name(const std::string& what) {
+  constexpr std::string_view kPrefix = "layers.";
+  if (what.rfind(kPrefix, 0) != 0) return what;
+  size_t i = kPrefix.size();
+  while (i < what.size() && what[i] >= '0' && what[i] <= '9') ++i;
+  if (i == kPrefix.size() || i >= what.size() || what[i] != '.') return what;
+  return std::string(kPrefix) + "*" + what.substr(i);
+}
 
 }  // namespace
 
@@ -80,91 +73,42 @@ std::string MemoryPlan::table() const {
   return out;
 }
 
-MemoryPlan plan_memory(const Qwen35Config& c, const PlanOptions& o) {
+MemoryPlan plan_of(const Arena& measured) {
+  MemoryPlan plan;
+  std::map<std::pair<std::string, std::string>, size_t> index;  // (name, shape) -> entry
+  for (const Arena::Entry& e : measured.entries()) {
+    const MemoryCategory cat = category_of(e.section, e.what);
+    const std::string name = per_layer_name(e.what);
+    const size_t bytes = align_up(e.bytes);
+    const auto [it, added] = index.try_emplace({name, e.shape}, plan.entries.size());
+    if (added) {
+      plan.entries.push_back({name, e.shape, 1, bytes, cat});
+    } else {
+      MemoryEntry& m = plan.entries[it->second];
+      require(m.category == cat, "memory plan: '{}' was taken under two sections", e.what);
+      ++m.count;
+      m.bytes += bytes;
+    }
+    plan.total += bytes;
+  }
+  return plan;
+}
+
+MemoryPlan plan_memory(const Qwen35Config& c, const StepLayoutParams& p) {
   c.validate(fmt::format("plan_memory: config '{}'", c.name));
-  const std::pair<const char*, int> opts[] = {{"num_slots", o.num_slots},
-                                              {"max_context", o.max_context},
-                                              {"max_decode_batch", o.max_decode_batch},
-                                              {"max_prefill_tokens", o.max_prefill_tokens},
-                                              {"max_prefill_seqs", o.max_prefill_seqs}};
-  for (const auto& [key, v] : opts) {
+  const std::pair<const char*, int> counts[] = {{"num_slots", p.num_slots},
+                                                {"max_context", p.max_context},
+                                                {"max_decode_batch", p.max_decode_batch},
+                                                {"max_prefill_seqs", p.max_prefill_seqs}};
+  for (const auto& [key, v] : counts) {
     if (v < 1) throw Error(fmt::format("plan_memory: {} must be >= 1, got {}", key, v));
   }
-  using M = MemoryCategory;
-  MemoryPlan plan;
-  Planner p(plan);
-  const int64_t H = c.hidden, I = c.intermediate, V = c.vocab, Hq = c.Hq, Hkv = c.Hkv, D = c.D;
-  const int64_t Hv = c.gdn.Hv, Dk = c.gdn.Dk, Dv = c.gdn.Dv, K = c.gdn.K, C = c.gdn.C();
-  const int64_t L = c.layers, nA = c.num_full_attention(), nG = c.num_linear_attention();
-  const DType w = o.weight_dtype, act = o.act_dtype, f32 = DType::f32;
-
-  // Weights (docs/MODEL.md "Weights"); per-layer tensors are one entry with count = layers.
-  p.add(M::weights, c.tie_word_embeddings ? "model.embed_tokens.weight (= lm_head)" : "model.embed_tokens.weight",
-        {V, H}, w);
-  if (!c.tie_word_embeddings) p.add(M::weights, "lm_head.weight", {V, H}, w);
-  p.add(M::weights, "model.norm.weight", {H}, w);
-  p.add(M::weights, "layers.*.input_layernorm.weight", {H}, w, L);
-  p.add(M::weights, "layers.*.post_attention_layernorm.weight", {H}, w, L);
-  p.add(M::weights, "layers.*.mlp.gate_proj.weight", {I, H}, w, L);
-  p.add(M::weights, "layers.*.mlp.up_proj.weight", {I, H}, w, L);
-  p.add(M::weights, "layers.*.mlp.down_proj.weight", {H, I}, w, L);
-  p.add(M::weights, "layers.*.linear_attn.in_proj_qkv.weight", {C, H}, w, nG);
-  p.add(M::weights, "layers.*.linear_attn.in_proj_z.weight", {Hv * Dv, H}, w, nG);
-  p.add(M::weights, "layers.*.linear_attn.in_proj_b.weight", {Hv, H}, w, nG);
-  p.add(M::weights, "layers.*.linear_attn.in_proj_a.weight", {Hv, H}, w, nG);
-  p.add(M::weights, "layers.*.linear_attn.conv1d.weight", {C, K}, f32, nG);  // HF [C, 1, K]
-  p.add(M::weights, "layers.*.linear_attn.dt_bias", {Hv}, f32, nG);
-  p.add(M::weights, "layers.*.linear_attn.A_log", {Hv}, f32, nG);
-  p.add(M::weights, "layers.*.linear_attn.norm.weight", {Dv}, w, nG);
-  p.add(M::weights, "layers.*.linear_attn.out_proj.weight", {H, Hv * Dv}, w, nG);
-  p.add(M::weights, "layers.*.self_attn.q_proj.weight", {2 * Hq * D, H}, w, nA);
-  p.add(M::weights, "layers.*.self_attn.k_proj.weight", {Hkv * D, H}, w, nA);
-  p.add(M::weights, "layers.*.self_attn.v_proj.weight", {Hkv * D, H}, w, nA);
-  p.add(M::weights, "layers.*.self_attn.o_proj.weight", {H, Hq * D}, w, nA);
-  p.add(M::weights, "layers.*.self_attn.q_norm.weight", {D}, w, nA);
-  p.add(M::weights, "layers.*.self_attn.k_norm.weight", {D}, w, nA);
-
-  // Per-slot caches (docs/MODEL.md "Caches and slots").
-  const int64_t S = o.num_slots, ctx = o.max_context;
-  p.add(M::conv_state, "layers.*.conv_state", {S, C, K - 1}, w, nG);
-  p.add(M::ssm_state, "layers.*.ssm_state", {S, Hv, Dk, Dv}, f32, nG);
-  p.add(M::kv_cache, "layers.*.k_cache", {S, ctx, Hkv, D}, w, nA);
-  p.add(M::kv_cache, "layers.*.v_cache", {S, ctx, Hkv, D}, w, nA);
-
-  // Activations of the largest step (see the header for the list).
-  const int64_t T = std::max(o.max_decode_batch, o.max_prefill_tokens);
-  const int64_t R = std::max(o.max_decode_batch, o.max_prefill_seqs);
-  p.add(M::activations, "residual", {T, H}, act);
-  p.add(M::activations, "normed", {T, H}, act);
-  p.add(M::activations, "mixer/mlp out", {T, H}, act);
-  if (nG > 0) {
-    p.add(M::activations, "gdn.proj (qkv | z | b | a)", {T, C + Hv * Dv + 2 * Hv}, act);
-    p.add(M::activations, "gdn.conv_out", {T, C}, act);
-    p.add(M::activations, "gdn.qkv (post-conv)", {T, C}, act);
-    p.add(M::activations, "gdn.g", {T, Hv}, f32);
-    p.add(M::activations, "gdn.beta", {T, Hv}, f32);
-    p.add(M::activations, "gdn.core_out", {T, Hv * Dv}, act);
-    p.add(M::activations, "gdn.norm_out", {T, Hv * Dv}, act);
+  if (p.max_prefill_tokens < 0) {
+    throw Error(fmt::format("plan_memory: max_prefill_tokens must be >= 0, got {}", p.max_prefill_tokens));
   }
-  if (nA > 0) {
-    p.add(M::activations, "attn.proj (q+gate | k | v)", {T, 2 * Hq * D + 2 * Hkv * D}, act);
-    p.add(M::activations, "attn.out", {T, Hq * D}, act);
-    if (c.rotary_dim() > 0) p.add(M::activations, "attn.rope_table", {ctx, c.rotary_dim()}, f32);
-  }
-  p.add(M::activations, "mlp.gate_up", {T, 2 * I}, act);
-  p.add(M::activations, "mlp.act", {T, I}, act);
-  p.add(M::activations, "lm_head.in (logit rows)", {R, H}, act);
-  p.add(M::activations, "logits", {R, V}, f32);
-
-  // Static step-metadata blocks, one per step kind at its largest key.
-  p.add_bytes(M::step_metadata, fmt::format("decode metadata (rows {})", o.max_decode_batch),
-              metadata_layout(StepKey::decode(o.max_decode_batch)).total);
-  p.add_bytes(M::step_metadata,
-              fmt::format("prefill metadata (bucket {}, seqs {})", o.max_prefill_tokens, o.max_prefill_seqs),
-              metadata_layout(StepKey::prefill(o.max_prefill_tokens, o.max_prefill_seqs)).total);
-
-  p.add_bytes(M::workspace, "cublas workspace", o.cublas_workspace_bytes);
-  return plan;
+  Arena m = Arena::measure();
+  lay_out_step(m, c, p);
+  return plan_of(m);
 }
 
 void check_fits(const MemoryPlan& plan, size_t device_free_bytes) {

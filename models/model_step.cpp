@@ -103,19 +103,11 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
 
   Arena m = Arena::measure();
   layout(m);
-  // The plan before anything is allocated: a step that cannot fit is an error stating the sizes
-  // (models/memory_plan.h; the arena's own allocation error remains the last word).
-  PlanOptions po;
-  po.num_slots = opts_.num_slots;
-  po.max_context = opts_.max_context;
-  po.max_decode_batch = opts_.max_decode_batch;
-  po.max_prefill_tokens = std::max(1, opts_.max_prefill_tokens);
-  po.max_prefill_seqs = opts_.max_prefill_seqs;
-  po.weight_dtype = opts_.act;
-  po.act_dtype = opts_.act;
+  // The plan of that very layout before anything is allocated: a step that cannot fit is an error
+  // stating the sizes (models/memory_plan.h; the arena's own allocation error remains the last word).
   size_t free_b = 0, total_b = 0;
   check(cudaMemGetInfo(&free_b, &total_b));
-  check_fits(plan_memory(cfg_, po), free_b);
+  check_fits(plan_of(m), free_b);
   arena_.emplace(m.used(), "model-step");
   layout(*arena_);
   arena_->freeze();
@@ -128,13 +120,7 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   stream_.sync();
 }
 
-int ModelStep::proj_width() const {
-  const GdnDims& g = cfg_.gdn;
-  int p = 2 * cfg_.intermediate;
-  if (cfg_.num_linear_attention() > 0) p = std::max(p, g.C() + g.Hv * g.Dv + 2 * g.Hv);
-  if (cfg_.num_full_attention() > 0) p = std::max(p, 2 * cfg_.Hq * cfg_.D + 2 * cfg_.Hkv * cfg_.D);
-  return p;
-}
+int ModelStep::proj_width() const { return step_proj_width(cfg_); }
 
 int ModelStep::act_rows() const { return std::max(opts_.max_decode_batch, opts_.max_prefill_tokens); }
 
@@ -143,9 +129,7 @@ int ModelStep::logit_rows() const {
 }
 
 size_t ModelStep::meta_bytes() const {
-  size_t b = metadata_layout(StepKey::decode(opts_.max_decode_batch)).total;
-  if (opts_.max_prefill_tokens > 0) b = std::max(b, metadata_layout(prefill_key(opts_.max_prefill_tokens)).total);
-  return b;
+  return step_meta_bytes(opts_.max_decode_batch, opts_.max_prefill_tokens, opts_.max_prefill_seqs);
 }
 
 int ModelStep::attention_splits(int rows) const {
@@ -157,114 +141,53 @@ int ModelStep::attention_splits(int rows) const {
   return std::max(1, attention_decode_pick_splits(rows, cfg_.Hq, cfg_.Hkv, opts_.max_context, sms_));
 }
 
-void ModelStep::layout(Arena& a) {
-  const GdnDims& g = cfg_.gdn;
-  const DType wd = opts_.act, act = opts_.act;
-  const int64_t H = cfg_.hidden, I = cfg_.intermediate, V = cfg_.vocab;
-  const int64_t C = g.C(), K = g.K, Hk = g.Hk, Hv = g.Hv, Dk = g.Dk, Dv = g.Dv;
-  const int64_t Hq = cfg_.Hq, Hkv = cfg_.Hkv, D = cfg_.D;
-  const int64_t S = opts_.num_slots, Lc = opts_.max_context, R = act_rows();
-
-  // Weights.
-  embed_ = a.take("embed_tokens", wd, {V, H});
-  lm_head_ = cfg_.tie_word_embeddings ? embed_ : a.take("lm_head", wd, {V, H});
-  final_norm_ = a.take("norm", wd, {H});
-  layers_.assign(static_cast<size_t>(cfg_.layers), Layer{});
-  for (int i = 0; i < cfg_.layers; ++i) {
-    Layer& L = layers_[static_cast<size_t>(i)];
-    const std::string p = fmt::format("layers.{}.", i);
-    L.attention = cfg_.is_full_attention(i);
-    L.in_norm = a.take(p + "input_layernorm", wd, {H});
-    L.post_norm = a.take(p + "post_attention_layernorm", wd, {H});
-    L.gate_up = a.take(p + "mlp.gate_up", wd, {2 * I, H});
-    L.down = a.take(p + "mlp.down", wd, {H, I});
-    if (L.attention) {
-      L.attn.qkv_proj = a.take(p + "self_attn.qkv_proj", wd, {2 * Hq * D + 2 * Hkv * D, H});
-      L.attn.q_norm = a.take(p + "self_attn.q_norm", wd, {D});
-      L.attn.k_norm = a.take(p + "self_attn.k_norm", wd, {D});
-      L.attn.o_proj = a.take(p + "self_attn.o_proj", wd, {H, Hq * D});
-    } else {
-      L.gdn.in_proj = a.take(p + "linear_attn.in_proj", wd, {C + Hv * Dv + 2 * Hv, H});
-      L.gdn.conv_w = a.take(p + "linear_attn.conv1d", DType::f32, {C, K});
-      L.gdn.A_log = a.take(p + "linear_attn.A_log", DType::f32, {Hv});
-      L.gdn.dt_bias = a.take(p + "linear_attn.dt_bias", DType::f32, {Hv});
-      L.gdn.norm_w = a.take(p + "linear_attn.norm", wd, {Dv});
-      L.gdn.out_proj = a.take(p + "linear_attn.out_proj", wd, {H, Hv * Dv});
-    }
-  }
-  // Caches.
-  for (int i = 0; i < cfg_.layers; ++i) {
-    Layer& L = layers_[static_cast<size_t>(i)];
-    const std::string p = fmt::format("layers.{}.", i);
-    if (L.attention) {
-      L.attn.k_cache = a.take(p + "k_cache", kv_cache_dtype(), {S, Lc, Hkv, D});
-      L.attn.v_cache = a.take(p + "v_cache", kv_cache_dtype(), {S, Lc, Hkv, D});
-    } else {
-      L.gdn.conv_state = a.take(p + "conv_state", act, {S, C, K - 1});
-      L.gdn.ssm_state = a.take(p + "ssm_state", DType::f32, {S, Hv, Dk, Dv});
-    }
-  }
-  // Activations (R rows) and outputs (L rows).
-  a_.x = a.take("x", act, {R, H});
-  a_.h = a.take("h", act, {R, H});
-  a_.mix = a.take("mix", act, {R, H});
-  a_.proj = a.take("proj", act, {R * proj_width()});
-  a_.mlp = a.take("mlp", act, {R, I});
-  if (cfg_.num_linear_attention() > 0) {
-    a_.conv_out = a.take("conv_out", act, {R, C});
-    a_.q = a.take("gdn.q", act, {R, Hk, Dk});
-    a_.k = a.take("gdn.k", act, {R, Hk, Dk});
-    a_.v = a.take("gdn.v", act, {R, Hv, Dv});
-    a_.g = a.take("gdn.g", DType::f32, {R, Hv});
-    a_.beta = a.take("gdn.beta", DType::f32, {R, Hv});
-    a_.core = a.take("gdn.core", act, {R, Hv, Dv});
-  }
+StepLayoutParams ModelStep::layout_params() const {
+  StepLayoutParams p;
+  p.act = opts_.act;
+  p.num_slots = opts_.num_slots;
+  p.max_context = opts_.max_context;
+  p.max_decode_batch = opts_.max_decode_batch;
+  p.max_prefill_tokens = opts_.max_prefill_tokens;
+  p.max_prefill_seqs = opts_.max_prefill_seqs;
+  // Attention split-K partials: the most any decode row count needs (eager fallbacks use any count).
   if (cfg_.num_full_attention() > 0) {
-    a_.aq = a.take("attn.q", act, {R, Hq, D});
-    a_.agate = a.take("attn.gate", act, {R, Hq, D});
-    a_.aout = a.take("attn.out", act, {R, Hq, D});
-    // Split-K workspace: the most any decode row count needs (eager fallbacks use any count).
-    size_t ws = 0;
     for (int rows = 1; rows <= opts_.max_decode_batch; ++rows) {
       const int sp = attention_splits(rows);
-      if (sp > 1) ws = std::max(ws, attention_decode_workspace_bytes(rows, cfg_.Hq, cfg_.D, sp));
+      if (sp > 1) {
+        p.attn_workspace_bytes =
+            std::max(p.attn_workspace_bytes, attention_decode_workspace_bytes(rows, cfg_.Hq, cfg_.D, sp));
+      }
     }
-    a_.attn_ws = a.take("attn.workspace", DType::f32, {std::max<int64_t>(1, static_cast<int64_t>((ws + 3) / 4))});
-    if (cfg_.rotary_dim() > 0) a_.rope = a.take("attn.rope_table", DType::f32, {Lc, cfg_.rotary_dim()});
   }
-  a_.logits = a.take("logits", DType::f32, {logit_rows(), V});
-  a_.tokens = a.take("tokens", DType::i32, {logit_rows()});
-  size_t aws = 0;  // the split argmax's partials: the most any output row count needs
+  // The split argmax's partials: the most any output row count needs.
   for (int rows = 1; rows <= logit_rows(); ++rows) {
-    aws = std::max(aws, argmax_workspace_bytes(rows, argmax_pick_chunks(rows, V, sms_)));
+    p.argmax_workspace_bytes =
+        std::max(p.argmax_workspace_bytes, argmax_workspace_bytes(rows, argmax_pick_chunks(rows, cfg_.vocab, sms_)));
   }
-  a_.argmax_ws = a.take("argmax.workspace", DType::i8, {std::max<int64_t>(16, static_cast<int64_t>(aws))});
-  a_.argmax_counters = a.take("argmax.counters", DType::i32, {logit_rows()});
-  // The skinny GEMM's split-K partials and counters: the most any projection (the weight views
-  // taken above) needs at the most rows it runs them on (32, or kGemmMixedSkinnyRows for mixed).
-  std::vector<const TensorView*> projections = {&lm_head_};
-  for (const Layer& L : layers_) {
-    for (const TensorView* W :
-         {&L.gate_up, &L.down, &L.gdn.in_proj, &L.gdn.out_proj, &L.attn.qkv_proj, &L.attn.o_proj}) {
-      if (W->rank == 2) projections.push_back(W);  // (the other mixer's views are empty)
+  // The skinny GEMM's split-K partials for an [n, k] weight at the most rows it runs it on (32, or
+  // kGemmMixedSkinnyRows for mixed; the split count depends on the row count).
+  p.gemm_workspace_bytes = [gemm = opts_.gemm, sms = sms_](int n, int k) {
+    const bool wide = skinny_gemm_block_rows(32, n, sms) > 64;
+    const int rows = gemm_uses_skinny(gemm, 32, n, k, wide)                     ? 32
+                     : gemm_uses_skinny(gemm, kGemmMixedSkinnyRows, n, k, wide) ? kGemmMixedSkinnyRows
+                                                                                : 0;
+    size_t b = 0;
+    for (int m = 1; m <= rows && skinny_gemm_supports(m, n, k); ++m) {
+      b = std::max(b, skinny_gemm_workspace_bytes(m, n, skinny_gemm_pick_splits(m, n, k, sms)));
     }
-  }
-  size_t gws = 0;
-  int64_t most_n = 1;
-  for (const TensorView* W : projections) {
-    const auto n = static_cast<int>(W->dim(0)), k = static_cast<int>(W->dim(1));
-    most_n = std::max<int64_t>(most_n, n);
-    const bool wide = skinny_gemm_block_rows(32, n, sms_) > 64;
-    const int rows = gemm_uses_skinny(opts_.gemm, 32, n, k, wide)                     ? 32
-                     : gemm_uses_skinny(opts_.gemm, kGemmMixedSkinnyRows, n, k, wide) ? kGemmMixedSkinnyRows
-                                                                                      : 0;
-    for (int m = 1; m <= rows && skinny_gemm_supports(m, n, k); ++m) {  // the split count depends on m
-      gws = std::max(gws, skinny_gemm_workspace_bytes(m, n, skinny_gemm_pick_splits(m, n, k, sms_)));
-    }
-  }
-  a_.gemm_ws = a.take("gemm.workspace", DType::f32, {std::max<int64_t>(4, static_cast<int64_t>((gws + 3) / 4))});
-  a_.gemm_counters = a.take("gemm.counters", DType::i32, {(most_n + 63) / 64});
-  a_.meta = a.take("step metadata", DType::i8, {static_cast<int64_t>(meta_bytes())});
+    return b;
+  };
+  p.meta_bytes = meta_bytes();
+  return p;
+}
+
+void ModelStep::layout(Arena& a) {
+  StepTensors t = lay_out_step(a, cfg_, layout_params());
+  embed_ = t.embed;
+  lm_head_ = t.lm_head;
+  final_norm_ = t.final_norm;
+  layers_ = std::move(t.layers);
+  a_ = t.a;
 }
 
 void ModelStep::init_synthetic(uint64_t seed) {

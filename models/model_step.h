@@ -57,6 +57,7 @@
 #include "kernels/arms.h"
 #include "models/qwen35_config.h"
 #include "models/reference_model.h"  // HostWeights
+#include "models/step_layout.h"
 #include "models/step_metadata.h"
 #include "models/step_settings.h"
 
@@ -202,51 +203,13 @@ class ModelStep {
   int attention_splits(int key) const;
 
  private:
-  struct GdnLayer {
-    TensorView in_proj;         // [C + Hv*Dv + 2*Hv, H]  qkv | z | b | a
-    TensorView conv_w;          // [C, K] f32
-    TensorView A_log, dt_bias;  // [Hv] f32
-    TensorView norm_w;          // [Dv]
-    TensorView out_proj;        // [H, Hv*Dv]
-    TensorView conv_state;      // [slots, C, K-1] act dtype
-    TensorView ssm_state;       // [slots, Hv, Dk, Dv] f32
-  };
-  struct AttnLayer {
-    TensorView qkv_proj;          // [2*Hq*D + 2*Hkv*D, H]  q_proj (query|gate per head) | k | v
-    TensorView q_norm, k_norm;    // [D]
-    TensorView o_proj;            // [H, Hq*D]
-    TensorView k_cache, v_cache;  // [slots, max_context, Hkv, D] bf16
-  };
-  struct Layer {
-    bool attention = false;
-    TensorView in_norm, post_norm;  // [H]
-    TensorView gate_up;             // [2I, H]: gate_proj and up_proj rows, in groups of gu_group() (or halves)
-    TensorView down;                // [H, I]
-    GdnLayer gdn;
-    AttnLayer attn;
-  };
-  struct Acts {
-    // R = max(max_decode_batch, max_prefill_tokens) rows.
-    TensorView x, h, mix;        // [R, H]
-    TensorView proj;             // [R * Pmax] flat: GDN / attention / MLP projection output
-    TensorView conv_out;         // [R, C]
-    TensorView q, k, v;          // [R, Hk, Dk], [R, Hk, Dk], [R, Hv, Dv]
-    TensorView g, beta;          // [R, Hv] f32
-    TensorView core;             // [R, Hv, Dv] delta-rule output, gated-normed in place
-    TensorView aq, agate, aout;  // [R, Hq, D]
-    TensorView attn_ws;          // attention split-K workspace (f32)
-    TensorView rope;             // [max_context, rotary_dim] f32 rotary table (rope_table_fill)
-    TensorView mlp;              // [R, I]
-    TensorView logits;           // [L, V] f32, L = max(max_decode_batch, max_prefill_seqs)
-    TensorView tokens;           // [L] i32
-    TensorView argmax_ws;        // split argmax partials (argmax_workspace_bytes), i8
-    TensorView argmax_counters;  // [L] i32, zero between launches
-    TensorView gemm_ws;          // skinny GEMM split-K partials (f32)
-    TensorView gemm_counters;    // [max N / 64] i32, zero between launches
-    TensorView meta;             // [meta_bytes()] i8: the static block
-  };
+  using GdnLayer = StepGdnLayer;  // the layout's views (models/step_layout.h)
+  using AttnLayer = StepAttnLayer;
+  using Layer = StepLayer;
+  using Acts = StepActs;
 
-  void layout(Arena& a);
+  void layout(Arena& a);  // lay_out_step with layout_params(), into the members below
+  StepLayoutParams layout_params() const;
   int proj_width() const;
   int act_rows() const;    // R
   int logit_rows() const;  // L

@@ -1,4 +1,4 @@
-// conv_fwd.cu: the conv.fwd launcher (validation against the contract, dispatch) and the `tiled`
+// conv_fwd.cu: the conv.fwd launcher (validation against the contract, the switch over its arm) and the `tiled`
 // reference arm. The register arms are in conv_fwd_register.cu. The state I/O design (one owner
 // program per sequence reads and writes its state) is explained in conv_fwd.h.
 #include <array>

@@ -143,6 +143,7 @@ cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t strea
         .require(p.norm_w_dtype == DType::bf16 || p.norm_w_dtype == DType::f32, "norm_w_dtype must be bf16 or f32");
     chk.require(p.norm_z_stride == 0 || p.norm_z_stride >= static_cast<int64_t>(p.Hv) * p.Dv,
                 "norm_z_stride must be 0 or >= Hv x Dv");
+    chk.require(p.norm_eps >= 0.0f, "norm_eps must be >= 0");
   }
   if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;

@@ -72,7 +72,7 @@ int guarded(std::string_view fn, F&& body) noexcept {
   } catch (const CallError& e) {
     set_message(t_error, fn, e.message);
     return e.code;
-  } catch (const sg::ArmError& e) {  // dispatch(): a valid arm with no launcher in this build
+  } catch (const sg::ArmError& e) {  // an arm value outside its op's arms (the launchers' switches cover every arm)
     set_message(t_error, fn, e.what());
     return SG_ERR_ARM_UNAVAILABLE;
   } catch (const std::invalid_argument& e) {  // contracts and descriptors: shapes out of range

@@ -201,6 +201,28 @@ TEST_CASE("delta-rule decode: the fused gated norm gives the bytes of the norm k
         ++ran;
       }
       CHECK(ran >= 4);
+      {  // z contiguous (norm_z_stride 0 = Hv x Dv), against the norm kernel on the same z
+        std::vector<float> zc;
+        for (int r = 0; r < rows; ++r) {
+          const auto row = z.begin() + static_cast<std::ptrdiff_t>(r * zts);
+          zc.insert(zc.end(), row, row + static_cast<std::ptrdiff_t>(sh.Hv) * sh.Dv);
+        }
+        auto dzc = test::DevBuf::from(zc, DType::bf16);
+        auto s_ref = test::DevBuf::from(state0, DType::f32), s_fused = test::DevBuf::from(state0, DType::f32);
+        test::DevBuf o_ref(v.size() * 2), o_fused(v.size() * 2);
+        check(delta_rule_decode(params(s_ref, o_ref), nullptr));
+        GatedRmsNormParams n0 = np;
+        n0.x = n0.y = o_ref.data();
+        n0.z = dzc.data();
+        n0.z_token_stride = 0;
+        check(gated_rmsnorm(n0, nullptr));
+        DeltaRuleDecodeParams p = params(s_fused, o_fused);
+        p.norm_z = dzc.data();
+        p.norm_w = dw.data();
+        p.norm_w_dtype = wt;
+        check(delta_rule_decode(p, nullptr));
+        CHECK(test::byte_diff(o_fused.download(), o_ref.download(), DType::bf16) == "");
+      }
       // Not built: Dv outside 64/128/256, an f32 out, no z.
       auto state = test::DevBuf::from(state0, DType::f32);
       test::DevBuf out(v.size() * 4);

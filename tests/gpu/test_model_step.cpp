@@ -342,6 +342,7 @@ ModelStepOptions small_bf16_step() {
 TEST_CASE("model step with the fused gdn.decode arm gives the unfused bytes", "[gpu][model][arms]") {
   const Qwen35Config c = tiny_d64();
   ModelStepOptions o = small_bf16_step();
+  o.gated_norm = GatedNormMode::kernel;  // the unfused path as it was: the delta rule, then the norm kernel
   ModelStep unfused(c, o);
   o.arms.gdn_decode = GdnDecodeArm::fused;
   ModelStep fused(c, o);

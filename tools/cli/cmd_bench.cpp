@@ -356,7 +356,7 @@ void register_bench(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "gemm", "kernel"}));
   cmd->add_option("--gated-norm", o.gated_norm,
                   "model workload: where a decode step computes the GDN layer's gated RMSNorm: delta (in the delta "
-                  "rule's epilogue, its column blocks in a thread-block cluster, wherever the unfused GDN decode path "
+                  "rule's epilogue, one block a head, wherever the unfused GDN decode path "
                   "runs on bf16 with Dv 64, 128 or 256), kernel (the gated_rmsnorm kernel after the delta rule), or "
                   "auto (delta on steps of at most 8 rows whose GDN layers have at most 4096 output values a row, "
                   "the 4B's, where it measured faster; kernel elsewhere); the same output bytes every way")

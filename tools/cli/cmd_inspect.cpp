@@ -92,8 +92,9 @@ int run(const InspectOptions& o) {
   ModelStep step(cfg, model_step_options(o.b, arms, prefill, 0));
   step.set_capture_stop(sigint_received);
   step.capture_all(/*for_timing=*/true, prefill);
-  if (sigint_received()) {
-    fmt::print("interrupted (SIGINT) while capturing the graphs: nothing was measured\n");
+  if (sigint_received()) {  // on stderr for json and csv, whose stdout keeps its format
+    fmt::print(o.format == "table" ? stdout : stderr,
+               "interrupted (SIGINT) while capturing the graphs: nothing was measured\n");
     return kInterruptedExit;
   }
   if (o.format == "table") print_tuning(step);  // JSON carries it as "tuning"; CSV is the node table only
@@ -236,8 +237,8 @@ void register_inspect(CLI::App& app, Action& action) {
       "One captured graph of the whole model, node by node: each node's own CUPTI time (overlap with the node before "
       "counted once) grouped by node, op family or "
       "layer, beside the group's marginal cost (the step with the group's nodes disabled, subtracted from the full "
-      "step). Ctrl-C ends the run after the graph being captured (nothing measured) or the group being timed (the "
-      "table with the marginal costs measured so far), exit 130. Needs a GPU.");
+      "step). Ctrl-C ends the run after the graph being captured (nothing measured) or after the group being timed and "
+      "one more timing of the whole step (the table with the marginal costs measured so far), exit 130. Needs a GPU.");
   add_model_step_options(cmd, io.b);  // --preset, --max-seqs, --context, --arm, the settings
   cmd->add_option("--key", io.key,
                   "the graph: decode (the largest decode key), decode-N (the key holding N rows) or prefill")

@@ -120,12 +120,8 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   stream_.sync();
 }
 
-int ModelStep::proj_width() const { return step_proj_width(cfg_); }
-
-int ModelStep::act_rows() const { return std::max(opts_.max_decode_batch, opts_.max_prefill_tokens); }
-
 int ModelStep::logit_rows() const {
-  return std::max(opts_.max_decode_batch, opts_.max_prefill_tokens > 0 ? opts_.max_prefill_seqs : 0);
+  return step_logit_rows(opts_.max_decode_batch, opts_.max_prefill_tokens, opts_.max_prefill_seqs);
 }
 
 size_t ModelStep::meta_bytes() const {

@@ -210,9 +210,7 @@ class ModelStep {
 
   void layout(Arena& a);  // lay_out_step with layout_params(), into the members below
   StepLayoutParams layout_params() const;
-  int proj_width() const;
-  int act_rows() const;    // R
-  int logit_rows() const;  // L
+  int logit_rows() const;  // L (step_layout.h)
   size_t meta_bytes() const;
   StepKey prefill_key(int bucket) const { return StepKey::prefill(bucket, opts_.max_prefill_seqs); }
   // A step key and its graph key (the kind and the token rows; prefill's sequences are fixed).

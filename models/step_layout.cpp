@@ -10,10 +10,12 @@
 
 namespace sg {
 
-int step_act_rows(const StepLayoutParams& p) { return std::max(p.max_decode_batch, p.max_prefill_tokens); }
+int step_act_rows(int max_decode_batch, int max_prefill_tokens) {
+  return std::max(max_decode_batch, max_prefill_tokens);
+}
 
-int step_logit_rows(const StepLayoutParams& p) {
-  return std::max(p.max_decode_batch, p.max_prefill_tokens > 0 ? p.max_prefill_seqs : 0);
+int step_logit_rows(int max_decode_batch, int max_prefill_tokens, int max_prefill_seqs) {
+  return std::max(max_decode_batch, max_prefill_tokens > 0 ? max_prefill_seqs : 0);
 }
 
 int step_proj_width(const Qwen35Config& c) {
@@ -38,7 +40,8 @@ StepTensors lay_out_step(Arena& a, const Qwen35Config& c, const StepLayoutParams
   const int64_t H = c.hidden, I = c.intermediate, V = c.vocab;
   const int64_t C = g.C(), K = g.K, Hk = g.Hk, Hv = g.Hv, Dk = g.Dk, Dv = g.Dv;
   const int64_t Hq = c.Hq, Hkv = c.Hkv, D = c.D;
-  const int64_t S = p.num_slots, Lc = p.max_context, R = step_act_rows(p), L = step_logit_rows(p);
+  const int64_t S = p.num_slots, Lc = p.max_context, R = step_act_rows(p.max_decode_batch, p.max_prefill_tokens),
+                L = step_logit_rows(p.max_decode_batch, p.max_prefill_tokens, p.max_prefill_seqs);
   StepTensors t;
 
   a.section("weights");

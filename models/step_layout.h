@@ -81,8 +81,8 @@ struct StepLayoutParams {
 };
 
 // Rows of the activations (R), of the logits (L) and the width of the shared projection output.
-int step_act_rows(const StepLayoutParams& p);
-int step_logit_rows(const StepLayoutParams& p);
+int step_act_rows(int max_decode_batch, int max_prefill_tokens);
+int step_logit_rows(int max_decode_batch, int max_prefill_tokens, int max_prefill_seqs);
 int step_proj_width(const Qwen35Config& c);
 // The static metadata block: the image of the largest decode key or prefill key (step_metadata.h).
 size_t step_meta_bytes(int max_decode_batch, int max_prefill_tokens, int max_prefill_seqs);

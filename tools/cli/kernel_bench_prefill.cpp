@@ -14,6 +14,7 @@
 #include "kernels/gdn_prefill_fused.h"
 #include "kernels/op_bytes.h"
 #include "kernels/postconv.h"
+#include "models/gdn_mixer.h"
 #include "tools/cli/kernel_bench_cases.h"
 
 namespace sg::bench {
@@ -55,34 +56,41 @@ OpCase gdn_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st) {
   check(cudaMemcpy(dcounts, counts, 8, cudaMemcpyHostToDevice));
   check(cudaMemcpy(dchunks, chunks.data(), sizeof(ConvChunk) * chunks.size(), cudaMemcpyHostToDevice));
 
+  GdnIo io;  // the buffers, wired into each kernel's params as the model step wires them (gdn_mixer.h)
+  io.x = buf.make(xb);
+  io.x_stride = C;
+  io.conv_state = buf.make(sb);
+  io.conv_state_dtype = DType::bf16;
+  io.conv_w = static_cast<float*>(buf.make(sizeof(float) * C * K));
+  io.a = buf.make(ab);
+  io.b = buf.make(ab);
+  io.ab_stride = Hv;
+  io.A_log = static_cast<float*>(buf.make(sizeof(float) * Hv));
+  io.dt_bias = static_cast<float*>(buf.make(sizeof(float) * Hv));
+  io.q = buf.make(qb);
+  io.k = buf.make(qb);
+  io.v = buf.make(vb);
+  io.g = static_cast<float*>(buf.make(gb));
+  io.beta = static_cast<float*>(buf.make(gb));
+  auto set_varlen = [&](auto& p) {  // no history: slot n for sequence n
+    p.cu_seqlens = dcu;
+    p.slots = dslots;
+    p.has_history = dhist;
+    p.n_seqs = dcounts;
+  };
+
   GdnPrefillFusedParams f;
-  f.x = buf.make(xb);
-  f.x_stride = C;
+  f.x = io.x;
+  f.x_stride = io.x_stride;
   f.act = act;
-  f.state = buf.make(sb);
-  f.state_dtype = DType::bf16;
-  f.w = static_cast<float*>(buf.make(sizeof(float) * C * K));
-  f.a = buf.make(ab);
-  f.a_stride = Hv;
-  f.b = buf.make(ab);
-  f.b_stride = Hv;
+  f.state = io.conv_state;
+  f.state_dtype = io.conv_state_dtype;
+  f.w = io.conv_w;
+  set_gdn_gate_inputs(f, io);
   f.ab_dtype = act;
-  f.A_log = static_cast<float*>(buf.make(sizeof(float) * Hv));
-  f.dt_bias = static_cast<float*>(buf.make(sizeof(float) * Hv));
-  f.q = buf.make(qb);
-  f.k = buf.make(qb);
-  f.v = buf.make(vb);
-  f.qkv_dtype = act;
-  f.g = static_cast<float*>(buf.make(gb));
-  f.beta = static_cast<float*>(buf.make(gb));
-  f.cu_seqlens = dcu;
-  f.slots = dslots;
-  f.has_history = dhist;
-  f.n_seqs = dcounts;
-  f.Hk = d.Hk;
-  f.Hv = Hv;
-  f.Dk = d.Dk;
-  f.Dv = d.Dv;
+  set_gdn_qkv_gates(f, io, act);
+  set_varlen(f);
+  set_gdn_heads(f, d);
   f.K = K;
   f.max_tokens = T;
   f.max_seqs = N;
@@ -93,47 +101,17 @@ OpCase gdn_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st) {
   check(fill_uniform(const_cast<float*>(f.A_log), DType::f32, Hv, 704, 0.f, 2.7f, st));
   check(fill_uniform(const_cast<float*>(f.dt_bias), DType::f32, Hv, 705, -1.f, 1.f, st));
 
-  ConvFwdParams cp;  // x -> conv [T, C] (the unfused intermediate)
-  cp.x = f.x;
-  cp.x_stride = C;
-  cp.x_dtype = act;
-  cp.out = buf.make(xb);
-  cp.out_dtype = act;
-  cp.state = f.state;
-  cp.state_dtype = f.state_dtype;
-  cp.w = f.w;
-  cp.cu_seqlens = dcu;
-  cp.slots = dslots;
-  cp.has_history = dhist;
-  cp.n_seqs = dcounts;
+  io.conv_out = buf.make(xb);  // the unfused pair's intermediate [T, C]
+  ConvFwdParams cp;            // x -> conv_out
+  set_gdn_conv_io(cp, io, act);
+  set_varlen(cp);
   cp.chunks = dchunks;
   cp.n_chunks = dcounts + 1;
   cp.C = C;
   cp.K = K;
   cp.max_tokens = T;
   cp.max_seqs = N;
-  PostconvParams pp;  // conv -> q, k, v, g, beta
-  pp.conv = cp.out;
-  pp.conv_stride = C;
-  pp.conv_dtype = act;
-  pp.a = f.a;
-  pp.a_stride = Hv;
-  pp.b = f.b;
-  pp.b_stride = Hv;
-  pp.ab_dtype = act;
-  pp.A_log = f.A_log;
-  pp.dt_bias = f.dt_bias;
-  pp.q = f.q;
-  pp.k = f.k;
-  pp.v = f.v;
-  pp.qkv_dtype = act;
-  pp.g = f.g;
-  pp.beta = f.beta;
-  pp.T = T;
-  pp.Hk = d.Hk;
-  pp.Hv = Hv;
-  pp.Dk = d.Dk;
-  pp.Dv = d.Dv;
+  const PostconvParams pp = gdn_postconv_params(d, act, T, io);  // conv_out -> q, k, v, g, beta
 
   OpCase oc;
   oc.op = "gdn.prefill";

@@ -5,7 +5,8 @@
 // best split count and checked against cublasGemmEx, with CUDA graphs of 20 launches over 8
 // rotating weight copies (so L2 cannot serve the weights), and prints each one's weight bandwidth.
 // Shapes: the 4B preset's projections, then the 27B preset's (`27b.` names).
-// Usage: gemm_lt_probe [OP M] (one shape, e.g. `mlp.gate_up 32`, for ncu). Build and run on the GPU
+// Usage: gemm_lt_probe [OP|all M [VARIANTS]] (one shape, e.g. `mlp.gate_up 32`, for ncu; `all 32
+// tma64x8,m4`: every shape at 32 rows, the variants whose names hold "tma64x8" or "m4"). Build and run on the GPU
 // machine (from the repository root):
 //   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu \
 //     kernels/launch_policy.cpp -lcublasLt -lcublas &&
@@ -66,9 +67,11 @@ float time_graph(cudaStream_t s, F body) {
 }
 
 int main(int argc, char** argv) {
-  // Optional: one shape and row count (`gemm_lt_probe mlp.gate_up 32`), e.g. under ncu.
-  const char* only = argc >= 3 ? argv[1] : nullptr;
+  // Optional: one shape (or `all`) and row count (`gemm_lt_probe mlp.gate_up 32`), e.g. under ncu,
+  // and the variants whose names contain one of comma-separated strings (`gemm_lt_probe all 32 x5,m4`).
+  const char* only = argc >= 3 && std::string(argv[1]) != "all" ? argv[1] : nullptr;
   const int only_m = argc >= 3 ? std::atoi(argv[2]) : 0;
+  const char* vfilter = argc >= 4 ? argv[3] : nullptr;
   struct Shape {
     const char* name;
     int N, K;
@@ -119,7 +122,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpy(W[0], h.data(), wb, cudaMemcpyHostToDevice));
     }
     for (int M : {1, 8, 32}) {
-      if (only && M != only_m) continue;
+      if (only_m && M != only_m) continue;
       void *x, *y;
       CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
       {
@@ -180,6 +183,14 @@ int main(int argc, char** argv) {
                                   {"tma144x5", 64, sg::launch_tma<144, 5>},
                                   {"tma64x16", 64, sg::launch_tma<64, 16>},
                                   {"tma64x12", 64, sg::launch_tma<64, 12>},
+                                  // consumer warps of 2 or 4 16-row tiles (x fragments loaded once for them)
+                                  {"tma64x8m2", 64, sg::launch_tma<64, 8, 2>},
+                                  {"tma64x8m4", 64, sg::launch_tma<64, 8, 4>},
+                                  {"tma128x5m2", 64, sg::launch_tma<128, 5, 2>},
+                                  {"tma128x5m4", 64, sg::launch_tma<128, 5, 4>},
+                                  {"tma256x5m2", 64, sg::launch_tma<256, 5, 2>},
+                                  {"tma256x5m4", 64, sg::launch_tma<256, 5, 4>},
+                                  {"tma128x6m4", 64, sg::launch_tma<128, 6, 4>},
                                   {"bulk64x256x4", 256, sg::launch_bulk<64, 256, 4>}};
       auto params = [&](void* w, int splits) {  // y = x w^T, M x N x K, at `splits`
         sg::SkinnyGemmParams p;
@@ -195,6 +206,15 @@ int main(int argc, char** argv) {
         return p;
       };
       for (const Variant& v : variants) {
+        if (vfilter && ![&] {  // any of the comma-separated substrings
+              const std::string f = vfilter;
+              for (size_t a = 0, b; a <= f.size(); a = b + 1) {
+                b = std::min(f.find(',', a), f.size());
+                if (b > a && std::strstr(v.name, f.substr(a, b - a).c_str())) return true;
+              }
+              return false;
+            }())
+          continue;
         float vbest = 1e30f;
         int vs = 0;
         for (int sp : {pick, 1, 2, 3, 4, 6, 8, 12, 16}) {

@@ -19,6 +19,7 @@
 #include "kernels/fill.h"
 #include "kernels/skinny_gemm.h"
 #include "models/memory_plan.h"
+#include "models/weight_parts.h"
 
 namespace sg {
 namespace {
@@ -31,7 +32,8 @@ void download_into(uint8_t* dst, const void* src, size_t bytes, cudaStream_t s) 
 
 // Host values -> weight dtype -> device at `dst` (stream-ordered, synchronised before returning so
 // the host buffer can go).
-void upload_values(void* dst, DType t, const float* v, size_t n, cudaStream_t s) {
+// n f32 values as dtype t (bf16 rounded to nearest even, or f32 as they are).
+std::vector<uint8_t> as_dtype(DType t, const float* v, size_t n) {
   std::vector<uint8_t> host(n * dtype_size(t));
   if (t == DType::bf16) {
     auto* p = reinterpret_cast<bf16_t*>(host.data());
@@ -40,8 +42,29 @@ void upload_values(void* dst, DType t, const float* v, size_t n, cudaStream_t s)
     require(t == DType::f32, "weights must be bf16 or f32, got {}", dtype_name(t));
     std::memcpy(host.data(), v, n * sizeof(float));
   }
-  check(cudaMemcpyAsync(dst, host.data(), host.size(), cudaMemcpyHostToDevice, s));
-  check(cudaStreamSynchronize(s));
+  return host;
+}
+
+// Uploads a checkpoint tensor's values into its part of a step weight (weight_parts.h), converted
+// to the weight's dtype: contiguous rows, or groups of rows every 2 groups (one 2-D copy).
+void upload_part(const WeightPart& part, const HostTensor& h, cudaStream_t s) {
+  const int64_t cols = weight_part_cols(part), rows = part.dst.rank >= 1 ? part.dst.dim(0) : 0;
+  const bool fits = h.numel() == part.rows * cols && part.rows >= 1 && part.row0 >= 0 &&
+                    (part.group == 0 || part.rows % part.group == 0) &&
+                    weight_part_row(part, part.rows - 1) < rows;
+  require(fits, "load_host_weights: {} ({} values) does not fit {} {} at row {}", part.name, h.numel(), part.tensor,
+          part.dst.describe(), part.row0);
+  const size_t es = dtype_size(part.dst.dtype), row_bytes = static_cast<size_t>(cols) * es;
+  const std::vector<uint8_t> host = as_dtype(part.dst.dtype, h.data.data(), h.data.size());
+  char* base = static_cast<char*>(part.dst.data) + static_cast<size_t>(part.row0) * row_bytes;
+  if (part.group == 0) {
+    check(cudaMemcpyAsync(base, host.data(), host.size(), cudaMemcpyHostToDevice, s));
+  } else {
+    const size_t group_bytes = static_cast<size_t>(part.group) * row_bytes;
+    check(cudaMemcpy2DAsync(base, 2 * group_bytes, host.data(), group_bytes, group_bytes,
+                            static_cast<size_t>(part.rows / part.group), cudaMemcpyHostToDevice, s));
+  }
+  check(cudaStreamSynchronize(s));  // `host` is freed on return
 }
 
 // The smallest bucket that holds the batch's tokens (an error when none does).
@@ -225,74 +248,15 @@ void ModelStep::init_synthetic(uint64_t seed) {
 
 void ModelStep::load_host_weights(const HostWeights& w) {
   check_weights(cfg_, w);
-  cudaStream_t s = stream_.get();
-  auto get = [&](const std::string& name) -> const HostTensor& {
-    auto it = w.find(name);
-    require(it != w.end(), "load_host_weights: missing {}", name);
-    return it->second;
-  };
-  // Uploads `name` into rows [row0, row0 + rows of name) of `dst` ([out, in] or 1-D).
-  auto put = [&](const TensorView& dst, int64_t row0, const std::string& name) {
-    const HostTensor& t = get(name);
-    const int64_t cols = dst.rank >= 2 ? dst.numel() / dst.dim(0) : 1;
-    require(row0 * cols + t.numel() <= dst.numel(), "load_host_weights: {} ({} values) does not fit {} at row {}", name,
-            t.numel(), dst.describe(), row0);
-    char* base = static_cast<char*>(dst.data) + static_cast<size_t>(row0 * cols) * dtype_size(dst.dtype);
-    upload_values(base, dst.dtype, t.data.data(), t.data.size(), s);
-  };
-  const GdnDims& g = cfg_.gdn;
-  const int64_t C = g.C(), HvDv = int64_t{g.Hv} * g.Dv, Hv = g.Hv, I = cfg_.intermediate;
-  // gate_proj and up_proj ([I, H] each) into the rows of gate_up: halves, or groups of gu_group()
-  // rows alternating (gate rows 8 j .. at 16 j .., up rows 8 j .. at 16 j + 8 ..).
-  auto put_gate_up = [&](const TensorView& dst, const std::string& p) {
-    if (gu_group() == 0) {
-      put(dst, 0, p + "mlp.gate_proj.weight");
-      put(dst, I, p + "mlp.up_proj.weight");
-      return;
-    }
-    const HostTensor& gate = get(p + "mlp.gate_proj.weight");
-    const HostTensor& up = get(p + "mlp.up_proj.weight");
-    const int64_t H = dst.dim(1), G = gu_group();
-    require(gate.numel() == I * H && up.numel() == I * H && dst.numel() == 2 * I * H,
-            "load_host_weights: {} / {} do not fit {}", p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
-            dst.describe());
-    std::vector<float> rows(static_cast<size_t>(2 * I * H));
-    for (int64_t r = 0; r < I; ++r) {
-      const int64_t at = (r / G) * 2 * G + r % G;  // gate row r; its up row is G rows further
-      std::copy_n(gate.data.begin() + r * H, H, rows.begin() + at * H);
-      std::copy_n(up.data.begin() + r * H, H, rows.begin() + (at + G) * H);
-    }
-    upload_values(dst.data, dst.dtype, rows.data(), rows.size(), s);
-  };
-  const int64_t qrows = 2 * int64_t{cfg_.Hq} * cfg_.D, kvrows = int64_t{cfg_.Hkv} * cfg_.D;
-  put(embed_, 0, "model.embed_tokens.weight");
-  if (!cfg_.tie_word_embeddings) put(lm_head_, 0, "lm_head.weight");
-  put(final_norm_, 0, "model.norm.weight");
-  for (int i = 0; i < cfg_.layers; ++i) {
-    const Layer& L = layers_[static_cast<size_t>(i)];
-    const std::string p = fmt::format("model.layers.{}.", i);
-    put(L.in_norm, 0, p + "input_layernorm.weight");
-    put(L.post_norm, 0, p + "post_attention_layernorm.weight");
-    put_gate_up(L.gate_up, p);
-    put(L.down, 0, p + "mlp.down_proj.weight");
-    if (L.attention) {
-      put(L.attn.qkv_proj, 0, p + "self_attn.q_proj.weight");
-      put(L.attn.qkv_proj, qrows, p + "self_attn.k_proj.weight");
-      put(L.attn.qkv_proj, qrows + kvrows, p + "self_attn.v_proj.weight");
-      put(L.attn.q_norm, 0, p + "self_attn.q_norm.weight");
-      put(L.attn.k_norm, 0, p + "self_attn.k_norm.weight");
-      put(L.attn.o_proj, 0, p + "self_attn.o_proj.weight");
-    } else {
-      put(L.gdn.in_proj, 0, p + "linear_attn.in_proj_qkv.weight");
-      put(L.gdn.in_proj, C, p + "linear_attn.in_proj_z.weight");
-      put(L.gdn.in_proj, C + HvDv, p + "linear_attn.in_proj_b.weight");
-      put(L.gdn.in_proj, C + HvDv + Hv, p + "linear_attn.in_proj_a.weight");
-      put(L.gdn.conv_w, 0, p + "linear_attn.conv1d.weight");  // [C, 1, K] == [C, K] in memory
-      put(L.gdn.A_log, 0, p + "linear_attn.A_log");
-      put(L.gdn.dt_bias, 0, p + "linear_attn.dt_bias");
-      put(L.gdn.norm_w, 0, p + "linear_attn.norm.weight");
-      put(L.gdn.out_proj, 0, p + "linear_attn.out_proj.weight");
-    }
+  StepTensors t;
+  t.embed = embed_;
+  t.lm_head = lm_head_;
+  t.final_norm = final_norm_;
+  t.layers = layers_;
+  for (const WeightPart& part : weight_parts(cfg_, t, gu_group())) {
+    const auto it = w.find(part.name);
+    require(it != w.end(), "load_host_weights: missing {}", part.name);
+    upload_part(part, it->second, stream_.get());
   }
 }
 

@@ -1,0 +1,108 @@
+// GPU tests of running short of device memory (docs/RELIABILITY.md, "Faults"):
+// - a model step whose memory plan does not fit the free device memory is refused before it
+//   allocates, with an Error that gives the plan's size and the free memory;
+// - capturing a step's graphs with almost no device memory left either completes or ends in an
+//   Error (never a crash or a sticky CUDA error); once the memory is back, the same step captures
+//   and replays, byte for byte, what a step that never ran short gives, and eagerly in between.
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/cuda_handles.h"
+#include "engine/error.h"
+#include "models/model_step.h"
+#include "tests/support/catch.h"
+
+using namespace sg;
+
+namespace {
+
+ModelStepOptions small_options() {
+  ModelStepOptions o;
+  o.num_slots = 8;
+  o.max_context = 64;
+  o.max_decode_batch = 8;
+  o.max_prefill_tokens = 64;
+  o.max_prefill_seqs = 4;
+  o.act = DType::bf16;
+  return o;
+}
+
+// Device memory taken until at most `leave` bytes are free (released by the destructor).
+struct Hog {
+  std::vector<DeviceBuffer> blocks;
+  explicit Hog(size_t leave) {
+    for (int i = 0; i < 64; ++i) {
+      size_t free_b = 0, total_b = 0;
+      check(cudaMemGetInfo(&free_b, &total_b));
+      if (free_b <= leave + (2u << 20)) break;
+      blocks.emplace_back(free_b - leave - (1u << 20));  // the driver keeps some for itself
+    }
+  }
+};
+
+// Three greedy decode steps of three rows from empty slots, in `mode`: the logits' bytes.
+std::vector<uint8_t> three_steps(ModelStep& step, RunMode mode) {
+  step.clear_caches();
+  std::vector<uint8_t> all;
+  for (int t = 0; t < 3; ++t) {
+    std::vector<DecodeRequest> reqs;
+    for (int r = 0; r < 3; ++r) reqs.push_back({r * 2 + 1, 5 + 7 * r + t, t});
+    const DecodeOutput out = step.decode(reqs, mode);
+    const auto* b = reinterpret_cast<const uint8_t*>(out.logits.data());
+    all.insert(all.end(), b, b + out.logits.size() * sizeof(float));
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("memory faults: a step that does not fit is refused up front with the numbers", "[gpu][model][faults]") {
+  const Qwen35Config cfg = preset("tiny-dkdv");
+  std::string message;
+  {
+    Hog hog(1u << 20);  // 1 MiB left: less than any step's plan
+    REQUIRE_FALSE(hog.blocks.empty());
+    try {
+      ModelStep step(cfg, small_options());
+    } catch (const Error& e) {
+      message = e.what();
+    }
+  }
+  INFO(message);
+  CHECK(message.find("plan needs") != std::string::npos);
+  CHECK(message.find("free") != std::string::npos);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  // The memory is back: the same step builds and runs.
+  ModelStep step(cfg, small_options());
+  CHECK(three_steps(step, RunMode::eager).size() == 3u * 3u * static_cast<size_t>(cfg.vocab) * sizeof(float));
+}
+
+TEST_CASE("memory faults: capture short of memory fails cleanly or completes; the step runs on after", "[gpu][model][faults]") {
+  const Qwen35Config cfg = preset("tiny-dkdv");
+  ModelStep ref(cfg, small_options());
+  ref.capture_all();
+  const std::vector<uint8_t> want = three_steps(ref, RunMode::graph);
+
+  ModelStep step(cfg, small_options());
+  std::string message;
+  bool threw = false;
+  {
+    Hog hog(256u << 10);
+    REQUIRE_FALSE(hog.blocks.empty());
+    try {
+      step.capture_all();
+    } catch (const Error& e) {
+      threw = true;
+      message = e.what();
+    }
+  }
+  INFO("capture with 256 KiB free: " << (threw ? "failed: " + message : std::string("completed")));
+  CHECK(cudaGetLastError() == cudaSuccess);  // nothing sticky
+  // Eager steps run, then a full capture, then replay: the bytes of the step that never ran short.
+  CHECK(three_steps(step, RunMode::eager) == want);
+  step.capture_all();
+  CHECK(three_steps(step, RunMode::graph) == want);
+  CHECK(step.eager_fallbacks() == 0);
+}

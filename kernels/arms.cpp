@@ -35,9 +35,9 @@ const std::array<OpInfo, kNumOps> kOps{{
     {Op::conv_update, "conv.update", kConvUpdateNames, static_cast<size_t>(ConvUpdateArm::grid),
      static_cast<size_t>(ConvUpdateArm::fast)},
     {Op::postconv, "postconv", kPostconvNames, static_cast<size_t>(PostconvArm::megablock),
-     static_cast<size_t>(PostconvArm::fast)},
+     static_cast<size_t>(PostconvArm::token_tile)},
     {Op::gdn_prefill, "gdn.prefill", kGdnPrefillNames, static_cast<size_t>(GdnPrefillArm::unfused),
-     static_cast<size_t>(GdnPrefillArm::unfused)},
+     static_cast<size_t>(GdnPrefillArm::fused)},
     {Op::gdn_decode, "gdn.decode", kGdnDecodeNames, static_cast<size_t>(GdnDecodeArm::unfused),
      static_cast<size_t>(GdnDecodeArm::unfused)},
 }};
@@ -247,7 +247,9 @@ SeedResult apply_seed_flags(const EnvLookup& env) {
   add_source(Op::conv_update, kVtConvUpdateFast);
   r.arms.conv_update = seed_on(get(kVtConvUpdateFast), true) ? ConvUpdateArm::fast : ConvUpdateArm::grid;
 
-  // postconv: split > token_tile > fast > megablock.
+  // postconv, when any of its flags is set (else the default, token_tile, which the seed did not
+  // have): split > token_tile > fast > megablock, as the seed decides.
+  if (!get(kVtPostconvSplit) && !get(kVtPostconvTokenTile) && !get(kVtPostconvFast)) return r;
   add_source(Op::postconv, kVtPostconvSplit);
   if (seed_on(get(kVtPostconvSplit), false)) {
     r.arms.postconv = PostconvArm::split;

@@ -115,8 +115,8 @@ struct ArmSelection {
   ConvFwdArm conv_fwd = ConvFwdArm::reg;
   ConvChunksArm conv_chunks = ConvChunksArm::exact;
   ConvUpdateArm conv_update = ConvUpdateArm::fast;
-  PostconvArm postconv = PostconvArm::fast;
-  GdnPrefillArm gdn_prefill = GdnPrefillArm::unfused;
+  PostconvArm postconv = PostconvArm::token_tile;
+  GdnPrefillArm gdn_prefill = GdnPrefillArm::fused;
   GdnDecodeArm gdn_decode = GdnDecodeArm::unfused;
 
   bool operator==(const ArmSelection&) const = default;

@@ -50,8 +50,7 @@ std::vector<uint8_t> as_dtype(DType t, const float* v, size_t n) {
 void upload_part(const WeightPart& part, const HostTensor& h, cudaStream_t s) {
   const int64_t cols = weight_part_cols(part), rows = part.dst.rank >= 1 ? part.dst.dim(0) : 0;
   const bool fits = h.numel() == part.rows * cols && part.rows >= 1 && part.row0 >= 0 &&
-                    (part.group == 0 || part.rows % part.group == 0) &&
-                    weight_part_row(part, part.rows - 1) < rows;
+                    (part.group == 0 || part.rows % part.group == 0) && weight_part_row(part, part.rows - 1) < rows;
   require(fits, "load_host_weights: {} ({} values) does not fit {} {} at row {}", part.name, h.numel(), part.tensor,
           part.dst.describe(), part.row0);
   const size_t es = dtype_size(part.dst.dtype), row_bytes = static_cast<size_t>(cols) * es;

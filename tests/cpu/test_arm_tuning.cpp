@@ -35,7 +35,8 @@ TEST_CASE("arm tuning keeps the fastest arm of each op and times each selection 
   step.cost[Op::postconv] = {0.5, 0.4, 0.45, 0.1};  // megablock, fast, split, token_tile
   step.cost[Op::conv_update] = {0.2, 0.3};          // grid, fast
   const Op ops[] = {Op::conv_update, Op::postconv};
-  const ArmSelection start;  // conv.update fast, postconv fast (the defaults)
+  ArmSelection start;  // conv.update fast (the default), postconv fast
+  start.postconv = PostconvArm::fast;
   const ArmTuning t = tune_arms(start, ops, all_arms, [&](const ArmSelection& s) { return step(s); });
   CHECK(t.arms.conv_update == ConvUpdateArm::grid);
   CHECK(t.arms.postconv == PostconvArm::token_tile);

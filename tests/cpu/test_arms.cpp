@@ -33,7 +33,7 @@ std::string arm_error(const std::function<void()>& f) {
 
 const std::string kValidOps = "conv.fwd, conv.chunks, conv.update, postconv, gdn.prefill, gdn.decode";
 const std::string kDefaults =
-    "conv.fwd=register,conv.chunks=exact,conv.update=fast,postconv=fast,gdn.prefill=unfused,gdn.decode=unfused";
+    "conv.fwd=register,conv.chunks=exact,conv.update=fast,postconv=token_tile,gdn.prefill=fused,gdn.decode=unfused";
 
 }  // namespace
 
@@ -103,9 +103,9 @@ TEST_CASE("arm table: ops, arm names both ways, reference and default", "[arms]"
   CHECK(ref(Op::conv_update) == "grid");
   CHECK(def(Op::conv_update) == "fast");
   CHECK(ref(Op::postconv) == "megablock");
-  CHECK(def(Op::postconv) == "fast");
+  CHECK(def(Op::postconv) == "token_tile");
   CHECK(ref(Op::gdn_prefill) == "unfused");
-  CHECK(def(Op::gdn_prefill) == "unfused");
+  CHECK(def(Op::gdn_prefill) == "fused");
   CHECK(ref(Op::gdn_decode) == "unfused");
   CHECK(def(Op::gdn_decode) == "unfused");
 
@@ -113,8 +113,8 @@ TEST_CASE("arm table: ops, arm names both ways, reference and default", "[arms]"
         "conv.fwd     tiled (reference), register (default), k4, k4x2\n"
         "conv.chunks  exact (default), whole (reference)\n"
         "conv.update  grid (reference), fast (default)\n"
-        "postconv     megablock (reference), fast (default), split, token_tile\n"
-        "gdn.prefill  unfused (reference, default), fused\n"
+        "postconv     megablock (reference), fast, split, token_tile (default)\n"
+        "gdn.prefill  unfused (reference), fused (default)\n"
         "gdn.decode   unfused (reference, default), fused\n");
 }
 
@@ -125,18 +125,19 @@ TEST_CASE("ArmSelection: defaults, describe, equality", "[arms]") {
   CHECK(s.conv_fwd == ConvFwdArm::reg);
   CHECK(s.conv_chunks == ConvChunksArm::exact);
   CHECK(s.conv_update == ConvUpdateArm::fast);
-  CHECK(s.postconv == PostconvArm::fast);
-  CHECK(s.gdn_prefill == GdnPrefillArm::unfused);
+  CHECK(s.postconv == PostconvArm::token_tile);
+  CHECK(s.gdn_prefill == GdnPrefillArm::fused);
   CHECK(s.gdn_decode == GdnDecodeArm::unfused);
   CHECK(s.describe() == kDefaults);
 
   ArmSelection t;
   t.conv_fwd = ConvFwdArm::k4x2;
-  t.postconv = PostconvArm::token_tile;
+  t.postconv = PostconvArm::split;
+  t.gdn_prefill = GdnPrefillArm::unfused;
   t.gdn_decode = GdnDecodeArm::fused;
   CHECK_FALSE(s == t);
   CHECK(t.describe() ==
-        "conv.fwd=k4x2,conv.chunks=exact,conv.update=fast,postconv=token_tile,gdn.prefill=unfused,gdn.decode=fused");
+        "conv.fwd=k4x2,conv.chunks=exact,conv.update=fast,postconv=split,gdn.prefill=unfused,gdn.decode=fused");
   // Each field takes part in ==.
   for (size_t i = 0; i < kNumOps; ++i) {
     ArmSelection u;

@@ -120,6 +120,7 @@ TEST_CASE("gdn.prefill contract: unsupported heads fall back to unfused, which n
   CHECK(u.kernel.empty());
   CHECK(u.block == Dim3{0, 0, 0});
   ArmSelection sel;
+  sel.gdn_prefill = GdnPrefillArm::unfused;
   CHECK(gdn_prefill_contract(sel, GdnPrefillShape{100, 4, 2, 4, 128, 128, 4}).arm == GdnPrefillArm::unfused);
   sel.gdn_prefill = GdnPrefillArm::fused;
   CHECK(gdn_prefill_contract(sel, GdnPrefillShape{100, 4, 2, 4, 128, 128, 4}).arm == GdnPrefillArm::fused);

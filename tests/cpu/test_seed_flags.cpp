@@ -205,11 +205,11 @@ TEST_CASE("seed flag VT_CONV_UPDATE_FAST: off only when starting with '0'", "[ar
 TEST_CASE("seed flag VT_GDN_POSTCONV_FAST: off (megablock) only when starting with '0'", "[arms]") {
   const std::string on = "(on: postconv=fast unless split or token_tile is on)";
   const std::string off = "(off: postconv=megablock unless split or token_tile is on)";
-  const size_t megablock = 0, fast = 1;
+  const size_t megablock = 0, fast = 1, token_tile = 3;
   check_flag_rows(
       "VT_GDN_POSTCONV_FAST", Op::postconv,
       {
-          {std::nullopt, fast, "", "default"},
+          {std::nullopt, token_tile, "", "default"},  // no post-conv flag set: the default
           {"1", fast, "", "VT_GDN_POSTCONV_FAST=1"},
           {"0", megablock, "", "VT_GDN_POSTCONV_FAST=0"},
           {"", fast, "VT_GDN_POSTCONV_FAST=\"\" is not 0 or 1: using 1 " + on, "VT_GDN_POSTCONV_FAST=\"\""},
@@ -221,11 +221,11 @@ TEST_CASE("seed flag VT_GDN_POSTCONV_FAST: off (megablock) only when starting wi
 
 TEST_CASE("seed flag VT_GDN_POSTCONV_SPLIT: on when set and not starting with '0' (\"\" is on)", "[arms]") {
   const std::string on = "(on: postconv=split)", off = "(off)";
-  const size_t fast = 1, split = 2;
+  const size_t fast = 1, split = 2, token_tile = 3;
   check_flag_rows(
       "VT_GDN_POSTCONV_SPLIT", Op::postconv,
       {
-          {std::nullopt, fast, "", "default"},
+          {std::nullopt, token_tile, "", "default"},
           {"0", fast, "", "VT_GDN_POSTCONV_SPLIT=0"},
           {"1", split, "", "VT_GDN_POSTCONV_SPLIT=1"},
           {"", split, "VT_GDN_POSTCONV_SPLIT=\"\" is not 0 or 1: using 1 " + on, "VT_GDN_POSTCONV_SPLIT=\"\""},
@@ -240,7 +240,7 @@ TEST_CASE("seed flag VT_GDN_POSTCONV_TOKEN_TILE: on when set and not starting wi
   const size_t fast = 1, token_tile = 3;
   check_flag_rows("VT_GDN_POSTCONV_TOKEN_TILE", Op::postconv,
                   {
-                      {std::nullopt, fast, "", "default"},
+                      {std::nullopt, token_tile, "", "default"},
                       {"0", fast, "", "VT_GDN_POSTCONV_TOKEN_TILE=0"},
                       {"1", token_tile, "", "VT_GDN_POSTCONV_TOKEN_TILE=1"},
                       {"", token_tile, "VT_GDN_POSTCONV_TOKEN_TILE=\"\" is not 0 or 1: using 1 " + on,
@@ -260,7 +260,7 @@ TEST_CASE("seed flags: post-conv precedence split > token_tile > fast > megabloc
     std::string source;
   };
   const std::vector<Row> rows{
-      {std::nullopt, std::nullopt, std::nullopt, PostconvArm::fast, "default"},
+      {std::nullopt, std::nullopt, std::nullopt, PostconvArm::token_tile, "default"},  // none set
       {"0", std::nullopt, std::nullopt, PostconvArm::megablock, "VT_GDN_POSTCONV_FAST=0"},
       {"0", "1", "1", PostconvArm::split, "VT_GDN_POSTCONV_SPLIT=1"},
       {"1", "1", std::nullopt, PostconvArm::split, "VT_GDN_POSTCONV_SPLIT=1"},
@@ -295,7 +295,9 @@ TEST_CASE("seed flags: post-conv precedence split > token_tile > fast > megabloc
         if (t) env["VT_GDN_POSTCONV_TOKEN_TILE"] = *t;
         CAPTURE(f.value_or("<unset>"), s.value_or("<unset>"), t.value_or("<unset>"));
         const ResolvedArms r = resolve(env);
-        const PostconvArm want = on(s, false)   ? PostconvArm::split
+        // None set: the default (token_tile); any set: the seed's precedence.
+        const PostconvArm want = !f && !s && !t ? PostconvArm::token_tile
+                                 : on(s, false) ? PostconvArm::split
                                  : on(t, false) ? PostconvArm::token_tile
                                  : on(f, true)  ? PostconvArm::fast
                                                 : PostconvArm::megablock;

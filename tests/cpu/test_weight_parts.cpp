@@ -129,7 +129,8 @@ TEST_CASE("weight parts: gate_up halves and groups of 8", "[weights]") {
   const WeightPart conv = find(grouped, "model.layers.0.linear_attn.conv1d.weight");
   CHECK(weight_part_cols(conv) == c.gdn.K);  // [C, 1, K] into [C, K]
   // (the messages end in the source location)
-  CHECK(parts_error(c, t, 7).starts_with("weight_parts: gate_up groups of 7 rows do not divide intermediate_size 9216"));
+  CHECK(
+      parts_error(c, t, 7).starts_with("weight_parts: gate_up groups of 7 rows do not divide intermediate_size 9216"));
   StepTensors short_t = t;
   short_t.layers.pop_back();
   CHECK(parts_error(c, short_t, 8).starts_with("weight_parts: 31 layers laid out, the config has 32"));

@@ -1,15 +1,17 @@
 // GPU tests of running short of device memory (docs/RELIABILITY.md, "Faults"):
-// - a model step whose memory plan does not fit the free device memory is refused before it
-//   allocates, with an Error that gives the plan's size and the free memory;
+// - a model step built with (almost) no device memory free ends in an Error with the numbers:
+//   the memory plan's check ("plan needs X but the device has Y free") or, where the driver
+//   reports more free memory than it will hand out, the arena's allocation ("device allocation
+//   of X failed (out of memory); Y free of Z");
 // - capturing a step's graphs with almost no device memory left either completes or ends in an
 //   Error (never a crash or a sticky CUDA error); once the memory is back, the same step captures
 //   and replays, byte for byte, what a step that never ran short gives, and eagerly in between.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
-#include "engine/cuda_handles.h"
 #include "engine/error.h"
 #include "models/model_step.h"
 #include "tests/support/catch.h"
@@ -29,17 +31,31 @@ ModelStepOptions small_options() {
   return o;
 }
 
-// Device memory taken until at most `leave` bytes are free (released by the destructor).
+// Device memory taken, in ever smaller blocks, until at most `leave` bytes are free or not even
+// 1 MiB more can be had (the driver keeps some for itself); released by the destructor.
 struct Hog {
-  std::vector<DeviceBuffer> blocks;
+  std::vector<void*> blocks;
   explicit Hog(size_t leave) {
-    for (int i = 0; i < 64; ++i) {
+    size_t chunk = size_t{1} << 40;
+    for (int i = 0; i < 400 && chunk >= (size_t{1} << 20); ++i) {
       size_t free_b = 0, total_b = 0;
       check(cudaMemGetInfo(&free_b, &total_b));
-      if (free_b <= leave + (2u << 20)) break;
-      blocks.emplace_back(free_b - leave - (1u << 20));  // the driver keeps some for itself
+      if (free_b <= leave) break;
+      const size_t want = std::min(chunk, free_b - leave);
+      void* p = nullptr;
+      if (cudaMalloc(&p, want) == cudaSuccess) {
+        blocks.push_back(p);
+      } else {
+        cudaGetLastError();  // not sticky: clear it
+        chunk = want / 2;
+      }
     }
   }
+  ~Hog() {
+    for (void* p : blocks) cudaFree(p);
+  }
+  Hog(const Hog&) = delete;
+  Hog& operator=(const Hog&) = delete;
 };
 
 // Three greedy decode steps of three rows from empty slots, in `mode`: the logits' bytes.
@@ -58,7 +74,7 @@ std::vector<uint8_t> three_steps(ModelStep& step, RunMode mode) {
 
 }  // namespace
 
-TEST_CASE("memory faults: a step that does not fit is refused up front with the numbers", "[gpu][model][faults]") {
+TEST_CASE("memory faults: a step that does not fit ends in an error with the numbers", "[gpu][model][faults]") {
   const Qwen35Config cfg = preset("tiny-dkdv");
   std::string message;
   {
@@ -71,15 +87,18 @@ TEST_CASE("memory faults: a step that does not fit is refused up front with the 
     }
   }
   INFO(message);
-  CHECK(message.find("plan needs") != std::string::npos);
-  CHECK(message.find("free") != std::string::npos);
+  const bool planned = message.find("plan needs") != std::string::npos,
+             allocated = message.find("device allocation of") != std::string::npos;
+  CHECK((planned || allocated));
+  CHECK(message.find(" free") != std::string::npos);
   CHECK(cudaGetLastError() == cudaSuccess);
   // The memory is back: the same step builds and runs.
   ModelStep step(cfg, small_options());
   CHECK(three_steps(step, RunMode::eager).size() == 3u * 3u * static_cast<size_t>(cfg.vocab) * sizeof(float));
 }
 
-TEST_CASE("memory faults: capture short of memory fails cleanly or completes; the step runs on after", "[gpu][model][faults]") {
+TEST_CASE("memory faults: capture short of memory fails cleanly or completes, and the step runs on after",
+          "[gpu][model][faults]") {
   const Qwen35Config cfg = preset("tiny-dkdv");
   ModelStep ref(cfg, small_options());
   ref.capture_all();

@@ -101,6 +101,29 @@ TEST_CASE("ab selection: a selection changes only what it names", "[ab][selectio
   CHECK(c.gemm == "auto");
 }
 
+TEST_CASE("ab sides: the ops a side names are its own, the rest keep the base's sources for --arms tune",
+          "[ab][selection]") {
+  // The base: postconv from --arm, the others at their defaults.
+  const ResolvedArms base = resolve_arms({"postconv=split"}, [](std::string_view) { return std::nullopt; });
+  REQUIRE(base.source[static_cast<size_t>(Op::postconv)] == "--arm");
+  const ResolvedArms b = side_arms(base, parse_selection("gdn.prefill=unfused,gemm=skinny,arms=tune", "--b"), "--b");
+  CHECK(b.arms.gdn_prefill == GdnPrefillArm::unfused);
+  CHECK(b.arms.postconv == PostconvArm::split);
+  CHECK(b.source[static_cast<size_t>(Op::gdn_prefill)] == "--b");
+  CHECK(b.source[static_cast<size_t>(Op::postconv)] == "--arm");
+  // What tune may search: the ops left at "default" (conv.fwd, conv.chunks, conv.update, gdn.decode).
+  size_t searched = 0;
+  for (size_t i = 0; i < kNumOps; ++i) searched += b.source[i] == "default";
+  CHECK(searched == 4);
+  // An empty selection is the base itself.
+  const ResolvedArms a = side_arms(base, parse_selection("", "--a"), "--a");
+  CHECK(a.arms == base.arms);
+  CHECK(a.source == base.source);
+  StepChoice choice;
+  choice.arms = base.arms;
+  CHECK(b.arms == apply(parse_selection("gdn.prefill=unfused,gemm=skinny,arms=tune", "--b"), choice).arms);
+}
+
 TEST_CASE("ab selection: bad inputs name the option and the valid choices", "[ab][selection]") {
   std::string e = selection_error("postcnv=fast");
   CHECK(contains(e, "--b \"postcnv=fast\": unknown key \"postcnv\""));

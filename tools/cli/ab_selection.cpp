@@ -160,4 +160,16 @@ StepChoice apply(const Selection& sel, StepChoice base) {
   return base;
 }
 
+ResolvedArms side_arms(const ResolvedArms& base, const Selection& sel, std::string_view option) {
+  ResolvedArms r = base;
+  r.warnings.clear();  // the base's, printed once
+  for (const auto& it : sel.items) {
+    if (it.setting) continue;
+    const Op op = *find_op(it.key);
+    r.arms.set_index(op, *find_arm(op, it.value));
+    r.source[static_cast<size_t>(op)] = std::string(option);
+  }
+  return r;
+}
+
 }  // namespace sg::cli

@@ -66,6 +66,11 @@ Selection parse_selection(std::string_view text, std::string_view option);
 // `base` with the selection's items applied.
 StepChoice apply(const Selection& sel, StepChoice base);
 
+// One side's arms and where each came from: `base`'s (--arm, STEPGRAPH_ARMS, the seed's flags or
+// "default") with the ops the selection names applied and their source set to `option` ("--a",
+// "--b"). `--arms tune` searches only the ops whose source is "default" (model_step_options).
+ResolvedArms side_arms(const ResolvedArms& base, const Selection& sel, std::string_view option);
+
 // Whether two resolved choices run the same arithmetic on one kind of graph: the settings that
 // kind of step uses are equal (decode: attn-decode, gemm; prefill: delta-prefill, attn-prefill,
 // gemm). Arms never count: every arm of an op is byte-identical (docs/ARMS.md), so such choices

@@ -82,7 +82,9 @@ std::vector<PrefillRequest> prefill_batch(const AbOptions& o, int vocab) {
 
 // Builds the side's step from `choice`, captures its key (CUPTI attached), runs the greedy tokens
 // and hashes them, then stages the timed step's inputs.
-void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoice& choice) {
+// `arms`: the side's arms and their sources (side_arms): `--arms tune` searches the ops left at
+// their defaults only.
+void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoice& choice, const ResolvedArms& arms) {
   const bool prefill = o.b.phase == "prefill";
   BenchOptions bo = o.b;
   bo.delta_prefill = choice.delta_prefill;
@@ -93,8 +95,6 @@ void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoic
   bo.swiglu = choice.swiglu;
   bo.gated_norm = choice.gated_norm;
   bo.arms_mode = choice.arms_mode;
-  ResolvedArms arms;
-  arms.arms = choice.arms;
   // Decode: room for the hashed greedy steps after the context.
   s.step = std::make_unique<ModelStep>(cfg, model_step_options(bo, arms, prefill, prefill ? 0 : kHashSteps));
   ModelStep& step = *s.step;
@@ -190,7 +190,7 @@ int run(AbOptions o) {
   for (Side& s : sides) {
     fmt::print("building and capturing {}: {}...\n", s.name, s.sel.describe());
     std::fflush(stdout);
-    build(s, o, cfg, apply(s.sel, base));
+    build(s, o, cfg, apply(s.sel, base), side_arms(base_arms, s.sel, s.name == "A" ? "--a" : "--b"));
   }
   const bool tty = isatty(fileno(stderr));
   for (Side& s : sides) {

@@ -349,6 +349,21 @@ std::vector<uint8_t> ModelStep::slot_cache_bytes(int slot) const {
   return out;
 }
 
+void ModelStep::set_slot_cache_bytes(int slot, const std::vector<uint8_t>& bytes) {
+  require(slot >= 0 && slot < opts_.num_slots, "slot {} outside [0, {})", slot, opts_.num_slots);
+  size_t total = 0;
+  for (const TensorView* t : caches()) total += t->bytes() / static_cast<size_t>(opts_.num_slots);
+  require(bytes.size() == total, "set_slot_cache_bytes: expected {} bytes, got {}", total, bytes.size());
+  size_t off = 0;
+  for (const TensorView* t : caches()) {
+    const size_t per = t->bytes() / static_cast<size_t>(opts_.num_slots);
+    check(cudaMemcpyAsync(static_cast<char*>(t->data) + per * static_cast<size_t>(slot), bytes.data() + off, per,
+                          cudaMemcpyHostToDevice, stream_.get()));
+    off += per;
+  }
+  stream_.sync();
+}
+
 void ModelStep::randomize_caches(uint64_t seed) {
   uint64_t idx = 0;
   for (const TensorView* t : caches()) {

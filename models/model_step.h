@@ -166,6 +166,8 @@ class ModelStep {
   void set_cache_bytes(const std::vector<uint8_t>& bytes);
   // Every cache's slice for one slot, concatenated in layer order.
   std::vector<uint8_t> slot_cache_bytes(int slot) const;
+  // Writes one slot's slices (the layout slot_cache_bytes reads); the other slots are untouched.
+  void set_slot_cache_bytes(int slot, const std::vector<uint8_t>& bytes);
   // Fills every cache with seeded values (fill_uniform in [-1, 1); SSM state scaled by 0.1).
   void randomize_caches(uint64_t seed);
   // Zeroes every cache (all slots forget their sequences).

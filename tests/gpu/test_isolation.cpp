@@ -1,0 +1,99 @@
+// GPU tests of sequence isolation in decode (docs/RELIABILITY.md, "Isolation"): the rows of one
+// decode step never read each other's caches.
+// - A slot whose caches hold NaN in every value (all bytes 0xFF) leaves every other row's logits,
+//   greedy token and slot caches byte for byte as they are when that slot holds ordinary values,
+//   and every slot outside the batch untouched (the poisoned row's own outputs may be anything).
+// - Each row of a batch equals the same row decoded alone, within the tolerance of the model tests
+//   (another graph key: other split counts and summation orders), greedy tokens included where
+//   the margin allows.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "models/model_step.h"
+#include "tests/support/catch.h"
+#include "tests/support/logits.h"
+#include "tests/support/tolerance.h"
+
+using namespace sg;
+
+namespace {
+
+struct Run {
+  std::vector<float> logits;  // [rows, V]
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<uint8_t>> slots;  // every slot's caches after the step
+};
+
+Run run_batch(ModelStep& step, const std::vector<uint8_t>& caches, const std::vector<DecodeRequest>& batch,
+              int num_slots) {
+  step.set_cache_bytes(caches);
+  const DecodeOutput out = step.decode(batch, RunMode::graph);
+  Run r{out.logits, out.tokens, {}};
+  for (int s = 0; s < num_slots; ++s) r.slots.push_back(step.slot_cache_bytes(s));
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("decode isolation: NaN in one slot's caches reaches no other row, and rows equal themselves alone",
+          "[gpu][model][isolation]") {
+  for (const char* name : {"tiny", "tiny-dkdv"}) {
+    for (DType act : {DType::bf16, DType::f32}) {
+      CAPTURE(name, dtype_name(act));
+      const Qwen35Config cfg = preset(name);
+      ModelStepOptions o;
+      o.num_slots = 8;
+      o.max_context = 32;
+      o.max_decode_batch = 8;
+      o.act = act;
+      ModelStep step(cfg, o);
+      step.capture_all();
+      step.randomize_caches(11);  // a history in every slot
+      const std::vector<uint8_t> start = step.cache_bytes();
+      const int V = cfg.vocab;
+      const std::vector<DecodeRequest> batch = {{6, 17 % V, 5}, {2, 3 % V, 9}, {4, 40 % V, 2}, {0, 9 % V, 12},
+                                                {5, 23 % V, 7}};
+      const int poisoned = 2;  // the slot of row 1
+      const Run clean = run_batch(step, start, batch, o.num_slots);
+
+      // The poisoned slot: every byte 0xFF (NaN in bf16 and f32).
+      step.set_cache_bytes(start);
+      step.set_slot_cache_bytes(poisoned, std::vector<uint8_t>(step.slot_cache_bytes(poisoned).size(), 0xFF));
+      const std::vector<uint8_t> dirty_start = step.cache_bytes();
+      const Run dirty = run_batch(step, dirty_start, batch, o.num_slots);
+      for (size_t r = 0; r < batch.size(); ++r) {
+        if (batch[r].slot == poisoned) continue;
+        CAPTURE(r);
+        CHECK(std::memcmp(dirty.logits.data() + r * V, clean.logits.data() + r * V, sizeof(float) * V) == 0);
+        CHECK(dirty.tokens[r] == clean.tokens[r]);
+        CHECK(dirty.slots[static_cast<size_t>(batch[r].slot)] == clean.slots[static_cast<size_t>(batch[r].slot)]);
+      }
+      const size_t prow = 1;  // batch[1] is the poisoned slot's row
+      REQUIRE(batch[prow].slot == poisoned);
+      bool poisoned_row_nonfinite = false;  // the poison did reach its own row (the test is not vacuous)
+      for (int v = 0; v < V; ++v) poisoned_row_nonfinite |= !std::isfinite(dirty.logits[prow * V + v]);
+      CHECK(poisoned_row_nonfinite);
+      for (int s : {1, 3, 7}) {  // outside the batch: untouched
+        CAPTURE(s);
+        CHECK(dirty.slots[static_cast<size_t>(s)] == clean.slots[static_cast<size_t>(s)]);
+      }
+
+      // Each row alone (key 1) against its row of the batch (key 8).
+      const double tol = act == DType::f32 ? 1e-4 : 2e-2;
+      for (size_t r = 0; r < batch.size(); ++r) {
+        CAPTURE(r);
+        const Run alone = run_batch(step, start, {batch[r]}, o.num_slots);
+        const float* br = clean.logits.data() + r * V;
+        const double e = test::max_normalised_error(alone.logits.data(), br, static_cast<size_t>(V));
+        CHECK(e <= tol);
+        double max_abs = 0;
+        for (int v = 0; v < V; ++v) max_abs = std::max(max_abs, static_cast<double>(std::fabs(br[v])));
+        if (test::top2_margin(br, V) > 2.0 * e * max_abs + 1e-6) CHECK(alone.tokens[0] == clean.tokens[r]);
+      }
+      CHECK(step.eager_fallbacks() == 0);
+    }
+  }
+}

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/contracts.h"
 #include "models/model_step.h"
 #include "tests/gpu/model_prefill_fixture.h"
 #include "tests/support/catch.h"
@@ -19,8 +20,8 @@ using namespace sg::test::mp;
 
 namespace {
 
-// "tiny" with GDN head dims 64: gdn.decode and gdn.prefill have a fused arm that runs, conv.fwd
-// its k4 arms (K = 4); post-conv's token_tile needs 128 and falls back (not a candidate).
+// "tiny" with GDN head dims 64: gdn.decode has a fused arm that runs, conv.fwd its k4 arms (K = 4);
+// post-conv's token_tile and the fused gdn.prefill need 128 and fall back (not candidates).
 Qwen35Config tuning_config() {
   Qwen35Config c = preset("tiny");
   c.gdn = GdnDims{2, 4, 64, 64, 4};
@@ -50,17 +51,20 @@ TEST_CASE("arm tuning: per-key choices in the manifests, zeroed caches, the untu
     CAPTURE(describe(key));
     const Manifest& m = tuned.graphs().manifest(key);
     CHECK(m.arms == tuned.arms_for(key).describe());
-    REQUIRE_FALSE(m.tuning.empty());  // gdn.decode / gdn.prefill have two arms that run here
+    REQUIRE_FALSE(m.tuning.empty());  // gdn.decode (decode) and conv.fwd (prefill) have two arms that run here
     std::map<std::string, int> kept;
     for (const ArmTiming& t : m.tuning) {
       CHECK(t.ms > 0);
       kept[t.op] += t.chosen;
     }
     for (const auto& [op, n] : kept) CHECK(n == 1);
-    // The nodes run the kept gdn.* arm.
+    // The nodes run the kept gdn.* arm, where it runs as itself: the fused prefill is built for
+    // Dk = 128 only, so here (Dk = 64) a kept `fused` (the default, never searched) runs unfused.
     const std::string fused_op = key.kind == GraphKind::prefill ? "gdn.prefill" : "gdn.decode";
-    const bool fused = key.kind == GraphKind::prefill ? tuned.arms_for(key).gdn_prefill == GdnPrefillArm::fused
-                                                      : tuned.arms_for(key).gdn_decode == GdnDecodeArm::fused;
+    const bool fused = key.kind == GraphKind::prefill
+                           ? tuned.arms_for(key).gdn_prefill == GdnPrefillArm::fused &&
+                                 gdn_prefill_fused_supports(cfg.gdn.Dk, cfg.gdn.Dv, cfg.gdn.K)
+                           : tuned.arms_for(key).gdn_decode == GdnDecodeArm::fused;
     const bool has_fused_node = std::any_of(m.nodes.begin(), m.nodes.end(), [&](const ManifestNode& n) {
       return n.label.op == fused_op && n.label.arm == "fused";
     });

@@ -54,8 +54,8 @@ TEST_CASE("decode isolation: NaN in one slot's caches reaches no other row, and 
       step.randomize_caches(11);  // a history in every slot
       const std::vector<uint8_t> start = step.cache_bytes();
       const int V = cfg.vocab;
-      const std::vector<DecodeRequest> batch = {{6, 17 % V, 5}, {2, 3 % V, 9}, {4, 40 % V, 2}, {0, 9 % V, 12},
-                                                {5, 23 % V, 7}};
+      const std::vector<DecodeRequest> batch = {
+          {6, 17 % V, 5}, {2, 3 % V, 9}, {4, 40 % V, 2}, {0, 9 % V, 12}, {5, 23 % V, 7}};
       const int poisoned = 2;  // the slot of row 1
       const Run clean = run_batch(step, start, batch, o.num_slots);
 

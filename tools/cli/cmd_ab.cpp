@@ -21,6 +21,7 @@
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/text.h"
+#include "graphs/arm_tuning.h"
 #include "graphs/node_timer.h"
 #include "models/model_step.h"
 #include "models/serve_trace.h"
@@ -100,6 +101,10 @@ void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoic
   ModelStep& step = *s.step;
   s.key = prefill ? GraphKey::prefill(step.prefill_keys().back()) : GraphKey::decode(step.keys().back());
   step.capture({s.key}, /*for_timing=*/true);
+  if (choice.arms_mode == "tune") {  // what the search timed and kept
+    const auto& tuning = step.graphs().manifest(s.key).tuning;
+    fmt::print("{} --arms tune: {}\n", s.name, tuning.empty() ? "(no op with two arms here)" : describe_tuning(tuning));
+  }
   if (prefill) {
     const auto batch = prefill_batch(o, cfg.vocab);
     const PrefillOutput po = step.prefill(batch, RunMode::graph);  // no history: the caches do not matter

@@ -247,6 +247,14 @@ SeedResult apply_seed_flags(const EnvLookup& env) {
   add_source(Op::conv_update, kVtConvUpdateFast);
   r.arms.conv_update = seed_on(get(kVtConvUpdateFast), true) ? ConvUpdateArm::fast : ConvUpdateArm::grid;
 
+  // gdn.prefill: the seed had no fused prefill, so any set flag that chooses the prefill's conv or
+  // post-conv kernel (all but VT_CONV_UPDATE_FAST, which is decode's) runs them: unfused.
+  for (std::string_view name :
+       {kVtConvReg, kVtConvExactChunks, kVtConvChannelTile, kVtPostconvFast, kVtPostconvSplit, kVtPostconvTokenTile}) {
+    add_source(Op::gdn_prefill, name);
+  }
+  if (!r.source[static_cast<size_t>(Op::gdn_prefill)].empty()) r.arms.gdn_prefill = GdnPrefillArm::unfused;
+
   // postconv, when any of its flags is set (else the default, token_tile, which the seed did not
   // have): split > token_tile > fast > megablock, as the seed decides.
   if (!get(kVtPostconvSplit) && !get(kVtPostconvTokenTile) && !get(kVtPostconvFast)) return r;

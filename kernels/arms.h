@@ -125,8 +125,8 @@ struct ArmSelection {
   size_t index(Op op) const;
   void set_index(Op op, size_t arm);
 
-  // "conv.fwd=register,conv.chunks=exact,conv.update=fast,postconv=fast,gdn.prefill=unfused,
-  // gdn.decode=unfused": every op, in Op order. Recorded in graph manifests; part of graph keys.
+  // "conv.fwd=register,conv.chunks=exact,conv.update=fast,postconv=token_tile,gdn.prefill=fused,
+  // gdn.decode=unfused" (the defaults): every op, in Op order. Recorded in graph manifests; part of graph keys.
   std::string describe() const;
   // Inverse of describe(). Partial lists are allowed (unspecified ops keep their defaults); the
   // empty string gives the defaults. Items are "op=arm" separated by ',', blanks around names

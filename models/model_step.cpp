@@ -30,8 +30,6 @@ void download_into(uint8_t* dst, const void* src, size_t bytes, cudaStream_t s) 
   check(cudaStreamSynchronize(s));
 }
 
-// Host values -> weight dtype -> device at `dst` (stream-ordered, synchronised before returning so
-// the host buffer can go).
 // n f32 values as dtype t (bf16 rounded to nearest even, or f32 as they are).
 std::vector<uint8_t> as_dtype(DType t, const float* v, size_t n) {
   std::vector<uint8_t> host(n * dtype_size(t));
@@ -83,8 +81,6 @@ int prefill_bucket(const std::vector<int>& buckets, const std::vector<PrefillReq
 ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
     : cfg_(config),
       opts_(opts),
-      cublas_(stream_.get()),
-      lt_(stream_.get(), cublas_.workspace(), cublas_.workspace_bytes()),
       graphs_(stream_.get(), [this](const GraphKey& key, NodeRecorder* rec) { launch_sequence(step_key(key), rec); }) {
   cfg_.validate("ModelStep");
   if (opts_.graph_max == 0) opts_.graph_max = opts_.max_decode_batch;
@@ -131,6 +127,8 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   check(cudaMemGetInfo(&free_b, &total_b));
   check_fits(plan_of(m), free_b);
   arena_.emplace(m.used(), "model-step");
+  cublas_.emplace(stream_.get());
+  lt_.emplace(stream_.get(), cublas_->workspace(), cublas_->workspace_bytes());
   layout(*arena_);
   arena_->freeze();
   arena_->zero(stream_.get());

@@ -256,8 +256,9 @@ class ModelStep {
   Qwen35Config cfg_;
   ModelStepOptions opts_;
   Stream stream_;
-  CublasHandle cublas_;
-  LtGemm lt_;  // the `lt` GEMM setting's tuned algorithms (shares cublas_'s workspace)
+  // Made once the memory plan has been checked (the handle's workspace is device memory).
+  std::optional<CublasHandle> cublas_;
+  std::optional<LtGemm> lt_;  // the `lt` GEMM setting's tuned algorithms (shares cublas_'s workspace)
   std::optional<Arena> arena_;
   std::vector<Layer> layers_;
   TensorView embed_, lm_head_, final_norm_;

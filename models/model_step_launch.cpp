@@ -72,15 +72,15 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   if (!skinny && gemm_uses_lt(opts_.gemm, M)) {
     // Timed and chosen at the first eager use of the shape (the warm-up before any capture).
     if (rec) {
-      lt_.run(x, W, y);
-      rec->launched(stream_.get(), {layer, op, lt_.describe(lt_shape(x, W, y)), bytes}, NodeRecorder::kAnyKernels);
+      lt_->run(x, W, y);
+      rec->launched(stream_.get(), {layer, op, lt_->describe(lt_shape(x, W, y)), bytes}, NodeRecorder::kAnyKernels);
     } else {
-      lt_.tune(x, W, y);
+      lt_->tune(x, W, y);
     }
     return false;
   }
   if (!skinny) {
-    gemm_xwt(cublas_, x, W, y);
+    gemm_xwt(*cublas_, x, W, y);
     if (rec) rec->launched(stream_.get(), {layer, op, "cublas", bytes}, NodeRecorder::kAnyKernels);
     return false;
   }

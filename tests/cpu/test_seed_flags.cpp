@@ -79,9 +79,14 @@ void check_flag_rows(const std::string& flag, Op op, const std::vector<FlagRow>&
       REQUIRE(r.warnings.size() == 1);
       CHECK(r.warnings[0] == row.warning);
     }
+    // gdn.prefill: a set flag that chooses a prefill kernel (all but VT_CONV_UPDATE_FAST) runs the
+    // unfused prefill, as the seed did; unset, the default (fused).
+    const bool prefill_flag = row.value.has_value() && flag != "VT_CONV_UPDATE_FAST";
+    CHECK(r.arms.gdn_prefill == (prefill_flag ? GdnPrefillArm::unfused : ArmSelection{}.gdn_prefill));
+    CHECK(src(r, Op::gdn_prefill) == (prefill_flag ? row.source : std::string("default")));
     // The other ops are untouched.
     for (size_t i = 0; i < kNumOps; ++i) {
-      if (static_cast<Op>(i) == op) continue;
+      if (static_cast<Op>(i) == op || static_cast<Op>(i) == Op::gdn_prefill) continue;
       CHECK(r.arms.index(static_cast<Op>(i)) == ArmSelection{}.index(static_cast<Op>(i)));
       CHECK(r.source[i] == "default");
     }

@@ -1,8 +1,10 @@
 // CPU tests of the weight table (models/weight_parts.h) on the layouts of every preset (measuring
 // arena): each checkpoint tensor (expected_weights) is named by exactly one part, holds exactly
 // its part's rows x cols values, and the parts tile every step weight they write, each row
-// exactly once, halves and interleaved gate_up groups alike; the row map of a group; bad groups.
+// exactly once, halves and interleaved gate_up groups alike; each tensor into its own step weight
+// (the same-shaped norms and gate vectors included); the row map of a group; bad groups.
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -134,4 +136,51 @@ TEST_CASE("weight parts: gate_up halves and groups of 8", "[weights]") {
   StepTensors short_t = t;
   short_t.layers.pop_back();
   CHECK(parts_error(c, short_t, 8).starts_with("weight_parts: 31 layers laid out, the config has 32"));
+}
+
+TEST_CASE("weight parts: each checkpoint tensor goes to its own step weight, same-shaped pairs included", "[weights]") {
+  const Qwen35Config c = preset("qwen3.5-4b");
+  StepTensors t = layout_of(c);
+  // Distinct fake addresses for every weight view (a measuring arena leaves them null).
+  uintptr_t next = 0x1000;
+  auto tag = [&](TensorView& v) { v.data = reinterpret_cast<void*>(next += 0x1000); };
+  tag(t.embed);
+  tag(t.final_norm);
+  for (StepLayer& L : t.layers) {
+    for (TensorView* v : {&L.in_norm, &L.post_norm, &L.gate_up, &L.down, &L.attn.qkv_proj, &L.attn.q_norm,
+                          &L.attn.k_norm, &L.attn.o_proj, &L.gdn.in_proj, &L.gdn.conv_w, &L.gdn.A_log, &L.gdn.dt_bias,
+                          &L.gdn.norm_w, &L.gdn.out_proj}) {
+      tag(*v);
+    }
+  }
+  const auto parts = weight_parts(c, t, 8);
+  auto dst_of = [&](const std::string& name) -> const void* {
+    for (const WeightPart& p : parts)
+      if (p.name == name) return p.dst.data;
+    return nullptr;
+  };
+  int attn = -1;
+  for (int i = 0; i < c.layers && attn < 0; ++i) attn = c.is_full_attention(i) ? i : -1;
+  REQUIRE(attn >= 0);
+  REQUIRE_FALSE(c.is_full_attention(0));
+  const StepLayer &G = t.layers[0], &A = t.layers[static_cast<size_t>(attn)];
+  const std::string g = "model.layers.0.", a = "model.layers." + std::to_string(attn) + ".";
+  CHECK(dst_of("model.embed_tokens.weight") == t.embed.data);
+  CHECK(dst_of("model.norm.weight") == t.final_norm.data);
+  CHECK(dst_of(g + "input_layernorm.weight") == G.in_norm.data);
+  CHECK(dst_of(g + "post_attention_layernorm.weight") == G.post_norm.data);
+  CHECK(dst_of(g + "linear_attn.A_log") == G.gdn.A_log.data);
+  CHECK(dst_of(g + "linear_attn.dt_bias") == G.gdn.dt_bias.data);
+  CHECK(dst_of(g + "linear_attn.norm.weight") == G.gdn.norm_w.data);
+  CHECK(dst_of(g + "linear_attn.conv1d.weight") == G.gdn.conv_w.data);
+  CHECK(dst_of(g + "linear_attn.in_proj_b.weight") == G.gdn.in_proj.data);
+  CHECK(dst_of(g + "linear_attn.out_proj.weight") == G.gdn.out_proj.data);
+  CHECK(dst_of(g + "mlp.up_proj.weight") == G.gate_up.data);
+  CHECK(dst_of(g + "mlp.down_proj.weight") == G.down.data);
+  CHECK(dst_of(a + "input_layernorm.weight") == A.in_norm.data);
+  CHECK(dst_of(a + "post_attention_layernorm.weight") == A.post_norm.data);
+  CHECK(dst_of(a + "self_attn.q_norm.weight") == A.attn.q_norm.data);
+  CHECK(dst_of(a + "self_attn.k_norm.weight") == A.attn.k_norm.data);
+  CHECK(dst_of(a + "self_attn.v_proj.weight") == A.attn.qkv_proj.data);
+  CHECK(dst_of(a + "self_attn.o_proj.weight") == A.attn.o_proj.data);
 }

@@ -1,5 +1,5 @@
-// GPU tests of sequence isolation in decode (docs/RELIABILITY.md, "Isolation"): the rows of one
-// decode step never read each other's caches.
+// GPU tests of sequence isolation in decode (docs/RELIABILITY.md, "Short of device memory, and isolation in decode"):
+// the rows of one decode step never read each other's caches.
 // - A slot whose caches hold NaN in every value (all bytes 0xFF) leaves every other row's logits,
 //   greedy token and slot caches byte for byte as they are when that slot holds ordinary values,
 //   and every slot outside the batch untouched (the poisoned row's own outputs may be anything).

@@ -1,8 +1,8 @@
-// GPU tests of running short of device memory (docs/RELIABILITY.md, "Faults"):
+// GPU tests of running short of device memory (docs/RELIABILITY.md, "Short of device memory"):
 // - a model step built with (almost) no device memory free ends in an Error with the numbers:
-//   the memory plan's check ("plan needs X but the device has Y free") or, where the driver
-//   reports more free memory than it will hand out, the arena's allocation ("device allocation
-//   of X failed (out of memory); Y free of Z");
+//   the memory plan's check, made before the step allocates anything ("plan needs X but the
+//   device has Y free") or, where the driver reports more free memory than it will hand out, the
+//   arena's allocation ("device allocation of X failed (out of memory); Y free of Z");
 // - capturing a step's graphs with almost no device memory left either completes or ends in an
 //   Error (never a crash or a sticky CUDA error); once the memory is back, the same step captures
 //   and replays, byte for byte, what a step that never ran short gives, and eagerly in between.

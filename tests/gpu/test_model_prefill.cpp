@@ -444,6 +444,7 @@ TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes"
       CAPTURE(dtype_name(act));
       ModelStepOptions o = prefill_options(act, dp);
       o.synthetic = true;
+      o.arms.gdn_prefill = GdnPrefillArm::unfused;  // (fused is the default)
       ModelStep unfused(cfg, o);
       o.arms.gdn_prefill = GdnPrefillArm::fused;
       ModelStep fused(cfg, o);
@@ -469,6 +470,10 @@ TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes"
       CHECK(ops.count("gdn.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
       CHECK(ops.count("conv.fwd") == 0);
       CHECK(ops.count("postconv") == 0);
+      std::multiset<std::string> unfused_ops;  // and the other side really ran conv.fwd + postconv
+      for (const auto& n : unfused.prefill_manifest(128).nodes) unfused_ops.insert(n.label.op);
+      CHECK(unfused_ops.count("gdn.prefill") == 0);
+      CHECK(unfused_ops.count("conv.fwd") == static_cast<size_t>(cfg.num_linear_attention()));
       CHECK(ops.count("delta_rule.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
       CHECK(arms.count(delta_prefill_name(dp)) == static_cast<size_t>(cfg.num_linear_attention()));
     }

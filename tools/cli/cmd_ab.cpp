@@ -266,7 +266,7 @@ void register_ab(CLI::App& app, Action& action) {
       "unnamed ops and settings keep the base (the defaults, --arm and the setting options)",
       valid_selection_keys());
   cmd->add_option("--a", o.a, "Selection A (default: the base itself): " + grammar);
-  cmd->add_option("--b", o.bsel, "Selection B, e.g. postconv=token_tile or attn-decode=simt,gemm=skinny")->required();
+  cmd->add_option("--b", o.bsel, "Selection B, e.g. postconv=fast or attn-decode=simt,gemm=skinny")->required();
   cmd->add_option("--phase", o.b.phase,
                   "decode (the decode graph of --max-seqs rows) or prefill (--max-seqs x --context "
                   "tokens)")

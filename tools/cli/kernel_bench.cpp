@@ -221,7 +221,8 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
     GdnDecodePath unfused, fused;  // the same buffers through each arm (gdn_mixer.h)
   };
   std::vector<Set> ps(sets);
-  ArmSelection unfused_arms, fused_arms;  // conv.update=fast, postconv=fast
+  ArmSelection unfused_arms, fused_arms;
+  unfused_arms.postconv = PostconvArm::fast;  // the arms the rows name (conv.update=fast is the default)
   fused_arms.gdn_decode = GdnDecodeArm::fused;
   for (int i = 0; i < sets; ++i) {
     GdnIo io;

@@ -6,7 +6,7 @@
 // rotating weight copies (so L2 cannot serve the weights), and prints each one's weight bandwidth.
 // Shapes: the 4B preset's projections, then the 27B preset's (`27b.` names).
 // Usage: gemm_lt_probe [OP|all M [VARIANTS]] (one shape, e.g. `mlp.gate_up 32`, for ncu; `all 32
-// tma64x8,m4`: every shape at 32 rows, the variants whose names hold "tma64x8" or "m4"). Build and run on the GPU
+// tma64x8,x5`: every shape at 32 rows, the variants whose names hold "tma64x8" or "x5"). Build and run on the GPU
 // machine (from the repository root):
 //   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu \
 //     kernels/launch_policy.cpp -lcublasLt -lcublas &&
@@ -68,7 +68,7 @@ float time_graph(cudaStream_t s, F body) {
 
 int main(int argc, char** argv) {
   // Optional: one shape (or `all`) and row count (`gemm_lt_probe mlp.gate_up 32`), e.g. under ncu,
-  // and the variants whose names contain one of comma-separated strings (`gemm_lt_probe all 32 x5,m4`).
+  // and the variants whose names contain one of comma-separated strings (`gemm_lt_probe all 32 x5,x8`).
   const char* only = argc >= 3 && std::string(argv[1]) != "all" ? argv[1] : nullptr;
   const int only_m = argc >= 3 ? std::atoi(argv[2]) : 0;
   const char* vfilter = argc >= 4 ? argv[3] : nullptr;
@@ -183,14 +183,6 @@ int main(int argc, char** argv) {
                                   {"tma144x5", 64, sg::launch_tma<144, 5>},
                                   {"tma64x16", 64, sg::launch_tma<64, 16>},
                                   {"tma64x12", 64, sg::launch_tma<64, 12>},
-                                  // consumer warps of 2 or 4 16-row tiles (x fragments loaded once for them)
-                                  {"tma64x8m2", 64, sg::launch_tma<64, 8, 2>},
-                                  {"tma64x8m4", 64, sg::launch_tma<64, 8, 4>},
-                                  {"tma128x5m2", 64, sg::launch_tma<128, 5, 2>},
-                                  {"tma128x5m4", 64, sg::launch_tma<128, 5, 4>},
-                                  {"tma256x5m2", 64, sg::launch_tma<256, 5, 2>},
-                                  {"tma256x5m4", 64, sg::launch_tma<256, 5, 4>},
-                                  {"tma128x6m4", 64, sg::launch_tma<128, 6, 4>},
                                   {"bulk64x256x4", 256, sg::launch_bulk<64, 256, 4>}};
       auto params = [&](void* w, int splits) {  // y = x w^T, M x N x K, at `splits`
         sg::SkinnyGemmParams p;

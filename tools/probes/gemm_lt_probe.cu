@@ -4,7 +4,9 @@
 // (kernels/skinny_gemm.h: tensor-map copies; tools/probes/skinny_bulk.cuh: 1-D bulk copies), each at its
 // best split count and checked against cublasGemmEx, with CUDA graphs of 20 launches over 8
 // rotating weight copies (so L2 cannot serve the weights), and prints each one's weight bandwidth.
-// Shapes: the 4B preset's projections, then the 27B preset's (`27b.` names).
+// Shapes: the 4B preset's projections, then the 27B preset's (`27b.` names). For weights of at most
+// 48 MB the last column times the library's kernel with its weights already in L2 (one copy,
+// launched back to back): the bound on what prefetching them into L2 could buy.
 // Usage: gemm_lt_probe [OP|all M [VARIANTS]] (one shape, e.g. `mlp.gate_up 32`, for ncu; `all 32
 // tma64x8,x5`: every shape at 32 rows, the variants whose names hold "tma64x8" or "x5"). Build and run on the GPU
 // machine (from the repository root):
@@ -238,6 +240,13 @@ int main(int argc, char** argv) {
         }
         worst /= scale;
         std::printf(" %s/%d: %.2f (%.2f)%s", v.name, vs, 1000 * vbest, wb / (vbest * 1e9), worst < 1e-2 ? "" : " BAD");
+      }
+      // The library's kernel and split pick with its weights already in L2 (one copy, launched back
+      // to back: from the second launch on W comes from L2 when it fits, about 50 MB): what a GEMM
+      // would take if the weights were prefetched into L2 during the small kernels before it.
+      if (wb <= (size_t{48} << 20)) {
+        const float warm = time_graph(s, [&](int) { CK(sg::skinny_gemm(params(W[0], pick), s)); });
+        std::printf(" | L2-warm tma64x8/%d: %.2f (%.2f)", pick, 1000 * warm, wb / (warm * 1e9));
       }
       std::printf("\n");
       cublasLtMatmulPreferenceDestroy(pref);

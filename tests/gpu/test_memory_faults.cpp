@@ -14,20 +14,17 @@
 
 #include "engine/error.h"
 #include "models/model_step.h"
+#include "tests/gpu/model_prefill_fixture.h"
 #include "tests/support/catch.h"
 
 using namespace sg;
 
 namespace {
 
+// The prefill tests' small step (model_prefill_fixture.h), with synthetic weights.
 ModelStepOptions small_options() {
-  ModelStepOptions o;
-  o.num_slots = 8;
-  o.max_context = 64;
-  o.max_decode_batch = 8;
-  o.max_prefill_tokens = 64;
-  o.max_prefill_seqs = 4;
-  o.act = DType::bf16;
+  ModelStepOptions o = test::mp::prefill_options(DType::bf16);
+  o.synthetic = true;
   return o;
 }
 

@@ -1,11 +1,10 @@
 // attn_prep.cu: q/k zero-centred RMSNorm + partial RoPE, gate split, KV cache append (see
-// attn_prep.h). One block per token row with one warp per head job (Hq + Hkv jobs, at most 32
-// warps; jobs loop over the warps beyond that). Before the dependency wait a block reads its row's
-// metadata and rotary-table row; after it, a warp loads its first head's features and norm
-// weights before anything else, and every load of a head before its first store; the gate and v
-// copies move 16 bytes at a time where dtypes and alignment allow, every head's gate chunks at once
-// (a loop over heads would pay one memory round trip per head). The cache dtype
-// (bf16 or f32) only changes the stores (dev::store: one rounding for bf16, none for f32).
+// attn_prep.h). One warp per head job (token, q head or k head), four warps a block, no block
+// barrier: a q job also copies its head's gate half, a k job its v head. Before the dependency
+// wait a warp reads its row's metadata and rotary-table row; after it, its head's features and
+// norm weight, then the copy's loads, every load before its first store; the copies move 16 bytes
+// at a time where dtypes and alignment allow. The cache dtype (bf16 or f32) only changes the
+// stores (dev::store: one rounding for bf16, none for f32).
 #include <algorithm>
 
 #include "kernels/attn_prep.h"
@@ -16,7 +15,7 @@
 namespace sg {
 namespace {
 
-constexpr int kMaxWarps = 32;  // one warp per head job (Hq + Hkv of them) up to 32
+constexpr int kWarps = 4;      // warps a block, one head job each
 constexpr int kRegPer = 8;     // features per lane held in registers: D <= 256 (the real models)
 
 // True when row t is live; then slot and pos are its cache coordinates.
@@ -133,15 +132,17 @@ __device__ __forceinline__ void norm_rope_head(const AttnPrepParams& p, const vo
   __syncwarp();  // xs is reused by the next head
 }
 
-// Copies n elements src[i] -> dst[i] (i = threadIdx.x, + blockDim.x, ...): 16 bytes at a time
-// when both are bf16 and 16-byte aligned (n % 8 == 0), two chunks' loads before their stores.
-__device__ __forceinline__ void copy_row(void* dst, DType td, const void* src, DType ts, int n, bool vec) {
+// Copies n elements src[soff + i] -> dst[doff + i] by one warp: 16 bytes at a time when both are
+// bf16 and 16-byte aligned (n, soff and doff multiples of 8), every lane's loads before its stores.
+__device__ __forceinline__ void warp_copy(void* dst, DType td, int64_t doff, const void* src, DType ts, int64_t soff,
+                                          int n, bool vec) {
+  const int lane = threadIdx.x & 31;
   if (vec) {
-    const uint4* s4 = static_cast<const uint4*>(src);
-    uint4* d4 = static_cast<uint4*>(dst);
+    const uint4* s4 = static_cast<const uint4*>(src) + soff / 8;
+    uint4* d4 = static_cast<uint4*>(dst) + doff / 8;
     const int n8 = n / 8;
-    for (int i = threadIdx.x; i < n8; i += 2 * blockDim.x) {
-      const int j = i + blockDim.x;
+    for (int i = lane; i < n8; i += 64) {
+      const int j = i + 32;
       const uint4 a = s4[i];
       const uint4 b = j < n8 ? s4[j] : uint4{};
       d4[i] = a;
@@ -149,107 +150,72 @@ __device__ __forceinline__ void copy_row(void* dst, DType td, const void* src, D
     }
     return;
   }
-  for (int i = threadIdx.x; i < n; i += blockDim.x) dev::copy(dst, td, i, src, ts, i);
+  for (int i = lane; i < n; i += 32) dev::copy(dst, td, doff + i, src, ts, soff + i);
 }
 
-__global__ void __launch_bounds__(kMaxWarps * 32) attn_prep_kernel(const AttnPrepParams p, bool vec_gate, bool vec_v) {
+// One warp per head job (token t, job j): j < Hq is q head j (norm + rope into q, its gate half
+// copied into gate), else k head j - Hq (norm + rope into the k cache, its v head copied into the
+// v cache). Jobs are independent: no block barrier, and the jobs of a token run on as many warps
+// (a block per token with a warp per job held one token an SM at a time, its metadata, load,
+// reduction and store round trips one after another). Before the dependency wait a warp reads its
+// row's metadata and rotary-table row (written before the step's first kernel; launch.cuh says why
+// that is safe), or computes the row without a table; after it, its head's features and norm weight before the copy's loads, and every
+// load before the first store. Shared memory per warp: cs [rotary] (cos then sin), xs [D].
+__global__ void __launch_bounds__(kWarps * 32) attn_prep_kernel(const AttnPrepParams p, bool vec_gate, bool vec_v) {
   extern __shared__ float sm[];
-  const int t = blockIdx.x;
-  const int D = p.D;
-  const int warps = blockDim.x / 32, warp = threadIdx.x >> 5;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int D = p.D, jobs = p.Hq + p.Hkv;
+  const int64_t wj = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const int t = static_cast<int>(wj / jobs), job = static_cast<int>(wj % jobs);
+  if (t >= p.T) {  // the last block's spare warps (the block's other warps wait)
+    pdl_start();
+    return;
+  }
+  float* cs = sm + warp * (p.rotary_dim + D);  // [rotary]: cos[half], sin[half]
+  float* xs = cs + p.rotary_dim;               // [D]
   const int64_t qg_stride = p.qg_stride ? p.qg_stride : static_cast<int64_t>(p.Hq) * 2 * D;
   const int64_t k_stride = p.k_stride ? p.k_stride : static_cast<int64_t>(p.Hkv) * D;
   const int64_t v_stride = p.v_stride ? p.v_stride : static_cast<int64_t>(p.Hkv) * D;
   const int64_t qrow = static_cast<int64_t>(t) * p.Hq * D;
-  // Before the dependency wait: the row's metadata and rotary table row (written before the
-  // step's first kernel; launch.cuh says why that is safe), so the wait ends with both known.
   int slot = -1, pos = 0;
   const bool live = resolve_row(p.meta, t, p.max_context, slot, pos);
   if (live && p.rope_table) {
-    for (int i = threadIdx.x; i < p.rotary_dim; i += blockDim.x) {
-      sm[i] = p.rope_table[static_cast<int64_t>(pos) * p.rotary_dim + i];
-    }
+    for (int i = lane; i < p.rotary_dim; i += 32) cs[i] = p.rope_table[static_cast<int64_t>(pos) * p.rotary_dim + i];
+  } else if (live) {  // computed here, before the head's loads hold their registers
+    const int half = p.rotary_dim / 2;
+    for (int i = lane; i < half; i += 32) rope_cos_sin(pos, i, p.rotary_dim, p.rope_theta, cs[i], cs[half + i]);
   }
   pdl_start();  // kernels/launch.cuh
   if (!live) {
-    for (int i = threadIdx.x; i < p.Hq * D; i += blockDim.x) {
-      dev::store(p.q, p.q_dtype, qrow + i, 0.0f);
-      dev::store(p.gate, p.q_dtype, qrow + i, 0.0f);
+    if (job < p.Hq) {
+      for (int d = lane; d < D; d += 32) {
+        dev::store(p.q, p.q_dtype, qrow + static_cast<int64_t>(job) * D + d, 0.0f);
+        dev::store(p.gate, p.q_dtype, qrow + static_cast<int64_t>(job) * D + d, 0.0f);
+      }
     }
     return;
   }
-  // Head job j < Hq is q head j, else k head j - Hq; the warp's first job's inputs are loaded
-  // now, so their latency overlaps the gate and v copies (and the rotary angles without a table).
-  auto job_src = [&](int job, int64_t& off, const void*& src, const void*& w) {
-    if (job < p.Hq) {
-      src = p.qg, w = p.q_norm, off = t * qg_stride + static_cast<int64_t>(job) * 2 * D;
-    } else {
-      src = p.k, w = p.k_norm, off = t * k_stride + static_cast<int64_t>(job - p.Hq) * D;
-    }
-  };
+  const bool is_q = job < p.Hq;
+  const int h = is_q ? job : job - p.Hq;
+  const void* src = is_q ? p.qg : p.k;
+  const void* w = is_q ? p.q_norm : p.k_norm;
+  const int64_t off = is_q ? t * qg_stride + static_cast<int64_t>(h) * 2 * D : t * k_stride + static_cast<int64_t>(h) * D;
   const bool reg = D <= 32 * kRegPer;
-  HeadIn first;
-  if (reg && warp < p.Hq + p.Hkv) {
-    int64_t off;
-    const void *src, *w;
-    job_src(warp, off, src, w);
-    load_head(p, src, off, w, first);
-  }
-  // Gate and v: plain copies (one rounding when the dtypes differ); q rows are [Hq][query | gate].
-  // The 16-byte gate copy runs over the chunks of every head at once (one round trip a thread).
-  const int64_t crow = ((static_cast<int64_t>(slot) * p.max_context + pos) * p.Hkv) * D;
-  if (vec_gate) {
-    const int per_head = D / 8, n8 = p.Hq * per_head;
-    const uint4* src = static_cast<const uint4*>(p.qg);
-    uint4* dst = static_cast<uint4*>(p.gate);
-    const int64_t src_row = t * qg_stride / 8, dst_row = qrow / 8;
-    for (int i = threadIdx.x; i < n8; i += 2 * blockDim.x) {
-      const int j = i + blockDim.x;
-      auto src_of = [&](int c) {
-        return src_row + static_cast<int64_t>(c / per_head) * 2 * per_head + per_head + c % per_head;
-      };
-      const uint4 a = src[src_of(i)];
-      const uint4 b = j < n8 ? src[src_of(j)] : uint4{};
-      dst[dst_row + i] = a;
-      if (j < n8) dst[dst_row + j] = b;
-    }
+  HeadIn in;
+  if (reg) load_head(p, src, off, w, in);
+  // Gate (q jobs) and v (k jobs): plain copies (one rounding when the dtypes differ).
+  const int64_t crow = ((static_cast<int64_t>(slot) * p.max_context + pos) * p.Hkv + h) * D;
+  if (is_q) {
+    warp_copy(p.gate, p.q_dtype, qrow + static_cast<int64_t>(h) * D, p.qg, p.in_dtype, off + D, D, vec_gate);
   } else {
-    for (int i = threadIdx.x; i < p.Hq * D; i += blockDim.x) {
-      const int h = i / D, d = i % D;
-      dev::copy(p.gate, p.q_dtype, qrow + i, p.qg, p.in_dtype, t * qg_stride + static_cast<int64_t>(h) * 2 * D + D + d);
-    }
+    warp_copy(p.v_cache, p.cache_dtype, crow, p.v, p.in_dtype, t * v_stride + static_cast<int64_t>(h) * D, D, vec_v);
   }
-  const size_t ces = p.cache_dtype == DType::bf16 ? 2 : 4, ies = p.in_dtype == DType::bf16 ? 2 : 4;
-  copy_row(static_cast<char*>(p.v_cache) + crow * ces, p.cache_dtype,
-           static_cast<const char*>(p.v) + t * v_stride * ies, p.in_dtype, p.Hkv * D, vec_v);
-  const int half = p.rotary_dim / 2;
-  float* cs = sm;                      // [rotary]: cos[half], sin[half] (the table's row, or computed here)
-  float* scratch = sm + p.rotary_dim;  // [warps][D]
-  if (!p.rope_table) {
-    for (int i = threadIdx.x; i < half; i += blockDim.x)
-      rope_cos_sin(pos, i, p.rotary_dim, p.rope_theta, cs[i], cs[half + i]);
+  __syncwarp();
+  if (is_q) {
+    norm_rope_head(p, src, off, w, p.q, p.q_dtype, qrow + static_cast<int64_t>(h) * D, xs, cs, reg, in);
+  } else {
+    norm_rope_head(p, src, off, w, p.k_cache, p.cache_dtype, crow, xs, cs, reg, in);
   }
-  __syncthreads();
-  float* xs = scratch + warp * D;
-  for (int job = warp; job < p.Hq + p.Hkv; job += warps) {
-    int64_t off;
-    const void *src, *w;
-    job_src(job, off, src, w);
-    if (reg && job != warp) load_head(p, src, off, w, first);  // later jobs reuse the registers
-    if (job < p.Hq) {
-      norm_rope_head(p, src, off, w, p.q, p.q_dtype, qrow + static_cast<int64_t>(job) * D, xs, cs, reg, first);
-    } else {
-      norm_rope_head(p, src, off, w, p.k_cache, p.cache_dtype, crow + static_cast<int64_t>(job - p.Hq) * D, xs, cs, reg,
-                     first);
-    }
-  }
-}
-
-// Warps per block: one per head job, at most 32, fewer when the scratch would pass 48 KB.
-int prep_warps(const AttnPrepParams& p) {
-  int w = std::min(kMaxWarps, p.Hq + p.Hkv);
-  while (w > 1 && static_cast<size_t>(p.rotary_dim + w * p.D) * sizeof(float) > 48 * 1024) --w;
-  return w;
 }
 
 }  // namespace
@@ -281,9 +247,9 @@ cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream) {
   c.not_null(p.meta.token_seq, "meta.token_seq").not_null(p.meta.slots, "meta.slots");
   if (!c.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
-  const int warps = prep_warps(p);
-  const size_t smem = static_cast<size_t>(p.rotary_dim + warps * p.D) * sizeof(float);
-  c.require(smem <= 48 * 1024, "rotary_dim + D floats a warp must fit 48 KB of shared memory");
+  const size_t smem = static_cast<size_t>(kWarps) * (p.rotary_dim + p.D) * sizeof(float);
+  const int64_t blocks = (static_cast<int64_t>(p.T) * (p.Hq + p.Hkv) + kWarps - 1) / kWarps;
+  c.require(blocks <= INT32_MAX, "T x (Hq + Hkv) head jobs exceed the grid");
   if (!c.ok()) return cudaErrorInvalidValue;
   // 16-byte copies: bf16 in and out, D a multiple of 8, aligned bases and row strides.
   const int64_t qg_stride = p.qg_stride ? p.qg_stride : static_cast<int64_t>(p.Hq) * 2 * p.D;
@@ -293,7 +259,7 @@ cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream) {
                         dev::aligned16(p.gate);
   const bool vec_v = bf && p.cache_dtype == DType::bf16 && p.D % 8 == 0 && v_stride % 8 == 0 && dev::aligned16(p.v) &&
                      dev::aligned16(p.v_cache);
-  launch_kernel(attn_prep_kernel, p.T, warps * 32, smem, stream, p, vec_gate, vec_v);
+  launch_kernel(attn_prep_kernel, static_cast<unsigned>(blocks), kWarps * 32, smem, stream, p, vec_gate, vec_v);
   return cudaGetLastError();
 }
 

@@ -66,8 +66,8 @@ struct AttnPrepParams {
 // cudaErrorInvalidValue for a null table, max_context < 1 or an odd or negative rotary_dim.
 cudaError_t rope_table_fill(float* table, int max_context, int rotary_dim, double theta, cudaStream_t stream);
 
-// Grid T blocks of one warp per head job (Hq + Hkv, at most 32 warps; fewer when the scratch would
-// pass 48 KB); dynamic smem (rotary + warps * D) * 4 bytes (any cache dtype). D <= 1024,
+// Grid ceil(T (Hq + Hkv) / 4) blocks of 4 warps, one warp per head job (token, q or k head);
+// dynamic smem 4 (rotary + D) * 4 bytes (any cache dtype). D <= 1024,
 // rotary even, 0 <= rotary <= D; in, norm, q and cache dtypes bf16 or f32. Returns
 // cudaErrorInvalidValue for bad params, else the launch error.
 cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream);

@@ -223,7 +223,8 @@ __global__ void attn_decode_merge_kernel(const AttentionParams p) {
 // (w+1)*QPW-1 of the tile. Per K/V tile of BK positions: lane j scores key j for the warp's
 // queries (q from smem, k row from padded smem), online softmax across the warp, then every lane
 // accumulates D/32 output features (d = lane + 32 i) for its queries.
-// Queries of the tile are processed per cache slot (a tile may span sequences).
+// Queries of the tile are processed per cache slot (a tile may span sequences); a pass touches
+// only its slot's rows, so non-finite cache values of one sequence never reach another's.
 // BK = 32, except an f32 cache with D = 256: BK = 16 keeps the static shared memory under 48 KB
 // (no opt-in attribute needed); then lanes j and j + 16 each score key j over half of D and add.
 constexpr int kPreThreads = 128;
@@ -368,6 +369,9 @@ __global__ void __launch_bounds__(kPreThreads) attn_prefill_kernel(const Attenti
         for (int f = 0; f < F; ++f) vf[f] = to_f32(v_s[j][lane + 32 * f]);
 #pragma unroll
         for (int r = 0; r < QPW; ++r) {
+          // Rows of another slot (warp-uniform) take nothing from this slot's V: 0 * NaN would reach
+          // them (sequence isolation); for finite V the skipped products are exact zeros.
+          if (!((active >> (warp * QPW + r)) & 1u)) continue;
           const float pj = __shfl_sync(0xffffffffu, pr[r], j);
 #pragma unroll
           for (int f = 0; f < F; ++f) acc[r][f] = fmaf(pj, vf[f], acc[r][f]);

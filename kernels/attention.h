@@ -4,8 +4,10 @@
 // softmax, output o * sigmoid(gate) rounded once (sigmoid(x) = 1 / (1 + expf(-x))).
 // Token t (metadata as in attn_prep.h) attends to its slot's cached positions 0..positions[t]
 // (its own key included, written by attn_prep). Padding rows write zeros and read no cache.
-// Non-finite cache values are not isolated in prefill: a query tile may hold rows of several
-// sequences, and P V multiplies every row by the tile's V rows (0 * NaN = NaN).
+// Sequences are isolated in prefill too, non-finite cache values included: a query tile may hold
+// rows of several sequences, and each pass over one sequence's keys leaves the other rows' results
+// as they are (within one sequence a NaN in a later position's V may still reach earlier rows of
+// the same tile, through 0 * NaN).
 // Two kernel families (attention_shapes.h says which D runs which):
 // - tuned, D in {32, 64, 128, 256} (attention.cu):
 //   attention_decode   one row per sequence (B = T rows); blocks per (kv head, row, split), the

@@ -20,13 +20,15 @@
 //   O [16 x D] += P V          P (f32 registers, reused as A fragments) split P = P_hi + P_lo,
 //                              P_hi = bf16(P), P_lo = bf16(P - P_hi); 2 mma per (k-step, n-tile),
 //                              B from v_s by ldmatrix.trans
-// then out = (O / l) * sigmoidf_(gate) (zeros for padding rows; rows >= T untouched).
+// then out = (O / l) * sigmoidf_(gate), stored after the row's pass (zeros for padding rows at the
+// end; rows >= T untouched).
 // Grid (ceil(T / 64), Hq) from the shape only; no allocation, no host synchronisation.
-// Non-finite cache values are not isolated (as in the CUDA-core kernel, attention.cu): P V multiplies
-// every row of a warp by the whole V tile, so a NaN / Inf in a V row reaches, through 0 * NaN, the
-// outputs of the tile's rows whose weight for it is zero: earlier tokens of its own sequence, and
-// rows of another sequence that shares the 64-row query tile. Isolating them needs tiles that never
-// span two sequences (per-sequence tile descriptors); not done yet.
+// Sequences are isolated, non-finite cache values included: P V multiplies every row of a warp by
+// the whole V tile, so during one slot's pass the rows of other slots get 0 * V (NaN where V is
+// not finite). A row's O is therefore set to zeros at its first valid key (not scaled by
+// expf(-inf) = 0) and its output stored right after its own pass, before another slot's pass can
+// add anything; for finite values both give the bytes of the plain form. Within a sequence a NaN
+// in the V of a later position still reaches earlier rows of the same tile through 0 * NaN.
 // Needs sm_80 or newer (mma.sync bf16, cp.async, ldmatrix); the model checks the device.
 //
 // Error versus the f32 CUDA-core kernel (both from the same bf16 q, k, v; u = 2^-24 the f32 unit
@@ -84,6 +86,35 @@ struct MmaCfg {
   static_assert(D % 16 == 0 && D <= 256, "D must be a multiple of 16, at most 256");
   static_assert((LD * 2) % 16 == 0, "padded rows stay 16-byte aligned (cp.async, ldmatrix)");
 };
+
+// out = (O / l) * sigmoid(gate) of this thread's rows row0 and row0 + 8 of the tile that are in
+// `rows` (bits of the tile's rows): zeros for padding rows; with skip_live, padding rows only.
+// Not inlined: the kernel calls it after every slot pass (live rows are stored right after their
+// pass, as later passes add 0 * V of another slot to every row of a warp, NaN where that V is not
+// finite) and once at the end, and an inlined copy in the pass loop costs the D = 256 kernel
+// register spills in its key loop.
+template <int D>
+__device__ __noinline__ void store_rows(const AttentionParams& p, const float (&o)[D / 8][4], const float (&l)[2],
+                                        const int* q_slot, int tile, int h, int row0, int tq, uint64_t rows,
+                                        bool skip_live) {
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int r = row0 + 8 * e, t = tile * kBQ + r;
+    const bool live = q_slot[r] >= 0;
+    if (t >= p.T || !((rows >> r) & 1u) || (live && skip_live)) continue;
+    const int64_t orow = (static_cast<int64_t>(t) * p.Hq + h) * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int64_t i = orow + 8 * j + 2 * tq + c;
+        float y = 0.0f;
+        if (live) y = (o[j][2 * e + c] / l[e]) * sigmoidf_(dev::load(p.gate, p.q_dtype, i));
+        dev::store(p.out, p.out_dtype, i, y);
+      }
+    }
+  }
+}
 
 template <int D>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -215,13 +246,16 @@ __global__ void __launch_bounds__(kThreads, 2)
           ps += __shfl_xor_sync(0xffffffffu, ps, 1);
           ps += __shfl_xor_sync(0xffffffffu, ps, 2);
           if (mn != kNegInf) {  // else nothing valid yet for this row: m, l, O stay
+            // The row's first valid keys: O starts from zeros, not from O * 0 (earlier passes of
+            // other slots added 0 * V to it, NaN where their V is not finite).
+            const bool first = m[e] == kNegInf;
             const float corr = expf(m[e] - mn);
             l[e] = fmaf(l[e], corr, ps);
             m[e] = mn;
 #pragma unroll
             for (int j = 0; j < NT_O; ++j) {
-              o[j][2 * e] *= corr;
-              o[j][2 * e + 1] *= corr;
+              o[j][2 * e] = first ? 0.0f : o[j][2 * e] * corr;
+              o[j][2 * e + 1] = first ? 0.0f : o[j][2 * e + 1] * corr;
             }
           }
         }
@@ -262,28 +296,11 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     }
+    store_rows<D>(p, o, l, q_slot, tile, h, row0, tq, active, false);
   }
 
   cp_async_wait<0>();  // a tile without live rows never waited for its q copies
-
-  // out = (O / l) * sigmoid(gate); zeros for padding rows.
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int r = row0 + 8 * e, t = tile * kBQ + r;
-    if (t >= p.T) continue;
-    const bool live = q_slot[r] >= 0;
-    const int64_t orow = (static_cast<int64_t>(t) * p.Hq + h) * D;
-#pragma unroll
-    for (int j = 0; j < NT_O; ++j) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int64_t i = orow + 8 * j + 2 * tq + c;
-        float y = 0.0f;
-        if (live) y = (o[j][2 * e + c] / l[e]) * sigmoidf_(dev::load(p.gate, p.q_dtype, i));
-        dev::store(p.out, p.out_dtype, i, y);
-      }
-    }
-  }
+  store_rows<D>(p, o, l, q_slot, tile, h, row0, tq, ~uint64_t{0}, true);  // padding rows: zeros
 }
 
 template <int D>

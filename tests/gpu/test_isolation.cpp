@@ -1,11 +1,14 @@
-// GPU tests of sequence isolation in decode (docs/RELIABILITY.md, "Short of device memory, and isolation in decode"):
-// the rows of one decode step never read each other's caches.
+// GPU tests of sequence isolation (docs/RELIABILITY.md, "Short of device memory, and isolation"):
+// the sequences of one decode or prefill step never read each other's caches.
 // - A slot whose caches hold NaN in every value (all bytes 0xFF) leaves every other row's logits,
 //   greedy token and slot caches byte for byte as they are when that slot holds ordinary values,
 //   and every slot outside the batch untouched (the poisoned row's own outputs may be anything).
 // - Each row of a batch equals the same row decoded alone, within the tolerance of the model tests
 //   (another graph key: other split counts and summation orders), greedy tokens included where
 //   the margin allows.
+// - Prefill: a slot whose caches hold NaN leaves the other sequences of the step (whose rows share
+//   the attention's query tiles and warps with it) byte for byte as they are without the poison,
+//   with the CUDA-core and the tensor-core attention.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -94,6 +97,66 @@ TEST_CASE("decode isolation: NaN in one slot's caches reaches no other row, and 
         if (test::top2_margin(br, V) > 2.0 * e * max_abs + 1e-6) CHECK(alone.tokens[0] == clean.tokens[r]);
       }
       CHECK(step.eager_fallbacks() == 0);
+    }
+  }
+}
+
+TEST_CASE("prefill isolation: NaN in one slot's caches reaches no other sequence of the step",
+          "[gpu][model][isolation]") {
+  for (const char* name : {"tiny", "tiny-dkdv"}) {
+    for (AttnPrefill ap : {AttnPrefill::simt, AttnPrefill::mma}) {
+      for (DType act : {DType::bf16, DType::f32}) {
+        if (ap == AttnPrefill::mma && act != DType::bf16) continue;  // the tensor-core kernel reads bf16
+        CAPTURE(name, attn_prefill_name(ap), dtype_name(act));
+        const Qwen35Config cfg = preset(name);
+        ModelStepOptions o;
+        o.num_slots = 8;
+        o.max_context = 32;
+        o.max_decode_batch = 8;
+        o.max_prefill_tokens = 64;
+        o.max_prefill_seqs = 4;
+        o.attn_prefill = ap;
+        o.act = act;
+        ModelStep step(cfg, o);
+        REQUIRE(step.options().attn_prefill == ap);
+        step.capture_all();
+        step.randomize_caches(12);  // a history in every slot
+        const std::vector<uint8_t> start = step.cache_bytes();
+        const int V = cfg.vocab;
+        auto toks = [&](int seed, int n) {
+          std::vector<int32_t> t;
+          for (int i = 0; i < n; ++i) t.push_back((seed * 31 + i * 7) % V);
+          return t;
+        };
+        // 5 + 9 + 7 rows: the first 16-row warp of the first query tile holds rows of all three.
+        const std::vector<PrefillRequest> batch = {{6, toks(1, 5), 4}, {2, toks(2, 9), 3}, {4, toks(3, 7), 2}};
+        const int poisoned = 2;  // request 1
+        auto run = [&](const std::vector<uint8_t>& caches) {
+          step.set_cache_bytes(caches);
+          const PrefillOutput out = step.prefill(batch, RunMode::graph);
+          Run r{out.logits, out.tokens, {}};
+          for (int sl = 0; sl < o.num_slots; ++sl) r.slots.push_back(step.slot_cache_bytes(sl));
+          return r;
+        };
+        const Run clean = run(start);
+        step.set_cache_bytes(start);
+        step.set_slot_cache_bytes(poisoned, std::vector<uint8_t>(step.slot_cache_bytes(poisoned).size(), 0xFF));
+        const Run dirty = run(step.cache_bytes());
+        for (size_t r : {size_t{0}, size_t{2}}) {
+          CAPTURE(r);
+          CHECK(std::memcmp(dirty.logits.data() + r * V, clean.logits.data() + r * V, sizeof(float) * V) == 0);
+          CHECK(dirty.tokens[r] == clean.tokens[r]);
+          CHECK(dirty.slots[static_cast<size_t>(batch[r].slot)] == clean.slots[static_cast<size_t>(batch[r].slot)]);
+        }
+        bool poisoned_row_nonfinite = false;  // the poison did reach its own row (the test is not vacuous)
+        for (int v = 0; v < V; ++v) poisoned_row_nonfinite |= !std::isfinite(dirty.logits[static_cast<size_t>(V) + v]);
+        CHECK(poisoned_row_nonfinite);
+        for (int sl : {0, 1, 3, 5, 7}) {  // outside the batch: untouched
+          CAPTURE(sl);
+          CHECK(dirty.slots[static_cast<size_t>(sl)] == clean.slots[static_cast<size_t>(sl)]);
+        }
+        CHECK(step.eager_fallbacks() == 0);
+      }
     }
   }
 }

@@ -15,8 +15,8 @@
 namespace sg {
 namespace {
 
-constexpr int kWarps = 4;      // warps a block, one head job each
-constexpr int kRegPer = 8;     // features per lane held in registers: D <= 256 (the real models)
+constexpr int kWarps = 4;   // warps a block, one head job each
+constexpr int kRegPer = 8;  // features per lane held in registers: D <= 256 (the real models)
 
 // True when row t is live; then slot and pos are its cache coordinates.
 __device__ __forceinline__ bool resolve_row(const AttnTokenMeta& m, int t, int max_context, int& slot, int& pos) {
@@ -159,8 +159,8 @@ __device__ __forceinline__ void warp_copy(void* dst, DType td, int64_t doff, con
 // (a block per token with a warp per job held one token an SM at a time, its metadata, load,
 // reduction and store round trips one after another). Before the dependency wait a warp reads its
 // row's metadata and rotary-table row (written before the step's first kernel; launch.cuh says why
-// that is safe), or computes the row without a table; after it, its head's features and norm weight before the copy's loads, and every
-// load before the first store. Shared memory per warp: cs [rotary] (cos then sin), xs [D].
+// that is safe), or computes the row without a table; after it, its head's features and norm weight before the copy's
+// loads, and every load before the first store. Shared memory per warp: cs [rotary] (cos then sin), xs [D].
 __global__ void __launch_bounds__(kWarps * 32) attn_prep_kernel(const AttnPrepParams p, bool vec_gate, bool vec_v) {
   extern __shared__ float sm[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -199,7 +199,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prep_kernel(const AttnPrepPa
   const int h = is_q ? job : job - p.Hq;
   const void* src = is_q ? p.qg : p.k;
   const void* w = is_q ? p.q_norm : p.k_norm;
-  const int64_t off = is_q ? t * qg_stride + static_cast<int64_t>(h) * 2 * D : t * k_stride + static_cast<int64_t>(h) * D;
+  const int64_t off =
+      is_q ? t * qg_stride + static_cast<int64_t>(h) * 2 * D : t * k_stride + static_cast<int64_t>(h) * D;
   const bool reg = D <= 32 * kRegPer;
   HeadIn in;
   if (reg) load_head(p, src, off, w, in);

@@ -159,8 +159,9 @@ __device__ __forceinline__ void warp_copy(void* dst, DType td, int64_t doff, con
 // (a block per token with a warp per job held one token an SM at a time, its metadata, load,
 // reduction and store round trips one after another). Before the dependency wait a warp reads its
 // row's metadata and rotary-table row (written before the step's first kernel; launch.cuh says why
-// that is safe), or computes the row without a table; after it, its head's features and norm weight before the copy's
-// loads, and every load before the first store. Shared memory per warp: cs [rotary] (cos then sin), xs [D].
+// that is safe), or computes the row without a table; after it, its head's features and norm
+// weight before the copy's loads, and every load before the first store. Shared memory per warp:
+// cs [rotary] (cos then sin), xs [D].
 __global__ void __launch_bounds__(kWarps * 32) attn_prep_kernel(const AttnPrepParams p, bool vec_gate, bool vec_v) {
   extern __shared__ float sm[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -47,13 +47,13 @@ __device__ __forceinline__ void pdl_start() {
   pdl_trigger();
 }
 
-// As launch_kernel, in thread block clusters of cluster.x x cluster.y x cluster.z blocks (cluster.x
-// == 0: launched without the cluster attribute; each grid dimension a multiple of the cluster's,
-// at most 8 blocks a cluster without a non-portable opt-in). A kernel that uses cluster barriers
-// or distributed shared memory takes the attribute even for clusters of one block.
+// As launch_kernel, in thread block clusters of cluster_x consecutive blocks along x (0: launched
+// without the cluster attribute; grid.x must be a multiple of cluster_x, at most 8 without a
+// non-portable opt-in). A kernel that uses cluster barriers or distributed shared memory takes
+// the attribute even for clusters of one block.
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel_cluster_dims(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                       cudaStream_t stream, dim3 cluster, Args&&... args) {
+cudaError_t launch_kernel_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                  unsigned cluster_x, Args&&... args) {
   cudaLaunchAttribute attr[2] = {};
   unsigned n = 0;
   if (pdl_enabled()) {
@@ -61,11 +61,11 @@ cudaError_t launch_kernel_cluster_dims(void (*kernel)(Params...), dim3 grid, dim
     attr[n].val.programmaticStreamSerializationAllowed = 1;
     ++n;
   }
-  if (cluster.x > 0) {
+  if (cluster_x > 0) {
     attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = cluster.x;
-    attr[n].val.clusterDim.y = cluster.y;
-    attr[n].val.clusterDim.z = cluster.z;
+    attr[n].val.clusterDim.x = cluster_x;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
     ++n;
   }
   cudaLaunchConfig_t cfg = {};
@@ -76,14 +76,6 @@ cudaError_t launch_kernel_cluster_dims(void (*kernel)(Params...), dim3 grid, dim
   cfg.attrs = attr;
   cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
-
-// launch_kernel_cluster_dims with clusters of cluster_x consecutive blocks along x.
-template <typename... Params, typename... Args>
-cudaError_t launch_kernel_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                  unsigned cluster_x, Args&&... args) {
-  return launch_kernel_cluster_dims(kernel, grid, block, smem, stream, dim3(cluster_x, 1, 1),
-                                    std::forward<Args>(args)...);
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with PDL when this thread enabled it. Returns

@@ -1,5 +1,4 @@
 // skinny_gemm.cu: y = x W^T for M <= 32 rows on the tensor cores (skinny_gemm.h).
-#include <cooperative_groups.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
@@ -17,7 +16,6 @@
 namespace sg {
 namespace {
 
-namespace cg = cooperative_groups;
 using mma::ldmatrix_x4;
 using mma::mma_bf16;
 using mma::smem_addr;
@@ -26,7 +24,6 @@ constexpr int kBN = 64;     // W rows per block: 16 per consumer warp
 constexpr int kBK = 64;     // K per tile: one 128-byte swizzle row of bf16
 constexpr int kStages = 8;  // ring depth; two blocks fit an SM
 constexpr int kMaxM = 32;
-constexpr int kMaxClusterSplits = 8;  // splits summed in a cluster: the portable cluster size
 // Weight tiles requested before pdl_wait above 24 rows (S at most 24 rows): the previous kernel's
 // loads queue behind them. 4B decode b=32 against cuBLASLt: 1 tile +0.2%, 3 tiles -1.2%, all
 // (5 or 8) neutral (docs/BENCHMARKS.md).
@@ -107,74 +104,14 @@ __device__ void sum_splits(const SkinnyGemmParams& p, int n0, int splits, int ti
   }
 }
 
-// The split partials of a row block summed through distributed shared memory: the row block's
-// splits blocks form one cluster, each holds its partial [M, BN] in part_s (token-major), and block
-// rank r sums every (splits)-th quad of the tile from all of them in split order from 0.0f (the
-// arithmetic of sum_splits: the same bytes) and stores y. No workspace, counter or fence.
-template <int BN, bool kF32Out>
-__device__ void sum_splits_cluster(const SkinnyGemmParams& p, const float* part_s, int n0, int splits, int rank,
-                                   int tid, int nthreads, int live) {
-  const cg::cluster_group cluster = cg::this_cluster();
-  const float* src[kMaxClusterSplits];
-#pragma unroll
-  for (int k = 0; k < kMaxClusterSplits; ++k) src[k] = k < splits ? cluster.map_shared_rank(part_s, k) : part_s;
-  const bool swiglu = p.swiglu_group != 0;
-  auto sum_quad = [&](int off, float(&v)[4]) {
-    v[0] = v[1] = v[2] = v[3] = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kMaxClusterSplits; ++k) {
-      if (k < splits) {
-        const float4 t = *reinterpret_cast<const float4*>(src[k] + off);
-        v[0] += t.x;
-        v[1] += t.y;
-        v[2] += t.z;
-        v[3] += t.w;
-      }
-    }
-  };
-  for (int idx = rank * nthreads + tid; idx < p.M * (BN / 4); idx += splits * nthreads) {
-    const int token = idx / (BN / 4), nl = (idx % (BN / 4)) * 4, n = n0 + nl;
-    if (n >= p.N || (swiglu && (n & 8))) continue;  // (an up quad: summed with its gate quad)
-    float v[4];
-    sum_quad(token * BN + nl, v);
-    if (swiglu) {
-      float u[4];
-      sum_quad(token * BN + nl + 8, u);
-      for (int e = 0; e < 4; ++e) store_act(p, token, n + e, v[e], u[e], live);
-    } else {
-      for (int e = 0; e < 4 && n + e < p.N; ++e) store_y<kF32Out>(p, token, n + e, v[e]);
-    }
-  }
-}
-
 // A block's end, shared by the producer/consumer kernels (warp 0 produces, consumer warp w = warp - 1
 // holds acc for W rows n0 + 16 w ..): one split stores y; with splits > 1 it writes its f32 partial
 // [M, BN] to the workspace and the row block's last block to finish (a per-row-block counter, left
 // at zero) sums the partials in split order. Every thread of the block calls it.
-// kCluster (splits > 1 in one cluster): the partials go to part_s [M, BN] and are summed through
-// distributed shared memory (sum_splits_cluster) between two cluster barriers (every block's part_s
-// is written before anyone reads, and read before its block exits).
-template <int BN, int NT, bool kF32Out, bool kCluster>
+template <int BN, int NT, bool kF32Out>
 __device__ void finish_block(const SkinnyGemmParams& p, const float (&acc)[NT][4], int n0, int rb, int s, int warp,
-                             int lane, int live, float* part_s) {
+                             int lane, int live) {
   const int splits = gridDim.y, tid = threadIdx.x, g = lane >> 2, tq = lane & 3, cw = warp - 1;
-  if constexpr (kCluster) {
-    if (warp > 0) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int token = 8 * j + 2 * tq + (e & 1), nl = cw * 16 + g + (e >> 1) * 8;
-          if (token < p.M) part_s[token * BN + nl] = acc[j][e];
-        }
-      }
-    }
-    const cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();
-    sum_splits_cluster<BN, kF32Out>(p, part_s, n0, splits, s, tid, blockDim.x, live);
-    cluster.sync();
-    return;
-  }
   // acc[j]: c0 c1 = (W row 16 cw + g, tokens 8 j + 2 tq, + 1), c2 c3 = (row + 8, same tokens).
   if (splits == 1 && p.swiglu_group != 0) {
     if (warp == 0) return;
@@ -227,7 +164,7 @@ __device__ void finish_block(const SkinnyGemmParams& p, const float (&acc)[NT][4
 // ring: the W box [BN rows x 64 K] then the x box [8 NT rows x 64 K], both TMA copies that
 // complete on full[st]; the consumers free it through empty[st]. No block-wide barrier in the K
 // loop: the producer runs up to S tiles ahead of the slowest consumer warp.
-template <int BN, int S, int NT, bool kF32Out, bool kCluster>
+template <int BN, int S, int NT, bool kF32Out>
 __global__ void __launch_bounds__(32 * (1 + BN / 16))
     skinny_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                        const SkinnyGemmParams p, int tiles_per_split) {
@@ -235,7 +172,6 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
   constexpr int kConsumers = BN / 16;
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[S], empty[S];
-  __shared__ __align__(16) float part_s[kCluster ? 8 * NT * BN : 4];  // kCluster: this split's partial [M, BN]
   const uint32_t raw = smem_addr(smem_raw);
   auto* ring = reinterpret_cast<__nv_bfloat16*>(smem_raw + (((raw + 1023) & ~1023u) - raw));  // 1024-aligned
   const int rb = blockIdx.x, s = blockIdx.y;
@@ -317,7 +253,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
   // The SwiGLU epilogue's live token count, read at the block's end: read before the dependency
   // wait instead (step metadata may be), it made the 27B decode steps of up to 8 rows 2-3% slower.
   const int live = p.swiglu_group != 0 && p.live_rows ? *p.live_rows : p.M;
-  finish_block<BN, NT, kF32Out, kCluster>(p, acc, n0, rb, s, warp, lane, live, part_s);
+  finish_block<BN, NT, kF32Out>(p, acc, n0, rb, s, warp, lane, live);
 }
 
 // The driver's tensor-map encoder, looked up once (null when the driver lacks it).
@@ -346,7 +282,7 @@ bool make_map(CUtensorMap* m, const void* base, int64_t rows, int64_t cols, int6
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int BN, int S, int NT, bool kF32Out, bool kCluster>
+template <int BN, int S, int NT, bool kF32Out>
 cudaError_t launch_nt(const SkinnyGemmParams& p, cudaStream_t stream) {
   const int KT = p.K / kBK;
   const int tps = (KT + p.splits - 1) / p.splits;
@@ -355,25 +291,15 @@ cudaError_t launch_nt(const SkinnyGemmParams& p, cudaStream_t stream) {
   CUtensorMap w_map, x_map;
   if (!make_map(&w_map, p.W, p.N, p.K, p.K, BN) || !make_map(&x_map, p.x, p.M, p.K, p.ldx ? p.ldx : p.K, 8 * NT))
     return cudaErrorNotSupported;
-  auto* k = skinny_gemm_kernel<BN, S, NT, kF32Out, kCluster>;
+  auto* k = skinny_gemm_kernel<BN, S, NT, kF32Out>;
   if (const cudaError_t e = dev::allow_dynamic_smem(k, smem); e != cudaSuccess) return e;
-  const dim3 cluster = kCluster ? dim3(1, static_cast<unsigned>(p.splits), 1) : dim3(0, 0, 0);
-  launch_kernel_cluster_dims(k, grid, 32 * (1 + BN / 16), smem, stream, cluster, w_map, x_map, p, tps);
+  launch_kernel(k, grid, 32 * (1 + BN / 16), smem, stream, w_map, x_map, p, tps);
   return cudaGetLastError();
 }
 
-// The cluster reduction is built for the 64-row blocks (the only ones skinny_gemm_pick_splits
-// splits); other block widths sum through the workspace.
 template <int BN, int S, int NT>
 cudaError_t launch_dtype(const SkinnyGemmParams& p, cudaStream_t stream) {
-  if constexpr (BN == kBN) {
-    if (skinny_gemm_cluster_reduces(p)) {
-      return p.y_dtype == DType::f32 ? launch_nt<BN, S, NT, true, true>(p, stream)
-                                     : launch_nt<BN, S, NT, false, true>(p, stream);
-    }
-  }
-  return p.y_dtype == DType::f32 ? launch_nt<BN, S, NT, true, false>(p, stream)
-                                 : launch_nt<BN, S, NT, false, false>(p, stream);
+  return p.y_dtype == DType::f32 ? launch_nt<BN, S, NT, true>(p, stream) : launch_nt<BN, S, NT, false>(p, stream);
 }
 
 // BN W rows a block, S stages (skinny_gemm_block_rows picks 64 x 8, 128 x 5 or 256 x 5; the probe
@@ -389,11 +315,6 @@ cudaError_t launch_tma(const SkinnyGemmParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
-
-bool skinny_gemm_cluster_reduces(const SkinnyGemmParams& p) {
-  return p.cluster_reduce && p.splits >= 2 && p.splits <= kMaxClusterSplits &&
-         (p.block_rows == 0 || p.block_rows == kBN);
-}
 
 bool skinny_gemm_supports(int M, int N, int K) { return M >= 1 && M <= kMaxM && N >= 1 && K >= kBK && K % kBK == 0; }
 
@@ -449,8 +370,7 @@ cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   chk.require(ldy >= (swiglu ? p.N / 2 : p.N), swiglu ? "ldy must be >= N / 2" : "ldy must be >= N");
   chk.require(dev::aligned16(p.x) && dev::aligned16(p.W), "x and W must be 16-byte aligned");
   chk.in_range(p.splits, 1, std::min(p.K / kBK, 65535), "splits");
-  chk.require(p.splits <= 1 || skinny_gemm_cluster_reduces(p) || (p.workspace && p.counters),
-              "splits > 1 needs workspace and counters (or the cluster reduction: 2 to 8 splits of 64-row blocks)");
+  chk.require(p.splits <= 1 || (p.workspace && p.counters), "splits > 1 needs workspace and counters");
   chk.require(p.block_rows == 0 || p.block_rows == 64 || p.block_rows == 128 || p.block_rows == 256,
               "block_rows must be 0, 64, 128 or 256");
   if (!chk.ok()) return cudaErrorInvalidValue;

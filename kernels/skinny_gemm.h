@@ -8,16 +8,14 @@
 // rows 16 w .. 16 w + 15 of its row block). The producer streams the block's K range in 64-wide
 // tiles into an 8-stage shared-memory ring with two TMA copies a tile (the W box and the x box,
 // 2-D tensor maps with the 128-byte swizzle, zero fill past N and M), each stage guarded by a
-// full and an empty mbarrier; no block-wide barrier in the K loop. With 2 to 8 splits the splits
-// of a row block form a thread-block cluster: each block keeps its f32 partial [M, 64] in shared
-// memory and, after a cluster barrier, sums its share of the tile from every block's partial in
-// split order (distributed shared memory) and writes y. With more splits (or cluster_reduce off)
-// every block writes its partial to the workspace and the row block's last block to finish (a
-// per-row-block counter) sums the partials in split order and writes y. Both deterministic and
-// graph-safe, with the same bytes; the counters are zero again after every launch. sm_90 (TMA); the tensor-map encoder
-// comes from the driver at run time (nothing links libcuda). Numerics: products of bf16 are exact in f32; tensor-core
-// accumulation (f32, not IEEE order) over each block's K range, then the partials in split order; not the bytes of
-// cuBLAS (a setting of the model step, ModelStepOptions::gemm, within the GEMM test tolerance).
+// full and an empty mbarrier; no block-wide barrier in the K loop. With splits > 1 every block
+// writes its f32 partial [M, 64] to the workspace and the row block's last block to finish (a
+// per-row-block counter) sums the partials in split order and writes y: deterministic, graph-safe,
+// and the counters are zero again after every launch. sm_90 (TMA); the tensor-map encoder comes
+// from the driver at run time (nothing links libcuda).
+// Numerics: products of bf16 are exact in f32; tensor-core accumulation (f32, not IEEE order)
+// over each block's K range, then the partials in split order; not the bytes of cuBLAS (a
+// setting of the model step, ModelStepOptions::gemm, within the GEMM test tolerance).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -40,10 +38,6 @@ struct SkinnyGemmParams {
   int block_rows = 0;           // W rows a block: 64, 128, 256 (skinny_gemm_block_rows); 0 = 64
   float* workspace = nullptr;   // skinny_gemm_workspace_bytes(M, N, splits)
   int32_t* counters = nullptr;  // [ceil(N / 64)], zero before the launch (left zero)
-  // 2 to 8 splits of 64-row blocks: the splits of a row block run as one thread-block cluster and
-  // sum their partials through distributed shared memory (skinny_gemm_cluster_reduces; workspace
-  // and counters unused). false: always through the workspace. The same bytes either way.
-  bool cluster_reduce = true;
   // SwiGLU epilogue (0 = off, 8): W's rows interleave gate_proj and up_proj rows in groups of 8
   // (swiglu.h), and instead of y = x W^T the kernel writes act = silu(gate) * up, [M, ldy] bf16
   // (ldy >= N / 2; 0 = N / 2), with the bytes the swiglu kernel gives on this GEMM's bf16 y
@@ -72,9 +66,6 @@ int skinny_gemm_block_rows(int M, int N, int num_sms);
 // 2) (an SM streams at full speed from two resident blocks on); at most 32 and at most K / 256.
 int skinny_gemm_pick_splits(int M, int N, int K, int num_sms);
 size_t skinny_gemm_workspace_bytes(int M, int N, int splits);
-// Whether a launch with these params sums its splits in a cluster: cluster_reduce, 2 <= splits <= 8
-// and 64-row blocks (block_rows 0 or 64).
-bool skinny_gemm_cluster_reduces(const SkinnyGemmParams& p);
 
 // cudaErrorInvalidValue on unsupported shapes, dtypes, alignment, block rows or a missing workspace;
 // cudaErrorNotSupported when the driver cannot encode the tensor maps; else the launch error.

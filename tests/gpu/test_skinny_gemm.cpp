@@ -4,8 +4,7 @@
 // N that is not a multiple of the 64-row block, strided x and y, bf16 and f32 outputs, every split
 // count from 1 to the most K allows; the split counters come back to zero; graph replay == eager ==
 // a rerun, byte for byte; the SwiGLU epilogue gives the bytes of the GEMM followed by the swiglu
-// kernel; the split partials summed in a cluster give the bytes of the workspace reduction; bad
-// params rejected, each refusal naming its field.
+// kernel; bad params rejected, each refusal naming its field.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -201,23 +200,9 @@ TEST_CASE("skinny gemm: shapes, the split pick and bad params", "[gpu][gemm][ski
   const SkinnyGemmParams ok = pr.params(y, DType::bf16, 2, ws, counters);
   check(skinny_gemm(ok, nullptr));
   SkinnyGemmParams bad = ok;
-  bad.workspace = nullptr;  // splits > 1 without a workspace: the cluster reduction needs none
-  REQUIRE(skinny_gemm_cluster_reduces(bad));
-  check(skinny_gemm(bad, nullptr));
-  bad.cluster_reduce = false;  // the workspace reduction does
-  CHECK(!skinny_gemm_cluster_reduces(bad));
+  bad.workspace = nullptr;  // splits > 1 without a workspace
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
-  CHECK(take_launch_refusal() ==
-        "skinny_gemm: splits > 1 needs workspace and counters (or the cluster reduction: 2 to 8 splits of 64-row "
-        "blocks)");
-  bad = ok;
-  bad.block_rows = 128;  // the cluster reduction is built for 64-row blocks only
-  CHECK(!skinny_gemm_cluster_reduces(bad));
-  bad.block_rows = 0;
-  bad.splits = 9;  // more than a portable cluster
-  CHECK(!skinny_gemm_cluster_reduces(bad));
-  bad.splits = 1;
-  CHECK(!skinny_gemm_cluster_reduces(bad));
+  CHECK(take_launch_refusal() == "skinny_gemm: splits > 1 needs workspace and counters");
   bad = ok;
   bad.splits = 3;  // more splits than 64-wide K tiles
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
@@ -326,49 +311,6 @@ TEST_CASE("skinny gemm: the SwiGLU epilogue gives the bytes of the GEMM followed
           }
           CHECK(diff == 0);
           CHECK(touched == 0);
-          const auto cb = counters.download();
-          CHECK(std::all_of(cb.begin(), cb.end(), [](uint8_t b) { return b == 0; }));
-        }
-      }
-    }
-  }
-}
-
-TEST_CASE("skinny gemm: split partials summed in a cluster give the bytes of the workspace reduction",
-          "[gpu][gemm][skinny]") {
-  struct Case {
-    int M, N, K, ldy;
-  };
-  // N past a whole row block, odd N (no 4-wide quads), the model's split shapes (out_proj, down).
-  for (Case c : {Case{1, 2560, 4096, 2560}, Case{8, 100, 512, 101}, Case{17, 1000, 640, 1000},
-                 Case{32, 2560, 9216, 2560}, Case{32, 130, 1024, 133}, Case{24, 2048, 2560, 2048}}) {
-    const Problem pr(c.M, c.N, c.K, c.K, c.ldy, 900 + c.M + c.N);
-    for (int sp = 2; sp <= std::min(8, c.K / 64); ++sp) {
-      for (DType yt : {DType::bf16, DType::f32}) {
-        for (int swiglu : {0, 8}) {
-          if (swiglu && (c.N % 16 != 0 || yt != DType::bf16)) continue;
-          CAPTURE(c.M, c.N, c.K, c.ldy, sp, dtype_name(yt), swiglu);
-          const size_t ybytes = static_cast<size_t>(c.M) * c.ldy * dtype_size(yt);
-          test::DevBuf y_ws(ybytes, 0x5A), y_cl(ybytes, 0x5A);  // columns past N keep the poison both ways
-          test::DevBuf ws(std::max<size_t>(16, skinny_gemm_workspace_bytes(c.M, c.N, sp)));
-          test::DevBuf counters(static_cast<size_t>((c.N + 63) / 64) * 4, 0);
-          auto dlive = test::DevBuf::from_i32({c.M > 2 ? c.M - 2 : c.M});
-          SkinnyGemmParams p = pr.params(y_ws, yt, sp, ws, counters);
-          p.swiglu_group = swiglu;
-          p.live_rows = swiglu ? dlive.as<int32_t>() : nullptr;
-          if (swiglu) p.ldy = c.ldy / 2 >= c.N / 2 ? c.ldy / 2 : c.N / 2;
-          p.cluster_reduce = false;
-          REQUIRE(!skinny_gemm_cluster_reduces(p));
-          check(skinny_gemm(p, nullptr));
-          p.y = y_cl.data();
-          p.cluster_reduce = true;
-          p.workspace = nullptr;  // not needed, so not touched
-          p.counters = nullptr;
-          REQUIRE(skinny_gemm_cluster_reduces(p));
-          check(skinny_gemm(p, nullptr));
-          check(cudaDeviceSynchronize());
-          CHECK(test::byte_diff(y_cl.download(), y_ws.download(), yt) == "");
-          if (!swiglu) CHECK(pr.bad(y_cl.download_f32(yt), yt) == 0);
           const auto cb = counters.download();
           CHECK(std::all_of(cb.begin(), cb.end(), [](uint8_t b) { return b == 0; }));
         }

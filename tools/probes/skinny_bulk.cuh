@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
     }
   }
 
-  finish_block<BN, NT, kF32Out, false>(p, acc, n0, rb, s, warp, lane, p.M, nullptr);  // workspace sum, no SwiGLU
+  finish_block<BN, NT, kF32Out>(p, acc, n0, rb, s, warp, lane, p.M);  // (no SwiGLU epilogue here)
 }
 
 template <int BN, int BK, int S, int NT, int R>

@@ -4,7 +4,8 @@
 // Design (FlashAttention-2 style, register-resident S and O). Block (query tile of BQ = 64 rows,
 // q head h), 4 warps; warp w owns tile rows 16w .. 16w + 15. Dynamic shared memory: the q tile
 // [64][D + 8], one K tile and one V tile [BK][D + 8] (BK = 64 keys, 32 for D = 256 so S and O fit
-// the registers: 251 at D = 256, 169 at 128, no spills) (bf16, rows padded by 16 bytes: the
+// the registers: 251 at D = 256, 175 at 128, no spills; the out-of-line per-pass store's call
+// takes a stack frame of O's size) (bf16, rows padded by 16 bytes: the
 // 32-bit fragment loads and ldmatrix are bank-conflict free) and the tile's slots / positions:
 // attention_prefill_mma_smem(D) bytes (68,096 for D = 256, 52,736 for 128: opt-in above 48 KB,
 // set by the launcher before every launch as delta_rule_prefill_chunked does). Loads are cp.async (16 bytes,
@@ -27,8 +28,11 @@
 // the whole V tile, so during one slot's pass the rows of other slots get 0 * V (NaN where V is
 // not finite). A row's O is therefore set to zeros at its first valid key (not scaled by
 // expf(-inf) = 0) and its output stored right after its own pass, before another slot's pass can
-// add anything; for finite values both give the bytes of the plain form. Within a sequence a NaN
-// in the V of a later position still reaches earlier rows of the same tile through 0 * NaN.
+// add anything; for finite values both give the bytes of the plain form (up to the sign of an
+// exactly zero result). Within a sequence: a NaN in the V of a later position still reaches earlier
+// rows of the same tile through 0 * NaN; and a row whose first key tiles give only NaN scores
+// (NaN in its own slot's K) restarts O at its first finite scores, so those keys are left out
+// instead of making the row NaN (as the CUDA-core kernel's online softmax also leaves them out).
 // Needs sm_80 or newer (mma.sync bf16, cp.async, ldmatrix); the model checks the device.
 //
 // Error versus the f32 CUDA-core kernel (both from the same bf16 q, k, v; u = 2^-24 the f32 unit

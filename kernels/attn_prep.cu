@@ -2,9 +2,9 @@
 // attn_prep.h). One warp per head job (token, q head or k head), four warps a block, no block
 // barrier: a q job also copies its head's gate half, a k job its v head. Before the dependency
 // wait a warp reads its row's metadata and rotary-table row; after it, its head's features and
-// norm weight, then the copy's loads, every load before its first store; the copies move 16 bytes
-// at a time where dtypes and alignment allow. The cache dtype (bf16 or f32) only changes the
-// stores (dev::store: one rounding for bf16, none for f32).
+// norm weight (D <= 256: into registers, before the copy's stores), then the copy, whose 16-byte
+// form (where dtypes and alignment allow) issues each lane's loads before its stores. The cache dtype (bf16 or f32)
+// only changes the stores (dev::store: one rounding for bf16, none for f32).
 #include <algorithm>
 
 #include "kernels/attn_prep.h"
@@ -160,8 +160,8 @@ __device__ __forceinline__ void warp_copy(void* dst, DType td, int64_t doff, con
 // reduction and store round trips one after another). Before the dependency wait a warp reads its
 // row's metadata and rotary-table row (written before the step's first kernel; launch.cuh says why
 // that is safe), or computes the row without a table; after it, its head's features and norm
-// weight before the copy's loads, and every load before the first store. Shared memory per warp:
-// cs [rotary] (cos then sin), xs [D].
+// weight (the register path, D <= 256) before the copy. Shared memory per warp: cs [rotary] (cos
+// then sin), xs [D].
 __global__ void __launch_bounds__(kWarps * 32) attn_prep_kernel(const AttnPrepParams p, bool vec_gate, bool vec_v) {
   extern __shared__ float sm[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -250,6 +250,8 @@ cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream) {
   if (!c.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(kWarps) * (p.rotary_dim + p.D) * sizeof(float);
+  c.require(static_cast<int64_t>(p.Hq) + p.Hkv <= INT32_MAX, "Hq + Hkv head jobs a token exceed an int");
+  if (!c.ok()) return cudaErrorInvalidValue;
   const int64_t blocks = (static_cast<int64_t>(p.T) * (p.Hq + p.Hkv) + kWarps - 1) / kWarps;
   c.require(blocks <= INT32_MAX, "T x (Hq + Hkv) head jobs exceed the grid");
   if (!c.ok()) return cudaErrorInvalidValue;

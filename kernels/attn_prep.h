@@ -52,13 +52,13 @@ struct AttnPrepParams {
   void* v_cache = nullptr;          // [num_slots, max_context, Hkv, D] same dtype as k_cache
   DType cache_dtype = DType::bf16;  // bf16 or f32 (f32: the parity mode, no rounding of k/v)
   AttnTokenMeta meta;
-  int T = 0;  // rows (the token bucket): the grid size
+  int T = 0;  // rows (the token bucket): with Hq + Hkv, the grid size
   int Hq = 0, Hkv = 0, D = 0, rotary_dim = 0, max_context = 0;
   float eps = 1e-6f;
   double rope_theta = 10000000.0;
   // Optional [max_context, rotary_dim] f32: row pos holds cos then sin of the rotary angles at
   // position pos, as rope_table_fill writes them (the same bytes the kernel computes without it).
-  // With it each block reads its row instead of evaluating pow, cos and sin in double precision.
+  // With it each warp reads its row instead of evaluating pow, cos and sin in double precision.
   const float* rope_table = nullptr;
 };
 

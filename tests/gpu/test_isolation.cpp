@@ -128,7 +128,7 @@ TEST_CASE("prefill isolation: NaN in one slot's caches reaches no other sequence
           for (int i = 0; i < n; ++i) t.push_back((seed * 31 + i * 7) % V);
           return t;
         };
-        // 5 + 9 + 7 rows: the first 16-row warp of the first query tile holds rows of all three.
+        // 5 + 9 + 7 rows: the first query tile holds rows of all three (in mma, its first 16-row warp).
         const std::vector<PrefillRequest> batch = {{6, toks(1, 5), 4}, {2, toks(2, 9), 3}, {4, toks(3, 7), 2}};
         const int poisoned = 2;  // request 1
         auto run = [&](const std::vector<uint8_t>& caches) {

@@ -1,0 +1,73 @@
+// GPU tests of sequence isolation in the prefill attention kernels (attention.h; shared pieces:
+// attention_fixture.h), at the model's head sizes: three sequences with history packed so that a
+// query tile of either kernel (8 or 16 rows in the CUDA-core kernel, 64 in the tensor-core one,
+// whose warps hold 16) spans two or three of them, then the middle sequence's cache slot filled
+// with NaN (every byte 0xFF): the other sequences' output rows keep the bytes of the run without
+// the poison, padding rows stay zero, and the poisoned sequence's rows are not finite (so the test
+// cannot pass vacuously). The model-level form of this test is in test_isolation.cpp (D = 32).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/attention_prefill_mma.h"
+#include "tests/gpu/attention_fixture.h"
+#include "tests/support/catch.h"
+
+using namespace sg;
+using namespace sg::test::attn;
+
+TEST_CASE("attention prefill: NaN in one slot's cache reaches no row of another sequence", "[gpu][attention]") {
+  // Rows 0-6 slot 2, 7-15 slot 5 (poisoned), 16-21 slot 0, then 3 padding rows.
+  const std::vector<Seq> seqs = {{5, 7, 2}, {3, 9, 5}, {10, 6, 0}};
+  const int poisoned = 5, max_ctx = 32;
+  using Launch = std::function<cudaError_t(const AttentionParams&)>;
+  const std::vector<std::pair<const char*, Launch>> kernels = {
+      {"simt", [](const AttentionParams& p) { return attention_prefill(p, nullptr); }},
+      {"mma", [](const AttentionParams& p) { return attention_prefill_mma(p, nullptr); }}};
+  for (const Shape& sh : kShapes) {
+    for (const auto& [name, launch] : kernels) {
+      CAPTURE(sh.Hq, sh.Hkv, sh.D, name);
+      const Batch b = make_batch(seqs, 3);
+      const DevMeta dm(b);
+      Cache c(sh, 8, max_ctx, 0x00);
+      fill_history(sh, c, seqs, 4100 + sh.D);
+      const PrepOut po = run_prep(sh, b, dm, make_inputs(sh, b.T, 4200 + sh.D), c);
+      const size_t row = static_cast<size_t>(sh.Hq) * sh.D, row_bytes = row * 2;  // bf16 out
+      auto run = [&]() {
+        test::DevBuf out(static_cast<size_t>(b.T) * row_bytes, 0x5A);
+        check(launch(attn_params(sh, b, dm, po, c, out, DType::bf16)));
+        check(cudaDeviceSynchronize());
+        return out.download();
+      };
+      const std::vector<uint8_t> clean = run();
+      // The poisoned slot: every byte of its K and V (history and the prefill's own keys) 0xFF.
+      auto kb = c.k.download(), vb = c.v.download();
+      const size_t from = c.index(sh, poisoned, 0, 0, 0) * 2, to = c.index(sh, poisoned + 1, 0, 0, 0) * 2;
+      for (size_t i = from; i < to; ++i) kb[i] = vb[i] = 0xFF;
+      c.k = test::DevBuf::from_bytes(kb);
+      c.v = test::DevBuf::from_bytes(vb);
+      const std::vector<uint8_t> dirty = run();
+      bool poisoned_nonfinite = false;
+      const std::vector<float> dv = test::from_bytes(dirty, DType::bf16);
+      for (int t = 0; t < b.T; ++t) {
+        CAPTURE(t);
+        const size_t at = static_cast<size_t>(t) * row_bytes;
+        if (b.live(t) && b.slot(t) == poisoned) {
+          for (size_t i = 0; i < row; ++i) poisoned_nonfinite |= !std::isfinite(dv[t * row + i]);
+          continue;
+        }
+        CHECK(std::memcmp(dirty.data() + at, clean.data() + at, row_bytes) == 0);
+        if (!b.live(t)) {  // padding rows: zeros
+          bool zero = true;
+          for (size_t i = 0; i < row; ++i) zero = zero && dv[t * row + i] == 0.0f;
+          CHECK(zero);
+        }
+      }
+      CHECK(poisoned_nonfinite);
+    }
+  }
+}

@@ -333,30 +333,35 @@ void ModelStep::set_cache_bytes(const std::vector<uint8_t>& bytes) {
   stream_.sync();
 }
 
-std::vector<uint8_t> ModelStep::slot_cache_bytes(int slot) const {
+std::vector<std::pair<char*, size_t>> ModelStep::slot_slices(int slot) const {
   require(slot >= 0 && slot < opts_.num_slots, "slot {} outside [0, {})", slot, opts_.num_slots);
-  std::vector<uint8_t> out;
+  std::vector<std::pair<char*, size_t>> out;
   for (const TensorView* t : caches()) {
     const size_t per = t->bytes() / static_cast<size_t>(opts_.num_slots);
+    out.emplace_back(static_cast<char*>(t->data) + per * static_cast<size_t>(slot), per);
+  }
+  return out;
+}
+
+std::vector<uint8_t> ModelStep::slot_cache_bytes(int slot) const {
+  std::vector<uint8_t> out;
+  for (const auto& [data, per] : slot_slices(slot)) {
     const size_t at = out.size();
     out.resize(at + per);
-    check(cudaMemcpyAsync(out.data() + at, static_cast<const char*>(t->data) + per * static_cast<size_t>(slot), per,
-                          cudaMemcpyDeviceToHost, stream_.get()));
+    check(cudaMemcpyAsync(out.data() + at, data, per, cudaMemcpyDeviceToHost, stream_.get()));
   }
   stream_.sync();
   return out;
 }
 
 void ModelStep::set_slot_cache_bytes(int slot, const std::vector<uint8_t>& bytes) {
-  require(slot >= 0 && slot < opts_.num_slots, "slot {} outside [0, {})", slot, opts_.num_slots);
+  const auto slices = slot_slices(slot);
   size_t total = 0;
-  for (const TensorView* t : caches()) total += t->bytes() / static_cast<size_t>(opts_.num_slots);
+  for (const auto& sl : slices) total += sl.second;
   require(bytes.size() == total, "set_slot_cache_bytes: expected {} bytes, got {}", total, bytes.size());
   size_t off = 0;
-  for (const TensorView* t : caches()) {
-    const size_t per = t->bytes() / static_cast<size_t>(opts_.num_slots);
-    check(cudaMemcpyAsync(static_cast<char*>(t->data) + per * static_cast<size_t>(slot), bytes.data() + off, per,
-                          cudaMemcpyHostToDevice, stream_.get()));
+  for (const auto& [data, per] : slices) {
+    check(cudaMemcpyAsync(data, bytes.data() + off, per, cudaMemcpyHostToDevice, stream_.get()));
     off += per;
   }
   stream_.sync();

@@ -44,6 +44,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/arena.h"
@@ -252,6 +253,9 @@ class ModelStep {
   bool gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op, NodeRecorder* rec,
             const GemmSwiglu* swiglu = nullptr);
   std::vector<const TensorView*> caches() const;
+  // Each cache's slice for one slot (its device address and bytes), in caches() order; an error
+  // for a slot outside [0, num_slots).
+  std::vector<std::pair<char*, size_t>> slot_slices(int slot) const;
 
   Qwen35Config cfg_;
   ModelStepOptions opts_;

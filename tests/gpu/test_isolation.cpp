@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "models/model_step.h"
+#include "tests/gpu/model_prefill_fixture.h"
 #include "tests/support/catch.h"
 #include "tests/support/logits.h"
 #include "tests/support/tolerance.h"
@@ -30,13 +31,34 @@ struct Run {
   std::vector<std::vector<uint8_t>> slots;  // every slot's caches after the step
 };
 
-Run run_batch(ModelStep& step, const std::vector<uint8_t>& caches, const std::vector<DecodeRequest>& batch,
-              int num_slots) {
-  step.set_cache_bytes(caches);
-  const DecodeOutput out = step.decode(batch, RunMode::graph);
+// 8 slots of 32 tokens, decode keys up to 8 rows, activations (and KV cache) of `act`.
+ModelStepOptions isolation_options(DType act) {
+  ModelStepOptions o;
+  o.num_slots = 8;
+  o.max_context = 32;
+  o.max_decode_batch = 8;
+  o.act = act;
+  return o;
+}
+
+// The step's outputs and every slot's caches after it.
+template <typename Output>
+Run collect(const ModelStep& step, const Output& out) {
   Run r{out.logits, out.tokens, {}};
-  for (int s = 0; s < num_slots; ++s) r.slots.push_back(step.slot_cache_bytes(s));
+  for (int s = 0; s < step.options().num_slots; ++s) r.slots.push_back(step.slot_cache_bytes(s));
   return r;
+}
+
+Run run_batch(ModelStep& step, const std::vector<uint8_t>& caches, const std::vector<DecodeRequest>& batch) {
+  step.set_cache_bytes(caches);
+  return collect(step, step.decode(batch, RunMode::graph));
+}
+
+// `start` with every byte of `slot`'s caches 0xFF (NaN in bf16 and f32); leaves the step holding it.
+std::vector<uint8_t> with_nan_slot(ModelStep& step, const std::vector<uint8_t>& start, int slot) {
+  step.set_cache_bytes(start);
+  step.set_slot_cache_bytes(slot, std::vector<uint8_t>(step.slot_cache_bytes(slot).size(), 0xFF));
+  return step.cache_bytes();
 }
 
 }  // namespace
@@ -47,11 +69,7 @@ TEST_CASE("decode isolation: NaN in one slot's caches reaches no other row, and 
     for (DType act : {DType::bf16, DType::f32}) {
       CAPTURE(name, dtype_name(act));
       const Qwen35Config cfg = preset(name);
-      ModelStepOptions o;
-      o.num_slots = 8;
-      o.max_context = 32;
-      o.max_decode_batch = 8;
-      o.act = act;
+      const ModelStepOptions o = isolation_options(act);
       ModelStep step(cfg, o);
       step.capture_all();
       step.randomize_caches(11);  // a history in every slot
@@ -60,13 +78,8 @@ TEST_CASE("decode isolation: NaN in one slot's caches reaches no other row, and 
       const std::vector<DecodeRequest> batch = {
           {6, 17 % V, 5}, {2, 3 % V, 9}, {4, 40 % V, 2}, {0, 9 % V, 12}, {5, 23 % V, 7}};
       const int poisoned = 2;  // the slot of row 1
-      const Run clean = run_batch(step, start, batch, o.num_slots);
-
-      // The poisoned slot: every byte 0xFF (NaN in bf16 and f32).
-      step.set_cache_bytes(start);
-      step.set_slot_cache_bytes(poisoned, std::vector<uint8_t>(step.slot_cache_bytes(poisoned).size(), 0xFF));
-      const std::vector<uint8_t> dirty_start = step.cache_bytes();
-      const Run dirty = run_batch(step, dirty_start, batch, o.num_slots);
+      const Run clean = run_batch(step, start, batch);
+      const Run dirty = run_batch(step, with_nan_slot(step, start, poisoned), batch);
       for (size_t r = 0; r < batch.size(); ++r) {
         if (batch[r].slot == poisoned) continue;
         CAPTURE(r);
@@ -88,7 +101,7 @@ TEST_CASE("decode isolation: NaN in one slot's caches reaches no other row, and 
       const double tol = act == DType::f32 ? 1e-4 : 2e-2;
       for (size_t r = 0; r < batch.size(); ++r) {
         CAPTURE(r);
-        const Run alone = run_batch(step, start, {batch[r]}, o.num_slots);
+        const Run alone = run_batch(step, start, {batch[r]});
         const float* br = clean.logits.data() + r * V;
         const double e = test::max_normalised_error(alone.logits.data(), br, static_cast<size_t>(V));
         CHECK(e <= tol);
@@ -109,39 +122,27 @@ TEST_CASE("prefill isolation: NaN in one slot's caches reaches no other sequence
         if (ap == AttnPrefill::mma && act != DType::bf16) continue;  // the tensor-core kernel reads bf16
         CAPTURE(name, attn_prefill_name(ap), dtype_name(act));
         const Qwen35Config cfg = preset(name);
-        ModelStepOptions o;
-        o.num_slots = 8;
-        o.max_context = 32;
-        o.max_decode_batch = 8;
+        ModelStepOptions o = isolation_options(act);
         o.max_prefill_tokens = 64;
         o.max_prefill_seqs = 4;
         o.attn_prefill = ap;
-        o.act = act;
         ModelStep step(cfg, o);
         REQUIRE(step.options().attn_prefill == ap);
         step.capture_all();
         step.randomize_caches(12);  // a history in every slot
         const std::vector<uint8_t> start = step.cache_bytes();
         const int V = cfg.vocab;
-        auto toks = [&](int seed, int n) {
-          std::vector<int32_t> t;
-          for (int i = 0; i < n; ++i) t.push_back((seed * 31 + i * 7) % V);
-          return t;
-        };
         // 5 + 9 + 7 rows: the first query tile holds rows of all three (in mma, its first 16-row warp).
-        const std::vector<PrefillRequest> batch = {{6, toks(1, 5), 4}, {2, toks(2, 9), 3}, {4, toks(3, 7), 2}};
+        using test::mp::tokens_for;
+        const std::vector<PrefillRequest> batch = {
+            {6, tokens_for(6, 5, V), 4}, {2, tokens_for(2, 9, V), 3}, {4, tokens_for(4, 7, V), 2}};
         const int poisoned = 2;  // request 1
         auto run = [&](const std::vector<uint8_t>& caches) {
           step.set_cache_bytes(caches);
-          const PrefillOutput out = step.prefill(batch, RunMode::graph);
-          Run r{out.logits, out.tokens, {}};
-          for (int sl = 0; sl < o.num_slots; ++sl) r.slots.push_back(step.slot_cache_bytes(sl));
-          return r;
+          return collect(step, step.prefill(batch, RunMode::graph));
         };
         const Run clean = run(start);
-        step.set_cache_bytes(start);
-        step.set_slot_cache_bytes(poisoned, std::vector<uint8_t>(step.slot_cache_bytes(poisoned).size(), 0xFF));
-        const Run dirty = run(step.cache_bytes());
+        const Run dirty = run(with_nan_slot(step, start, poisoned));
         for (size_t r : {size_t{0}, size_t{2}}) {
           CAPTURE(r);
           CHECK(std::memcmp(dirty.logits.data() + r * V, clean.logits.data() + r * V, sizeof(float) * V) == 0);

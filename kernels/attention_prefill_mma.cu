@@ -26,13 +26,10 @@
 // Grid (ceil(T / 64), Hq) from the shape only; no allocation, no host synchronisation.
 // Sequences are isolated, non-finite cache values included: P V multiplies every row of a warp by
 // the whole V tile, so during one slot's pass the rows of other slots get 0 * V (NaN where V is
-// not finite). A row's O is therefore set to zeros at its first valid key (not scaled by
-// expf(-inf) = 0) and its output stored right after its own pass, before another slot's pass can
-// add anything; for finite values both give the bytes of the plain form (up to the sign of an
-// exactly zero result). Within a sequence: a NaN in the V of a later position still reaches earlier
-// rows of the same tile through 0 * NaN; and a row whose first key tiles give only NaN scores
-// (NaN in its own slot's K) restarts O at its first finite scores, so those keys are left out
-// instead of making the row NaN (as the CUDA-core kernel's online softmax also leaves them out).
+// not finite). Every pass therefore starts from m = -inf, l = 0, O = 0, and its rows' outputs are
+// stored right after it, before another slot's pass can add anything; for finite values this
+// gives the bytes of the plain form (up to the sign of an exactly zero result). Within a sequence
+// a NaN in the V of a later position still reaches earlier rows of the same tile through 0 * NaN.
 // Needs sm_80 or newer (mma.sync bf16, cp.async, ldmatrix); the model checks the device.
 //
 // Error versus the f32 CUDA-core kernel (both from the same bf16 q, k, v; u = 2^-24 the f32 unit
@@ -92,29 +89,23 @@ struct MmaCfg {
 };
 
 // out = (O / l) * sigmoid(gate) of this thread's rows row0 and row0 + 8 of the tile that are in
-// `rows` (bits of the tile's rows): zeros for padding rows; with skip_live, padding rows only.
-// Not inlined: the kernel calls it after every slot pass (live rows are stored right after their
-// pass, as later passes add 0 * V of another slot to every row of a warp, NaN where that V is not
-// finite) and once at the end, and an inlined copy in the pass loop costs the D = 256 kernel
-// register spills in its key loop.
+// `active` (the rows of the pass that just ended: live, so below T). Not inlined: the kernel calls
+// it after every slot pass, and an inlined copy inside the pass loop costs the D = 256 kernel
+// register spills.
 template <int D>
-__device__ __noinline__ void store_rows(const AttentionParams& p, const float (&o)[D / 8][4], const float (&l)[2],
-                                        const int* q_slot, int tile, int h, int row0, int tq, uint64_t rows,
-                                        bool skip_live) {
+__device__ __noinline__ void store_pass_rows(const AttentionParams& p, const float (&o)[D / 8][4], const float (&l)[2],
+                                             uint64_t active, int tile, int h, int row0, int tq) {
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
-    const int r = row0 + 8 * e, t = tile * kBQ + r;
-    const bool live = q_slot[r] >= 0;
-    if (t >= p.T || !((rows >> r) & 1u) || (live && skip_live)) continue;
-    const int64_t orow = (static_cast<int64_t>(t) * p.Hq + h) * D;
+    const int r = row0 + 8 * e;
+    if (!((active >> r) & 1u)) continue;
+    const int64_t orow = (static_cast<int64_t>(tile * kBQ + r) * p.Hq + h) * D;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int64_t i = orow + 8 * j + 2 * tq + c;
-        float y = 0.0f;
-        if (live) y = (o[j][2 * e + c] / l[e]) * sigmoidf_(dev::load(p.gate, p.q_dtype, i));
-        dev::store(p.out, p.out_dtype, i, y);
+        dev::store(p.out, p.out_dtype, i, (o[j][2 * e + c] / l[e]) * sigmoidf_(dev::load(p.gate, p.q_dtype, i)));
       }
     }
   }
@@ -177,6 +168,17 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
     remaining &= ~active;
+    // Every pass starts from m = -inf, l = 0, O = 0: this pass's rows have seen nothing of their
+    // slot yet, the earlier passes' rows are stored, and the later passes' rows start again then
+    // (earlier passes added 0 * V to every row of a warp, NaN where that V is not finite; for a
+    // finite V zeros, so the bytes are those of one pass).
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      m[e] = kNegInf;
+      l[e] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < NT_O; ++j) o[j][2 * e] = o[j][2 * e + 1] = 0.0f;
+    }
     // Last key each of this thread's rows sees in this pass (-1: none), and the warp's largest.
     int lim[2];
 #pragma unroll
@@ -250,16 +252,13 @@ __global__ void __launch_bounds__(kThreads, 2)
           ps += __shfl_xor_sync(0xffffffffu, ps, 1);
           ps += __shfl_xor_sync(0xffffffffu, ps, 2);
           if (mn != kNegInf) {  // else nothing valid yet for this row: m, l, O stay
-            // The row's first valid keys: O starts from zeros, not from O * 0 (earlier passes of
-            // other slots added 0 * V to it, NaN where their V is not finite).
-            const bool first = m[e] == kNegInf;
             const float corr = expf(m[e] - mn);
             l[e] = fmaf(l[e], corr, ps);
             m[e] = mn;
 #pragma unroll
             for (int j = 0; j < NT_O; ++j) {
-              o[j][2 * e] = first ? 0.0f : o[j][2 * e] * corr;
-              o[j][2 * e + 1] = first ? 0.0f : o[j][2 * e + 1] * corr;
+              o[j][2 * e] *= corr;
+              o[j][2 * e + 1] *= corr;
             }
           }
         }
@@ -300,11 +299,23 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     }
-    store_rows<D>(p, o, l, q_slot, tile, h, row0, tq, active, false);
+    // This pass's rows are stored now: later passes add 0 * V of another slot to every row of a
+    // warp (NaN where that V is not finite).
+    store_pass_rows<D>(p, o, l, active, tile, h, row0, tq);
   }
 
   cp_async_wait<0>();  // a tile without live rows never waited for its q copies
-  store_rows<D>(p, o, l, q_slot, tile, h, row0, tq, ~uint64_t{0}, true);  // padding rows: zeros
+  // Zeros for the padding rows.
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int r = row0 + 8 * e, t = tile * kBQ + r;
+    if (t >= p.T || q_slot[r] >= 0) continue;
+    const int64_t orow = (static_cast<int64_t>(t) * p.Hq + h) * D;
+    for (int d = 2 * tq; d < D; d += 8) {
+      dev::store(p.out, p.out_dtype, orow + d, 0.0f);
+      dev::store(p.out, p.out_dtype, orow + d + 1, 0.0f);
+    }
+  }
 }
 
 template <int D>

@@ -63,6 +63,44 @@ void launch_failed(cudaError_t e, const NodeLabel& label) {
                   where, label.op, label.arm, cudaGetErrorName(e), cudaGetErrorString(e)));
 }
 
+namespace {
+thread_local NodeChecks* t_checks = nullptr;
+
+std::string node_name(const NodeLabel& label) {
+  return fmt::format("{}{} (arm {})", label.layer >= 0 ? fmt::format("layer {} ", label.layer) : std::string(),
+                     label.op, label.arm);
+}
+}  // namespace
+
+NodeChecks* node_checks() { return t_checks; }
+
+NodeCheckScope::NodeCheckScope(NodeChecks* checks) : previous_(t_checks) { t_checks = checks; }
+NodeCheckScope::~NodeCheckScope() { t_checks = previous_; }
+
+void node_fault(cudaError_t e, const NodeLabel& label) {
+  throw Error(
+      fmt::format("{}: the kernel failed while it ran: {} ({}); the CUDA context is lost, so this process "
+                  "cannot run further steps",
+                  node_name(label), cudaGetErrorName(e), cudaGetErrorString(e)));
+}
+
+void checked_launch(NodeChecks& c, NodeRecorder* rec, cudaStream_t stream, const NodeLabel& label, int kernels) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &status));
+  const bool capturing = status != cudaStreamCaptureStatusNone;
+  int extra = 0;
+  if (!c.fault_op.empty() && label.layer == c.fault_layer && label.op == c.fault_op) {
+    c.matched = true;
+    if (c.inject && (capturing || c.sync_each)) {
+      check(c.inject(stream));
+      extra = 1;  // the drill's kernel is one more node of this launch, under its label
+    }
+  }
+  if (rec) rec->launched(stream, label, kernels == NodeRecorder::kAnyKernels ? kernels : kernels + extra);
+  if (!c.sync_each || capturing) return;
+  if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) node_fault(e, label);
+}
+
 int Manifest::unlabelled() const {
   int n = 0;
   for (const auto& node : nodes) n += node.label.op == "?";

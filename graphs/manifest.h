@@ -55,12 +55,51 @@ class NodeRecorder {
 // with cudaErrorInvalidValue ..."), after clearing the runtime's last error so the process can go on.
 [[noreturn]] void launch_failed(cudaError_t e, const NodeLabel& label);
 
+// Checks a step can ask for around each of its launches (ModelStepOptions::check_nodes and
+// fault_op): a NodeCheckScope makes them this thread's for the step's launches; outside a scope
+// launched() checks nothing more.
+struct NodeChecks {
+  // Eager launches: synchronise the stream after each node, so a kernel that faults while it runs
+  // (an illegal address) is an Error naming its node rather than a failure at a later sync.
+  bool sync_each = false;
+  // A fault drill: right after the node (fault_layer, fault_op), `inject` launches a kernel that
+  // faults. In captured graphs that hold the node, and in eager launches only with sync_each (so
+  // a capture's eager warm-up does not fault before any graph exists). Off while fault_op is empty.
+  int fault_layer = -1;
+  std::string fault_op;
+  cudaError_t (*inject)(cudaStream_t) = nullptr;
+  bool matched = false;  // set once a launch matched the drill's node
+};
+
+// The NodeChecks of this thread's current scope, or null.
+NodeChecks* node_checks();
+
+// Makes `checks` (null: none) this thread's for its lifetime and restores the previous ones.
+class NodeCheckScope {
+ public:
+  explicit NodeCheckScope(NodeChecks* checks);
+  ~NodeCheckScope();
+  NodeCheckScope(const NodeCheckScope&) = delete;
+  NodeCheckScope& operator=(const NodeCheckScope&) = delete;
+
+ private:
+  NodeChecks* previous_;
+};
+
+// A kernel faulted while it ran: an Error naming its node ("layer 3 attention.decode (arm mma):
+// the kernel failed while it ran: cudaErrorIllegalAddress ...; the CUDA context is lost").
+[[noreturn]] void node_fault(cudaError_t e, const NodeLabel& label);
+
+// launched() under NodeChecks: the fault drill, the recorder, then the synchronised check.
+void checked_launch(NodeChecks& checks, NodeRecorder* rec, cudaStream_t stream, const NodeLabel& label, int kernels);
+
 // One call after each launch of a step: a failed launch is an Error naming the node (layer, op,
 // arm), and under capture (rec not null) the launch's nodes are labelled. `label` (returning a
-// NodeLabel) is called only then, so eager steps build no label.
+// NodeLabel) is called only then (or under NodeChecks), so plain eager steps build no label.
 template <class LabelFn>
 void launched(cudaError_t e, NodeRecorder* rec, cudaStream_t stream, const LabelFn& label, int kernels = 1) {
   if (e != cudaSuccess) launch_failed(e, label());
+  if (NodeChecks* c = node_checks()) return checked_launch(*c, rec, stream, label(), kernels);
   if (rec) rec->launched(stream, label(), kernels);
 }
 

@@ -16,6 +16,7 @@
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/delta_rule_prefill_chunked.h"
+#include "kernels/fault.h"
 #include "kernels/fill.h"
 #include "kernels/skinny_gemm.h"
 #include "models/memory_plan.h"
@@ -24,10 +25,10 @@
 namespace sg {
 namespace {
 
-// Downloads `bytes` bytes from `src` (stream-ordered, then synchronised).
-void download_into(uint8_t* dst, const void* src, size_t bytes, cudaStream_t s) {
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
-  check(cudaStreamSynchronize(s));
+// Downloads `bytes` bytes from `src` (stream-ordered, then synchronised); the first error.
+cudaError_t download_into(uint8_t* dst, const void* src, size_t bytes, cudaStream_t s) {
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(s);
 }
 
 // n f32 values as dtype t (bf16 rounded to nearest even, or f32 as they are).
@@ -94,6 +95,13 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   require(opts_.max_prefill_tokens >= 0 && opts_.max_prefill_seqs >= 1 && opts_.max_prefill_seqs <= 65535,
           "need max_prefill_tokens ({}) >= 0 and 1 <= max_prefill_seqs ({}) <= 65535", opts_.max_prefill_tokens,
           opts_.max_prefill_seqs);
+  require(opts_.fault_op.empty() || (opts_.fault_layer >= -1 && opts_.fault_layer < cfg_.layers),
+          "fault drill: layer {} outside [-1, {})", opts_.fault_layer, cfg_.layers);
+  checks_.sync_each = opts_.check_nodes;
+  checks_.fault_layer = opts_.fault_layer;
+  checks_.fault_op = opts_.fault_op;
+  checks_.inject = &fault_inject;
+  use_checks_ = opts_.check_nodes || !opts_.fault_op.empty();
   const GdnDims& g = cfg_.gdn;
   const DeviceLimits device = DeviceLimits::current();
   sms_ = device.sms;
@@ -396,16 +404,33 @@ void ModelStep::upload_metadata(const StepMetadata& md) {
 
 void ModelStep::run_step(const StepMetadata& md, RunMode mode) {
   upload_metadata(md);
-  graphs_.run(graph_key(md.key), mode);
+  run_key(graph_key(md.key), mode);
+}
+
+void ModelStep::run_key(const GraphKey& key, RunMode mode) {
+  const bool replayed = graphs_.run(key, mode);
+  last_step_ = fmt::format("{} {}", replayed ? "graph" : "eager step", describe(key));
+}
+
+void ModelStep::step_fault(cudaError_t e) const {
+  throw Error(
+      fmt::format("the {} failed while it ran: {} ({}); the CUDA context is lost, so this process cannot run "
+                  "further steps{}",
+                  last_step_.empty() ? std::string("step") : last_step_, cudaGetErrorName(e), cudaGetErrorString(e),
+                  opts_.check_nodes ? std::string()
+                                    : std::string(". To name the kernel node, run again with eager steps "
+                                                  "checked node by node (--check-nodes)")));
 }
 
 void ModelStep::read_outputs(size_t n, std::vector<float>& logits, std::vector<int32_t>& tokens) const {
   logits.resize(n * static_cast<size_t>(cfg_.vocab));
   tokens.resize(n);
-  check(cudaMemcpyAsync(logits.data(), a_.logits.data, logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                        stream_.get()));
-  check(cudaMemcpyAsync(tokens.data(), a_.tokens.data, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_.get()));
-  stream_.sync();
+  // A fault of the step (an illegal address inside a replayed graph) surfaces here.
+  cudaError_t e = cudaMemcpyAsync(logits.data(), a_.logits.data, logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                  stream_.get());
+  if (e == cudaSuccess)
+    e = download_into(reinterpret_cast<uint8_t*>(tokens.data()), a_.tokens.data, n * sizeof(int32_t), stream_.get());
+  if (e != cudaSuccess) step_fault(e);
 }
 
 int ModelStep::enqueue(const std::vector<DecodeRequest>& batch, RunMode mode) {
@@ -437,13 +462,13 @@ int ModelStep::stage_prefill(const std::vector<PrefillRequest>& batch) {
 
 int ModelStep::enqueue_prefill(const std::vector<PrefillRequest>& batch, RunMode mode) {
   const int bucket = stage_prefill(batch);
-  graphs_.run(GraphKey::prefill(bucket), mode);
+  run_key(GraphKey::prefill(bucket), mode);
   return bucket;
 }
 
 void ModelStep::launch_prefill_eager(int bucket) {
   require(std::count(prefill_keys_.begin(), prefill_keys_.end(), bucket) == 1, "no prefill bucket {}", bucket);
-  graphs_.run(GraphKey::prefill(bucket), RunMode::eager);
+  run_key(GraphKey::prefill(bucket), RunMode::eager);
 }
 
 PrefillOutput ModelStep::prefill(const std::vector<PrefillRequest>& batch, RunMode mode) {
@@ -458,14 +483,18 @@ void ModelStep::replay_prefill(int bucket) const { graphs_.replay(GraphKey::pref
 std::vector<uint8_t> ModelStep::logits_bytes(int rows) const {
   require(rows >= 0 && rows <= logit_rows(), "logits_bytes: rows {} outside [0, {}]", rows, logit_rows());
   std::vector<uint8_t> out(static_cast<size_t>(rows) * static_cast<size_t>(cfg_.vocab) * sizeof(float));
-  download_into(out.data(), a_.logits.data, out.size(), stream_.get());
+  // A fault of the step that wrote them surfaces here.
+  if (const cudaError_t e = download_into(out.data(), a_.logits.data, out.size(), stream_.get()); e != cudaSuccess)
+    step_fault(e);
   return out;
 }
 
 std::vector<int32_t> ModelStep::tokens(int rows) const {
   require(rows >= 0 && rows <= logit_rows(), "tokens: rows {} outside [0, {}]", rows, logit_rows());
   std::vector<int32_t> out(static_cast<size_t>(rows));
-  download_into(reinterpret_cast<uint8_t*>(out.data()), a_.tokens.data, out.size() * sizeof(int32_t), stream_.get());
+  const cudaError_t e = download_into(reinterpret_cast<uint8_t*>(out.data()), a_.tokens.data,
+                                      out.size() * sizeof(int32_t), stream_.get());
+  if (e != cudaSuccess) step_fault(e);  // a fault of the step that wrote them
   return out;
 }
 

@@ -99,6 +99,14 @@ struct ModelStepOptions {
   std::array<bool, kNumOps> fixed_ops{};  // index = Op: an arm the user chose (--arm, STEPGRAPH_ARMS, seed flags)
   uint64_t seed = 1;                      // synthetic GPU weights (init_synthetic)
   bool synthetic = true;                  // fill weights with init_synthetic() in the constructor
+  // Finding a kernel that faults (docs/RELIABILITY.md): with check_nodes every eager launch is
+  // synchronised and checked, so a kernel that faults is an Error naming its node (run the steps
+  // eagerly for that; captured graphs cannot stop between nodes). fault_op (with fault_layer, -1
+  // for the nodes outside the layers) names a node for a fault drill: a kernel that faults is
+  // launched right after it, in captured graphs and in eager steps with check_nodes. Empty: none.
+  bool check_nodes = false;
+  int fault_layer = -1;
+  std::string fault_op;
 };
 
 struct DecodeOutput {
@@ -204,6 +212,8 @@ class ModelStep {
   double state_bytes_per_slot() const;
   double kv_bytes_per_token() const;
   int attention_splits(int key) const;
+  // Whether a launch matched the fault drill's node (ModelStepOptions::fault_op) so far.
+  bool fault_drill_matched() const { return checks_.matched; }
 
  private:
   using GdnLayer = StepGdnLayer;  // the layout's views (models/step_layout.h)
@@ -224,8 +234,14 @@ class ModelStep {
   void upload_metadata(const StepMetadata& md);
   // Uploads `md`, then replays its key's graph or launches it eagerly (StepGraphs::run).
   void run_step(const StepMetadata& md, RunMode mode);
-  // Downloads the first n rows of logits and tokens (synchronises).
+  // Downloads the first n rows of logits and tokens (synchronises); an error there is reported as
+  // the last step's (step_fault).
   void read_outputs(size_t n, std::vector<float>& logits, std::vector<int32_t>& tokens) const;
+  // Runs `key` (StepGraphs::run) and remembers which graph or eager step that was, for step_fault.
+  void run_key(const GraphKey& key, RunMode mode);
+  // The last step failed while it ran: an Error naming its graph (or eager step) and the way to
+  // name the node (check_nodes).
+  [[noreturn]] void step_fault(cudaError_t e) const;
   void launch_sequence(const StepKey& key, NodeRecorder* rec);
   // The arms of the sequence being launched (set by launch_sequence from arms_for).
   const ArmSelection& arms() const { return *arms_; }
@@ -274,6 +290,9 @@ class ModelStep {
   const ArmSelection* arms_ = nullptr;                 // arms() while a sequence launches
   std::vector<int> keys_;
   std::vector<int> prefill_keys_;
+  NodeChecks checks_;        // check_nodes and the fault drill (set by launch_sequence's scope)
+  bool use_checks_ = false;  // either is on
+  std::string last_step_;    // "graph decode b=4" or "eager step prefill 16 tokens": for step_fault
   StepGraphs graphs_;
 };
 

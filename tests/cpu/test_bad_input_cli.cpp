@@ -66,6 +66,18 @@ std::vector<CliCase> option_cases() {
   add("generate --cpu --attn-decode", {"generate", "--cpu", "--attn-decode", "simt"}, 1,
       {"--attn-decode", "cannot apply"});
   add("generate --cpu --gemm", {"generate", "--cpu", "--gemm", "cublas"}, 1, {"--gemm", "cannot apply"});
+  add("generate --cpu --check-nodes", {"generate", "--cpu", "--check-nodes"}, 1,
+      {"--check-nodes and --fault-after check the GPU step's kernel nodes", "cannot apply"});
+  add("generate --fault-after without a GPU", {"generate", "--fault-after", "1:conv.update"}, 1,
+      {"--check-nodes and --fault-after", "cannot apply"});
+  add("generate --fault-after without a colon", {"generate", "--fault-after", "conv.update"}, 1,
+      {"--fault-after: 'conv.update' is not LAYER:OP"});
+  add("generate --fault-after below layer -1", {"generate", "--fault-after=-2:conv.update"}, 1,
+      {"--fault-after: '-2:conv.update' is not LAYER:OP"});
+  add("generate --fault-after without an op", {"generate", "--fault-after", "1:"}, 1,
+      {"--fault-after: '1:' is not LAYER:OP"});
+  add("generate --fault-after with a layer that is not a number", {"generate", "--fault-after", "x1:swiglu"}, 1,
+      {"--fault-after: 'x1:swiglu' is not LAYER:OP"});
   add("generate --preset unknown", {"generate", "--cpu", "--preset", "nope"}, 1,
       {"unknown preset 'nope' (valid: qwen3.5-4b"});
   add("generate --cpu of the 27B preset does not fit", {"generate", "--cpu", "--preset", "qwen3.5-27b"}, 1,

@@ -8,9 +8,11 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/error.h"
+#include "graphs/manifest.h"
 #include "graphs/staged_upload.h"
 #include "graphs/step_graphs.h"
 #include "tests/support/catch.h"
@@ -198,4 +200,25 @@ TEST_CASE("a staged upload larger than its buffers is an error before any copy",
   bool filled = false;
   CHECK_THROWS_AS(none.upload(nullptr, nullptr, 16, [&](std::span<std::byte>) { filled = true; }), Error);
   CHECK_FALSE(filled);
+}
+
+TEST_CASE("NodeCheckScope makes its checks this thread's and restores the ones before", "[graphs][faults]") {
+  CHECK(node_checks() == nullptr);  // none outside a scope: launched() checks nothing more
+  NodeChecks outer, inner;
+  outer.sync_each = true;
+  {
+    const NodeCheckScope a(&outer);
+    CHECK(node_checks() == &outer);
+    {
+      const NodeCheckScope b(&inner);
+      CHECK(node_checks() == &inner);
+      const NodeCheckScope none(nullptr);  // a step without checks inside another's scope
+      CHECK(node_checks() == nullptr);
+    }
+    CHECK(node_checks() == &outer);
+    NodeChecks* other = &inner;
+    std::thread([&] { other = node_checks(); }).join();
+    CHECK(other == nullptr);  // another thread has its own (none)
+  }
+  CHECK(node_checks() == nullptr);
 }

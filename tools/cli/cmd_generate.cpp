@@ -12,10 +12,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include "engine/device.h"
 #include "engine/error.h"
@@ -51,7 +54,26 @@ struct GenerateOptions {
   std::string gemm = "auto";           // the projections (auto, cublas or skinny)
   ArmOptions arms;
   bool gpu_setting_given = false;  // --attn-prefill, --attn-decode or --gemm given (they have no CPU meaning)
+  bool check_nodes = false;        // eager steps, every kernel node synchronised and checked
+  std::string fault_after;         // a fault drill's node, "LAYER:OP" (empty: none)
 };
+
+// "LAYER:OP" (LAYER an integer >= -1, OP a node's op name) -> the drill's node; an Error otherwise.
+std::pair<int, std::string> parse_fault_after(const std::string& text) {
+  const size_t colon = text.find(':');
+  int layer = 0;
+  const char* end = text.data() + (colon == std::string::npos ? 0 : colon);
+  const auto [p, ec] = std::from_chars(text.data(), end, layer);
+  const std::string op = colon == std::string::npos ? std::string() : text.substr(colon + 1);
+  if (colon == std::string::npos || colon == 0 || ec != std::errc() || p != end || layer < -1 || op.empty() ||
+      op.find_first_of(" \t:") != std::string::npos) {
+    throw Error(fmt::format(
+        "--fault-after: '{}' is not LAYER:OP (a layer index, -1 for the nodes outside the layers, then an op "
+        "name as `stepgraph inspect` shows it, e.g. 1:conv.update)",
+        printable(text)));
+  }
+  return {layer, op};
+}
 
 // True when Ctrl-C stopped the generation before max_new tokens.
 bool stopped_early(const GenerateOptions& o, const std::vector<int64_t>& out) {
@@ -128,32 +150,44 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
   so.attn_decode = parse_attn_decode(o.attn_decode);
   so.gemm = parse_gemm(o.gemm);
   so.arms = arms.arms;
+  so.check_nodes = o.check_nodes;
+  if (!o.fault_after.empty()) std::tie(so.fault_layer, so.fault_op) = parse_fault_after(o.fault_after);
   ModelStep step(cfg, so);
   if (weights) step.load_host_weights(*weights);
-  step.capture_all();
+  // With --check-nodes the steps run eagerly (a graph cannot stop between its nodes).
+  const RunMode mode = o.check_nodes ? RunMode::eager : RunMode::graph;
+  if (!o.check_nodes) step.capture_all();
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int64_t> out;
   if (o.max_new > 0) {
     const PrefillOutput p =
-        step.prefill({PrefillRequest{0, std::vector<int32_t>(prompt.begin(), prompt.end()), 0}}, RunMode::graph);
+        step.prefill({PrefillRequest{0, std::vector<int32_t>(prompt.begin(), prompt.end()), 0}}, mode);
     out.push_back(p.tokens[0]);
     Progress progress("generate", o.max_new);
     while (static_cast<int>(out.size()) < o.max_new && !sigint_received()) {
       const int pos = static_cast<int>(prompt.size() + out.size()) - 1;
-      const DecodeOutput d = step.decode({DecodeRequest{0, static_cast<int32_t>(out.back()), pos}}, RunMode::graph);
+      const DecodeOutput d = step.decode({DecodeRequest{0, static_cast<int32_t>(out.back()), pos}}, mode);
       out.push_back(d.tokens[0]);
       progress.update(static_cast<int64_t>(out.size()));
     }
     progress.finish();
   }
+  if (!so.fault_op.empty() && !step.fault_drill_matched()) {
+    throw Error(
+        fmt::format("--fault-after {}: no node of the steps that ran is layer {} op '{}' (`stepgraph inspect "
+                    "--preset {}` lists the nodes)",
+                    printable(o.fault_after), so.fault_layer, printable(so.fault_op), cfg.name));
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   print_result(
       o, "gpu", cfg, source, dtype,
       fmt::format("{}; KV cache {}; {} delta-rule prefill; {} attention prefill; {} attention decode; {} "
-                  "projections; arms {}; graphs captured (prefill bucket, decode b=1)",
+                  "projections; arms {}; {}",
                   dev.describe(), dtype_name(step.kv_cache_dtype()), delta_prefill_name(step.options().delta_prefill),
                   attn_prefill_name(step.options().attn_prefill), attn_decode_name(step.options().attn_decode),
-                  gemm_name(step.options().gemm), arms.arms.describe()),
+                  gemm_name(step.options().gemm), arms.arms.describe(),
+                  o.check_nodes ? "eager steps, every kernel node synchronised and checked (--check-nodes)"
+                                : "graphs captured (prefill bucket, decode b=1)"),
       prompt, out, secs, notes);
   return stopped_early(o, out) ? kInterruptedExit : 0;
 }
@@ -164,12 +198,18 @@ int run(const GenerateOptions& o) {
   std::vector<std::string> notes;
   // Every source of arms is parsed first: a bad name is an error on either path.
   const ResolvedArms arms = resolve_cli_arms(o.arms.arms);
+  if (!o.fault_after.empty()) parse_fault_after(o.fault_after);  // a bad value is an error on either path
   if (!o.cpu) {
     const DeviceInfo dev = probe_device();
     if (dev.ok) return run_gpu(o, dev, arms, notes);
     notes.push_back(fmt::format("{}: running the CPU reference model instead", dev.reason));
   }
   reject_arms_on_cpu(arms, "generate");
+  if (o.check_nodes || !o.fault_after.empty()) {
+    throw Error(
+        "generate: --check-nodes and --fault-after check the GPU step's kernel nodes, but this run is the CPU "
+        "reference model, so they cannot apply. Drop them, or run on a machine with a GPU.");
+  }
   if (o.gpu_setting_given) {
     throw Error(
         "generate: --attn-prefill, --attn-decode and --gemm choose GPU kernels, but this run is the CPU "
@@ -302,6 +342,15 @@ void register_generate(CLI::App& app, Action& action) {
                   "at most 8 query heads per kv head where the device allows it, else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
+  cmd->add_flag("--check-nodes", o.check_nodes,
+                "GPU only: run the steps eagerly and synchronise after every kernel node, so a kernel that "
+                "faults while it runs (an illegal address) is reported with its node: layer, op and arm. Slow; "
+                "for finding a fault that a replayed graph reported");
+  cmd->add_option("--fault-after", o.fault_after,
+                  "GPU only, a fault drill: launch a kernel that faults (an illegal address) right after the node "
+                  "LAYER:OP (e.g. 1:conv.update; layer -1 for the nodes outside the layers, written "
+                  "--fault-after=-1:OP), in the captured graphs "
+                  "and, with --check-nodes, in the eager steps; the run ends with the fault's report");
   cmd->callback([&action, cmd] {
     o.gpu_setting_given = cmd->count("--attn-prefill") + cmd->count("--attn-decode") + cmd->count("--gemm") > 0;
     action = [] { return run(o); };

@@ -16,7 +16,8 @@
 //   weight ([C + Hv*Dv + 2*Hv, H]) -> conv.update (slot-indexed) -> postconv -> delta_rule.decode
 //   (or the gdn.decode=fused arm) -> gated_rmsnorm with z -> out_proj. Prefill: conv.fwd (varlen,
 //   conv.fwd / conv.chunks arms) -> postconv (or both as the gdn.prefill=fused arm) ->
-//   delta_rule.prefill (the sequential scan, or the chunked WY form: ModelStepOptions::delta_prefill).
+//   delta_rule.prefill (the sequential scan, or the chunked WY form on CUDA or tensor cores:
+//   ModelStepOptions::delta_prefill).
 // Attention mixer: one GEMM over [q_proj | k_proj | v_proj] ([2*Hq*D + 2*Hkv*D, H]) -> attn_prep
 //   (q/k norm, RoPE at the token's position, KV append) -> attention_decode (sigmoid gate) -> o_proj.
 // MLP: one GEMM over gate_proj and up_proj ([2I, H]; their rows interleaved in groups of 8 where
@@ -76,7 +77,7 @@ struct ModelStepOptions {
   DType act = DType::bf16;     // activations and weights: bf16 or f32
   ArmSelection arms;
   // The delta rule in prefill steps (also with gdn.prefill=fused); the constructor resolves
-  // `automatic`, so options().delta_prefill is scan or chunked afterwards.
+  // `automatic`, so options().delta_prefill is scan, chunked or mma afterwards.
   DeltaPrefill delta_prefill = DeltaPrefill::automatic;
   // attention.prefill; the constructor resolves `automatic` (options().attn_prefill is simt or mma
   // afterwards); an explicit mma the shape or dtype does not support is an error (with prefill).

@@ -2,7 +2,7 @@
 //   in_proj GEMM -> [decode] conv.update -> postconv -> delta_rule.decode  (or gdn.decode=fused:
 //                             the GDN decode path of models/gdn_mixer.h)
 //                   [prefill] conv.fwd (varlen) -> postconv (or both as gdn.prefill=fused)
-//                             -> delta_rule.prefill (scan or chunked: ModelStepOptions::delta_prefill)
+//                             -> delta_rule.prefill (scan, chunked or mma: ModelStepOptions::delta_prefill)
 //                -> gated_rmsnorm with z -> out_proj GEMM.
 // The projection output [rows, P] is qkv | z | b | a (P = C + Hv*Dv + 2*Hv); conv, postconv and
 // the gated norm read it through row strides.
@@ -11,6 +11,7 @@
 #include "kernels/conv_fwd.h"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/delta_rule_prefill_chunked.h"
+#include "kernels/delta_rule_prefill_mma.h"
 #include "kernels/gdn_prefill_fused.h"
 #include "kernels/op_bytes.h"
 #include "kernels/postconv.h"
@@ -181,11 +182,14 @@ void ModelStep::gdn_prefill(int layer, const StepKey& key, const GdnIo& io, Node
   dp.out_dtype = act;
   dp.max_seqs = key.seqs;
   set_gdn_heads(dp, g);
-  const bool chunked = opts_.delta_prefill == DeltaPrefill::chunked;
-  launched(chunked ? delta_rule_prefill_chunked(dp, s) : delta_rule_prefill(dp, s), rec, s, [&] {
-    return NodeLabel{layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),
-                     op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz)};
-  });
+  const DeltaPrefill form = opts_.delta_prefill;
+  launched(form == DeltaPrefill::mma       ? delta_rule_prefill_mma(dp, s)
+           : form == DeltaPrefill::chunked ? delta_rule_prefill_chunked(dp, s)
+                                           : delta_rule_prefill(dp, s),
+           rec, s, [&] {
+             return NodeLabel{layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),
+                              op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz)};
+           });
 }
 
 }  // namespace sg

@@ -8,18 +8,23 @@
 #include "engine/tensor.h"
 #include "kernels/attention_shapes.h"
 #include "kernels/delta_rule_prefill_chunked.h"
+#include "kernels/delta_rule_prefill_mma.h"
 
 namespace sg {
 
 const char* delta_prefill_name(DeltaPrefill d) {
-  return d == DeltaPrefill::chunked ? "chunked" : d == DeltaPrefill::scan ? "scan" : "auto";
+  return d == DeltaPrefill::chunked ? "chunked"
+         : d == DeltaPrefill::mma   ? "mma"
+         : d == DeltaPrefill::scan  ? "scan"
+                                    : "auto";
 }
 
 DeltaPrefill parse_delta_prefill(const std::string& name) {
   if (name == "auto") return DeltaPrefill::automatic;
   if (name == "scan") return DeltaPrefill::scan;
   if (name == "chunked") return DeltaPrefill::chunked;
-  throw Error(fmt::format("unknown delta-rule prefill '{}' (valid: auto, scan, chunked)", name));
+  if (name == "mma") return DeltaPrefill::mma;
+  throw Error(fmt::format("unknown delta-rule prefill '{}' (valid: auto, scan, chunked, mma)", name));
 }
 
 const char* attn_prefill_name(AttnPrefill a) {
@@ -61,8 +66,23 @@ AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache
 }
 
 DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool prefill, const DeviceLimits& d) {
-  if (want == DeltaPrefill::scan || (want == DeltaPrefill::chunked && !prefill)) return want;
+  if (want == DeltaPrefill::scan || ((want == DeltaPrefill::chunked || want == DeltaPrefill::mma) && !prefill)) {
+    return want;
+  }
   const int optin = d.smem_optin;
+  if (want == DeltaPrefill::mma) {
+    const bool mma_built = delta_rule_prefill_mma_supports(g.Dk, g.Dv) && d.cc_major >= 8;  // mma.sync bf16: sm_80+
+    require(mma_built,
+            "the tensor-core delta-rule prefill does not support Dk={} Dv={} on compute capability {}.x (built "
+            "for Dk 32, 64, 128 on sm_80+; use --delta-prefill chunked or scan)",
+            g.Dk, g.Dv, d.cc_major);
+    const size_t mma_smem = delta_rule_prefill_mma_smem(g.Dk, delta_rule_prefill_mma_tile(g.Dv));
+    require(mma_smem <= static_cast<size_t>(optin),
+            "the tensor-core delta-rule prefill needs {} bytes of shared memory per block for Dk={} Dv={}; this "
+            "device allows {} (use --delta-prefill scan)",
+            mma_smem, g.Dk, g.Dv, optin);
+    return want;
+  }
   const bool built = delta_rule_prefill_chunked_supports(g.Dk, g.Dv);
   const size_t smem = built ? delta_rule_prefill_chunked_smem(g.Dk, delta_rule_prefill_chunked_tile(g.Dv)) : 0;
   const bool fits = smem <= static_cast<size_t>(optin);

@@ -21,14 +21,17 @@ struct DeviceLimits {
 };
 
 // How a prefill step runs the gated delta rule. A setting, not an arm: arms are byte-identical
-// (ARMS.md), these two agree only within the f32 tolerance of delta_rule_ref.h (normalised 1e-5).
+// (ARMS.md), these agree only within the f32 tolerances of delta_rule_ref.h (normalised 1e-5 for
+// chunked, 1e-4 for mma, against the double chunked reference).
 enum class DeltaPrefill : uint8_t {
   automatic,  // chunked where its kernel is built for Dk and its shared memory fits the device, else scan
   scan,       // delta_rule_prefill: the reference-exact sequential scan (bytes of decode token by token)
   chunked,    // delta_rule_prefill_chunked: the chunked WY form (chunks of 64 tokens), much faster
+  mma,        // delta_rule_prefill_mma: the chunked WY form with its products on the tensor cores
+              // (bf16 operands split in two parts; never chosen by automatic)
 };
-const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked"
-// "auto", "scan" or "chunked"; throws Error on anything else.
+const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked", "mma"
+// "auto", "scan", "chunked" or "mma"; throws Error on anything else.
 DeltaPrefill parse_delta_prefill(const std::string& name);
 
 // How a prefill step runs attention.prefill. A setting, not an arm (the two agree within the bf16

@@ -2,17 +2,23 @@
 // test_delta_rule_prefill.cpp, and the chunked WY form, test_delta_rule_prefill_chunked.cpp) share:
 // a varlen problem (heads, dtype, lengths, slots, history flags, two dead programs with garbage
 // metadata) and its host inputs, with NaN in every row past the live tokens; its device copies and
-// the launch params over them.
+// the launch params over them; and, for the two chunked forms (CUDA cores and tensor cores), the
+// double reference, the tolerance check and the untouched-bytes check.
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "engine/error.h"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/numeric.h"
+#include "kernels/ref/delta_rule_ref.h"
+#include "tests/support/catch.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
+#include "tests/support/tolerance.h"
 
 namespace sg::test::drp {
 
@@ -164,5 +170,117 @@ inline DeltaRulePrefillParams prefill_params(const Problem& P, const DevProblem&
   p.split = split;
   return p;
 }
+
+// ---- What the chunked-form tests share (test_delta_rule_prefill_chunked.cpp, _mma.cpp).
+
+constexpr double kTolBf16 = 8e-3;  // normalised, bf16 outputs (delta_rule_ref.h)
+
+// Device copies of a problem's inputs and metadata, plus its state and output buffers.
+struct Rig : DevProblem {
+  DevBuf state, out;
+  explicit Rig(const Problem& P) : DevProblem(P), state(DevBuf::from(P.state0, DType::f32)), out(P.out_bytes()) {}
+  // state = state0, every output byte = poison.
+  void reset(const Problem& P, uint8_t poison) {
+    const auto s0 = to_bytes(P.state0, DType::f32);
+    check(cudaMemcpy(state.data(), s0.data(), s0.size(), cudaMemcpyHostToDevice));
+    out.fill(poison);
+    check(cudaDeviceSynchronize());  // the memset is on the legacy stream; replays run on another
+  }
+  DeltaRulePrefillParams params(const Problem& P) const {
+    return prefill_params(P, *this, state.as<float>(), out.data());
+  }
+};
+
+// ||a - b|| / ||b|| (tests/support/tolerance.h).
+inline double norm_err(const float* a, const float* b, size_t n) { return l2_normalised_error(a, b, n); }
+
+// The expected values: outputs [T, Hv, Dv] (as stored) and the whole state cache.
+struct Expected {
+  std::vector<float> out, state;
+  const char* what;
+};
+
+inline Expected reference(const Problem& P) {
+  Expected x{std::vector<float>(static_cast<size_t>(P.T * P.row()), 0.0f), P.state0, "ref::delta_rule_prefill_chunked"};
+  ref::delta_rule_prefill_chunked(
+      ref::DeltaShape{P.sh.Hk, P.sh.Hv, P.sh.Dk, P.sh.Dv, P.t == DType::bf16 ? ref::Store::bf16 : ref::Store::f32},
+      P.n_live, P.cu.data(), P.q.data(), P.k.data(), P.v.data(), P.g.data(), P.beta.data(), P.slots.data(),
+      P.hist.data(), x.state.data(), x.out.data());
+  return x;
+}
+
+// Outputs of each live non-padding sequence and the final state of its slot within tolerance of
+// `want`; padding rows exactly +0.
+// The worst normalised errors check_close saw (f32 outputs, final states), for measuring tolerances.
+struct Worst {
+  double out = 0, state = 0;
+};
+
+inline void check_close(const Problem& P, const Result& r, const Expected& want, double tol_f32,
+                        Worst* worst = nullptr) {
+  INFO("against " << want.what);
+  const auto got = from_bytes(r.out, P.t);
+  const auto got_s = from_bytes(r.state, DType::f32);
+  const int64_t row = P.row();
+  for (int n = 0; n < P.n_live; ++n) {
+    const int64_t b = P.cu[n], e = P.cu[n + 1];
+    if (e == b) continue;
+    CAPTURE(n, P.slots[n], static_cast<int>(P.hist[n]), e - b);
+    if (P.slots[n] < 0) {
+      size_t nonzero = 0;
+      for (int64_t i = b * row; i < e * row; ++i) nonzero += got[i] != 0.0f || std::signbit(got[i]);
+      CHECK(nonzero == 0);
+      continue;
+    }
+    const double err = norm_err(got.data() + b * row, want.out.data() + b * row, static_cast<size_t>((e - b) * row));
+    CAPTURE(err);
+    if (P.t == DType::bf16) {
+      size_t bad = 0;
+      for (int64_t i = b * row; i < e * row; ++i) {
+        const double tol = 2 * std::ldexp(1.0, -7) * std::fabs(want.out[i]) + 1e-4;
+        bad += !(std::fabs(got[i] - want.out[i]) <= tol);
+      }
+      CHECK(bad == 0);
+      CHECK(err <= kTolBf16);
+    } else {
+      CHECK(err <= tol_f32);
+      if (worst != nullptr && err > worst->out) worst->out = err;
+    }
+    const int64_t s0 = P.slots[n] * P.sh.Hv * P.head_size();
+    const double serr =
+        norm_err(got_s.data() + s0, want.state.data() + s0, static_cast<size_t>(P.sh.Hv * P.head_size()));
+    CAPTURE(serr);
+    CHECK(serr <= tol_f32);
+    if (worst != nullptr && serr > worst->state) worst->state = serr;
+  }
+}
+
+// Slots that no live, non-empty, non-padding sequence owns keep their bytes; output bytes past the
+// live tokens keep the poison.
+inline void check_untouched(const Problem& P, const Result& r, uint8_t poison) {
+  std::vector<bool> owned(static_cast<size_t>(P.num_slots), false);
+  for (int n = 0; n < P.n_live; ++n) {
+    if (P.slots[n] >= 0 && P.cu[n + 1] > P.cu[n]) owned[static_cast<size_t>(P.slots[n])] = true;
+  }
+  const auto s0 = to_bytes(P.state0, DType::f32);
+  const size_t slot_bytes = static_cast<size_t>(P.sh.Hv * P.head_size()) * sizeof(float);
+  for (int s = 0; s < P.num_slots; ++s) {
+    if (owned[static_cast<size_t>(s)]) continue;
+    CAPTURE(s);
+    CHECK(std::memcmp(r.state.data() + s * slot_bytes, s0.data() + s * slot_bytes, slot_bytes) == 0);
+  }
+  const size_t live_bytes = static_cast<size_t>(P.T * P.row()) * dtype_size(P.t);
+  size_t tail_changed = 0;
+  for (size_t i = live_bytes; i < r.out.size(); ++i) tail_changed += r.out[i] != poison;
+  CHECK(tail_changed == 0);
+}
+
+inline const std::vector<int32_t> kLens = {63, 0, 1024, 70, 1, 64, 200, 65};
+// Sequence 3 is padding (70 tokens); slot 7 belongs to the zero-length sequence and must keep its
+// bytes even without history.
+inline const std::vector<int32_t> kSlots = {3, 7, 0, -1, 8, 5, 2, 9};
+inline const std::vector<std::vector<uint8_t>> kHists = {
+    {1, 1, 1, 1, 1, 1, 1, 1}, {0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0, 1, 1, 0, 1, 0}};
+inline const char* const kHistNames[] = {"all history", "no history", "mixed"};
 
 }  // namespace sg::test::drp

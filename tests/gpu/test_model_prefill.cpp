@@ -9,7 +9,8 @@
 // - the prefill manifest labels every kernel and shows the prefill kernels;
 // - on the Hugging Face fixtures (tests/fixtures) the GPU step in f32 reproduces HF's logits and
 //   greedy tokens;
-// These run the scan delta-rule prefill unless told (the n + m and mixed-batch tests run both);
+// These run the scan delta-rule prefill unless told (the n + m, mixed-batch and fused tests run scan,
+// chunked and mma);
 // the chunked form's own tests are in test_model_prefill_chunked.cpp.
 #include <algorithm>
 #include <cmath>
@@ -63,7 +64,7 @@ TEST_CASE("model prefill matches the CPU reference, with history and decode afte
 TEST_CASE("model prefill of n tokens then m decode steps equals a prefill of n + m", "[gpu][model][prefill]") {
   const Qwen35Config cfg = preset("tiny");
   const HostWeights w = synthetic_weights(cfg, 12);
-  const DeltaPrefill dp = GENERATE(DeltaPrefill::scan, DeltaPrefill::chunked);
+  const DeltaPrefill dp = GENERATE(DeltaPrefill::scan, DeltaPrefill::chunked, DeltaPrefill::mma);
   CAPTURE(delta_prefill_name(dp));
   ModelStep step(cfg, prefill_options(DType::f32, dp));
   step.load_host_weights(w);
@@ -91,7 +92,7 @@ TEST_CASE("model prefill of n tokens then m decode steps equals a prefill of n +
 }
 
 TEST_CASE("model prefill of a mixed batch equals each sequence prefilled alone", "[gpu][model][prefill]") {
-  const DeltaPrefill dp = GENERATE(DeltaPrefill::scan, DeltaPrefill::chunked);
+  const DeltaPrefill dp = GENERATE(DeltaPrefill::scan, DeltaPrefill::chunked, DeltaPrefill::mma);
   CAPTURE(delta_prefill_name(dp));
   for (const char* name : {"tiny", "tiny-dkdv"}) {
     CAPTURE(name);
@@ -431,7 +432,7 @@ TEST_CASE("model step in bf16 matches the bf16 CPU reference, prefill then decod
 // The fused arm replaces conv.fwd + postconv and gives their bytes, whichever delta-rule prefill
 // reads its q, k, v, g, beta (the arms are byte-identical and both delta-rule kernels deterministic).
 TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes", "[gpu][model][prefill][fused]") {
-  const DeltaPrefill dp = GENERATE(DeltaPrefill::scan, DeltaPrefill::chunked);
+  const DeltaPrefill dp = GENERATE(DeltaPrefill::scan, DeltaPrefill::chunked, DeltaPrefill::mma);
   CAPTURE(delta_prefill_name(dp));
   // A tiny model with the head sizes the fused kernel is built for (Dk = 128; Dv 128 and 64).
   for (int Dv : {128, 64}) {

@@ -12,7 +12,7 @@
 namespace sg::cli {
 namespace {
 
-constexpr std::array<std::string_view, 3> kDeltaPrefill = {"auto", "scan", "chunked"};
+constexpr std::array<std::string_view, 4> kDeltaPrefill = {"auto", "scan", "chunked", "mma"};
 constexpr std::array<std::string_view, 3> kAttn = {"auto", "simt", "mma"};
 constexpr std::array<std::string_view, 3> kPdl = {"auto", "off", "on"};
 constexpr std::array<std::string_view, 2> kArmsMode = {"fixed", "tune"};

@@ -34,7 +34,7 @@ struct BenchOptions {
   std::string csv, trace, dot;  // per-graph exports (the key is added to each file name)
   bool cpu = false;
   ArmOptions arms;
-  std::string delta_prefill = "auto";  // model workload: the delta rule in prefill (auto, scan or chunked)
+  std::string delta_prefill = "auto";  // model workload: the delta rule in prefill (auto, scan, chunked or mma)
   std::string attn_prefill = "auto";   // model workload: attention in prefill (auto, simt or mma)
   std::string attn_decode = "auto";    // model workload: attention in decode (auto, simt or mma)
   std::string gemm = "auto";           // model workload: the projections (auto, cublas, skinny, mixed or lt)

@@ -99,7 +99,8 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
       "64 here).\n",
       cfg.layers, cfg.hidden, cfg.vocab, B, ctx);
   ReferenceOptions ro;
-  ro.chunked_prefill = o.delta_prefill == "chunked";  // its own chunked form (double); auto runs the scan
+  ro.chunked_prefill =
+      o.delta_prefill == "chunked" || o.delta_prefill == "mma";  // its own chunked form (double); auto runs the scan
   ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, ctx + 64, ro);
   std::vector<Sequence> seqs;
   for (int b = 0; b < B; ++b) {

@@ -48,7 +48,7 @@ struct GenerateOptions {
   std::string dtype;  // empty: bf16 on the GPU, f32 on the CPU
   uint64_t seed = 1;
   bool chunked = false;
-  std::string delta_prefill = "auto";  // the delta rule in the prefill step (auto, scan or chunked)
+  std::string delta_prefill = "auto";  // the delta rule in the prefill step (auto, scan, chunked or mma)
   std::string attn_prefill = "auto";   // attention in the prefill step (auto, simt or mma)
   std::string attn_decode = "auto";    // attention in the decode steps (auto, simt or mma)
   std::string gemm = "auto";           // the projections (auto, cublas or skinny)
@@ -250,7 +250,7 @@ int run(const GenerateOptions& o) {
   HostWeights weights = ck ? load_weights(*ck, cfg) : synthetic_weights(cfg, o.seed);
   ReferenceOptions ro;
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;  // default f32 on the CPU
-  ro.chunked_prefill = o.chunked || o.delta_prefill == "chunked";
+  ro.chunked_prefill = o.chunked || o.delta_prefill == "chunked" || o.delta_prefill == "mma";
   ReferenceModel model(cfg, std::move(weights), 1, ctx, ro);
 
   // Greedy generation as ReferenceModel::generate does it, with progress for long runs.
@@ -316,10 +316,12 @@ void register_generate(CLI::App& app, Action& action) {
   cmd->add_option("--delta-prefill", o.delta_prefill,
                   "How the prefill step runs the gated delta rule: scan (the reference-exact sequential scan), "
                   "chunked (the chunked WY form, 64-token chunks, within f32 tolerance of the scan; on the CPU the "
-                  "same as --chunked) or auto (on the GPU chunked where its kernel is built for the model's Dk and "
-                  "fits the device, else scan; on the CPU the scan)")
+                  "same as --chunked), mma (GPU: the chunked WY form with its products on the tensor cores, bf16 "
+                  "operands split in two parts, within 1e-4 normalised f32 error of the double reference; on the "
+                  "CPU the same as --chunked) or auto (on the GPU chunked where its kernel is built for the "
+                  "model's Dk and fits the device, else scan, never mma; on the CPU the scan)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "scan", "chunked"}));
+      ->check(CLI::IsMember({"auto", "scan", "chunked", "mma"}));
   cmd->add_option("--attn-prefill", o.attn_prefill,
                   "How the prefill step runs attention (GPU only): simt (the f32 CUDA-core kernel), mma (bf16 tensor "
                   "cores, within the bf16 attention tolerance of simt) or auto (mma for bf16 with D 32/64/128/256 "

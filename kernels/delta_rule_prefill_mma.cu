@@ -1,0 +1,650 @@
+// delta_rule_prefill_mma.cu: the gated delta rule's prefill in the chunked WY form with the large
+// products on the tensor cores (see delta_rule_prefill_mma.h for the design, the accuracy and the
+// contract; delta_rule_prefill_chunked.cu is the CUDA-core form it follows phase by phase).
+// One block per (Dv tile, v-head, sequence) walks the sequence's chunks of 64 tokens; per chunk:
+//   P0 load k, q (unscaled), the v tile (zero rows past the chunk's end); warp 0: g, beta, G
+//   P1 a: [q; k] K^T (the lower triangle, 16 x 8 tiles) -> P, A; b: [q; k] S -> O (registers), X
+//   P2 O -> shared; T = (I + A)^-1 on the CUDA cores (the chunked kernel's blockwise substitution)
+//   P3 V' = T X (registers), then V' over X
+//   P4 o = O + P V' (stored); S = exp(G_last) S + K^T (exp(G_last - G) V')
+// mma.sync m16n8k16 bf16 -> f32 with fragments read from the f32 shared tiles: an operand that is
+// exactly bf16 (q and k with bf16 inputs) is one bf16 part, every other operand is split into a
+// high and a low bf16 part (mma::split_pair<2>) and multiplied as lo*hi + hi*lo + hi*hi.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/delta_rule_prefill_mma.h"
+#include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
+#include "kernels/mma_util.cuh"
+
+namespace sg {
+namespace {
+
+constexpr int kChunk = 64;
+
+// Compile-time shape of one block: DK = Dk, BV = the Dv tile. Shared memory offsets in floats.
+template <int DK, int BV>
+struct MTile {
+  static constexpr int C = kChunk;
+  static constexpr int NT = 4 * BV;   // threads
+  static constexpr int NW = NT / 32;  // warps = BV / 8: warp w owns state columns 8w..8w+7 in P4
+  static constexpr int CG = BV / 4;   // state load/store: column groups of 4
+  static constexpr int RS = DK / 16;  // state load/store: rows per thread
+  static constexpr int LDK = DK + 8;  // q, k row pitch (== 8 mod 32 words: conflict-free float2 fragment loads)
+  static constexpr int LDS = BV + 4;  // S, X / V', O row pitch (== 4 mod 32: conflict-free column-pair loads)
+  static constexpr int LDT = C + 8;   // T, P row pitch
+  static constexpr int QW = LDK > LDS ? LDK : LDS;
+  // P1b: the 8 row tiles of [q; k] (16 rows each) x BV columns; a warp has WM1 row tiles, WN1 8-column tiles.
+  static constexpr int WM1 = NW >= 8 ? 1 : 8 / NW;
+  static constexpr int WN1 = 8 / WM1;
+  static constexpr int oG = 0;              // G     [C] double
+  static constexpr int oS = oG + 2 * C;     // S     [DK, LDS] state tile
+  static constexpr int oK = oS + DK * LDS;  // K     [C, LDK]  k
+  static constexpr int oQ = oK + C * LDK;   // Q     [C, LDK]  q (P0-P1), then O [C, LDS] (P2-P4)
+  static constexpr int oV = oQ + C * QW;    // V     [C, LDS]  v tile, then X (P1), then V' (P3)
+  static constexpr int oT = oV + C * LDS;   // T     [C, LDT]  A (P1), T = (I + A)^-1 (P2)
+  static constexpr int oP = oT + C * LDT;   // P     [C, LDT]  exp(G_r - G_c) q'_r.k_c, 0 for c > r
+  static constexpr int oE = oP + C * LDT;   // E     [C] exp(G_r)
+  static constexpr int oL = oE + C;         // EL    [C] exp(G_last - G_r)
+  static constexpr int oB = oL + C;         // beta  [C]
+  static constexpr int oN = oB + C;         // int [2][BV]: first non-finite row of X / V' per column
+  static constexpr int floats = oN + 2 * BV;
+  static constexpr size_t bytes = floats * sizeof(float);
+  static_assert(NW * 8 == BV && WM1 * WN1 == 8, "warp w owns state columns 8w..8w+7");
+  static_assert((8 / WM1) * (BV / (8 * WN1)) == NW, "P1b covers the 8 row tiles x BV columns once");
+  static_assert(NW % 4 == 0 || NW == 4, "P3 / P4 output: 4 row tiles x groups of 32 columns");
+  static_assert(NT >= 128, "P2 uses warps 0 and 1 for the diagonal blocks");
+  static_assert(RS == 2 || RS == 4 || RS == 8, "state rows per thread");
+  static_assert(oS % 4 == 0 && oK % 4 == 0 && oQ % 4 == 0 && oV % 4 == 0 && oT % 4 == 0 && oP % 4 == 0,
+                "16-byte aligned views");
+  static_assert(bytes <= 227 * 1024, "fits one block's shared memory on sm_90");
+};
+
+__device__ __forceinline__ float4 ld4(const float* s) { return *reinterpret_cast<const float4*>(s); }
+__device__ __forceinline__ void st4(float* s, const float4& v) { *reinterpret_cast<float4*>(s) = v; }
+__device__ __forceinline__ float2 ld2(const float* s) { return *reinterpret_cast<const float2*>(s); }
+
+// Elements i..i+3 of a buffer of type t (f32 or bf16) as f32; elements u >= valid read as 0 (and
+// are not read). vec: the 4 elements are one aligned 16-byte (f32) or 8-byte (bf16) word.
+__device__ __forceinline__ float4 load4(const void* p, DType t, int64_t i, int valid, bool vec) {
+  if (vec && valid >= 4) {
+    if (t == DType::bf16) {
+      const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p) + i);
+      return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                         __uint_as_float(u.y & 0xffff0000u));
+    }
+    return *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+  }
+  return make_float4(valid > 0 ? dev::load(p, t, i) : 0.0f, valid > 1 ? dev::load(p, t, i + 1) : 0.0f,
+                     valid > 2 ? dev::load(p, t, i + 2) : 0.0f, valid > 3 ? dev::load(p, t, i + 3) : 0.0f);
+}
+
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+
+// Stores the first `valid` (<= 4) of v to elements i.. of a buffer of type t, rounding once for bf16.
+__device__ __forceinline__ void store4(void* p, DType t, int64_t i, const float4& v, int valid, bool vec) {
+  if (vec && valid >= 4) {
+    if (t == DType::bf16) {
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p) + i) = make_uint2(bf16_pair(v.x, v.y), bf16_pair(v.z, v.w));
+    } else {
+      *reinterpret_cast<float4*>(static_cast<float*>(p) + i) = v;
+    }
+    return;
+  }
+  if (valid > 0) dev::store(p, t, i, v.x);
+  if (valid > 1) dev::store(p, t, i + 1, v.y);
+  if (valid > 2) dev::store(p, t, i + 2, v.z);
+  if (valid > 3) dev::store(p, t, i + 3, v.w);
+}
+
+// Stores the first `valid` (<= 2) of (x, y) to elements i, i + 1 (i even when vec).
+__device__ __forceinline__ void store2(void* p, DType t, int64_t i, float x, float y, int valid, bool vec) {
+  if (vec && valid >= 2) {
+    if (t == DType::bf16) {
+      *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p) + i) = bf16_pair(x, y);
+    } else {
+      *reinterpret_cast<float2*>(static_cast<float*>(p) + i) = make_float2(x, y);
+    }
+    return;
+  }
+  if (valid > 0) dev::store(p, t, i, x);
+  if (valid > 1) dev::store(p, t, i + 1, y);
+}
+
+// An f32 pair as bf16 parts: hi = bf16(x, y); lo = bf16 of the (exact) residual.
+__device__ __forceinline__ void split(float x, float y, uint32_t& hi, uint32_t& lo) {
+  uint32_t w[2];
+  mma::split_pair<2>(x, y, w);
+  hi = w[0];
+  lo = w[1];
+}
+
+// One operand fragment (4 words for A, 2 for B) in one or two bf16 parts.
+template <int N>
+struct Frag {
+  uint32_t hi[N], lo[N];
+};
+
+// Sets fragment word u from the f32 pair (x, y): both parts, or the high part alone (exact operands).
+template <int N>
+__device__ __forceinline__ void put(Frag<N>& f, int u, float x, float y, bool two) {
+  if (two) {
+    split(x, y, f.hi[u], f.lo[u]);
+  } else {
+    f.hi[u] = bf16_pair(x, y);
+  }
+}
+
+// c += a b over the parts: lo*hi + hi*lo + hi*hi (small terms first); a_two / b_two: the operand
+// has a low part.
+__device__ __forceinline__ void mma_parts(float* c, const Frag<4>& a, const Frag<2>& b, bool a_two, bool b_two) {
+  if (a_two) mma::mma_bf16(c, a.lo, b.hi[0], b.hi[1]);
+  if (b_two) mma::mma_bf16(c, a.hi, b.lo[0], b.lo[1]);
+  mma::mma_bf16(c, a.hi, b.hi[0], b.hi[1]);
+}
+
+// A fragment (16 x 16) of a row-major f32 matrix at `a` (pitch ld): rows g, g+8, columns 2t.., 2t+8...
+__device__ __forceinline__ Frag<4> a_rows(const float* a, int ld, int g, int t, bool two) {
+  Frag<4> f;
+  const float2 x0 = ld2(a + g * ld + 2 * t), x1 = ld2(a + (g + 8) * ld + 2 * t);
+  const float2 x2 = ld2(a + g * ld + 2 * t + 8), x3 = ld2(a + (g + 8) * ld + 2 * t + 8);
+  put(f, 0, x0.x, x0.y, two);
+  put(f, 1, x1.x, x1.y, two);
+  put(f, 2, x2.x, x2.y, two);
+  put(f, 3, x3.x, x3.y, two);
+  return f;
+}
+
+// B fragment (16 x 8) from a matrix stored [n][k] row-major (B[k][n] = m[n][k], pitch ld).
+__device__ __forceinline__ Frag<2> b_nk(const float* m, int ld, int g, int t, bool two) {
+  Frag<2> f;
+  const float2 x0 = ld2(m + g * ld + 2 * t), x1 = ld2(m + g * ld + 2 * t + 8);
+  put(f, 0, x0.x, x0.y, two);
+  put(f, 1, x1.x, x1.y, two);
+  return f;
+}
+
+// B fragment (16 x 8) from a matrix stored [k][n] row-major (pitch ld): rows 2t, 2t+1 (and +8), column g.
+__device__ __forceinline__ Frag<2> b_kn(const float* m, int ld, int g, int t) {
+  Frag<2> f;
+  const float* c = m + 2 * t * ld + g;
+  split(c[0], c[ld], f.hi[0], f.lo[0]);
+  split(c[8 * ld], c[9 * ld], f.hi[1], f.lo[1]);
+  return f;
+}
+
+// As b_kn, with non-finite values read as 0 (the diagonal tile of a causal product: see P3).
+__device__ __forceinline__ float fin(float x) { return isfinite(x) ? x : 0.0f; }
+__device__ __forceinline__ Frag<2> b_kn_finite(const float* m, int ld, int g, int t) {
+  Frag<2> f;
+  const float* c = m + 2 * t * ld + g;
+  split(fin(c[0]), fin(c[ld]), f.hi[0], f.lo[0]);
+  split(fin(c[8 * ld]), fin(c[9 * ld]), f.hi[1], f.lo[1]);
+  return f;
+}
+
+// Grid (ceil(Dv / BV) * Hv, max_seqs), block 4 * BV threads, MTile<DK, BV>::bytes of dynamic shared
+// memory. Every early exit depends on the sequence only (uniform over the block), so every barrier
+// sees every thread. vec: q, k, v, out and state are 16-byte aligned and Dv % 4 == 0.
+template <int DK, int BV>
+__global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRulePrefillParams p, const bool vec) {
+  pdl_start();  // kernels/launch.cuh
+  using Tl = MTile<DK, BV>;
+  constexpr int C = Tl::C, NT = Tl::NT, NW = Tl::NW, CG = Tl::CG, RS = Tl::RS;
+  constexpr int LDK = Tl::LDK, LDS = Tl::LDS, LDT = Tl::LDT, WM1 = Tl::WM1, WN1 = Tl::WN1;
+  extern __shared__ float4 smem4[];
+  float* const sm = reinterpret_cast<float*>(smem4);
+  double* const Gs = reinterpret_cast<double*>(sm + Tl::oG);  // [C] cumulative log decay G_r
+  float* const Ss = sm + Tl::oS;                              // [DK, LDS] state tile
+  float* const Ks = sm + Tl::oK;                              // [C, LDK] k rows (row r = token c0 + r)
+  float* const Qs = sm + Tl::oQ;                              // [C, LDK] q rows (P0-P1)
+  float* const Os = sm + Tl::oQ;                              // [C, LDS] O = exp(G) S^T q' (P2-P4)
+  float* const Vs = sm + Tl::oV;                              // [C, LDS] v tile rows, then X, then V'
+  float* const Ts = sm + Tl::oT;                              // [C, LDT] A, then T
+  float* const Ps = sm + Tl::oP;                              // [C, LDT] P, zero above the diagonal
+  float* const Es = sm + Tl::oE;                              // [C] exp(G_r)
+  float* const Ls = sm + Tl::oL;                              // [C] exp(G_last - G_r)
+  float* const Bs = sm + Tl::oB;                              // [C] beta_r (0 past the chunk's end)
+  int* const nfX = reinterpret_cast<int*>(sm + Tl::oN);       // [BV] first row with a non-finite X
+  int* const nfV = nfX + BV;                                  // [BV] first row with a non-finite V'
+
+  const int Hv = p.Hv, Hk = p.Hk, Dv = p.Dv;
+  const int tiles = (Dv + BV - 1) / BV;
+  const int tile = static_cast<int>(blockIdx.x) % tiles, hv = static_cast<int>(blockIdx.x) / tiles;
+  const int n = blockIdx.y;
+  if (n >= *p.n_seqs) return;  // before reading cu_seqlens: it may hold only live + 1 entries
+  const int64_t b = p.cu_seqlens[n], e = p.cu_seqlens[n + 1];
+  if (e <= b) return;  // zero-length: no output, no state access
+  const int slot = p.slots[n];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates
+  const int rg = tid / CG, cg = tid % CG;
+  const int j0 = 4 * cg;  // state load/store: this thread's first tile column
+  const int v0 = tile * BV;
+  const int cols = Dv - v0 - j0;  // this thread's valid columns (>= 4: all four; <= 0: none)
+  if (slot < 0) {                 // padding: zero output rows (this tile's columns), state untouched
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int64_t f = tid; f < (e - b) * (BV / 4); f += NT) {
+      const int64_t tk = b + f / (BV / 4);
+      const int j = 4 * static_cast<int>(f % (BV / 4));
+      store4(p.out, p.out_dtype, (tk * Hv + hv) * Dv + v0 + j, zero, Dv - v0 - j, vec);
+    }
+    return;
+  }
+  const bool hist = p.has_history[n] != 0;
+  const bool two = p.qkv_dtype != DType::bf16;  // q and k need a low part (f32 inputs)
+  const int hk = hv / (Hv / Hk);
+  const float scale = 1.0f / sqrtf(static_cast<float>(DK));
+  // state[slot][hv] row i, tile column j at state_at + i * Dv + j.
+  const int64_t state_at = (static_cast<int64_t>(slot) * Hv + hv) * DK * Dv + v0;
+
+  // The state tile, read once (never without history).
+#pragma unroll
+  for (int a = 0; a < RS; ++a) {
+    const int i = rg * RS + a;
+    const float4 s = hist ? load4(p.state, DType::f32, state_at + static_cast<int64_t>(i) * Dv + j0, cols, vec)
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    st4(Ss + i * LDS + j0, s);
+  }
+
+  for (int64_t c0 = b; c0 < e; c0 += C) {
+    const int L = static_cast<int>(e - c0 < C ? e - c0 : C);  // tokens in this chunk, 1..C
+
+    // ---- P0: k -> Ks, q -> Qs, v tile -> Vs; rows >= L are zeros.
+    for (int f = tid; f < C * DK / 4; f += NT) {
+      const int r = f / (DK / 4), i = 4 * (f % (DK / 4));
+      const int64_t at = ((c0 + r) * Hk + hk) * DK + i;  // [T, Hk, DK]
+      const int ok = r < L ? 4 : 0;
+      st4(Ks + r * LDK + i, load4(p.k, p.qkv_dtype, at, ok, vec));
+      st4(Qs + r * LDK + i, load4(p.q, p.qkv_dtype, at, ok, vec));
+    }
+    for (int f = tid; f < C * BV / 4; f += NT) {
+      const int r = f / (BV / 4), j = 4 * (f % (BV / 4));
+      const int64_t at = ((c0 + r) * Hv + hv) * Dv + v0 + j;  // [T, Hv, Dv]
+      st4(Vs + r * LDS + j, load4(p.v, p.qkv_dtype, at, r < L ? Dv - v0 - j : 0, vec));
+    }
+    for (int j = tid; j < 2 * BV; j += NT) nfX[j] = C;
+    // Warp 0: lane l has tokens 2l, 2l+1; G by a shuffle scan in double (g = 0, beta = 0 past L,
+    // so G_63 = G_last and padded rows contribute nothing).
+    if (tid < 32) {
+      const int r = 2 * lane;
+      const int64_t gb = (c0 + r) * Hv + hv;  // [T, Hv]
+      const float g0 = r < L ? p.g[gb] : 0.0f, g1 = r + 1 < L ? p.g[gb + Hv] : 0.0f;
+      const float b0 = r < L ? p.beta[gb] : 0.0f, b1 = r + 1 < L ? p.beta[gb + Hv] : 0.0f;
+      double incl = static_cast<double>(g0) + static_cast<double>(g1);
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const double y = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += y;
+      }
+      double excl = __shfl_up_sync(0xffffffffu, incl, 1);
+      if (lane == 0) excl = 0.0;
+      const double last = __shfl_sync(0xffffffffu, incl, 31);
+      const double G0 = excl + static_cast<double>(g0), G1 = G0 + static_cast<double>(g1);
+      Gs[r] = G0;
+      Gs[r + 1] = G1;
+      Es[r] = expf(static_cast<float>(G0));
+      Es[r + 1] = expf(static_cast<float>(G1));
+      Ls[r] = expf(static_cast<float>(last - G0));
+      Ls[r + 1] = expf(static_cast<float>(last - G1));
+      Bs[r] = b0;
+      Bs[r + 1] = b1;
+    }
+    __syncthreads();
+
+    // ---- P1a: P = [q K^T] and A = [k K^T] on the lower triangle: 16 x 8 tiles (row tile rb,
+    // column tile nb <= 2 rb + 1), 20 per matrix, spread over the warps. Entries above the diagonal
+    // are selected away (a later token's k may be non-finite); P gets exact zeros there.
+    for (int tt = warp; tt < 40; tt += NW) {
+      const int which = tt / 20, u = tt % 20;
+      const int rb = u < 2 ? 0 : u < 6 ? 1 : u < 12 ? 2 : 3;
+      const int nb = u - (rb == 0 ? 0 : rb == 1 ? 2 : rb == 2 ? 6 : 12);
+      const float* arow = (which == 0 ? Qs : Ks) + 16 * rb * LDK;
+      const float* brow = Ks + 8 * nb * LDK;
+      float acc[4] = {};
+#pragma unroll 4
+      for (int kk = 0; kk < DK; kk += 16) {
+        const Frag<4> a = a_rows(arow + kk, LDK, g, t, two);
+        const Frag<2> bb = b_nk(brow + kk, LDK, g, t, two);
+        mma_parts(acc, a, bb, two, two);
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int r = 16 * rb + g + (q >= 2 ? 8 : 0), c = 8 * nb + 2 * t + (q & 1);
+        const float w = c <= r ? expf(static_cast<float>(Gs[r] - Gs[c])) : 0.0f;  // never exp of a positive
+        if (which == 0) {
+          Ps[r * LDT + c] = c <= r ? (acc[q] * scale) * w : 0.0f;  // a select: acc may be NaN for a later token
+        } else {
+          Ts[r * LDT + c] = c < r ? Bs[r] * (acc[q] * w) : 0.0f;
+        }
+      }
+    }
+    // ---- P1b: [q; k] S. Rows 0..63 (q) give O = exp(G_r) S^T q'_r (kept in registers to P2),
+    // rows 64..127 (k) give X = beta (v - exp(G) S^T k) over the v tile in Vs (each element read
+    // and written by its own thread). Warp: WM1 row tiles mb (of 8) x WN1 column tiles from nbase.
+    float o1[WM1][WN1][4] = {};
+    {
+      const int nbase = (warp / (8 / WM1)) * (8 * WN1);
+#pragma unroll 2
+      for (int kk = 0; kk < DK; kk += 16) {
+        Frag<4> a[WM1];
+#pragma unroll
+        for (int im = 0; im < WM1; ++im) {
+          const int mb = warp % (8 / WM1) + im * (8 / WM1);
+          const float* arow = mb < 4 ? Qs + 16 * mb * LDK : Ks + 16 * (mb - 4) * LDK;
+          a[im] = a_rows(arow + kk, LDK, g, t, two);
+        }
+#pragma unroll
+        for (int nt = 0; nt < WN1; ++nt) {
+          const Frag<2> bs = b_kn(Ss + kk * LDS + nbase + 8 * nt, LDS, g, t);
+#pragma unroll
+          for (int im = 0; im < WM1; ++im) mma_parts(o1[im][nt], a[im], bs, two, true);
+        }
+      }
+#pragma unroll
+      for (int im = 0; im < WM1; ++im) {
+        const int mb = warp % (8 / WM1) + im * (8 / WM1);
+        if (mb < 4) continue;
+#pragma unroll
+        for (int nt = 0; nt < WN1; ++nt) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int r = 16 * (mb - 4) + g + (q >= 2 ? 8 : 0), j = nbase + 8 * nt + 2 * t + (q & 1);
+            const float x = Bs[r] * (Vs[r * LDS + j] - Es[r] * o1[im][nt][q]);
+            Vs[r * LDS + j] = x;
+            if (!isfinite(x)) atomicMin(nfX + j, r);
+          }
+        }
+      }
+      __syncthreads();
+      // ---- P2: O -> Os (q is dead), so the inversion runs without these registers.
+#pragma unroll
+      for (int im = 0; im < WM1; ++im) {
+        const int mb = warp % (8 / WM1) + im * (8 / WM1);
+        if (mb >= 4) continue;
+#pragma unroll
+        for (int nt = 0; nt < WN1; ++nt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 16 * mb + g + 8 * h, j = nbase + 8 * nt + 2 * t;
+            const float er = Es[r] * scale;
+            *reinterpret_cast<float2*>(Os + r * LDS + j) = make_float2(o1[im][nt][2 * h] * er, o1[im][nt][2 * h + 1] * er);
+          }
+        }
+      }
+    }
+    // P2: T = (I + A)^-1, exactly the chunked kernel's blockwise substitution.
+    // Warp w < 2, lane c: column c of T_ww by forward substitution, t_r = [r == c] - sum_{m<r} A[r][m] t_m,
+    // written TRANSPOSED into the upper triangle (diagonal included) of the same block.
+    if (tid < 64) {
+      const int base = tid & 32, c = lane;
+      float tc[32];
+#pragma unroll
+      for (int r = 0; r < 32; ++r) {
+        const float* arow = Ts + (base + r) * LDT + base;  // A[base + r][base + m]
+        float acc = 0.0f;
+#pragma unroll
+        for (int m = 0; m < r; m += 4) {
+          const float4 a = ld4(arow + m);  // may read past m = r - 1: those are not used
+          acc = fmaf(a.x, tc[m], acc);
+          if (m + 1 < r) acc = fmaf(a.y, tc[m + 1], acc);
+          if (m + 2 < r) acc = fmaf(a.z, tc[m + 2], acc);
+          if (m + 3 < r) acc = fmaf(a.w, tc[m + 3], acc);
+        }
+        tc[r] = r < c ? 0.0f : (r == c ? 1.0f : -acc);
+      }
+      __syncwarp();  // every lane of this block has read A before any writes the upper triangle
+#pragma unroll
+      for (int r = 0; r < 32; ++r) {
+        if (r >= c) Ts[(base + c) * LDT + base + r] = tc[r];
+      }
+    }
+    __syncthreads();
+    // M = A10 T00 [32, 32] into the upper-right block (rows 0..31, columns 32..63).
+    for (int o = tid; o < 32 * 32; o += NT) {
+      const int r = o >> 5, c = o & 31;
+      const float* arow = Ts + (32 + r) * LDT;  // A10 row r
+      const float* tcol = Ts + c * LDT;         // T00 column c (transposed), valid at m >= c
+      float acc = 0.0f;
+#pragma unroll
+      for (int m = 0; m < 32; m += 4) {
+        const float4 a = ld4(arow + m), tv = ld4(tcol + m);
+        acc = fmaf(a.x, m >= c ? tv.x : 0.0f, acc);
+        acc = fmaf(a.y, m + 1 >= c ? tv.y : 0.0f, acc);
+        acc = fmaf(a.z, m + 2 >= c ? tv.z : 0.0f, acc);
+        acc = fmaf(a.w, m + 3 >= c ? tv.w : 0.0f, acc);
+      }
+      Ts[r * LDT + 32 + c] = acc;
+    }
+    __syncthreads();
+    // T10 = -T11 M over A10; then the diagonal blocks' strictly lower triangles get T from the
+    // transposed copies. Afterwards T[r][c] is right for c <= r; above the diagonal is garbage,
+    // which P3 selects away.
+    for (int o = tid; o < 32 * 32; o += NT) {
+      const int r = o >> 5, c = o & 31;
+      float acc = 0.0f;
+      for (int m = 0; m <= r; ++m) acc = fmaf(Ts[(32 + m) * LDT + 32 + r], Ts[m * LDT + 32 + c], acc);
+      Ts[(32 + r) * LDT + c] = -acc;
+    }
+    for (int o = tid; o < 2 * 32 * 32; o += NT) {
+      const int base = (o >> 10) * 32, r = (o >> 5) & 31, c = o & 31;
+      if (c < r) Ts[(base + r) * LDT + base + c] = Ts[(base + c) * LDT + base + r];
+    }
+    __syncthreads();
+
+    // ---- P3: V' = T X. Warp: row tile mb = warp % 4, columns nb3 .. nb3 + 31 (4 tiles of 8);
+    // key tiles kb <= mb (the ones above the diagonal are skipped). On the diagonal tile T is
+    // selected to 0 above the diagonal and non-finite X is read as 0 (a later token's NaN must
+    // not reach an earlier row through 0 * NaN); rows at or past a column's first non-finite X
+    // of that tile are then made NaN, as the plain product would.
+    const int mb = warp % 4, nb3 = (warp / 4) * 32;
+    {
+      float acc[4][4] = {};
+      for (int kb = 0; kb <= mb; ++kb) {
+        Frag<4> a;
+        {
+          const float* tr = Ts + 16 * mb * LDT + 16 * kb;
+          const int rlo = g, rhi = g + 8, cl = 2 * t, ch = 2 * t + 8;  // within the tile
+          const bool diag = kb == mb;
+          const float2 x0 = ld2(tr + rlo * LDT + cl), x1 = ld2(tr + rhi * LDT + cl);
+          const float2 x2 = ld2(tr + rlo * LDT + ch), x3 = ld2(tr + rhi * LDT + ch);
+          auto sel = [&](float v, int r, int c) { return !diag || c <= r ? v : 0.0f; };
+          put(a, 0, sel(x0.x, rlo, cl), sel(x0.y, rlo, cl + 1), true);
+          put(a, 1, sel(x1.x, rhi, cl), sel(x1.y, rhi, cl + 1), true);
+          put(a, 2, sel(x2.x, rlo, ch), sel(x2.y, rlo, ch + 1), true);
+          put(a, 3, sel(x3.x, rhi, ch), sel(x3.y, rhi, ch + 1), true);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const float* xb = Vs + 16 * kb * LDS + nb3 + 8 * nt;
+          const Frag<2> bb = kb == mb ? b_kn_finite(xb, LDS, g, t) : b_kn(xb, LDS, g, t);
+          mma_parts(acc[nt], a, bb, true, true);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int r = 16 * mb + g + (q >= 2 ? 8 : 0), j = nb3 + 8 * nt + 2 * t + (q & 1);
+          const int f = nfX[j];
+          if (f >= 16 * mb && f <= r) acc[nt][q] = __int_as_float(0x7fc00000);
+        }
+      }
+      __syncthreads();  // every warp has read X
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int r = 16 * mb + g + (q >= 2 ? 8 : 0), j = nb3 + 8 * nt + 2 * t + (q & 1);
+          Vs[r * LDS + j] = acc[nt][q];
+          if (!isfinite(acc[nt][q])) atomicMin(nfV + j, r);
+        }
+      }
+    }
+    __syncthreads();
+
+    // ---- P4: o = O + P V' (the P3 layout; the diagonal tile as there), stored for rows < L.
+    {
+      float acc[4][4];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float2 o = ld2(Os + (16 * mb + g + 8 * h) * LDS + nb3 + 8 * nt + 2 * t);
+          acc[nt][2 * h] = o.x;
+          acc[nt][2 * h + 1] = o.y;
+        }
+      }
+      for (int kb = 0; kb <= mb; ++kb) {
+        const Frag<4> a = a_rows(Ps + 16 * mb * LDT + 16 * kb, LDT, g, t, true);  // zeros above the diagonal
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const float* vb = Vs + 16 * kb * LDS + nb3 + 8 * nt;
+          const Frag<2> bb = kb == mb ? b_kn_finite(vb, LDS, g, t) : b_kn(vb, LDS, g, t);
+          mma_parts(acc[nt], a, bb, true, true);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 16 * mb + g + 8 * h, j = nb3 + 8 * nt + 2 * t;
+          float x = acc[nt][2 * h], y = acc[nt][2 * h + 1];
+          const int f0 = nfV[j], f1 = nfV[j + 1];
+          if (f0 >= 16 * mb && f0 <= r) x = __int_as_float(0x7fc00000);
+          if (f1 >= 16 * mb && f1 <= r) y = __int_as_float(0x7fc00000);
+          if (r < L) store2(p.out, p.out_dtype, ((c0 + r) * Hv + hv) * Dv + v0 + j, x, y, Dv - v0 - j, vec);
+        }
+      }
+    }
+    // S = exp(G_last) S + K^T (EL V'): warp w owns state columns 8w..8w+7, all DK rows; key tiles
+    // up to the chunk's last token (rows past it are zero in K and V').
+    {
+      constexpr int MT = DK / 16;
+      const float decay = Es[C - 1];  // exp(G_last)
+      float acc[MT][4];
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float2 s = ld2(Ss + (16 * mi + g + 8 * h) * LDS + 8 * warp + 2 * t);
+          acc[mi][2 * h] = s.x * decay;
+          acc[mi][2 * h + 1] = s.y * decay;
+        }
+      }
+      const int kbs = (L + 15) / 16;
+      for (int kb = 0; kb < kbs; ++kb) {
+        Frag<2> bb;
+        {
+          const int c = 16 * kb + 2 * t;
+          const float* vb = Vs + c * LDS + 8 * warp + g;
+          split(vb[0] * Ls[c], vb[LDS] * Ls[c + 1], bb.hi[0], bb.lo[0]);
+          split(vb[8 * LDS] * Ls[c + 8], vb[9 * LDS] * Ls[c + 9], bb.hi[1], bb.lo[1]);
+        }
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi) {
+          // A = K^T: A[i][c] = K[c][i], rows i = 16 mi + g (+8), columns c = 16 kb + 2t (+1, +8, +9).
+          const float* kc = Ks + (16 * kb + 2 * t) * LDK + 16 * mi + g;
+          Frag<4> a;
+          put(a, 0, kc[0], kc[LDK], two);
+          put(a, 1, kc[8], kc[LDK + 8], two);
+          put(a, 2, kc[8 * LDK], kc[9 * LDK], two);
+          put(a, 3, kc[8 * LDK + 8], kc[9 * LDK + 8], two);
+          mma_parts(acc[mi], a, bb, two, true);
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          *reinterpret_cast<float2*>(Ss + (16 * mi + g + 8 * h) * LDS + 8 * warp + 2 * t) =
+              make_float2(acc[mi][2 * h], acc[mi][2 * h + 1]);
+        }
+      }
+    }
+    __syncthreads();  // the next chunk overwrites K, Q, V, T, P, G; P1 reads every warp's S
+  }
+
+  // The final state tile, written once (after the last barrier).
+#pragma unroll
+  for (int a = 0; a < RS; ++a) {
+    const int i = rg * RS + a;
+    store4(p.state, DType::f32, state_at + static_cast<int64_t>(i) * Dv + j0, ld4(Ss + i * LDS + j0), cols, vec);
+  }
+}
+
+// Calls f(integral_constant DK, integral_constant BV) for the built pairs; false when not built.
+template <typename F>
+bool with_tile(int Dk, int bv, F&& f) {
+  auto call = [&](auto dk, auto tile) {
+    f(dk, tile);
+    return true;
+  };
+  using std::integral_constant;
+  switch (Dk * 1000 + bv) {
+    case 32032: return call(integral_constant<int, 32>{}, integral_constant<int, 32>{});
+    case 32064: return call(integral_constant<int, 32>{}, integral_constant<int, 64>{});
+    case 32128: return call(integral_constant<int, 32>{}, integral_constant<int, 128>{});
+    case 64032: return call(integral_constant<int, 64>{}, integral_constant<int, 32>{});
+    case 64064: return call(integral_constant<int, 64>{}, integral_constant<int, 64>{});
+    case 64128: return call(integral_constant<int, 64>{}, integral_constant<int, 128>{});
+    case 128032: return call(integral_constant<int, 128>{}, integral_constant<int, 32>{});
+    case 128064: return call(integral_constant<int, 128>{}, integral_constant<int, 64>{});
+    case 128128: return call(integral_constant<int, 128>{}, integral_constant<int, 128>{});
+    default: return false;
+  }
+}
+
+template <int DK, int BV>
+cudaError_t launch(const DeltaRulePrefillParams& p, bool vec, cudaStream_t stream) {
+  using Tl = MTile<DK, BV>;
+  auto* kernel = delta_rule_mma_kernel<DK, BV>;
+  if (const cudaError_t err = dev::allow_dynamic_smem(kernel, Tl::bytes); err != cudaSuccess) return err;
+  const int tiles = (p.Dv + BV - 1) / BV;
+  const dim3 grid(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.max_seqs)), block(Tl::NT);
+  launch_kernel(kernel, grid, block, Tl::bytes, stream, p, vec);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool delta_rule_prefill_mma_supports(int Dk, int Dv) { return (Dk == 32 || Dk == 64 || Dk == 128) && Dv >= 1; }
+
+int delta_rule_prefill_mma_tile(int Dv) { return Dv % 128 == 0 ? 128 : Dv % 64 == 0 ? 64 : 32; }
+
+size_t delta_rule_prefill_mma_smem(int Dk, int dv_tile) {
+  size_t bytes = 0;
+  with_tile(Dk, dv_tile, [&](auto dk, auto bv) { bytes = MTile<decltype(dk)::value, decltype(bv)::value>::bytes; });
+  return bytes;
+}
+
+cudaError_t delta_rule_prefill_mma(const DeltaRulePrefillParams& p, cudaStream_t stream, int dv_tile) {
+  LaunchCheck chk("delta_rule.prefill (mma)");
+  chk.require(delta_rule_prefill_mma_supports(p.Dk, p.Dv), "the mma form is not built for this Dk, Dv");
+  check_delta_rule_prefill_params(chk, p);
+  chk.require(dv_tile == 0 || dv_tile == 32 || dv_tile == 64 || dv_tile == 128, "dv_tile must be 0, 32, 64 or 128");
+  if (!chk.ok()) return cudaErrorInvalidValue;
+  const int bv = dv_tile == 0 ? delta_rule_prefill_mma_tile(p.Dv) : dv_tile;
+  chk.require(static_cast<int64_t>((p.Dv + bv - 1) / bv) * p.Hv <= 0x7fffffff, "Dv / tile x Hv blocks exceed the grid");
+  if (!chk.ok()) return cudaErrorInvalidValue;
+  if (p.max_seqs == 0) return cudaSuccess;
+  const bool vec = p.Dv % 4 == 0 && dev::aligned16(p.q) && dev::aligned16(p.k) && dev::aligned16(p.v) &&
+                   dev::aligned16(p.out) && dev::aligned16(p.state);
+  cudaError_t err = cudaErrorInvalidValue;
+  bool built = false;
+  with_tile(p.Dk, bv, [&](auto dk, auto tile) {
+    built = true;
+    err = launch<decltype(dk)::value, decltype(tile)::value>(p, vec, stream);
+  });
+  chk.require(built, "no built tile for this Dk and Dv tile");
+  return err;
+}
+
+}  // namespace sg

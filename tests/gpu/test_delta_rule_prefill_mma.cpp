@@ -1,0 +1,355 @@
+// GPU tests of the tensor-core chunked delta-rule prefill (kernels/delta_rule_prefill_mma.h), the
+// chunked kernel's tests where they apply:
+// - against ref::delta_rule_prefill_chunked (double) over a varlen batch with lengths 63, 0, 1024,
+//   70 (padding), 1, 64, 200, 65, with history, without and mixed, f32 and bf16, every Dv tile,
+//   shapes (Dk, Dv) = (128, 128), (128, 64), (64, 96), (32, 40), (32, 22), and fast decay
+//   (g in [-20, -5]) at (128, 128). Tolerances (delta_rule_ref.h, the mma kernel): f32 outputs per
+//   sequence and the final state per slot within normalised error kTolF32; bf16 outputs per element
+//   within 2 bf16 ulp + 1e-4 and normalised 8e-3 (as the chunked kernel). The worst errors seen are
+//   printed (the measurement behind the documented bound);
+// - invariants: padding rows exactly +0; padding, zero-length and unused slots keep their state
+//   bytes; live rows fully written (two poisons, same bytes), rows past the live tokens untouched;
+//   programs beyond the live count (garbage metadata) do nothing; inputs past the live tokens are
+//   NaN and must never be read; the result is deterministic (two runs, same bytes);
+// - a captured launch: the node's grid, block and shared memory, and replay == eager bytes, also
+//   after the metadata changed under the graph;
+// - a sequence split into two prefills (the second with history) agrees with one prefill;
+// - misaligned q, k, v, out or state take the element-wise path and give the vectorised path's bytes;
+// - a NaN / Inf in one token never reaches an earlier token's output;
+// - max_seqs = 0 / no live sequence / bad arguments; the setting's name, parse and resolve.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "engine/cuda_handles.h"
+#include "engine/error.h"
+#include "engine/tensor.h"
+#include "graphs/graph.h"
+#include "graphs/manifest.h"
+#include "kernels/delta_rule_prefill_mma.h"
+#include "kernels/ref/delta_rule_ref.h"
+#include "models/step_settings.h"
+#include "tests/gpu/delta_rule_prefill_fixture.h"
+#include "tests/support/catch.h"
+#include "tests/support/gpu_buffers.h"
+#include "tests/support/random.h"
+#include "tests/support/tolerance.h"
+
+using namespace sg;
+using test::byte_diff;
+using test::DevBuf;
+
+namespace {
+
+constexpr double kTolF32 = 1e-4;  // normalised, outputs (f32) and state: delta_rule_ref.h (the mma kernel)
+
+using test::drp::check_untouched;
+using test::drp::Expected;
+using test::drp::kHistNames;
+using test::drp::kHists;
+using test::drp::kLens;
+using test::drp::kSlots;
+using test::drp::kTolBf16;
+using test::drp::make_problem;
+using test::drp::norm_err;
+using test::drp::Problem;
+using test::drp::reference;
+using test::drp::Result;
+using test::drp::Rig;
+using test::drp::segment_problem;
+using test::drp::Shape;
+using test::drp::Worst;
+
+Result run(const Problem& P, Rig& rig, int tile = 0, uint8_t poison = 0xA5) {
+  rig.reset(P, poison);
+  check(delta_rule_prefill_mma(rig.params(P), nullptr, tile));
+  check(cudaDeviceSynchronize());
+  return {rig.out.download(), rig.state.download()};
+}
+
+}  // namespace
+
+TEST_CASE("mma delta-rule prefill matches the reference, keeps the invariants", "[gpu][delta_rule_mma]") {
+  // (32, 22): Dv % 4 != 0, so the kernel takes its element-wise (not vectorised) loads and stores.
+  const std::vector<Shape> shapes = {{2, 4, 128, 128}, {1, 2, 128, 64}, {1, 3, 64, 96}, {2, 4, 32, 40}, {1, 2, 32, 22}};
+  Worst worst, worst_fast;
+  for (const Shape& sh : shapes) {
+    REQUIRE(delta_rule_prefill_mma_supports(sh.Dk, sh.Dv));
+    for (bool fast : {false, true}) {
+      if (fast && sh.Dk != 128) continue;
+      for (DType t : {DType::f32, DType::bf16}) {
+        for (int h = 0; h < 3; ++h) {
+          CAPTURE(sh.Hk, sh.Hv, sh.Dk, sh.Dv, fast, dtype_name(t), kHistNames[h]);
+          const uint64_t seed = 9100 + 10 * sh.Dk + sh.Dv + sh.Hv + h;
+          INFO("seed " << seed);
+          Problem P = make_problem(sh, t, kLens, kSlots, kHists[static_cast<size_t>(h)], seed);
+          if (fast) {  // fast decay on every live token: g in [-20, -5]
+            const auto g = test::uniform(static_cast<size_t>(P.T) * sh.Hv, seed + 7, -20.f, -5.f);
+            std::copy(g.begin(), g.end(), P.g.begin());
+          }
+          Rig rig(P);
+          const Expected ref = reference(P);
+          const Result a = run(P, rig, 0, 0xA5);
+          test::drp::check_close(P, a, ref, kTolF32, fast ? &worst_fast : &worst);
+          check_untouched(P, a, 0xA5);
+          // Every live row is written (another poison gives the same bytes), and the run is deterministic.
+          const Result b = run(P, rig, 0, 0x5A);
+          const size_t live_bytes = static_cast<size_t>(P.T * P.row()) * dtype_size(t);
+          CHECK(std::memcmp(a.out.data(), b.out.data(), live_bytes) == 0);
+          CHECK(byte_diff(b.state, a.state, DType::f32) == "");
+          check_untouched(P, b, 0x5A);
+          // Every Dv tile (the automatic one included) is within the tolerance.
+          for (int tile : {32, 64, 128}) {
+            if (fast) continue;
+            CAPTURE(tile, delta_rule_prefill_mma_smem(sh.Dk, tile));
+            const Result r = run(P, rig, tile);
+            test::drp::check_close(P, r, ref, kTolF32, &worst);
+            check_untouched(P, r, 0xA5);
+          }
+        }
+      }
+    }
+  }
+  std::printf("mma delta-rule prefill, worst normalised error vs the double reference: f32 outputs %.3g, state %.3g; "
+              "fast decay: f32 outputs %.3g, state %.3g\n",
+              worst.out, worst.state, worst_fast.out, worst_fast.state);
+}
+
+TEST_CASE("mma delta-rule prefill: a captured launch replays the eager bytes", "[gpu][delta_rule_mma][graphs]") {
+  const Shape sh{2, 4, 128, 128};
+  for (DType t : {DType::bf16, DType::f32}) {
+    CAPTURE(dtype_name(t));
+    // Batch A fixes the buffers; batch B is another composition that fits them (fewer tokens, one
+    // sequence fewer live, other slots and histories), written into the same device metadata.
+    const Problem A = make_problem(sh, t, {300, 1, 65, 0, 40}, {4, 2, -1, 6, 0}, {1, 0, 1, 0, 1}, 4242);
+    Problem B = A;
+    B.n_live = 3;
+    B.cu = {0, 129, 130, 194, 1 << 30, -5, 7};  // lengths 129, 1, 64, then garbage
+    B.slots = {9, -1, 3, 1, 1, 1, 1};
+    B.hist = {0, 1, 1, 1, 0, 1, 0};
+    B.T = 194;
+    Rig rig(A);
+    Stream stream;
+    NodeRecorder rec;
+    CapturedGraph graph = CapturedGraph::capture("delta_rule.prefill mma", stream.get(), [&] {
+      check(delta_rule_prefill_mma(rig.params(A), stream.get()));
+      rec.launched(stream.get(), NodeLabel{-1, "delta_rule.prefill", "mma", 0});
+    });
+    const Manifest m = build_manifest("delta_rule.prefill mma", "-", graph.graph(), rec);
+    REQUIRE(m.nodes.size() == 1);
+    const int tile = delta_rule_prefill_mma_tile(sh.Dv);
+    CHECK(m.nodes[0].grid ==
+          Dim3{static_cast<unsigned>((sh.Dv + tile - 1) / tile * sh.Hv), static_cast<unsigned>(A.max_seqs), 1});
+    CHECK(m.nodes[0].block == Dim3{static_cast<unsigned>(4 * tile), 1, 1});
+    CHECK(m.nodes[0].smem_bytes == delta_rule_prefill_mma_smem(sh.Dk, tile));
+    CAPTURE(m.nodes[0].kernel);
+    CHECK(m.nodes[0].kernel.find("delta_rule_mma_kernel") != std::string::npos);
+    for (const Problem* P : {&A, static_cast<const Problem*>(&B)}) {
+      CAPTURE(P->n_live, P->T);
+      check(cudaMemcpy(rig.cu.data(), P->cu.data(), P->cu.size() * 4, cudaMemcpyHostToDevice));
+      check(cudaMemcpy(rig.slots.data(), P->slots.data(), P->slots.size() * 4, cudaMemcpyHostToDevice));
+      check(cudaMemcpy(rig.hist.data(), P->hist.data(), P->hist.size(), cudaMemcpyHostToDevice));
+      check(cudaMemcpy(rig.n.data(), &P->n_live, 4, cudaMemcpyHostToDevice));
+      const Result eager = run(*P, rig);
+      rig.reset(*P, 0xA5);
+      graph.replay(stream.get());
+      stream.sync();
+      const Result replayed{rig.out.download(), rig.state.download()};
+      CHECK(byte_diff(replayed.out, eager.out, t) == "");
+      CHECK(byte_diff(replayed.state, eager.state, DType::f32) == "");
+      check_untouched(*P, replayed, 0xA5);
+    }
+  }
+}
+
+TEST_CASE("mma delta-rule prefill: two segments with history agree with one prefill", "[gpu][delta_rule_mma]") {
+  const Shape sh{2, 4, 128, 128};
+  for (DType t : {DType::f32, DType::bf16}) {
+    CAPTURE(dtype_name(t));
+    // Whole: sequences of 150 and 9 tokens (no history). Split: 70 + 4 tokens, then the remaining
+    // 80 + 5 with history; chunk boundaries fall elsewhere, so only the tolerance applies.
+    const Problem whole = make_problem(sh, t, {150, 9}, {2, 6}, {0, 0}, 99);
+    Rig rw(whole);
+    const Result rwhole = run(whole, rw);
+    auto segment = [&](const std::vector<int64_t>& begin, const std::vector<int32_t>& lens, uint8_t hist,
+                       const std::vector<float>& state) {
+      const Problem P = segment_problem(whole, begin, lens, hist, state);
+      Rig rig(P);
+      return run(P, rig);
+    };
+    const Result r1 = segment({0, 150}, {70, 4}, 0, whole.state0);
+    const Result r2 = segment({70, 154}, {80, 5}, 1, test::from_bytes(r1.state, DType::f32));
+    const auto o1 = test::from_bytes(r1.out, t), o2 = test::from_bytes(r2.out, t);
+    const size_t rw_ = static_cast<size_t>(whole.row());
+    std::vector<float> joined;
+    auto append = [&](const std::vector<float>& src, size_t a, size_t b) {
+      joined.insert(joined.end(), src.begin() + a * rw_, src.begin() + b * rw_);
+    };
+    append(o1, 0, 70);
+    append(o2, 0, 80);
+    append(o1, 70, 74);
+    append(o2, 80, 85);
+    const auto ow = test::from_bytes(rwhole.out, t);
+    const double tol = t == DType::f32 ? kTolF32 : kTolBf16;
+    for (auto [b, e] : {std::pair<size_t, size_t>{0, 150}, {150, 159}}) {
+      const double err = norm_err(joined.data() + b * rw_, ow.data() + b * rw_, (e - b) * rw_);
+      CAPTURE(b, e, err);
+      CHECK(err <= tol);
+    }
+    const auto s2 = test::from_bytes(r2.state, DType::f32), sw = test::from_bytes(rwhole.state, DType::f32);
+    const size_t slot = static_cast<size_t>(sh.Hv * whole.head_size());
+    for (size_t s : {size_t{2}, size_t{6}}) {
+      const double serr = norm_err(s2.data() + s * slot, sw.data() + s * slot, slot);
+      CAPTURE(s, serr);
+      CHECK(serr <= kTolF32);
+    }
+  }
+}
+
+TEST_CASE("mma delta-rule prefill: misaligned buffers take the element-wise path with the same bytes",
+          "[gpu][delta_rule_mma]") {
+  const Shape sh{2, 4, 64, 64};
+  for (DType t : {DType::bf16, DType::f32}) {
+    CAPTURE(dtype_name(t));
+    const Problem P = make_problem(sh, t, {70, 0, 129, 5, 33}, {3, 7, -1, 1, 8}, {1, 0, 1, 0, 1}, 777);
+    Rig rig(P);
+    const Result aligned = run(P, rig);
+    const size_t es = dtype_size(t);
+    auto shifted = [](const std::vector<float>& x, DType dt) {
+      std::vector<float> y(x.size() + 1, 0.0f);
+      std::copy(x.begin(), x.end(), y.begin() + 1);
+      return DevBuf::from(y, dt);
+    };
+    const DevBuf q1 = shifted(P.q, t), k1 = shifted(P.k, t), v1 = shifted(P.v, t);
+    const DevBuf s1 = shifted(P.state0, DType::f32);
+    const DevBuf out1(P.out_bytes() + es, 0xA5);
+    auto at = [](const DevBuf& b, size_t bytes) { return static_cast<void*>(static_cast<uint8_t*>(b.data()) + bytes); };
+    for (const char* which : {"q", "k", "v", "state", "out", "all"}) {
+      CAPTURE(which);
+      const std::string w = which;
+      rig.reset(P, 0xA5);
+      const auto s0 = test::to_bytes(P.state0, DType::f32);
+      check(cudaMemcpy(at(s1, 4), s0.data(), s0.size(), cudaMemcpyHostToDevice));
+      check(cudaMemset(out1.data(), 0xA5, P.out_bytes() + es));
+      DeltaRulePrefillParams p = rig.params(P);
+      if (w == "q" || w == "all") p.q = at(q1, es);
+      if (w == "k" || w == "all") p.k = at(k1, es);
+      if (w == "v" || w == "all") p.v = at(v1, es);
+      if (w == "state" || w == "all") p.state = static_cast<float*>(at(s1, 4));
+      if (w == "out" || w == "all") p.out = at(out1, es);
+      check(delta_rule_prefill_mma(p, nullptr));
+      check(cudaDeviceSynchronize());
+      const auto strip = [](const std::vector<uint8_t>& b, size_t n) {
+        return std::vector<uint8_t>(b.begin() + static_cast<int64_t>(n), b.end());
+      };
+      const std::vector<uint8_t> out = p.out == rig.out.data() ? rig.out.download() : strip(out1.download(), es);
+      const std::vector<uint8_t> state =
+          p.state == rig.state.as<float>() ? rig.state.download() : strip(s1.download(), 4);
+      CHECK(byte_diff(out, aligned.out, t) == "");
+      CHECK(byte_diff(state, aligned.state, DType::f32) == "");
+    }
+  }
+}
+
+TEST_CASE("mma delta-rule prefill: a NaN or Inf in one token never reaches an earlier token's output",
+          "[gpu][delta_rule_mma]") {
+  const Shape sh{1, 2, 128, 128};
+  for (DType t : {DType::f32, DType::bf16}) {
+    CAPTURE(dtype_name(t));
+    // Two sequences with history, 9 and 40 tokens. Sequence 0: v of its token 5 is NaN, k of its
+    // token 6 is +Inf (both inside the 16-token diagonal tile 0..15 of the products).
+    // Sequence 1: the same at its tokens 37 and 38 (the diagonal tile 32..47, second half of the inverse).
+    Problem whole = make_problem(sh, t, {9, 40}, {2, 6}, {1, 1}, 31337);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (auto [vt, kt] : {std::pair<int64_t, int64_t>{5, 6}, {9 + 37, 9 + 38}}) {
+      for (int64_t i = 0; i < whole.row(); ++i) whole.v[static_cast<size_t>(vt * whole.row() + i)] = nan;
+      for (int64_t i = 0; i < int64_t{sh.Hk} * sh.Dk; ++i) whole.k[static_cast<size_t>(kt * sh.Hk * sh.Dk + i)] = inf;
+    }
+    const Problem cut = segment_problem(whole, {0, 9}, {5, 37}, 1, whole.state0);
+    Rig rw(whole), rc(cut);
+    const Result a = run(whole, rw), b = run(cut, rc);
+    const size_t rb = static_cast<size_t>(whole.row()) * dtype_size(t);
+    auto rows = [rb](const std::vector<uint8_t>& o, size_t r0, size_t r1) {
+      return std::vector<uint8_t>(o.begin() + static_cast<int64_t>(r0 * rb), o.begin() + static_cast<int64_t>(r1 * rb));
+    };
+    CHECK(byte_diff(rows(a.out, 0, 5), rows(b.out, 0, 5), t) == "");
+    CHECK(byte_diff(rows(a.out, 9, 46), rows(b.out, 5, 42), t) == "");
+    const auto vals = test::from_bytes(rows(a.out, 0, 5), t), vals1 = test::from_bytes(rows(a.out, 9, 46), t);
+    CHECK(std::all_of(vals.begin(), vals.end(), [](float x) { return std::isfinite(x); }));
+    CHECK(std::all_of(vals1.begin(), vals1.end(), [](float x) { return std::isfinite(x); }));
+    for (size_t r : {size_t{5}, size_t{9 + 37}}) {
+      CAPTURE(r);
+      const auto bad = test::from_bytes(rows(a.out, r, r + 1), t);
+      CHECK(std::any_of(bad.begin(), bad.end(), [](float x) { return !std::isfinite(x); }));
+    }
+  }
+}
+
+TEST_CASE("mma delta-rule prefill: no live sequence touches nothing, bad arguments are refused",
+          "[gpu][delta_rule_mma]") {
+  CHECK(delta_rule_prefill_mma_supports(128, 128));
+  CHECK(delta_rule_prefill_mma_supports(64, 96));
+  CHECK(delta_rule_prefill_mma_supports(32, 40));
+  CHECK_FALSE(delta_rule_prefill_mma_supports(48, 64));
+  CHECK_FALSE(delta_rule_prefill_mma_supports(256, 128));
+  CHECK_FALSE(delta_rule_prefill_mma_supports(128, 0));
+  CHECK(delta_rule_prefill_mma_tile(128) == 128);
+  CHECK(delta_rule_prefill_mma_tile(64) == 64);
+  CHECK(delta_rule_prefill_mma_tile(96) == 32);
+  CHECK(delta_rule_prefill_mma_smem(48, 64) == 0);
+  CHECK(delta_rule_prefill_mma_smem(128, 16) == 0);
+  CHECK(delta_rule_prefill_mma_smem(128, 128) <= 227 * 1024);
+
+  const Shape sh{1, 2, 64, 96};
+  Problem P = make_problem(sh, DType::bf16, {4, 3}, {1, 2}, {1, 0}, 5);
+  P.n_live = 0;  // two sequences in the buffers, none live: every program exits
+  Rig rig(P);
+  const Result r = run(P, rig);
+  CHECK(byte_diff(r.state, test::to_bytes(P.state0, DType::f32), DType::f32) == "");
+  size_t changed = 0;
+  for (uint8_t x : r.out) changed += x != 0xA5;
+  CHECK(changed == 0);
+
+  rig.reset(P, 0xA5);
+  auto p = rig.params(P);
+  int tile = 0;
+  cudaError_t want = cudaErrorInvalidValue;
+  SECTION("max_seqs 0 launches nothing") {
+    p.max_seqs = 0;
+    want = cudaSuccess;
+  }
+  SECTION("unsupported Dk") { p.Dk = 48; }
+  SECTION("Hv not a multiple of Hk") { p.Hk = 3; }
+  SECTION("tile not built") { tile = 16; }
+  SECTION("missing metadata") { p.n_seqs = nullptr; }
+  SECTION("missing output") { p.out = nullptr; }
+  SECTION("f16 inputs") { p.qkv_dtype = DType::f16; }
+  SECTION("grid too tall") { p.max_seqs = 70000; }
+  CHECK(delta_rule_prefill_mma(p, nullptr, tile) == want);
+  check(cudaDeviceSynchronize());
+  CHECK(byte_diff(rig.state.download(), test::to_bytes(P.state0, DType::f32), DType::f32) == "");
+}
+
+TEST_CASE("delta-prefill mma: name, parse, resolve", "[gpu][delta_rule_mma][model]") {
+  CHECK(std::string(delta_prefill_name(DeltaPrefill::mma)) == "mma");
+  CHECK(parse_delta_prefill("mma") == DeltaPrefill::mma);
+  CHECK_THROWS_AS(parse_delta_prefill("MMA"), Error);
+  DeviceLimits d = DeviceLimits::current();
+  // Supported shapes resolve to mma (prefill or not); automatic never picks it.
+  CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, d) == DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 32, 32, 4}, true, d) == DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 16, 32, 4}, false, d) == DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, d) != DeltaPrefill::mma);
+  // Not built for Dk 16, an old device, or too little shared memory: a clear error.
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 16, 32, 4}, true, d), Error);
+  DeviceLimits old = d;
+  old.cc_major = 7;
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, old), Error);
+  DeviceLimits small = d;
+  small.smem_optin = 100 * 1024;
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, small), Error);
+}

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/delta_rule_prefill_mma.h"
 #include "kernels/device_util.cuh"
@@ -38,9 +39,10 @@ struct MTile {
   static constexpr int LDS = BV + 4;  // S, X / V', O row pitch (== 4 mod 32: conflict-free column-pair loads)
   static constexpr int LDT = C + 8;   // T, P row pitch
   static constexpr int QW = LDK > LDS ? LDK : LDS;
-  // P1b: the 8 row tiles of [q; k] (16 rows each) x BV columns; a warp has WM1 row tiles, WN1 8-column tiles.
-  static constexpr int WM1 = NW >= 8 ? 1 : 8 / NW;
-  static constexpr int WN1 = 8 / WM1;
+  // P1b: the 8 row tiles of [q; k] (16 rows each) x BV columns; a warp has WM1 row tiles, WN1 8-column
+  // tiles: all 8 row tiles of its own 8 columns, so each S fragment is loaded and split once per block.
+  static constexpr int WM1 = 8;
+  static constexpr int WN1 = 1;
   static constexpr int oG = 0;              // G     [C] double
   static constexpr int oS = oG + 2 * C;     // S     [DK, LDS] state tile
   static constexpr int oK = oS + DK * LDS;  // K     [C, LDK]  k
@@ -257,18 +259,71 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
   for (int64_t c0 = b; c0 < e; c0 += C) {
     const int L = static_cast<int>(e - c0 < C ? e - c0 : C);  // tokens in this chunk, 1..C
 
-    // ---- P0: k -> Ks, q -> Qs, v tile -> Vs; rows >= L are zeros.
-    for (int f = tid; f < C * DK / 4; f += NT) {
-      const int r = f / (DK / 4), i = 4 * (f % (DK / 4));
-      const int64_t at = ((c0 + r) * Hk + hk) * DK + i;  // [T, Hk, DK]
-      const int ok = r < L ? 4 : 0;
-      st4(Ks + r * LDK + i, load4(p.k, p.qkv_dtype, at, ok, vec));
-      st4(Qs + r * LDK + i, load4(p.q, p.qkv_dtype, at, ok, vec));
+    // ---- P0: k -> Ks, q -> Qs, v tile -> Vs; rows >= L are zeros. Each thread issues all its
+    // loads (in groups of up to 4 rows of 4 elements per array) before it stores any, so the
+    // chunk waits for about one memory latency; the rows were prefetched into L2 a chunk earlier.
+    {
+      constexpr int IQ = C * DK / 4 / NT, GQ = IQ < 4 ? IQ : 4;  // float4s of q (and of k) per thread
+      constexpr int IV = C * BV / 4 / NT;                        // float4s of v per thread (4)
+      static_assert(IQ >= 1 && IQ % GQ == 0 && IV == 4 && C * DK / 4 == IQ * NT && C * BV / 4 == IV * NT, "");
+#pragma unroll
+      for (int i0 = 0; i0 < IQ; i0 += GQ) {
+        float4 kx[GQ], qx[GQ];
+#pragma unroll
+        for (int u = 0; u < GQ; ++u) {
+          const int f = tid + (i0 + u) * NT;
+          const int r = f / (DK / 4), i = 4 * (f % (DK / 4));
+          const int64_t at = ((c0 + r) * Hk + hk) * DK + i;  // [T, Hk, DK]
+          const int ok = r < L ? 4 : 0;
+          kx[u] = load4(p.k, p.qkv_dtype, at, ok, vec);
+          qx[u] = load4(p.q, p.qkv_dtype, at, ok, vec);
+        }
+#pragma unroll
+        for (int u = 0; u < GQ; ++u) {
+          const int f = tid + (i0 + u) * NT;
+          const int r = f / (DK / 4), i = 4 * (f % (DK / 4));
+          st4(Ks + r * LDK + i, kx[u]);
+          st4(Qs + r * LDK + i, qx[u]);
+        }
+      }
+      float4 vx[IV];
+#pragma unroll
+      for (int u = 0; u < IV; ++u) {
+        const int f = tid + u * NT;
+        const int r = f / (BV / 4), j = 4 * (f % (BV / 4));
+        const int64_t at = ((c0 + r) * Hv + hv) * Dv + v0 + j;  // [T, Hv, Dv]
+        vx[u] = load4(p.v, p.qkv_dtype, at, r < L ? Dv - v0 - j : 0, vec);
+      }
+#pragma unroll
+      for (int u = 0; u < IV; ++u) {
+        const int f = tid + u * NT;
+        const int r = f / (BV / 4), j = 4 * (f % (BV / 4));
+        st4(Vs + r * LDS + j, vx[u]);
+      }
     }
-    for (int f = tid; f < C * BV / 4; f += NT) {
-      const int r = f / (BV / 4), j = 4 * (f % (BV / 4));
-      const int64_t at = ((c0 + r) * Hv + hv) * Dv + v0 + j;  // [T, Hv, Dv]
-      st4(Vs + r * LDS + j, load4(p.v, p.qkv_dtype, at, r < L ? Dv - v0 - j : 0, vec));
+    // The next chunk's rows of q, k, v (this tile's columns), g and beta into L2 (not a read: the
+    // values are not used; only rows of this sequence, so every address is inside the buffers).
+    {
+      const int64_t c1 = c0 + C;
+      const int es = p.qkv_dtype == DType::bf16 ? 2 : 4;
+      for (int f = tid; f < 5 * C; f += NT) {
+        const int which = f / C, r = f % C;
+        if (c1 + r >= e) continue;
+        const int64_t tok = c1 + r;
+        const char* a;
+        int bytes;
+        if (which == 0 || which == 1) {
+          a = static_cast<const char*>(which == 0 ? p.q : p.k) + ((tok * Hk + hk) * DK) * es;
+          bytes = DK * es;
+        } else if (which == 2) {
+          a = static_cast<const char*>(p.v) + ((tok * Hv + hv) * Dv + v0) * es;
+          bytes = (Dv - v0 < BV ? Dv - v0 : BV) * es;
+        } else {
+          a = reinterpret_cast<const char*>((which == 3 ? p.g : p.beta) + tok * Hv + hv);
+          bytes = 4;
+        }
+        for (int o = 0; o < bytes; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(a + o));
+      }
     }
     for (int j = tid; j < 2 * BV; j += NT) nfX[j] = C;
     // Warp 0: lane l has tokens 2l, 2l+1; G by a shuffle scan in double (g = 0, beta = 0 past L,
@@ -332,22 +387,34 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
     float o1[WM1][WN1][4] = {};
     {
       const int nbase = (warp / (8 / WM1)) * (8 * WN1);
-#pragma unroll 2
-      for (int kk = 0; kk < DK; kk += 16) {
-        Frag<4> a[WM1];
+      // Pass `lo` = false: the high part of q, k times both parts of S; pass true (two-part q, k
+      // only): the low part of q, k times the high part of S. Two passes instead of the three
+      // products per step keep the registers of one A fragment (one pass of three spilled).
+      auto product = [&](auto lo_c) {
+        constexpr bool kLo = decltype(lo_c)::value;
+#pragma unroll 1
+        for (int kk = 0; kk < DK; kk += 16) {
+          Frag<2> bs[WN1];  // S, split once per block (each warp has its own columns)
 #pragma unroll
-        for (int im = 0; im < WM1; ++im) {
-          const int mb = warp % (8 / WM1) + im * (8 / WM1);
-          const float* arow = mb < 4 ? Qs + 16 * mb * LDK : Ks + 16 * (mb - 4) * LDK;
-          a[im] = a_rows(arow + kk, LDK, g, t, two);
+          for (int nt = 0; nt < WN1; ++nt) bs[nt] = b_kn(Ss + kk * LDS + nbase + 8 * nt, LDS, g, t);
+#pragma unroll
+          for (int im = 0; im < WM1; ++im) {
+            const int mb = warp % (8 / WM1) + im * (8 / WM1);
+            const float* arow = mb < 4 ? Qs + 16 * mb * LDK : Ks + 16 * (mb - 4) * LDK;
+            const Frag<4> a = a_rows(arow + kk, LDK, g, t, kLo);
+#pragma unroll
+            for (int nt = 0; nt < WN1; ++nt) {
+              if constexpr (kLo) {
+                mma::mma_bf16(o1[im][nt], a.lo, bs[nt].hi[0], bs[nt].hi[1]);
+              } else {
+                mma_parts(o1[im][nt], a, bs[nt], false, true);
+              }
+            }
+          }
         }
-#pragma unroll
-        for (int nt = 0; nt < WN1; ++nt) {
-          const Frag<2> bs = b_kn(Ss + kk * LDS + nbase + 8 * nt, LDS, g, t);
-#pragma unroll
-          for (int im = 0; im < WM1; ++im) mma_parts(o1[im][nt], a[im], bs, two, true);
-        }
-      }
+      };
+      if (two) product(std::true_type{});
+      product(std::false_type{});
 #pragma unroll
       for (int im = 0; im < WM1; ++im) {
         const int mb = warp % (8 / WM1) + im * (8 / WM1);
@@ -375,7 +442,8 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
           for (int h = 0; h < 2; ++h) {
             const int r = 16 * mb + g + 8 * h, j = nbase + 8 * nt + 2 * t;
             const float er = Es[r] * scale;
-            *reinterpret_cast<float2*>(Os + r * LDS + j) = make_float2(o1[im][nt][2 * h] * er, o1[im][nt][2 * h + 1] * er);
+            *reinterpret_cast<float2*>(Os + r * LDS + j) =
+                make_float2(o1[im][nt][2 * h] * er, o1[im][nt][2 * h + 1] * er);
           }
         }
       }
@@ -439,12 +507,14 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
     }
     __syncthreads();
 
-    // ---- P3: V' = T X. Warp: row tile mb = warp % 4, columns nb3 .. nb3 + 31 (4 tiles of 8);
+    // ---- P3: V' = T X. Warp: row tile mb, columns nb3 .. nb3 + 31 (4 tiles of 8);
     // key tiles kb <= mb (the ones above the diagonal are skipped). On the diagonal tile T is
     // selected to 0 above the diagonal and non-finite X is read as 0 (a later token's NaN must
     // not reach an earlier row through 0 * NaN); rows at or past a column's first non-finite X
     // of that tile are then made NaN, as the plain product would.
-    const int mb = warp % 4, nb3 = (warp / 4) * 32;
+    // Row tile mb = warp / (NW / 4): the warps of one scheduler (warp % 4) get different row tiles,
+    // so the triangular work (mb + 1 key tiles) spreads over the schedulers.
+    const int mb = warp / (NW / 4), nb3 = (warp % (NW / 4)) * 32;
     {
       float acc[4][4] = {};
       for (int kb = 0; kb <= mb; ++kb) {

@@ -114,9 +114,10 @@ TEST_CASE("mma delta-rule prefill matches the reference, keeps the invariants", 
       }
     }
   }
-  std::printf("mma delta-rule prefill, worst normalised error vs the double reference: f32 outputs %.3g, state %.3g; "
-              "fast decay: f32 outputs %.3g, state %.3g\n",
-              worst.out, worst.state, worst_fast.out, worst_fast.state);
+  std::printf(
+      "mma delta-rule prefill, worst normalised error vs the double reference: f32 outputs %.3g, state %.3g; "
+      "fast decay: f32 outputs %.3g, state %.3g\n",
+      worst.out, worst.state, worst_fast.out, worst_fast.state);
 }
 
 TEST_CASE("mma delta-rule prefill: a captured launch replays the eager bytes", "[gpu][delta_rule_mma][graphs]") {

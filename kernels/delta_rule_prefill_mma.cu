@@ -4,12 +4,16 @@
 // One block per (Dv tile, v-head, sequence) walks the sequence's chunks of 64 tokens; per chunk:
 //   P0 load k, q (unscaled), the v tile (zero rows past the chunk's end); warp 0: g, beta, G
 //   P1 a: [q; k] K^T (the lower triangle, 16 x 8 tiles) -> P, A; b: [q; k] S -> O (registers), X
+//      (warp w: state columns 8w..8w+7, all rows of [q; k]); the next chunk's rows are prefetched to L2
 //   P2 O -> shared; T = (I + A)^-1 on the CUDA cores (the chunked kernel's blockwise substitution)
 //   P3 V' = T X (registers), then V' over X
 //   P4 o = O + P V' (stored); S = exp(G_last) S + K^T (exp(G_last - G) V')
 // mma.sync m16n8k16 bf16 -> f32 with fragments read from the f32 shared tiles: an operand that is
 // exactly bf16 (q and k with bf16 inputs) is one bf16 part, every other operand is split into a
 // high and a low bf16 part (mma::split_pair<2>) and multiplied as lo*hi + hi*lo + hi*hi.
+// ptxas -v (sm_90, CUDA 13.0): BV = 128 uses 128 registers (the 512-thread bound), no spills at
+// Dk = 128 (28 and 16 bytes at Dk = 64 and 32); BV = 64 and 32 use 255, no spills. One pass of the
+// three products in P1b with a runtime flag for two-part q, k spilled ~50 bytes at Dk = Dv = 128.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

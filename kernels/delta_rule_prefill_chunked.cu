@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/contracts.h"
+#include "kernels/delta_rule_chunk_io.cuh"
 #include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
@@ -27,6 +28,8 @@
 
 namespace sg {
 namespace {
+
+using namespace chunk_io;  // NOLINT: the kernel's I/O helpers
 
 constexpr int kChunk = 64;
 
@@ -65,8 +68,6 @@ struct Tile {
 __device__ __forceinline__ float comp(const float4& v, int u) {
   return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w;
 }
-__device__ __forceinline__ float4 ld4(const float* s) { return *reinterpret_cast<const float4*>(s); }
-__device__ __forceinline__ void st4(float* s, const float4& v) { *reinterpret_cast<float4*>(s) = v; }
 __device__ __forceinline__ float4 scale4(float4 v, float w) { return make_float4(v.x * w, v.y * w, v.z * w, v.w * w); }
 
 // acc = fmaf chain of a.x*b.x, a.y*b.y, a.z*b.z, a.w*b.w (one more 4-step of a dot product).
@@ -98,42 +99,6 @@ __device__ __forceinline__ void fma_row_first(float (&acc)[4], const float4& a, 
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[j] = fmaf(au, comp(b[u], j), acc[j]);
   }
-}
-
-// Elements i..i+3 of a buffer of type t (f32 or bf16) as f32; elements u >= valid read as 0 (and
-// are not read). vec: the 4 elements are one aligned 16-byte (f32) or 8-byte (bf16) word.
-__device__ __forceinline__ float4 load4(const void* p, DType t, int64_t i, int valid, bool vec) {
-  if (vec && valid >= 4) {
-    if (t == DType::bf16) {
-      const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p) + i);
-      return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                         __uint_as_float(u.y & 0xffff0000u));
-    }
-    return *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
-  }
-  return make_float4(valid > 0 ? dev::load(p, t, i) : 0.0f, valid > 1 ? dev::load(p, t, i + 1) : 0.0f,
-                     valid > 2 ? dev::load(p, t, i + 2) : 0.0f, valid > 3 ? dev::load(p, t, i + 3) : 0.0f);
-}
-
-__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
-         (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
-}
-
-// Stores the first `valid` (<= 4) of v to elements i.. of a buffer of type t, rounding once for bf16.
-__device__ __forceinline__ void store4(void* p, DType t, int64_t i, const float4& v, int valid, bool vec) {
-  if (vec && valid >= 4) {
-    if (t == DType::bf16) {
-      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p) + i) = make_uint2(bf16_pair(v.x, v.y), bf16_pair(v.z, v.w));
-    } else {
-      *reinterpret_cast<float4*>(static_cast<float*>(p) + i) = v;
-    }
-    return;
-  }
-  if (valid > 0) dev::store(p, t, i, v.x);
-  if (valid > 1) dev::store(p, t, i + 1, v.y);
-  if (valid > 2) dev::store(p, t, i + 2, v.z);
-  if (valid > 3) dev::store(p, t, i + 3, v.w);
 }
 
 // Grid (ceil(Dv / BV) * Hv, max_seqs), block 4 * BV threads, Tile<DK, BV>::bytes of dynamic shared

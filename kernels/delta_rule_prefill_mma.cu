@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/delta_rule_chunk_io.cuh"
+#include "kernels/delta_rule_mma_frag.cuh"
 #include "kernels/delta_rule_prefill_mma.h"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
@@ -28,6 +30,9 @@
 
 namespace sg {
 namespace {
+
+using namespace chunk_io;  // NOLINT: the kernel's I/O helpers
+using namespace mma_frag;  // NOLINT: its fragments
 
 constexpr int kChunk = 64;
 
@@ -69,132 +74,6 @@ struct MTile {
                 "16-byte aligned views");
   static_assert(bytes <= 227 * 1024, "fits one block's shared memory on sm_90");
 };
-
-__device__ __forceinline__ float4 ld4(const float* s) { return *reinterpret_cast<const float4*>(s); }
-__device__ __forceinline__ void st4(float* s, const float4& v) { *reinterpret_cast<float4*>(s) = v; }
-__device__ __forceinline__ float2 ld2(const float* s) { return *reinterpret_cast<const float2*>(s); }
-
-// Elements i..i+3 of a buffer of type t (f32 or bf16) as f32; elements u >= valid read as 0 (and
-// are not read). vec: the 4 elements are one aligned 16-byte (f32) or 8-byte (bf16) word.
-__device__ __forceinline__ float4 load4(const void* p, DType t, int64_t i, int valid, bool vec) {
-  if (vec && valid >= 4) {
-    if (t == DType::bf16) {
-      const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p) + i);
-      return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                         __uint_as_float(u.y & 0xffff0000u));
-    }
-    return *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
-  }
-  return make_float4(valid > 0 ? dev::load(p, t, i) : 0.0f, valid > 1 ? dev::load(p, t, i + 1) : 0.0f,
-                     valid > 2 ? dev::load(p, t, i + 2) : 0.0f, valid > 3 ? dev::load(p, t, i + 3) : 0.0f);
-}
-
-__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
-         (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
-}
-
-// Stores the first `valid` (<= 4) of v to elements i.. of a buffer of type t, rounding once for bf16.
-__device__ __forceinline__ void store4(void* p, DType t, int64_t i, const float4& v, int valid, bool vec) {
-  if (vec && valid >= 4) {
-    if (t == DType::bf16) {
-      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p) + i) = make_uint2(bf16_pair(v.x, v.y), bf16_pair(v.z, v.w));
-    } else {
-      *reinterpret_cast<float4*>(static_cast<float*>(p) + i) = v;
-    }
-    return;
-  }
-  if (valid > 0) dev::store(p, t, i, v.x);
-  if (valid > 1) dev::store(p, t, i + 1, v.y);
-  if (valid > 2) dev::store(p, t, i + 2, v.z);
-  if (valid > 3) dev::store(p, t, i + 3, v.w);
-}
-
-// Stores the first `valid` (<= 2) of (x, y) to elements i, i + 1 (i even when vec).
-__device__ __forceinline__ void store2(void* p, DType t, int64_t i, float x, float y, int valid, bool vec) {
-  if (vec && valid >= 2) {
-    if (t == DType::bf16) {
-      *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p) + i) = bf16_pair(x, y);
-    } else {
-      *reinterpret_cast<float2*>(static_cast<float*>(p) + i) = make_float2(x, y);
-    }
-    return;
-  }
-  if (valid > 0) dev::store(p, t, i, x);
-  if (valid > 1) dev::store(p, t, i + 1, y);
-}
-
-// An f32 pair as bf16 parts: hi = bf16(x, y); lo = bf16 of the (exact) residual.
-__device__ __forceinline__ void split(float x, float y, uint32_t& hi, uint32_t& lo) {
-  uint32_t w[2];
-  mma::split_pair<2>(x, y, w);
-  hi = w[0];
-  lo = w[1];
-}
-
-// One operand fragment (4 words for A, 2 for B) in one or two bf16 parts.
-template <int N>
-struct Frag {
-  uint32_t hi[N], lo[N];
-};
-
-// Sets fragment word u from the f32 pair (x, y): both parts, or the high part alone (exact operands).
-template <int N>
-__device__ __forceinline__ void put(Frag<N>& f, int u, float x, float y, bool two) {
-  if (two) {
-    split(x, y, f.hi[u], f.lo[u]);
-  } else {
-    f.hi[u] = bf16_pair(x, y);
-  }
-}
-
-// c += a b over the parts: lo*hi + hi*lo + hi*hi (small terms first); a_two / b_two: the operand
-// has a low part.
-__device__ __forceinline__ void mma_parts(float* c, const Frag<4>& a, const Frag<2>& b, bool a_two, bool b_two) {
-  if (a_two) mma::mma_bf16(c, a.lo, b.hi[0], b.hi[1]);
-  if (b_two) mma::mma_bf16(c, a.hi, b.lo[0], b.lo[1]);
-  mma::mma_bf16(c, a.hi, b.hi[0], b.hi[1]);
-}
-
-// A fragment (16 x 16) of a row-major f32 matrix at `a` (pitch ld): rows g, g+8, columns 2t.., 2t+8...
-__device__ __forceinline__ Frag<4> a_rows(const float* a, int ld, int g, int t, bool two) {
-  Frag<4> f;
-  const float2 x0 = ld2(a + g * ld + 2 * t), x1 = ld2(a + (g + 8) * ld + 2 * t);
-  const float2 x2 = ld2(a + g * ld + 2 * t + 8), x3 = ld2(a + (g + 8) * ld + 2 * t + 8);
-  put(f, 0, x0.x, x0.y, two);
-  put(f, 1, x1.x, x1.y, two);
-  put(f, 2, x2.x, x2.y, two);
-  put(f, 3, x3.x, x3.y, two);
-  return f;
-}
-
-// B fragment (16 x 8) from a matrix stored [n][k] row-major (B[k][n] = m[n][k], pitch ld).
-__device__ __forceinline__ Frag<2> b_nk(const float* m, int ld, int g, int t, bool two) {
-  Frag<2> f;
-  const float2 x0 = ld2(m + g * ld + 2 * t), x1 = ld2(m + g * ld + 2 * t + 8);
-  put(f, 0, x0.x, x0.y, two);
-  put(f, 1, x1.x, x1.y, two);
-  return f;
-}
-
-// B fragment (16 x 8) from a matrix stored [k][n] row-major (pitch ld): rows 2t, 2t+1 (and +8), column g.
-__device__ __forceinline__ Frag<2> b_kn(const float* m, int ld, int g, int t) {
-  Frag<2> f;
-  const float* c = m + 2 * t * ld + g;
-  split(c[0], c[ld], f.hi[0], f.lo[0]);
-  split(c[8 * ld], c[9 * ld], f.hi[1], f.lo[1]);
-  return f;
-}
-
-// As b_kn, with non-finite values read as 0 (the diagonal tile of a causal product: see P3).
-__device__ __forceinline__ float fin(float x) { return isfinite(x) ? x : 0.0f; }
-__device__ __forceinline__ Frag<2> b_kn_finite(const float* m, int ld, int g, int t) {
-  Frag<2> f;
-  const float* c = m + 2 * t * ld + g;
-  split(fin(c[0]), fin(c[ld]), f.hi[0], f.lo[0]);
-  split(fin(c[8 * ld]), fin(c[9 * ld]), f.hi[1], f.lo[1]);
-  return f;
-}
 
 // Grid (ceil(Dv / BV) * Hv, max_seqs), block 4 * BV threads, MTile<DK, BV>::bytes of dynamic shared
 // memory. Every early exit depends on the sequence only (uniform over the block), so every barrier

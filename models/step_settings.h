@@ -24,11 +24,11 @@ struct DeviceLimits {
 // (ARMS.md), these agree only within the f32 tolerances of delta_rule_ref.h (normalised 1e-5 for
 // chunked, 1e-4 for mma, against the double chunked reference).
 enum class DeltaPrefill : uint8_t {
-  automatic,  // chunked where its kernel is built for Dk and its shared memory fits the device, else scan
+  automatic,  // bf16: mma where its kernel is built and fits; else chunked where built and fits; else scan
   scan,       // delta_rule_prefill: the reference-exact sequential scan (bytes of decode token by token)
   chunked,    // delta_rule_prefill_chunked: the chunked WY form (chunks of 64 tokens), much faster
   mma,        // delta_rule_prefill_mma: the chunked WY form with its products on the tensor cores
-              // (bf16 operands split in two parts; never chosen by automatic)
+              // (bf16 operands split in two parts; automatic's choice for bf16 activations)
 };
 const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked", "mma"
 // "auto", "scan", "chunked" or "mma"; throws Error on anything else.
@@ -161,9 +161,10 @@ PdlMode resolve_pdl(PdlMode want, const DeviceLimits& d);
 AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache, bool prefill, const DeviceLimits& d);
 // The same for the tensor-core decode (it always applies: every step kind decodes).
 AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType act, DType cache, const DeviceLimits& d);
-// `automatic` -> chunked when the kernel is built for (Dk, Dv) and one block's shared memory fits
-// this device (the opt-in limit), else scan; an explicit chunked that cannot run is an error when
-// the step has prefill (`prefill`), and harmless without.
-DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool prefill, const DeviceLimits& d);
+// `automatic` -> for bf16 activations (`act`) mma when its kernel is built for (Dk, Dv) on this
+// device (sm_80+) and one block's shared memory fits (the opt-in limit); otherwise chunked when
+// that kernel is built and fits, else scan. An explicit chunked or mma that cannot run is an error
+// when the step has prefill (`prefill`), and harmless without.
+DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool prefill, DType act, const DeviceLimits& d);
 
 }  // namespace sg

@@ -340,17 +340,29 @@ TEST_CASE("delta-prefill mma: name, parse, resolve", "[gpu][delta_rule_mma][mode
   CHECK(parse_delta_prefill("mma") == DeltaPrefill::mma);
   CHECK_THROWS_AS(parse_delta_prefill("MMA"), Error);
   DeviceLimits d = DeviceLimits::current();
-  // Supported shapes resolve to mma (prefill or not); automatic never picks it.
-  CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, d) == DeltaPrefill::mma);
-  CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 32, 32, 4}, true, d) == DeltaPrefill::mma);
-  CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 16, 32, 4}, false, d) == DeltaPrefill::mma);
-  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, d) != DeltaPrefill::mma);
+  // Supported shapes resolve to mma (prefill or not); automatic picks it for bf16 steps only.
+  CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, d) ==
+        DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 32, 32, 4}, true, DType::bf16, d) == DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 16, 32, 4}, false, DType::bf16, d) == DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, d) ==
+        DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, DType::f32, d) ==
+        DeltaPrefill::chunked);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 16, 32, 4}, true, DType::bf16, d) ==
+        DeltaPrefill::scan);  // neither chunked kernel is built for Dk 16
   // Not built for Dk 16, an old device, or too little shared memory: a clear error.
-  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 16, 32, 4}, true, d), Error);
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 16, 32, 4}, true, DType::bf16, d), Error);
   DeviceLimits old = d;
   old.cc_major = 7;
-  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, old), Error);
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, old), Error);
   DeviceLimits small = d;
   small.smem_optin = 100 * 1024;
-  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, small), Error);
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, small),
+                  Error);
+  // Where mma does not fit, automatic falls back to chunked (which needs no more shared memory here).
+  DeviceLimits pre_ampere = d;
+  pre_ampere.cc_major = 7;
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, pre_ampere) ==
+        DeltaPrefill::chunked);
 }

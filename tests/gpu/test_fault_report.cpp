@@ -15,8 +15,8 @@ using namespace sg::test;
 namespace {
 
 ChildResult run_generate(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "generate", "--preset", "tiny", "--tokens", "1,2,3,4,5",
-                                   "--max-new",      "4",        "--json"};
+  std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "generate",  "--preset", "tiny",  "--tokens",
+                                   "1,2,3,4,5",      "--max-new", "4",        "--json"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   ChildLimits l;
   l.seconds = 240;

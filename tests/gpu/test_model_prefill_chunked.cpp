@@ -11,6 +11,7 @@
 #include "engine/error.h"
 #include "kernels/contracts.h"
 #include "kernels/delta_rule_prefill_chunked.h"
+#include "kernels/delta_rule_prefill_mma.h"
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tests/gpu/model_prefill_fixture.h"
@@ -85,21 +86,29 @@ TEST_CASE("model prefill with the chunked delta rule: graph replay is byte-ident
   }
 }
 
-// The default, `auto`, resolves in the constructor: chunked where the kernel is built for Dk (and
-// fits the device), the scan elsewhere; the manifest shows what runs. An explicit chunked for an
-// unsupported Dk is an error when the step has prefill, and nothing without.
-TEST_CASE("model prefill: delta_prefill auto picks the chunked kernel where it is built, else the scan",
+// The default, `auto`, resolves in the constructor: for bf16 steps the tensor-core kernel, for f32
+// steps the chunked kernel, where the kernel is built for Dk (and fits the device), the scan
+// elsewhere; the manifest shows what runs. An explicit chunked or mma for an unsupported Dk is an
+// error when the step has prefill, and nothing without.
+TEST_CASE("model prefill: delta_prefill auto picks mma (bf16) or chunked (f32) where built, else the scan",
           "[gpu][model][prefill][delta_rule_chunked]") {
   CHECK(ModelStepOptions{}.delta_prefill == DeltaPrefill::automatic);
   CHECK(parse_delta_prefill("auto") == DeltaPrefill::automatic);
   CHECK_THROWS_AS(parse_delta_prefill("fast"), Error);
-  for (auto [Dk, want] : {std::pair{32, DeltaPrefill::chunked}, {16, DeltaPrefill::scan}}) {
-    CAPTURE(Dk);
+  struct Case {
+    int Dk;
+    DType act;
+    DeltaPrefill want;
+  };
+  for (auto [Dk, act, want] : {Case{32, DType::bf16, DeltaPrefill::mma}, Case{32, DType::f32, DeltaPrefill::chunked},
+                               Case{16, DType::bf16, DeltaPrefill::scan}}) {
+    CAPTURE(Dk, dtype_name(act));
     Qwen35Config cfg = preset("tiny");
     cfg.gdn = GdnDims{2, 4, Dk, 32, 4};
     cfg.validate("test");
-    REQUIRE(delta_rule_prefill_chunked_supports(Dk, 32) == (want == DeltaPrefill::chunked));
-    ModelStepOptions o = prefill_options(DType::bf16, DeltaPrefill::automatic);
+    REQUIRE(delta_rule_prefill_chunked_supports(Dk, 32) == (want != DeltaPrefill::scan));
+    REQUIRE(delta_rule_prefill_mma_supports(Dk, 32) == (want != DeltaPrefill::scan));
+    ModelStepOptions o = prefill_options(act, DeltaPrefill::automatic);
     o.synthetic = true;
     ModelStep step(cfg, o);
     CHECK(step.options().delta_prefill == want);
@@ -112,6 +121,8 @@ TEST_CASE("model prefill: delta_prefill auto picks the chunked kernel where it i
     }
     CHECK(nodes == static_cast<size_t>(cfg.num_linear_attention()));
     if (want == DeltaPrefill::scan) {
+      o.delta_prefill = DeltaPrefill::mma;
+      CHECK_THROWS_AS(ModelStep(cfg, o), Error);
       o.delta_prefill = DeltaPrefill::chunked;
       CHECK_THROWS_AS(ModelStep(cfg, o), Error);
       o.max_prefill_tokens = 0;  // no prefill step: nothing to refuse

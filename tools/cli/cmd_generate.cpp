@@ -318,8 +318,8 @@ void register_generate(CLI::App& app, Action& action) {
                   "chunked (the chunked WY form, 64-token chunks, within f32 tolerance of the scan; on the CPU the "
                   "same as --chunked), mma (GPU: the chunked WY form with its products on the tensor cores, bf16 "
                   "operands split in two parts, within 1e-4 normalised f32 error of the double reference; on the "
-                  "CPU the same as --chunked) or auto (on the GPU chunked where its kernel is built for the "
-                  "model's Dk and fits the device, else scan, never mma; on the CPU the scan)")
+                  "CPU the same as --chunked) or auto (on the GPU mma for bf16 and chunked for f32 where the "
+                  "kernel is built for the model's Dk and fits the device, else scan; on the CPU the scan)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "scan", "chunked", "mma"}));
   cmd->add_option("--attn-prefill", o.attn_prefill,

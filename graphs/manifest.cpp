@@ -77,11 +77,15 @@ NodeChecks* node_checks() { return t_checks; }
 NodeCheckScope::NodeCheckScope(NodeChecks* checks) : previous_(t_checks) { t_checks = checks; }
 NodeCheckScope::~NodeCheckScope() { t_checks = previous_; }
 
+bool sticky_error() {
+  (void)cudaGetLastError();                     // clears a non-sticky error
+  return cudaPeekAtLastError() != cudaSuccess;  // a sticky one stays: the context is lost
+}
+
 void node_fault(cudaError_t e, const NodeLabel& label) {
-  throw Error(
-      fmt::format("{}: the kernel failed while it ran: {} ({}); the CUDA context is lost, so this process "
-                  "cannot run further steps",
-                  node_name(label), cudaGetErrorName(e), cudaGetErrorString(e)));
+  throw Error(fmt::format(
+      "{}: the kernel failed while it ran: {} ({}){}", node_name(label), cudaGetErrorName(e), cudaGetErrorString(e),
+      sticky_error() ? "; the CUDA context is lost, so this process cannot run further steps" : ""));
 }
 
 void checked_launch(NodeChecks& c, NodeRecorder* rec, cudaStream_t stream, const NodeLabel& label, int kernels) {
@@ -89,12 +93,11 @@ void checked_launch(NodeChecks& c, NodeRecorder* rec, cudaStream_t stream, const
   check(cudaStreamIsCapturing(stream, &status));
   const bool capturing = status != cudaStreamCaptureStatusNone;
   int extra = 0;
-  if (!c.fault_op.empty() && label.layer == c.fault_layer && label.op == c.fault_op) {
+  if (c.inject && !c.fault_op.empty() && label.layer == c.fault_layer && label.op == c.fault_op &&
+      (capturing || c.sync_each)) {
     c.matched = true;
-    if (c.inject && (capturing || c.sync_each)) {
-      check(c.inject(stream));
-      extra = 1;  // the drill's kernel is one more node of this launch, under its label
-    }
+    check(c.inject(stream));
+    extra = 1;  // the drill's kernel is one more node of this launch, under its label
   }
   if (rec) rec->launched(stream, label, kernels == NodeRecorder::kAnyKernels ? kernels : kernels + extra);
   if (!c.sync_each || capturing) return;

@@ -68,7 +68,7 @@ struct NodeChecks {
   int fault_layer = -1;
   std::string fault_op;
   cudaError_t (*inject)(cudaStream_t) = nullptr;
-  bool matched = false;  // set once a launch matched the drill's node
+  bool matched = false;  // set once the drill's kernel was launched (captured or eager)
 };
 
 // The NodeChecks of this thread's current scope, or null.
@@ -86,8 +86,11 @@ class NodeCheckScope {
   NodeChecks* previous_;
 };
 
+// Whether the runtime's last error is sticky (the CUDA context is lost); clears a non-sticky one.
+bool sticky_error();
+
 // A kernel faulted while it ran: an Error naming its node ("layer 3 attention.decode (arm mma):
-// the kernel failed while it ran: cudaErrorIllegalAddress ...; the CUDA context is lost").
+// the kernel failed while it ran: cudaErrorIllegalAddress ...; the CUDA context is lost" when it is).
 [[noreturn]] void node_fault(cudaError_t e, const NodeLabel& label);
 
 // launched() under NodeChecks: the fault drill, the recorder, then the synchronised check.

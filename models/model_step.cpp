@@ -414,13 +414,14 @@ void ModelStep::run_key(const GraphKey& key, RunMode mode) {
 }
 
 void ModelStep::step_fault(cudaError_t e) const {
-  throw Error(
-      fmt::format("the {} failed while it ran: {} ({}); the CUDA context is lost, so this process cannot run "
-                  "further steps{}",
-                  last_step_.empty() ? std::string("step") : last_step_, cudaGetErrorName(e), cudaGetErrorString(e),
-                  opts_.check_nodes ? std::string()
-                                    : std::string(". To name the kernel node, run again with eager steps "
-                                                  "checked node by node (--check-nodes)")));
+  const bool lost = sticky_error();
+  throw Error(fmt::format("the {} failed while it ran: {} ({}){}{}",
+                          last_step_.empty() ? std::string("step") : last_step_, cudaGetErrorName(e),
+                          cudaGetErrorString(e),
+                          lost ? "; the CUDA context is lost, so this process cannot run further steps" : "",
+                          opts_.check_nodes ? std::string()
+                                            : std::string(". To name the kernel node, run again with eager steps "
+                                                          "checked node by node (--check-nodes)")));
 }
 
 void ModelStep::read_outputs(size_t n, std::vector<float>& logits, std::vector<int32_t>& tokens) const {

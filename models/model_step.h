@@ -293,7 +293,7 @@ class ModelStep {
   std::vector<int> prefill_keys_;
   NodeChecks checks_;        // check_nodes and the fault drill (set by launch_sequence's scope)
   bool use_checks_ = false;  // either is on
-  std::string last_step_;    // "graph decode b=4" or "eager step prefill 16 tokens": for step_fault
+  std::string last_step_;    // "graph decode 4" or "eager step prefill 16": for step_fault
   StepGraphs graphs_;
 };
 

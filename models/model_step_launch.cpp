@@ -73,15 +73,26 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
     // Timed and chosen at the first eager use of the shape (the warm-up before any capture).
     if (rec) {
       lt_->run(x, W, y);
-      rec->launched(stream_.get(), {layer, op, lt_->describe(lt_shape(x, W, y)), bytes}, NodeRecorder::kAnyKernels);
     } else {
       lt_->tune(x, W, y);
     }
+    // The library's launches threw on failure; this labels them (and applies check_nodes).
+    launched(
+        cudaSuccess, rec, stream_.get(),
+        [&] {
+          return NodeLabel{layer, op, lt_->describe(lt_shape(x, W, y)), bytes};
+        },
+        NodeRecorder::kAnyKernels);
     return false;
   }
   if (!skinny) {
     gemm_xwt(*cublas_, x, W, y);
-    if (rec) rec->launched(stream_.get(), {layer, op, "cublas", bytes}, NodeRecorder::kAnyKernels);
+    launched(
+        cudaSuccess, rec, stream_.get(),
+        [&] {
+          return NodeLabel{layer, op, "cublas", bytes};
+        },
+        NodeRecorder::kAnyKernels);
     return false;
   }
   SkinnyGemmParams p;

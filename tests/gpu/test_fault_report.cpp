@@ -67,8 +67,8 @@ TEST_CASE("generate: a kernel fault inside a replayed graph names the graph, --c
     INFO(r.describe() << "\n" << r.out.substr(0, 3000));
     REQUIRE(r.end == ChildResult::End::exited);
     CHECK(r.code == 1);
-    CHECK(r.out.find("--fault-after 2:conv.update: no node of the steps that ran is layer 2 op 'conv.update'") !=
-          std::string::npos);
+    CHECK(r.out.find("--fault-after 2:conv.update: no node of the captured graphs or checked steps is layer 2 op "
+                     "'conv.update'") != std::string::npos);
   }
 }
 

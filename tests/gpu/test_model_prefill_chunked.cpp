@@ -2,7 +2,7 @@
 // - chunked matches the CPU reference (its recurrent prefill and its chunked form) across chunk
 //   boundaries, with history and decode after it; the manifest shows the chunked kernel;
 // - graph replay == eager bytes with the chunked kernel;
-// - `auto` (the default) resolves to chunked where the kernel is built, else the scan;
+// - `auto` (the default) resolves to mma (bf16) or chunked (f32) where the kernel is built, else the scan;
 // (the fused gdn.prefill arm in front of it: test_model_prefill.cpp's fused test runs both prefills).
 #include <cstring>
 #include <set>

@@ -174,8 +174,8 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
   }
   if (!so.fault_op.empty() && !step.fault_drill_matched()) {
     throw Error(
-        fmt::format("--fault-after {}: no node of the steps that ran is layer {} op '{}' (`stepgraph inspect "
-                    "--preset {}` lists the nodes)",
+        fmt::format("--fault-after {}: no node of the captured graphs or checked steps is layer {} op '{}' "
+                    "(`stepgraph inspect --preset {}` lists the nodes)",
                     printable(o.fault_after), so.fault_layer, printable(so.fault_op), cfg.name));
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

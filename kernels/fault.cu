@@ -4,18 +4,23 @@
 #include <cstdint>
 
 #include "kernels/fault.h"
+#include "kernels/launch.cuh"
 
 namespace sg {
 namespace {
 
-// `p` comes from the host, so the compiler cannot prove the store invalid and drop it.
-__global__ void fault_kernel(int* p) { *reinterpret_cast<volatile int*>(p) = 1; }
+// `p` comes from the host, so the compiler cannot prove the store invalid and drop it. It waits
+// for the node before it (kernels/launch.cuh), so the fault comes after that node's work.
+__global__ void fault_kernel(int* p) {
+  pdl_start();
+  *reinterpret_cast<volatile int*>(p) = 1;
+}
 
 }  // namespace
 
 cudaError_t fault_inject(cudaStream_t stream) {
   // The first page of the address space is never mapped: the store is an illegal address.
-  fault_kernel<<<1, 1, 0, stream>>>(reinterpret_cast<int*>(uintptr_t{64}));
+  launch_kernel(fault_kernel, dim3(1), dim3(1), 0, stream, reinterpret_cast<int*>(uintptr_t{64}));
   return cudaGetLastError();
 }
 

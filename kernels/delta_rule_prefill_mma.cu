@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "kernels/delta_rule_chunk_io.cuh"
+#include "kernels/delta_rule_chunk_launch.cuh"
 #include "kernels/delta_rule_mma_frag.cuh"
 #include "kernels/delta_rule_prefill_mma.h"
 #include "kernels/device_util.cuh"
@@ -533,71 +534,25 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
   }
 }
 
-// Calls f(integral_constant DK, integral_constant BV) for the built pairs; false when not built.
-template <typename F>
-bool with_tile(int Dk, int bv, F&& f) {
-  auto call = [&](auto dk, auto tile) {
-    f(dk, tile);
-    return true;
-  };
-  using std::integral_constant;
-  switch (Dk * 1000 + bv) {
-    case 32032: return call(integral_constant<int, 32>{}, integral_constant<int, 32>{});
-    case 32064: return call(integral_constant<int, 32>{}, integral_constant<int, 64>{});
-    case 32128: return call(integral_constant<int, 32>{}, integral_constant<int, 128>{});
-    case 64032: return call(integral_constant<int, 64>{}, integral_constant<int, 32>{});
-    case 64064: return call(integral_constant<int, 64>{}, integral_constant<int, 64>{});
-    case 64128: return call(integral_constant<int, 64>{}, integral_constant<int, 128>{});
-    case 128032: return call(integral_constant<int, 128>{}, integral_constant<int, 32>{});
-    case 128064: return call(integral_constant<int, 128>{}, integral_constant<int, 64>{});
-    case 128128: return call(integral_constant<int, 128>{}, integral_constant<int, 128>{});
-    default: return false;
-  }
-}
-
-template <int DK, int BV>
-cudaError_t launch(const DeltaRulePrefillParams& p, bool vec, cudaStream_t stream) {
-  using Tl = MTile<DK, BV>;
-  auto* kernel = delta_rule_mma_kernel<DK, BV>;
-  if (const cudaError_t err = dev::allow_dynamic_smem(kernel, Tl::bytes); err != cudaSuccess) return err;
-  const int tiles = (p.Dv + BV - 1) / BV;
-  const dim3 grid(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.max_seqs)), block(Tl::NT);
-  launch_kernel(kernel, grid, block, Tl::bytes, stream, p, vec);
-  return cudaGetLastError();
-}
-
 }  // namespace
 
-bool delta_rule_prefill_mma_supports(int Dk, int Dv) { return (Dk == 32 || Dk == 64 || Dk == 128) && Dv >= 1; }
+bool delta_rule_prefill_mma_supports(int Dk, int Dv) { return chunk_launch::supports(Dk, Dv); }
 
-int delta_rule_prefill_mma_tile(int Dv) { return Dv % 128 == 0 ? 128 : Dv % 64 == 0 ? 64 : 32; }
+int delta_rule_prefill_mma_tile(int Dv) { return chunk_launch::auto_tile(Dv); }
 
 size_t delta_rule_prefill_mma_smem(int Dk, int dv_tile) {
   size_t bytes = 0;
-  with_tile(Dk, dv_tile, [&](auto dk, auto bv) { bytes = MTile<decltype(dk)::value, decltype(bv)::value>::bytes; });
+  chunk_launch::with_tile(Dk, dv_tile,
+                          [&](auto dk, auto bv) { bytes = MTile<decltype(dk)::value, decltype(bv)::value>::bytes; });
   return bytes;
 }
 
 cudaError_t delta_rule_prefill_mma(const DeltaRulePrefillParams& p, cudaStream_t stream, int dv_tile) {
-  LaunchCheck chk("delta_rule.prefill (mma)");
-  chk.require(delta_rule_prefill_mma_supports(p.Dk, p.Dv), "the mma form is not built for this Dk, Dv");
-  check_delta_rule_prefill_params(chk, p);
-  chk.require(dv_tile == 0 || dv_tile == 32 || dv_tile == 64 || dv_tile == 128, "dv_tile must be 0, 32, 64 or 128");
-  if (!chk.ok()) return cudaErrorInvalidValue;
-  const int bv = dv_tile == 0 ? delta_rule_prefill_mma_tile(p.Dv) : dv_tile;
-  chk.require(static_cast<int64_t>((p.Dv + bv - 1) / bv) * p.Hv <= 0x7fffffff, "Dv / tile x Hv blocks exceed the grid");
-  if (!chk.ok()) return cudaErrorInvalidValue;
-  if (p.max_seqs == 0) return cudaSuccess;
-  const bool vec = p.Dv % 4 == 0 && dev::aligned16(p.q) && dev::aligned16(p.k) && dev::aligned16(p.v) &&
-                   dev::aligned16(p.out) && dev::aligned16(p.state);
-  cudaError_t err = cudaErrorInvalidValue;
-  bool built = false;
-  with_tile(p.Dk, bv, [&](auto dk, auto tile) {
-    built = true;
-    err = launch<decltype(dk)::value, decltype(tile)::value>(p, vec, stream);
+  return chunk_launch::checked_launch("delta_rule.prefill (mma)", p, dv_tile, [&](auto dk, auto bv, bool vec) {
+    using Tl = MTile<decltype(dk)::value, decltype(bv)::value>;
+    return chunk_launch::launch<decltype(bv)::value>(delta_rule_mma_kernel<decltype(dk)::value, decltype(bv)::value>,
+                                                     Tl::NT, Tl::bytes, p, vec, stream);
   });
-  chk.require(built, "no built tile for this Dk and Dv tile");
-  return err;
 }
 
 }  // namespace sg

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/contracts.h"
+#include "kernels/delta_rule_chunk_inverse.cuh"
 #include "kernels/delta_rule_chunk_io.cuh"
 #include "kernels/delta_rule_chunk_launch.cuh"
 #include "kernels/delta_rule_prefill_chunked.h"
@@ -278,27 +279,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const Del
     // written TRANSPOSED into the upper triangle (diagonal included) of the same block: T_ww[r][c]
     // at (32w + c, 32w + r), r >= c; the strictly lower triangle still holds A for the other lanes.
     if (tid < 64) {
-      const int base = tid & 32, c = lane;
-      float tc[32];
-#pragma unroll
-      for (int r = 0; r < 32; ++r) {
-        const float* arow = Ts + (base + r) * LDT + base;  // A[base + r][base + m]
-        float acc = 0.0f;
-#pragma unroll
-        for (int m = 0; m < r; m += 4) {
-          const float4 a = ld4(arow + m);  // may read past m = r - 1: those are not used
-          acc = fmaf(a.x, tc[m], acc);
-          if (m + 1 < r) acc = fmaf(a.y, tc[m + 1], acc);
-          if (m + 2 < r) acc = fmaf(a.z, tc[m + 2], acc);
-          if (m + 3 < r) acc = fmaf(a.w, tc[m + 3], acc);
-        }
-        tc[r] = r < c ? 0.0f : (r == c ? 1.0f : -acc);
-      }
-      __syncwarp();  // every lane of this block has read A before any writes the upper triangle
-#pragma unroll
-      for (int r = 0; r < 32; ++r) {
-        if (r >= c) Ts[(base + c) * LDT + base + r] = tc[r];
-      }
+      chunk_inverse::diagonal_blocks<LDT>(Ts, tid, lane);
     } else {
       // The other warps: K <- exp(G_last - G_r) k_r (the state update's left factor; k is not read again).
       for (int f = tid - 64; f < C * DK / 4; f += NT - 64) {
@@ -307,38 +288,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const Del
       }
     }
     __syncthreads();
-    // M = A10 T00 [32, 32] into the upper-right block (rows 0..31, columns 32..63):
-    // M[r][c] = sum_{m >= c} A[32 + r][m] T00[m][c], T00[m][c] read from its transposed copy (c, m).
-    for (int o = tid; o < 32 * 32; o += NT) {
-      const int r = o >> 5, c = o & 31;
-      const float* arow = Ts + (32 + r) * LDT;  // A10 row r
-      const float* tcol = Ts + c * LDT;         // T00 column c (transposed), valid at m >= c
-      float acc = 0.0f;
-#pragma unroll
-      for (int m = 0; m < 32; m += 4) {
-        const float4 a = ld4(arow + m), t = ld4(tcol + m);
-        acc = fmaf(a.x, m >= c ? t.x : 0.0f, acc);
-        acc = fmaf(a.y, m + 1 >= c ? t.y : 0.0f, acc);
-        acc = fmaf(a.z, m + 2 >= c ? t.z : 0.0f, acc);
-        acc = fmaf(a.w, m + 3 >= c ? t.w : 0.0f, acc);
-      }
-      Ts[r * LDT + 32 + c] = acc;
-    }
-    __syncthreads();
-    // T10 = -T11 M over A10 (rows 32..63, columns 0..31): T10[r][c] = -sum_{m <= r} T11[r][m] M[m][c],
-    // T11[r][m] from its transposed copy (32 + m, 32 + r). Then the diagonal blocks' strictly lower
-    // triangles get T (natural layout) from the transposed copies. Afterwards T[r][c] is right for
-    // c <= r; above the diagonal is garbage, which P3 never uses (fma_row_first on the diagonal tiles).
-    for (int o = tid; o < 32 * 32; o += NT) {
-      const int r = o >> 5, c = o & 31;
-      float acc = 0.0f;
-      for (int m = 0; m <= r; ++m) acc = fmaf(Ts[(32 + m) * LDT + 32 + r], Ts[m * LDT + 32 + c], acc);
-      Ts[(32 + r) * LDT + c] = -acc;
-    }
-    for (int o = tid; o < 2 * 32 * 32; o += NT) {
-      const int base = (o >> 10) * 32, r = (o >> 5) & 31, c = o & 31;
-      if (c < r) Ts[(base + r) * LDT + base + c] = Ts[(base + c) * LDT + base + r];
-    }
+    chunk_inverse::off_diagonal<LDT, NT>(Ts, tid);  // M = A10 T00, then T10 = -T11 M
     __syncthreads();
 
     // ---- P3: V' = T X -> Ws [C, BV]. Rows r0..r0+3, columns j0..j0+3, c <= r0 + 3.

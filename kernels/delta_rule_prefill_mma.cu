@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/delta_rule_chunk_inverse.cuh"
 #include "kernels/delta_rule_chunk_io.cuh"
 #include "kernels/delta_rule_chunk_launch.cuh"
 #include "kernels/delta_rule_mma_frag.cuh"
@@ -335,60 +336,9 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
     // P2: T = (I + A)^-1, exactly the chunked kernel's blockwise substitution.
     // Warp w < 2, lane c: column c of T_ww by forward substitution, t_r = [r == c] - sum_{m<r} A[r][m] t_m,
     // written TRANSPOSED into the upper triangle (diagonal included) of the same block.
-    if (tid < 64) {
-      const int base = tid & 32, c = lane;
-      float tc[32];
-#pragma unroll
-      for (int r = 0; r < 32; ++r) {
-        const float* arow = Ts + (base + r) * LDT + base;  // A[base + r][base + m]
-        float acc = 0.0f;
-#pragma unroll
-        for (int m = 0; m < r; m += 4) {
-          const float4 a = ld4(arow + m);  // may read past m = r - 1: those are not used
-          acc = fmaf(a.x, tc[m], acc);
-          if (m + 1 < r) acc = fmaf(a.y, tc[m + 1], acc);
-          if (m + 2 < r) acc = fmaf(a.z, tc[m + 2], acc);
-          if (m + 3 < r) acc = fmaf(a.w, tc[m + 3], acc);
-        }
-        tc[r] = r < c ? 0.0f : (r == c ? 1.0f : -acc);
-      }
-      __syncwarp();  // every lane of this block has read A before any writes the upper triangle
-#pragma unroll
-      for (int r = 0; r < 32; ++r) {
-        if (r >= c) Ts[(base + c) * LDT + base + r] = tc[r];
-      }
-    }
+    if (tid < 64) chunk_inverse::diagonal_blocks<LDT>(Ts, tid, lane);
     __syncthreads();
-    // M = A10 T00 [32, 32] into the upper-right block (rows 0..31, columns 32..63).
-    for (int o = tid; o < 32 * 32; o += NT) {
-      const int r = o >> 5, c = o & 31;
-      const float* arow = Ts + (32 + r) * LDT;  // A10 row r
-      const float* tcol = Ts + c * LDT;         // T00 column c (transposed), valid at m >= c
-      float acc = 0.0f;
-#pragma unroll
-      for (int m = 0; m < 32; m += 4) {
-        const float4 a = ld4(arow + m), tv = ld4(tcol + m);
-        acc = fmaf(a.x, m >= c ? tv.x : 0.0f, acc);
-        acc = fmaf(a.y, m + 1 >= c ? tv.y : 0.0f, acc);
-        acc = fmaf(a.z, m + 2 >= c ? tv.z : 0.0f, acc);
-        acc = fmaf(a.w, m + 3 >= c ? tv.w : 0.0f, acc);
-      }
-      Ts[r * LDT + 32 + c] = acc;
-    }
-    __syncthreads();
-    // T10 = -T11 M over A10; then the diagonal blocks' strictly lower triangles get T from the
-    // transposed copies. Afterwards T[r][c] is right for c <= r; above the diagonal is garbage,
-    // which P3 selects away.
-    for (int o = tid; o < 32 * 32; o += NT) {
-      const int r = o >> 5, c = o & 31;
-      float acc = 0.0f;
-      for (int m = 0; m <= r; ++m) acc = fmaf(Ts[(32 + m) * LDT + 32 + r], Ts[m * LDT + 32 + c], acc);
-      Ts[(32 + r) * LDT + c] = -acc;
-    }
-    for (int o = tid; o < 2 * 32 * 32; o += NT) {
-      const int base = (o >> 10) * 32, r = (o >> 5) & 31, c = o & 31;
-      if (c < r) Ts[(base + r) * LDT + base + c] = Ts[(base + c) * LDT + base + r];
-    }
+    chunk_inverse::off_diagonal<LDT, NT>(Ts, tid);  // M = A10 T00, then T10 = -T11 M
     __syncthreads();
 
     // ---- P3: V' = T X. Warp: row tile mb, columns nb3 .. nb3 + 31 (4 tiles of 8);

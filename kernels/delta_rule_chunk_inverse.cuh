@@ -1,0 +1,84 @@
+// delta_rule_chunk_inverse.cuh: T = (I + A)^-1 of one 64-token chunk, A strictly lower
+// triangular (64 x 64 f32 in shared memory, row pitch LDT), for the chunked delta-rule prefill
+// kernels (delta_rule_prefill_chunked.cu, delta_rule_prefill_mma.cu) on the CUDA cores, blockwise:
+// the two 32 x 32 diagonal blocks by forward substitution (diagonal_blocks), then
+// T10 = -T11 A10 T00 (off_diagonal). Explicit fmaf chains in a fixed order (bytes independent of
+// the block size).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "kernels/delta_rule_chunk_io.cuh"
+
+namespace sg::chunk_inverse {
+
+// Threads 0..63 only (warp w < 2, lane c): column c of T_ww by forward substitution, t_r = [r == c]
+// - sum_{m<r} A[r][m] t_m, written TRANSPOSED into the upper triangle (diagonal included) of the
+// same block: T_ww[r][c] at (32w + c, 32w + r), r >= c; the strictly lower triangle still holds A
+// for the other lanes.
+template <int LDT>
+__device__ __forceinline__ void diagonal_blocks(float* Ts, int tid, int lane) {
+  using chunk_io::ld4;
+  const int base = tid & 32, c = lane;
+  float tc[32];
+#pragma unroll
+  for (int r = 0; r < 32; ++r) {
+    const float* arow = Ts + (base + r) * LDT + base;  // A[base + r][base + m]
+    float acc = 0.0f;
+#pragma unroll
+    for (int m = 0; m < r; m += 4) {
+      const float4 a = ld4(arow + m);  // may read past m = r - 1: those are not used
+      acc = fmaf(a.x, tc[m], acc);
+      if (m + 1 < r) acc = fmaf(a.y, tc[m + 1], acc);
+      if (m + 2 < r) acc = fmaf(a.z, tc[m + 2], acc);
+      if (m + 3 < r) acc = fmaf(a.w, tc[m + 3], acc);
+    }
+    tc[r] = r < c ? 0.0f : (r == c ? 1.0f : -acc);
+  }
+  __syncwarp();  // every lane of this block has read A before any writes the upper triangle
+#pragma unroll
+  for (int r = 0; r < 32; ++r) {
+    if (r >= c) Ts[(base + c) * LDT + base + r] = tc[r];
+  }
+}
+
+// Every thread of the block (NT of them), after a barrier that follows diagonal_blocks; it holds
+// one barrier itself, and its writes need one more before T is read. Afterwards T[r][c] is right
+// for c <= r; above the diagonal is garbage, which the callers never use.
+template <int LDT, int NT>
+__device__ __forceinline__ void off_diagonal(float* Ts, int tid) {
+  using chunk_io::ld4;
+  // M = A10 T00 [32, 32] into the upper-right block (rows 0..31, columns 32..63):
+  // M[r][c] = sum_{m >= c} A[32 + r][m] T00[m][c], T00[m][c] read from its transposed copy (c, m).
+  for (int o = tid; o < 32 * 32; o += NT) {
+    const int r = o >> 5, c = o & 31;
+    const float* arow = Ts + (32 + r) * LDT;  // A10 row r
+    const float* tcol = Ts + c * LDT;         // T00 column c (transposed), valid at m >= c
+    float acc = 0.0f;
+#pragma unroll
+    for (int m = 0; m < 32; m += 4) {
+      const float4 a = ld4(arow + m), t = ld4(tcol + m);
+      acc = fmaf(a.x, m >= c ? t.x : 0.0f, acc);
+      acc = fmaf(a.y, m + 1 >= c ? t.y : 0.0f, acc);
+      acc = fmaf(a.z, m + 2 >= c ? t.z : 0.0f, acc);
+      acc = fmaf(a.w, m + 3 >= c ? t.w : 0.0f, acc);
+    }
+    Ts[r * LDT + 32 + c] = acc;
+  }
+  __syncthreads();
+  // T10 = -T11 M over A10 (rows 32..63, columns 0..31): T10[r][c] = -sum_{m <= r} T11[r][m] M[m][c],
+  // T11[r][m] from its transposed copy (32 + m, 32 + r). Then the diagonal blocks' strictly lower
+  // triangles get T (natural layout) from the transposed copies. Afterwards T[r][c] is right for
+  // c <= r.
+  for (int o = tid; o < 32 * 32; o += NT) {
+    const int r = o >> 5, c = o & 31;
+    float acc = 0.0f;
+    for (int m = 0; m <= r; ++m) acc = fmaf(Ts[(32 + m) * LDT + 32 + r], Ts[m * LDT + 32 + c], acc);
+    Ts[(32 + r) * LDT + c] = -acc;
+  }
+  for (int o = tid; o < 2 * 32 * 32; o += NT) {
+    const int base = (o >> 10) * 32, r = (o >> 5) & 31, c = o & 31;
+    if (c < r) Ts[(base + r) * LDT + base + c] = Ts[(base + c) * LDT + base + r];
+  }
+}
+
+}  // namespace sg::chunk_inverse

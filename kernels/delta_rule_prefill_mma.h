@@ -39,9 +39,9 @@
 // no spills at Dk = 128 (28 / 16 bytes of spill at Dk = 64 / 32); BV = 64 and 32: 255, no spills.
 // Speed (H200, the 4B prefill of 32 x 1024 tokens, 24 GDN layers, bench --phase prefill):
 // delta_rule.prefill 102.1 ms against 144.4 ms for the chunked kernel (same build and machine), the
-// graph step 511.0 ms against 547.2 ms. Per chunk the block is still bound by instruction issue and
-// latency (fragment loads and splits from f32 shared tiles, the inverse on two warps, one block per
-// SM), not by the tensor cores.
+// graph step 511.0 ms against 547.2 ms. Not yet profiled: the block is thought to be bound by
+// instruction issue and latency (fragment loads and splits from f32 shared tiles, the inverse on two
+// warps, nine barriers a chunk, one block per SM), not by the tensor cores.
 //
 // Contract: exactly delta_rule_prefill_chunked's (padding slot < 0: zero output rows, state
 // untouched; zero-length sequences touch nothing; has_history; device-side n_seqs; programs

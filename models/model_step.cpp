@@ -420,8 +420,9 @@ void ModelStep::step_fault(cudaError_t e) const {
                           cudaGetErrorString(e),
                           lost ? "; the CUDA context is lost, so this process cannot run further steps" : "",
                           opts_.check_nodes ? std::string()
-                                            : std::string(". To name the kernel node, run again with eager steps "
-                                                          "checked node by node (--check-nodes)")));
+                                            : std::string(". To name the kernel node, run the step again eagerly, "
+                                                          "checked node by node (ModelStepOptions::check_nodes, "
+                                                          "`generate --check-nodes`)")));
 }
 
 void ModelStep::read_outputs(size_t n, std::vector<float>& logits, std::vector<int32_t>& tokens) const {

@@ -101,7 +101,6 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   checks_.fault_layer = opts_.fault_layer;
   checks_.fault_op = opts_.fault_op;
   checks_.inject = &fault_inject;
-  use_checks_ = opts_.check_nodes || !opts_.fault_op.empty();
   const GdnDims& g = cfg_.gdn;
   const DeviceLimits device = DeviceLimits::current();
   sms_ = device.sms;
@@ -410,19 +409,21 @@ void ModelStep::run_step(const StepMetadata& md, RunMode mode) {
 
 void ModelStep::run_key(const GraphKey& key, RunMode mode) {
   const bool replayed = graphs_.run(key, mode);
-  last_step_ = fmt::format("{} {}", replayed ? "graph" : "eager step", describe(key));
+  last_step_ = LastStep{key, replayed};  // formatted only if the step fails (step_fault)
 }
 
 void ModelStep::step_fault(cudaError_t e) const {
   const bool lost = sticky_error();
-  throw Error(fmt::format("the {} failed while it ran: {} ({}){}{}",
-                          last_step_.empty() ? std::string("step") : last_step_, cudaGetErrorName(e),
-                          cudaGetErrorString(e),
-                          lost ? "; the CUDA context is lost, so this process cannot run further steps" : "",
-                          opts_.check_nodes ? std::string()
-                                            : std::string(". To name the kernel node, run the step again eagerly, "
-                                                          "checked node by node (ModelStepOptions::check_nodes, "
-                                                          "`generate --check-nodes`)")));
+  throw Error(fmt::format(
+      "the {} failed while it ran: {} ({}){}{}",
+      last_step_ ? fmt::format("{} {}", last_step_->replayed ? "graph" : "eager step", describe(last_step_->key))
+                 : std::string("step"),
+      cudaGetErrorName(e), cudaGetErrorString(e),
+      lost ? "; the CUDA context is lost, so this process cannot run further steps" : "",
+      opts_.check_nodes ? std::string()
+                        : std::string(". To name the kernel node, run the step again eagerly, "
+                                      "checked node by node (ModelStepOptions::check_nodes, "
+                                      "`generate --check-nodes`)")));
 }
 
 void ModelStep::read_outputs(size_t n, std::vector<float>& logits, std::vector<int32_t>& tokens) const {

@@ -291,9 +291,12 @@ class ModelStep {
   const ArmSelection* arms_ = nullptr;                 // arms() while a sequence launches
   std::vector<int> keys_;
   std::vector<int> prefill_keys_;
-  NodeChecks checks_;        // check_nodes and the fault drill (set by launch_sequence's scope)
-  bool use_checks_ = false;  // either is on
-  std::string last_step_;    // "graph decode 4" or "eager step prefill 16": for step_fault
+  NodeChecks checks_;  // check_nodes and the fault drill (set by launch_sequence's scope)
+  struct LastStep {
+    GraphKey key;
+    bool replayed = false;  // a graph replay, else an eager step
+  };
+  std::optional<LastStep> last_step_;  // the step run last, named by step_fault
   StepGraphs graphs_;
 };
 

@@ -240,7 +240,8 @@ void ModelStep::mlp_block(int layer, const StepKey& key, NodeRecorder* rec) {
 
 void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
   const PdlScope pdl(opts_.pdl == PdlMode::on);  // this sequence's kernel launches (kernels/launch_policy.h)
-  const NodeCheckScope checks(use_checks_ ? &checks_ : nullptr);  // check_nodes, the fault drill
+  const bool checks_on = checks_.sync_each || !checks_.fault_op.empty();  // check_nodes, the fault drill
+  const NodeCheckScope checks(checks_on ? &checks_ : nullptr);
   arms_ = &arms_for(graph_key(key));
   const int rows = key.tokens;
   const MetaPtrs m = meta_ptrs(a_.meta.data, key);

@@ -115,7 +115,9 @@ void print_result(const GenerateOptions& o, const char* implementation, const Qw
 
 // The GPU path: one slot, a prefill step of the whole prompt, then max_new - 1 decode steps (each
 // replays the batch-1 graph), feeding back the GPU's argmax.
-int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms& arms, std::vector<std::string> notes) {
+// `fault`: the drill's node parsed from --fault-after (empty: none).
+int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms& arms,
+            const std::pair<int, std::string>& fault, std::vector<std::string> notes) {
   for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
   const std::vector<int64_t> prompt = parse_token_list(o.tokens);
   Qwen35Config cfg;
@@ -151,7 +153,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
   so.gemm = parse_gemm(o.gemm);
   so.arms = arms.arms;
   so.check_nodes = o.check_nodes;
-  if (!o.fault_after.empty()) std::tie(so.fault_layer, so.fault_op) = parse_fault_after(o.fault_after);
+  std::tie(so.fault_layer, so.fault_op) = fault;
   ModelStep step(cfg, so);
   if (weights) step.load_host_weights(*weights);
   // With --check-nodes the steps run eagerly (a graph cannot stop between its nodes).
@@ -198,10 +200,12 @@ int run(const GenerateOptions& o) {
   std::vector<std::string> notes;
   // Every source of arms is parsed first: a bad name is an error on either path.
   const ResolvedArms arms = resolve_cli_arms(o.arms.arms);
-  if (!o.fault_after.empty()) parse_fault_after(o.fault_after);  // a bad value is an error on either path
+  // Parsed on either path: a bad value is an error even where the CPU reference runs.
+  const std::pair<int, std::string> fault =
+      o.fault_after.empty() ? std::pair<int, std::string>{-1, ""} : parse_fault_after(o.fault_after);
   if (!o.cpu) {
     const DeviceInfo dev = probe_device();
-    if (dev.ok) return run_gpu(o, dev, arms, notes);
+    if (dev.ok) return run_gpu(o, dev, arms, fault, notes);
     notes.push_back(fmt::format("{}: running the CPU reference model instead", dev.reason));
   }
   reject_arms_on_cpu(arms, "generate");

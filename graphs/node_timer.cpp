@@ -68,7 +68,8 @@ void NodeTimer::attach() {
   CUpti_SubscriberHandle sub = nullptr;
   CUptiResult r = cuptiSubscribe(&sub, reinterpret_cast<CUpti_CallbackFunc>(on_callback), this);
   require(r != CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
-          "per-node timing needs CUPTI, but another tool (compute-sanitizer, ncu, nsys) already holds it");
+          "per-node timing needs CUPTI, but another tool (compute-sanitizer, ncu, nsys) already holds it; "
+          "`stepgraph bench --node-replays 0` runs without per-node timing");
   check_cupti(r);
   subscriber_ = sub;
   check_cupti(cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED));

@@ -131,6 +131,12 @@ std::vector<CliCase> option_cases() {
   add("ab --phase both", {"ab", "--b", "gemm=skinny", "--phase", "both"}, kCli11Invalid, {"--phase"});
   add("ab --svg into a missing folder", {"ab", "--b", "gemm=skinny", "--svg", "no/such/folder/ab.svg"}, 1,
       {"--svg no/such/folder/ab.svg: cannot write this file"});
+  add("bench --node-replays 0 --csv", {"bench", "--node-replays", "0", "--csv", "x.csv"}, 1,
+      {"bench --node-replays 0 turns per-node timing off, so it cannot go with:", "--csv (per-node statistics)"});
+  add("bench --node-replays 0 --trace on the gdn-layer workload",
+      {"bench", "--workload", "gdn-layer", "--node-replays", "0", "--trace", "t.json"}, 1,
+      {"--workload gdn-layer (its result is the per-node table)", "--trace (the timed replays"});
+  add("bench --node-replays negative", {"bench", "--node-replays", "-1"}, kCli11Invalid, {"--node-replays"});
   add("bench --cpu --replays", {"bench", "--cpu", "--replays", "5"}, 1, {"--replays (a count of CUDA graph replays)"});
   add("bench --cpu --preset 27b", {"bench", "--cpu", "--preset", "qwen3.5-27b"}, 1,
       {"--preset qwen3.5-27b (the CPU reference runs the 'tiny' preset only)"});

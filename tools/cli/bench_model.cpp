@@ -56,8 +56,15 @@ Spread time_steps(cudaStream_t stream, int reps, int replays, const std::functio
 }
 
 // Per-node CUPTI times of `replays` graph replays, printed and returned per op family.
+// With --node-replays 0 (no CUPTI: the run can go under ncu, nsys or compute-sanitizer), only the
+// DOT export (from the manifest) is written and the table is empty.
 nlohmann::json op_family_table(const BenchOptions& o, int key, const Manifest& m, int replays,
                                const std::function<void()>& replay) {
+  if (o.node_replays == 0) {
+    fmt::print("  per-node timing off (--node-replays 0)\n");
+    write_exports(o, key, m, {}, {});
+    return nlohmann::json::object();
+  }
   NodeTimer::instance().start();
   for (int i = 0; i < replays; ++i) replay();
   auto records = NodeTimer::instance().stop();
@@ -221,7 +228,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), step.keys().size(),
              step.prefill_keys().size());
   t0 = std::chrono::steady_clock::now();
-  step.capture_all(/*for_timing=*/true, do_prefill);
+  step.capture_all(/*for_timing=*/o.node_replays > 0, do_prefill);
   fmt::print("captured in {:.1f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   print_tuning(step);
   step.randomize_caches(7);  // after the capture: tuning (--arms tune) runs steps on the caches

@@ -288,9 +288,11 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("--reps", o.reps, "Timed repetitions (median, min, max reported)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  cmd->add_option("--node-replays", o.node_replays, "Replays timed per node under CUPTI")
+  cmd->add_option("--node-replays", o.node_replays,
+                  "Replays timed per node under CUPTI; 0 (model workload): no per-node timing and CUPTI left "
+                  "free, so the run can go under ncu, nsys or compute-sanitizer")
       ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
+      ->check(CLI::Range(0, 100000));
   cmd->add_option("--json", o.json, "Also write results (manifests, node stats) to this JSON file");
   cmd->add_option("--csv", o.csv, "Write each graph's per-node statistics as CSV (FILE gets -bN before the extension)");
   cmd->add_option("--trace", o.trace, "Write each graph's timed replays as a Chrome/Perfetto trace (JSON)");
@@ -376,6 +378,17 @@ void register_bench(CLI::App& app, Action& action) {
       // Every source of arms is parsed first: a bad name is an error on either path.
       const ResolvedArms arms = resolve_cli_arms(o.arms.arms);
       check_writable(o.json, "--json");  // before the run, so that its results are never lost
+      if (o.node_replays == 0) {         // on either path: these ask for what --node-replays 0 turns off
+        std::vector<std::string> bad;
+        if (o.workload != "model") bad.push_back("--workload " + o.workload + " (its result is the per-node table)");
+        if (!o.csv.empty()) bad.push_back("--csv (per-node statistics)");
+        if (!o.trace.empty()) bad.push_back("--trace (the timed replays of every node)");
+        if (!bad.empty()) {
+          std::string list;
+          for (const auto& b : bad) list += "\n  " + b;
+          throw Error(fmt::format("bench --node-replays 0 turns per-node timing off, so it cannot go with:{}", list));
+        }
+      }
       std::string why;
       DeviceInfo dev;
       if (o.cpu) {

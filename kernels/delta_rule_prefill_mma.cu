@@ -8,12 +8,17 @@
 //   P2 O -> shared; T = (I + A)^-1 on the CUDA cores (the chunked kernel's blockwise substitution)
 //   P3 V' = T X (registers), then V' over X
 //   P4 o = O + P V' (stored); S = exp(G_last) S + K^T (exp(G_last - G) V')
-// mma.sync m16n8k16 bf16 -> f32 with fragments read from the f32 shared tiles: an operand that is
-// exactly bf16 (q and k with bf16 inputs) is one bf16 part, every other operand is split into a
-// high and a low bf16 part (mma::split_pair<2>) and multiplied as lo*hi + hi*lo + hi*hi.
-// ptxas -v (sm_90, CUDA 13.0): BV = 128 uses 128 registers (the 512-thread bound), no spills at
-// Dk = 128 (28 and 16 bytes at Dk = 64 and 32); BV = 64 and 32 use 255, no spills. One pass of the
-// three products in P1b with a runtime flag for two-part q, k spilled ~50 bytes at Dk = Dv = 128.
+// mma.sync m16n8k16 bf16 -> f32. With bf16 inputs, q and k are exactly bf16: they are kept as bf16
+// tiles and their fragments are read by ldmatrix (one instruction a 16 x 16 A fragment; .trans for
+// K^T in the state update), one part. Every other operand (and q, k with f32 inputs, kept as f32
+// tiles) is read from f32 shared tiles and split into a high and a low bf16 part
+// (mma::split_pair<2>), multiplied as lo*hi + hi*lo + hi*hi. The input dtype is a template
+// parameter, so no fragment code branches at run time. ldmatrix reads the bf16 values that a
+// conversion of f32 tiles would give, so the products are those of the f32-tile form.
+// ptxas -v (sm_90, CUDA 13.0): BV = 128 uses 128 registers (the 512-thread bound) with 24 bytes of
+// spill at Dk = 128 (28 and 32 at Dk = 64 and 32), either dtype; BV = 64 and 32 use 255, no spills.
+// One pass of the three products in P1b with a runtime flag for two-part q, k spilled ~50 bytes at
+// Dk = Dv = 128.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -37,28 +42,55 @@ using namespace chunk_io;  // NOLINT: the kernel's I/O helpers
 using namespace mma_frag;  // NOLINT: its fragments
 
 constexpr int kChunk = 64;
+using bf16 = __nv_bfloat16;
 
-// Compile-time shape of one block: DK = Dk, BV = the Dv tile. Shared memory offsets in floats.
-template <int DK, int BV>
+// Fragments of bf16 shared tiles (row pitch ld elements, 16-byte aligned rows) by ldmatrix:
+// A (16 x 16) of a row-major tile at `a` (rows g, g+8, columns 2t.., 2t+8..; the high part only).
+__device__ __forceinline__ Frag<4> ldm_a(const bf16* a, int ld, int lane) {
+  Frag<4> f;
+  mma::ldmatrix_x4(f.hi, static_cast<uint32_t>(__cvta_generic_to_shared(a + (lane & 15) * ld + 8 * (lane >> 4))));
+  return f;
+}
+// Two B fragments (16 x 8 each, k steps at columns 0 and 16) of a tile stored [n][k] at `m`: w[0], w[1]
+// the first, w[2], w[3] the second.
+__device__ __forceinline__ void ldm_b2(uint32_t* w, const bf16* m, int ld, int lane) {
+  mma::ldmatrix_x4(w, static_cast<uint32_t>(__cvta_generic_to_shared(m + (lane & 7) * ld + 8 * (lane >> 3))));
+}
+// A (16 x 16) of the transpose of a tile stored [c][i] at `m`: A[i][c] = m[c][i] (ldmatrix .trans).
+__device__ __forceinline__ Frag<4> ldm_at(const bf16* m, int ld, int lane) {
+  Frag<4> f;
+  const int q = lane >> 3;  // matrix q: rows c 8 (q / 2) .., columns i 8 (q % 2) ..
+  mma::ldmatrix_x4_trans(
+      f.hi, static_cast<uint32_t>(__cvta_generic_to_shared(m + ((lane & 7) + 8 * (q >> 1)) * ld + 8 * (q & 1))));
+  return f;
+}
+
+// Compile-time shape of one block: DK = Dk, BV = the Dv tile, TWO = q and k have a low part (f32
+// inputs: f32 tiles, fragments built from float pairs) or not (bf16 inputs: bf16 tiles, fragments
+// by ldmatrix). Shared memory offsets in floats.
+template <int DK, int BV, bool TWO>
 struct MTile {
   static constexpr int C = kChunk;
   static constexpr int NT = 4 * BV;   // threads
   static constexpr int NW = NT / 32;  // warps = BV / 8: warp w owns state columns 8w..8w+7 in P4
   static constexpr int CG = BV / 4;   // state load/store: column groups of 4
   static constexpr int RS = DK / 16;  // state load/store: rows per thread
-  static constexpr int LDK = DK + 8;  // q, k row pitch (== 8 mod 32 words: conflict-free float2 fragment loads)
+  static constexpr int LDK =
+      DK + 8;  // q, k row pitch in elements: f32 (== 8 mod 32 words: conflict-free float2
+               // fragment loads) or bf16 (an odd number of 16-byte units: conflict-free ldmatrix)
   static constexpr int LDS = BV + 4;  // S, X / V', O row pitch (== 4 mod 32: conflict-free column-pair loads)
   static constexpr int LDT = C + 8;   // T, P row pitch
-  static constexpr int QW = LDK > LDS ? LDK : LDS;
+  static constexpr int KQ = TWO ? C * LDK : C * LDK / 2;  // floats of one q or k tile
+  static constexpr int QO = KQ > C* LDS ? KQ : C* LDS;    // floats of the q tile's region (then O)
   // P1b: the 8 row tiles of [q; k] (16 rows each) x BV columns; a warp has WM1 row tiles, WN1 8-column
   // tiles: all 8 row tiles of its own 8 columns, so each S fragment is loaded and split once per block.
   static constexpr int WM1 = 8;
   static constexpr int WN1 = 1;
   static constexpr int oG = 0;              // G     [C] double
   static constexpr int oS = oG + 2 * C;     // S     [DK, LDS] state tile
-  static constexpr int oK = oS + DK * LDS;  // K     [C, LDK]  k
-  static constexpr int oQ = oK + C * LDK;   // Q     [C, LDK]  q (P0-P1), then O [C, LDS] (P2-P4)
-  static constexpr int oV = oQ + C * QW;    // V     [C, LDS]  v tile, then X (P1), then V' (P3)
+  static constexpr int oK = oS + DK * LDS;  // K     [C, LDK]  k (f32 or bf16)
+  static constexpr int oQ = oK + KQ;        // Q     [C, LDK]  q (P0-P1), then O [C, LDS] f32 (P2-P4)
+  static constexpr int oV = oQ + QO;        // V     [C, LDS]  v tile, then X (P1), then V' (P3)
   static constexpr int oT = oV + C * LDS;   // T     [C, LDT]  A (P1), T = (I + A)^-1 (P2)
   static constexpr int oP = oT + C * LDT;   // P     [C, LDT]  exp(G_r - G_c) q'_r.k_c, 0 for c > r
   static constexpr int oE = oP + C * LDT;   // E     [C] exp(G_r)
@@ -72,6 +104,7 @@ struct MTile {
   static_assert(NW % 4 == 0 || NW == 4, "P3 / P4 output: 4 row tiles x groups of 32 columns");
   static_assert(NT >= 128, "P2 uses warps 0 and 1 for the diagonal blocks");
   static_assert(RS == 2 || RS == 4 || RS == 8, "state rows per thread");
+  static_assert(TWO || (LDK * 2 / 16) % 2 == 1, "bf16 rows: an odd number of 16-byte units");
   static_assert(oS % 4 == 0 && oK % 4 == 0 && oQ % 4 == 0 && oV % 4 == 0 && oT % 4 == 0 && oP % 4 == 0,
                 "16-byte aligned views");
   static_assert(bytes <= 227 * 1024, "fits one block's shared memory on sm_90");
@@ -80,18 +113,20 @@ struct MTile {
 // Grid (ceil(Dv / BV) * Hv, max_seqs), block 4 * BV threads, MTile<DK, BV>::bytes of dynamic shared
 // memory. Every early exit depends on the sequence only (uniform over the block), so every barrier
 // sees every thread. vec: q, k, v, out and state are 16-byte aligned and Dv % 4 == 0.
-template <int DK, int BV>
+template <int DK, int BV, bool TWO>
 __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRulePrefillParams p, const bool vec) {
   pdl_start();  // kernels/launch.cuh
-  using Tl = MTile<DK, BV>;
+  using Tl = MTile<DK, BV, TWO>;
   constexpr int C = Tl::C, NT = Tl::NT, NW = Tl::NW, CG = Tl::CG, RS = Tl::RS;
   constexpr int LDK = Tl::LDK, LDS = Tl::LDS, LDT = Tl::LDT, WM1 = Tl::WM1, WN1 = Tl::WN1;
   extern __shared__ float4 smem4[];
   float* const sm = reinterpret_cast<float*>(smem4);
   double* const Gs = reinterpret_cast<double*>(sm + Tl::oG);  // [C] cumulative log decay G_r
   float* const Ss = sm + Tl::oS;                              // [DK, LDS] state tile
-  float* const Ks = sm + Tl::oK;                              // [C, LDK] k rows (row r = token c0 + r)
-  float* const Qs = sm + Tl::oQ;                              // [C, LDK] q rows (P0-P1)
+  float* const Ks = sm + Tl::oK;                              // [C, LDK] k rows (row r = token c0 + r), TWO
+  float* const Qs = sm + Tl::oQ;                              // [C, LDK] q rows (P0-P1), TWO
+  bf16* const Kh = reinterpret_cast<bf16*>(Ks);               // [C, LDK] k rows, !TWO
+  bf16* const Qh = reinterpret_cast<bf16*>(Qs);               // [C, LDK] q rows, !TWO
   float* const Os = sm + Tl::oQ;                              // [C, LDS] O = exp(G) S^T q' (P2-P4)
   float* const Vs = sm + Tl::oV;                              // [C, LDS] v tile rows, then X, then V'
   float* const Ts = sm + Tl::oT;                              // [C, LDT] A, then T
@@ -126,7 +161,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
     return;
   }
   const bool hist = p.has_history[n] != 0;
-  const bool two = p.qkv_dtype != DType::bf16;  // q and k need a low part (f32 inputs)
+  constexpr bool two = TWO;  // q and k need a low part (f32 inputs; the launcher checks the dtype)
   const int hk = hv / (Hv / Hk);
   const float scale = 1.0f / sqrtf(static_cast<float>(DK));
   // state[slot][hv] row i, tile column j at state_at + i * Dv + j.
@@ -167,8 +202,15 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
         for (int u = 0; u < GQ; ++u) {
           const int f = tid + (i0 + u) * NT;
           const int r = f / (DK / 4), i = 4 * (f % (DK / 4));
-          st4(Ks + r * LDK + i, kx[u]);
-          st4(Qs + r * LDK + i, qx[u]);
+          if constexpr (TWO) {
+            st4(Ks + r * LDK + i, kx[u]);
+            st4(Qs + r * LDK + i, qx[u]);
+          } else {  // exactly bf16: the conversion back is exact
+            *reinterpret_cast<uint2*>(Kh + r * LDK + i) =
+                make_uint2(bf16_pair(kx[u].x, kx[u].y), bf16_pair(kx[u].z, kx[u].w));
+            *reinterpret_cast<uint2*>(Qh + r * LDK + i) =
+                make_uint2(bf16_pair(qx[u].x, qx[u].y), bf16_pair(qx[u].z, qx[u].w));
+          }
         }
       }
       float4 vx[IV];
@@ -246,14 +288,26 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
       const int which = tt / 20, u = tt % 20;
       const int rb = u < 2 ? 0 : u < 6 ? 1 : u < 12 ? 2 : 3;
       const int nb = u - (rb == 0 ? 0 : rb == 1 ? 2 : rb == 2 ? 6 : 12);
-      const float* arow = (which == 0 ? Qs : Ks) + 16 * rb * LDK;
-      const float* brow = Ks + 8 * nb * LDK;
       float acc[4] = {};
+      if constexpr (TWO) {
+        const float* arow = (which == 0 ? Qs : Ks) + 16 * rb * LDK;
+        const float* brow = Ks + 8 * nb * LDK;
 #pragma unroll 4
-      for (int kk = 0; kk < DK; kk += 16) {
-        const Frag<4> a = a_rows(arow + kk, LDK, g, t, two);
-        const Frag<2> bb = b_nk(brow + kk, LDK, g, t, two);
-        mma_parts(acc, a, bb, two, two);
+        for (int kk = 0; kk < DK; kk += 16) {
+          const Frag<4> a = a_rows(arow + kk, LDK, g, t, true);
+          const Frag<2> bb = b_nk(brow + kk, LDK, g, t, true);
+          mma_parts(acc, a, bb, true, true);
+        }
+      } else {
+        const bf16* arow = (which == 0 ? Qh : Kh) + 16 * rb * LDK;
+        const bf16* brow = Kh + 8 * nb * LDK;
+#pragma unroll
+        for (int kk = 0; kk < DK; kk += 32) {  // two k steps: one ldmatrix of B, two of A
+          uint32_t bw[4];
+          ldm_b2(bw, brow + kk, LDK, lane);
+          mma::mma_bf16(acc, ldm_a(arow + kk, LDK, lane).hi, bw[0], bw[1]);
+          mma::mma_bf16(acc, ldm_a(arow + kk + 16, LDK, lane).hi, bw[2], bw[3]);
+        }
       }
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
@@ -285,8 +339,13 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
 #pragma unroll
           for (int im = 0; im < WM1; ++im) {
             const int mb = warp % (8 / WM1) + im * (8 / WM1);
-            const float* arow = mb < 4 ? Qs + 16 * mb * LDK : Ks + 16 * (mb - 4) * LDK;
-            const Frag<4> a = a_rows(arow + kk, LDK, g, t, kLo);
+            Frag<4> a;
+            if constexpr (TWO) {
+              const float* arow = mb < 4 ? Qs + 16 * mb * LDK : Ks + 16 * (mb - 4) * LDK;
+              a = a_rows(arow + kk, LDK, g, t, kLo);
+            } else {
+              a = ldm_a((mb < 4 ? Qh + 16 * mb * LDK : Kh + 16 * (mb - 4) * LDK) + kk, LDK, lane);
+            }
 #pragma unroll
             for (int nt = 0; nt < WN1; ++nt) {
               if constexpr (kLo) {
@@ -298,7 +357,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
           }
         }
       };
-      if (two) product(std::true_type{});
+      if constexpr (TWO) product(std::true_type{});
       product(std::false_type{});
 #pragma unroll
       for (int im = 0; im < WM1; ++im) {
@@ -455,12 +514,16 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
 #pragma unroll
         for (int mi = 0; mi < MT; ++mi) {
           // A = K^T: A[i][c] = K[c][i], rows i = 16 mi + g (+8), columns c = 16 kb + 2t (+1, +8, +9).
-          const float* kc = Ks + (16 * kb + 2 * t) * LDK + 16 * mi + g;
           Frag<4> a;
-          put(a, 0, kc[0], kc[LDK], two);
-          put(a, 1, kc[8], kc[LDK + 8], two);
-          put(a, 2, kc[8 * LDK], kc[9 * LDK], two);
-          put(a, 3, kc[8 * LDK + 8], kc[9 * LDK + 8], two);
+          if constexpr (TWO) {
+            const float* kc = Ks + (16 * kb + 2 * t) * LDK + 16 * mi + g;
+            put(a, 0, kc[0], kc[LDK], true);
+            put(a, 1, kc[8], kc[LDK + 8], true);
+            put(a, 2, kc[8 * LDK], kc[9 * LDK], true);
+            put(a, 3, kc[8 * LDK + 8], kc[9 * LDK + 8], true);
+          } else {
+            a = ldm_at(Kh + 16 * kb * LDK + 16 * mi, LDK, lane);
+          }
           mma_parts(acc[mi], a, bb, two, true);
         }
       }
@@ -490,18 +553,25 @@ bool delta_rule_prefill_mma_supports(int Dk, int Dv) { return chunk_launch::supp
 
 int delta_rule_prefill_mma_tile(int Dv) { return chunk_launch::auto_tile(Dv); }
 
-size_t delta_rule_prefill_mma_smem(int Dk, int dv_tile) {
+size_t delta_rule_prefill_mma_smem(int Dk, int dv_tile, DType qkv) {
   size_t bytes = 0;
-  chunk_launch::with_tile(Dk, dv_tile,
-                          [&](auto dk, auto bv) { bytes = MTile<decltype(dk)::value, decltype(bv)::value>::bytes; });
+  chunk_launch::with_tile(Dk, dv_tile, [&](auto dk, auto bv) {
+    constexpr int DK = decltype(dk)::value, BV = decltype(bv)::value;
+    bytes = qkv == DType::bf16 ? MTile<DK, BV, false>::bytes : MTile<DK, BV, true>::bytes;
+  });
   return bytes;
 }
 
 cudaError_t delta_rule_prefill_mma(const DeltaRulePrefillParams& p, cudaStream_t stream, int dv_tile) {
   return chunk_launch::checked_launch("delta_rule.prefill (mma)", p, dv_tile, [&](auto dk, auto bv, bool vec) {
-    using Tl = MTile<decltype(dk)::value, decltype(bv)::value>;
-    return chunk_launch::launch<decltype(bv)::value>(delta_rule_mma_kernel<decltype(dk)::value, decltype(bv)::value>,
-                                                     Tl::NT, Tl::bytes, p, vec, stream);
+    constexpr int DK = decltype(dk)::value, BV = decltype(bv)::value;
+    auto go = [&](auto two) {
+      constexpr bool TWO = decltype(two)::value;
+      using Tl = MTile<DK, BV, TWO>;
+      return chunk_launch::launch<BV>(delta_rule_mma_kernel<DK, BV, TWO>, Tl::NT, Tl::bytes, p, vec, stream);
+    };
+    // checked_launch has refused dtypes other than f32 and bf16
+    return p.qkv_dtype == DType::bf16 ? go(std::false_type{}) : go(std::true_type{});
   });
 }
 

@@ -33,22 +33,26 @@
 // triangular work is spread) and 32 columns; the state update gives warp w the columns 8w .. 8w+7
 // over all Dk rows, with K^T (exactly bf16 for bf16 inputs) as the A operand. P0 issues all its
 // loads before its stores and prefetches the next chunk's rows into L2.
-// Shared memory (f32 tiles; q, k rows padded to Dk + 8 and S, X, V', O rows to BV + 4 words so the
-// fragment loads are conflict-free): 210,176 bytes for Dk = Dv = 128 (BV = 128), 92,416 for (32, 64),
-// 72,704 for (32, 32). ptxas -v (sm_90, CUDA 13): BV = 128: 128 registers (the 512-thread bound),
-// no spills at Dk = 128 (28 / 16 bytes of spill at Dk = 64 / 32); BV = 64 and 32: 255, no spills.
-// Speed (H200, the 4B prefill of 32 x 1024 tokens, 24 GDN layers, bench --phase prefill):
-// delta_rule.prefill 102.1 ms against 144.4 ms for the chunked kernel (same build and machine), the
-// graph step 511.0 ms against 547.2 ms. Not yet profiled: the block is thought to be bound by
-// instruction issue and latency (fragment loads and splits from f32 shared tiles, the inverse on two
-// warps, nine barriers a chunk, one block per SM), not by the tensor cores.
+// Shared memory (f32 tiles, and q, k as bf16 tiles for bf16 inputs; q, k rows padded to Dk + 8
+// elements and S, X, V', O rows to BV + 4 words so that the fragment loads are conflict-free):
+// 191,744 bytes for Dk = Dv = 128 (BV = 128) with bf16 inputs, 210,176 with f32; 87,296 / 92,416 for
+// (32, 64). ptxas -v (sm_90, CUDA 13): BV = 128: 128 registers (the 512-thread bound), 24 bytes of
+// spill at Dk = 128; BV = 64 and 32: 255, no spills.
+// Speed (H200, the 4B prefill of 32 x 1024 tokens, 24 GDN layers, bench --phase prefill): with bf16
+// q, k fragments by ldmatrix, delta_rule.prefill 80.2 ms against 103.1 ms for the f32-tile fragments
+// (same machine, builds run alternately) and 144.4 ms for the chunked CUDA-core kernel. ncu (one
+// layer, before the ldmatrix change): 1.35 G instructions, issue slots 37% busy, 0.58 eligible
+// warps per scheduler (16 warps an SM, one block); samples: [q; k] K^T and [q; k] S 32%, P V' and
+// the state update 26%, the loads of a chunk 13% (global latency), the inverse 17% (barrier waits
+// while two warps substitute); 19 other instructions per HMMA (fragment loads, bf16 conversions,
+// branches on the input dtype).
 //
 // Contract: exactly delta_rule_prefill_chunked's (padding slot < 0: zero output rows, state
 // untouched; zero-length sequences touch nothing; has_history; device-side n_seqs; programs
 // n >= *n_seqs exit before reading metadata; output rows >= cu_seqlens[*n_seqs] untouched; the block
 // (tile, hv, n) is the only one touching state[slot][hv][:, tile columns]). p.split is ignored.
 // Deterministic (mma.sync and a fixed order). Grid (ceil(Dv / BV) * Hv, max_seqs), block 4 * BV
-// threads, dynamic shared memory delta_rule_prefill_mma_smem(Dk, BV): they depend on max_seqs and the
+// threads, dynamic shared memory delta_rule_prefill_mma_smem(Dk, BV, qkv dtype): they depend on max_seqs and the
 // shape only (graph-safe: no allocation, no host synchronisation). Needs sm_80 or newer.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -65,8 +69,9 @@ bool delta_rule_prefill_mma_supports(int Dk, int Dv);
 // The automatic Dv tile: 128 when Dv is a multiple of 128, else 64 when a multiple of 64, else 32.
 int delta_rule_prefill_mma_tile(int Dv);
 
-// Dynamic shared memory of one block (bytes), or 0 for an unsupported (Dk, dv_tile).
-size_t delta_rule_prefill_mma_smem(int Dk, int dv_tile);
+// Dynamic shared memory of one block (bytes) for q, k, v of dtype qkv (bf16: bf16 q, k tiles; else
+// f32), or 0 for an unsupported (Dk, dv_tile).
+size_t delta_rule_prefill_mma_smem(int Dk, int dv_tile, DType qkv);
 
 // Launches the tensor-core chunked prefill. dv_tile: 0 = automatic, else 32, 64 or 128. Returns
 // cudaErrorInvalidValue on an unsupported shape or tile, Hk < 1, Hv % Hk != 0, max_seqs < 0 or

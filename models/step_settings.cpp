@@ -72,8 +72,8 @@ DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool pre
   }
   const int optin = d.smem_optin;
   const bool mma_built = delta_rule_prefill_mma_supports(g.Dk, g.Dv) && d.cc_major >= 8;  // mma.sync bf16: sm_80+
-  const bool mma_fits =
-      mma_built && delta_rule_prefill_mma_smem(g.Dk, delta_rule_prefill_mma_tile(g.Dv)) <= static_cast<size_t>(optin);
+  const bool mma_fits = mma_built && delta_rule_prefill_mma_smem(g.Dk, delta_rule_prefill_mma_tile(g.Dv), act) <=
+                                         static_cast<size_t>(optin);
   // bf16 steps: the tensor-core form (its 1e-4 tolerance is far below bf16 rounding); f32 steps
   // keep the chunked kernel's 1e-5 (parity runs).
   if (want == DeltaPrefill::automatic && act == DType::bf16 && mma_fits) return DeltaPrefill::mma;
@@ -82,7 +82,7 @@ DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool pre
             "the tensor-core delta-rule prefill does not support Dk={} Dv={} on compute capability {}.x (built "
             "for Dk 32, 64, 128 on sm_80+; use --delta-prefill chunked or scan)",
             g.Dk, g.Dv, d.cc_major);
-    const size_t mma_smem = delta_rule_prefill_mma_smem(g.Dk, delta_rule_prefill_mma_tile(g.Dv));
+    const size_t mma_smem = delta_rule_prefill_mma_smem(g.Dk, delta_rule_prefill_mma_tile(g.Dv), act);
     require(mma_smem <= static_cast<size_t>(optin),
             "the tensor-core delta-rule prefill needs {} bytes of shared memory per block for Dk={} Dv={}; this "
             "device allows {} (use --delta-prefill scan)",

@@ -105,7 +105,7 @@ TEST_CASE("mma delta-rule prefill matches the reference, keeps the invariants", 
           // Every Dv tile (the automatic one included) is within the tolerance.
           for (int tile : {32, 64, 128}) {
             if (fast) continue;
-            CAPTURE(tile, delta_rule_prefill_mma_smem(sh.Dk, tile));
+            CAPTURE(tile, delta_rule_prefill_mma_smem(sh.Dk, tile, t));
             const Result r = run(P, rig, tile);
             test::drp::check_close(P, r, ref, kTolF32, &worst);
             check_untouched(P, r, 0xA5);
@@ -146,7 +146,7 @@ TEST_CASE("mma delta-rule prefill: a captured launch replays the eager bytes", "
     CHECK(m.nodes[0].grid ==
           Dim3{static_cast<unsigned>((sh.Dv + tile - 1) / tile * sh.Hv), static_cast<unsigned>(A.max_seqs), 1});
     CHECK(m.nodes[0].block == Dim3{static_cast<unsigned>(4 * tile), 1, 1});
-    CHECK(m.nodes[0].smem_bytes == delta_rule_prefill_mma_smem(sh.Dk, tile));
+    CHECK(m.nodes[0].smem_bytes == delta_rule_prefill_mma_smem(sh.Dk, tile, t));
     CAPTURE(m.nodes[0].kernel);
     CHECK(m.nodes[0].kernel.find("delta_rule_mma_kernel") != std::string::npos);
     for (const Problem* P : {&A, static_cast<const Problem*>(&B)}) {
@@ -303,9 +303,10 @@ TEST_CASE("mma delta-rule prefill: no live sequence touches nothing, bad argumen
   CHECK(delta_rule_prefill_mma_tile(128) == 128);
   CHECK(delta_rule_prefill_mma_tile(64) == 64);
   CHECK(delta_rule_prefill_mma_tile(96) == 32);
-  CHECK(delta_rule_prefill_mma_smem(48, 64) == 0);
-  CHECK(delta_rule_prefill_mma_smem(128, 16) == 0);
-  CHECK(delta_rule_prefill_mma_smem(128, 128) <= 227 * 1024);
+  CHECK(delta_rule_prefill_mma_smem(48, 64, DType::bf16) == 0);
+  CHECK(delta_rule_prefill_mma_smem(128, 16, DType::f32) == 0);
+  CHECK(delta_rule_prefill_mma_smem(128, 128, DType::f32) <= 227 * 1024);
+  CHECK(delta_rule_prefill_mma_smem(128, 128, DType::bf16) < delta_rule_prefill_mma_smem(128, 128, DType::f32));
 
   const Shape sh{1, 2, 64, 96};
   Problem P = make_problem(sh, DType::bf16, {4, 3}, {1, 2}, {1, 0}, 5);

@@ -16,6 +16,14 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A kernel failed while it ran (an illegal address, say), reported with where it ran: the node
+// (graphs/manifest.h node_fault) or the step (ModelStep). Code that turns a later CUDA error into
+// such a report passes this one on as it is.
+class KernelFault : public Error {
+ public:
+  using Error::Error;
+};
+
 std::string where(const std::source_location& loc);
 
 // Throws sg::Error naming the CUDA error and the call site when `e` is not cudaSuccess.

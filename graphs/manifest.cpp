@@ -83,7 +83,7 @@ bool sticky_error() {
 }
 
 void node_fault(cudaError_t e, const NodeLabel& label) {
-  throw Error(fmt::format(
+  throw KernelFault(fmt::format(
       "{}: the kernel failed while it ran: {} ({}){}", node_name(label), cudaGetErrorName(e), cudaGetErrorString(e),
       sticky_error() ? "; the CUDA context is lost, so this process cannot run further steps" : ""));
 }

@@ -89,7 +89,7 @@ class NodeCheckScope {
 // Whether the runtime's last error is sticky (the CUDA context is lost); clears a non-sticky one.
 bool sticky_error();
 
-// A kernel faulted while it ran: an Error naming its node ("layer 3 attention.decode (arm mma):
+// A kernel faulted while it ran: a KernelFault naming its node ("layer 3 attention.decode (arm mma):
 // the kernel failed while it ran: cudaErrorIllegalAddress ...; the CUDA context is lost" when it is).
 [[noreturn]] void node_fault(cudaError_t e, const NodeLabel& label);
 

@@ -398,8 +398,13 @@ StepKey ModelStep::step_key(const GraphKey& key) const {
 }
 
 void ModelStep::upload_metadata(const StepMetadata& md) {
-  staging_.upload(stream_.get(), a_.meta.data, md.layout().total,
-                  [&](std::span<std::byte> host) { md.pack_into(host); });
+  try {
+    staging_.upload(stream_.get(), a_.meta.data, md.layout().total,
+                    [&](std::span<std::byte> host) { md.pack_into(host); });
+  } catch (const Error&) {
+    fault_of_earlier_step();  // the upload met the sticky error of a step that faulted
+    throw;
+  }
 }
 
 void ModelStep::run_step(const StepMetadata& md, RunMode mode) {
@@ -408,13 +413,44 @@ void ModelStep::run_step(const StepMetadata& md, RunMode mode) {
 }
 
 void ModelStep::run_key(const GraphKey& key, RunMode mode) {
-  const bool replayed = graphs_.run(key, mode);
+  bool replayed = false;
+  try {
+    replayed = graphs_.run(key, mode);
+  } catch (const KernelFault&) {
+    throw;  // a node named by check_nodes
+  } catch (const Error&) {
+    fault_of_earlier_step();
+    throw;
+  }
   last_step_ = LastStep{key, replayed};  // formatted only if the step fails (step_fault)
+}
+
+void ModelStep::replay_key(const GraphKey& key) const {
+  try {
+    graphs_.replay(key);
+  } catch (const Error&) {
+    fault_of_earlier_step();
+    throw;
+  }
+  last_step_ = LastStep{key, true};
+}
+
+void ModelStep::fault_of_earlier_step() const {
+  // Only after a step ran; a sticky error stays the runtime's last error (sticky_error).
+  if (!last_step_) return;
+  const cudaError_t e = cudaPeekAtLastError();
+  if (e != cudaSuccess && sticky_error()) step_fault(e);
+}
+
+void ModelStep::sync() const { check_step(cudaStreamSynchronize(stream_.get())); }
+
+void ModelStep::check_step(cudaError_t e) const {
+  if (e != cudaSuccess) step_fault(e);
 }
 
 void ModelStep::step_fault(cudaError_t e) const {
   const bool lost = sticky_error();
-  throw Error(fmt::format(
+  throw KernelFault(fmt::format(
       "the {} failed while it ran: {} ({}){}{}",
       last_step_ ? fmt::format("{} {}", last_step_->replayed ? "graph" : "eager step", describe(last_step_->key))
                  : std::string("step"),
@@ -455,7 +491,7 @@ DecodeOutput ModelStep::decode(const std::vector<DecodeRequest>& batch, RunMode 
   return out;
 }
 
-void ModelStep::replay(int key) const { graphs_.replay(GraphKey::decode(key)); }
+void ModelStep::replay(int key) const { replay_key(GraphKey::decode(key)); }
 
 int ModelStep::stage_prefill(const std::vector<PrefillRequest>& batch) {
   const int bucket = prefill_bucket(prefill_keys_, batch, opts_.max_prefill_tokens);
@@ -482,7 +518,7 @@ PrefillOutput ModelStep::prefill(const std::vector<PrefillRequest>& batch, RunMo
   return out;
 }
 
-void ModelStep::replay_prefill(int bucket) const { graphs_.replay(GraphKey::prefill(bucket)); }
+void ModelStep::replay_prefill(int bucket) const { replay_key(GraphKey::prefill(bucket)); }
 
 std::vector<uint8_t> ModelStep::logits_bytes(int rows) const {
   require(rows >= 0 && rows <= logit_rows(), "logits_bytes: rows {} outside [0, {}]", rows, logit_rows());

@@ -153,6 +153,7 @@ class ModelStep {
   // Same without the download or the synchronisation: returns the padded row count.
   int enqueue(const std::vector<DecodeRequest>& batch, RunMode mode);
   // Replays `key`'s graph on the stream with whatever metadata the static block holds (timing).
+  // Nothing waits for it: sync() or check_step() after the replays reports a fault as this graph's.
   void replay(int key) const;
 
   // One prefill step: request i is sequence i (its tokens appended to its slot after
@@ -167,6 +168,14 @@ class ModelStep {
   void launch_prefill_eager(int bucket);
   // Uploads a prefill batch's metadata (for timing replays of its bucket); returns the bucket.
   int stage_prefill(const std::vector<PrefillRequest>& batch);
+
+  // Waits for the steps enqueued so far (decode, prefill, replays). A kernel that faulted in one of
+  // them is reported as the last step's fault: a KernelFault naming its graph (or eager step), the
+  // CUDA error, whether the context is lost, and how to name the node (check_nodes).
+  void sync() const;
+  // The same for the caller's own synchronisation or call after steps (a CUDA event, say): an
+  // error `e` is reported as the last step's fault; cudaSuccess returns.
+  void check_step(cudaError_t e) const;
 
   // Synchronises and downloads.
   std::vector<uint8_t> logits_bytes(int rows) const;  // [rows, V] f32
@@ -240,9 +249,16 @@ class ModelStep {
   void read_outputs(size_t n, std::vector<float>& logits, std::vector<int32_t>& tokens) const;
   // Runs `key` (StepGraphs::run) and remembers which graph or eager step that was, for step_fault.
   void run_key(const GraphKey& key, RunMode mode);
-  // The last step failed while it ran: an Error naming its graph (or eager step) and the way to
-  // name the node (check_nodes).
+  // Replays `key`'s graph and remembers it, as run_key does.
+  void replay_key(const GraphKey& key) const;
+  // The last step failed while it ran: a KernelFault naming its graph (or eager step) and the way
+  // to name the node (check_nodes).
   [[noreturn]] void step_fault(cudaError_t e) const;
+  // In a catch block, for an Error thrown while a step was uploaded or launched: when the CUDA
+  // context is lost, a step run before faulted (the launch only met the sticky error), so that
+  // step's fault is thrown; otherwise returns, and the caller rethrows. A KernelFault (a node
+  // named by check_nodes) is never replaced.
+  void fault_of_earlier_step() const;
   void launch_sequence(const StepKey& key, NodeRecorder* rec);
   // The arms of the sequence being launched (set by launch_sequence from arms_for).
   const ArmSelection& arms() const { return *arms_; }
@@ -296,7 +312,7 @@ class ModelStep {
     GraphKey key;
     bool replayed = false;  // a graph replay, else an eager step
   };
-  std::optional<LastStep> last_step_;  // the step run last, named by step_fault
+  mutable std::optional<LastStep> last_step_;  // the step run last (replays too), named by step_fault
   StepGraphs graphs_;
 };
 

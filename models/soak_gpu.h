@@ -74,7 +74,9 @@ ModelStepOptions soak_step_options(int rows, int period);
 uint64_t device_memory_used();
 
 // Runs the soak on `step` (captured). Throws sg::Error when the options do not fit the step (rows
-// beyond its slots or decode rows, a period beyond its context); a CUDA error is thrown as it comes.
+// beyond its slots or decode rows, a period beyond its context); a kernel that faults in a step is
+// thrown as that step's fault (ModelStep::tokens: a KernelFault naming the graph), other CUDA
+// errors as they come.
 // Hash, memory and fallback failures are returned in the result, with what was measured so far.
 SoakResult run_soak(ModelStep& step, const SoakOptions& o);
 

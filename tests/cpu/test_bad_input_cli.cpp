@@ -137,6 +137,27 @@ std::vector<CliCase> option_cases() {
       {"bench", "--workload", "gdn-layer", "--node-replays", "0", "--trace", "t.json"}, 1,
       {"--workload gdn-layer (its result is the per-node table)", "--trace (the timed replays"});
   add("bench --node-replays negative", {"bench", "--node-replays", "-1"}, kCli11Invalid, {"--node-replays"});
+  add("bench --cpu --fault-after", {"bench", "--cpu", "--fault-after", "1:conv.update"}, 1,
+      {"bench: this run is the CPU reference model",
+       "--fault-after (a fault drill in the GPU step's captured graphs)"});
+  add("bench --fault-after on the gdn-layer workload",
+      {"bench", "--workload", "gdn-layer", "--fault-after", "1:conv.update"}, 1,
+      {"bench --fault-after drills the whole model's captured graphs, so it cannot go with:",
+       "--workload gdn-layer (not the whole model's steps)"});
+  add("bench --fault-after with --arms tune", {"bench", "--arms", "tune", "--fault-after", "1:conv.update"}, 1,
+      {"bench --fault-after drills the whole model's captured graphs", "--arms tune (the arms are timed"});
+  add("bench --fault-after without a colon", {"bench", "--fault-after", "conv.update"}, 1,
+      {"--fault-after: 'conv.update' is not LAYER:OP"});
+  add("inspect --fault-after without an op", {"inspect", "--fault-after", "1:"}, 1,
+      {"--fault-after: '1:' is not LAYER:OP"});
+  add("inspect --fault-after with --arms tune", {"inspect", "--arms", "tune", "--fault-after", "4:conv.update"}, 1,
+      {"inspect --fault-after drills the whole model's captured graphs, so it cannot go with:", "--arms tune"});
+  add("inspect --fault-after without a GPU", {"inspect", "--fault-after", "4:conv.update"}, 1,
+      {"inspect times captured CUDA graphs", "none to run"});
+  add("soak --fault-after with a layer that is not a number",
+      {"soak", "--preset", "tiny", "--fault-after", "x1:swiglu"}, 1, {"--fault-after: 'x1:swiglu' is not LAYER:OP"});
+  add("soak --fault-after without a GPU", {"soak", "--preset", "tiny", "--fault-after", "4:conv.update"}, 1,
+      {"soak replays captured CUDA graphs, so it needs a GPU"});
   add("bench --cpu --replays", {"bench", "--cpu", "--replays", "5"}, 1, {"--replays (a count of CUDA graph replays)"});
   add("bench --cpu --preset 27b", {"bench", "--cpu", "--preset", "qwen3.5-27b"}, 1,
       {"--preset qwen3.5-27b (the CPU reference runs the 'tiny' preset only)"});

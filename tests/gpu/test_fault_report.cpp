@@ -1,8 +1,9 @@
-// A kernel that faults while a step runs, found with `generate --fault-after` (a fault drill: a
-// kernel that stores to an invalid address right after the named node). In a replayed graph the
-// error names the graph and how to find the node; with --check-nodes (eager steps, synchronised
-// after every node) it names the node: layer, op and arm. The program runs as a subprocess (the
-// GPU visible): the fault ends its CUDA context.
+// A kernel that faults while a step runs, found with `--fault-after` (a fault drill: a kernel that
+// stores to an invalid address right after the named node). In a replayed graph the error names
+// the graph and how to find the node (generate, and bench, inspect and soak, whose replays are
+// synchronised by events, CUPTI or downloads of their own); with generate --check-nodes (eager
+// steps, synchronised after every node) it names the node: layer, op and arm. The program runs as
+// a subprocess (the GPU visible): the fault ends its CUDA context.
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -14,14 +15,52 @@ using namespace sg::test;
 
 namespace {
 
-ChildResult run_generate(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "generate",  "--preset", "tiny",  "--tokens",
-                                   "1,2,3,4,5",      "--max-new", "4",        "--json"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
+// `stepgraph` with `args`, then `extra`.
+ChildResult run_stepgraph(std::vector<std::string> args, const std::vector<std::string>& extra) {
+  args.insert(args.begin(), SG_STEPGRAPH_BIN);
+  args.insert(args.end(), extra.begin(), extra.end());
   ChildLimits l;
   l.seconds = 240;
   l.address_space = ~uint64_t{0};  // the CUDA driver maps large ranges
-  return run_program(argv, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
+  return run_program(args, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
+}
+
+ChildResult run_generate(const std::vector<std::string>& extra) {
+  return run_stepgraph({"generate", "--preset", "tiny", "--tokens", "1,2,3,4,5", "--max-new", "4", "--json"}, extra);
+}
+
+// Short runs of the tiny preset: 2 sequences of 16 tokens (decode keys 1 and 2, prefill bucket 32).
+ChildResult run_bench(const std::vector<std::string>& extra) {
+  return run_stepgraph({"bench", "--preset", "tiny", "--max-seqs", "2", "--context", "16", "--replays", "2", "--reps",
+                        "1", "--node-replays", "1"},
+                       extra);
+}
+
+ChildResult run_inspect(const std::vector<std::string>& extra) {
+  return run_stepgraph({"inspect", "--preset", "tiny", "--max-seqs", "2", "--context", "16", "--replays", "2", "--reps",
+                        "1", "--node-replays", "2", "--no-marginal"},
+                       extra);
+}
+
+ChildResult run_soak(const std::vector<std::string>& extra) {
+  return run_stepgraph(
+      {"soak", "--preset", "tiny", "--max-seqs", "2", "--replays", "20", "--period", "8", "--check-every", "10"},
+      extra);
+}
+
+// A replayed graph's fault, reported as generate reports it: the graph, the CUDA error, the lost
+// context, the way to the node, and no source location.
+void check_graph_fault(const ChildResult& r, const std::string& graph) {
+  INFO(r.describe() << "\n" << r.out.substr(r.out.size() > 4000 ? r.out.size() - 4000 : 0));
+  REQUIRE(r.end == ChildResult::End::exited);
+  CHECK(r.code == 1);
+  CHECK(r.out.find("stepgraph: error: the graph " + graph + " failed while it ran: cudaErrorIllegalAddress") !=
+        std::string::npos);
+  CHECK(r.out.find("the CUDA context is lost") != std::string::npos);
+  CHECK(r.out.find("`generate --check-nodes`") != std::string::npos);
+  CHECK(r.out.find(".cpp:") == std::string::npos);  // a sentence, not a source location
+  CHECK(r.out.find(".cu:") == std::string::npos);
+  CHECK(r.out.find("CUDA error 700") == std::string::npos);  // not the bare error of a check()
 }
 
 // generate's JSON output (the text from the first '{' to the last '}').
@@ -84,4 +123,55 @@ TEST_CASE("generate --check-nodes: the same tokens as the replayed graphs", "[gp
   CHECK(g.at("generated").size() == 4);
   CHECK(c.at("generated") == g.at("generated"));
   CHECK(c.at("detail").get<std::string>().find("every kernel node synchronised and checked") != std::string::npos);
+}
+
+TEST_CASE("bench: a kernel fault inside a timed graph names the graph", "[gpu][cli][faults]") {
+  SECTION("decode: the largest key's graph is timed first") {
+    check_graph_fault(run_bench({"--phase", "decode", "--fault-after", "4:conv.update"}), "decode 2");
+  }
+  SECTION("prefill") {
+    check_graph_fault(run_bench({"--phase", "prefill", "--fault-after", "1:delta_rule.prefill"}), "prefill 32");
+  }
+  SECTION("without per-node timing (--node-replays 0)") {
+    check_graph_fault(run_bench({"--phase", "decode", "--node-replays", "0", "--fault-after", "4:conv.update"}),
+                      "decode 2");
+  }
+  SECTION("a drill whose node no captured graph has is an error before any timing") {
+    const ChildResult r = run_bench({"--phase", "decode", "--fault-after", "1:delta_rule.prefill"});
+    INFO(r.describe() << "\n" << r.out.substr(0, 3000));
+    REQUIRE(r.end == ChildResult::End::exited);
+    CHECK(r.code == 1);
+    CHECK(r.out.find("--fault-after 1:delta_rule.prefill: no node of the captured graphs is layer 1 op "
+                     "'delta_rule.prefill'") != std::string::npos);
+    CHECK(r.out.find("graph decode b=") == std::string::npos);  // nothing was timed
+  }
+}
+
+TEST_CASE("inspect: a kernel fault inside the inspected graph names the graph", "[gpu][cli][faults]") {
+  SECTION("decode") {
+    check_graph_fault(run_inspect({"--key", "decode", "--fault-after", "4:conv.update"}), "decode 2");
+  }
+  SECTION("prefill") {
+    check_graph_fault(run_inspect({"--key", "prefill", "--fault-after", "1:delta_rule.prefill"}), "prefill 32");
+  }
+}
+
+TEST_CASE("soak: a kernel fault inside a replay names the graph", "[gpu][cli][faults]") {
+  SECTION("the first graphed replay faults (the eager reference runs without the drill)") {
+    check_graph_fault(run_soak({"--fault-after", "4:conv.update"}), "decode 2");
+  }
+  SECTION("a drill whose node the decode graphs do not have is an error") {
+    const ChildResult r = run_soak({"--fault-after", "1:delta_rule.prefill"});
+    INFO(r.describe() << "\n" << r.out.substr(0, 3000));
+    REQUIRE(r.end == ChildResult::End::exited);
+    CHECK(r.code == 1);
+    CHECK(r.out.find("no node of the captured decode graphs is layer 1 op 'delta_rule.prefill'") != std::string::npos);
+  }
+  SECTION("without a drill the same short soak passes") {
+    const ChildResult r = run_soak({});
+    INFO(r.describe() << "\n" << r.out.substr(0, 3000));
+    REQUIRE(r.end == ChildResult::End::exited);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("soak: ok: 20/20 replays") != std::string::npos);
+  }
 }

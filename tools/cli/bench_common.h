@@ -13,6 +13,7 @@
 #include "kernels/arms.h"
 #include "models/model_step.h"
 #include "tools/cli/ab_selection.h"
+#include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/spread.h"
 
@@ -44,6 +45,8 @@ struct BenchOptions {
       "auto";  // model workload: where the GDN gated norm is computed in decode (auto, delta, kernel)
   std::string arms_mode = "fixed";  // model workload: fixed (as chosen) or tune (timed per graph key at capture)
   bool marginal = false;            // model workload: marginal cost per op family (largest and smallest decode key)
+  std::string fault_after;          // bench and inspect: --fault-after LAYER:OP as given
+  FaultDrill fault;                 // ... parsed (parse_fault_after) before anything runs
 };
 
 // Writes the per-graph exports the user asked for (CSV of node stats, Chrome trace, DOT); the key
@@ -55,8 +58,9 @@ void write_exports(const BenchOptions& o, int key, const Manifest& m, const std:
 void write_cpu_json(const BenchOptions& o, const nlohmann::json& result);
 
 // The model step's options for a bench-like run: --max-seqs slots and decode rows, --context (+
-// extra_context) positions, a prefill of max_seqs x context tokens when `prefill`, the arms and
-// the settings (--delta-prefill, --attn-prefill, --attn-decode, --gemm, --pdl, --swiglu, --gated-norm).
+// extra_context) positions, a prefill of max_seqs x context tokens when `prefill`, the arms, the
+// settings (--delta-prefill, --attn-prefill, --attn-decode, --gemm, --pdl, --swiglu, --gated-norm)
+// and the fault drill (o.fault).
 ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& arms, bool prefill, int extra_context);
 
 // The options of the commands that build one whole-model step from a preset (inspect, capture,
@@ -70,6 +74,10 @@ void print_tuning(const ModelStep& step);
 // What `step` runs: its arms and its settings with `auto` resolved (ab_selection.h StepChoice).
 // With `key`, the arms that key's graph runs (tuned ones with --arms tune).
 StepChoice resolved_choice(const ModelStep& step, const GraphKey* key = nullptr);
+
+// bench and inspect with --fault-after: throws sg::Error when the options cannot go with a drill
+// (--arms tune times the arms on graphs that would fault; `workload` other than the model's).
+void check_fault_drill(const BenchOptions& o, const std::string& command);
 
 int run_cpu_model(const BenchOptions& o, const std::string& why);
 int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev);

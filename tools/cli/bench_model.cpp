@@ -40,16 +40,17 @@ size_t count_nonfinite(const std::vector<float>& v) {
   return n;
 }
 
-// Times `body` (enqueues one step on `stream`): warm-up, then reps x replays, median per step in ms.
-Spread time_steps(cudaStream_t stream, int reps, int replays, const std::function<void()>& body) {
+// Times `body` (enqueues one step of `step` on its stream): warm-up, then reps x replays, median per
+// step in ms. A kernel that faults in a step is reported as that step's (ModelStep::check_step).
+Spread time_steps(const ModelStep& step, int reps, int replays, const std::function<void()>& body) {
   for (int i = 0; i < 3; ++i) body();
   Event start, stop;
   std::vector<double> ms;
   for (int r = 0; r < reps; ++r) {
-    start.record(stream);
+    step.check_step(cudaEventRecord(start.get(), step.stream()));
     for (int i = 0; i < replays; ++i) body();
-    stop.record(stream);
-    stop.sync();
+    step.check_step(cudaEventRecord(stop.get(), step.stream()));
+    step.check_step(cudaEventSynchronize(stop.get()));
     ms.push_back(Event::elapsed_ms(start, stop) / replays);
   }
   return spread(ms);
@@ -58,7 +59,7 @@ Spread time_steps(cudaStream_t stream, int reps, int replays, const std::functio
 // Per-node CUPTI times of `replays` graph replays, printed and returned per op family.
 // With --node-replays 0 (no CUPTI: the run can go under ncu, nsys or compute-sanitizer), only the
 // DOT export (from the manifest) is written and the table is empty.
-nlohmann::json op_family_table(const BenchOptions& o, int key, const Manifest& m, int replays,
+nlohmann::json op_family_table(const BenchOptions& o, const ModelStep& step, int key, const Manifest& m, int replays,
                                const std::function<void()>& replay) {
   if (o.node_replays == 0) {
     fmt::print("  per-node timing off (--node-replays 0)\n");
@@ -67,6 +68,7 @@ nlohmann::json op_family_table(const BenchOptions& o, int key, const Manifest& m
   }
   NodeTimer::instance().start();
   for (int i = 0; i < replays; ++i) replay();
+  step.sync();  // a fault in the replays is the graph's (NodeTimer::stop would report a bare CUDA error)
   auto records = NodeTimer::instance().stop();
   int unmatched = 0;
   auto stats = aggregate(m, records, &unmatched);
@@ -182,7 +184,23 @@ ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& a
   opts.tune_arms = o.arms_mode == "tune";
   for (size_t i = 0; i < kNumOps; ++i) opts.fixed_ops[i] = arms.source[i] != "default";  // the user's choice
   opts.seed = 1;
+  opts.fault_layer = o.fault.layer;
+  opts.fault_op = o.fault.op;
   return opts;
+}
+
+void check_fault_drill(const BenchOptions& o, const std::string& command) {
+  if (!o.fault.on()) return;
+  std::vector<std::string> bad;
+  if (o.workload != "model") bad.push_back(fmt::format("--workload {} (not the whole model's steps)", o.workload));
+  if (o.arms_mode == "tune") {
+    bad.push_back("--arms tune (the arms are timed on graphs of their own at capture, which the drill would fault)");
+  }
+  if (bad.empty()) return;
+  std::string list;
+  for (const auto& b : bad) list += "\n  " + b;
+  throw Error(
+      fmt::format("{} --fault-after drills the whole model's captured graphs, so it cannot go with:{}", command, list));
 }
 
 int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
@@ -230,6 +248,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   t0 = std::chrono::steady_clock::now();
   step.capture_all(/*for_timing=*/o.node_replays > 0, do_prefill);
   fmt::print("captured in {:.1f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  check_fault_matched(o.fault, step.fault_drill_matched(), "the captured graphs", cfg.name);
+  if (o.fault.on()) fmt::print("fault drill: a kernel that faults after layer {} {}\n", o.fault.layer, o.fault.op);
   print_tuning(step);
   step.randomize_caches(7);  // after the capture: tuning (--arms tune) runs steps on the caches
   std::vector<std::string> summary;
@@ -243,10 +263,11 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
       std::vector<DecodeRequest> batch;
       for (int r = 0; r < key; ++r) batch.push_back({r, (r * 7919) % cfg.vocab, o.context - 1});
       step.enqueue(batch, RunMode::graph);
-      const Spread g = time_steps(s, o.reps, o.replays, [&] { step.replay(key); });
+      const Spread g = time_steps(step, o.reps, o.replays, [&] { step.replay(key); });
       // Eager: the same launches from the host each step, metadata upload included (the caches
       // keep changing, which changes no launch).
-      const Spread e = time_steps(s, o.reps, std::max(1, o.replays / 4), [&] { step.enqueue(batch, RunMode::eager); });
+      const Spread e =
+          time_steps(step, o.reps, std::max(1, o.replays / 4), [&] { step.enqueue(batch, RunMode::eager); });
       step.enqueue(batch, RunMode::graph);
       const double floor_bytes = step.weight_bytes() + 2.0 * key * step.state_bytes_per_slot() +
                                  double(key) * o.context * step.kv_bytes_per_token();
@@ -256,7 +277,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
           "{:.3f} ms; floor {:.3f} ms ({} at 4.3 TB/s) = {:.0f}% of the graphed step\n",
           key, g.median, g.min, g.max, o.reps, o.replays, e.median, floor_ms, format_bytes(floor_bytes),
           100 * floor_ms / g.median);
-      nlohmann::json ops = op_family_table(o, key, step.manifest(key), o.node_replays, [&] { step.replay(key); });
+      nlohmann::json ops = op_family_table(o, step, key, step.manifest(key), o.node_replays, [&] { step.replay(key); });
       if (o.marginal && (key == step.keys().front() || key == step.keys().back())) {
         const MarginalReport mr = marginal_costs(
             step.graph(key), step.manifest(key), s, [](const ManifestNode& n) { return n.label.op; }, o.reps, o.replays,
@@ -288,8 +309,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     const int bucket = step.stage_prefill(batch);
     const int reps = std::max(1, std::min(o.reps, 3)), replays = std::max(1, std::min(o.replays, 3));
     // Every replay prefills the same fresh sequences again (no history: the states are rewritten).
-    const Spread g = time_steps(s, reps, replays, [&] { step.replay_prefill(bucket); });
-    const Spread e = time_steps(s, reps, replays, [&] { step.launch_prefill_eager(bucket); });
+    const Spread g = time_steps(step, reps, replays, [&] { step.replay_prefill(bucket); });
+    const Spread e = time_steps(step, reps, replays, [&] { step.launch_prefill_eager(bucket); });
     const double floor_bytes = step.weight_bytes() + double(o.max_seqs) * step.state_bytes_per_slot() +
                                double(o.max_seqs) * o.context * step.kv_bytes_per_token();
     const double floor_ms = floor_bytes / (kFloorGBps * 1e6);
@@ -299,7 +320,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
         o.max_seqs, o.context, bucket, g.median, g.min, g.max, reps, replays, e.median, floor_ms,
         format_bytes(floor_bytes));
     nlohmann::json ops =
-        op_family_table(o, bucket, step.prefill_manifest(bucket), std::max(1, std::min(o.node_replays, 3)),
+        op_family_table(o, step, bucket, step.prefill_manifest(bucket), std::max(1, std::min(o.node_replays, 3)),
                         [&] { step.replay_prefill(bucket); });
     summary.push_back(fmt::format("  prefill {}x{} graph {:>9.2f} ms  eager {:>9.2f} ms  floor {:>7.3f} ms", o.max_seqs,
                                   o.context, g.median, e.median, floor_ms));

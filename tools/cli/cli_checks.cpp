@@ -88,6 +88,43 @@ void check_token_range(const std::vector<int64_t>& tokens, int64_t vocab, const 
   }
 }
 
+FaultDrill parse_fault_after(const std::string& text) {
+  FaultDrill d;
+  d.text = text;
+  if (text.empty()) return d;
+  const size_t colon = text.find(':');
+  int layer = 0;
+  const char* end = text.data() + (colon == std::string::npos ? 0 : colon);
+  const auto [p, ec] = std::from_chars(text.data(), end, layer);
+  std::string op = colon == std::string::npos ? std::string() : text.substr(colon + 1);
+  if (colon == std::string::npos || colon == 0 || ec != std::errc() || p != end || layer < -1 || op.empty() ||
+      op.find_first_of(" \t:") != std::string::npos) {
+    throw Error(fmt::format(
+        "--fault-after: '{}' is not LAYER:OP (a layer index, -1 for the nodes outside the layers, then an op "
+        "name as `stepgraph inspect` shows it, e.g. 1:conv.update)",
+        printable(text)));
+  }
+  d.layer = layer;
+  d.op = std::move(op);
+  return d;
+}
+
+void add_fault_after_option(CLI::App* cmd, std::string& value, const std::string& where) {
+  cmd->add_option("--fault-after", value,
+                  fmt::format("GPU only, a fault drill: launch a kernel that faults (an illegal address) right after "
+                              "the node LAYER:OP (e.g. 1:conv.update; layer -1 for the nodes outside the layers, "
+                              "written --fault-after=-1:OP), {}; the run ends with the fault's report",
+                              where));
+}
+
+void check_fault_matched(const FaultDrill& drill, bool matched, std::string_view searched, const std::string& model) {
+  if (!drill.on() || matched) return;
+  throw Error(
+      fmt::format("--fault-after {}: no node of {} is layer {} op '{}' (`stepgraph inspect --preset {}` lists "
+                  "the nodes)",
+                  printable(drill.text), searched, drill.layer, printable(drill.op), printable(model)));
+}
+
 CLI::Validator unsigned_integer_check() {
   return CLI::Validator(
       [](std::string& s) -> std::string {

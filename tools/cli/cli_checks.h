@@ -43,6 +43,26 @@ std::vector<int64_t> parse_token_list(const std::string& text);
 // vocabulary [0, 256) of model 'tiny'".
 void check_token_range(const std::vector<int64_t>& tokens, int64_t vocab, const std::string& model);
 
+// A fault drill (--fault-after LAYER:OP of generate, bench, inspect and soak): the node after
+// which the GPU step launches a kernel that faults (ModelStepOptions::fault_layer, fault_op).
+struct FaultDrill {
+  int layer = -1;
+  std::string op;    // empty: no drill
+  std::string text;  // the option's value, for messages
+  bool on() const { return !op.empty(); }
+};
+
+// "" -> no drill; "LAYER:OP" (LAYER an integer >= -1, OP a node's op name) -> the drill. Throws
+// sg::Error for anything else: "--fault-after: 'x' is not LAYER:OP (...)".
+FaultDrill parse_fault_after(const std::string& text);
+
+// Adds --fault-after to `cmd`; `where` says which steps the drill's kernel runs in (help text).
+void add_fault_after_option(CLI::App* cmd, std::string& value, const std::string& where);
+
+// Throws sg::Error when a drill is on but `matched` is false (no node of `searched`, e.g. "the
+// captured graphs", is the drill's): the error names the node and how to list the nodes.
+void check_fault_matched(const FaultDrill& drill, bool matched, std::string_view searched, const std::string& model);
+
 // A CLI11 check for an unsigned 64-bit decimal integer: "-1", "1e3", "0x10" or a value past
 // 2^64 - 1 are refused (CLI11 would wrap "-1" to 2^64 - 1).
 CLI::Validator unsigned_integer_check();

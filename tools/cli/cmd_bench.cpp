@@ -118,6 +118,7 @@ std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App&
   if (given("--gated-norm")) bad.push_back("--gated-norm (where GPU kernels compute the GDN gated norm)");
   if (o.arms_mode == "tune") bad.push_back("--arms tune (times the GPU kernels' arms)");
   if (o.marginal) bad.push_back("--marginal (disables nodes of captured CUDA graphs)");
+  if (o.fault.on()) bad.push_back("--fault-after (a fault drill in the GPU step's captured graphs)");
   if (given("--preset") && o.preset != "tiny") {
     bad.push_back(fmt::format("--preset {} (the CPU reference runs the 'tiny' preset only)", o.preset));
   }
@@ -368,6 +369,9 @@ void register_bench(CLI::App& app, Action& action) {
                   "the 4B's, where it measured faster; kernel elsewhere); the same output bytes every way")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "delta", "kernel"}));
+  add_fault_after_option(cmd, o.fault_after,
+                         "in the model workload's captured graphs (decode keys and the prefill bucket); the "
+                         "error names the graph that faulted (find the node with generate --check-nodes)");
   cmd->add_flag("--marginal", o.marginal,
                 "model workload: also the marginal cost of every op family in the largest and the smallest decode "
                 "graph: the step time with the family's nodes disabled (cudaGraphNodeSetEnabled), subtracted from "
@@ -377,8 +381,10 @@ void register_bench(CLI::App& app, Action& action) {
       preset(o.preset);  // validate the name before anything else
       // Every source of arms is parsed first: a bad name is an error on either path.
       const ResolvedArms arms = resolve_cli_arms(o.arms.arms);
-      check_writable(o.json, "--json");  // before the run, so that its results are never lost
-      if (o.node_replays == 0) {         // on either path: these ask for what --node-replays 0 turns off
+      check_writable(o.json, "--json");            // before the run, so that its results are never lost
+      o.fault = parse_fault_after(o.fault_after);  // on either path, as the checks below
+      check_fault_drill(o, "bench");
+      if (o.node_replays == 0) {  // on either path: these ask for what --node-replays 0 turns off
         std::vector<std::string> bad;
         if (o.workload != "model") bad.push_back("--workload " + o.workload + " (its result is the per-node table)");
         if (!o.csv.empty()) bad.push_back("--csv (per-node statistics)");

@@ -12,12 +12,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <tuple>
 #include <utility>
 
 #include "engine/device.h"
@@ -57,23 +55,6 @@ struct GenerateOptions {
   bool check_nodes = false;        // eager steps, every kernel node synchronised and checked
   std::string fault_after;         // a fault drill's node, "LAYER:OP" (empty: none)
 };
-
-// "LAYER:OP" (LAYER an integer >= -1, OP a node's op name) -> the drill's node; an Error otherwise.
-std::pair<int, std::string> parse_fault_after(const std::string& text) {
-  const size_t colon = text.find(':');
-  int layer = 0;
-  const char* end = text.data() + (colon == std::string::npos ? 0 : colon);
-  const auto [p, ec] = std::from_chars(text.data(), end, layer);
-  const std::string op = colon == std::string::npos ? std::string() : text.substr(colon + 1);
-  if (colon == std::string::npos || colon == 0 || ec != std::errc() || p != end || layer < -1 || op.empty() ||
-      op.find_first_of(" \t:") != std::string::npos) {
-    throw Error(fmt::format(
-        "--fault-after: '{}' is not LAYER:OP (a layer index, -1 for the nodes outside the layers, then an op "
-        "name as `stepgraph inspect` shows it, e.g. 1:conv.update)",
-        printable(text)));
-  }
-  return {layer, op};
-}
 
 // True when Ctrl-C stopped the generation before max_new tokens.
 bool stopped_early(const GenerateOptions& o, const std::vector<int64_t>& out) {
@@ -115,9 +96,9 @@ void print_result(const GenerateOptions& o, const char* implementation, const Qw
 
 // The GPU path: one slot, a prefill step of the whole prompt, then max_new - 1 decode steps (each
 // replays the batch-1 graph), feeding back the GPU's argmax.
-// `fault`: the drill's node parsed from --fault-after (empty: none).
-int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms& arms,
-            const std::pair<int, std::string>& fault, std::vector<std::string> notes) {
+// `fault`: the drill parsed from --fault-after (off: none).
+int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms& arms, const FaultDrill& fault,
+            std::vector<std::string> notes) {
   for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
   const std::vector<int64_t> prompt = parse_token_list(o.tokens);
   Qwen35Config cfg;
@@ -153,7 +134,8 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
   so.gemm = parse_gemm(o.gemm);
   so.arms = arms.arms;
   so.check_nodes = o.check_nodes;
-  std::tie(so.fault_layer, so.fault_op) = fault;
+  so.fault_layer = fault.layer;
+  so.fault_op = fault.op;
   ModelStep step(cfg, so);
   if (weights) step.load_host_weights(*weights);
   // With --check-nodes the steps run eagerly (a graph cannot stop between its nodes).
@@ -174,12 +156,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
     }
     progress.finish();
   }
-  if (!so.fault_op.empty() && !step.fault_drill_matched()) {
-    throw Error(
-        fmt::format("--fault-after {}: no node of the captured graphs or checked steps is layer {} op '{}' "
-                    "(`stepgraph inspect --preset {}` lists the nodes)",
-                    printable(o.fault_after), so.fault_layer, printable(so.fault_op), cfg.name));
-  }
+  check_fault_matched(fault, step.fault_drill_matched(), "the captured graphs or checked steps", cfg.name);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   print_result(
       o, "gpu", cfg, source, dtype,
@@ -201,8 +178,7 @@ int run(const GenerateOptions& o) {
   // Every source of arms is parsed first: a bad name is an error on either path.
   const ResolvedArms arms = resolve_cli_arms(o.arms.arms);
   // Parsed on either path: a bad value is an error even where the CPU reference runs.
-  const std::pair<int, std::string> fault =
-      o.fault_after.empty() ? std::pair<int, std::string>{-1, ""} : parse_fault_after(o.fault_after);
+  const FaultDrill fault = parse_fault_after(o.fault_after);
   if (!o.cpu) {
     const DeviceInfo dev = probe_device();
     if (dev.ok) return run_gpu(o, dev, arms, fault, notes);
@@ -352,11 +328,7 @@ void register_generate(CLI::App& app, Action& action) {
                 "GPU only: run the steps eagerly and synchronise after every kernel node, so a kernel that "
                 "faults while it runs (an illegal address) is reported with its node: layer, op and arm. Slow; "
                 "for finding a fault that a replayed graph reported");
-  cmd->add_option("--fault-after", o.fault_after,
-                  "GPU only, a fault drill: launch a kernel that faults (an illegal address) right after the node "
-                  "LAYER:OP (e.g. 1:conv.update; layer -1 for the nodes outside the layers, written "
-                  "--fault-after=-1:OP), in the captured graphs "
-                  "and, with --check-nodes, in the eager steps; the run ends with the fault's report");
+  add_fault_after_option(cmd, o.fault_after, "in the captured graphs and, with --check-nodes, in the eager steps");
   cmd->callback([&action, cmd] {
     o.gpu_setting_given = cmd->count("--attn-prefill") + cmd->count("--attn-decode") + cmd->count("--gemm") > 0;
     action = [] { return run(o); };

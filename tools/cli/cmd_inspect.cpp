@@ -58,7 +58,7 @@ std::string group_of(const ManifestNode& n, const std::string& by) {
                      short_kernel_name(n.kernel));
 }
 
-int run(const InspectOptions& o) {
+int run(InspectOptions o) {
   // Ctrl-C: during the capture, the command stops after the graph being captured (nothing was
   // measured yet); during the marginal costs, after the group being timed, and prints (or writes)
   // the table with the marginal costs measured so far. Both exit with 130.
@@ -68,6 +68,8 @@ int run(const InspectOptions& o) {
   const Qwen35Config cfg = preset(o.b.preset);
   check_writable(o.b.trace, "--trace");  // before the run, so that its results are never lost
   check_writable(o.b.dot, "--dot");
+  o.b.fault = parse_fault_after(o.b.fault_after);  // before the device: a bad value is an error everywhere
+  check_fault_drill(o.b, "inspect");
   const DeviceInfo dev = probe_device();
   if (!dev.ok)
     throw Error(fmt::format("inspect times captured CUDA graphs, and this machine has none to run: {}", dev.reason));
@@ -97,6 +99,7 @@ int run(const InspectOptions& o) {
                "interrupted (SIGINT) while capturing the graphs: nothing was measured\n");
     return kInterruptedExit;
   }
+  check_fault_matched(o.b.fault, step.fault_drill_matched(), "the captured graphs", cfg.name);
   if (o.format == "table") print_tuning(step);  // JSON carries it as "tuning"; CSV is the node table only
   step.randomize_caches(7);                     // after the capture: tuning (--arms tune) runs steps on the caches
   cudaStream_t s = step.stream();
@@ -121,11 +124,13 @@ int run(const InspectOptions& o) {
   }
   const Manifest& m = prefill ? step.prefill_manifest(key) : step.manifest(key);
   const CapturedGraph& g = prefill ? step.prefill_graph(key) : step.graph(key);
-  auto replay = [&] { g.replay(s); };
+  // Through the step, so that a kernel that faults is reported with the graph (ModelStep::sync).
+  auto replay = [&] { prefill ? step.replay_prefill(key) : step.replay(key); };
   for (int i = 0; i < 2; ++i) replay();
-  check(cudaStreamSynchronize(s));
+  step.sync();
   NodeTimer::instance().start();
   for (int i = 0; i < node_replays; ++i) replay();
+  step.sync();
   const auto records = NodeTimer::instance().stop();
   const auto stats = aggregate(m, records);
 
@@ -267,6 +272,9 @@ void register_inspect(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--trace", io.b.trace, "write a Chrome/Perfetto trace of the CUPTI replays");
   cmd->add_option("--dot", io.b.dot, "write the graph's kernel nodes and dependencies as Graphviz DOT");
+  add_fault_after_option(cmd, io.b.fault_after,
+                         "in the captured graphs; the error names the graph that faulted (find the node with "
+                         "generate --check-nodes)");
   cmd->callback([&action, cmd] {
     io.replays_given = cmd->count("--replays") > 0;
     io.node_replays_given = cmd->count("--node-replays") > 0;

@@ -8,7 +8,9 @@
 // must stay within a tolerance of the first sample. A progress bar on stderr when it is a terminal.
 // Ctrl-C (SIGINT) ends the run after the current replay; what was measured is still printed (and
 // written to --json), marked interrupted, and the exit code is 130. A failure (a hash, memory, an
-// eager fallback) prints the same report, then an error naming the replay, and exits with 1. The
+// eager fallback) prints the same report, then an error naming the replay, and exits with 1. A
+// kernel that faults in a replay ends the run at once with the step's report (the graph, the CUDA
+// error, the lost context; --fault-after LAYER:OP is its drill), exit 1. The
 // last line on stdout is a one-line summary starting with "soak:". GPU only: without a CUDA driver
 // or device it refuses with the reason.
 #include <fmt/format.h>
@@ -50,6 +52,7 @@ struct SoakCliOptions {
   std::string gemm = "auto";
   ArmOptions arms;
   std::string json;
+  std::string fault_after;  // --fault-after LAYER:OP: a fault drill in the captured decode graphs
 };
 
 SoakCliOptions soak_options;
@@ -129,6 +132,7 @@ int run(const SoakCliOptions& o) {
   const Qwen35Config cfg = preset(o.preset);                // a bad name is an error before anything runs
   const ResolvedArms arms = resolve_cli_arms(o.arms.arms);  // a bad arm name too
   check_writable(o.json, "--json");
+  const FaultDrill fault = parse_fault_after(o.fault_after);  // a bad value too
   const DeviceInfo dev = probe_device();
   if (!dev.ok) {
     throw Error(fmt::format("soak replays captured CUDA graphs, so it needs a GPU: {}", dev.reason));
@@ -142,10 +146,13 @@ int run(const SoakCliOptions& o) {
   mo.arms = arms.arms;
   mo.attn_decode = parse_attn_decode(o.attn_decode);
   mo.gemm = parse_gemm(o.gemm);
+  mo.fault_layer = fault.layer;
+  mo.fault_op = fault.op;
 
   const auto t0 = std::chrono::steady_clock::now();
   ModelStep step(cfg, mo);
   step.capture_all(/*for_timing=*/false, /*prefill=*/false);
+  check_fault_matched(fault, step.fault_drill_matched(), "the captured decode graphs", cfg.name);
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelStepOptions& r = step.options();  // `auto` settings resolved
   const std::string settings = fmt::format("attention decode {}, projections {}, arms {}",
@@ -261,6 +268,10 @@ void register_soak(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cublas", "skinny"}));
   cmd->add_option("--json", o.json, "Write the results (status, hashes, every memory sample) to this file");
+  add_fault_after_option(cmd, o.fault_after,
+                         "in the captured decode graphs (the eager reference period runs without it), so the first "
+                         "graphed replay faults; the error names the graph (find the node with generate "
+                         "--check-nodes)");
   cmd->callback([&action] { action = [] { return run(soak_options); }; });
 }
 

@@ -101,7 +101,7 @@ struct MTile {
   static constexpr size_t bytes = floats * sizeof(float);
   static_assert(NW * 8 == BV && WM1 * WN1 == 8, "warp w owns state columns 8w..8w+7");
   static_assert((8 / WM1) * (BV / (8 * WN1)) == NW, "P1b covers the 8 row tiles x BV columns once");
-  static_assert(NW == 2 * (BV / 16), "P3 / P4 output: 2 pairs of row tiles x groups of 16 columns");
+  static_assert(NW % 4 == 0 || NW == 4, "P3 / P4 output: 4 row tiles x groups of 32 columns");
   static_assert(NT >= 128, "P2 uses warps 0 and 1 for the diagonal blocks");
   static_assert(RS == 2 || RS == 4 || RS == 8, "state rows per thread");
   static_assert(TWO || (LDK * 2 / 16) % 2 == 1, "bf16 rows: an odd number of 16-byte units");
@@ -400,65 +400,54 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
     chunk_inverse::off_diagonal<LDT, NT>(Ts, tid);  // M = A10 T00, then T10 = -T11 M
     __syncthreads();
 
-    // ---- P3: V' = T X. Warp: the row tiles mb = pr and 3 - pr (pr = warp % 2), so that every warp
-    // has 5 key tiles of the triangle (kb <= mb; those above the diagonal are skipped), and the
-    // columns n3 .. n3 + 15 (2 tiles of 8). On the diagonal tile T is selected to 0 above the
-    // diagonal and non-finite X is read as 0 (a later token's NaN must not reach an earlier row
-    // through 0 * NaN); rows at or past a column's first non-finite X of that tile are then made
-    // NaN, as the plain product would. Each output element sums its key tiles in order, as before.
-    const int pr = warp & 1, n3 = (warp >> 1) * 16;
+    // ---- P3: V' = T X. Warp: row tile mb, columns nb3 .. nb3 + 31 (4 tiles of 8);
+    // key tiles kb <= mb (the ones above the diagonal are skipped). On the diagonal tile T is
+    // selected to 0 above the diagonal and non-finite X is read as 0 (a later token's NaN must
+    // not reach an earlier row through 0 * NaN); rows at or past a column's first non-finite X
+    // of that tile are then made NaN, as the plain product would.
+    // Row tile mb = warp / (NW / 4): the warps of one scheduler (warp % 4) get different row tiles,
+    // so the triangular work (mb + 1 key tiles) spreads over the schedulers.
+    const int mb = warp / (NW / 4), nb3 = (warp % (NW / 4)) * 32;
     {
-      float acc[2][2][4] = {};
+      float acc[4][4] = {};
+      for (int kb = 0; kb <= mb; ++kb) {
+        Frag<4> a;
+        {
+          const float* tr = Ts + 16 * mb * LDT + 16 * kb;
+          const int rlo = g, rhi = g + 8, cl = 2 * t, ch = 2 * t + 8;  // within the tile
+          const bool diag = kb == mb;
+          const float2 x0 = ld2(tr + rlo * LDT + cl), x1 = ld2(tr + rhi * LDT + cl);
+          const float2 x2 = ld2(tr + rlo * LDT + ch), x3 = ld2(tr + rhi * LDT + ch);
+          auto sel = [&](float v, int r, int c) { return !diag || c <= r ? v : 0.0f; };
+          put(a, 0, sel(x0.x, rlo, cl), sel(x0.y, rlo, cl + 1), true);
+          put(a, 1, sel(x1.x, rhi, cl), sel(x1.y, rhi, cl + 1), true);
+          put(a, 2, sel(x2.x, rlo, ch), sel(x2.y, rlo, ch + 1), true);
+          put(a, 3, sel(x3.x, rhi, ch), sel(x3.y, rhi, ch + 1), true);
+        }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int mb = h == 0 ? pr : 3 - pr;
-        for (int kb = 0; kb <= mb; ++kb) {
-          Frag<4> a;
-          {
-            const float* tr = Ts + 16 * mb * LDT + 16 * kb;
-            const int rlo = g, rhi = g + 8, cl = 2 * t, ch = 2 * t + 8;  // within the tile
-            const bool diag = kb == mb;
-            const float2 x0 = ld2(tr + rlo * LDT + cl), x1 = ld2(tr + rhi * LDT + cl);
-            const float2 x2 = ld2(tr + rlo * LDT + ch), x3 = ld2(tr + rhi * LDT + ch);
-            auto sel = [&](float v, int r, int c) { return !diag || c <= r ? v : 0.0f; };
-            put(a, 0, sel(x0.x, rlo, cl), sel(x0.y, rlo, cl + 1), true);
-            put(a, 1, sel(x1.x, rhi, cl), sel(x1.y, rhi, cl + 1), true);
-            put(a, 2, sel(x2.x, rlo, ch), sel(x2.y, rlo, ch + 1), true);
-            put(a, 3, sel(x3.x, rhi, ch), sel(x3.y, rhi, ch + 1), true);
-          }
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            const float* xb = Vs + 16 * kb * LDS + n3 + 8 * nt;
-            const Frag<2> bb = kb == mb ? b_kn_finite(xb, LDS, g, t) : b_kn(xb, LDS, g, t);
-            mma_parts(acc[h][nt], a, bb, true, true);
-          }
+        for (int nt = 0; nt < 4; ++nt) {
+          const float* xb = Vs + 16 * kb * LDS + nb3 + 8 * nt;
+          const Frag<2> bb = kb == mb ? b_kn_finite(xb, LDS, g, t) : b_kn(xb, LDS, g, t);
+          mma_parts(acc[nt], a, bb, true, true);
         }
       }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int mb = h == 0 ? pr : 3 - pr;
+      for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int r = 16 * mb + g + (q >= 2 ? 8 : 0), j = n3 + 8 * nt + 2 * t + (q & 1);
-            const int f = nfX[j];
-            if (f >= 16 * mb && f <= r) acc[h][nt][q] = __int_as_float(0x7fc00000);
-          }
+        for (int q = 0; q < 4; ++q) {
+          const int r = 16 * mb + g + (q >= 2 ? 8 : 0), j = nb3 + 8 * nt + 2 * t + (q & 1);
+          const int f = nfX[j];
+          if (f >= 16 * mb && f <= r) acc[nt][q] = __int_as_float(0x7fc00000);
         }
       }
       __syncthreads();  // every warp has read X
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int mb = h == 0 ? pr : 3 - pr;
+      for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int r = 16 * mb + g + (q >= 2 ? 8 : 0), j = n3 + 8 * nt + 2 * t + (q & 1);
-            Vs[r * LDS + j] = acc[h][nt][q];
-            if (!isfinite(acc[h][nt][q])) atomicMin(nfV + j, r);
-          }
+        for (int q = 0; q < 4; ++q) {
+          const int r = 16 * mb + g + (q >= 2 ? 8 : 0), j = nb3 + 8 * nt + 2 * t + (q & 1);
+          Vs[r * LDS + j] = acc[nt][q];
+          if (!isfinite(acc[nt][q])) atomicMin(nfV + j, r);
         }
       }
     }
@@ -466,47 +455,35 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
 
     // ---- P4: o = O + P V' (the P3 layout; the diagonal tile as there), stored for rows < L.
     {
-      float acc[2][2][4];
+      float acc[4][4];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int mb = h == 0 ? pr : 3 - pr;
+      for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
+        for (int h = 0; h < 2; ++h) {
+          const float2 o = ld2(Os + (16 * mb + g + 8 * h) * LDS + nb3 + 8 * nt + 2 * t);
+          acc[nt][2 * h] = o.x;
+          acc[nt][2 * h + 1] = o.y;
+        }
+      }
+      for (int kb = 0; kb <= mb; ++kb) {
+        const Frag<4> a = a_rows(Ps + 16 * mb * LDT + 16 * kb, LDT, g, t, true);  // zeros above the diagonal
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float2 o = ld2(Os + (16 * mb + g + 8 * e) * LDS + n3 + 8 * nt + 2 * t);
-            acc[h][nt][2 * e] = o.x;
-            acc[h][nt][2 * e + 1] = o.y;
-          }
+        for (int nt = 0; nt < 4; ++nt) {
+          const float* vb = Vs + 16 * kb * LDS + nb3 + 8 * nt;
+          const Frag<2> bb = kb == mb ? b_kn_finite(vb, LDS, g, t) : b_kn(vb, LDS, g, t);
+          mma_parts(acc[nt], a, bb, true, true);
         }
       }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int mb = h == 0 ? pr : 3 - pr;
-        for (int kb = 0; kb <= mb; ++kb) {
-          const Frag<4> a = a_rows(Ps + 16 * mb * LDT + 16 * kb, LDT, g, t, true);  // zeros above the diagonal
+      for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            const float* vb = Vs + 16 * kb * LDS + n3 + 8 * nt;
-            const Frag<2> bb = kb == mb ? b_kn_finite(vb, LDS, g, t) : b_kn(vb, LDS, g, t);
-            mma_parts(acc[h][nt], a, bb, true, true);
-          }
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int mb = h == 0 ? pr : 3 - pr;
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int r = 16 * mb + g + 8 * e, j = n3 + 8 * nt + 2 * t;
-            float x = acc[h][nt][2 * e], y = acc[h][nt][2 * e + 1];
-            const int f0 = nfV[j], f1 = nfV[j + 1];
-            if (f0 >= 16 * mb && f0 <= r) x = __int_as_float(0x7fc00000);
-            if (f1 >= 16 * mb && f1 <= r) y = __int_as_float(0x7fc00000);
-            if (r < L) store2(p.out, p.out_dtype, ((c0 + r) * Hv + hv) * Dv + v0 + j, x, y, Dv - v0 - j, vec);
-          }
+        for (int h = 0; h < 2; ++h) {
+          const int r = 16 * mb + g + 8 * h, j = nb3 + 8 * nt + 2 * t;
+          float x = acc[nt][2 * h], y = acc[nt][2 * h + 1];
+          const int f0 = nfV[j], f1 = nfV[j + 1];
+          if (f0 >= 16 * mb && f0 <= r) x = __int_as_float(0x7fc00000);
+          if (f1 >= 16 * mb && f1 <= r) y = __int_as_float(0x7fc00000);
+          if (r < L) store2(p.out, p.out_dtype, ((c0 + r) * Hv + hv) * Dv + v0 + j, x, y, Dv - v0 - j, vec);
         }
       }
     }

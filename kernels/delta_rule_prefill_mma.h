@@ -29,12 +29,13 @@
 // Layout (warps w = 0 .. BV/8 - 1): P1a spreads the 40 lower-triangle 16 x 8 tiles of P and A over
 // the warps; P1b gives warp w the state columns 8w .. 8w+7 for all 128 rows of [q; k] (so each
 // fragment of S is read and split once per block; f32 q, k take a second pass for their low part);
-// P3 and P4's P V' give warp w the row tiles w % 2 and 3 - w % 2 (5 key tiles of the triangle for
-// every warp, so no warp waits on another's longer row) and 16 columns; the state update gives warp w the columns 8w ..
-// 8w+7 over all Dk rows, with K^T (exactly bf16 for bf16 inputs) as the A operand. P0 issues all its loads before its
-// stores and prefetches the next chunk's rows into L2. Shared memory (f32 tiles, and q, k as bf16 tiles for bf16
-// inputs; q, k rows padded to Dk + 8 elements and S, X, V', O rows to BV + 4 words so that the fragment loads are
-// conflict-free): 191,744 bytes for Dk = Dv = 128 (BV = 128) with bf16 inputs, 210,176 with f32; 87,296 / 92,416 for
+// P3 and P4's P V' give warp w row tile w / (NW / 4) (rows of one scheduler differ, so the
+// triangular work is spread) and 32 columns; the state update gives warp w the columns 8w .. 8w+7
+// over all Dk rows, with K^T (exactly bf16 for bf16 inputs) as the A operand. P0 issues all its
+// loads before its stores and prefetches the next chunk's rows into L2.
+// Shared memory (f32 tiles, and q, k as bf16 tiles for bf16 inputs; q, k rows padded to Dk + 8
+// elements and S, X, V', O rows to BV + 4 words so that the fragment loads are conflict-free):
+// 191,744 bytes for Dk = Dv = 128 (BV = 128) with bf16 inputs, 210,176 with f32; 87,296 / 92,416 for
 // (32, 64). ptxas -v (sm_90, CUDA 13): BV = 128: 128 registers (the 512-thread bound), 24 bytes of
 // spill at Dk = 128; BV = 64 and 32: 255, no spills.
 // Speed (H200, the 4B prefill of 32 x 1024 tokens, 24 GDN layers, bench --phase prefill): with bf16

@@ -77,10 +77,16 @@ NodeChecks* node_checks() { return t_checks; }
 NodeCheckScope::NodeCheckScope(NodeChecks* checks) : previous_(t_checks) { t_checks = checks; }
 NodeCheckScope::~NodeCheckScope() { t_checks = previous_; }
 
-bool sticky_error() {
-  (void)cudaGetLastError();                     // clears a non-sticky error
-  return cudaPeekAtLastError() != cudaSuccess;  // a sticky one stays: the context is lost
+cudaError_t context_error() {
+  (void)cudaGetLastError();  // clears a non-sticky error
+  // A sticky error is not necessarily the runtime's last error any more (the call that returned it
+  // may have reset that): every later call that uses the context returns it.
+  const cudaError_t e = cudaDeviceSynchronize();
+  (void)cudaGetLastError();
+  return e;
 }
+
+bool sticky_error() { return context_error() != cudaSuccess; }
 
 void node_fault(cudaError_t e, const NodeLabel& label) {
   throw KernelFault(fmt::format(

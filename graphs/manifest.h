@@ -86,7 +86,10 @@ class NodeCheckScope {
   NodeChecks* previous_;
 };
 
-// Whether the runtime's last error is sticky (the CUDA context is lost); clears a non-sticky one.
+// The sticky error of a lost CUDA context (every call that uses the context returns it), else
+// cudaSuccess; clears a non-sticky last error. Synchronises the device: for error paths only.
+cudaError_t context_error();
+// Whether the CUDA context is lost (context_error() != cudaSuccess).
 bool sticky_error();
 
 // A kernel faulted while it ran: a KernelFault naming its node ("layer 3 attention.decode (arm mma):

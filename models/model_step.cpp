@@ -436,10 +436,9 @@ void ModelStep::replay_key(const GraphKey& key) const {
 }
 
 void ModelStep::fault_of_earlier_step() const {
-  // Only after a step ran; a sticky error stays the runtime's last error (sticky_error).
+  // Only after a step ran; a lost context returns its sticky error to every call (context_error).
   if (!last_step_) return;
-  const cudaError_t e = cudaPeekAtLastError();
-  if (e != cudaSuccess && sticky_error()) step_fault(e);
+  if (const cudaError_t e = context_error(); e != cudaSuccess) step_fault(e);
 }
 
 void ModelStep::sync() const { check_step(cudaStreamSynchronize(stream_.get())); }

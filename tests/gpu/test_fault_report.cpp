@@ -30,9 +30,9 @@ ChildResult run_generate(const std::vector<std::string>& extra) {
 }
 
 // Short runs of the tiny preset: 2 sequences of 16 tokens (decode keys 1 and 2, prefill bucket 32).
-ChildResult run_bench(const std::vector<std::string>& extra) {
+ChildResult run_bench(const std::vector<std::string>& extra, const std::string& node_replays = "1") {
   return run_stepgraph({"bench", "--preset", "tiny", "--max-seqs", "2", "--context", "16", "--replays", "2", "--reps",
-                        "1", "--node-replays", "1"},
+                        "1", "--node-replays", node_replays},
                        extra);
 }
 
@@ -133,8 +133,7 @@ TEST_CASE("bench: a kernel fault inside a timed graph names the graph", "[gpu][c
     check_graph_fault(run_bench({"--phase", "prefill", "--fault-after", "1:delta_rule.prefill"}), "prefill 32");
   }
   SECTION("without per-node timing (--node-replays 0)") {
-    check_graph_fault(run_bench({"--phase", "decode", "--node-replays", "0", "--fault-after", "4:conv.update"}),
-                      "decode 2");
+    check_graph_fault(run_bench({"--phase", "decode", "--fault-after", "4:conv.update"}, "0"), "decode 2");
   }
   SECTION("a drill whose node no captured graph has is an error before any timing") {
     const ChildResult r = run_bench({"--phase", "decode", "--fault-after", "1:delta_rule.prefill"});

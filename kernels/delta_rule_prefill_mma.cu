@@ -75,13 +75,14 @@ struct MTile {
   static constexpr int NW = NT / 32;  // warps = BV / 8: warp w owns state columns 8w..8w+7 in P4
   static constexpr int CG = BV / 4;   // state load/store: column groups of 4
   static constexpr int RS = DK / 16;  // state load/store: rows per thread
-  static constexpr int LDK =
-      DK + 8;  // q, k row pitch in elements: f32 (== 8 mod 32 words: conflict-free float2
-               // fragment loads) or bf16 (an odd number of 16-byte units: conflict-free ldmatrix)
+  // q, k row pitch in elements: f32 (== 8 mod 32 words: conflict-free float2 fragment loads) or
+  // bf16 (an odd number of 16-byte units: conflict-free ldmatrix)
+  static constexpr int LDK = DK + 8;
   static constexpr int LDS = BV + 4;  // S, X / V', O row pitch (== 4 mod 32: conflict-free column-pair loads)
   static constexpr int LDT = C + 8;   // T, P row pitch
   static constexpr int KQ = TWO ? C * LDK : C * LDK / 2;  // floats of one q or k tile
-  static constexpr int QO = KQ > C* LDS ? KQ : C* LDS;    // floats of the q tile's region (then O)
+  static constexpr int CS = C * LDS;                      // floats of one [C, LDS] tile (O, V)
+  static constexpr int QO = KQ > CS ? KQ : CS;            // floats of the q tile's region (then O)
   // P1b: the 8 row tiles of [q; k] (16 rows each) x BV columns; a warp has WM1 row tiles, WN1 8-column
   // tiles: all 8 row tiles of its own 8 columns, so each S fragment is loaded and split once per block.
   static constexpr int WM1 = 8;

@@ -31,15 +31,15 @@ void NodeRecorder::launched(cudaStream_t stream, NodeLabel label, int kernels) {
   check(cudaGraphGetNodes(graph, nullptr, &n));
   std::vector<cudaGraphNode_t> nodes(n);
   if (n) check(cudaGraphGetNodes(graph, nodes.data(), &n));
-  // The launch's bytes go to its first kernel node (a library's split-K GEMM, not its reduction), so
-  // summing a family's nodes counts them once.
+  // The launch's bytes and FLOPs go to its first kernel node (a library's split-K GEMM, not its
+  // reduction), so summing a family's nodes counts them once.
   int added = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!seen_.insert(nodes[i]).second) continue;
     cudaGraphNodeType t;
     check(cudaGraphNodeGetType(nodes[i], &t));
     NodeLabel l = label;
-    if (t == cudaGraphNodeTypeKernel && added > 0) l.bytes = 0;
+    if (t == cudaGraphNodeTypeKernel && added > 0) l.bytes = l.flops = 0;
     labels_[nodes[i]] = l;
     added += t == cudaGraphNodeTypeKernel;
   }
@@ -295,7 +295,8 @@ nlohmann::json to_json(const Manifest& m) {
                      {"grid", {n.grid.x, n.grid.y, n.grid.z}},
                      {"block", {n.block.x, n.block.y, n.block.z}},
                      {"smem_bytes", n.smem_bytes},
-                     {"bytes", n.label.bytes}});
+                     {"bytes", n.label.bytes},
+                     {"flops", n.label.flops}});
     if (!(n.cluster == Dim3{})) nodes.back()["cluster"] = {n.cluster.x, n.cluster.y, n.cluster.z};
   }
   nlohmann::json out = {{"graph", m.graph}, {"arms", m.arms}, {"nodes", nodes}, {"edges", m.edges}};

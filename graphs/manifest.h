@@ -25,6 +25,7 @@ struct NodeLabel {
   std::string op;    // "conv.update", "postconv", "delta_rule.decode", ...
   std::string arm;   // the arm that runs after fallbacks ("grid", "megablock", "-" when the op has none)
   double bytes = 0;  // bytes the kernel must move (each input read once, each output written once)
+  double flops = 0;  // floating-point operations of a matrix product (2 M N K); 0 where bytes bound the op
 };
 
 class NodeRecorder {

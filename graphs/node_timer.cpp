@@ -185,6 +185,49 @@ std::string short_kernel_name(const std::string& demangled) {
   return k.substr(cut);
 }
 
+double FamilyRow::floor_us(double floor_gbps, double peak_tflops) const {
+  return std::max(bytes / (floor_gbps * 1e3), flops / (peak_tflops * 1e6));
+}
+
+std::vector<FamilyRow> op_families(const std::vector<NodeStats>& stats) {
+  std::vector<FamilyRow> rows;
+  for (const auto& s : stats) {
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const FamilyRow& r) { return r.op == s.node.label.op; });
+    if (it == rows.end()) {
+      rows.push_back(FamilyRow{s.node.label.op});
+      it = rows.end() - 1;
+    }
+    ++it->nodes;
+    it->us += s.median_us;
+    it->bytes += s.node.label.bytes;
+    it->flops += s.node.label.flops;
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const FamilyRow& a, const FamilyRow& b) { return a.us != b.us ? a.us > b.us : a.op < b.op; });
+  return rows;
+}
+
+std::string format_family_table(const std::vector<FamilyRow>& rows, double floor_gbps, double peak_tflops) {
+  double total = 0;
+  for (const auto& r : rows) total += r.us;
+  std::string out = fmt::format("  {:<22} {:>6} {:>12} {:>7} {:>9} {:>9} {:>7}\n", "op", "nodes", "us/step", "share",
+                                "GB/s", "TFLOP/s", "%floor");
+  auto rate = [](double amount, double us, double unit) {
+    return amount > 0 && us > 0 ? fmt::format("{:.1f}", amount / (us * unit)) : std::string("-");
+  };
+  for (const auto& r : rows) {
+    const double f = r.floor_us(floor_gbps, peak_tflops);
+    out += fmt::format("  {:<22} {:>6} {:>12.1f} {:>6.1f}% {:>9} {:>9} {:>7}\n", r.op, r.nodes, r.us,
+                       total > 0 ? 100 * r.us / total : 0.0, rate(r.bytes, r.us, 1e3), rate(r.flops, r.us, 1e6),
+                       f > 0 && r.us > 0 ? fmt::format("{:.0f}%", 100 * f / r.us) : std::string("-"));
+  }
+  out += fmt::format(
+      "  (%floor: the family's labelled bytes at {:.1f} TB/s or its matrix products' FLOPs at {:.0f} TFLOP/s, "
+      "the larger, over its time; attention's KV reads are not labelled)\n",
+      floor_gbps / 1e3, peak_tflops);
+  return out;
+}
+
 std::string format_node_table(const std::vector<NodeStats>& stats, double floor_gbps) {
   std::string out =
       fmt::format("{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>7}\n",

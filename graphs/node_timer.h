@@ -71,4 +71,19 @@ std::string short_kernel_name(const std::string& demangled);
 // A fixed-width table: node, layer, op, arm, kernel, grid, block, calls, median/min/max us, GB/s, % of floor.
 std::string format_node_table(const std::vector<NodeStats>& stats, double floor_gbps);
 
+// One op family of a graph (the nodes whose label has that op): node medians, label bytes and
+// label FLOPs summed.
+struct FamilyRow {
+  std::string op;
+  int nodes = 0;
+  double us = 0, bytes = 0, flops = 0;
+  // The family's floor (us): the larger of its bytes at floor_gbps and its FLOPs at peak_tflops.
+  double floor_us(double floor_gbps, double peak_tflops) const;
+};
+// The families of `stats`, the longest first (ties by name).
+std::vector<FamilyRow> op_families(const std::vector<NodeStats>& stats);
+// A fixed-width table: op, nodes, us a step, share, GB/s, TFLOP/s (where FLOPs are labelled) and the
+// floor's fraction of the time (where bytes or FLOPs are labelled), with a line saying what the floor is.
+std::string format_family_table(const std::vector<FamilyRow>& rows, double floor_gbps, double peak_tflops);
+
 }  // namespace sg

@@ -69,6 +69,7 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
                     y.dtype == DType::bf16 && swiglu->act.dtype == DType::bf16 && swiglu->act.dim(0) == M &&
                     swiglu->act.dim(1) == N / 2 && swiglu->act.stride[1] == 1;
   const double bytes = static_cast<double>(x.bytes() + W.bytes() + (fuse ? swiglu->act.bytes() : y.bytes()));
+  const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
   if (!skinny && gemm_uses_lt(opts_.gemm, M)) {
     // Timed and chosen at the first eager use of the shape (the warm-up before any capture).
     if (rec) {
@@ -80,7 +81,7 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
     launched(
         cudaSuccess, rec, stream_.get(),
         [&] {
-          return NodeLabel{layer, op, lt_->describe(lt_shape(x, W, y)), bytes};
+          return NodeLabel{layer, op, lt_->describe(lt_shape(x, W, y)), bytes, flops};
         },
         NodeRecorder::kAnyKernels);
     return false;
@@ -90,7 +91,7 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
     launched(
         cudaSuccess, rec, stream_.get(),
         [&] {
-          return NodeLabel{layer, op, "cublas", bytes};
+          return NodeLabel{layer, op, "cublas", bytes, flops};
         },
         NodeRecorder::kAnyKernels);
     return false;
@@ -118,7 +119,7 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   }
   launched(skinny_gemm(p, stream_.get()), rec, stream_.get(), [&] {
     return NodeLabel{layer, op, fmt::format("skinny bn={} splits={}{}", p.block_rows, p.splits, fuse ? " +swiglu" : ""),
-                     bytes};
+                     bytes, flops};
   });
   return fuse;
 }

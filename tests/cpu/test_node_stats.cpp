@@ -114,3 +114,43 @@ TEST_CASE("a failed launch names its node, and labels are built only when needed
   }
   CHECK(message.find("argmax (arm chunks=9): the launch failed with cudaErrorInvalidConfiguration") == 0);
 }
+
+TEST_CASE("op families sum their nodes' times, bytes and FLOPs, and print the floor's fraction", "[graphs][manifest]") {
+  auto node = [](const char* op, double us, double bytes, double flops) {
+    NodeStats s;
+    s.node.label.op = op;
+    s.node.label.bytes = bytes;
+    s.node.label.flops = flops;
+    s.median_us = us;
+    return s;
+  };
+  // gemm: two nodes of 4.3 MB and 395 GFLOP, 1000 us each; norm: bytes only; probe: neither.
+  const std::vector<NodeStats> stats = {node("gemm", 1000, 4.3e6, 3.95e11), node("norm", 10, 3.44e7, 0),
+                                        node("gemm", 1000, 4.3e6, 3.95e11), node("probe", 10, 0, 0)};
+  const std::vector<FamilyRow> rows = op_families(stats);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].op == "gemm");  // the longest first; equal times by name
+  CHECK(rows[0].nodes == 2);
+  CHECK(rows[0].us == Approx(2000));
+  CHECK(rows[0].bytes == Approx(8.6e6));
+  CHECK(rows[0].flops == Approx(7.9e11));
+  CHECK(rows[1].op == "norm");
+  CHECK(rows[2].op == "probe");
+  // gemm: 7.9e11 FLOP at 790 TFLOP/s = 1000 us (its 8.6 MB at 4.3 TB/s are 2 us); norm: 34.4 MB = 8 us.
+  CHECK(rows[0].floor_us(4300.0, 790.0) == Approx(1000.0));
+  CHECK(rows[1].floor_us(4300.0, 790.0) == Approx(8.0));
+  CHECK(rows[2].floor_us(4300.0, 790.0) == 0.0);
+  const std::string t = format_family_table(rows, 4300.0, 790.0);
+  INFO(t);
+  CHECK(t.find("TFLOP/s") != std::string::npos);
+  CHECK(t.find("395.0") != std::string::npos);   // gemm: 7.9e11 FLOP in 2000 us
+  CHECK(t.find("50%") != std::string::npos);     // gemm: 1000 us of floor in 2000
+  CHECK(t.find("80%") != std::string::npos);     // norm: 8 us of floor in 10
+  CHECK(t.find("3440.0") != std::string::npos);  // norm: 34.4 MB in 10 us = 3440 GB/s
+  const size_t probe = t.find("probe");
+  REQUIRE(probe != std::string::npos);
+  const std::string probe_line = t.substr(probe, t.find('\n', probe) - probe);
+  CHECK(probe_line.find('%') != std::string::npos);   // its share
+  CHECK(probe_line.find(" -") != std::string::npos);  // no rate, no floor
+  CHECK(op_families({}).empty());
+}

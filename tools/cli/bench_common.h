@@ -21,6 +21,8 @@ namespace sg::cli {
 
 constexpr double kFloorGBps = 4300.0;  // docs/BENCHMARKS.md: 4.3 TB/s for every byte
 constexpr double kPeakTflops = 989.0;  // the H200's dense bf16 tensor-core peak (compute floors)
+// docs/BENCHMARKS.md: the bf16 GEMM rate measured on the H200 (8192^3), the per-family floors of bench
+constexpr double kGemmTflops = 790.0;
 
 struct BenchOptions {
   std::string workload = "model";

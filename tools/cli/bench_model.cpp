@@ -14,7 +14,6 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "engine/cuda_handles.h"
@@ -72,23 +71,18 @@ nlohmann::json op_family_table(const BenchOptions& o, const ModelStep& step, int
   auto records = NodeTimer::instance().stop();
   int unmatched = 0;
   auto stats = aggregate(m, records, &unmatched);
-  std::map<std::string, std::pair<int, double>> fam;  // op -> (nodes, summed median us)
+  const std::vector<FamilyRow> rows = op_families(stats);
   double total = 0;
-  for (const auto& s : stats) {
-    auto& f = fam[s.node.label.op];
-    ++f.first;
-    f.second += s.median_us;
-    total += s.median_us;
-  }
+  for (const auto& r : rows) total += r.us;
   fmt::print("  {} kernel nodes{}; per op family (sum of node medians {:.1f} us):\n", stats.size(),
              unmatched ? fmt::format(", {} unmatched records", unmatched) : "", total);
-  fmt::print("  {:<22} {:>6} {:>12} {:>7}\n", "op", "nodes", "us/step", "share");
-  std::vector<std::pair<std::string, std::pair<int, double>>> rows(fam.begin(), fam.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+  fmt::print("{}", format_family_table(rows, kFloorGBps, kGemmTflops));
   nlohmann::json ops = nlohmann::json::object();
-  for (const auto& [op, f] : rows) {
-    fmt::print("  {:<22} {:>6} {:>12.1f} {:>6.1f}%\n", op, f.first, f.second, total > 0 ? 100 * f.second / total : 0);
-    ops[op] = {{"nodes", f.first}, {"us", f.second}};
+  for (const auto& r : rows) {
+    ops[r.op] = {{"nodes", r.nodes}, {"us", r.us}, {"bytes", r.bytes}, {"flops", r.flops}};
+    if (r.us > 0 && r.floor_us(kFloorGBps, kGemmTflops) > 0) {
+      ops[r.op]["floor_fraction"] = r.floor_us(kFloorGBps, kGemmTflops) / r.us;
+    }
   }
   write_exports(o, key, m, stats, records);
   return ops;

@@ -1,12 +1,14 @@
 // delta_rule_chunk_io.cuh: global-memory I/O of the chunked delta-rule prefill kernels
 // (delta_rule_prefill_chunked.cu, delta_rule_prefill_mma.cu): f32 / bf16 elements in groups of
-// 4 or 2, as aligned vector words where `vec` allows, else element by element (masked past `valid`).
+// 4 or 2, as aligned vector words where `vec` allows, else element by element (masked past `valid`);
+// and a chunk's gates (G, its exponentials and beta), which both kernels read the same way.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "kernels/delta_rule_prefill.h"
 #include "kernels/device_util.cuh"
 #include "kernels/numeric.h"
 
@@ -64,6 +66,36 @@ __device__ __forceinline__ void store2(void* p, DType t, int64_t i, float x, flo
   }
   if (valid > 0) dev::store(p, t, i, x);
   if (valid > 1) dev::store(p, t, i + 1, y);
+}
+
+// The gates of the 64-token chunk at token c0 (L tokens, 1..64) of v-head hv, by one warp (lane
+// l has tokens 2l, 2l+1): G_r = g_0 + ... + g_r by a shuffle scan in double (g = 0 and beta = 0 past
+// L, so G_63 = G_last and padded rows contribute nothing), then G, exp(G_r), exp(G_last - G_r) and
+// beta into shared memory ([64] each).
+__device__ __forceinline__ void chunk_gates(const DeltaRulePrefillParams& p, int64_t c0, int L, int hv, int lane,
+                                            double* Gs, float* Es, float* Ls, float* Bs) {
+  const int Hv = p.Hv, r = 2 * lane;
+  const int64_t gb = (c0 + r) * Hv + hv;  // [T, Hv]
+  const float g0 = r < L ? p.g[gb] : 0.0f, g1 = r + 1 < L ? p.g[gb + Hv] : 0.0f;
+  const float b0 = r < L ? p.beta[gb] : 0.0f, b1 = r + 1 < L ? p.beta[gb + Hv] : 0.0f;
+  double incl = static_cast<double>(g0) + static_cast<double>(g1);
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const double y = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += y;
+  }
+  double excl = __shfl_up_sync(0xffffffffu, incl, 1);
+  if (lane == 0) excl = 0.0;
+  const double last = __shfl_sync(0xffffffffu, incl, 31);
+  const double G0 = excl + static_cast<double>(g0), G1 = G0 + static_cast<double>(g1);
+  Gs[r] = G0;
+  Gs[r + 1] = G1;
+  Es[r] = expf(static_cast<float>(G0));
+  Es[r + 1] = expf(static_cast<float>(G1));
+  Ls[r] = expf(static_cast<float>(last - G0));
+  Ls[r + 1] = expf(static_cast<float>(last - G1));
+  Bs[r] = b0;
+  Bs[r + 1] = b1;
 }
 
 }  // namespace sg::chunk_io

@@ -178,32 +178,8 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const Del
       const int64_t at = ((c0 + r) * Hv + hv) * Dv + v0 + j;  // [T, Hv, Dv]
       st4(Vs + r * BV + j, load4(p.v, p.qkv_dtype, at, r < L ? Dv - v0 - j : 0, vec));
     }
-    // Warp 0: lane l has tokens 2l, 2l+1; G by a shuffle scan in double (g = 0, beta = 0 past L,
-    // so G_63 = G_last and padded rows contribute nothing).
-    if (tid < 32) {
-      const int r = 2 * lane;
-      const int64_t gb = (c0 + r) * Hv + hv;  // [T, Hv]
-      const float g0 = r < L ? p.g[gb] : 0.0f, g1 = r + 1 < L ? p.g[gb + Hv] : 0.0f;
-      const float b0 = r < L ? p.beta[gb] : 0.0f, b1 = r + 1 < L ? p.beta[gb + Hv] : 0.0f;
-      double incl = static_cast<double>(g0) + static_cast<double>(g1);
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const double y = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += y;
-      }
-      double excl = __shfl_up_sync(0xffffffffu, incl, 1);
-      if (lane == 0) excl = 0.0;
-      const double last = __shfl_sync(0xffffffffu, incl, 31);
-      const double G0 = excl + static_cast<double>(g0), G1 = G0 + static_cast<double>(g1);
-      Gs[r] = G0;
-      Gs[r + 1] = G1;
-      Es[r] = expf(static_cast<float>(G0));
-      Es[r + 1] = expf(static_cast<float>(G1));
-      Ls[r] = expf(static_cast<float>(last - G0));
-      Ls[r + 1] = expf(static_cast<float>(last - G1));
-      Bs[r] = b0;
-      Bs[r + 1] = b1;
-    }
+    // Warp 0: G, exp(G), exp(G_last - G) and beta of the chunk.
+    if (tid < 32) chunk_io::chunk_gates(p, c0, L, hv, lane, Gs, Es, Ls, Bs);
     __syncthreads();
 
     // ---- P1, first pass over Dk: rows r0..r0+3 of q' and k times k_c for this thread's key

@@ -254,32 +254,8 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
       }
     }
     for (int j = tid; j < 2 * BV; j += NT) nfX[j] = C;
-    // Warp 0: lane l has tokens 2l, 2l+1; G by a shuffle scan in double (g = 0, beta = 0 past L,
-    // so G_63 = G_last and padded rows contribute nothing).
-    if (tid < 32) {
-      const int r = 2 * lane;
-      const int64_t gb = (c0 + r) * Hv + hv;  // [T, Hv]
-      const float g0 = r < L ? p.g[gb] : 0.0f, g1 = r + 1 < L ? p.g[gb + Hv] : 0.0f;
-      const float b0 = r < L ? p.beta[gb] : 0.0f, b1 = r + 1 < L ? p.beta[gb + Hv] : 0.0f;
-      double incl = static_cast<double>(g0) + static_cast<double>(g1);
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const double y = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += y;
-      }
-      double excl = __shfl_up_sync(0xffffffffu, incl, 1);
-      if (lane == 0) excl = 0.0;
-      const double last = __shfl_sync(0xffffffffu, incl, 31);
-      const double G0 = excl + static_cast<double>(g0), G1 = G0 + static_cast<double>(g1);
-      Gs[r] = G0;
-      Gs[r + 1] = G1;
-      Es[r] = expf(static_cast<float>(G0));
-      Es[r + 1] = expf(static_cast<float>(G1));
-      Ls[r] = expf(static_cast<float>(last - G0));
-      Ls[r + 1] = expf(static_cast<float>(last - G1));
-      Bs[r] = b0;
-      Bs[r + 1] = b1;
-    }
+    // Warp 0: G, exp(G), exp(G_last - G) and beta of the chunk.
+    if (tid < 32) chunk_io::chunk_gates(p, c0, L, hv, lane, Gs, Es, Ls, Bs);
     __syncthreads();
 
     // ---- P1a: P = [q K^T] and A = [k K^T] on the lower triangle: 16 x 8 tiles (row tile rb,
@@ -409,6 +385,11 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
     // Row tile mb = warp / (NW / 4): the warps of one scheduler (warp % 4) get different row tiles,
     // so the triangular work (mb + 1 key tiles) spreads over the schedulers.
     const int mb = warp / (NW / 4), nb3 = (warp % (NW / 4)) * 32;
+    // The B fragment of X (P3) or V' (P4) for key tile kb, column tile nt of this warp's columns.
+    auto b_causal = [&](int kb, int nt) {
+      const float* xb = Vs + 16 * kb * LDS + nb3 + 8 * nt;
+      return kb == mb ? b_kn_finite(xb, LDS, g, t) : b_kn(xb, LDS, g, t);
+    };
     {
       float acc[4][4] = {};
       for (int kb = 0; kb <= mb; ++kb) {
@@ -426,11 +407,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
           put(a, 3, sel(x3.x, rhi, ch), sel(x3.y, rhi, ch + 1), true);
         }
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const float* xb = Vs + 16 * kb * LDS + nb3 + 8 * nt;
-          const Frag<2> bb = kb == mb ? b_kn_finite(xb, LDS, g, t) : b_kn(xb, LDS, g, t);
-          mma_parts(acc[nt], a, bb, true, true);
-        }
+        for (int nt = 0; nt < 4; ++nt) mma_parts(acc[nt], a, b_causal(kb, nt), true, true);
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
@@ -469,11 +446,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
       for (int kb = 0; kb <= mb; ++kb) {
         const Frag<4> a = a_rows(Ps + 16 * mb * LDT + 16 * kb, LDT, g, t, true);  // zeros above the diagonal
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const float* vb = Vs + 16 * kb * LDS + nb3 + 8 * nt;
-          const Frag<2> bb = kb == mb ? b_kn_finite(vb, LDS, g, t) : b_kn(vb, LDS, g, t);
-          mma_parts(acc[nt], a, bb, true, true);
-        }
+        for (int nt = 0; nt < 4; ++nt) mma_parts(acc[nt], a, b_causal(kb, nt), true, true);
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {

@@ -65,6 +65,26 @@ __device__ __forceinline__ Frag<4> ldm_at(const bf16* m, int ld, int lane) {
   return f;
 }
 
+// Two B fragments (16 x 8 each: columns n0 .. n0 + 7 and n0 + 8 ..) of a tile stored [k][n] at `m`
+// (rows k 0..15 from m): w[0], w[1] the first, w[2], w[3] the second (ldmatrix .trans).
+__device__ __forceinline__ void ldm_bt2(uint32_t* w, const bf16* m, int ld, int lane) {
+  const int q = lane >> 3;  // matrix q: rows k 8 (q % 2) .., columns n 8 (q / 2) ..
+  mma::ldmatrix_x4_trans(
+      w, static_cast<uint32_t>(__cvta_generic_to_shared(m + ((lane & 7) + 8 * (q & 1)) * ld + 8 * (q >> 1))));
+}
+// The diagonal tile of a causal product reads non-finite values as 0 (b_kn_finite): a value x was
+// non-finite exactly when its high or low part is NaN (NaN: high NaN; +-Inf: low Inf - Inf = NaN;
+// a finite x whose high part overflows to Inf keeps a low part of -Inf, not NaN), so both parts
+// of such a value become 0, as the split of 0 gives.
+__device__ __forceinline__ void zero_nonfinite(uint32_t& hi, uint32_t& lo) {
+  auto nan16 = [](uint32_t w, int sh) { return ((w >> sh) & 0x7fffu) > 0x7f80u; };
+  uint32_t keep = 0xffffffffu;
+  if (nan16(hi, 0) || nan16(lo, 0)) keep &= 0xffff0000u;
+  if (nan16(hi, 16) || nan16(lo, 16)) keep &= 0x0000ffffu;
+  hi &= keep;
+  lo &= keep;
+}
+
 // Compile-time shape of one block: DK = Dk, BV = the Dv tile, TWO = q and k have a low part (f32
 // inputs: f32 tiles, fragments built from float pairs) or not (bf16 inputs: bf16 tiles, fragments
 // by ldmatrix). Shared memory offsets in floats.
@@ -98,7 +118,13 @@ struct MTile {
   static constexpr int oL = oE + C;         // EL    [C] exp(G_last - G_r)
   static constexpr int oB = oL + C;         // beta  [C]
   static constexpr int oN = oB + C;         // int [2][BV]: first non-finite row of X / V' per column
-  static constexpr int floats = oN + 2 * BV;
+  // !TWO: X, then V', also as high and low bf16 parts [C, LDB] (split once where they are written,
+  // read by ldmatrix.trans as B fragments of T X and P V'); f32 inputs leave no room for them.
+  static constexpr int LDB = BV + 8;                // an odd number of 16-byte units
+  static constexpr int XB = TWO ? 0 : C * LDB / 2;  // floats of one bf16 part tile
+  static constexpr int oXh = oN + 2 * BV;           // Xh    [C, LDB] bf16
+  static constexpr int oXl = oXh + XB;              // Xl    [C, LDB] bf16
+  static constexpr int floats = oXl + XB;
   static constexpr size_t bytes = floats * sizeof(float);
   static_assert(NW * 8 == BV && WM1 * WN1 == 8, "warp w owns state columns 8w..8w+7");
   static_assert((8 / WM1) * (BV / (8 * WN1)) == NW, "P1b covers the 8 row tiles x BV columns once");
@@ -106,6 +132,7 @@ struct MTile {
   static_assert(NT >= 128, "P2 uses warps 0 and 1 for the diagonal blocks");
   static_assert(RS == 2 || RS == 4 || RS == 8, "state rows per thread");
   static_assert(TWO || (LDK * 2 / 16) % 2 == 1, "bf16 rows: an odd number of 16-byte units");
+  static_assert(TWO || ((LDB * 2 / 16) % 2 == 1 && oXh % 4 == 0 && oXl % 4 == 0), "bf16 part tiles");
   static_assert(oS % 4 == 0 && oK % 4 == 0 && oQ % 4 == 0 && oV % 4 == 0 && oT % 4 == 0 && oP % 4 == 0,
                 "16-byte aligned views");
   static_assert(bytes <= 227 * 1024, "fits one block's shared memory on sm_90");
@@ -137,6 +164,9 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
   float* const Bs = sm + Tl::oB;                              // [C] beta_r (0 past the chunk's end)
   int* const nfX = reinterpret_cast<int*>(sm + Tl::oN);       // [BV] first row with a non-finite X
   int* const nfV = nfX + BV;                                  // [BV] first row with a non-finite V'
+  bf16* const Xh = reinterpret_cast<bf16*>(sm + Tl::oXh);     // [C, LDB] X, then V': high parts (!TWO)
+  bf16* const Xl = reinterpret_cast<bf16*>(sm + Tl::oXl);     // [C, LDB] low parts (!TWO)
+  constexpr int LDB = Tl::LDB;
 
   const int Hv = p.Hv, Hk = p.Hk, Dv = p.Dv;
   const int tiles = (Dv + BV - 1) / BV;
@@ -343,11 +373,21 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
 #pragma unroll
         for (int nt = 0; nt < WN1; ++nt) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int r = 16 * (mb - 4) + g + (q >= 2 ? 8 : 0), j = nbase + 8 * nt + 2 * t + (q & 1);
-            const float x = Bs[r] * (Vs[r * LDS + j] - Es[r] * o1[im][nt][q]);
-            Vs[r * LDS + j] = x;
-            if (!isfinite(x)) atomicMin(nfX + j, r);
+          for (int h = 0; h < 2; ++h) {
+            const int r = 16 * (mb - 4) + g + 8 * h, j = nbase + 8 * nt + 2 * t;
+            float x[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              x[e] = Bs[r] * (Vs[r * LDS + j + e] - Es[r] * o1[im][nt][2 * h + e]);
+              Vs[r * LDS + j + e] = x[e];
+              if (!isfinite(x[e])) atomicMin(nfX + j + e, r);
+            }
+            if constexpr (!TWO) {
+              uint32_t hi, lo;
+              split(x[0], x[1], hi, lo);
+              *reinterpret_cast<uint32_t*>(Xh + r * LDB + j) = hi;
+              *reinterpret_cast<uint32_t*>(Xl + r * LDB + j) = lo;
+            }
           }
         }
       }
@@ -385,10 +425,31 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
     // Row tile mb = warp / (NW / 4): the warps of one scheduler (warp % 4) get different row tiles,
     // so the triangular work (mb + 1 key tiles) spreads over the schedulers.
     const int mb = warp / (NW / 4), nb3 = (warp % (NW / 4)) * 32;
-    // The B fragment of X (P3) or V' (P4) for key tile kb, column tile nt of this warp's columns.
-    auto b_causal = [&](int kb, int nt) {
-      const float* xb = Vs + 16 * kb * LDS + nb3 + 8 * nt;
-      return kb == mb ? b_kn_finite(xb, LDS, g, t) : b_kn(xb, LDS, g, t);
+    // B fragments of X (P3) or V' (P4) for key tile kb, column tiles nt and nt + 1 of this warp's
+    // columns: from the f32 tile, split here (f32 inputs), or from the part tiles by ldmatrix.
+    auto b_pair = [&](Frag<2>* bb, int kb, int nt, bool diag) {
+      if constexpr (TWO) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const float* xb = Vs + 16 * kb * LDS + nb3 + 8 * (nt + u);
+          bb[u] = diag ? b_kn_finite(xb, LDS, g, t) : b_kn(xb, LDS, g, t);
+        }
+      } else {
+        uint32_t wh[4], wl[4];
+        ldm_bt2(wh, Xh + 16 * kb * LDB + nb3 + 8 * nt, LDB, lane);
+        ldm_bt2(wl, Xl + 16 * kb * LDB + nb3 + 8 * nt, LDB, lane);
+        if (diag) {
+#pragma unroll
+          for (int u = 0; u < 4; ++u) zero_nonfinite(wh[u], wl[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          bb[u].hi[0] = wh[2 * u];
+          bb[u].hi[1] = wh[2 * u + 1];
+          bb[u].lo[0] = wl[2 * u];
+          bb[u].lo[1] = wl[2 * u + 1];
+        }
+      }
     };
     {
       float acc[4][4] = {};
@@ -407,7 +468,12 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
           put(a, 3, sel(x3.x, rhi, ch), sel(x3.y, rhi, ch + 1), true);
         }
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) mma_parts(acc[nt], a, b_causal(kb, nt), true, true);
+        for (int nt = 0; nt < 4; nt += 2) {
+          Frag<2> bb[2];
+          b_pair(bb, kb, nt, kb == mb);
+          mma_parts(acc[nt], a, bb[0], true, true);
+          mma_parts(acc[nt + 1], a, bb[1], true, true);
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
@@ -426,6 +492,16 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
           const int r = 16 * mb + g + (q >= 2 ? 8 : 0), j = nb3 + 8 * nt + 2 * t + (q & 1);
           Vs[r * LDS + j] = acc[nt][q];
           if (!isfinite(acc[nt][q])) atomicMin(nfV + j, r);
+        }
+        if constexpr (!TWO) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 16 * mb + g + 8 * h, j = nb3 + 8 * nt + 2 * t;
+            uint32_t hi, lo;
+            split(acc[nt][2 * h], acc[nt][2 * h + 1], hi, lo);
+            *reinterpret_cast<uint32_t*>(Xh + r * LDB + j) = hi;
+            *reinterpret_cast<uint32_t*>(Xl + r * LDB + j) = lo;
+          }
         }
       }
     }
@@ -446,7 +522,12 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
       for (int kb = 0; kb <= mb; ++kb) {
         const Frag<4> a = a_rows(Ps + 16 * mb * LDT + 16 * kb, LDT, g, t, true);  // zeros above the diagonal
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) mma_parts(acc[nt], a, b_causal(kb, nt), true, true);
+        for (int nt = 0; nt < 4; nt += 2) {
+          Frag<2> bb[2];
+          b_pair(bb, kb, nt, kb == mb);
+          mma_parts(acc[nt], a, bb[0], true, true);
+          mma_parts(acc[nt + 1], a, bb[1], true, true);
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {

@@ -35,7 +35,8 @@
 // loads before its stores and prefetches the next chunk's rows into L2.
 // Shared memory (f32 tiles, and q, k as bf16 tiles for bf16 inputs; q, k rows padded to Dk + 8
 // elements and S, X, V', O rows to BV + 4 words so that the fragment loads are conflict-free):
-// 191,744 bytes for Dk = Dv = 128 (BV = 128) with bf16 inputs, 210,176 with f32; 87,296 / 92,416 for
+// 226,560 bytes for Dk = Dv = 128 (BV = 128) with bf16 inputs (X and V' also as bf16 high and low
+// part tiles, read by ldmatrix.trans), 210,176 with f32; 87,296 / 92,416 for
 // (32, 64). ptxas -v (sm_90, CUDA 13): BV = 128: 128 registers (the 512-thread bound), 24 bytes of
 // spill at Dk = 128; BV = 64 and 32: 255, no spills.
 // Speed (H200, the 4B prefill of 32 x 1024 tokens, 24 GDN layers, bench --phase prefill): with bf16

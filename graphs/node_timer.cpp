@@ -207,7 +207,16 @@ std::vector<FamilyRow> op_families(const std::vector<NodeStats>& stats) {
   return rows;
 }
 
-std::string format_family_table(const std::vector<FamilyRow>& rows, double floor_gbps, double peak_tflops) {
+void add_family_work(std::vector<FamilyRow>& rows, const FamilyWork& work) {
+  for (auto& r : rows) {
+    if (r.op != work.op) continue;
+    r.bytes += work.bytes;
+    r.flops += work.flops;
+  }
+}
+
+std::string format_family_table(const std::vector<FamilyRow>& rows, double floor_gbps, double peak_tflops,
+                                const std::string& note) {
   double total = 0;
   for (const auto& r : rows) total += r.us;
   std::string out = fmt::format("  {:<22} {:>6} {:>12} {:>7} {:>9} {:>9} {:>7}\n", "op", "nodes", "us/step", "share",
@@ -223,8 +232,8 @@ std::string format_family_table(const std::vector<FamilyRow>& rows, double floor
   }
   out += fmt::format(
       "  (%floor: the family's labelled bytes at {:.1f} TB/s or its matrix products' FLOPs at {:.0f} TFLOP/s, "
-      "the larger, over its time; attention's KV reads are not labelled)\n",
-      floor_gbps / 1e3, peak_tflops);
+      "the larger, over its time; {})\n",
+      floor_gbps / 1e3, peak_tflops, note);
   return out;
 }
 

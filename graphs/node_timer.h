@@ -82,8 +82,18 @@ struct FamilyRow {
 };
 // The families of `stats`, the longest first (ties by name).
 std::vector<FamilyRow> op_families(const std::vector<NodeStats>& stats);
+// Work that a family's node labels cannot carry because it depends on the batch, not on the graph
+// key (attention's KV bytes read in decode, its causal FLOPs in prefill): the caller, who knows its
+// workload, adds it. Added to the row of `op` when `rows` has one (none: nothing to add to).
+struct FamilyWork {
+  std::string op;
+  double bytes = 0, flops = 0;
+};
+void add_family_work(std::vector<FamilyRow>& rows, const FamilyWork& work);
 // A fixed-width table: op, nodes, us a step, share, GB/s, TFLOP/s (where FLOPs are labelled) and the
-// floor's fraction of the time (where bytes or FLOPs are labelled), with a line saying what the floor is.
-std::string format_family_table(const std::vector<FamilyRow>& rows, double floor_gbps, double peak_tflops);
+// floor's fraction of the time (where bytes or FLOPs are labelled), with a line saying what the floor
+// is; `note` ends that line (what was added to the labels, or what they leave out).
+std::string format_family_table(const std::vector<FamilyRow>& rows, double floor_gbps, double peak_tflops,
+                                const std::string& note = "attention's KV reads are not labelled");
 
 }  // namespace sg

@@ -153,4 +153,23 @@ TEST_CASE("op families sum their nodes' times, bytes and FLOPs, and print the fl
   CHECK(probe_line.find('%') != std::string::npos);   // its share
   CHECK(probe_line.find(" -") != std::string::npos);  // no rate, no floor
   CHECK(op_families({}).empty());
+
+  // Work the labels cannot carry (a workload's KV bytes, causal FLOPs) goes to its family's row only.
+  std::vector<FamilyRow> more = rows;
+  add_family_work(more, FamilyWork{"probe", 4.3e6, 0});
+  add_family_work(more, FamilyWork{"absent", 1e12, 1e15});  // no such family: nothing changes
+  REQUIRE(more.size() == 3);
+  CHECK(more[2].bytes == Approx(4.3e6));
+  CHECK(more[2].floor_us(4300.0, 790.0) == Approx(1.0));
+  CHECK(more[0].bytes == rows[0].bytes);
+  CHECK(more[0].flops == rows[0].flops);
+  CHECK(more[1].bytes == rows[1].bytes);
+  const std::string u = format_family_table(more, 4300.0, 790.0, "probe's bytes added");
+  INFO(u);
+  CHECK(u.find("probe's bytes added)") != std::string::npos);
+  const size_t p2 = u.find("probe");
+  const std::string p2_line = u.substr(p2, u.find('\n', p2) - p2);
+  CHECK(p2_line.find("430.0") != std::string::npos);  // 4.3 MB in 10 us
+  CHECK(p2_line.find("10%") != std::string::npos);    // 1 us of floor in 10
+  CHECK(t.find("KV reads are not labelled") != std::string::npos);  // the default note
 }

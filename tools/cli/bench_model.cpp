@@ -59,7 +59,7 @@ Spread time_steps(const ModelStep& step, int reps, int replays, const std::funct
 // With --node-replays 0 (no CUPTI: the run can go under ncu, nsys or compute-sanitizer), only the
 // DOT export (from the manifest) is written and the table is empty.
 nlohmann::json op_family_table(const BenchOptions& o, const ModelStep& step, int key, const Manifest& m, int replays,
-                               const std::function<void()>& replay) {
+                               const std::function<void()>& replay, const FamilyWork& work, const std::string& note) {
   if (o.node_replays == 0) {
     fmt::print("  per-node timing off (--node-replays 0)\n");
     write_exports(o, key, m, {}, {});
@@ -71,12 +71,13 @@ nlohmann::json op_family_table(const BenchOptions& o, const ModelStep& step, int
   auto records = NodeTimer::instance().stop();
   int unmatched = 0;
   auto stats = aggregate(m, records, &unmatched);
-  const std::vector<FamilyRow> rows = op_families(stats);
+  std::vector<FamilyRow> rows = op_families(stats);
+  add_family_work(rows, work);
   double total = 0;
   for (const auto& r : rows) total += r.us;
   fmt::print("  {} kernel nodes{}; per op family (sum of node medians {:.1f} us):\n", stats.size(),
              unmatched ? fmt::format(", {} unmatched records", unmatched) : "", total);
-  fmt::print("{}", format_family_table(rows, kFloorGBps, kGemmTflops));
+  fmt::print("{}", format_family_table(rows, kFloorGBps, kGemmTflops, note));
   nlohmann::json ops = nlohmann::json::object();
   for (const auto& r : rows) {
     ops[r.op] = {{"nodes", r.nodes}, {"us", r.us}, {"bytes", r.bytes}, {"flops", r.flops}};
@@ -271,7 +272,11 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
           "{:.3f} ms; floor {:.3f} ms ({} at 4.3 TB/s) = {:.0f}% of the graphed step\n",
           key, g.median, g.min, g.max, o.reps, o.replays, e.median, floor_ms, format_bytes(floor_bytes),
           100 * floor_ms / g.median);
-      nlohmann::json ops = op_family_table(o, step, key, step.manifest(key), o.node_replays, [&] { step.replay(key); });
+      // The KV bytes of the workload's context, which the graph's node labels cannot know.
+      const FamilyWork kv{"attention.decode", double(key) * o.context * step.kv_bytes_per_token(), 0};
+      nlohmann::json ops =
+          op_family_table(o, step, key, step.manifest(key), o.node_replays, [&] { step.replay(key); }, kv,
+                          fmt::format("attention.decode's KV reads of {} positions a sequence added", o.context));
       if (o.marginal && (key == step.keys().front() || key == step.keys().back())) {
         const MarginalReport mr = marginal_costs(
             step.graph(key), step.manifest(key), s, [](const ManifestNode& n) { return n.label.op; }, o.reps, o.replays,
@@ -313,9 +318,15 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
         "replays); eager {:.2f} ms; bandwidth floor {:.3f} ms ({})\n",
         o.max_seqs, o.context, bucket, g.median, g.min, g.max, reps, replays, e.median, floor_ms,
         format_bytes(floor_bytes));
+    // The causal products of the workload's sequences (q K^T and P V: 4 Hq D FLOPs a query-key pair
+    // at or before the query), which the graph's node labels cannot know.
+    const int attn_layers = cfg.num_full_attention();
+    const double pairs = double(o.max_seqs) * o.context * (o.context + 1.0) / 2.0;
+    const FamilyWork causal{"attention.prefill", 0, 4.0 * cfg.Hq * cfg.D * pairs * attn_layers};
     nlohmann::json ops =
         op_family_table(o, step, bucket, step.prefill_manifest(bucket), std::max(1, std::min(o.node_replays, 3)),
-                        [&] { step.replay_prefill(bucket); });
+                        [&] { step.replay_prefill(bucket); }, causal,
+                        "attention.prefill's causal q K^T and P V FLOPs added; its KV reads are not labelled");
     summary.push_back(fmt::format("  prefill {}x{} graph {:>9.2f} ms  eager {:>9.2f} ms  floor {:>7.3f} ms", o.max_seqs,
                                   o.context, g.median, e.median, floor_ms));
     // The synthetic weights must keep every activation finite: the prefill's logits, then those of

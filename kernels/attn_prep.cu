@@ -1,10 +1,11 @@
 // attn_prep.cu: q/k zero-centred RMSNorm + partial RoPE, gate split, KV cache append (see
-// attn_prep.h). One warp per head job (token, q head or k head), four warps a block, no block
-// barrier: a q job also copies its head's gate half, a k job its v head. Before the dependency
-// wait a warp reads its row's metadata and rotary-table row; after it, its head's features and
-// norm weight (D <= 256: into registers, before the copy's stores), then the copy, whose 16-byte
-// form (where dtypes and alignment allow) issues each lane's loads before its stores. The cache dtype (bf16 or f32)
-// only changes the stores (dev::store: one rounding for bf16, none for f32).
+// attn_prep.h), in two forms with the same bytes: per element (any dtype) and 16 bytes a lane
+// (attn_prep_vec_kernel, the real models' bf16 case). One warp per head job (token, q head or k head), four warps a
+// block, no block barrier: a q job also copies its head's gate half, a k job its v head. Before the dependency wait a
+// warp reads its row's metadata and rotary-table row; after it, its head's features and norm weight (D <= 256: into
+// registers, before the copy's stores), then the copy, whose 16-byte form (where dtypes and alignment allow) issues
+// each lane's loads before its stores. The cache dtype (bf16 or f32) only changes the stores (dev::store: one rounding
+// for bf16, none for f32).
 #include <algorithm>
 
 #include "kernels/attn_prep.h"
@@ -18,15 +19,16 @@ namespace {
 constexpr int kWarps = 4;   // warps a block, one head job each
 constexpr int kRegPer = 8;  // features per lane held in registers: D <= 256 (the real models)
 
-// True when row t is live; then slot and pos are its cache coordinates.
+// True when row t (< T: every per-token array has its entry) is live; then slot and pos are its
+// cache coordinates. The row's own entries are read together, then the sequence's slot: two
+// memory round trips, not four one after another.
 __device__ __forceinline__ bool resolve_row(const AttnTokenMeta& m, int t, int max_context, int& slot, int& pos) {
-  if (m.num_tokens && t >= *m.num_tokens) return false;
+  const int n = m.num_tokens ? *m.num_tokens : INT32_MAX;
   const int s = m.token_seq[t];
-  if (s < 0) return false;
-  slot = m.slots[s];
-  if (slot < 0) return false;
   pos = m.positions[t];
-  return pos >= 0 && pos < max_context;
+  if (t >= n || s < 0) return false;
+  slot = m.slots[s];
+  return slot >= 0 && pos >= 0 && pos < max_context;
 }
 
 // cos and sin of rotary angle i (< rotary_dim / 2) at position pos (see attn_prep.h): the one
@@ -220,6 +222,98 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prep_kernel(const AttnPrepPa
   }
 }
 
+// The 16-byte form of attn_prep_kernel for the real models' case (bf16 in, q, gate and cache; a
+// rotary table; D <= 256 and D % 8 == 0; rotary_dim % 16 == 0; 16-byte aligned rows): lane L < D / 8
+// moves features 8L .. 8L + 7 with one load and one store, where the per-element kernel issues
+// eight 2-byte ones and a dtype switch each (968 instructions a head job measured, 20% of the
+// bandwidth floor). The same bytes: the features go through the warp's shared row xs, so the sum
+// of squares runs over d = lane, lane + 32, ... in that order and then the same warp tree; the
+// norm and rotation are the same per-element expressions (W: the norm weight's dtype).
+template <typename W>
+__global__ void __launch_bounds__(kWarps * 32) attn_prep_vec_kernel(const AttnPrepParams p) {
+  extern __shared__ float sm[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int D = p.D, jobs = p.Hq + p.Hkv, half = p.rotary_dim / 2;
+  const int64_t wj = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const int t = static_cast<int>(wj / jobs), job = static_cast<int>(wj % jobs);
+  if (t >= p.T) {
+    pdl_start();
+    return;
+  }
+  float* cs = sm + warp * (p.rotary_dim + D);  // [rotary]: cos[half], sin[half]
+  float* xs = cs + p.rotary_dim;               // [D]
+  const bool is_q = job < p.Hq, lv = 8 * lane < D;
+  const int h = is_q ? job : job - p.Hq, d0 = 8 * lane;
+  int slot = -1, pos = 0;
+  const bool live = resolve_row(p.meta, t, p.max_context, slot, pos);
+  float w[8] = {};  // norm weight of features d0 .. d0 + 7: no step writes it
+  if (live && lv) dev::load8(static_cast<const W*>(is_q ? p.q_norm : p.k_norm) + d0, w);
+  if (live && 4 * lane < p.rotary_dim) {
+    const float4 c =
+        *reinterpret_cast<const float4*>(p.rope_table + static_cast<int64_t>(pos) * p.rotary_dim + 4 * lane);
+    *reinterpret_cast<float4*>(cs + 4 * lane) = c;
+  }
+  pdl_start();  // kernels/launch.cuh
+  using bf = __nv_bfloat16;
+  const int64_t qg_stride = p.qg_stride ? p.qg_stride : static_cast<int64_t>(p.Hq) * 2 * D;
+  const int64_t k_stride = p.k_stride ? p.k_stride : static_cast<int64_t>(p.Hkv) * D;
+  const int64_t v_stride = p.v_stride ? p.v_stride : static_cast<int64_t>(p.Hkv) * D;
+  const int64_t qoff = (static_cast<int64_t>(t) * p.Hq + h) * D + d0;  // q and gate
+  if (!live) {
+    if (is_q && lv) {
+      *reinterpret_cast<uint4*>(static_cast<bf*>(p.q) + qoff) = uint4{};
+      *reinterpret_cast<uint4*>(static_cast<bf*>(p.gate) + qoff) = uint4{};
+    }
+    return;
+  }
+  const int64_t off =
+      is_q ? t * qg_stride + static_cast<int64_t>(h) * 2 * D : t * k_stride + static_cast<int64_t>(h) * D;
+  const int64_t crow = ((static_cast<int64_t>(slot) * p.max_context + pos) * p.Hkv + h) * D + d0;
+  // This lane's features and its piece of the copy (gate for q jobs, v for k jobs): loads first.
+  uint4 xu{}, cu{};
+  if (lv) {
+    xu = *reinterpret_cast<const uint4*>(static_cast<const bf*>(is_q ? p.qg : p.k) + off + d0);
+    cu = *reinterpret_cast<const uint4*>(is_q ? static_cast<const bf*>(p.qg) + off + D + d0
+                                              : static_cast<const bf*>(p.v) + t * v_stride +
+                                                    static_cast<int64_t>(h) * D + d0);
+    *reinterpret_cast<uint4*>(is_q ? static_cast<bf*>(p.gate) + qoff : static_cast<bf*>(p.v_cache) + crow) = cu;
+  }
+  float x[8];
+  dev::unpack8(xu, x);
+  if (lv) {
+    *reinterpret_cast<float4*>(xs + d0) = make_float4(x[0], x[1], x[2], x[3]);
+    *reinterpret_cast<float4*>(xs + d0 + 4) = make_float4(x[4], x[5], x[6], x[7]);
+  }
+  __syncwarp();
+  float ss = 0.0f;  // as norm_rope_head: d = lane + 32 i in order, then the warp tree
+#pragma unroll
+  for (int i = 0; i < kRegPer; ++i) {
+    const int d = lane + 32 * i;
+    if (d < D) ss = ss + xs[d] * xs[d];
+  }
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + p.eps);
+  __syncwarp();  // every lane has read xs
+  float y[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) y[j] = (x[j] * inv) * (1.0f + w[j]);
+  if (lv) {
+    *reinterpret_cast<float4*>(xs + d0) = make_float4(y[0], y[1], y[2], y[3]);
+    *reinterpret_cast<float4*>(xs + d0 + 4) = make_float4(y[4], y[5], y[6], y[7]);
+  }
+  __syncwarp();
+  if (!lv) return;
+  if (d0 < half) {  // rotary_dim % 16 == 0: the 8 features lie in one part of the rotation
+#pragma unroll
+    for (int j = 0; j < 8; ++j) y[j] = xs[d0 + j] * cs[d0 + j] - xs[d0 + j + half] * cs[half + d0 + j];
+  } else if (d0 < p.rotary_dim) {
+    const int i = d0 - half;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) y[j] = xs[d0 + j] * cs[i + j] + xs[i + j] * cs[half + i + j];
+  }
+  *reinterpret_cast<uint4*>(is_q ? static_cast<bf*>(p.q) + qoff : static_cast<bf*>(p.k_cache) + crow) = dev::pack8(y);
+}
+
 }  // namespace
 
 cudaError_t rope_table_fill(float* table, int max_context, int rotary_dim, double theta, cudaStream_t stream) {
@@ -263,7 +357,18 @@ cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream) {
                         dev::aligned16(p.gate);
   const bool vec_v = bf && p.cache_dtype == DType::bf16 && p.D % 8 == 0 && v_stride % 8 == 0 && dev::aligned16(p.v) &&
                      dev::aligned16(p.v_cache);
-  launch_kernel(attn_prep_kernel, static_cast<unsigned>(blocks), kWarps * 32, smem, stream, p, vec_gate, vec_v);
+  const int64_t k_stride = p.k_stride ? p.k_stride : static_cast<int64_t>(p.Hkv) * p.D;
+  const bool vec_all = vec_gate && vec_v && p.q_dtype == DType::bf16 && k_stride % 8 == 0 && dev::aligned16(p.k) &&
+                       dev::aligned16(p.q) && dev::aligned16(p.k_cache) && p.D <= 32 * kRegPer &&
+                       p.rotary_dim % 16 == 0 && p.rope_table && dev::aligned16(p.rope_table) &&
+                       dev::aligned16(p.q_norm) && dev::aligned16(p.k_norm);
+  if (vec_all && p.norm_dtype == DType::f32) {
+    launch_kernel(attn_prep_vec_kernel<float>, static_cast<unsigned>(blocks), kWarps * 32, smem, stream, p);
+  } else if (vec_all && p.norm_dtype == DType::bf16) {
+    launch_kernel(attn_prep_vec_kernel<__nv_bfloat16>, static_cast<unsigned>(blocks), kWarps * 32, smem, stream, p);
+  } else {
+    launch_kernel(attn_prep_kernel, static_cast<unsigned>(blocks), kWarps * 32, smem, stream, p, vec_gate, vec_v);
+  }
   return cudaGetLastError();
 }
 

@@ -169,7 +169,7 @@ TEST_CASE("op families sum their nodes' times, bytes and FLOPs, and print the fl
   CHECK(u.find("probe's bytes added)") != std::string::npos);
   const size_t p2 = u.find("probe");
   const std::string p2_line = u.substr(p2, u.find('\n', p2) - p2);
-  CHECK(p2_line.find("430.0") != std::string::npos);  // 4.3 MB in 10 us
-  CHECK(p2_line.find("10%") != std::string::npos);    // 1 us of floor in 10
+  CHECK(p2_line.find("430.0") != std::string::npos);                // 4.3 MB in 10 us
+  CHECK(p2_line.find("10%") != std::string::npos);                  // 1 us of floor in 10
   CHECK(t.find("KV reads are not labelled") != std::string::npos);  // the default note
 }

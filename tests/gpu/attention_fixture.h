@@ -132,12 +132,13 @@ struct PrepOut {
 };
 
 // attn_prep of the inputs (in.act in, in.act q / gate out) into the cache (c.dtype); with
-// `rope_table`, the rotary angles come from a table rope_table_fill wrote.
+// `rope_table`, the rotary angles come from a table rope_table_fill wrote (with bf16 everywhere,
+// the 16-byte kernel runs then, the per-element one without a table); norm weights of norm_dtype.
 inline PrepOut run_prep(const Shape& sh, const Batch& b, const DevMeta& dm, const Inputs& in, Cache& c,
-                        bool rope_table = false) {
+                        bool rope_table = false, DType norm_dtype = DType::f32) {
   auto dqg = test::DevBuf::from(in.qg, in.act), dk = test::DevBuf::from(in.k, in.act),
        dv = test::DevBuf::from(in.v, in.act);
-  auto dqn = test::DevBuf::from(in.qn, DType::f32), dkn = test::DevBuf::from(in.kn, DType::f32);
+  auto dqn = test::DevBuf::from(in.qn, norm_dtype), dkn = test::DevBuf::from(in.kn, norm_dtype);
   const size_t qbytes = static_cast<size_t>(b.T) * sh.Hq * sh.D * dtype_size(in.act);
   PrepOut o{test::DevBuf(qbytes), test::DevBuf(qbytes), in.act};
   AttnPrepParams p;
@@ -147,7 +148,7 @@ inline PrepOut run_prep(const Shape& sh, const Batch& b, const DevMeta& dm, cons
   p.in_dtype = in.act;
   p.q_norm = dqn.data();
   p.k_norm = dkn.data();
-  p.norm_dtype = DType::f32;
+  p.norm_dtype = norm_dtype;
   p.q = o.q.data();
   p.gate = o.gate.data();
   p.q_dtype = in.act;

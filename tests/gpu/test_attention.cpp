@@ -86,13 +86,23 @@ TEST_CASE("attention prep: q, gate and the KV cache match the reference, no othe
     CHECK(bad_v == 0);
     CHECK(stray == 0);
 
-    // With the rotary table: the same bytes in q, gate and the whole cache.
+    // With the rotary table (the 16-byte kernel: bf16 throughout, D <= 256, rotary % 16 == 0):
+    // the same bytes in q, gate and the whole cache as the per-element kernel above.
     Cache c2(sh, 5, 1100, 0xA5);
     PrepOut pt = run_prep(sh, b, dm, in, c2, /*rope_table=*/true);
     CHECK(pt.q.download() == po.q.download());
     CHECK(pt.gate.download() == po.gate.download());
     CHECK(c2.k.download() == kb);
     CHECK(c2.v.download() == vb);
+    // bf16 norm weights: both kernels again, byte for byte.
+    Cache c3(sh, 5, 1100, 0xA5), c4(sh, 5, 1100, 0xA5);
+    PrepOut pe = run_prep(sh, b, dm, in, c3, /*rope_table=*/false, DType::bf16);
+    PrepOut pv = run_prep(sh, b, dm, in, c4, /*rope_table=*/true, DType::bf16);
+    CHECK(pv.q.download() == pe.q.download());
+    CHECK(pv.gate.download() == pe.gate.download());
+    CHECK(c4.k.download() == c3.k.download());
+    CHECK(c4.v.download() == c3.v.download());
+    CHECK(pe.q.download() != po.q.download());  // the weights' rounding reached q: not the f32 run again
   }
 }
 

@@ -274,9 +274,9 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
           100 * floor_ms / g.median);
       // The KV bytes of the workload's context, which the graph's node labels cannot know.
       const FamilyWork kv{"attention.decode", double(key) * o.context * step.kv_bytes_per_token(), 0};
-      nlohmann::json ops =
-          op_family_table(o, step, key, step.manifest(key), o.node_replays, [&] { step.replay(key); }, kv,
-                          fmt::format("attention.decode's KV reads of {} positions a sequence added", o.context));
+      nlohmann::json ops = op_family_table(
+          o, step, key, step.manifest(key), o.node_replays, [&] { step.replay(key); }, kv,
+          fmt::format("attention.decode's KV reads of {} positions a sequence added", o.context));
       if (o.marginal && (key == step.keys().front() || key == step.keys().back())) {
         const MarginalReport mr = marginal_costs(
             step.graph(key), step.manifest(key), s, [](const ManifestNode& n) { return n.label.op; }, o.reps, o.replays,
@@ -323,10 +323,10 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     const int attn_layers = cfg.num_full_attention();
     const double pairs = double(o.max_seqs) * o.context * (o.context + 1.0) / 2.0;
     const FamilyWork causal{"attention.prefill", 0, 4.0 * cfg.Hq * cfg.D * pairs * attn_layers};
-    nlohmann::json ops =
-        op_family_table(o, step, bucket, step.prefill_manifest(bucket), std::max(1, std::min(o.node_replays, 3)),
-                        [&] { step.replay_prefill(bucket); }, causal,
-                        "attention.prefill's causal q K^T and P V FLOPs added; its KV reads are not labelled");
+    nlohmann::json ops = op_family_table(
+        o, step, bucket, step.prefill_manifest(bucket), std::max(1, std::min(o.node_replays, 3)),
+        [&] { step.replay_prefill(bucket); }, causal,
+        "attention.prefill's causal q K^T and P V FLOPs added; its KV reads are not labelled");
     summary.push_back(fmt::format("  prefill {}x{} graph {:>9.2f} ms  eager {:>9.2f} ms  floor {:>7.3f} ms", o.max_seqs,
                                   o.context, g.median, e.median, floor_ms));
     // The synthetic weights must keep every activation finite: the prefill's logits, then those of

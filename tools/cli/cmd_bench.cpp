@@ -165,15 +165,17 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
   nlohmann::json graphs = nlohmann::json::array();
   std::vector<std::string> summary;
   for (int key : step.keys()) {
+    // A kernel that faults in these steps is reported as the step's graph (GdnDecodeStep::check_step,
+    // sync), as the model workload's are; each key's replays are waited for before the next key runs.
     step.run(random_batch(d, key, opts.num_slots, key), RunMode::graph);  // real inputs in the static buffers
     Event start, stop;
     for (int i = 0; i < 10; ++i) step.replay(key);  // warm-up
     std::vector<double> per_replay_us;
     for (int r = 0; r < o.reps; ++r) {
-      start.record(step.stream());
+      step.check_step(cudaEventRecord(start.get(), step.stream()));
       for (int i = 0; i < o.replays; ++i) step.replay(key);
-      stop.record(step.stream());
-      stop.sync();
+      step.check_step(cudaEventRecord(stop.get(), step.stream()));
+      step.check_step(cudaEventSynchronize(stop.get()));
       per_replay_us.push_back(1000.0 * Event::elapsed_ms(start, stop) / o.replays);
     }
     Spread sp = spread(per_replay_us);
@@ -181,6 +183,7 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
     // Per-node times, in a separate run with CUPTI enabled.
     NodeTimer::instance().start();
     for (int i = 0; i < o.node_replays; ++i) step.replay(key);
+    step.sync();  // a fault in the replays is the graph's (NodeTimer::stop would report a bare CUDA error)
     auto records = NodeTimer::instance().stop();
     int unmatched = 0;
     auto stats = aggregate(step.manifest(key), records, &unmatched);

@@ -381,12 +381,13 @@ void register_bench(CLI::App& app, Action& action) {
                 "the full step's (timing only; outputs are not used)");
   cmd->callback([&action, cmd] {
     action = [cmd] {
-      preset(o.preset);  // validate the name before anything else
+      const Qwen35Config cfg = preset(o.preset);  // validate the name before anything else
       // Every source of arms is parsed first: a bad name is an error on either path.
       const ResolvedArms arms = resolve_cli_arms(o.arms.arms);
       check_writable(o.json, "--json");            // before the run, so that its results are never lost
       o.fault = parse_fault_after(o.fault_after);  // on either path, as the checks below
       check_fault_drill(o, "bench");
+      check_fault_layer(o.fault, cfg.layers, cfg.name);  // --workload gdn-layer refused a drill above
       if (o.node_replays == 0) {  // on either path: these ask for what --node-replays 0 turns off
         std::vector<std::string> bad;
         if (o.workload != "model") bad.push_back("--workload " + o.workload + " (its result is the per-node table)");

@@ -69,6 +69,7 @@ int run(InspectOptions o) {
   check_writable(o.b.trace, "--trace");  // before the run, so that its results are never lost
   check_writable(o.b.dot, "--dot");
   o.b.fault = parse_fault_after(o.b.fault_after);  // before the device: a bad value is an error everywhere
+  check_fault_layer(o.b.fault, cfg.layers, cfg.name);
   check_fault_drill(o.b, "inspect");
   const DeviceInfo dev = probe_device();
   if (!dev.ok)

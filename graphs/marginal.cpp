@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <source_location>
 
 #include "engine/cuda_handles.h"
 #include "engine/error.h"
@@ -13,30 +14,59 @@
 namespace sg {
 namespace {
 
-void set_enabled(cudaGraphExec_t exec, const std::vector<cudaGraphNode_t>& nodes, bool on) {
-  for (cudaGraphNode_t n : nodes) check(cudaGraphNodeSetEnabled(exec, n, on ? 1u : 0u));
+// A CUDA error of the marginal costs' calls: first to `on_error` (which may throw the graph's own
+// report), then thrown as a plain Error.
+void check_replay(cudaError_t e, const ReplayErrorFn& on_error, const std::string& group,
+                  const std::source_location loc = std::source_location::current()) {
+  if (e == cudaSuccess) return;
+  if (on_error) on_error(e, group);
+  check(e, loc);
 }
 
-}  // namespace
+void set_enabled(cudaGraphExec_t exec, const std::vector<cudaGraphNode_t>& nodes, bool on,
+                 const ReplayErrorFn& on_error, const std::string& group) {
+  for (cudaGraphNode_t n : nodes) check_replay(cudaGraphNodeSetEnabled(exec, n, on ? 1u : 0u), on_error, group);
+}
 
-std::vector<double> time_replays(const CapturedGraph& g, cudaStream_t s, int reps, int replays) {
-  for (int i = 0; i < 2; ++i) g.replay(s);
+// On an error path: every node enabled again as far as the device takes it; errors are dropped,
+// so the error under way (a KernelFault naming the graph) is the one reported.
+void restore_enabled(cudaGraphExec_t exec, const std::vector<cudaGraphNode_t>& nodes) noexcept {
+  for (cudaGraphNode_t n : nodes) (void)cudaGraphNodeSetEnabled(exec, n, 1u);
+  (void)cudaGetLastError();
+}
+
+std::vector<double> timed_replays(const CapturedGraph& g, cudaStream_t s, int reps, int replays,
+                                  const ReplayErrorFn& on_error, const std::string& group) {
+  require(static_cast<bool>(g), "graph '{}' was never captured", g.name());
+  for (int i = 0; i < 2; ++i) check_replay(cudaGraphLaunch(g.exec(), s), on_error, group);
   Event start, stop;
   std::vector<double> ms;
   for (int r = 0; r < reps; ++r) {
-    start.record(s);
-    for (int i = 0; i < replays; ++i) g.replay(s);
-    stop.record(s);
-    stop.sync();
+    check_replay(cudaEventRecord(start.get(), s), on_error, group);
+    for (int i = 0; i < replays; ++i) check_replay(cudaGraphLaunch(g.exec(), s), on_error, group);
+    check_replay(cudaEventRecord(stop.get(), s), on_error, group);
+    check_replay(cudaEventSynchronize(stop.get()), on_error, group);
     ms.push_back(Event::elapsed_ms(start, stop) / replays);
   }
   return ms;
 }
 
+}  // namespace
+
+std::vector<double> time_replays(const CapturedGraph& g, cudaStream_t s, int reps, int replays,
+                                 const ReplayErrorFn& on_error) {
+  return timed_replays(g, s, reps, replays, on_error, std::string());
+}
+
+std::string marginal_replay_note(const std::string& group) {
+  return group.empty() ? std::string("replayed for its marginal costs, every node enabled")
+                       : fmt::format("replayed for its marginal costs, with the nodes of group '{}' disabled", group);
+}
+
 MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manifest, cudaStream_t stream,
                               const std::function<std::string(const ManifestNode&)>& group_of, int reps, int replays,
                               const std::function<void(int, int, const std::string&)>& progress,
-                              const std::function<bool()>& stop) {
+                              const std::function<bool()>& stop, const ReplayErrorFn& on_error) {
   require(static_cast<bool>(graph), "marginal costs: graph '{}' was never captured", manifest.graph);
   require(reps >= 1 && replays >= 1, "marginal costs: need reps >= 1 and replays >= 1 (got {}, {})", reps, replays);
   const std::vector<cudaGraphNode_t> kernels = topo_kernel_nodes(graph.graph());
@@ -48,22 +78,22 @@ MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manife
     if (!g.empty()) groups[g].push_back(kernels[static_cast<size_t>(n.index)]);
   }
   MarginalReport r;
-  std::vector<double> base = time_replays(graph, stream, reps, replays);
+  std::vector<double> base = timed_replays(graph, stream, reps, replays, on_error, std::string());
   for (const auto& [name, nodes] : groups) {
     if (stop && stop()) break;
-    set_enabled(graph.exec(), nodes, false);
     std::vector<double> ms;
     try {
-      ms = time_replays(graph, stream, reps, replays);
+      set_enabled(graph.exec(), nodes, false, on_error, name);
+      ms = timed_replays(graph, stream, reps, replays, on_error, name);
     } catch (...) {
-      set_enabled(graph.exec(), nodes, true);
+      restore_enabled(graph.exec(), nodes);
       throw;
     }
-    set_enabled(graph.exec(), nodes, true);
+    set_enabled(graph.exec(), nodes, true, on_error, name);
     r.groups.push_back({name, static_cast<int>(nodes.size()), median_of(ms), 0.0});
     if (progress) progress(static_cast<int>(r.groups.size()), static_cast<int>(groups.size()), name);
   }
-  const std::vector<double> after = time_replays(graph, stream, reps, replays);
+  const std::vector<double> after = timed_replays(graph, stream, reps, replays, on_error, std::string());
   base.insert(base.end(), after.begin(), after.end());
   r.baseline_ms = median_of(base);
   r.spread_ms = *std::max_element(base.begin(), base.end()) - *std::min_element(base.begin(), base.end());

@@ -169,18 +169,39 @@ int GdnDecodeStep::run(const DecodeBatch& batch, RunMode mode) {
           opts_.max_seqs);
   auto key = pad_to_key(keys_, B);
   const int rows = key ? *key : B;
-  upload(batch, rows);
-  graphs_.run(GraphKey::decode(rows), mode);
+  bool replayed = false;
+  try {
+    upload(batch, rows);
+    replayed = graphs_.run(GraphKey::decode(rows), mode);
+  } catch (const KernelFault&) {
+    throw;
+  } catch (const Error&) {
+    faults_.earlier();  // the upload or launch met the sticky error of a step that faulted
+    throw;
+  }
+  faults_.ran(GraphKey::decode(rows), replayed);
   return rows;
 }
 
-void GdnDecodeStep::replay(int key) const { graphs_.replay(GraphKey::decode(key)); }
+void GdnDecodeStep::replay(int key) const {
+  try {
+    graphs_.replay(GraphKey::decode(key));
+  } catch (const Error&) {
+    faults_.earlier();
+    throw;
+  }
+  faults_.ran(GraphKey::decode(key), true);
+}
+
+void GdnDecodeStep::sync() const { faults_.check(cudaStreamSynchronize(stream_.get())); }
 
 namespace {
-std::vector<uint8_t> download(const TensorView& t, size_t bytes, cudaStream_t s) {
+// The copy waits for the steps before it: an error there is their fault (StepFaults::check).
+std::vector<uint8_t> download(const TensorView& t, size_t bytes, cudaStream_t s, const StepFaults& faults) {
   std::vector<uint8_t> out(bytes);
-  check(cudaMemcpyAsync(out.data(), t.data, bytes, cudaMemcpyDeviceToHost, s));
-  check(cudaStreamSynchronize(s));
+  cudaError_t e = cudaMemcpyAsync(out.data(), t.data, bytes, cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  faults.check(e);
   return out;
 }
 void upload_bytes(const TensorView& t, const std::vector<uint8_t>& b, cudaStream_t s) {
@@ -191,13 +212,14 @@ void upload_bytes(const TensorView& t, const std::vector<uint8_t>& b, cudaStream
 }  // namespace
 
 std::vector<uint8_t> GdnDecodeStep::output_bytes(int rows) const {
-  return download(v_.out, static_cast<size_t>(rows) * dims_.Hv * dims_.Dv * dtype_size(opts_.act), stream_.get());
+  return download(v_.out, static_cast<size_t>(rows) * dims_.Hv * dims_.Dv * dtype_size(opts_.act), stream_.get(),
+                  faults_);
 }
 std::vector<uint8_t> GdnDecodeStep::conv_state_bytes() const {
-  return download(v_.conv_state, v_.conv_state.bytes(), stream_.get());
+  return download(v_.conv_state, v_.conv_state.bytes(), stream_.get(), faults_);
 }
 std::vector<uint8_t> GdnDecodeStep::ssm_state_bytes() const {
-  return download(v_.ssm_state, v_.ssm_state.bytes(), stream_.get());
+  return download(v_.ssm_state, v_.ssm_state.bytes(), stream_.get(), faults_);
 }
 void GdnDecodeStep::set_conv_state_bytes(const std::vector<uint8_t>& b) {
   upload_bytes(v_.conv_state, b, stream_.get());

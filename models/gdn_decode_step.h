@@ -16,6 +16,7 @@
 #include "graphs/graph.h"
 #include "graphs/manifest.h"
 #include "graphs/staged_upload.h"
+#include "graphs/step_fault.h"
 #include "graphs/step_graphs.h"
 #include "kernels/arms.h"
 #include "models/gdn_mixer.h"
@@ -55,10 +56,20 @@ class GdnDecodeStep {
   // Returns the padded row count used.
   int run(const DecodeBatch& batch, RunMode mode);
   // Replays the graph of `key` on the stream without uploading (for timing steady state).
+  // Nothing waits for it: sync() or check_step() after the replays reports a fault as this graph's.
   void replay(int key) const;
 
+  // Waits for the steps enqueued so far. A kernel that faulted in one of them is reported as the
+  // last step's fault (graphs/step_fault.h): a KernelFault naming its graph (or eager step), the
+  // CUDA error and whether the context is lost. A later upload or launch that meets the sticky
+  // error of a lost context reports it the same way.
+  void sync() const;
+  // The same for the caller's own synchronisation or call after steps (a CUDA event, say): an
+  // error `e` is reported as the last step's fault; cudaSuccess returns.
+  void check_step(cudaError_t e) const { faults_.check(e); }
+
   // Synchronises and returns raw bytes: output rows [0, rows) ([rows, Hv, Dv] in act dtype),
-  // and the whole caches.
+  // and the whole caches (a fault of the steps before: as sync()).
   std::vector<uint8_t> output_bytes(int rows) const;
   std::vector<uint8_t> conv_state_bytes() const;
   std::vector<uint8_t> ssm_state_bytes() const;
@@ -110,6 +121,11 @@ class GdnDecodeStep {
   std::optional<Arena> arena_;
   Views v_;
   StagedUpload staging_;  // step inputs -> v_.io
+  // The step run last (replays too), named in a fault's report. The step has no checked eager
+  // mode of its own: the report's way to the node is the whole model's (the same layer's kernels).
+  mutable StepFaults faults_{
+      ". To name the kernel node, run the same GDN layer checked node by node: `generate --check-nodes` with the "
+      "same --preset and arms"};
   std::vector<float> w_host_, A_log_host_, dt_bias_host_;
   std::vector<int> keys_;
   StepGraphs graphs_;

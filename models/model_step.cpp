@@ -101,6 +101,10 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   checks_.fault_layer = opts_.fault_layer;
   checks_.fault_op = opts_.fault_op;
   checks_.inject = &fault_inject;
+  faults_ = StepFaults(opts_.check_nodes ? std::string()
+                                         : std::string(". To name the kernel node, run the step again eagerly, "
+                                                       "checked node by node (ModelStepOptions::check_nodes, "
+                                                       "`generate --check-nodes`)"));
   const GdnDims& g = cfg_.gdn;
   const DeviceLimits device = DeviceLimits::current();
   sms_ = device.sms;
@@ -422,7 +426,7 @@ void ModelStep::run_key(const GraphKey& key, RunMode mode) {
     fault_of_earlier_step();
     throw;
   }
-  last_step_ = LastStep{key, replayed};  // formatted only if the step fails (step_fault)
+  faults_.ran(key, replayed);  // formatted only if the step fails (step_fault)
 }
 
 void ModelStep::replay_key(const GraphKey& key) const {
@@ -432,34 +436,22 @@ void ModelStep::replay_key(const GraphKey& key) const {
     fault_of_earlier_step();
     throw;
   }
-  last_step_ = LastStep{key, true};
+  faults_.ran(key, true);
 }
 
-void ModelStep::fault_of_earlier_step() const {
-  // Only after a step ran; a lost context returns its sticky error to every call (context_error).
-  if (!last_step_) return;
-  if (const cudaError_t e = context_error(); e != cudaSuccess) step_fault(e);
-}
+void ModelStep::fault_of_earlier_step() const { faults_.earlier(); }
 
 void ModelStep::sync() const { check_step(cudaStreamSynchronize(stream_.get())); }
 
-void ModelStep::check_step(cudaError_t e) const {
-  if (e != cudaSuccess) step_fault(e);
+void ModelStep::check_step(cudaError_t e) const { faults_.check(e); }
+
+void ModelStep::check_replays(const GraphKey& key, cudaError_t e, std::string_view during) const {
+  if (e == cudaSuccess) return;
+  faults_.ran(key, true);
+  faults_.fault(e, during);
 }
 
-void ModelStep::step_fault(cudaError_t e) const {
-  const bool lost = sticky_error();
-  throw KernelFault(fmt::format(
-      "the {} failed while it ran: {} ({}){}{}",
-      last_step_ ? fmt::format("{} {}", last_step_->replayed ? "graph" : "eager step", describe(last_step_->key))
-                 : std::string("step"),
-      cudaGetErrorName(e), cudaGetErrorString(e),
-      lost ? "; the CUDA context is lost, so this process cannot run further steps" : "",
-      opts_.check_nodes ? std::string()
-                        : std::string(". To name the kernel node, run the step again eagerly, "
-                                      "checked node by node (ModelStepOptions::check_nodes, "
-                                      "`generate --check-nodes`)")));
-}
+void ModelStep::step_fault(cudaError_t e) const { faults_.fault(e); }
 
 void ModelStep::read_outputs(size_t n, std::vector<float>& logits, std::vector<int32_t>& tokens) const {
   logits.resize(n * static_cast<size_t>(cfg_.vocab));

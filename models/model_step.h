@@ -45,6 +45,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,7 @@
 #include "graphs/graph.h"
 #include "graphs/manifest.h"
 #include "graphs/staged_upload.h"
+#include "graphs/step_fault.h"
 #include "graphs/step_graphs.h"
 #include "kernels/arms.h"
 #include "models/qwen35_config.h"
@@ -176,6 +178,10 @@ class ModelStep {
   // The same for the caller's own synchronisation or call after steps (a CUDA event, say): an
   // error `e` is reported as the last step's fault; cudaSuccess returns.
   void check_step(cudaError_t e) const;
+  // The same for replays of `key`'s captured graph made outside the step (graphs/marginal.h
+  // replays it with groups of nodes disabled) or their synchronisation: `key` becomes the step run
+  // last and `e` its fault, `during` saying what the replays did (step_fault.h); cudaSuccess returns.
+  void check_replays(const GraphKey& key, cudaError_t e, std::string_view during) const;
 
   // Synchronises and downloads.
   std::vector<uint8_t> logits_bytes(int rows) const;  // [rows, V] f32
@@ -307,12 +313,8 @@ class ModelStep {
   const ArmSelection* arms_ = nullptr;                 // arms() while a sequence launches
   std::vector<int> keys_;
   std::vector<int> prefill_keys_;
-  NodeChecks checks_;  // check_nodes and the fault drill (set by launch_sequence's scope)
-  struct LastStep {
-    GraphKey key;
-    bool replayed = false;  // a graph replay, else an eager step
-  };
-  mutable std::optional<LastStep> last_step_;  // the step run last (replays too), named by step_fault
+  NodeChecks checks_;          // check_nodes and the fault drill (set by launch_sequence's scope)
+  mutable StepFaults faults_;  // the step run last (replays too), named by step_fault
   StepGraphs graphs_;
 };
 

@@ -307,3 +307,26 @@ TEST_CASE("ab selection: which settings decide the arithmetic of a decode or pre
   CHECK(same_arithmetic(a, b, false));
   CHECK(same_arithmetic(a, b, true));
 }
+
+TEST_CASE("ab sides: a fault's report names the side and its selection", "[ab][selection][faults]") {
+  CHECK(side_label("A", parse_selection("", "--a")) == "side A (the base)");
+  CHECK(side_label("B", parse_selection(" postconv = fast , gemm=skinny", "--b")) ==
+        "side B (postconv=fast,gemm=skinny)");
+}
+
+TEST_CASE("ab --fault-after: a side that tunes its arms cannot go with the drill", "[ab][selection][faults]") {
+  const Selection none = parse_selection("", "--a"), fast = parse_selection("postconv=fast", "--b");
+  const Selection tune = parse_selection("arms=tune", "--b"), fixed = parse_selection("arms=fixed", "--a");
+  CHECK(drill_conflicts(none, fast, "fixed").empty());
+  const auto base = drill_conflicts(none, fast, "tune");  // both sides tune from the base: named once
+  REQUIRE(base.size() == 1);
+  CHECK(base[0] == "--arms tune (the arms are timed on graphs of their own at capture, which the drill would fault)");
+  const auto side = drill_conflicts(none, tune, "fixed");
+  REQUIRE(side.size() == 1);
+  CHECK(contains(side[0], "--b arms=tune (the arms are timed"));
+  CHECK(drill_conflicts(fixed, parse_selection("arms=fixed", "--b"), "tune").empty());  // both sides chose fixed
+  const auto mixed = drill_conflicts(fixed, none, "tune");                              // B keeps the base's tune
+  REQUIRE(mixed.size() == 1);
+  CHECK(contains(mixed[0], "--arms tune"));
+  CHECK(drill_conflicts(parse_selection("arms=tune", "--a"), tune, "fixed").size() == 2);
+}

@@ -158,6 +158,25 @@ std::vector<CliCase> option_cases() {
       {"soak", "--preset", "tiny", "--fault-after", "x1:swiglu"}, 1, {"--fault-after: 'x1:swiglu' is not LAYER:OP"});
   add("soak --fault-after without a GPU", {"soak", "--preset", "tiny", "--fault-after", "4:conv.update"}, 1,
       {"soak replays captured CUDA graphs, so it needs a GPU"});
+  add("soak --fault-after past the model's layers", {"soak", "--preset", "tiny", "--fault-after", "6:conv.update"}, 1,
+      {"--fault-after 6:conv.update: layer 6 is outside model 'tiny' (layers 0 to 5, or -1 for the nodes outside"});
+  add("bench --fault-after past the model's layers", {"bench", "--preset", "tiny", "--fault-after", "9:swiglu"}, 1,
+      {"--fault-after 9:swiglu: layer 9 is outside model 'tiny' (layers 0 to 5"});
+  add("inspect --fault-after past the model's layers", {"inspect", "--fault-after", "32:conv.update"}, 1,
+      {"--fault-after 32:conv.update: layer 32 is outside model 'qwen3.5-4b' (layers 0 to 31"});
+  add("ab --fault-after without a colon", {"ab", "--b", "conv.update=grid", "--fault-after", "conv.update"}, 1,
+      {"--fault-after: 'conv.update' is not LAYER:OP"});
+  add("ab --fault-after past the model's layers",
+      {"ab", "--preset", "tiny", "--b", "conv.update=grid", "--fault-after", "6:conv.update"}, 1,
+      {"--fault-after 6:conv.update: layer 6 is outside model 'tiny'"});
+  add("ab --fault-after with --arms tune",
+      {"ab", "--arms", "tune", "--b", "postconv=fast", "--fault-after", "4:swiglu"}, 1,
+      {"ab --fault-after drills both sides' captured graphs, so it cannot go with:",
+       "--arms tune (the arms are timed on graphs of their own at capture"});
+  add("ab --fault-after with a side's arms=tune", {"ab", "--b", "arms=tune", "--fault-after", "4:conv.update"}, 1,
+      {"ab --fault-after drills both sides' captured graphs", "--b arms=tune (the arms are timed"});
+  add("ab --fault-after without a GPU", {"ab", "--b", "conv.update=grid", "--fault-after", "4:conv.update"}, 1,
+      {"ab: timing CUDA graphs needs a GPU", "was found"});
   add("bench --cpu --replays", {"bench", "--cpu", "--replays", "5"}, 1, {"--replays (a count of CUDA graph replays)"});
   add("bench --cpu --preset 27b", {"bench", "--cpu", "--preset", "qwen3.5-27b"}, 1,
       {"--preset qwen3.5-27b (the CPU reference runs the 'tiny' preset only)"});

@@ -1,9 +1,9 @@
 // A kernel that faults while a step runs, found with `--fault-after` (a fault drill: a kernel that
 // stores to an invalid address right after the named node). In a replayed graph the error names
-// the graph and how to find the node (generate, and bench, inspect and soak, whose replays are
-// synchronised by events, CUPTI or downloads of their own); with generate --check-nodes (eager
-// steps, synchronised after every node) it names the node: layer, op and arm. The program runs as
-// a subprocess (the GPU visible): the fault ends its CUDA context.
+// the graph and how to find the node (generate, and bench, inspect, soak and ab, whose replays are
+// synchronised by events, CUPTI or downloads of their own; ab also names the side); with generate
+// --check-nodes (eager steps, synchronised after every node) it names the node: layer, op and arm.
+// The program runs as a subprocess (the GPU visible): the fault ends its CUDA context.
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -48,14 +48,23 @@ ChildResult run_soak(const std::vector<std::string>& extra) {
       extra);
 }
 
+// Two sides of the tiny preset on one short graph: 2 sequences of 16 tokens (decode key 2, prefill
+// bucket 32), 3 repetitions of 2 replays and 1 CUPTI replay each.
+ChildResult run_ab(const std::vector<std::string>& extra) {
+  return run_stepgraph({"ab", "--preset", "tiny", "--max-seqs", "2", "--context", "16", "--reps", "3", "--replays", "2",
+                        "--node-replays", "1"},
+                       extra);
+}
+
 // A replayed graph's fault, reported as generate reports it: the graph, the CUDA error, the lost
-// context, the way to the node, and no source location.
-void check_graph_fault(const ChildResult& r, const std::string& graph) {
+// context, the way to the node, and no source location. `side`: ab's side label and ": " before
+// the graph ("side B (swiglu=kernel): "), empty for the other commands.
+void check_graph_fault(const ChildResult& r, const std::string& graph, const std::string& side = "") {
   INFO(r.describe() << "\n" << r.out.substr(r.out.size() > 4000 ? r.out.size() - 4000 : 0));
   REQUIRE(r.end == ChildResult::End::exited);
   CHECK(r.code == 1);
-  CHECK(r.out.find("stepgraph: error: the graph " + graph + " failed while it ran: cudaErrorIllegalAddress") !=
-        std::string::npos);
+  CHECK(r.out.find("stepgraph: error: " + side + "the graph " + graph +
+                   " failed while it ran: cudaErrorIllegalAddress") != std::string::npos);
   CHECK(r.out.find("the CUDA context is lost") != std::string::npos);
   CHECK(r.out.find("`generate --check-nodes`") != std::string::npos);
   CHECK(r.out.find(".cpp:") == std::string::npos);  // a sentence, not a source location
@@ -172,5 +181,45 @@ TEST_CASE("soak: a kernel fault inside a replay names the graph", "[gpu][cli][fa
     REQUIRE(r.end == ChildResult::End::exited);
     CHECK(r.code == 0);
     CHECK(r.out.find("soak: ok: 20/20 replays") != std::string::npos);
+  }
+}
+
+TEST_CASE("ab: a kernel fault inside a side's graph names the side and the graph", "[gpu][cli][faults][ab]") {
+  SECTION("decode: both sides' graphs hold the node, A's steps run first") {
+    const ChildResult r = run_ab({"--b", "conv.update=grid", "--fault-after", "4:conv.update"});
+    check_graph_fault(r, "decode 2", "side A (the base): ");
+    CHECK(r.out.find("fault drill: a kernel that faults after layer 4 conv.update, in both sides' graphs") !=
+          std::string::npos);
+    CHECK(r.out.find("whole step (ms)") == std::string::npos);  // no report: the run ended at the fault
+  }
+  SECTION("prefill") {
+    check_graph_fault(run_ab({"--phase", "prefill", "--b", "conv.fwd=k4", "--fault-after", "1:delta_rule.prefill"}),
+                      "prefill 32", "side A (the base): ");
+  }
+  SECTION("a node only B's graph holds: B's graph faults") {
+    // With the skinny GEMM, swiglu=gemm computes the activation in gate_up's epilogue (no swiglu
+    // node, tests/gpu/test_model_step.cpp); swiglu=kernel launches the swiglu kernel after it.
+    const ChildResult r =
+        run_ab({"--gemm", "skinny", "--a", "swiglu=gemm", "--b", "swiglu=kernel", "--fault-after", "0:swiglu"});
+    check_graph_fault(r, "decode 2", "side B (swiglu=kernel): ");
+    CHECK(r.out.find("in B's graph only (A's graph has no such node)") != std::string::npos);
+  }
+  SECTION("a drill whose node neither side's graph holds is an error before any step runs") {
+    const ChildResult r = run_ab({"--b", "conv.update=grid", "--fault-after", "1:delta_rule.prefill"});
+    INFO(r.describe() << "\n" << r.out.substr(0, 3000));
+    REQUIRE(r.end == ChildResult::End::exited);
+    CHECK(r.code == 1);
+    CHECK(r.out.find("--fault-after 1:delta_rule.prefill: no node of either side's captured graph is layer 1 op "
+                     "'delta_rule.prefill'") != std::string::npos);
+    CHECK(r.out.find("whole step (ms)") == std::string::npos);  // nothing was timed
+  }
+  SECTION("without a drill the same short ab passes, with equal hashes") {
+    const ChildResult r = run_ab({"--b", "conv.update=grid"});
+    INFO(r.describe() << "\n" << r.out.substr(0, 4000));
+    REQUIRE(r.end == ChildResult::End::exited);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("whole step (ms)") != std::string::npos);
+    CHECK(r.out.find("DIFFERENT") == std::string::npos);  // conv.update's arms are byte-identical
+    CHECK(r.out.find("fault drill") == std::string::npos);
   }
 }

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <utility>
 
 #include "engine/error.h"
 #include "engine/text.h"
@@ -170,6 +172,29 @@ ResolvedArms side_arms(const ResolvedArms& base, const Selection& sel, std::stri
     r.source[static_cast<size_t>(op)] = std::string(option);
   }
   return r;
+}
+
+std::string side_label(std::string_view side, const Selection& sel) {
+  return sel.items.empty() ? fmt::format("side {} (the base)", side)
+                           : fmt::format("side {} ({})", side, sel.describe());
+}
+
+std::vector<std::string> drill_conflicts(const Selection& a, const Selection& b, std::string_view base_arms_mode) {
+  constexpr std::string_view why =
+      "(the arms are timed on graphs of their own at capture, which the drill would fault)";
+  std::vector<std::string> out;
+  const std::pair<const Selection*, std::string_view> sides[] = {{&a, "--a"}, {&b, "--b"}};
+  for (const auto& [sel, option] : sides) {
+    std::string_view mode = base_arms_mode, source = "--arms tune";
+    for (const auto& it : sel->items) {
+      if (it.key == "arms") mode = it.value, source = {};
+    }
+    if (mode != "tune") continue;
+    const std::string item =
+        source.empty() ? fmt::format("{} arms=tune {}", option, why) : fmt::format("{} {}", source, why);
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  return out;
 }
 
 }  // namespace sg::cli

@@ -80,4 +80,15 @@ bool same_arithmetic(const StepChoice& a, const StepChoice& b, bool prefill);
 // The valid keys, for errors and --help: "conv.fwd, conv.chunks, ..., delta-prefill, ..., gemm".
 std::string valid_selection_keys();
 
+// How `ab` names a side in a fault's report and the drill's line: "side A (the base)", "side B
+// (postconv=fast)". `side`: "A" or "B".
+std::string side_label(std::string_view side, const Selection& sel);
+
+// `ab --fault-after` drills both sides' captured graphs. A side that tunes its arms (`arms=tune`
+// from its selection, else the base's --arms tune) cannot go with it: the arms are timed on graphs
+// of their own at capture, which the drill would fault. Each such cause once, named by where it
+// came from ("--arms tune (...)", "--b arms=tune (...)"); empty when there is none.
+// `base_arms_mode`: --arms (fixed or tune).
+std::vector<std::string> drill_conflicts(const Selection& a, const Selection& b, std::string_view base_arms_mode);
+
 }  // namespace sg::cli

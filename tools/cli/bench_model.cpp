@@ -278,9 +278,13 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
           o, step, key, step.manifest(key), o.node_replays, [&] { step.replay(key); }, kv,
           fmt::format("attention.decode's KV reads of {} positions a sequence added", o.context));
       if (o.marginal && (key == step.keys().front() || key == step.keys().back())) {
+        // A kernel that faults in these replays is reported as the graph's (ModelStep::check_replays).
         const MarginalReport mr = marginal_costs(
             step.graph(key), step.manifest(key), s, [](const ManifestNode& n) { return n.label.op; }, o.reps, o.replays,
-            terminal_progress(fmt::format("marginal costs, decode b={}", key)));
+            terminal_progress(fmt::format("marginal costs, decode b={}", key)), {},
+            [&](cudaError_t e, const std::string& group) {
+              step.check_replays(GraphKey::decode(key), e, marginal_replay_note(group));
+            });
         fmt::print("{}", format_marginal_table(mr));
         for (const auto& g : mr.groups) {
           if (ops.contains(g.group)) ops[g.group]["marginal_us"] = 1000.0 * g.marginal_ms;

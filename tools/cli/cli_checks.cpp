@@ -109,6 +109,13 @@ FaultDrill parse_fault_after(const std::string& text) {
   return d;
 }
 
+void check_fault_layer(const FaultDrill& drill, int layers, const std::string& model) {
+  if (!drill.on() || drill.layer < layers) return;  // parse_fault_after refused layers below -1
+  throw Error(fmt::format(
+      "--fault-after {}: layer {} is outside model '{}' (layers 0 to {}, or -1 for the nodes outside the layers)",
+      printable(drill.text), drill.layer, printable(model), layers - 1));
+}
+
 void add_fault_after_option(CLI::App* cmd, std::string& value, const std::string& where) {
   cmd->add_option("--fault-after", value,
                   fmt::format("GPU only, a fault drill: launch a kernel that faults (an illegal address) right after "

@@ -43,7 +43,7 @@ std::vector<int64_t> parse_token_list(const std::string& text);
 // vocabulary [0, 256) of model 'tiny'".
 void check_token_range(const std::vector<int64_t>& tokens, int64_t vocab, const std::string& model);
 
-// A fault drill (--fault-after LAYER:OP of generate, bench, inspect and soak): the node after
+// A fault drill (--fault-after LAYER:OP of generate, bench, inspect, soak and ab): the node after
 // which the GPU step launches a kernel that faults (ModelStepOptions::fault_layer, fault_op).
 struct FaultDrill {
   int layer = -1;
@@ -55,6 +55,10 @@ struct FaultDrill {
 // "" -> no drill; "LAYER:OP" (LAYER an integer >= -1, OP a node's op name) -> the drill. Throws
 // sg::Error for anything else: "--fault-after: 'x' is not LAYER:OP (...)".
 FaultDrill parse_fault_after(const std::string& text);
+
+// Throws sg::Error when a drill's layer is not one of the model's (nor -1, the nodes outside the
+// layers): "--fault-after 9:conv.update: layer 9 is outside model 'tiny' (layers 0 to 5, or -1 ...)".
+void check_fault_layer(const FaultDrill& drill, int layers, const std::string& model);
 
 // Adds --fault-after to `cmd`; `where` says which steps the drill's kernel runs in (help text).
 void add_fault_after_option(CLI::App* cmd, std::string& value, const std::string& where);

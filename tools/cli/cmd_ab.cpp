@@ -6,7 +6,9 @@
 // replays with CUDA events, then A then B under CUPTI for --node-replays replays (node medians
 // summed per op family). Per family and for the whole step: medians, spreads and the verdict of
 // ab_compare.h. --json and --svg write the report. Needs a GPU. Exit 1 when arms alone differ and
-// the hashes do not match (arms are byte-identical, docs/ARMS.md).
+// the hashes do not match (arms are byte-identical, docs/ARMS.md). A kernel that faults in a side's
+// steps ends the run with that side and its graph named (on_side, ModelStep::check_step);
+// --fault-after drills both sides' captured graphs.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -81,13 +83,13 @@ std::vector<PrefillRequest> prefill_batch(const AbOptions& o, int vocab) {
   return batch;
 }
 
-// Builds the side's step from `choice`, captures its key (CUPTI attached), runs the greedy tokens
-// and hashes them, then stages the timed step's inputs.
+// Builds the side's step from `choice` and captures its key (CUPTI attached; with a fault drill,
+// the drill's kernel after its node where the graph holds one).
 // `arms`: the side's arms and their sources (side_arms): `--arms tune` searches the ops left at
 // their defaults only.
 void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoice& choice, const ResolvedArms& arms) {
   const bool prefill = o.b.phase == "prefill";
-  BenchOptions bo = o.b;
+  BenchOptions bo = o.b;  // the base's fault drill (o.b.fault) goes to both sides
   bo.delta_prefill = choice.delta_prefill;
   bo.attn_prefill = choice.attn_prefill;
   bo.attn_decode = choice.attn_decode;
@@ -105,12 +107,19 @@ void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoic
     const auto& tuning = step.graphs().manifest(s.key).tuning;
     fmt::print("{} --arms tune: {}\n", s.name, tuning.empty() ? "(no op with two arms here)" : describe_tuning(tuning));
   }
-  if (prefill) {
+}
+
+// Runs the side's greedy tokens through its graph and hashes them, then stages the timed step's
+// inputs. The step's own calls wait for its work, so a fault is reported as this side's.
+void hash_tokens(Side& s, const AbOptions& o, const Qwen35Config& cfg) {
+  ModelStep& step = *s.step;
+  if (o.b.phase == "prefill") {
     const auto batch = prefill_batch(o, cfg.vocab);
     const PrefillOutput po = step.prefill(batch, RunMode::graph);  // no history: the caches do not matter
     s.tokens_h = token_hash(po.tokens, s.tokens_h);
     s.logits_h = logits_hash(po.logits, s.logits_h);
     step.stage_prefill(batch);
+    step.sync();
     return;
   }
   step.randomize_caches(7);  // the same caches on both sides
@@ -126,23 +135,47 @@ void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoic
   }
   step.randomize_caches(7);  // time both sides from the same caches
   step.enqueue(decode_batch(o, cfg.vocab), RunMode::graph);
-  check(cudaStreamSynchronize(step.stream()));
+  step.sync();
+}
+
+// One replay of the side's graph through its step, which remembers it for a fault's report.
+void replay(const Side& s) {
+  if (s.key.kind == GraphKind::prefill) {
+    s.step->replay_prefill(s.key.tokens);
+  } else {
+    s.step->replay(s.key.tokens);
+  }
+}
+
+// Runs `body`, the side's work: a kernel fault there (a KernelFault naming its graph, from the
+// side's step) is reported with the side: "side B (postconv=fast): the graph decode 32 failed while
+// it ran: ...". Each side's work is waited for before the other side's starts, so a fault is
+// reported by the side that ran it (both steps share one CUDA context).
+template <class Body>
+void on_side(const Side& s, const Body& body) {
+  try {
+    body();
+  } catch (const KernelFault& e) {
+    throw KernelFault(fmt::format("{}: {}", side_label(s.name, s.sel), e.what()));
+  }
 }
 
 // `replays` replays timed with events: ms per replay.
 double time_replays(const Side& s, int replays) {
+  const ModelStep& step = *s.step;
   Event start, stop;
-  start.record(s.step->stream());
-  for (int i = 0; i < replays; ++i) s.step->graphs().replay(s.key);
-  stop.record(s.step->stream());
-  stop.sync();
+  step.check_step(cudaEventRecord(start.get(), step.stream()));
+  for (int i = 0; i < replays; ++i) replay(s);
+  step.check_step(cudaEventRecord(stop.get(), step.stream()));
+  step.check_step(cudaEventSynchronize(stop.get()));
   return Event::elapsed_ms(start, stop) / replays;
 }
 
 // `replays` replays under CUPTI: one sample per op family (its nodes' medians summed, us).
 void time_families(Side& s, int replays) {
   NodeTimer::instance().start();
-  for (int i = 0; i < replays; ++i) s.step->graphs().replay(s.key);
+  for (int i = 0; i < replays; ++i) replay(s);
+  s.step->sync();  // a fault in the replays is the side's graph's (NodeTimer::stop would report a bare CUDA error)
   const auto records = NodeTimer::instance().stop();
   int unmatched = 0;
   std::map<std::string, double> sum;
@@ -151,6 +184,18 @@ void time_families(Side& s, int replays) {
   }
   for (const auto& [family, us] : sum) s.families[family].push_back(us);
   s.unmatched += unmatched;
+}
+
+// With --fault-after: an error when neither side's graph holds the drill's node (before any step
+// runs); else the line saying which sides' graphs fault.
+void report_drill(const FaultDrill& drill, const Side (&sides)[2], const std::string& model) {
+  if (!drill.on()) return;
+  const bool a = sides[0].step->fault_drill_matched(), b = sides[1].step->fault_drill_matched();
+  check_fault_matched(drill, a || b, "either side's captured graph", model);
+  const char* where = a && b ? "in both sides' graphs (A's steps run first, so A's faults)"
+                      : a    ? "in A's graph only (B's graph has no such node)"
+                             : "in B's graph only (A's graph has no such node)";
+  fmt::print("fault drill: a kernel that faults after layer {} {}, {}\n", drill.layer, drill.op, where);
 }
 
 void write_text(const std::string& path, const char* option, const std::string& text) {
@@ -171,6 +216,15 @@ int run(AbOptions o) {
   const Qwen35Config cfg = preset(o.b.preset);
   check_writable(o.json, "--json");  // before the run, so that its results are never lost
   check_writable(o.svg, "--svg");
+  o.b.fault = parse_fault_after(o.b.fault_after);  // a drill in both sides' graphs (model_step_options)
+  check_fault_layer(o.b.fault, cfg.layers, cfg.name);
+  if (o.b.fault.on()) {
+    if (const auto bad = drill_conflicts(sel_a, sel_b, o.b.arms_mode); !bad.empty()) {
+      std::string list;
+      for (const auto& b : bad) list += "\n  " + b;
+      throw Error(fmt::format("ab --fault-after drills both sides' captured graphs, so it cannot go with:{}", list));
+    }
+  }
   const DeviceInfo dev = probe_device();
   if (!dev.ok)
     throw Error(fmt::format("ab: timing CUDA graphs needs a GPU, and none can be used here: {}", dev.reason));
@@ -195,12 +249,17 @@ int run(AbOptions o) {
   for (Side& s : sides) {
     fmt::print("building and capturing {}: {}...\n", s.name, s.sel.describe());
     std::fflush(stdout);
-    build(s, o, cfg, apply(s.sel, base), side_arms(base_arms, s.sel, s.name == "A" ? "--a" : "--b"));
+    on_side(s,
+            [&] { build(s, o, cfg, apply(s.sel, base), side_arms(base_arms, s.sel, s.name == "A" ? "--a" : "--b")); });
   }
+  report_drill(o.b.fault, sides, cfg.name);  // both graphs captured, no step run yet
+  for (Side& s : sides) on_side(s, [&] { hash_tokens(s, o, cfg); });
   const bool tty = isatty(fileno(stderr));
   for (Side& s : sides) {
-    for (int i = 0; i < 3; ++i) s.step->graphs().replay(s.key);  // warm-up
-    check(cudaStreamSynchronize(s.step->stream()));
+    on_side(s, [&] {
+      for (int i = 0; i < 3; ++i) replay(s);  // warm-up
+      s.step->sync();
+    });
   }
   // Ctrl-C: the repetition under way finishes, then the report covers the repetitions done (exit 130).
   const SigintGuard guard;
@@ -209,8 +268,8 @@ int run(AbOptions o) {
     if (tty) {
       std::fprintf(stderr, "\rab: repetition %d/%d\x1b[K%s", done + 1, o.b.reps, done + 1 == o.b.reps ? "\n" : "");
     }
-    for (Side& s : sides) s.step_ms.push_back(time_replays(s, o.b.replays));
-    for (Side& s : sides) time_families(s, o.b.node_replays);
+    for (Side& s : sides) on_side(s, [&] { s.step_ms.push_back(time_replays(s, o.b.replays)); });
+    for (Side& s : sides) on_side(s, [&] { time_families(s, o.b.node_replays); });
   }
   if (done == 0) {
     fmt::print("\ninterrupted (SIGINT) before the first repetition: nothing was measured\n");
@@ -284,6 +343,10 @@ void register_ab(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--json", o.json, "Also write the report (samples, medians, spreads, verdicts, hashes) as JSON");
   cmd->add_option("--svg", o.svg, "Also write a bar chart of the op families, A against B, as SVG");
+  add_fault_after_option(cmd, o.b.fault_after,
+                         "in both sides' captured graphs (A's steps run first, so where both graphs hold the node "
+                         "A's faults); the error names the side and the graph that faulted (find the node with "
+                         "generate --check-nodes)");
   cmd->callback([&action] { action = [] { return run(ao); }; });
 }
 

@@ -165,15 +165,17 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
   nlohmann::json graphs = nlohmann::json::array();
   std::vector<std::string> summary;
   for (int key : step.keys()) {
+    // A kernel that faults in these steps is reported as the step's graph (GdnDecodeStep::check_step,
+    // sync), as the model workload's are; each key's replays are waited for before the next key runs.
     step.run(random_batch(d, key, opts.num_slots, key), RunMode::graph);  // real inputs in the static buffers
     Event start, stop;
     for (int i = 0; i < 10; ++i) step.replay(key);  // warm-up
     std::vector<double> per_replay_us;
     for (int r = 0; r < o.reps; ++r) {
-      start.record(step.stream());
+      step.check_step(cudaEventRecord(start.get(), step.stream()));
       for (int i = 0; i < o.replays; ++i) step.replay(key);
-      stop.record(step.stream());
-      stop.sync();
+      step.check_step(cudaEventRecord(stop.get(), step.stream()));
+      step.check_step(cudaEventSynchronize(stop.get()));
       per_replay_us.push_back(1000.0 * Event::elapsed_ms(start, stop) / o.replays);
     }
     Spread sp = spread(per_replay_us);
@@ -181,6 +183,7 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
     // Per-node times, in a separate run with CUPTI enabled.
     NodeTimer::instance().start();
     for (int i = 0; i < o.node_replays; ++i) step.replay(key);
+    step.sync();  // a fault in the replays is the graph's (NodeTimer::stop would report a bare CUDA error)
     auto records = NodeTimer::instance().stop();
     int unmatched = 0;
     auto stats = aggregate(step.manifest(key), records, &unmatched);
@@ -378,12 +381,13 @@ void register_bench(CLI::App& app, Action& action) {
                 "the full step's (timing only; outputs are not used)");
   cmd->callback([&action, cmd] {
     action = [cmd] {
-      preset(o.preset);  // validate the name before anything else
+      const Qwen35Config cfg = preset(o.preset);  // validate the name before anything else
       // Every source of arms is parsed first: a bad name is an error on either path.
       const ResolvedArms arms = resolve_cli_arms(o.arms.arms);
       check_writable(o.json, "--json");            // before the run, so that its results are never lost
       o.fault = parse_fault_after(o.fault_after);  // on either path, as the checks below
       check_fault_drill(o, "bench");
+      check_fault_layer(o.fault, cfg.layers, cfg.name);  // --workload gdn-layer refused a drill above
       if (o.node_replays == 0) {  // on either path: these ask for what --node-replays 0 turns off
         std::vector<std::string> bad;
         if (o.workload != "model") bad.push_back("--workload " + o.workload + " (its result is the per-node table)");

@@ -118,6 +118,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
     source = fmt::format("synthetic weights of preset '{}' generated on the GPU (seed {})", cfg.name, o.seed);
   }
   check_token_range(prompt, cfg.vocab, cfg.name);
+  check_fault_layer(fault, cfg.layers, cfg.name);  // before the step is built
   const std::string dtype = o.dtype.empty() ? "bf16" : o.dtype;
   ModelStepOptions so;
   so.num_slots = 1;

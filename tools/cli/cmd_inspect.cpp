@@ -69,6 +69,7 @@ int run(InspectOptions o) {
   check_writable(o.b.trace, "--trace");  // before the run, so that its results are never lost
   check_writable(o.b.dot, "--dot");
   o.b.fault = parse_fault_after(o.b.fault_after);  // before the device: a bad value is an error everywhere
+  check_fault_layer(o.b.fault, cfg.layers, cfg.name);
   check_fault_drill(o.b, "inspect");
   const DeviceInfo dev = probe_device();
   if (!dev.ok)
@@ -158,7 +159,10 @@ int run(InspectOptions o) {
           const std::string gname = group_of(n, o.by);
           return shown.count(gname) ? gname : std::string();
         },
-        o.b.reps, std::max(1, replays), terminal_progress("marginal costs"), sigint_received);
+        o.b.reps, std::max(1, replays), terminal_progress("marginal costs"), sigint_received,
+        [&](cudaError_t e, const std::string& group) {  // a fault there is the graph's, as in the replays above
+          step.check_replays(prefill ? GraphKey::prefill(key) : GraphKey::decode(key), e, marginal_replay_note(group));
+        });
     for (auto& r : rows_out) {
       for (const auto& mg : mr.groups) {
         if (mg.group == r.name) r.marginal_ms = mg.marginal_ms, r.has_marginal = true;

@@ -133,6 +133,7 @@ int run(const SoakCliOptions& o) {
   const ResolvedArms arms = resolve_cli_arms(o.arms.arms);  // a bad arm name too
   check_writable(o.json, "--json");
   const FaultDrill fault = parse_fault_after(o.fault_after);  // a bad value too
+  check_fault_layer(fault, cfg.layers, cfg.name);
   const DeviceInfo dev = probe_device();
   if (!dev.ok) {
     throw Error(fmt::format("soak replays captured CUDA graphs, so it needs a GPU: {}", dev.reason));

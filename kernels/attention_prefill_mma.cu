@@ -51,6 +51,7 @@
 
 #include "kernels/attention_internal.cuh"
 #include "kernels/attention_prefill_mma.h"
+#include "kernels/attention_prefill_tile.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/launch_check.h"
@@ -60,9 +61,15 @@ namespace sg {
 namespace {
 
 using attn_detail::attention_scale;
+using attn_detail::begin_pass;
 using attn_detail::kNegInf;
-using attn_detail::resolve_row;
-using attn_detail::sigmoidf_;
+using attn_detail::live_rows;
+using attn_detail::load_tile_meta;
+using attn_detail::next_pass;
+using attn_detail::online_softmax;
+using attn_detail::p_fragments;
+using attn_detail::store_pass_rows;
+using attn_detail::zero_padding_rows;
 using mma::cp_async16;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
@@ -71,9 +78,9 @@ using mma::lds32;
 using mma::mma_bf16;
 using mma::smem_addr;
 
-constexpr int kThreads = 128;  // 4 warps
-constexpr int kBQ = 64;        // query rows per block (16 per warp)
-constexpr int kParts = 2;      // bf16 parts of P in P V (P_hi, P_lo)
+constexpr int kThreads = 128;                       // 4 warps
+constexpr int kBQ = attn_detail::kPrefillTileRows;  // query rows per block (16 per warp)
+constexpr int kParts = 2;                           // bf16 parts of P in P V (P_hi, P_lo)
 
 template <int D>
 struct MmaCfg {
@@ -87,29 +94,6 @@ struct MmaCfg {
   static_assert(D % 16 == 0 && D <= 256, "D must be a multiple of 16, at most 256");
   static_assert((LD * 2) % 16 == 0, "padded rows stay 16-byte aligned (cp.async, ldmatrix)");
 };
-
-// out = (O / l) * sigmoid(gate) of this thread's rows row0 and row0 + 8 of the tile that are in
-// `active` (the rows of the pass that just ended: live, so below T). Not inlined: the kernel calls
-// it after every slot pass, and an inlined copy inside the pass loop costs the D = 256 kernel
-// register spills.
-template <int D>
-__device__ __noinline__ void store_pass_rows(const AttentionParams& p, const float (&o)[D / 8][4], const float (&l)[2],
-                                             uint64_t active, int tile, int h, int row0, int tq) {
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int r = row0 + 8 * e;
-    if (!((active >> r) & 1u)) continue;
-    const int64_t orow = (static_cast<int64_t>(tile * kBQ + r) * p.Hq + h) * D;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int64_t i = orow + 8 * j + 2 * tq + c;
-        dev::store(p.out, p.out_dtype, i, (o[j][2 * e + c] / l[e]) * sigmoidf_(dev::load(p.gate, p.q_dtype, i)));
-      }
-    }
-  }
-}
 
 template <int D>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -132,13 +116,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const auto* kc = static_cast<const __nv_bfloat16*>(p.k_cache);  // [num_slots, max_context, Hkv, D]
   const auto* vc = static_cast<const __nv_bfloat16*>(p.v_cache);  // [num_slots, max_context, Hkv, D]
 
-  if (threadIdx.x < kBQ) {
-    const int t = tile * kBQ + threadIdx.x;
-    int slot = -1, pos = -1;
-    if (!(t < p.T && resolve_row(p.meta, t, p.max_context, slot, pos))) slot = -1, pos = -1;
-    q_slot[threadIdx.x] = slot;
-    q_pos[threadIdx.x] = pos;
-  }
+  load_tile_meta(p, tile, q_slot, q_pos);
   for (int i = threadIdx.x; i < kBQ * CHUNKS; i += kThreads) {
     const int r = i / CHUNKS, c = i % CHUNKS, t = tile * kBQ + r;
     const bool in = t < p.T;
@@ -153,36 +131,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int j = 0; j < NT_O; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // rows gr and gr + 8 of the warp
   const int row0 = warp * 16 + gr;
-  uint64_t remaining = 0;
-  for (int r = 0; r < kBQ; ++r) remaining |= static_cast<uint64_t>(q_slot[r] >= 0) << r;
+  uint64_t remaining = live_rows(q_slot);
   const int64_t pos_stride = static_cast<int64_t>(p.Hkv) * D;
 
   while (remaining) {  // block-uniform
-    const int slot = q_slot[__ffsll(static_cast<long long>(remaining)) - 1];
-    uint64_t active = 0;
-    int kmax = 0;
-    for (int r = 0; r < kBQ; ++r) {
-      if (((remaining >> r) & 1u) && q_slot[r] == slot) {
-        active |= uint64_t{1} << r;
-        kmax = max(kmax, q_pos[r] + 1);
-      }
-    }
-    remaining &= ~active;
-    // Every pass starts from m = -inf, l = 0, O = 0: this pass's rows have seen nothing of their
-    // slot yet, the earlier passes' rows are stored, and the later passes' rows start again then
-    // (earlier passes added 0 * V to every row of a warp, NaN where that V is not finite; for a
-    // finite V zeros, so the bytes are those of one pass).
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      m[e] = kNegInf;
-      l[e] = 0.0f;
-#pragma unroll
-      for (int j = 0; j < NT_O; ++j) o[j][2 * e] = o[j][2 * e + 1] = 0.0f;
-    }
-    // Last key each of this thread's rows sees in this pass (-1: none), and the warp's largest.
+    const auto [slot, active, kmax] = next_pass(q_slot, q_pos, remaining);
+    // Every pass starts afresh (begin_pass); lim: each row's last key in the pass.
     int lim[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) lim[e] = ((active >> (row0 + 8 * e)) & 1u) ? q_pos[row0 + 8 * e] : -1;
+    begin_pass(o, m, l, lim, active, q_pos, row0);
     int wlim = max(lim[0], lim[1]);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) wlim = max(wlim, __shfl_xor_sync(0xffffffffu, wlim, off));
@@ -220,48 +176,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             mma_bf16(s[j], a, lds32(kb), lds32(kb + 8));
           }
         }
-        // Online softmax of rows gr (e = 0) and gr + 8 (e = 1); a row's BK scores sit in the 4
-        // lanes of a quad (2 per n-tile each).
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float mx = kNegInf;
-#pragma unroll
-          for (int j = 0; j < NT_S; ++j) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const bool valid = kt + 8 * j + 2 * tq + c <= lim[e];
-              const float sc = valid ? s[j][2 * e + c] * scale : kNegInf;
-              s[j][2 * e + c] = sc;
-              mx = fmaxf(mx, sc);
-            }
-          }
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float mn = fmaxf(m[e], mx);
-          float ps = 0.0f;
-#pragma unroll
-          for (int j = 0; j < NT_S; ++j) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const float sc = s[j][2 * e + c];
-              const float pr = sc == kNegInf ? 0.0f : expf(sc - mn);  // mn finite when sc is
-              s[j][2 * e + c] = pr;
-              ps += pr;
-            }
-          }
-          ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-          ps += __shfl_xor_sync(0xffffffffu, ps, 2);
-          if (mn != kNegInf) {  // else nothing valid yet for this row: m, l, O stay
-            const float corr = expf(m[e] - mn);
-            l[e] = fmaf(l[e], corr, ps);
-            m[e] = mn;
-#pragma unroll
-            for (int j = 0; j < NT_O; ++j) {
-              o[j][2 * e] *= corr;
-              o[j][2 * e + 1] *= corr;
-            }
-          }
-        }
+        online_softmax(s, o, m, l, lim, kt, tq, scale);
       }
       cp_async_wait<0>();  // V
       __syncthreads();
@@ -269,19 +184,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
           if (kt + 16 * kk > wlim) continue;  // warp-uniform: every p of this k-step is 0
-          uint32_t a[kParts][4], w[kParts];
-          mma::split_pair<kParts>(s[2 * kk][0], s[2 * kk][1], w);
-#pragma unroll
-          for (int i = 0; i < kParts; ++i) a[i][0] = w[i];
-          mma::split_pair<kParts>(s[2 * kk][2], s[2 * kk][3], w);
-#pragma unroll
-          for (int i = 0; i < kParts; ++i) a[i][1] = w[i];
-          mma::split_pair<kParts>(s[2 * kk + 1][0], s[2 * kk + 1][1], w);
-#pragma unroll
-          for (int i = 0; i < kParts; ++i) a[i][2] = w[i];
-          mma::split_pair<kParts>(s[2 * kk + 1][2], s[2 * kk + 1][3], w);
-#pragma unroll
-          for (int i = 0; i < kParts; ++i) a[i][3] = w[i];
+          uint32_t a[kParts][4];
+          p_fragments<kParts>(s, kk, a);
           // ldmatrix.trans: matrix mi = lane / 8 holds keys 16kk + (mi & 1) * 8 .. + 7 and
           // features n0 + (mi >> 1) * 8 .. + 7; r0 r1 are b0 b1 of n-tile n0 / 8, r2 r3 of the next.
           const int mi = lane >> 3;
@@ -305,17 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 
   cp_async_wait<0>();  // a tile without live rows never waited for its q copies
-  // Zeros for the padding rows.
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int r = row0 + 8 * e, t = tile * kBQ + r;
-    if (t >= p.T || q_slot[r] >= 0) continue;
-    const int64_t orow = (static_cast<int64_t>(t) * p.Hq + h) * D;
-    for (int d = 2 * tq; d < D; d += 8) {
-      dev::store(p.out, p.out_dtype, orow + d, 0.0f);
-      dev::store(p.out, p.out_dtype, orow + d + 1, 0.0f);
-    }
-  }
+  zero_padding_rows<D>(p, q_slot, tile, h, row0, tq);
 }
 
 template <int D>

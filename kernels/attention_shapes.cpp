@@ -21,6 +21,10 @@ bool attention_prefill_mma_supports(int D, DType q_dtype, DType cache_dtype) {
   return attention_tuned_head_dim(D) && q_dtype == DType::bf16 && cache_dtype == DType::bf16;
 }
 
+bool attention_prefill_wgmma_supports(int D, DType q_dtype, DType cache_dtype) {
+  return attention_prefill_wgmma_smem(D) > 0 && q_dtype == DType::bf16 && cache_dtype == DType::bf16;
+}
+
 bool attention_decode_mma_supports(int Hq, int Hkv, int D, DType q_dtype, DType cache_dtype) {
   return attention_supports(Hq, Hkv, D, cache_dtype) && attention_decode_mma_smem(D) > 0 && Hq / Hkv <= 8 &&
          q_dtype == DType::bf16 && cache_dtype == DType::bf16;

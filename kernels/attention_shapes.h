@@ -10,6 +10,8 @@
 //           {32, 64, 128, 256}; dynamic shared memory attention_prefill_mma_smem(D); decode on
 //           the tensor cores (attention_decode_mma.h): bf16 cache and q, D in {64, 128, 256},
 //           at most 8 query heads per kv head; attention_decode_mma_smem(D).
+//   wgmma   prefill on the sm_90a warpgroup tensor cores (attention_prefill_wgmma.h): bf16 cache
+//           and q, D in {64, 128, 256}; attention_prefill_wgmma_smem(D).
 #pragma once
 #include <cstddef>
 
@@ -42,6 +44,18 @@ constexpr size_t attention_prefill_mma_smem(int D) {
   if (!attention_tuned_head_dim(D)) return 0;
   const size_t rows = 64 + 2 * (D >= 256 ? 32 : 64);
   return rows * static_cast<size_t>(D + 8) * 2 + 2 * 64 * sizeof(int);
+}
+
+// True when the wgmma prefill (attention_prefill_wgmma.h, compute capability 9.0) runs the shape:
+// D in {64, 128, 256}, q and cache bf16.
+bool attention_prefill_wgmma_supports(int D, DType q_dtype, DType cache_dtype);
+
+// Dynamic shared memory of one block of the wgmma prefill (bytes): the 64-row query tile and one K
+// and one V tile of 64 keys (bf16, unpadded), plus the tile's slots and positions; 0 for a D it is
+// not built for. The kernel static_asserts its constants against this.
+constexpr size_t attention_prefill_wgmma_smem(int D) {
+  if (D != 64 && D != 128 && D != 256) return 0;
+  return 3 * size_t{64} * static_cast<size_t>(D) * 2 + 2 * 64 * sizeof(int);
 }
 
 // True when the tensor-core decode runs the shape: D in {64, 128, 256}, Hq / Hkv <= 8 (the query

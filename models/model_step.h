@@ -82,7 +82,8 @@ struct ModelStepOptions {
   // `automatic`, so options().delta_prefill is scan, chunked or mma afterwards.
   DeltaPrefill delta_prefill = DeltaPrefill::automatic;
   // attention.prefill; the constructor resolves `automatic` (options().attn_prefill is simt or mma
-  // afterwards); an explicit mma the shape or dtype does not support is an error (with prefill).
+  // afterwards; wgmma only when asked for); an explicit mma or wgmma the shape, dtype or device
+  // does not support is an error (with prefill).
   AttnPrefill attn_prefill = AttnPrefill::automatic;
   // attention.decode; the constructor resolves `automatic` (options().attn_decode is simt or mma
   // afterwards); an explicit mma the shape or dtype does not support is an error.

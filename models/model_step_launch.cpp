@@ -13,6 +13,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_decode_mma.h"
 #include "kernels/attention_prefill_mma.h"
+#include "kernels/attention_prefill_wgmma.h"
 #include "kernels/attn_prep.h"
 #include "kernels/contracts.h"
 #include "kernels/embedding.h"
@@ -187,10 +188,13 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   at.Hkv = Hkv;
   at.D = D;
   at.max_context = opts_.max_context;
-  const bool mma = prefill && opts_.attn_prefill == AttnPrefill::mma;
   cudaError_t e = cudaSuccess;
   if (prefill) {
-    e = mma ? attention_prefill_mma(at, s) : attention_prefill(at, s);
+    switch (opts_.attn_prefill) {
+      case AttnPrefill::mma: e = attention_prefill_mma(at, s); break;
+      case AttnPrefill::wgmma: e = attention_prefill_wgmma(at, s); break;
+      default: e = attention_prefill(at, s); break;
+    }
   } else {
     at.splits = attention_splits(rows);
     at.workspace = at.splits > 1 ? a_.attn_ws.ptr<float>() : nullptr;

@@ -28,14 +28,21 @@ DeltaPrefill parse_delta_prefill(const std::string& name) {
 }
 
 const char* attn_prefill_name(AttnPrefill a) {
-  return a == AttnPrefill::mma ? "mma" : a == AttnPrefill::simt ? "simt" : "auto";
+  switch (a) {
+    case AttnPrefill::simt: return "simt";
+    case AttnPrefill::mma: return "mma";
+    case AttnPrefill::wgmma: return "wgmma";
+    case AttnPrefill::automatic: break;
+  }
+  return "auto";
 }
 
 AttnPrefill parse_attn_prefill(const std::string& name) {
   if (name == "auto") return AttnPrefill::automatic;
   if (name == "simt") return AttnPrefill::simt;
   if (name == "mma") return AttnPrefill::mma;
-  throw Error(fmt::format("unknown attention prefill '{}' (valid: auto, simt, mma)", name));
+  if (name == "wgmma") return AttnPrefill::wgmma;
+  throw Error(fmt::format("unknown attention prefill '{}' (valid: auto, simt, mma, wgmma)", name));
 }
 
 DeviceLimits DeviceLimits::current() {
@@ -45,12 +52,25 @@ DeviceLimits DeviceLimits::current() {
   check(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
   check(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   check(cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+  check(cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
   return d;
 }
 
 AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache, bool prefill, const DeviceLimits& d) {
-  if (want == AttnPrefill::simt || (want == AttnPrefill::mma && !prefill)) return want;
+  if (want == AttnPrefill::simt || (want != AttnPrefill::automatic && !prefill)) return want;
   const int optin = d.smem_optin, major = d.cc_major;
+  if (want == AttnPrefill::wgmma) {
+    require(attention_prefill_wgmma_supports(D, act, cache) && major == 9 && d.cc_minor == 0,
+            "the wgmma attention prefill does not support D={} with {} activations and a {} KV cache on "
+            "compute capability {}.{} (built for D 64, 128, 256, bf16, compute capability 9.0 only; use "
+            "--attn-prefill mma)",
+            D, dtype_name(act), dtype_name(cache), major, d.cc_minor);
+    require(attention_prefill_wgmma_smem(D) <= static_cast<size_t>(optin),
+            "the wgmma attention prefill needs {} bytes of shared memory per block for D={}; this device "
+            "allows {} (use --attn-prefill mma)",
+            attention_prefill_wgmma_smem(D), D, optin);
+    return want;
+  }
   const bool built = attention_prefill_mma_supports(D, act, cache) && major >= 8;  // mma.sync bf16: sm_80+
   const bool fits = attention_prefill_mma_smem(D) <= static_cast<size_t>(optin);
   if (want == AttnPrefill::automatic) return built && fits ? AttnPrefill::mma : AttnPrefill::simt;

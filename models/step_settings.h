@@ -16,7 +16,7 @@ namespace sg {
 
 // What the settings' resolution reads of the current device.
 struct DeviceLimits {
-  int sms = 0, smem_optin = 0, cc_major = 0;
+  int sms = 0, smem_optin = 0, cc_major = 0, cc_minor = 0;
   static DeviceLimits current();
 };
 
@@ -40,9 +40,11 @@ enum class AttnPrefill : uint8_t {
   automatic,  // mma where attention_prefill_mma_supports (bf16, D 32/64/128/256), sm_80+ and the smem fits, else simt
   simt,       // attention_prefill: the f32 CUDA-core kernel
   mma,        // attention_prefill_mma: bf16 tensor cores (mma.sync), P split into two bf16 halves
+  wgmma,      // attention_prefill_wgmma: sm_90a warpgroup tensor cores, the same P split (D 64/128/256,
+              // compute capability 9.0 only)
 };
-const char* attn_prefill_name(AttnPrefill a);  // "auto", "simt", "mma"
-// "auto", "simt" or "mma"; throws Error on anything else.
+const char* attn_prefill_name(AttnPrefill a);  // "auto", "simt", "mma", "wgmma"
+// "auto", "simt", "mma" or "wgmma"; throws Error on anything else.
 AttnPrefill parse_attn_prefill(const std::string& name);
 
 // How a decode step runs attention.decode. A setting, not an arm (the two agree within the bf16

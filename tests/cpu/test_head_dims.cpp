@@ -39,6 +39,19 @@ TEST_CASE("attention head sizes: tuned for 32, 64, 128, 256, generic for the res
   CHECK(attention_prefill_mma_smem(256) == 68096);
   CHECK(attention_prefill_mma_smem(128) == 52736);
   CHECK(attention_prefill_mma_smem(64) == 28160);
+  // The wgmma prefill: D 64, 128, 256, bf16 only; 64 query rows and K, V tiles of 64 keys (bf16,
+  // unpadded) and 512 bytes of metadata.
+  for (int D = -1; D <= 300; ++D) {
+    CAPTURE(D);
+    const bool built = D == 64 || D == 128 || D == 256;
+    CHECK(attention_prefill_wgmma_supports(D, DType::bf16, DType::bf16) == built);
+    CHECK_FALSE(attention_prefill_wgmma_supports(D, DType::f32, DType::bf16));
+    CHECK_FALSE(attention_prefill_wgmma_supports(D, DType::bf16, DType::f32));
+    CHECK((attention_prefill_wgmma_smem(D) > 0) == built);
+  }
+  CHECK(attention_prefill_wgmma_smem(256) == 98816);
+  CHECK(attention_prefill_wgmma_smem(128) == 49664);
+  CHECK(attention_prefill_wgmma_smem(64) == 25088);
   // GQA: Hq a positive multiple of Hkv.
   CHECK(attention_supports(6, 2, 16));
   CHECK(attention_supports(2, 1, 24, DType::f32));

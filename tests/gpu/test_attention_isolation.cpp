@@ -1,6 +1,6 @@
 // GPU tests of sequence isolation in the prefill attention kernels (attention.h; shared pieces:
 // attention_fixture.h), at the model's head sizes: three sequences with history packed so that a
-// query tile of either kernel (8 or 16 rows in the CUDA-core kernel, 64 in the tensor-core one,
+// query tile of each kernel (8 or 16 rows in the CUDA-core kernel, 64 in the tensor-core ones,
 // whose warps hold 16) spans two or three of them, then the middle sequence's cache slot filled
 // with NaN (every byte 0xFF): the other sequences' output rows keep the bytes of the run without
 // the poison, padding rows stay zero, and the poisoned sequence's rows are not finite (so the test
@@ -10,10 +10,13 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/attention_prefill_mma.h"
+#include "kernels/attention_prefill_wgmma.h"
+#include "kernels/attention_shapes.h"
 #include "tests/gpu/attention_fixture.h"
 #include "tests/support/catch.h"
 
@@ -27,10 +30,19 @@ TEST_CASE("attention prefill: NaN in one slot's cache reaches no row of another 
   using Launch = std::function<cudaError_t(const AttentionParams&)>;
   const std::vector<std::pair<const char*, Launch>> kernels = {
       {"simt", [](const AttentionParams& p) { return attention_prefill(p, nullptr); }},
-      {"mma", [](const AttentionParams& p) { return attention_prefill_mma(p, nullptr); }}};
+      {"mma", [](const AttentionParams& p) { return attention_prefill_mma(p, nullptr); }},
+      {"wgmma", [](const AttentionParams& p) { return attention_prefill_wgmma(p, nullptr); }}};
+  int dev = 0, major = 0, minor = 0;
+  check(cudaGetDevice(&dev));
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   for (const Shape& sh : kShapes) {
     for (const auto& [name, launch] : kernels) {
       CAPTURE(sh.Hq, sh.Hkv, sh.D, name);
+      if (std::string(name) == "wgmma" &&
+          !(attention_prefill_wgmma_supports(sh.D, DType::bf16, DType::bf16) && major == 9 && minor == 0)) {
+        continue;
+      }
       const Batch b = make_batch(seqs, 3);
       const DevMeta dm(b);
       Cache c(sh, 8, max_ctx, 0x00);

@@ -210,6 +210,7 @@ TEST_CASE("model prefill: attn_prefill auto picks mma for bf16, simt for f32, an
   CHECK(ModelStepOptions{}.attn_prefill == AttnPrefill::automatic);
   CHECK(parse_attn_prefill("auto") == AttnPrefill::automatic);
   CHECK(parse_attn_prefill("mma") == AttnPrefill::mma);
+  CHECK(parse_attn_prefill("wgmma") == AttnPrefill::wgmma);
   CHECK_THROWS_AS(parse_attn_prefill("wmma"), Error);
   const Qwen35Config cfg = preset("tiny");
   for (auto [act, want] : {std::pair{DType::bf16, AttnPrefill::mma}, {DType::f32, AttnPrefill::simt}}) {
@@ -231,6 +232,8 @@ TEST_CASE("model prefill: attn_prefill auto picks mma for bf16, simt for f32, an
       o.attn_prefill = AttnPrefill::mma;  // explicit mma on an f32 step: an error
       CHECK_THROWS_AS(ModelStep(cfg, o), Error);
     }
+    o.attn_prefill = AttnPrefill::wgmma;  // the tiny preset's D = 32 has no wgmma kernel: an error
+    CHECK_THROWS_AS(ModelStep(cfg, o), Error);
   }
 }
 

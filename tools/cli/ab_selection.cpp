@@ -15,12 +15,13 @@ namespace sg::cli {
 namespace {
 
 constexpr std::array<std::string_view, 4> kDeltaPrefill = {"auto", "scan", "chunked", "mma"};
+constexpr std::array<std::string_view, 4> kAttnPrefill = {"auto", "simt", "mma", "wgmma"};
 constexpr std::array<std::string_view, 3> kAttn = {"auto", "simt", "mma"};
 constexpr std::array<std::string_view, 3> kPdl = {"auto", "off", "on"};
 constexpr std::array<std::string_view, 2> kArmsMode = {"fixed", "tune"};
 const std::array<SettingInfo, 8> kSettings = {{
     {"delta-prefill", kDeltaPrefill},
-    {"attn-prefill", kAttn},
+    {"attn-prefill", kAttnPrefill},
     {"attn-decode", kAttn},
     {"gemm", kGemmNames},
     {"pdl", kPdl},

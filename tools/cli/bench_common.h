@@ -38,7 +38,7 @@ struct BenchOptions {
   bool cpu = false;
   ArmOptions arms;
   std::string delta_prefill = "auto";  // model workload: the delta rule in prefill (auto, scan, chunked or mma)
-  std::string attn_prefill = "auto";   // model workload: attention in prefill (auto, simt or mma)
+  std::string attn_prefill = "auto";   // model workload: attention in prefill (auto, simt, mma or wgmma)
   std::string attn_decode = "auto";    // model workload: attention in decode (auto, simt or mma)
   std::string gemm = "auto";           // model workload: the projections (auto, cublas, skinny, mixed or lt)
   std::string pdl = "auto";            // model workload: programmatic dependent launch (auto, off or on)

@@ -317,11 +317,11 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("--attn-prefill", o.attn_prefill,
                   "model workload: how prefill runs attention: simt (the f32 CUDA-core kernel), mma (bf16 tensor "
                   "cores, P split into two bf16 halves; within the bf16 attention tolerance of simt, not "
-                  "byte-identical, so a setting rather than an arm) or auto (mma for bf16 with D 32/64/128/256 where "
-                  "the device allows it, "
-                  "else simt)")
+                  "byte-identical, so a setting rather than an arm), wgmma (the same on the warpgroup tensor cores "
+                  "of compute capability 9.0, D 64/128/256; the same tolerance) or auto (mma for bf16 with D "
+                  "32/64/128/256 where the device allows it, else simt)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "simt", "mma"}));
+      ->check(CLI::IsMember({"auto", "simt", "mma", "wgmma"}));
   cmd->add_option("--attn-decode", o.attn_decode,
                   "model workload: how decode runs attention: simt (the f32 CUDA-core split-K kernel), mma (bf16 "
                   "tensor cores, a K/V ring per warp, P split into two bf16 halves; within the bf16 attention "

@@ -47,7 +47,7 @@ struct GenerateOptions {
   uint64_t seed = 1;
   bool chunked = false;
   std::string delta_prefill = "auto";  // the delta rule in the prefill step (auto, scan, chunked or mma)
-  std::string attn_prefill = "auto";   // attention in the prefill step (auto, simt or mma)
+  std::string attn_prefill = "auto";   // attention in the prefill step (auto, simt, mma or wgmma)
   std::string attn_decode = "auto";    // attention in the decode steps (auto, simt or mma)
   std::string gemm = "auto";           // the projections (auto, cublas or skinny)
   ArmOptions arms;
@@ -305,11 +305,11 @@ void register_generate(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "scan", "chunked", "mma"}));
   cmd->add_option("--attn-prefill", o.attn_prefill,
                   "How the prefill step runs attention (GPU only): simt (the f32 CUDA-core kernel), mma (bf16 tensor "
-                  "cores, within the bf16 attention tolerance of simt) or auto (mma for bf16 with D 32/64/128/256 "
-                  "where the device allows it, "
-                  "else simt)")
+                  "cores, within the bf16 attention tolerance of simt), wgmma (the same on the warpgroup tensor "
+                  "cores of compute capability 9.0, D 64/128/256) or auto (mma for bf16 with D 32/64/128/256 where "
+                  "the device allows it, else simt)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "simt", "mma"}));
+      ->check(CLI::IsMember({"auto", "simt", "mma", "wgmma"}));
   cmd->add_option("--gemm", o.gemm,
                   "How the steps run their projections (GPU only): cublas, skinny (the tensor-core weight-streaming "
                   "kernel for at most 32 rows; within the GEMM tolerance of cuBLAS), mixed (skinny up to 24 rows, for "

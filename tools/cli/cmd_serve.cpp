@@ -355,9 +355,10 @@ void register_serve(CLI::App& app, Action& action) {
                   "The delta rule in prefill steps: auto, scan, chunked or mma (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "scan", "chunked", "mma"}));
-  cmd->add_option("--attn-prefill", o.b.attn_prefill, "GPU: attention in prefill steps: auto, simt or mma (as bench)")
+  cmd->add_option("--attn-prefill", o.b.attn_prefill,
+                  "GPU: attention in prefill steps: auto, simt, mma or wgmma (as bench)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "simt", "mma"}));
+      ->check(CLI::IsMember({"auto", "simt", "mma", "wgmma"}));
   cmd->add_option("--attn-decode", o.b.attn_decode, "GPU: attention in decode steps: auto, simt or mma (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));

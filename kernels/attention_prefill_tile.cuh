@@ -1,0 +1,182 @@
+// attention_prefill_tile.cuh: the pieces of a tensor-core prefill block that do not depend on how
+// its products are computed, shared by attention_prefill_mma.cu (mma.sync, a warp per 16 rows) and
+// attention_prefill_wgmma.cu (wgmma, a warpgroup per 64 rows). Both hold a query tile of 64 rows;
+// each thread owns rows row0 = 16 * warp + g and row0 + 8 of it (g = lane / 4, t = lane % 4) and
+// their scores and outputs in the m16n8 accumulator layout: s[j][2e + c] is row row0 + 8e, key
+// 8j + 2t + c of the key tile; o[j][2e + c] the same row's feature 8j + 2t + c. The kernels'
+// headers state the contract (slot passes, isolation, padding rows); these pieces are its steps.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/attention_internal.cuh"
+#include "kernels/device_util.cuh"
+#include "kernels/mma_util.cuh"
+
+namespace sg::attn_detail {
+
+constexpr int kPrefillTileRows = 64;  // query rows a block
+
+// Threads 0..63 resolve the tile's rows into q_slot / q_pos (-1, -1: padding or past the live
+// count). The caller synchronises before reading them.
+__device__ __forceinline__ void load_tile_meta(const AttentionParams& p, int tile, int* q_slot, int* q_pos) {
+  if (threadIdx.x < kPrefillTileRows) {
+    const int t = tile * kPrefillTileRows + threadIdx.x;
+    int slot = -1, pos = -1;
+    if (!(t < p.T && resolve_row(p.meta, t, p.max_context, slot, pos))) slot = -1, pos = -1;
+    q_slot[threadIdx.x] = slot;
+    q_pos[threadIdx.x] = pos;
+  }
+}
+
+// Bit r set for each live row r of the tile.
+__device__ __forceinline__ uint64_t live_rows(const int* q_slot) {
+  uint64_t live = 0;
+  for (int r = 0; r < kPrefillTileRows; ++r) live |= static_cast<uint64_t>(q_slot[r] >= 0) << r;
+  return live;
+}
+
+// The next slot pass (block-uniform): the rows of `remaining` in the slot of its lowest row
+// (removed from `remaining`), and the number of keys the pass reads (its rows' largest position
+// + 1).
+struct SlotPass {
+  int slot;
+  uint64_t active;
+  int kmax;
+};
+__device__ __forceinline__ SlotPass next_pass(const int* q_slot, const int* q_pos, uint64_t& remaining) {
+  SlotPass ps{q_slot[__ffsll(static_cast<long long>(remaining)) - 1], 0, 0};
+  for (int r = 0; r < kPrefillTileRows; ++r) {
+    if (((remaining >> r) & 1u) && q_slot[r] == ps.slot) {
+      ps.active |= uint64_t{1} << r;
+      ps.kmax = max(ps.kmax, q_pos[r] + 1);
+    }
+  }
+  remaining &= ~ps.active;
+  return ps;
+}
+
+// The start of a slot pass: m = -inf, l = 0, O = 0 for this thread's rows (every pass starts
+// afresh: the earlier passes' rows are stored, and the other rows' accumulators may hold 0 * V of
+// another slot, NaN where that V is not finite), and lim[e], the last key row row0 + 8e sees in
+// the pass (its position; -1 when it is not in the pass).
+template <int NT_O>
+__device__ __forceinline__ void begin_pass(float (&o)[NT_O][4], float (&m)[2], float (&l)[2], int (&lim)[2],
+                                           uint64_t active, const int* q_pos, int row0) {
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    m[e] = kNegInf;
+    l[e] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NT_O; ++j) o[j][2 * e] = o[j][2 * e + 1] = 0.0f;
+  }
+  // After the resets (reading q_pos inside their loop costs the mma kernel 50 registers at D = 128).
+#pragma unroll
+  for (int e = 0; e < 2; ++e) lim[e] = ((active >> (row0 + 8 * e)) & 1u) ? q_pos[row0 + 8 * e] : -1;
+}
+
+// The A fragments (m16n8k16 layout) of P's k-step kk (keys 16kk .. 16kk + 15: n-tiles 2kk and
+// 2kk + 1 of s), each value split into kParts bf16 parts (mma::split_pair): a[i] is part i.
+template <int kParts, int NT_S>
+__device__ __forceinline__ void p_fragments(const float (&s)[NT_S][4], int kk, uint32_t (&a)[kParts][4]) {
+  uint32_t w[kParts];
+#pragma unroll
+  for (int f = 0; f < 4; ++f) {
+    // a0: row g, keys 2t, 2t + 1 (n-tile 2kk); a1: row g + 8; a2, a3: the same keys + 8 (2kk + 1).
+    const int j = 2 * kk + (f >> 1), c = 2 * (f & 1);
+    mma::split_pair<kParts>(s[j][c], s[j][c + 1], w);
+#pragma unroll
+    for (int i = 0; i < kParts; ++i) a[i][f] = w[i];
+  }
+}
+
+// One key tile's online softmax for this thread's rows row0 + 8e (the f32 steps of the CUDA-core
+// kernel): s = dot * scale, masked to -inf past lim[e] (the row's last key in this pass, -1: not
+// in it); m' = max(m, max s); p = expf(s - m'); l = fmaf(l, expf(m - m'), sum p); O *= that
+// correction. A row's scores sit in the 4 lanes of a quad. Leaves p in s.
+template <int NT_S, int NT_O>
+__device__ __forceinline__ void online_softmax(float (&s)[NT_S][4], float (&o)[NT_O][4], float (&m)[2], float (&l)[2],
+                                               const int (&lim)[2], int kt, int tq, float scale) {
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    float mx = kNegInf;
+#pragma unroll
+    for (int j = 0; j < NT_S; ++j) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const bool valid = kt + 8 * j + 2 * tq + c <= lim[e];
+        const float sc = valid ? s[j][2 * e + c] * scale : kNegInf;
+        s[j][2 * e + c] = sc;
+        mx = fmaxf(mx, sc);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mn = fmaxf(m[e], mx);
+    float ps = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NT_S; ++j) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float sc = s[j][2 * e + c];
+        const float pr = sc == kNegInf ? 0.0f : expf(sc - mn);  // mn finite when sc is
+        s[j][2 * e + c] = pr;
+        ps += pr;
+      }
+    }
+    ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+    ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+    if (mn != kNegInf) {  // else nothing valid yet for this row: m, l, O stay
+      const float corr = expf(m[e] - mn);
+      l[e] = fmaf(l[e], corr, ps);
+      m[e] = mn;
+#pragma unroll
+      for (int j = 0; j < NT_O; ++j) {
+        o[j][2 * e] *= corr;
+        o[j][2 * e + 1] *= corr;
+      }
+    }
+  }
+}
+
+// out = (O / l) * sigmoid(gate) of this thread's rows row0 and row0 + 8 that are in `active` (the
+// rows of the pass that just ended: live, so below T). Not inlined: the kernels call it after
+// every slot pass, and an inlined copy inside the pass loop costs the D = 256 mma kernel register
+// spills.
+template <int D>
+__device__ __noinline__ void store_pass_rows(const AttentionParams& p, const float (&o)[D / 8][4], const float (&l)[2],
+                                             uint64_t active, int tile, int h, int row0, int tq) {
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int r = row0 + 8 * e;
+    if (!((active >> r) & 1u)) continue;
+    const int64_t orow = (static_cast<int64_t>(tile * kPrefillTileRows + r) * p.Hq + h) * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int64_t i = orow + 8 * j + 2 * tq + c;
+        dev::store(p.out, p.out_dtype, i, (o[j][2 * e + c] / l[e]) * sigmoidf_(dev::load(p.gate, p.q_dtype, i)));
+      }
+    }
+  }
+}
+
+// Zeros for this thread's rows row0, row0 + 8 that are padding (below T, no slot).
+template <int D>
+__device__ __forceinline__ void zero_padding_rows(const AttentionParams& p, const int* q_slot, int tile, int h,
+                                                  int row0, int tq) {
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int r = row0 + 8 * e, t = tile * kPrefillTileRows + r;
+    if (t >= p.T || q_slot[r] >= 0) continue;
+    const int64_t orow = (static_cast<int64_t>(t) * p.Hq + h) * D;
+    for (int d = 2 * tq; d < D; d += 8) {
+      dev::store(p.out, p.out_dtype, orow + d, 0.0f);
+      dev::store(p.out, p.out_dtype, orow + d + 1, 0.0f);
+    }
+  }
+}
+
+}  // namespace sg::attn_detail

@@ -1,0 +1,22 @@
+// attention_prefill_wgmma.h: attention_prefill (attention.h) on the sm_90a warpgroup tensor cores
+// (wgmma), for a bf16 cache and bf16 q / gate with D in {64, 128, 256}
+// (attention_prefill_wgmma_supports, in attention_shapes.h), on devices of compute capability 9.0
+// only (the kernel is built for sm_90a alone). The contract of attention_prefill_mma.h (slot-indexed
+// cache, token metadata, causal, GQA, padding rows zero, live count read on the device, sequences
+// isolated, graph-safe) and its error bound (P split into two bf16 halves); not the same bytes as
+// either other kernel. A setting of the model step (ModelStepOptions::attn_prefill), not an arm.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include "kernels/attention.h"
+
+namespace sg {
+
+// Returns cudaErrorInvalidValue on an unsupported shape or dtype (attention_prefill_wgmma_supports),
+// Hq % Hkv != 0, max_context <= 0, a null pointer or q / gate / k_cache / v_cache not 16-byte
+// aligned; cudaSuccess without launching when T == 0; else the error of cudaFuncSetAttribute or of
+// the launch (cudaErrorNoKernelImageForDevice on a device other than compute capability 9.0).
+// p.splits and p.workspace are ignored.
+cudaError_t attention_prefill_wgmma(const AttentionParams& p, cudaStream_t stream);
+
+}  // namespace sg

@@ -163,11 +163,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           for (int c = 0; c < D / NC; ++c) {
             // MN-major V: a 16-key step is two row groups (2 D 16 bytes); NC features are NC / 8
             // core matrices along N, 128 bytes apart.
-#ifdef SG_WGMMA_SWAP_MN
-            const uint64_t b = wgmma::desc(v_s + 2 * Cfg::kGroup * kk + c * (NC / 8) * 128, 128, Cfg::kGroup);
-#else
             const uint64_t b = wgmma::desc(v_s + 2 * Cfg::kGroup * kk + c * (NC / 8) * 128, Cfg::kGroup, 128);
-#endif
             if constexpr (NC == 128) {
               wgmma::m64n128k16_rs_tb(&o[c * 16][0], a[kk][i], b);
             } else {

@@ -60,7 +60,6 @@
 namespace sg {
 namespace {
 
-using attn_detail::attention_scale;
 using attn_detail::begin_pass;
 using attn_detail::kNegInf;
 using attn_detail::live_rows;
@@ -214,32 +213,26 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 template <int D>
 cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-  constexpr size_t bytes = MmaCfg<D>::kSmem;
-  auto* kernel = attn_prefill_mma_kernel<D>;
-  static_assert(bytes == attention_prefill_mma_smem(D), "the bytes the model plans with (attention_shapes.h)");
-  if (const cudaError_t err = dev::allow_dynamic_smem(kernel, bytes); err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>((p.T + kBQ - 1) / kBQ), static_cast<unsigned>(p.Hq));
-  launch_kernel(kernel, grid, kThreads, bytes, stream, p, p.Hq / p.Hkv, attention_scale(D));
-  return cudaGetLastError();
+  static_assert(MmaCfg<D>::kSmem == attention_prefill_mma_smem(D), "the bytes the model plans with");
+  return attn_detail::launch_prefill_tiles(attn_prefill_mma_kernel<D>, kThreads, MmaCfg<D>::kSmem, p, stream);
 }
 
 }  // namespace
 
 cudaError_t attention_prefill_mma(const AttentionParams& p, cudaStream_t stream) {
   LaunchCheck c("attention_prefill_mma");
-  attn_detail::check_common(c, p);
-  c.require(attention_prefill_mma_supports(p.D, p.q_dtype, p.cache_dtype),
-            "needs bf16 q and caches and a head dim with a built tile (64, 128, 256)");
-  c.in_range(p.Hq, 1, 65535, "Hq");
-  attn_detail::check_mma(c, p);
-  if (!c.ok()) return cudaErrorInvalidValue;
+  if (!attn_detail::check_prefill_tiles(
+          c, p, attention_prefill_mma_supports(p.D, p.q_dtype, p.cache_dtype),
+          "needs bf16 q and caches and a head dim with a built tile (32, 64, 128, 256)")) {
+    return cudaErrorInvalidValue;
+  }
   if (p.T == 0) return cudaSuccess;
   switch (p.D) {
     case 32: return launch<32>(p, stream);
     case 64: return launch<64>(p, stream);
     case 128: return launch<128>(p, stream);
     case 256: return launch<256>(p, stream);
-    default: c.require(false, "D must be 64, 128 or 256"); return cudaErrorInvalidValue;
+    default: c.require(false, "D must be 32, 64, 128 or 256"); return cudaErrorInvalidValue;
   }
 }
 

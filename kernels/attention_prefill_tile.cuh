@@ -12,6 +12,8 @@
 
 #include "kernels/attention_internal.cuh"
 #include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
 #include "kernels/mma_util.cuh"
 
 namespace sg::attn_detail {
@@ -177,6 +179,27 @@ __device__ __forceinline__ void zero_padding_rows(const AttentionParams& p, cons
       dev::store(p.out, p.out_dtype, orow + d + 1, 0.0f);
     }
   }
+}
+
+// Host: the checks of a tensor-core prefill entry point beyond check_common (`built`: the kernel
+// runs the shape; `what` says which shapes it runs), then the launch of kernel<D>'s grid
+// (ceil(T / 64), Hq) of `threads` threads with `smem` bytes of dynamic shared memory (opted in
+// above 48 KB before every launch). Returns the error to report; cudaSuccess without a launch for
+// T == 0.
+inline bool check_prefill_tiles(LaunchCheck& c, const AttentionParams& p, bool built, const char* what) {
+  check_common(c, p);
+  c.require(built, what);
+  c.in_range(p.Hq, 1, 65535, "Hq");
+  check_mma(c, p);
+  return c.ok();
+}
+template <typename Kernel>
+cudaError_t launch_prefill_tiles(Kernel* kernel, int threads, size_t smem, const AttentionParams& p,
+                                 cudaStream_t stream) {
+  if (const cudaError_t err = dev::allow_dynamic_smem(kernel, smem); err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>((p.T + kPrefillTileRows - 1) / kPrefillTileRows), static_cast<unsigned>(p.Hq));
+  launch_kernel(kernel, grid, threads, smem, stream, p, p.Hq / p.Hkv, attention_scale(p.D));
+  return cudaGetLastError();
 }
 
 }  // namespace sg::attn_detail

@@ -60,11 +60,11 @@ constexpr int kParts = 2;  // bf16 parts of P in P V
 
 template <int D>
 struct WgCfg {
-  static constexpr int CHUNKS = D / 8;                  // 16-byte chunks per row
-  static constexpr uint32_t kGroup = D * 16;            // bytes between row groups of 8
-  static constexpr uint32_t kTile = 64 * D * 2;         // bytes of a 64-row tile
-  static constexpr int NT_S = kBK / 8, NT_O = D / 8;    // accumulator n-tiles of S and O
-  static constexpr int NC = D < 128 ? D : 128;          // features a P V instruction covers
+  static constexpr int CHUNKS = D / 8;                // 16-byte chunks per row
+  static constexpr uint32_t kGroup = D * 16;          // bytes between row groups of 8
+  static constexpr uint32_t kTile = 64 * D * 2;       // bytes of a 64-row tile
+  static constexpr int NT_S = kBK / 8, NT_O = D / 8;  // accumulator n-tiles of S and O
+  static constexpr int NC = D < 128 ? D : 128;        // features a P V instruction covers
   static constexpr size_t kSmem = 3 * size_t{kTile} + 2 * kBQ * sizeof(int);
   static_assert(D == 64 || D == 128 || D == 256, "D must be 64, 128 or 256");
 };
@@ -89,11 +89,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   using Cfg = WgCfg<D>;
   constexpr int NT_S = Cfg::NT_S, NT_O = Cfg::NT_O, NC = Cfg::NC;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  const uint32_t q_s = smem_addr(smem_raw);  // [64 x D] core matrices
-  const uint32_t k_s = q_s + Cfg::kTile;     // [64 keys x D]
-  const uint32_t v_s = k_s + Cfg::kTile;     // [64 keys x D]
+  const uint32_t q_s = smem_addr(smem_raw);                         // [64 x D] core matrices
+  const uint32_t k_s = q_s + Cfg::kTile;                            // [64 keys x D]
+  const uint32_t v_s = k_s + Cfg::kTile;                            // [64 keys x D]
   int* q_slot = reinterpret_cast<int*>(smem_raw + 3 * Cfg::kTile);  // [64]
-  int* q_pos = q_slot + kBQ;                                       // [64]
+  int* q_pos = q_slot + kBQ;                                        // [64]
 
   const int tile = blockIdx.x, h = blockIdx.y, g = h / group;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -185,25 +185,18 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 template <int D>
 cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-  constexpr size_t bytes = WgCfg<D>::kSmem;
-  auto* kernel = attn_prefill_wgmma_kernel<D>;
-  static_assert(bytes == attention_prefill_wgmma_smem(D), "the bytes the model plans with (attention_shapes.h)");
-  if (const cudaError_t err = dev::allow_dynamic_smem(kernel, bytes); err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>((p.T + kBQ - 1) / kBQ), static_cast<unsigned>(p.Hq));
-  launch_kernel(kernel, grid, kThreads, bytes, stream, p, p.Hq / p.Hkv, attention_scale(D));
-  return cudaGetLastError();
+  static_assert(WgCfg<D>::kSmem == attention_prefill_wgmma_smem(D), "the bytes the model plans with");
+  return launch_prefill_tiles(attn_prefill_wgmma_kernel<D>, kThreads, WgCfg<D>::kSmem, p, stream);
 }
 
 }  // namespace
 
 cudaError_t attention_prefill_wgmma(const AttentionParams& p, cudaStream_t stream) {
   LaunchCheck c("attention_prefill_wgmma");
-  check_common(c, p);
-  c.require(attention_prefill_wgmma_supports(p.D, p.q_dtype, p.cache_dtype),
-            "needs bf16 q and caches and a head dim of 64, 128 or 256");
-  c.in_range(p.Hq, 1, 65535, "Hq");
-  check_mma(c, p);
-  if (!c.ok()) return cudaErrorInvalidValue;
+  if (!check_prefill_tiles(c, p, attention_prefill_wgmma_supports(p.D, p.q_dtype, p.cache_dtype),
+                           "needs bf16 q and caches and a head dim of 64, 128 or 256")) {
+    return cudaErrorInvalidValue;
+  }
   if (p.T == 0) return cudaSuccess;
   switch (p.D) {
     case 64: return launch<64>(p, stream);

@@ -62,12 +62,12 @@ if [ $sanitize = 1 ]; then
   # memory errors. memcheck on these tags takes about 2 minutes; racecheck is slower (the chunked
   # delta rule's cases most), so it runs the kernel tags and one chunked case (two segments with
   # history: every phase of the kernel, history in and out) by name.
-  tags="[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi],[delta_rule_chunked],[decode_mma],[skinny],[norms],[runner],[gated_norm]"
+  tags="[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi],[delta_rule_chunked],[decode_mma],[skinny],[norms],[runner],[gated_norm],[wgmma]"
   timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 \
     ./build-gpu/tests/tests_gpu "$tags" > "$OUT/sanitizer-memcheck.log" 2>&1
   note "compute-sanitizer memcheck (kernel tests): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-memcheck.log" | tail -1)"
   timeout 150 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 99 ./build-gpu/tests/tests_gpu \
-    "[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi],[skinny],[runner],[gated_norm],argmax*" > "$OUT/sanitizer-racecheck.log" 2>&1
+    "[conv_fwd],[postconv],[conv_update],[gdn_prefill_fused],[capi],[skinny],[runner],[gated_norm],[wgmma],argmax*" > "$OUT/sanitizer-racecheck.log" 2>&1
   note "compute-sanitizer racecheck (kernel tests): rc=$?; $(grep -E 'RACECHECK SUMMARY' "$OUT/sanitizer-racecheck.log" | tail -1)"
   timeout 120 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 99 ./build-gpu/tests/tests_gpu \
     "chunked delta-rule prefill: two segments with history agree with one prefill" >> "$OUT/sanitizer-racecheck.log" 2>&1

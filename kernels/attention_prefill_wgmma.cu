@@ -197,6 +197,16 @@ cudaError_t attention_prefill_wgmma(const AttentionParams& p, cudaStream_t strea
                            "needs bf16 q and caches and a head dim of 64, 128 or 256")) {
     return cudaErrorInvalidValue;
   }
+  // Built for sm_90a alone: any other device has no image of the kernel.
+  int dev = 0, major = 0, minor = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (err != cudaSuccess) return err;
+  if (!c.require(major == 9 && minor == 0, "needs a device of compute capability 9.0 (the kernel is built for sm_90a)")
+           .ok()) {
+    return cudaErrorNoKernelImageForDevice;
+  }
   if (p.T == 0) return cudaSuccess;
   switch (p.D) {
     case 64: return launch<64>(p, stream);

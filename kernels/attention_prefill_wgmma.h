@@ -14,8 +14,8 @@ namespace sg {
 
 // Returns cudaErrorInvalidValue on an unsupported shape or dtype (attention_prefill_wgmma_supports),
 // Hq % Hkv != 0, max_context <= 0, a null pointer or q / gate / k_cache / v_cache not 16-byte
-// aligned; cudaSuccess without launching when T == 0; else the error of cudaFuncSetAttribute or of
-// the launch (cudaErrorNoKernelImageForDevice on a device other than compute capability 9.0).
+// aligned; cudaErrorNoKernelImageForDevice on a device other than compute capability 9.0;
+// cudaSuccess without launching when T == 0; else the error of cudaFuncSetAttribute or the launch.
 // p.splits and p.workspace are ignored.
 cudaError_t attention_prefill_wgmma(const AttentionParams& p, cudaStream_t stream);
 

@@ -193,7 +193,10 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
     switch (opts_.attn_prefill) {
       case AttnPrefill::mma: e = attention_prefill_mma(at, s); break;
       case AttnPrefill::wgmma: e = attention_prefill_wgmma(at, s); break;
-      default: e = attention_prefill(at, s); break;
+      case AttnPrefill::simt:
+      case AttnPrefill::automatic:  // resolved by the constructor; never reaches a step
+        e = attention_prefill(at, s);
+        break;
     }
   } else {
     at.splits = attention_splits(rows);

@@ -1,5 +1,5 @@
 // GPU tests of sequence isolation in the prefill attention kernels (attention.h; shared pieces:
-// attention_fixture.h), at the model's head sizes: three sequences with history packed so that a
+// attention_fixture.h), at the model's head sizes and D 64 and 128: three sequences with history packed so that a
 // query tile of each kernel (8 or 16 rows in the CUDA-core kernel, 64 in the tensor-core ones,
 // whose warps hold 16) spans two or three of them, then the middle sequence's cache slot filled
 // with NaN (every byte 0xFF): the other sequences' output rows keep the bytes of the run without
@@ -23,7 +23,7 @@
 using namespace sg;
 using namespace sg::test::attn;
 
-TEST_CASE("attention prefill: NaN in one slot's cache reaches no row of another sequence", "[gpu][attention]") {
+TEST_CASE("attention prefill: NaN in one slot's cache reaches no row of another sequence", "[gpu][attention][wgmma]") {
   // Rows 0-6 slot 2, 7-15 slot 5 (poisoned), 16-21 slot 0, then 3 padding rows.
   const std::vector<Seq> seqs = {{5, 7, 2}, {3, 9, 5}, {10, 6, 0}};
   const int poisoned = 5, max_ctx = 32;
@@ -36,7 +36,11 @@ TEST_CASE("attention prefill: NaN in one slot's cache reaches no row of another 
   check(cudaGetDevice(&dev));
   check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  for (const Shape& sh : kShapes) {
+  // The model's shapes, and D 64 and 128 (the wgmma kernel's other instruction shapes).
+  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({8, 2, 64, 16, 1e4});
+  shapes.push_back({8, 2, 128, 32, 1e4});
+  for (const Shape& sh : shapes) {
     for (const auto& [name, launch] : kernels) {
       CAPTURE(sh.Hq, sh.Hkv, sh.D, name);
       if (std::string(name) == "wgmma" &&

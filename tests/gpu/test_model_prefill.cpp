@@ -237,6 +237,83 @@ TEST_CASE("model prefill: attn_prefill auto picks mma for bf16, simt for f32, an
   }
 }
 
+TEST_CASE("attn_prefill wgmma: resolved only for bf16 D 64/128/256 on compute capability 9.0, else a clear error",
+          "[gpu][model][prefill][wgmma][settings]") {
+  DeviceLimits h200, ampere, blackwell;
+  h200.cc_major = 9, h200.cc_minor = 0, h200.smem_optin = 232448;
+  ampere = h200, ampere.cc_major = 8;
+  blackwell = h200, blackwell.cc_major = 10;
+  auto message = [](auto&& resolve) {
+    try {
+      resolve();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  for (int D : {64, 128, 256})
+    CHECK(resolve_attn_prefill(AttnPrefill::wgmma, D, DType::bf16, DType::bf16, true, h200) == AttnPrefill::wgmma);
+  // auto never picks it; a decode-only step keeps the choice without checking it.
+  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::bf16, DType::bf16, true, h200) == AttnPrefill::mma);
+  CHECK(resolve_attn_prefill(AttnPrefill::wgmma, 32, DType::bf16, DType::bf16, false, ampere) == AttnPrefill::wgmma);
+  for (const DeviceLimits& d : {ampere, blackwell}) {
+    const std::string m =
+        message([&] { resolve_attn_prefill(AttnPrefill::wgmma, 256, DType::bf16, DType::bf16, true, d); });
+    INFO(m);
+    CHECK(m.find("compute capability " + std::to_string(d.cc_major) + ".0") != std::string::npos);
+    CHECK(m.find("use --attn-prefill mma") != std::string::npos);
+  }
+  const std::string d32 =
+      message([&] { resolve_attn_prefill(AttnPrefill::wgmma, 32, DType::bf16, DType::bf16, true, h200); });
+  CHECK(d32.find("D=32") != std::string::npos);
+  CHECK(d32.find("use --attn-prefill mma") != std::string::npos);
+  const std::string f32 =
+      message([&] { resolve_attn_prefill(AttnPrefill::wgmma, 256, DType::f32, DType::f32, true, h200); });
+  CHECK(f32.find("f32 activations") != std::string::npos);
+  CHECK(f32.find("use --attn-prefill simt") != std::string::npos);
+  DeviceLimits small = h200;
+  small.smem_optin = 64 * 1024;
+  const std::string smem =
+      message([&] { resolve_attn_prefill(AttnPrefill::wgmma, 256, DType::bf16, DType::bf16, true, small); });
+  CHECK(smem.find("98816 bytes of shared memory") != std::string::npos);
+}
+
+TEST_CASE("model prefill with attn_prefill wgmma at D 64: the mma setting's logits bytes, labelled wgmma",
+          "[gpu][model][prefill][wgmma]") {
+  const DeviceLimits dev = DeviceLimits::current();
+  if (!(dev.cc_major == 9 && dev.cc_minor == 0)) {
+    WARN("the wgmma attention prefill runs on compute capability 9.0 only: not tested on this device");
+    return;
+  }
+  // "tiny" with D = 64 (the kernels' bytes agree there: test_attention_mma.cpp), bf16, two
+  // sequences with history across several 64-row tiles, graphed.
+  Qwen35Config cfg = preset("tiny");
+  cfg.D = 64;
+  cfg.validate("test");
+  const HostWeights w = synthetic_weights(cfg, 13);
+  auto run = [&](AttnPrefill a) {
+    ModelStepOptions o = prefill_options(DType::bf16);
+    o.attn_prefill = a;
+    ModelStep step(cfg, o);
+    CHECK(step.options().attn_prefill == a);
+    step.load_host_weights(w);
+    step.capture_all();
+    const int V = cfg.vocab;
+    step.prefill({{1, tokens_for(1, 20, V), 0}, {3, tokens_for(3, 9, V), 0}}, RunMode::graph);
+    const PrefillOutput out =
+        step.prefill({{1, tokens_for(1, 70, V, 20), 20}, {3, tokens_for(3, 41, V, 9), 9}}, RunMode::graph);
+    size_t labelled = 0;
+    for (const auto& n : step.prefill_manifest(step.prefill_keys().back()).nodes)
+      if (n.label.op == "attention.prefill") labelled += n.label.arm == attn_prefill_name(a);
+    CHECK(labelled == static_cast<size_t>(cfg.num_full_attention()));
+    return out;
+  };
+  const PrefillOutput m = run(AttnPrefill::mma), g = run(AttnPrefill::wgmma);
+  REQUIRE(m.logits.size() == g.logits.size());
+  CHECK(std::memcmp(m.logits.data(), g.logits.data(), m.logits.size() * sizeof(float)) == 0);
+  CHECK(m.tokens == g.tokens);
+}
+
 TEST_CASE("model decode: attn_decode auto picks mma for bf16 with D 64, simt otherwise, and labels the manifest",
           "[gpu][model][mma][decode_mma]") {
   CHECK(ModelStepOptions{}.attn_decode == AttnDecode::automatic);

@@ -1,8 +1,10 @@
-// delta_rule_mma_frag.cuh: mma.sync m16n8k16 operand fragments read from f32 shared tiles, for
-// delta_rule_prefill_mma.cu: an operand that is exactly bf16 is one part, any other is split into
-// a high and a low bf16 part (mma::split_pair<2>) and multiplied as lo*hi + hi*lo + hi*hi.
+// delta_rule_mma_frag.cuh: mma.sync m16n8k16 operand fragments for delta_rule_prefill_mma.cu, read
+// from f32 shared tiles (an operand that is exactly bf16 is one part, any other is split into a high
+// and a low bf16 part, mma::split_pair<2>, and multiplied as lo*hi + hi*lo + hi*hi) or from bf16
+// part tiles by ldmatrix.
 // Fragment layouts as in mma_util.cuh (g = lane / 4, t = lane % 4).
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -85,6 +87,47 @@ __device__ __forceinline__ Frag<2> b_kn_finite(const float* m, int ld, int g, in
   split(fin(c[0]), fin(c[ld]), f.hi[0], f.lo[0]);
   split(fin(c[8 * ld]), fin(c[9 * ld]), f.hi[1], f.lo[1]);
   return f;
+}
+
+// Fragments of bf16 shared tiles (row pitch ld elements, 16-byte aligned rows) by ldmatrix:
+// A (16 x 16) of a row-major tile at `a` (rows g, g+8, columns 2t.., 2t+8..; the high part only).
+__device__ __forceinline__ Frag<4> ldm_a(const __nv_bfloat16* a, int ld, int lane) {
+  Frag<4> f;
+  mma::ldmatrix_x4(f.hi, static_cast<uint32_t>(__cvta_generic_to_shared(a + (lane & 15) * ld + 8 * (lane >> 4))));
+  return f;
+}
+// Two B fragments (16 x 8 each, k steps at columns 0 and 16) of a tile stored [n][k] at `m`: w[0], w[1]
+// the first, w[2], w[3] the second.
+__device__ __forceinline__ void ldm_b2(uint32_t* w, const __nv_bfloat16* m, int ld, int lane) {
+  mma::ldmatrix_x4(w, static_cast<uint32_t>(__cvta_generic_to_shared(m + (lane & 7) * ld + 8 * (lane >> 3))));
+}
+// A (16 x 16) of the transpose of a tile stored [c][i] at `m`: A[i][c] = m[c][i] (ldmatrix .trans).
+__device__ __forceinline__ Frag<4> ldm_at(const __nv_bfloat16* m, int ld, int lane) {
+  Frag<4> f;
+  const int q = lane >> 3;  // matrix q: rows c 8 (q / 2) .., columns i 8 (q % 2) ..
+  mma::ldmatrix_x4_trans(
+      f.hi, static_cast<uint32_t>(__cvta_generic_to_shared(m + ((lane & 7) + 8 * (q >> 1)) * ld + 8 * (q & 1))));
+  return f;
+}
+
+// Two B fragments (16 x 8 each: columns n0 .. n0 + 7 and n0 + 8 ..) of a tile stored [k][n] at `m`
+// (rows k 0..15 from m): w[0], w[1] the first, w[2], w[3] the second (ldmatrix .trans).
+__device__ __forceinline__ void ldm_bt2(uint32_t* w, const __nv_bfloat16* m, int ld, int lane) {
+  const int q = lane >> 3;  // matrix q: rows k 8 (q % 2) .., columns n 8 (q / 2) ..
+  mma::ldmatrix_x4_trans(
+      w, static_cast<uint32_t>(__cvta_generic_to_shared(m + ((lane & 7) + 8 * (q & 1)) * ld + 8 * (q >> 1))));
+}
+// The diagonal tile of a causal product reads non-finite values as 0 (b_kn_finite): a value x was
+// non-finite exactly when its high or low part is NaN (NaN: high NaN; +-Inf: low Inf - Inf = NaN;
+// a finite x whose high part overflows to Inf keeps a low part of -Inf, not NaN), so both parts
+// of such a value become 0, as the split of 0 gives.
+__device__ __forceinline__ void zero_nonfinite(uint32_t& hi, uint32_t& lo) {
+  auto nan16 = [](uint32_t w, int sh) { return ((w >> sh) & 0x7fffu) > 0x7f80u; };
+  uint32_t keep = 0xffffffffu;
+  if (nan16(hi, 0) || nan16(lo, 0)) keep &= 0xffff0000u;
+  if (nan16(hi, 16) || nan16(lo, 16)) keep &= 0x0000ffffu;
+  hi &= keep;
+  lo &= keep;
 }
 
 }  // namespace sg::mma_frag

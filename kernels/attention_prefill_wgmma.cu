@@ -4,9 +4,11 @@
 //
 // Why: the mma.sync kernel (attention_prefill_mma.cu) has each of its 4 warps read the whole K and
 // V tile from shared memory through registers for its 16 rows, and the q fragments again for
-// every key tile: more shared-memory traffic than its tensor cores can use. Here one warpgroup
-// (4 warps, 128 threads) computes the same 64-row tile with wgmma, which reads q, K and V from
-// shared memory once for all 64 rows, without register copies.
+// every key tile. Here one warpgroup (4 warps, 128 threads) computes the same 64-row tile with
+// wgmma, which reads q, K and V from shared memory once for all 64 rows, without register copies.
+// Measured on the H200 (docs/BENCHMARKS.md): only 1% faster than the mma kernel at the 4B's
+// prefill, so those reads were not what held it; both wait on each block's chain of copy, S,
+// softmax and P V.
 //
 // Block (query tile of 64 rows, q head h); dynamic shared memory: the q tile [64 x D], one K and
 // one V tile [64 keys x D] (bf16, unswizzled core-matrix layout of wgmma_util.cuh: chunk (row r,
@@ -26,9 +28,10 @@
 //
 // Arithmetic: S and P V are bf16 x bf16 products accumulated in f32 by the tensor cores in k-step
 // order, P split in two bf16 parts: the error bound derived in attention_prefill_mma.cu holds
-// unchanged. The bytes may differ from the mma kernel's (64-key tiles at D = 256, where it takes
-// 32, move the softmax's rescaling points; the tensor-core accumulation orders of mma.sync and
-// wgmma are not documented to agree): a setting, tested against the same reference and tolerance.
+// unchanged. At D 64 and 128 the bytes are the mma kernel's (the same 64-key tiles; seen on the
+// H200 and asserted by the tests, though the two instruction families' accumulation orders are not
+// documented to agree); at D = 256, where the mma kernel takes 32-key tiles, the softmax rescales at
+// other keys: a setting, tested against the same reference and tolerance.
 // Grid (ceil(T / 64), Hq) from the shape only; no allocation, no host synchronisation.
 #include <cuda_bf16.h>
 

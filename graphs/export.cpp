@@ -36,13 +36,13 @@ std::string dot_escape(const std::string& s) {
 std::string to_csv(const std::vector<NodeStats>& stats) {
   std::string out =
       "node,layer,op,arm,kernel,grid,block,smem_bytes,calls,mean_us,median_us,min_us,max_us,span_median_us,share,bytes,"
-      "gbps\n";
+      "gbps,blocks_per_sm,waves\n";
   for (const auto& s : stats) {
-    out +=
-        fmt::format("{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f},{:.0f},{:.1f}\n",
-                    s.node.index, s.node.label.layer, csv_field(s.node.label.op), csv_field(s.node.label.arm),
-                    csv_field(s.node.kernel), dim(s.node.grid), dim(s.node.block), s.node.smem_bytes, s.calls,
-                    s.mean_us, s.median_us, s.min_us, s.max_us, s.span_median_us, s.share, s.node.label.bytes, s.gbps);
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f},{:.0f},{:.1f},{},{:.3f}\n",
+                       s.node.index, s.node.label.layer, csv_field(s.node.label.op), csv_field(s.node.label.arm),
+                       csv_field(s.node.kernel), dim(s.node.grid), dim(s.node.block), s.node.smem_bytes, s.calls,
+                       s.mean_us, s.median_us, s.min_us, s.max_us, s.span_median_us, s.share, s.node.label.bytes,
+                       s.gbps, s.node.blocks_per_sm, s.node.waves);
   }
   return out;
 }

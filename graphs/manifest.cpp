@@ -190,6 +190,7 @@ struct DriverKernelNode {
   const char* name = nullptr;
   Dim3 grid, block, cluster;
   unsigned smem = 0;
+  int blocks_per_sm = 0;  // 0: the driver could not say
 };
 
 DriverKernelNode read_kernel_node(cudaGraphNode_t node) {
@@ -197,6 +198,8 @@ DriverKernelNode read_kernel_node(cudaGraphNode_t node) {
   using FuncName = CUresult (*)(const char**, CUfunction);
   using KernName = CUresult (*)(const char**, CUkernel);
   using GetAttr = CUresult (*)(CUgraphNode, CUkernelNodeAttrID, CUkernelNodeAttrValue*);
+  using KernFunc = CUresult (*)(CUfunction*, CUkernel);
+  using Occupancy = CUresult (*)(int*, CUfunction, int, size_t);
   static const auto lookup = [](const char* sym, unsigned version) {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
@@ -208,6 +211,9 @@ DriverKernelNode read_kernel_node(cudaGraphNode_t node) {
   static const auto func_name = reinterpret_cast<FuncName>(lookup("cuFuncGetName", 12030));
   static const auto kern_name = reinterpret_cast<KernName>(lookup("cuKernelGetName", 12030));
   static const auto get_attr = reinterpret_cast<GetAttr>(lookup("cuGraphKernelNodeGetAttribute", 11000));
+  static const auto kern_func = reinterpret_cast<KernFunc>(lookup("cuKernelGetFunction", 12000));
+  static const auto occupancy =
+      reinterpret_cast<Occupancy>(lookup("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050));
   CUDA_KERNEL_NODE_PARAMS p{};
   const CUresult r = get_params(reinterpret_cast<CUgraphNode>(node), &p);
   require(r == CUDA_SUCCESS, "cuGraphKernelNodeGetParams failed with CUresult {}", static_cast<int>(r));
@@ -220,6 +226,11 @@ DriverKernelNode read_kernel_node(cudaGraphNode_t node) {
   k.grid = Dim3{p.gridDimX, p.gridDimY, p.gridDimZ};
   k.block = Dim3{p.blockDimX, p.blockDimY, p.blockDimZ};
   k.smem = p.sharedMemBytes;
+  // Resident blocks an SM can hold, for the node's waves (a library's kernel as well as ours).
+  CUfunction f = p.func;
+  if (!f && p.kern && kern_func(&f, p.kern) != CUDA_SUCCESS) f = nullptr;
+  const int threads = static_cast<int>(p.blockDimX * p.blockDimY * p.blockDimZ);
+  if (f && occupancy(&k.blocks_per_sm, f, threads, p.sharedMemBytes) != CUDA_SUCCESS) k.blocks_per_sm = 0;
   // Cluster dims: zeros (or a failed query) mean the node was launched without clusters.
   CUkernelNodeAttrValue v{};
   if (get_attr(reinterpret_cast<CUgraphNode>(node), CU_KERNEL_NODE_ATTRIBUTE_CLUSTER_DIMENSION, &v) == CUDA_SUCCESS &&
@@ -231,12 +242,20 @@ DriverKernelNode read_kernel_node(cudaGraphNode_t node) {
 
 }  // namespace
 
+double grid_waves(const Dim3& grid, int blocks_per_sm, int sms) {
+  if (blocks_per_sm <= 0 || sms <= 0) return 0.0;
+  const double blocks = static_cast<double>(grid.x) * grid.y * grid.z;
+  return blocks / (static_cast<double>(blocks_per_sm) * sms);
+}
+
 Manifest build_manifest(const std::string& graph_name, const std::string& arms, cudaGraph_t graph,
                         const NodeRecorder& recorder) {
   Manifest m;
   m.graph = graph_name;
   m.arms = arms;
-  int index = 0;
+  int index = 0, device = 0, sms = 0;
+  check(cudaGetDevice(&device));
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const std::vector<cudaGraphNode_t> kernels = topo_kernel_nodes(graph);
   std::map<cudaGraphNode_t, int> kernel_index;
   for (size_t i = 0; i < kernels.size(); ++i) kernel_index[kernels[i]] = static_cast<int>(i);
@@ -249,6 +268,8 @@ Manifest build_manifest(const std::string& graph_name, const std::string& arms, 
     mn.block = kp.block;
     mn.cluster = kp.cluster;
     mn.smem_bytes = kp.smem;
+    mn.blocks_per_sm = kp.blocks_per_sm;
+    mn.waves = grid_waves(mn.grid, mn.blocks_per_sm, sms);
     uint64_t id = 0;
     if (cuptiGetGraphNodeId(node, &id) == CUPTI_SUCCESS) mn.cupti_id = id;
     auto it = recorder.labels().find(node);
@@ -295,6 +316,8 @@ nlohmann::json to_json(const Manifest& m) {
                      {"grid", {n.grid.x, n.grid.y, n.grid.z}},
                      {"block", {n.block.x, n.block.y, n.block.z}},
                      {"smem_bytes", n.smem_bytes},
+                     {"blocks_per_sm", n.blocks_per_sm},
+                     {"waves", n.waves},
                      {"bytes", n.label.bytes},
                      {"flops", n.label.flops}});
     if (!(n.cluster == Dim3{})) nodes.back()["cluster"] = {n.cluster.x, n.cluster.y, n.cluster.z};

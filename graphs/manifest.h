@@ -118,7 +118,16 @@ struct ManifestNode {
   Dim3 grid, block;
   Dim3 cluster;  // thread block cluster dims ({1, 1, 1} for a node launched without clusters)
   unsigned smem_bytes = 0;
+  // Blocks of this kernel one SM can hold at its block size and dynamic shared memory (the
+  // occupancy API at capture; for a cluster launch the bound without the cluster's placement), and
+  // the grid's waves over the device: blocks / (blocks_per_sm x SMs), so 0.61 = one partial wave
+  // on 61% of the SMs' block slots. 0 when the driver could not say.
+  int blocks_per_sm = 0;
+  double waves = 0;
 };
+
+// grid.x * grid.y * grid.z / (blocks_per_sm * sms); 0 when either count is not positive.
+double grid_waves(const Dim3& grid, int blocks_per_sm, int sms);
 
 struct Manifest {
   std::string graph;  // the graph's name ("decode b=32")

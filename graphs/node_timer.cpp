@@ -238,19 +238,20 @@ std::string format_family_table(const std::vector<FamilyRow>& rows, double floor
 }
 
 std::string format_node_table(const std::vector<NodeStats>& stats, double floor_gbps) {
-  std::string out =
-      fmt::format("{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>7}\n",
-                  "node", "layer", "op", "arm", "kernel", "grid", "block", "calls", "median_us", "min_us", "max_us",
-                  "span_us", "share", "GB/s", "%floor");
+  std::string out = fmt::format(
+      "{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>7}\n", "node",
+      "layer", "op", "arm", "kernel", "grid", "block", "waves", "calls", "median_us", "min_us", "max_us", "span_us",
+      "share", "GB/s", "%floor");
   for (const auto& s : stats) {
     std::string kernel = short_kernel_name(s.node.kernel);
     if (kernel.size() > 34) kernel = kernel.substr(0, 33) + "~";
     out += fmt::format(
-        "{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>5.1f}% "
+        "{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>5.1f}% "
         "{:>9.1f} {:>6.1f}%\n",
         s.node.index, s.node.label.layer, s.node.label.op, s.node.label.arm, kernel,
         fmt::format("{}x{}x{}", s.node.grid.x, s.node.grid.y, s.node.grid.z),
-        fmt::format("{}x{}x{}", s.node.block.x, s.node.block.y, s.node.block.z), s.calls, s.median_us, s.min_us,
+        fmt::format("{}x{}x{}", s.node.block.x, s.node.block.y, s.node.block.z),
+        s.node.waves > 0 ? fmt::format("{:.2f}", s.node.waves) : std::string("-"), s.calls, s.median_us, s.min_us,
         s.max_us, s.span_median_us, 100 * s.share, s.gbps, floor_gbps > 0 ? 100 * s.gbps / floor_gbps : 0.0);
   }
   return out;

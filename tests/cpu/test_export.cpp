@@ -19,6 +19,8 @@ Manifest two_nodes() {
     n.kernel = i == 0 ? "void sg::(anonymous namespace)::conv_update_fast_kernel(sg::ConvUpdateParams)" : "k\"q";
     n.grid = {64, 4, 1};
     n.block = {128, 1, 1};
+    n.blocks_per_sm = i == 0 ? 4 : 0;
+    n.waves = grid_waves(n.grid, n.blocks_per_sm, 132);
     m.nodes.push_back(n);
   }
   m.edges = {{0, 1}};
@@ -37,6 +39,9 @@ TEST_CASE("CSV export has a header and one quoted-where-needed row per node", "[
   CHECK(csv.find("\"k\"\"q\"") != std::string::npos);
   CHECK(csv.find(",64x4x1,128x1x1,") != std::string::npos);
   CHECK(csv.find(",2.000,2.000,2.000,") != std::string::npos);  // node 0: 2 us
+  CHECK(csv.find(",gbps,blocks_per_sm,waves\n") != std::string::npos);
+  CHECK(csv.find(",4,0.485\n") != std::string::npos);  // node 0: 256 blocks over 4 x 132 slots
+  CHECK(csv.find(",0,0.000\n") != std::string::npos);  // node 1: not known
 }
 
 TEST_CASE("Chrome trace has one complete event per matched record, in time order", "[graphs][export]") {

@@ -60,6 +60,23 @@ TEST_CASE("kernel records aggregate per manifest node, unmatched ones are counte
   auto table = format_node_table(st, 4300.0);
   CHECK(table.find("median_us") != std::string::npos);
   CHECK(table.find("%floor") != std::string::npos);
+  CHECK(table.find("waves") != std::string::npos);
+}
+
+TEST_CASE("a node's waves: its blocks over the device's resident block slots", "[graphs][manifest]") {
+  CHECK(grid_waves({80, 1, 1}, 1, 132) == Approx(80.0 / 132));  // one partial wave on 61% of the SMs
+  CHECK(grid_waves({64, 32, 1}, 8, 132) == Approx(2048.0 / 1056));
+  CHECK(grid_waves({4, 30, 2}, 2, 132) == Approx(240.0 / 264));
+  CHECK(grid_waves({80, 1, 1}, 0, 132) == 0.0);  // the driver could not say
+  CHECK(grid_waves({80, 1, 1}, 2, 0) == 0.0);
+  std::vector<NodeStats> st(2);
+  st[0].node.grid = {80, 1, 1};
+  st[0].node.waves = grid_waves(st[0].node.grid, 1, 132);
+  st[1].node.grid = {64, 1, 1};  // waves unknown: printed as "-"
+  const std::string table = format_node_table(st, 4300.0);
+  const size_t l1 = table.find('\n') + 1, l2 = table.find('\n', l1) + 1;
+  CHECK(table.substr(l1, l2 - l1).find(" 0.61 ") != std::string::npos);
+  CHECK(table.substr(l2).find(" - ") != std::string::npos);
 }
 
 TEST_CASE("overlapping kernels (PDL) count their overlap once: own time from the previous end", "[graphs][manifest]") {

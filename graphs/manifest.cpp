@@ -211,9 +211,20 @@ DriverKernelNode read_kernel_node(cudaGraphNode_t node) {
   static const auto func_name = reinterpret_cast<FuncName>(lookup("cuFuncGetName", 12030));
   static const auto kern_name = reinterpret_cast<KernName>(lookup("cuKernelGetName", 12030));
   static const auto get_attr = reinterpret_cast<GetAttr>(lookup("cuGraphKernelNodeGetAttribute", 11000));
-  static const auto kern_func = reinterpret_cast<KernFunc>(lookup("cuKernelGetFunction", 12000));
+  // The occupancy query is optional: without it a node's blocks_per_sm stays 0.
+  static const auto optional = [](const char* sym, unsigned version) -> void* {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion(sym, &fn, version, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();  // not sticky: the query failed, nothing ran
+      return nullptr;
+    }
+    return fn;
+  };
+  static const auto kern_func = reinterpret_cast<KernFunc>(optional("cuKernelGetFunction", 12000));
   static const auto occupancy =
-      reinterpret_cast<Occupancy>(lookup("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050));
+      reinterpret_cast<Occupancy>(optional("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050));
   CUDA_KERNEL_NODE_PARAMS p{};
   const CUresult r = get_params(reinterpret_cast<CUgraphNode>(node), &p);
   require(r == CUDA_SUCCESS, "cuGraphKernelNodeGetParams failed with CUresult {}", static_cast<int>(r));
@@ -228,9 +239,11 @@ DriverKernelNode read_kernel_node(cudaGraphNode_t node) {
   k.smem = p.sharedMemBytes;
   // Resident blocks an SM can hold, for the node's waves (a library's kernel as well as ours).
   CUfunction f = p.func;
-  if (!f && p.kern && kern_func(&f, p.kern) != CUDA_SUCCESS) f = nullptr;
+  if (!f && p.kern && !(kern_func && kern_func(&f, p.kern) == CUDA_SUCCESS)) f = nullptr;
   const int threads = static_cast<int>(p.blockDimX * p.blockDimY * p.blockDimZ);
-  if (f && occupancy(&k.blocks_per_sm, f, threads, p.sharedMemBytes) != CUDA_SUCCESS) k.blocks_per_sm = 0;
+  if (f && !(occupancy && occupancy(&k.blocks_per_sm, f, threads, p.sharedMemBytes) == CUDA_SUCCESS)) {
+    k.blocks_per_sm = 0;
+  }
   // Cluster dims: zeros (or a failed query) mean the node was launched without clusters.
   CUkernelNodeAttrValue v{};
   if (get_attr(reinterpret_cast<CUgraphNode>(node), CU_KERNEL_NODE_ATTRIBUTE_CLUSTER_DIMENSION, &v) == CUDA_SUCCESS &&

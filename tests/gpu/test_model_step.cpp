@@ -264,6 +264,11 @@ TEST_CASE("model step manifest labels every kernel it launches", "[gpu][model][m
     int unlabelled_non_gemm = 0;
     for (const auto& n : m.nodes) {
       ++ops[n.label.op];
+      // The driver's occupancy answer for every node, and the waves it gives the grid.
+      INFO(n.label.op << " " << n.kernel);
+      CHECK(n.blocks_per_sm >= 1);
+      CHECK(n.waves == Approx(grid_waves(n.grid, n.blocks_per_sm, DeviceLimits::current().sms)));
+      CHECK(n.waves > 0);
       // cuBLAS may add more than one kernel per GEMM; the recorder labels the last one only.
       if (n.label.op == "?") {
         INFO("unlabelled kernel " << n.kernel);

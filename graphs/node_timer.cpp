@@ -201,6 +201,10 @@ std::vector<FamilyRow> op_families(const std::vector<NodeStats>& stats) {
     it->us += s.median_us;
     it->bytes += s.node.label.bytes;
     it->flops += s.node.label.flops;
+    if (s.node.waves > 0) {
+      it->waves_min = it->waves_min > 0 ? std::min(it->waves_min, s.node.waves) : s.node.waves;
+      it->waves_max = std::max(it->waves_max, s.node.waves);
+    }
   }
   std::sort(rows.begin(), rows.end(),
             [](const FamilyRow& a, const FamilyRow& b) { return a.us != b.us ? a.us > b.us : a.op < b.op; });
@@ -219,20 +223,22 @@ std::string format_family_table(const std::vector<FamilyRow>& rows, double floor
                                 const std::string& note) {
   double total = 0;
   for (const auto& r : rows) total += r.us;
-  std::string out = fmt::format("  {:<22} {:>6} {:>12} {:>7} {:>9} {:>9} {:>7}\n", "op", "nodes", "us/step", "share",
-                                "GB/s", "TFLOP/s", "%floor");
+  std::string out = fmt::format("  {:<22} {:>6} {:>12} {:>7} {:>9} {:>9} {:>7} {:>10}\n", "op", "nodes", "us/step",
+                                "share", "GB/s", "TFLOP/s", "%floor", "waves");
   auto rate = [](double amount, double us, double unit) {
     return amount > 0 && us > 0 ? fmt::format("{:.1f}", amount / (us * unit)) : std::string("-");
   };
   for (const auto& r : rows) {
     const double f = r.floor_us(floor_gbps, peak_tflops);
-    out += fmt::format("  {:<22} {:>6} {:>12.1f} {:>6.1f}% {:>9} {:>9} {:>7}\n", r.op, r.nodes, r.us,
+    const std::string lo = fmt::format("{:.2f}", r.waves_min), hi = fmt::format("{:.2f}", r.waves_max);
+    const std::string waves = r.waves_max <= 0 ? std::string("-") : lo == hi ? lo : lo + "-" + hi;
+    out += fmt::format("  {:<22} {:>6} {:>12.1f} {:>6.1f}% {:>9} {:>9} {:>7} {:>10}\n", r.op, r.nodes, r.us,
                        total > 0 ? 100 * r.us / total : 0.0, rate(r.bytes, r.us, 1e3), rate(r.flops, r.us, 1e6),
-                       f > 0 && r.us > 0 ? fmt::format("{:.0f}%", 100 * f / r.us) : std::string("-"));
+                       f > 0 && r.us > 0 ? fmt::format("{:.0f}%", 100 * f / r.us) : std::string("-"), waves);
   }
   out += fmt::format(
       "  (%floor: the family's labelled bytes at {:.1f} TB/s or its matrix products' FLOPs at {:.0f} TFLOP/s, "
-      "the larger, over its time; {})\n",
+      "the larger, over its time; waves: the nodes' blocks over what the SMs hold at once; {})\n",
       floor_gbps / 1e3, peak_tflops, note);
   return out;
 }

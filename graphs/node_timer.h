@@ -77,6 +77,7 @@ struct FamilyRow {
   std::string op;
   int nodes = 0;
   double us = 0, bytes = 0, flops = 0;
+  double waves_min = 0, waves_max = 0;  // over its nodes whose waves are known (ManifestNode); 0: none
   // The family's floor (us): the larger of its bytes at floor_gbps and its FLOPs at peak_tflops.
   double floor_us(double floor_gbps, double peak_tflops) const;
 };
@@ -90,9 +91,10 @@ struct FamilyWork {
   double bytes = 0, flops = 0;
 };
 void add_family_work(std::vector<FamilyRow>& rows, const FamilyWork& work);
-// A fixed-width table: op, nodes, us a step, share, GB/s, TFLOP/s (where FLOPs are labelled) and the
-// floor's fraction of the time (where bytes or FLOPs are labelled), with a line saying what the floor
-// is; `note` ends that line (what was added to the labels, or what they leave out).
+// A fixed-width table: op, nodes, us a step, share, GB/s, TFLOP/s (where FLOPs are labelled), the
+// floor's fraction of the time (where bytes or FLOPs are labelled) and the nodes' waves over the
+// device ("0.61", or "0.61-1.94" when they differ), with a line saying what the floor is; `note`
+// ends that line (what was added to the labels, or what they leave out).
 std::string format_family_table(const std::vector<FamilyRow>& rows, double floor_gbps, double peak_tflops,
                                 const std::string& note = "attention's KV reads are not labelled");
 

@@ -170,6 +170,18 @@ TEST_CASE("op families sum their nodes' times, bytes and FLOPs, and print the fl
   CHECK(probe_line.find('%') != std::string::npos);   // its share
   CHECK(probe_line.find(" -") != std::string::npos);  // no rate, no floor
   CHECK(op_families({}).empty());
+  CHECK(probe_line.substr(probe_line.size() - 2) == " -");  // waves unknown
+
+  // Waves: the family's smallest and largest over its nodes that have them.
+  std::vector<NodeStats> waved = {node("proj", 10, 0, 0), node("proj", 10, 0, 0), node("proj", 10, 0, 0),
+                                  node("state", 10, 0, 0)};
+  waved[0].node.waves = 0.61, waved[1].node.waves = 1.94, waved[3].node.waves = 1.5;  // waved[2]: unknown
+  const std::vector<FamilyRow> wr = op_families(waved);
+  CHECK(wr[0].waves_min == Approx(0.61));
+  CHECK(wr[0].waves_max == Approx(1.94));
+  const std::string wt = format_family_table(wr, 4300.0, 790.0);
+  CHECK(wt.find("0.61-1.94") != std::string::npos);
+  CHECK(wt.find(" 1.50\n") != std::string::npos);
 
   // Work the labels cannot carry (a workload's KV bytes, causal FLOPs) goes to its family's row only.
   std::vector<FamilyRow> more = rows;

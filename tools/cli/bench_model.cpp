@@ -81,6 +81,7 @@ nlohmann::json op_family_table(const BenchOptions& o, const ModelStep& step, int
   nlohmann::json ops = nlohmann::json::object();
   for (const auto& r : rows) {
     ops[r.op] = {{"nodes", r.nodes}, {"us", r.us}, {"bytes", r.bytes}, {"flops", r.flops}};
+    if (r.waves_max > 0) ops[r.op]["waves"] = {r.waves_min, r.waves_max};
     if (r.us > 0 && r.floor_us(kFloorGBps, kGemmTflops) > 0) {
       ops[r.op]["floor_fraction"] = r.floor_us(kFloorGBps, kGemmTflops) / r.us;
     }

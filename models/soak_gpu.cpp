@@ -14,12 +14,16 @@ namespace sg {
 
 int32_t soak_first_token(int row, int64_t vocab) { return static_cast<int32_t>((int64_t{row} * 7919 + 17) % vocab); }
 
-ModelStepOptions soak_step_options(int rows, int period) {
+int32_t soak_prompt_token(int row, int i, int64_t vocab) {
+  return static_cast<int32_t>((int64_t{row} * 104729 + int64_t{i} * 7919 + 3) % vocab);
+}
+
+ModelStepOptions soak_step_options(int rows, int period, int prompt) {
   ModelStepOptions o;
   o.num_slots = rows;
   o.max_decode_batch = rows;
-  o.max_context = period;
-  o.max_prefill_tokens = 0;  // decode steps only
+  o.max_context = period + prompt;
+  o.max_prefill_tokens = rows * prompt;  // 0: decode steps only
   o.max_prefill_seqs = rows;
   return o;
 }
@@ -35,6 +39,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The prompts of a period's prefill: row r in slot r, from position 0.
+std::vector<PrefillRequest> prompt_batch(int rows, int prompt, int64_t vocab) {
+  std::vector<PrefillRequest> batch(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    batch[r].slot = r;
+    for (int i = 0; i < prompt; ++i) batch[r].tokens.push_back(soak_prompt_token(r, i, vocab));
+  }
+  return batch;
+}
 
 // The batch of one replay: row r in slot r with its token, all rows at `position`.
 void fill_batch(std::vector<DecodeRequest>& batch, const std::vector<int32_t>& tokens, int position) {
@@ -55,9 +69,15 @@ SoakResult run_soak(ModelStep& step, const SoakOptions& o) {
   }
   if (o.check_every < 1) throw Error(fmt::format("soak: --check-every must be at least 1 (got {})", o.check_every));
   PeriodLedger ledger(o.period, o.replays);
-  if (ledger.reference_length() > so.max_context) {
-    throw Error(fmt::format("soak: a period of {} positions does not fit the step's context of {} tokens per slot",
-                            ledger.reference_length(), so.max_context));
+  if (o.prompt < 0) throw Error(fmt::format("soak: the prompt must not be negative (got {})", o.prompt));
+  if (int64_t{o.prompt} + ledger.reference_length() > so.max_context) {
+    throw Error(fmt::format(
+        "soak: a prompt of {} tokens and a period of {} positions do not fit the step's context of {} tokens per slot",
+        o.prompt, ledger.reference_length(), so.max_context));
+  }
+  if (int64_t{o.prompt} * o.rows > so.max_prefill_tokens) {
+    throw Error(fmt::format("soak: a prefill of {} rows x {} prompt tokens does not fit the step's {} prefill tokens",
+                            o.rows, o.prompt, so.max_prefill_tokens));
   }
   const auto key = pad_to_key(step.keys(), o.rows);
   SoakResult res;
@@ -66,6 +86,7 @@ SoakResult run_soak(ModelStep& step, const SoakOptions& o) {
   res.key = key ? *key : o.rows;
   res.period = o.period;
   res.check_every = o.check_every;
+  res.prompt = o.prompt;
   res.memory = MemoryDrift(o.tolerance);
   // Every sample's slot is taken (and touched) now, so that keeping them grows no memory later:
   // the baseline, one per check, the last.
@@ -76,13 +97,25 @@ SoakResult run_soak(ModelStep& step, const SoakOptions& o) {
 
   std::vector<int32_t> tokens(static_cast<size_t>(o.rows));
   std::vector<DecodeRequest> batch(static_cast<size_t>(o.rows));
+  const std::vector<PrefillRequest> prompts = prompt_batch(o.prompt > 0 ? o.rows : 0, o.prompt, vocab);
+  std::vector<int32_t> reference_first;  // the reference prefill's tokens (with a prompt)
+  // A period's start: zeroed caches, then the prompts' prefill (its tokens the first ones) or the
+  // fixed first tokens.
+  auto start_period = [&](RunMode mode) {
+    step.clear_caches();
+    if (o.prompt > 0) {
+      tokens = step.prefill(prompts, mode).tokens;
+    } else {
+      first_tokens(tokens, vocab);
+    }
+  };
 
   // The reference: one period launched eagerly.
   const auto t_ref = Clock::now();
-  step.clear_caches();
-  first_tokens(tokens, vocab);
+  start_period(RunMode::eager);
+  reference_first = tokens;
   for (int j = 0; j < ledger.reference_length(); ++j) {
-    fill_batch(batch, tokens, j);
+    fill_batch(batch, tokens, o.prompt + j);
     step.enqueue(batch, RunMode::eager);
     tokens = step.tokens(o.rows);
     ledger.add_reference(tokens);
@@ -115,10 +148,27 @@ SoakResult run_soak(ModelStep& step, const SoakOptions& o) {
   const auto t0 = Clock::now();
   for (int64_t i = 0; i < o.replays; ++i) {
     if (ledger.starts_period(i)) {
-      step.clear_caches();
-      first_tokens(tokens, vocab);
+      start_period(RunMode::graph);
+      if (o.prompt > 0) {
+        ++res.prefills_done;
+        if (step.eager_fallbacks() != fallbacks_before) {
+          res.failure = fmt::format(
+              "replay {}: the prompt's prefill ran eagerly (no prefill graph was captured for "
+              "{} rows x {} tokens)",
+              i, o.rows, o.prompt);
+          res.failed_replay = i;
+          break;
+        }
+        if (tokens != reference_first) {
+          res.failure = fmt::format(
+              "replay {} (period {}): the prompt's prefill gave other greedy tokens than the eager reference's", i,
+              i / o.period);
+          res.failed_replay = i;
+          break;
+        }
+      }
     }
-    fill_batch(batch, tokens, ledger.position(i));
+    fill_batch(batch, tokens, o.prompt + ledger.position(i));
     step.enqueue(batch, RunMode::graph);
     tokens = step.tokens(o.rows);
     res.replays_done = i + 1;

@@ -16,6 +16,11 @@
 //   `check_every` replays and after the last one, device memory in use (cudaMemGetInfo) and this
 //   process's RSS (/proc/self/statm); a sample beyond the tolerance over the baseline ends the run.
 //   Any replay that did not replay a captured graph (an eager fallback) is a failure too.
+//   With a prompt (SoakOptions::prompt > 0), as a server does: every period (the reference's too)
+//   starts with one prefill step of `prompt` tokens a row (soak_prompt_token) into the zeroed caches,
+//   graphed in the run and eager in the reference; its greedy tokens are the period's first tokens,
+//   and must equal the reference prefill's (a failure naming the replay otherwise); the decode
+//   replays then run positions prompt .. prompt + period - 1.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -33,6 +38,7 @@ struct SoakOptions {
   int period = 1024;
   int check_every = 1000;
   int rows = 32;
+  int prompt = 0;  // prompt tokens a row prefilled at every period's start (0: none, first tokens at position 0)
   MemoryTolerance tolerance;
   // Polled after every replay (and every reference step): true ends the run there, as interrupted.
   std::function<bool()> stop;
@@ -43,8 +49,9 @@ struct SoakOptions {
 struct SoakResult {
   int64_t replays_requested = 0;
   int64_t replays_done = 0;  // graphed replays run (and checked)
-  int rows = 0, key = 0, period = 0, check_every = 0;
-  int reference_steps = 0;     // eager steps of the reference pass run
+  int rows = 0, key = 0, period = 0, check_every = 0, prompt = 0;
+  int reference_steps = 0;     // eager decode steps of the reference pass run
+  int64_t prefills_done = 0;   // graphed prefill steps run (one a period, with a prompt)
   bool interrupted = false;    // stopped by SoakOptions::stop before the end
   std::string failure;         // empty: no failure
   int64_t failed_replay = -1;  // the replay the failure names (-1: none, or before any replay)
@@ -62,13 +69,14 @@ struct SoakResult {
   std::string status() const { return !ok() ? "failed" : interrupted ? "interrupted" : "ok"; }
 };
 
-// Row r's first token of every period.
+// Row r's first token of every period (without a prompt), and token i of its prompt.
 int32_t soak_first_token(int row, int64_t vocab);
+int32_t soak_prompt_token(int row, int i, int64_t vocab);
 
-// A step for a soak: `rows` slots and decode rows, `period` tokens per slot, no prefill. The
-// caller sets the dtype, seed, arms and settings, then constructs the step and captures it
-// (capture_all(false, false)).
-ModelStepOptions soak_step_options(int rows, int period);
+// A step for a soak: `rows` slots and decode rows, `prompt` + `period` tokens per slot, and prefill
+// steps of rows x prompt tokens (none without a prompt). The caller sets the dtype, seed, arms and
+// settings, then constructs the step and captures it (capture_all(false, prompt > 0)).
+ModelStepOptions soak_step_options(int rows, int period, int prompt = 0);
 
 // Device memory in use, the whole device: total - free from cudaMemGetInfo.
 uint64_t device_memory_used();

@@ -45,6 +45,12 @@ std::vector<CliCase> soak_cases() {
        "simt",
        "--gemm",
        "cublas",
+       "--prompt",
+       "6",
+       "--delta-prefill",
+       "scan",
+       "--attn-prefill",
+       "simt",
        "--json",
        "{dir}/soak.json"},
       1, {"needs a GPU"});
@@ -60,7 +66,14 @@ std::vector<CliCase> soak_cases() {
   add("soak --json into a missing folder", {"soak", "--preset", "tiny", "--json", "{dir}/missing/soak.json"}, 1,
       {"--json {dir}/missing/soak.json: cannot write this file"});
   add("soak --cpu (the soak has no CPU path)", {"soak", "--cpu"}, -1, {"--cpu"});
-  add("soak --delta-prefill (no prefill runs)", {"soak", "--delta-prefill", "scan"}, -1, {"--delta-prefill"});
+  add("soak --prompt -1", {"soak", "--prompt", "-1"}, -1, {"--prompt"});
+  add("soak --prompt past the context length", {"soak", "--prompt", "262145"}, kCli11Invalid, {"--prompt"});
+  add("soak --delta-prefill without --prompt", {"soak", "--preset", "tiny", "--delta-prefill", "scan"}, 1,
+      {"--delta-prefill and --attn-prefill choose the kernels of the prompt's prefill", "give --prompt N"});
+  add("soak --attn-prefill without --prompt", {"soak", "--preset", "tiny", "--attn-prefill", "auto"}, 1,
+      {"this soak has none"});
+  add("soak --attn-prefill with an unknown value", {"soak", "--attn-prefill", "wmma"}, kCli11Invalid,
+      {"--attn-prefill"});
   return v;
 }
 

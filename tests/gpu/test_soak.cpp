@@ -5,7 +5,9 @@
 // - caches overwritten in the middle of a period fail the run at a replay of that period;
 // - device memory or host RSS taken during the run fail it at the next memory sample;
 // - a stop request ends the run after the current replay, with what was measured kept (also one
-//   during the eager reference pass: no replay, no sample).
+//   during the eager reference pass: no replay, no sample);
+// - with a prompt, every period starts with a graphed prefill whose tokens equal the eager
+//   reference prefill's.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "engine/cuda_handles.h"
+#include "engine/error.h"
 #include "models/model_step.h"
 #include "models/soak.h"
 #include "models/soak_gpu.h"
@@ -88,6 +91,43 @@ TEST_CASE("soak: 2000 graphed decode replays of the tiny preset keep their token
   CHECK(s.ok());
   CHECK(s.reference_steps == 40);
   CHECK(s.periods_completed == 0);
+}
+
+TEST_CASE("soak with a prompt: every period starts with a graphed prefill whose tokens equal the reference's",
+          "[gpu][soak]") {
+  // 4 rows, prompts of 12 tokens, periods of 20 decode replays after them: 5 periods.
+  constexpr int kPrompt = 12, kShortPeriod = 20;
+  ModelStepOptions mo = soak_step_options(4, kShortPeriod, kPrompt);
+  CHECK(mo.max_context == kShortPeriod + kPrompt);
+  CHECK(mo.max_prefill_tokens == 4 * kPrompt);
+  mo.act = DType::bf16;
+  mo.seed = 6;
+  ModelStep step(preset("tiny"), mo);
+  step.capture_all(/*for_timing=*/false, /*prefill=*/true);
+  SoakOptions o;
+  o.replays = 100;
+  o.period = kShortPeriod;
+  o.check_every = 25;
+  o.rows = 4;
+  o.prompt = kPrompt;
+  const SoakResult r = run_soak(step, o);
+  INFO(r.failure);
+  REQUIRE(r.ok());
+  CHECK(r.prompt == kPrompt);
+  CHECK(r.prefills_done == 5);
+  CHECK(r.periods_completed == 5);
+  CHECK(r.eager_fallbacks == 0);
+  CHECK(r.distinct_tokens > 1);
+  // Without the prompt the same step gives other tokens (the prefill is not a no-op).
+  SoakOptions plain = o;
+  plain.prompt = 0;
+  const SoakResult q = run_soak(step, plain);
+  CHECK(q.ok());
+  CHECK(q.reference_hash != r.reference_hash);
+  // A prompt the step's prefill or context cannot hold is refused before anything runs.
+  SoakOptions too_long = o;
+  too_long.prompt = kPrompt + 1;
+  CHECK_THROWS_AS(run_soak(step, too_long), Error);
 }
 
 TEST_CASE("soak: caches overwritten in the middle of a period fail the run at a replay of that period", "[gpu][soak]") {

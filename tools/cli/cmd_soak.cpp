@@ -43,12 +43,15 @@ struct SoakCliOptions {
   int max_seqs = 32;
   int64_t replays = 100000;
   int period = 1024;
+  int prompt = 0;  // prompt tokens a row prefilled (graphed) at every period's start
   int check_every = 1000;
   int device_tolerance_mib = 8;
   int host_tolerance_mib = 16;
   std::string dtype = "bf16";
   uint64_t seed = 1;
   std::string attn_decode = "auto";
+  std::string delta_prefill = "auto", attn_prefill = "auto";  // the prompt's prefill (with --prompt)
+  bool prefill_setting_given = false;                         // --delta-prefill or --attn-prefill given
   std::string gemm = "auto";
   ArmOptions arms;
   std::string json;
@@ -86,6 +89,8 @@ json result_json(const SoakResult& r, const json& header) {
   j["rows"] = r.rows;
   j["key"] = r.key;
   j["period"] = r.period;
+  j["prompt"] = r.prompt;
+  j["prefills_done"] = r.prefills_done;
   j["check_every"] = r.check_every;
   j["reference_steps"] = r.reference_steps;
   j["reference_hash"] = hex(r.reference_hash);
@@ -116,6 +121,8 @@ json result_json(const SoakResult& r, const json& header) {
 std::string summary_line(const SoakResult& r, const std::string& model) {
   std::string s = fmt::format("soak: {}: {}/{} replays of decode b={} ({}), period {}", r.status(), r.replays_done,
                               r.replays_requested, r.rows, model, r.period);
+  if (r.prompt > 0)
+    s += fmt::format(" after a graphed prefill of {} prompt tokens a row ({} run)", r.prompt, r.prefills_done);
   if (r.memory.samples() > 0) {
     s += fmt::format(
         ", every replay's tokens {} the eager reference (token hash {}), device memory {:+.2f} MiB, host "
@@ -134,6 +141,11 @@ int run(const SoakCliOptions& o) {
   check_writable(o.json, "--json");
   const FaultDrill fault = parse_fault_after(o.fault_after);  // a bad value too
   check_fault_layer(fault, cfg.layers, cfg.name);
+  if (o.prompt == 0 && o.prefill_setting_given) {
+    throw Error(
+        "--delta-prefill and --attn-prefill choose the kernels of the prompt's prefill, and this soak has none: give "
+        "--prompt N");
+  }
   const DeviceInfo dev = probe_device();
   if (!dev.ok) {
     throw Error(fmt::format("soak replays captured CUDA graphs, so it needs a GPU: {}", dev.reason));
@@ -141,36 +153,45 @@ int run(const SoakCliOptions& o) {
   for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
 
   const int context = static_cast<int>(std::min<int64_t>(o.period, o.replays));
-  ModelStepOptions mo = soak_step_options(o.max_seqs, context);
+  ModelStepOptions mo = soak_step_options(o.max_seqs, context, o.prompt);
   mo.act = o.dtype == "f32" ? DType::f32 : DType::bf16;
   mo.seed = o.seed;
   mo.arms = arms.arms;
   mo.attn_decode = parse_attn_decode(o.attn_decode);
+  mo.delta_prefill = parse_delta_prefill(o.delta_prefill);
+  mo.attn_prefill = parse_attn_prefill(o.attn_prefill);
   mo.gemm = parse_gemm(o.gemm);
   mo.fault_layer = fault.layer;
   mo.fault_op = fault.op;
 
   const auto t0 = std::chrono::steady_clock::now();
   ModelStep step(cfg, mo);
-  step.capture_all(/*for_timing=*/false, /*prefill=*/false);
+  step.capture_all(/*for_timing=*/false, /*prefill=*/o.prompt > 0);
   check_fault_matched(fault, step.fault_drill_matched(), "the captured decode graphs", cfg.name);
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelStepOptions& r = step.options();  // `auto` settings resolved
-  const std::string settings = fmt::format("attention decode {}, projections {}, arms {}",
-                                           attn_decode_name(r.attn_decode), gemm_name(r.gemm), arms.arms.describe());
+  std::string settings = fmt::format("attention decode {}, projections {}, arms {}", attn_decode_name(r.attn_decode),
+                                     gemm_name(r.gemm), arms.arms.describe());
+  if (o.prompt > 0) {
+    settings += fmt::format(", delta-rule prefill {}, attention prefill {}", delta_prefill_name(r.delta_prefill),
+                            attn_prefill_name(r.attn_prefill));
+  }
   fmt::print(
       "device: {}\nmodel: {} ({} layers: {} GDN + {} attention), synthetic {} weights (seed {}); {}\n"
-      "workload: {} graphed decode replays of {} rows (key {}), periods of {} replays from zeroed caches at position "
-      "0, greedy tokens fed back; reference: one period launched eagerly; memory checked every {} replays "
+      "workload: {} graphed decode replays of {} rows (key {}), periods of {} replays from zeroed caches{}, greedy "
+      "tokens fed back; reference: one period launched eagerly; memory checked every {} replays "
       "(tolerance: device {} MiB, host RSS {} MiB); {} graphs captured in {:.1f} s\n",
       dev.describe(), cfg.name, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), dtype_name(mo.act),
       o.seed, settings, o.replays, o.max_seqs, pad_to_key(step.keys(), o.max_seqs).value_or(o.max_seqs), o.period,
+      o.prompt > 0 ? fmt::format(", each after one graphed prefill of {} prompt tokens a row", o.prompt)
+                   : std::string(" at position 0"),
       o.check_every, o.device_tolerance_mib, o.host_tolerance_mib, step.graphs().captured().size(), setup_s);
   std::fflush(stdout);
 
   SoakOptions so;
   so.replays = o.replays;
   so.period = o.period;
+  so.prompt = o.prompt;
   so.check_every = o.check_every;
   so.rows = o.max_seqs;
   so.tolerance.device_bytes = uint64_t(o.device_tolerance_mib) << 20;
@@ -243,6 +264,14 @@ void register_soak(CLI::App& app, Action& action) {
                               kMaxNewTokens))
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxNewTokens));
+  cmd->add_option(
+         "--prompt", o.prompt,
+         fmt::format("Prompt tokens a row, prefilled in one graphed prefill step at the start of every period "
+                     "(as a server runs a request), whose greedy tokens start the decode replays and must "
+                     "equal the eager reference's; 0: no prefill, the periods start at position 0 (at most {})",
+                     kMaxNewTokens))
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxNewTokens));
   cmd->add_option("--check-every", o.check_every,
                   "Replays between memory samples (device memory in use, host RSS); tokens are checked every replay")
       ->capture_default_str()
@@ -265,6 +294,14 @@ void register_soak(CLI::App& app, Action& action) {
   cmd->add_option("--attn-decode", o.attn_decode, "Attention in the decode steps: auto, simt or mma (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
+  cmd->add_option("--delta-prefill", o.delta_prefill,
+                  "The prompt's prefill (with --prompt): the delta rule, auto, scan, chunked or mma (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "scan", "chunked", "mma"}));
+  cmd->add_option("--attn-prefill", o.attn_prefill,
+                  "The prompt's prefill (with --prompt): attention, auto, simt, mma or wgmma (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "simt", "mma", "wgmma"}));
   cmd->add_option("--gemm", o.gemm, "The projections: auto, cublas or skinny (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cublas", "skinny"}));
@@ -273,7 +310,10 @@ void register_soak(CLI::App& app, Action& action) {
                          "in the captured decode graphs (the eager reference period runs without it), so the first "
                          "graphed replay faults; the error names the graph (find the node with generate "
                          "--check-nodes)");
-  cmd->callback([&action] { action = [] { return run(soak_options); }; });
+  cmd->callback([cmd, &action] {
+    soak_options.prefill_setting_given = cmd->count("--delta-prefill") + cmd->count("--attn-prefill") > 0;
+    action = [] { return run(soak_options); };
+  });
 }
 
 }  // namespace sg::cli

@@ -60,8 +60,8 @@ AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache
   if (want == AttnPrefill::simt || (want != AttnPrefill::automatic && !prefill)) return want;
   const int optin = d.smem_optin, major = d.cc_major;
   if (want == AttnPrefill::wgmma) {
-    // The hint names what runs instead: simt for f32 steps (no tensor-core kernel takes them), else mma.
-    const char* instead = act == DType::bf16 && cache == DType::bf16 ? "mma" : "simt";
+    // The hint names what runs instead: mma where it takes the shape and dtypes, else simt.
+    const char* instead = attention_prefill_mma_supports(D, act, cache) ? "mma" : "simt";
     require(attention_prefill_wgmma_supports(D, act, cache) && major == 9 && d.cc_minor == 0,
             "the wgmma attention prefill does not support D={} with {} activations and a {} KV cache on "
             "compute capability {}.{} (built for D 64, 128, 256, bf16, compute capability 9.0 only; use "

@@ -223,8 +223,9 @@ std::string format_family_table(const std::vector<FamilyRow>& rows, double floor
                                 const std::string& note) {
   double total = 0;
   for (const auto& r : rows) total += r.us;
-  std::string out = fmt::format("  {:<22} {:>6} {:>12} {:>7} {:>9} {:>9} {:>7} {:>10}\n", "op", "nodes", "us/step",
-                                "share", "GB/s", "TFLOP/s", "%floor", "waves");
+  std::string out = fmt::format("  {:<22} {:>6} {:>12} {:>7} {:>9} {:>9} {:>7} {:>11} {:>10}\n", "op", "nodes",
+                                "us/step", "share", "GB/s", "TFLOP/s", "%floor", "over floor", "waves");
+  double over_total = 0;
   auto rate = [](double amount, double us, double unit) {
     return amount > 0 && us > 0 ? fmt::format("{:.1f}", amount / (us * unit)) : std::string("-");
   };
@@ -232,13 +233,19 @@ std::string format_family_table(const std::vector<FamilyRow>& rows, double floor
     const double f = r.floor_us(floor_gbps, peak_tflops);
     const std::string lo = fmt::format("{:.2f}", r.waves_min), hi = fmt::format("{:.2f}", r.waves_max);
     const std::string waves = r.waves_max <= 0 ? std::string("-") : lo == hi ? lo : lo + "-" + hi;
-    out += fmt::format("  {:<22} {:>6} {:>12.1f} {:>6.1f}% {:>9} {:>9} {:>7} {:>10}\n", r.op, r.nodes, r.us,
+    const bool floored = f > 0 && r.us > 0;
+    if (floored) over_total += std::max(0.0, r.us - f);
+    out += fmt::format("  {:<22} {:>6} {:>12.1f} {:>6.1f}% {:>9} {:>9} {:>7} {:>11} {:>10}\n", r.op, r.nodes, r.us,
                        total > 0 ? 100 * r.us / total : 0.0, rate(r.bytes, r.us, 1e3), rate(r.flops, r.us, 1e6),
-                       f > 0 && r.us > 0 ? fmt::format("{:.0f}%", 100 * f / r.us) : std::string("-"), waves);
+                       floored ? fmt::format("{:.0f}%", 100 * f / r.us) : std::string("-"),
+                       floored ? fmt::format("{:.1f}", r.us - f) : std::string("-"), waves);
   }
+  out += fmt::format("  {:<22} {:>6} {:>12.1f} {:>7} {:>9} {:>9} {:>7} {:>11.1f}\n", "(all)", "", total, "", "", "", "",
+                     over_total);
   out += fmt::format(
       "  (%floor: the family's labelled bytes at {:.1f} TB/s or its matrix products' FLOPs at {:.0f} TFLOP/s, "
-      "the larger, over its time; waves: the nodes' blocks over what the SMs hold at once; {})\n",
+      "the larger, over its time; over floor: its time less that floor, us; waves: the nodes' blocks over what the SMs "
+      "hold at once; {})\n",
       floor_gbps / 1e3, peak_tflops, note);
   return out;
 }

@@ -92,9 +92,10 @@ struct FamilyWork {
 };
 void add_family_work(std::vector<FamilyRow>& rows, const FamilyWork& work);
 // A fixed-width table: op, nodes, us a step, share, GB/s, TFLOP/s (where FLOPs are labelled), the
-// floor's fraction of the time (where bytes or FLOPs are labelled) and the nodes' waves over the
-// device ("0.61", or "0.61-1.94" when they differ), with a line saying what the floor is; `note`
-// ends that line (what was added to the labels, or what they leave out).
+// floor's fraction of the time and the time over the floor (where bytes or FLOPs are labelled), the
+// nodes' waves over the device ("0.61", or "0.61-1.94" when they differ); then a row "(all)" with
+// the summed time and time over the floor, and a line saying what the floor is; `note` ends that
+// line (what was added to the labels, or what they leave out).
 std::string format_family_table(const std::vector<FamilyRow>& rows, double floor_gbps, double peak_tflops,
                                 const std::string& note = "attention's KV reads are not labelled");
 

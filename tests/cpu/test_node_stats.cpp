@@ -164,6 +164,12 @@ TEST_CASE("op families sum their nodes' times, bytes and FLOPs, and print the fl
   CHECK(t.find("50%") != std::string::npos);     // gemm: 1000 us of floor in 2000
   CHECK(t.find("80%") != std::string::npos);     // norm: 8 us of floor in 10
   CHECK(t.find("3440.0") != std::string::npos);  // norm: 34.4 MB in 10 us = 3440 GB/s
+  CHECK(t.find("over floor") != std::string::npos);
+  const size_t all = t.find("(all)");
+  REQUIRE(all != std::string::npos);
+  const std::string all_line = t.substr(all, t.find('\n', all) - all);
+  CHECK(all_line.find("2020.0") != std::string::npos);  // the summed time
+  CHECK(all_line.find("1002.0") != std::string::npos);  // gemm 1000 + norm 2 us over their floors
   const size_t probe = t.find("probe");
   REQUIRE(probe != std::string::npos);
   const std::string probe_line = t.substr(probe, t.find('\n', probe) - probe);

@@ -215,12 +215,11 @@ DriverKernelNode read_kernel_node(cudaGraphNode_t node) {
   static const auto optional = [](const char* sym, unsigned version) -> void* {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion(sym, &fn, version, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();  // not sticky: the query failed, nothing ran
+    if (cudaGetDriverEntryPointByVersion(sym, &fn, version, cudaEnableDefault, &q) != cudaSuccess) {
+      (void)cudaGetLastError();  // the query's own error (not sticky: nothing ran)
       return nullptr;
     }
-    return fn;
+    return q == cudaDriverEntryPointSuccess ? fn : nullptr;
   };
   static const auto kern_func = reinterpret_cast<KernFunc>(optional("cuKernelGetFunction", 12000));
   static const auto occupancy =

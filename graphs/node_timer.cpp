@@ -223,7 +223,7 @@ std::string format_family_table(const std::vector<FamilyRow>& rows, double floor
                                 const std::string& note) {
   double total = 0;
   for (const auto& r : rows) total += r.us;
-  std::string out = fmt::format("  {:<22} {:>6} {:>12} {:>7} {:>9} {:>9} {:>7} {:>11} {:>10}\n", "op", "nodes",
+  std::string out = fmt::format("  {:<22} {:>6} {:>12} {:>7} {:>9} {:>9} {:>7} {:>11} {:>13}\n", "op", "nodes",
                                 "us/step", "share", "GB/s", "TFLOP/s", "%floor", "over floor", "waves");
   double over_total = 0;
   auto rate = [](double amount, double us, double unit) {
@@ -233,33 +233,35 @@ std::string format_family_table(const std::vector<FamilyRow>& rows, double floor
     const double f = r.floor_us(floor_gbps, peak_tflops);
     const std::string lo = fmt::format("{:.2f}", r.waves_min), hi = fmt::format("{:.2f}", r.waves_max);
     const std::string waves = r.waves_max <= 0 ? std::string("-") : lo == hi ? lo : lo + "-" + hi;
+    // Time over the floor, 0 for a family faster than it (loads that overlapped its predecessor).
     const bool floored = f > 0 && r.us > 0;
-    if (floored) over_total += std::max(0.0, r.us - f);
-    out += fmt::format("  {:<22} {:>6} {:>12.1f} {:>6.1f}% {:>9} {:>9} {:>7} {:>11} {:>10}\n", r.op, r.nodes, r.us,
+    const double over = floored ? std::max(0.0, r.us - f) : 0.0;
+    over_total += over;
+    out += fmt::format("  {:<22} {:>6} {:>12.1f} {:>6.1f}% {:>9} {:>9} {:>7} {:>11} {:>13}\n", r.op, r.nodes, r.us,
                        total > 0 ? 100 * r.us / total : 0.0, rate(r.bytes, r.us, 1e3), rate(r.flops, r.us, 1e6),
                        floored ? fmt::format("{:.0f}%", 100 * f / r.us) : std::string("-"),
-                       floored ? fmt::format("{:.1f}", r.us - f) : std::string("-"), waves);
+                       floored ? fmt::format("{:.1f}", over) : std::string("-"), waves);
   }
   out += fmt::format("  {:<22} {:>6} {:>12.1f} {:>7} {:>9} {:>9} {:>7} {:>11.1f}\n", "(all)", "", total, "", "", "", "",
                      over_total);
   out += fmt::format(
       "  (%floor: the family's labelled bytes at {:.1f} TB/s or its matrix products' FLOPs at {:.0f} TFLOP/s, "
-      "the larger, over its time; over floor: its time less that floor, us; waves: the nodes' blocks over what the SMs "
-      "hold at once; {})\n",
+      "the larger, over its time; over floor: its time less that floor, us, 0 when below it, summed in (all) over the "
+      "families that have a floor; waves: the nodes' blocks over what the SMs hold at once; {})\n",
       floor_gbps / 1e3, peak_tflops, note);
   return out;
 }
 
 std::string format_node_table(const std::vector<NodeStats>& stats, double floor_gbps) {
   std::string out = fmt::format(
-      "{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>7}\n", "node",
+      "{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>7}\n", "node",
       "layer", "op", "arm", "kernel", "grid", "block", "waves", "calls", "median_us", "min_us", "max_us", "span_us",
       "share", "GB/s", "%floor");
   for (const auto& s : stats) {
     std::string kernel = short_kernel_name(s.node.kernel);
     if (kernel.size() > 34) kernel = kernel.substr(0, 33) + "~";
     out += fmt::format(
-        "{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>6} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>5.1f}% "
+        "{:>4} {:>5} {:<18} {:<10} {:<34} {:>14} {:>10} {:>7} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>5.1f}% "
         "{:>9.1f} {:>6.1f}%\n",
         s.node.index, s.node.label.layer, s.node.label.op, s.node.label.arm, kernel,
         fmt::format("{}x{}x{}", s.node.grid.x, s.node.grid.y, s.node.grid.z),

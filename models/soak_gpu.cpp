@@ -75,6 +75,10 @@ SoakResult run_soak(ModelStep& step, const SoakOptions& o) {
         "soak: a prompt of {} tokens and a period of {} positions do not fit the step's context of {} tokens per slot",
         o.prompt, ledger.reference_length(), so.max_context));
   }
+  if (o.prompt > 0 && o.rows > so.max_prefill_seqs) {
+    throw Error(fmt::format("soak: a prefill of {} rows does not fit the step's {} prefill sequences", o.rows,
+                            so.max_prefill_seqs));
+  }
   if (int64_t{o.prompt} * o.rows > so.max_prefill_tokens) {
     throw Error(fmt::format("soak: a prefill of {} rows x {} prompt tokens does not fit the step's {} prefill tokens",
                             o.rows, o.prompt, so.max_prefill_tokens));
@@ -104,7 +108,8 @@ SoakResult run_soak(ModelStep& step, const SoakOptions& o) {
   auto start_period = [&](RunMode mode) {
     step.clear_caches();
     if (o.prompt > 0) {
-      tokens = step.prefill(prompts, mode).tokens;
+      step.enqueue_prefill(prompts, mode);  // its greedy tokens without the logits' download
+      tokens = step.tokens(o.rows);
     } else {
       first_tokens(tokens, vocab);
     }
@@ -160,6 +165,7 @@ SoakResult run_soak(ModelStep& step, const SoakOptions& o) {
           break;
         }
         if (tokens != reference_first) {
+          res.prefill_mismatch = true;
           res.failure = fmt::format(
               "replay {} (period {}): the prompt's prefill gave other greedy tokens than the eager reference's", i,
               i / o.period);

@@ -42,7 +42,8 @@ struct SoakOptions {
   MemoryTolerance tolerance;
   // Polled after every replay (and every reference step): true ends the run there, as interrupted.
   std::function<bool()> stop;
-  // After every graphed replay: replays done, seconds since the first graphed replay began.
+  // After every graphed replay: replays done, seconds since the first graphed replay began (the
+  // prompts' prefills included).
   std::function<void(int64_t done, double seconds)> on_replay;
 };
 
@@ -56,13 +57,14 @@ struct SoakResult {
   std::string failure;         // empty: no failure
   int64_t failed_replay = -1;  // the replay the failure names (-1: none, or before any replay)
   std::optional<HashMismatch> mismatch;
+  bool prefill_mismatch = false;  // a period's prefill gave other tokens than the reference's
   uint64_t reference_hash = 0, run_hash = 0;
   int64_t periods_completed = 0;
   int distinct_tokens = 0;  // different token ids in the reference period
   MemoryDrift memory;
   std::vector<MemorySample> samples;
   int eager_fallbacks = 0;                    // during the graphed run
-  double reference_seconds = 0, seconds = 0;  // the eager reference pass, the graphed run
+  double reference_seconds = 0, seconds = 0;  // the eager reference pass, the graphed run (prefills included)
   double ms_per_replay() const { return replays_done > 0 ? 1000.0 * seconds / static_cast<double>(replays_done) : 0.0; }
   bool ok() const { return failure.empty(); }
   // "failed", "interrupted" or "ok".

@@ -128,6 +128,14 @@ TEST_CASE("soak with a prompt: every period starts with a graphed prefill whose 
   SoakOptions too_long = o;
   too_long.prompt = kPrompt + 1;
   CHECK_THROWS_AS(run_soak(step, too_long), Error);
+  // A step captured without its prefill graphs: the first period's prefill runs eagerly, a failure.
+  ModelStep no_prefill(preset("tiny"), mo);
+  no_prefill.capture_all(/*for_timing=*/false, /*prefill=*/false);
+  const SoakResult f = run_soak(no_prefill, o);
+  CHECK_FALSE(f.ok());
+  CHECK(f.failure.find("the prompt's prefill ran eagerly") != std::string::npos);
+  CHECK(f.failed_replay == 0);
+  CHECK(f.replays_done == 0);
 }
 
 TEST_CASE("soak: caches overwritten in the middle of a period fail the run at a replay of that period", "[gpu][soak]") {

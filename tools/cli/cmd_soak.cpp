@@ -2,15 +2,14 @@
 // neither drift nor leak (models/soak_gpu.h runs it; models/soak.h keeps the books). A preset's
 // synthetic weights (qwen3.5-4b by default, as bench and serve), --max-seqs decode rows, --replays
 // graph replays with greedy tokens fed back, cut into periods of --period replays that each start
-// from zeroed caches at position 0, so the workload repeats exactly and fits a cache of --period
-// tokens per slot. Every replay's running period hash is compared with a reference period launched
-// eagerly first; device memory in use and host RSS are sampled every --check-every replays and
-// must stay within a tolerance of the first sample. A progress bar on stderr when it is a terminal.
-// Ctrl-C (SIGINT) ends the run after the current replay; what was measured is still printed (and
-// written to --json), marked interrupted, and the exit code is 130. A failure (a hash, memory, an
-// eager fallback) prints the same report, then an error naming the replay, and exits with 1. A
-// kernel that faults in a replay ends the run at once with the step's report (the graph, the CUDA
-// error, the lost context; --fault-after LAYER:OP is its drill), exit 1. The
+// from zeroed caches, at position 0 or after a graphed prefill of --prompt tokens a row, so the
+// workload repeats exactly and fits a cache of --prompt + --period tokens per slot. Every replay's running period hash
+// is compared with a reference period launched eagerly first; device memory in use and host RSS are sampled every
+// --check-every replays and must stay within a tolerance of the first sample. A progress bar on stderr when it is a
+// terminal. Ctrl-C (SIGINT) ends the run after the current replay; what was measured is still printed (and written to
+// --json), marked interrupted, and the exit code is 130. A failure (a hash, memory, an eager fallback) prints the same
+// report, then an error naming the replay, and exits with 1. A kernel that faults in a replay ends the run at once with
+// the step's report (the graph, the CUDA error, the lost context; --fault-after LAYER:OP is its drill), exit 1. The
 // last line on stdout is a one-line summary starting with "soak:". GPU only: without a CUDA driver
 // or device it refuses with the reason.
 #include <fmt/format.h>
@@ -55,7 +54,7 @@ struct SoakCliOptions {
   std::string gemm = "auto";
   ArmOptions arms;
   std::string json;
-  std::string fault_after;  // --fault-after LAYER:OP: a fault drill in the captured decode graphs
+  std::string fault_after;  // --fault-after LAYER:OP: a fault drill in the captured graphs
 };
 
 SoakCliOptions soak_options;
@@ -127,7 +126,7 @@ std::string summary_line(const SoakResult& r, const std::string& model) {
     s += fmt::format(
         ", every replay's tokens {} the eager reference (token hash {}), device memory {:+.2f} MiB, host "
         "RSS {:+.2f} MiB (peak over the first sample), {:.3f} ms/replay",
-        r.mismatch ? "left" : "match", hex(r.run_hash),
+        r.mismatch || r.prefill_mismatch ? "left" : "match", hex(r.run_hash),
         static_cast<double>(r.memory.device().peak_growth()) / (1 << 20),
         static_cast<double>(r.memory.host().peak_growth()) / (1 << 20), r.ms_per_replay());
   }
@@ -167,7 +166,8 @@ int run(const SoakCliOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   ModelStep step(cfg, mo);
   step.capture_all(/*for_timing=*/false, /*prefill=*/o.prompt > 0);
-  check_fault_matched(fault, step.fault_drill_matched(), "the captured decode graphs", cfg.name);
+  check_fault_matched(fault, step.fault_drill_matched(),
+                      o.prompt > 0 ? "the captured decode and prefill graphs" : "the captured decode graphs", cfg.name);
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelStepOptions& r = step.options();  // `auto` settings resolved
   std::string settings = fmt::format("attention decode {}, projections {}, arms {}", attn_decode_name(r.attn_decode),
@@ -218,8 +218,10 @@ int run(const SoakCliOptions& o) {
              res.reference_steps, res.reference_seconds, hex(res.reference_hash), res.distinct_tokens);
   if (res.interrupted)
     fmt::print("interrupted (SIGINT) after replay {}: what was measured so far follows\n", res.replays_done);
-  fmt::print("replays: {} of {} in {:.2f} s ({:.3f} ms each), {} whole periods, eager fallbacks {}\n", res.replays_done,
-             res.replays_requested, res.seconds, res.ms_per_replay(), res.periods_completed, res.eager_fallbacks);
+  fmt::print("replays: {} of {} in {:.2f} s ({:.3f} ms each{}), {} whole periods, eager fallbacks {}\n",
+             res.replays_done, res.replays_requested, res.seconds, res.ms_per_replay(),
+             res.prompt > 0 ? fmt::format(", with the {} prefills", res.prefills_done) : std::string(),
+             res.periods_completed, res.eager_fallbacks);
   if (res.memory.samples() > 0) {
     fmt::print("memory, {} samples from after replay {}:\n  device in use: {}\n  host RSS:      {}\n",
                res.memory.samples(), res.memory.baseline_replay(), range_text(res.memory.device()),
@@ -259,8 +261,8 @@ void register_soak(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--period", o.period,
-                  fmt::format("Replays per period: each period starts from zeroed caches at position 0, so the cache "
-                              "holds --period tokens per slot (at most {})",
+                  fmt::format("Replays per period: each period starts from zeroed caches (at position 0, or after the "
+                              "--prompt prefill), so the cache holds --prompt + --period tokens per slot (at most {})",
                               kMaxNewTokens))
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxNewTokens));
@@ -307,9 +309,9 @@ void register_soak(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "cublas", "skinny"}));
   cmd->add_option("--json", o.json, "Write the results (status, hashes, every memory sample) to this file");
   add_fault_after_option(cmd, o.fault_after,
-                         "in the captured decode graphs (the eager reference period runs without it), so the first "
-                         "graphed replay faults; the error names the graph (find the node with generate "
-                         "--check-nodes)");
+                         "in the captured graphs (decode, and prefill with --prompt; the eager reference period runs "
+                         "without it), so the first graphed replay (or prefill) faults; the error names the graph "
+                         "(find the node with generate --check-nodes)");
   cmd->callback([cmd, &action] {
     soak_options.prefill_setting_given = cmd->count("--delta-prefill") + cmd->count("--attn-prefill") > 0;
     action = [] { return run(soak_options); };

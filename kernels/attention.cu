@@ -20,6 +20,7 @@ namespace {
 
 using attn_detail::attention_scale;
 using attn_detail::kNegInf;
+using attn_detail::load_tile_rows;
 using attn_detail::resolve_row;
 using attn_detail::sigmoidf_;
 
@@ -260,13 +261,7 @@ __global__ void __launch_bounds__(kPreThreads) attn_prefill_kernel(const Attenti
 
   const int tile = blockIdx.x, h = blockIdx.y, g = h / group;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (threadIdx.x < BQ) {
-    const int t = tile * BQ + threadIdx.x;
-    int slot = -1, pos = -1;
-    if (!(t < p.T && resolve_row(p.meta, t, p.max_context, slot, pos))) slot = -1, pos = -1;
-    q_slot[threadIdx.x] = slot;
-    q_pos[threadIdx.x] = pos;
-  }
+  load_tile_rows(p, tile, BQ, q_slot, q_pos);
   for (int i = threadIdx.x; i < BQ * D; i += kPreThreads) {
     const int qi = i / D, d = i % D;
     const int t = tile * BQ + qi;

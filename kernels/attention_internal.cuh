@@ -28,6 +28,18 @@ __device__ __forceinline__ bool resolve_row(const AttnTokenMeta& m, int t, int m
   return pos >= 0 && pos < max_context;
 }
 
+// Threads 0 .. rows - 1 resolve the rows of query tile `tile` (rows a tile) into q_slot / q_pos
+// (-1, -1: past T, padding or past the live count). The caller synchronises before reading them.
+__device__ __forceinline__ void load_tile_rows(const AttentionParams& p, int tile, int rows, int* q_slot, int* q_pos) {
+  if (threadIdx.x < static_cast<unsigned>(rows)) {
+    const int t = tile * rows + threadIdx.x;
+    int slot = -1, pos = -1;
+    if (!(t < p.T && resolve_row(p.meta, t, p.max_context, slot, pos))) slot = -1, pos = -1;
+    q_slot[threadIdx.x] = slot;
+    q_pos[threadIdx.x] = pos;
+  }
+}
+
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // D^-0.5 as float(pow(double(D), -0.5)).

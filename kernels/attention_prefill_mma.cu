@@ -63,7 +63,7 @@ namespace {
 using attn_detail::begin_pass;
 using attn_detail::kNegInf;
 using attn_detail::live_rows;
-using attn_detail::load_tile_meta;
+using attn_detail::load_tile_rows;
 using attn_detail::next_pass;
 using attn_detail::online_softmax;
 using attn_detail::p_fragments;
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const auto* kc = static_cast<const __nv_bfloat16*>(p.k_cache);  // [num_slots, max_context, Hkv, D]
   const auto* vc = static_cast<const __nv_bfloat16*>(p.v_cache);  // [num_slots, max_context, Hkv, D]
 
-  load_tile_meta(p, tile, q_slot, q_pos);
+  load_tile_rows(p, tile, kBQ, q_slot, q_pos);
   for (int i = threadIdx.x; i < kBQ * CHUNKS; i += kThreads) {
     const int r = i / CHUNKS, c = i % CHUNKS, t = tile * kBQ + r;
     const bool in = t < p.T;

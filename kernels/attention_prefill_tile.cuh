@@ -20,18 +20,6 @@ namespace sg::attn_detail {
 
 constexpr int kPrefillTileRows = 64;  // query rows a block
 
-// Threads 0..63 resolve the tile's rows into q_slot / q_pos (-1, -1: padding or past the live
-// count). The caller synchronises before reading them.
-__device__ __forceinline__ void load_tile_meta(const AttentionParams& p, int tile, int* q_slot, int* q_pos) {
-  if (threadIdx.x < kPrefillTileRows) {
-    const int t = tile * kPrefillTileRows + threadIdx.x;
-    int slot = -1, pos = -1;
-    if (!(t < p.T && resolve_row(p.meta, t, p.max_context, slot, pos))) slot = -1, pos = -1;
-    q_slot[threadIdx.x] = slot;
-    q_pos[threadIdx.x] = pos;
-  }
-}
-
 // Bit r set for each live row r of the tile.
 __device__ __forceinline__ uint64_t live_rows(const int* q_slot) {
   uint64_t live = 0;

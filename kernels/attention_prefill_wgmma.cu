@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const auto* kc = static_cast<const __nv_bfloat16*>(p.k_cache);  // [num_slots, max_context, Hkv, D]
   const auto* vc = static_cast<const __nv_bfloat16*>(p.v_cache);  // [num_slots, max_context, Hkv, D]
 
-  load_tile_meta(p, tile, q_slot, q_pos);
+  load_tile_rows(p, tile, kBQ, q_slot, q_pos);
   const int q_rows = min(kBQ, p.T - tile * kBQ);
   load_tile<D>(q_s, q_rows, [&](int r) { return q + (static_cast<int64_t>(tile * kBQ + r) * p.Hq + h) * D; });
   cp_async_commit();
@@ -206,7 +206,8 @@ cudaError_t attention_prefill_wgmma(const AttentionParams& p, cudaStream_t strea
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (err != cudaSuccess) return err;
-  if (!c.require(major == 9 && minor == 0, "needs a device of compute capability 9.0 (the kernel is built for sm_90a)")
+  if (!c.require(attention_prefill_wgmma_device(major, minor),
+                 "needs a device of compute capability 9.0 (the kernel is built for sm_90a)")
            .ok()) {
     return cudaErrorNoKernelImageForDevice;
   }

@@ -62,7 +62,7 @@ AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache
   if (want == AttnPrefill::wgmma) {
     // The hint names what runs instead: mma where it takes the shape and dtypes, else simt.
     const char* instead = attention_prefill_mma_supports(D, act, cache) ? "mma" : "simt";
-    require(attention_prefill_wgmma_supports(D, act, cache) && major == 9 && d.cc_minor == 0,
+    require(attention_prefill_wgmma_supports(D, act, cache) && attention_prefill_wgmma_device(major, d.cc_minor),
             "the wgmma attention prefill does not support D={} with {} activations and a {} KV cache on "
             "compute capability {}.{} (built for D 64, 128, 256, bf16, compute capability 9.0 only; use "
             "--attn-prefill {})",

@@ -52,6 +52,9 @@ TEST_CASE("attention head sizes: tuned for 32, 64, 128, 256, generic for the res
   CHECK(attention_prefill_wgmma_smem(256) == 98816);
   CHECK(attention_prefill_wgmma_smem(128) == 49664);
   CHECK(attention_prefill_wgmma_smem(64) == 25088);
+  CHECK(attention_prefill_wgmma_device(9, 0));  // sm_90a code runs on compute capability 9.0 only
+  CHECK_FALSE(attention_prefill_wgmma_device(8, 0));
+  CHECK_FALSE(attention_prefill_wgmma_device(10, 0));
   // GQA: Hq a positive multiple of Hkv.
   CHECK(attention_supports(6, 2, 16));
   CHECK(attention_supports(2, 1, 24, DType::f32));

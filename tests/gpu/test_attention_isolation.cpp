@@ -17,6 +17,7 @@
 #include "kernels/attention_prefill_mma.h"
 #include "kernels/attention_prefill_wgmma.h"
 #include "kernels/attention_shapes.h"
+#include "models/step_settings.h"
 #include "tests/gpu/attention_fixture.h"
 #include "tests/support/catch.h"
 
@@ -32,10 +33,7 @@ TEST_CASE("attention prefill: NaN in one slot's cache reaches no row of another 
       {"simt", [](const AttentionParams& p) { return attention_prefill(p, nullptr); }},
       {"mma", [](const AttentionParams& p) { return attention_prefill_mma(p, nullptr); }},
       {"wgmma", [](const AttentionParams& p) { return attention_prefill_wgmma(p, nullptr); }}};
-  int dev = 0, major = 0, minor = 0;
-  check(cudaGetDevice(&dev));
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  const DeviceLimits dev = DeviceLimits::current();
   // The model's shapes, and D 64 and 128 (the wgmma kernel's other instruction shapes).
   std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
   shapes.push_back({8, 2, 64, 16, 1e4});
@@ -43,8 +41,8 @@ TEST_CASE("attention prefill: NaN in one slot's cache reaches no row of another 
   for (const Shape& sh : shapes) {
     for (const auto& [name, launch] : kernels) {
       CAPTURE(sh.Hq, sh.Hkv, sh.D, name);
-      if (std::string(name) == "wgmma" &&
-          !(attention_prefill_wgmma_supports(sh.D, DType::bf16, DType::bf16) && major == 9 && minor == 0)) {
+      if (std::string(name) == "wgmma" && !(attention_prefill_wgmma_supports(sh.D, DType::bf16, DType::bf16) &&
+                                            attention_prefill_wgmma_device(dev.cc_major, dev.cc_minor))) {
         continue;
       }
       const Batch b = make_batch(seqs, 3);

@@ -18,6 +18,7 @@
 #include "kernels/attention_prefill_mma.h"
 #include "kernels/attention_prefill_wgmma.h"
 #include "kernels/attention_shapes.h"
+#include "models/step_settings.h"
 #include "tests/gpu/attention_fixture.h"
 #include "tests/support/catch.h"
 
@@ -45,11 +46,8 @@ struct TcKernel {
   bool (*runs)(int D);
 };
 bool on_cc90() {
-  int dev = 0, major = 0, minor = 0;
-  check(cudaGetDevice(&dev));
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return major == 9 && minor == 0;
+  const DeviceLimits d = DeviceLimits::current();
+  return attention_prefill_wgmma_device(d.cc_major, d.cc_minor);
 }
 const TcKernel kTcKernels[] = {
     {"mma", attention_prefill_mma, [](int D) { return attention_prefill_mma_supports(D, DType::bf16, DType::bf16); }},

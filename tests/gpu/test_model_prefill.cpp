@@ -281,7 +281,7 @@ TEST_CASE("attn_prefill wgmma: resolved only for bf16 D 64/128/256 on compute ca
 TEST_CASE("model prefill with attn_prefill wgmma at D 64: the mma setting's logits bytes, labelled wgmma",
           "[gpu][model][prefill][wgmma]") {
   const DeviceLimits dev = DeviceLimits::current();
-  if (!(dev.cc_major == 9 && dev.cc_minor == 0)) {
+  if (!attention_prefill_wgmma_device(dev.cc_major, dev.cc_minor)) {
     WARN("the wgmma attention prefill runs on compute capability 9.0 only: not tested on this device");
     return;
   }

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   sg::cli::register_ab(app, action);
   sg::cli::register_serve(app, action);
   sg::cli::register_soak(app, action);
+  sg::cli::register_diff(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

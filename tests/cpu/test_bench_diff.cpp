@@ -1,0 +1,220 @@
+// CPU tests of `stepgraph diff`'s logic (tools/cli/bench_diff.h) on bench reports built here in
+// the shape bench_model.cpp writes: graphs matched by name, the step's verdict against the wider
+// spread, families ordered by their change, graphs and families of one report, the settings that
+// differ, the text and JSON reports, and every kind of document refused with its reason.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/error.h"
+#include "tests/support/catch.h"
+#include "tools/cli/bench_diff.h"
+
+using namespace sg;
+using namespace sg::cli;
+using nlohmann::json;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+json decode_graph(int batch, double median, double min, double max, json ops) {
+  return {{"kind", "decode"},       {"batch", batch},  {"step_ms", {{"median", median}, {"min", min}, {"max", max}}},
+          {"eager_ms", median + 1}, {"floor_ms", 2.0}, {"ops", std::move(ops)}};
+}
+
+json family(double us, int nodes) { return {{"us", us}, {"nodes", nodes}}; }
+
+json report(json graphs) {
+  return {{"preset", "qwen3.5-4b"}, {"device", "test device"}, {"workload", "model"},        {"context", 1024},
+          {"gemm", "mixed"},        {"interrupted", false},    {"graphs", std::move(graphs)}};
+}
+
+json old_report() {
+  return report(json::array(
+      {decode_graph(32, 4.40, 4.38, 4.41,
+                    {{"mlp.gate_up", family(900, 32)}, {"attn_prep", family(50, 8)}, {"swiglu", family(80, 32)}}),
+       decode_graph(1, 2.90, 2.89, 2.91, {{"mlp.gate_up", family(680, 32)}}),
+       {{"kind", "prefill"},
+        {"bucket", 32768},
+        {"sequences", 32},
+        {"tokens_per_sequence", 1024},
+        {"step_ms", {{"median", 490.0}, {"min", 490.0}, {"max", 490.0}}},
+        {"ops", {{"attention.prefill", family(42000, 8)}}}}}));
+}
+
+json new_report() {
+  json r = report(json::array(
+      {decode_graph(32, 4.30, 4.29, 4.31,
+                    {{"mlp.gate_up", family(890, 32)}, {"attn_prep", family(20, 8)}, {"lm_head", family(300, 1)}}),
+       decode_graph(1, 2.92, 2.90, 2.95, {{"mlp.gate_up", family(681, 32)}}),
+       decode_graph(8, 3.10, 3.09, 3.11, json::object()),
+       {{"kind", "prefill"},
+        {"bucket", 32768},
+        {"sequences", 32},
+        {"tokens_per_sequence", 1024},
+        {"step_ms", {{"median", 485.0}, {"min", 485.0}, {"max", 485.0}}},
+        {"ops", {{"attention.prefill", family(37000, 8)}}}}}));
+  r["gemm"] = "lt";
+  r["attn_prefill"] = "wgmma";
+  return r;
+}
+
+// The message of the sg::Error diff_bench_reports throws for `bad` as the new report.
+std::string refusal(const json& bad) {
+  try {
+    diff_bench_reports(old_report(), bad, "old.json", "new.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("diff: graphs matched by name, the step's verdict against the wider spread", "[diff]") {
+  const BenchDiff d = diff_bench_reports(old_report(), new_report(), "old.json", "new.json");
+  REQUIRE(d.graphs.size() == 4);
+  CHECK(d.graphs[0].name == "decode b=32");
+  CHECK(d.graphs[0].verdict == Verdict::faster);  // -0.10 against a noise of 0.03
+  CHECK(d.graphs[0].delta_ms() == Approx(-0.10));
+  CHECK(d.graphs[0].noise_ms() == Approx(0.03));
+  CHECK(d.graphs[1].name == "decode b=1");
+  CHECK(d.graphs[1].verdict == Verdict::neutral);  // +0.02 within the new report's spread of 0.05
+  CHECK(d.graphs[2].name == "prefill 32 x 1024 tokens (bucket 32768)");
+  CHECK(d.graphs[2].verdict == Verdict::faster);  // no spread on either side: any change counts
+  CHECK(d.graphs[2].noise_ms() == 0.0);
+  CHECK(d.graphs[3].name == "decode b=8");  // only the new report has it: listed after the old order
+  CHECK(d.graphs[3].verdict == Verdict::only_b);
+  CHECK_FALSE(d.graphs[3].old_step.has_value());
+  CHECK(d.graphs[3].delta_ms() == 0.0);
+
+  // The reverse comparison turns the verdicts around.
+  const BenchDiff r = diff_bench_reports(new_report(), old_report(), "new.json", "old.json");
+  CHECK(r.graphs[0].verdict == Verdict::slower);
+  CHECK(r.graphs[2].name == "decode b=8");  // in the order of the report given first
+  CHECK(r.graphs[2].verdict == Verdict::only_a);
+}
+
+TEST_CASE("diff: families by the size of their change, those of one report included", "[diff]") {
+  const BenchDiff d = diff_bench_reports(old_report(), new_report(), "old.json", "new.json");
+  const auto& f = d.graphs[0].families;
+  REQUIRE(f.size() == 4);
+  CHECK(f[0].family == "lm_head");  // +300: only new
+  CHECK_FALSE(f[0].old_us.has_value());
+  CHECK(f[0].new_nodes == 1);
+  CHECK(f[1].family == "swiglu");  // -80: only old
+  CHECK(f[1].delta_us() == Approx(-80));
+  CHECK(f[2].family == "attn_prep");    // -30
+  CHECK(f[3].family == "mlp.gate_up");  // -10
+}
+
+TEST_CASE("diff: the settings that differ", "[diff]") {
+  const BenchDiff d = diff_bench_reports(old_report(), new_report(), "old.json", "new.json");
+  int differing = 0;
+  for (const auto& s : d.settings) {
+    if (s.name == "gemm") {
+      CHECK(s.old_value == "mixed");
+      CHECK(s.new_value == "lt");
+    }
+    if (s.name == "attn_prefill") {
+      CHECK(s.old_value == "(absent)");  // older reports lack some settings
+      CHECK(s.new_value == "wgmma");
+    }
+    if (s.name == "context") CHECK(s.old_value == "1024");
+    differing += s.differs();
+  }
+  CHECK(differing == 2);
+}
+
+TEST_CASE("diff: the text report", "[diff]") {
+  const BenchDiff d = diff_bench_reports(old_report(), new_report(), "old.json", "new.json");
+  const std::string t = format_bench_diff(d, {false, 15.0});
+  CHECK(contains(t, "* gemm           mixed -> lt"));
+  CHECK(contains(t, "  preset         qwen3.5-4b"));
+  CHECK(contains(t, "-0.100 (-2.3%)"));
+  CHECK(contains(t, "faster"));
+  CHECK(contains(t, "only new"));
+  CHECK(contains(t, "one repetition"));  // the prefill rows have no spread
+  CHECK(contains(t, "those that moved by 15.0 us or more"));
+  CHECK(contains(t, "-30.0 (-60.0%)"));       // attn_prep
+  CHECK_FALSE(contains(t, "-10.0 (-1.1%)"));  // gate_up moved by less than 15 us
+  CHECK(contains(t, "(1 more family moved by less; --all lists it)"));
+  CHECK(contains(t, "-5000.0 (-11.9%)"));               // attention.prefill
+  CHECK_FALSE(contains(t, "decode b=8: op families"));  // a graph of one report has no family table
+  const std::string all = format_bench_diff(d, {true, 15.0});
+  CHECK(contains(all, "-10.0 (-1.1%)"));
+  CHECK_FALSE(contains(all, "moved by less"));
+}
+
+TEST_CASE("diff: the JSON report", "[diff]") {
+  json o = old_report();
+  o["interrupted"] = true;
+  const json j = bench_diff_json(diff_bench_reports(o, new_report(), "old.json", "new.json"));
+  CHECK(j["old_interrupted"] == true);
+  CHECK(j["new_interrupted"] == false);
+  REQUIRE(j["graphs"].size() == 4);
+  CHECK(j["graphs"][0]["name"] == "decode b=32");
+  CHECK(j["graphs"][0]["verdict"] == "faster");
+  CHECK(j["graphs"][0]["old_step_ms"]["median"] == 4.40);
+  CHECK(j["graphs"][3]["verdict"] == "only new");
+  CHECK(j["graphs"][3]["old_step_ms"].is_null());
+  CHECK(j["graphs"][0]["families"][0]["family"] == "lm_head");
+  CHECK(j["graphs"][0]["families"][0]["old_us"].is_null());
+  bool gemm = false;
+  for (const auto& s : j["settings"]) {
+    if (s["name"] == "gemm") gemm = s["differs"] == true && s["new"] == "lt";
+  }
+  CHECK(gemm);
+  CHECK(contains(format_bench_diff(diff_bench_reports(o, new_report(), "old.json", "new.json")),
+                 "the old report was interrupted"));
+}
+
+TEST_CASE("diff: documents that are not whole-model bench reports are refused with the reason", "[diff]") {
+  CHECK(contains(refusal(json::array()), "new.json: not a `stepgraph bench --json` report (not a JSON object)"));
+  CHECK(contains(refusal({{"a", 1}, {"b", 2}, {"families_us", 3}}), "new.json: a `stepgraph ab` report"));
+  CHECK(contains(refusal({{"replays_requested", 10}, {"graphs", json::array()}}), "a `stepgraph soak` report"));
+  CHECK(contains(refusal({{"preset", "tiny"}}), "it has no \"graphs\" list"));
+  CHECK(contains(refusal({{"workload", "gdn-decode-layer"}, {"graphs", json::array()}}),
+                 "a bench report of the 'gdn-decode-layer' workload"));
+  CHECK(contains(refusal({{"workload", 3}, {"graphs", json::array()}}), "\"workload\" is not a string"));
+  CHECK(contains(refusal({{"graphs", 5}}), "\"graphs\" is not a list"));
+
+  json g = decode_graph(32, 4.3, 4.2, 4.4, json::object());
+  auto with = [](json graph) { return report(json::array({std::move(graph)})); };
+  json no_kind = g;
+  no_kind.erase("kind");
+  CHECK(contains(refusal(with(no_kind)), "new.json: graphs[0]: no \"kind\""));
+  json capture_like = g;
+  capture_like["kind"] = "x\x1b[2J";
+  CHECK(contains(refusal(with(capture_like)), "\"kind\" is 'x\\x1b[2J', not decode or prefill"));
+  json no_batch = g;
+  no_batch.erase("batch");
+  CHECK(contains(refusal(with(no_batch)), "graphs[0]: no \"batch\""));
+  json neg_batch = g;
+  neg_batch["batch"] = -1;
+  CHECK(contains(refusal(with(neg_batch)), "\"batch\" is not a count"));
+  json text_median = g;
+  text_median["step_ms"]["median"] = "4.3";
+  CHECK(contains(refusal(with(text_median)), "graphs[0].step_ms: \"median\" is not a number"));
+  json unordered = g;
+  unordered["step_ms"]["min"] = 4.35;
+  CHECK(contains(refusal(with(unordered)), "min <= median <= max does not hold"));
+  json bad_family = g;
+  bad_family["ops"] = {{"attn_prep", {{"nodes", 8}}}};
+  CHECK(contains(refusal(with(bad_family)), "graphs[0].ops[\"attn_prep\"]: no \"us\""));
+  json bad_ops = g;
+  bad_ops["ops"] = json::array();
+  CHECK(contains(refusal(with(bad_ops)), "\"ops\" is not an object"));
+  CHECK(contains(refusal(report(json::array({g, g}))), "graphs[1]: a second 'decode b=32'"));
+  CHECK(contains(refusal(report(json::array({5}))), "graphs[0]: not an object"));
+  // The old report is checked too, and named.
+  try {
+    diff_bench_reports(json::object(), new_report(), "old.json", "new.json");
+    FAIL("an empty old report was accepted");
+  } catch (const Error& e) {
+    CHECK(contains(e.what(), "old.json: not a `stepgraph bench --json` report"));
+  }
+  // A well-formed report passes (the checks above are not failing for another reason).
+  CHECK(refusal(with(g)).empty());
+}

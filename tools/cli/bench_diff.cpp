@@ -1,0 +1,330 @@
+// bench_diff.cpp: two whole-model bench reports side by side (see bench_diff.h).
+#include "tools/cli/bench_diff.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "engine/error.h"
+#include "engine/text.h"
+
+namespace sg::cli {
+namespace {
+
+using nlohmann::json;
+
+// The settings a bench report records (bench_model.cpp writes them), in the order they are shown.
+constexpr std::array<const char*, 12> kSettings = {"preset", "device",        "workload",     "context",
+                                                   "arms",   "delta_prefill", "attn_prefill", "attn_decode",
+                                                   "gemm",   "pdl",           "swiglu",       "gated_norm"};
+
+// Reads fields of one report; every error names the report and where in it.
+class Reader {
+ public:
+  explicit Reader(std::string name) : name_(std::move(name)) {}
+
+  [[noreturn]] void fail(const std::string& where, const std::string& what) const {
+    throw Error(fmt::format("{}: {}{}", name_, where.empty() ? "" : where + ": ", what));
+  }
+  const json& field(const json& obj, const char* key, const std::string& where) const {
+    const auto it = obj.find(key);
+    if (it == obj.end()) fail(where, fmt::format("no \"{}\"", key));
+    return *it;
+  }
+  double number(const json& obj, const char* key, const std::string& where) const {
+    const json& v = field(obj, key, where);
+    if (!v.is_number() || !std::isfinite(v.get<double>())) fail(where, fmt::format("\"{}\" is not a number", key));
+    return v.get<double>();
+  }
+  std::optional<double> optional_number(const json& obj, const char* key, const std::string& where) const {
+    if (!obj.contains(key) || obj.at(key).is_null()) return std::nullopt;
+    return number(obj, key, where);
+  }
+  int integer(const json& obj, const char* key, const std::string& where) const {
+    const json& v = field(obj, key, where);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+      fail(where, fmt::format("\"{}\" is not a count", key));
+    return v.get<int>();
+  }
+
+ private:
+  std::string name_;
+};
+
+// Refuses what is not a whole-model bench report, saying what the document is instead.
+void check_report(const json& doc, const Reader& r) {
+  if (!doc.is_object()) r.fail("", "not a `stepgraph bench --json` report (not a JSON object)");
+  if (doc.contains("a") && doc.contains("b") && doc.contains("families_us"))
+    r.fail("", "a `stepgraph ab` report: diff compares two `stepgraph bench --json` reports (ab compares itself)");
+  if (doc.contains("replays_requested") || doc.contains("reference_hash"))
+    r.fail("", "a `stepgraph soak` report: diff compares two `stepgraph bench --json` reports");
+  if (!doc.contains("graphs")) r.fail("", "not a `stepgraph bench --json` report (it has no \"graphs\" list)");
+  if (doc.contains("workload")) {
+    const json& w = doc.at("workload");
+    if (!w.is_string()) r.fail("", "\"workload\" is not a string");
+    if (w.get<std::string>() != "model")
+      r.fail("", fmt::format("a bench report of the '{}' workload: diff compares reports of the whole-model "
+                             "workload (`stepgraph bench`, the default --workload model)",
+                             printable(w.get<std::string>(), 40)));
+  }
+  if (!doc.at("graphs").is_array()) r.fail("", "\"graphs\" is not a list");
+}
+
+std::string setting_text(const json& doc, const char* key) {
+  if (!doc.contains(key) || doc.at(key).is_null()) return "(absent)";
+  const json& v = doc.at(key);
+  return printable(v.is_string() ? v.get<std::string>() : v.dump(), 200);
+}
+
+struct ReadGraph {
+  std::string name;
+  Spread step;
+  std::optional<double> eager_ms, floor_ms;
+  std::map<std::string, std::pair<double, int>> families;  // family -> (us, nodes)
+};
+
+ReadGraph read_graph(const json& g, size_t index, const Reader& r) {
+  const std::string where = fmt::format("graphs[{}]", index);
+  if (!g.is_object()) r.fail(where, "not an object");
+  const json& kind = r.field(g, "kind", where);
+  if (!kind.is_string()) r.fail(where, "\"kind\" is not a string");
+  ReadGraph out;
+  const std::string k = kind.get<std::string>();
+  if (k == "decode") {
+    out.name = fmt::format("decode b={}", r.integer(g, "batch", where));
+  } else if (k == "prefill") {
+    const int bucket = r.integer(g, "bucket", where);
+    out.name = g.contains("sequences") && g.contains("tokens_per_sequence")
+                   ? fmt::format("prefill {} x {} tokens (bucket {})", r.integer(g, "sequences", where),
+                                 r.integer(g, "tokens_per_sequence", where), bucket)
+                   : fmt::format("prefill bucket {}", bucket);
+  } else {
+    r.fail(where, fmt::format("\"kind\" is '{}', not decode or prefill", printable(k, 40)));
+  }
+  const json& step = r.field(g, "step_ms", where);
+  if (!step.is_object()) r.fail(where, "\"step_ms\" is not an object");
+  const std::string sw = where + ".step_ms";
+  out.step = {r.number(step, "median", sw), r.number(step, "min", sw), r.number(step, "max", sw)};
+  if (!(out.step.min <= out.step.median && out.step.median <= out.step.max))
+    r.fail(sw, "min <= median <= max does not hold");
+  out.eager_ms = r.optional_number(g, "eager_ms", where);
+  out.floor_ms = r.optional_number(g, "floor_ms", where);
+  if (g.contains("ops")) {
+    const json& ops = g.at("ops");
+    if (!ops.is_object()) r.fail(where, "\"ops\" is not an object");
+    for (const auto& [family, v] : ops.items()) {
+      const std::string fw = fmt::format("{}.ops[\"{}\"]", where, printable(family, 60));
+      if (!v.is_object()) r.fail(fw, "not an object");
+      const int nodes = v.contains("nodes") ? r.integer(v, "nodes", fw) : 0;
+      out.families[printable(family, 60)] = {r.number(v, "us", fw), nodes};
+    }
+  }
+  return out;
+}
+
+std::vector<ReadGraph> read_graphs(const json& doc, const Reader& r) {
+  std::vector<ReadGraph> v;
+  const json& graphs = doc.at("graphs");
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    ReadGraph g = read_graph(graphs[i], i, r);
+    for (const auto& seen : v) {
+      if (seen.name == g.name) r.fail(fmt::format("graphs[{}]", i), fmt::format("a second '{}'", g.name));
+    }
+    v.push_back(std::move(g));
+  }
+  return v;
+}
+
+bool interrupted(const json& doc) { return doc.contains("interrupted") && doc.at("interrupted") == true; }
+
+std::vector<FamilyDiff> diff_families(const ReadGraph* a, const ReadGraph* b) {
+  std::map<std::string, FamilyDiff> m;
+  if (a) {
+    for (const auto& [f, v] : a->families) {
+      m[f].family = f;
+      m[f].old_us = v.first;
+      m[f].old_nodes = v.second;
+    }
+  }
+  if (b) {
+    for (const auto& [f, v] : b->families) {
+      m[f].family = f;
+      m[f].new_us = v.first;
+      m[f].new_nodes = v.second;
+    }
+  }
+  std::vector<FamilyDiff> out;
+  for (auto& [f, d] : m) out.push_back(std::move(d));
+  std::stable_sort(out.begin(), out.end(), [](const FamilyDiff& x, const FamilyDiff& y) {
+    return std::fabs(x.delta_us()) > std::fabs(y.delta_us());
+  });
+  return out;
+}
+
+std::string_view diff_verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::only_a: return "only old";
+    case Verdict::only_b: return "only new";
+    default: return verdict_name(v);
+  }
+}
+
+std::string percent(double delta, double base) {
+  return base > 0 ? fmt::format("{:+.1f}%", 100.0 * delta / base) : std::string("-");
+}
+
+std::string ms_cell(const std::optional<Spread>& s) {
+  return s ? fmt::format("{:.3f} ({:.3f}..{:.3f})", s->median, s->min, s->max) : std::string("-");
+}
+
+nlohmann::json spread_json(const std::optional<Spread>& s) {
+  if (!s) return nullptr;
+  return {{"median", s->median}, {"min", s->min}, {"max", s->max}};
+}
+
+nlohmann::json opt_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+}  // namespace
+
+double GraphDiff::delta_ms() const { return old_step && new_step ? new_step->median - old_step->median : 0.0; }
+double GraphDiff::noise_ms() const {
+  return old_step && new_step ? std::max(old_step->width(), new_step->width()) : 0.0;
+}
+
+BenchDiff diff_bench_reports(const json& old_doc, const json& new_doc, const std::string& old_name,
+                             const std::string& new_name) {
+  const Reader ro(old_name), rn(new_name);
+  check_report(old_doc, ro);
+  check_report(new_doc, rn);
+  BenchDiff d;
+  for (const char* k : kSettings) d.settings.push_back({k, setting_text(old_doc, k), setting_text(new_doc, k)});
+  d.old_interrupted = interrupted(old_doc);
+  d.new_interrupted = interrupted(new_doc);
+  const std::vector<ReadGraph> a = read_graphs(old_doc, ro), b = read_graphs(new_doc, rn);
+  auto find = [](const std::vector<ReadGraph>& v, const std::string& name) -> const ReadGraph* {
+    for (const auto& g : v) {
+      if (g.name == name) return &g;
+    }
+    return nullptr;
+  };
+  auto add = [&](const ReadGraph* ga, const ReadGraph* gb) {
+    GraphDiff g;
+    g.name = ga ? ga->name : gb->name;
+    if (ga) g.old_step = ga->step, g.old_eager_ms = ga->eager_ms;
+    if (gb) g.new_step = gb->step, g.new_eager_ms = gb->eager_ms;
+    g.floor_ms = gb && gb->floor_ms ? gb->floor_ms : (ga ? ga->floor_ms : std::nullopt);
+    g.verdict = ga && gb ? verdict(ga->step, gb->step) : (ga ? Verdict::only_a : Verdict::only_b);
+    g.families = diff_families(ga, gb);
+    d.graphs.push_back(std::move(g));
+  };
+  for (const auto& ga : a) add(&ga, find(b, ga.name));
+  for (const auto& gb : b) {
+    if (!find(a, gb.name)) add(nullptr, &gb);
+  }
+  return d;
+}
+
+std::string format_bench_diff(const BenchDiff& d, const DiffFormat& f) {
+  std::string out = "settings (old -> new where they differ; * marks those):\n";
+  for (const auto& s : d.settings) {
+    if (s.differs()) {
+      out += fmt::format("* {:<14} {} -> {}\n", s.name, s.old_value, s.new_value);
+    } else if (s.old_value != "(absent)") {
+      out += fmt::format("  {:<14} {}\n", s.name, s.old_value);
+    }
+  }
+  if (d.old_interrupted || d.new_interrupted) {
+    out +=
+        fmt::format("note: the {} report was interrupted (Ctrl-C): it holds the graphs measured before\n",
+                    d.old_interrupted && d.new_interrupted ? "old and the new" : (d.old_interrupted ? "old" : "new"));
+  }
+  out += fmt::format("\n{:<40} {:>28} {:>28} {:>18} {:>8} {}\n", "step (ms, median (min..max))", "old", "new", "change",
+                     "noise", "verdict");
+  bool single = false;
+  for (const auto& g : d.graphs) {
+    const bool both = g.old_step && g.new_step;
+    single = single || (both && g.noise_ms() == 0.0);
+    out += fmt::format(
+        "{:<40} {:>28} {:>28} {:>18} {:>8} {}\n", g.name, ms_cell(g.old_step), ms_cell(g.new_step),
+        both ? fmt::format("{:+.3f} ({})", g.delta_ms(), percent(g.delta_ms(), g.old_step->median)) : std::string("-"),
+        both ? fmt::format("{:.3f}", g.noise_ms()) : std::string("-"), diff_verdict_name(g.verdict));
+  }
+  out +=
+      "verdict: faster or slower when |new - old| exceeds the noise, the wider spread (max - min) of the two "
+      "reports' repetitions; neutral otherwise\n";
+  if (single) {
+    out +=
+        "note: a report timed with one repetition (min = median = max) has no spread, so any change counts; "
+        "run bench with --reps 3 or more for a verdict that means something\n";
+  }
+  for (const auto& g : d.graphs) {
+    if (!g.old_step || !g.new_step) continue;  // a graph of one report: nothing to compare
+    std::vector<const FamilyDiff*> rows;
+    for (const auto& fd : g.families) {
+      if (f.all_families || std::fabs(fd.delta_us()) >= f.min_us || !fd.old_us || !fd.new_us) rows.push_back(&fd);
+    }
+    out += fmt::format("\n{}: op families (us a step, node medians summed), the largest change first", g.name);
+    out += f.all_families ? ":\n" : fmt::format(", those that moved by {:.1f} us or more:\n", f.min_us);
+    if (rows.empty()) {
+      out += "  none\n";
+      continue;
+    }
+    out += fmt::format("  {:<24} {:>12} {:>12} {:>20} {:>11}\n", "family", "old us", "new us", "change", "nodes");
+    double old_sum = 0, new_sum = 0;
+    for (const auto& fd : g.families) old_sum += fd.old_us.value_or(0), new_sum += fd.new_us.value_or(0);
+    for (const FamilyDiff* fd : rows) {
+      const auto us = [](const std::optional<double>& v) { return v ? fmt::format("{:.1f}", *v) : std::string("-"); };
+      const std::string change = fd->old_us && fd->new_us
+                                     ? fmt::format("{:+.1f} ({})", fd->delta_us(), percent(fd->delta_us(), *fd->old_us))
+                                     : std::string(fd->old_us ? "only old" : "only new");
+      out += fmt::format("  {:<24} {:>12} {:>12} {:>20} {:>11}\n", fd->family, us(fd->old_us), us(fd->new_us), change,
+                         fmt::format("{} -> {}", fd->old_nodes, fd->new_nodes));
+    }
+    if (rows.size() < g.families.size()) {
+      const size_t more = g.families.size() - rows.size();
+      out += more == 1 ? std::string("  (1 more family moved by less; --all lists it)\n")
+                       : fmt::format("  ({} more families moved by less; --all lists them)\n", more);
+    }
+    out += fmt::format("  {:<24} {:>12.1f} {:>12.1f} {:>20}\n", "(all families)", old_sum, new_sum,
+                       fmt::format("{:+.1f} ({})", new_sum - old_sum, percent(new_sum - old_sum, old_sum)));
+  }
+  return out;
+}
+
+nlohmann::json bench_diff_json(const BenchDiff& d) {
+  json settings = json::array(), graphs = json::array();
+  for (const auto& s : d.settings) {
+    settings.push_back({{"name", s.name}, {"old", s.old_value}, {"new", s.new_value}, {"differs", s.differs()}});
+  }
+  for (const auto& g : d.graphs) {
+    json fams = json::array();
+    for (const auto& f : g.families) {
+      fams.push_back({{"family", f.family},
+                      {"old_us", opt_json(f.old_us)},
+                      {"new_us", opt_json(f.new_us)},
+                      {"delta_us", f.delta_us()},
+                      {"old_nodes", f.old_nodes},
+                      {"new_nodes", f.new_nodes}});
+    }
+    graphs.push_back({{"name", g.name},
+                      {"old_step_ms", spread_json(g.old_step)},
+                      {"new_step_ms", spread_json(g.new_step)},
+                      {"old_eager_ms", opt_json(g.old_eager_ms)},
+                      {"new_eager_ms", opt_json(g.new_eager_ms)},
+                      {"floor_ms", opt_json(g.floor_ms)},
+                      {"delta_ms", g.delta_ms()},
+                      {"noise_ms", g.noise_ms()},
+                      {"verdict", std::string(diff_verdict_name(g.verdict))},
+                      {"families", fams}});
+  }
+  return {{"settings", settings},
+          {"graphs", graphs},
+          {"old_interrupted", d.old_interrupted},
+          {"new_interrupted", d.new_interrupted}};
+}
+
+}  // namespace sg::cli

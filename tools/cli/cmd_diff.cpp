@@ -1,0 +1,67 @@
+// cmd_diff.cpp: `stepgraph diff OLD.json NEW.json`: two `stepgraph bench --json` reports of the
+// whole-model workload side by side (tools/cli/bench_diff.h says what is compared and the
+// verdict's rule). Reads the files with the checks every JSON stepgraph reads gets
+// (models/json_read.h: a regular file of at most 64 MiB, nesting, repeated keys); needs no GPU.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/error.h"
+#include "engine/text.h"
+#include "models/json_read.h"
+#include "tools/cli/bench_diff.h"
+#include "tools/cli/cli_checks.h"
+#include "tools/cli/commands.h"
+
+namespace sg::cli {
+namespace {
+
+struct DiffOptions {
+  std::string old_path, new_path, json;
+  bool all = false;
+  double min_us = 1.0;
+};
+
+DiffOptions dopt;
+
+int run(const DiffOptions& o) {
+  check_writable(o.json, "--json");
+  const nlohmann::json a = read_json_file(o.old_path), b = read_json_file(o.new_path);
+  const BenchDiff d = diff_bench_reports(a, b, printable(o.old_path, 4096), printable(o.new_path, 4096));
+  fmt::print("old: {}\nnew: {}\n{}", printable(o.old_path, 4096), printable(o.new_path, 4096),
+             format_bench_diff(d, {o.all, o.min_us}));
+  if (!o.json.empty()) {
+    nlohmann::json j = bench_diff_json(d);
+    j["old"] = o.old_path;
+    j["new"] = o.new_path;
+    std::ofstream f(o.json);
+    if (f) f << j.dump(2) << "\n";
+    f.close();
+    if (!f) throw Error(fmt::format("--json {}: cannot write the results to this file", printable(o.json, 4096)));
+    fmt::print("wrote {}\n", printable(o.json, 4096));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_diff(CLI::App& app, Action& action) {
+  auto* cmd = app.add_subcommand(
+      "diff",
+      "Compare two `stepgraph bench --json` reports of the whole-model workload (two commits, two machines, two "
+      "settings): the settings that differ, then per graph (decode batch, prefill shape) the step time old -> new "
+      "with a verdict against the reports' spreads (the rule of `ab`), and the op families whose node time moved, "
+      "the largest change first. Reads the two files only; needs no GPU. For two selections on one build, `ab` "
+      "measures both in one process, which is the fairer comparison.");
+  cmd->add_option("OLD", dopt.old_path, "The report to compare against (bench --json)")->required();
+  cmd->add_option("NEW", dopt.new_path, "The report compared with it (bench --json)")->required();
+  cmd->add_flag("--all", dopt.all, "List every op family, not only those that moved by --min-us or more");
+  cmd->add_option("--min-us", dopt.min_us, "Smallest change of an op family's time listed, us a step")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--json", dopt.json, "Also write the comparison to this JSON file");
+  cmd->callback([&action] { action = [] { return run(dopt); }; });
+}
+
+}  // namespace sg::cli

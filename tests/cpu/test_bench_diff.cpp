@@ -175,6 +175,8 @@ TEST_CASE("diff: documents that are not whole-model bench reports are refused wi
   CHECK(contains(refusal({{"a", 1}, {"b", 2}, {"families_us", 3}}), "new.json: a `stepgraph ab` report"));
   CHECK(contains(refusal({{"replays_requested", 10}, {"graphs", json::array()}}), "a `stepgraph soak` report"));
   CHECK(contains(refusal({{"preset", "tiny"}}), "it has no \"graphs\" list"));
+  CHECK(contains(refusal({{"workload", "model"}, {"implementation", "cpu-reference"}, {"decode_step_ms", 7.7}}),
+                 "a report of the CPU reference (bench without a GPU)"));
   CHECK(contains(refusal({{"workload", "gdn-decode-layer"}, {"graphs", json::array()}}),
                  "a bench report of the 'gdn-decode-layer' workload"));
   CHECK(contains(refusal({{"workload", 3}, {"graphs", json::array()}}), "\"workload\" is not a string"));

@@ -62,6 +62,10 @@ void check_report(const json& doc, const Reader& r) {
     r.fail("", "a `stepgraph ab` report: diff compares two `stepgraph bench --json` reports (ab compares itself)");
   if (doc.contains("replays_requested") || doc.contains("reference_hash"))
     r.fail("", "a `stepgraph soak` report: diff compares two `stepgraph bench --json` reports");
+  if (doc.contains("implementation") && doc.at("implementation") == "cpu-reference")
+    r.fail("",
+           "a report of the CPU reference (bench without a GPU), which times no graphs: diff compares the "
+           "reports of GPU runs");
   if (!doc.contains("graphs")) r.fail("", "not a `stepgraph bench --json` report (it has no \"graphs\" list)");
   if (doc.contains("workload")) {
     const json& w = doc.at("workload");

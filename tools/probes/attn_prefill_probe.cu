@@ -29,14 +29,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                           \
-  do {                                                                                  \
-    auto e_ = (x);                                                                      \
-    if (static_cast<int>(e_) != 0) {                                                    \
-      std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, (int)e_); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
+#include "tools/probes/probe_check.h"
 
 namespace {
 

@@ -29,14 +29,7 @@
 #include "kernels/skinny_gemm.cu"        // the kernel under test, compiled into the probe
 #include "tools/probes/skinny_bulk.cuh"  // a bulk-copy variant
 
-#define CK(x)                                                                           \
-  do {                                                                                  \
-    auto e_ = (x);                                                                      \
-    if (static_cast<int>(e_) != 0) {                                                    \
-      std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, (int)e_); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
+#include "tools/probes/probe_check.h"
 
 constexpr int kCopies = 8, kLaunches = 20;
 

@@ -1,0 +1,15 @@
+// probe_check.h: CK(call), the probes' check of a CUDA, cuBLAS or driver call: any non-zero status
+// prints the file, line, call and status, and ends the probe with exit code 1. For the
+// hand-built probes of tools/probes/ only.
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+
+#define CK(x)                                                                           \
+  do {                                                                                  \
+    auto e_ = (x);                                                                      \
+    if (static_cast<int>(e_) != 0) {                                                    \
+      std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, (int)e_); \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)

@@ -4,8 +4,8 @@
 // Design (FlashAttention-2 style, register-resident S and O). Block (query tile of BQ = 64 rows,
 // q head h), 4 warps; warp w owns tile rows 16w .. 16w + 15. Dynamic shared memory: the q tile
 // [64][D + 8], one K tile and one V tile [BK][D + 8] (BK = 64 keys, 32 for D = 256 so S and O fit
-// the registers: 251 at D = 256, 175 at 128, no spills; the out-of-line per-pass store's call
-// takes a stack frame of O's size) (bf16, rows padded by 16 bytes: the
+// the registers: 255 at D = 256 with 420 bytes of spills since the per-pass store is inlined, which
+// measured faster than its out-of-line call; 190 at 128, no spills) (bf16, rows padded by 16 bytes: the
 // 32-bit fragment loads and ldmatrix are bank-conflict free) and the tile's slots / positions:
 // attention_prefill_mma_smem(D) bytes (68,096 for D = 256, 52,736 for 128: opt-in above 48 KB,
 // set by the launcher before every launch as delta_rule_prefill_chunked does). Loads are cp.async (16 bytes,

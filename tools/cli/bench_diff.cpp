@@ -242,9 +242,10 @@ std::string format_bench_diff(const BenchDiff& d, const DiffFormat& f) {
     }
   }
   if (d.old_interrupted || d.new_interrupted) {
-    out +=
-        fmt::format("note: the {} report was interrupted (Ctrl-C): it holds the graphs measured before\n",
-                    d.old_interrupted && d.new_interrupted ? "old and the new" : (d.old_interrupted ? "old" : "new"));
+    out += d.old_interrupted && d.new_interrupted
+               ? "note: both reports were interrupted (Ctrl-C): they hold the graphs measured before\n"
+               : fmt::format("note: the {} report was interrupted (Ctrl-C): it holds the graphs measured before\n",
+                             d.old_interrupted ? "old" : "new");
   }
   out += fmt::format("\n{:<40} {:>28} {:>28} {:>18} {:>8} {}\n", "step (ms, median (min..max))", "old", "new", "change",
                      "noise", "verdict");

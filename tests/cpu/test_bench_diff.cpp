@@ -122,7 +122,7 @@ TEST_CASE("diff: the settings that differ", "[diff]") {
       CHECK(s.new_value == "wgmma");
     }
     if (s.name == "context") CHECK(s.old_value == "1024");
-    differing += s.differs();
+    differing += s.differs;
   }
   CHECK(differing == 2);
 }
@@ -136,7 +136,7 @@ TEST_CASE("diff: the text report", "[diff]") {
   CHECK(contains(t, "faster"));
   CHECK(contains(t, "only new"));
   CHECK(contains(t, "one repetition"));  // the prefill rows have no spread
-  CHECK(contains(t, "those that moved by 15.0 us or more"));
+  CHECK(contains(t, "those that moved by 15 us or more"));
   CHECK(contains(t, "-30.0 (-60.0%)"));       // attn_prep
   CHECK_FALSE(contains(t, "-10.0 (-1.1%)"));  // gate_up moved by less than 15 us
   CHECK(contains(t, "(1 more family moved by less; --all lists it)"));
@@ -170,11 +170,54 @@ TEST_CASE("diff: the JSON report", "[diff]") {
                  "the old report was interrupted"));
 }
 
+TEST_CASE("diff: both reports interrupted, a report without family times, no family past --min-us", "[diff]") {
+  json o = old_report(), n = new_report();
+  o["interrupted"] = true;
+  n["interrupted"] = true;
+  n["graphs"][0]["ops"] = json::object();  // bench --node-replays 0
+  const BenchDiff d = diff_bench_reports(o, n, "old.json", "new.json");
+  CHECK(d.graphs[0].old_timed);
+  CHECK_FALSE(d.graphs[0].new_timed);
+  CHECK(d.graphs[0].families.empty());
+  const std::string t = format_bench_diff(d, {false, 1e6});
+  CHECK(contains(t, "note: both reports were interrupted"));
+  CHECK(contains(t, "decode b=32: op families not timed in the new report"));
+  CHECK_FALSE(contains(t, "only old"));  // the families are not listed as gone
+  // decode b=1: no family moved by 1e6 us, yet the table says so and still gives the total.
+  CHECK(contains(t, "those that moved by 1e+06 us or more:\n  none\n  (1 more family moved by less"));
+  CHECK(contains(t, "(all families)                  680.0        681.0         +1.0 (+0.1%)"));
+  const json j = bench_diff_json(d);
+  CHECK(j["graphs"][0]["new_timed"] == false);
+}
+
+TEST_CASE("diff: families and settings are matched by their names and values as the files hold them", "[diff]") {
+  const std::string stem(60, 'f');
+  json o = old_report(), n = new_report();
+  o["graphs"][0]["ops"] = {{stem + "_a", family(10, 1)}, {stem + "_b", family(20, 1)}};
+  n["graphs"][0]["ops"] = {{stem + "_a", family(10, 1)}, {stem + "_b", family(25, 1)}};
+  o["arms"] = std::string(250, 'x') + "1";
+  n["arms"] = std::string(250, 'x') + "2";  // differs only past the 200 bytes shown
+  const BenchDiff d = diff_bench_reports(o, n, "old.json", "new.json");
+  REQUIRE(d.graphs[0].families.size() == 2);  // not merged although their shown names are equal
+  CHECK(d.graphs[0].families[0].delta_us() == Approx(5));
+  CHECK(d.graphs[0].families[1].delta_us() == Approx(0));
+  bool arms = false;
+  for (const auto& s : d.settings) {
+    if (s.name == "arms") arms = s.differs && s.old_value == s.new_value;
+  }
+  CHECK(arms);
+}
+
 TEST_CASE("diff: documents that are not whole-model bench reports are refused with the reason", "[diff]") {
   CHECK(contains(refusal(json::array()), "new.json: not a `stepgraph bench --json` report (not a JSON object)"));
   CHECK(contains(refusal({{"a", 1}, {"b", 2}, {"families_us", 3}}), "new.json: a `stepgraph ab` report"));
   CHECK(contains(refusal({{"replays_requested", 10}, {"graphs", json::array()}}), "a `stepgraph soak` report"));
   CHECK(contains(refusal({{"preset", "tiny"}}), "it has no \"graphs\" list"));
+  CHECK(contains(refusal({{"graphs", json::array()}, {"totals", json::object()}, {"planned_graphs", 3}}),
+                 "a `stepgraph capture` report"));
+  json odd_interrupted = new_report();
+  odd_interrupted["interrupted"] = "true";
+  CHECK(contains(refusal(odd_interrupted), "\"interrupted\" is not true or false"));
   CHECK(contains(refusal({{"workload", "model"}, {"implementation", "cpu-reference"}, {"decode_step_ms", 7.7}}),
                  "a report of the CPU reference (bench without a GPU)"));
   CHECK(contains(refusal({{"workload", "gdn-decode-layer"}, {"graphs", json::array()}}),
@@ -187,9 +230,9 @@ TEST_CASE("diff: documents that are not whole-model bench reports are refused wi
   json no_kind = g;
   no_kind.erase("kind");
   CHECK(contains(refusal(with(no_kind)), "new.json: graphs[0]: no \"kind\""));
-  json capture_like = g;
-  capture_like["kind"] = "x\x1b[2J";
-  CHECK(contains(refusal(with(capture_like)), "\"kind\" is 'x\\x1b[2J', not decode or prefill"));
+  json odd_kind = g;
+  odd_kind["kind"] = "x\x1b[2J";
+  CHECK(contains(refusal(with(odd_kind)), "\"kind\" is 'x\\x1b[2J', not decode or prefill"));
   json no_batch = g;
   no_batch.erase("batch");
   CHECK(contains(refusal(with(no_batch)), "graphs[0]: no \"batch\""));
@@ -199,6 +242,12 @@ TEST_CASE("diff: documents that are not whole-model bench reports are refused wi
   json text_median = g;
   text_median["step_ms"]["median"] = "4.3";
   CHECK(contains(refusal(with(text_median)), "graphs[0].step_ms: \"median\" is not a number"));
+  json negative = g;
+  negative["step_ms"] = {{"median", -5.0}, {"min", -6.0}, {"max", -4.0}};
+  CHECK(contains(refusal(with(negative)), "graphs[0].step_ms: \"median\" is -5, not a time in [0, 1e+09]"));
+  json huge = g;
+  huge["eager_ms"] = 1e300;
+  CHECK(contains(refusal(with(huge)), "graphs[0]: \"eager_ms\" is 1e+300, not a time"));
   json unordered = g;
   unordered["step_ms"]["min"] = 4.35;
   CHECK(contains(refusal(with(unordered)), "min <= median <= max does not hold"));

@@ -1,7 +1,8 @@
 // `stepgraph diff` run as a subprocess (tests/support/bad_input.h: a time limit, no GPU): two bench
 // reports compared end to end (the text and --json), and the files and options it refuses: a
 // missing file, a FIFO, a folder, invalid or deeply nested JSON, a key twice, an `ab` report, an
-// unwritable --json (refused before the reports are read), a negative --min-us, a missing report.
+// unwritable --json (refused before the reports are read) or one naming a report, a negative or
+// NaN --min-us, a missing report.
 #include <fstream>
 #include <string>
 #include <vector>
@@ -85,7 +86,16 @@ std::vector<CliCase> diff_cases() {
   add("diff --json into a missing folder, before the reports are read",
       {"diff", "{dir}/nope.json", "{dir}/new.json", "--json", "{dir}/missing/diff.json"}, 1,
       {"--json {dir}/missing/diff.json: cannot write this file"});
+  add("diff --json naming one of the reports", {"diff", "{dir}/old.json", "{dir}/new.json", "--json", "{dir}/new.json"},
+      1, {"--json {dir}/new.json is one of the reports compared"})
+      ->after = [](const fs::path& dir, const std::string&) {
+    std::ifstream in(dir / "new.json");
+    CHECK(json::parse(in)["gemm"] == "lt");  // left as it was
+  };
+  v.back().setup = write_reports;
   add("diff --min-us -1", {"diff", "a.json", "b.json", "--min-us", "-1"}, kCli11Invalid, {"--min-us"});
+  add("diff --min-us nan", {"diff", "{dir}/old.json", "{dir}/new.json", "--min-us", "nan"}, -1, {"--min-us"})->setup =
+      write_reports;
   add("diff with one report", {"diff", "a.json"}, kCli11Required, {"NEW"});
   return v;
 }

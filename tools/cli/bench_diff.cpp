@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "engine/error.h"
 #include "engine/text.h"
@@ -21,6 +22,9 @@ using nlohmann::json;
 constexpr std::array<const char*, 12> kSettings = {"preset", "device",        "workload",     "context",
                                                    "arms",   "delta_prefill", "attn_prefill", "attn_decode",
                                                    "gemm",   "pdl",           "swiglu",       "gated_norm"};
+
+// The largest time a report may hold (ms or us): a day in ms, so sums and percentages stay finite.
+constexpr double kMaxTime = 1e9;
 
 // Reads fields of one report; every error names the report and where in it.
 class Reader {
@@ -40,9 +44,15 @@ class Reader {
     if (!v.is_number() || !std::isfinite(v.get<double>())) fail(where, fmt::format("\"{}\" is not a number", key));
     return v.get<double>();
   }
-  std::optional<double> optional_number(const json& obj, const char* key, const std::string& where) const {
+  // A time (ms or us) of a report: a number in [0, kMaxTime].
+  double time(const json& obj, const char* key, const std::string& where) const {
+    const double v = number(obj, key, where);
+    if (v < 0 || v > kMaxTime) fail(where, fmt::format("\"{}\" is {:g}, not a time in [0, {:g}]", key, v, kMaxTime));
+    return v;
+  }
+  std::optional<double> optional_time(const json& obj, const char* key, const std::string& where) const {
     if (!obj.contains(key) || obj.at(key).is_null()) return std::nullopt;
-    return number(obj, key, where);
+    return time(obj, key, where);
   }
   int integer(const json& obj, const char* key, const std::string& where) const {
     const json& v = field(obj, key, where);
@@ -60,6 +70,8 @@ void check_report(const json& doc, const Reader& r) {
   if (!doc.is_object()) r.fail("", "not a `stepgraph bench --json` report (not a JSON object)");
   if (doc.contains("a") && doc.contains("b") && doc.contains("families_us"))
     r.fail("", "a `stepgraph ab` report: diff compares two `stepgraph bench --json` reports (ab compares itself)");
+  if (doc.contains("totals") || doc.contains("planned_graphs"))
+    r.fail("", "a `stepgraph capture` report: diff compares two `stepgraph bench --json` reports");
   if (doc.contains("replays_requested") || doc.contains("reference_hash"))
     r.fail("", "a `stepgraph soak` report: diff compares two `stepgraph bench --json` reports");
   if (doc.contains("implementation") && doc.at("implementation") == "cpu-reference")
@@ -76,19 +88,28 @@ void check_report(const json& doc, const Reader& r) {
                              printable(w.get<std::string>(), 40)));
   }
   if (!doc.at("graphs").is_array()) r.fail("", "\"graphs\" is not a list");
+  if (doc.contains("interrupted") && !doc.at("interrupted").is_boolean())
+    r.fail("", "\"interrupted\" is not true or false");
 }
 
-std::string setting_text(const json& doc, const char* key) {
-  if (!doc.contains(key) || doc.at(key).is_null()) return "(absent)";
+// A setting's value as the report holds it (JSON text for a non-string); nullopt when absent.
+std::optional<std::string> setting_value(const json& doc, const char* key) {
+  if (!doc.contains(key) || doc.at(key).is_null()) return std::nullopt;
   const json& v = doc.at(key);
-  return printable(v.is_string() ? v.get<std::string>() : v.dump(), 200);
+  return v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+SettingDiff diff_setting(const json& a, const json& b, const char* key) {
+  const auto va = setting_value(a, key), vb = setting_value(b, key);
+  auto shown = [](const std::optional<std::string>& v) { return v ? printable(*v, 200) : std::string("(absent)"); };
+  return {key, shown(va), shown(vb), va != vb};
 }
 
 struct ReadGraph {
   std::string name;
   Spread step;
   std::optional<double> eager_ms, floor_ms;
-  std::map<std::string, std::pair<double, int>> families;  // family -> (us, nodes)
+  std::map<std::string, std::pair<double, int>> families;  // family (as in the file) -> (us, nodes)
 };
 
 ReadGraph read_graph(const json& g, size_t index, const Reader& r) {
@@ -112,11 +133,11 @@ ReadGraph read_graph(const json& g, size_t index, const Reader& r) {
   const json& step = r.field(g, "step_ms", where);
   if (!step.is_object()) r.fail(where, "\"step_ms\" is not an object");
   const std::string sw = where + ".step_ms";
-  out.step = {r.number(step, "median", sw), r.number(step, "min", sw), r.number(step, "max", sw)};
+  out.step = {r.time(step, "median", sw), r.time(step, "min", sw), r.time(step, "max", sw)};
   if (!(out.step.min <= out.step.median && out.step.median <= out.step.max))
     r.fail(sw, "min <= median <= max does not hold");
-  out.eager_ms = r.optional_number(g, "eager_ms", where);
-  out.floor_ms = r.optional_number(g, "floor_ms", where);
+  out.eager_ms = r.optional_time(g, "eager_ms", where);
+  out.floor_ms = r.optional_time(g, "floor_ms", where);
   if (g.contains("ops")) {
     const json& ops = g.at("ops");
     if (!ops.is_object()) r.fail(where, "\"ops\" is not an object");
@@ -124,39 +145,47 @@ ReadGraph read_graph(const json& g, size_t index, const Reader& r) {
       const std::string fw = fmt::format("{}.ops[\"{}\"]", where, printable(family, 60));
       if (!v.is_object()) r.fail(fw, "not an object");
       const int nodes = v.contains("nodes") ? r.integer(v, "nodes", fw) : 0;
-      out.families[printable(family, 60)] = {r.number(v, "us", fw), nodes};
+      out.families[family] = {r.time(v, "us", fw), nodes};
     }
   }
   return out;
 }
 
-std::vector<ReadGraph> read_graphs(const json& doc, const Reader& r) {
-  std::vector<ReadGraph> v;
+struct ReadReport {
+  std::vector<ReadGraph> graphs;
+  std::unordered_map<std::string, size_t> index;  // graph name -> position in graphs
+  const ReadGraph* find(const std::string& name) const {
+    const auto it = index.find(name);
+    return it == index.end() ? nullptr : &graphs[it->second];
+  }
+};
+
+ReadReport read_graphs(const json& doc, const Reader& r) {
+  ReadReport out;
   const json& graphs = doc.at("graphs");
   for (size_t i = 0; i < graphs.size(); ++i) {
     ReadGraph g = read_graph(graphs[i], i, r);
-    for (const auto& seen : v) {
-      if (seen.name == g.name) r.fail(fmt::format("graphs[{}]", i), fmt::format("a second '{}'", g.name));
-    }
-    v.push_back(std::move(g));
+    if (!out.index.emplace(g.name, out.graphs.size()).second)
+      r.fail(fmt::format("graphs[{}]", i), fmt::format("a second '{}'", g.name));
+    out.graphs.push_back(std::move(g));
   }
-  return v;
+  return out;
 }
 
 bool interrupted(const json& doc) { return doc.contains("interrupted") && doc.at("interrupted") == true; }
 
 std::vector<FamilyDiff> diff_families(const ReadGraph* a, const ReadGraph* b) {
-  std::map<std::string, FamilyDiff> m;
+  std::map<std::string, FamilyDiff> m;  // keyed by the names as the files hold them
   if (a) {
     for (const auto& [f, v] : a->families) {
-      m[f].family = f;
+      m[f].family = printable(f, 60);
       m[f].old_us = v.first;
       m[f].old_nodes = v.second;
     }
   }
   if (b) {
     for (const auto& [f, v] : b->families) {
-      m[f].family = f;
+      m[f].family = printable(f, 60);
       m[f].new_us = v.first;
       m[f].new_nodes = v.second;
     }
@@ -205,16 +234,10 @@ BenchDiff diff_bench_reports(const json& old_doc, const json& new_doc, const std
   check_report(old_doc, ro);
   check_report(new_doc, rn);
   BenchDiff d;
-  for (const char* k : kSettings) d.settings.push_back({k, setting_text(old_doc, k), setting_text(new_doc, k)});
+  for (const char* k : kSettings) d.settings.push_back(diff_setting(old_doc, new_doc, k));
   d.old_interrupted = interrupted(old_doc);
   d.new_interrupted = interrupted(new_doc);
-  const std::vector<ReadGraph> a = read_graphs(old_doc, ro), b = read_graphs(new_doc, rn);
-  auto find = [](const std::vector<ReadGraph>& v, const std::string& name) -> const ReadGraph* {
-    for (const auto& g : v) {
-      if (g.name == name) return &g;
-    }
-    return nullptr;
-  };
+  const ReadReport a = read_graphs(old_doc, ro), b = read_graphs(new_doc, rn);
   auto add = [&](const ReadGraph* ga, const ReadGraph* gb) {
     GraphDiff g;
     g.name = ga ? ga->name : gb->name;
@@ -222,12 +245,14 @@ BenchDiff diff_bench_reports(const json& old_doc, const json& new_doc, const std
     if (gb) g.new_step = gb->step, g.new_eager_ms = gb->eager_ms;
     g.floor_ms = gb && gb->floor_ms ? gb->floor_ms : (ga ? ga->floor_ms : std::nullopt);
     g.verdict = ga && gb ? verdict(ga->step, gb->step) : (ga ? Verdict::only_a : Verdict::only_b);
-    g.families = diff_families(ga, gb);
+    g.old_timed = ga && !ga->families.empty();
+    g.new_timed = gb && !gb->families.empty();
+    if (g.old_timed && g.new_timed) g.families = diff_families(ga, gb);
     d.graphs.push_back(std::move(g));
   };
-  for (const auto& ga : a) add(&ga, find(b, ga.name));
-  for (const auto& gb : b) {
-    if (!find(a, gb.name)) add(nullptr, &gb);
+  for (const auto& ga : a.graphs) add(&ga, b.find(ga.name));
+  for (const auto& gb : b.graphs) {
+    if (!a.find(gb.name)) add(nullptr, &gb);
   }
   return d;
 }
@@ -235,7 +260,7 @@ BenchDiff diff_bench_reports(const json& old_doc, const json& new_doc, const std
 std::string format_bench_diff(const BenchDiff& d, const DiffFormat& f) {
   std::string out = "settings (old -> new where they differ; * marks those):\n";
   for (const auto& s : d.settings) {
-    if (s.differs()) {
+    if (s.differs) {
       out += fmt::format("* {:<14} {} -> {}\n", s.name, s.old_value, s.new_value);
     } else if (s.old_value != "(absent)") {
       out += fmt::format("  {:<14} {}\n", s.name, s.old_value);
@@ -252,7 +277,7 @@ std::string format_bench_diff(const BenchDiff& d, const DiffFormat& f) {
   bool single = false;
   for (const auto& g : d.graphs) {
     const bool both = g.old_step && g.new_step;
-    single = single || (both && g.noise_ms() == 0.0);
+    single = single || (both && (g.old_step->width() == 0.0 || g.new_step->width() == 0.0));
     out += fmt::format(
         "{:<40} {:>28} {:>28} {:>18} {:>8} {}\n", g.name, ms_cell(g.old_step), ms_cell(g.new_step),
         both ? fmt::format("{:+.3f} ({})", g.delta_ms(), percent(g.delta_ms(), g.old_step->median)) : std::string("-"),
@@ -263,22 +288,29 @@ std::string format_bench_diff(const BenchDiff& d, const DiffFormat& f) {
       "reports' repetitions; neutral otherwise\n";
   if (single) {
     out +=
-        "note: a report timed with one repetition (min = median = max) has no spread, so any change counts; "
-        "run bench with --reps 3 or more for a verdict that means something\n";
+        "note: a report timed with one repetition (min = median = max) has no spread, so the verdict rests on the "
+        "other report's spread alone (or on none: then any change counts); run bench with --reps 3 or more on both "
+        "for a verdict that means something\n";
   }
   for (const auto& g : d.graphs) {
     if (!g.old_step || !g.new_step) continue;  // a graph of one report: nothing to compare
+    if (!g.old_timed || !g.new_timed) {
+      out += fmt::format(
+          "\n{}: op families not timed in {} (bench --node-replays 0 writes none)\n", g.name,
+          !g.old_timed && !g.new_timed ? "either report" : (g.old_timed ? "the new report" : "the old report"));
+      continue;
+    }
     std::vector<const FamilyDiff*> rows;
     for (const auto& fd : g.families) {
       if (f.all_families || std::fabs(fd.delta_us()) >= f.min_us || !fd.old_us || !fd.new_us) rows.push_back(&fd);
     }
     out += fmt::format("\n{}: op families (us a step, node medians summed), the largest change first", g.name);
-    out += f.all_families ? ":\n" : fmt::format(", those that moved by {:.1f} us or more:\n", f.min_us);
+    out += f.all_families ? ":\n" : fmt::format(", those that moved by {:g} us or more:\n", f.min_us);
     if (rows.empty()) {
       out += "  none\n";
-      continue;
+    } else {
+      out += fmt::format("  {:<24} {:>12} {:>12} {:>20} {:>11}\n", "family", "old us", "new us", "change", "nodes");
     }
-    out += fmt::format("  {:<24} {:>12} {:>12} {:>20} {:>11}\n", "family", "old us", "new us", "change", "nodes");
     double old_sum = 0, new_sum = 0;
     for (const auto& fd : g.families) old_sum += fd.old_us.value_or(0), new_sum += fd.new_us.value_or(0);
     for (const FamilyDiff* fd : rows) {
@@ -303,7 +335,7 @@ std::string format_bench_diff(const BenchDiff& d, const DiffFormat& f) {
 nlohmann::json bench_diff_json(const BenchDiff& d) {
   json settings = json::array(), graphs = json::array();
   for (const auto& s : d.settings) {
-    settings.push_back({{"name", s.name}, {"old", s.old_value}, {"new", s.new_value}, {"differs", s.differs()}});
+    settings.push_back({{"name", s.name}, {"old", s.old_value}, {"new", s.new_value}, {"differs", s.differs}});
   }
   for (const auto& g : d.graphs) {
     json fams = json::array();
@@ -324,6 +356,8 @@ nlohmann::json bench_diff_json(const BenchDiff& d) {
                       {"delta_ms", g.delta_ms()},
                       {"noise_ms", g.noise_ms()},
                       {"verdict", std::string(diff_verdict_name(g.verdict))},
+                      {"old_timed", g.old_timed},
+                      {"new_timed", g.new_timed},
                       {"families", fams}});
   }
   return {{"settings", settings},

@@ -7,9 +7,11 @@
 // The step's verdict is `stepgraph ab`'s rule (ab_compare.h) on the reports' step_ms median, min
 // and max: noise = the wider of the two spreads (max - min over the repetitions), "faster" or
 // "slower" when |new median - old median| exceeds it, else "neutral". A report timed with one
-// repetition has no spread, so every change is flagged: the table says so. Families carry one
-// value a report (node medians summed), so they get the change and no verdict. A graph or family
-// only one report has is listed as "only old" / "only new".
+// repetition has no spread, so the verdict rests on the other's spread (with none on either side,
+// every change counts): the table says so. Families carry one value a report (node medians summed),
+// so they get the change and no verdict. A graph or family only one report has is listed as
+// "only old" / "only new"; a report without family times (bench --node-replays 0) is said to have
+// none. Times must lie in [0, 1e9] (ms or us).
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -20,15 +22,16 @@
 
 namespace sg::cli {
 
-// One setting of the reports ("preset", "arms", "gemm", ...): the values as text, "(absent)" for a
-// report that does not have it (older reports lack some settings).
+// One setting of the reports ("preset", "arms", "gemm", ...): the values as text made printable,
+// "(absent)" for a report that does not have it (older reports lack some settings); `differs`
+// compares the values as the files hold them.
 struct SettingDiff {
   std::string name, old_value, new_value;
-  bool differs() const { return old_value != new_value; }
+  bool differs = false;
 };
 
 struct FamilyDiff {
-  std::string family;
+  std::string family;                    // made printable (families are matched by the names as the files hold them)
   std::optional<double> old_us, new_us;  // us a step (node medians summed over the family's nodes)
   int old_nodes = 0, new_nodes = 0;
   double delta_us() const { return new_us.value_or(0.0) - old_us.value_or(0.0); }
@@ -38,10 +41,11 @@ struct GraphDiff {
   std::string name;                          // "decode b=32", "prefill 32 x 1024 tokens (bucket 32768)"
   std::optional<Spread> old_step, new_step;  // ms a step (graph replays)
   std::optional<double> old_eager_ms, new_eager_ms, floor_ms;
-  Verdict verdict = Verdict::neutral;  // of the step (only_a / only_b: the graph is in one report)
-  std::vector<FamilyDiff> families;    // the largest |change| first
-  double delta_ms() const;             // new median - old median (0 unless both)
-  double noise_ms() const;             // the wider spread (0 unless both)
+  Verdict verdict = Verdict::neutral;         // of the step (only_a / only_b: the graph is in one report)
+  bool old_timed = false, new_timed = false;  // the report has op family times for the graph
+  std::vector<FamilyDiff> families;           // the largest |change| first; empty unless both are timed
+  double delta_ms() const;                    // new median - old median (0 unless both)
+  double noise_ms() const;                    // the wider spread (0 unless both)
 };
 
 struct BenchDiff {
@@ -51,8 +55,9 @@ struct BenchDiff {
 };
 
 // Throws sg::Error naming `old_name` or `new_name` and the field when a document is not a bench
-// report of the whole-model workload (an `ab`, `capture`, `soak` or `serve` report, a gdn-layer
-// bench report, a missing or mistyped field).
+// report of the whole-model workload (an `ab`, `capture` or `soak` report, a gdn-layer or CPU
+// reference bench report, a missing or mistyped field, a time outside [0, 1e9], two graphs of one
+// name).
 BenchDiff diff_bench_reports(const nlohmann::json& old_doc, const nlohmann::json& new_doc, const std::string& old_name,
                              const std::string& new_name);
 

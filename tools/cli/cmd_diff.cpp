@@ -4,6 +4,8 @@
 // (models/json_read.h: a regular file of at most 64 MiB, nesting, repeated keys); needs no GPU.
 #include <fmt/format.h>
 
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -25,18 +27,30 @@ struct DiffOptions {
 
 DiffOptions dopt;
 
+// True when `a` and `b` name the same existing file.
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return std::filesystem::equivalent(a, b, ec) && !ec;
+}
+
 int run(const DiffOptions& o) {
+  if (!std::isfinite(o.min_us)) throw Error("--min-us must be a finite number of microseconds");
+  for (const std::string* in : {&o.old_path, &o.new_path}) {
+    if (!o.json.empty() && same_file(o.json, *in))
+      throw Error(fmt::format("--json {} is one of the reports compared: give another file", printable(o.json, 4096)));
+  }
   check_writable(o.json, "--json");
+  const std::string old_name = printable(o.old_path, 4096), new_name = printable(o.new_path, 4096);
   const nlohmann::json a = read_json_file(o.old_path), b = read_json_file(o.new_path);
-  const BenchDiff d = diff_bench_reports(a, b, printable(o.old_path, 4096), printable(o.new_path, 4096));
-  fmt::print("old: {}\nnew: {}\n{}", printable(o.old_path, 4096), printable(o.new_path, 4096),
-             format_bench_diff(d, {o.all, o.min_us}));
+  const BenchDiff d = diff_bench_reports(a, b, old_name, new_name);
+  fmt::print("old: {}\nnew: {}\n{}", old_name, new_name, format_bench_diff(d, {o.all, o.min_us}));
   if (!o.json.empty()) {
     nlohmann::json j = bench_diff_json(d);
-    j["old"] = o.old_path;
-    j["new"] = o.new_path;
+    j["old"] = old_name;
+    j["new"] = new_name;
+    const std::string text = j.dump(2) + "\n";  // before the file is opened (and emptied)
     std::ofstream f(o.json);
-    if (f) f << j.dump(2) << "\n";
+    if (f) f << text;
     f.close();
     if (!f) throw Error(fmt::format("--json {}: cannot write the results to this file", printable(o.json, 4096)));
     fmt::print("wrote {}\n", printable(o.json, 4096));

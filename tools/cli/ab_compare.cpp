@@ -11,11 +11,6 @@
 namespace sg::cli {
 namespace {
 
-std::string cell(const std::optional<Spread>& s, int precision) {
-  if (!s) return "-";
-  return fmt::format("{:.{}f} ({:.{}f}..{:.{}f})", s->median, precision, s->min, precision, s->max, precision);
-}
-
 nlohmann::json side_json(const std::vector<double>& v, const std::optional<Spread>& s) {
   if (!s) return nullptr;
   return {{"median", s->median}, {"min", s->min}, {"max", s->max}, {"samples", v}};
@@ -30,8 +25,8 @@ std::string hash_text(uint64_t h) { return fmt::format("{:016x}", h); }
 
 std::string row_line(const ComparedRow& r, int precision) {
   const bool both = r.sa && r.sb;
-  return fmt::format("{:<22} {:>28} {:>28} {:>10} {:>9} {}\n", r.name, cell(r.sa, precision), cell(r.sb, precision),
-                     both ? fmt::format("{:+.{}f}", r.diff(), precision) : "-",
+  return fmt::format("{:<22} {:>28} {:>28} {:>10} {:>9} {}\n", r.name, format_spread(r.sa, precision),
+                     format_spread(r.sb, precision), both ? fmt::format("{:+.{}f}", r.diff(), precision) : "-",
                      both ? fmt::format("{:.{}f}", r.noise(), precision) : "-", verdict_name(r.v));
 }
 

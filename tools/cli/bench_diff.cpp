@@ -174,21 +174,17 @@ ReadReport read_graphs(const json& doc, const Reader& r) {
 
 bool interrupted(const json& doc) { return doc.contains("interrupted") && doc.at("interrupted") == true; }
 
-std::vector<FamilyDiff> diff_families(const ReadGraph* a, const ReadGraph* b) {
+std::vector<FamilyDiff> diff_families(const ReadGraph& a, const ReadGraph& b) {
   std::map<std::string, FamilyDiff> m;  // keyed by the names as the files hold them
-  if (a) {
-    for (const auto& [f, v] : a->families) {
-      m[f].family = printable(f, 60);
-      m[f].old_us = v.first;
-      m[f].old_nodes = v.second;
-    }
+  for (const auto& [f, v] : a.families) {
+    m[f].family = printable(f, 60);
+    m[f].old_us = v.first;
+    m[f].old_nodes = v.second;
   }
-  if (b) {
-    for (const auto& [f, v] : b->families) {
-      m[f].family = printable(f, 60);
-      m[f].new_us = v.first;
-      m[f].new_nodes = v.second;
-    }
+  for (const auto& [f, v] : b.families) {
+    m[f].family = printable(f, 60);
+    m[f].new_us = v.first;
+    m[f].new_nodes = v.second;
   }
   std::vector<FamilyDiff> out;
   for (auto& [f, d] : m) out.push_back(std::move(d));
@@ -208,10 +204,6 @@ std::string_view diff_verdict_name(Verdict v) {
 
 std::string percent(double delta, double base) {
   return base > 0 ? fmt::format("{:+.1f}%", 100.0 * delta / base) : std::string("-");
-}
-
-std::string ms_cell(const std::optional<Spread>& s) {
-  return s ? fmt::format("{:.3f} ({:.3f}..{:.3f})", s->median, s->min, s->max) : std::string("-");
 }
 
 nlohmann::json spread_json(const std::optional<Spread>& s) {
@@ -247,7 +239,7 @@ BenchDiff diff_bench_reports(const json& old_doc, const json& new_doc, const std
     g.verdict = ga && gb ? verdict(ga->step, gb->step) : (ga ? Verdict::only_a : Verdict::only_b);
     g.old_timed = ga && !ga->families.empty();
     g.new_timed = gb && !gb->families.empty();
-    if (g.old_timed && g.new_timed) g.families = diff_families(ga, gb);
+    if (g.old_timed && g.new_timed) g.families = diff_families(*ga, *gb);
     d.graphs.push_back(std::move(g));
   };
   for (const auto& ga : a.graphs) add(&ga, b.find(ga.name));
@@ -279,7 +271,7 @@ std::string format_bench_diff(const BenchDiff& d, const DiffFormat& f) {
     const bool both = g.old_step && g.new_step;
     single = single || (both && (g.old_step->width() == 0.0 || g.new_step->width() == 0.0));
     out += fmt::format(
-        "{:<40} {:>28} {:>28} {:>18} {:>8} {}\n", g.name, ms_cell(g.old_step), ms_cell(g.new_step),
+        "{:<40} {:>28} {:>28} {:>18} {:>8} {}\n", g.name, format_spread(g.old_step, 3), format_spread(g.new_step, 3),
         both ? fmt::format("{:+.3f} ({})", g.delta_ms(), percent(g.delta_ms(), g.old_step->median)) : std::string("-"),
         both ? fmt::format("{:.3f}", g.noise_ms()) : std::string("-"), diff_verdict_name(g.verdict));
   }

@@ -14,7 +14,6 @@
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -198,14 +197,6 @@ void report_drill(const FaultDrill& drill, const Side (&sides)[2], const std::st
   fmt::print("fault drill: a kernel that faults after layer {} {}, {}\n", drill.layer, drill.op, where);
 }
 
-void write_text(const std::string& path, const char* option, const std::string& text) {
-  std::ofstream f(path);
-  if (f) f << text;
-  f.close();
-  if (!f) throw Error(fmt::format("{} {}: cannot write the results to this file", option, printable(path, 4096)));
-  fmt::print("wrote {}\n", path);
-}
-
 int run(AbOptions o) {
   const bool prefill = o.b.phase == "prefill";
   if (o.b.replays == 0) o.b.replays = prefill ? 5 : 100;
@@ -302,8 +293,8 @@ int run(AbOptions o) {
     fmt::print("note: {} (A) and {} (B) kernel records matched no node of the graph\n", sides[0].unmatched,
                sides[1].unmatched);
   }
-  if (!o.json.empty()) write_text(o.json, "--json", ab_json(rep).dump(2) + "\n");
-  if (!o.svg.empty()) write_text(o.svg, "--svg", ab_svg(rep));
+  if (!o.json.empty()) write_output_file(o.json, "--json", ab_json(rep).dump(2) + "\n");
+  if (!o.svg.empty()) write_output_file(o.svg, "--svg", ab_svg(rep));
   return rep.hash_failure() ? 1 : done < o.b.reps ? kInterruptedExit : 0;
 }
 

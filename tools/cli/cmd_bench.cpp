@@ -237,12 +237,7 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
 }  // namespace
 
 void write_cpu_json(const BenchOptions& o, const nlohmann::json& result) {
-  if (o.json.empty()) return;
-  std::ofstream f(o.json);
-  if (f) f << result.dump(2) << "\n";
-  f.close();
-  if (!f) throw Error(fmt::format("--json {}: cannot write the results to this file", printable(o.json, 4096)));
-  fmt::print("wrote {}\n", o.json);
+  if (!o.json.empty()) write_output_file(o.json, "--json", result.dump(2) + "\n");
 }
 
 void write_exports(const BenchOptions& o, int key, const Manifest& m, const std::vector<NodeStats>& stats,

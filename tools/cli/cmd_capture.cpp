@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "engine/device.h"
@@ -104,11 +103,7 @@ int run(const CaptureOptions& o) {
       }
       j["tuned_arms"] = tuned;
     }
-    std::ofstream f(o.json);
-    if (f) f << j.dump(2) << "\n";
-    f.close();
-    if (!f) throw Error(fmt::format("--json {}: cannot write the results to this file", printable(o.json, 4096)));
-    fmt::print("wrote {}\n", o.json);
+    write_output_file(o.json, "--json", j.dump(2) + "\n");
   }
   return interrupted ? kInterruptedExit : 0;
 }

@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
@@ -48,12 +47,7 @@ int run(const DiffOptions& o) {
     nlohmann::json j = bench_diff_json(d);
     j["old"] = old_name;
     j["new"] = new_name;
-    const std::string text = j.dump(2) + "\n";  // before the file is opened (and emptied)
-    std::ofstream f(o.json);
-    if (f) f << text;
-    f.close();
-    if (!f) throw Error(fmt::format("--json {}: cannot write the results to this file", printable(o.json, 4096)));
-    fmt::print("wrote {}\n", printable(o.json, 4096));
+    write_output_file(o.json, "--json", j.dump(2) + "\n");  // the text made before the file is opened
   }
   return 0;
 }

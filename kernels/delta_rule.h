@@ -19,7 +19,8 @@ struct DeltaRuleDecodeParams {
   const float* g = nullptr;        // [rows, Hv]
   const float* beta = nullptr;     // [rows, Hv]
   const int32_t* slots = nullptr;  // [rows]; < 0: output 0, state untouched
-  float* state = nullptr;          // [num_slots, Hv, Dk, Dv] f32
+  void* state = nullptr;           // [num_slots, Hv, Dk, Dv] state_dtype
+  DType state_dtype = DType::f32;  // f32, or bf16 (the ssm-state setting: read widened, written rounded to nearest)
   void* out = nullptr;             // [rows, Hv, Dv]
   DType out_dtype = DType::bf16;
   int rows = 0, Hk = 0, Hv = 0, Dk = 0, Dv = 0;

@@ -48,7 +48,8 @@ struct DeltaRulePrefillParams {
   const uint8_t* has_history = nullptr;  // [max_seqs]; 0: start from a zero state
   const int32_t* n_seqs = nullptr;       // [1] live sequence count, 0..max_seqs
 
-  float* state = nullptr;  // [num_slots, Hv, Dk, Dv] f32, updated in place
+  void* state = nullptr;  // [num_slots, Hv, Dk, Dv] state_dtype, updated in place
+  DType state_dtype = DType::f32;  // f32, or bf16: read widened once, the final state rounded to nearest once
   void* out = nullptr;     // [>= T, Hv, Dv]; must not alias any input or the state
   DType out_dtype = DType::bf16;
 

@@ -31,7 +31,8 @@ struct GdnDecodeFusedParams {
   const float* A_log = nullptr;    // [Hv]
   const float* dt_bias = nullptr;  // [Hv]
   const int32_t* slots = nullptr;  // [rows]; < 0: output rows 0, no state touched
-  float* ssm_state = nullptr;      // [num_slots, Hv, Dk, Dv] f32
+  void* ssm_state = nullptr;       // [num_slots, Hv, Dk, Dv] ssm_state_dtype
+  DType ssm_state_dtype = DType::f32;  // f32, or bf16 (as DeltaRuleDecodeParams::state_dtype)
   void* out = nullptr;             // [rows, Hv, Dv] act dtype
   int rows = 0, Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
 };

@@ -29,18 +29,18 @@ double gdn_prefill_fused(int tokens, int seqs, int Hk, int Hv, int Dk, int Dv, i
          2.0 * tokens * C * es;
 }
 
-double delta_rule(int rows, int state_seqs, int Hk, int Hv, int Dk, int Dv, size_t es) {
+double delta_rule(int rows, int state_seqs, int Hk, int Hv, int Dk, int Dv, size_t es, size_t ssm_es) {
   const double io = double(rows) * (2.0 * Hk * Dk + 2.0 * Hv * Dv) * es + 2.0 * kF32 * rows * Hv;
-  return io + 2.0 * kF32 * state_seqs * Hv * double(Dk) * Dv;
+  return io + 2.0 * double(ssm_es) * state_seqs * Hv * double(Dk) * Dv;
 }
 
-double gdn_decode_fused(int rows, int Hk, int Hv, int Dk, int Dv, int K, size_t es, size_t state_es) {
+double gdn_decode_fused(int rows, int Hk, int Hv, int Dk, int Dv, int K, size_t es, size_t state_es, size_t ssm_es) {
   const int C = static_cast<int>(conv_channels(Hk, Hv, Dk, Dv));
   // conv.update + postconv + delta rule, less the intermediates the fused kernel keeps on chip:
   // the conv output (written and read) and q, k, v, g, beta (written and read).
   const double qkv = double(rows) * C * es, gates = 2.0 * kF32 * rows * Hv;
   return conv_update(rows, C, K, es, state_es) + postconv(rows, Hk, Hv, Dk, Dv, es) +
-         delta_rule(rows, rows, Hk, Hv, Dk, Dv, es) - 2.0 * (qkv + qkv + gates);
+         delta_rule(rows, rows, Hk, Hv, Dk, Dv, es, ssm_es) - 2.0 * (qkv + qkv + gates);
 }
 
 double gated_rmsnorm(int rows, int heads, int n, size_t es, size_t w_es) {

@@ -3,7 +3,8 @@
 // written, per launch. One function per op, used by the model step's node labels (manifests,
 // `stepgraph bench`, `inspect`) and by `stepgraph kernels`, so both tools compute the fraction of
 // the floor from the same bytes. Pure arithmetic; `es` is the activation dtype's size in bytes,
-// weights of the conv and the gates (A_log, dt_bias) are f32, g and beta f32, the SSM state f32.
+// weights of the conv and the gates (A_log, dt_bias) are f32, g and beta f32; `ssm_es` is the SSM
+// (recurrent) state's element size (4 for f32, the default setting, 2 for bf16).
 #pragma once
 #include <cstddef>
 
@@ -23,11 +24,11 @@ double postconv(int rows, int Hk, int Hv, int Dk, int Dv, size_t es);
 double gdn_prefill_fused(int tokens, int seqs, int Hk, int Hv, int Dk, int Dv, int K, size_t es, size_t state_es,
                          bool reads_state);
 // The gated delta rule over `rows` token rows and `state_seqs` states: q, k [rows, Hk, Dk], v and
-// the output [rows, Hv, Dv], g and beta [rows, Hv] f32, each state [Hv, Dk, Dv] f32 read and written.
-double delta_rule(int rows, int state_seqs, int Hk, int Hv, int Dk, int Dv, size_t es);
+// the output [rows, Hv, Dv], g and beta [rows, Hv] f32, each state [Hv, Dk, Dv] read and written.
+double delta_rule(int rows, int state_seqs, int Hk, int Hv, int Dk, int Dv, size_t es, size_t ssm_es);
 // gdn.decode=fused: conv.update, postconv and the delta rule for one token a row, without their
 // intermediates: x and a, b in, conv and SSM states read and written, weights and gates, output.
-double gdn_decode_fused(int rows, int Hk, int Hv, int Dk, int Dv, int K, size_t es, size_t state_es);
+double gdn_decode_fused(int rows, int Hk, int Hv, int Dk, int Dv, int K, size_t es, size_t state_es, size_t ssm_es);
 // gated_rmsnorm: x, z in and y out [rows, heads, n], the weight [n] (`w_es` its dtype's size).
 double gated_rmsnorm(int rows, int heads, int n, size_t es, size_t w_es);
 // The gated RMSNorm in the delta rule's epilogue (delta_rule.h), beyond the delta rule's own

@@ -16,7 +16,8 @@ namespace sg::ref {
 
 struct DeltaShape {
   int Hk, Hv, Dk, Dv;       // all >= 1, Hv a multiple of Hk
-  Store out = Store::bf16;  // how outputs are stored (the state is always f32)
+  Store out = Store::bf16;  // how outputs are stored
+  Store state = Store::f32;  // how the state is kept between calls: bf16 rounds it on its way out (see below)
 };
 
 // Decode: one recurrent step per row, f32, in exactly this order for each (row, hv):

@@ -14,10 +14,16 @@ TEST_CASE("op bytes: the 4B decode-b32 shapes", "[op_bytes]") {
   // postconv: conv in + q, k, v out (C values a row), a and b in, g and beta out f32, A_log and dt_bias f32.
   CHECK(op_bytes::postconv(32, 16, 32, 128, 128, 2) == 1061120.0);  // 1.06 MB
   // delta rule: q, k [32, 16, 128], v and out [32, 32, 128] bf16, g and beta f32, 32 states of 2 MB read and written.
-  CHECK(op_bytes::delta_rule(32, 32, 16, 32, 128, 128, 2) ==
+  CHECK(op_bytes::delta_rule(32, 32, 16, 32, 128, 128, 2, 4) ==
         32.0 * (2 * 16 * 128 + 2 * 32 * 128) * 2 + 8.0 * 32 * 32 + 8.0 * 32 * 32 * 128 * 128);
+  // With a bf16 state (the ssm-state setting) the states' bytes halve, nothing else changes.
+  CHECK(op_bytes::delta_rule(32, 32, 16, 32, 128, 128, 2, 4) - op_bytes::delta_rule(32, 32, 16, 32, 128, 128, 2, 2) ==
+        4.0 * 32 * 32 * 128 * 128);
   // gdn.decode fused: 138.3 MB (the gdn.decode rows).
-  CHECK(op_bytes::gdn_decode_fused(32, 16, 32, 128, 128, 4, 2, 2) == 138285312.0);
+  CHECK(op_bytes::gdn_decode_fused(32, 16, 32, 128, 128, 4, 2, 2, 4) == 138285312.0);
+  CHECK(op_bytes::gdn_decode_fused(32, 16, 32, 128, 128, 4, 2, 2, 4) -
+            op_bytes::gdn_decode_fused(32, 16, 32, 128, 128, 4, 2, 2, 2) ==
+        4.0 * 32 * 32 * 128 * 128);
   CHECK(op_bytes::gated_rmsnorm(32, 32, 128, 2, 2) == 3.0 * 32 * 32 * 128 * 2 + 128 * 2);
   // In the delta rule's epilogue: z and the weight only (the delta rule writes its output once).
   CHECK(op_bytes::fused_gated_norm(32, 32, 128, 2, 4) == 32.0 * 32 * 128 * 2 + 128 * 4);
@@ -43,9 +49,12 @@ TEST_CASE("op bytes: a fused op moves its parts' bytes less the intermediates it
             op_bytes::conv_fwd(rows, 7, C, K, es, 2, true) + op_bytes::postconv(rows, Hk, Hv, Dk, Dv, es) -
                 2.0 * conv_out);
       const double qkv = double(rows) * C * es, gates = 2.0 * 4.0 * rows * Hv;  // postconv -> delta rule
-      CHECK(op_bytes::gdn_decode_fused(rows, Hk, Hv, Dk, Dv, K, es, 2) ==
-            op_bytes::conv_update(rows, C, K, es, 2) + op_bytes::postconv(rows, Hk, Hv, Dk, Dv, es) +
-                op_bytes::delta_rule(rows, rows, Hk, Hv, Dk, Dv, es) - 2.0 * conv_out - 2.0 * qkv - 2.0 * gates);
+      for (size_t ssm : {size_t{2}, size_t{4}}) {
+        CHECK(op_bytes::gdn_decode_fused(rows, Hk, Hv, Dk, Dv, K, es, 2, ssm) ==
+              op_bytes::conv_update(rows, C, K, es, 2) + op_bytes::postconv(rows, Hk, Hv, Dk, Dv, es) +
+                  op_bytes::delta_rule(rows, rows, Hk, Hv, Dk, Dv, es, ssm) - 2.0 * conv_out - 2.0 * qkv -
+                  2.0 * gates);
+      }
     }
   }
 }

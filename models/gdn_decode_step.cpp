@@ -139,7 +139,8 @@ GdnDecodePath GdnDecodeStep::path(int rows) const {
   p.dt_bias = v_.dt_bias.ptr<float>();
   p.conv_state = v_.conv_state.data;
   p.conv_state_dtype = v_.conv_state.dtype;
-  p.ssm_state = v_.ssm_state.ptr<float>();
+  p.ssm_state = v_.ssm_state.data;
+  p.ssm_state_dtype = v_.ssm_state.dtype;
   p.conv_out = v_.conv_out.data;
   p.q = v_.q.data;
   p.k = v_.k.data;

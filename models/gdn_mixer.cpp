@@ -26,6 +26,7 @@ GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& a
   p.dims = d;
   p.act_bytes = dtype_size(act);
   p.state_bytes = dtype_size(io.conv_state_dtype);
+  p.ssm_bytes = dtype_size(io.ssm_state_dtype);
   const int C = d.C();
   p.fused_contract = gdn_decode_contract(arms.gdn_decode, GdnDecodeShape{rows, d.Hk, d.Hv, d.Dk, d.Dv, d.K});
   if (!p.is_fused()) {  // (the unfused kernels' contracts only where they run)
@@ -43,6 +44,7 @@ GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& a
   f.w = io.conv_w;
   f.slots = io.slots;
   f.ssm_state = io.ssm_state;
+  f.ssm_state_dtype = io.ssm_state_dtype;
   f.out = io.out;
   f.rows = rows;
   set_gdn_heads(f, d);
@@ -61,6 +63,7 @@ GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& a
   set_gdn_qkv_gates(dr, io, act);
   dr.slots = io.slots;
   dr.state = io.ssm_state;
+  dr.state_dtype = io.ssm_state_dtype;
   dr.out = io.out;
   dr.out_dtype = act;
   dr.rows = rows;
@@ -78,7 +81,7 @@ GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& a
 
 double GdnDecodePath::fused_bytes() const {
   const GdnDims& d = dims;
-  return op_bytes::gdn_decode_fused(fused.rows, d.Hk, d.Hv, d.Dk, d.Dv, d.K, act_bytes, state_bytes);
+  return op_bytes::gdn_decode_fused(fused.rows, d.Hk, d.Hv, d.Dk, d.Dv, d.K, act_bytes, state_bytes, ssm_bytes);
 }
 double GdnDecodePath::conv_bytes() const {
   return op_bytes::conv_update(conv.rows, dims.C(), dims.K, act_bytes, state_bytes);
@@ -90,7 +93,7 @@ double GdnDecodePath::delta_bytes() const {
   const double norm =
       norm_fused() ? op_bytes::fused_gated_norm(delta.rows, dims.Hv, dims.Dv, act_bytes, dtype_size(delta.norm_w_dtype))
                    : 0.0;
-  return op_bytes::delta_rule(delta.rows, delta.rows, dims.Hk, dims.Hv, dims.Dk, dims.Dv, act_bytes) + norm;
+  return op_bytes::delta_rule(delta.rows, delta.rows, dims.Hk, dims.Hv, dims.Dk, dims.Dv, act_bytes, ssm_bytes) + norm;
 }
 
 void GdnDecodePath::launch(cudaStream_t s, NodeRecorder* rec, int layer) const {

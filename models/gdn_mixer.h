@@ -37,7 +37,8 @@ struct GdnIo {
   const float* dt_bias = nullptr;  // [Hv]
   void* conv_state = nullptr;      // [slots, C, K - 1] in conv_state_dtype
   DType conv_state_dtype = DType::bf16;
-  float* ssm_state = nullptr;  // [slots, Hv, Dk, Dv]
+  void* ssm_state = nullptr;  // [slots, Hv, Dk, Dv] in ssm_state_dtype
+  DType ssm_state_dtype = DType::f32;
   // Scratch of the unfused paths: conv_out [rows, C]; q, k [rows, Hk, Dk]; v [rows, Hv, Dv];
   // g, beta [rows, Hv] f32. Unused by the fused decode arm.
   void* conv_out = nullptr;
@@ -104,7 +105,7 @@ struct GdnDecodePath {
   PostconvParams post;
   DeltaRuleDecodeParams delta;
   GdnDims dims;
-  size_t act_bytes = 2, state_bytes = 2;  // element sizes of act and of the conv state
+  size_t act_bytes = 2, state_bytes = 2, ssm_bytes = 4;  // element sizes of act, the conv state and the SSM state
 
   bool is_fused() const { return fused_contract.arm == GdnDecodeArm::fused; }
   // Whether the delta rule writes the gated-normed output (io.norm_w was set and the path is unfused).

@@ -73,6 +73,14 @@ GatedNormMode parse_gated_norm(const std::string& name) {
   throw Error(fmt::format("unknown gated-norm '{}' (valid: auto, delta, kernel)", printable(name)));
 }
 
+const char* ssm_state_name(DType d) { return d == DType::bf16 ? "bf16" : d == DType::f32 ? "f32" : "?"; }
+
+DType parse_ssm_state(const std::string& name) {
+  if (name == "f32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  throw Error(fmt::format("unknown ssm-state '{}' (valid: f32, bf16)", printable(name)));
+}
+
 bool delta_fuses_gated_norm(GatedNormMode mode, int64_t rows, int64_t head_values) {
   if (mode != GatedNormMode::automatic) return mode == GatedNormMode::delta;
   return rows <= kGatedNormFusedMaxRows && head_values <= kGatedNormFusedMaxValues;

@@ -91,6 +91,8 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
           opts_.num_slots, opts_.max_context);
   require(opts_.act == DType::bf16 || opts_.act == DType::f32, "activations must be bf16 or f32, got {}",
           dtype_name(opts_.act));
+  require(opts_.ssm_state == DType::bf16 || opts_.ssm_state == DType::f32, "the ssm state must be f32 or bf16, got {}",
+          dtype_name(opts_.ssm_state));
   if (opts_.max_prefill_seqs == 0) opts_.max_prefill_seqs = opts_.max_decode_batch;
   require(opts_.max_prefill_tokens >= 0 && opts_.max_prefill_seqs >= 1 && opts_.max_prefill_seqs <= 65535,
           "need max_prefill_tokens ({}) >= 0 and 1 <= max_prefill_seqs ({}) <= 65535", opts_.max_prefill_tokens,
@@ -172,6 +174,7 @@ int ModelStep::attention_splits(int rows) const {
 StepLayoutParams ModelStep::layout_params() const {
   StepLayoutParams p;
   p.act = opts_.act;
+  p.ssm_state = opts_.ssm_state;
   p.num_slots = opts_.num_slots;
   p.max_context = opts_.max_context;
   p.max_decode_batch = opts_.max_decode_batch;

@@ -94,6 +94,7 @@ struct ModelStepOptions {
   PdlMode pdl = PdlMode::automatic;
   SwigluMode swiglu = SwigluMode::automatic;            // where the MLP activation is computed (same bytes either way)
   GatedNormMode gated_norm = GatedNormMode::automatic;  // where a decode step's GDN gated norm is computed (same bytes)
+  DType ssm_state = DType::f32;  // the GDN layers' recurrent state: f32 or bf16 (a setting, step_settings.h)
   // `--arms tune`: at capture, for each graph key, time the arms of the ops its kind runs (decode:
   // conv.update, postconv, gdn.decode; prefill: conv.fwd, conv.chunks, postconv, gdn.prefill) on
   // the key's shapes and keep the fastest (graphs/arm_tuning.h; arms are byte-identical, so the

@@ -56,7 +56,8 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   io.dt_bias = W.dt_bias.ptr<float>();
   io.conv_state = W.conv_state.data;
   io.conv_state_dtype = W.conv_state.dtype;
-  io.ssm_state = W.ssm_state.ptr<float>();
+  io.ssm_state = W.ssm_state.data;
+  io.ssm_state_dtype = W.ssm_state.dtype;
   io.conv_out = a_.conv_out.data;
   io.q = a_.q.data;
   io.k = a_.k.data;
@@ -172,12 +173,13 @@ void ModelStep::gdn_prefill(int layer, const StepKey& key, const GdnIo& io, Node
     });
   }
 
-  // Gated delta rule: out [rows, Hv, Dv], state [slots, Hv, Dk, Dv] f32 in place (after conv +
+  // Gated delta rule: out [rows, Hv, Dv], state [slots, Hv, Dk, Dv] (f32 or bf16) in place (after conv +
   // postconv, whichever gdn.prefill arm produced q, k, v, g, beta).
   DeltaRulePrefillParams dp;
   set_gdn_qkv_gates(dp, io, act);
   set_varlen(dp);
   dp.state = io.ssm_state;
+  dp.state_dtype = io.ssm_state_dtype;
   dp.out = io.out;
   dp.out_dtype = act;
   dp.max_seqs = key.seqs;
@@ -187,8 +189,9 @@ void ModelStep::gdn_prefill(int layer, const StepKey& key, const GdnIo& io, Node
            : form == DeltaPrefill::chunked ? delta_rule_prefill_chunked(dp, s)
                                            : delta_rule_prefill(dp, s),
            rec, s, [&] {
-             return NodeLabel{layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),
-                              op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz)};
+             return NodeLabel{
+                 layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),
+                 op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz, dtype_size(io.ssm_state_dtype))};
            });
 }
 

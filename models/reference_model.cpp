@@ -519,7 +519,7 @@ void ReferenceModel::gdn_layer(int layer, const Packed& p, bool decode_step, con
                 wl(layer, "linear_attn.dt_bias"), q.data(), k.data(), v.data(), gg.data(), beta.data());
 
   // Gated delta rule.
-  const ref::DeltaShape ds{g.Hk, g.Hv, g.Dk, g.Dv, act};
+  const ref::DeltaShape ds{g.Hk, g.Hv, g.Dk, g.Dv, act, opt_.ssm_state};
   std::vector<float> o(v.size());
   if (decode_step) {
     ref::delta_rule_decode(ds, p.N, q.data(), k.data(), v.data(), gg.data(), beta.data(), p.slots.data(), st.ssm.data(),

@@ -98,6 +98,9 @@ struct ReferenceOptions {
   bool chunked_prefill = false;      // delta rule in prefill: false = recurrent (bit-exact with
                                      // decode), true = chunked WY form (double inside)
   int chunk = 64;                    // chunk size of the chunked form
+  // How the GDN recurrent state is kept between calls (the ssm-state setting): bf16 rounds it as
+  // the GPU step does (delta_rule_ref.h: after each decode row, once at the end of a prefill).
+  ref::Store ssm_state = ref::Store::f32;
 };
 
 // One sequence of a prefill batch: new tokens for `slot`, continuing from the slot's current

@@ -82,7 +82,7 @@ StepTensors lay_out_step(Arena& a, const Qwen35Config& c, const StepLayoutParams
       a.section("conv state");
       l.gdn.conv_state = a.take(n + "conv_state", act, {S, C, K - 1});
       a.section("ssm state");
-      l.gdn.ssm_state = a.take(n + "ssm_state", DType::f32, {S, Hv, Dk, Dv});
+      l.gdn.ssm_state = a.take(n + "ssm_state", p.ssm_state, {S, Hv, Dk, Dv});
     }
   }
   StepActs& x = t.a;  // activations (R rows) and outputs (L rows)

@@ -24,7 +24,7 @@ struct StepGdnLayer {
   TensorView norm_w;          // [Dv]
   TensorView out_proj;        // [H, Hv*Dv]
   TensorView conv_state;      // [slots, C, K-1] act dtype
-  TensorView ssm_state;       // [slots, Hv, Dk, Dv] f32
+  TensorView ssm_state;       // [slots, Hv, Dk, Dv] StepLayoutParams::ssm_state (f32 or bf16)
 };
 struct StepAttnLayer {
   TensorView qkv_proj;          // [2*Hq*D + 2*Hkv*D, H]  q_proj (query|gate per head) | k | v
@@ -67,7 +67,8 @@ struct StepTensors {
 };
 
 struct StepLayoutParams {
-  DType act = DType::bf16;  // weights (but conv1d, A_log, dt_bias: f32), conv state, KV cache, activations
+  DType act = DType::bf16;       // weights (but conv1d, A_log, dt_bias: f32), conv state, KV cache, activations
+  DType ssm_state = DType::f32;  // the GDN recurrent state (f32 or bf16)
   int num_slots = 0, max_context = 0;
   int max_decode_batch = 0;
   int max_prefill_tokens = 0;  // 0: no prefill step

@@ -19,7 +19,7 @@ constexpr std::array<std::string_view, 4> kAttnPrefill = {"auto", "simt", "mma",
 constexpr std::array<std::string_view, 3> kAttn = {"auto", "simt", "mma"};
 constexpr std::array<std::string_view, 3> kPdl = {"auto", "off", "on"};
 constexpr std::array<std::string_view, 2> kArmsMode = {"fixed", "tune"};
-const std::array<SettingInfo, 8> kSettings = {{
+const std::array<SettingInfo, 9> kSettings = {{
     {"delta-prefill", kDeltaPrefill},
     {"attn-prefill", kAttnPrefill},
     {"attn-decode", kAttn},
@@ -27,6 +27,7 @@ const std::array<SettingInfo, 8> kSettings = {{
     {"pdl", kPdl},
     {"swiglu", kSwigluNames},
     {"gated-norm", kGatedNormNames},
+    {"ssm-state", kSsmStateNames},
     {"arms", kArmsMode},
 }};
 
@@ -71,6 +72,7 @@ const std::string& StepChoice::setting(std::string_view name) const {
   if (name == "pdl") return pdl;
   if (name == "swiglu") return swiglu;
   if (name == "gated-norm") return gated_norm;
+  if (name == "ssm-state") return ssm_state;
   if (name == "arms") return arms_mode;
   throw Error(fmt::format("no setting '{}'", printable(name)));
 }
@@ -89,7 +91,7 @@ std::string Selection::describe() const {
 }
 
 bool same_arithmetic(const StepChoice& a, const StepChoice& b, bool prefill) {
-  if (a.gemm != b.gemm) return false;
+  if (a.gemm != b.gemm || a.ssm_state != b.ssm_state) return false;
   if (prefill) return a.delta_prefill == b.delta_prefill && a.attn_prefill == b.attn_prefill;
   return a.attn_decode == b.attn_decode;
 }

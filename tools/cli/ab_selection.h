@@ -26,24 +26,25 @@ namespace sg::cli {
 // One model-step setting (not an arm: it changes the arithmetic within a written tolerance).
 struct SettingInfo {
   std::string_view name;                     // "attn-decode": the command-line option without "--"
-  std::span<const std::string_view> values;  // "auto" first
+  std::span<const std::string_view> values;  // the default first ("auto", but ssm-state's f32 and arms' fixed)
 };
-// delta-prefill, attn-prefill, attn-decode, gemm, pdl, swiglu, gated-norm, arms (the options' value lists come
-// from here too).
+// delta-prefill, attn-prefill, attn-decode, gemm, pdl, swiglu, gated-norm, ssm-state, arms (the options' value lists
+// come from here too).
 std::span<const SettingInfo> setting_table();
 const SettingInfo* find_setting(std::string_view name);
 std::vector<std::string> setting_values(std::string_view name);  // for CLI::IsMember
 
-// What a model step runs: the arm of every op and the eight settings, by their command-line names.
+// What a model step runs: the arm of every op and the nine settings, by their command-line names.
 struct StepChoice {
   ArmSelection arms;
   std::string delta_prefill = "auto", attn_prefill = "auto", attn_decode = "auto", gemm = "auto", pdl = "auto",
-              swiglu = "auto", gated_norm = "auto";
+              swiglu = "auto", gated_norm = "auto", ssm_state = "f32";
   std::string arms_mode = "fixed";  // the setting "arms": fixed or tune (--arms)
 
   std::string& setting(std::string_view name);  // an error for a name outside setting_table()
   const std::string& setting(std::string_view name) const;
-  // "delta-prefill=auto,attn-prefill=auto,attn-decode=auto,gemm=auto,pdl=auto,swiglu=auto,gated-norm=auto,arms=fixed"
+  // "delta-prefill=auto,attn-prefill=auto,attn-decode=auto,gemm=auto,pdl=auto,swiglu=auto,gated-norm=auto,
+  // ssm-state=f32,arms=fixed"
   std::string describe_settings() const;
   bool operator==(const StepChoice&) const = default;
 };
@@ -72,9 +73,9 @@ StepChoice apply(const Selection& sel, StepChoice base);
 ResolvedArms side_arms(const ResolvedArms& base, const Selection& sel, std::string_view option);
 
 // Whether two resolved choices run the same arithmetic on one kind of graph: the settings that
-// kind of step uses are equal (decode: attn-decode, gemm; prefill: delta-prefill, attn-prefill,
-// gemm). Arms never count: every arm of an op is byte-identical (docs/ARMS.md), so such choices
-// must give the same bytes.
+// kind of step uses are equal (decode: attn-decode, gemm, ssm-state; prefill: delta-prefill,
+// attn-prefill, gemm, ssm-state). Arms never count: every arm of an op is byte-identical (docs/ARMS.md), so such
+// choices must give the same bytes.
 bool same_arithmetic(const StepChoice& a, const StepChoice& b, bool prefill);
 
 // The valid keys, for errors and --help: "conv.fwd, conv.chunks, ..., delta-prefill, ..., gemm".

@@ -45,6 +45,7 @@ struct BenchOptions {
   std::string swiglu = "auto";         // model workload: where the MLP activation is computed (auto, gemm, kernel)
   std::string gated_norm =
       "auto";  // model workload: where the GDN gated norm is computed in decode (auto, delta, kernel)
+  std::string ssm_state = "f32";    // model workload: the GDN recurrent state's dtype (f32 or bf16)
   std::string arms_mode = "fixed";  // model workload: fixed (as chosen) or tune (timed per graph key at capture)
   bool marginal = false;            // model workload: marginal cost per op family (largest and smallest decode key)
   std::string fault_after;          // bench and inspect: --fault-after LAYER:OP as given

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <unordered_map>
 
 #include "engine/error.h"
@@ -19,9 +20,9 @@ namespace {
 using nlohmann::json;
 
 // The settings a bench report records (bench_model.cpp writes them), in the order they are shown.
-constexpr std::array<const char*, 12> kSettings = {"preset", "device",        "workload",     "context",
-                                                   "arms",   "delta_prefill", "attn_prefill", "attn_decode",
-                                                   "gemm",   "pdl",           "swiglu",       "gated_norm"};
+constexpr std::array<const char*, 13> kSettings = {"preset",        "device",       "workload",    "context", "arms",
+                                                   "delta_prefill", "attn_prefill", "attn_decode", "gemm",    "pdl",
+                                                   "swiglu",        "gated_norm",   "ssm_state"};
 
 // The largest time a report may hold (ms or us): a day in ms, so sums and percentages stay finite.
 constexpr double kMaxTime = 1e9;
@@ -92,8 +93,10 @@ void check_report(const json& doc, const Reader& r) {
     r.fail("", "\"interrupted\" is not true or false");
 }
 
-// A setting's value as the report holds it (JSON text for a non-string); nullopt when absent.
+// A setting's value as the report holds it (JSON text for a non-string); nullopt when absent, but
+// "f32" for an absent ssm_state (reports from before the setting existed kept their state in f32).
 std::optional<std::string> setting_value(const json& doc, const char* key) {
+  if (!doc.contains(key) && std::string_view(key) == "ssm_state") return std::string("f32");
   if (!doc.contains(key) || doc.at(key).is_null()) return std::nullopt;
   const json& v = doc.at(key);
   return v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);

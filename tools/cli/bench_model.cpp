@@ -106,6 +106,7 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
   ReferenceOptions ro;
   ro.chunked_prefill =
       o.delta_prefill == "chunked" || o.delta_prefill == "mma";  // its own chunked form (double); auto runs the scan
+  ro.ssm_state = o.ssm_state == "bf16" ? ref::Store::bf16 : ref::Store::f32;
   ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, ctx + 64, ro);
   std::vector<Sequence> seqs;
   for (int b = 0; b < B; ++b) {
@@ -146,6 +147,7 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
                      {"prefill_ms", prefill_ms},
                      {"decode_steps", steps},
                      {"decode_step_ms", ms},
+                     {"ssm_state", o.ssm_state},
                      {"checksum", sum}});
   return 0;
 }
@@ -177,6 +179,7 @@ ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& a
   opts.pdl = parse_pdl(o.pdl);
   opts.swiglu = parse_swiglu(o.swiglu);
   opts.gated_norm = parse_gated_norm(o.gated_norm);
+  opts.ssm_state = parse_ssm_state(o.ssm_state);
   opts.tune_arms = o.arms_mode == "tune";
   for (size_t i = 0; i < kNumOps; ++i) opts.fixed_ops[i] = arms.source[i] != "default";  // the user's choice
   opts.seed = 1;
@@ -237,6 +240,9 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                                               : gated_norm == "kernel"
                                                   ? "the gated_rmsnorm kernel (kernel)"
                                                   : "the delta rule's epilogue on small steps, else the kernel (auto)");
+  const std::string ssm_state = ssm_state_name(step.options().ssm_state);
+  fmt::print("GDN recurrent state: {}\n",
+             ssm_state == "bf16" ? "bf16 (rounded after each token; half the bytes)" : "f32");
   fmt::print("arena: {} (weights {}, caches, activations) in {:.1f} s; capturing {} decode + {} prefill graphs...\n",
              format_bytes(static_cast<double>(step.arena_bytes())), format_bytes(step.weight_bytes()),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), step.keys().size(),
@@ -380,6 +386,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                         {"pdl", pdl},
                         {"swiglu", swiglu},
                         {"gated_norm", gated_norm},
+                        {"ssm_state", ssm_state},
                         {"workload", "model"},
                         {"context", o.context},
                         {"interrupted", interrupted},

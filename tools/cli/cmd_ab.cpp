@@ -96,6 +96,7 @@ void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoic
   bo.pdl = choice.pdl;
   bo.swiglu = choice.swiglu;
   bo.gated_norm = choice.gated_norm;
+  bo.ssm_state = choice.ssm_state;
   bo.arms_mode = choice.arms_mode;
   // Decode: room for the hashed greedy steps after the context.
   s.step = std::make_unique<ModelStep>(cfg, model_step_options(bo, arms, prefill, prefill ? 0 : kHashSteps));
@@ -229,6 +230,7 @@ int run(AbOptions o) {
   base.pdl = o.b.pdl;
   base.swiglu = o.b.swiglu;
   base.gated_norm = o.b.gated_norm;
+  base.ssm_state = o.b.ssm_state;
   base.arms_mode = o.b.arms_mode;
   Side sides[2];
   sides[0].name = "A";

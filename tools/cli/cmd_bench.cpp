@@ -367,6 +367,13 @@ void register_bench(CLI::App& app, Action& action) {
                   "the 4B's, where it measured faster; kernel elsewhere); the same output bytes every way")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "delta", "kernel"}));
+  cmd->add_option("--ssm-state", o.ssm_state,
+                  "model workload: the dtype the GDN layers keep their recurrent state in between steps: f32 (the "
+                  "default) or bf16 (half the bytes: the arithmetic stays f32, the state is rounded to bf16 after "
+                  "each decode token and at the end of each prefill; changes the numbers, see docs/BENCHMARKS.md "
+                  "for its drift against f32)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(std::vector<std::string>(kSsmStateNames.begin(), kSsmStateNames.end())));
   add_fault_after_option(cmd, o.fault_after,
                          "in the model workload's captured graphs (decode keys and the prefill bucket); the "
                          "error names the graph that faulted (find the node with generate --check-nodes)");

@@ -50,6 +50,7 @@ struct GenerateOptions {
   std::string attn_prefill = "auto";   // attention in the prefill step (auto, simt, mma or wgmma)
   std::string attn_decode = "auto";    // attention in the decode steps (auto, simt or mma)
   std::string gemm = "auto";           // the projections (auto, cublas or skinny)
+  std::string ssm_state = "f32";       // the GDN recurrent state's dtype (f32 or bf16), GPU and CPU
   ArmOptions arms;
   bool gpu_setting_given = false;  // --attn-prefill, --attn-decode or --gemm given (they have no CPU meaning)
   bool check_nodes = false;        // eager steps, every kernel node synchronised and checked
@@ -133,6 +134,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
   so.attn_prefill = parse_attn_prefill(o.attn_prefill);
   so.attn_decode = parse_attn_decode(o.attn_decode);
   so.gemm = parse_gemm(o.gemm);
+  so.ssm_state = parse_ssm_state(o.ssm_state);
   so.arms = arms.arms;
   so.check_nodes = o.check_nodes;
   so.fault_layer = fault.layer;
@@ -161,11 +163,11 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   print_result(
       o, "gpu", cfg, source, dtype,
-      fmt::format("{}; KV cache {}; {} delta-rule prefill; {} attention prefill; {} attention decode; {} "
+      fmt::format("{}; KV cache {}; GDN state {}; {} delta-rule prefill; {} attention prefill; {} attention decode; {} "
                   "projections; arms {}; {}",
-                  dev.describe(), dtype_name(step.kv_cache_dtype()), delta_prefill_name(step.options().delta_prefill),
-                  attn_prefill_name(step.options().attn_prefill), attn_decode_name(step.options().attn_decode),
-                  gemm_name(step.options().gemm), arms.arms.describe(),
+                  dev.describe(), dtype_name(step.kv_cache_dtype()), ssm_state_name(step.options().ssm_state),
+                  delta_prefill_name(step.options().delta_prefill), attn_prefill_name(step.options().attn_prefill),
+                  attn_decode_name(step.options().attn_decode), gemm_name(step.options().gemm), arms.arms.describe(),
                   o.check_nodes ? "eager steps, every kernel node synchronised and checked (--check-nodes)"
                                 : "graphs captured (prefill bucket, decode b=1)"),
       prompt, out, secs, notes);
@@ -232,6 +234,7 @@ int run(const GenerateOptions& o) {
   ReferenceOptions ro;
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;  // default f32 on the CPU
   ro.chunked_prefill = o.chunked || o.delta_prefill == "chunked" || o.delta_prefill == "mma";
+  ro.ssm_state = o.ssm_state == "bf16" ? ref::Store::bf16 : ref::Store::f32;
   ReferenceModel model(cfg, std::move(weights), 1, ctx, ro);
 
   // Greedy generation as ReferenceModel::generate does it, with progress for long runs.
@@ -251,9 +254,10 @@ int run(const GenerateOptions& o) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  print_result(o, "cpu-reference", cfg, source, o.dtype.empty() ? "f32" : o.dtype,
-               ro.chunked_prefill ? "chunked delta-rule prefill" : "recurrent delta-rule prefill", prompt, out, secs,
-               notes);
+  print_result(
+      o, "cpu-reference", cfg, source, o.dtype.empty() ? "f32" : o.dtype,
+      fmt::format("{} delta-rule prefill; GDN state {}", ro.chunked_prefill ? "chunked" : "recurrent", o.ssm_state),
+      prompt, out, secs, notes);
   return stopped_early(o, out) ? kInterruptedExit : 0;
 }
 
@@ -325,6 +329,12 @@ void register_generate(CLI::App& app, Action& action) {
                   "at most 8 query heads per kv head where the device allows it, else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
+  cmd->add_option("--ssm-state", o.ssm_state,
+                  "The dtype the GDN layers keep their recurrent state in between steps (GPU and CPU reference): f32 "
+                  "or bf16 (the arithmetic stays f32; the state is rounded to bf16 after each decode token and at the "
+                  "end of the prefill, which halves its bytes and changes the numbers)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(std::vector<std::string>(kSsmStateNames.begin(), kSsmStateNames.end())));
   cmd->add_flag("--check-nodes", o.check_nodes,
                 "GPU only: run the steps eagerly and synchronise after every kernel node, so a kernel that "
                 "faults while it runs (an illegal address) is reported with its node: layer, op and arm. Slow; "

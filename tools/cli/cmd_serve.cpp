@@ -165,6 +165,7 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;
   ro.chunked_prefill =
       o.b.delta_prefill == "chunked" || o.b.delta_prefill == "mma";  // its own chunked form; auto runs the scan
+  ro.ssm_state = o.b.ssm_state == "bf16" ? ref::Store::bf16 : ref::Store::f32;
   ReferenceModel model(cfg, synthetic_weights(cfg, o.seed), slots, ctx, ro);
   SchedulerOptions sch;
   sch.slots = slots;
@@ -215,10 +216,11 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
   step.capture_all(/*for_timing=*/node_time, /*prefill=*/true);
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelStepOptions& r = step.options();  // `auto` settings resolved
-  const std::string settings =
-      fmt::format("delta-rule prefill {}, attention prefill {}, attention decode {}, projections {}, arms {}",
-                  delta_prefill_name(r.delta_prefill), attn_prefill_name(r.attn_prefill),
-                  attn_decode_name(r.attn_decode), gemm_name(r.gemm), arms.arms.describe());
+  const std::string settings = fmt::format(
+      "delta-rule prefill {}, attention prefill {}, attention decode {}, projections {}, GDN state {}, "
+      "arms {}",
+      delta_prefill_name(r.delta_prefill), attn_prefill_name(r.attn_prefill), attn_decode_name(r.attn_decode),
+      gemm_name(r.gemm), ssm_state_name(r.ssm_state), arms.arms.describe());
   print_header(
       o,
       fmt::format("device: {}\nmodel: {} ({} layers: {} GDN + {} attention), synthetic {} weights (seed {}); "
@@ -362,6 +364,9 @@ void register_serve(CLI::App& app, Action& action) {
   cmd->add_option("--attn-decode", o.b.attn_decode, "GPU: attention in decode steps: auto, simt or mma (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
+  cmd->add_option("--ssm-state", o.b.ssm_state, "The GDN recurrent state's dtype: f32 or bf16 (as bench; GPU and CPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(std::vector<std::string>(kSsmStateNames.begin(), kSsmStateNames.end())));
   cmd->add_option("--gemm", o.b.gemm, "GPU: the projections: auto, cublas, skinny, mixed or lt (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));

@@ -52,6 +52,7 @@ struct SoakCliOptions {
   std::string delta_prefill = "auto", attn_prefill = "auto";  // the prompt's prefill (with --prompt)
   bool prefill_setting_given = false;                         // --delta-prefill or --attn-prefill given
   std::string gemm = "auto";
+  std::string ssm_state = "f32";  // the GDN recurrent state's dtype
   ArmOptions arms;
   std::string json;
   std::string fault_after;  // --fault-after LAYER:OP: a fault drill in the captured graphs
@@ -160,6 +161,7 @@ int run(const SoakCliOptions& o) {
   mo.delta_prefill = parse_delta_prefill(o.delta_prefill);
   mo.attn_prefill = parse_attn_prefill(o.attn_prefill);
   mo.gemm = parse_gemm(o.gemm);
+  mo.ssm_state = parse_ssm_state(o.ssm_state);
   mo.fault_layer = fault.layer;
   mo.fault_op = fault.op;
 
@@ -170,8 +172,9 @@ int run(const SoakCliOptions& o) {
                       o.prompt > 0 ? "the captured decode and prefill graphs" : "the captured decode graphs", cfg.name);
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelStepOptions& r = step.options();  // `auto` settings resolved
-  std::string settings = fmt::format("attention decode {}, projections {}, arms {}", attn_decode_name(r.attn_decode),
-                                     gemm_name(r.gemm), arms.arms.describe());
+  std::string settings =
+      fmt::format("attention decode {}, projections {}, GDN state {}, arms {}", attn_decode_name(r.attn_decode),
+                  gemm_name(r.gemm), ssm_state_name(r.ssm_state), arms.arms.describe());
   if (o.prompt > 0) {
     settings += fmt::format(", delta-rule prefill {}, attention prefill {}", delta_prefill_name(r.delta_prefill),
                             attn_prefill_name(r.attn_prefill));
@@ -296,6 +299,9 @@ void register_soak(CLI::App& app, Action& action) {
   cmd->add_option("--attn-decode", o.attn_decode, "Attention in the decode steps: auto, simt or mma (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
+  cmd->add_option("--ssm-state", o.ssm_state, "The GDN recurrent state's dtype: f32 or bf16 (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(std::vector<std::string>(kSsmStateNames.begin(), kSsmStateNames.end())));
   cmd->add_option("--delta-prefill", o.delta_prefill,
                   "The prompt's prefill (with --prompt): the delta rule, auto, scan, chunked or mma (as bench)")
       ->capture_default_str()

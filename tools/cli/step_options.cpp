@@ -26,6 +26,7 @@ void add_model_step_options(CLI::App* cmd, BenchOptions& o) {
                                                            {"pdl", &o.pdl},
                                                            {"swiglu", &o.swiglu},
                                                            {"gated-norm", &o.gated_norm},
+                                                           {"ssm-state", &o.ssm_state},
                                                            {"arms", &o.arms_mode}};
   for (const auto& [name, value] : settings) {
     const std::vector<std::string> values = setting_values(name);
@@ -50,6 +51,7 @@ StepChoice resolved_choice(const ModelStep& step, const GraphKey* key) {
   c.pdl = pdl_name(r.pdl);
   c.swiglu = swiglu_name(r.swiglu);
   c.gated_norm = gated_norm_name(r.gated_norm);
+  c.ssm_state = ssm_state_name(r.ssm_state);
   c.arms_mode = r.tune_arms ? "tune" : "fixed";
   return c;
 }

@@ -63,9 +63,9 @@ TEST_CASE("ab selection: every op and every setting is a key", "[ab][selection]"
   const Selection s = parse_selection(
       "conv.fwd=k4,conv.chunks=whole,conv.update=grid,postconv=split,gdn.prefill=fused,gdn.decode=fused,"
       "delta-prefill=scan,attn-prefill=mma,attn-decode=simt,gemm=cublas,pdl=off,swiglu=kernel,gated-norm=delta,"
-      "arms=tune",
+      "ssm-state=bf16,arms=tune",
       "--a");
-  CHECK(s.items.size() == 14);
+  CHECK(s.items.size() == 15);
   const StepChoice c = apply(s, StepChoice{});
   CHECK(c.arms.conv_fwd == ConvFwdArm::k4);
   CHECK(c.arms.conv_chunks == ConvChunksArm::whole);
@@ -75,7 +75,10 @@ TEST_CASE("ab selection: every op and every setting is a key", "[ab][selection]"
   CHECK(c.arms.gdn_decode == GdnDecodeArm::fused);
   CHECK(c.describe_settings() ==
         "delta-prefill=scan,attn-prefill=mma,attn-decode=simt,gemm=cublas,pdl=off,swiglu=kernel,gated-norm=delta,"
-        "arms=tune");
+        "ssm-state=bf16,arms=tune");
+  CHECK(StepChoice{}.describe_settings() ==
+        "delta-prefill=auto,attn-prefill=auto,attn-decode=auto,gemm=auto,pdl=auto,swiglu=auto,gated-norm=auto,"
+        "ssm-state=f32,arms=fixed");
 }
 
 TEST_CASE("ab selection: an empty selection is the base", "[ab][selection]") {
@@ -306,6 +309,10 @@ TEST_CASE("ab selection: which settings decide the arithmetic of a decode or pre
   b.gated_norm = "kernel";  // the delta rule's fused norm and the norm kernel give the same bytes
   CHECK(same_arithmetic(a, b, false));
   CHECK(same_arithmetic(a, b, true));
+  b = a;
+  b.ssm_state = "bf16";  // the state rounded: both kinds of graph
+  CHECK_FALSE(same_arithmetic(a, b, false));
+  CHECK_FALSE(same_arithmetic(a, b, true));
 }
 
 TEST_CASE("ab sides: a fault's report names the side and its selection", "[ab][selection][faults]") {

@@ -104,6 +104,13 @@ std::vector<CliCase> option_cases() {
   add("bench --gated-norm unknown", {"bench", "--cpu", "--gated-norm", "fused"}, kCli11Invalid, {"--gated-norm"});
   add("ab --b with an unknown gated-norm", {"ab", "--b", "gated-norm=gemm"}, 1,
       {"unknown value \"gemm\" for gated-norm", "auto, delta, kernel"});
+  add("bench --ssm-state unknown", {"bench", "--cpu", "--ssm-state", "f16"}, kCli11Invalid, {"--ssm-state"});
+  add("ab --b with an unknown ssm-state", {"ab", "--b", "ssm-state=f16"}, 1,
+      {"unknown value \"f16\" for ssm-state", "f32, bf16"});
+  add("bench --cpu --workload gdn-layer --ssm-state bf16",
+      {"bench", "--cpu", "--workload", "gdn-layer", "--ssm-state", "bf16"}, 1,
+      {"--ssm-state bf16 (the gdn-layer workload keeps an f32 state; use --workload model)"});
+  add("generate --ssm-state unknown", {"generate", "--cpu", "--ssm-state", "f16"}, kCli11Invalid, {"--ssm-state"});
   add("bench --cpu --arms tune", {"bench", "--cpu", "--arms", "tune"}, 1,
       {"--arms tune (times the GPU kernels' arms)"});
   add("bench --arms unknown", {"bench", "--cpu", "--arms", "best"}, kCli11Invalid, {"--arms"});
@@ -122,7 +129,8 @@ std::vector<CliCase> option_cases() {
       {"ab: timing CUDA graphs needs a GPU", "was found"});
   add("ab without --b", {"ab"}, -1, {"--b is required"});
   add("ab --b with an unknown key", {"ab", "--b", "postcnv=fast"}, 1,
-      {"--b \"postcnv=fast\": unknown key \"postcnv\" (valid keys: conv.fwd", "gemm, pdl, swiglu, gated-norm, arms)"});
+      {"--b \"postcnv=fast\": unknown key \"postcnv\" (valid keys: conv.fwd",
+       "gemm, pdl, swiglu, gated-norm, ssm-state, arms)"});
   add("ab --a with an unknown arm", {"ab", "--a", "conv.fwd=k5", "--b", "conv.fwd=k4"}, 1,
       {"unknown arm \"k5\" for conv.fwd (valid arms of conv.fwd: tiled, register, k4, k4x2)"});
   add("ab --b with an unknown setting value", {"ab", "--b", "attn-decode=wmma"}, 1,

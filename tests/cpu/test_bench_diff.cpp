@@ -127,6 +127,27 @@ TEST_CASE("diff: the settings that differ", "[diff]") {
   CHECK(differing == 2);
 }
 
+TEST_CASE("diff: a report without ssm_state kept its state in f32", "[diff]") {
+  json bf16 = new_report();
+  bf16["ssm_state"] = "bf16";
+  json f32 = new_report();
+  f32["ssm_state"] = "f32";
+  auto ssm = [](const BenchDiff& d) {
+    for (const auto& s : d.settings) {
+      if (s.name == "ssm_state") return s;
+    }
+    FAIL("no ssm_state row");
+    return d.settings.front();
+  };
+  const BenchDiff same = diff_bench_reports(old_report(), f32, "old.json", "new.json");
+  CHECK(ssm(same).old_value == "f32");  // absent: from before the setting existed
+  CHECK_FALSE(ssm(same).differs);
+  const BenchDiff other = diff_bench_reports(old_report(), bf16, "old.json", "new.json");
+  CHECK(ssm(other).old_value == "f32");
+  CHECK(ssm(other).new_value == "bf16");
+  CHECK(ssm(other).differs);
+}
+
 TEST_CASE("diff: the text report", "[diff]") {
   const BenchDiff d = diff_bench_reports(old_report(), new_report(), "old.json", "new.json");
   const std::string t = format_bench_diff(d, {false, 15.0});

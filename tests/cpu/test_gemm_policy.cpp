@@ -89,6 +89,13 @@ TEST_CASE("gated-norm setting: names round-trip, auto fuses small steps of small
   CHECK_FALSE(delta_fuses_gated_norm(GatedNormMode::automatic, 1, 6144));  // 27B: Hv 48 x Dv 128
 }
 
+TEST_CASE("ssm-state setting: names round-trip, anything else refused", "[settings]") {
+  for (DType d : {DType::f32, DType::bf16}) CHECK(parse_ssm_state(ssm_state_name(d)) == d);
+  CHECK(kSsmStateNames.front() == "f32");  // the default first
+  CHECK_THROWS_WITH(parse_ssm_state("f16"), "unknown ssm-state 'f16' (valid: f32, bf16)");
+  CHECK_THROWS_WITH(parse_ssm_state("auto"), "unknown ssm-state 'auto' (valid: f32, bf16)");
+}
+
 TEST_CASE("cuBLASLt shape keys: dims, strides, dtypes and each operand's alignment, and bad views refused",
           "[gemm][settings]") {
   // Views over made-up addresses: lt_shape reads no memory.

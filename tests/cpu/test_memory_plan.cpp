@@ -100,6 +100,15 @@ TEST_CASE("4B plan: 8.41 GB of weights, 1.61 GB of SSM state, 1.07 GB of KV at 3
   size_t by_entry = 0;
   for (const MemoryEntry& e : p.entries) by_entry += e.bytes;
   CHECK(by_entry == p.total);
+
+  // --ssm-state bf16: the SSM state halves, nothing else moves.
+  StepLayoutParams half = decode_b32();
+  half.ssm_state = DType::bf16;
+  const MemoryPlan h = plan_memory(c, half);
+  CHECK(h.bytes_of(MemoryCategory::ssm_state) == ssm / 2);
+  CHECK(h.total == p.total - ssm / 2);
+  REQUIRE(entry(h, "layers.*.ssm_state") != nullptr);
+  CHECK(entry(h, "layers.*.ssm_state")->shape == "[32, 32, 128, 128] bf16");
 }
 
 TEST_CASE("the plan is the arena the layout carves", "[memory]") {

@@ -99,6 +99,9 @@ int run_cpu(const BenchOptions& o, const std::string& why) {
   return 0;
 }
 
+constexpr const char* kLayerSsmState =
+    "--ssm-state bf16 (the gdn-layer workload keeps an f32 state; use --workload model)";
+
 // The options a CPU reference run cannot apply, each with the reason; empty when every option given
 // is one it honours.
 std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App& cmd) {
@@ -128,6 +131,7 @@ std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App&
   if (o.workload == "gdn-layer" && given("--delta-prefill")) {
     bad.push_back("--delta-prefill (the gdn-layer workload has no prefill)");
   }
+  if (o.workload == "gdn-layer" && o.ssm_state != "f32") bad.push_back(kLayerSsmState);
   return bad;
 }
 
@@ -135,6 +139,7 @@ std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App&
 std::vector<std::string> layer_inapplicable(const BenchOptions& o) {
   std::vector<std::string> bad;
   if (o.arms_mode == "tune") bad.push_back("--arms tune (tunes the whole model's graphs; use --workload model)");
+  if (o.ssm_state != "f32") bad.push_back(kLayerSsmState);
   return bad;
 }
 

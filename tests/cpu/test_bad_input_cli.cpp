@@ -206,6 +206,18 @@ std::vector<CliCase> option_cases() {
   auto* no_gpu = add("bench without a GPU says so", {"bench", "--workload", "gdn-layer", "--max-seqs", "2"}, 0,
                      {"stepgraph bench: no ", "was found"});
   no_gpu->seconds = 120;
+  add("drift without --b", {"drift"}, -1, {"--b is required"});
+  add("drift --b with an unknown key", {"drift", "--b", "postcnv=fast"}, 1, {"unknown key \"postcnv\""});
+  add("drift --b arms=tune", {"drift", "--b", "arms=tune"}, 1,
+      {"drift: arms=tune times arms at capture; the arms are byte-identical, so compare settings"});
+  add("drift --json into a missing folder", {"drift", "--b", "ssm-state=bf16", "--json", "no/such/folder/d.json"}, 1,
+      {"--json no/such/folder/d.json: cannot write this file"});
+  add("drift without a GPU", {"drift", "--preset", "tiny", "--b", "ssm-state=bf16"}, 1,
+      {"drift runs the model's captured graphs, so it needs a GPU"});
+  add("drift --max-new 0", {"drift", "--b", "ssm-state=bf16", "--max-new", "0"}, kCli11Invalid, {"--max-new"});
+  auto* gen_bf16 = add("generate --cpu with a bf16 SSM state",
+                       {"generate", "--cpu", "--ssm-state", "bf16", "--max-new", "3"}, 0, {"GDN state bf16"});
+  gen_bf16->seconds = 120;
   add("no subcommand, only an unknown word", {"nope"}, -1, {"A subcommand is required"});
   return v;
 }

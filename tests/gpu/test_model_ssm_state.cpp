@@ -64,8 +64,9 @@ TEST_CASE("model step with a bf16 SSM state: half the state bytes, counted in th
   for (const auto& n : bf16.manifest(key).nodes) {
     if (n.label.op != "delta_rule.decode") continue;
     ++delta;
-    CHECK(n.label.bytes == op_bytes::delta_rule(key, key, g.Hk, g.Hv, g.Dk, g.Dv, 2, 2) +
-                               (n.label.arm == "+gated_rmsnorm" ? op_bytes::fused_gated_norm(key, g.Hv, g.Dv, 2, 2) : 0));
+    CHECK(n.label.bytes ==
+          op_bytes::delta_rule(key, key, g.Hk, g.Hv, g.Dk, g.Dv, 2, 2) +
+              (n.label.arm == "+gated_rmsnorm" ? op_bytes::fused_gated_norm(key, g.Hv, g.Dv, 2, 2) : 0));
   }
   CHECK(delta == cfg.num_linear_attention());
 }

@@ -62,14 +62,20 @@ void write_cpu_json(const BenchOptions& o, const nlohmann::json& result);
 
 // The model step's options for a bench-like run: --max-seqs slots and decode rows, --context (+
 // extra_context) positions, a prefill of max_seqs x context tokens when `prefill`, the arms, the
-// settings (--delta-prefill, --attn-prefill, --attn-decode, --gemm, --pdl, --swiglu, --gated-norm)
-// and the fault drill (o.fault).
+// settings (--delta-prefill, --attn-prefill, --attn-decode, --gemm, --pdl, --swiglu, --gated-norm,
+// --ssm-state) and the fault drill (o.fault).
 ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& arms, bool prefill, int extra_context);
 
 // The options of the commands that build one whole-model step from a preset (inspect, capture,
 // ab): --preset, --max-seqs, --context, --arm and the settings --delta-prefill, --attn-prefill,
-// --attn-decode, --gemm, --pdl, --swiglu, --gated-norm, --arms (values from ab_selection.h's setting_table()).
+// --attn-decode, --gemm, --pdl, --swiglu, --gated-norm, --ssm-state, --arms (values from ab_selection.h's
+// setting_table()).
 void add_model_step_options(CLI::App* cmd, BenchOptions& o);
+
+// The settings of `o` as a StepChoice (its arms left empty), and back: `o` with `c`'s settings
+// (the commands that compare two selections, ab and drift, build each side from the base so).
+StepChoice settings_choice(const BenchOptions& o);
+void apply_settings(BenchOptions& o, const StepChoice& c);
 
 // With --arms tune, one line per captured graph: the arms timed and the ones kept.
 void print_tuning(const ModelStep& step);

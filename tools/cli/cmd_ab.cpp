@@ -89,15 +89,7 @@ std::vector<PrefillRequest> prefill_batch(const AbOptions& o, int vocab) {
 void build(Side& s, const AbOptions& o, const Qwen35Config& cfg, const StepChoice& choice, const ResolvedArms& arms) {
   const bool prefill = o.b.phase == "prefill";
   BenchOptions bo = o.b;  // the base's fault drill (o.b.fault) goes to both sides
-  bo.delta_prefill = choice.delta_prefill;
-  bo.attn_prefill = choice.attn_prefill;
-  bo.attn_decode = choice.attn_decode;
-  bo.gemm = choice.gemm;
-  bo.pdl = choice.pdl;
-  bo.swiglu = choice.swiglu;
-  bo.gated_norm = choice.gated_norm;
-  bo.ssm_state = choice.ssm_state;
-  bo.arms_mode = choice.arms_mode;
+  apply_settings(bo, choice);
   // Decode: room for the hashed greedy steps after the context.
   s.step = std::make_unique<ModelStep>(cfg, model_step_options(bo, arms, prefill, prefill ? 0 : kHashSteps));
   ModelStep& step = *s.step;
@@ -221,17 +213,8 @@ int run(AbOptions o) {
   if (!dev.ok)
     throw Error(fmt::format("ab: timing CUDA graphs needs a GPU, and none can be used here: {}", dev.reason));
   for (const auto& w : base_arms.warnings) fmt::print(stderr, "warning: {}\n", w);
-  StepChoice base;
+  StepChoice base = settings_choice(o.b);
   base.arms = base_arms.arms;
-  base.delta_prefill = o.b.delta_prefill;
-  base.attn_prefill = o.b.attn_prefill;
-  base.attn_decode = o.b.attn_decode;
-  base.gemm = o.b.gemm;
-  base.pdl = o.b.pdl;
-  base.swiglu = o.b.swiglu;
-  base.gated_norm = o.b.gated_norm;
-  base.ssm_state = o.b.ssm_state;
-  base.arms_mode = o.b.arms_mode;
   Side sides[2];
   sides[0].name = "A";
   sides[0].sel = sel_a;

@@ -21,6 +21,7 @@ void register_arms(CLI::App& app, Action& action);
 void register_bench(CLI::App& app, Action& action);
 void register_capture(CLI::App& app, Action& action);
 void register_diff(CLI::App& app, Action& action);
+void register_drift(CLI::App& app, Action& action);
 void register_generate(CLI::App& app, Action& action);
 void register_info(CLI::App& app, Action& action);
 void register_inspect(CLI::App& app, Action& action);

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   sg::cli::register_serve(app, action);
   sg::cli::register_soak(app, action);
   sg::cli::register_diff(app, action);
+  sg::cli::register_drift(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

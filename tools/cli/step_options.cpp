@@ -2,10 +2,32 @@
 // `capture` and `ab` (bench_common.h add_model_step_options), and what a built step resolved them to.
 #include <fmt/format.h>
 
+#include "engine/error.h"
 #include "tools/cli/ab_selection.h"
 #include "tools/cli/bench_common.h"
 
 namespace sg::cli {
+
+namespace {
+
+// The BenchOptions field of a setting (ab_selection.h's setting_table() names).
+std::string* option_field(BenchOptions& o, std::string_view name) {
+  if (name == "delta-prefill") return &o.delta_prefill;
+  if (name == "attn-prefill") return &o.attn_prefill;
+  if (name == "attn-decode") return &o.attn_decode;
+  if (name == "gemm") return &o.gemm;
+  if (name == "pdl") return &o.pdl;
+  if (name == "swiglu") return &o.swiglu;
+  if (name == "gated-norm") return &o.gated_norm;
+  if (name == "ssm-state") return &o.ssm_state;
+  if (name == "arms") return &o.arms_mode;
+  throw Error(fmt::format("no setting '{}'", name));
+}
+const std::string* option_field(const BenchOptions& o, std::string_view name) {
+  return option_field(const_cast<BenchOptions&>(o), name);
+}
+
+}  // namespace
 
 void add_model_step_options(CLI::App* cmd, BenchOptions& o) {
   cmd->add_option("--preset", o.preset, "model preset (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv)")
@@ -19,16 +41,9 @@ void add_model_step_options(CLI::App* cmd, BenchOptions& o) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   add_arm_options(cmd, o.arms);
-  const std::pair<const char*, std::string*> settings[] = {{"delta-prefill", &o.delta_prefill},
-                                                           {"attn-prefill", &o.attn_prefill},
-                                                           {"attn-decode", &o.attn_decode},
-                                                           {"gemm", &o.gemm},
-                                                           {"pdl", &o.pdl},
-                                                           {"swiglu", &o.swiglu},
-                                                           {"gated-norm", &o.gated_norm},
-                                                           {"ssm-state", &o.ssm_state},
-                                                           {"arms", &o.arms_mode}};
-  for (const auto& [name, value] : settings) {
+  for (const SettingInfo& s : setting_table()) {
+    const std::string name(s.name);
+    std::string* value = option_field(o, name);
     const std::vector<std::string> values = setting_values(name);
     std::string list;
     for (size_t i = 0; i < values.size(); ++i) {
@@ -38,6 +53,16 @@ void add_model_step_options(CLI::App* cmd, BenchOptions& o) {
         ->capture_default_str()
         ->check(CLI::IsMember(values));
   }
+}
+
+StepChoice settings_choice(const BenchOptions& o) {
+  StepChoice c;
+  for (const SettingInfo& s : setting_table()) c.setting(s.name) = *option_field(o, s.name);
+  return c;
+}
+
+void apply_settings(BenchOptions& o, const StepChoice& c) {
+  for (const SettingInfo& s : setting_table()) *option_field(o, s.name) = c.setting(s.name);
 }
 
 StepChoice resolved_choice(const ModelStep& step, const GraphKey* key) {

@@ -78,7 +78,7 @@ GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& a
 
 double GdnDecodePath::fused_bytes() const {
   const GdnDims& d = dims;
-  return op_bytes::gdn_decode_fused(fused.rows, d.Hk, d.Hv, d.Dk, d.Dv, d.K, act_bytes, state_bytes);
+  return op_bytes::gdn_decode_fused(fused.rows, d.Hk, d.Hv, d.Dk, d.Dv, d.K, act_bytes, state_bytes, 4);
 }
 double GdnDecodePath::conv_bytes() const {
   return op_bytes::conv_update(conv.rows, dims.C(), dims.K, act_bytes, state_bytes);
@@ -90,7 +90,7 @@ double GdnDecodePath::delta_bytes() const {
   const double norm =
       norm_fused() ? op_bytes::fused_gated_norm(delta.rows, dims.Hv, dims.Dv, act_bytes, dtype_size(delta.norm_w_dtype))
                    : 0.0;
-  return op_bytes::delta_rule(delta.rows, delta.rows, dims.Hk, dims.Hv, dims.Dk, dims.Dv, act_bytes) + norm;
+  return op_bytes::delta_rule(delta.rows, delta.rows, dims.Hk, dims.Hv, dims.Dk, dims.Dv, act_bytes, 4) + norm;
 }
 
 void GdnDecodePath::launch(cudaStream_t s, NodeRecorder* rec, int layer) const {

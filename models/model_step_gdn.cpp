@@ -188,7 +188,7 @@ void ModelStep::gdn_prefill(int layer, const StepKey& key, const GdnIo& io, Node
                                            : delta_rule_prefill(dp, s),
            rec, s, [&] {
              return NodeLabel{layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),
-                              op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz)};
+                              op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz, 4)};
            });
 }
 

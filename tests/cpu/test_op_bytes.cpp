@@ -52,8 +52,7 @@ TEST_CASE("op bytes: a fused op moves its parts' bytes less the intermediates it
       for (size_t ssm : {size_t{2}, size_t{4}}) {
         CHECK(op_bytes::gdn_decode_fused(rows, Hk, Hv, Dk, Dv, K, es, 2, ssm) ==
               op_bytes::conv_update(rows, C, K, es, 2) + op_bytes::postconv(rows, Hk, Hv, Dk, Dv, es) +
-                  op_bytes::delta_rule(rows, rows, Hk, Hv, Dk, Dv, es, ssm) - 2.0 * conv_out - 2.0 * qkv -
-                  2.0 * gates);
+                  op_bytes::delta_rule(rows, rows, Hk, Hv, Dk, Dv, es, ssm) - 2.0 * conv_out - 2.0 * qkv - 2.0 * gates);
       }
     }
   }

@@ -58,7 +58,8 @@ __device__ float fused_norm_inv(const DeltaRuleDecodeParams& p, int cols, int jl
 // Grid (Hv * col_blocks, rows); block round_up(Dv / col_blocks * Q, 32): Q consecutive threads share
 // column (blockIdx.x % col_blocks) * Dv / col_blocks + t / Q.
 // NORM: 0 none, 1 the fused norm in one block (col_blocks 1), 2 in a cluster of col_blocks blocks.
-template <int DK, int Q, int NORM>
+// ST: the state's element type (float or __nv_bfloat16, p.state_dtype).
+template <int DK, int Q, int NORM, typename ST>
 __global__ void __launch_bounds__(Q == 1   ? 256
                                   : Q == 8 ? 1024
                                            : 512) delta_rule_decode_kernel(const DeltaRuleDecodeParams p) {
@@ -72,7 +73,8 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   // op writes (launch.cuh says why both are safe to read here). The loads overlap the previous
   // kernel's tail.
   const int slot = p.slots[r];
-  float* S = p.state + (static_cast<int64_t>(slot < 0 ? 0 : slot) * p.Hv + hv) * DK * p.Dv + (active ? j : 0);
+  ST* S = static_cast<ST*>(p.state) + (static_cast<int64_t>(slot < 0 ? 0 : slot) * p.Hv + hv) * DK * p.Dv +
+          (active ? j : 0);
   float s[DK / Q];
   dev::load_column<DK, Q>(s, S, p.Dv, active && slot >= 0);
   pdl_start();  // kernels/launch.cuh
@@ -110,16 +112,17 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   }
 }
 
-template <int DK, int Q>
+// The same grid and block for both state dtypes.
+template <int DK, int Q, typename ST>
 void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   const int cb = p.col_blocks;
   const dim3 grid(p.Hv * cb, p.rows), block((p.Dv / cb * Q + 31) / 32 * 32);
   if (p.norm_w && cb > 1) {
-    launch_kernel_cluster(delta_rule_decode_kernel<DK, Q, 2>, grid, block, 0, stream, static_cast<unsigned>(cb), p);
+    launch_kernel_cluster(delta_rule_decode_kernel<DK, Q, 2, ST>, grid, block, 0, stream, static_cast<unsigned>(cb), p);
   } else if (p.norm_w) {
-    launch_kernel(delta_rule_decode_kernel<DK, Q, 1>, grid, block, 0, stream, p);
+    launch_kernel(delta_rule_decode_kernel<DK, Q, 1, ST>, grid, block, 0, stream, p);
   } else {
-    launch_kernel(delta_rule_decode_kernel<DK, Q, 0>, grid, block, 0, stream, p);
+    launch_kernel(delta_rule_decode_kernel<DK, Q, 0, ST>, grid, block, 0, stream, p);
   }
 }
 
@@ -131,6 +134,7 @@ cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t strea
   LaunchCheck chk("delta_rule.decode");
   chk.require(delta_rule_decode_supports(p.Dk, p.Dv), "no built split for this Dk, Dv (Dk 8..128, Dv <= 256)");
   chk.in_range(p.Hk, 1, INT32_MAX, "Hk").require(p.Hk < 1 || p.Hv % p.Hk == 0, "Hv must be a multiple of Hk");
+  chk.require(p.state_dtype == DType::f32 || p.state_dtype == DType::bf16, "state_dtype must be f32 or bf16");
   if (!chk.ok()) return cudaErrorInvalidValue;
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
   const int cb = delta_rule_decode_col_blocks(p.Dv, q, p.col_blocks);
@@ -149,8 +153,10 @@ cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t strea
   if (p.rows == 0) return cudaSuccess;
   DeltaRuleDecodeParams r = p;
   r.col_blocks = cb;
-  const bool built = dev::with_delta_rule_tile(
-      p.Dk, q, [&](auto dk, auto qq) { launch<decltype(dk)::value, decltype(qq)::value>(r, stream); });
+  const bool built = dev::with_delta_rule_tile(p.Dk, q, [&](auto dk, auto qq) {
+    dev::with_state_type(p.state_dtype,
+                         [&](auto st) { launch<decltype(dk)::value, decltype(qq)::value, decltype(st)>(r, stream); });
+  });
   chk.require(built, "no built tile for this Dk and split");
   if (!built) return cudaErrorInvalidValue;
   return cudaGetLastError();

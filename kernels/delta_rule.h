@@ -1,5 +1,7 @@
-// delta_rule.h: the gated delta rule, decode (recurrent) form, over slot-indexed f32 state
-// stored [num_slots, Hv, Dk, Dv] (S[i][j]: i over Dk, j over Dv). Per (row, v-head), in f32:
+// delta_rule.h: the gated delta rule, decode (recurrent) form, over slot-indexed state stored
+// [num_slots, Hv, Dk, Dv] (S[i][j]: i over Dk, j over Dv) as f32 or bf16 (state_dtype; bf16 is read
+// widened exactly and written rounded to nearest even, the arithmetic is f32 either way, with the
+// same grid and block). Per (row, v-head), in f32:
 //   S *= exp(g); u_j = (v_j - sum_i S[i][j] k_i) * beta; S[i][j] += k_i u_j; o_j = sum_i S[i][j] q_i/sqrt(Dk)
 // with every sum an explicit fmaf chain over i = 0..Dk-1 (the order the CPU reference uses).
 #pragma once

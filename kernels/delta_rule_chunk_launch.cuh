@@ -66,6 +66,9 @@ cudaError_t checked_launch(const char* what, const DeltaRulePrefillParams& p, in
   chk.require(static_cast<int64_t>((p.Dv + bv - 1) / bv) * p.Hv <= 0x7fffffff, "Dv / tile x Hv blocks exceed the grid");
   if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.max_seqs == 0) return cudaSuccess;
+  // Vector words: groups of 4 elements at element offsets that are multiples of 4 (Dv % 4 == 0) from
+  // 16-byte aligned bases, so 16 bytes for f32 and 8 bytes for bf16 (q, k, v, out, and the state
+  // in state_dtype) are always aligned.
   const bool vec = p.Dv % 4 == 0 && dev::aligned16(p.q) && dev::aligned16(p.k) && dev::aligned16(p.v) &&
                    dev::aligned16(p.out) && dev::aligned16(p.state);
   cudaError_t err = cudaErrorInvalidValue;

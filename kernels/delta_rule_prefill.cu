@@ -19,7 +19,9 @@ namespace {
 // per-thread budget (without it, it capped some instances low and spilled). ptxas -v (sm_90, CUDA
 // 13.0): no spills except Dk = 128 with split 1 (128 state registers in a 255-register budget;
 // ~190 bytes, the decode kernel spills there too); the automatic split never picks it for Dv <= 256.
-template <int DK, int Q>
+// ST: the state's element type (float or __nv_bfloat16, p.state_dtype): read widened once, the
+// final state rounded once.
+template <int DK, int Q, typename ST>
 __global__ void __launch_bounds__(Q == 1   ? 256
                                   : Q == 8 ? 1024
                                            : 512,
@@ -46,7 +48,7 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   const int j = threadIdx.x / Q;
   const bool active = j < Dv;
   const float scale = 1.0f / sqrtf(static_cast<float>(DK));
-  float* S = p.state + (static_cast<int64_t>(slot) * Hv + hv) * DK * Dv + (active ? j : 0);  // column j
+  ST* S = static_cast<ST*>(p.state) + (static_cast<int64_t>(slot) * Hv + hv) * DK * Dv + (active ? j : 0);  // column j
 
   // The state column, read once (never without history).
   float s[R];
@@ -110,10 +112,10 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   dev::store_column<DK, Q>(s, S, Dv, active);
 }
 
-template <int DK, int Q>
+template <int DK, int Q, typename ST>
 void launch(const DeltaRulePrefillParams& p, cudaStream_t stream) {
   const dim3 grid(p.Hv, p.max_seqs), block((p.Dv * Q + 31) / 32 * 32);
-  launch_kernel(delta_rule_prefill_kernel<DK, Q>, grid, block, 0, stream, p);
+  launch_kernel(delta_rule_prefill_kernel<DK, Q, ST>, grid, block, 0, stream, p);
 }
 
 }  // namespace
@@ -130,6 +132,7 @@ void check_delta_rule_prefill_params(LaunchCheck& chk, const DeltaRulePrefillPar
   chk.require((p.qkv_dtype == DType::f32 || p.qkv_dtype == DType::bf16) &&
                   (p.out_dtype == DType::f32 || p.out_dtype == DType::bf16),
               "qkv_dtype and out_dtype must be bf16 or f32");
+  chk.require(p.state_dtype == DType::f32 || p.state_dtype == DType::bf16, "state_dtype must be f32 or bf16");
 }
 
 cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t stream) {
@@ -141,8 +144,10 @@ cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t str
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
   chk.require(q != 0, "split: not a built split for this Dk, Dv (1, 2, 4 or 8; 0 = automatic)");
   if (!chk.ok()) return cudaErrorInvalidValue;
-  const bool built = dev::with_delta_rule_tile(
-      p.Dk, q, [&](auto dk, auto qq) { launch<decltype(dk)::value, decltype(qq)::value>(p, stream); });
+  const bool built = dev::with_delta_rule_tile(p.Dk, q, [&](auto dk, auto qq) {
+    dev::with_state_type(p.state_dtype,
+                         [&](auto st) { launch<decltype(dk)::value, decltype(qq)::value, decltype(st)>(p, stream); });
+  });
   chk.require(built, "no built tile for this Dk and split");
   if (!built) return cudaErrorInvalidValue;
   return cudaGetLastError();

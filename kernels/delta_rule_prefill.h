@@ -11,7 +11,11 @@
 // delta_rule_prefill_chunked.h (about 1.85x faster on the 4B prefill); it is not byte-equal to this
 // scan (a different summation), only within the reference's documented tolerance.
 //
-// State: [num_slots, Hv, Dk, Dv] f32, S[i][j] at (i * Dv + j), as delta_rule.h.
+// State: [num_slots, Hv, Dk, Dv] f32 or bf16 (state_dtype), S[i][j] at (i * Dv + j), as delta_rule.h.
+// With bf16 the initial state is widened once and the final state rounded to nearest even once (the
+// state stays f32 in between), so a bf16-state prefill gives the f32-state prefill's outputs and its
+// final state rounded; decode token by token with a bf16 state rounds after every token instead.
+// The same holds for the chunked forms (delta_rule_prefill_chunked.h, delta_rule_prefill_mma.h).
 // Contract (ref::delta_rule_prefill_recurrent, kernels/ref/delta_rule_ref.h):
 //   - sequence n (n < *n_seqs) owns tokens cu_seqlens[n] .. cu_seqlens[n+1]-1 (absolute rows);
 //   - slot < 0 (padding): its output rows are written with zeros, state is neither read nor written;
@@ -48,9 +52,9 @@ struct DeltaRulePrefillParams {
   const uint8_t* has_history = nullptr;  // [max_seqs]; 0: start from a zero state
   const int32_t* n_seqs = nullptr;       // [1] live sequence count, 0..max_seqs
 
-  void* state = nullptr;  // [num_slots, Hv, Dk, Dv] state_dtype, updated in place
+  void* state = nullptr;           // [num_slots, Hv, Dk, Dv] state_dtype, updated in place
   DType state_dtype = DType::f32;  // f32, or bf16: read widened once, the final state rounded to nearest once
-  void* out = nullptr;     // [>= T, Hv, Dv]; must not alias any input or the state
+  void* out = nullptr;             // [>= T, Hv, Dv]; must not alias any input or the state
   DType out_dtype = DType::bf16;
 
   int max_seqs = 0;  // the graph key's bucket: grid y

@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const Del
 #pragma unroll
   for (int a = 0; a < RS; ++a) {
     const int i = rg * RS + a;
-    const float4 s = hist ? load4(p.state, DType::f32, state_at + static_cast<int64_t>(i) * Dv + j0, cols, vec)
+    const float4 s = hist ? load4(p.state, p.state_dtype, state_at + static_cast<int64_t>(i) * Dv + j0, cols, vec)
                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     st4(Ss + i * BV + j0, s);
   }
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const Del
 #pragma unroll
   for (int a = 0; a < RS; ++a) {
     const int i = rg * RS + a;
-    store4(p.state, DType::f32, state_at + static_cast<int64_t>(i) * Dv + j0, ld4(Ss + i * BV + j0), cols, vec);
+    store4(p.state, p.state_dtype, state_at + static_cast<int64_t>(i) * Dv + j0, ld4(Ss + i * BV + j0), cols, vec);
   }
 }
 

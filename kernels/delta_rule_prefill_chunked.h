@@ -18,7 +18,8 @@
 // Design: one block per (Dv tile of BV columns, v-head, sequence): grid (ceil(Dv / BV) * Hv, max_seqs),
 // block 4 * BV threads. Columns of the state are independent in the delta rule; only A, P and T
 // (64 x 64, from k, q, g, beta alone) are recomputed by each tile. The state tile [Dk, BV] f32 stays
-// in shared memory for the whole sequence (read once, written once). The large products are register
+// in shared memory for the whole sequence (read once, written once; a bf16 state, state_dtype, is
+// widened on the read and rounded to nearest even on the write). The large products are register
 // tiled (each thread a 4 x 4 or larger output tile, 128-bit shared loads, broadcasts within a warp;
 // the small M and T10 steps of the inversion compute one output per thread);
 // T is inverted blockwise (two 32 x 32 diagonal blocks by column-wise forward substitution, then

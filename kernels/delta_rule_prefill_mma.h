@@ -2,7 +2,8 @@
 // chunked WY form (docs/MODEL.md step 4) with its large products on the TENSOR CORES (mma.sync
 // m16n8k16 bf16 -> f32), with the params struct and contract of delta_rule_prefill
 // (delta_rule_prefill.h). It follows delta_rule_prefill_chunked.h phase by phase (same chunk of 64
-// tokens, same grid, the f32 state tile resident in shared memory for the whole sequence, T = (I + A)^-1
+// tokens, same grid, the f32 state tile resident in shared memory for the whole sequence (a bf16 state
+// widened on the read and rounded on the write, as there), T = (I + A)^-1
 // by the same blockwise substitution on the CUDA cores); the products
 //   P, A = [q; k] K^T (lower triangle)    X, O = [q; k] S    V' = T X
 //   o = O + P V'                          S = exp(G_last) S + K^T (exp(G_last - G) V')

@@ -41,7 +41,8 @@ __device__ __forceinline__ float conv_channel(const GdnDecodeFusedParams& p, int
   return round_act(dev::silu(acc), p.act);
 }
 
-template <int DK, int Q>
+// ST: the SSM state's element type (float or __nv_bfloat16, p.ssm_state_dtype).
+template <int DK, int Q, typename ST>
 __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads(Q)
     gdn_decode_fused_kernel(const GdnDecodeFusedParams p, const int cb) {
   // Every block of the cluster must have started before any writes into its shared memory.
@@ -71,9 +72,9 @@ __global__ void __launch_bounds__(Q == 1 ? 256 : 512)  // delta_rule_max_threads
     return;
   }
 
-  // The block's state columns (f32, the Dk/Q rows of this lane's part), loaded after the conv.
+  // The block's state columns (the Dk/Q rows of this lane's part, widened to f32), loaded after the conv.
   constexpr int R = DK / Q;
-  float* S = p.ssm_state + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + (active ? j : 0);
+  ST* S = static_cast<ST*>(p.ssm_state) + (static_cast<int64_t>(slot) * p.Hv + hv) * DK * p.Dv + (active ? j : 0);
   const float av = dev::load(p.a, p.act, static_cast<int64_t>(r) * p.a_stride + hv);
   const float bv = dev::load(p.b, p.act, static_cast<int64_t>(r) * p.b_stride + hv);
 
@@ -138,6 +139,8 @@ cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract
   chk.require(c.arm == GdnDecodeArm::fused, "the contract: its arm is not fused (the contract fell back)");
   chk.in_range(p.Dv, 1, INT32_MAX, "Dv").in_range(p.Hk, 1, INT32_MAX, "Hk");
   chk.require(p.Hk < 1 || p.Hv % p.Hk == 0, "Hv must be a multiple of Hk");
+  chk.require(p.ssm_state_dtype == DType::f32 || p.ssm_state_dtype == DType::bf16,
+              "ssm_state_dtype must be f32 or bf16");
   if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   // The contract must be the one for these params (the kernel derives its columns from the grid).
@@ -158,14 +161,19 @@ cudaError_t gdn_decode_fused(const GdnDecodeFusedParams& p, const LaunchContract
   const auto go = [&](auto kernel) {
     return launch_kernel_cluster(kernel, grid, block, c.smem_bytes, stream, n, p, cb);
   };
-  switch (p.Dk * 100 + q) {  // the (Dk, split) pairs the contract lets through
-    case 6401: return go(gdn_decode_fused_kernel<64, 1>);
-    case 6404: return go(gdn_decode_fused_kernel<64, 4>);
-    case 12801: return go(gdn_decode_fused_kernel<128, 1>);
-    case 12802: return go(gdn_decode_fused_kernel<128, 2>);
-    case 12804: return go(gdn_decode_fused_kernel<128, 4>);
-    default: chk.require(false, "no built kernel for this Dk and split"); return cudaErrorInvalidValue;
-  }
+  // The same grid, block, cluster and shared memory for both state dtypes.
+  const auto pick = [&](auto st) -> cudaError_t {
+    using ST = decltype(st);
+    switch (p.Dk * 100 + q) {  // the (Dk, split) pairs the contract lets through
+      case 6401: return go(gdn_decode_fused_kernel<64, 1, ST>);
+      case 6404: return go(gdn_decode_fused_kernel<64, 4, ST>);
+      case 12801: return go(gdn_decode_fused_kernel<128, 1, ST>);
+      case 12802: return go(gdn_decode_fused_kernel<128, 2, ST>);
+      case 12804: return go(gdn_decode_fused_kernel<128, 4, ST>);
+      default: chk.require(false, "no built kernel for this Dk and split"); return cudaErrorInvalidValue;
+    }
+  };
+  return p.ssm_state_dtype == DType::bf16 ? pick(__nv_bfloat16{}) : pick(float{});
 }
 
 }  // namespace sg

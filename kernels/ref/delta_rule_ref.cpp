@@ -81,6 +81,12 @@ TokenInputs token_inputs(const DeltaShape& s, int64_t t, int hv, const float* q,
   return {q + qk, k + qk, v + (t * s.Hv + hv) * s.Dv, g[t * s.Hv + hv], beta[t * s.Hv + hv]};
 }
 
+// The state as stored between calls: with Store::bf16 every element rounded to nearest-even bf16.
+void round_state(const DeltaShape& s, float* S, int64_t n) {
+  if (s.state == Store::f32) return;
+  for (int64_t e = 0; e < n; ++e) S[e] = store(S[e], s.state);
+}
+
 void zero_rows(float* out, int64_t begin, int64_t end, int64_t row_size) {
   std::fill(out + begin * row_size, out + end * row_size, 0.0f);
 }
@@ -181,6 +187,7 @@ void delta_rule_decode(const DeltaShape& s, int B, const float* q, const float* 
       float* S = state + (static_cast<int64_t>(slots[b]) * s.Hv + hv) * head_size;
       recurrent_step(s, S, in.q, in.k, in.v, in.g, in.beta, out + (static_cast<int64_t>(b) * s.Hv + hv) * s.Dv,
                      u.data());
+      round_state(s, S, head_size);  // the step's state, as stored (f32: unchanged)
     }
   }
 }
@@ -206,6 +213,7 @@ void delta_rule_prefill_recurrent(const DeltaShape& s, int N, const int32_t* cu_
         const TokenInputs in = token_inputs(s, t, hv, q, k, v, g, beta);
         recurrent_step(s, S.data(), in.q, in.k, in.v, in.g, in.beta, out + (t * s.Hv + hv) * s.Dv, u.data());
       }
+      round_state(s, S.data(), head_size);  // the final state, rounded once (f32: unchanged)
       std::copy(S.begin(), S.end(), slot_state);
     }
   }
@@ -230,7 +238,7 @@ void delta_rule_prefill_chunked(const DeltaShape& s, int N, const int32_t* cu_se
       float* slot_state = state + (static_cast<int64_t>(slots[n]) * s.Hv + hv) * head_size;
       for (int64_t e = 0; e < head_size; ++e) S[e] = has_history[n] ? slot_state[e] : 0.0;
       chunked_head(s, chunk, start, static_cast<int>(end - start), hv, q, k, v, g, beta, S, out);
-      for (int64_t e = 0; e < head_size; ++e) slot_state[e] = static_cast<float>(S[e]);
+      for (int64_t e = 0; e < head_size; ++e) slot_state[e] = store(static_cast<float>(S[e]), s.state);
     }
   }
 }

@@ -146,7 +146,7 @@ struct Result {
 };
 
 // The prefill params of problem P over its device copies, a state cache and an output buffer.
-inline DeltaRulePrefillParams prefill_params(const Problem& P, const DevProblem& d, float* state, void* out,
+inline DeltaRulePrefillParams prefill_params(const Problem& P, const DevProblem& d, void* state, void* out,
                                              int split = 0) {
   DeltaRulePrefillParams p;
   p.q = d.q.data();

@@ -286,7 +286,7 @@ TEST_CASE("the manifest names each node's op, arm, kernel and grid", "[gpu][skel
     const GdnDims& d = step.dims();
     CHECK(m.nodes[0].label.bytes == op_bytes::conv_update(key, d.C(), d.K, 2, 2));
     CHECK(m.nodes[1].label.bytes == op_bytes::postconv(key, d.Hk, d.Hv, d.Dk, d.Dv, 2));
-    CHECK(m.nodes[2].label.bytes == op_bytes::delta_rule(key, key, d.Hk, d.Hv, d.Dk, d.Dv, 2));
+    CHECK(m.nodes[2].label.bytes == op_bytes::delta_rule(key, key, d.Hk, d.Hv, d.Dk, d.Dv, 2, sizeof(float)));
     CHECK(step.step_bytes(key) == Approx(m.nodes[0].label.bytes + m.nodes[1].label.bytes + m.nodes[2].label.bytes));
   }
 }
@@ -310,7 +310,7 @@ TEST_CASE("the fused gdn.decode arm is one node with the recurrence's grid, in c
     const auto c = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{key, 16, 32, 128, 128, 4});
     CHECK(c.cluster == m.nodes[0].cluster);
     CHECK(c.grid == m.nodes[0].grid);
-    CHECK(m.nodes[0].label.bytes == op_bytes::gdn_decode_fused(key, 16, 32, 128, 128, 4, 2, 2));
+    CHECK(m.nodes[0].label.bytes == op_bytes::gdn_decode_fused(key, 16, 32, 128, 128, 4, 2, 2, sizeof(float)));
     CHECK(step.step_bytes(key) == m.nodes[0].label.bytes);
   }
   // The small shape (Dk = 32) is not supported by the fused kernel: the contract falls back.

@@ -258,7 +258,8 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
   oc.op = "gdn.decode";
   oc.sets = sets;
   // The fused arm's bytes (inputs, states and output only) for every arm: the op's floor.
-  oc.bytes = op_bytes::gdn_decode_fused(R, d.Hk, Hv, d.Dk, d.Dv, K, dtype_size(act), dtype_size(DType::bf16));
+  oc.bytes =
+      op_bytes::gdn_decode_fused(R, d.Hk, Hv, d.Dk, d.Dv, K, dtype_size(act), dtype_size(DType::bf16), sizeof(float));
   // The unfused path with each built split of the delta-rule step (threads per state column), and
   // with a head's columns in 2 or 4 blocks (q1 and q2).
   for (int q : {1, 2, 4, 8}) {

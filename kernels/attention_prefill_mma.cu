@@ -94,13 +94,31 @@ struct MmaCfg {
   static_assert((LD * 2) % 16 == 0, "padded rows stay 16-byte aligned (cp.async, ldmatrix)");
 };
 
+// Copies ROWS rows (row r at src + r * stride, r < n; zeros for r >= n) into the padded tile at
+// dst ([ROWS][LD]). Chunk i = t + kThreads it is row i / CHUNKS, column i % CHUNKS: consecutive
+// threads take consecutive 16-byte columns of a row. CHUNKS divides kThreads, so a thread keeps its
+// column and steps kThreads / CHUNKS rows each copy: the loop is unrolled with the thread's
+// address worked out once (an add, a compare and the cp.async a copy).
+template <int D, int ROWS>
+__device__ __forceinline__ void copy_rows(__nv_bfloat16* dst, int n, const __nv_bfloat16* src, int64_t stride) {
+  constexpr int CHUNKS = MmaCfg<D>::CHUNKS, LD = MmaCfg<D>::LD, kRowStep = kThreads / CHUNKS;
+  static_assert(kThreads % CHUNKS == 0 && ROWS % kRowStep == 0, "whole rows a pass of the block");
+  const int t = static_cast<int>(threadIdx.x), r_t = t / CHUNKS, c_t = t % CHUNKS;
+  const __nv_bfloat16* own = src + r_t * stride + c_t * 8;
+  const uint32_t to = smem_addr(dst + r_t * LD + c_t * 8);
+#pragma unroll
+  for (int it = 0; it < ROWS / kRowStep; ++it) {
+    const bool in = r_t + kRowStep * it < n;
+    cp_async16(to + 2 * LD * kRowStep * it, in ? own + kRowStep * it * stride : src, in);
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads, 2)
     attn_prefill_mma_kernel(const AttentionParams p, int group, float scale) {
   pdl_start();  // kernels/launch.cuh
   using Cfg = MmaCfg<D>;
-  constexpr int kBK = Cfg::BK, LD = Cfg::LD, KSTEPS = Cfg::KSTEPS, NT_S = Cfg::NT_S, NT_O = Cfg::NT_O,
-                CHUNKS = Cfg::CHUNKS;
+  constexpr int kBK = Cfg::BK, LD = Cfg::LD, KSTEPS = Cfg::KSTEPS, NT_S = Cfg::NT_S, NT_O = Cfg::NT_O;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kBQ][LD]
   __nv_bfloat16* k_s = q_s + kBQ * LD;                              // [kBK][LD]
@@ -116,12 +134,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const auto* vc = static_cast<const __nv_bfloat16*>(p.v_cache);  // [num_slots, max_context, Hkv, D]
 
   load_tile_rows(p, tile, kBQ, q_slot, q_pos);
-  for (int i = threadIdx.x; i < kBQ * CHUNKS; i += kThreads) {
-    const int r = i / CHUNKS, c = i % CHUNKS, t = tile * kBQ + r;
-    const bool in = t < p.T;
-    const __nv_bfloat16* src = in ? q + (static_cast<int64_t>(t) * p.Hq + h) * D + c * 8 : q;
-    cp_async16(smem_addr(q_s + r * LD + c * 8), src, in);
-  }
+  copy_rows<D, kBQ>(q_s, min(kBQ, p.T - tile * kBQ), q + (static_cast<int64_t>(tile * kBQ) * p.Hq + h) * D,
+                    static_cast<int64_t>(p.Hq) * D);
   cp_async_commit();
   __syncthreads();  // q_slot, q_pos
 
@@ -146,15 +160,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int kt = 0; kt < kmax; kt += kBK) {
       const int nk = min(kBK, kmax - kt);
       __syncthreads();  // the previous K/V tiles are consumed
-      for (int i = threadIdx.x; i < kBK * CHUNKS; i += kThreads) {
-        const int r = i / CHUNKS, c = i % CHUNKS;
-        cp_async16(smem_addr(k_s + r * LD + c * 8), kc + base + (r < nk ? (kt + r) * pos_stride + c * 8 : 0), r < nk);
-      }
+      copy_rows<D, kBK>(k_s, nk, kc + base + kt * pos_stride, pos_stride);
       cp_async_commit();
-      for (int i = threadIdx.x; i < kBK * CHUNKS; i += kThreads) {
-        const int r = i / CHUNKS, c = i % CHUNKS;
-        cp_async16(smem_addr(v_s + r * LD + c * 8), vc + base + (r < nk ? (kt + r) * pos_stride + c * 8 : 0), r < nk);
-      }
+      copy_rows<D, kBK>(v_s, nk, vc + base + kt * pos_stride, pos_stride);
       cp_async_commit();
       cp_async_wait<1>();  // q and K
       __syncthreads();

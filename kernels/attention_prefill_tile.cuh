@@ -144,12 +144,25 @@ __device__ __forceinline__ void store_pass_rows(const AttentionParams& p, const 
     const int r = row0 + 8 * e;
     if (!((active >> r) & 1u)) continue;
     const int64_t orow = (static_cast<int64_t>(tile * kPrefillTileRows + r) * p.Hq + h) * D;
+    // The gate values of kJ n-tiles are all loaded before any of their outputs is stored: a load
+    // after a store may read what the store wrote (out and gate are both plain pointers), so
+    // interleaved, every load waited for its own round trip.
+    constexpr int kJ = D / 8 < 8 ? D / 8 : 8;
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
+    for (int j0 = 0; j0 < D / 8; j0 += kJ) {
+      float g[kJ][2];
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int64_t i = orow + 8 * j + 2 * tq + c;
-        dev::store(p.out, p.out_dtype, i, (o[j][2 * e + c] / l[e]) * sigmoidf_(dev::load(p.gate, p.q_dtype, i)));
+      for (int j = 0; j < kJ; ++j) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) g[j][c] = dev::load(p.gate, p.q_dtype, orow + 8 * (j0 + j) + 2 * tq + c);
+      }
+#pragma unroll
+      for (int j = 0; j < kJ; ++j) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int64_t i = orow + 8 * (j0 + j) + 2 * tq + c;
+          dev::store(p.out, p.out_dtype, i, (o[j0 + j][2 * e + c] / l[e]) * sigmoidf_(g[j][c]));
+        }
       }
     }
   }

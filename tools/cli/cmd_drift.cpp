@@ -60,8 +60,9 @@ int run(const DriftOptions& o) {
   const Selection sel_a = parse_selection(o.a, "--a"), sel_b = parse_selection(o.b, "--b");
   for (const Selection* s : {&sel_a, &sel_b}) {
     for (const SelectionItem& it : s->items) {
-      require(it.key != "arms" || it.value == "fixed",
-              "drift: arms=tune times arms at capture; the arms are byte-identical, so compare settings");
+      if (it.key == "arms" && it.value != "fixed") {
+        throw Error("drift: arms=tune times arms at capture; the arms are byte-identical, so compare settings");
+      }
     }
   }
   const ResolvedArms base_arms = resolve_cli_arms(o.arms.arms);
@@ -139,7 +140,8 @@ void register_drift(CLI::App& app, Action& action) {
       "decode, each position fed A's greedy token; per window of positions the largest and mean normalised logit "
       "error and the top-1 agreement, and the first position where the greedy tokens differ. Needs a GPU.");
   DriftOptions& o = dopt;
-  cmd->add_option("--preset", o.preset, "model preset (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv)")->capture_default_str();
+  cmd->add_option("--preset", o.preset, "model preset (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv)")
+      ->capture_default_str();
   const std::string grammar =
       fmt::format("comma-separated key=value items; keys: {}; unnamed ops and settings keep the defaults and --arm",
                   valid_selection_keys());
@@ -151,7 +153,9 @@ void register_drift(CLI::App& app, Action& action) {
   cmd->add_option("--max-new", o.max_new, "Positions compared: the prompt's last token and the generated ones")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 18));
-  cmd->add_option("--window", o.window, "Positions per row of the table")->capture_default_str()->check(CLI::Range(1, 1 << 18));
+  cmd->add_option("--window", o.window, "Positions per row of the table")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 18));
   cmd->add_option("--seed", o.seed, "Seed of the synthetic weights (an integer in [0, 2^64 - 1])")
       ->capture_default_str()
       ->check(unsigned_integer_check());

@@ -52,10 +52,11 @@ std::string format_drift(const DriftStats& s) {
   std::string out = fmt::format("{:<16} {:>12} {:>12} {:>11}\n", "positions", "max error", "mean error", "top-1 agree");
   for (const DriftWindow& w : s.windows()) out += row(fmt::format("{}..{}", w.first, w.first + w.count - 1), w);
   out += row("all", s.total());
-  out += s.first_divergence() < 0
-             ? fmt::format("greedy tokens: equal at all {} positions\n", s.positions())
-             : fmt::format("greedy tokens: first differ at position {} of {} (a free-running B leaves A's text there)\n",
-                           s.first_divergence(), s.positions());
+  out +=
+      s.first_divergence() < 0
+          ? fmt::format("greedy tokens: equal at all {} positions\n", s.positions())
+          : fmt::format("greedy tokens: first differ at position {} of {} (a free-running B leaves A's text there)\n",
+                        s.first_divergence(), s.positions());
   return out;
 }
 
@@ -63,15 +64,19 @@ nlohmann::json drift_json(const DriftStats& s) {
   auto win = [](const DriftWindow& w) {
     const double inf = std::numeric_limits<double>::infinity();
     auto num = [&](double x) { return x == inf ? nlohmann::json("inf") : nlohmann::json(x); };
-    return nlohmann::json{{"first", w.first},        {"positions", w.count}, {"max_error", num(w.max_err)},
-                          {"mean_error", num(w.mean_err())}, {"top1_agree", w.agree}};
+    return nlohmann::json{{"first", w.first},
+                          {"positions", w.count},
+                          {"max_error", num(w.max_err)},
+                          {"mean_error", num(w.mean_err())},
+                          {"top1_agree", w.agree}};
   };
   nlohmann::json windows = nlohmann::json::array();
   for (const DriftWindow& w : s.windows()) windows.push_back(win(w));
-  return {{"positions", s.positions()},
-          {"first_divergence", s.first_divergence() < 0 ? nlohmann::json(nullptr) : nlohmann::json(s.first_divergence())},
-          {"total", win(s.total())},
-          {"windows", windows}};
+  return {
+      {"positions", s.positions()},
+      {"first_divergence", s.first_divergence() < 0 ? nlohmann::json(nullptr) : nlohmann::json(s.first_divergence())},
+      {"total", win(s.total())},
+      {"windows", windows}};
 }
 
 }  // namespace sg::cli

@@ -47,6 +47,7 @@ TEST_CASE("drift: windows, agreement and the first divergence", "[drift]") {
   CHECK(s.total().agree == 3);
   CHECK(s.total().max_err == 0.25);
   CHECK(s.total().mean_err() == Approx((0.25 + 0.125 + 0.25) / 5));
+  CHECK(s.distinct_tokens() == 2);  // A's tokens: 2, 2, 2, 2, 0
   CHECK_THROWS_AS(DriftStats(0), Error);
   CHECK_THROWS_AS(s.add({}, {}, 0, 0), Error);
 }
@@ -62,6 +63,8 @@ TEST_CASE("drift: the table and the JSON", "[drift]") {
   CHECK(j.at("positions") == 1);
   CHECK(j.at("first_divergence").is_null());
   CHECK(j.at("windows").size() == 1);
+  CHECK(j.at("distinct_tokens") == 1);
+  CHECK(t.find("A's text: 1 distinct tokens in 1 positions") != std::string::npos);
 
   DriftStats off(4);
   off.add({1, 2}, {1, 2}, 1, 1);

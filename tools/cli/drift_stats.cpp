@@ -32,6 +32,7 @@ void DriftStats::add(const std::vector<float>& a, const std::vector<float>& b, i
   const int64_t pos = total_.count;
   if (windows_.empty() || windows_.back().count == window_) windows_.push_back(DriftWindow{pos});
   const bool agree = token_a == token_b;
+  tokens_a_.insert(token_a);
   if (!agree && first_divergence_ < 0) first_divergence_ = pos;
   for (DriftWindow* w : {&windows_.back(), &total_}) {
     ++w->count;
@@ -52,6 +53,7 @@ std::string format_drift(const DriftStats& s) {
   std::string out = fmt::format("{:<16} {:>12} {:>12} {:>11}\n", "positions", "max error", "mean error", "top-1 agree");
   for (const DriftWindow& w : s.windows()) out += row(fmt::format("{}..{}", w.first, w.first + w.count - 1), w);
   out += row("all", s.total());
+  out += fmt::format("A's text: {} distinct tokens in {} positions\n", s.distinct_tokens(), s.positions());
   out +=
       s.first_divergence() < 0
           ? fmt::format("greedy tokens: equal at all {} positions\n", s.positions())
@@ -74,6 +76,7 @@ nlohmann::json drift_json(const DriftStats& s) {
   for (const DriftWindow& w : s.windows()) windows.push_back(win(w));
   return {
       {"positions", s.positions()},
+      {"distinct_tokens", s.distinct_tokens()},
       {"first_divergence", s.first_divergence() < 0 ? nlohmann::json(nullptr) : nlohmann::json(s.first_divergence())},
       {"total", win(s.total())},
       {"windows", windows}};

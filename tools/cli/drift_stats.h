@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ class DriftStats {
 
   int64_t positions() const { return total_.count; }
   int64_t first_divergence() const { return first_divergence_; }  // -1: none
+  // Distinct tokens in A's text (a text of few distinct tokens makes agreement easy).
+  int64_t distinct_tokens() const { return static_cast<int64_t>(tokens_a_.size()); }
   const DriftWindow& total() const { return total_; }
   const std::vector<DriftWindow>& windows() const { return windows_; }
 
@@ -36,6 +39,7 @@ class DriftStats {
   int64_t first_divergence_ = -1;
   DriftWindow total_;
   std::vector<DriftWindow> windows_;
+  std::set<int64_t> tokens_a_;
 };
 
 // The normalised max error max_i |b_i - a_i| / max_i |a_i| (0 when both are all zeros; infinite

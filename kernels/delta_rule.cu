@@ -55,6 +55,20 @@ __device__ float fused_norm_inv(const DeltaRuleDecodeParams& p, int cols, int jl
   return inv_s;
 }
 
+// Row r's k and q / sqrt(Dk) of v-head hv's k-head into shared memory ks, qs [DK]; every thread
+// of the block calls it (it ends with the barrier).
+template <int DK>
+__device__ __forceinline__ void load_qk(const DeltaRuleDecodeParams& p, int r, int hv, float* ks, float* qs) {
+  const int hk = hv / (p.Hv / p.Hk);
+  const float scale = 1.0f / sqrtf(static_cast<float>(DK));
+  const int64_t qk0 = (static_cast<int64_t>(r) * p.Hk + hk) * DK;
+  for (int i = threadIdx.x; i < DK; i += blockDim.x) {
+    ks[i] = dev::load(p.k, p.qkv_dtype, qk0 + i);
+    qs[i] = dev::load(p.q, p.qkv_dtype, qk0 + i) * scale;
+  }
+  __syncthreads();
+}
+
 // Grid (Hv * col_blocks, rows); block round_up(Dv / col_blocks * Q, 32): Q consecutive threads share
 // column (blockIdx.x % col_blocks) * Dv / col_blocks + t / Q.
 // NORM: 0 none, 1 the fused norm in one block (col_blocks 1), 2 in a cluster of col_blocks blocks.
@@ -82,14 +96,7 @@ __global__ void __launch_bounds__(Q == 1   ? 256
     if (active && threadIdx.x % Q == 0) dev::store(p.out, p.out_dtype, orow + j, 0.0f);
     return;
   }
-  const int hk = hv / (p.Hv / p.Hk);
-  const float scale = 1.0f / sqrtf(static_cast<float>(DK));
-  const int64_t qk0 = (static_cast<int64_t>(r) * p.Hk + hk) * DK;
-  for (int i = threadIdx.x; i < DK; i += blockDim.x) {
-    ks[i] = dev::load(p.k, p.qkv_dtype, qk0 + i);
-    qs[i] = dev::load(p.q, p.qkv_dtype, qk0 + i) * scale;
-  }
-  __syncthreads();
+  load_qk<DK>(p, r, hv, ks, qs);
   const float decay = expf(p.g[static_cast<int64_t>(r) * p.Hv + hv]);
   const float beta = p.beta[static_cast<int64_t>(r) * p.Hv + hv];
   const float v = active ? dev::load(p.v, p.qkv_dtype, orow + j) : 0.0f;
@@ -133,8 +140,8 @@ __global__ void __launch_bounds__(Q == 8 ? 512 : 256) delta_rule_decode_pair_ker
   // Before the dependency wait, as in the one-column kernel: the slot and the pair's state.
   const int slot = p.slots[r];
   __nv_bfloat162* S = reinterpret_cast<__nv_bfloat162*>(
-      static_cast<__nv_bfloat16*>(p.state) +
-      (static_cast<int64_t>(slot < 0 ? 0 : slot) * p.Hv + hv) * DK * p.Dv + (active ? j : 0));
+      static_cast<__nv_bfloat16*>(p.state) + (static_cast<int64_t>(slot < 0 ? 0 : slot) * p.Hv + hv) * DK * p.Dv +
+      (active ? j : 0));
   float s0[R], s1[R];
   const bool read = active && slot >= 0;
 #pragma unroll
@@ -152,14 +159,7 @@ __global__ void __launch_bounds__(Q == 8 ? 512 : 256) delta_rule_decode_pair_ker
     }
     return;
   }
-  const int hk = hv / (p.Hv / p.Hk);
-  const float scale = 1.0f / sqrtf(static_cast<float>(DK));
-  const int64_t qk0 = (static_cast<int64_t>(r) * p.Hk + hk) * DK;
-  for (int i = threadIdx.x; i < DK; i += blockDim.x) {
-    ks[i] = dev::load(p.k, p.qkv_dtype, qk0 + i);
-    qs[i] = dev::load(p.q, p.qkv_dtype, qk0 + i) * scale;
-  }
-  __syncthreads();
+  load_qk<DK>(p, r, hv, ks, qs);
   const float decay = expf(p.g[static_cast<int64_t>(r) * p.Hv + hv]);
   const float beta = p.beta[static_cast<int64_t>(r) * p.Hv + hv];
   const float v0 = active ? dev::load(p.v, p.qkv_dtype, orow + j) : 0.0f;
@@ -190,8 +190,7 @@ void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   const dim3 grid(p.Hv * cb, p.rows), block((p.Dv / cb * Q + 31) / 32 * 32);
   if constexpr (std::is_same_v<ST, __nv_bfloat16>) {
     if (takes_pairs(p)) {
-      launch_kernel(delta_rule_decode_pair_kernel<DK, Q>, grid, dim3((p.Dv / cb / 2 * Q + 31) / 32 * 32), 0, stream,
-                    p);
+      launch_kernel(delta_rule_decode_pair_kernel<DK, Q>, grid, dim3((p.Dv / cb / 2 * Q + 31) / 32 * 32), 0, stream, p);
       return;
     }
   }

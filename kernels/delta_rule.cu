@@ -119,81 +119,11 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   }
 }
 
-// A bf16 state without the fused norm: Q threads share a PAIR of adjacent columns (j, j + 1) and
-// read and write the state in bf16x2 words, so that each load moves 4 bytes, as the f32 kernel's
-// do. (With one bf16 column a thread each load moves 2 bytes, half the bytes in flight: measured at
-// 4B b=32, 678 us a step against a bf16 floor of 375, where the f32 kernel reaches 82% of its.)
-// Each column runs delta_rule_step exactly as in the one-column kernel, so the bytes are the same.
-// Grid (Hv * col_blocks, rows), block round_up(Dv / col_blocks / 2 * Q, 32); Dv / col_blocks even.
-// Half the one-column kernel's launch bound (the block is half as wide), so twice the registers.
-template <int DK, int Q>
-__global__ void __launch_bounds__(Q == 8 ? 512 : 256) delta_rule_decode_pair_kernel(const DeltaRuleDecodeParams p) {
-  __shared__ float ks[DK], qs[DK];
-  constexpr int R = DK / Q;
-  const int cb = p.col_blocks, cols = p.Dv / cb;  // resolved by the launcher
-  const int hv = blockIdx.x / cb, r = blockIdx.y, jp = threadIdx.x / Q;
-  const int j = (blockIdx.x % cb) * cols + 2 * jp;  // this thread group's columns: j, j + 1
-  const int64_t orow = (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv;
-  const bool active = 2 * jp < cols;
-  const int r0 = (threadIdx.x % 32 % Q) * R;  // this lane's rows (delta_rule_step's mapping)
-  const int64_t words = p.Dv / 2;             // bf16x2 words a state row
-  // Before the dependency wait, as in the one-column kernel: the slot and the pair's state.
-  const int slot = p.slots[r];
-  __nv_bfloat162* S = reinterpret_cast<__nv_bfloat162*>(
-      static_cast<__nv_bfloat16*>(p.state) + (static_cast<int64_t>(slot < 0 ? 0 : slot) * p.Hv + hv) * DK * p.Dv +
-      (active ? j : 0));
-  float s0[R], s1[R];
-  const bool read = active && slot >= 0;
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const float2 w = read ? __bfloat1622float2(S[(r0 + i) * words]) : make_float2(0.0f, 0.0f);
-    s0[i] = w.x;
-    s1[i] = w.y;
-  }
-  pdl_start();  // kernels/launch.cuh
-  const bool owner = active && threadIdx.x % Q == 0;
-  if (slot < 0) {
-    if (owner) {
-      dev::store(p.out, p.out_dtype, orow + j, 0.0f);
-      dev::store(p.out, p.out_dtype, orow + j + 1, 0.0f);
-    }
-    return;
-  }
-  load_qk<DK>(p, r, hv, ks, qs);
-  const float decay = expf(p.g[static_cast<int64_t>(r) * p.Hv + hv]);
-  const float beta = p.beta[static_cast<int64_t>(r) * p.Hv + hv];
-  const float v0 = active ? dev::load(p.v, p.qkv_dtype, orow + j) : 0.0f;
-  const float v1 = active ? dev::load(p.v, p.qkv_dtype, orow + j + 1) : 0.0f;
-  const float o0 = dev::delta_rule_step<DK, Q>(s0, ks, qs, decay, beta, v0);
-  const float o1 = dev::delta_rule_step<DK, Q>(s1, ks, qs, decay, beta, v1);
-  if (active) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) S[(r0 + i) * words] = __floats2bfloat162_rn(s0[i], s1[i]);  // each rounded RN
-  }
-  if (owner) {
-    dev::store(p.out, p.out_dtype, orow + j, o0);
-    dev::store(p.out, p.out_dtype, orow + j + 1, o1);
-  }
-}
-
-// Whether a launch takes the column-pair kernel: a bf16 state, no fused norm, an even number of
-// columns a block and a 4-byte aligned state (the bf16x2 words).
-bool takes_pairs(const DeltaRuleDecodeParams& p) {
-  return p.state_dtype == DType::bf16 && !p.norm_w && (p.Dv / p.col_blocks) % 2 == 0 &&
-         reinterpret_cast<uintptr_t>(p.state) % 4 == 0;
-}
-
-// The same grid for both state dtypes; the block of the column-pair kernel is half as wide.
+// The same grid and block for both state dtypes.
 template <int DK, int Q, typename ST>
 void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   const int cb = p.col_blocks;
   const dim3 grid(p.Hv * cb, p.rows), block((p.Dv / cb * Q + 31) / 32 * 32);
-  if constexpr (std::is_same_v<ST, __nv_bfloat16>) {
-    if (takes_pairs(p)) {
-      launch_kernel(delta_rule_decode_pair_kernel<DK, Q>, grid, dim3((p.Dv / cb / 2 * Q + 31) / 32 * 32), 0, stream, p);
-      return;
-    }
-  }
   if (p.norm_w && cb > 1) {
     launch_kernel_cluster(delta_rule_decode_kernel<DK, Q, 2, ST>, grid, block, 0, stream, static_cast<unsigned>(cb), p);
   } else if (p.norm_w) {
@@ -213,11 +143,8 @@ cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t strea
   chk.in_range(p.Hk, 1, INT32_MAX, "Hk").require(p.Hk < 1 || p.Hv % p.Hk == 0, "Hv must be a multiple of Hk");
   chk.require(p.state_dtype == DType::f32 || p.state_dtype == DType::bf16, "state_dtype must be f32 or bf16");
   if (!chk.ok()) return cudaErrorInvalidValue;
-  int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
-#ifdef SG_DELTA_PAIR_SPLIT
-  if (p.split == 0 && p.state_dtype == DType::bf16 && !p.norm_w && p.Dk == 128) q = SG_DELTA_PAIR_SPLIT;
-#endif
-  const int cb = delta_rule_decode_col_blocks(p.Dv, delta_rule_decode_split(p.Dk, p.Dv, p.split), p.col_blocks);
+  const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
+  const int cb = delta_rule_decode_col_blocks(p.Dv, q, p.col_blocks);
   chk.require(q != 0, "split: not a built split for this Dk, Dv (1, 2, 4 or 8; 0 = automatic)");
   chk.require(cb != 0, "col_blocks must be 0, 1, 2 or 4 and divide Dv");
   if (p.norm_w) {

@@ -148,6 +148,7 @@ __device__ __forceinline__ void store_pass_rows(const AttentionParams& p, const 
     // after a store may read what the store wrote (out and gate are both plain pointers), so
     // interleaved, every load waited for its own round trip.
     constexpr int kJ = D / 8 < 8 ? D / 8 : 8;
+    static_assert((D / 8) % kJ == 0, "the n-tiles come in whole groups of kJ");
 #pragma unroll
     for (int j0 = 0; j0 < D / 8; j0 += kJ) {
       float g[kJ][2];

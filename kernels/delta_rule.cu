@@ -160,12 +160,14 @@ cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t strea
   if (p.rows == 0) return cudaSuccess;
   DeltaRuleDecodeParams r = p;
   r.col_blocks = cb;
+  bool typed = false;
   const bool built = dev::with_delta_rule_tile(p.Dk, q, [&](auto dk, auto qq) {
-    dev::with_state_type(p.state_dtype,
-                         [&](auto st) { launch<decltype(dk)::value, decltype(qq)::value, decltype(st)>(r, stream); });
+    typed = dev::with_state_type(
+        p.state_dtype, [&](auto st) { launch<decltype(dk)::value, decltype(qq)::value, decltype(st)>(r, stream); });
   });
+  chk.require(typed || !built, "state_dtype must be f32 or bf16");
   chk.require(built, "no built tile for this Dk and split");
-  if (!built) return cudaErrorInvalidValue;
+  if (!built || !typed) return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 

@@ -144,12 +144,14 @@ cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t str
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
   chk.require(q != 0, "split: not a built split for this Dk, Dv (1, 2, 4 or 8; 0 = automatic)");
   if (!chk.ok()) return cudaErrorInvalidValue;
+  bool typed = false;
   const bool built = dev::with_delta_rule_tile(p.Dk, q, [&](auto dk, auto qq) {
-    dev::with_state_type(p.state_dtype,
-                         [&](auto st) { launch<decltype(dk)::value, decltype(qq)::value, decltype(st)>(p, stream); });
+    typed = dev::with_state_type(
+        p.state_dtype, [&](auto st) { launch<decltype(dk)::value, decltype(qq)::value, decltype(st)>(p, stream); });
   });
+  chk.require(typed || !built, "state_dtype must be f32 or bf16");
   chk.require(built, "no built tile for this Dk and split");
-  if (!built) return cudaErrorInvalidValue;
+  if (!built || !typed) return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 

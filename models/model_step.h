@@ -27,12 +27,11 @@
 // Memory: one arena (measured, then allocated exactly and frozen) holds the weights (act dtype:
 // bf16, or f32 when act is f32; conv1d.weight, A_log and dt_bias are always f32 because the kernels
 // take f32 there), the caches (conv state [slots, C, K-1] in the act dtype and SSM state
-// [slots, Hv, Dk, Dv] f32 per GDN layer; K and V caches [slots, max_context, Hkv, D] in the act
-// dtype per attention layer), the activations for max_decode_batch
-// rows (or max_prefill_tokens rows when larger), the attention split-K workspace, the static
-// metadata block (step_metadata.h image of the largest key) and the outputs (logits f32
-// [max(rows, max_prefill_seqs), V], tokens i32). In a prefill step the intermediate activations of
-// padding token rows are unspecified (stale); the outputs and every cache are defined.
+// [slots, Hv, Dk, Dv] f32, or bf16 with ssm_state, per GDN layer; K and V caches [slots, max_context, Hkv, D] in the
+// act dtype per attention layer), the activations for max_decode_batch rows (or max_prefill_tokens rows when larger),
+// the attention split-K workspace, the static metadata block (step_metadata.h image of the largest key) and the outputs
+// (logits f32 [max(rows, max_prefill_seqs), V], tokens i32). In a prefill step the intermediate activations of padding
+// token rows are unspecified (stale); the outputs and every cache are defined.
 //
 // A step: build_decode_metadata (or build_prefill_metadata) for the padded key, pack_into a pinned
 // staging buffer and one async upload into the static block (graphs/staged_upload.h), then the

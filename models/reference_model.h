@@ -32,7 +32,8 @@
 //     the residual stream after every add, every norm output, every projection output, the conv
 //     output and conv state, q/k/v after post-conv, the delta-rule output, q/k after norm and again
 //     after RoPE (so the KV cache holds bf16 values), the attention output, the MLP intermediates.
-//     g, beta and the SSM state are f32 in both modes, and the logits are always f32 (lm_head
+//     g and beta are f32 in both modes, the SSM state f32 (bf16 values with ssm_state = bf16,
+//     independently of act), and the logits are always f32 (lm_head
 //     accumulates in double and rounds once to f32, as a GEMM writing f32 logits would).
 //
 // Errors: every public call validates its whole batch before touching any state and throws

@@ -144,8 +144,8 @@ bool gemm_fuses_swiglu(SwigluMode mode, int64_t rows, int64_t n, int64_t k);
 
 // How the GDN layers keep their recurrent (SSM) state [slots, Hv, Dk, Dv] between steps. A setting,
 // not an arm: bf16 changes the numbers. The arithmetic is f32 either way; with bf16 every kernel
-// reads the state widened and writes it rounded to nearest (decode after each token, prefill once
-// at the end of each sequence), which halves the bytes the decode steps' delta rule moves (the
+// reads the state widened and writes it rounded to nearest (decode after each token, a prefill step
+// once at the end of each sequence's tokens in it), which halves the bytes the decode steps' delta rule moves (the
 // largest state traffic: 134 MB a 4B layer at 32 rows in f32). The CPU reference model rounds at
 // the same points; the drift against f32 over long generations is in docs/BENCHMARKS.md.
 constexpr std::array<std::string_view, 2> kSsmStateNames = {"f32", "bf16"};

@@ -69,6 +69,21 @@ TEST_CASE("model step with a bf16 SSM state: half the state bytes, counted in th
               (n.label.arm == "+gated_rmsnorm" ? op_bytes::fused_gated_norm(key, g.Hv, g.Dv, 2, 2) : 0));
   }
   CHECK(delta == cfg.num_linear_attention());
+  // The prefill's delta-rule nodes: the f32 step's bytes less half of its states' (one state a
+  // sequence of the bucket, read and written).
+  f32.capture_all();
+  const GraphKey pk = GraphKey::prefill(bf16.prefill_keys().back());
+  const auto& nb = bf16.graphs().manifest(pk).nodes;
+  const auto& nf = f32.graphs().manifest(pk).nodes;
+  REQUIRE(nb.size() == nf.size());
+  int prefill = 0;
+  for (size_t i = 0; i < nb.size(); ++i) {
+    if (nb[i].label.op != "delta_rule.prefill") continue;
+    ++prefill;
+    REQUIRE(nf[i].label.op == "delta_rule.prefill");
+    CHECK(nf[i].label.bytes - nb[i].label.bytes == 2.0 * o.max_prefill_seqs * g.Hv * g.Dk * g.Dv * (4 - 2));
+  }
+  CHECK(prefill == cfg.num_linear_attention());
 }
 
 // Tolerance: the GPU and the reference round the same f32 values to bf16 at the same points, but

@@ -11,6 +11,7 @@
 #include "engine/device.h"
 #include "graphs/node_timer.h"
 #include "kernels/arms.h"
+#include "kernels/ref/ref_common.h"
 #include "models/model_step.h"
 #include "tools/cli/ab_selection.h"
 #include "tools/cli/cli_checks.h"
@@ -75,6 +76,8 @@ void add_model_step_options(CLI::App* cmd, BenchOptions& o);
 // The settings of `o` as a StepChoice (its arms left empty), and back: `o` with `c`'s settings
 // (the commands that compare two selections, ab and drift, build each side from the base so).
 StepChoice settings_choice(const BenchOptions& o);
+// The CPU reference model's SSM state for an --ssm-state value ("f32" or "bf16"; else an Error).
+ref::Store reference_ssm_state(const std::string& name);
 void apply_settings(BenchOptions& o, const StepChoice& c);
 
 // With --arms tune, one line per captured graph: the arms timed and the ones kept.

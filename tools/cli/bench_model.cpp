@@ -106,7 +106,7 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
   ReferenceOptions ro;
   ro.chunked_prefill =
       o.delta_prefill == "chunked" || o.delta_prefill == "mma";  // its own chunked form (double); auto runs the scan
-  ro.ssm_state = o.ssm_state == "bf16" ? ref::Store::bf16 : ref::Store::f32;
+  ro.ssm_state = reference_ssm_state(o.ssm_state);
   ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, ctx + 64, ro);
   std::vector<Sequence> seqs;
   for (int b = 0; b < B; ++b) {

@@ -29,6 +29,7 @@
 #include "models/gdn_decode_step.h"
 #include "models/model_step.h"
 #include "models/reference_model.h"
+#include "tools/cli/ab_selection.h"
 #include "tools/cli/bench_common.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
@@ -375,10 +376,11 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("--ssm-state", o.ssm_state,
                   "model workload: the dtype the GDN layers keep their recurrent state in between steps: f32 (the "
                   "default) or bf16 (half the bytes: the arithmetic stays f32, the state is rounded to bf16 after "
-                  "each decode token and at the end of each prefill; changes the numbers, see docs/BENCHMARKS.md "
+                  "each decode token and at the end of each sequence's prefill step; changes the numbers, see "
+                  "docs/BENCHMARKS.md "
                   "for its drift against f32)")
       ->capture_default_str()
-      ->check(CLI::IsMember(std::vector<std::string>(kSsmStateNames.begin(), kSsmStateNames.end())));
+      ->check(CLI::IsMember(setting_values("ssm-state")));
   add_fault_after_option(cmd, o.fault_after,
                          "in the model workload's captured graphs (decode keys and the prefill bucket); the "
                          "error names the graph that faulted (find the node with generate --check-nodes)");

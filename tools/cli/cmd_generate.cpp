@@ -29,6 +29,8 @@
 #include "models/reference_memory.h"
 #include "models/reference_model.h"
 #include "models/safetensors.h"
+#include "tools/cli/ab_selection.h"
+#include "tools/cli/bench_common.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/sigint.h"
@@ -234,7 +236,7 @@ int run(const GenerateOptions& o) {
   ReferenceOptions ro;
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;  // default f32 on the CPU
   ro.chunked_prefill = o.chunked || o.delta_prefill == "chunked" || o.delta_prefill == "mma";
-  ro.ssm_state = o.ssm_state == "bf16" ? ref::Store::bf16 : ref::Store::f32;
+  ro.ssm_state = reference_ssm_state(o.ssm_state);
   ReferenceModel model(cfg, std::move(weights), 1, ctx, ro);
 
   // Greedy generation as ReferenceModel::generate does it, with progress for long runs.
@@ -334,7 +336,7 @@ void register_generate(CLI::App& app, Action& action) {
                   "or bf16 (the arithmetic stays f32; the state is rounded to bf16 after each decode token and at the "
                   "end of the prefill, which halves its bytes and changes the numbers)")
       ->capture_default_str()
-      ->check(CLI::IsMember(std::vector<std::string>(kSsmStateNames.begin(), kSsmStateNames.end())));
+      ->check(CLI::IsMember(setting_values("ssm-state")));
   cmd->add_flag("--check-nodes", o.check_nodes,
                 "GPU only: run the steps eagerly and synchronise after every kernel node, so a kernel that "
                 "faults while it runs (an illegal address) is reported with its node: layer, op and arm. Slow; "

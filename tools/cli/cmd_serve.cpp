@@ -32,6 +32,7 @@
 #include "models/serve_metrics.h"
 #include "models/serve_reference.h"
 #include "models/serve_trace.h"
+#include "tools/cli/ab_selection.h"
 #include "tools/cli/bench_common.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
@@ -165,7 +166,7 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;
   ro.chunked_prefill =
       o.b.delta_prefill == "chunked" || o.b.delta_prefill == "mma";  // its own chunked form; auto runs the scan
-  ro.ssm_state = o.b.ssm_state == "bf16" ? ref::Store::bf16 : ref::Store::f32;
+  ro.ssm_state = reference_ssm_state(o.b.ssm_state);
   ReferenceModel model(cfg, synthetic_weights(cfg, o.seed), slots, ctx, ro);
   SchedulerOptions sch;
   sch.slots = slots;
@@ -176,9 +177,10 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   const std::string dtype = o.dtype.empty() ? "f32" : o.dtype;
   print_header(
       o, fmt::format("stepgraph serve: {}; running the CPU reference model of the 'tiny' preset ({} layers, "
-                     "hidden {}, vocab {}, {} activations, synthetic weights, seed {})\ntrace: {}\nslots {}, "
-                     "context {} tokens per slot, prefill budget {} tokens per step\n",
-                     why, cfg.layers, cfg.hidden, cfg.vocab, dtype, o.seed, trace.name, slots, ctx, o.prefill_budget));
+                     "hidden {}, vocab {}, {} activations, GDN state {}, synthetic weights, seed {})\ntrace: {}\nslots "
+                     "{}, context {} tokens per slot, prefill budget {} tokens per step\n",
+                     why, cfg.layers, cfg.hidden, cfg.vocab, dtype, o.b.ssm_state, o.seed, trace.name, slots, ctx,
+                     o.prefill_budget));
   ServeExecutor exec = wall_clock_executor([&](const ScheduledStep& s) { return run_reference_step(model, s); });
   exec.on_step = progress_bar();
   const SigintGuard guard;  // Ctrl-C: the step under way finishes, then the report covers what was done (exit 130)
@@ -190,6 +192,7 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
           {"why", why},
           {"preset", cfg.name},
           {"dtype", dtype},
+          {"ssm_state", o.b.ssm_state},
           {"trace", trace.name},
           {"slots", slots},
           {"context", ctx},
@@ -274,6 +277,7 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
           {"device", dev.describe()},
           {"preset", cfg.name},
           {"dtype", std::string(dtype_name(mo.act))},
+          {"ssm_state", ssm_state_name(r.ssm_state)},
           {"settings", settings},
           {"trace", trace.name},
           {"slots", r.num_slots},
@@ -366,7 +370,7 @@ void register_serve(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
   cmd->add_option("--ssm-state", o.b.ssm_state, "The GDN recurrent state's dtype: f32 or bf16 (as bench; GPU and CPU)")
       ->capture_default_str()
-      ->check(CLI::IsMember(std::vector<std::string>(kSsmStateNames.begin(), kSsmStateNames.end())));
+      ->check(CLI::IsMember(setting_values("ssm-state")));
   cmd->add_option("--gemm", o.b.gemm, "GPU: the projections: auto, cublas, skinny, mixed or lt (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));

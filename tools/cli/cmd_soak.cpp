@@ -28,6 +28,7 @@
 #include "models/model_step.h"
 #include "models/soak.h"
 #include "models/soak_gpu.h"
+#include "tools/cli/ab_selection.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/sigint.h"
@@ -301,7 +302,7 @@ void register_soak(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
   cmd->add_option("--ssm-state", o.ssm_state, "The GDN recurrent state's dtype: f32 or bf16 (as bench)")
       ->capture_default_str()
-      ->check(CLI::IsMember(std::vector<std::string>(kSsmStateNames.begin(), kSsmStateNames.end())));
+      ->check(CLI::IsMember(setting_values("ssm-state")));
   cmd->add_option("--delta-prefill", o.delta_prefill,
                   "The prompt's prefill (with --prompt): the delta rule, auto, scan, chunked or mma (as bench)")
       ->capture_default_str()

@@ -55,6 +55,10 @@ void add_model_step_options(CLI::App* cmd, BenchOptions& o) {
   }
 }
 
+ref::Store reference_ssm_state(const std::string& name) {
+  return parse_ssm_state(name) == DType::bf16 ? ref::Store::bf16 : ref::Store::f32;
+}
+
 StepChoice settings_choice(const BenchOptions& o) {
   StepChoice c;
   for (const SettingInfo& s : setting_table()) c.setting(s.name) = *option_field(o, s.name);

@@ -15,9 +15,9 @@ using namespace sg::test;
 namespace {
 nlohmann::json run_drift(const std::string& b, const std::filesystem::path& json, std::string* out) {
   std::filesystem::remove(json);
-  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "drift",     "--preset", "tiny", "--prompt", "5", "--max-new",
-                                         "8",              "--window",  "4",        "--b",  b,          "--json",
-                                         json.string()};
+  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "drift",      "--preset", "tiny", "--prompt", "5",
+                                         "--max-new",      "8",          "--window", "4",    "--b",      b,
+                                         "--json",         json.string()};
   ChildLimits l;
   l.seconds = 300;
   l.address_space = ~uint64_t{0};  // the CUDA driver maps large ranges

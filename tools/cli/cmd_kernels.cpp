@@ -29,7 +29,8 @@ struct KernelsOptions {
 void register_kernels(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand(
       "kernels",
-      "Time every arm of the GDN ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode) on standard shapes: "
+      "Time every arm of the GDN ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode, and gdn.decode.bf16 "
+      "with a bf16 SSM state) on standard shapes: "
       "each arm captured in a CUDA "
       "graph (decode: 24 rotating buffer sets, as the 24 GDN layers of a step), timed interleaved over repetitions "
       "(median, min, max per launch), outputs hashed (arms must agree byte for byte), bytes moved and the fraction of "
@@ -42,9 +43,11 @@ void register_kernels(CLI::App& app, Action& action) {
                   "Shapes (default: the four standard ones). MODEL-decode-bN or MODEL-prefill-SxL, "
                   "MODEL in 4b, 27b, tiny")
       ->delimiter(',');
-  cmd->add_option("--op", o.ops, "Only these ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode)")
+  cmd->add_option("--op", o.ops,
+                  "Only these ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode, gdn.decode.bf16: the "
+                  "same arms with a bf16 SSM state, the ssm-state setting)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"conv.update", "conv.fwd", "postconv", "gdn.prefill", "gdn.decode"}));
+      ->check(CLI::IsMember({"conv.update", "conv.fwd", "postconv", "gdn.prefill", "gdn.decode", "gdn.decode.bf16"}));
   cmd->add_option("--reps", o.cfg.reps, "Interleaved repetitions")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--launches", o.cfg.min_launches, "Kernel launches per repetition")
       ->capture_default_str()

@@ -201,13 +201,15 @@ OpCase postconv_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_t 
 }
 
 // gdn.decode: the whole GDN decode of one layer (conv update, post-conv, recurrent step), as the
-// unfused three-kernel sequence (conv.update=fast, postconv=fast) or the fused arm.
-OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_t st) {
+// unfused three-kernel sequence (conv.update=fast, postconv=fast) or the fused arm, with the SSM
+// state in `ssm` (f32: op "gdn.decode"; bf16, the ssm-state setting: op "gdn.decode.bf16").
+OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_t st, DType ssm) {
   const GdnDims& d = s.dims;
   const int R = s.rows, C = d.C(), K = d.K, Hv = d.Hv;
   const DType act = DType::bf16;
+  const int64_t ssn = int64_t{R} * Hv * d.Dk * d.Dv;  // SSM state values
   const size_t xb = static_cast<size_t>(R) * C * 2, ab = static_cast<size_t>(R) * Hv * 2,
-               csb = static_cast<size_t>(R) * C * (K - 1) * 2, ssb = static_cast<size_t>(R) * Hv * d.Dk * d.Dv * 4,
+               csb = static_cast<size_t>(R) * C * (K - 1) * 2, ssb = static_cast<size_t>(ssn) * dtype_size(ssm),
                ob = static_cast<size_t>(R) * Hv * d.Dv * 2;
   std::vector<int32_t> slots(R);
   for (int r = 0; r < R; ++r) slots[r] = r;
@@ -237,7 +239,8 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
     io.dt_bias = dt_bias;
     io.conv_state = buf.make(csb);
     io.conv_state_dtype = DType::bf16;
-    io.ssm_state = static_cast<float*>(buf.make(ssb));
+    io.ssm_state = buf.make(ssb);
+    io.ssm_state_dtype = ssm;
     io.conv_out = buf.make(xb);  // the unfused path's intermediates
     io.q = buf.make(static_cast<size_t>(R) * d.Hk * d.Dk * 2);
     io.k = buf.make(static_cast<size_t>(R) * d.Hk * d.Dk * 2);
@@ -250,16 +253,16 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
     check(fill_uniform(const_cast<void*>(io.b), act, int64_t{R} * Hv, 30 + i, -3.f, 3.f, st));
     check(fill_uniform(io.conv_state, DType::bf16, int64_t{R} * C * (K - 1), 50 + i, -2.f, 2.f, st));
     check(fill_uniform(const_cast<float*>(io.conv_w), DType::f32, int64_t{C} * K, 90 + i, -0.4f, 0.4f, st));
-    check(fill_uniform(io.ssm_state, DType::f32, static_cast<int64_t>(ssb / 4), 70 + i, -0.1f, 0.1f, st));
+    check(fill_uniform(io.ssm_state, ssm, ssn, 70 + i, -0.1f, 0.1f, st));
     ps[i].unfused = gdn_decode_path(d, act, unfused_arms, R, io);
     ps[i].fused = gdn_decode_path(d, act, fused_arms, R, io);
   }
   OpCase oc;
-  oc.op = "gdn.decode";
+  oc.op = ssm == DType::bf16 ? "gdn.decode.bf16" : "gdn.decode";
   oc.sets = sets;
   // The fused arm's bytes (inputs, states and output only) for every arm: the op's floor.
   oc.bytes =
-      op_bytes::gdn_decode_fused(R, d.Hk, Hv, d.Dk, d.Dv, K, dtype_size(act), dtype_size(DType::bf16), sizeof(float));
+      op_bytes::gdn_decode_fused(R, d.Hk, Hv, d.Dk, d.Dv, K, dtype_size(act), dtype_size(DType::bf16), dtype_size(ssm));
   // The unfused path with each built split of the delta-rule step (threads per state column), and
   // with a head's columns in 2 or 4 blocks (q1 and q2).
   for (int q : {1, 2, 4, 8}) {
@@ -284,9 +287,9 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
                        [ps](int set, cudaStream_t s) { ps[set].fused.launch(s, nullptr, -1); }});
   }
   const GdnDecodeFusedParams f0 = ps[0].fused.fused;
-  oc.reset = [f0, R, C, K, ssb, ob](cudaStream_t s) {
+  oc.reset = [f0, R, C, K, ssn, ssm, ob](cudaStream_t s) {
     check(fill_uniform(f0.conv_state, DType::bf16, int64_t{R} * C * (K - 1), 50, -2.f, 2.f, s));
-    check(fill_uniform(f0.ssm_state, DType::f32, static_cast<int64_t>(ssb / 4), 70, -0.1f, 0.1f, s));
+    check(fill_uniform(f0.ssm_state, ssm, ssn, 70, -0.1f, 0.1f, s));
     check(cudaMemsetAsync(f0.out, 0xA5, ob, s));
   };
   oc.outputs = [f0, csb, ssb, ob] {
@@ -424,7 +427,8 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
   if (!shape.decode && wanted("conv.fwd")) cases.push_back(conv_fwd_case(shape, buf, st));
   if (wanted("postconv")) cases.push_back(postconv_case(shape, sets, buf, st));
   if (!shape.decode && wanted("gdn.prefill")) cases.push_back(gdn_prefill_case(shape, buf, st));
-  if (shape.decode && wanted("gdn.decode")) cases.push_back(gdn_decode_case(shape, sets, buf, st));
+  if (shape.decode && wanted("gdn.decode")) cases.push_back(gdn_decode_case(shape, sets, buf, st, DType::f32));
+  if (shape.decode && wanted("gdn.decode.bf16")) cases.push_back(gdn_decode_case(shape, sets, buf, st, DType::bf16));
   stream.sync();
 
   std::vector<ArmResult> results;

@@ -1,6 +1,7 @@
 // CPU tests of `stepgraph ab`'s pure logic (tools/cli/ab_selection.h, ab_compare.h): the selection
 // grammar (good and bad inputs, the messages), applying a selection to a base, the verdict rule,
 // rows and families, the text report and the JSON shape.
+#include <set>
 #include <string>
 #include <vector>
 
@@ -277,6 +278,20 @@ TEST_CASE("ab report: the JSON shape", "[ab][report]") {
   const nlohmann::json k = ab_json(one_sided);
   CHECK(k.at("families_us")[0].at("b").is_null());
   CHECK(k.at("families_us")[0].at("verdict") == "only A");
+}
+
+TEST_CASE("ab selection: every setting of the table has its own field", "[ab][selection]") {
+  StepChoice c;
+  std::set<const std::string*> fields;
+  for (const SettingInfo& s : setting_table()) {
+    CAPTURE(s.name);
+    const std::string* f = setting_field(c, s.name);
+    REQUIRE(f != nullptr);
+    CHECK(fields.insert(f).second);              // no two settings share a field
+    CHECK(*f == std::string(s.values.front()));  // the default is the table's first value
+  }
+  CHECK(setting_field(c, "gated_norm") == nullptr);  // the option's name, not the JSON key
+  CHECK_THROWS_WITH(c.setting("nope"), "no setting 'nope'");
 }
 
 TEST_CASE("ab selection: which settings decide the arithmetic of a decode or prefill graph", "[ab][selection]") {

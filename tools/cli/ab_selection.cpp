@@ -65,15 +65,7 @@ std::string& StepChoice::setting(std::string_view name) {
 }
 
 const std::string& StepChoice::setting(std::string_view name) const {
-  if (name == "delta-prefill") return delta_prefill;
-  if (name == "attn-prefill") return attn_prefill;
-  if (name == "attn-decode") return attn_decode;
-  if (name == "gemm") return gemm;
-  if (name == "pdl") return pdl;
-  if (name == "swiglu") return swiglu;
-  if (name == "gated-norm") return gated_norm;
-  if (name == "ssm-state") return ssm_state;
-  if (name == "arms") return arms_mode;
+  if (const std::string* f = setting_field(*this, name)) return *f;
   throw Error(fmt::format("no setting '{}'", printable(name)));
 }
 

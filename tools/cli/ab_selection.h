@@ -34,6 +34,23 @@ std::span<const SettingInfo> setting_table();
 const SettingInfo* find_setting(std::string_view name);
 std::vector<std::string> setting_values(std::string_view name);  // for CLI::IsMember
 
+// The field of a setting (setting_table() names) in any options struct that names its settings as
+// StepChoice does (delta_prefill, ..., ssm_state, arms_mode): StepChoice and the commands'
+// BenchOptions. Null for a name outside the table.
+template <class T>
+auto* setting_field(T& o, std::string_view name) {
+  if (name == "delta-prefill") return &o.delta_prefill;
+  if (name == "attn-prefill") return &o.attn_prefill;
+  if (name == "attn-decode") return &o.attn_decode;
+  if (name == "gemm") return &o.gemm;
+  if (name == "pdl") return &o.pdl;
+  if (name == "swiglu") return &o.swiglu;
+  if (name == "gated-norm") return &o.gated_norm;
+  if (name == "ssm-state") return &o.ssm_state;
+  if (name == "arms") return &o.arms_mode;
+  return static_cast<decltype(&o.gemm)>(nullptr);
+}
+
 // What a model step runs: the arm of every op and the nine settings, by their command-line names.
 struct StepChoice {
   ArmSelection arms;

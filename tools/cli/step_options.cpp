@@ -11,20 +11,11 @@ namespace sg::cli {
 namespace {
 
 // The BenchOptions field of a setting (ab_selection.h's setting_table() names).
-std::string* option_field(BenchOptions& o, std::string_view name) {
-  if (name == "delta-prefill") return &o.delta_prefill;
-  if (name == "attn-prefill") return &o.attn_prefill;
-  if (name == "attn-decode") return &o.attn_decode;
-  if (name == "gemm") return &o.gemm;
-  if (name == "pdl") return &o.pdl;
-  if (name == "swiglu") return &o.swiglu;
-  if (name == "gated-norm") return &o.gated_norm;
-  if (name == "ssm-state") return &o.ssm_state;
-  if (name == "arms") return &o.arms_mode;
-  throw Error(fmt::format("no setting '{}'", name));
-}
-const std::string* option_field(const BenchOptions& o, std::string_view name) {
-  return option_field(const_cast<BenchOptions&>(o), name);
+template <class T>
+auto* option_field(T& o, std::string_view name) {
+  auto* f = setting_field(o, name);
+  if (!f) throw Error(fmt::format("no setting '{}'", name));
+  return f;
 }
 
 }  // namespace

@@ -66,11 +66,8 @@ Problem bf16_start(Problem P) {
   return P;
 }
 
-std::vector<uint8_t> rounded_state(const std::vector<uint8_t>& f32_bytes) {
-  return test::to_bytes(test::from_bytes(f32_bytes, DType::f32), DType::bf16);
-}
-
-double bf16_ulp(double x) { return x == 0.0 ? std::ldexp(1.0, -133) : std::ldexp(1.0, std::ilogb(x) - 7); }
+using test::bf16_ulp;
+const auto& rounded_state = test::rounded_to_bf16;
 
 // One launch of `form` with the state stored as `st`, `offset` bytes into its buffer; returns the
 // output bytes and the state cache's bytes (without the offset). split: the scan's; tile: the

@@ -33,13 +33,8 @@ using test::DevBuf;
 
 namespace {
 
-// The bf16 bytes of f32 state bytes rounded to nearest even (what the bf16 state must hold).
-std::vector<uint8_t> rounded_state(const std::vector<uint8_t>& f32_bytes) {
-  return test::to_bytes(test::from_bytes(f32_bytes, DType::f32), DType::bf16);
-}
-
-// One bf16 ulp of x (8 significant bits): 2^(exponent - 7); the smallest normal's for 0.
-double bf16_ulp(double x) { return x == 0.0 ? std::ldexp(1.0, -133) : std::ldexp(1.0, std::ilogb(x) - 7); }
+using test::bf16_ulp;
+const auto& rounded_state = test::rounded_to_bf16;
 
 struct DecodeShape {
   int Hk, Hv, Dk, Dv;

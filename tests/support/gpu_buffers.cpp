@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "engine/error.h"
@@ -86,5 +87,11 @@ std::string byte_diff(const std::vector<uint8_t>& got, const std::vector<uint8_t
   return fmt::format("{} of {} elements differ; first at element {}: got {:.9g}, expected {:.9g}", n, got.size() / es,
                      first, gv, wv);
 }
+
+std::vector<uint8_t> rounded_to_bf16(const std::vector<uint8_t>& f32_bytes) {
+  return to_bytes(from_bytes(f32_bytes, DType::f32), DType::bf16);
+}
+
+double bf16_ulp(double x) { return x == 0.0 ? std::ldexp(1.0, -133) : std::ldexp(1.0, std::ilogb(x) - 7); }
 
 }  // namespace sg::test

@@ -36,6 +36,10 @@ class DevBuf {
 // Host-side conversions matching DevBuf's storage.
 std::vector<uint8_t> to_bytes(const std::vector<float>& values, DType t);
 std::vector<float> from_bytes(const std::vector<uint8_t>& bytes, DType t);
+// The bf16 bytes of f32 bytes rounded to nearest even (what a bf16 SSM state must hold).
+std::vector<uint8_t> rounded_to_bf16(const std::vector<uint8_t>& f32_bytes);
+// One bf16 ulp of x (8 significant bits): 2^(exponent - 7); the smallest normal's for 0.
+double bf16_ulp(double x);
 
 // Compares raw bytes; returns "" when identical, else "N of M elements differ; first at element i:
 // got .. expected .." (elements of `elem_bytes` bytes, values shown as `t`).

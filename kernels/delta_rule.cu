@@ -1,6 +1,9 @@
 // delta_rule.cu: recurrent gated delta rule, decode step.
 #include <cooperative_groups.h>
 
+#include <cstdint>
+#include <type_traits>
+
 #include "kernels/contracts.h"
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_device.cuh"
@@ -119,11 +122,134 @@ __global__ void __launch_bounds__(Q == 1   ? 256
   }
 }
 
-// The same grid and block for both state dtypes.
+// A bf16 state without the fused norm: Q threads share a PAIR of adjacent columns (j, j + 1) and
+// keep their state rows as the bf16x2 words they load (one 32-bit register holds both columns of a
+// row), widening a word each time the step reads it. With the state held widened, as the one-column
+// kernel holds it, the registers bound the bytes in flight: at 4B b=32 the one-column kernel moved a
+// bf16 state at 55% of its floor where the f32 kernel reaches 82% of its (docs/BENCHMARKS.md).
+// Each column runs delta_rule_step's arithmetic in its order (pair_step below), so the bytes are the
+// same. Grid (Hv * col_blocks, rows), block round_up(Dv / col_blocks / 2 * Q, 32); Dv / col_blocks even.
+namespace pair {
+__device__ __forceinline__ float lo(uint32_t w) { return __uint_as_float(w << 16); }          // column j
+__device__ __forceinline__ float hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }  // column j + 1
+__device__ __forceinline__ uint32_t pack(float a, float b) {  // each rounded to nearest even
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// delta_rule_step on two columns whose rows are the words w[i] (lo: column j, hi: j + 1): the same
+// products, fmaf chains and shuffles in the same order, the decayed state recomputed in the second
+// pass (the same product) and the updated state rounded into w as it is made. o0, o1 as its o.
+template <int DK, int Q>
+__device__ __forceinline__ void pair_step(uint32_t (&w)[DK / Q], const float* ks, const float* qs, float decay,
+                                          float beta, float v0, float v1, float& o0, float& o1) {
+  constexpr int R = DK / Q;
+  const int lane = threadIdx.x % 32, part = lane % Q, base = lane - part;
+  const int r0 = part * R;
+  float kv0 = 0.0f, kv1 = 0.0f;
+#pragma unroll
+  for (int p = 0; p < Q; ++p) {
+    if (part == p) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const float k = ks[r0 + i];
+        kv0 = fmaf(lo(w[i]) * decay, k, kv0);
+        kv1 = fmaf(hi(w[i]) * decay, k, kv1);
+      }
+    }
+    if constexpr (Q > 1) {
+      kv0 = __shfl_sync(0xffffffffu, kv0, base + p);
+      kv1 = __shfl_sync(0xffffffffu, kv1, base + p);
+    }
+  }
+  const float u0 = (v0 - kv0) * beta, u1 = (v1 - kv1) * beta;
+  o0 = 0.0f;
+  o1 = 0.0f;
+#pragma unroll
+  for (int p = 0; p < Q; ++p) {
+    if (part == p) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const float k = ks[r0 + i], q = qs[r0 + i];
+        const float s0 = fmaf(k, u0, lo(w[i]) * decay), s1 = fmaf(k, u1, hi(w[i]) * decay);
+        o0 = fmaf(s0, q, o0);
+        o1 = fmaf(s1, q, o1);
+        w[i] = pack(s0, s1);
+      }
+    }
+    if constexpr (Q > 1) {
+      o0 = __shfl_sync(0xffffffffu, o0, base + p);
+      o1 = __shfl_sync(0xffffffffu, o1, base + p);
+    }
+  }
+}
+}  // namespace pair
+
+template <int DK, int Q>
+__global__ void __launch_bounds__(Q == 8 ? 512 : 256) delta_rule_decode_pair_kernel(const DeltaRuleDecodeParams p) {
+  __shared__ float ks[DK], qs[DK];
+  constexpr int R = DK / Q;
+  const int cb = p.col_blocks, cols = p.Dv / cb;  // resolved by the launcher
+  const int hv = blockIdx.x / cb, r = blockIdx.y, jp = threadIdx.x / Q;
+  const int j = (blockIdx.x % cb) * cols + 2 * jp;  // this thread group's columns: j, j + 1
+  const int64_t orow = (static_cast<int64_t>(r) * p.Hv + hv) * p.Dv;
+  const bool active = 2 * jp < cols;
+  const int r0 = (threadIdx.x % 32 % Q) * R;  // this lane's rows (delta_rule_step's mapping)
+  const int64_t words = p.Dv / 2;             // bf16x2 words a state row
+  // Before the dependency wait, as in the one-column kernel: the slot and the pair's state.
+  const int slot = p.slots[r];
+  uint32_t* S = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.state) +
+                                            (static_cast<int64_t>(slot < 0 ? 0 : slot) * p.Hv + hv) * DK * p.Dv +
+                                            (active ? j : 0));
+  uint32_t w[R];  // [R] rows r0.., each the bf16 pair (S[row][j], S[row][j + 1])
+  const bool live = active && slot >= 0;
+#pragma unroll
+  for (int i = 0; i < R; ++i) w[i] = live ? S[(r0 + i) * words] : 0u;
+  pdl_start();  // kernels/launch.cuh
+  const bool owner = active && threadIdx.x % Q == 0;
+  if (slot < 0) {
+    if (owner) {
+      dev::store(p.out, p.out_dtype, orow + j, 0.0f);
+      dev::store(p.out, p.out_dtype, orow + j + 1, 0.0f);
+    }
+    return;
+  }
+  load_qk<DK>(p, r, hv, ks, qs);
+  const float decay = expf(p.g[static_cast<int64_t>(r) * p.Hv + hv]);
+  const float beta = p.beta[static_cast<int64_t>(r) * p.Hv + hv];
+  const float v0 = active ? dev::load(p.v, p.qkv_dtype, orow + j) : 0.0f;
+  const float v1 = active ? dev::load(p.v, p.qkv_dtype, orow + j + 1) : 0.0f;
+  float o0, o1;
+  pair::pair_step<DK, Q>(w, ks, qs, decay, beta, v0, v1, o0, o1);
+  if (active) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) S[(r0 + i) * words] = w[i];
+  }
+  if (owner) {
+    dev::store(p.out, p.out_dtype, orow + j, o0);
+    dev::store(p.out, p.out_dtype, orow + j + 1, o1);
+  }
+}
+
+// Whether a launch takes the column-pair kernel: asked for, a bf16 state, no fused norm, an even
+// number of columns a block and a 4-byte aligned state (the bf16x2 words); and a split of 2 or more.
+bool takes_pairs(const DeltaRuleDecodeParams& p) {
+  return p.pair_columns && p.state_dtype == DType::bf16 && !p.norm_w && (p.Dv / p.col_blocks) % 2 == 0 &&
+         reinterpret_cast<uintptr_t>(p.state) % 4 == 0;
+}
+
+// The same grid for both state dtypes; the block of the column-pair kernel is half as wide.
 template <int DK, int Q, typename ST>
 void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   const int cb = p.col_blocks;
   const dim3 grid(p.Hv * cb, p.rows), block((p.Dv / cb * Q + 31) / 32 * 32);
+  // (Not with one thread a pair: its 2 * Dk decayed values stay live between the passes and spill.)
+  if constexpr (std::is_same_v<ST, __nv_bfloat16> && Q > 1) {
+    if (takes_pairs(p)) {
+      launch_kernel(delta_rule_decode_pair_kernel<DK, Q>, grid, dim3((p.Dv / cb / 2 * Q + 31) / 32 * 32), 0, stream, p);
+      return;
+    }
+  }
   if (p.norm_w && cb > 1) {
     launch_kernel_cluster(delta_rule_decode_kernel<DK, Q, 2, ST>, grid, block, 0, stream, static_cast<unsigned>(cb), p);
   } else if (p.norm_w) {

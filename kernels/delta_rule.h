@@ -32,6 +32,12 @@ struct DeltaRuleDecodeParams {
   // blocks, more of them resident per SM and out of phase.
   // Same bytes for every value (a column's arithmetic does not depend on its block).
   int col_blocks = 0;
+  // With a bf16 state and no fused norm: a thread group owns two adjacent columns and keeps their
+  // rows as the bf16x2 words it loads (true), or one column held widened to f32, as with an f32 state
+  // (false). The first needs a split of 2 or more, an even Dv / col_blocks and a 4-byte aligned
+  // state; otherwise the second runs.
+  // Same bytes either way; the block of the first is half as wide.
+  bool pair_columns = true;
   // Optional fused output norm (the GDN layer's gated RMSNorm, rmsnorm.h): with norm_w set, the
   // kernel writes y = (w * (o' * inv)) * silu(z) instead of o, o' = o rounded to bf16, with the
   // bytes gated_rmsnorm's 16-byte kernel gives on the bf16 output (gated_rmsnorm_vector_path):

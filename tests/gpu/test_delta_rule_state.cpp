@@ -1,9 +1,10 @@
 // GPU tests of the bf16 recurrent (SSM) state in the decode kernels (DeltaRuleDecodeParams::
 // state_dtype, GdnDecodeFusedParams::ssm_state_dtype). The state is read widened to f32 and written
 // rounded to nearest even; the arithmetic is the f32 kernel's. So, from a bf16-representable start:
-// - delta_rule.decode, every split and column-block count, the fused gated norm off and on: the
-//   outputs are the f32-state kernel's bytes and the state is the f32-state kernel's state rounded to
-//   bf16, byte for byte; slots of padding rows and unused slots keep their bytes;
+// - delta_rule.decode, every split and column-block count, the fused gated norm off and on, column
+//   pairs and one column a thread group: the outputs are the f32-state kernel's bytes and the state
+//   is the f32-state kernel's state rounded to bf16, byte for byte; slots of padding rows and unused
+//   slots keep their bytes;
 // - with g = 0 (decay exp(0) = 1 on both sides, so no expf / std::exp ulp) the kernel's output and
 //   bf16 state are the bytes of ref::delta_rule_decode with Store::bf16 state; with random g, within
 //   the f32 decode test's tolerances (state: one bf16 ulp more, for a rounding boundary);
@@ -71,8 +72,12 @@ struct DecodeInputs {
     dw = DevBuf::from(w, DType::f32);
   }
   // Runs the decode kernel on a fresh state of dtype st (from state0); returns {out, state} bytes.
-  std::pair<std::vector<uint8_t>, std::vector<uint8_t>> run(DType st, int split, int col_blocks, bool norm) const {
-    auto state = DevBuf::from(state0, st);
+  std::pair<std::vector<uint8_t>, std::vector<uint8_t>> run(DType st, int split, int col_blocks, bool norm,
+                                                            bool pairs = true, bool misaligned = false) const {
+    // misaligned: the state starts one bf16 element into its buffer (2 bytes past a 4-byte boundary)
+    auto start = state0;
+    if (misaligned) start.insert(start.begin(), 0.0f);
+    auto state = DevBuf::from(start, st);
     DevBuf out(v.size() * dtype_size(t));  // poisoned
     DeltaRuleDecodeParams p;
     p.q = dq.data();
@@ -82,7 +87,7 @@ struct DecodeInputs {
     p.g = dg.as<float>();
     p.beta = db.as<float>();
     p.slots = ds.as<int32_t>();
-    p.state = state.data();
+    p.state = static_cast<uint8_t*>(state.data()) + (misaligned ? dtype_size(st) : 0);
     p.state_dtype = st;
     p.out = out.data();
     p.out_dtype = t;
@@ -93,6 +98,7 @@ struct DecodeInputs {
     p.Dv = sh.Dv;
     p.split = split;
     p.col_blocks = col_blocks;
+    p.pair_columns = pairs;
     if (norm) {
       p.norm_z = dz.data();
       p.norm_w = dw.data();
@@ -100,7 +106,9 @@ struct DecodeInputs {
     }
     check(delta_rule_decode(p, nullptr));
     check(cudaDeviceSynchronize());
-    return {out.download(), state.download()};
+    auto sb = state.download();
+    if (misaligned) sb.erase(sb.begin(), sb.begin() + static_cast<std::ptrdiff_t>(dtype_size(st)));
+    return {out.download(), sb};
   }
   // The CPU reference's outputs and state (Store::bf16 state).
   std::pair<std::vector<float>, std::vector<float>> reference() const {
@@ -118,8 +126,10 @@ struct DecodeInputs {
 
 TEST_CASE("delta-rule decode, bf16 state: the f32-state kernel's outputs and its state rounded, every split",
           "[gpu][delta_rule][ssm_state]") {
-  for (DecodeShape sh : {DecodeShape{16, 32, 128, 128}, DecodeShape{2, 6, 128, 64}, DecodeShape{2, 4, 64, 96},
-                         DecodeShape{1, 3, 32, 40}, DecodeShape{2, 2, 8, 8}, DecodeShape{2, 4, 16, 24}}) {
+  // Dv 20 in 4 blocks: 5 columns a block, too few to pair (the one-column kernel runs).
+  for (DecodeShape sh :
+       {DecodeShape{16, 32, 128, 128}, DecodeShape{2, 6, 128, 64}, DecodeShape{2, 4, 64, 96}, DecodeShape{1, 3, 32, 40},
+        DecodeShape{2, 2, 8, 8}, DecodeShape{2, 4, 16, 24}, DecodeShape{1, 2, 16, 20}}) {
     for (DType t : {DType::bf16, DType::f32}) {
       CAPTURE(sh.Hk, sh.Hv, sh.Dk, sh.Dv, dtype_name(t));
       const DecodeInputs in(sh, t, 3000 + sh.Dk + sh.Dv, false);
@@ -135,6 +145,11 @@ TEST_CASE("delta-rule decode, bf16 state: the f32-state kernel's outputs and its
           const auto [o32, s32] = in.run(DType::f32, split, col_blocks, norm != 0);
           const auto [o16, s16] = in.run(DType::bf16, split, col_blocks, norm != 0);
           CHECK(byte_diff(o16, o32, t) == "");
+          if (norm == 0) {  // column pairs (the default) and one column a thread group: the same bytes
+            const auto [o1, s1] = in.run(DType::bf16, split, col_blocks, false, false);
+            CHECK(byte_diff(o1, o16, t) == "");
+            CHECK(byte_diff(s1, s16, DType::bf16) == "");
+          }
           CHECK(byte_diff(s16, rounded_state(s32), DType::bf16) == "");
           // The f32 kernel's state is not bf16 everywhere: the rounding above was not a no-op.
           CHECK(byte_diff(test::to_bytes(test::from_bytes(s16, DType::bf16), DType::f32), s32, DType::f32) != "");
@@ -202,6 +217,25 @@ TEST_CASE("delta-rule decode, bf16 state: the bytes of ref::delta_rule_decode wi
         }
       }
       CHECK(ran >= 2);
+    }
+  }
+}
+
+// A bf16 state 2 bytes past a 4-byte boundary cannot be read in bf16x2 words: the one-column
+// kernel runs and gives the bytes of the aligned state's column pairs.
+TEST_CASE("delta-rule decode, bf16 state: a misaligned state gives the column pairs' bytes",
+          "[gpu][delta_rule][ssm_state]") {
+  for (DecodeShape sh : {DecodeShape{16, 32, 128, 128}, DecodeShape{2, 4, 16, 24}}) {
+    CAPTURE(sh.Hk, sh.Hv, sh.Dk, sh.Dv);
+    const DecodeInputs in(sh, DType::bf16, 3200 + sh.Dv, false);
+    for (int split : {1, 2, 4}) {
+      if (delta_rule_decode_split(sh.Dk, sh.Dv, split) != split) continue;
+      CAPTURE(split);
+      const auto [o, s] = in.run(DType::bf16, split, 1, false);
+      const auto [om, sm] = in.run(DType::bf16, split, 1, false, true, true);
+      CHECK(byte_diff(om, o, DType::bf16) == "");
+      CHECK(byte_diff(sm, s, DType::bf16) == "");
+      CHECK(byte_diff(s, test::to_bytes(in.state0, DType::bf16), DType::bf16) != "");  // the step wrote it
     }
   }
 }

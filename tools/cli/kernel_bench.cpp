@@ -264,21 +264,32 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
   oc.bytes =
       op_bytes::gdn_decode_fused(R, d.Hk, Hv, d.Dk, d.Dv, K, dtype_size(act), dtype_size(DType::bf16), dtype_size(ssm));
   // The unfused path with each built split of the delta-rule step (threads per state column), and
-  // with a head's columns in 2 or 4 blocks (q1 and q2).
-  for (int q : {1, 2, 4, 8}) {
-    if (delta_rule_decode_split(d.Dk, d.Dv, q) != q) continue;
-    for (int cb : {1, 2, 4}) {
-      if (d.Dv % cb != 0 || (cb > 1 && q > 2)) continue;
-      const Dim3 block{static_cast<unsigned>((d.Dv / cb * q + 31) / 32 * 32), 1, 1};
-      const Dim3 grid{static_cast<unsigned>(Hv * cb), static_cast<unsigned>(R), 1};
-      oc.arms.push_back({cb == 1 ? fmt::format("unfused/q{}", q) : fmt::format("unfused/q{}/c{}", q, cb),
-                         "conv_update_fast+postconv_fast+delta_rule_decode", grid, block,
-                         [ps, q, cb](int set, cudaStream_t s) {
-                           GdnDecodePath p = ps[set].unfused;
-                           p.delta.split = q;
-                           p.delta.col_blocks = cb;
-                           p.launch(s, nullptr, -1);
-                         }});
+  // with a head's columns in 2 or 4 blocks (q1 and q2). With a bf16 state the delta rule's thread
+  // groups own column pairs (DeltaRuleDecodeParams::pair_columns, when the columns of a block are
+  // even); the rows ending in "/single" give them one column each, as with an f32 state.
+  for (int pairs = ssm == DType::bf16 ? 1 : 0; pairs >= 0; --pairs) {
+    for (int q : {1, 2, 4, 8}) {
+      if (delta_rule_decode_split(d.Dk, d.Dv, q) != q) continue;
+      for (int cb : {1, 2, 4}) {
+        if (d.Dv % cb != 0 || (cb > 1 && q > 2)) continue;
+        const bool paired = pairs == 1 && q > 1 && (d.Dv / cb) % 2 == 0;  // DeltaRuleDecodeParams::pair_columns
+        if (pairs == 1 && !paired) continue;
+        const int width = d.Dv / cb / (paired ? 2 : 1) * q;
+        const Dim3 block{static_cast<unsigned>((width + 31) / 32 * 32), 1, 1};
+        const Dim3 grid{static_cast<unsigned>(Hv * cb), static_cast<unsigned>(R), 1};
+        std::string name = cb == 1 ? fmt::format("unfused/q{}", q) : fmt::format("unfused/q{}/c{}", q, cb);
+        if (ssm == DType::bf16 && !paired) name += "/single";
+        oc.arms.push_back({name,
+                           paired ? "conv_update_fast+postconv_fast+delta_rule_decode_pair"
+                                  : "conv_update_fast+postconv_fast+delta_rule_decode",
+                           grid, block, [ps, q, cb, paired](int set, cudaStream_t s) {
+                             GdnDecodePath p = ps[set].unfused;
+                             p.delta.split = q;
+                             p.delta.col_blocks = cb;
+                             p.delta.pair_columns = paired;
+                             p.launch(s, nullptr, -1);
+                           }});
+      }
     }
   }
   if (ps[0].fused.is_fused()) {

@@ -177,9 +177,10 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   LaunchContract<GdnDecodeArm> c;
   const int ratio = s.Hv / s.Hk;
   const int split = delta_rule_decode_split(s.Dk, s.Dv);
-  const int unfused_cb = std::max(1, delta_rule_decode_col_blocks(s.Dv, split));
+  const int auto_cb = std::max(1, delta_rule_decode_col_blocks(s.Dv, split));
+  const int unfused_cb = s.norm_fused ? 1 : auto_cb;  // the fused norm: one block a head (gdn_mixer.cpp)
   // The fused arm keeps the recurrence's blocks; its cluster (the blocks of one k-head) must fit.
-  const int fused_cb = ratio * unfused_cb <= kGdnDecodeMaxCluster ? unfused_cb : 1;
+  const int fused_cb = ratio * auto_cb <= kGdnDecodeMaxCluster ? auto_cb : 1;
   const int fused_block = (s.Dv / fused_cb * split + 31) / 32 * 32;
   const bool fused_ok = (s.Dk == 64 || s.Dk == 128) && (split == 1 || split == 2 || split == 4) &&
                         ratio <= kGdnDecodeMaxCluster && fused_block <= delta_rule_max_threads(split);
@@ -193,7 +194,9 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   }
   const int cb = c.arm == GdnDecodeArm::fused ? fused_cb : unfused_cb;
   c.grid = Dim3{static_cast<unsigned>(s.Hv * cb), static_cast<unsigned>(s.rows), 1};
-  c.block = Dim3{static_cast<unsigned>((s.Dv / cb * std::max(1, split) + 31) / 32 * 32), 1, 1};
+  const bool pairs = c.arm == GdnDecodeArm::unfused && s.ssm_bytes == 2 && !s.norm_fused && split >= 2 &&
+                     (s.Dv / cb) % 2 == 0;  // the column-pair kernel (delta_rule.h)
+  c.block = Dim3{static_cast<unsigned>((s.Dv / cb / (pairs ? 2 : 1) * std::max(1, split) + 31) / 32 * 32), 1, 1};
   if (c.arm == GdnDecodeArm::fused) {
     c.cluster = Dim3{static_cast<unsigned>(ratio * cb), 1, 1};
     // qraw, kraw, qs, ks [Dk] + the two trees [2 * Dk] + the block's v columns [Dv / cb]

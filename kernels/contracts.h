@@ -162,9 +162,14 @@ int delta_rule_decode_col_blocks(int Dv, int q, int requested = 0);
 struct GdnDecodeShape {
   int rows = 0;  // padded batch (graph key)
   int Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
+  int ssm_bytes = 4;        // the SSM state's element size: 4 (f32) or 2 (bf16, the ssm-state setting)
+  bool norm_fused = false;  // unfused path: the gated norm in the delta rule's epilogue (one block a head)
 };
 // unfused: three launches (conv.update, postconv, delta_rule.decode); the contract describes the
-//          delta-rule launch: grid (Hv * col_blocks, rows), block round_up(Dv / col_blocks * split, 32).
+//          delta-rule launch: grid (Hv * col_blocks, rows), block round_up(Dv / col_blocks * split, 32),
+//          col_blocks 1 with the fused norm; with a bf16 state, no fused norm, a split of 2 or more and
+//          an even Dv / col_blocks, the column-pair kernel's block, round_up(Dv / col_blocks / 2 * split,
+//          32) (DeltaRuleDecodeParams::pair_columns; a state not 4-byte aligned takes the full block).
 // fused:   one launch with the delta-rule launch's grid and block (split and col_blocks as there), in
 //          clusters of the Hv/Hk * col_blocks blocks that share a k-head (consecutive along x; when
 //          that exceeds kGdnDecodeMaxCluster, col_blocks drops to 1). Each block owns every n-th q/k

@@ -142,6 +142,30 @@ TEST_CASE("delta-rule column split: Dk 8 builds Q = 1 and 4, as Dk 16", "[delta_
   const auto c2 = gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{5, 16, 32, 128, 128, 4});
   CHECK(c2.grid == Dim3{64, 5, 1});
   CHECK(c2.block == Dim3{128, 1, 1});
+  // A bf16 state: the column-pair kernel, half as wide (64 columns a block in 32 pairs x 2 threads);
+  // not with the fused norm, which takes one block a head.
+  const auto p2 = gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{5, 16, 32, 128, 128, 4, 2, false});
+  CHECK(p2.grid == Dim3{64, 5, 1});
+  CHECK(p2.block == Dim3{64, 1, 1});
+  for (int ssm : {4, 2}) {
+    CAPTURE(ssm);
+    const auto n2 = gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{5, 16, 32, 128, 128, 4, ssm, true});
+    CHECK(n2.grid == Dim3{32, 5, 1});
+    CHECK(n2.block == Dim3{256, 1, 1});
+  }
+  // Split 1 (Dk 8) keeps one column a thread, bf16 or not; so do odd columns a block (Dv 42 in two
+  // blocks of 21 columns, split 2: 42 threads, a warp and a half, rounded up to 64).
+  CHECK(gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{3, 2, 2, 8, 8, 4, 2, false}).block == c.block);
+  CHECK(gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{3, 1, 2, 128, 42, 4, 2, false}).block ==
+        Dim3{64, 1, 1});
+  CHECK(gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{3, 1, 2, 128, 44, 4, 2, false}).block ==
+        Dim3{32, 1, 1});  // 22 columns a block: 11 pairs x 2 threads
+  // The fused arm's launch does not depend on the state's dtype or the norm.
+  const auto fa = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{5, 16, 32, 128, 128, 4});
+  const auto fb = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{5, 16, 32, 128, 128, 4, 2, true});
+  CHECK(fa.grid == fb.grid);
+  CHECK(fa.block == fb.block);
+  CHECK(fa.cluster == fb.cluster);
 }
 
 TEST_CASE("gdn.decode fused: the recurrence's grid in clusters of a k-head's blocks, or a named fallback",

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/contracts.h"
 #include "kernels/op_bytes.h"
 #include "models/model_step.h"
 #include "models/reference_model.h"
@@ -208,4 +209,41 @@ TEST_CASE("model step with a bf16 SSM state: the fused gdn.decode arm gives the 
     CHECK(a.tokens == b.tokens);
   }
   CHECK(unfused.cache_bytes() == fused.cache_bytes());
+}
+
+// Dk = Dv = 128 (split 2 in two column blocks): steps of more than 8 rows run the delta rule
+// without the fused norm, so a bf16 state takes the column-pair kernel; at most 8 rows fuse the norm
+// and keep one column a thread group. The manifest shows which kernel ran, on the contract's grid and
+// block.
+TEST_CASE("model step with a bf16 SSM state: the delta rule's kernel and launch are the contract's",
+          "[gpu][model][ssm_state][manifest]") {
+  Qwen35Config cfg = preset("tiny");
+  cfg.gdn = GdnDims{1, 2, 128, 128, 4};
+  cfg.validate("test");
+  ModelStepOptions o = bf16_state(prefill_options(DType::bf16));
+  o.synthetic = true;
+  o.num_slots = 16;
+  o.max_decode_batch = 16;
+  ModelStep step(cfg, o);
+  step.capture_all();
+  const GdnDims& g = cfg.gdn;
+  int pairs = 0, columns = 0;
+  for (int key : step.keys()) {
+    CAPTURE(key);
+    for (const auto& n : step.manifest(key).nodes) {
+      if (n.label.op != "delta_rule.decode") continue;
+      const bool norm = n.label.arm == "+gated_rmsnorm";
+      CHECK(norm == (key <= 8));  // delta_fuses_gated_norm: up to kGatedNormFusedMaxRows
+      const auto c =
+          gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{key, g.Hk, g.Hv, g.Dk, g.Dv, g.K, 2, norm});
+      CHECK(n.grid == c.grid);
+      CHECK(n.block == c.block);
+      const bool paired = n.kernel.find("delta_rule_decode_pair_kernel") != std::string::npos;
+      CHECK(paired == !norm);
+      CHECK(n.block == Dim3{norm ? 256u : 64u, 1, 1});  // 128 columns x 2 threads; 64 pairs / 2 blocks x 2
+      (paired ? pairs : columns) += 1;
+    }
+  }
+  CHECK(pairs == cfg.num_linear_attention());  // key 16
+  CHECK(columns >= cfg.num_linear_attention());
 }

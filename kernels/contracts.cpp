@@ -157,9 +157,14 @@ int delta_rule_decode_split(int Dk, int Dv, int requested) {
   return 0;
 }
 
-int delta_rule_decode_col_blocks(int Dv, int q, int requested) {
+bool delta_rule_decode_may_pair(int q, int ssm_bytes, bool norm_fused) {
+  return ssm_bytes == 2 && !norm_fused && q >= 2;
+}
+
+int delta_rule_decode_col_blocks(int Dv, int q, int requested, bool may_pair) {
   if (requested > 0) return (requested == 1 || requested == 2 || requested == 4) && Dv % requested == 0 ? requested : 0;
   if (requested < 0) return 0;
+  if (may_pair && Dv % 2 == 0) return 1;
   return q == 2 && Dv % 2 == 0 ? 2 : 1;
 }
 
@@ -178,7 +183,9 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   const int ratio = s.Hv / s.Hk;
   const int split = delta_rule_decode_split(s.Dk, s.Dv);
   const int auto_cb = std::max(1, delta_rule_decode_col_blocks(s.Dv, split));
-  const int unfused_cb = s.norm_fused ? 1 : auto_cb;  // the fused norm: one block a head (gdn_mixer.cpp)
+  const bool may_pair = delta_rule_decode_may_pair(split, s.ssm_bytes, s.norm_fused);
+  // The fused norm: one block a head (gdn_mixer.cpp).
+  const int unfused_cb = s.norm_fused ? 1 : std::max(1, delta_rule_decode_col_blocks(s.Dv, split, 0, may_pair));
   // The fused arm keeps the recurrence's blocks; its cluster (the blocks of one k-head) must fit.
   const int fused_cb = ratio * auto_cb <= kGdnDecodeMaxCluster ? auto_cb : 1;
   const int fused_block = (s.Dv / fused_cb * split + 31) / 32 * 32;
@@ -194,8 +201,7 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   }
   const int cb = c.arm == GdnDecodeArm::fused ? fused_cb : unfused_cb;
   c.grid = Dim3{static_cast<unsigned>(s.Hv * cb), static_cast<unsigned>(s.rows), 1};
-  const bool pairs = c.arm == GdnDecodeArm::unfused && s.ssm_bytes == 2 && !s.norm_fused && split >= 2 &&
-                     (s.Dv / cb) % 2 == 0;  // the column-pair kernel (delta_rule.h)
+  const bool pairs = c.arm == GdnDecodeArm::unfused && may_pair && (s.Dv / cb) % 2 == 0;  // delta_rule.h
   c.block = Dim3{static_cast<unsigned>((s.Dv / cb / (pairs ? 2 : 1) * std::max(1, split) + 31) / 32 * 32), 1, 1};
   if (c.arm == GdnDecodeArm::fused) {
     c.cluster = Dim3{static_cast<unsigned>(ratio * cb), 1, 1};

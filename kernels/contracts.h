@@ -152,11 +152,17 @@ LaunchContract<ConvFwdArm> conv_fwd_contract(const ArmSelection& sel, const Conv
 // 8). Returns 0 when nothing fits. Every split gives the same bytes.
 int delta_rule_max_threads(int q);
 int delta_rule_decode_split(int Dk, int Dv, int requested = 0);
-// Blocks per (row, v-head) for split q: `requested` (1, 2, 4; must divide Dv) or, for 0, 2 when q
-// is 2 and Dv is even (two half-width blocks measured 3.5-4.4% faster than one on the H200 at
-// Dk = Dv = 128), else 1. Returns 0 for a requested count that is not 1, 2 or 4 or does not
-// divide Dv. Every count gives the same bytes.
-int delta_rule_decode_col_blocks(int Dv, int q, int requested = 0);
+// Whether the column-pair kernel may run (DeltaRuleDecodeParams::pair_columns): a bf16 state
+// (ssm_bytes 2), no fused norm and a split q of 2 or more. It runs when the columns of a block are
+// also even and the state 4-byte aligned.
+bool delta_rule_decode_may_pair(int q, int ssm_bytes, bool norm_fused);
+// Blocks per (row, v-head) for split q: `requested` (1, 2, 4; must divide Dv) or, for 0: 1 where the
+// column pairs may run and Dv is even (one block a head measured 1.3-2.1% faster than two for the
+// pair kernel on the H200, 4B and 27B b=32), else 2 when q is 2 and Dv is even (two half-width
+// blocks measured 3.5-4.4% faster than one for the one-column kernel at Dk = Dv = 128), else 1.
+// Returns 0 for a requested count that is not 1, 2 or 4 or does not divide Dv. Every count gives
+// the same bytes.
+int delta_rule_decode_col_blocks(int Dv, int q, int requested = 0, bool may_pair = false);
 
 // --- gdn.decode ----------------------------------------------------------------------------------
 struct GdnDecodeShape {
@@ -167,9 +173,10 @@ struct GdnDecodeShape {
 };
 // unfused: three launches (conv.update, postconv, delta_rule.decode); the contract describes the
 //          delta-rule launch: grid (Hv * col_blocks, rows), block round_up(Dv / col_blocks * split, 32),
-//          col_blocks 1 with the fused norm; with a bf16 state, no fused norm, a split of 2 or more and
-//          an even Dv / col_blocks, the column-pair kernel's block, round_up(Dv / col_blocks / 2 * split,
-//          32) (DeltaRuleDecodeParams::pair_columns; a state not 4-byte aligned takes the full block).
+//          col_blocks 1 with the fused norm; where the column pairs run (delta_rule_decode_may_pair and
+//          an even Dv / col_blocks), col_blocks as delta_rule_decode_col_blocks says for them and the
+//          pair kernel's block, round_up(Dv / col_blocks / 2 * split, 32) (a state that is not 4-byte
+//          aligned runs the one-column kernel instead, which the contract cannot see).
 // fused:   one launch with the delta-rule launch's grid and block (split and col_blocks as there), in
 //          clusters of the Hv/Hk * col_blocks blocks that share a k-head (consecutive along x; when
 //          that exceeds kGdnDecodeMaxCluster, col_blocks drops to 1). Each block owns every n-th q/k

@@ -270,7 +270,9 @@ cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t strea
   chk.require(p.state_dtype == DType::f32 || p.state_dtype == DType::bf16, "state_dtype must be f32 or bf16");
   if (!chk.ok()) return cudaErrorInvalidValue;
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
-  const int cb = delta_rule_decode_col_blocks(p.Dv, q, p.col_blocks);
+  const bool may_pair = p.pair_columns && reinterpret_cast<uintptr_t>(p.state) % 4 == 0 &&
+                        delta_rule_decode_may_pair(q, static_cast<int>(dtype_size(p.state_dtype)), p.norm_w != nullptr);
+  const int cb = delta_rule_decode_col_blocks(p.Dv, q, p.col_blocks, may_pair);
   chk.require(q != 0, "split: not a built split for this Dk, Dv (1, 2, 4 or 8; 0 = automatic)");
   chk.require(cb != 0, "col_blocks must be 0, 1, 2 or 4 and divide Dv");
   if (p.norm_w) {

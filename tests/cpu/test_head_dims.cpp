@@ -142,24 +142,24 @@ TEST_CASE("delta-rule column split: Dk 8 builds Q = 1 and 4, as Dk 16", "[delta_
   const auto c2 = gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{5, 16, 32, 128, 128, 4});
   CHECK(c2.grid == Dim3{64, 5, 1});
   CHECK(c2.block == Dim3{128, 1, 1});
-  // A bf16 state: the column-pair kernel, half as wide (64 columns a block in 32 pairs x 2 threads);
-  // not with the fused norm, which takes one block a head.
+  // A bf16 state: the column-pair kernel in one block a head (64 pairs x 2 threads); not with the
+  // fused norm, which takes one block a head of 128 columns x 2 threads.
   const auto p2 = gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{5, 16, 32, 128, 128, 4, 2, false});
-  CHECK(p2.grid == Dim3{64, 5, 1});
-  CHECK(p2.block == Dim3{64, 1, 1});
+  CHECK(p2.grid == Dim3{32, 5, 1});
+  CHECK(p2.block == Dim3{128, 1, 1});
   for (int ssm : {4, 2}) {
     CAPTURE(ssm);
     const auto n2 = gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{5, 16, 32, 128, 128, 4, ssm, true});
     CHECK(n2.grid == Dim3{32, 5, 1});
     CHECK(n2.block == Dim3{256, 1, 1});
   }
-  // Split 1 (Dk 8) keeps one column a thread, bf16 or not; so do odd columns a block (Dv 42 in two
-  // blocks of 21 columns, split 2: 42 threads, a warp and a half, rounded up to 64).
+  // Split 1 (Dk 8) keeps one column a thread, bf16 or not; so does an odd Dv (33 columns x 2
+  // threads, rounded up to 96), while Dv 44 pairs (22 pairs x 2 threads: 64, not 96).
   CHECK(gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{3, 2, 2, 8, 8, 4, 2, false}).block == c.block);
-  CHECK(gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{3, 1, 2, 128, 42, 4, 2, false}).block ==
-        Dim3{64, 1, 1});
+  CHECK(gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{3, 1, 2, 128, 33, 4, 2, false}).block ==
+        Dim3{96, 1, 1});
   CHECK(gdn_decode_contract(GdnDecodeArm::unfused, GdnDecodeShape{3, 1, 2, 128, 44, 4, 2, false}).block ==
-        Dim3{32, 1, 1});  // 22 columns a block: 11 pairs x 2 threads
+        Dim3{64, 1, 1});
   // The fused arm's launch does not depend on the state's dtype or the norm.
   const auto fa = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{5, 16, 32, 128, 128, 4});
   const auto fb = gdn_decode_contract(GdnDecodeArm::fused, GdnDecodeShape{5, 16, 32, 128, 128, 4, 2, true});
@@ -213,6 +213,17 @@ TEST_CASE("delta-rule column blocks: 2 for split 2, else 1, and a request must b
   CHECK(delta_rule_decode_col_blocks(24, 2, 3) == 0);
   CHECK(delta_rule_decode_col_blocks(24, 2, 8) == 0);
   CHECK(delta_rule_decode_col_blocks(10, 2, 4) == 0);  // does not divide Dv
+  // Where the column pairs may run: one block a head for an even Dv; a request still holds.
+  CHECK(delta_rule_decode_col_blocks(128, 2, 0, true) == 1);
+  CHECK(delta_rule_decode_col_blocks(128, 4, 0, true) == 1);
+  CHECK(delta_rule_decode_col_blocks(127, 2, 0, true) == 1);
+  CHECK(delta_rule_decode_col_blocks(128, 2, 2, true) == 2);
+  CHECK(delta_rule_decode_col_blocks(128, 2, 3, true) == 0);
+  CHECK(delta_rule_decode_may_pair(2, 2, false));
+  CHECK(delta_rule_decode_may_pair(8, 2, false));
+  CHECK_FALSE(delta_rule_decode_may_pair(1, 2, false));  // split 1: one column a thread
+  CHECK_FALSE(delta_rule_decode_may_pair(2, 4, false));  // an f32 state
+  CHECK_FALSE(delta_rule_decode_may_pair(2, 2, true));   // the fused norm
   CHECK(delta_rule_decode_col_blocks(128, 2, -1) == 0);
 }
 

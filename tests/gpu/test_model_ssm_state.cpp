@@ -211,14 +211,14 @@ TEST_CASE("model step with a bf16 SSM state: the fused gdn.decode arm gives the 
   CHECK(unfused.cache_bytes() == fused.cache_bytes());
 }
 
-// Dk = Dv = 128 (split 2 in two column blocks): steps of more than 8 rows run the delta rule
+// Dk = Dv = 128 (split 2, one block a head): steps of more than 8 rows run the delta rule
 // without the fused norm, so a bf16 state takes the column-pair kernel; at most 8 rows fuse the norm
 // and keep one column a thread group. The manifest shows which kernel ran, on the contract's grid and
 // block.
 TEST_CASE("model step with a bf16 SSM state: the delta rule's kernel and launch are the contract's",
           "[gpu][model][ssm_state][manifest]") {
   Qwen35Config cfg = preset("tiny");
-  cfg.gdn = GdnDims{1, 2, 128, 128, 4};
+  cfg.gdn = GdnDims{2, 4, 128, 128, 4};  // z's row stride 16-byte aligned: the norm can fuse
   cfg.validate("test");
   ModelStepOptions o = bf16_state(prefill_options(DType::bf16));
   o.synthetic = true;
@@ -240,7 +240,7 @@ TEST_CASE("model step with a bf16 SSM state: the delta rule's kernel and launch 
       CHECK(n.block == c.block);
       const bool paired = n.kernel.find("delta_rule_decode_pair_kernel") != std::string::npos;
       CHECK(paired == !norm);
-      CHECK(n.block == Dim3{norm ? 256u : 64u, 1, 1});  // 128 columns x 2 threads; 64 pairs / 2 blocks x 2
+      CHECK(n.block == Dim3{norm ? 256u : 128u, 1, 1});  // 128 columns x 2 threads; 64 pairs x 2 threads
       (paired ? pairs : columns) += 1;
     }
   }

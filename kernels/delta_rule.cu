@@ -231,21 +231,15 @@ __global__ void __launch_bounds__(Q == 8 ? 512 : 256) delta_rule_decode_pair_ker
   }
 }
 
-// Whether a launch takes the column-pair kernel: asked for, a bf16 state, no fused norm, an even
-// number of columns a block and a 4-byte aligned state (the bf16x2 words); and a split of 2 or more.
-bool takes_pairs(const DeltaRuleDecodeParams& p) {
-  return p.pair_columns && p.state_dtype == DType::bf16 && !p.norm_w && (p.Dv / p.col_blocks) % 2 == 0 &&
-         reinterpret_cast<uintptr_t>(p.state) % 4 == 0;
-}
-
-// The same grid for both state dtypes; the block of the column-pair kernel is half as wide.
+// The same grid for both state dtypes; the block of the column-pair kernel is half as wide. p's
+// col_blocks and pair_columns are resolved (delta_rule_decode). Not with one thread a pair (Q = 1):
+// ptxas spills it at Dk 64 and 128 (-Xptxas -v: about 4 registers a row, then kilobytes of spill).
 template <int DK, int Q, typename ST>
 void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   const int cb = p.col_blocks;
   const dim3 grid(p.Hv * cb, p.rows), block((p.Dv / cb * Q + 31) / 32 * 32);
-  // (Not with one thread a pair: its 2 * Dk decayed values stay live between the passes and spill.)
   if constexpr (std::is_same_v<ST, __nv_bfloat16> && Q > 1) {
-    if (takes_pairs(p)) {
+    if (p.pair_columns) {
       launch_kernel(delta_rule_decode_pair_kernel<DK, Q>, grid, dim3((p.Dv / cb / 2 * Q + 31) / 32 * 32), 0, stream, p);
       return;
     }
@@ -288,6 +282,7 @@ cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t strea
   if (p.rows == 0) return cudaSuccess;
   DeltaRuleDecodeParams r = p;
   r.col_blocks = cb;
+  r.pair_columns = may_pair && (p.Dv / cb) % 2 == 0;  // the column-pair kernel runs
   bool typed = false;
   const bool built = dev::with_delta_rule_tile(p.Dk, q, [&](auto dk, auto qq) {
     typed = dev::with_state_type(

@@ -1,6 +1,7 @@
 // delta_rule.cu: recurrent gated delta rule, decode step.
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -10,6 +11,7 @@
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/launch_check.h"
+#include "kernels/mma_util.cuh"
 
 namespace sg {
 namespace cg = cooperative_groups;
@@ -231,6 +233,126 @@ __global__ void __launch_bounds__(Q == 8 ? 512 : 256) delta_rule_decode_pair_ker
   }
 }
 
+// Staged (DeltaRuleDecodeParams::staged): persistent blocks over the (row, v-head) items, each
+// block all Dv columns of a head (col_blocks 1). A block copies the next item's state slab
+// ([Dk, Dv], contiguous) into shared memory with cp.async while it computes the current item from
+// registers, so that the state keeps streaming while blocks compute (in the other kernels a block
+// loads, computes, stores and exits, and the next wave's loads start only as blocks exit). f32: one
+// column a thread group of Q; bf16: column pairs, as the pair kernel. The same per-column
+// arithmetic (delta_rule_step, pair::pair_step), so the same bytes. Block (Dv or Dv / 2) * Q
+// threads (<= 256); dynamic shared memory Dk * Dv state elements; grid min(rows * Hv, resident
+// blocks), from the occupancy the device gives this kernel.
+template <int DK, int Q, typename ST>
+__global__ void __launch_bounds__(256, Q == 2 ? 2 : 1) delta_rule_decode_staged_kernel(const DeltaRuleDecodeParams p) {
+  constexpr bool kPairs = std::is_same_v<ST, __nv_bfloat16>;
+  constexpr int R = DK / Q;
+  extern __shared__ __align__(16) unsigned char staged_slab[];  // [DK, Dv] ST: the staged item's state
+  __shared__ __align__(16) float ks[DK], qs[DK];
+  const int Dv = p.Dv, n_items = p.rows * p.Hv;
+  const int jl = threadIdx.x / Q, j = kPairs ? 2 * jl : jl;  // this thread group's column(s): j (, j + 1)
+  const bool active = j < Dv;
+  const int r0 = (threadIdx.x % 32 % Q) * R;  // this lane's rows (delta_rule_step's mapping)
+  const int64_t slab_elems = static_cast<int64_t>(DK) * Dv;
+  const int chunks = static_cast<int>(slab_elems * static_cast<int64_t>(sizeof(ST)) / 16);
+  // Copies item's slab into shared memory (nothing for a padding row); one commit group either way.
+  auto stage = [&](int item) {
+    const int slot = p.slots[item / p.Hv];
+    if (slot >= 0) {
+      const auto* src = reinterpret_cast<const unsigned char*>(
+          static_cast<const ST*>(p.state) + (static_cast<int64_t>(slot) * p.Hv + item % p.Hv) * slab_elems);
+      for (int c = threadIdx.x; c < chunks; c += blockDim.x)
+        mma::cp_async16(mma::smem_addr(staged_slab + 16 * c), src + 16 * c, true);
+    }
+    mma::cp_async_commit();
+  };
+  int item = blockIdx.x;
+  stage(item);  // before the dependency wait: step metadata and state only this op touches
+  pdl_start();  // kernels/launch.cuh
+  for (; item < n_items; item += gridDim.x) {
+    const int r = item / p.Hv, hv = item % p.Hv, slot = p.slots[r];
+    const int64_t orow = (static_cast<int64_t>(r) * p.Hv + hv) * Dv;
+    const bool owner = active && threadIdx.x % Q == 0;
+    mma::cp_async_wait<0>();
+    __syncthreads();  // the slab has landed; every thread is done with the previous item's ks, qs
+    std::conditional_t<kPairs, uint32_t, float> s[R];  // rows r0.. of column j (f32) or of the pair (bf16)
+    const bool live = active && slot >= 0;
+    if (live) {
+      if constexpr (kPairs) {
+        const auto* w = reinterpret_cast<const uint32_t*>(staged_slab) + jl;
+#pragma unroll
+        for (int i = 0; i < R; ++i) s[i] = w[(r0 + i) * (Dv / 2)];
+      } else {
+        const auto* f = reinterpret_cast<const float*>(staged_slab) + j;
+#pragma unroll
+        for (int i = 0; i < R; ++i) s[i] = f[(r0 + i) * Dv];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < R; ++i) s[i] = 0;
+    }
+    __syncthreads();  // the slab is free
+    if (item + static_cast<int>(gridDim.x) < n_items) stage(item + gridDim.x);
+    if (slot < 0) {  // a padding row (the whole block): zero outputs, no state
+      if (owner) {
+        dev::store(p.out, p.out_dtype, orow + j, 0.0f);
+        if constexpr (kPairs) dev::store(p.out, p.out_dtype, orow + j + 1, 0.0f);
+      }
+      continue;
+    }
+    load_qk<DK>(p, r, hv, ks, qs);
+    const float decay = expf(p.g[static_cast<int64_t>(r) * p.Hv + hv]);
+    const float beta = p.beta[static_cast<int64_t>(r) * p.Hv + hv];
+    ST* S = static_cast<ST*>(p.state) + (static_cast<int64_t>(slot) * p.Hv + hv) * slab_elems + (active ? j : 0);
+    if constexpr (kPairs) {
+      const float v0 = active ? dev::load(p.v, p.qkv_dtype, orow + j) : 0.0f;
+      const float v1 = active ? dev::load(p.v, p.qkv_dtype, orow + j + 1) : 0.0f;
+      float o0, o1;
+      pair::pair_step<DK, Q>(s, ks, qs, decay, beta, v0, v1, o0, o1);
+      if (active) {
+        auto* W = reinterpret_cast<uint32_t*>(S);
+#pragma unroll
+        for (int i = 0; i < R; ++i) W[(r0 + i) * (Dv / 2)] = s[i];
+      }
+      if (owner) {
+        dev::store(p.out, p.out_dtype, orow + j, o0);
+        dev::store(p.out, p.out_dtype, orow + j + 1, o1);
+      }
+    } else {
+      const float v = active ? dev::load(p.v, p.qkv_dtype, orow + j) : 0.0f;
+      const float o = dev::delta_rule_step<DK, Q>(s, ks, qs, decay, beta, v);
+      dev::store_column<DK, Q>(s, S, Dv, active);
+      if (owner) dev::store(p.out, p.out_dtype, orow + j, o);
+    }
+  }
+  mma::cp_async_wait<0>();  // (no copy is left in flight at exit: the last stage was not issued)
+}
+
+// The staged kernel's threads a block and its dynamic shared memory for this shape.
+template <int DK, int Q, typename ST>
+int staged_threads(int Dv) {
+  return ((std::is_same_v<ST, __nv_bfloat16> ? Dv / 2 : Dv) * Q + 31) / 32 * 32;
+}
+template <int DK, typename ST>
+size_t staged_smem(int Dv) {
+  return static_cast<size_t>(DK) * Dv * sizeof(ST);
+}
+
+template <int DK, int Q, typename ST>
+void launch_staged(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
+  auto* kernel = delta_rule_decode_staged_kernel<DK, Q, ST>;
+  const int threads = staged_threads<DK, Q, ST>(p.Dv);
+  const size_t smem = staged_smem<DK, ST>(p.Dv);
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) ||
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem)) {
+    return;  // the error stays for cudaGetLastError
+  }
+  const int items = p.rows * p.Hv;
+  const int blocks = std::max(1, std::min(items, std::max(1, per_sm) * sms));
+  launch_kernel(kernel, dim3(blocks), dim3(threads), smem, stream, p);
+}
+
 // The same grid for both state dtypes; the block of the column-pair kernel is half as wide. p's
 // col_blocks and pair_columns are resolved (delta_rule_decode). Not with one thread a pair (Q = 1):
 // ptxas spills it at Dk 64 and 128 (-Xptxas -v: about 4 registers a row, then kilobytes of spill).
@@ -238,6 +360,12 @@ template <int DK, int Q, typename ST>
 void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   const int cb = p.col_blocks;
   const dim3 grid(p.Hv * cb, p.rows), block((p.Dv / cb * Q + 31) / 32 * 32);
+  if constexpr (Q == 2 || (Q == 1 && std::is_same_v<ST, float>)) {
+    if (p.staged) {
+      launch_staged<DK, Q, ST>(p, stream);
+      return;
+    }
+  }
   if constexpr (std::is_same_v<ST, __nv_bfloat16> && Q > 1) {
     if (p.pair_columns) {
       launch_kernel(delta_rule_decode_pair_kernel<DK, Q>, grid, dim3((p.Dv / cb / 2 * Q + 31) / 32 * 32), 0, stream, p);
@@ -283,6 +411,13 @@ cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t strea
   DeltaRuleDecodeParams r = p;
   r.col_blocks = cb;
   r.pair_columns = may_pair && (p.Dv / cb) % 2 == 0;  // the column-pair kernel runs
+  // The staged kernel: no fused norm, split 1 or 2 (f32) or 2 (bf16, in pairs: Dv even), at most 256
+  // threads, a 16-byte aligned state and its slab in shared memory.
+  const bool bf16_state = p.state_dtype == DType::bf16;
+  const int staged_threads = ((bf16_state ? p.Dv / 2 : p.Dv) * q + 31) / 32 * 32;
+  r.staged = p.staged && !p.norm_w && (bf16_state ? q == 2 && p.Dv % 2 == 0 : q <= 2) && staged_threads <= 256 &&
+             reinterpret_cast<uintptr_t>(p.state) % 16 == 0 &&
+             static_cast<int64_t>(p.Dk) * p.Dv * static_cast<int64_t>(dtype_size(p.state_dtype)) <= 160 * 1024;
   bool typed = false;
   const bool built = dev::with_delta_rule_tile(p.Dk, q, [&](auto dk, auto qq) {
     typed = dev::with_state_type(

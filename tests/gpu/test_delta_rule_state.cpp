@@ -14,6 +14,7 @@
 // - a state dtype other than f32 / bf16 is refused with a message naming the field.
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "engine/error.h"
@@ -41,7 +42,8 @@ struct DecodeShape {
   int Hk, Hv, Dk, Dv;
 };
 
-// Inputs of one decode step over 7 rows (two padding) and 9 slots; the state bf16-representable.
+// Inputs of one decode step over 7 rows (two padding) and 9 slots, or the given slots (-1:
+// padding) over n_slots; the state bf16-representable.
 struct DecodeInputs {
   DecodeShape sh;
   DType t;
@@ -49,7 +51,14 @@ struct DecodeInputs {
   std::vector<float> q, k, v, g, beta, state0, z, w;
   std::vector<int32_t> slots = {4, -1, 0, 8, 2, -1, 6};  // slots 1, 3, 5, 7 unused
   DevBuf dq, dk, dv, dg, db, ds, dz, dw;
-  DecodeInputs(DecodeShape s, DType dt, uint64_t seed, bool zero_g) : sh(s), t(dt) {
+  DecodeInputs(DecodeShape s, DType dt, uint64_t seed, bool zero_g, std::vector<int32_t> slot_list = {},
+               int n_slots = 0)
+      : sh(s), t(dt) {
+    if (!slot_list.empty()) {
+      slots = std::move(slot_list);
+      rows = static_cast<int>(slots.size());
+      slots_n = n_slots;
+    }
     auto rnd = [&](size_t n, uint64_t sd, float lo, float hi) {
       return t == DType::bf16 ? test::uniform_bf16(n, sd, lo, hi) : test::uniform(n, sd, lo, hi);
     };
@@ -73,7 +82,8 @@ struct DecodeInputs {
   }
   // Runs the decode kernel on a fresh state of dtype st (from state0); returns {out, state} bytes.
   std::pair<std::vector<uint8_t>, std::vector<uint8_t>> run(DType st, int split, int col_blocks, bool norm,
-                                                            bool pairs = true, bool misaligned = false) const {
+                                                            bool pairs = true, bool misaligned = false,
+                                                            bool staged = false) const {
     // misaligned: the state starts one bf16 element into its buffer (2 bytes past a 4-byte boundary)
     auto start = state0;
     if (misaligned) start.insert(start.begin(), 0.0f);
@@ -99,6 +109,7 @@ struct DecodeInputs {
     p.split = split;
     p.col_blocks = col_blocks;
     p.pair_columns = pairs;
+    p.staged = staged;
     if (norm) {
       p.norm_z = dz.data();
       p.norm_w = dw.data();
@@ -149,6 +160,13 @@ TEST_CASE("delta-rule decode, bf16 state: the f32-state kernel's outputs and its
             const auto [o1, s1] = in.run(DType::bf16, split, col_blocks, false, false);
             CHECK(byte_diff(o1, o16, t) == "");
             CHECK(byte_diff(s1, s16, DType::bf16) == "");
+            // The staged kernel (where it applies; elsewhere the flag is ignored): the same bytes.
+            const auto [os16, ss16] = in.run(DType::bf16, split, col_blocks, false, true, false, true);
+            CHECK(byte_diff(os16, o16, t) == "");
+            CHECK(byte_diff(ss16, s16, DType::bf16) == "");
+            const auto [os32, ss32] = in.run(DType::f32, split, col_blocks, false, true, false, true);
+            CHECK(byte_diff(os32, o32, t) == "");
+            CHECK(byte_diff(ss32, s32, DType::f32) == "");
           }
           CHECK(byte_diff(s16, rounded_state(s32), DType::bf16) == "");
           // The f32 kernel's state is not bf16 everywhere: the rounding above was not a no-op.
@@ -218,6 +236,24 @@ TEST_CASE("delta-rule decode, bf16 state: the bytes of ref::delta_rule_decode wi
       }
       CHECK(ran >= 2);
     }
+  }
+}
+
+// The staged kernel's persistent blocks take several (row, v-head) items each when there are more
+// items than resident blocks (40 rows x 32 v-heads at Dk = Dv = 128), padding rows among them: the
+// bytes of the kernels that give each item its own block, f32 and bf16 states.
+TEST_CASE("delta-rule decode, staged: several items a block give the plain kernels' bytes",
+          "[gpu][delta_rule][ssm_state]") {
+  std::vector<int32_t> slots;
+  for (int r = 0; r < 40; ++r) slots.push_back(r % 7 == 3 ? -1 : 45 - r);  // reversed slots, 6 padding rows
+  const DecodeInputs in(DecodeShape{16, 32, 128, 128}, DType::bf16, 3300, false, slots, 48);
+  for (DType st : {DType::f32, DType::bf16}) {
+    CAPTURE(dtype_name(st));
+    const auto [o, s] = in.run(st, 2, 0, false);
+    const auto [os, ss] = in.run(st, 2, 0, false, true, false, true);
+    CHECK(byte_diff(os, o, DType::bf16) == "");
+    CHECK(byte_diff(ss, s, st) == "");
+    CHECK(byte_diff(s, test::to_bytes(in.state0, st), st) != "");  // the step wrote the state
   }
 }
 

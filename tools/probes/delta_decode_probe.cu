@@ -7,7 +7,8 @@
 // out), GB/s and the fraction of the 4.3 TB/s floor, and a hash of one launch's output and state
 // from the same start (variants that keep the arithmetic print the same hash). The kernel source
 // is compiled into the probe from SG_PROBE_KERNEL (default kernels/delta_rule.cu), so that an edited
-// copy is timed the same way. Usage: delta_decode_probe [f32|bf16 [ROWS [HV [REPS]]]].
+// copy is timed the same way; -DSG_PROBE_STAGED adds the rows of DeltaRuleDecodeParams::staged, for
+// a source that has it. Usage: delta_decode_probe [f32|bf16 [ROWS [HV [REPS]]]].
 // Build and run on the GPU machine (repository root; the host sources by g++, as fmt's headers
 // do not compile under nvcc's host pass with C++20):
 //   for f in launch_check contracts arms launch_policy; do
@@ -136,46 +137,58 @@ int main(int argc, char** argv) {
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int pairs = bf16 ? 1 : 0; pairs >= 0; --pairs) {
-    for (int q : {1, 2, 4, 8}) {
-      if (sg::delta_rule_decode_split(Dk, Dv, q) != q) continue;
-      for (int cb : {1, 2, 4}) {
-        if (cb > 1 && q > 2) continue;
-        if (pairs == 1 && q == 1) continue;  // not paired at split 1
-        for (auto& p : sets) p.split = q, p.col_blocks = cb, p.pair_columns = pairs == 1;
-        // One launch on set 0 from the pristine state: the hash of its output and state.
-        CK(cudaMemcpyAsync(sets[0].state, pristine, sn * es, cudaMemcpyDeviceToDevice, s));
-        CK(sg::delta_rule_decode(sets[0], s));
-        CK(cudaStreamSynchronize(s));
-        const uint64_t h = fnv(download(sets[0].state, sn * es), fnv(download(sets[0].out, vn * 2)));
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (auto& p : sets) CK(sg::delta_rule_decode(p, s));
-        CK(cudaStreamEndCapture(s, &graph));
-        CK(cudaGraphInstantiate(&exec, graph, 0));
-        const int replays = 20;
-        std::vector<double> us;
-        for (int r = 0; r < reps + 1; ++r) {
-          CK(cudaEventRecord(e0, s));
-          for (int i = 0; i < replays; ++i) CK(cudaGraphLaunch(exec, s));
-          CK(cudaEventRecord(e1, s));
-          CK(cudaEventSynchronize(e1));
-          float ms = 0.0f;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          if (r > 0) us.push_back(1000.0 * ms / (replays * kSets));  // round 0 warms up
+  // staged = 1: DeltaRuleDecodeParams::staged where the build has it (SG_PROBE_STAGED), split 1 or 2.
+#ifdef SG_PROBE_STAGED
+  const int max_staged = 1;
+#else
+  const int max_staged = 0;
+#endif
+  for (int staged = 0; staged <= max_staged; ++staged)
+    for (int pairs = bf16 ? 1 : 0; pairs >= 0; --pairs) {
+      for (int q : {1, 2, 4, 8}) {
+        if (sg::delta_rule_decode_split(Dk, Dv, q) != q) continue;
+        for (int cb : {1, 2, 4}) {
+          if (cb > 1 && q > 2) continue;
+          if (pairs == 1 && q == 1) continue;  // not paired at split 1
+          if (staged == 1 && (cb > 1 || q > 2 || (bf16 && (q != 2 || pairs == 0)))) continue;
+          for (auto& p : sets) p.split = q, p.col_blocks = cb, p.pair_columns = pairs == 1;
+#ifdef SG_PROBE_STAGED
+          for (auto& p : sets) p.staged = staged == 1;
+#endif
+          // One launch on set 0 from the pristine state: the hash of its output and state.
+          CK(cudaMemcpyAsync(sets[0].state, pristine, sn * es, cudaMemcpyDeviceToDevice, s));
+          CK(sg::delta_rule_decode(sets[0], s));
+          CK(cudaStreamSynchronize(s));
+          const uint64_t h = fnv(download(sets[0].state, sn * es), fnv(download(sets[0].out, vn * 2)));
+          cudaGraph_t graph = nullptr;
+          cudaGraphExec_t exec = nullptr;
+          CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+          for (auto& p : sets) CK(sg::delta_rule_decode(p, s));
+          CK(cudaStreamEndCapture(s, &graph));
+          CK(cudaGraphInstantiate(&exec, graph, 0));
+          const int replays = 20;
+          std::vector<double> us;
+          for (int r = 0; r < reps + 1; ++r) {
+            CK(cudaEventRecord(e0, s));
+            for (int i = 0; i < replays; ++i) CK(cudaGraphLaunch(exec, s));
+            CK(cudaEventRecord(e1, s));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0.0f;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (r > 0) us.push_back(1000.0 * ms / (replays * kSets));  // round 0 warms up
+          }
+          std::sort(us.begin(), us.end());
+          const double med = us[us.size() / 2];
+          char name[64], range[64];
+          std::snprintf(name, sizeof name, "q%d/c%d%s%s", q, cb, bf16 ? (pairs ? "/pairs" : "/single") : "",
+                        staged ? "/staged" : "");
+          std::snprintf(range, sizeof range, "%.2f..%.2f", us.front(), us.back());
+          std::printf("%-22s %10.2f %22s %9.2fM %8.0f %6.1f%%  %016llx\n", name, med, range, bytes / 1e6,
+                      bytes / med / 1e3, 100.0 * bytes / 4.3e12 / (med * 1e-6), static_cast<unsigned long long>(h));
+          CK(cudaGraphExecDestroy(exec));
+          CK(cudaGraphDestroy(graph));
         }
-        std::sort(us.begin(), us.end());
-        const double med = us[us.size() / 2];
-        char name[64], range[64];
-        std::snprintf(name, sizeof name, "q%d/c%d%s", q, cb, bf16 ? (pairs ? "/pairs" : "/single") : "");
-        std::snprintf(range, sizeof range, "%.2f..%.2f", us.front(), us.back());
-        std::printf("%-22s %10.2f %22s %9.2fM %8.0f %6.1f%%  %016llx\n", name, med, range, bytes / 1e6,
-                    bytes / med / 1e3, 100.0 * bytes / 4.3e12 / (med * 1e-6), static_cast<unsigned long long>(h));
-        CK(cudaGraphExecDestroy(exec));
-        CK(cudaGraphDestroy(graph));
       }
     }
-  }
   return 0;
 }

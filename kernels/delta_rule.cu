@@ -342,9 +342,10 @@ void launch_staged(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   auto* kernel = delta_rule_decode_staged_kernel<DK, Q, ST>;
   const int threads = staged_threads<DK, Q, ST>(p.Dv);
   const size_t smem = staged_smem<DK, ST>(p.Dv);
-  int dev = 0, sms = 0, per_sm = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) ||
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) ||
+  // (Neither the attribute nor the occupancy query is a stream operation: legal while capturing.)
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) ||
+      dev::allow_dynamic_smem(kernel, smem) ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem)) {
     return;  // the error stays for cudaGetLastError
   }

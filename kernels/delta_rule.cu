@@ -337,21 +337,28 @@ size_t staged_smem(int Dv) {
   return static_cast<size_t>(DK) * Dv * sizeof(ST);
 }
 
+// The staged kernel's grid: min(rows * Hv, the blocks the device keeps resident), or 0 on an error
+// (left for cudaGetLastError). Neither the attribute nor the occupancy query is a stream operation:
+// legal while capturing.
 template <int DK, int Q, typename ST>
-void launch_staged(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
+int staged_blocks(const DeltaRuleDecodeParams& p) {
   auto* kernel = delta_rule_decode_staged_kernel<DK, Q, ST>;
-  const int threads = staged_threads<DK, Q, ST>(p.Dv);
-  const size_t smem = staged_smem<DK, ST>(p.Dv);
-  // (Neither the attribute nor the occupancy query is a stream operation: legal while capturing.)
   int device = 0, sms = 0, per_sm = 0;
   if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) ||
-      dev::allow_dynamic_smem(kernel, smem) ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem)) {
-    return;  // the error stays for cudaGetLastError
+      dev::allow_dynamic_smem(kernel, staged_smem<DK, ST>(p.Dv)) ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, staged_threads<DK, Q, ST>(p.Dv),
+                                                    staged_smem<DK, ST>(p.Dv))) {
+    return 0;
   }
-  const int items = p.rows * p.Hv;
-  const int blocks = std::max(1, std::min(items, std::max(1, per_sm) * sms));
-  launch_kernel(kernel, dim3(blocks), dim3(threads), smem, stream, p);
+  return std::max(1, std::min(p.rows * p.Hv, std::max(1, per_sm) * sms));
+}
+
+template <int DK, int Q, typename ST>
+void launch_staged(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
+  const int blocks = staged_blocks<DK, Q, ST>(p);
+  if (blocks == 0) return;
+  launch_kernel(delta_rule_decode_staged_kernel<DK, Q, ST>, dim3(blocks), dim3(staged_threads<DK, Q, ST>(p.Dv)),
+                staged_smem<DK, ST>(p.Dv), stream, p);
 }
 
 // The same grid for both state dtypes; the block of the column-pair kernel is half as wide. p's
@@ -382,9 +389,34 @@ void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   }
 }
 
+// Where the staged kernel runs, at split q: no fused norm, split 1 or 2 (f32) or 2 (bf16, in pairs:
+// Dv even), at most 256 threads, a 16-byte aligned state and its slab within 160 KB.
+bool staged_applies(const DeltaRuleDecodeParams& p, int q) {
+  const bool bf16_state = p.state_dtype == DType::bf16;
+  const int threads = ((bf16_state ? p.Dv / 2 : p.Dv) * q + 31) / 32 * 32;
+  return !p.norm_w && (bf16_state ? q == 2 && p.Dv % 2 == 0 : q <= 2) && threads <= 256 &&
+         reinterpret_cast<uintptr_t>(p.state) % 16 == 0 &&
+         static_cast<int64_t>(p.Dk) * p.Dv * static_cast<int64_t>(dtype_size(p.state_dtype)) <= 160 * 1024;
+}
+
 }  // namespace
 
 bool delta_rule_decode_supports(int Dk, int Dv) { return delta_rule_decode_split(Dk, Dv) != 0; }
+
+int delta_rule_decode_staged_grid(const DeltaRuleDecodeParams& p) {
+  const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);
+  if (q == 0 || p.rows < 1 || p.Hv < 1 || !p.staged || !staged_applies(p, q)) return 0;
+  int blocks = 0;
+  dev::with_delta_rule_tile(p.Dk, q, [&](auto dk, auto qq) {
+    dev::with_state_type(p.state_dtype, [&](auto st) {
+      constexpr int Q = decltype(qq)::value;
+      if constexpr (Q == 2 || (Q == 1 && std::is_same_v<decltype(st), float>)) {
+        blocks = staged_blocks<decltype(dk)::value, Q, decltype(st)>(p);
+      }
+    });
+  });
+  return blocks;
+}
 
 cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   LaunchCheck chk("delta_rule.decode");
@@ -412,13 +444,7 @@ cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t strea
   DeltaRuleDecodeParams r = p;
   r.col_blocks = cb;
   r.pair_columns = may_pair && (p.Dv / cb) % 2 == 0;  // the column-pair kernel runs
-  // The staged kernel: no fused norm, split 1 or 2 (f32) or 2 (bf16, in pairs: Dv even), at most 256
-  // threads, a 16-byte aligned state and its slab in shared memory.
-  const bool bf16_state = p.state_dtype == DType::bf16;
-  const int staged_threads = ((bf16_state ? p.Dv / 2 : p.Dv) * q + 31) / 32 * 32;
-  r.staged = p.staged && !p.norm_w && (bf16_state ? q == 2 && p.Dv % 2 == 0 : q <= 2) && staged_threads <= 256 &&
-             reinterpret_cast<uintptr_t>(p.state) % 16 == 0 &&
-             static_cast<int64_t>(p.Dk) * p.Dv * static_cast<int64_t>(dtype_size(p.state_dtype)) <= 160 * 1024;
+  r.staged = p.staged && staged_applies(p, q);
   bool typed = false;
   const bool built = dev::with_delta_rule_tile(p.Dk, q, [&](auto dk, auto qq) {
     typed = dev::with_state_type(

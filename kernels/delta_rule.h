@@ -67,5 +67,9 @@ bool delta_rule_decode_supports(int Dk, int Dv);
 // norm and col_blocks > 1, in clusters of col_blocks blocks along x. Returns cudaErrorInvalidValue for a col_blocks
 // that is not 0, 1, 2 or 4 or does not divide Dv, and for a fused norm outside its conditions.
 cudaError_t delta_rule_decode(const DeltaRuleDecodeParams& p, cudaStream_t stream);
+// The grid (blocks along x) the staged kernel takes for p on the current device: min(rows * Hv,
+// the blocks the device keeps resident); 0 where p does not take the staged kernel (or on a CUDA
+// error). Not a stream operation.
+int delta_rule_decode_staged_grid(const DeltaRuleDecodeParams& p);
 
 }  // namespace sg

@@ -13,6 +13,7 @@
 //   padding rows leave every state byte alone;
 // - a state dtype other than f32 / bf16 is refused with a message naming the field.
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -249,6 +250,20 @@ TEST_CASE("delta-rule decode, staged: several items a block give the plain kerne
   const DecodeInputs in(DecodeShape{16, 32, 128, 128}, DType::bf16, 3300, false, slots, 48);
   for (DType st : {DType::f32, DType::bf16}) {
     CAPTURE(dtype_name(st));
+    // Fewer persistent blocks than the 1280 items (at most the resident ones), and none where the
+    // staged kernel does not run (split 4, the fused norm).
+    DeltaRuleDecodeParams gp;
+    gp.rows = in.rows, gp.Hk = 16, gp.Hv = 32, gp.Dk = 128, gp.Dv = 128, gp.split = 2, gp.staged = true;
+    gp.state_dtype = st;
+    gp.state = reinterpret_cast<void*>(uintptr_t{1} << 20);  // 16-byte aligned (the grid reads no memory)
+    const int blocks = delta_rule_decode_staged_grid(gp);
+    CHECK(blocks > 0);
+    CHECK(blocks < in.rows * 32);
+    gp.split = 4;
+    CHECK(delta_rule_decode_staged_grid(gp) == 0);
+    gp.split = 2;
+    gp.norm_w = gp.state;
+    CHECK(delta_rule_decode_staged_grid(gp) == 0);
     const auto [o, s] = in.run(st, 2, 0, false);
     const auto [os, ss] = in.run(st, 2, 0, false, true, false, true);
     CHECK(byte_diff(os, o, DType::bf16) == "");

@@ -292,6 +292,27 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
       }
     }
   }
+  // The staged delta rule (DeltaRuleDecodeParams::staged: persistent blocks, the next head's state
+  // copied into shared memory while one computes): split 1 and 2 with an f32 state, 2 (pairs) with bf16.
+  for (int q : {1, 2}) {
+    if (delta_rule_decode_split(d.Dk, d.Dv, q) != q || (ssm == DType::bf16 && (q != 2 || d.Dv % 2 != 0))) continue;
+    const int width = (ssm == DType::bf16 ? d.Dv / 2 : d.Dv) * q;
+    if (width > 256) continue;
+    const Dim3 block{static_cast<unsigned>((width + 31) / 32 * 32), 1, 1};
+    DeltaRuleDecodeParams dp = ps[0].unfused.delta;
+    dp.split = q;
+    dp.staged = true;
+    const int blocks = delta_rule_decode_staged_grid(dp);  // persistent: at most the resident blocks
+    if (blocks == 0) continue;
+    const Dim3 grid{static_cast<unsigned>(blocks), 1, 1};
+    oc.arms.push_back({fmt::format("unfused/q{}/staged", q), "conv_update_fast+postconv_fast+delta_rule_decode_staged",
+                       grid, block, [ps, q](int set, cudaStream_t s) {
+                         GdnDecodePath p = ps[set].unfused;
+                         p.delta.split = q;
+                         p.delta.staged = true;
+                         p.launch(s, nullptr, -1);
+                       }});
+  }
   if (ps[0].fused.is_fused()) {
     const auto& fc = ps[0].fused.fused_contract;
     oc.arms.push_back({"fused", std::string(fc.kernel), fc.grid, fc.block,

@@ -191,6 +191,13 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   const int fused_block = (s.Dv / fused_cb * split + 31) / 32 * 32;
   const bool fused_ok = (s.Dk == 64 || s.Dk == 128) && (split == 1 || split == 2 || split == 4) &&
                         ratio <= kGdnDecodeMaxCluster && fused_block <= delta_rule_max_threads(split);
+  // The staged delta rule (delta_rule.h, DeltaRuleDecodeParams::staged; its own check adds a 16-byte
+  // aligned state, which the shape cannot say).
+  const bool bf16_ssm = s.ssm_bytes == 2;
+  const int staged_block = ((bf16_ssm ? s.Dv / 2 : s.Dv) * std::max(1, split) + 31) / 32 * 32;
+  const bool staged_ok = !s.norm_fused && (bf16_ssm ? split == 2 && s.Dv % 2 == 0 : split == 1 || split == 2) &&
+                         staged_block <= kDeltaRuleStagedMaxThreads &&
+                         static_cast<int64_t>(s.Dk) * s.Dv * s.ssm_bytes <= kDeltaRuleStagedMaxSlab;
   c.arm = requested;
   if (requested == GdnDecodeArm::fused && !fused_ok) {
     c.arm = GdnDecodeArm::unfused;
@@ -198,6 +205,23 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
         "fused needs Dk in {{64, 128}}, 1, 2 or 4 threads a state column, Hv/Hk <= {} and a block within "
         "the recurrence's launch bound (got Dk={}, Dv={}, Hv/Hk={}, {} threads a column): using unfused",
         kGdnDecodeMaxCluster, s.Dk, s.Dv, ratio, split);
+  }
+  if (requested == GdnDecodeArm::staged && !staged_ok) {
+    c.arm = GdnDecodeArm::unfused;
+    c.fallback_reason = fmt::format(
+        "staged needs no gated norm in the delta rule, 1 or 2 threads a state column (2 with a bf16 state and an "
+        "even Dv), at most {} threads a block and a state slab of at most {} bytes (got Dk={}, Dv={}, {} threads a "
+        "column, state {} bytes an element{}): using unfused",
+        kDeltaRuleStagedMaxThreads, kDeltaRuleStagedMaxSlab, s.Dk, s.Dv, split, s.ssm_bytes,
+        s.norm_fused ? ", the norm fused" : "");
+  }
+  if (c.arm == GdnDecodeArm::staged) {
+    // Persistent blocks: the grid is the device's (delta_rule_decode_staged_grid), not the shape's.
+    c.grid = Dim3{0, 1, 1};
+    c.block = Dim3{static_cast<unsigned>(staged_block), 1, 1};
+    c.smem_bytes = static_cast<size_t>(s.Dk) * s.Dv * s.ssm_bytes;
+    c.kernel = "delta_rule_decode_staged";
+    return c;
   }
   const int cb = c.arm == GdnDecodeArm::fused ? fused_cb : unfused_cb;
   c.grid = Dim3{static_cast<unsigned>(s.Hv * cb), static_cast<unsigned>(s.rows), 1};

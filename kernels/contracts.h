@@ -187,7 +187,16 @@ struct GdnDecodeShape {
 //          recurrent step of its columns. Needs Dk in {64, 128}, split in {1, 2, 4}, Hv/Hk <= 8 and a
 //          block <= delta_rule_max_threads(split); otherwise `unfused`.
 //          smem: floats for q, k (raw and scaled), the two trees and the block's v columns.
+// staged:  unfused with the staged delta rule (persistent blocks that copy the next (row, v-head)'s
+//          state slab into shared memory while computing the current one; delta_rule.h). Needs no
+//          fused norm, split 1 or 2 (2 with a bf16 state, in column pairs, Dv even), a block of at most
+//          kDeltaRuleStagedMaxThreads and a slab of at most kDeltaRuleStagedMaxSlab bytes; otherwise
+//          `unfused`. The contract's grid is {0, 1, 1}: the device decides it
+//          (delta_rule_decode_staged_grid: min(rows * Hv, the resident blocks)); block (Dv or Dv / 2)
+//          * split rounded up to whole warps; smem the slab, Dk * Dv state elements.
 inline constexpr int kGdnDecodeMaxCluster = 8;  // the portable cluster size limit
+inline constexpr int kDeltaRuleStagedMaxThreads = 256;
+inline constexpr int64_t kDeltaRuleStagedMaxSlab = 160 * 1024;
 LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s);
 
 // --- gdn.prefill ---------------------------------------------------------------------------------

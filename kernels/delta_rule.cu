@@ -243,7 +243,8 @@ __global__ void __launch_bounds__(Q == 8 ? 512 : 256) delta_rule_decode_pair_ker
 // threads (<= 256); dynamic shared memory Dk * Dv state elements; grid min(rows * Hv, resident
 // blocks), from the occupancy the device gives this kernel.
 template <int DK, int Q, typename ST>
-__global__ void __launch_bounds__(256, Q == 2 ? 2 : 1) delta_rule_decode_staged_kernel(const DeltaRuleDecodeParams p) {
+__global__ void __launch_bounds__(kDeltaRuleStagedMaxThreads, Q == 2 ? 2 : 1)
+    delta_rule_decode_staged_kernel(const DeltaRuleDecodeParams p) {
   constexpr bool kPairs = std::is_same_v<ST, __nv_bfloat16>;
   constexpr int R = DK / Q;
   extern __shared__ __align__(16) unsigned char staged_slab[];  // [DK, Dv] ST: the staged item's state
@@ -390,13 +391,14 @@ void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
 }
 
 // Where the staged kernel runs, at split q: no fused norm, split 1 or 2 (f32) or 2 (bf16, in pairs:
-// Dv even), at most 256 threads, a 16-byte aligned state and its slab within 160 KB.
+// Dv even), at most kDeltaRuleStagedMaxThreads threads, a 16-byte aligned state and its slab within
+// kDeltaRuleStagedMaxSlab bytes (as gdn_decode_contract's staged arm, contracts.h).
 bool staged_applies(const DeltaRuleDecodeParams& p, int q) {
   const bool bf16_state = p.state_dtype == DType::bf16;
   const int threads = ((bf16_state ? p.Dv / 2 : p.Dv) * q + 31) / 32 * 32;
-  return !p.norm_w && (bf16_state ? q == 2 && p.Dv % 2 == 0 : q <= 2) && threads <= 256 &&
+  return !p.norm_w && (bf16_state ? q == 2 && p.Dv % 2 == 0 : q <= 2) && threads <= kDeltaRuleStagedMaxThreads &&
          reinterpret_cast<uintptr_t>(p.state) % 16 == 0 &&
-         static_cast<int64_t>(p.Dk) * p.Dv * static_cast<int64_t>(dtype_size(p.state_dtype)) <= 160 * 1024;
+         static_cast<int64_t>(p.Dk) * p.Dv * static_cast<int64_t>(dtype_size(p.state_dtype)) <= kDeltaRuleStagedMaxSlab;
 }
 
 }  // namespace

@@ -69,6 +69,7 @@ GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& a
   dr.out = io.out;
   dr.out_dtype = act;
   dr.rows = rows;
+  dr.staged = p.fused_contract.arm == GdnDecodeArm::staged;  // (the contract fell back where it cannot run)
   set_gdn_heads(dr, d);
   if (io.norm_w && !p.is_fused()) {
     dr.norm_z = io.norm_z;
@@ -112,7 +113,11 @@ void GdnDecodePath::launch(cudaStream_t s, NodeRecorder* rec, int layer) const {
     return NodeLabel{layer, "postconv", std::string(arm_name(post_contract.arm)), post_bytes()};
   });
   launched(delta_rule_decode(delta, s), rec, s, [&] {
-    return NodeLabel{layer, "delta_rule.decode", norm_fused() ? "+gated_rmsnorm" : "-", delta_bytes()};
+    return NodeLabel{layer, "delta_rule.decode",
+                     delta.staged   ? "staged"
+                     : norm_fused() ? "+gated_rmsnorm"
+                                    : "-",
+                     delta_bytes()};
   });
 }
 

@@ -97,7 +97,7 @@ PostconvParams gdn_postconv_params(const GdnDims& d, DType act, int rows, const 
 // The path's kernels and their parameters for `rows` rows under `arms` (gdn.decode, conv.update,
 // postconv); callers may adjust a field (the kernel bench sets delta.split) before launching.
 struct GdnDecodePath {
-  LaunchContract<GdnDecodeArm> fused_contract;  // the arm that runs (the fused one falls back where not built)
+  LaunchContract<GdnDecodeArm> fused_contract;  // the arm that runs (fused, staged fall back where not built)
   LaunchContract<ConvUpdateArm> conv_contract;  // set when the unfused path runs
   LaunchContract<PostconvArm> post_contract;
   GdnDecodeFusedParams fused;

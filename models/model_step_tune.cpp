@@ -56,20 +56,27 @@ std::vector<size_t> ModelStep::arm_candidates(const GraphKey& key, Op op, const 
   const StepKey k = step_key(key);
   const int rows = k.tokens;
   const bool prefill = key.kind == GraphKind::prefill;
+  // The decode shape as gdn_decode_path sees it: the SSM state's size and whether the gated norm
+  // fuses into the delta rule (model_step_gdn.cpp; the norm kernel's vector path is assumed).
+  const GdnDecodeShape dshape{rows,
+                              g.Hk,
+                              g.Hv,
+                              g.Dk,
+                              g.Dv,
+                              g.K,
+                              static_cast<int>(dtype_size(opts_.ssm_state)),
+                              delta_fuses_gated_norm(opts_.gated_norm, rows, static_cast<int64_t>(g.Hv) * g.Dv)};
   // Whether the fused kernel of the key's kind runs (then conv and post-conv arms do not).
   const bool fused =
       prefill ? gdn_prefill_contract(s.gdn_prefill, GdnPrefillShape{rows, k.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K}).arm ==
                     GdnPrefillArm::fused
-              : gdn_decode_contract(s.gdn_decode, GdnDecodeShape{rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K}).arm ==
-                    GdnDecodeArm::fused;
+              : gdn_decode_contract(s.gdn_decode, dshape).arm == GdnDecodeArm::fused;
   for (size_t a = 0; a < op_info(op).arms.size(); ++a) {
     bool runs = false;  // the arm runs as itself on this key (no contract fallback)
     switch (op) {
       case Op::gdn_decode:
         runs =
-            !prefill &&
-            gdn_decode_contract(static_cast<GdnDecodeArm>(a), GdnDecodeShape{rows, g.Hk, g.Hv, g.Dk, g.Dv, g.K}).arm ==
-                static_cast<GdnDecodeArm>(a);
+            !prefill && gdn_decode_contract(static_cast<GdnDecodeArm>(a), dshape).arm == static_cast<GdnDecodeArm>(a);
         break;
       case Op::gdn_prefill:
         runs = prefill && gdn_prefill_contract(static_cast<GdnPrefillArm>(a),

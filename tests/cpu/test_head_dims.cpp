@@ -201,6 +201,37 @@ TEST_CASE("gdn.decode fused: the recurrence's grid in clusters of a k-head's blo
   }
 }
 
+TEST_CASE("gdn.decode staged: the persistent delta rule's block and slab, or a named fallback",
+          "[delta_rule][contracts]") {
+  // 4B heads: f32 state, split 2, 128 columns x 2 threads; bf16 in column pairs, 64 pairs x 2.
+  const auto f = gdn_decode_contract(GdnDecodeArm::staged, GdnDecodeShape{32, 16, 32, 128, 128, 4});
+  CHECK(f.arm == GdnDecodeArm::staged);
+  CHECK(f.fallback_reason.empty());
+  CHECK(f.grid == Dim3{0, 1, 1});  // the device's: delta_rule_decode_staged_grid
+  CHECK(f.block == Dim3{256, 1, 1});
+  CHECK(f.smem_bytes == 128 * 128 * 4);
+  CHECK(f.kernel == "delta_rule_decode_staged");
+  const auto b = gdn_decode_contract(GdnDecodeArm::staged, GdnDecodeShape{32, 16, 32, 128, 128, 4, 2, false});
+  CHECK(b.arm == GdnDecodeArm::staged);
+  CHECK(b.block == Dim3{128, 1, 1});
+  CHECK(b.smem_bytes == 128 * 128 * 2);
+  // Split 1 (Dk 32): f32 stages one column a thread; bf16 needs pairs at split 2 and falls back.
+  const auto f32 = gdn_decode_contract(GdnDecodeArm::staged, GdnDecodeShape{4, 2, 6, 32, 64, 4});
+  CHECK(f32.arm == GdnDecodeArm::staged);
+  CHECK(f32.block == Dim3{64, 1, 1});
+  // Falls back, saying why: the fused norm, bf16 at split 1, 512 threads (Dv 256 at split 2).
+  for (const GdnDecodeShape& s :
+       {GdnDecodeShape{32, 16, 32, 128, 128, 4, 4, true}, GdnDecodeShape{4, 2, 6, 32, 64, 4, 2, false},
+        GdnDecodeShape{4, 2, 4, 128, 256, 4, 4, false}}) {
+    CAPTURE(s.Dk, s.Dv, s.ssm_bytes, s.norm_fused);
+    const auto c = gdn_decode_contract(GdnDecodeArm::staged, s);
+    CHECK(c.arm == GdnDecodeArm::unfused);
+    CHECK(c.fallback_reason.find("staged needs") != std::string::npos);
+    CHECK(c.fallback_reason.find("using unfused") != std::string::npos);
+    CHECK(c.grid == gdn_decode_contract(GdnDecodeArm::unfused, s).grid);
+  }
+}
+
 TEST_CASE("delta-rule column blocks: 2 for split 2, else 1, and a request must be 1, 2 or 4 and divide Dv",
           "[delta_rule][contracts]") {
   CHECK(delta_rule_decode_col_blocks(128, 2) == 2);

@@ -6,7 +6,8 @@
 //   closer to it than to the f32-state reference (so the rounding happens, at the reference's points);
 // - decode and prefill graph replay equal eager byte for byte (every delta-rule prefill form), with
 //   padded batches;
-// - the fused gdn.decode arm gives the unfused path's bytes with a bf16 state (arms are byte-identical).
+// - the fused and the staged gdn.decode arms give the unfused path's bytes with a bf16 state (arms
+//   are byte-identical).
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -246,4 +247,47 @@ TEST_CASE("model step with a bf16 SSM state: the delta rule's kernel and launch 
   }
   CHECK(pairs == cfg.num_linear_attention());  // key 16
   CHECK(columns >= cfg.num_linear_attention());
+}
+
+// The staged gdn.decode arm (persistent delta-rule blocks that stage the next head's state in
+// shared memory) with a bf16 state, in column pairs at split 2 (Dk = Dv = 128): the unfused bytes,
+// logits and caches, at every key; its delta-rule nodes are labelled and run the staged kernel
+// (the gated norm left to its kernel, so that it runs at every key).
+TEST_CASE("model step with a bf16 SSM state: the staged gdn.decode arm gives the unfused bytes",
+          "[gpu][model][ssm_state][arms]") {
+  Qwen35Config cfg = preset("tiny");
+  cfg.gdn = GdnDims{2, 4, 128, 128, 4};
+  cfg.validate("test");
+  ModelStepOptions o = bf16_state(prefill_options(DType::bf16));
+  o.synthetic = true;
+  o.num_slots = 16;
+  o.max_decode_batch = 16;
+  o.gated_norm = GatedNormMode::kernel;
+  ModelStep unfused(cfg, o);
+  o.arms.gdn_decode = GdnDecodeArm::staged;
+  ModelStep staged(cfg, o);
+  unfused.capture_all();
+  staged.capture_all();
+  int nodes = 0;
+  for (int key : staged.keys()) {
+    for (const auto& n : staged.manifest(key).nodes) {
+      if (n.label.op != "delta_rule.decode") continue;
+      ++nodes;
+      CHECK(n.label.arm == "staged");
+      CHECK(n.kernel.find("delta_rule_decode_staged_kernel") != std::string::npos);
+    }
+  }
+  CHECK(nodes == cfg.num_linear_attention() * static_cast<int>(staged.keys().size()));
+  for (int t = 0; t < 3; ++t) {
+    CAPTURE(t);
+    std::vector<DecodeRequest> reqs;
+    for (int r = 0; r < 11; ++r) reqs.push_back({15 - r, static_cast<int32_t>((31 * t + 7 * r) % cfg.vocab), t});
+    const auto a = unfused.decode(reqs, RunMode::graph);
+    const auto b = staged.decode(reqs, RunMode::graph);
+    CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
+    CHECK(a.tokens == b.tokens);
+  }
+  const auto ca = unfused.cache_bytes(), cb = staged.cache_bytes();
+  REQUIRE(ca.size() == cb.size());
+  CHECK(std::memcmp(ca.data(), cb.data(), ca.size()) == 0);
 }

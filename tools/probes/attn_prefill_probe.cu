@@ -33,14 +33,6 @@
 
 namespace {
 
-template <typename T>
-T* upload(const std::vector<T>& h) {
-  T* d = nullptr;
-  CK(cudaMalloc(&d, h.size() * sizeof(T)));
-  CK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
 std::vector<__nv_bfloat16> random_bf16(size_t n, uint64_t seed, float amp) {
   std::vector<__nv_bfloat16> v(n);
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;

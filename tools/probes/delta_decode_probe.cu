@@ -38,14 +38,6 @@ namespace {
 
 constexpr int kSets = 24;  // buffer sets, as `stepgraph kernels` rotates for decode shapes
 
-template <typename T>
-T* upload(const std::vector<T>& h) {
-  T* d = nullptr;
-  CK(cudaMalloc(&d, h.size() * sizeof(T)));
-  CK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
 uint64_t next(uint64_t& x) {
   x ^= x << 13, x ^= x >> 7, x ^= x << 17;
   return x;

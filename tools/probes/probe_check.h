@@ -1,6 +1,7 @@
 // probe_check.h: CK(call), the probes' check of a CUDA, cuBLAS or driver call: any non-zero status
-// prints the file, line, call and status, and ends the probe with exit code 1. For the
-// hand-built probes of tools/probes/ only.
+// prints the file, line, call and status, and ends the probe with exit code 1; and upload(host
+// vector), a device copy the probe keeps until it exits. For the hand-built probes of
+// tools/probes/ only.
 #pragma once
 #include <cstdio>
 #include <cstdlib>
@@ -13,3 +14,18 @@
       std::exit(1);                                                                     \
     }                                                                                   \
   } while (0)
+
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+
+#include <vector>
+
+// A device copy of h (never freed: a probe's buffers live until it exits).
+template <typename T>
+T* upload(const std::vector<T>& h) {
+  T* d = nullptr;
+  CK(cudaMalloc(&d, h.size() * sizeof(T)));
+  CK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+#endif

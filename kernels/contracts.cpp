@@ -168,6 +168,17 @@ int delta_rule_decode_col_blocks(int Dv, int q, int requested, bool may_pair) {
   return q == 2 && Dv % 2 == 0 ? 2 : 1;
 }
 
+int delta_rule_decode_block(int Dv, int col_blocks, int q, bool pairs) {
+  return (Dv / col_blocks / (pairs ? 2 : 1) * q + 31) / 32 * 32;
+}
+
+bool delta_rule_decode_staged_fits(int Dk, int Dv, int q, int ssm_bytes, bool norm_fused) {
+  const bool bf16 = ssm_bytes == 2;
+  return !norm_fused && (bf16 ? q == 2 && Dv % 2 == 0 : q == 1 || q == 2) &&
+         delta_rule_decode_block(Dv, 1, q, bf16) <= kDeltaRuleStagedMaxThreads &&
+         static_cast<int64_t>(Dk) * Dv * ssm_bytes <= kDeltaRuleStagedMaxSlab;
+}
+
 // --- gdn.decode -----------------------------------------------------------------------------------
 
 LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s) {
@@ -188,16 +199,9 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   const int unfused_cb = s.norm_fused ? 1 : std::max(1, delta_rule_decode_col_blocks(s.Dv, split, 0, may_pair));
   // The fused arm keeps the recurrence's blocks; its cluster (the blocks of one k-head) must fit.
   const int fused_cb = ratio * auto_cb <= kGdnDecodeMaxCluster ? auto_cb : 1;
-  const int fused_block = (s.Dv / fused_cb * split + 31) / 32 * 32;
+  const int fused_block = delta_rule_decode_block(s.Dv, fused_cb, split, false);
   const bool fused_ok = (s.Dk == 64 || s.Dk == 128) && (split == 1 || split == 2 || split == 4) &&
                         ratio <= kGdnDecodeMaxCluster && fused_block <= delta_rule_max_threads(split);
-  // The staged delta rule (delta_rule.h, DeltaRuleDecodeParams::staged; its own check adds a 16-byte
-  // aligned state, which the shape cannot say).
-  const bool bf16_ssm = s.ssm_bytes == 2;
-  const int staged_block = ((bf16_ssm ? s.Dv / 2 : s.Dv) * std::max(1, split) + 31) / 32 * 32;
-  const bool staged_ok = !s.norm_fused && (bf16_ssm ? split == 2 && s.Dv % 2 == 0 : split == 1 || split == 2) &&
-                         staged_block <= kDeltaRuleStagedMaxThreads &&
-                         static_cast<int64_t>(s.Dk) * s.Dv * s.ssm_bytes <= kDeltaRuleStagedMaxSlab;
   c.arm = requested;
   if (requested == GdnDecodeArm::fused && !fused_ok) {
     c.arm = GdnDecodeArm::unfused;
@@ -206,7 +210,8 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
         "the recurrence's launch bound (got Dk={}, Dv={}, Hv/Hk={}, {} threads a column): using unfused",
         kGdnDecodeMaxCluster, s.Dk, s.Dv, ratio, split);
   }
-  if (requested == GdnDecodeArm::staged && !staged_ok) {
+  if (requested == GdnDecodeArm::staged &&
+      !delta_rule_decode_staged_fits(s.Dk, s.Dv, split, s.ssm_bytes, s.norm_fused)) {
     c.arm = GdnDecodeArm::unfused;
     c.fallback_reason = fmt::format(
         "staged needs no gated norm in the delta rule, 1 or 2 threads a state column (2 with a bf16 state and an "
@@ -218,7 +223,7 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   if (c.arm == GdnDecodeArm::staged) {
     // Persistent blocks: the grid is the device's (delta_rule_decode_staged_grid), not the shape's.
     c.grid = Dim3{0, 1, 1};
-    c.block = Dim3{static_cast<unsigned>(staged_block), 1, 1};
+    c.block = Dim3{static_cast<unsigned>(delta_rule_decode_block(s.Dv, 1, split, s.ssm_bytes == 2)), 1, 1};
     c.smem_bytes = static_cast<size_t>(s.Dk) * s.Dv * s.ssm_bytes;
     c.kernel = "delta_rule_decode_staged";
     return c;
@@ -226,7 +231,7 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   const int cb = c.arm == GdnDecodeArm::fused ? fused_cb : unfused_cb;
   c.grid = Dim3{static_cast<unsigned>(s.Hv * cb), static_cast<unsigned>(s.rows), 1};
   const bool pairs = c.arm == GdnDecodeArm::unfused && may_pair && (s.Dv / cb) % 2 == 0;  // delta_rule.h
-  c.block = Dim3{static_cast<unsigned>((s.Dv / cb / (pairs ? 2 : 1) * std::max(1, split) + 31) / 32 * 32), 1, 1};
+  c.block = Dim3{static_cast<unsigned>(delta_rule_decode_block(s.Dv, cb, std::max(1, split), pairs)), 1, 1};
   if (c.arm == GdnDecodeArm::fused) {
     c.cluster = Dim3{static_cast<unsigned>(ratio * cb), 1, 1};
     // qraw, kraw, qs, ks [Dk] + the two trees [2 * Dk] + the block's v columns [Dv / cb]

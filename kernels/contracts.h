@@ -163,6 +163,16 @@ bool delta_rule_decode_may_pair(int q, int ssm_bytes, bool norm_fused);
 // Returns 0 for a requested count that is not 1, 2 or 4 or does not divide Dv. Every count gives
 // the same bytes.
 int delta_rule_decode_col_blocks(int Dv, int q, int requested = 0, bool may_pair = false);
+// The delta-rule decode block: Dv / col_blocks columns (or half as many column pairs) of q threads,
+// rounded up to whole warps. The one-column, pair and staged kernels and their contracts use it.
+int delta_rule_decode_block(int Dv, int col_blocks, int q, bool pairs);
+// Whether the staged kernel's shape fits (gdn.decode=staged, DeltaRuleDecodeParams::staged): no
+// fused norm, split 1 or 2 with an f32 state or 2 with a bf16 one (column pairs, Dv even), a block
+// of at most kDeltaRuleStagedMaxThreads and a state slab of at most kDeltaRuleStagedMaxSlab bytes.
+// The launcher also needs a 16-byte aligned state, which a shape cannot say.
+bool delta_rule_decode_staged_fits(int Dk, int Dv, int q, int ssm_bytes, bool norm_fused);
+inline constexpr int kDeltaRuleStagedMaxThreads = 256;
+inline constexpr int64_t kDeltaRuleStagedMaxSlab = 160 * 1024;
 
 // --- gdn.decode ----------------------------------------------------------------------------------
 struct GdnDecodeShape {
@@ -188,15 +198,11 @@ struct GdnDecodeShape {
 //          block <= delta_rule_max_threads(split); otherwise `unfused`.
 //          smem: floats for q, k (raw and scaled), the two trees and the block's v columns.
 // staged:  unfused with the staged delta rule (persistent blocks that copy the next (row, v-head)'s
-//          state slab into shared memory while computing the current one; delta_rule.h). Needs no
-//          fused norm, split 1 or 2 (2 with a bf16 state, in column pairs, Dv even), a block of at most
-//          kDeltaRuleStagedMaxThreads and a slab of at most kDeltaRuleStagedMaxSlab bytes; otherwise
-//          `unfused`. The contract's grid is {0, 1, 1}: the device decides it
+//          state slab into shared memory while computing the current one; delta_rule.h), where
+//          delta_rule_decode_staged_fits; otherwise `unfused`. The contract's grid is {0, 1, 1}: the device decides it
 //          (delta_rule_decode_staged_grid: min(rows * Hv, the resident blocks)); block (Dv or Dv / 2)
 //          * split rounded up to whole warps; smem the slab, Dk * Dv state elements.
 inline constexpr int kGdnDecodeMaxCluster = 8;  // the portable cluster size limit
-inline constexpr int kDeltaRuleStagedMaxThreads = 256;
-inline constexpr int64_t kDeltaRuleStagedMaxSlab = 160 * 1024;
 LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s);
 
 // --- gdn.prefill ---------------------------------------------------------------------------------

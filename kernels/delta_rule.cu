@@ -328,10 +328,10 @@ __global__ void __launch_bounds__(kDeltaRuleStagedMaxThreads, Q == 2 ? 2 : 1)
   mma::cp_async_wait<0>();  // (no copy is left in flight at exit: the last stage was not issued)
 }
 
-// The staged kernel's threads a block and its dynamic shared memory for this shape.
-template <int DK, int Q, typename ST>
+// The staged kernel's threads a block (column pairs with a bf16 state) and its dynamic shared memory.
+template <int Q, typename ST>
 int staged_threads(int Dv) {
-  return ((std::is_same_v<ST, __nv_bfloat16> ? Dv / 2 : Dv) * Q + 31) / 32 * 32;
+  return delta_rule_decode_block(Dv, 1, Q, std::is_same_v<ST, __nv_bfloat16>);
 }
 template <int DK, typename ST>
 size_t staged_smem(int Dv) {
@@ -347,7 +347,7 @@ int staged_blocks(const DeltaRuleDecodeParams& p) {
   int device = 0, sms = 0, per_sm = 0;
   if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) ||
       dev::allow_dynamic_smem(kernel, staged_smem<DK, ST>(p.Dv)) ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, staged_threads<DK, Q, ST>(p.Dv),
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, staged_threads<Q, ST>(p.Dv),
                                                     staged_smem<DK, ST>(p.Dv))) {
     return 0;
   }
@@ -358,7 +358,7 @@ template <int DK, int Q, typename ST>
 void launch_staged(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   const int blocks = staged_blocks<DK, Q, ST>(p);
   if (blocks == 0) return;
-  launch_kernel(delta_rule_decode_staged_kernel<DK, Q, ST>, dim3(blocks), dim3(staged_threads<DK, Q, ST>(p.Dv)),
+  launch_kernel(delta_rule_decode_staged_kernel<DK, Q, ST>, dim3(blocks), dim3(staged_threads<Q, ST>(p.Dv)),
                 staged_smem<DK, ST>(p.Dv), stream, p);
 }
 
@@ -368,7 +368,7 @@ void launch_staged(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
 template <int DK, int Q, typename ST>
 void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   const int cb = p.col_blocks;
-  const dim3 grid(p.Hv * cb, p.rows), block((p.Dv / cb * Q + 31) / 32 * 32);
+  const dim3 grid(p.Hv * cb, p.rows), block(delta_rule_decode_block(p.Dv, cb, Q, false));
   if constexpr (Q == 2 || (Q == 1 && std::is_same_v<ST, float>)) {
     if (p.staged) {
       launch_staged<DK, Q, ST>(p, stream);
@@ -377,7 +377,8 @@ void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   }
   if constexpr (std::is_same_v<ST, __nv_bfloat16> && Q > 1) {
     if (p.pair_columns) {
-      launch_kernel(delta_rule_decode_pair_kernel<DK, Q>, grid, dim3((p.Dv / cb / 2 * Q + 31) / 32 * 32), 0, stream, p);
+      launch_kernel(delta_rule_decode_pair_kernel<DK, Q>, grid, dim3(delta_rule_decode_block(p.Dv, cb, Q, true)), 0,
+                    stream, p);
       return;
     }
   }
@@ -390,15 +391,12 @@ void launch(const DeltaRuleDecodeParams& p, cudaStream_t stream) {
   }
 }
 
-// Where the staged kernel runs, at split q: no fused norm, split 1 or 2 (f32) or 2 (bf16, in pairs:
-// Dv even), at most kDeltaRuleStagedMaxThreads threads, a 16-byte aligned state and its slab within
-// kDeltaRuleStagedMaxSlab bytes (as gdn_decode_contract's staged arm, contracts.h).
+// Where the staged kernel runs, at split q: its shape fits (delta_rule_decode_staged_fits, as the
+// contract's staged arm) and the state is 16-byte aligned (its cp.async copies).
 bool staged_applies(const DeltaRuleDecodeParams& p, int q) {
-  const bool bf16_state = p.state_dtype == DType::bf16;
-  const int threads = ((bf16_state ? p.Dv / 2 : p.Dv) * q + 31) / 32 * 32;
-  return !p.norm_w && (bf16_state ? q == 2 && p.Dv % 2 == 0 : q <= 2) && threads <= kDeltaRuleStagedMaxThreads &&
-         reinterpret_cast<uintptr_t>(p.state) % 16 == 0 &&
-         static_cast<int64_t>(p.Dk) * p.Dv * static_cast<int64_t>(dtype_size(p.state_dtype)) <= kDeltaRuleStagedMaxSlab;
+  return delta_rule_decode_staged_fits(p.Dk, p.Dv, q, static_cast<int>(dtype_size(p.state_dtype)),
+                                       p.norm_w != nullptr) &&
+         reinterpret_cast<uintptr_t>(p.state) % 16 == 0;
 }
 
 }  // namespace

@@ -272,10 +272,10 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
       if (delta_rule_decode_split(d.Dk, d.Dv, q) != q) continue;
       for (int cb : {1, 2, 4}) {
         if (d.Dv % cb != 0 || (cb > 1 && q > 2)) continue;
-        const bool paired = pairs == 1 && q > 1 && (d.Dv / cb) % 2 == 0;  // DeltaRuleDecodeParams::pair_columns
+        const bool paired = pairs == 1 && delta_rule_decode_may_pair(q, static_cast<int>(dtype_size(ssm)), false) &&
+                            (d.Dv / cb) % 2 == 0;  // DeltaRuleDecodeParams::pair_columns
         if (pairs == 1 && !paired) continue;
-        const int width = d.Dv / cb / (paired ? 2 : 1) * q;
-        const Dim3 block{static_cast<unsigned>((width + 31) / 32 * 32), 1, 1};
+        const Dim3 block{static_cast<unsigned>(delta_rule_decode_block(d.Dv, cb, q, paired)), 1, 1};
         const Dim3 grid{static_cast<unsigned>(Hv * cb), static_cast<unsigned>(R), 1};
         std::string name = cb == 1 ? fmt::format("unfused/q{}", q) : fmt::format("unfused/q{}/c{}", q, cb);
         if (ssm == DType::bf16 && !paired) name += "/single";
@@ -293,18 +293,16 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
     }
   }
   // The staged delta rule (DeltaRuleDecodeParams::staged: persistent blocks, the next head's state
-  // copied into shared memory while one computes): split 1 and 2 with an f32 state, 2 (pairs) with bf16.
+  // copied into shared memory while one computes) at each split it takes (delta_rule_decode_staged_fits).
   for (int q : {1, 2}) {
-    if (delta_rule_decode_split(d.Dk, d.Dv, q) != q || (ssm == DType::bf16 && (q != 2 || d.Dv % 2 != 0))) continue;
-    const int width = (ssm == DType::bf16 ? d.Dv / 2 : d.Dv) * q;
-    if (width > 256) continue;
-    const Dim3 block{static_cast<unsigned>((width + 31) / 32 * 32), 1, 1};
+    if (delta_rule_decode_split(d.Dk, d.Dv, q) != q) continue;
     DeltaRuleDecodeParams dp = ps[0].unfused.delta;
     dp.split = q;
     dp.staged = true;
-    const int blocks = delta_rule_decode_staged_grid(dp);  // persistent: at most the resident blocks
+    const int blocks = delta_rule_decode_staged_grid(dp);  // persistent: at most the resident blocks; 0: not taken
     if (blocks == 0) continue;
     const Dim3 grid{static_cast<unsigned>(blocks), 1, 1};
+    const Dim3 block{static_cast<unsigned>(delta_rule_decode_block(d.Dv, 1, q, ssm == DType::bf16)), 1, 1};
     oc.arms.push_back({fmt::format("unfused/q{}/staged", q), "conv_update_fast+postconv_fast+delta_rule_decode_staged",
                        grid, block, [ps, q](int set, cudaStream_t s) {
                          GdnDecodePath p = ps[set].unfused;

@@ -10,12 +10,17 @@
 // steps) from a shared copy of the block's K range, loaded once. A sum over k does not care about
 // its order, so the products are the GEMM's; the f32 rounding order differs from the ring kernel's.
 // Block: W warps x RT row tiles of 16 rows; grid (ceil(N / rows), splits), the splits summed as the
-// library kernel does (workspace, per-row-block counter, last block sums in split order).
+// library kernel does (workspace, per-row-block counter, last block sums in split order). The
+// `P-` variants read W from a packed copy (pack_kernel: each 16-row tile's 32-wide chunks as 1 KB
+// blocks in the order the lanes read them), so that a warp's loads cover 512 contiguous bytes.
+// Result on the H200 (docs/BENCHMARKS.md): 1.6-2.0 TB/s row-major, 2.0-2.7 packed at 32 rows,
+// against 2.7-3.9 for the library kernel: not kept.
 // It times, per 4B / 27B decode shape at M rows, the library's kernel at its pick, then each variant
 // at its best split count, plain launches and under PDL (both prefetch W before the dependency wait),
 // and checks each against cublasGemmEx.
 //   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o /tmp/gemm_ldg_probe tools/probes/gemm_ldg_probe.cu \
-//     kernels/launch_policy.cpp -lcublas && /tmp/gemm_ldg_probe [M] [shape filter|all] [variant filter]
+//     kernels/launch_policy.cpp kernels/launch_check.cpp -lcublas && /tmp/gemm_ldg_probe [M] [shape filter|all]
+//     [variant filter]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

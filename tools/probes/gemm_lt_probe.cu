@@ -11,7 +11,7 @@
 // tma64x8,x5`: every shape at 32 rows, the variants whose names hold "tma64x8" or "x5"). Build and run on the GPU
 // machine (from the repository root):
 //   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu \
-//     kernels/launch_policy.cpp -lcublasLt -lcublas &&
+//     kernels/launch_policy.cpp kernels/launch_check.cpp -lcublasLt -lcublas &&
 //   /tmp/gemm_lt_probe
 #include <cublasLt.h>
 #include <cublas_v2.h>

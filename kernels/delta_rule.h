@@ -41,8 +41,11 @@ struct DeltaRuleDecodeParams {
   // Persistent blocks that stage the next (row, v-head)'s state in shared memory while computing
   // the current one (delta_rule.cu). Taken only with no fused norm, split 1 or 2 for f32 and 2 for
   // bf16 (in column pairs), and a 16-byte aligned state; col_blocks is ignored. Same bytes. Off by
-  // default; the model sets it for the opt-in arm gdn.decode=staged (contracts.h). A candidate for
-  // measurement (also tools/probes/delta_decode_probe.cu with -DSG_PROBE_STAGED), not yet run on a GPU.
+  // default; the model sets it for the opt-in arm gdn.decode=staged (contracts.h). On the H200 it
+  // is slower than the plain kernel (the 4B's whole GDN decode 57.5 against 46.9 us with an f32
+  // state, 33.5 against 31.9 with bf16; docs/BENCHMARKS.md). Not profiled; by count, with 2 to 4
+  // items a block (1024 over 264 blocks with f32, 528 with bf16), the first item's copy, which
+  // nothing overlaps, is a quarter to a half of the stream.
   bool staged = false;
   // Optional fused output norm (the GDN layer's gated RMSNorm, rmsnorm.h): with norm_w set, the
   // kernel writes y = (w * (o' * inv)) * silu(z) instead of o, o' = o rounded to bf16, with the

@@ -13,8 +13,8 @@
 // library kernel does (workspace, per-row-block counter, last block sums in split order). The
 // `P-` variants read W from a packed copy (pack_kernel: each 16-row tile's 32-wide chunks as 1 KB
 // blocks in the order the lanes read them), so that a warp's loads cover 512 contiguous bytes.
-// Result on the H200 (docs/BENCHMARKS.md): 1.6-2.0 TB/s row-major, 2.0-2.7 packed at 32 rows,
-// against 2.7-3.9 for the library kernel: not kept.
+// Result on the H200 (docs/BENCHMARKS.md): at 32 rows 1.3-2.0 TB/s row-major and 1.4-2.7 packed,
+// against 1.7-3.9 for the library kernel: not kept.
 // It times, per 4B / 27B decode shape at M rows, the library's kernel at its pick, then each variant
 // at its best split count, plain launches and under PDL (both prefetch W before the dependency wait),
 // and checks each against cublasGemmEx.

@@ -174,36 +174,6 @@ __global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* out, int N, i
   }
 }
 
-template <typename F>
-float time_graph(cudaStream_t s, F body) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kLaunches; ++i) body(i % kCopies);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < 5; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t / kLaunches);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  std::sort(ms.begin(), ms.end());
-  return ms[2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -247,12 +217,7 @@ int main(int argc, char** argv) {
       CK(cudaMalloc(&w, wb));
       CK(cudaMemset(w, 0x3c, wb));
     }
-    {
-      std::vector<__nv_bfloat16> hw(size_t(sh.N) * sh.K);
-      for (size_t i = 0; i < hw.size(); ++i)
-        hw[i] = __float2bfloat16(float(int((i / sh.K) * 5 + i % sh.K) % 13 - 6) / 16);
-      CK(cudaMemcpy(W[0], hw.data(), wb, cudaMemcpyHostToDevice));
-    }
+    CK(cudaMemcpy(W[0], probe_weights(sh.N, sh.K).data(), wb, cudaMemcpyHostToDevice));
     std::vector<void*> Wp(kCopies);  // the packed layout of each copy
     for (int cc = 0; cc < kCopies; ++cc) {
       CK(cudaMalloc(&Wp[cc], wb));
@@ -263,12 +228,7 @@ int main(int argc, char** argv) {
     CK(cudaDeviceSynchronize());
     void *x, *y;
     CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
-    {
-      std::vector<__nv_bfloat16> hx(size_t(M) * sh.K);
-      for (size_t i = 0; i < hx.size(); ++i)
-        hx[i] = __float2bfloat16(float(int((i / sh.K) * 7 + 3 * (i % sh.K)) % 17 - 8) / 8);
-      CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-    }
+    CK(cudaMemcpy(x, probe_activations(M, sh.K).data(), size_t(M) * sh.K * 2, cudaMemcpyHostToDevice));
     CK(cudaMalloc(&y, size_t(M) * sh.N * 2));
     auto params = [&](void* w, int splits) {
       sg::SkinnyGemmParams p;
@@ -295,25 +255,14 @@ int main(int argc, char** argv) {
       CK(fn(params(packed ? Wp[0] : W[0], splits), s));
       CK(cudaStreamSynchronize(s));
       CK(cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost));
-      auto f32 = [](uint16_t b) {
-        uint32_t u = uint32_t(b) << 16;
-        float f;
-        std::memcpy(&f, &u, 4);
-        return f;
-      };
-      double worst = 0, scale = 1e-30;
-      for (size_t e = 0; e < got.size(); ++e) {
-        worst = std::max(worst, double(std::fabs(f32(got[e]) - f32(want[e]))));
-        scale = std::max(scale, double(std::fabs(f32(want[e]))));
-      }
-      return worst / scale;
+      return max_rel_diff_bf16(got, want);
     };
     std::printf("%-17s N %6d K %6d %6.1f MB |", sh.name, sh.N, sh.K, wb / 1e6);
     for (int pdl = 0; pdl < 2; ++pdl) {
       sg::PdlScope scope(pdl == 1);
       sg::SkinnyGemmParams lib = params(W[0], sg::skinny_gemm_pick_splits(M, sh.N, sh.K, 132));
       lib.block_rows = sg::skinny_gemm_block_rows(M, sh.N, 132);
-      const float tl = time_graph(s, [&](int cc) {
+      const float tl = time_graph(s, kLaunches, kCopies, [&](int cc) {
         sg::SkinnyGemmParams q = lib;
         q.W = W[cc];
         CK(sg::skinny_gemm(q, s));
@@ -333,7 +282,7 @@ int main(int argc, char** argv) {
             continue;
           }
           CK(cudaStreamSynchronize(s));
-          const float t = time_graph(s, [&](int cc) { CK(v.fn(params(WW[cc], sp), s)); });
+          const float t = time_graph(s, kLaunches, kCopies, [&](int cc) { CK(v.fn(params(WW[cc], sp), s)); });
           if (t < best) best = t, bs = sp;
         }
         const double err = bs ? check(v.fn, bs, packed) : 1.0;

@@ -33,34 +33,6 @@
 
 constexpr int kCopies = 8, kLaunches = 20;
 
-template <typename F>
-float time_graph(cudaStream_t s, F body) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kLaunches; ++i) body(i % kCopies);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < 5; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t / kLaunches);
-  }
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  std::sort(ms.begin(), ms.end());
-  return ms[2];
-}
-
 int main(int argc, char** argv) {
   // Optional: one shape (or `all`) and row count (`gemm_lt_probe mlp.gate_up 32`), e.g. under ncu,
   // and the variants whose names contain one of comma-separated strings (`gemm_lt_probe all 32 x5,x8`).
@@ -110,25 +82,16 @@ int main(int argc, char** argv) {
       CK(cudaMalloc(&w, wb));
       CK(cudaMemset(w, 0x3c, wb));  // bf16 ~0.012: finite, not zero
     }
-    {  // copy 0 varies by row and column, for the variants' check
-      std::vector<__nv_bfloat16> h(size_t(sh.N) * sh.K);
-      for (size_t i = 0; i < h.size(); ++i)
-        h[i] = __float2bfloat16(float(int((i / sh.K) * 5 + i % sh.K) % 13 - 6) / 16);
-      CK(cudaMemcpy(W[0], h.data(), wb, cudaMemcpyHostToDevice));
-    }
+    // copy 0 varies by row and column, for the variants' check
+    CK(cudaMemcpy(W[0], probe_weights(sh.N, sh.K).data(), wb, cudaMemcpyHostToDevice));
     for (int M : {1, 8, 32}) {
       if (only_m && M != only_m) continue;
       void *x, *y;
       CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
-      {
-        std::vector<__nv_bfloat16> h(size_t(M) * sh.K);
-        for (size_t i = 0; i < h.size(); ++i)
-          h[i] = __float2bfloat16(float(int((i / sh.K) * 7 + 3 * (i % sh.K)) % 17 - 8) / 8);
-        CK(cudaMemcpy(x, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
-      }
+      CK(cudaMemcpy(x, probe_activations(M, sh.K).data(), size_t(M) * sh.K * 2, cudaMemcpyHostToDevice));
       CK(cudaMalloc(&y, size_t(M) * sh.N * 2));
       const float alpha = 1, beta = 0;
-      const float t0 = time_graph(s, [&](int c) {
+      const float t0 = time_graph(s, kLaunches, kCopies, [&](int c) {
         CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, M, sh.K, &alpha, W[c], CUDA_R_16BF, sh.K, x, CUDA_R_16BF,
                         sh.K, &beta, y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       });
@@ -153,7 +116,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < n; ++i) {
         if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
         ++tried;
-        const float t = time_graph(s, [&](int c) {
+        const float t = time_graph(s, kLaunches, kCopies, [&](int c) {
           CK(cublasLtMatmul(lt, op, &alpha, W[c], la, x, lb, &beta, y, lc, y, lc, &res[i].algo, ws, ws_bytes, s));
         });
         best = std::min(best, t);
@@ -206,7 +169,7 @@ int main(int argc, char** argv) {
         int vs = 0;
         for (int sp : {pick, 1, 2, 3, 4, 6, 8, 12, 16}) {
           if (sp > sh.K / v.bk) continue;
-          const float t = time_graph(s, [&](int c) { CK(v.fn(params(W[c], sp), s)); });
+          const float t = time_graph(s, kLaunches, kCopies, [&](int c) { CK(v.fn(params(W[c], sp), s)); });
           if (t < vbest) vbest = t, vs = sp;
         }
         // Check: the variant's y on copy 0 against cublasGemmEx's (bf16 outputs, relative error).
@@ -220,25 +183,14 @@ int main(int argc, char** argv) {
         CK(v.fn(params(W[0], vs), s));
         CK(cudaStreamSynchronize(s));
         CK(cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost));
-        auto f32 = [](uint16_t b) {
-          uint32_t u = uint32_t(b) << 16;
-          float f;
-          std::memcpy(&f, &u, 4);
-          return f;
-        };
-        double worst = 0, scale = 1e-30;  // the largest difference over the largest |y|
-        for (size_t e = 0; e < got.size(); ++e) {
-          worst = std::max(worst, double(std::fabs(f32(got[e]) - f32(want[e]))));
-          scale = std::max(scale, double(std::fabs(f32(want[e]))));
-        }
-        worst /= scale;
+        const double worst = max_rel_diff_bf16(got, want);  // the largest difference over the largest |y|
         std::printf(" %s/%d: %.2f (%.2f)%s", v.name, vs, 1000 * vbest, wb / (vbest * 1e9), worst < 1e-2 ? "" : " BAD");
       }
       // The library's kernel and split pick with its weights already in L2 (one copy, launched back
       // to back: from the second launch on W comes from L2 when it fits, about 50 MB): what a GEMM
       // would take if the weights were prefetched into L2 during the small kernels before it.
       if (wb <= (size_t{48} << 20)) {
-        const float warm = time_graph(s, [&](int) { CK(sg::skinny_gemm(params(W[0], pick), s)); });
+        const float warm = time_graph(s, kLaunches, kCopies, [&](int) { CK(sg::skinny_gemm(params(W[0], pick), s)); });
         std::printf(" | L2-warm tma64x8/%d: %.2f (%.2f)", pick, 1000 * warm, wb / (warm * 1e9));
       }
       std::printf("\n");

@@ -1,6 +1,7 @@
 // probe_check.h: CK(call), the probes' check of a CUDA, cuBLAS or driver call: any non-zero status
-// prints the file, line, call and status, and ends the probe with exit code 1; and upload(host
-// vector), a device copy the probe keeps until it exits. For the hand-built probes of
+// prints the file, line, call and status, and ends the probe with exit code 1; upload(host
+// vector), a device copy the probe keeps until it exits; time_graph, the probes' timing of a
+// graph of launches; the GEMM probes' inputs and their check. For the hand-built probes of
 // tools/probes/ only.
 #pragma once
 #include <cstdio>
@@ -16,8 +17,13 @@
   } while (0)
 
 #ifdef __CUDACC__
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 // A device copy of h (never freed: a probe's buffers live until it exits).
@@ -27,5 +33,66 @@ T* upload(const std::vector<T>& h) {
   CK(cudaMalloc(&d, h.size() * sizeof(T)));
   CK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
   return d;
+}
+
+// Milliseconds a launch: body(i % copies) for i < launches captured into one graph, replayed once
+// to warm up, then the median of 5 timed replays over the launches (with copies rotating buffers
+// larger than L2, nothing is served from it across launches).
+template <typename F>
+float time_graph(cudaStream_t s, int launches, int copies, F body) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < launches; ++i) body(i % copies);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int r = 0; r < 5; ++r) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float t;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t / static_cast<float>(launches));
+  }
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  std::sort(ms.begin(), ms.end());
+  return ms[2];
+}
+
+// The GEMM probes' inputs: W [N, K] varying by row and column, x [M, K], small exact bf16 values.
+inline std::vector<__nv_bfloat16> probe_weights(int N, int K) {
+  std::vector<__nv_bfloat16> h(static_cast<size_t>(N) * K);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = __float2bfloat16(float(int((i / K) * 5 + i % K) % 13 - 6) / 16);
+  return h;
+}
+inline std::vector<__nv_bfloat16> probe_activations(int M, int K) {
+  std::vector<__nv_bfloat16> h(static_cast<size_t>(M) * K);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = __float2bfloat16(float(int((i / K) * 7 + 3 * (i % K)) % 17 - 8) / 8);
+  return h;
+}
+
+// The largest |got - want| over the largest |want|, both bf16 bit patterns.
+inline double max_rel_diff_bf16(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
+  auto f32 = [](uint16_t b) {
+    const uint32_t u = uint32_t(b) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  double worst = 0, scale = 1e-30;
+  for (size_t e = 0; e < got.size() && e < want.size(); ++e) {
+    worst = std::max(worst, double(std::fabs(f32(got[e]) - f32(want[e]))));
+    scale = std::max(scale, double(std::fabs(f32(want[e]))));
+  }
+  return worst / scale;
 }
 #endif

@@ -68,36 +68,6 @@ __global__ void __launch_bounds__(kThreads) rmw_kernel(uint4* __restrict__ buf, 
   }
 }
 
-template <typename F>
-float time_graph(cudaStream_t s, F body) {  // ms a launch, median of 5 replays of kLaunches
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kLaunches; ++i) body(i % kCopies);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < 5; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t / kLaunches);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  std::sort(ms.begin(), ms.end());
-  return ms[2];
-}
-
 template <typename K, typename... Args>
 void launch(K kernel, int grid, bool pdl, cudaStream_t s, Args... args) {
   cudaLaunchConfig_t cfg = {};
@@ -165,7 +135,7 @@ int main(int argc, char** argv) {
       for (int bps : {1, 2, 4}) {
         const int grid = sms * bps;
         const int64_t per = (n + grid - 1) / grid;
-        const float ms = time_graph(s, [&](int c) {
+        const float ms = time_graph(s, kLaunches, kCopies, [&](int c) {
           if (z.rmw) {
             launch(rmw_kernel, grid, pdl, s, buf[c], n, per);
           } else {

@@ -12,6 +12,7 @@
 #include "models/hf_config.h"
 #include "models/qwen35_config.h"
 #include "tests/support/catch.h"
+#include "tests/support/expect_error.h"
 #include "tests/support/temp_dir.h"
 
 using namespace sg;
@@ -92,20 +93,7 @@ void check_same_model(const Qwen35Config& a, const Qwen35Config& b) {
   CHECK(a.tie_word_embeddings == b.tie_word_embeddings);
 }
 
-// Runs f, which must throw sg::Error whose message contains every needle.
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    FAIL("expected an sg::Error");
-  } catch (const Error& e) {
-    const std::string w = e.what();
-    INFO("message: " << w);
-    for (const auto& n : needles) {
-      INFO("expected to find: " << n);
-      CHECK(w.find(n) != std::string::npos);
-    }
-  }
-}
+using sg::test::expect_error;
 
 using sg::test::TempDir;
 

@@ -17,6 +17,7 @@
 #include "engine/error.h"
 #include "models/safetensors.h"
 #include "tests/support/catch.h"
+#include "tests/support/expect_error.h"
 #include "tests/support/temp_dir.h"
 
 namespace sg::test {
@@ -45,21 +46,6 @@ inline std::vector<uint8_t> image(const std::string& header, const std::vector<u
   std::memcpy(out.data() + 8, header.data(), header.size());
   if (!data.empty()) std::memcpy(out.data() + 8 + header.size(), data.data(), data.size());
   return out;
-}
-
-// Runs f, which must throw sg::Error whose message contains every needle.
-inline void expect_error(const std::function<void()>& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    FAIL("expected an sg::Error");
-  } catch (const Error& e) {
-    const std::string w = e.what();
-    INFO("message: " << w);
-    for (const auto& n : needles) {
-      INFO("expected to find: " << n);
-      CHECK(w.find(n) != std::string::npos);
-    }
-  }
 }
 
 // A small valid file's tensors: every readable dtype, a scalar, an empty tensor, an I64.

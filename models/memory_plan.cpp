@@ -106,6 +106,10 @@ MemoryPlan plan_memory(const Qwen35Config& c, const StepLayoutParams& p) {
   if (p.max_prefill_tokens < 0) {
     throw Error(fmt::format("plan_memory: max_prefill_tokens must be >= 0, got {}", p.max_prefill_tokens));
   }
+  if (p.head_rows < 0 || p.head_rows > c.vocab) {
+    throw Error(
+        fmt::format("plan_memory: head_rows must be in [0, {}] (0: the vocabulary), got {}", c.vocab, p.head_rows));
+  }
   Arena m = Arena::measure();
   lay_out_step(m, c, p);
   return plan_of(m);

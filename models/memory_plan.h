@@ -42,8 +42,9 @@ struct MemoryPlan {
 };
 
 // The plan of a step for `c` under `p` (the layout's parameters; the workspace sizes are the
-// caller's). Throws sg::Error when the config is invalid or a count is < 1 (max_prefill_tokens may
-// be 0: no prefill step).
+// caller's). Throws sg::Error when the config is invalid, a count is < 1 (max_prefill_tokens may
+// be 0: no prefill step) or head_rows is outside [0, vocab]. A tensor-parallel rank's plan is
+// plan_memory(rank config, params with head_rows = its vocabulary share) (tp_plan.h).
 MemoryPlan plan_memory(const Qwen35Config& c, const StepLayoutParams& p);
 // The plan of a measuring arena that a layout ran on (entries grouped as above; a section name
 // outside the categories is an sg::Error).

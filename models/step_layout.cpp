@@ -46,7 +46,8 @@ StepTensors lay_out_step(Arena& a, const Qwen35Config& c, const StepLayoutParams
 
   a.section("weights");
   t.embed = a.take("embed_tokens", wd, {V, H});
-  t.lm_head = c.tie_word_embeddings ? t.embed : a.take("lm_head", wd, {V, H});
+  const int64_t Vh = p.head_rows > 0 ? p.head_rows : V;  // LM head rows, logits width
+  t.lm_head = c.tie_word_embeddings && Vh == V ? t.embed : a.take("lm_head", wd, {Vh, H});
   t.final_norm = a.take("norm", wd, {H});
   t.layers.assign(static_cast<size_t>(c.layers), StepLayer{});
   for (int i = 0; i < c.layers; ++i) {
@@ -111,7 +112,7 @@ StepTensors lay_out_step(Arena& a, const Qwen35Config& c, const StepLayoutParams
     a.section("activations");
     if (c.rotary_dim() > 0) x.rope = a.take("attn.rope_table", DType::f32, {Lc, c.rotary_dim()});
   }
-  x.logits = a.take("logits", DType::f32, {L, V});
+  x.logits = a.take("logits", DType::f32, {L, Vh});
   x.tokens = a.take("tokens", DType::i32, {L});
   a.section("workspace");
   x.argmax_ws =

@@ -52,7 +52,7 @@ struct StepActs {
   TensorView attn_ws;          // attention split-K workspace (f32)
   TensorView rope;             // [max_context, rotary_dim] f32 rotary table (rope_table_fill)
   TensorView mlp;              // [R, I]
-  TensorView logits;           // [L, V] f32, L = max(max_decode_batch, max_prefill_seqs)
+  TensorView logits;           // [L, V] f32 (V: head_rows when set), L = max(max_decode_batch, max_prefill_seqs)
   TensorView tokens;           // [L] i32
   TensorView argmax_ws;        // split argmax partials, i8
   TensorView argmax_counters;  // [L] i32, zero between launches
@@ -79,6 +79,9 @@ struct StepLayoutParams {
   size_t attn_workspace_bytes = 0, argmax_workspace_bytes = 0;
   std::function<size_t(int n, int k)> gemm_workspace_bytes;
   size_t meta_bytes = 0;  // the static step-metadata block (step_meta_bytes)
+  // Rows of the LM head and width of the logits: 0 = the vocabulary; a tensor-parallel rank's
+  // share of it otherwise (tp_plan.h; the head is then its own tensor even when the model ties it).
+  int64_t head_rows = 0;
 };
 
 // Rows of the activations (R), of the logits (L) and the width of the shared projection output.

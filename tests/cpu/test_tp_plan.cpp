@@ -1,7 +1,8 @@
 // CPU tests of the tensor-parallel plan (models/tp_plan.h): the heads, channels, intermediate rows
 // and vocabulary rows of every preset land on exactly one rank; rank counts the model does not
 // divide are refused with the sizes named; every checkpoint tensor's pieces tile its split
-// dimension once over the ranks; the ranks' tensors have their rank model's shapes; and, with the
+// dimension once over the ranks; the ranks' tensors have their rank model's shapes; a rank's
+// memory plan holds 1/R of the split weights, caches and states; and, with the
 // reference ops on the ranks' tensors, the sum of the ranks' outputs of a GDN mixer, an attention
 // mixer and an MLP is the whole model's output, and the greedy token from the ranks' LM head rows
 // is the whole row's.
@@ -20,6 +21,7 @@
 #include "kernels/ref/mlp_ref.h"
 #include "kernels/ref/norm_ref.h"
 #include "kernels/ref/postconv_ref.h"
+#include "models/memory_plan.h"
 #include "models/reference_model.h"
 #include "models/tp_plan.h"
 #include "tests/support/catch.h"
@@ -301,4 +303,58 @@ TEST_CASE("tp greedy: the ranks' (largest, first index) pairs give the whole row
   CHECK(greedy(tie) == 40);
   CHECK(greedy(two_nan) == 130);
   expect_error([] { tp_greedy({}); }, {"no rank"});
+}
+
+TEST_CASE("tp memory: a rank's plan holds 1/R of the split weights, the KV cache and the SSM state", "[tp]") {
+  StepLayoutParams lp;
+  lp.num_slots = 64;
+  lp.max_context = 8192;
+  lp.max_decode_batch = 32;
+  lp.max_prefill_tokens = 4096;
+  lp.max_prefill_seqs = 8;
+  auto replicated = [](const MemoryPlan& m) {  // the embedding and every norm weight: whole on each rank
+    size_t b = 0;
+    for (const MemoryEntry& e : m.entries) {
+      const std::string& n = e.name;
+      auto ends = [&](const std::string& s) {
+        return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
+      };
+      if (e.category == MemoryCategory::weights &&
+          (n == "embed_tokens" || n == "norm" || ends("layernorm") || ends("_norm") || ends("linear_attn.norm")))
+        b += e.bytes;
+    }
+    return b;
+  };
+  auto weight_entries = [](const MemoryPlan& m) {
+    int64_t n = 0;
+    for (const MemoryEntry& e : m.entries) n += e.category == MemoryCategory::weights ? e.count : 0;
+    return n;
+  };
+  for (const std::string& name : {std::string("qwen3.5-27b"), std::string("qwen3.5-4b")}) {
+    const Qwen35Config c = preset(name);
+    const MemoryPlan whole = plan_memory(c, lp);
+    // A tied head is the embedding in the whole model and its own rows on a rank.
+    const size_t head = c.tie_word_embeddings ? static_cast<size_t>(c.vocab) * c.hidden * 2 : 0;
+    const size_t split_whole = whole.bytes_of(MemoryCategory::weights) - replicated(whole) + head;
+    for (int R : {2, 4}) {
+      const TpPlan p = tp_plan(c, R);
+      for (const TpRank& r : p.rank) {
+        INFO(name << ", rank " << r.rank << " of " << R);
+        StepLayoutParams rp = lp;
+        rp.head_rows = r.vocab.size();
+        const MemoryPlan m = plan_memory(r.config, rp);
+        CHECK(m.bytes_of(MemoryCategory::kv_cache) * R == whole.bytes_of(MemoryCategory::kv_cache));
+        CHECK(m.bytes_of(MemoryCategory::ssm_state) * R == whole.bytes_of(MemoryCategory::ssm_state));
+        CHECK(replicated(m) == replicated(whole));
+        // The split weights: 1/R, up to the arena's 256-byte rounding of each tensor (and the
+        // vocabulary's remainder on the last rank).
+        const double split = static_cast<double>(m.bytes_of(MemoryCategory::weights) - replicated(m));
+        const double slop = 256.0 * static_cast<double>(weight_entries(m)) + static_cast<double>(c.hidden) * 2 * R;
+        CHECK(std::fabs(split * R - static_cast<double>(split_whole)) <= slop * R);
+      }
+    }
+  }
+  StepLayoutParams bad = lp;
+  bad.head_rows = preset("tiny").vocab + 1;
+  expect_error([&] { plan_memory(preset("tiny"), bad); }, {"head_rows must be in [0, 256]"});
 }

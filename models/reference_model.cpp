@@ -85,7 +85,7 @@ int64_t HostTensor::numel() const {
   return n;
 }
 
-std::vector<std::pair<std::string, std::vector<int64_t>>> expected_weights(const Qwen35Config& c) {
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_weights(const Qwen35Config& c, int64_t head_rows) {
   const int64_t H = c.hidden, I = c.intermediate, V = c.vocab;
   const int64_t Hq = c.Hq, Hkv = c.Hkv, D = c.D;
   const GdnDims& g = c.gdn;
@@ -118,13 +118,13 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_weights(const
     e.push_back({layer_name(i, "mlp.down_proj.weight"), {H, I}});
   }
   e.push_back({"model.norm.weight", {H}});
-  if (!tied_embeddings(c)) e.push_back({"lm_head.weight", {V, H}});
+  if (head_rows > 0 || !tied_embeddings(c)) e.push_back({"lm_head.weight", {head_rows > 0 ? head_rows : V, H}});
   return e;
 }
 
-void check_weights(const Qwen35Config& c, const HostWeights& w) {
+void check_weights(const Qwen35Config& c, const HostWeights& w, int64_t head_rows) {
   std::vector<std::string> problems;
-  for (const auto& [name, shape] : expected_weights(c)) {
+  for (const auto& [name, shape] : expected_weights(c, head_rows)) {
     auto it = w.find(name);
     if (it == w.end()) {
       problems.push_back(fmt::format("missing {} {}", name, shape_str(shape)));
@@ -269,7 +269,9 @@ ReferenceModel::ReferenceModel(const Qwen35Config& config, HostWeights weights, 
     fail(fmt::format("rotary dim {} (head_dim {} * partial_rotary_factor) must be even and in [0, {}]", rotary_, cfg_.D,
                      cfg_.D));
   }
-  check_weights(cfg_, weights_);
+  if (opt_.head_rows < 0 || opt_.head_rows > cfg_.vocab)
+    fail(fmt::format("head_rows ({}) must be in [0, {}]", opt_.head_rows, cfg_.vocab));
+  check_weights(cfg_, weights_, opt_.head_rows);
   // The states and caches below, checked against the memory there is before any is allocated.
   const ReferenceMemory need = reference_memory(cfg_, num_slots, max_context, 0);
   check_host_memory(need.states(), fmt::format("the CPU reference model of '{}'", printable(cfg_.name)),
@@ -419,6 +421,7 @@ std::vector<float> ReferenceModel::decode(const std::vector<int>& slots, const s
 
 std::vector<int64_t> ReferenceModel::generate(const std::vector<int64_t>& prompt, int max_new, int slot) {
   check_slot(slot, "generate");
+  if (opt_.head_rows > 0) fail("generate: needs the whole LM head (this model holds head_rows of it)");
   if (prompt.empty()) fail("generate: the prompt is empty");
   if (max_new < 0) fail(fmt::format("generate: max_new ({}) must be >= 0", max_new));
   for (int64_t t : prompt) check_token(t, "generate");
@@ -459,10 +462,12 @@ std::vector<float> ReferenceModel::forward(const Packed& p, bool decode_step, bo
     } else {
       gdn_layer(i, p, decode_step, h.data(), mix.data());
     }
+    if (opt_.all_reduce) opt_.all_reduce(mix);
     for (size_t j = 0; j < x.size(); ++j) x[j] = ref::store(x[j] + mix[j], act);
     ref::rmsnorm(x.data(), wl(i, "post_attention_layernorm.weight"), h.data(), T, H, eps, act);
     ref::swiglu_mlp(h.data(), wl(i, "mlp.gate_proj.weight"), wl(i, "mlp.up_proj.weight"), wl(i, "mlp.down_proj.weight"),
                     mix.data(), T, H, I, act, act);
+    if (opt_.all_reduce) opt_.all_reduce(mix);
     for (size_t j = 0; j < x.size(); ++j) x[j] = ref::store(x[j] + mix[j], act);
   }
   for (int n = 0; n < p.N; ++n) len_[p.slots[n]] += p.cu[n + 1] - p.cu[n];
@@ -480,9 +485,11 @@ std::vector<float> ReferenceModel::forward(const Packed& p, bool decode_step, bo
     std::copy(x.begin() + rows[r] * H, x.begin() + (rows[r] + 1) * H, xr.begin() + r * H);
   }
   ref::rmsnorm(xr.data(), w("model.norm.weight"), xr.data(), R, H, eps, act);
-  const float* head = tied_embeddings(cfg_) ? w("model.embed_tokens.weight") : w("lm_head.weight");
-  std::vector<float> logits(static_cast<size_t>(R) * V);
-  ref::linear(xr.data(), head, logits.data(), R, H, static_cast<int>(V), Store::f32);
+  const int64_t Vh = opt_.head_rows > 0 ? opt_.head_rows : V;  // a tensor-parallel rank's share
+  const float* head =
+      tied_embeddings(cfg_) && opt_.head_rows == 0 ? w("model.embed_tokens.weight") : w("lm_head.weight");
+  std::vector<float> logits(static_cast<size_t>(R) * Vh);
+  ref::linear(xr.data(), head, logits.data(), R, H, static_cast<int>(Vh), Store::f32);
   return logits;
 }
 

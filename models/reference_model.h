@@ -42,6 +42,7 @@
 // max_context tokens in a slot). A failed call leaves every slot as it was.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -88,11 +89,14 @@ class Checkpoint;  // models/safetensors.h
 HostWeights load_weights(const Checkpoint& ckpt, const Qwen35Config& c);
 
 // Checks that `w` holds every tensor the config needs with the expected shape (lm_head optional
-// when tied); throws std::invalid_argument listing every missing or misshapen tensor.
-void check_weights(const Qwen35Config& c, const HostWeights& w);
+// when tied); throws std::invalid_argument listing every missing or misshapen tensor. head_rows > 0:
+// lm_head.weight is [head_rows, H], tied or not (a tensor-parallel rank's share, tp_plan.h).
+void check_weights(const Qwen35Config& c, const HostWeights& w, int64_t head_rows = 0);
 
-// The HF name of every tensor the model reads, with its shape (lm_head included only when untied).
-std::vector<std::pair<std::string, std::vector<int64_t>>> expected_weights(const Qwen35Config& c);
+// The HF name of every tensor the model reads, with its shape (lm_head included only when untied,
+// or as [head_rows, H] when head_rows > 0).
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_weights(const Qwen35Config& c,
+                                                                           int64_t head_rows = 0);
 
 struct ReferenceOptions {
   ref::Store act = ref::Store::f32;  // activation storage, see the header comment
@@ -102,6 +106,11 @@ struct ReferenceOptions {
   // How the GDN recurrent state is kept between calls (the ssm-state setting): bf16 rounds it as
   // the GPU step does (delta_rule_ref.h: after each decode row, once at the end of a prefill).
   ref::Store ssm_state = ref::Store::f32;
+  // A tensor-parallel rank (tp_plan.h, tp_reference.h): its mixers' and MLPs' outputs [T, H] go
+  // through all_reduce (the same calls in the same order on every rank) before the residual add,
+  // and its LM head has head_rows rows (0: the vocabulary), so its logits are [N, head_rows].
+  std::function<void(std::vector<float>&)> all_reduce;
+  int64_t head_rows = 0;
 };
 
 // One sequence of a prefill batch: new tokens for `slot`, continuing from the slot's current
@@ -135,7 +144,7 @@ class ReferenceModel {
 
   // Greedy generation on `slot` (reset first): prefill `prompt`, then take argmax tokens (ties ->
   // lowest id) and feed them back; returns the max_new generated tokens (not the prompt).
-  // Needs prompt.size() + max_new - 1 <= max_context.
+  // Needs prompt.size() + max_new - 1 <= max_context and the whole LM head (no head_rows).
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int max_new, int slot = 0);
 
   int64_t length(int slot) const;  // tokens consumed by the slot so far

@@ -125,10 +125,8 @@ TpSlice tp_slice(const Qwen35Config& c, const TpPlan& plan, int r, const std::st
 std::vector<std::pair<std::string, std::vector<int64_t>>> tp_expected_weights(const Qwen35Config& c, const TpPlan& plan,
                                                                               int r) {
   if (r < 0 || r >= plan.ranks) throw Error(fmt::format("tensor parallel: rank {} outside [0, {})", r, plan.ranks));
-  auto e = expected_weights(plan.rank[static_cast<size_t>(r)].config);  // untied: ends with lm_head [V, H]
-  for (auto& [name, shape] : e)
-    if (name == "lm_head.weight") shape[0] = plan.rank[static_cast<size_t>(r)].vocab.size();
-  return e;
+  const TpRank& k = plan.rank[static_cast<size_t>(r)];
+  return expected_weights(k.config, k.vocab.size());
 }
 
 int64_t tp_greedy(const std::vector<std::pair<float, int64_t>>& per_rank) {

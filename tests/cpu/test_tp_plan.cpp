@@ -4,13 +4,15 @@
 // dimension once over the ranks; the ranks' tensors have their rank model's shapes; a rank's
 // memory plan holds 1/R of the split weights, caches and states; and, with the
 // reference ops on the ranks' tensors, the sum of the ranks' outputs of a GDN mixer, an attention
-// mixer and an MLP is the whole model's output, and the greedy token from the ranks' LM head rows
-// is the whole row's.
+// mixer and an MLP is the whole model's output, the greedy token from the ranks' LM head rows is
+// the whole row's, and the reference model run over ranks (tp_reference.h) generates the whole
+// model's tokens.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "models/memory_plan.h"
 #include "models/reference_model.h"
 #include "models/tp_plan.h"
+#include "models/tp_reference.h"
 #include "tests/support/catch.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/random.h"
@@ -357,4 +360,39 @@ TEST_CASE("tp memory: a rank's plan holds 1/R of the split weights, the KV cache
   StepLayoutParams bad = lp;
   bad.head_rows = preset("tiny").vocab + 1;
   expect_error([&] { plan_memory(preset("tiny"), bad); }, {"head_rows must be in [0, 256]"});
+}
+
+TEST_CASE("tp reference: the ranks' greedy tokens and logits are the whole model's", "[tp]") {
+  for (const std::string& name : {std::string("tiny"), std::string("tiny-dkdv")}) {
+    const Qwen35Config c = preset(name);
+    const HostWeights w = synthetic_weights(c, 21);
+    const std::vector<int64_t> prompt = {5, 17, 200, 3, 99, 42, 7};
+    const int max_new = 10;
+    ReferenceModel whole(c, w, 1, static_cast<int64_t>(prompt.size()) + max_new);
+    const std::vector<float> first = whole.prefill({Sequence{0, prompt}});
+    whole.reset(0);
+    const std::vector<int64_t> tokens = whole.generate(prompt, max_new);
+    for (int R : {1, 2}) {
+      INFO(name << " over " << R << " ranks");
+      const TpGeneration g = tp_generate(c, w, R, prompt, max_new);
+      CHECK(g.tokens == tokens);
+      CHECK(rel_diff(g.first_logits, first) < 1e-5);
+      if (R == 1) CHECK(g.first_logits == first);  // one rank is the whole model, to the bit
+    }
+  }
+  const Qwen35Config c = preset("tiny");
+  const HostWeights w = synthetic_weights(c, 21);
+  expect_error([&] { tp_generate(c, w, 2, {}, 4); }, {"the prompt is empty"});
+  expect_error([&] { tp_generate(c, w, 2, {1, 256}, 4); }, {"token 256 outside [0, 256)"});
+  expect_error([&] { tp_generate(c, w, 2, {1}, 0); }, {"max_new (0) must be >= 1"});
+  expect_error([&] { tp_generate(c, w, 3, {1}, 2); }, {"3 ranks"});
+  // A rank that fails stops every rank, and the run reports the first failure, not a hang.
+  ReferenceOptions bad;
+  bad.chunk = 0;  // refused by every rank's model
+  try {
+    tp_generate(c, w, 2, {1, 2}, 2, bad);
+    FAIL("expected the ranks' refusal");
+  } catch (const std::invalid_argument& e) {  // ReferenceModel's own error, passed on
+    CHECK(std::string(e.what()).find("chunk (0) must be >= 1") != std::string::npos);
+  }
 }

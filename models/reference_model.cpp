@@ -452,6 +452,11 @@ std::vector<float> ReferenceModel::forward(const Packed& p, bool decode_step, bo
   const float eps = cfg_.rms_eps;
 
   std::vector<float> x(static_cast<size_t>(T) * H), h(x.size()), mix(x.size());
+  const auto reduce = [&](std::vector<float>& v) {  // a tensor-parallel rank's sum over the ranks
+    if (!opt_.all_reduce) return;
+    opt_.all_reduce(v);
+    if (v.size() != x.size()) fail(fmt::format("all_reduce changed the size from {} to {}", x.size(), v.size()));
+  };
   ref::embedding(w("model.embed_tokens.weight"), p.tokens.data(), x.data(), T, V, H);
   for (auto& v : x) v = ref::store(v, act);
 
@@ -462,12 +467,12 @@ std::vector<float> ReferenceModel::forward(const Packed& p, bool decode_step, bo
     } else {
       gdn_layer(i, p, decode_step, h.data(), mix.data());
     }
-    if (opt_.all_reduce) opt_.all_reduce(mix);
+    reduce(mix);
     for (size_t j = 0; j < x.size(); ++j) x[j] = ref::store(x[j] + mix[j], act);
     ref::rmsnorm(x.data(), wl(i, "post_attention_layernorm.weight"), h.data(), T, H, eps, act);
     ref::swiglu_mlp(h.data(), wl(i, "mlp.gate_proj.weight"), wl(i, "mlp.up_proj.weight"), wl(i, "mlp.down_proj.weight"),
                     mix.data(), T, H, I, act, act);
-    if (opt_.all_reduce) opt_.all_reduce(mix);
+    reduce(mix);
     for (size_t j = 0; j < x.size(); ++j) x[j] = ref::store(x[j] + mix[j], act);
   }
   for (int n = 0; n < p.N; ++n) len_[p.slots[n]] += p.cu[n + 1] - p.cu[n];

@@ -107,8 +107,10 @@ struct ReferenceOptions {
   // the GPU step does (delta_rule_ref.h: after each decode row, once at the end of a prefill).
   ref::Store ssm_state = ref::Store::f32;
   // A tensor-parallel rank (tp_plan.h, tp_reference.h): its mixers' and MLPs' outputs [T, H] go
-  // through all_reduce (the same calls in the same order on every rank) before the residual add,
-  // and its LM head has head_rows rows (0: the vocabulary), so its logits are [N, head_rows].
+  // through all_reduce (the same calls in the same order on every rank; it must keep the size)
+  // before the residual add, and its LM head has head_rows rows (0: the vocabulary), so its logits
+  // are [N, head_rows]. An all_reduce that throws ends the call with the earlier layers' states
+  // already advanced: the slots it touched must be reset.
   std::function<void(std::vector<float>&)> all_reduce;
   int64_t head_rows = 0;
 };

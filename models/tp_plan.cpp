@@ -23,14 +23,29 @@ std::pair<int, std::string> split_layer_name(const std::string& name) {
   const size_t dot = name.find('.', prefix.size());
   if (dot == std::string::npos) return {-1, name};
   const std::string idx = name.substr(prefix.size(), dot - prefix.size());
-  if (idx.empty() || idx.size() > 6 ||
+  if (idx.empty() || idx.size() > 6 || (idx.size() > 1 && idx[0] == '0') ||
       !std::all_of(idx.begin(), idx.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
-    return {-1, name};
+    return {-1, name};  // (as the model names them: no sign, no leading zero)
   return {std::stoi(idx), name.substr(dot + 1)};
 }
 
 TpRange scaled(const TpRange& r, int64_t by, int64_t offset = 0) {
   return {offset + r.begin * by, offset + r.end * by};
+}
+
+bool same_dims(const Qwen35Config& a, const Qwen35Config& b) {
+  return a.hidden == b.hidden && a.layers == b.layers && a.intermediate == b.intermediate && a.vocab == b.vocab &&
+         a.Hq == b.Hq && a.Hkv == b.Hkv && a.D == b.D && a.gdn.Hk == b.gdn.Hk && a.gdn.Hv == b.gdn.Hv &&
+         a.gdn.Dk == b.gdn.Dk && a.gdn.Dv == b.gdn.Dv && a.gdn.K == b.gdn.K && a.layer_types == b.layer_types &&
+         a.tie_word_embeddings == b.tie_word_embeddings;
+}
+
+// Rank r of a plan that tp_plan made for c's dimensions.
+const TpRank& plan_rank(const Qwen35Config& c, const TpPlan& plan, int r) {
+  if (plan.ranks < 1 || plan.rank.size() != static_cast<size_t>(plan.ranks) || !same_dims(c, plan.model))
+    throw Error(fmt::format("tensor parallel: the plan was not made by tp_plan for '{}'", printable(c.name)));
+  if (r < 0 || r >= plan.ranks) throw Error(fmt::format("tensor parallel: rank {} outside [0, {})", r, plan.ranks));
+  return plan.rank[static_cast<size_t>(r)];
 }
 
 }  // namespace
@@ -53,6 +68,8 @@ TpPlan tp_plan(const Qwen35Config& c, int ranks) {
                             bad.size() == 1 ? "size" : "sizes", printable(c.name), fmt::join(bad, ", ")));
   TpPlan p;
   p.ranks = ranks;
+  p.model = c;
+  const bool gdn = c.num_linear_attention() > 0, attn = c.num_full_attention() > 0;
   const int64_t vper = (static_cast<int64_t>(c.vocab) + ranks - 1) / ranks;
   if (vper * (ranks - 1) >= c.vocab)
     throw Error(fmt::format("tensor parallel: {} ranks of {} vocabulary rows each leave the last rank none ({} rows)",
@@ -60,19 +77,23 @@ TpPlan tp_plan(const Qwen35Config& c, int ranks) {
   for (int r = 0; r < ranks; ++r) {
     TpRank k;
     k.rank = r;
-    k.k_heads = even_part(c.gdn.Hk, r, ranks);
-    k.v_heads = even_part(c.gdn.Hv, r, ranks);  // Hv = Hk (Hv / Hk): the value heads of its key heads
-    k.q_heads = even_part(c.Hq, r, ranks);
-    k.kv_heads = even_part(c.Hkv, r, ranks);
+    if (gdn) {
+      k.k_heads = even_part(c.gdn.Hk, r, ranks);
+      k.v_heads = even_part(c.gdn.Hv, r, ranks);  // Hv = Hk (Hv / Hk): the value heads of its key heads
+    }
+    if (attn) {
+      k.q_heads = even_part(c.Hq, r, ranks);
+      k.kv_heads = even_part(c.Hkv, r, ranks);
+    }
     k.intermediate = even_part(c.intermediate, r, ranks);
     k.vocab = {std::min<int64_t>(c.vocab, vper * r), std::min<int64_t>(c.vocab, vper * (r + 1))};
     k.config = c;
     k.config.name = fmt::format("{} (rank {} of {})", c.name, r, ranks);
-    if (c.num_linear_attention() > 0) {
+    if (gdn) {
       k.config.gdn.Hk = c.gdn.Hk / ranks;
       k.config.gdn.Hv = c.gdn.Hv / ranks;
     }
-    if (c.num_full_attention() > 0) {
+    if (attn) {
       k.config.Hq = c.Hq / ranks;
       k.config.Hkv = c.Hkv / ranks;
     }
@@ -85,8 +106,7 @@ TpPlan tp_plan(const Qwen35Config& c, int ranks) {
 }
 
 TpSlice tp_slice(const Qwen35Config& c, const TpPlan& plan, int r, const std::string& name) {
-  if (r < 0 || r >= plan.ranks) throw Error(fmt::format("tensor parallel: rank {} outside [0, {})", r, plan.ranks));
-  const TpRank& k = plan.rank[static_cast<size_t>(r)];
+  const TpRank& k = plan_rank(c, plan, r);
   const GdnDims& g = c.gdn;
   const auto [layer, s] = split_layer_name(name);
   const auto unknown = [&] {
@@ -124,8 +144,7 @@ TpSlice tp_slice(const Qwen35Config& c, const TpPlan& plan, int r, const std::st
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> tp_expected_weights(const Qwen35Config& c, const TpPlan& plan,
                                                                               int r) {
-  if (r < 0 || r >= plan.ranks) throw Error(fmt::format("tensor parallel: rank {} outside [0, {})", r, plan.ranks));
-  const TpRank& k = plan.rank[static_cast<size_t>(r)];
+  const TpRank& k = plan_rank(c, plan, r);
   return expected_weights(k.config, k.vocab.size());
 }
 
@@ -157,6 +176,10 @@ HostWeights shard_weights(const Qwen35Config& c, const HostWeights& w, const TpP
       for (size_t d = static_cast<size_t>(sl.dim) + 1; d < src.shape.size(); ++d) inner *= src.shape[d];
       for (size_t d = 0; d < static_cast<size_t>(sl.dim); ++d) outer *= src.shape[d];
       const int64_t along = src.shape[static_cast<size_t>(sl.dim)];
+      for (const TpRange& piece : sl.pieces)
+        if (piece.begin < 0 || piece.end > along || piece.begin > piece.end)
+          throw Error(fmt::format("tensor parallel: rank {}'s piece [{}, {}) of {} is outside its {} entries", r,
+                                  piece.begin, piece.end, name, along));
       t.data.reserve(static_cast<size_t>(t.numel()));
       for (int64_t o = 0; o < outer; ++o)
         for (const TpRange& piece : sl.pieces)

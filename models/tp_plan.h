@@ -41,16 +41,17 @@ struct TpRange {
 
 struct TpRank {
   int rank = 0;
-  TpRange k_heads, v_heads;   // GDN key and value heads
-  TpRange q_heads, kv_heads;  // attention query and KV heads
+  TpRange k_heads, v_heads;   // GDN key and value heads (empty when the model has no GDN layer)
+  TpRange q_heads, kv_heads;  // attention query and KV heads (empty when it has no attention layer)
   TpRange intermediate;       // MLP
   TpRange vocab;              // LM head rows
   Qwen35Config config;        // the rank's model: heads and intermediate size divided by R
 };
 
 struct TpPlan {
-  int ranks = 1;
+  int ranks = 0;
   std::vector<TpRank> rank;  // one per rank, in rank order
+  Qwen35Config model;        // the whole model the plan splits (the functions below check it)
 };
 
 // The plan for `ranks` GPUs. Throws sg::Error naming every dimension the rank count does not
@@ -67,7 +68,8 @@ struct TpSlice {
 
 // The slice of checkpoint tensor `name` (a Hugging Face name of expected_weights(c), or
 // lm_head.weight, which a tied config takes from the embedding) for rank r. Throws sg::Error for a
-// name the model does not read.
+// name the model does not read, a rank outside the plan, or a plan made for another model (here
+// and in the functions below).
 TpSlice tp_slice(const Qwen35Config& c, const TpPlan& plan, int r, const std::string& name);
 
 // The tensors rank r reads, with their shapes: expected_weights(rank config) with lm_head.weight

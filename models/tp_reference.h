@@ -18,11 +18,19 @@ struct TpGeneration {
   std::vector<float> first_logits;  // the prompt's last-token logits [V], the ranks' rows in order
 };
 
+// A fault drill for the tests: rank `rank` throws at its `collective`-th collective (0-based,
+// all-reduces and greedy gathers in the order it reaches them); -1: none.
+struct TpFault {
+  int rank = -1, collective = -1;
+};
+
 // Greedy generation of max_new tokens after `prompt` on `ranks` CPU ranks (slot 0 of models with
 // one slot of prompt.size() + max_new positions). Options apply to every rank (all_reduce and
-// head_rows are the driver's). Throws sg::Error for a plan the model does not allow (tp_plan) and
-// what ReferenceModel throws for bad tokens or lengths (every rank checks the same input first).
+// head_rows are the driver's). The sums are f32, also with bf16 activations (where a GPU's bf16
+// all-reduce would round them). Throws sg::Error for a bad prompt, max_new < 1 or a plan the model
+// does not allow (tp_plan); when a rank fails, every rank stops at its next collective and the
+// first failure is thrown (ReferenceModel's own errors as it throws them).
 TpGeneration tp_generate(const Qwen35Config& c, const HostWeights& w, int ranks, const std::vector<int64_t>& prompt,
-                         int max_new, ReferenceOptions options = {});
+                         int max_new, ReferenceOptions options = {}, TpFault fault = {});
 
 }  // namespace sg

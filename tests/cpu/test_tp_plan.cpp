@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "engine/error.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/conv_ref.h"
@@ -208,6 +210,9 @@ TEST_CASE("tp slices: every tensor's pieces tile its split dimension once over t
     expect_error([&] { tp_slice(c, p, 0, "model.layers.0.mlp.nope.weight"); }, {"is not a tensor of"});
     expect_error([&] { tp_slice(c, p, 0, "model.layers.999.mlp.gate_proj.weight"); }, {"is not a tensor of"});
     expect_error([&] { tp_slice(c, p, 2, "model.norm.weight"); }, {"rank 2 outside [0, 2)"});
+    expect_error([&] { tp_slice(c, p, 0, "model.layers.00.mlp.gate_proj.weight"); }, {"is not a tensor of"});
+    expect_error([&] { tp_slice(c, TpPlan{}, 0, "model.norm.weight"); }, {"not made by tp_plan"});
+    expect_error([&] { tp_expected_weights(c, tp_plan(preset("qwen3.5-27b"), 2), 0); }, {"not made by tp_plan"});
   }
 }
 
@@ -349,6 +354,7 @@ TEST_CASE("tp memory: a rank's plan holds 1/R of the split weights, the KV cache
         CHECK(m.bytes_of(MemoryCategory::kv_cache) * R == whole.bytes_of(MemoryCategory::kv_cache));
         CHECK(m.bytes_of(MemoryCategory::ssm_state) * R == whole.bytes_of(MemoryCategory::ssm_state));
         CHECK(replicated(m) == replicated(whole));
+        CHECK(replicated(m) > static_cast<size_t>(c.vocab) * c.hidden * 2);  // the norms were found too
         // The split weights: 1/R, up to the arena's 256-byte rounding of each tensor (and the
         // vocabulary's remainder on the last rank).
         const double split = static_cast<double>(m.bytes_of(MemoryCategory::weights) - replicated(m));
@@ -395,4 +401,17 @@ TEST_CASE("tp reference: the ranks' greedy tokens and logits are the whole model
   } catch (const std::invalid_argument& e) {  // ReferenceModel's own error, passed on
     CHECK(std::string(e.what()).find("chunk (0) must be >= 1") != std::string::npos);
   }
+  // One rank failing alone, in an all-reduce of the prefill (tiny: 6 layers, 2 a layer), in one of
+  // the decode steps, and at a greedy gather: the others stop at their next collective.
+  for (const TpFault f : {TpFault{1, 3}, TpFault{0, 20}, TpFault{1, 12}, TpFault{0, 0}}) {
+    INFO("rank " << f.rank << " at collective " << f.collective);
+    expect_error(
+        [&] {
+          tp_generate(c, w, 2, {1, 2, 3}, 4, {}, f);
+        },
+        {fmt::format("rank {} failed at collective {} (drill)", f.rank, f.collective)});
+  }
+  // A drill past the last collective changes nothing.
+  ReferenceModel whole(c, w, 1, 3 + 4);
+  CHECK(tp_generate(c, w, 2, {1, 2, 3}, 4, {}, TpFault{1, 100000}).tokens == whole.generate({1, 2, 3}, 4));
 }

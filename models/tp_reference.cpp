@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <exception>
@@ -16,7 +17,8 @@
 namespace sg {
 
 TpGeneration tp_generate(const Qwen35Config& c, const HostWeights& w, int ranks, const std::vector<int64_t>& prompt,
-                         int max_new, ReferenceOptions options, TpFault fault) {
+                         int max_new, ReferenceOptions options, TpFault fault,
+                         const std::function<bool(int)>& keep_going) {
   if (prompt.empty()) throw Error("tp_generate: the prompt is empty");
   if (max_new < 1) throw Error(fmt::format("tp_generate: max_new ({}) must be >= 1", max_new));
   for (int64_t t : prompt)
@@ -42,6 +44,8 @@ TpGeneration tp_generate(const Qwen35Config& c, const HostWeights& w, int ranks,
   };
   std::vector<std::vector<float>*> bufs(R, nullptr);
   std::vector<std::pair<float, int64_t>> best(R);
+  std::vector<char> votes(R, 0);  // a rank's wish to stop, published with its pair
+  std::atomic<bool> halt{false};  // rank 0's keep_going said no
   TpGeneration out;
   out.first_logits.assign(static_cast<size_t>(c.vocab), 0.0f);
   auto run = [&](size_t r) {
@@ -72,10 +76,16 @@ TpGeneration tp_generate(const Qwen35Config& c, const HostWeights& w, int ranks,
         collective();
         const int64_t local = ref::argmax(logits.data(), k.vocab.size());
         best[r] = {logits[static_cast<size_t>(local)], k.vocab.begin + local};
+        votes[r] = halt.load() ? 1 : 0;
         sync();
         const int64_t token = tp_greedy(best);
-        meet.arrive_and_wait();  // everyone has read every pair
-        if (r == 0) out.tokens.push_back(token);
+        const bool quit = std::find(votes.begin(), votes.end(), 1) != votes.end();  // the same on every rank
+        meet.arrive_and_wait();  // everyone has read every pair and vote
+        if (quit) break;
+        if (r == 0) {
+          out.tokens.push_back(token);
+          if (keep_going && !keep_going(i + 1)) halt = true;
+        }
         if (i + 1 < max_new) logits = m.decode({0}, {token});
       }
     } catch (...) {

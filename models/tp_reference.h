@@ -6,6 +6,7 @@
 // (tp_greedy). Pure host code.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "models/qwen35_config.h"
@@ -30,7 +31,10 @@ struct TpFault {
 // all-reduce would round them). Throws sg::Error for a bad prompt, max_new < 1 or a plan the model
 // does not allow (tp_plan); when a rank fails, every rank stops at its next collective and the
 // first failure is thrown (ReferenceModel's own errors as it throws them).
+// keep_going (optional) is called on rank 0's thread after each token with the count so far; once
+// it returns false the ranks stop together after that token (what was generated is returned).
 TpGeneration tp_generate(const Qwen35Config& c, const HostWeights& w, int ranks, const std::vector<int64_t>& prompt,
-                         int max_new, ReferenceOptions options = {}, TpFault fault = {});
+                         int max_new, ReferenceOptions options = {}, TpFault fault = {},
+                         const std::function<bool(int)>& keep_going = {});
 
 }  // namespace sg

@@ -68,6 +68,28 @@ std::vector<CliCase> option_cases() {
   add("generate --cpu --gemm", {"generate", "--cpu", "--gemm", "cublas"}, 1, {"--gemm", "cannot apply"});
   add("generate --cpu --check-nodes", {"generate", "--cpu", "--check-nodes"}, 1,
       {"--check-nodes and --fault-after check the GPU step's kernel nodes", "cannot apply"});
+  add("generate --cpu --tp 3 (tiny: 2 key heads)", {"generate", "--cpu", "--tp", "3"}, 1,
+      {"tensor parallel over 3 ranks", "GDN key heads 2"});
+  add("generate --tp 2 without --cpu", {"generate", "--tp", "2"}, 1, {"--tp 2", "add --cpu"});
+  add("generate --cpu --tp 0", {"generate", "--cpu", "--tp", "0"}, kCli11Invalid, {"--tp"});
+  auto* tp2 = add("generate --cpu --tp 2 gives the tokens of --tp 1",
+                  {"generate", "--cpu", "--tp", "2", "--tokens", "5,17,200,3", "--max-new", "8"}, 0,
+                  {"tensor parallel over 2 CPU ranks", "generated (8 tokens"});
+  tp2->after = [](const fs::path& d, const std::string& out) {
+    const ChildResult one =
+        run_program({SG_STEPGRAPH_BIN, "generate", "--cpu", "--tokens", "5,17,200,3", "--max-new", "8"}, {}, {}, d);
+    REQUIRE(one.code == 0);
+    auto tokens = [](const std::string& text) {  // the list after "generated (8 tokens, greedy, X s): "
+      const size_t at = text.find("generated (");
+      const size_t colon = text.find("): ", at);
+      return at == std::string::npos || colon == std::string::npos
+                 ? std::string()
+                 : text.substr(colon + 3, text.find('\n', colon) - colon - 3);
+    };
+    INFO("--tp 1: " << one.out);
+    CHECK_FALSE(tokens(out).empty());
+    CHECK(tokens(out) == tokens(one.out));
+  };
   add("generate --fault-after without a GPU", {"generate", "--fault-after", "1:conv.update"}, 1,
       {"--check-nodes and --fault-after", "cannot apply"});
   add("generate --fault-after without a colon", {"generate", "--fault-after", "conv.update"}, 1,

@@ -29,6 +29,8 @@
 #include "models/reference_memory.h"
 #include "models/reference_model.h"
 #include "models/safetensors.h"
+#include "models/tp_plan.h"
+#include "models/tp_reference.h"
 #include "tools/cli/ab_selection.h"
 #include "tools/cli/bench_common.h"
 #include "tools/cli/cli_checks.h"
@@ -57,6 +59,7 @@ struct GenerateOptions {
   bool gpu_setting_given = false;  // --attn-prefill, --attn-decode or --gemm given (they have no CPU meaning)
   bool check_nodes = false;        // eager steps, every kernel node synchronised and checked
   std::string fault_after;         // a fault drill's node, "LAYER:OP" (empty: none)
+  int tp = 1;                      // tensor-parallel ranks (CPU reference only, models/tp_reference.h)
 };
 
 // True when Ctrl-C stopped the generation before max_new tokens.
@@ -184,6 +187,12 @@ int run(const GenerateOptions& o) {
   const ResolvedArms arms = resolve_cli_arms(o.arms.arms);
   // Parsed on either path: a bad value is an error even where the CPU reference runs.
   const FaultDrill fault = parse_fault_after(o.fault_after);
+  if (o.tp > 1 && !o.cpu) {
+    throw Error(fmt::format(
+        "generate: --tp {} splits the model over tensor-parallel ranks on the CPU reference only (the GPU side is "
+        "not built yet); add --cpu",
+        o.tp));
+  }
   if (!o.cpu) {
     const DeviceInfo dev = probe_device();
     if (dev.ok) return run_gpu(o, dev, arms, fault, notes);
@@ -224,10 +233,13 @@ int run(const GenerateOptions& o) {
     source = fmt::format("synthetic weights of preset '{}' (seed {})", name, o.seed);
   }
   check_token_range(prompt, cfg.vocab, cfg.name);
+  if (o.tp > 1) tp_plan(cfg, o.tp);  // a rank count the model does not divide: the error before loading
   const int64_t ctx = static_cast<int64_t>(prompt.size()) + std::max(o.max_new, 1);
-  // Everything the CPU reference will hold, against the memory there is, before any allocation.
+  // Everything the CPU reference will hold, against the memory there is, before any allocation
+  // (over ranks: the ranks' tensors as well as the whole model's, about twice the weights).
   const ReferenceMemory need = reference_memory(cfg, 1, ctx, static_cast<int64_t>(prompt.size()));
-  check_host_memory(need.total(), fmt::format("the CPU reference model of '{}'", printable(cfg.name)), need.describe());
+  check_host_memory(need.total() + (o.tp > 1 ? need.weights : 0),
+                    fmt::format("the CPU reference model of '{}'", printable(cfg.name)), need.describe());
   if (need.weights > (uint64_t{2} << 30)) {
     fmt::print(stderr, "note: the f32 weights of '{}' take {} of host memory; the CPU reference is slow at this size\n",
                printable(cfg.name), format_host_bytes(need.weights));
@@ -237,11 +249,27 @@ int run(const GenerateOptions& o) {
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;  // default f32 on the CPU
   ro.chunked_prefill = o.chunked || o.delta_prefill == "chunked" || o.delta_prefill == "mma";
   ro.ssm_state = reference_ssm_state(o.ssm_state);
+  std::string detail =
+      fmt::format("{} delta-rule prefill; GDN state {}", ro.chunked_prefill ? "chunked" : "recurrent", o.ssm_state);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int64_t> out;
+  if (o.tp > 1) {  // one ReferenceModel a rank, on threads, summed where GPUs would all-reduce
+    detail += fmt::format("; tensor parallel over {} CPU ranks", o.tp);
+    if (o.max_new > 0) {
+      Progress progress("generate", o.max_new);
+      out = tp_generate(cfg, weights, o.tp, prompt, o.max_new, ro, {}, [&](int done) {
+              progress.update(done);
+              return !sigint_received();
+            }).tokens;
+      progress.finish();
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    print_result(o, "cpu-reference", cfg, source, o.dtype.empty() ? "f32" : o.dtype, detail, prompt, out, secs, notes);
+    return stopped_early(o, out) ? kInterruptedExit : 0;
+  }
   ReferenceModel model(cfg, std::move(weights), 1, ctx, ro);
 
   // Greedy generation as ReferenceModel::generate does it, with progress for long runs.
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<int64_t> out;
   if (o.max_new > 0) {
     Progress progress("generate", o.max_new);
     std::vector<float> logits = model.prefill({Sequence{0, prompt}});
@@ -256,10 +284,7 @@ int run(const GenerateOptions& o) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  print_result(
-      o, "cpu-reference", cfg, source, o.dtype.empty() ? "f32" : o.dtype,
-      fmt::format("{} delta-rule prefill; GDN state {}", ro.chunked_prefill ? "chunked" : "recurrent", o.ssm_state),
-      prompt, out, secs, notes);
+  print_result(o, "cpu-reference", cfg, source, o.dtype.empty() ? "f32" : o.dtype, detail, prompt, out, secs, notes);
   return stopped_early(o, out) ? kInterruptedExit : 0;
 }
 
@@ -291,6 +316,13 @@ void register_generate(CLI::App& app, Action& action) {
       ->check(CLI::Range(0, kMaxNewTokens));
   cmd->add_flag("--json", o.json, "Print the result as JSON");
   cmd->add_flag("--cpu", o.cpu, "Run the CPU reference model instead of the GPU");
+  cmd->add_option("--tp", o.tp,
+                  "Tensor-parallel ranks: split the model's heads, MLP rows and LM head over this many ranks "
+                  "(a divisor of its key, query and KV heads and MLP size) and sum their outputs where GPUs would "
+                  "all-reduce. The CPU reference only for now (--cpu; a thread a rank); its tokens are those of "
+                  "--tp 1")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--dtype", o.dtype,
                   "Compute dtype: bf16 (default on the GPU) or f32 (parity with HF; default on "
                   "the CPU, where bf16 emulates a bf16 step with weights rounded to bf16)")

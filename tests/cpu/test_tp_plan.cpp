@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <stdexcept>
@@ -25,8 +26,10 @@
 #include "kernels/ref/mlp_ref.h"
 #include "kernels/ref/norm_ref.h"
 #include "kernels/ref/postconv_ref.h"
+#include "models/hf_config.h"
 #include "models/memory_plan.h"
 #include "models/reference_model.h"
+#include "models/safetensors.h"
 #include "models/tp_plan.h"
 #include "models/tp_reference.h"
 #include "tests/support/catch.h"
@@ -385,6 +388,13 @@ TEST_CASE("tp reference: the ranks' greedy tokens and logits are the whole model
       CHECK(rel_diff(g.first_logits, first) < 1e-5);
       if (R == 1) CHECK(g.first_logits == first);  // one rank is the whole model, to the bit
     }
+  }
+  {  // a Hugging Face checkpoint (the test fixture with 2 key heads, 4 value heads, GQA 2:1)
+    const std::filesystem::path dir = std::filesystem::path(SG_TEST_SOURCE_DIR) / "tests/fixtures/h72-hv2x-dk16-dv24";
+    const Qwen35Config c = load_hf_config(dir / "config.json");
+    const HostWeights w = load_weights(Checkpoint::open(dir), c);
+    ReferenceModel whole(c, w, 1, 3 + 12);
+    CHECK(tp_generate(c, w, 2, {1, 2, 3}, 12).tokens == whole.generate({1, 2, 3}, 12));
   }
   const Qwen35Config c = preset("tiny");
   const HostWeights w = synthetic_weights(c, 21);

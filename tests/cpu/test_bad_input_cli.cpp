@@ -90,6 +90,24 @@ std::vector<CliCase> option_cases() {
     CHECK_FALSE(tokens(out).empty());
     CHECK(tokens(out) == tokens(one.out));
   };
+  add("plan --tp 3 (4B: 16 key heads)", {"plan", "--tp", "3"}, 1, {"tensor parallel over 3 ranks", "GDN key heads 16"});
+  add("plan --max-seqs 0", {"plan", "--max-seqs", "0"}, kCli11Invalid, {"--max-seqs"});
+  add("plan --weights a missing folder", {"plan", "--weights", "no/such/folder"}, kCli11Invalid, {"--weights"});
+  add("plan --preset unknown", {"plan", "--preset", "nope"}, 1, {"unknown preset 'nope'"});
+  add("plan --json into a missing folder", {"plan", "--json", "no/such/folder/p.json"}, 1, {"--json"});
+  auto* plan27 = add(
+      "plan of the 27B at 64 slots of 32768 tokens over two ranks (runs)",
+      {"plan", "--preset", "qwen3.5-27b", "--slots", "64", "--context", "32768", "--tp", "2", "--json", "{dir}/p.json"},
+      0, {"rank 1 of 2: 98.8 GiB", "fits in 139.8 GiB on every rank"});
+  plan27->after = [](const fs::path& d, const std::string&) {
+    const json j = json::parse(read_file(d / "p.json"));
+    REQUIRE(j.at("ranks").size() == 2);
+    CHECK(j.at("fits") == true);
+    CHECK(j.at("ranks")[0].at("categories").at("kv cache") == j.at("ranks")[1].at("categories").at("kv cache"));
+  };
+  add("plan of the 27B at 64 slots of 32768 tokens on one GPU (runs)",
+      {"plan", "--preset", "qwen3.5-27b", "--slots", "64", "--context", "32768"}, 0,
+      {"total: 194.2 GiB", "does not fit in 139.8 GiB"});
   add("generate --fault-after without a GPU", {"generate", "--fault-after", "1:conv.update"}, 1,
       {"--check-nodes and --fault-after", "cannot apply"});
   add("generate --fault-after without a colon", {"generate", "--fault-after", "conv.update"}, 1,

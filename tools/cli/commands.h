@@ -26,6 +26,7 @@ void register_generate(CLI::App& app, Action& action);
 void register_info(CLI::App& app, Action& action);
 void register_inspect(CLI::App& app, Action& action);
 void register_kernels(CLI::App& app, Action& action);
+void register_plan(CLI::App& app, Action& action);
 void register_serve(CLI::App& app, Action& action);
 void register_soak(CLI::App& app, Action& action);
 

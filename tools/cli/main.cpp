@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   sg::cli::register_soak(app, action);
   sg::cli::register_diff(app, action);
   sg::cli::register_drift(app, action);
+  sg::cli::register_plan(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -42,9 +42,9 @@ bool same_dims(const Qwen35Config& a, const Qwen35Config& b) {
 
 // Rank r of a plan that tp_plan made for c's dimensions.
 const TpRank& plan_rank(const Qwen35Config& c, const TpPlan& plan, int r) {
-  if (plan.ranks < 1 || plan.rank.size() != static_cast<size_t>(plan.ranks) || !same_dims(c, plan.model))
+  if (plan.rank.empty() || !same_dims(c, plan.model))
     throw Error(fmt::format("tensor parallel: the plan was not made by tp_plan for '{}'", printable(c.name)));
-  if (r < 0 || r >= plan.ranks) throw Error(fmt::format("tensor parallel: rank {} outside [0, {})", r, plan.ranks));
+  if (r < 0 || r >= plan.ranks()) throw Error(fmt::format("tensor parallel: rank {} outside [0, {})", r, plan.ranks()));
   return plan.rank[static_cast<size_t>(r)];
 }
 
@@ -67,7 +67,6 @@ TpPlan tp_plan(const Qwen35Config& c, int ranks) {
     throw Error(fmt::format("tensor parallel over {} ranks needs the rank count to divide the {} of '{}' ({})", ranks,
                             bad.size() == 1 ? "size" : "sizes", printable(c.name), fmt::join(bad, ", ")));
   TpPlan p;
-  p.ranks = ranks;
   p.model = c;
   const bool gdn = c.num_linear_attention() > 0, attn = c.num_full_attention() > 0;
   const int64_t vper = (static_cast<int64_t>(c.vocab) + ranks - 1) / ranks;

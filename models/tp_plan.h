@@ -49,9 +49,9 @@ struct TpRank {
 };
 
 struct TpPlan {
-  int ranks = 0;
   std::vector<TpRank> rank;  // one per rank, in rank order
   Qwen35Config model;        // the whole model the plan splits (the functions below check it)
+  int ranks() const { return static_cast<int>(rank.size()); }
 };
 
 // The plan for `ranks` GPUs. Throws sg::Error naming every dimension the rank count does not

@@ -137,7 +137,7 @@ TEST_CASE("tp plan: every head, intermediate row and vocabulary row is on exactl
       if (c.gdn.Hk % R || c.Hq % R || c.Hkv % R || c.intermediate % R) continue;
       INFO(name << " over " << R << " ranks");
       const TpPlan p = tp_plan(c, R);
-      REQUIRE(p.ranks == R);
+      REQUIRE(p.ranks() == R);
       REQUIRE(static_cast<int>(p.rank.size()) == R);
       check_tiles(of_ranks(p, [](const TpRank& r) { return r.k_heads; }), c.gdn.Hk);
       check_tiles(of_ranks(p, [](const TpRank& r) { return r.v_heads; }), c.gdn.Hv);
@@ -196,7 +196,7 @@ TEST_CASE("tp slices: every tensor's pieces tile its split dimension once over t
     for (const auto& [tname, shape] : all) {
       INFO(name << ": " << tname);
       std::vector<TpSlice> s;
-      for (int r = 0; r < p.ranks; ++r) s.push_back(tp_slice(c, p, r, tname));
+      for (int r = 0; r < p.ranks(); ++r) s.push_back(tp_slice(c, p, r, tname));
       for (const TpSlice& x : s) CHECK(x.dim == s[0].dim);
       if (s[0].dim < 0) continue;  // whole on every rank
       REQUIRE(s[0].dim < static_cast<int>(shape.size()));

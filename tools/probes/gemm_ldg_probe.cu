@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "kernels/skinny_gemm.cu"  // the library kernel, its split sum and stores
+#include "tools/probes/gemm_probe.h"
 #include "tools/probes/probe_check.h"
 
 namespace {
@@ -200,9 +201,7 @@ int main(int argc, char** argv) {
                               {"P-w4r2u4", launch_ldg<4, 2, 4, true>}, {"P-w4r1u4", launch_ldg<4, 1, 4, true>}};
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cublasHandle_t h;
-  CK(cublasCreate(&h));
-  CK(cublasSetStream(h, s));
+  const cublasHandle_t h = probe_cublas(s);
   float* ws;
   int32_t* cnt;
   CK(cudaMalloc(&ws, size_t(16) * 32 * 40000 * 4));
@@ -230,23 +229,9 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
     CK(cudaMemcpy(x, probe_activations(M, sh.K).data(), size_t(M) * sh.K * 2, cudaMemcpyHostToDevice));
     CK(cudaMalloc(&y, size_t(M) * sh.N * 2));
-    auto params = [&](void* w, int splits) {
-      sg::SkinnyGemmParams p;
-      p.x = x;
-      p.W = w;
-      p.y = y;
-      p.M = M;
-      p.N = sh.N;
-      p.K = sh.K;
-      p.splits = splits;
-      p.workspace = ws;
-      p.counters = cnt;
-      return p;
-    };
+    auto params = [&](void* w, int splits) { return skinny_params(x, w, y, M, sh.N, sh.K, splits, ws, cnt); };
     std::vector<uint16_t> want(size_t(M) * sh.N), got(want.size());
-    const float alpha = 1, beta = 0;
-    CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, M, sh.K, &alpha, W[0], CUDA_R_16BF, sh.K, x, CUDA_R_16BF, sh.K,
-                    &beta, y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gemm_ex(h, W[0], x, y, M, sh.N, sh.K);
     CK(cudaStreamSynchronize(s));
     CK(cudaMemcpy(want.data(), y, want.size() * 2, cudaMemcpyDeviceToHost));
     auto check = [&](auto fn, int splits, bool packed) {  // largest |difference| over largest |y|

@@ -29,6 +29,7 @@
 #include "kernels/skinny_gemm.cu"        // the kernel under test, compiled into the probe
 #include "tools/probes/skinny_bulk.cuh"  // a bulk-copy variant
 
+#include "tools/probes/gemm_probe.h"
 #include "tools/probes/probe_check.h"
 
 constexpr int kCopies = 8, kLaunches = 20;
@@ -58,13 +59,9 @@ int main(int argc, char** argv) {
                           {"27b.attn.o_proj", 5120, 6144}};
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cublasHandle_t h;
-  CK(cublasCreate(&h));
-  CK(cublasSetStream(h, s));
   void* ws;
-  const size_t ws_bytes = 32u << 20;
-  CK(cudaMalloc(&ws, ws_bytes));
-  CK(cublasSetWorkspace(h, ws, ws_bytes));
+  const size_t ws_bytes = kProbeCublasWorkspace;
+  const cublasHandle_t h = probe_cublas(s, &ws);
   cublasLtHandle_t lt;
   CK(cublasLtCreate(&lt));
   std::printf("%-14s %4s %7s %6s | %9s %6s | %9s %6s | %5s | %s\n", "op", "M", "N", "K", "gemmEx us", "TB/s",
@@ -91,10 +88,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpy(x, probe_activations(M, sh.K).data(), size_t(M) * sh.K * 2, cudaMemcpyHostToDevice));
       CK(cudaMalloc(&y, size_t(M) * sh.N * 2));
       const float alpha = 1, beta = 0;
-      const float t0 = time_graph(s, kLaunches, kCopies, [&](int c) {
-        CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, M, sh.K, &alpha, W[c], CUDA_R_16BF, sh.K, x, CUDA_R_16BF,
-                        sh.K, &beta, y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      });
+      const float t0 = time_graph(s, kLaunches, kCopies, [&](int c) { gemm_ex(h, W[c], x, y, M, sh.N, sh.K); });
       cublasLtMatmulDesc_t op;
       CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
       const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -143,17 +137,7 @@ int main(int argc, char** argv) {
                                   {"tma64x12", 64, sg::launch_tma<64, 12>},
                                   {"bulk64x256x4", 256, sg::launch_bulk<64, 256, 4>}};
       auto params = [&](void* w, int splits) {  // y = x w^T, M x N x K, at `splits`
-        sg::SkinnyGemmParams p;
-        p.x = x;
-        p.W = w;
-        p.y = y;
-        p.M = M;
-        p.N = sh.N;
-        p.K = sh.K;
-        p.splits = splits;
-        p.workspace = sk_ws;
-        p.counters = sk_cnt;
-        return p;
+        return skinny_params(x, w, y, M, sh.N, sh.K, splits, sk_ws, sk_cnt);
       };
       for (const Variant& v : variants) {
         if (vfilter && ![&] {  // any of the comma-separated substrings
@@ -174,8 +158,7 @@ int main(int argc, char** argv) {
         }
         // Check: the variant's y on copy 0 against cublasGemmEx's (bf16 outputs, relative error).
         std::vector<uint16_t> got(size_t(M) * sh.N), want(size_t(M) * sh.N);
-        CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, M, sh.K, &alpha, W[0], CUDA_R_16BF, sh.K, x, CUDA_R_16BF,
-                        sh.K, &beta, y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        gemm_ex(h, W[0], x, y, M, sh.N, sh.K);
         CK(cudaStreamSynchronize(s));  // s does not synchronise with the legacy stream's copies
         CK(cudaMemcpy(want.data(), y, want.size() * 2, cudaMemcpyDeviceToHost));
         CK(cudaMemset(y, 0, got.size() * 2));

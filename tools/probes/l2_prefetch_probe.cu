@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/probes/gemm_probe.h"
 #include "tools/probes/probe_check.h"
 
 namespace {
@@ -80,12 +81,7 @@ int main(int argc, char** argv) {
       {"27b.gdn.in_proj", 16480, 5120}, {"27b.mlp.down", 5120, 17408},    {"27b.mlp.gate_up", 34816, 5120}};
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cublasHandle_t h;
-  CK(cublasCreate(&h));
-  CK(cublasSetStream(h, s));
-  void* ws;
-  CK(cudaMalloc(&ws, size_t{32} << 20));
-  CK(cublasSetWorkspace(h, ws, size_t{32} << 20));
+  const cublasHandle_t h = probe_cublas(s);
   std::printf("M = %d; us a pair (3 us stand-in + cublasGemmEx), 20 pairs over 8 weight copies\n", M);
   std::printf("%-17s %8s | %8s %8s %14s %14s %14s | %s\n", "op", "MB", "none", "whole", "rows:256B", "rows:1KB",
               "rows:4KB", "GEMM alone");
@@ -101,11 +97,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
     CK(cudaMemcpy(x, probe_activations(M, sh.K).data(), size_t(M) * sh.K * 2, cudaMemcpyHostToDevice));
     CK(cudaMalloc(&y, size_t(M) * sh.N * 2));
-    const float alpha = 1, beta = 0;
-    auto gemm = [&](int c) {
-      CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, M, sh.K, &alpha, W[c], CUDA_R_16BF, sh.K, x, CUDA_R_16BF, sh.K,
-                      &beta, y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    };
+    auto gemm = [&](int c) { gemm_ex(h, W[c], x, y, M, sh.N, sh.K); };
     const uint64_t pitch = uint64_t(sh.K) * 2;
     auto pair = [&](int mode, uint32_t row_bytes) {
       return 1000 * time_graph(s, kPairs, kCopies, [&](int c) {

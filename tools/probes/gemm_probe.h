@@ -1,0 +1,50 @@
+// gemm_probe.h: what the GEMM probes share: a cuBLAS handle on a stream with its workspace,
+// y = x W^T by cublasGemmEx (bf16 in and out, f32 accumulation: the reference their variants are
+// checked against), and the skinny kernel's parameters for one shape. For the hand-built probes of
+// tools/probes/ only.
+#pragma once
+#include <cublas_v2.h>
+
+#include <cstdint>
+
+#include "kernels/skinny_gemm.h"
+#include "tools/probes/probe_check.h"
+
+constexpr size_t kProbeCublasWorkspace = size_t{32} << 20;
+
+// A handle on stream s with a kProbeCublasWorkspace workspace (kept until the probe exits), which
+// *workspace receives when asked for.
+inline cublasHandle_t probe_cublas(cudaStream_t s, void** workspace = nullptr) {
+  cublasHandle_t h;
+  CK(cublasCreate(&h));
+  CK(cublasSetStream(h, s));
+  void* ws;
+  CK(cudaMalloc(&ws, kProbeCublasWorkspace));
+  CK(cublasSetWorkspace(h, ws, kProbeCublasWorkspace));
+  if (workspace) *workspace = ws;
+  return h;
+}
+
+// y[M, N] = x[M, K] W[N, K]^T, all bf16, on h's stream.
+inline void gemm_ex(cublasHandle_t h, const void* W, const void* x, void* y, int M, int N, int K) {
+  const float alpha = 1, beta = 0;
+  CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, W, CUDA_R_16BF, K, x, CUDA_R_16BF, K, &beta, y,
+                  CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// The skinny kernel's parameters for y = x W^T at `splits`, with the split partials' workspace and
+// counters.
+inline sg::SkinnyGemmParams skinny_params(const void* x, const void* W, void* y, int M, int N, int K, int splits,
+                                          float* workspace, int32_t* counters) {
+  sg::SkinnyGemmParams p;
+  p.x = x;
+  p.W = W;
+  p.y = y;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.splits = splits;
+  p.workspace = workspace;
+  p.counters = counters;
+  return p;
+}

@@ -1,7 +1,8 @@
 // gemm_lt_probe.cu: the decode projections three ways. For each small-M shape y[M, N] = x[M, K]
 // W[N, K]^T (bf16 in, f32 accumulate, bf16 out), times cublasGemmEx (the model step's default),
 // the best of cuBLASLt's top heuristic algorithms, and variants of the skinny kernel
-// (kernels/skinny_gemm.h: tensor-map copies; tools/probes/skinny_bulk.cuh: 1-D bulk copies), each at its
+// (kernels/skinny_gemm.h: tensor-map copies; tools/probes/skinny_bulk.cuh: 1-D bulk copies;
+// tools/probes/skinny_wgmma.cuh: the same ring multiplied by wgmma), each at its
 // best split count and checked against cublasGemmEx, with CUDA graphs of 20 launches over 8
 // rotating weight copies (so L2 cannot serve the weights), and prints each one's weight bandwidth.
 // Shapes: the 4B preset's projections, then the 27B preset's (`27b.` names). For weights of at most
@@ -10,7 +11,7 @@
 // Usage: gemm_lt_probe [OP|all M [VARIANTS]] (one shape, e.g. `mlp.gate_up 32`, for ncu; `all 32
 // tma64x8,x5`: every shape at 32 rows, the variants whose names hold "tma64x8" or "x5"). Build and run on the GPU
 // machine (from the repository root):
-//   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu \
+//   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu \
 //     kernels/launch_policy.cpp kernels/launch_check.cpp -lcublasLt -lcublas &&
 //   /tmp/gemm_lt_probe
 #include <cublasLt.h>
@@ -26,8 +27,9 @@
 #include <cstring>
 #include <string>
 #include <vector>
-#include "kernels/skinny_gemm.cu"        // the kernel under test, compiled into the probe
-#include "tools/probes/skinny_bulk.cuh"  // a bulk-copy variant
+#include "kernels/skinny_gemm.cu"         // the kernel under test, compiled into the probe
+#include "tools/probes/skinny_bulk.cuh"   // a bulk-copy variant
+#include "tools/probes/skinny_wgmma.cuh"  // a wgmma variant (sm_90a)
 
 #include "tools/probes/gemm_probe.h"
 #include "tools/probes/probe_check.h"
@@ -125,7 +127,7 @@ int main(int argc, char** argv) {
         cudaError_t (*fn)(const sg::SkinnyGemmParams&, cudaStream_t);
       };
       // tmaBNxS: the library's tensor-map kernel with BN W rows a block and S stages (the library runs
-      // 64 x 8); bulkBNxBKxS: 1-D bulk copies, one per row piece (slower, docs/BENCHMARKS.md).
+      // 64 x 8, 128 x 5, 256 x 5); bulkBNxBKxS: 1-D bulk copies, one per row piece (slower, docs/BENCHMARKS.md).
       const Variant variants[] = {{"tma64x8", 64, sg::launch_tma<64, 8>},
                                   {"tma128x5", 64, sg::launch_tma<128, 5>},
                                   {"tma256x5", 64, sg::launch_tma<256, 5>},
@@ -135,7 +137,13 @@ int main(int argc, char** argv) {
                                   {"tma144x5", 64, sg::launch_tma<144, 5>},
                                   {"tma64x16", 64, sg::launch_tma<64, 16>},
                                   {"tma64x12", 64, sg::launch_tma<64, 12>},
-                                  {"bulk64x256x4", 256, sg::launch_bulk<64, 256, 4>}};
+                                  {"bulk64x256x4", 256, sg::launch_bulk<64, 256, 4>},
+                                  // wgmmaBNxS: the same on wgmma (skinny_wgmma.cuh)
+                                  {"wgmma64x8", 64, sg::launch_wgmma_rows<64, 8>},
+                                  {"wgmma128x5", 64, sg::launch_wgmma_rows<128, 5>},
+                                  {"wgmma256x5", 64, sg::launch_wgmma_rows<256, 5>},
+                                  {"wgmma64x12", 64, sg::launch_wgmma_rows<64, 12>},
+                                  {"wgmma128x8", 64, sg::launch_wgmma_rows<128, 8>}};
       auto params = [&](void* w, int splits) {  // y = x w^T, M x N x K, at `splits`
         return skinny_params(x, w, y, M, sh.N, sh.K, splits, sk_ws, sk_cnt);
       };

@@ -10,8 +10,10 @@
 // issued and the one that read it has completed: wait_group 1). Same grid, split-K, ring and block
 // end as the library kernel; the accumulators are wgmma's m64nNk16 layout, which is mma.sync's
 // m16n8k16 layout per warp, so finish_block serves both. Measured at 1, 8 and 32 rows on every
-// decode projection (docs/BENCHMARKS.md): within about 0.5 us of the mma.sync kernel either way, so
-// the multiply side is not the bound; not in the library.
+// decode projection (docs/BENCHMARKS.md), each kernel at its best block width and split count: at
+// 32 rows on the 4B's shapes 0.35-0.57 us faster than the mma.sync kernel on five and 0.43 us
+// slower on in_proj; at 8 and 1 rows and on every 27B shape 0-2.4 us slower. The multiply side is
+// not what holds the kernel; not in the library.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>

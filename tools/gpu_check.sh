@@ -11,7 +11,8 @@
 # (`--no-bench --no-kernels`); initcheck and synccheck add at most 150 s each, the bf16-state
 # kernels under the four tools at most 120 s each (about 45 s expected), the model-level tests
 # under memcheck, initcheck and synccheck at most 200 s each (about 2.5 minutes together), the
-# other GPU tests under memcheck at most 420 s (332 s measured), the soak at most 150 s (about a
+# other GPU tests under memcheck at most 420 s (332 s measured) and under initcheck and
+# synccheck at most 420 s each (not yet timed), the soak at most 150 s (about a
 # minute expected); the rest (`--no-tests --no-sanitize --no-soak`) about 3.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -130,6 +131,12 @@ if [ $sanitize = 1 ]; then
   timeout 420 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 \
     ./build-gpu/tests/tests_gpu "$rest" >> "$OUT/sanitizer-memcheck.log" 2>&1
   note "compute-sanitizer memcheck (the other GPU tests): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-memcheck.log" | tail -1)"
+  # initcheck and synccheck over the same cases (not yet timed under these tools: 420 s each).
+  for tool in initcheck synccheck; do
+    timeout 420 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 \
+      ./build-gpu/tests/tests_gpu "$rest" >> "$OUT/sanitizer-initcheck-synccheck.log" 2>&1
+    note "compute-sanitizer $tool (the other GPU tests): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-initcheck-synccheck.log" | tail -1)"
+  done
 fi
 
 if [ $soak = 1 ]; then

@@ -112,27 +112,10 @@ int main(int argc, char** argv) {
     __nv_bfloat16* x;
     CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
     CK(cudaMemset(x, 0, size_t(M) * sh.K * 2));
-    // cuBLASLt: y^T [N, M] = W [N, K] x^T, its first heuristic algorithm.
-    cublasLtMatmulDesc_t op;
-    CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    cublasLtMatrixLayout_t la, lb, lc;
-    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.K, sh.N, sh.K));
-    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.K, M, sh.K));
-    CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.N, M, sh.N));
-    cublasLtMatmulPreference_t pref;
-    CK(cublasLtMatmulPreferenceCreate(&pref));
-    const size_t ws_bytes = kProbeCublasWorkspace;
-    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                            sizeof(ws_bytes)));
-    cublasLtMatmulHeuristicResult_t res{};
-    int found = 0;
-    CK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &res, &found));
-    const float alpha = 1, beta = 0;
+    // cuBLASLt with its first heuristic algorithm.
+    const ProbeLtGemm ltg(lt, M, sh.N, sh.K, kProbeCublasWorkspace, 1);
     for (int use_lt = 0; use_lt < 2; ++use_lt) {
-      if (use_lt && found < 1) continue;
+      if (use_lt && ltg.count < 1) continue;
       for (uint64_t wait_us : {3, 30}) {
         float t[2] = {0, 0};
         int made = 0, bad = 0;
@@ -144,8 +127,7 @@ int main(int argc, char** argv) {
             standin_kernel<<<132, 256, 0, s>>>(x, M * sh.K, float(c + 1), wait_us * 1000);
             CK(cudaGetLastError());
             if (use_lt) {
-              CK(cublasLtMatmul(lt, op, &alpha, W[c], la, x, lb, &beta, Y[c], lc, Y[c], lc, &res.algo, ws, ws_bytes,
-                                s));
+              ltg.run(0, W[c], x, Y[c], ws, kProbeCublasWorkspace, s);
             } else {
               gemm_ex(h, W[c], x, Y[c], M, sh.N, sh.K);
             }
@@ -191,11 +173,6 @@ int main(int argc, char** argv) {
                     int(wait_us), t[0], t[1], made, bad, 5 * kPairs);
       }
     }
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatmulDescDestroy(op);
     CK(cudaFree(x));
     for (int c = 0; c < kPairs; ++c) {
       CK(cudaFree(W[c]));

@@ -89,32 +89,14 @@ int main(int argc, char** argv) {
       CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
       CK(cudaMemcpy(x, probe_activations(M, sh.K).data(), size_t(M) * sh.K * 2, cudaMemcpyHostToDevice));
       CK(cudaMalloc(&y, size_t(M) * sh.N * 2));
-      const float alpha = 1, beta = 0;
       const float t0 = time_graph(s, kLaunches, kCopies, [&](int c) { gemm_ex(h, W[c], x, y, M, sh.N, sh.K); });
-      cublasLtMatmulDesc_t op;
-      CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-      const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-      CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-      CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-      cublasLtMatrixLayout_t la, lb, lc;
-      CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.K, sh.N, sh.K));
-      CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.K, M, sh.K));
-      CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, sh.N, M, sh.N));
-      cublasLtMatmulPreference_t pref;
-      CK(cublasLtMatmulPreferenceCreate(&pref));
-      CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                              sizeof(ws_bytes)));
-      cublasLtMatmulHeuristicResult_t res[32];
-      int n = 0;
-      CK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 32, res, &n));
+      const ProbeLtGemm ltg(lt, M, sh.N, sh.K, ws_bytes, 32);
       float best = 1e30f;
       int tried = 0;
-      for (int i = 0; i < n; ++i) {
-        if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      for (int i = 0; i < ltg.count; ++i) {
+        if (ltg.algos[i].state != CUBLAS_STATUS_SUCCESS) continue;
         ++tried;
-        const float t = time_graph(s, kLaunches, kCopies, [&](int c) {
-          CK(cublasLtMatmul(lt, op, &alpha, W[c], la, x, lb, &beta, y, lc, y, lc, &res[i].algo, ws, ws_bytes, s));
-        });
+        const float t = time_graph(s, kLaunches, kCopies, [&](int c) { ltg.run(i, W[c], x, y, ws, ws_bytes, s); });
         best = std::min(best, t);
       }
       std::printf("%-14s %4d %7d %6d | %9.2f %6.2f | %9.2f %6.2f | %5d |", sh.name, M, sh.N, sh.K, 1000 * t0,
@@ -185,11 +167,6 @@ int main(int argc, char** argv) {
         std::printf(" | L2-warm tma64x8/%d: %.2f (%.2f)", pick, 1000 * warm, wb / (warm * 1e9));
       }
       std::printf("\n");
-      cublasLtMatmulPreferenceDestroy(pref);
-      cublasLtMatrixLayoutDestroy(la);
-      cublasLtMatrixLayoutDestroy(lb);
-      cublasLtMatrixLayoutDestroy(lc);
-      cublasLtMatmulDescDestroy(op);
       CK(cudaFree(x));
       CK(cudaFree(y));
     }

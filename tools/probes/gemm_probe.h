@@ -3,6 +3,7 @@
 // checked against), and the skinny kernel's parameters for one shape. For the hand-built probes of
 // tools/probes/ only.
 #pragma once
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <cstdint>
@@ -31,6 +32,44 @@ inline void gemm_ex(cublasHandle_t h, const void* W, const void* x, void* y, int
   CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, W, CUDA_R_16BF, K, x, CUDA_R_16BF, K, &beta, y,
                   CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
+
+// y^T [N, M] = W [N, K] x^T by cuBLASLt (bf16 in and out, f32 accumulation): the descriptors of
+// one shape and up to `want` (at most 32) of the heuristic's algorithms for a workspace of ws_bytes.
+struct ProbeLtGemm {
+  cublasLtHandle_t lt;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulHeuristicResult_t algos[32];  // the first `count` are set
+  int count = 0;
+  ProbeLtGemm(cublasLtHandle_t handle, int M, int N, int K, size_t ws_bytes, int want) : lt(handle) {
+    CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, N, K));
+    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, M, K));
+    CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, N, M, N));
+    cublasLtMatmulPreference_t pref;
+    CK(cublasLtMatmulPreferenceCreate(&pref));
+    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                            sizeof(ws_bytes)));
+    CK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, want < 32 ? want : 32, algos, &count));
+    cublasLtMatmulPreferenceDestroy(pref);
+  }
+  ProbeLtGemm(const ProbeLtGemm&) = delete;
+  ProbeLtGemm& operator=(const ProbeLtGemm&) = delete;
+  ~ProbeLtGemm() {
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+  }
+  // y = x W^T with algorithm i, on stream s.
+  void run(int i, const void* W, const void* x, void* y, void* ws, size_t ws_bytes, cudaStream_t s) const {
+    const float alpha = 1, beta = 0;
+    CK(cublasLtMatmul(lt, op, &alpha, W, la, x, lb, &beta, y, lc, y, lc, &algos[i].algo, ws, ws_bytes, s));
+  }
+};
 
 // The skinny kernel's parameters for y = x W^T at `splits`, with the split partials' workspace and
 // counters.

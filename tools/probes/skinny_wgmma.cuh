@@ -2,18 +2,20 @@
 // tensor cores of sm_90a, included by gemm_lt_probe.cu after kernels/skinny_gemm.cu (whose ring,
 // tensor maps and finish_block it uses; the probe is built for sm_90a). The question it answers:
 // does the mma.sync kernel's multiply side (ldmatrix of W and of every token's x in every consumer
-// warp, 4 NT mma.sync a 16-wide k-step) hold it below the weight stream's floor at 32 rows?
+// warp, NT mma.sync a warp and 16-wide k-step) hold it below the weight stream's floor at 32 rows?
 // Here a warpgroup (4 consumer warps) owns 64 W rows and issues one wgmma.mma_async m64n(8 NT)k16 a
 // k-step that reads W and x straight from the stage (K-major descriptors in the TMA's 128-byte
-// swizzle): no fragment loads, 16x fewer tensor-core instructions, and one stage's multiplies run
-// while the warps wait for the next (each stage is released once the wgmma group after it has been
-// issued and the one that read it has completed: wait_group 1). Same grid, split-K, ring and block
+// swizzle): no fragment loads, one instruction where the four warps issue 4 NT mma.sync (16 at 32
+// rows), and one stage's multiplies run while the warps wait for the next (each stage is released
+// once the wgmma group after it has been issued and the one that read it has completed:
+// wait_group 1). Same grid, split-K, ring and block
 // end as the library kernel; the accumulators are wgmma's m64nNk16 layout, which is mma.sync's
 // m16n8k16 layout per warp, so finish_block serves both. Measured at 1, 8 and 32 rows on every
 // decode projection (docs/BENCHMARKS.md), each kernel at its best block width and split count: at
 // 32 rows on the 4B's shapes 0.35-0.57 us faster than the mma.sync kernel on five and 0.43 us
-// slower on in_proj; at 8 and 1 rows and on every 27B shape 0-2.4 us slower. The multiply side is
-// not what holds the kernel; not in the library.
+// slower on in_proj; at 8 rows 0.1 us faster on out_proj and o_proj and 0.3-2.4 us slower on the
+// rest; at 1 row up to 1.5 us slower; slower on every 27B shape; cuBLASLt ahead of both at 32 rows.
+// The multiply side is not what holds the kernel; not in the library.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>

@@ -65,6 +65,7 @@
 #include "kernels/delta_rule_mma_frag.cuh"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/mma_util.cuh"
+#include "tools/probes/delta_probe_inputs.cuh"
 #include "tools/probes/probe_check.h"
 
 namespace {
@@ -163,41 +164,10 @@ __global__ void __launch_bounds__(kThreads) chunk_inverse_kernel(const InversePa
   }
 }
 
-// ---- Inputs: the generator of tools/probes/delta_prefill_probe.cu (hash_uniform copied verbatim;
-// fill_uniform and fill_unit_rows reduced to the f32 and bf16 outputs used here), so the values
-// equal that probe's for the same seeds and indices.
-__device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i, float lo, float hi) {
-  uint64_t x = seed * 0xD1B54A32D192ED03ull + i + 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return lo + (hi - lo) * (static_cast<float>(x >> 40) * 0x1p-24f);
-}
-
-// n f32 values uniform in [lo, hi); every `spike`-th (when > 0) is `spike_value` instead.
-__global__ void fill_uniform(float* out, int64_t n, uint64_t seed, float lo, float hi, int spike, float spike_value) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = spike > 0 && i % spike == 0 ? spike_value : hash_uniform(seed, i, lo, hi);
-  }
-}
-
-// rows x dim bf16 values uniform in [-1, 1), each row scaled to unit L2 norm (a warp a row).
-__global__ void fill_unit_rows(bf16* out, int64_t rows, int dim, uint64_t seed) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
-  for (int64_t r = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32; r < rows; r += warps) {
-    double n2 = 0.0;
-    for (int i = lane; i < dim; i += 32) {
-      const double x = hash_uniform(seed, r * dim + i, -1.0f, 1.0f);
-      n2 += x * x;
-    }
-    for (int d = 16; d > 0; d >>= 1) n2 += __shfl_xor_sync(0xffffffffu, n2, d);
-    const float inv = static_cast<float>(1.0 / sqrt(n2 + 1e-12));
-    for (int i = lane; i < dim; i += 32) {
-      out[r * dim + i] = __float2bfloat16_rn(hash_uniform(seed, r * dim + i, -1.0f, 1.0f) * inv);
-    }
-  }
-}
+// ---- Inputs: tools/probes/delta_probe_inputs.cuh (delta_prefill_probe's generator, so the values
+// equal that probe's for the same seeds and indices).
+using probe_inputs::fill_uniform;
+using probe_inputs::fill_unit_rows;
 
 // One packed varlen batch: inputs, its chunk table and the T buffer.
 struct Batch {
@@ -225,11 +195,12 @@ Batch make_batch(const std::vector<int>& lens, int Hk, int Hv, int Dk) {
   CK(cudaMalloc(&b.g, gn * sizeof(float)));
   CK(cudaMalloc(&b.beta, gn * sizeof(float)));
   CK(cudaMalloc(&b.t_out, b.t_bytes()));
-  fill_unit_rows<<<1024, 256>>>(b.k, int64_t{b.T} * Hk, Dk, 2);  // delta_prefill_probe's seeds: k 2, g 4, beta 5
+  fill_unit_rows<<<1024, 256>>>(b.k, sg::DType::bf16, int64_t{b.T} * Hk, Dk,
+                                2);  // delta_prefill_probe's seeds: k 2, g 4, beta 5
   CK(cudaGetLastError());
-  fill_uniform<<<1024, 256>>>(b.g, gn, 4, -1.0f, 0.0f, 37, -12.0f);
+  fill_uniform<<<1024, 256>>>(b.g, sg::DType::f32, gn, 4, -1.0f, 0.0f, 37, -12.0f);
   CK(cudaGetLastError());
-  fill_uniform<<<1024, 256>>>(b.beta, gn, 5, 0.0f, 1.0f, 0, 0.0f);
+  fill_uniform<<<1024, 256>>>(b.beta, sg::DType::f32, gn, 5, 0.0f, 1.0f, 0, 0.0f);
   CK(cudaGetLastError());
   CK(cudaMemset(b.t_out, 0xff, b.t_bytes()));  // NaN: an entry the kernel does not write fails the check
   b.p.k = b.k;

@@ -253,32 +253,26 @@ int run(const GenerateOptions& o) {
       fmt::format("{} delta-rule prefill; GDN state {}", ro.chunked_prefill ? "chunked" : "recurrent", o.ssm_state);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int64_t> out;
-  if (o.tp > 1) {  // one ReferenceModel a rank, on threads, summed where GPUs would all-reduce
-    detail += fmt::format("; tensor parallel over {} CPU ranks", o.tp);
-    if (o.max_new > 0) {
-      Progress progress("generate", o.max_new);
+  if (o.tp > 1) detail += fmt::format("; tensor parallel over {} CPU ranks", o.tp);
+  std::optional<ReferenceModel> model;  // one model; over ranks tp_generate holds one a rank
+  if (o.tp == 1) model.emplace(cfg, std::move(weights), 1, ctx, ro);
+
+  if (o.max_new > 0) {
+    Progress progress("generate", o.max_new);
+    if (o.tp > 1) {  // one ReferenceModel a rank, on threads, summed where GPUs would all-reduce
       out = tp_generate(cfg, weights, o.tp, prompt, o.max_new, ro, {}, [&](int done) {
               progress.update(done);
               return !sigint_received();
             }).tokens;
-      progress.finish();
-    }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    print_result(o, "cpu-reference", cfg, source, o.dtype.empty() ? "f32" : o.dtype, detail, prompt, out, secs, notes);
-    return stopped_early(o, out) ? kInterruptedExit : 0;
-  }
-  ReferenceModel model(cfg, std::move(weights), 1, ctx, ro);
-
-  // Greedy generation as ReferenceModel::generate does it, with progress for long runs.
-  if (o.max_new > 0) {
-    Progress progress("generate", o.max_new);
-    std::vector<float> logits = model.prefill({Sequence{0, prompt}});
-    for (int i = 0; i < o.max_new; ++i) {
-      const int64_t next = ref::argmax(logits.data(), cfg.vocab);
-      out.push_back(next);
-      progress.update(i + 1);
-      if (sigint_received()) break;
-      if (i + 1 < o.max_new) logits = model.decode({0}, {next});
+    } else {  // greedy generation as ReferenceModel::generate does it, with progress for long runs
+      std::vector<float> logits = model->prefill({Sequence{0, prompt}});
+      for (int i = 0; i < o.max_new; ++i) {
+        const int64_t next = ref::argmax(logits.data(), cfg.vocab);
+        out.push_back(next);
+        progress.update(i + 1);
+        if (sigint_received()) break;
+        if (i + 1 < o.max_new) logits = model->decode({0}, {next});
+      }
     }
     progress.finish();
   }

@@ -17,6 +17,7 @@
 #include "models/step_layout.h"
 #include "models/step_settings.h"
 #include "models/tp_plan.h"
+#include "tools/cli/ab_selection.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
 
@@ -140,7 +141,7 @@ void register_plan(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_option("--ssm-state", o.ssm_state, "The GDN recurrent state: f32 or bf16")
       ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "bf16"}));
+      ->check(CLI::IsMember(setting_values("ssm-state")));
   cmd->add_option("--tp", o.tp,
                   "Tensor-parallel ranks: the plan of each rank (1/R of the heads, MLP rows, KV cache and SSM "
                   "state; the embedding and norms whole)")

@@ -211,13 +211,8 @@ int main(int argc, char** argv) {
   for (const Shape& sh : shapes) {
     if (only && std::string(sh.name).find(only) == std::string::npos) continue;
     const size_t wb = size_t(sh.N) * sh.K * 2;
-    std::vector<void*> W(kCopies);
-    for (auto& w : W) {
-      CK(cudaMalloc(&w, wb));
-      CK(cudaMemset(w, 0x3c, wb));
-    }
-    CK(cudaMemcpy(W[0], probe_weights(sh.N, sh.K).data(), wb, cudaMemcpyHostToDevice));
-    std::vector<void*> Wp(kCopies);  // the packed layout of each copy
+    const std::vector<void*> W = probe_weight_copies(sh.N, sh.K, kCopies, false);  // copy 0: the check's
+    std::vector<void*> Wp(kCopies);                                                // the packed layout of each copy
     for (int cc = 0; cc < kCopies; ++cc) {
       CK(cudaMalloc(&Wp[cc], wb));
       pack_kernel<<<1024, 256>>>(static_cast<const __nv_bfloat16*>(W[cc]), static_cast<__nv_bfloat16*>(Wp[cc]), sh.N,
@@ -225,9 +220,8 @@ int main(int argc, char** argv) {
       CK(cudaGetLastError());
     }
     CK(cudaDeviceSynchronize());
-    void *x, *y;
-    CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
-    CK(cudaMemcpy(x, probe_activations(M, sh.K).data(), size_t(M) * sh.K * 2, cudaMemcpyHostToDevice));
+    void* x = probe_x(M, sh.K);
+    void* y;
     CK(cudaMalloc(&y, size_t(M) * sh.N * 2));
     auto params = [&](void* w, int splits) { return skinny_params(x, w, y, M, sh.N, sh.K, splits, ws, cnt); };
     std::vector<uint16_t> want(size_t(M) * sh.N), got(want.size());

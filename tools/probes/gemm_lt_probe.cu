@@ -76,18 +76,11 @@ int main(int argc, char** argv) {
   for (const Shape& sh : shapes) {
     if (only && std::string(only) != sh.name) continue;
     const size_t wb = size_t(sh.N) * sh.K * 2;
-    std::vector<void*> W(kCopies);
-    for (auto& w : W) {
-      CK(cudaMalloc(&w, wb));
-      CK(cudaMemset(w, 0x3c, wb));  // bf16 ~0.012: finite, not zero
-    }
-    // copy 0 varies by row and column, for the variants' check
-    CK(cudaMemcpy(W[0], probe_weights(sh.N, sh.K).data(), wb, cudaMemcpyHostToDevice));
+    const std::vector<void*> W = probe_weight_copies(sh.N, sh.K, kCopies, false);  // copy 0: the check's
     for (int M : {1, 8, 32}) {
       if (only_m && M != only_m) continue;
-      void *x, *y;
-      CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
-      CK(cudaMemcpy(x, probe_activations(M, sh.K).data(), size_t(M) * sh.K * 2, cudaMemcpyHostToDevice));
+      void* x = probe_x(M, sh.K);
+      void* y;
       CK(cudaMalloc(&y, size_t(M) * sh.N * 2));
       const float t0 = time_graph(s, kLaunches, kCopies, [&](int c) { gemm_ex(h, W[c], x, y, M, sh.N, sh.K); });
       const ProbeLtGemm ltg(lt, M, sh.N, sh.K, ws_bytes, 32);

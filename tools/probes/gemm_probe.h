@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/skinny_gemm.h"
 #include "tools/probes/probe_check.h"
@@ -31,6 +32,33 @@ inline void gemm_ex(cublasHandle_t h, const void* W, const void* x, void* y, int
   const float alpha = 1, beta = 0;
   CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, W, CUDA_R_16BF, K, x, CUDA_R_16BF, K, &beta, y,
                   CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// `copies` device copies of the [N, K] probe weights (rotated through by time_graph, so L2 cannot
+// serve them from one launch to the next): copy 0 holds probe_weights(N, K), the variants' check;
+// the others the same values (all_checked) or a finite, non-zero filler (bf16 bytes 0x3c3c, about
+// 0.012), which times the same and costs no host copy. Freed by the caller.
+inline std::vector<void*> probe_weight_copies(int N, int K, int copies, bool all_checked) {
+  const size_t bytes = size_t(N) * K * 2;
+  const std::vector<__nv_bfloat16> w = probe_weights(N, K);
+  std::vector<void*> out(static_cast<size_t>(copies));
+  for (size_t c = 0; c < out.size(); ++c) {
+    CK(cudaMalloc(&out[c], bytes));
+    if (c == 0 || all_checked) {
+      CK(cudaMemcpy(out[c], w.data(), bytes, cudaMemcpyHostToDevice));
+    } else {
+      CK(cudaMemset(out[c], 0x3c, bytes));
+    }
+  }
+  return out;
+}
+
+// A device copy of the [M, K] probe activations. Freed by the caller.
+inline void* probe_x(int M, int K) {
+  void* x = nullptr;
+  CK(cudaMalloc(&x, size_t(M) * K * 2));
+  CK(cudaMemcpy(x, probe_activations(M, K).data(), size_t(M) * K * 2, cudaMemcpyHostToDevice));
+  return x;
 }
 
 // y^T [N, M] = W [N, K] x^T by cuBLASLt (bf16 in and out, f32 accumulation): the descriptors of

@@ -88,14 +88,9 @@ int main(int argc, char** argv) {
   for (const Shape& sh : shapes) {
     if (only && std::string(sh.name).find(only) == std::string::npos) continue;
     const size_t wb = size_t(sh.N) * sh.K * 2;
-    std::vector<void*> W(kCopies);
-    for (auto& w : W) {
-      CK(cudaMalloc(&w, wb));
-      CK(cudaMemcpy(w, probe_weights(sh.N, sh.K).data(), wb, cudaMemcpyHostToDevice));
-    }
-    void *x, *y;
-    CK(cudaMalloc(&x, size_t(M) * sh.K * 2));
-    CK(cudaMemcpy(x, probe_activations(M, sh.K).data(), size_t(M) * sh.K * 2, cudaMemcpyHostToDevice));
+    const std::vector<void*> W = probe_weight_copies(sh.N, sh.K, kCopies, true);
+    void* x = probe_x(M, sh.K);
+    void* y;
     CK(cudaMalloc(&y, size_t(M) * sh.N * 2));
     auto gemm = [&](int c) { gemm_ex(h, W[c], x, y, M, sh.N, sh.K); };
     const uint64_t pitch = uint64_t(sh.K) * 2;

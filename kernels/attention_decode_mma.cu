@@ -79,14 +79,16 @@ __device__ __forceinline__ int swz(int r, int c) {
 
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1) attn_decode_mma_kernel(const AttentionParams p, int group, float scale) {
-  pdl_start();  // kernels/launch.cuh
   using Cfg = DecCfg<D>;
   constexpr int CH = Cfg::CH, KSTEPS = Cfg::KSTEPS, MT = Cfg::MT;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int g = blockIdx.x, b = blockIdx.y, z = blockIdx.z, splits = gridDim.z;
   const int G = group, h0 = g * group;
   int slot = -1, pos = 0;
+  // The row's slot and position are step metadata, which may be read before the dependency wait
+  // (kernels/launch.cuh); the padding row's zeros are a write, so they follow it.
   if (!resolve_row(p.meta, b, p.max_context, slot, pos)) {
+    pdl_start();
     attn_detail::zero_padding_row(p, b, h0, G * D, splits);
     return;
   }
@@ -94,16 +96,6 @@ __global__ void __launch_bounds__(kThreads, 1) attn_decode_mma_kernel(const Atte
   attn_detail::split_range(pos, splits, z, k0, k1);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gq = lane >> 2, tq = lane & 3;  // fragment row / column pair
-
-  // Q as the A operand of S: rows gq < G are the heads h0 + gq; a1, a3 (rows 8..15) are zero.
-  const auto* q = static_cast<const __nv_bfloat16*>(p.q);  // [T, Hq, D]
-  uint32_t qa[KSTEPS][2];
-#pragma unroll
-  for (int ks = 0; ks < KSTEPS; ++ks) {
-    const __nv_bfloat16* qr = q + (static_cast<int64_t>(b) * p.Hq + h0 + gq) * D + 16 * ks + 2 * tq;
-    qa[ks][0] = gq < G ? mma::lds32(qr) : 0u;
-    qa[ks][1] = gq < G ? mma::lds32(qr + 8) : 0u;
-  }
 
   const auto* kc = static_cast<const __nv_bfloat16*>(p.k_cache);  // [num_slots, max_context, Hkv, D]
   const auto* vc = static_cast<const __nv_bfloat16*>(p.v_cache);  // [num_slots, max_context, Hkv, D]
@@ -128,10 +120,37 @@ __global__ void __launch_bounds__(kThreads, 1) attn_decode_mma_kernel(const Atte
       cp_async16(smem_addr(vs_ + swz<D>(r, c)), vc + off, ok);
     }
   };
+  // The first tiles are requested before the dependency wait where every key they hold precedes
+  // pos: earlier steps wrote those cache rows, and this step's attn_prep writes row pos alone (of
+  // this slot, which no other row of the step has), so the cache stream starts while attn_prep
+  // finishes. The warp's tiles ascend, so the early ones are a prefix and the commit groups keep
+  // the tiles' order: group i is tile i.
+  int first = 0;  // tiles issued before the wait
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
+    const int kb = k0 + kKeys * (warp + kWarps * i);
+    if (i < mine && i == first && min(kb + kKeys, k1) <= pos) {
+      issue(i);
+      cp_async_commit();
+      ++first;
+    }
+  }
+  pdl_start();  // kernels/launch.cuh: q and the cache row pos come from the kernels before
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < first) continue;
     if (i < mine) issue(i);
     cp_async_commit();  // empty groups keep the count uniform
+  }
+
+  // Q as the A operand of S: rows gq < G are the heads h0 + gq; a1, a3 (rows 8..15) are zero.
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);  // [T, Hq, D]
+  uint32_t qa[KSTEPS][2];
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) {
+    const __nv_bfloat16* qr = q + (static_cast<int64_t>(b) * p.Hq + h0 + gq) * D + 16 * ks + 2 * tq;
+    qa[ks][0] = gq < G ? mma::lds32(qr) : 0u;
+    qa[ks][1] = gq < G ? mma::lds32(qr + 8) : 0u;
   }
 
   float o[MT][4];  // O^T: (feature 16 mt + gq (+8), head 2 tq (+1))

@@ -13,7 +13,9 @@
 //
 // What may be read before the wait, in the kernels that say so: the step metadata (slots,
 // positions), weights and tables that no step writes, and state that only this op touches within
-// a step (a layer's conv state in conv.update, its SSM state in the delta rule). Earlier steps
+// a step (a layer's conv state in conv.update, its SSM state in the delta rule), or parts of it
+// no kernel of the step writes (attention decode: a row's cached keys and values before its
+// position, where attn_prep writes the position's alone). Earlier steps
 // have completed by then: every step starts with its metadata upload, a copy in the same stream,
 // which waits for all work before it.
 #pragma once

@@ -132,12 +132,18 @@ __device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float
 // fixed butterflies of block_sum; depends only on n, as the strided loop's order does (not the same order, so not its
 // bytes).
 __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
-  pdl_start();  // kernels/launch.cuh
   __shared__ float partial[32];
   const int64_t row = blockIdx.x;  // grid = T * heads exactly; blockDim = n / 8
   const int t = static_cast<int>(row / a.heads), h = static_cast<int>(row % a.heads);
   const int64_t o0 = row * a.n + 8 * threadIdx.x;
-  if (a.live && t >= *a.live) {  // padding token: defined zeros, nothing read
+  // Before the dependency wait (kernels/launch.cuh): the live row count (step metadata) and the
+  // weight (no kernel of a step writes it), so after the wait the row's loads are the only round
+  // trip before the sum; the padding row's zeros are writes, so they follow the wait.
+  const bool pad = a.live && t >= *a.live;
+  float w[8];
+  if (!pad) load_w8(a.w, a.wt, 8 * threadIdx.x, w);
+  pdl_start();
+  if (pad) {  // padding token: defined zeros, nothing read
     const uint4 z{};
     *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.y) + o0) = z;
     if (a.res_out) *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.res_out) + o0) = z;
@@ -147,8 +153,7 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
   const uint4 xu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
   uint4 ru{};
   if (a.res) ru = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.res) + o0);
-  float v[8], r[8], w[8];
-  load_w8(a.w, a.wt, 8 * threadIdx.x, w);
+  float v[8], r[8];
   dev::unpack8(xu, v);
   if (a.res_out) {
     if (a.res) {
@@ -177,21 +182,22 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
 // shuffles (rows past the end compute on zeros and store nothing).
 template <int R>
 __global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs a) {
-  pdl_start();  // kernels/launch.cuh
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarpRowBlock / R) + threadIdx.x / R;
   const int part = threadIdx.x % R;
   const bool in = row < rows;
   const int t = in ? static_cast<int>(row / a.heads) : 0, h = in ? static_cast<int>(row % a.heads) : 0;
+  // Before the dependency wait, as norm_vec_kernel: the live row count and the weight.
   const bool live = in && !(a.live && t >= *a.live);
   const int64_t o0 = row * a.n + 8 * part;
   float v[8] = {}, zf[8] = {}, w[8] = {};
+  if (live) load_w8(a.w, a.wt, 8 * part, w);
+  pdl_start();  // kernels/launch.cuh
   if (live) {
     const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * part;
     const int64_t z0 = static_cast<int64_t>(t) * a.z_ts + static_cast<int64_t>(h) * a.n + 8 * part;
     const uint4 xu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
     const uint4 zu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.z) + z0);
-    load_w8(a.w, a.wt, 8 * part, w);
     dev::unpack8(xu, v);
     dev::unpack8(zu, zf);
   }

@@ -60,6 +60,11 @@ CublasHandle::CublasHandle(cudaStream_t stream, size_t workspace_bytes) : worksp
   h_ = Owned<cublasHandle_t, detail::destroy_cublas>(h);
   check(cublasSetStream(h, stream));
   check(cublasSetWorkspace(h, workspace_.data(), workspace_.bytes()));
+  // Zeroed once, on the handle's stream, before any GEMM: cuBLAS's split-K reduce kernel reads
+  // workspace words that no kernel of the call wrote (compute-sanitizer initcheck counted 245,760
+  // such reads in one test run, docs/RELIABILITY.md); the results did not depend on them, and with
+  // the workspace defined from the start such a read can never see garbage.
+  if (workspace_.bytes() > 0) check(cudaMemsetAsync(workspace_.data(), 0, workspace_.bytes(), stream));
   // Split-K partial sums stay in f32 even when the output is bf16/f16 (the default allows them to be
   // reduced in the output type, which loses accuracy on long reductions).
   check(cublasSetMathMode(

@@ -4,11 +4,13 @@
 // N that is not a multiple of the 64-row block, strided x and y, bf16 and f32 outputs, every split
 // count from 1 to the most K allows; the split counters come back to zero; graph replay == eager ==
 // a rerun, byte for byte; the SwiGLU epilogue gives the bytes of the GEMM followed by the swiglu
-// kernel; bad params rejected, each refusal naming its field.
+// kernel; bad params rejected, each refusal naming its field; 3000 launches beside a second GEMM on
+// another stream give the first launch's bytes.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -317,4 +319,86 @@ TEST_CASE("skinny gemm: the SwiGLU epilogue gives the bytes of the GEMM followed
       }
     }
   }
+}
+
+// A race in the TMA ring (a stage read before its copy landed or overwritten while a warp still
+// reads it) or in the split-K sum (a partial read before it is visible) would make some launch's
+// bytes differ from another's. Two GEMMs run at once on two streams, so which blocks share an SM
+// changes from launch to launch; y is poisoned before every launch, so an output left unwritten
+// shows too. Shapes: the 4B in_proj at 32 rows with 7 splits and 128-row blocks, and the 4B down
+// projection with the model's split pick (f32 out).
+TEST_CASE("skinny gemm: 3000 launches beside another GEMM on a second stream give the first launch's bytes",
+          "[gpu][stress]") {  // not [skinny] or [gemm]: 6000 launches are too many for the sanitizers' filters
+  struct Job {
+    int M, N, K, splits, bn;
+    DType yt;
+    test::DevBuf dx, dW, y, ws, counters;
+    cudaStream_t s = nullptr;
+    std::vector<uint8_t> first;
+    size_t bad_launches = 0;
+    std::string first_diff;
+    Job(int M_, int N_, int K_, int splits_, int bn_, DType yt_, uint64_t seed)
+        : M(M_),
+          N(N_),
+          K(K_),
+          splits(splits_),
+          bn(bn_),
+          yt(yt_),
+          dx(test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(M_) * K_, seed, -1.f, 1.f), DType::bf16)),
+          dW(test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(N_) * K_, seed + 1, -0.1f, 0.1f), DType::bf16)),
+          y(static_cast<size_t>(M_) * N_ * dtype_size(yt_)),
+          ws(std::max<size_t>(16, skinny_gemm_workspace_bytes(M_, N_, splits_))),
+          counters(static_cast<size_t>((N_ + 63) / 64) * 4, 0) {
+      check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    }
+    ~Job() { cudaStreamDestroy(s); }
+    Job(const Job&) = delete;
+    Job& operator=(const Job&) = delete;
+    void launch() {
+      check(cudaMemsetAsync(y.data(), 0xA5, y.bytes(), s));
+      SkinnyGemmParams p;
+      p.x = dx.data();
+      p.ldx = K;
+      p.W = dW.data();
+      p.y = y.data();
+      p.ldy = N;
+      p.y_dtype = yt;
+      p.M = M;
+      p.N = N;
+      p.K = K;
+      p.splits = splits;
+      p.block_rows = bn;
+      p.workspace = ws.as<float>();
+      p.counters = counters.as<int32_t>();
+      check(skinny_gemm(p, s));
+    }
+    void compare() {
+      check(cudaStreamSynchronize(s));
+      auto got = y.download();
+      if (first.empty()) {
+        first = std::move(got);
+        return;
+      }
+      const std::string d = test::byte_diff(got, first, yt);
+      if (!d.empty() && bad_launches++ == 0) first_diff = d;
+    }
+  };
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  Job in_proj(32, 12352, 2560, 7, 128, DType::bf16, 4242);
+  Job down(32, 2560, 9216, skinny_gemm_pick_splits(32, 2560, 9216, sms), 0, DType::f32, 4343);
+  constexpr int kLaunches = 3000;
+  for (int i = 0; i < kLaunches; ++i) {
+    in_proj.launch();
+    down.launch();
+    in_proj.compare();
+    down.compare();
+  }
+  INFO("in_proj: " << in_proj.bad_launches << " of " << kLaunches - 1
+                   << " launches differ; first: " << in_proj.first_diff);
+  INFO("down: " << down.bad_launches << " of " << kLaunches - 1 << " launches differ; first: " << down.first_diff);
+  CHECK(in_proj.bad_launches == 0);
+  CHECK(down.bad_launches == 0);
+  const auto cb = in_proj.counters.download();
+  CHECK(std::all_of(cb.begin(), cb.end(), [](uint8_t b) { return b == 0; }));
 }

@@ -12,7 +12,7 @@
 # kernels under the four tools at most 120 s each (about 45 s expected), the model-level tests
 # under memcheck, initcheck and synccheck at most 200 s each (about 2.5 minutes together), the
 # other GPU tests under memcheck at most 420 s (332 s measured), under initcheck at most 420 s
-# and under synccheck at most 660 s (neither timed yet), the soak at most 150 s (about a
+# and under synccheck at most 660 s, racecheck on one case a kernel family at most 300 s, the soak at most 150 s (about a
 # minute expected); the rest (`--no-tests --no-sanitize --no-soak`) about 3.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -133,9 +133,10 @@ if [ $sanitize = 1 ]; then
     ./build-gpu/tests/tests_gpu "$rest" >> "$OUT/sanitizer-memcheck.log" 2>&1
   note "compute-sanitizer memcheck (the other GPU tests): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-memcheck.log" | tail -1)"
   # initcheck and synccheck over the same cases, appended to their log; each summary is read from
-  # the lines its own run added (a run cut by its limit shows none, not an earlier run's). Not yet
-  # timed under these tools; on the model tests initcheck took 0.8x and synccheck 1.8x memcheck's
-  # time, hence the limits.
+  # the lines its own run added (a run cut by its limit shows none, not an earlier run's). Timed
+  # only in four tag groups run at once (initcheck 183-263 s a group, synccheck 131-284 s); on the
+  # model tests initcheck took 0.8x and synccheck 1.8x memcheck's time, hence the limits. (Run
+  # beside other GPU processes, the [soak] cases fail: they watch the device's memory in use.)
   log="$OUT/sanitizer-initcheck-synccheck.log"
   for tool in initcheck synccheck; do
     limit=420
@@ -145,6 +146,14 @@ if [ $sanitize = 1 ]; then
       ./build-gpu/tests/tests_gpu "$rest" >> "$log" 2>&1
     note "compute-sanitizer $tool (the other GPU tests): rc=$?; $(tail -n +$((before + 1)) "$log" | grep -E 'ERROR SUMMARY' | tail -1)"
   done
+  # racecheck on one case of each kernel family the racecheck runs above leave out (about 3
+  # minutes, most of it the mma attention decode's case), appended to the racecheck log.
+  log="$OUT/sanitizer-racecheck.log"
+  before=$(cat "$log" 2>/dev/null | wc -l)
+  timeout 300 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 99 ./build-gpu/tests/tests_gpu \
+    "attention decode mma: every split*,attention prefill mma: rows past the live count*,attention prep: q*,attention decode: every split*,attention prefill: NaN in one slot*,mma delta-rule prefill: two segments*,delta-rule decode: every column split*,delta-rule decode: the fused gated norm*,delta-rule prefill: two segments*,rmsnorm: fused residual*,swiglu: silu*,embedding: rows*" \
+    >> "$log" 2>&1
+  note "compute-sanitizer racecheck (one case a kernel family): rc=$?; $(tail -n +$((before + 1)) "$log" | grep -E 'RACECHECK SUMMARY' | tail -1)"
 fi
 
 if [ $soak = 1 ]; then

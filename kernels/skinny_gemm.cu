@@ -13,6 +13,16 @@
 #include "kernels/skinny_gemm.h"
 #include "kernels/tma_util.cuh"
 
+// A delay at the kernel's synchronisation points (site, a warp-uniform index, the lanes that reach
+// it): tools/probes/skinny_jitter_probe.cu includes this file with it defined to a random wait, so
+// that a race between the ring's copies and their readers, or in the split-K sum, shows as changed
+// bytes. Nothing in the library.
+#ifndef SG_SKINNY_JITTER
+#define SG_SKINNY_JITTER(site, index, lanes) \
+  do {                                       \
+  } while (0)
+#endif
+
 namespace sg {
 namespace {
 
@@ -140,6 +150,7 @@ __device__ void finish_block(const SkinnyGemmParams& p, const float (&acc)[NT][4
   }
   float* part = p.workspace + static_cast<int64_t>(s) * p.M * p.N;
   if (warp > 0) {
+    SG_SKINNY_JITTER(5, s, 0xffffffffu);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
 #pragma unroll
@@ -206,12 +217,14 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
       tma::mbar_arrive_expect_tx(bar, kBytes);
       tma::load_2d(smem_addr(ring + i * kStage), &w_map, (t0 + i) * kBK, n0, bar);
     }
+    SG_SKINNY_JITTER(1, 0, 1u);
     pdl_start();
     for (int i = 0; i < first; ++i)
       tma::load_2d(smem_addr(ring + i * kStage + BN * kBK), &x_map, (t0 + i) * kBK, 0, smem_addr(&full[i]));
     for (int i = first; i < nt; ++i) {
       const int st = i % S;
       tma::mbar_wait(smem_addr(&empty[st]), ((i / S) - 1) & 1);  // round i / S - 1 consumed
+      SG_SKINNY_JITTER(2, i, 1u);
       const int k0 = (t0 + i) * kBK;
       __nv_bfloat16* stage = ring + st * kStage;
       const uint32_t bar = smem_addr(&full[st]);
@@ -230,10 +243,12 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
     for (int i = 0; i < nt; ++i) {
       const int st = i % S;
       tma::mbar_wait(smem_addr(&full[st]), (i / S) & 1);
+      SG_SKINNY_JITTER(3, i, 0xffffffffu);
       const __nv_bfloat16* ws = ring + st * kStage;
       const __nv_bfloat16* xs = ws + BN * kBK;
 #pragma unroll
       for (int kp = 0; kp < kBK / 32; ++kp) {  // pairs of k-steps
+        if (kp > 0) SG_SKINNY_JITTER(4, i, 0xffffffffu);
         uint32_t a0[4], a1[4];
         ldmatrix_x4(a0, smem_addr(ws + swz(a_row, 4 * kp + a_chunk)));
         ldmatrix_x4(a1, smem_addr(ws + swz(a_row, 4 * kp + 2 + a_chunk)));

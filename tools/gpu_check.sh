@@ -12,8 +12,9 @@
 # kernels under the four tools at most 120 s each (about 45 s expected), the model-level tests
 # under memcheck, initcheck and synccheck at most 200 s each (about 2.5 minutes together), the
 # other GPU tests under memcheck at most 420 s (332 s measured), under initcheck at most 420 s
-# and under synccheck at most 660 s, racecheck on one case a kernel family at most 300 s, the soak at most 150 s (about a
-# minute expected); the rest (`--no-tests --no-sanitize --no-soak`) about 3.
+# and under synccheck at most 660 s, racecheck on one case a kernel family at most 300 s, the
+# skinny GEMM's jitter probe at most 120 s, the soak at most 150 s (about a minute expected); the
+# rest (`--no-tests --no-sanitize --no-soak`) about 3.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -154,6 +155,15 @@ if [ $sanitize = 1 ]; then
     "attention decode mma: every split*,attention prefill mma: rows past the live count*,attention prep: q*,attention decode: every split*,attention prefill: NaN in one slot*,mma delta-rule prefill: two segments*,delta-rule decode: every column split*,delta-rule decode: the fused gated norm*,delta-rule prefill: two segments*,rmsnorm: fused residual*,swiglu: silu*,embedding: rows*" \
     >> "$log" 2>&1
   note "compute-sanitizer racecheck (one case a kernel family): rc=$?; $(tail -n +$((before + 1)) "$log" | grep -E 'RACECHECK SUMMARY' | tail -1)"
+  # The skinny GEMM's TMA ring and split-K sum under random delays (tools/probes/skinny_jitter_probe.cu,
+  # which racecheck cannot see into: the copies are the async proxy's), appended to the racecheck log.
+  if nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o build-gpu/skinny_jitter_probe \
+       tools/probes/skinny_jitter_probe.cu kernels/launch_policy.cpp kernels/launch_check.cpp >> "$log" 2>&1; then
+    timeout 120 ./build-gpu/skinny_jitter_probe 300 >> "$log" 2>&1
+    note "skinny GEMM under random delays: rc=$?; $(tail -1 "$log")"
+  else
+    note "skinny GEMM under random delays: the probe did not build (see sanitizer-racecheck.log)"
+  fi
 fi
 
 if [ $soak = 1 ]; then

@@ -28,6 +28,27 @@ using namespace sg;
 
 namespace {
 
+// y [M, ldy] = x [M, ldx] W [N, K]^T at `splits` with `block_rows`-row blocks.
+SkinnyGemmParams gemm_params(const test::DevBuf& x, int64_t ldx, const test::DevBuf& W, test::DevBuf& y, int64_t ldy,
+                             DType yt, int M, int N, int K, int splits, test::DevBuf& ws, test::DevBuf& counters,
+                             int block_rows) {
+  SkinnyGemmParams p;
+  p.x = x.data();
+  p.ldx = ldx;
+  p.W = W.data();
+  p.y = y.data();
+  p.ldy = ldy;
+  p.y_dtype = yt;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.splits = splits;
+  p.block_rows = block_rows;
+  p.workspace = ws.as<float>();
+  p.counters = counters.as<int32_t>();
+  return p;
+}
+
 struct Problem {
   int M, N, K, ldx, ldy;
   std::vector<float> x, W;       // x [M, ldx], W [N, K] (bf16 values)
@@ -61,21 +82,7 @@ struct Problem {
 
   SkinnyGemmParams params(test::DevBuf& y, DType yt, int splits, test::DevBuf& ws, test::DevBuf& counters,
                           int block_rows = 0) const {
-    SkinnyGemmParams p;
-    p.x = dx.data();
-    p.ldx = ldx;
-    p.W = dW.data();
-    p.y = y.data();
-    p.ldy = ldy;
-    p.y_dtype = yt;
-    p.M = M;
-    p.N = N;
-    p.K = K;
-    p.splits = splits;
-    p.block_rows = block_rows;
-    p.workspace = ws.as<float>();
-    p.counters = counters.as<int32_t>();
-    return p;
+    return gemm_params(dx, ldx, dW, y, ldy, yt, M, N, K, splits, ws, counters, block_rows);
   }
 
   // Elements of y (rows < M, columns < N) outside the cuBLAS test's tolerance (f32 accumulation
@@ -356,21 +363,7 @@ TEST_CASE("skinny gemm: 3000 launches beside another GEMM on a second stream giv
     Job& operator=(const Job&) = delete;
     void launch() {
       check(cudaMemsetAsync(y.data(), 0xA5, y.bytes(), s));
-      SkinnyGemmParams p;
-      p.x = dx.data();
-      p.ldx = K;
-      p.W = dW.data();
-      p.y = y.data();
-      p.ldy = N;
-      p.y_dtype = yt;
-      p.M = M;
-      p.N = N;
-      p.K = K;
-      p.splits = splits;
-      p.block_rows = bn;
-      p.workspace = ws.as<float>();
-      p.counters = counters.as<int32_t>();
-      check(skinny_gemm(p, s));
+      check(skinny_gemm(gemm_params(dx, K, dW, y, N, yt, M, N, K, splits, ws, counters, bn), s));
     }
     void compare() {
       check(cudaStreamSynchronize(s));

@@ -15,6 +15,7 @@ const char* gemm_name(GemmKind g) {
     case GemmKind::skinny: return "skinny";
     case GemmKind::mixed: return "mixed";
     case GemmKind::lt: return "lt";
+    case GemmKind::lt_all: return "lt-all";
   }
   return "?";
 }
@@ -25,11 +26,12 @@ GemmKind parse_gemm(const std::string& name) {
   if (name == "skinny") return GemmKind::skinny;
   if (name == "mixed") return GemmKind::mixed;
   if (name == "lt") return GemmKind::lt;
-  throw Error(fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny, mixed, lt)", name));
+  if (name == "lt-all") return GemmKind::lt_all;
+  throw Error(fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny, mixed, lt, lt-all)", printable(name)));
 }
 
 bool gemm_uses_lt(GemmKind g, int64_t rows) {
-  return (g == GemmKind::lt || g == GemmKind::mixed) && rows <= kGemmLtMaxRows;
+  return g == GemmKind::lt_all || ((g == GemmKind::lt || g == GemmKind::mixed) && rows <= kGemmLtMaxRows);
 }
 
 bool gemm_fuses_swiglu(int64_t rows, int64_t n, int64_t k) {

@@ -155,7 +155,7 @@ AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType ac
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
   const bool built = act == DType::bf16 && d.cc_major >= 9;
   if (want == GemmKind::automatic) return built ? GemmKind::mixed : GemmKind::cublas;
-  if (want == GemmKind::cublas || want == GemmKind::lt) return want;
+  if (want == GemmKind::cublas || want == GemmKind::lt || want == GemmKind::lt_all) return want;
   require(built,
           "the skinny GEMM takes bf16 activations on sm_90+ (this step: {} on compute capability {}.x; use "
           "--gemm cublas)",

@@ -73,8 +73,10 @@ enum class GemmKind : uint8_t {
               // (docs/BENCHMARKS.md)
   lt,         // cuBLASLt with the algorithm chosen per shape by timing (engine/gemm_lt.h) for steps
               // of at most kGemmLtMaxRows rows (decode), cublasGemmEx above
+  lt_all,     // "lt-all": cuBLASLt with the algorithm chosen per shape by timing for every projection
+              // of every step, prefill included
 };
-constexpr std::array<std::string_view, 5> kGemmNames = {"auto", "cublas", "skinny", "mixed", "lt"};
+constexpr std::array<std::string_view, 6> kGemmNames = {"auto", "cublas", "skinny", "mixed", "lt", "lt-all"};
 constexpr int64_t kGemmLtMaxRows = 32;
 constexpr int kGemmMixedSkinnyRows = 24;  // measured with PDL on, the default (docs/BENCHMARKS.md)
 constexpr int64_t kGemmMixedWideN = 65536;
@@ -134,7 +136,7 @@ GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
 // kernel would take this [n, k] weight in blocks of more than 64 rows.
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks);
 // Whether a projection of `rows` rows that does not run the skinny kernel runs through cuBLASLt's
-// tuned algorithm under `g` (lt or mixed, at most kGemmLtMaxRows rows).
+// tuned algorithm under `g` (lt or mixed at most kGemmLtMaxRows rows; lt-all any rows).
 bool gemm_uses_lt(GemmKind g, int64_t rows);
 // Whether a gate_up projection of `rows` rows and an [n, k] weight that runs the skinny kernel
 // takes the SwiGLU epilogue (the rule above).

@@ -18,7 +18,7 @@ TEST_CASE("gemm setting names parse back, unknown names are refused with the val
     parse_gemm("cutlass");
     FAIL("no error");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("auto, cublas, skinny, mixed, lt") != std::string::npos);
+    CHECK(std::string(e.what()).find("auto, cublas, skinny, mixed, lt, lt-all") != std::string::npos);
   }
 }
 
@@ -46,6 +46,12 @@ TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt 
   CHECK(gemm_uses_lt(GemmKind::lt, kGemmLtMaxRows));
   CHECK_FALSE(gemm_uses_lt(GemmKind::lt, kGemmLtMaxRows + 1));
   CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, 1, 2560, 2560, false));
+  // lt-all: cuBLASLt at every row count, prefill included, never the skinny kernel.
+  CHECK(gemm_uses_lt(GemmKind::lt_all, 1));
+  CHECK(gemm_uses_lt(GemmKind::lt_all, kGemmLtMaxRows + 1));
+  CHECK(gemm_uses_lt(GemmKind::lt_all, 32768));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::lt_all, 1, 2560, 2560, false));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::lt_all, 32, 248320, 2560, false));
   // skinny everywhere it applies; cublas never the others.
   CHECK(gemm_uses_skinny(GemmKind::skinny, 32, 2560, 2560, false));
   CHECK_FALSE(gemm_uses_lt(GemmKind::skinny, 32));

@@ -153,6 +153,39 @@ TEST_CASE("model prefill graph replay is byte-identical to eager", "[gpu][model]
   }
 }
 
+TEST_CASE("model prefill with gemm = lt-all: the projections on cuBLASLt, named in the manifest, replay == eager",
+          "[gpu][model][prefill][gemm]") {
+  const Qwen35Config cfg = preset("tiny");
+  ModelStepOptions o = prefill_options(DType::bf16);
+  o.synthetic = true;
+  o.gemm = GemmKind::lt_all;
+  ModelStep step(cfg, o);
+  step.capture_all();  // each key's warm-up tunes its projection shapes before its capture
+  for (int b : step.prefill_keys()) {
+    CAPTURE(b);
+    int lt = 0, other = 0;
+    for (const auto& n : step.prefill_manifest(b).nodes) {
+      const std::string& op = n.label.op;
+      if (op == "mlp.gate_up" || op == "mlp.down" || op == "gdn.in_proj" || op == "lm_head")
+        ++(n.label.arm.rfind("lt algo=", 0) == 0 ? lt : other);
+    }
+    CHECK(other == 0);
+    CHECK(lt >= 2 * cfg.layers + cfg.num_linear_attention() + 1);  // cuBLASLt may add a reduction node
+  }
+  step.randomize_caches(3);
+  const std::vector<uint8_t> start = step.cache_bytes();
+  const std::vector<PrefillRequest> batch = {{3, tokens_for(1, 21, cfg.vocab), 10},
+                                             {6, tokens_for(3, 40, cfg.vocab), 0}};
+  const PrefillOutput e = step.prefill(batch, RunMode::eager);
+  const std::vector<uint8_t> eager_cache = step.cache_bytes();
+  step.set_cache_bytes(start);
+  const PrefillOutput g = step.prefill(batch, RunMode::graph);
+  CHECK(std::memcmp(e.logits.data(), g.logits.data(), e.logits.size() * sizeof(float)) == 0);
+  CHECK(e.tokens == g.tokens);
+  CHECK(eager_cache == step.cache_bytes());
+  CHECK(step.eager_fallbacks() == 0);
+}
+
 TEST_CASE("model prefill leaves unused slots and empty requests untouched", "[gpu][model][prefill]") {
   const Qwen35Config cfg = preset("tiny");
   ModelStepOptions o = prefill_options(DType::bf16);

@@ -339,7 +339,8 @@ void register_bench(CLI::App& app, Action& action) {
                   "lt for the other decode projections, cublasGemmEx for prefill), lt (cuBLASLt with the fastest of "
                   "its top heuristic algorithms, timed "
                   "per shape before capture and named in the manifest, for steps of at most 32 rows; "
-                  "cublasGemmEx above) or auto (mixed for bf16 on sm_90, else cublas)")
+                  "cublasGemmEx above), lt-all (the same cuBLASLt choice for every projection of every step, "
+                  "prefill included) or auto (mixed for bf16 on sm_90, else cublas)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));
   cmd->add_option(

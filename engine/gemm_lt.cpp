@@ -2,6 +2,7 @@
 #include "engine/gemm_lt.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <tuple>
@@ -167,14 +168,23 @@ void LtGemm::tune(const TensorView& x, const TensorView& W, const TensorView& y)
   check(cudaGetDevice(&device));
   const auto key = std::make_tuple(device, workspace_bytes_, s);
   {
-    std::lock_guard<std::mutex> lock(registry().mu);
+    std::unique_lock<std::mutex> lock(registry().mu);
     auto it = registry().chosen.find(key);
-    if (it != registry().chosen.end()) {  // chosen by another step of this process
+    if (it != registry().chosen.end()) {  // chosen by another step of this process, or added from a file
       c->algo = it->second.first;
       c->text = it->second.second;
-      launch(*c, x, W, y);
-      choices_[s] = std::move(c);
-      return;
+      lock.unlock();
+      // An added algorithm is checked against the problem (cuBLASLt's own check) before it runs.
+      cublasLtMatmulHeuristicResult_t checked{};
+      if (cublasLtMatmulAlgoCheck(handle_, c->desc.get(), c->a.get(), c->b.get(), c->c.get(), c->c.get(), &c->algo,
+                                  &checked) == CUBLAS_STATUS_SUCCESS &&
+          checked.workspaceSize <= workspace_bytes_ && try_launch(*c, x, W, y) == CUBLAS_STATUS_SUCCESS) {
+        choices_[s] = std::move(c);
+        return;
+      }
+      cudaGetLastError();  // an added choice that does not run here: time the shape instead
+      lock.lock();
+      registry().chosen.erase(key);
     }
   }
   Pref pref;
@@ -238,9 +248,42 @@ void LtGemm::tune(const TensorView& x, const TensorView& W, const TensorView& y)
   launch(*c, x, W, y);  // y holds the chosen algorithm's result
   {
     std::lock_guard<std::mutex> lock(registry().mu);
-    registry().chosen.emplace(key, std::make_pair(c->algo, c->text));
+    registry().chosen.insert_or_assign(key, std::make_pair(c->algo, c->text));
   }
   choices_[s] = std::move(c);
 }
+
+static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(LtChoiceRecord::algo), "cuBLASLt's algorithm is 64 bytes");
+
+std::vector<LtChoiceRecord> lt_choices(int device) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::vector<LtChoiceRecord> out;
+  for (const auto& [key, value] : registry().chosen) {
+    if (std::get<0>(key) != device) continue;
+    LtChoiceRecord r;
+    r.workspace_bytes = std::get<1>(key);
+    r.shape = std::get<2>(key);
+    std::memcpy(r.algo.data(), &value.first, sizeof(r.algo));
+    r.text = value.second;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+bool lt_add_choice(int device, const LtChoiceRecord& r) {
+  cublasLtMatmulAlgo_t a{};
+  std::memcpy(&a, r.algo.data(), sizeof(a));
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return registry()
+      .chosen.emplace(std::make_tuple(device, r.workspace_bytes, r.shape), std::make_pair(a, r.text))
+      .second;
+}
+
+void lt_clear_choices() {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().chosen.clear();
+}
+
+size_t lt_library_version() { return cublasLtGetVersion(); }
 
 }  // namespace sg

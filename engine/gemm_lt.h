@@ -20,11 +20,13 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <compare>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/cuda_handles.h"
 #include "engine/tensor.h"
@@ -75,5 +77,26 @@ class LtGemm {
   cublasLtHandle_t handle_ = nullptr;
   std::map<LtShape, std::unique_ptr<Choice>> choices_;
 };
+
+// The process's choices, so that they can be kept in a file and given to another process
+// (models/lt_choices.h): two runs that share them time nothing and run the same algorithms, which
+// makes their times and bytes comparable. The cuBLASLt documentation allows an algorithm's opaque
+// bytes to be stored and restored for the same library version.
+struct LtChoiceRecord {
+  LtShape shape;
+  size_t workspace_bytes = 0;      // the LtGemm's workspace the choice was made for
+  std::array<uint64_t, 8> algo{};  // cublasLtMatmulAlgo_t, byte for byte
+  std::string text;                // describe()'s text
+};
+// Every choice made or added on CUDA device `device`, in shape order.
+std::vector<LtChoiceRecord> lt_choices(int device);
+// Adds a choice for `device` unless its (workspace, shape) has one; returns whether it was added.
+// tune() takes an added choice as its own and times the shape only when the choice fails to
+// launch there (then the timed choice replaces it).
+bool lt_add_choice(int device, const LtChoiceRecord& r);
+// Forgets every choice of the process (the LtGemm objects keep theirs). For tests.
+void lt_clear_choices();
+// cublasLtGetVersion(): the library version the choices belong to.
+size_t lt_library_version();
 
 }  // namespace sg

@@ -133,6 +133,10 @@ std::vector<CliCase> option_cases() {
   add("bench --cpu --attn-decode", {"bench", "--cpu", "--attn-decode", "mma"}, 1, {"--attn-decode (chooses a GPU"});
   add("bench --cpu --gemm", {"bench", "--cpu", "--gemm", "skinny"}, 1, {"--gemm (chooses a GPU projection kernel)"});
   add("bench --cpu --marginal", {"bench", "--cpu", "--marginal"}, 1, {"--marginal (disables nodes"});
+  add("bench --cpu --lt-choices", {"bench", "--cpu", "--lt-choices", "lt.json"}, 1,
+      {"--lt-choices (cuBLASLt's algorithm choices on a GPU)"});
+  add("bench --lt-choices into a missing folder", {"bench", "--lt-choices", "no/such/folder/lt.json"}, 1,
+      {"--lt-choices no/such/folder/lt.json: cannot write this file"});
   add("bench --cpu --pdl", {"bench", "--cpu", "--pdl", "on"}, 1, {"--pdl (how GPU kernels are launched)"});
   add("bench --cpu --swiglu", {"bench", "--cpu", "--swiglu", "gemm"}, 1,
       {"--swiglu (where GPU kernels compute the MLP activation)"});
@@ -179,6 +183,8 @@ std::vector<CliCase> option_cases() {
   add("ab --phase both", {"ab", "--b", "gemm=skinny", "--phase", "both"}, kCli11Invalid, {"--phase"});
   add("ab --svg into a missing folder", {"ab", "--b", "gemm=skinny", "--svg", "no/such/folder/ab.svg"}, 1,
       {"--svg no/such/folder/ab.svg: cannot write this file"});
+  add("ab --lt-choices into a missing folder", {"ab", "--b", "gemm=lt", "--lt-choices", "no/such/folder/lt.json"}, 1,
+      {"--lt-choices no/such/folder/lt.json: cannot write this file"});
   add("bench --node-replays 0 --csv", {"bench", "--node-replays", "0", "--csv", "x.csv"}, 1,
       {"bench --node-replays 0 turns per-node timing off, so it cannot go with:", "--csv (per-node statistics)"});
   add("bench --node-replays 0 --trace on the gdn-layer workload",

@@ -1,7 +1,12 @@
 // GPU tests of the cuBLAS projection y = x W^T (cublasGemmEx, and cuBLASLt with the algorithm
 // chosen per shape, engine/gemm_lt.h): against the CPU reference linear, through strided views,
-// and captured into a CUDA graph (replay byte-identical to the eager call).
+// and captured into a CUDA graph (replay byte-identical to the eager call); cuBLASLt's choices kept
+// as JSON (models/lt_choices.h) and added back.
+#include <algorithm>
 #include <cmath>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/error.h"
 #include "engine/gemm.h"
@@ -10,6 +15,7 @@
 #include "graphs/manifest.h"
 #include "kernels/fill.h"
 #include "kernels/ref/mlp_ref.h"
+#include "models/lt_choices.h"
 #include "tests/support/catch.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
@@ -133,6 +139,58 @@ TEST_CASE("cuBLASLt gemm: replay equals eager, untuned shapes refused, tuning un
   CHECK(other.describe(lt_shape(vx, vW, ve)) == lt.describe(lt_shape(vx, vW, ve)));
   CHECK(test::byte_diff(again.download(), eager.download(), DType::bf16) == "");
   CHECK_THROWS_AS(lt_shape(vx, TensorView::contiguous(dW.data(), DType::bf16, {out, in - 1}), ve), Error);
+}
+
+TEST_CASE("cuBLASLt choices: written out, forgotten and added back, they run again with the same bytes",
+          "[gpu][gemm][lt_choices]") {
+  Stream s;
+  CublasHandle h(s.get());
+  int device = 0;
+  check(cudaGetDevice(&device));
+  lt_clear_choices();
+  const int T = 32, in = 512, out = 768;
+  auto dx = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(T) * in, 25), DType::bf16);
+  auto dW = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(out) * in, 26, -0.05f, 0.05f), DType::bf16);
+  test::DevBuf first(static_cast<size_t>(T) * out * 2), again(static_cast<size_t>(T) * out * 2);
+  check(cudaDeviceSynchronize());
+  auto vx = TensorView::contiguous(dx.data(), DType::bf16, {T, in});
+  auto vW = TensorView::contiguous(dW.data(), DType::bf16, {out, in});
+  auto v1 = TensorView::contiguous(first.data(), DType::bf16, {T, out});
+  auto v2 = TensorView::contiguous(again.data(), DType::bf16, {T, out});
+  std::string text;
+  {
+    LtGemm lt(s.get(), h.workspace(), h.workspace_bytes(), 4);
+    lt.tune(vx, vW, v1);
+    text = lt.describe(lt_shape(vx, vW, v1));
+  }
+  const nlohmann::json doc = lt_choices_json(device, "this device");
+  REQUIRE(doc["choices"].size() == 1);
+  CHECK(doc["choices"][0]["text"] == text);
+  lt_clear_choices();
+  CHECK(add_lt_choices(doc, "doc", device, "this device") == 1);
+  {
+    LtGemm lt(s.get(), h.workspace(), h.workspace_bytes(), 4);
+    lt.tune(vx, vW, v2);  // takes the added choice
+    s.sync();
+    CHECK(lt.describe(lt_shape(vx, vW, v2)) == text);
+    CHECK(test::byte_diff(again.download(), first.download(), DType::bf16) == "");
+  }
+  // An added algorithm whose bytes do not launch: the shape is timed instead, and works.
+  lt_clear_choices();
+  nlohmann::json bad = doc;
+  bad["choices"][0]["algo"] = std::string(128, 'f');
+  CHECK(add_lt_choices(bad, "bad", device, "this device") == 1);
+  {
+    LtGemm lt(s.get(), h.workspace(), h.workspace_bytes(), 4);
+    CHECK_NOTHROW(lt.tune(vx, vW, v2));
+    CHECK(lt.tuned(lt_shape(vx, vW, v2)));
+    s.sync();
+    const auto got = again.download_f32(DType::bf16), want = first.download_f32(DType::bf16);
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])));
+    CHECK(worst < 0.05);  // another algorithm, another summation order: within a few bf16 ulps of |y| < 2
+  }
+  lt_clear_choices();
 }
 
 TEST_CASE("gemm runs inside a captured graph after a warm-up, byte-identical to eager", "[gpu][gemm][graphs]") {

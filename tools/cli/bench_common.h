@@ -49,6 +49,7 @@ struct BenchOptions {
   std::string ssm_state = "f32";    // model workload: the GDN recurrent state's dtype (f32 or bf16)
   std::string arms_mode = "fixed";  // model workload: fixed (as chosen) or tune (timed per graph key at capture)
   bool marginal = false;            // model workload: marginal cost per op family (largest and smallest decode key)
+  std::string lt_choices;           // model workload (bench, ab): --lt-choices FILE (models/lt_choices.h)
   std::string fault_after;          // bench and inspect: --fault-after LAYER:OP as given
   FaultDrill fault;                 // ... parsed (parse_fault_after) before anything runs
 };
@@ -57,6 +58,17 @@ struct BenchOptions {
 // is added to each file name.
 void write_exports(const BenchOptions& o, int key, const Manifest& m, const std::vector<NodeStats>& stats,
                    const std::vector<KernelRecord>& records);
+
+// --lt-choices FILE (models/lt_choices.h): add_lt_choices_option reads FILE when it exists, before
+// any step is built, so that those shapes are not timed (it prints how many choices it added);
+// write_lt_choices_option writes every choice of the process back to FILE after the captures.
+// Both do nothing for "". The help text of the option, shared by bench and ab:
+inline constexpr const char* kLtChoicesHelp =
+    "Keep cuBLASLt's per-shape algorithm choices (gemm lt, lt-all, mixed) in FILE: read when it exists, so that "
+    "those shapes are not timed again and this run executes the same algorithms as the run that wrote it (same "
+    "cuBLASLt version and device model, else an error), and written back with every choice after the captures";
+void add_lt_choices_option(const std::string& path, const DeviceInfo& dev);
+void write_lt_choices_option(const std::string& path, const DeviceInfo& dev);
 
 // Writes a CPU reference run's results to --json (nothing when it is not given).
 void write_cpu_json(const BenchOptions& o, const nlohmann::json& result);

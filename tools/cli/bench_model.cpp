@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -19,10 +20,12 @@
 #include "engine/cuda_handles.h"
 #include "engine/env.h"
 #include "engine/error.h"
+#include "engine/text.h"
 #include "graphs/export.h"
 #include "graphs/marginal.h"
 #include "graphs/node_timer.h"
 #include "graphs/step_graphs.h"
+#include "models/lt_choices.h"
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tools/cli/bench_common.h"
@@ -161,6 +164,23 @@ void print_tuning(const ModelStep& step) {
   }
 }
 
+void add_lt_choices_option(const std::string& path, const DeviceInfo& dev) {
+  if (path.empty()) return;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    fmt::print("cuBLASLt choices: {} does not exist yet; the shapes are timed and their choices written to it\n",
+               printable(path, 4096));
+    return;
+  }
+  const size_t added = load_lt_choices(path, dev.ordinal, dev.name);
+  fmt::print("cuBLASLt choices: {} read from {} (those shapes are not timed)\n", added, printable(path, 4096));
+}
+
+void write_lt_choices_option(const std::string& path, const DeviceInfo& dev) {
+  if (path.empty()) return;
+  write_output_file(path, "--lt-choices", lt_choices_json(dev.ordinal, dev.name).dump(1) + "\n");
+}
+
 ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& arms, bool prefill, int extra_context) {
   ModelStepOptions opts;
   opts.num_slots = o.max_seqs;
@@ -218,6 +238,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
       "sequence, synthetic bf16 weights\narms: {}\n",
       cfg.name, o.phase, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), o.max_seqs, o.context,
       arms.arms.describe());
+  add_lt_choices_option(o.lt_choices, dev);
   auto t0 = std::chrono::steady_clock::now();
   ModelStep step(cfg, opts);
   const std::string delta_prefill = delta_prefill_name(step.options().delta_prefill);  // `auto` resolved
@@ -250,6 +271,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   t0 = std::chrono::steady_clock::now();
   step.capture_all(/*for_timing=*/o.node_replays > 0, do_prefill);
   fmt::print("captured in {:.1f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  write_lt_choices_option(o.lt_choices, dev);  // every shape was tuned before its capture
   check_fault_matched(o.fault, step.fault_drill_matched(), "the captured graphs", cfg.name);
   if (o.fault.on()) fmt::print("fault drill: a kernel that faults after layer {} {}\n", o.fault.layer, o.fault.op);
   print_tuning(step);

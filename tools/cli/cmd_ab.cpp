@@ -200,6 +200,7 @@ int run(AbOptions o) {
   const Qwen35Config cfg = preset(o.b.preset);
   check_writable(o.json, "--json");  // before the run, so that its results are never lost
   check_writable(o.svg, "--svg");
+  check_writable(o.b.lt_choices, "--lt-choices");
   o.b.fault = parse_fault_after(o.b.fault_after);  // a drill in both sides' graphs (model_step_options)
   check_fault_layer(o.b.fault, cfg.layers, cfg.name);
   if (o.b.fault.on()) {
@@ -222,12 +223,14 @@ int run(AbOptions o) {
   sides[1].sel = sel_b;
   fmt::print("device: {}\nmodel: {} ({} layers), {} sequences, context {}; phase {}\n", dev.describe(), cfg.name,
              cfg.layers, o.b.max_seqs, o.b.context, o.b.phase);
+  add_lt_choices_option(o.b.lt_choices, dev);
   for (Side& s : sides) {
     fmt::print("building and capturing {}: {}...\n", s.name, s.sel.describe());
     std::fflush(stdout);
     on_side(s,
             [&] { build(s, o, cfg, apply(s.sel, base), side_arms(base_arms, s.sel, s.name == "A" ? "--a" : "--b")); });
   }
+  write_lt_choices_option(o.b.lt_choices, dev);
   report_drill(o.b.fault, sides, cfg.name);  // both graphs captured, no step run yet
   for (Side& s : sides) on_side(s, [&] { hash_tokens(s, o, cfg); });
   const bool tty = isatty(fileno(stderr));
@@ -319,6 +322,7 @@ void register_ab(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--json", o.json, "Also write the report (samples, medians, spreads, verdicts, hashes) as JSON");
   cmd->add_option("--svg", o.svg, "Also write a bar chart of the op families, A against B, as SVG");
+  cmd->add_option("--lt-choices", o.b.lt_choices, kLtChoicesHelp);
   add_fault_after_option(cmd, o.b.fault_after,
                          "in both sides' captured graphs (A's steps run first, so where both graphs hold the node "
                          "A's faults); the error names the side and the graph that faulted (find the node with "

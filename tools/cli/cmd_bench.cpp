@@ -122,6 +122,7 @@ std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App&
   if (given("--gated-norm")) bad.push_back("--gated-norm (where GPU kernels compute the GDN gated norm)");
   if (o.arms_mode == "tune") bad.push_back("--arms tune (times the GPU kernels' arms)");
   if (o.marginal) bad.push_back("--marginal (disables nodes of captured CUDA graphs)");
+  if (!o.lt_choices.empty()) bad.push_back("--lt-choices (cuBLASLt's algorithm choices on a GPU)");
   if (o.fault.on()) bad.push_back("--fault-after (a fault drill in the GPU step's captured graphs)");
   if (given("--preset") && o.preset != "tiny") {
     bad.push_back(fmt::format("--preset {} (the CPU reference runs the 'tiny' preset only)", o.preset));
@@ -141,6 +142,8 @@ std::vector<std::string> layer_inapplicable(const BenchOptions& o) {
   std::vector<std::string> bad;
   if (o.arms_mode == "tune") bad.push_back("--arms tune (tunes the whole model's graphs; use --workload model)");
   if (o.ssm_state != "f32") bad.push_back(kLayerSsmState);
+  if (!o.lt_choices.empty())
+    bad.push_back("--lt-choices (the gdn-layer workload runs no projection; use --workload model)");
   return bad;
 }
 
@@ -385,6 +388,7 @@ void register_bench(CLI::App& app, Action& action) {
   add_fault_after_option(cmd, o.fault_after,
                          "in the model workload's captured graphs (decode keys and the prefill bucket); the "
                          "error names the graph that faulted (find the node with generate --check-nodes)");
+  cmd->add_option("--lt-choices", o.lt_choices, std::string("model workload: ") + kLtChoicesHelp);
   cmd->add_flag("--marginal", o.marginal,
                 "model workload: also the marginal cost of every op family in the largest and the smallest decode "
                 "graph: the step time with the family's nodes disabled (cudaGraphNodeSetEnabled), subtracted from "
@@ -394,7 +398,8 @@ void register_bench(CLI::App& app, Action& action) {
       const Qwen35Config cfg = preset(o.preset);  // validate the name before anything else
       // Every source of arms is parsed first: a bad name is an error on either path.
       const ResolvedArms arms = resolve_cli_arms(o.arms.arms);
-      check_writable(o.json, "--json");            // before the run, so that its results are never lost
+      check_writable(o.json, "--json");  // before the run, so that its results are never lost
+      check_writable(o.lt_choices, "--lt-choices");
       o.fault = parse_fault_after(o.fault_after);  // on either path, as the checks below
       check_fault_drill(o, "bench");
       check_fault_layer(o.fault, cfg.layers, cfg.name);  // --workload gdn-layer refused a drill above

@@ -1,8 +1,10 @@
 // CPU tests of `stepgraph diff`'s logic (tools/cli/bench_diff.h) on bench reports built here in
 // the shape bench_model.cpp writes: graphs matched by name, the step's verdict against the wider
 // spread, families ordered by their change, graphs and families of one report, the settings that
-// differ, the text and JSON reports, and every kind of document refused with its reason.
+// differ, the ops whose nodes ran other arms (manifests), the text and JSON reports, and every kind
+// of document refused with its reason.
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -289,4 +291,51 @@ TEST_CASE("diff: documents that are not whole-model bench reports are refused wi
   }
   // A well-formed report passes (the checks above are not failing for another reason).
   CHECK(refusal(with(g)).empty());
+}
+
+TEST_CASE("diff: ops whose nodes ran other arms, from the manifests, and the cuBLASLt note", "[diff]") {
+  auto nodes = [](const std::string& out_proj_arm) {
+    return json{{"nodes", json::array({{{"op", "gdn.out_proj"}, {"arm", out_proj_arm}},
+                                       {{"op", "gdn.out_proj"}, {"arm", out_proj_arm}},
+                                       {{"op", "conv.update"}, {"arm", "fast"}},
+                                       {{"op", "mlp.down"}, {"arm", "skinny bn=64 splits=3"}}})}};
+  };
+  json a = old_report(), b = new_report();
+  a["graphs"][0]["manifest"] = nodes("lt algo=66 tile=12 splitk=1");
+  b["graphs"][0]["manifest"] = nodes("lt algo=66 tile=16 splitk=3");
+  b["graphs"][0]["manifest"]["nodes"][3]["arm"] = "skinny bn=64 splits=6";
+  a["graphs"][1]["manifest"] = nodes("cublas");  // decode b=1: the same arms
+  b["graphs"][1]["manifest"] = nodes("cublas");
+  const BenchDiff d = diff_bench_reports(a, b, "old.json", "new.json");
+  REQUIRE(d.graphs[0].arms.size() == 2);  // by op name
+  CHECK(d.graphs[0].arms[0].op == "gdn.out_proj");
+  CHECK(d.graphs[0].arms[0].old_arms == std::vector<std::string>{"lt algo=66 tile=12 splitk=1"});
+  CHECK(d.graphs[0].arms[0].new_arms == std::vector<std::string>{"lt algo=66 tile=16 splitk=3"});
+  CHECK(d.graphs[0].arms[1].op == "mlp.down");
+  CHECK(d.graphs[1].arms.empty());
+  CHECK(d.graphs[2].arms.empty());  // the prefill graph: no manifest in either
+  const std::string text = format_bench_diff(d);
+  CHECK(contains(text,
+                 "decode b=32: ops whose nodes ran other arms (old -> new):\n"
+                 "  gdn.out_proj: lt algo=66 tile=12 splitk=1 -> lt algo=66 tile=16 splitk=3\n"
+                 "  mlp.down: skinny bn=64 splits=3 -> skinny bn=64 splits=6\n"));
+  CHECK(contains(text, "note: cuBLASLt's algorithm choices differ between the runs"));
+  CHECK(contains(text, "--lt-choices FILE"));
+  CHECK_FALSE(contains(text, "decode b=1: ops whose nodes ran other arms"));
+  const json j = bench_diff_json(d);
+  CHECK(j["graphs"][0]["arms"][0]["op"] == "gdn.out_proj");
+  CHECK(j["graphs"][0]["arms"][1]["new"] == json::array({"skinny bn=64 splits=6"}));
+  CHECK(j["graphs"][1]["arms"].empty());
+  // Only skinny splits differ: no cuBLASLt note.
+  b["graphs"][0]["manifest"] = nodes("lt algo=66 tile=12 splitk=1");
+  b["graphs"][0]["manifest"]["nodes"][3]["arm"] = "skinny bn=64 splits=6";
+  CHECK_FALSE(contains(format_bench_diff(diff_bench_reports(a, b, "old.json", "new.json")), "cuBLASLt"));
+  // A malformed manifest is refused with where it is.
+  json bad = new_report();
+  bad["graphs"][0]["manifest"] = {{"nodes", json::array({{{"op", "x"}, {"arm", 3}}})}};
+  CHECK(contains(refusal(bad), "new.json: graphs[0].manifest.nodes[0]: \"op\" and \"arm\" must be strings"));
+  bad["graphs"][0]["manifest"] = {{"edges", 1}};
+  CHECK(contains(refusal(bad), "new.json: graphs[0].manifest: no \"nodes\""));
+  bad["graphs"][0]["manifest"] = 7;
+  CHECK(contains(refusal(bad), "new.json: graphs[0].manifest: not an object"));
 }

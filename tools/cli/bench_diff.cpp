@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 
@@ -112,8 +113,51 @@ struct ReadGraph {
   std::string name;
   Spread step;
   std::optional<double> eager_ms, floor_ms;
-  std::map<std::string, std::pair<double, int>> families;  // family (as in the file) -> (us, nodes)
+  std::map<std::string, std::pair<double, int>> families;            // family (as in the file) -> (us, nodes)
+  std::optional<std::map<std::string, std::set<std::string>>> arms;  // op -> the arms its nodes name (manifest)
 };
+
+// The manifest's node arms by op; nullopt without a manifest.
+std::optional<std::map<std::string, std::set<std::string>>> read_arms(const json& g, const std::string& where,
+                                                                      const Reader& r) {
+  if (!g.contains("manifest")) return std::nullopt;
+  const std::string mw = where + ".manifest";
+  const json& m = g.at("manifest");
+  if (!m.is_object()) r.fail(mw, "not an object");
+  const json& nodes = r.field(m, "nodes", mw);
+  if (!nodes.is_array()) r.fail(mw, "\"nodes\" is not a list");
+  std::map<std::string, std::set<std::string>> out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string nw = fmt::format("{}.nodes[{}]", mw, i);
+    const json& n = nodes[i];
+    if (!n.is_object()) r.fail(nw, "not an object");
+    const json &op = r.field(n, "op", nw), &arm = r.field(n, "arm", nw);
+    if (!op.is_string() || !arm.is_string()) r.fail(nw, "\"op\" and \"arm\" must be strings");
+    out[op.get<std::string>()].insert(arm.get<std::string>());
+  }
+  return out;
+}
+
+std::vector<ArmDiff> diff_arms(const std::map<std::string, std::set<std::string>>& a,
+                               const std::map<std::string, std::set<std::string>>& b) {
+  std::set<std::string> ops;
+  for (const auto& [op, v] : a) ops.insert(op);
+  for (const auto& [op, v] : b) ops.insert(op);
+  const std::set<std::string> none;
+  std::vector<ArmDiff> out;
+  for (const auto& op : ops) {
+    const auto ia = a.find(op), ib = b.find(op);
+    const std::set<std::string>& sa = ia == a.end() ? none : ia->second;
+    const std::set<std::string>& sb = ib == b.end() ? none : ib->second;
+    if (sa == sb || sa.empty() || sb.empty()) continue;  // an op of one report only shows in its families
+    ArmDiff d;
+    d.op = printable(op, 60);
+    for (const auto& s : sa) d.old_arms.push_back(printable(s, 120));
+    for (const auto& s : sb) d.new_arms.push_back(printable(s, 120));
+    out.push_back(std::move(d));
+  }
+  return out;
+}
 
 ReadGraph read_graph(const json& g, size_t index, const Reader& r) {
   const std::string where = fmt::format("graphs[{}]", index);
@@ -151,6 +195,7 @@ ReadGraph read_graph(const json& g, size_t index, const Reader& r) {
       out.families[family] = {r.time(v, "us", fw), nodes};
     }
   }
+  out.arms = read_arms(g, where, r);
   return out;
 }
 
@@ -243,6 +288,7 @@ BenchDiff diff_bench_reports(const json& old_doc, const json& new_doc, const std
     g.old_timed = ga && !ga->families.empty();
     g.new_timed = gb && !gb->families.empty();
     if (g.old_timed && g.new_timed) g.families = diff_families(*ga, *gb);
+    if (ga && gb && ga->arms && gb->arms) g.arms = diff_arms(*ga->arms, *gb->arms);
     d.graphs.push_back(std::move(g));
   };
   for (const auto& ga : a.graphs) add(&ga, b.find(ga.name));
@@ -324,6 +370,25 @@ std::string format_bench_diff(const BenchDiff& d, const DiffFormat& f) {
     out += fmt::format("  {:<24} {:>12.1f} {:>12.1f} {:>20}\n", "(all families)", old_sum, new_sum,
                        fmt::format("{:+.1f} ({})", new_sum - old_sum, percent(new_sum - old_sum, old_sum)));
   }
+  bool lt = false;
+  for (const auto& g : d.graphs) {
+    if (g.arms.empty()) continue;
+    out += fmt::format("\n{}: ops whose nodes ran other arms (old -> new):\n", g.name);
+    for (const auto& a : g.arms) {
+      std::string olds, news;
+      for (const auto& s : a.old_arms) olds += (olds.empty() ? "" : "; ") + s;
+      for (const auto& s : a.new_arms) news += (news.empty() ? "" : "; ") + s;
+      out += fmt::format("  {}: {} -> {}\n", a.op, olds, news);
+      for (const auto& s : a.old_arms) lt = lt || s.rfind("lt algo=", 0) == 0;
+      for (const auto& s : a.new_arms) lt = lt || s.rfind("lt algo=", 0) == 0;
+    }
+  }
+  if (lt) {
+    out +=
+        "note: cuBLASLt's algorithm choices differ between the runs (each process times its own), so those nodes' "
+        "times and bytes are not from the same kernels; give both runs `--lt-choices FILE` (bench, ab) to run the "
+        "same ones\n";
+  }
   return out;
 }
 
@@ -333,7 +398,8 @@ nlohmann::json bench_diff_json(const BenchDiff& d) {
     settings.push_back({{"name", s.name}, {"old", s.old_value}, {"new", s.new_value}, {"differs", s.differs}});
   }
   for (const auto& g : d.graphs) {
-    json fams = json::array();
+    json fams = json::array(), arms = json::array();
+    for (const auto& a : g.arms) arms.push_back({{"op", a.op}, {"old", a.old_arms}, {"new", a.new_arms}});
     for (const auto& f : g.families) {
       fams.push_back({{"family", f.family},
                       {"old_us", opt_json(f.old_us)},
@@ -353,7 +419,8 @@ nlohmann::json bench_diff_json(const BenchDiff& d) {
                       {"verdict", std::string(diff_verdict_name(g.verdict))},
                       {"old_timed", g.old_timed},
                       {"new_timed", g.new_timed},
-                      {"families", fams}});
+                      {"families", fams},
+                      {"arms", arms}});
   }
   return {{"settings", settings},
           {"graphs", graphs},

@@ -11,7 +11,10 @@
 // every change counts): the table says so. Families carry one value a report (node medians summed),
 // so they get the change and no verdict. A graph or family only one report has is listed as
 // "only old" / "only new"; a report without family times (bench --node-replays 0) is said to have
-// none. Times must lie in [0, 1e9] (ms or us).
+// none. Times must lie in [0, 1e9] (ms or us). Where both reports hold a graph's manifest, the ops
+// whose nodes ran other arms are listed (the set of arms an op's nodes name, old -> new): the
+// GEMMs' cuBLASLt algorithms and skinny splits, which no setting records and which each process may
+// choose differently (cuBLASLt's are timed per process; `--lt-choices` carries them over).
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -37,6 +40,12 @@ struct FamilyDiff {
   double delta_us() const { return new_us.value_or(0.0) - old_us.value_or(0.0); }
 };
 
+// An op whose nodes name other arms in the two reports (each list sorted, made printable).
+struct ArmDiff {
+  std::string op;
+  std::vector<std::string> old_arms, new_arms;
+};
+
 struct GraphDiff {
   std::string name;                          // "decode b=32", "prefill 32 x 1024 tokens (bucket 32768)"
   std::optional<Spread> old_step, new_step;  // ms a step (graph replays)
@@ -44,6 +53,7 @@ struct GraphDiff {
   Verdict verdict = Verdict::neutral;         // of the step (only_a / only_b: the graph is in one report)
   bool old_timed = false, new_timed = false;  // the report has op family times for the graph
   std::vector<FamilyDiff> families;           // the largest |change| first; empty unless both are timed
+  std::vector<ArmDiff> arms;                  // by op name; empty unless both reports hold the manifest
   double delta_ms() const;                    // new median - old median (0 unless both)
   double noise_ms() const;                    // the wider spread (0 unless both)
 };

@@ -60,8 +60,10 @@ void register_diff(CLI::App& app, Action& action) {
       "Compare two `stepgraph bench --json` reports of the whole-model workload (two commits, two machines, two "
       "settings): the settings that differ, then per graph (decode batch, prefill shape) the step time old -> new "
       "with a verdict against the reports' spreads (the rule of `ab`), and the op families whose node time moved, "
-      "the largest change first. Reads the two files only; needs no GPU. For two selections on one build, `ab` "
-      "measures both in one process, which is the fairer comparison.");
+      "the largest change first; where both reports hold the manifests, the ops whose nodes ran other arms (the "
+      "GEMMs' cuBLASLt algorithms and skinny splits, which each process may choose differently: --lt-choices on "
+      "bench carries cuBLASLt's over). Reads the two files only; needs no GPU. For two selections on one build, "
+      "`ab` measures both in one process, which is the fairer comparison.");
   cmd->add_option("OLD", dopt.old_path, "The report to compare against (bench --json)")->required();
   cmd->add_option("NEW", dopt.new_path, "The report compared with it (bench --json)")->required();
   cmd->add_flag("--all", dopt.all, "List every op family, not only those that moved by --min-us or more");

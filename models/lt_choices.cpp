@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/error.h"
@@ -28,47 +30,54 @@ int hex_digit(char c) {
   return -1;
 }
 
-// Field `key` of object `o` (the i-th choice, for messages) as T; throws naming both.
-template <typename T>
-T field(const nlohmann::json& o, const char* key, const std::string& where) {
+// Field `key` of object `o` (`where` names it in messages): a string, or an integer in [lo, hi].
+std::string text_field(const nlohmann::json& o, const char* key, const std::string& where) {
   const auto it = o.find(key);
   require(it != o.end(), "{}: no \"{}\"", where, key);
-  if constexpr (std::is_same_v<T, std::string>) {
-    require(it->is_string(), "{}: \"{}\" must be a string, not {}", where, key, json_excerpt(*it));
-    return it->template get<std::string>();
+  require(it->is_string(), "{}: \"{}\" must be a string, not {}", where, key, json_excerpt(*it));
+  return it->get<std::string>();
+}
+
+int64_t int_field(const nlohmann::json& o, const char* key, const std::string& where, int64_t lo, int64_t hi) {
+  const auto it = o.find(key);
+  require(it != o.end(), "{}: no \"{}\"", where, key);
+  require(it->is_number_integer(), "{}: \"{}\" must be an integer, not {}", where, key, json_excerpt(*it));
+  bool fits = true;
+  int64_t v = 0;
+  if (it->is_number_unsigned()) {
+    const uint64_t u = it->get<uint64_t>();
+    fits = u <= static_cast<uint64_t>(hi);
+    v = static_cast<int64_t>(u);
   } else {
-    require(it->is_number_integer() || it->is_number_unsigned(), "{}: \"{}\" must be an integer, not {}", where, key,
-            json_excerpt(*it));
-    return it->template get<T>();
+    v = it->get<int64_t>();
   }
+  require(fits && v >= lo && v <= hi, "{}: \"{}\" must be in [{}, {}], not {}", where, key, lo, hi, json_excerpt(*it));
+  return v;
 }
 
 LtChoiceRecord parse_choice(const nlohmann::json& c, const std::string& where) {
   require(c.is_object(), "{}: must be an object, not {}", where, json_excerpt(c));
   LtChoiceRecord r;
   LtShape& s = r.shape;
-  s.M = field<int64_t>(c, "M", where);
-  s.N = field<int64_t>(c, "N", where);
-  s.K = field<int64_t>(c, "K", where);
-  s.ldx = field<int64_t>(c, "ldx", where);
-  s.ldy = field<int64_t>(c, "ldy", where);
-  require(s.M > 0 && s.N > 0 && s.K > 0 && s.ldx >= s.K && s.ldy >= s.N,
-          "{}: a shape needs M, N, K > 0, ldx >= K and ldy >= N (M={} N={} K={} ldx={} ldy={})", where, s.M, s.N, s.K,
-          s.ldx, s.ldy);
+  constexpr int64_t kMaxDim = int64_t{1} << 40;
+  s.M = int_field(c, "M", where, 1, kMaxDim);
+  s.N = int_field(c, "N", where, 1, kMaxDim);
+  s.K = int_field(c, "K", where, 1, kMaxDim);
+  s.ldx = int_field(c, "ldx", where, s.K, kMaxDim);
+  s.ldy = int_field(c, "ldy", where, s.N, kMaxDim);
   try {
-    s.in = parse_dtype(field<std::string>(c, "in", where));
-    s.out = parse_dtype(field<std::string>(c, "out", where));
+    s.in = parse_dtype(text_field(c, "in", where));
+    s.out = parse_dtype(text_field(c, "out", where));
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", where, e.what()));
   }
-  s.align_x = field<int>(c, "align_x", where);
-  s.align_w = field<int>(c, "align_w", where);
-  s.align_y = field<int>(c, "align_y", where);
+  s.align_x = static_cast<int>(int_field(c, "align_x", where, 1, 256));
+  s.align_w = static_cast<int>(int_field(c, "align_w", where, 1, 256));
+  s.align_y = static_cast<int>(int_field(c, "align_y", where, 1, 256));
   for (int a : {s.align_x, s.align_w, s.align_y})
-    require(a >= 1 && a <= 256 && (a & (a - 1)) == 0, "{}: an alignment must be a power of two up to 256, not {}",
-            where, a);
-  r.workspace_bytes = field<size_t>(c, "workspace", where);
-  const std::string hex = field<std::string>(c, "algo", where);
+    require((a & (a - 1)) == 0, "{}: an alignment must be a power of two up to 256, not {}", where, a);
+  r.workspace_bytes = static_cast<size_t>(int_field(c, "workspace", where, 0, int64_t{1} << 48));
+  const std::string hex = text_field(c, "algo", where);
   require(hex.size() == 128, "{}: \"algo\" must be 128 hex digits (64 bytes), not {} characters", where, hex.size());
   for (size_t w = 0; w < 8; ++w) {
     uint64_t v = 0;
@@ -80,7 +89,7 @@ LtChoiceRecord parse_choice(const nlohmann::json& c, const std::string& where) {
     }
     r.algo[w] = v;
   }
-  r.text = printable(field<std::string>(c, "text", where), 200);
+  r.text = printable(text_field(c, "text", where), 200);
   return r;
 }
 
@@ -112,15 +121,15 @@ nlohmann::json lt_choices_json(int device, const std::string& device_name) {
 
 size_t add_lt_choices(const nlohmann::json& j, const std::string& origin, int device, const std::string& device_name) {
   require(j.is_object(), "{}: a cuBLASLt choices file must hold a JSON object, not {}", origin, json_excerpt(j));
-  const std::string format = field<std::string>(j, "format", origin);
+  const std::string format = text_field(j, "format", origin);
   require(format == kLtChoicesFormat, "{}: not a cuBLASLt choices file (format '{}', expected '{}')", origin,
           printable(format, 80), kLtChoicesFormat);
-  const auto version = field<size_t>(j, "cublaslt_version", origin);
+  const auto version = static_cast<size_t>(int_field(j, "cublaslt_version", origin, 0, INT64_MAX));
   require(version == lt_library_version(),
           "{}: written with cuBLASLt {}, but this build runs cuBLASLt {}; an algorithm's bytes are only valid for "
           "the version that chose them (delete the file, or give another, to time the shapes again)",
           origin, version, lt_library_version());
-  const std::string dev = field<std::string>(j, "device", origin);
+  const std::string dev = text_field(j, "device", origin);
   require(dev == device_name,
           "{}: written on a {}, but this device is a {}; choices timed on one device model do not carry over "
           "(delete the file, or give another, to time the shapes again)",

@@ -25,9 +25,9 @@ nlohmann::json lt_choices_json(int device, const std::string& device_name);
 
 // Adds the choices of `j` for `device` (a shape with a choice in this process keeps it); returns
 // how many were added. Throws sg::Error, starting with `origin`, for a malformed document (a
-// missing or mistyped field, a bad dtype, hex digits that are not 128, a shape with
-// non-positive sizes), or one written for another cuBLASLt version or device model. Nothing is
-// added when it throws.
+// missing or mistyped field, a bad dtype, hex digits that are not 128, a size or alignment out
+// of range, ldx < K or ldy < N), or one written for another cuBLASLt version or device model.
+// Nothing is added when it throws.
 size_t add_lt_choices(const nlohmann::json& j, const std::string& origin, int device, const std::string& device_name);
 
 // read_json_file(path) (a regular file, bounded size and depth), then add_lt_choices.

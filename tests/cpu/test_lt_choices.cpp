@@ -103,8 +103,11 @@ TEST_CASE("lt choices: malformed documents and other versions or devices are ref
   };
   bad_choice("M", nullptr, {"no \"M\""});
   bad_choice("M", "32", {"\"M\" must be an integer"});
-  bad_choice("M", 0, {"M, N, K > 0"});
-  bad_choice("ldy", 100, {"ldy >= N"});
+  bad_choice("M", 0, {"\"M\" must be in [1, "});
+  bad_choice("M", -5, {"\"M\" must be in [1, ", "not -5"});
+  bad_choice("ldy", 100, {"\"ldy\" must be in [12352, "});
+  bad_choice("workspace", -1, {"\"workspace\" must be in [0, "});
+  bad_choice("align_x", uint64_t{1} << 32 | 256, {"\"align_x\" must be in [1, 256]"});
   bad_choice("in", "bf17", {"unknown dtype 'bf17'"});
   bad_choice("align_w", 48, {"power of two up to 256"});
   bad_choice("algo", "abc", {"128 hex digits", "not 3 characters"});

@@ -3,16 +3,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/error.h"
-#include "engine/gemm_lt.h"
 #include "engine/tensor.h"
 #include "engine/text.h"
-#include "models/json_read.h"
 
 namespace sg {
 namespace {
@@ -89,15 +88,21 @@ LtChoiceRecord parse_choice(const nlohmann::json& c, const std::string& where) {
     }
     r.algo[w] = v;
   }
-  r.text = printable(text_field(c, "text", where), 200);
+  // The text becomes the GEMM nodes' arm in manifests and tables: printable ASCII only, refused
+  // otherwise (escaping it here would change it at every round trip through a file).
+  r.text = text_field(c, "text", where);
+  require(r.text.size() <= 200 &&
+              std::all_of(r.text.begin(), r.text.end(), [](char ch) { return ch >= 0x20 && ch < 0x7f; }),
+          "{}: \"text\" must be printable ASCII of at most 200 characters, not {}", where, json_excerpt(c.at("text")));
   return r;
 }
 
 }  // namespace
 
-nlohmann::json lt_choices_json(int device, const std::string& device_name) {
+nlohmann::json lt_choices_document(const std::vector<LtChoiceRecord>& records, size_t cublaslt_version,
+                                   const std::string& device_name) {
   nlohmann::json list = nlohmann::json::array();
-  for (const LtChoiceRecord& r : lt_choices(device)) {
+  for (const LtChoiceRecord& r : records) {
     const LtShape& s = r.shape;
     list.push_back({{"M", s.M},
                     {"N", s.N},
@@ -114,21 +119,22 @@ nlohmann::json lt_choices_json(int device, const std::string& device_name) {
                     {"text", r.text}});
   }
   return {{"format", kLtChoicesFormat},
-          {"cublaslt_version", lt_library_version()},
+          {"cublaslt_version", cublaslt_version},
           {"device", device_name},
           {"choices", std::move(list)}};
 }
 
-size_t add_lt_choices(const nlohmann::json& j, const std::string& origin, int device, const std::string& device_name) {
+std::vector<LtChoiceRecord> parse_lt_choices(const nlohmann::json& j, const std::string& origin,
+                                             size_t cublaslt_version, const std::string& device_name) {
   require(j.is_object(), "{}: a cuBLASLt choices file must hold a JSON object, not {}", origin, json_excerpt(j));
   const std::string format = text_field(j, "format", origin);
   require(format == kLtChoicesFormat, "{}: not a cuBLASLt choices file (format '{}', expected '{}')", origin,
           printable(format, 80), kLtChoicesFormat);
   const auto version = static_cast<size_t>(int_field(j, "cublaslt_version", origin, 0, INT64_MAX));
-  require(version == lt_library_version(),
+  require(version == cublaslt_version,
           "{}: written with cuBLASLt {}, but this build runs cuBLASLt {}; an algorithm's bytes are only valid for "
           "the version that chose them (delete the file, or give another, to time the shapes again)",
-          origin, version, lt_library_version());
+          origin, version, cublaslt_version);
   const std::string dev = text_field(j, "device", origin);
   require(dev == device_name,
           "{}: written on a {}, but this device is a {}; choices timed on one device model do not carry over "
@@ -139,13 +145,7 @@ size_t add_lt_choices(const nlohmann::json& j, const std::string& origin, int de
   std::vector<LtChoiceRecord> records;
   for (size_t i = 0; i < it->size(); ++i)
     records.push_back(parse_choice((*it)[i], fmt::format("{}: choice {}", origin, i)));
-  size_t added = 0;
-  for (const LtChoiceRecord& r : records) added += lt_add_choice(device, r) ? 1 : 0;
-  return added;
-}
-
-size_t load_lt_choices(const std::filesystem::path& path, int device, const std::string& device_name) {
-  return add_lt_choices(read_json_file(path), printable(path.string(), 4096), device, device_name);
+  return records;
 }
 
 }  // namespace sg

@@ -13,24 +13,48 @@
 #include <cstddef>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "engine/gemm_lt.h"
+#include "engine/text.h"
+#include "models/json_read.h"
 
 namespace sg {
 
 inline constexpr const char* kLtChoicesFormat = "stepgraph-lt-choices 1";
 
-// Every choice of CUDA device `device` (named `device_name`) as the file's JSON.
-nlohmann::json lt_choices_json(int device, const std::string& device_name);
+// The file's JSON for `records` (pure: tests and the fuzz target call it without a device).
+nlohmann::json lt_choices_document(const std::vector<LtChoiceRecord>& records, size_t cublaslt_version,
+                                   const std::string& device_name);
 
-// Adds the choices of `j` for `device` (a shape with a choice in this process keeps it); returns
-// how many were added. Throws sg::Error, starting with `origin`, for a malformed document (a
-// missing or mistyped field, a bad dtype, hex digits that are not 128, a size or alignment out
-// of range, ldx < K or ldy < N), or one written for another cuBLASLt version or device model.
-// Nothing is added when it throws.
-size_t add_lt_choices(const nlohmann::json& j, const std::string& origin, int device, const std::string& device_name);
+// The choices of document `j`, checked against the running library's `cublaslt_version` and
+// `device_name`. Throws sg::Error, starting with `origin`, for a malformed document (a missing or
+// mistyped field, a bad dtype, hex digits that are not 128, a size or alignment out of range,
+// ldx < K or ldy < N), or one written for another cuBLASLt version or device model. Pure.
+std::vector<LtChoiceRecord> parse_lt_choices(const nlohmann::json& j, const std::string& origin,
+                                             size_t cublaslt_version, const std::string& device_name);
+
+// Every choice of CUDA device `device` (named `device_name`) as the file's JSON.
+inline nlohmann::json lt_choices_json(int device, const std::string& device_name) {
+  return lt_choices_document(lt_choices(device), lt_library_version(), device_name);
+}
+
+// Adds the choices of `j` (parse_lt_choices with this library's version) for `device`; a shape
+// with a choice in this process keeps it. Returns how many were added; nothing is added when it
+// throws.
+inline size_t add_lt_choices(const nlohmann::json& j, const std::string& origin, int device,
+                             const std::string& device_name) {
+  size_t added = 0;
+  for (const LtChoiceRecord& r : parse_lt_choices(j, origin, lt_library_version(), device_name))
+    added += lt_add_choice(device, r) ? 1 : 0;
+  return added;
+}
 
 // read_json_file(path) (a regular file, bounded size and depth), then add_lt_choices.
-size_t load_lt_choices(const std::filesystem::path& path, int device, const std::string& device_name);
+inline size_t load_lt_choices(const std::filesystem::path& path, int device, const std::string& device_name) {
+  return add_lt_choices(read_json_file(path), printable(path.string(), 4096), device, device_name);
+}
 
 }  // namespace sg

@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-20}
 OUT=build-fuzz
-TARGETS=(safetensors safetensors_index hf_config arms cli_tokens step_metadata)
+TARGETS=(safetensors safetensors_index hf_config arms cli_tokens step_metadata lt_choices)
 
 # A clang++ that has libFuzzer and std::source_location (clang 16+ with libstdc++ 12+).
 probe_src='#include <source_location>
@@ -64,6 +64,7 @@ declare -A SRC=(
   [arms]="kernels/arms.cpp"
   [cli_tokens]="tools/cli/cli_checks.cpp kernels/arms.cpp engine/env.cpp engine/text.cpp tests/fuzz/fuzz_support.cpp"
   [step_metadata]="models/step_metadata.cpp kernels/contracts.cpp kernels/arms.cpp tests/fuzz/fuzz_support.cpp"
+  [lt_choices]="models/lt_choices.cpp engine/tensor.cpp $JSON"
 )
 
 mkdir -p "$OUT/obj" "$OUT/corpus" "$OUT/artifacts"

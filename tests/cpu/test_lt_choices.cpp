@@ -113,6 +113,8 @@ TEST_CASE("lt choices: malformed documents and other versions or devices are ref
   bad_choice("algo", "abc", {"128 hex digits", "not 3 characters"});
   bad_choice("algo", std::string(127, 'a') + "g", {"not a hex digit: 'g'"});
   bad_choice("text", 5, {"\"text\" must be a string"});
+  bad_choice("text", "lt \x1b[2J algo", {"\"text\" must be printable ASCII", "\\x1b"});
+  bad_choice("text", std::string(201, 'a'), {"at most 200 characters"});
   refused(document({choice(32, 2560), json::array()}), {"c.json: choice 1: must be an object"});
 }
 

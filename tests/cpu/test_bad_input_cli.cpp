@@ -167,6 +167,8 @@ std::vector<CliCase> option_cases() {
   add("capture without a GPU", {"capture", "--phase", "decode"}, 1,
       {"capture: capturing CUDA graphs needs a GPU", "was found"});
   add("capture --phase unknown", {"capture", "--phase", "mixed"}, kCli11Invalid, {"--phase"});
+  add("capture --lt-choices into a missing folder", {"capture", "--lt-choices", "no/such/folder/lt.json"}, 1,
+      {"--lt-choices no/such/folder/lt.json: cannot write this file"});
   add("capture --json into a missing folder", {"capture", "--json", "no/such/folder/c.json"}, 1,
       {"--json no/such/folder/c.json: cannot write this file"});
   add("ab without a GPU", {"ab", "--a", "postconv=fast", "--b", "postconv=token_tile"}, 1,

@@ -3,6 +3,7 @@
 // one whole-model step (inspect, capture, ab) take from it: BenchOptions, model_step_options and
 // add_model_step_options (step_options.cpp).
 #pragma once
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -59,16 +60,17 @@ struct BenchOptions {
 void write_exports(const BenchOptions& o, int key, const Manifest& m, const std::vector<NodeStats>& stats,
                    const std::vector<KernelRecord>& records);
 
-// --lt-choices FILE (models/lt_choices.h): add_lt_choices_option reads FILE when it exists, before
-// any step is built, so that those shapes are not timed (it prints how many choices it added);
-// write_lt_choices_option writes every choice of the process back to FILE after the captures.
-// Both do nothing for "". The help text of the option, shared by bench and ab:
+// --lt-choices FILE (models/lt_choices.h; bench, ab, capture, inspect): add_lt_choices_option
+// reads FILE when it exists, before any step is built, so that those shapes are not timed;
+// write_lt_choices_option writes every choice of the process back to FILE after the captures
+// ("OPTION FILE: cannot write ..." when it cannot). Both say what they did on `log` (stderr where
+// stdout carries a report format) and do nothing for "". The help text of the option:
 inline constexpr const char* kLtChoicesHelp =
     "Keep cuBLASLt's per-shape algorithm choices (gemm lt, lt-all, mixed) in FILE: read when it exists, so that "
     "those shapes are not timed again and this run executes the same algorithms as the run that wrote it (same "
     "cuBLASLt version and device model, else an error), and written back with every choice after the captures";
-void add_lt_choices_option(const std::string& path, const DeviceInfo& dev);
-void write_lt_choices_option(const std::string& path, const DeviceInfo& dev);
+void add_lt_choices_option(const std::string& path, const DeviceInfo& dev, std::FILE* log = stdout);
+void write_lt_choices_option(const std::string& path, const DeviceInfo& dev, std::FILE* log = stdout);
 
 // Writes a CPU reference run's results to --json (nothing when it is not given).
 void write_cpu_json(const BenchOptions& o, const nlohmann::json& result);

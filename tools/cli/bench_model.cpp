@@ -164,21 +164,26 @@ void print_tuning(const ModelStep& step) {
   }
 }
 
-void add_lt_choices_option(const std::string& path, const DeviceInfo& dev) {
+void add_lt_choices_option(const std::string& path, const DeviceInfo& dev, std::FILE* log) {
   if (path.empty()) return;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
-    fmt::print("cuBLASLt choices: {} does not exist yet; the shapes are timed and their choices written to it\n",
+    fmt::print(log, "cuBLASLt choices: {} does not exist yet; the shapes are timed and their choices written to it\n",
                printable(path, 4096));
     return;
   }
   const size_t added = load_lt_choices(path, dev.ordinal, dev.name);
-  fmt::print("cuBLASLt choices: {} read from {} (those shapes are not timed)\n", added, printable(path, 4096));
+  fmt::print(log, "cuBLASLt choices: {} read from {} (those shapes are not timed)\n", added, printable(path, 4096));
 }
 
-void write_lt_choices_option(const std::string& path, const DeviceInfo& dev) {
+void write_lt_choices_option(const std::string& path, const DeviceInfo& dev, std::FILE* log) {
   if (path.empty()) return;
-  write_output_file(path, "--lt-choices", lt_choices_json(dev.ordinal, dev.name).dump(1) + "\n");
+  const nlohmann::json j = lt_choices_json(dev.ordinal, dev.name);
+  std::ofstream f(path);
+  if (f) f << j.dump(1) << "\n";
+  f.close();
+  if (!f) throw Error(fmt::format("--lt-choices {}: cannot write the choices to this file", printable(path, 4096)));
+  fmt::print(log, "wrote {} ({} cuBLASLt choices)\n", printable(path, 4096), j["choices"].size());
 }
 
 ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& arms, bool prefill, int extra_context) {

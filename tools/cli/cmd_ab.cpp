@@ -322,7 +322,6 @@ void register_ab(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--json", o.json, "Also write the report (samples, medians, spreads, verdicts, hashes) as JSON");
   cmd->add_option("--svg", o.svg, "Also write a bar chart of the op families, A against B, as SVG");
-  cmd->add_option("--lt-choices", o.b.lt_choices, kLtChoicesHelp);
   add_fault_after_option(cmd, o.b.fault_after,
                          "in both sides' captured graphs (A's steps run first, so where both graphs hold the node "
                          "A's faults); the error names the side and the graph that faulted (find the node with "

@@ -36,11 +36,13 @@ int run(const CaptureOptions& o) {
   const ResolvedArms arms = resolve_cli_arms(o.b.arms.arms);  // a bad arm name is an error on every path
   const Qwen35Config cfg = preset(o.b.preset);
   check_writable(o.json, "--json");  // before the run, so that its results are never lost
+  check_writable(o.b.lt_choices, "--lt-choices");
   const DeviceInfo dev = probe_device();
   if (!dev.ok)
     throw Error(fmt::format("capture: capturing CUDA graphs needs a GPU, and none can be used here: {}", dev.reason));
   for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
   const bool decode = o.b.phase != "prefill", prefill = o.b.phase != "decode";
+  add_lt_choices_option(o.b.lt_choices, dev);
   auto t0 = std::chrono::steady_clock::now();
   ModelStep step(cfg, model_step_options(o.b, arms, prefill, 0));
   const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -62,6 +64,7 @@ int run(const CaptureOptions& o) {
   step.set_capture_stop(sigint_received);
   step.capture(keys, /*for_timing=*/false);
   const bool interrupted = sigint_received();
+  write_lt_choices_option(o.b.lt_choices, dev);  // the shapes of the graphs captured (all, unless interrupted)
   const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::vector<CaptureRow> rows;
   for (const GraphKey& k : step.graphs().captured()) {

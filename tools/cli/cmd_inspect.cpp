@@ -68,6 +68,7 @@ int run(InspectOptions o) {
   const Qwen35Config cfg = preset(o.b.preset);
   check_writable(o.b.trace, "--trace");  // before the run, so that its results are never lost
   check_writable(o.b.dot, "--dot");
+  check_writable(o.b.lt_choices, "--lt-choices");
   o.b.fault = parse_fault_after(o.b.fault_after);  // before the device: a bad value is an error everywhere
   check_fault_layer(o.b.fault, cfg.layers, cfg.name);
   check_fault_drill(o.b, "inspect");
@@ -92,9 +93,12 @@ int run(InspectOptions o) {
     }
     rows = n;
   }
+  FILE* log = o.format == "table" ? stdout : stderr;  // json and csv keep stdout to their format
+  add_lt_choices_option(o.b.lt_choices, dev, log);
   ModelStep step(cfg, model_step_options(o.b, arms, prefill, 0));
   step.set_capture_stop(sigint_received);
   step.capture_all(/*for_timing=*/true, prefill);
+  write_lt_choices_option(o.b.lt_choices, dev, log);
   if (sigint_received()) {  // on stderr for json and csv, whose stdout keeps its format
     fmt::print(o.format == "table" ? stdout : stderr,
                "interrupted (SIGINT) while capturing the graphs: nothing was measured\n");

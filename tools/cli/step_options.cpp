@@ -32,6 +32,7 @@ void add_model_step_options(CLI::App* cmd, BenchOptions& o) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   add_arm_options(cmd, o.arms);
+  cmd->add_option("--lt-choices", o.lt_choices, kLtChoicesHelp);
   for (const SettingInfo& s : setting_table()) {
     const std::string name(s.name);
     std::string* value = option_field(o, name);

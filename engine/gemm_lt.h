@@ -12,7 +12,8 @@
 // strides, the dtypes and the pointer alignments (an algorithm may need aligned operands). A
 // choice is shared by every LtGemm of the process (per device and shape), so two steps of one
 // process give the same bytes; another process may time its way to another algorithm (the
-// manifest names the one that ran). Near ties keep the heuristic's order (a later candidate must
+// manifest names the one that ran) unless it is given this one's choices (lt_add_choice below,
+// models/lt_choices.h: --lt-choices). Near ties keep the heuristic's order (a later candidate must
 // be 2% faster). Split-K partials are summed in f32 only (as the cuBLAS handle's
 // DISALLOW_REDUCED_PRECISION_REDUCTION). Algorithms differ in summation order: results are within
 // the GEMM test tolerance of cublasGemmEx.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/ref/mlp_ref.h"
@@ -82,6 +83,25 @@ inline void check_prefill(ModelStep& step, const std::vector<ReferenceModel*>& r
     }
     CHECK(g.tokens[i] == ref::argmax(gr, V));
   }
+}
+
+// `batch` prefilled eagerly and then through its graph from the same caches: the logits, the
+// tokens and the caches must be the same bytes. Returns the caches after the eager run.
+inline std::vector<uint8_t> check_prefill_replay(ModelStep& step, const std::vector<PrefillRequest>& batch,
+                                                 int bucket = 0) {
+  const std::vector<uint8_t> start = step.cache_bytes();
+  const PrefillOutput e = step.prefill(batch, RunMode::eager);
+  const std::vector<uint8_t> eager_cache = step.cache_bytes();
+  step.set_cache_bytes(start);
+  const PrefillOutput g = step.prefill(batch, RunMode::graph);
+  if (bucket > 0) {
+    CHECK(e.bucket == bucket);
+    CHECK(g.bucket == bucket);
+  }
+  CHECK(std::memcmp(e.logits.data(), g.logits.data(), e.logits.size() * sizeof(float)) == 0);
+  CHECK(e.tokens == g.tokens);
+  CHECK(eager_cache == step.cache_bytes());
+  return eager_cache;
 }
 
 // Three graphed decode steps on `slots` at positions pos, pos + 1, pos + 2 after the prefills:

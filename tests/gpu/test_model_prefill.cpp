@@ -135,20 +135,10 @@ TEST_CASE("model prefill graph replay is byte-identical to eager", "[gpu][model]
     ModelStep step(cfg, o);
     step.capture_all();
     step.randomize_caches(3);
-    const std::vector<uint8_t> start = step.cache_bytes();
     const int V = cfg.vocab;
     // Three sequences, two with history (positions consistent with the random caches' length).
-    const std::vector<PrefillRequest> batch = {
-        {3, tokens_for(1, 21, V), 10}, {0, tokens_for(2, 2, V), 30}, {6, tokens_for(3, 40, V), 0}};
-    const PrefillOutput e = step.prefill(batch, RunMode::eager);
-    const std::vector<uint8_t> eager_cache = step.cache_bytes();
-    step.set_cache_bytes(start);
-    const PrefillOutput g = step.prefill(batch, RunMode::graph);
-    CHECK(e.bucket == 64);
-    CHECK(g.bucket == 64);
-    CHECK(std::memcmp(e.logits.data(), g.logits.data(), e.logits.size() * sizeof(float)) == 0);
-    CHECK(e.tokens == g.tokens);
-    CHECK(eager_cache == step.cache_bytes());
+    check_prefill_replay(
+        step, {{3, tokens_for(1, 21, V), 10}, {0, tokens_for(2, 2, V), 30}, {6, tokens_for(3, 40, V), 0}}, 64);
     CHECK(step.eager_fallbacks() == 0);
   }
 }
@@ -173,16 +163,7 @@ TEST_CASE("model prefill with gemm = lt-all: the projections on cuBLASLt, named 
     CHECK(lt >= 2 * cfg.layers + cfg.num_linear_attention() + 1);  // cuBLASLt may add a reduction node
   }
   step.randomize_caches(3);
-  const std::vector<uint8_t> start = step.cache_bytes();
-  const std::vector<PrefillRequest> batch = {{3, tokens_for(1, 21, cfg.vocab), 10},
-                                             {6, tokens_for(3, 40, cfg.vocab), 0}};
-  const PrefillOutput e = step.prefill(batch, RunMode::eager);
-  const std::vector<uint8_t> eager_cache = step.cache_bytes();
-  step.set_cache_bytes(start);
-  const PrefillOutput g = step.prefill(batch, RunMode::graph);
-  CHECK(std::memcmp(e.logits.data(), g.logits.data(), e.logits.size() * sizeof(float)) == 0);
-  CHECK(e.tokens == g.tokens);
-  CHECK(eager_cache == step.cache_bytes());
+  check_prefill_replay(step, {{3, tokens_for(1, 21, cfg.vocab), 10}, {6, tokens_for(3, 40, cfg.vocab), 0}});
   CHECK(step.eager_fallbacks() == 0);
 }
 

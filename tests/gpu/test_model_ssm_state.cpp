@@ -153,15 +153,8 @@ TEST_CASE("model step with a bf16 SSM state: graph replay equals eager, decode a
     step.capture_all();
     step.randomize_caches(5);
     const std::vector<uint8_t> start = step.cache_bytes();
-    const std::vector<PrefillRequest> batch = {
-        {3, tokens_for(1, 21, V), 10}, {0, tokens_for(2, 2, V), 30}, {6, tokens_for(3, 40, V), 0}};
-    const PrefillOutput e = step.prefill(batch, RunMode::eager);
-    const std::vector<uint8_t> eager_cache = step.cache_bytes();
-    step.set_cache_bytes(start);
-    const PrefillOutput g = step.prefill(batch, RunMode::graph);
-    CHECK(std::memcmp(e.logits.data(), g.logits.data(), e.logits.size() * sizeof(float)) == 0);
-    CHECK(e.tokens == g.tokens);
-    CHECK(eager_cache == step.cache_bytes());
+    const std::vector<uint8_t> eager_cache = check_prefill_replay(
+        step, {{3, tokens_for(1, 21, V), 10}, {0, tokens_for(2, 2, V), 30}, {6, tokens_for(3, 40, V), 0}});
     CHECK(eager_cache != start);  // the prefill wrote the caches
 
     // Decode: 3 live rows of key 4 (one padding row).

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "engine/text.h"
 
 namespace sg {
 
@@ -33,7 +34,7 @@ DType parse_dtype(std::string_view s) {
   for (DType d : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::i8}) {
     if (s == dtype_name(d)) return d;
   }
-  throw Error(fmt::format("unknown dtype '{}' (valid: f32, bf16, f16, i32, i8)", s));
+  throw Error(fmt::format("unknown dtype '{}' (valid: f32, bf16, f16, i32, i8)", printable(s, 40)));
 }
 
 TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape, Where where) {

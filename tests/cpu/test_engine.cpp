@@ -50,6 +50,13 @@ TEST_CASE("dtype names parse and unknown names list the valid ones", "[engine][t
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("valid: f32, bf16") != std::string::npos);
   }
+  try {  // a name from a file reaches the message escaped (no terminal control sequence)
+    parse_dtype("\x1b[2Jbf16");
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("unknown dtype '\\x1b[2Jbf16'") != std::string::npos);
+    CHECK(std::string(e.what()).find('\x1b') == std::string::npos);
+  }
 }
 
 TEST_CASE("require() formats its message with the call site", "[engine][error]") {

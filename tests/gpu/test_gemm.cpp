@@ -22,6 +22,35 @@
 
 using namespace sg;
 
+namespace {
+
+// y = x W^T at one shape: x [T, in] (bf16 in [-1, 1), seed) and W [out, in] (bf16 in [-0.05, 0.05),
+// seed + 1) on the device, two poisoned bf16 outputs y1, y2 [T, out], and their views. The uploads
+// and the poison (legacy stream) have finished when the constructor returns, before any GEMM's
+// stream runs.
+struct XwProblem {
+  int T, in, out;
+  test::DevBuf dx, dW, y1, y2;
+  TensorView vx, vW, v1, v2;
+  XwProblem(int T_, int in_, int out_, uint64_t seed)
+      : T(T_),
+        in(in_),
+        out(out_),
+        dx(test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(T_) * in_, seed), DType::bf16)),
+        dW(test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(out_) * in_, seed + 1, -0.05f, 0.05f),
+                              DType::bf16)),
+        y1(static_cast<size_t>(T_) * out_ * 2),
+        y2(static_cast<size_t>(T_) * out_ * 2) {
+    check(cudaDeviceSynchronize());
+    vx = TensorView::contiguous(dx.data(), DType::bf16, {T, in});
+    vW = TensorView::contiguous(dW.data(), DType::bf16, {out, in});
+    v1 = TensorView::contiguous(y1.data(), DType::bf16, {T, out});
+    v2 = TensorView::contiguous(y2.data(), DType::bf16, {T, out});
+  }
+};
+
+}  // namespace
+
 TEST_CASE("gemm x W^T matches the reference linear, also through strided rows (cublasGemmEx and cuBLASLt)",
           "[gpu][gemm]") {
   Stream s;
@@ -92,15 +121,10 @@ TEST_CASE("cuBLASLt gemm: replay equals eager, untuned shapes refused, tuning un
   Stream s;
   CublasHandle h(s.get());
   LtGemm lt(s.get(), h.workspace(), h.workspace_bytes(), 4);
-  const int T = 32, in = 2560, out = 1024;
-  auto dx = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(T) * in, 15), DType::bf16);
-  auto dW = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(out) * in, 16, -0.05f, 0.05f), DType::bf16);
-  test::DevBuf eager(static_cast<size_t>(T) * out * 2), replay(static_cast<size_t>(T) * out * 2);
-  check(cudaDeviceSynchronize());
-  auto vx = TensorView::contiguous(dx.data(), DType::bf16, {T, in});
-  auto vW = TensorView::contiguous(dW.data(), DType::bf16, {out, in});
-  auto ve = TensorView::contiguous(eager.data(), DType::bf16, {T, out});
-  auto vr = TensorView::contiguous(replay.data(), DType::bf16, {T, out});
+  const XwProblem pr(32, 2560, 1024, 15);
+  const int T = pr.T, in = pr.in, out = pr.out;
+  const test::DevBuf &dx = pr.dx, &dW = pr.dW, &eager = pr.y1, &replay = pr.y2;
+  const TensorView &vx = pr.vx, &vW = pr.vW, &ve = pr.v1, &vr = pr.v2;
   CHECK_THROWS_AS(lt.run(vx, vW, ve), Error);  // not tuned
   CHECK_FALSE(lt.tuned(lt_shape(vx, vW, ve)));
   {  // tuning inside a capture is refused (and the capture ends cleanly)
@@ -148,15 +172,9 @@ TEST_CASE("cuBLASLt choices: written out, forgotten and added back, they run aga
   int device = 0;
   check(cudaGetDevice(&device));
   lt_clear_choices();
-  const int T = 32, in = 512, out = 768;
-  auto dx = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(T) * in, 25), DType::bf16);
-  auto dW = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(out) * in, 26, -0.05f, 0.05f), DType::bf16);
-  test::DevBuf first(static_cast<size_t>(T) * out * 2), again(static_cast<size_t>(T) * out * 2);
-  check(cudaDeviceSynchronize());
-  auto vx = TensorView::contiguous(dx.data(), DType::bf16, {T, in});
-  auto vW = TensorView::contiguous(dW.data(), DType::bf16, {out, in});
-  auto v1 = TensorView::contiguous(first.data(), DType::bf16, {T, out});
-  auto v2 = TensorView::contiguous(again.data(), DType::bf16, {T, out});
+  const XwProblem pr(32, 512, 768, 25);
+  const test::DevBuf &first = pr.y1, &again = pr.y2;
+  const TensorView &vx = pr.vx, &vW = pr.vW, &v1 = pr.v1, &v2 = pr.v2;
   std::string text;
   {
     LtGemm lt(s.get(), h.workspace(), h.workspace_bytes(), 4);
@@ -196,21 +214,13 @@ TEST_CASE("cuBLASLt choices: written out, forgotten and added back, they run aga
 TEST_CASE("gemm runs inside a captured graph after a warm-up, byte-identical to eager", "[gpu][gemm][graphs]") {
   Stream s;
   CublasHandle h(s.get());
-  const int T = 32, in = 2560, out = 1024;
-  auto dx = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(T) * in, 5), DType::bf16);
-  auto dW = test::DevBuf::from(test::uniform_bf16(static_cast<size_t>(out) * in, 6, -0.05f, 0.05f), DType::bf16);
-  test::DevBuf eager(static_cast<size_t>(T) * out * 2), replay(static_cast<size_t>(T) * out * 2);
-  check(cudaDeviceSynchronize());  // uploads and poison (legacy stream) before the GEMM's stream
-  auto vx = TensorView::contiguous(dx.data(), DType::bf16, {T, in});
-  auto vW = TensorView::contiguous(dW.data(), DType::bf16, {out, in});
-  gemm_xwt(h, vx, vW, TensorView::contiguous(eager.data(), DType::bf16, {T, out}));  // warm-up + eager result
+  const XwProblem pr(32, 2560, 1024, 5);
+  gemm_xwt(h, pr.vx, pr.vW, pr.v1);  // warm-up + eager result
   s.sync();
-  auto g = CapturedGraph::capture("gemm", s.get(), [&] {
-    gemm_xwt(h, vx, vW, TensorView::contiguous(replay.data(), DType::bf16, {T, out}));
-  });
+  auto g = CapturedGraph::capture("gemm", s.get(), [&] { gemm_xwt(h, pr.vx, pr.vW, pr.v2); });
   g.replay(s.get());
   s.sync();
-  CHECK(test::byte_diff(replay.download(), eager.download(), DType::bf16) == "");
+  CHECK(test::byte_diff(pr.y2.download(), pr.y1.download(), DType::bf16) == "");
 }
 
 TEST_CASE("gemm rejects mismatched shapes and dtypes with the views named", "[gpu][gemm]") {

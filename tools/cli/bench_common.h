@@ -63,7 +63,7 @@ void write_exports(const BenchOptions& o, int key, const Manifest& m, const std:
 // --lt-choices FILE (models/lt_choices.h; bench, ab, capture, inspect): add_lt_choices_option
 // reads FILE when it exists, before any step is built, so that those shapes are not timed;
 // write_lt_choices_option writes every choice of the process back to FILE after the captures
-// ("OPTION FILE: cannot write ..." when it cannot). Both say what they did on `log` (stderr where
+// (write_output_file). Both say what they did on `log` (stderr where
 // stdout carries a report format) and do nothing for "". The help text of the option:
 inline constexpr const char* kLtChoicesHelp =
     "Keep cuBLASLt's per-shape algorithm choices (gemm lt, lt-all, mixed) in FILE: read when it exists, so that "

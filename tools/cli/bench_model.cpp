@@ -178,12 +178,7 @@ void add_lt_choices_option(const std::string& path, const DeviceInfo& dev, std::
 
 void write_lt_choices_option(const std::string& path, const DeviceInfo& dev, std::FILE* log) {
   if (path.empty()) return;
-  const nlohmann::json j = lt_choices_json(dev.ordinal, dev.name);
-  std::ofstream f(path);
-  if (f) f << j.dump(1) << "\n";
-  f.close();
-  if (!f) throw Error(fmt::format("--lt-choices {}: cannot write the choices to this file", printable(path, 4096)));
-  fmt::print(log, "wrote {} ({} cuBLASLt choices)\n", printable(path, 4096), j["choices"].size());
+  write_output_file(path, "--lt-choices", lt_choices_json(dev.ordinal, dev.name).dump(1) + "\n", log);
 }
 
 ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& arms, bool prefill, int extra_context) {

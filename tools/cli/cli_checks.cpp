@@ -16,12 +16,12 @@
 
 namespace sg::cli {
 
-void write_output_file(const std::string& path, std::string_view option, const std::string& text) {
+void write_output_file(const std::string& path, std::string_view option, const std::string& text, std::FILE* log) {
   std::ofstream f(path);
   if (f) f << text;
   f.close();
   if (!f) throw Error(fmt::format("{} {}: cannot write the results to this file", option, printable(path, 4096)));
-  fmt::print("wrote {}\n", printable(path, 4096));
+  fmt::print(log, "wrote {}\n", printable(path, 4096));
 }
 
 ResolvedArms resolve_cli_arms(const std::vector<std::string>& cli_arms) { return resolve_arms(cli_arms, read_env); }

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,9 +36,10 @@ void reject_arms_on_cpu(const ResolvedArms& r, std::string_view command);
 // removed again, an existing one is left as it is. "" passes.
 void check_writable(const std::string& path, std::string_view option);
 
-// Writes `text` to `path` (the value of `option`) and prints "wrote PATH"; throws sg::Error
+// Writes `text` to `path` (the value of `option`) and prints "wrote PATH" on `log`; throws sg::Error
 // "OPTION PATH: cannot write the results to this file" when it cannot.
-void write_output_file(const std::string& path, std::string_view option, const std::string& text);
+void write_output_file(const std::string& path, std::string_view option, const std::string& text,
+                       std::FILE* log = stdout);
 
 // "1,2,3" -> {1, 2, 3}; blanks around ids are allowed. Throws sg::Error for an empty list, an
 // empty entry ("1,,2", "1,2,"), or an entry that is not a non-negative decimal integer.

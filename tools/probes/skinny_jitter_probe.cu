@@ -57,7 +57,7 @@ __device__ __forceinline__ void jitter(int site, int index, unsigned lanes) {
 
 #define SG_SKINNY_JITTER(site, index, lanes) ::sg_probe::jitter(site, index, lanes)
 #include "kernels/skinny_gemm.cu"
-#include "tools/probes/probe_check.h"
+#include "tools/probes/gemm_probe.h"
 
 namespace {
 
@@ -90,25 +90,23 @@ struct Gemm {
   size_t y_bytes = 0;
   cudaStream_t s = nullptr;
   Gemm(const Shape& sh, int sms, uint32_t seed) {
-    p.M = sh.M;
-    p.N = sh.N;
-    p.K = sh.K;
-    p.block_rows = sh.block_rows >= 0 ? sh.block_rows : sg::skinny_gemm_block_rows(sh.M, sh.N, sms);
-    p.splits = sh.splits > 0 ? sh.splits : sg::skinny_gemm_pick_splits(sh.M, sh.N, sh.K, sms);
-    p.y_dtype = sh.yt;
-    p.x = upload(random_bf16(static_cast<size_t>(sh.M) * sh.K, seed));
-    p.W = upload(random_bf16(static_cast<size_t>(sh.N) * sh.K, seed + 1));
-    if (sh.swiglu) p.swiglu_group = 8;
+    const int splits = sh.splits > 0 ? sh.splits : sg::skinny_gemm_pick_splits(sh.M, sh.N, sh.K, sms);
     y_bytes = static_cast<size_t>(sh.M) * (sh.swiglu ? sh.N / 2 : sh.N) * (sh.yt == sg::DType::f32 ? 4 : 2);
     void* y = nullptr;
     CK(cudaMalloc(&y, y_bytes));
-    p.y = y;
-    const size_t ws = sg::skinny_gemm_workspace_bytes(sh.M, sh.N, p.splits);
-    if (ws > 0) {
-      CK(cudaMalloc(&p.workspace, ws));
-      CK(cudaMalloc(&p.counters, static_cast<size_t>((sh.N + 63) / 64) * 4));
-      CK(cudaMemset(p.counters, 0, static_cast<size_t>((sh.N + 63) / 64) * 4));
+    float* workspace = nullptr;
+    int32_t* counters = nullptr;
+    if (const size_t ws = sg::skinny_gemm_workspace_bytes(sh.M, sh.N, splits); ws > 0) {
+      CK(cudaMalloc(&workspace, ws));
+      CK(cudaMalloc(&counters, static_cast<size_t>((sh.N + 63) / 64) * 4));
+      CK(cudaMemset(counters, 0, static_cast<size_t>((sh.N + 63) / 64) * 4));
     }
+    p = skinny_params(upload(random_bf16(static_cast<size_t>(sh.M) * sh.K, seed)),
+                      upload(random_bf16(static_cast<size_t>(sh.N) * sh.K, seed + 1)), y, sh.M, sh.N, sh.K, splits,
+                      workspace, counters);
+    p.block_rows = sh.block_rows >= 0 ? sh.block_rows : sg::skinny_gemm_block_rows(sh.M, sh.N, sms);
+    p.y_dtype = sh.yt;
+    if (sh.swiglu) p.swiglu_group = 8;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   }
   void launch() {

@@ -224,6 +224,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
     for (int i = first; i < nt; ++i) {
       const int st = i % S;
       tma::mbar_wait(smem_addr(&empty[st]), ((i / S) - 1) & 1);  // round i / S - 1 consumed
+      if (i >= S) tma::release_reads();  // the consumers' ldmatrix reads of it before this refill
       SG_SKINNY_JITTER(2, i, 1u);
       const int k0 = (t0 + i) * kBK;
       __nv_bfloat16* stage = ring + st * kStage;

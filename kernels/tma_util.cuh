@@ -1,9 +1,9 @@
 // tma_util.cuh: sm_90 tensor-memory-accelerator (TMA) copies and the shared-memory mbarriers they
 // complete on, as the producer/consumer kernels use them (skinny_gemm.cu): a producer arms a
 // stage's "full" barrier with the bytes it expects and issues the copies; consumers wait on its
-// phase parity, use the stage, and arrive on its "empty" barrier; the producer waits on that before
-// it refills the stage. Barrier and shared addresses are 32-bit shared-window addresses
-// (mma::smem_addr).
+// phase parity, use the stage, and arrive on its "empty" barrier; the producer waits on that and
+// fences the consumers' reads against its copies (release_reads) before it refills the stage. Barrier and shared
+// addresses are 32-bit shared-window addresses (mma::smem_addr).
 #pragma once
 #include <cuda.h>  // CUtensorMap (a type only: the encoder comes from the driver at run time)
 
@@ -25,6 +25,16 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// The cross-proxy fence between a stage's reads by the consumers (generic proxy: ldmatrix,
+// ld.shared) and the copy that refills it (async proxy: PTX asks for a proxy fence where memory
+// passes between the two). The producer calls it after its wait on the stage's "empty" barrier,
+// which acquired every consumer warp's arrival made after that warp's reads, and before it
+// requests the copy. Without it the skinny GEMM, run beside another TMA GEMM on a second stream,
+// gave wrong split partials in 13 to 25 of 3000 launches: single W rows of a stage refilled while a
+// warp's reads of them were still outstanding (tests_gpu "[stress]"; the same fence in every
+// consumer lane before its arrival also cured it but cost about 2% of the kernel's time,
+// docs/BENCHMARKS.md).
+__device__ __forceinline__ void release_reads() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Returns once the phase with this parity (0 or 1) has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;

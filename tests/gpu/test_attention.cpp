@@ -147,53 +147,66 @@ TEST_CASE("attention decode: every split count matches the reference, padding ro
   }
 }
 
+namespace {
+// The simt prefill kernel on prefill case ci of shape sh, bf16 and f32 outputs, against the
+// reference; then the decode kernel on the same rows.
+void check_prefill_case(const Shape& sh, size_t ci) {
+  const PrefillCase& cs = prefill_cases()[ci];
+  CAPTURE(sh.Hq, sh.Hkv, sh.D, ci);
+  const Batch b = make_batch(cs.seqs, cs.pad);
+  const uint64_t seed = 9000 + sh.D + sh.Hq + ci;
+  INFO("seed " << seed);
+  const Inputs in = make_inputs(sh, b.T, seed);
+  DevMeta dm(b);
+  Cache c(sh, 5, cs.max_ctx, 0xFF);
+  fill_history(sh, c, cs.seqs, seed + 10);
+  PrepOut po = run_prep(sh, b, dm, in, c);
+  const auto q = po.q.download_f32(DType::bf16), gate = po.gate.download_f32(DType::bf16);
+  const auto kc = c.k.download_f32(DType::bf16), vc = c.v.download_f32(DType::bf16);
+  const std::vector<int> rows = cs.rows(b.T);
+  const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
+  for (DType ot : {DType::bf16, DType::f32}) {
+    CAPTURE(dtype_name(ot));
+    const auto want =
+        ref_attention(sh, b, q, gate, kc, vc, c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
+    test::DevBuf out(b.T * row * dtype_size(ot));
+    AttentionParams p = attn_params(sh, b, dm, po, c, out, ot);
+    check(attention_prefill(p, nullptr));
+    check(cudaDeviceSynchronize());
+    const auto got = out.download_f32(ot);
+    CHECK_FALSE(has_nan(got));
+    std::string first;
+    size_t bad = count_bad(got, want, rows, row, out_tol(ot), first);
+    INFO("prefill: " << first);
+    CHECK(bad == 0);
+    // The decode kernel on the same rows (every token a row) agrees too.
+    test::DevBuf out2(b.T * row * dtype_size(ot));
+    p.out = out2.data();
+    check(attention_decode(p, nullptr));
+    check(cudaDeviceSynchronize());
+    const auto got2 = out2.download_f32(ot);
+    first.clear();
+    bad = count_bad(got2, want, rows, row, out_tol(ot), first);
+    INFO("decode on prefill rows: " << first);
+    CHECK(bad == 0);
+  }
+}
+}  // namespace
+
 TEST_CASE("attention prefill: history, zero-length sequences and padding match the reference and decode",
           "[gpu][attention]") {
-  const std::vector<PrefillCase>& cases = prefill_cases();
   for (const Shape& sh : kShapes) {
-    for (size_t ci = 0; ci < cases.size(); ++ci) {
-      const PrefillCase& cs = cases[ci];
+    for (size_t ci = 0; ci < prefill_cases().size(); ++ci) {
       if (ci == 2 && sh.Hq != 4 && sh.Hq != 16) continue;  // keep the CPU reference time bounded
-      CAPTURE(sh.Hq, sh.Hkv, sh.D, ci);
-      const Batch b = make_batch(cs.seqs, cs.pad);
-      const uint64_t seed = 9000 + sh.D + sh.Hq + ci;
-      INFO("seed " << seed);
-      const Inputs in = make_inputs(sh, b.T, seed);
-      DevMeta dm(b);
-      Cache c(sh, 5, cs.max_ctx, 0xFF);
-      fill_history(sh, c, cs.seqs, seed + 10);
-      PrepOut po = run_prep(sh, b, dm, in, c);
-      const auto q = po.q.download_f32(DType::bf16), gate = po.gate.download_f32(DType::bf16);
-      const auto kc = c.k.download_f32(DType::bf16), vc = c.v.download_f32(DType::bf16);
-      const std::vector<int> rows = cs.rows(b.T);
-      const size_t row = static_cast<size_t>(sh.Hq) * sh.D;
-      for (DType ot : {DType::bf16, DType::f32}) {
-        CAPTURE(dtype_name(ot));
-        const auto want =
-            ref_attention(sh, b, q, gate, kc, vc, c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
-        test::DevBuf out(b.T * row * dtype_size(ot));
-        AttentionParams p = attn_params(sh, b, dm, po, c, out, ot);
-        check(attention_prefill(p, nullptr));
-        check(cudaDeviceSynchronize());
-        const auto got = out.download_f32(ot);
-        CHECK_FALSE(has_nan(got));
-        std::string first;
-        size_t bad = count_bad(got, want, rows, row, out_tol(ot), first);
-        INFO("prefill: " << first);
-        CHECK(bad == 0);
-        // The decode kernel on the same rows (every token a row) agrees too.
-        test::DevBuf out2(b.T * row * dtype_size(ot));
-        p.out = out2.data();
-        check(attention_decode(p, nullptr));
-        check(cudaDeviceSynchronize());
-        const auto got2 = out2.download_f32(ot);
-        first.clear();
-        bad = count_bad(got2, want, rows, row, out_tol(ot), first);
-        INFO("decode on prefill rows: " << first);
-        CHECK(bad == 0);
-      }
+      check_prefill_case(sh, ci);
     }
   }
+}
+
+// The smallest shape's first case alone: the case compute-sanitizer's racecheck runs for the simt
+// prefill kernel (tools/gpu_check.sh), which does not finish the whole test above in its limit.
+TEST_CASE("attention prefill: the smallest shape's first case", "[gpu][attention]") {
+  check_prefill_case(kShapes[2], 0);
 }
 
 TEST_CASE("attention: prefill n then decode m equals prefill n plus m", "[gpu][attention]") {

@@ -333,7 +333,9 @@ TEST_CASE("skinny gemm: the SwiGLU epilogue gives the bytes of the GEMM followed
 // bytes differ from another's. Two GEMMs run at once on two streams, so which blocks share an SM
 // changes from launch to launch; y is poisoned before every launch, so an output left unwritten
 // shows too. Shapes: the 4B in_proj at 32 rows with 7 splits and 128-row blocks, and the 4B down
-// projection with the model's split pick (f32 out).
+// projection with the model's split pick (f32 out). It found one: without the cross-proxy fence
+// before a stage's refill (kernels/tma_util.cuh, release_reads) 9 to 25 of 3000 down launches
+// gave wrong partials for single W rows of a split, all 32 tokens (the jitter probe never did).
 TEST_CASE("skinny gemm: 3000 launches beside another GEMM on a second stream give the first launch's bytes",
           "[gpu][stress]") {  // not [skinny] or [gemm]: 6000 launches are too many for the sanitizers' filters
   struct Job {

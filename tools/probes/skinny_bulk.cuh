@@ -81,7 +81,10 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
     const uint32_t tx = static_cast<uint32_t>(rows + p.M) * BK * 2;
     for (int i = 0; i < nt; ++i) {
       const int st = i % S;
-      if (i >= S) bulk::mbar_wait(smem_addr(&empty[st]), ((i / S) - 1) & 1);
+      if (i >= S) {
+        bulk::mbar_wait(smem_addr(&empty[st]), ((i / S) - 1) & 1);
+        tma::release_reads();  // as skinny_gemm.cu: the consumers' reads before this refill
+      }
       const int64_t k0 = static_cast<int64_t>(t0 + (i + rot) % nt) * BK;
       __nv_bfloat16* ws_ = ring + st * kStage;
       const uint32_t bar = smem_addr(&full[st]);

@@ -12,7 +12,9 @@
 // copy landed (delays at 1 and 2), a copy that overwrote a stage a warp was still reading (3, 4),
 // or a split sum that read a partial before it was stored (5) would change bytes. What the delays
 // cannot move (the order within one instruction, the hardware's own scheduling of copies) this
-// probe does not test.
+// probe does not test: it passed on the kernel without the cross-proxy fence before a stage's
+// refill (kernels/tma_util.cuh, release_reads), whose reads a refill overtook only beside another
+// kernel's shared-memory traffic, which tests_gpu "[stress]" makes.
 // Per shape: one launch without delays (the reference bytes), then `launches` with delays, each
 // with its own seed and y poisoned first (an output left unwritten shows), every fourth beside a
 // second GEMM on another stream; then one more without delays. Prints the launches whose bytes

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# gpu_tests.sh: the whole GPU suite (tests_gpu) on one GPU in several processes at once (its cases
+# mostly run small kernels and host-side reference work, which leave the GPU idle most of the
+# time, so that processes can share it; the wall time against one process is not measured yet).
+# The cases that watch device-wide state or time themselves ([soak]: device memory in use;
+# [faults]: memory short on purpose and kernel faults; [cupti]: the one CUPTI subscription;
+# [sigint]: timed signals) run first, alone; the others are dealt out round-robin into N lists
+# of test names and run as N processes at once. Each process has a time limit; a process cut by
+# it counts as failed. Logs go to OUT_DIR (solo.log, shard<i>.log); a summary is printed last; the
+# exit code is 0 only when every process passed, 77 (tests_gpu's own) when there is no GPU.
+#   usage: tools/gpu_tests.sh [-j N] [-t SECONDS] [--bin TESTS_GPU] [--out OUT_DIR] [-h]
+#     -j N          processes for the shared part (default 3)
+#     -t SECONDS    limit of each process (default 400)
+#     --bin PATH    the tests_gpu to run (default build-gpu/tests/tests_gpu, else build/tests/tests_gpu)
+#     --out DIR     where the logs go (default ./gpu-out)
+# Catch2 v2 and v3 both read the lists (--input-file, names escaped); where a list does not select
+# exactly its names, v3's --shard-count takes over (contiguous shards: less even).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+jobs=3; limit=400; bin=""; out="$PWD/gpu-out"
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -j) jobs=${2:-}; shift ;;
+    -t) limit=${2:-}; shift ;;
+    --bin) bin=${2:-}; shift ;;
+    --out) out=${2:-}; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "gpu_tests.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$jobs" in ''|*[!0-9]*|0) echo "gpu_tests.sh: -j needs a positive whole number, got '$jobs'" >&2; exit 2 ;; esac
+case "$limit" in ''|*[!0-9]*|0) echo "gpu_tests.sh: -t needs a positive number of seconds, got '$limit'" >&2; exit 2 ;; esac
+if [ -z "$bin" ]; then
+  for b in build-gpu/tests/tests_gpu build/tests/tests_gpu; do [ -x "$b" ] && { bin=$b; break; }; done
+fi
+if [ -z "$bin" ] || [ ! -x "$bin" ]; then
+  echo "gpu_tests.sh: no tests_gpu to run (${bin:-build-gpu/tests/tests_gpu and build/tests/tests_gpu}: not found; build it first)" >&2
+  exit 2
+fi
+mkdir -p "$out" || exit 2
+solo="[soak],[faults],[cupti],[sigint]"
+shared="~[soak]~[faults]~[cupti]~[sigint]"
+tmp=$(mktemp -d) || exit 2
+trap 'rm -rf "$tmp"' EXIT
+
+# Test names, one a line, of the cases a filter (or an --input-file list) selects, in either Catch2.
+if "$bin" --help 2>&1 | grep -q -- '--list-test-names-only'; then
+  names() { "$bin" --list-test-names-only "$@" 2>/dev/null | grep -v '^$'; }
+else
+  names() { "$bin" --list-tests --verbosity quiet "$@" 2>/dev/null | grep -v '^$'; }
+fi
+# A name as a test spec: backslash, comma and square brackets escaped (the spec's own syntax).
+escape() { sed -e 's/\\/\\\\/g' -e 's/,/\\,/g' -e 's/\[/\\[/g' -e 's/\]/\\]/g'; }
+
+start=$(date +%s)
+summary=()
+failed=0
+verdict() {  # verdict LOG RC: the process's summary line
+  local line
+  line=$(grep -E '^(All tests passed|test cases:)' "$1" | tail -1)
+  if [ "$2" = 124 ] || [ "$2" = 137 ]; then line="cut by the ${limit} s limit; ${line:-no summary}"; fi
+  echo "rc=$2; ${line:-no summary (see $(basename "$1"))}"
+}
+
+timeout "$limit" "$bin" "$solo" -r compact > "$out/solo.log" 2>&1
+rc=$?
+if [ $rc = 77 ]; then  # tests_gpu's exit code when there is no GPU to run on: every case skipped
+  echo "gpu_tests.sh: no GPU, nothing run: $(head -1 "$out/solo.log")"
+  exit 77
+fi
+[ $rc = 0 ] || failed=1
+summary+=("alone ($solo): $(verdict "$out/solo.log" $rc) ($(( $(date +%s) - start )) s)")
+
+names "$shared" > "$tmp/all"
+total=$(wc -l < "$tmp/all")
+if [ "$total" = 0 ]; then
+  echo "gpu_tests.sh: $bin lists no test case for '$shared'" >&2
+  exit 1
+fi
+[ "$jobs" -gt "$total" ] && jobs=$total
+mode=lists
+for ((i = 0; i < jobs; i++)); do
+  awk -v n="$jobs" -v i="$i" 'NR % n == i' "$tmp/all" | escape > "$tmp/list$i"
+  [ "$(names --input-file "$tmp/list$i" | wc -l)" = "$(wc -l < "$tmp/list$i")" ] || mode=shards
+done
+if [ $mode = shards ] && ! "$bin" --help 2>&1 | grep -q -- '--shard-count'; then
+  echo "gpu_tests.sh: the name lists do not select their cases and this Catch2 has no --shard-count" >&2
+  exit 1
+fi
+t1=$(date +%s)
+for ((i = 0; i < jobs; i++)); do
+  if [ $mode = lists ]; then
+    sel=(--input-file "$tmp/list$i")
+  else
+    sel=("$shared" --shard-count "$jobs" --shard-index "$i")
+  fi
+  (timeout "$limit" "$bin" "${sel[@]}" -r compact > "$out/shard$i.log" 2>&1; echo $? > "$tmp/rc$i") &
+done
+wait
+for ((i = 0; i < jobs; i++)); do
+  rc=$(cat "$tmp/rc$i")
+  [ "$rc" = 0 ] || failed=1
+  summary+=("shard $((i + 1)) of $jobs: $(verdict "$out/shard$i.log" "$rc")")
+  [ "$rc" = 0 ] || grep -E 'failed|FAILED' "$out/shard$i.log" | head -5
+done
+summary+=("the other $total cases in $jobs processes at once ($mode): $(( $(date +%s) - t1 )) s")
+printf '%s\n' "${summary[@]}"
+if [ $failed = 0 ]; then
+  echo "gpu_tests.sh: every process passed ($(( $(date +%s) - start )) s; logs in $out)"
+else
+  echo "gpu_tests.sh: FAILED (logs in $out)"
+fi
+exit $failed

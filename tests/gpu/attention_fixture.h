@@ -299,6 +299,18 @@ inline size_t count_bad(const std::vector<float>& got, const std::vector<float>&
   return bad;
 }
 
+// The decode kernel on a prefill's params p (every one of T tokens a row) into a fresh poisoned
+// [T, row] buffer of ot: its elements of `rows` outside `tol` against `want`, as count_bad.
+inline size_t decode_on_prefill_rows_bad(AttentionParams p, int T, size_t row, DType ot, const std::vector<float>& want,
+                                         const std::vector<int>& rows, Tol tol, std::string& first) {
+  test::DevBuf out(T * row * dtype_size(ot));  // [T, Hq, D], poisoned
+  p.out = out.data();
+  check(attention_decode(p, nullptr));
+  check(cudaDeviceSynchronize());
+  first.clear();
+  return count_bad(out.download_f32(ot), want, rows, row, tol, first);
+}
+
 // The prefill tests' batches (tuned, f32-cache and generic kernels): contexts that cross the key
 // tiles at odd points (17, 43, 1024, 63), history, a zero-length and a padding sequence, padding
 // rows, and one 4096-token sequence.

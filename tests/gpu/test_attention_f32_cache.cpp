@@ -206,13 +206,7 @@ TEST_CASE(
       INFO("prefill: " << first);
       CHECK(bad == 0);
       // The decode kernel on the same rows (every token a row) agrees too.
-      test::DevBuf out2(b.T * row * dtype_size(ot));  // [T, Hq, D], poisoned
-      p.out = out2.data();
-      check(attention_decode(p, nullptr));
-      check(cudaDeviceSynchronize());
-      const auto got2 = out2.download_f32(ot);
-      first.clear();
-      bad = count_bad(got2, want, rows, row, out_tol(ot), first);
+      bad = decode_on_prefill_rows_bad(p, b.T, row, ot, want, rows, out_tol(ot), first);
       INFO("decode on prefill rows: " << first);
       CHECK(bad == 0);
     }

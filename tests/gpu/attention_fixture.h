@@ -299,18 +299,6 @@ inline size_t count_bad(const std::vector<float>& got, const std::vector<float>&
   return bad;
 }
 
-// The decode kernel on a prefill's params p (every one of T tokens a row) into a fresh poisoned
-// [T, row] buffer of ot: its elements of `rows` outside `tol` against `want`, as count_bad.
-inline size_t decode_on_prefill_rows_bad(AttentionParams p, int T, size_t row, DType ot, const std::vector<float>& want,
-                                         const std::vector<int>& rows, Tol tol, std::string& first) {
-  test::DevBuf out(T * row * dtype_size(ot));  // [T, Hq, D], poisoned
-  p.out = out.data();
-  check(attention_decode(p, nullptr));
-  check(cudaDeviceSynchronize());
-  first.clear();
-  return count_bad(out.download_f32(ot), want, rows, row, tol, first);
-}
-
 // The prefill tests' batches (tuned, f32-cache and generic kernels): contexts that cross the key
 // tiles at odd points (17, 43, 1024, 63), history, a zero-length and a padding sequence, padding
 // rows, and one 4096-token sequence.
@@ -346,6 +334,31 @@ inline bool has_nan(const std::vector<float>& v) {
   for (float x : v)
     if (std::isnan(x)) return true;
   return false;
+}
+
+// The prefill kernel on p (its output `out`, [T, row] of ot), then the decode kernel on the same
+// rows (every token a row) into a fresh poisoned buffer: each within tol of want on `rows`, no NaN
+// in the prefill's output. Returns the prefill's output for further checks.
+inline std::vector<float> check_prefill_then_decode(AttentionParams p, const test::DevBuf& out, int T, size_t row,
+                                                    DType ot, const std::vector<float>& want,
+                                                    const std::vector<int>& rows, Tol tol) {
+  check(attention_prefill(p, nullptr));
+  check(cudaDeviceSynchronize());
+  const auto got = out.download_f32(ot);
+  CHECK_FALSE(has_nan(got));
+  std::string first;
+  const size_t bad = count_bad(got, want, rows, row, tol, first);
+  INFO("prefill: " << first);
+  CHECK(bad == 0);
+  test::DevBuf out2(T * row * dtype_size(ot));  // [T, Hq, D], poisoned
+  p.out = out2.data();
+  check(attention_decode(p, nullptr));
+  check(cudaDeviceSynchronize());
+  std::string first2;
+  const size_t bad2 = count_bad(out2.download_f32(ot), want, rows, row, tol, first2);
+  INFO("decode on prefill rows: " << first2);
+  CHECK(bad2 == 0);
+  return got;
 }
 
 }  // namespace sg::test::attn

@@ -170,19 +170,7 @@ void check_prefill_case(const Shape& sh, size_t ci) {
     const auto want =
         ref_attention(sh, b, q, gate, kc, vc, c, rows, ot == DType::bf16 ? ref::Store::bf16 : ref::Store::f32);
     test::DevBuf out(b.T * row * dtype_size(ot));
-    AttentionParams p = attn_params(sh, b, dm, po, c, out, ot);
-    check(attention_prefill(p, nullptr));
-    check(cudaDeviceSynchronize());
-    const auto got = out.download_f32(ot);
-    CHECK_FALSE(has_nan(got));
-    std::string first;
-    size_t bad = count_bad(got, want, rows, row, out_tol(ot), first);
-    INFO("prefill: " << first);
-    CHECK(bad == 0);
-    // The decode kernel on the same rows (every token a row) agrees too.
-    bad = decode_on_prefill_rows_bad(p, b.T, row, ot, want, rows, out_tol(ot), first);
-    INFO("decode on prefill rows: " << first);
-    CHECK(bad == 0);
+    check_prefill_then_decode(attn_params(sh, b, dm, po, c, out, ot), out, b.T, row, ot, want, rows, out_tol(ot));
   }
 }
 }  // namespace

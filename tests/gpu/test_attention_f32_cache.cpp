@@ -195,20 +195,9 @@ TEST_CASE(
       const DType ot = DType::f32;
       const auto want = ref_attention(sh, b, q, gate, kc, vc, c, rows, ref::Store::f32);
       test::DevBuf out(b.T * row * dtype_size(ot));  // [T, Hq, D], poisoned
-      AttentionParams p = attn_params(sh, b, dm, po, c, out, ot);
-      check(attention_prefill(p, nullptr));
-      check(cudaDeviceSynchronize());
-      const auto got = out.download_f32(ot);
-      CHECK_FALSE(has_nan(got));
+      const auto got =
+          check_prefill_then_decode(attn_params(sh, b, dm, po, c, out, ot), out, b.T, row, ot, want, rows, out_tol(ot));
       CHECK(nonzero_padding(got, b, row) == 0);
-      std::string first;
-      size_t bad = count_bad(got, want, rows, row, out_tol(ot), first);
-      INFO("prefill: " << first);
-      CHECK(bad == 0);
-      // The decode kernel on the same rows (every token a row) agrees too.
-      bad = decode_on_prefill_rows_bad(p, b.T, row, ot, want, rows, out_tol(ot), first);
-      INFO("decode on prefill rows: " << first);
-      CHECK(bad == 0);
     }
   }
 }

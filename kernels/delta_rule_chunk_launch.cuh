@@ -42,13 +42,14 @@ bool with_tile(int Dk, int bv, F&& f) {
   }
 }
 
-// One launch of `kernel` (threads a block, `bytes` of dynamic shared memory) for Dv tiles of BV.
+// One launch of `kernel` (threads a block, `bytes` of dynamic shared memory) for Dv tiles of BV, on
+// max_seqs + extra_rows rows of blocks.
 template <int BV>
 cudaError_t launch(void (*kernel)(DeltaRulePrefillParams, bool), int threads, size_t bytes,
-                   const DeltaRulePrefillParams& p, bool vec, cudaStream_t stream) {
+                   const DeltaRulePrefillParams& p, bool vec, cudaStream_t stream, int extra_rows = 0) {
   if (const cudaError_t err = dev::allow_dynamic_smem(kernel, bytes); err != cudaSuccess) return err;
   const int tiles = (p.Dv + BV - 1) / BV;
-  const dim3 grid(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.max_seqs));
+  const dim3 grid(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.max_seqs + extra_rows));
   launch_kernel(kernel, grid, dim3(static_cast<unsigned>(threads)), bytes, stream, p, vec);
   return cudaGetLastError();
 }

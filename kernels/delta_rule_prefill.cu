@@ -135,10 +135,15 @@ void check_delta_rule_prefill_params(LaunchCheck& chk, const DeltaRulePrefillPar
   chk.require(p.state_dtype == DType::f32 || p.state_dtype == DType::bf16, "state_dtype must be f32 or bf16");
 }
 
+void refuse_delta_rule_prefill_norm(LaunchCheck& chk, const DeltaRulePrefillParams& p) {
+  chk.require(p.norm_w == nullptr, "a fused output norm (norm_w) is built only in the mma form");
+}
+
 cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t stream) {
   LaunchCheck chk("delta_rule.prefill");
   chk.require(delta_rule_prefill_supports(p.Dk, p.Dv), "no built tile for this Dk, Dv");
   check_delta_rule_prefill_params(chk, p);
+  refuse_delta_rule_prefill_norm(chk, p);
   if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.max_seqs == 0) return cudaSuccess;
   const int q = delta_rule_decode_split(p.Dk, p.Dv, p.split);

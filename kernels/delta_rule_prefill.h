@@ -60,6 +60,21 @@ struct DeltaRulePrefillParams {
   int max_seqs = 0;  // the graph key's bucket: grid y
   int Hk = 0, Hv = 0, Dk = 0, Dv = 0;
   int split = 0;  // threads per state column (1, 2, 4, 8; 0 = automatic), as delta_rule_decode_split
+
+  // Optional fused output norm (the GDN layer's gated RMSNorm, rmsnorm.h), built in the mma form
+  // only (delta_rule_prefill_mma.h says where; the other launchers refuse norm_w): with norm_w set,
+  // out receives exactly the bytes that this launch without it followed by gated_rmsnorm (16-byte
+  // path, in place on out, z and w as here, live_rows = norm_live, T = norm_rows) would give:
+  // every row of a live sequence normed from its bf16 output, a padding sequence's rows normed
+  // from zeros, rows norm_live .. norm_rows - 1 zeros. norm_live must hold cu_seqlens[*n_seqs];
+  // with max_seqs 0 nothing is launched (no row is written).
+  const void* norm_z = nullptr;  // [norm_rows, Hv, Dv] bf16 at token stride norm_z_stride
+  int64_t norm_z_stride = 0;     // 0 = Hv * Dv
+  const void* norm_w = nullptr;  // [Dv] f32 or bf16, used as is
+  DType norm_w_dtype = DType::f32;
+  float norm_eps = 1e-6f;
+  const int32_t* norm_live = nullptr;  // [1] the live token count
+  int norm_rows = 0;                   // out's rows (the token bucket)
 };
 
 // True when some built split launches this shape (the decode kernel's shapes: Dk in {8, 16, 32,
@@ -77,5 +92,7 @@ cudaError_t delta_rule_prefill(const DeltaRulePrefillParams& p, cudaStream_t str
 // The checks both prefill launchers (this and the chunked form) make of the params they share:
 // heads, max_seqs, pointers and dtypes (launch_check.h).
 void check_delta_rule_prefill_params(LaunchCheck& chk, const DeltaRulePrefillParams& p);
+// The refusal of norm_w by the launchers that have no fused norm (the scan and the chunked form).
+void refuse_delta_rule_prefill_norm(LaunchCheck& chk, const DeltaRulePrefillParams& p);
 
 }  // namespace sg

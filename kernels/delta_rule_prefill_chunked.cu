@@ -378,6 +378,9 @@ size_t delta_rule_prefill_chunked_smem(int Dk, int dv_tile) {
 }
 
 cudaError_t delta_rule_prefill_chunked(const DeltaRulePrefillParams& p, cudaStream_t stream, int dv_tile) {
+  LaunchCheck chk("delta_rule.prefill (chunked)");
+  refuse_delta_rule_prefill_norm(chk, p);
+  if (!chk.ok()) return cudaErrorInvalidValue;
   return chunk_launch::checked_launch("delta_rule.prefill (chunked)", p, dv_tile, [&](auto dk, auto bv, bool vec) {
     using Tl = Tile<decltype(dk)::value, decltype(bv)::value>;
     return chunk_launch::launch<decltype(bv)::value>(

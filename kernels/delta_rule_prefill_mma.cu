@@ -25,10 +25,13 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/contracts.h"
 #include "kernels/delta_rule_chunk_inverse.cuh"
 #include "kernels/delta_rule_chunk_io.cuh"
 #include "kernels/delta_rule_chunk_launch.cuh"
+#include "kernels/delta_rule_gated_out.cuh"
 #include "kernels/delta_rule_mma_frag.cuh"
+#include "kernels/delta_rule_mma_tile.cuh"
 #include "kernels/delta_rule_prefill_mma.h"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
@@ -40,67 +43,18 @@ namespace {
 
 using namespace chunk_io;  // NOLINT: the kernel's I/O helpers
 using namespace mma_frag;  // NOLINT: its fragments
+using namespace mma_tile;  // NOLINT: its shared-memory layout
 
-constexpr int kChunk = 64;
 using bf16 = __nv_bfloat16;
-
-// Compile-time shape of one block: DK = Dk, BV = the Dv tile, TWO = q and k have a low part (f32
-// inputs: f32 tiles, fragments built from float pairs) or not (bf16 inputs: bf16 tiles, fragments
-// by ldmatrix). Shared memory offsets in floats.
-template <int DK, int BV, bool TWO>
-struct MTile {
-  static constexpr int C = kChunk;
-  static constexpr int NT = 4 * BV;   // threads
-  static constexpr int NW = NT / 32;  // warps = BV / 8: warp w owns state columns 8w..8w+7 in P4
-  static constexpr int CG = BV / 4;   // state load/store: column groups of 4
-  static constexpr int RS = DK / 16;  // state load/store: rows per thread
-  // q, k row pitch in elements: f32 (== 8 mod 32 words: conflict-free float2 fragment loads) or
-  // bf16 (an odd number of 16-byte units: conflict-free ldmatrix)
-  static constexpr int LDK = DK + 8;
-  static constexpr int LDS = BV + 4;  // S, X / V', O row pitch (== 4 mod 32: conflict-free column-pair loads)
-  static constexpr int LDT = C + 8;   // T, P row pitch
-  static constexpr int KQ = TWO ? C * LDK : C * LDK / 2;  // floats of one q or k tile
-  static constexpr int CS = C * LDS;                      // floats of one [C, LDS] tile (O, V)
-  static constexpr int QO = KQ > CS ? KQ : CS;            // floats of the q tile's region (then O)
-  // P1b: the 8 row tiles of [q; k] (16 rows each) x BV columns; a warp has WM1 row tiles, WN1 8-column
-  // tiles: all 8 row tiles of its own 8 columns, so each S fragment is loaded and split once per block.
-  static constexpr int WM1 = 8;
-  static constexpr int WN1 = 1;
-  static constexpr int oG = 0;              // G     [C] double
-  static constexpr int oS = oG + 2 * C;     // S     [DK, LDS] state tile
-  static constexpr int oK = oS + DK * LDS;  // K     [C, LDK]  k (f32 or bf16)
-  static constexpr int oQ = oK + KQ;        // Q     [C, LDK]  q (P0-P1), then O [C, LDS] f32 (P2-P4)
-  static constexpr int oV = oQ + QO;        // V     [C, LDS]  v tile, then X (P1), then V' (P3)
-  static constexpr int oT = oV + C * LDS;   // T     [C, LDT]  A (P1), T = (I + A)^-1 (P2)
-  static constexpr int oP = oT + C * LDT;   // P     [C, LDT]  exp(G_r - G_c) q'_r.k_c, 0 for c > r
-  static constexpr int oE = oP + C * LDT;   // E     [C] exp(G_r)
-  static constexpr int oL = oE + C;         // EL    [C] exp(G_last - G_r)
-  static constexpr int oB = oL + C;         // beta  [C]
-  static constexpr int oN = oB + C;         // int [2][BV]: first non-finite row of X / V' per column
-  // !TWO: X, then V', also as high and low bf16 parts [C, LDB] (split once where they are written,
-  // read by ldmatrix.trans as B fragments of T X and P V'); f32 inputs leave no room for them.
-  static constexpr int LDB = BV + 8;                // an odd number of 16-byte units
-  static constexpr int XB = TWO ? 0 : C * LDB / 2;  // floats of one bf16 part tile
-  static constexpr int oXh = oN + 2 * BV;           // Xh    [C, LDB] bf16
-  static constexpr int oXl = oXh + XB;              // Xl    [C, LDB] bf16
-  static constexpr int floats = oXl + XB;
-  static constexpr size_t bytes = floats * sizeof(float);
-  static_assert(NW * 8 == BV && WM1 * WN1 == 8, "warp w owns state columns 8w..8w+7");
-  static_assert((8 / WM1) * (BV / (8 * WN1)) == NW, "P1b covers the 8 row tiles x BV columns once");
-  static_assert(NW % 4 == 0 || NW == 4, "P3 / P4 output: 4 row tiles x groups of 32 columns");
-  static_assert(NT >= 128, "P2 uses warps 0 and 1 for the diagonal blocks");
-  static_assert(RS == 2 || RS == 4 || RS == 8, "state rows per thread");
-  static_assert(TWO || (LDK * 2 / 16) % 2 == 1, "bf16 rows: an odd number of 16-byte units");
-  static_assert(TWO || ((LDB * 2 / 16) % 2 == 1 && oXh % 4 == 0 && oXl % 4 == 0), "bf16 part tiles");
-  static_assert(oS % 4 == 0 && oK % 4 == 0 && oQ % 4 == 0 && oV % 4 == 0 && oT % 4 == 0 && oP % 4 == 0,
-                "16-byte aligned views");
-  static_assert(bytes <= 227 * 1024, "fits one block's shared memory on sm_90");
-};
 
 // Grid (ceil(Dv / BV) * Hv, max_seqs), block 4 * BV threads, MTile<DK, BV>::bytes of dynamic shared
 // memory. Every early exit depends on the sequence only (uniform over the block), so every barrier
-// sees every thread. vec: q, k, v, out and state are 16-byte aligned and Dv % 4 == 0.
-template <int DK, int BV, bool TWO>
+// sees every thread. vec: q, k, v, out and state are 16-byte aligned and Dv % 4 == 0. GN: the gated
+// norm fused into the output (p.norm_w; BV == Dv, bf16 out): P4 keeps the chunk's bf16 output
+// in the T tile (free from P4 to the next chunk's P1), normed and stored after the chunk's last
+// barrier (gated_out::norm_rows); the grid has one more row of blocks, which zero the rows past the
+// live count.
+template <int DK, int BV, bool TWO, bool GN>
 __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRulePrefillParams p, const bool vec) {
   pdl_start();  // kernels/launch.cuh
   using Tl = MTile<DK, BV, TWO>;
@@ -126,12 +80,20 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
   bf16* const Xh = reinterpret_cast<bf16*>(sm + Tl::oXh);     // [C, LDB] X, then V': high parts (!TWO)
   bf16* const Xl = reinterpret_cast<bf16*>(sm + Tl::oXl);     // [C, LDB] low parts (!TWO)
   constexpr int LDB = Tl::LDB;
+  bf16* const Ob = reinterpret_cast<bf16*>(Ts);  // [C, LDO] the chunk's bf16 output (GN, P4 to the norm)
+  constexpr int LDO = BV + 8;                    // an odd number of 16-byte units: conflict-free P4 stores
+  static_assert(!GN || C * LDO / 2 <= C * LDT, "the output tile fits the T tile");
 
   const int Hv = p.Hv, Hk = p.Hk, Dv = p.Dv;
   const int tiles = (Dv + BV - 1) / BV;
   const int tile = static_cast<int>(blockIdx.x) % tiles, hv = static_cast<int>(blockIdx.x) / tiles;
   const int n = blockIdx.y;
-  if (n >= *p.n_seqs) return;  // before reading cu_seqlens: it may hold only live + 1 entries
+  if (n >= *p.n_seqs) {  // before reading cu_seqlens: it may hold only live + 1 entries
+    if constexpr (GN) {
+      if (n == p.max_seqs) gated_out::zero_tail<BV, NT>(p, hv, static_cast<int>(threadIdx.x));  // the extra row
+    }
+    return;
+  }
   const int64_t b = p.cu_seqlens[n], e = p.cu_seqlens[n + 1];
   if (e <= b) return;  // zero-length: no output, no state access
   const int slot = p.slots[n];
@@ -142,6 +104,10 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
   const int v0 = tile * BV;
   const int cols = Dv - v0 - j0;  // this thread's valid columns (>= 4: all four; <= 0: none)
   if (slot < 0) {                 // padding: zero output rows (this tile's columns), state untouched
+    if constexpr (GN) {           // their norm (of zeros)
+      gated_out::norm_rows<BV, NT>(p, nullptr, 0, b, static_cast<int>(e - b), hv, tid);
+      return;
+    }
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int64_t f = tid; f < (e - b) * (BV / 4); f += NT) {
       const int64_t tk = b + f / (BV / 4);
@@ -223,7 +189,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
     {
       const int64_t c1 = c0 + C;
       const int es = p.qkv_dtype == DType::bf16 ? 2 : 4;
-      for (int f = tid; f < 5 * C; f += NT) {
+      for (int f = tid; f < (GN ? 6 : 5) * C; f += NT) {
         const int which = f / C, r = f % C;
         if (c1 + r >= e) continue;
         const int64_t tok = c1 + r;
@@ -235,6 +201,10 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
         } else if (which == 2) {
           a = static_cast<const char*>(p.v) + ((tok * Hv + hv) * Dv + v0) * es;
           bytes = (Dv - v0 < BV ? Dv - v0 : BV) * es;
+        } else if (GN && which == 5) {  // the norm's gate row
+          const int64_t zts = p.norm_z_stride ? p.norm_z_stride : static_cast<int64_t>(Hv) * Dv;
+          a = static_cast<const char*>(p.norm_z) + (tok * zts + static_cast<int64_t>(hv) * Dv) * 2;
+          bytes = Dv * 2;
         } else {
           a = reinterpret_cast<const char*>((which == 3 ? p.g : p.beta) + tok * Hv + hv);
           bytes = 4;
@@ -497,6 +467,10 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
           const int f0 = nfV[j], f1 = nfV[j + 1];
           if (f0 >= 16 * mb && f0 <= r) x = __int_as_float(0x7fc00000);
           if (f1 >= 16 * mb && f1 <= r) y = __int_as_float(0x7fc00000);
+          if constexpr (GN) {
+            *reinterpret_cast<uint32_t*>(Ob + r * LDO + j) = bf16_pair(x, y);  // the bytes store2 would write
+            continue;
+          }
           if (r < L) store2(p.out, p.out_dtype, ((c0 + r) * Hv + hv) * Dv + v0 + j, x, y, Dv - v0 - j, vec);
         }
       }
@@ -551,6 +525,9 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
       }
     }
     __syncthreads();  // the next chunk overwrites K, Q, V, T, P, G; P1 reads every warp's S
+    // GN: the chunk's rows normed from Ob (P4's stores are behind the barrier above; the next
+    // chunk's P1 writes the T tile only after P0's barrier).
+    if constexpr (GN) gated_out::norm_rows<BV, NT>(p, Ob, LDO, c0, L, hv, tid);
   }
 
   // The final state tile, written once (after the last barrier).
@@ -576,16 +553,42 @@ size_t delta_rule_prefill_mma_smem(int Dk, int dv_tile, DType qkv) {
   return bytes;
 }
 
+namespace {
+// The fused norm's conditions (DeltaRulePrefillParams::norm_w): the kernel's GN form.
+void check_norm(LaunchCheck& chk, const DeltaRulePrefillParams& p, int dv_tile) {
+  const int bv = dv_tile == 0 ? chunk_launch::auto_tile(p.Dv) : dv_tile;
+  chk.require(p.qkv_dtype == DType::bf16 && p.out_dtype == DType::bf16, "a fused norm needs bf16 q, k, v and out");
+  chk.require((p.Dv == 64 || p.Dv == 128) && bv == p.Dv, "a fused norm needs Dv 64 or 128 in one Dv tile");
+  chk.not_null(p.norm_z, "norm_z").not_null(p.norm_live, "norm_live").in_range(p.norm_rows, 0, INT32_MAX, "norm_rows");
+  chk.require(p.norm_w_dtype == DType::f32 || p.norm_w_dtype == DType::bf16, "norm_w_dtype must be bf16 or f32");
+  const int64_t zts = p.norm_z_stride ? p.norm_z_stride : static_cast<int64_t>(p.Hv) * p.Dv;
+  chk.require(zts % 8 == 0 && dev::aligned16(p.norm_z) && dev::aligned16(p.norm_w) && dev::aligned16(p.out),
+              "a fused norm needs 16-byte aligned out, norm_z and norm_w and a norm_z stride that is a multiple of 8");
+  chk.require(p.max_seqs < static_cast<int>(kMaxGridYZ), "a fused norm needs max_seqs + 1 rows of blocks");
+}
+}  // namespace
+
 cudaError_t delta_rule_prefill_mma(const DeltaRulePrefillParams& p, cudaStream_t stream, int dv_tile) {
+  const bool gn = p.norm_w != nullptr;
+  if (gn) {
+    LaunchCheck chk("delta_rule.prefill (mma)");
+    check_norm(chk, p, dv_tile);
+    if (!chk.ok()) return cudaErrorInvalidValue;
+  }
   return chunk_launch::checked_launch("delta_rule.prefill (mma)", p, dv_tile, [&](auto dk, auto bv, bool vec) {
     constexpr int DK = decltype(dk)::value, BV = decltype(bv)::value;
-    auto go = [&](auto two) {
-      constexpr bool TWO = decltype(two)::value;
+    auto go = [&](auto two, auto norm) {
+      constexpr bool TWO = decltype(two)::value, GN = decltype(norm)::value;
       using Tl = MTile<DK, BV, TWO>;
-      return chunk_launch::launch<BV>(delta_rule_mma_kernel<DK, BV, TWO>, Tl::NT, Tl::bytes, p, vec, stream);
+      return chunk_launch::launch<BV>(delta_rule_mma_kernel<DK, BV, TWO, GN>, Tl::NT, Tl::bytes, p, vec, stream,
+                                      GN ? 1 : 0);
     };
-    // checked_launch has refused dtypes other than f32 and bf16
-    return p.qkv_dtype == DType::bf16 ? go(std::false_type{}) : go(std::true_type{});
+    // checked_launch has refused dtypes other than f32 and bf16; check_norm, a fused norm elsewhere
+    if (p.qkv_dtype != DType::bf16) return go(std::true_type{}, std::false_type{});
+    if constexpr (BV == 64 || BV == 128) {
+      if (gn) return go(std::false_type{}, std::true_type{});
+    }
+    return go(std::false_type{}, std::false_type{});
   });
 }
 

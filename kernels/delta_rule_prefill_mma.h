@@ -49,6 +49,16 @@
 // while two warps substitute); 19 other instructions per HMMA (fragment loads, bf16 conversions,
 // branches on the input dtype).
 //
+// Fused output norm (DeltaRulePrefillParams::norm_w; bf16 q, k, v and out, Dv 64 or 128 in one Dv
+// tile, 16-byte aligned out, z and w): P4 keeps the chunk's bf16 output in the T tile, which is
+// free from P4 to the next chunk's P1, and after the chunk's last barrier the block norms those
+// rows with z and w as gated_rmsnorm's 16-byte kernel does (kernels/delta_rule_gated_out.cuh: R =
+// Dv / 8 lanes a row, the same fmaf chain and butterfly), so the output holds the bytes of this
+// kernel followed by that norm; z rows are requested into L2 a chunk ahead with q, k and v. A
+// padding sequence's rows are the norm of zeros; one more row of blocks (grid y max_seqs + 1)
+// zeroes rows norm_live .. norm_rows - 1. ptxas -v (sm_90, CUDA 13): Dk = Dv = 128, 128 registers,
+// 8 bytes of spill (none without the norm). Not yet measured against the norm kernel.
+//
 // Contract: exactly delta_rule_prefill_chunked's (padding slot < 0: zero output rows, state
 // untouched; zero-length sequences touch nothing; has_history; device-side n_seqs; programs
 // n >= *n_seqs exit before reading metadata; output rows >= cu_seqlens[*n_seqs] untouched; the block

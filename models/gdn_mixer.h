@@ -45,8 +45,9 @@ struct GdnIo {
   void *q = nullptr, *k = nullptr, *v = nullptr;
   float *g = nullptr, *beta = nullptr;
   void* out = nullptr;  // [rows, Hv, Dv]
-  // Optional, decode: the layer's gated RMSNorm in the delta rule's epilogue (delta_rule.h), so
-  // that out holds the normed output. Taken by the unfused path only (GdnDecodePath::norm_fused).
+  // Optional: the layer's gated RMSNorm in the delta rule's epilogue (decode: delta_rule.h, taken
+  // by the unfused path only, GdnDecodePath::norm_fused; prefill: the mma form,
+  // delta_rule_prefill_mma.h), so that out holds the normed output.
   const void* norm_z = nullptr;  // [rows, Hv, Dv] bf16 at token stride norm_z_stride
   int64_t norm_z_stride = 0;
   const void* norm_w = nullptr;  // [Dv]

@@ -88,6 +88,8 @@ bool delta_fuses_gated_norm(GatedNormMode mode, int64_t rows, int64_t head_value
   return rows <= kGatedNormFusedMaxRows && head_values <= kGatedNormFusedMaxValues;
 }
 
+bool prefill_fuses_gated_norm(GatedNormMode mode) { return mode == GatedNormMode::delta; }
+
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks) {
   const bool wide_ok = wide_blocks && rows <= kGemmMixedWideBlockRows && k <= kGemmMixedWideBlockMaxK;
   return g == GemmKind::skinny ||

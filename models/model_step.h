@@ -280,7 +280,8 @@ class ModelStep {
   int gu_group() const { return cfg_.intermediate % 8 == 0 ? 8 : 0; }
   void gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   // The GDN prefill path of one layer, on the buffers of `io` (gdn_mixer.h).
-  void gdn_prefill(int layer, const StepKey& key, const GdnIo& io, NodeRecorder* rec);
+  // Returns whether the delta rule wrote the gated-normed output (io.norm_w set and the mma form).
+  bool gdn_prefill(int layer, const StepKey& key, const GdnIo& io, NodeRecorder* rec);
   void attn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   void mlp_block(int layer, const StepKey& key, NodeRecorder* rec);
   // y = x W^T by the GEMM setting. With `swiglu` (gate_up only: W's rows interleaved in groups of

@@ -84,16 +84,21 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   gp.eps = cfg_.rms_eps;
   gp.live_rows = m.n_tokens;
   bool norm_done = false;
+  auto fuse_norm = [&] {  // the delta rule writes the normed output (same bytes, the setting)
+    io.norm_z = z;
+    io.norm_z_stride = P;
+    io.norm_w = W.norm_w.data;
+    io.norm_w_dtype = W.norm_w.dtype;
+    io.norm_eps = cfg_.rms_eps;
+  };
   if (prefill) {
-    gdn_prefill(layer, key, io, rec);
-  } else {  // conv.update -> postconv -> delta_rule.decode, or gdn.decode=fused
-    if (delta_fuses_gated_norm(opts_.gated_norm, rows, HvDv) && gated_rmsnorm_vector_path(gp)) {
-      io.norm_z = z;
-      io.norm_z_stride = P;
-      io.norm_w = W.norm_w.data;
-      io.norm_w_dtype = W.norm_w.dtype;
-      io.norm_eps = cfg_.rms_eps;
+    if (prefill_fuses_gated_norm(opts_.gated_norm) && opts_.delta_prefill == DeltaPrefill::mma && act == DType::bf16 &&
+        (g.Dv == 64 || g.Dv == 128) && gated_rmsnorm_vector_path(gp)) {
+      fuse_norm();
     }
+    norm_done = gdn_prefill(layer, key, io, rec);
+  } else {  // conv.update -> postconv -> delta_rule.decode, or gdn.decode=fused
+    if (delta_fuses_gated_norm(opts_.gated_norm, rows, HvDv) && gated_rmsnorm_vector_path(gp)) fuse_norm();
     const GdnDecodePath path = gdn_decode_path(g, act, arms(), rows, io);
     path.launch(s, rec, layer);
     norm_done = path.norm_fused();
@@ -108,8 +113,9 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
 }
 
 // The prefill path: conv.fwd (varlen) -> postconv (or both as gdn.prefill=fused) ->
-// delta_rule.prefill (scan or chunked), from io.x (in_proj's qkv columns) into io.out.
-void ModelStep::gdn_prefill(int layer, const StepKey& key, const GdnIo& io, NodeRecorder* rec) {
+// delta_rule.prefill (scan, chunked or mma), from io.x (in_proj's qkv columns) into io.out; with
+// io.norm_w set, the mma form writes the gated-normed output.
+bool ModelStep::gdn_prefill(int layer, const StepKey& key, const GdnIo& io, NodeRecorder* rec) {
   const int rows = key.tokens;
   const GdnDims& g = cfg_.gdn;
   const DType act = opts_.act;
@@ -185,14 +191,27 @@ void ModelStep::gdn_prefill(int layer, const StepKey& key, const GdnIo& io, Node
   dp.max_seqs = key.seqs;
   set_gdn_heads(dp, g);
   const DeltaPrefill form = opts_.delta_prefill;
+  const bool norm = io.norm_w != nullptr && form == DeltaPrefill::mma;
+  if (norm) {
+    dp.norm_z = io.norm_z;
+    dp.norm_z_stride = io.norm_z_stride;
+    dp.norm_w = io.norm_w;
+    dp.norm_w_dtype = io.norm_w_dtype;
+    dp.norm_eps = io.norm_eps;
+    dp.norm_live = m.n_tokens;
+    dp.norm_rows = rows;
+  }
   launched(form == DeltaPrefill::mma       ? delta_rule_prefill_mma(dp, s)
            : form == DeltaPrefill::chunked ? delta_rule_prefill_chunked(dp, s)
                                            : delta_rule_prefill(dp, s),
            rec, s, [&] {
-             return NodeLabel{
-                 layer, "delta_rule.prefill", delta_prefill_name(opts_.delta_prefill),
-                 op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz, dtype_size(io.ssm_state_dtype))};
+             const double bytes =
+                 op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz, dtype_size(io.ssm_state_dtype)) +
+                 (norm ? op_bytes::fused_gated_norm(rows, g.Hv, g.Dv, esz, dtype_size(io.norm_w_dtype)) : 0.0);
+             return NodeLabel{layer, "delta_rule.prefill",
+                              fmt::format("{}{}", delta_prefill_name(form), norm ? "+gated_rmsnorm" : ""), bytes};
            });
+  return norm;
 }
 
 }  // namespace sg

@@ -103,12 +103,13 @@ SwigluMode parse_swiglu(const std::string& name);
 // steps of 1-8 rows ([34816, 5120] gate_up) 0.4-0.8% slower.
 constexpr int64_t kGemmSwigluSmallRows = 8;
 constexpr int64_t kGemmSwigluSmallMaxWeights = int64_t{64} << 20;
-// Where a decode step computes the GDN layer's gated RMSNorm. Same bytes either way (the delta
+// Where a step computes the GDN layer's gated RMSNorm. Same bytes either way (the delta
 // rule's fused norm reproduces the norm kernel's order, delta_rule.h); a setting so that `stepgraph
 // ab` can time the two in one process.
 enum class GatedNormMode : uint8_t {
   automatic,  // delta where delta_fuses_gated_norm says so (small steps of the 4B's heads), else kernel
-  delta,      // in the delta rule's epilogue wherever it can (decode, unfused GDN path, bf16, Dv 64/128/256)
+  delta,      // in the delta rule's epilogue wherever it can (decode: unfused GDN path, bf16, Dv 64/128/256;
+              // prefill: the mma form, bf16, Dv 64/128)
   kernel,     // the gated_rmsnorm kernel after the delta rule
 };
 constexpr std::array<std::string_view, 3> kGatedNormNames = {"auto", "delta", "kernel"};
@@ -123,6 +124,10 @@ GatedNormMode parse_gated_norm(const std::string& name);
 // +2.6%) but not on the 4B's small ones (b=1..8: -0.1% to -1.5% over two measurements); the 27B's
 // (Hv x Dv = 6144) small steps were no faster (-0.4% to +0.5%).
 bool delta_fuses_gated_norm(GatedNormMode mode, int64_t rows, int64_t head_values);
+// Whether a prefill step whose norm could be fused (the mma delta rule, bf16, Dv 64 or 128 in one
+// Dv tile: delta_rule_prefill_mma.h) fuses it under `mode`: delta only; automatic keeps the norm
+// kernel until the fused form is measured against it.
+bool prefill_fuses_gated_norm(GatedNormMode mode);
 constexpr int64_t kGatedNormFusedMaxRows = 8;
 constexpr int64_t kGatedNormFusedMaxValues = 4096;
 const char* gemm_name(GemmKind g);  // one of kGemmNames

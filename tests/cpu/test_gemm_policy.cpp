@@ -93,6 +93,10 @@ TEST_CASE("gated-norm setting: names round-trip, auto fuses small steps of small
   CHECK(delta_fuses_gated_norm(GatedNormMode::automatic, kGatedNormFusedMaxRows, 4096));
   CHECK_FALSE(delta_fuses_gated_norm(GatedNormMode::automatic, kGatedNormFusedMaxRows + 1, 4096));
   CHECK_FALSE(delta_fuses_gated_norm(GatedNormMode::automatic, 1, 6144));  // 27B: Hv 48 x Dv 128
+  // Prefill: only when asked for (not measured yet against the norm kernel).
+  CHECK(prefill_fuses_gated_norm(GatedNormMode::delta));
+  CHECK_FALSE(prefill_fuses_gated_norm(GatedNormMode::automatic));
+  CHECK_FALSE(prefill_fuses_gated_norm(GatedNormMode::kernel));
 }
 
 TEST_CASE("ssm-state setting: names round-trip, anything else refused", "[settings]") {

@@ -3,6 +3,7 @@
 //   boundaries, with history and decode after it; the manifest shows the chunked kernel;
 // - graph replay == eager bytes with the chunked kernel;
 // - `auto` (the default) resolves to mma (bf16) or chunked (f32) where the kernel is built, else the scan;
+// - the gated norm fused into the mma delta rule (gated_norm = delta) gives the norm kernel's bytes;
 // (the fused gdn.prefill arm in front of it: test_model_prefill.cpp's fused test runs both prefills).
 #include <cstring>
 #include <set>
@@ -120,5 +121,59 @@ TEST_CASE("model prefill: delta_prefill auto picks mma (bf16) or chunked (f32) w
       o.max_prefill_tokens = 0;  // no prefill step: nothing to refuse
       CHECK(ModelStep(cfg, o).options().delta_prefill == DeltaPrefill::chunked);
     }
+  }
+}
+
+// The gated norm fused into the mma delta rule's output (gated_norm = delta) gives the norm
+// kernel's bytes: tiny with Dk = Dv = 64 (the fused form needs Dv 64 or 128), bf16, two prefills
+// (the second with history and a new sequence, fewer tokens than its bucket, so rows past the live
+// count too), graphed and eager against the graphed unfused step; logits, tokens and caches; the
+// manifest shows the fused node and no norm node on every GDN layer.
+TEST_CASE("model prefill: the gated norm in the mma delta rule gives the norm kernel's bytes",
+          "[gpu][model][prefill][gated_norm][delta_rule_mma]") {
+  Qwen35Config cfg = preset("tiny");
+  cfg.gdn = GdnDims{2, 4, 64, 64, 4};
+  cfg.validate("test");
+  const HostWeights w = synthetic_weights(cfg, 17);
+  const int V = cfg.vocab, G = cfg.num_linear_attention();
+  struct Run {
+    std::vector<PrefillOutput> out;
+    std::vector<uint8_t> caches;
+  };
+  auto run = [&](GatedNormMode mode, RunMode rm) {
+    ModelStepOptions o = prefill_options(DType::bf16, DeltaPrefill::mma);
+    o.gated_norm = mode;
+    ModelStep step(cfg, o);
+    step.load_host_weights(w);
+    step.capture_all();
+    const bool fused = mode == GatedNormMode::delta;
+    for (int key : step.prefill_keys()) {
+      CAPTURE(key, gated_norm_name(mode));
+      int norms = 0, fused_nodes = 0;
+      for (const auto& n : step.prefill_manifest(key).nodes) {
+        norms += n.label.op == "gated_rmsnorm";
+        fused_nodes += n.label.op == "delta_rule.prefill" && n.label.arm == "mma+gated_rmsnorm";
+      }
+      CHECK(norms == (fused ? 0 : G));
+      CHECK(fused_nodes == (fused ? G : 0));
+    }
+    Run r;
+    r.out.push_back(step.prefill({{1, tokens_for(1, 20, V), 0}, {3, tokens_for(3, 9, V), 0}}, rm));
+    r.out.push_back(step.prefill(
+        {{1, tokens_for(1, 70, V, 20), 20}, {3, tokens_for(3, 41, V, 9), 9}, {5, tokens_for(5, 3, V), 0}}, rm));
+    r.caches = step.cache_bytes();
+    return r;
+  };
+  const Run want = run(GatedNormMode::kernel, RunMode::graph);
+  for (RunMode rm : {RunMode::graph, RunMode::eager}) {
+    CAPTURE(rm == RunMode::graph ? "graph" : "eager");
+    const Run got = run(GatedNormMode::delta, rm);
+    for (size_t i = 0; i < want.out.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(got.out[i].logits.size() == want.out[i].logits.size());
+      CHECK(std::memcmp(got.out[i].logits.data(), want.out[i].logits.data(), want.out[i].logits.size() * 4) == 0);
+      CHECK(got.out[i].tokens == want.out[i].tokens);
+    }
+    CHECK(got.caches == want.caches);
   }
 }

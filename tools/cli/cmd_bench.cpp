@@ -370,11 +370,12 @@ void register_bench(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "gemm", "kernel"}));
   cmd->add_option("--gated-norm", o.gated_norm,
-                  "model workload: where a decode step computes the GDN layer's gated RMSNorm: delta (in the delta "
-                  "rule's epilogue, one block a head, wherever the unfused GDN decode path "
-                  "runs on bf16 with Dv 64, 128 or 256), kernel (the gated_rmsnorm kernel after the delta rule), or "
-                  "auto (delta on steps of at most 8 rows whose GDN layers have at most 4096 output values a row, "
-                  "the 4B's, where it measured faster; kernel elsewhere); the same output bytes every way")
+                  "model workload: where a step computes the GDN layer's gated RMSNorm: delta (in the delta "
+                  "rule's epilogue wherever the unfused GDN decode path runs on bf16 with Dv 64, 128 or 256, one "
+                  "block a head, and wherever the mma delta-rule prefill runs on bf16 with Dv 64 or 128), kernel "
+                  "(the gated_rmsnorm kernel after the delta rule), or auto (delta on decode steps of at most 8 "
+                  "rows whose GDN layers have at most 4096 output values a row, the 4B's, where it measured "
+                  "faster; kernel elsewhere, prefill included); the same output bytes every way")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "delta", "kernel"}));
   cmd->add_option("--ssm-state", o.ssm_state,

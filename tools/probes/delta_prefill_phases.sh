@@ -503,7 +503,7 @@ for ((i = 0; i < ${#probe_args[@]}; ++i)); do
 done
 bv=$tile
 [ "$bv" = 0 ] && bv=$((dv % 128 == 0 ? 128 : dv % 64 == 0 ? 64 : 32))
-instance="delta_rule_mma_kernelILi${dk}ELi${bv}ELb${two}E"
+instance="delta_rule_mma_kernelILi${dk}ELi${bv}ELb${two}ELb0E"  # GN (the fused norm) off
 
 regs_of() {  # "R regs/S spill" of the timed instance in a build log
   awk -v inst="$instance" '

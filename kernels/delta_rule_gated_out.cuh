@@ -2,8 +2,8 @@
 // delta-rule prefill (delta_rule_prefill_mma.cu, DeltaRulePrefillParams::norm_w): rows of bf16
 // values normed with z and w exactly as gated_rmsnorm's 16-byte kernel does (rmsnorm.cu,
 // gated_vec_kernel): R = Dv / 8 consecutive lanes own a row, 8 consecutive values each; the sum of
-// squares by fmaf over the 8 values in index order from 0, then a butterfly over the R lanes;
-// dev::gated_norm_inv and dev::gated_norm_value; one rounding to bf16 at the store.
+// squares by dev::row_sumsq8, dev::gated_norm_inv and dev::gated_norm_value, the functions that
+// kernel calls; one rounding to bf16 at the store.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -41,11 +41,7 @@ __device__ __forceinline__ void norm_rows(const DeltaRulePrefillParams& p, const
       dev::load8(
           static_cast<const __nv_bfloat16*>(p.norm_z) + (t0 + r) * zts + static_cast<int64_t>(hv) * BV + 8 * part, z);
     }
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) s = fmaf(x[i], x[i], s);
-#pragma unroll
-    for (int o = R / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float s = dev::row_sumsq8<R>(x);  // the norm kernel's order
     if (!live) continue;
     const float inv = dev::gated_norm_inv(s, BV, p.norm_eps);
     float y[8];

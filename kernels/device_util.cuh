@@ -86,6 +86,19 @@ __device__ __forceinline__ float gated_norm_inv(float ss, int n, float eps) {
 __device__ __forceinline__ float gated_norm_value(float w, float x, float inv, float z) {
   return (w * (x * inv)) * silu(z);
 }
+// The sum of squares of a row that R consecutive lanes hold as 8 consecutive values each (R a
+// power of two <= 32; every lane of the warp calls it): fmaf over the 8 values in index order from
+// 0, then a butterfly over the R lanes. The order of gated_rmsnorm's 16-byte kernel, which the
+// delta-rule prefill's fused norm shares (the same bytes).
+template <int R>
+__device__ __forceinline__ float row_sumsq8(const float* v) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = fmaf(v[i], v[i], s);
+#pragma unroll
+  for (int o = R / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  return s;
+}
 
 // Thread-block cluster barriers (sm_90), split so that work can go between arrive and wait:
 // relaxed (no memory ordering: "every block has started"), release / acquire (this block's

@@ -201,11 +201,7 @@ __global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs
     dev::unpack8(xu, v);
     dev::unpack8(zu, zf);
   }
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) s = fmaf(v[i], v[i], s);
-#pragma unroll
-  for (int o = R / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const float s = dev::row_sumsq8<R>(v);
   if (!in) return;
   float y[8] = {};
   if (live) {

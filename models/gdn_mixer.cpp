@@ -72,11 +72,7 @@ GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& a
   dr.staged = p.fused_contract.arm == GdnDecodeArm::staged;  // (the contract fell back where it cannot run)
   set_gdn_heads(dr, d);
   if (io.norm_w && !p.is_fused()) {
-    dr.norm_z = io.norm_z;
-    dr.norm_z_stride = io.norm_z_stride;
-    dr.norm_w = io.norm_w;
-    dr.norm_w_dtype = io.norm_w_dtype;
-    dr.norm_eps = io.norm_eps;
+    set_gdn_norm(dr, io);
     dr.col_blocks = 1;  // one block a head: the cluster form measured slower (docs/BENCHMARKS.md)
   }
   return p;

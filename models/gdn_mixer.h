@@ -64,6 +64,14 @@ void set_gdn_heads(P& p, const GdnDims& d) {
   p.Dv = d.Dv;
 }
 template <class P>
+void set_gdn_norm(P& p, const GdnIo& io) {  // the delta rule's fused gated norm (decode and prefill)
+  p.norm_z = io.norm_z;
+  p.norm_z_stride = io.norm_z_stride;
+  p.norm_w = io.norm_w;
+  p.norm_w_dtype = io.norm_w_dtype;
+  p.norm_eps = io.norm_eps;
+}
+template <class P>
 void set_gdn_conv_io(P& p, const GdnIo& io, DType act) {  // conv.update and conv.fwd: x -> conv_out, state, weights
   p.x = io.x;
   p.x_stride = io.x_stride;

@@ -193,11 +193,7 @@ bool ModelStep::gdn_prefill(int layer, const StepKey& key, const GdnIo& io, Node
   const DeltaPrefill form = opts_.delta_prefill;
   const bool norm = io.norm_w != nullptr && form == DeltaPrefill::mma;
   if (norm) {
-    dp.norm_z = io.norm_z;
-    dp.norm_z_stride = io.norm_z_stride;
-    dp.norm_w = io.norm_w;
-    dp.norm_w_dtype = io.norm_w_dtype;
-    dp.norm_eps = io.norm_eps;
+    set_gdn_norm(dp, io);
     dp.norm_live = m.n_tokens;
     dp.norm_rows = rows;
   }

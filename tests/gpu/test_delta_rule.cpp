@@ -11,6 +11,7 @@
 #include "kernels/launch_check.h"
 #include "kernels/ref/delta_rule_ref.h"
 #include "kernels/rmsnorm.h"
+#include "tests/gpu/gated_norm_fixture.h"
 #include "tests/support/catch.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
@@ -162,21 +163,8 @@ TEST_CASE("delta-rule decode: the fused gated norm gives the bytes of the norm k
       auto ref_state = test::DevBuf::from(state0, DType::f32);
       test::DevBuf ref_out(v.size() * 2);
       check(delta_rule_decode(params(ref_state, ref_out), nullptr));
-      GatedRmsNormParams np;
-      np.x = ref_out.data();
-      np.x_dtype = DType::bf16;
-      np.z = dz.data();
-      np.z_dtype = DType::bf16;
-      np.z_token_stride = zts;
-      np.w = dw.data();
-      np.w_dtype = wt;
-      np.y = ref_out.data();
-      np.y_dtype = DType::bf16;
-      np.T = rows;
-      np.heads = sh.Hv;
-      np.n = sh.Dv;
-      np.eps = 1e-6f;
-      np.live_rows = dlive.as<int32_t>();
+      const GatedRmsNormParams np = test::inplace_gated_norm(ref_out.data(), dz.data(), zts, dw.data(), wt, rows, sh.Hv,
+                                                             sh.Dv, dlive.as<int32_t>());
       REQUIRE(gated_rmsnorm_vector_path(np));
       check(gated_rmsnorm(np, nullptr));
       const auto want = ref_out.download(), want_state = ref_state.download();

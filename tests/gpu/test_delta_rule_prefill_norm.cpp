@@ -21,6 +21,7 @@
 #include "kernels/launch_check.h"
 #include "kernels/rmsnorm.h"
 #include "tests/gpu/delta_rule_prefill_fixture.h"
+#include "tests/gpu/gated_norm_fixture.h"
 #include "tests/support/catch.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
@@ -60,22 +61,8 @@ struct NormInputs {
     p.norm_rows = static_cast<int>(P.max_tokens);
   }
   GatedRmsNormParams kernel_params(const Problem& P, void* out, DType wt) const {
-    GatedRmsNormParams g;
-    g.x = out;
-    g.x_dtype = DType::bf16;
-    g.z = z.data();
-    g.z_dtype = DType::bf16;
-    g.z_token_stride = stride;
-    g.w = w.data();
-    g.w_dtype = wt;
-    g.y = out;
-    g.y_dtype = DType::bf16;
-    g.T = static_cast<int>(P.max_tokens);
-    g.heads = P.sh.Hv;
-    g.n = P.sh.Dv;
-    g.eps = 1e-6f;
-    g.live_rows = live.as<int32_t>();
-    return g;
+    return test::inplace_gated_norm(out, z.data(), stride, w.data(), wt, static_cast<int>(P.max_tokens), P.sh.Hv,
+                                    P.sh.Dv, live.as<int32_t>());
   }
 };
 

@@ -2,8 +2,8 @@
 // complete on, as the producer/consumer kernels use them (skinny_gemm.cu): a producer arms a
 // stage's "full" barrier with the bytes it expects and issues the copies; consumers wait on its
 // phase parity, use the stage, and arrive on its "empty" barrier; the producer waits on that and
-// fences the consumers' reads against its copies (release_reads) before it refills the stage. Barrier and shared
-// addresses are 32-bit shared-window addresses (mma::smem_addr).
+// fences the consumers' reads against its copies (release_reads) before it refills the stage.
+// Barrier and shared addresses are 32-bit shared-window addresses (mma::smem_addr).
 #pragma once
 #include <cuda.h>  // CUtensorMap (a type only: the encoder comes from the driver at run time)
 

@@ -553,12 +553,17 @@ size_t delta_rule_prefill_mma_smem(int Dk, int dv_tile, DType qkv) {
   return bytes;
 }
 
+bool delta_rule_prefill_mma_norm_built(int Dv, DType qkv_dtype, DType out_dtype, int dv_tile) {
+  const int bv = dv_tile == 0 ? chunk_launch::auto_tile(Dv) : dv_tile;
+  return qkv_dtype == DType::bf16 && out_dtype == DType::bf16 && (Dv == 64 || Dv == 128) && bv == Dv;
+}
+
 namespace {
 // The fused norm's conditions (DeltaRulePrefillParams::norm_w): the kernel's GN form.
 void check_norm(LaunchCheck& chk, const DeltaRulePrefillParams& p, int dv_tile) {
-  const int bv = dv_tile == 0 ? chunk_launch::auto_tile(p.Dv) : dv_tile;
   chk.require(p.qkv_dtype == DType::bf16 && p.out_dtype == DType::bf16, "a fused norm needs bf16 q, k, v and out");
-  chk.require((p.Dv == 64 || p.Dv == 128) && bv == p.Dv, "a fused norm needs Dv 64 or 128 in one Dv tile");
+  chk.require(delta_rule_prefill_mma_norm_built(p.Dv, DType::bf16, DType::bf16, dv_tile),
+              "a fused norm needs Dv 64 or 128 in one Dv tile");
   chk.not_null(p.norm_z, "norm_z").not_null(p.norm_live, "norm_live").in_range(p.norm_rows, 0, INT32_MAX, "norm_rows");
   chk.require(p.norm_w_dtype == DType::f32 || p.norm_w_dtype == DType::bf16, "norm_w_dtype must be bf16 or f32");
   const int64_t zts = p.norm_z_stride ? p.norm_z_stride : static_cast<int64_t>(p.Hv) * p.Dv;

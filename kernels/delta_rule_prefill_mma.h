@@ -85,6 +85,11 @@ int delta_rule_prefill_mma_tile(int Dv);
 // f32), or 0 for an unsupported (Dk, dv_tile).
 size_t delta_rule_prefill_mma_smem(int Dk, int dv_tile, DType qkv);
 
+// Whether the fused output norm (DeltaRulePrefillParams::norm_w) is built for this shape: bf16 q, k,
+// v and out, Dv 64 or 128 in one Dv tile (dv_tile 0 = automatic); the launcher also checks the
+// norm's pointers and alignment.
+bool delta_rule_prefill_mma_norm_built(int Dv, DType qkv_dtype, DType out_dtype, int dv_tile = 0);
+
 // Launches the tensor-core chunked prefill. dv_tile: 0 = automatic, else 32, 64 or 128. Returns
 // cudaErrorInvalidValue on an unsupported shape or tile, Hk < 1, Hv % Hk != 0, max_seqs < 0 or
 // > 65535, a null pointer or a dtype other than f32/bf16; cudaSuccess without launching when

@@ -280,7 +280,7 @@ class ModelStep {
   int gu_group() const { return cfg_.intermediate % 8 == 0 ? 8 : 0; }
   void gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   // The GDN prefill path of one layer, on the buffers of `io` (gdn_mixer.h).
-  // Returns whether the delta rule wrote the gated-normed output (io.norm_w set and the mma form).
+  // Returns whether the delta rule wrote the gated-normed output (io.norm_w set: the mma form).
   bool gdn_prefill(int layer, const StepKey& key, const GdnIo& io, NodeRecorder* rec);
   void attn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   void mlp_block(int layer, const StepKey& key, NodeRecorder* rec);

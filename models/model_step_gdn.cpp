@@ -92,8 +92,8 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
     io.norm_eps = cfg_.rms_eps;
   };
   if (prefill) {
-    if (prefill_fuses_gated_norm(opts_.gated_norm) && opts_.delta_prefill == DeltaPrefill::mma && act == DType::bf16 &&
-        (g.Dv == 64 || g.Dv == 128) && gated_rmsnorm_vector_path(gp)) {
+    if (prefill_fuses_gated_norm(opts_.gated_norm) && opts_.delta_prefill == DeltaPrefill::mma &&
+        delta_rule_prefill_mma_norm_built(g.Dv, act, act) && gated_rmsnorm_vector_path(gp)) {
       fuse_norm();
     }
     norm_done = gdn_prefill(layer, key, io, rec);
@@ -191,7 +191,7 @@ bool ModelStep::gdn_prefill(int layer, const StepKey& key, const GdnIo& io, Node
   dp.max_seqs = key.seqs;
   set_gdn_heads(dp, g);
   const DeltaPrefill form = opts_.delta_prefill;
-  const bool norm = io.norm_w != nullptr && form == DeltaPrefill::mma;
+  const bool norm = io.norm_w != nullptr;  // set by gdn_mixer for the mma form only (the others refuse it)
   if (norm) {
     set_gdn_norm(dp, io);
     dp.norm_live = m.n_tokens;

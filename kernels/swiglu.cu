@@ -10,6 +10,9 @@ namespace {
 constexpr int kBlock = 256;
 constexpr int kPerThread = 4;
 constexpr int kChunk = kBlock * kPerThread;  // elements of one token per block
+// Steps of at least this many 8-output groups take 4 groups a thread (the 4B prefill of 32 x 1024
+// tokens: 37.7 M); smaller ones one.
+constexpr int64_t kWideGroups = int64_t{1} << 18;
 
 __global__ void __launch_bounds__(kBlock) swiglu_kernel(const SwigluParams p, int chunks, int64_t stride) {
   pdl_start();  // kernels/launch.cuh
@@ -34,28 +37,48 @@ __global__ void __launch_bounds__(kBlock) swiglu_kernel(const SwigluParams p, in
   }
 }
 
-// bf16 in and out, I % 8 == 0, 16-byte aligned rows: a thread takes 8 adjacent outputs, whose gate
-// and up values are 16 contiguous bytes each (halves: at i and I + i; groups of 8: one 32-byte run).
-__global__ void __launch_bounds__(kBlock) swiglu_vec8_kernel(const SwigluParams p, int chunks, int64_t stride) {
+// bf16 in and out, I % 8 == 0, 16-byte aligned rows: the [T, I] output as T * I / 8 groups of 8
+// adjacent outputs, whose gate and up values are 16 contiguous bytes each (halves: at i and I + i;
+// groups of 8: one 32-byte run); thread x of block b takes groups (b U + k) 256 + x, k < U, and
+// issues all its loads before its first store (U = 4 on large steps: fewer, longer-lived blocks
+// with more bytes in flight each; U = 1 on small ones, which need every SM).
+template <int U>
+__global__ void __launch_bounds__(kBlock) swiglu_vec8_kernel(const SwigluParams p, int64_t stride) {
   pdl_start();  // kernels/launch.cuh
-  const int t = static_cast<int>(blockIdx.x / chunks);
-  const int i = (static_cast<int>(blockIdx.x % chunks) * kBlock + static_cast<int>(threadIdx.x)) * 8;
-  if (i >= p.I) return;
-  const bool live = !p.live_rows || t < *p.live_rows;
-  const int64_t row = static_cast<int64_t>(t) * stride;
-  const int64_t gi = p.interleave ? (i >> 3) * 16 : i, ui = p.interleave ? gi + 8 : p.I + i;
+  const int per_row = p.I / 8;
+  const int64_t groups = static_cast<int64_t>(p.T) * per_row;
+  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * (kBlock * U) + threadIdx.x;
+  const int live = p.live_rows ? *p.live_rows : p.T;
   const auto* gu = static_cast<const __nv_bfloat16*>(p.gu);
-  float y[8] = {};
-  if (live) {
-    const uint4 ga = *reinterpret_cast<const uint4*>(gu + row + gi);
-    const uint4 ua = *reinterpret_cast<const uint4*>(gu + row + ui);
-    float g[8], u[8];
-    dev::unpack8(ga, g);
-    dev::unpack8(ua, u);
+  uint4 ga[U], ua[U];
+  bool on[U];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) y[k] = dev::swiglu_value(g[k], u[k], p.act_dtype == DType::bf16);
+  for (int k = 0; k < U; ++k) {
+    const int64_t g = g0 + static_cast<int64_t>(k) * kBlock;
+    const int64_t t = g / per_row;
+    const int i = static_cast<int>(g % per_row) * 8;
+    on[k] = g < groups && t < live;
+    if (on[k]) {
+      const int64_t row = t * stride;
+      const int64_t gi = p.interleave ? (i >> 3) * 16 : i, ui = p.interleave ? gi + 8 : p.I + i;
+      ga[k] = *reinterpret_cast<const uint4*>(gu + row + gi);
+      ua[k] = *reinterpret_cast<const uint4*>(gu + row + ui);
+    }
   }
-  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + static_cast<int64_t>(t) * p.I + i) = dev::pack8(y);
+#pragma unroll
+  for (int k = 0; k < U; ++k) {
+    const int64_t g = g0 + static_cast<int64_t>(k) * kBlock;
+    if (g >= groups) continue;
+    float y[8] = {};
+    if (on[k]) {
+      float gv[8], uv[8];
+      dev::unpack8(ga[k], gv);
+      dev::unpack8(ua[k], uv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = dev::swiglu_value(gv[e], uv[e], p.act_dtype == DType::bf16);
+    }
+    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + 8 * g) = dev::pack8(y);  // [T, I]: t I + i = 8 g
+  }
 }
 
 bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
@@ -75,11 +98,17 @@ cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
   if (p.T == 0) return cudaSuccess;
   if (p.gu_dtype == DType::bf16 && p.y_dtype == DType::bf16 && p.I % 8 == 0 && stride % 8 == 0 &&
       dev::aligned16(p.gu) && dev::aligned16(p.y)) {
-    const int chunks = (p.I / 8 + kBlock - 1) / kBlock;
-    const int64_t blocks = static_cast<int64_t>(p.T) * chunks;
-    chk.require(blocks <= 0x7fffffff, "T x ceil(I / 2048) blocks exceed the grid");
+    const int64_t groups = static_cast<int64_t>(p.T) * (p.I / 8);
+    const bool wide = groups >= kWideGroups;
+    const int64_t per_block = static_cast<int64_t>(kBlock) * (wide ? 4 : 1);
+    const int64_t blocks = (groups + per_block - 1) / per_block;
+    chk.require(blocks <= 0x7fffffff, "T x I / 8 groups exceed the grid");
     if (!chk.ok()) return cudaErrorInvalidValue;
-    launch_kernel(swiglu_vec8_kernel, static_cast<unsigned>(blocks), kBlock, 0, stream, p, chunks, stride);
+    if (wide) {
+      launch_kernel(swiglu_vec8_kernel<4>, static_cast<unsigned>(blocks), kBlock, 0, stream, p, stride);
+    } else {
+      launch_kernel(swiglu_vec8_kernel<1>, static_cast<unsigned>(blocks), kBlock, 0, stream, p, stride);
+    }
     return cudaGetLastError();
   }
   const int chunks = (p.I + kChunk - 1) / kChunk;

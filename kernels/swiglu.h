@@ -11,8 +11,10 @@
 //   y = a * u, rounded once to y_dtype.
 // act_dtype = f32 skips the intermediate rounding (the reference's Store::f32).
 // Grid: 1-D, 256 threads a block (T = padded token count, the graph key): bf16 in and out with
-// I % 8 == 0 and 16-byte aligned rows, T * ceil(I / 2048) blocks, 8 outputs a thread from two
-// 16-byte loads; otherwise T * ceil(I / 1024) blocks, 4 outputs a thread element by element.
+// I % 8 == 0 and 16-byte aligned rows, groups of 8 outputs from two 16-byte loads each, one group
+// a thread (ceil(T I / 2048) blocks) or, from 2^18 groups on, four a thread with every load before
+// the first store (ceil(T I / 8192) blocks); otherwise T * ceil(I / 1024) blocks, 4 outputs a
+// thread element by element.
 #pragma once
 #include <cuda_runtime_api.h>
 

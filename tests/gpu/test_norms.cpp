@@ -311,13 +311,17 @@ TEST_CASE("gated rmsnorm: matches the reference for GDN shapes, strided gates an
         Types{DType::bf16, DType::bf16, DType::bf16, DType::bf16}}) {
     for (Shape sh : {Shape{32, 128}, Shape{48, 128}, Shape{5, 64}, Shape{3, 256}, Shape{3, 1}, Shape{2, 127},
                      Shape{2, 129}, Shape{1, 2560}}) {
-      for (int T : {1, 17, 300}) {
+      // T = 4100 at 32 x 128 and 3 x 256 (bf16): the 16-byte kernel on a prefill-sized grid, with z
+      // strided inside a wider row (16-byte aligned, so the 16-byte kernel still runs).
+      const bool wide_shape = (sh.heads == 32 && sh.n == 128) || (sh.heads == 3 && sh.n == 256);
+      for (int T : {1, 17, 300, 4100}) {
+        if (T == 4100 && !(wide_shape && ty.x == DType::bf16)) continue;
         const int live = T > 1 ? T - 7 : T;
         const uint64_t seed =
             3000 + sh.heads * 7 + sh.n + T + 100 * static_cast<int>(ty.x) + 10 * static_cast<int>(ty.w);
         CAPTURE(dtype_name(ty.x), dtype_name(ty.w), dtype_name(ty.y), sh.heads, sh.n, T, live, seed);
         const int64_t row = static_cast<int64_t>(sh.heads) * sh.n;
-        const int64_t zts = T == 17 ? row + 5 : row;  // z inside a wider fused projection output
+        const int64_t zts = T == 17 ? row + 5 : T == 4100 ? row + 8 : row;  // z inside a wider projection output
         const size_t N = static_cast<size_t>(T) * row;
         auto x = rnd(N, seed, ty.x, -2.f, 2.f);
         auto zsrc = rnd(static_cast<size_t>(T) * zts, seed + 1, ty.z, -4.f, 4.f);

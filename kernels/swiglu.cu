@@ -85,9 +85,15 @@ bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 
 }  // namespace
 
+bool swiglu_vector_path(const SwigluParams& p) {
+  const int64_t stride = p.gu_stride ? p.gu_stride : 2 * static_cast<int64_t>(p.I);
+  return p.gu_dtype == DType::bf16 && p.y_dtype == DType::bf16 && p.I % 8 == 0 && stride % 8 == 0 &&
+         dev::aligned16(p.gu) && dev::aligned16(p.y);
+}
+
 cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
   LaunchCheck chk("swiglu");
-  chk.not_null(p.gu, "gu").not_null(p.y, "y").in_range(p.T, 0, INT32_MAX, "T").in_range(p.I, 1, INT32_MAX, "I");
+  chk.not_null(p.gu, "gu").not_null(p.y, "y").in_range(p.T, 0, INT32_MAX, "T").in_range(p.I, 1, 1 << 30, "I");
   chk.require(float_type(p.gu_dtype) && float_type(p.y_dtype) && float_type(p.act_dtype),
               "gu_dtype, y_dtype and act_dtype must be bf16 or f32");
   chk.require(p.interleave == 0 || p.interleave == 8, "interleave must be 0 or 8");
@@ -96,8 +102,7 @@ cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
   chk.require(stride >= 2 * static_cast<int64_t>(p.I), "gu_stride must be >= 2 I");
   if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
-  if (p.gu_dtype == DType::bf16 && p.y_dtype == DType::bf16 && p.I % 8 == 0 && stride % 8 == 0 &&
-      dev::aligned16(p.gu) && dev::aligned16(p.y)) {
+  if (swiglu_vector_path(p)) {
     const int64_t groups = static_cast<int64_t>(p.T) * (p.I / 8);
     const bool wide = groups >= kWideGroups;
     const int64_t per_block = static_cast<int64_t>(kBlock) * (wide ? 4 : 1);

@@ -31,13 +31,17 @@ struct SwigluParams {
   void* y = nullptr;      // [T, I] row-major, y_dtype f32 or bf16; must not overlap gu
   DType y_dtype = DType::bf16;
   DType act_dtype = DType::bf16;  // dtype silu(gate) is rounded to before the product
-  int T = 0, I = 0;
-  int interleave = 0;  // 0: gate | up halves; 8: groups of 8 (I % 8 == 0)
+  int T = 0, I = 0;               // I in [1, 2^30]
+  int interleave = 0;             // 0: gate | up halves; 8: groups of 8 (I % 8 == 0)
   // Optional [1] device count of live tokens: tokens t >= *live_rows write zeros and read nothing.
   const int32_t* live_rows = nullptr;
 };
 
 // Returns cudaErrorInvalidValue on bad params, else the launch error.
 cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream);
+// Whether swiglu runs valid params `p` on its 16-byte kernel (bf16 in and out, I % 8 == 0, a row
+// stride that is a multiple of 8, 16-byte aligned gu and y); the element kernel otherwise. Both
+// write the same bytes.
+bool swiglu_vector_path(const SwigluParams& p);
 
 }  // namespace sg

@@ -11,14 +11,16 @@
 # fail); afterwards the logs are searched for reports, which are counted and their first lines
 # printed. Leak checking is off unless --leaks: the CUDA driver and libraries keep allocations
 # until the process ends, which LeakSanitizer would report (tools/lsan_cuda.supp suppresses the
-# known ones; the CPU run checks the host code's own leaks). Exit: 0 when every process passed
-# with no report, 77 without a GPU (nothing run), else 1 (2 for bad options).
+# known ones and says what that can hide; the suppressed leaks are printed; the CPU run checks the
+# host code's own leaks). Exit: 0 when every process passed with no report, 77 without a GPU
+# (checked with nvidia-smi before building: nothing built or run), else 1 (2 for bad options).
 #   usage: tools/sanitize_gpu.sh [-j N] [-t SECONDS] [--leaks] [--out OUT_DIR] [-h]
 #     -j N          processes for the shared part of the suite (default 3)
 #     -t SECONDS    limit of each process (default 500)
 #     --leaks       LeakSanitizer on at exit, with tools/lsan_cuda.supp
 #     --out DIR     where the logs go (default ./gpu-out/asan)
 set -uo pipefail
+caller=$PWD
 cd "$(dirname "$0")/.."
 jobs=3; limit=500; leaks=0; out="$PWD/gpu-out/asan"
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
@@ -27,7 +29,7 @@ while [ $# -gt 0 ]; do
     -j) jobs=${2:-}; shift ;;
     -t) limit=${2:-}; shift ;;
     --leaks) leaks=1 ;;
-    --out) out=${2:-}; shift ;;
+    --out) out=${2:-}; case "$out" in /*|'') ;; *) out="$caller/$out" ;; esac; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "sanitize_gpu.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -39,18 +41,27 @@ BUILD_DIR=${STEPGRAPH_ASAN_GPU_BUILD_DIR:-build-asan-gpu}
 NVCC=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 start=$(date +%s)
 
+# No GPU: nothing to run, so nothing is built (the CUDA build takes minutes).
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  echo "sanitize_gpu.sh: no GPU found (nvidia-smi lists none): nothing built or run"
+  exit 77
+fi
+[ -x "$NVCC" ] || { echo "sanitize_gpu.sh: no nvcc at $NVCC (set CUDACXX)" >&2; exit 1; }
 if [ -f "$BUILD_DIR/CMakeCache.txt" ]; then  # configured from another checkout: start afresh
   home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD_DIR/CMakeCache.txt")
-  [ "$home" = "$PWD" ] && [ -f "$BUILD_DIR/build.ninja" ] || rm -rf "$BUILD_DIR"
+  if [ "$home" != "$PWD" ] || [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    echo "sanitize_gpu.sh: $BUILD_DIR was configured for $home; configuring it afresh"
+    rm -rf "$BUILD_DIR"
+  fi
 fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  mkdir -p "$BUILD_DIR"
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSG_SANITIZE=ON -DSG_SANITIZE_GPU=ON \
-    -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1 -DNDEBUG" -DCMAKE_CUDA_COMPILER="$NVCC" "${launcher[@]}" \
-    > "$BUILD_DIR/configure.log" 2>&1 || { cat "$BUILD_DIR/configure.log"; echo "sanitize_gpu.sh: configure failed"; exit 1; }
-fi
+# Configured every time with the flags this script needs, so a folder configured otherwise (without
+# SG_SANITIZE_GPU, say) gets them (cmake keeps its other settings and rebuilds what they change).
+mkdir -p "$BUILD_DIR"
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSG_SANITIZE=ON -DSG_SANITIZE_GPU=ON \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1 -DNDEBUG" -DCMAKE_CUDA_COMPILER="$NVCC" "${launcher[@]}" \
+  > "$BUILD_DIR/configure.log" 2>&1 || { cat "$BUILD_DIR/configure.log"; echo "sanitize_gpu.sh: configure failed"; exit 1; }
 echo "sanitize_gpu.sh: building tests_gpu and stepgraph in $BUILD_DIR ($(nproc) jobs)"
 cmake --build "$BUILD_DIR" --target tests_gpu stepgraph -j"$(nproc)" > "$BUILD_DIR/build.log" 2>&1 ||
   { tail -40 "$BUILD_DIR/build.log"; echo "sanitize_gpu.sh: FAILED (build; log $BUILD_DIR/build.log)"; exit 1; }
@@ -60,7 +71,8 @@ echo "sanitize_gpu.sh: built in $(( $(date +%s) - start )) s"
 # maps memory inside ASan's shadow gap (the first CUDA call fails without it; it hides no report).
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=$leaks:protect_shadow_gap=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1"
-[ $leaks = 1 ] && export LSAN_OPTIONS="suppressions=$PWD/tools/lsan_cuda.supp:print_suppressions=0"
+[ $leaks = 1 ] && export LSAN_OPTIONS="suppressions=$PWD/tools/lsan_cuda.supp:print_suppressions=1"
+mkdir -p "$out" && rm -f "$out"/solo.log "$out"/shard*.log  # only this run's logs are searched below
 bash tools/gpu_tests.sh -j "$jobs" -t "$limit" --bin "$BUILD_DIR/tests/tests_gpu" --out "$out"
 rc=$?
 [ $rc = 77 ] && exit 77
@@ -68,6 +80,11 @@ reports=$(cat "$out"/*.log | grep -cE 'ERROR: (AddressSanitizer|LeakSanitizer)|r
 if [ "$reports" != 0 ]; then
   echo "sanitize_gpu.sh: $reports sanitizer report(s):"
   grep -hE -A3 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$out"/*.log | head -40
+fi
+if [ $leaks = 1 ]; then  # what tools/lsan_cuda.supp hid, per entry (count, bytes), over the processes
+  echo "sanitize_gpu.sh: suppressed leaks (count bytes entry):"
+  cat "$out"/*.log | awk '/^Suppressions used:/ {on = 1; next} on && /^ *[0-9]+ +[0-9]+ / {c[$3] += $1; b[$3] += $2}
+    on && /^-+$/ {on = 0} END {for (k in c) printf "  %d %d %s\n", c[k], b[k], k}'
 fi
 echo "sanitize_gpu.sh: $([ $rc = 0 ] && [ "$reports" = 0 ] && echo passed || echo FAILED): tests rc=$rc, $reports sanitizer report(s), leaks $([ $leaks = 1 ] && echo checked || echo not checked) ($(( $(date +%s) - start )) s; logs in $out)"
 [ $rc = 0 ] && [ "$reports" = 0 ]

@@ -1,13 +1,6 @@
 // GPU tests of the elementwise / norm kernels of the model step against their CPU references:
-// rmsnorm (plain, fused residual add, per-head strided rows), gated_rmsnorm, embedding, swiglu and
-// argmax. Every output is poisoned with 0xFF (NaN in f32 and bf16, -1 in i32) and followed by a
-// poisoned guard, so an element left unwritten fails its check and a write past the end is seen.
-// Tolerances (got vs the reference rounded to the output dtype):
-//   f32 outputs:  |got - ref| <= 1e-5 * |ref| + 1e-7
-//   bf16 outputs: |got - ref| <= k * ulp_bf16(ref) + 1e-6, k = 1 (one rounding of an f32 value
-//                 that differs from the reference by a few f32 ulps), k = 2 for swiglu with a
-//                 bf16 activation (silu is rounded to bf16 before the product: two roundings)
-//   byte-exact:   residual_out, embedding, argmax, and padding rows (+0.0 / id 0).
+// rmsnorm (plain, fused residual add, per-head strided rows), gated_rmsnorm, embedding and argmax
+// (swiglu: test_swiglu.cpp). Poisoned outputs, guards and tolerances: norm_fixture.h.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -24,80 +17,14 @@
 #include "kernels/ref/mlp_ref.h"
 #include "kernels/ref/norm_ref.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/swiglu.h"
+#include "tests/gpu/norm_fixture.h"
 #include "tests/support/catch.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
 
 using namespace sg;
 
-namespace {
-
-constexpr uint8_t kPoison = 0xFF;  // NaN as f32 and bf16
-constexpr size_t kGuard = 64;      // poisoned elements after every output buffer
-constexpr float kEps = 1e-6f;
-
-ref::Store store_of(DType t) { return t == DType::bf16 ? ref::Store::bf16 : ref::Store::f32; }
-
-std::vector<float> rnd(size_t n, uint64_t seed, DType t, float lo, float hi) {
-  return t == DType::bf16 ? test::uniform_bf16(n, seed, lo, hi) : test::uniform(n, seed, lo, hi);
-}
-
-// A poisoned output of n elements of type t, plus the guard.
-test::DevBuf out_buf(size_t n, DType t) { return test::DevBuf((n + kGuard) * dtype_size(t), kPoison); }
-
-struct Got {
-  std::vector<uint8_t> bytes;  // the first n elements
-  std::vector<float> v;        // the same as f32
-  bool guard_ok = true;        // the guard still holds the poison
-};
-
-Got fetch(const test::DevBuf& b, size_t n, DType t) {
-  Got g;
-  g.bytes = b.download();
-  const size_t es = dtype_size(t);
-  for (size_t i = n * es; i < g.bytes.size(); ++i) g.guard_ok = g.guard_ok && g.bytes[i] == kPoison;
-  g.bytes.resize(n * es);
-  if (t == DType::f32 || t == DType::bf16) g.v = test::from_bytes(g.bytes, t);
-  return g;
-}
-
-float ulp_bf16(float r) {
-  if (r == 0.0f || !std::isfinite(r)) return 0.0f;
-  int e;
-  std::frexp(r, &e);  // |r| in [2^(e-1), 2^e): 8 significant bits -> ulp 2^(e-8)
-  return std::ldexp(1.0f, e - 8);
-}
-
-// "" when every element of [0, live_elems) is within tolerance of want and every element after
-// it is +0.0 (a padding row); else a report of the count and the first failure.
-std::string compare(const std::vector<float>& got, const std::vector<float>& want, DType t, double ulps,
-                    size_t live_elems) {
-  size_t bad = 0, first = SIZE_MAX;
-  for (size_t i = 0; i < want.size(); ++i) {
-    bool ok;
-    if (i >= live_elems) {
-      ok = got[i] == 0.0f && !std::signbit(got[i]);
-    } else {
-      const double tol = t == DType::bf16 ? ulps * ulp_bf16(want[i]) + 1e-6 : 1e-5 * std::fabs(want[i]) + 1e-7;
-      ok = std::fabs(static_cast<double>(got[i]) - want[i]) <= tol;  // false for NaN (poison)
-    }
-    if (!ok) {
-      ++bad;
-      if (first == SIZE_MAX) first = i;
-    }
-  }
-  if (bad == 0) return "";
-  return fmt::format("{} of {} elements out of tolerance; first at {} (live {}): got {:.9g}, expected {:.9g}", bad,
-                     want.size(), first, live_elems, got[first], first < live_elems ? want[first] : 0.0f);
-}
-
-// Padding rows of a reference: zero from element live_elems on.
-void zero_tail(std::vector<float>& v, size_t live_elems) {
-  std::fill(v.begin() + std::min(live_elems, v.size()), v.end(), 0.0f);
-}
-
-}  // namespace
+using namespace sg::test::norms;  // NOLINT: the shared checks
 
 TEST_CASE("rmsnorm: matches the reference for awkward sizes, dtypes and padded tokens", "[gpu][norms]") {
   struct Types {
@@ -408,75 +335,6 @@ TEST_CASE("embedding: rows are copied byte-exact, bad ids and padded tokens give
       }
     }
   }
-}
-
-TEST_CASE("swiglu: silu(gate) times up from a fused gate-up buffer matches the reference", "[gpu][norms]") {
-  struct Types {
-    DType gu, act, y;
-    double ulps;
-  };
-  for (Types ty : {Types{DType::bf16, DType::bf16, DType::bf16, 2}, Types{DType::bf16, DType::f32, DType::bf16, 1},
-                   Types{DType::f32, DType::f32, DType::f32, 0}}) {
-    for (int I : {1, 127, 129, 2560, 17408}) {
-      for (int T : {1, 17, 130, 300}) {
-        for (int il : {0, 8}) {
-          if (I == 17408 && T == 300) continue;  // host time; T = 17 covers this width
-          if (T == 130 && I != 17408) continue;  // 130 x 2176 groups of 8: the kernel's four-a-thread form
-          if (il != 0 && I % il != 0) continue;
-          const int live = T > 1 ? T - 3 : T;
-          const int64_t stride = 2 * static_cast<int64_t>(I) + (T == 17 ? 3 : 0);
-          const uint64_t seed = 6000 + I + T + 10 * static_cast<int>(ty.gu) + static_cast<int>(ty.act);
-          CAPTURE(dtype_name(ty.gu), dtype_name(ty.act), dtype_name(ty.y), I, T, il, live, stride, seed);
-          auto gu = rnd(static_cast<size_t>(T) * stride, seed, ty.gu, -6.f, 6.f);
-          const size_t N = static_cast<size_t>(T) * I;
-          std::vector<float> want(N);
-          // ref::swiglu_mlp's elementwise step: a = store(silu(g), act), h = store(a * u, out).
-          for (int t = 0; t < T; ++t) {
-            for (int i = 0; i < I; ++i) {
-              // Halves (gate i at i, up at I + i) or groups of 8 (gate at 16 (i / 8) + i % 8, up 8 on).
-              const int64_t gi = il ? (i / 8) * 16 + i % 8 : i, ui = il ? gi + 8 : I + i;
-              const float g = gu[t * stride + gi], u = gu[t * stride + ui];
-              const float a = ref::store(g / (1.0f + std::exp(-g)), store_of(ty.act));
-              want[static_cast<size_t>(t) * I + i] = ref::store(a * u, store_of(ty.y));
-            }
-          }
-          auto dgu = test::DevBuf::from(gu, ty.gu), dlive = test::DevBuf::from_i32({live});
-          auto y = out_buf(N, ty.y);
-          SwigluParams p;
-          p.gu = dgu.data();
-          p.gu_dtype = ty.gu;
-          p.gu_stride = stride;
-          p.y = y.data();
-          p.y_dtype = ty.y;
-          p.act_dtype = ty.act;
-          p.T = T;
-          p.I = I;
-          p.interleave = il;
-          p.live_rows = T > 1 ? dlive.as<int32_t>() : nullptr;
-          check(swiglu(p, nullptr));
-          auto g = fetch(y, N, ty.y);
-          CHECK(g.guard_ok);
-          CHECK(compare(g.v, want, ty.y, ty.ulps, static_cast<size_t>(live) * I) == "");
-        }
-      }
-    }
-  }
-  SwigluParams bad;  // groups of 8 need I % 8 == 0; no other group size
-  test::DevBuf gu(4 * 24 * 4), y(4 * 12 * 4);
-  bad.gu = gu.data();
-  bad.y = y.data();
-  bad.T = 4;
-  bad.I = 12;
-  bad.interleave = 8;
-  CHECK(swiglu(bad, nullptr) == cudaErrorInvalidValue);
-  CHECK(take_launch_refusal() == "swiglu: interleave 8 needs I % 8 == 0");
-  bad.I = 8;
-  bad.interleave = 4;
-  CHECK(swiglu(bad, nullptr) == cudaErrorInvalidValue);
-  CHECK(take_launch_refusal() == "swiglu: interleave must be 0 or 8");
-  bad.interleave = 8;
-  check(swiglu(bad, nullptr));
-  check(cudaDeviceSynchronize());
 }
 
 TEST_CASE("argmax: first index of the maximum with ties, NaN, infinities and padded rows as ref::argmax",

@@ -9,11 +9,14 @@
 //               handle and stream), their graphs replayed one after another (each stream waits
 //               for the previous one's last replay);
 //   concurrent: the same P graphs replayed at once (each stream waits only for the start event).
-// Each form is timed REPS times (CUDA events around one replay of each graph, after two warm-up
-// rounds) and printed as median (min..max). If concurrent is clearly below sequential and whole,
-// splitting the step into micro-batches on parallel graph branches is worth building; if not, the
-// kernels already fill the GPU. Numbers only: outputs are not compared (each ModelStep's own tests
-// cover its bytes). Synthetic weights as `stepgraph bench` (seed 1), defaults for every setting.
+// Each form is timed REPS times, the three in turn in each repetition (CUDA events around one
+// replay of each graph, after two warm-up rounds), and printed as median (min..max). If side by
+// side is clearly below one after another and whole, splitting the step into micro-batches on
+// parallel graph branches is worth building; if not, the kernels already fill the GPU. The parts
+// hold their own weight copies, so side by side their GEMMs cannot share weights in L2 as one
+// micro-batched step would (the probe understates a gain by that much). Numbers only: outputs are
+// not compared (each ModelStep's own tests cover its bytes); a fault is reported as its step's.
+// Synthetic weights as `stepgraph bench` (seed 1), defaults for every setting.
 // Usage: prefill_overlap_probe [--preset NAME] [--seqs N] [--len N] [--parts P] [--reps N]
 //   (defaults qwen3.5-4b, 32, 1024, 2, 5). Exit 77 without a GPU. Built with the library
 //   (target prefill_overlap_probe); run from the build folder: tools/prefill_overlap_probe.
@@ -21,7 +24,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,17 +45,20 @@ struct Args {
   int seqs = 32, len = 1024, parts = 2, reps = 5;
 };
 
-int usage() {
-  std::fprintf(stderr,
+int usage(const std::string& why = "") {
+  if (!why.empty()) std::fprintf(stderr, "prefill_overlap_probe: %s\n", why.c_str());
+  std::fprintf(why.empty() ? stdout : stderr,
                "usage: prefill_overlap_probe [--preset NAME] [--seqs N] [--len N] [--parts P] [--reps N]\n"
-               "  SEQS must be a multiple of P (P >= 2); defaults qwen3.5-4b, 32, 1024, 2, 5\n");
-  return 2;
+               "  SEQS a multiple of P (P >= 2), SEQS x LEN at most 2^30 tokens; defaults qwen3.5-4b, 32,\n"
+               "  1024, 2, 5\n");
+  return why.empty() ? 0 : 2;
 }
 
-bool parse(int argc, char** argv, Args& a) {
+// Empty when the arguments are good, else why not.
+std::string parse(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    if (i + 1 >= argc) return false;
+    if (i + 1 >= argc) return k + " needs a value";
     const std::string v = argv[++i];
     if (k == "--preset") {
       a.preset = v;
@@ -61,7 +66,7 @@ bool parse(int argc, char** argv, Args& a) {
     }
     char* end = nullptr;
     const long n = std::strtol(v.c_str(), &end, 10);
-    if (end == v.c_str() || *end != '\0' || n < 1 || n > 1 << 20) return false;
+    if (end == v.c_str() || *end != '\0' || n < 1 || n > (1 << 20)) return k + " needs a whole number in [1, 2^20]";
     if (k == "--seqs") {
       a.seqs = static_cast<int>(n);
     } else if (k == "--len") {
@@ -71,10 +76,13 @@ bool parse(int argc, char** argv, Args& a) {
     } else if (k == "--reps") {
       a.reps = static_cast<int>(n);
     } else {
-      return false;
+      return "unknown option " + k;
     }
   }
-  return a.parts >= 2 && a.seqs % a.parts == 0;
+  if (a.parts < 2) return "--parts must be at least 2";
+  if (a.seqs % a.parts != 0) return "--seqs must be a multiple of --parts";
+  if (int64_t{a.seqs} * a.len > (int64_t{1} << 30)) return "SEQS x LEN is more than 2^30 tokens";
+  return "";
 }
 
 // A prefill-only ModelStep of `seqs` fresh sequences of `len` tokens, captured, its batch staged.
@@ -97,7 +105,7 @@ Part make_part(const Qwen35Config& cfg, int seqs, int len) {
   std::vector<PrefillRequest> batch;
   for (int r = 0; r < seqs; ++r) {
     PrefillRequest q{r, {}, 0};
-    for (int t = 0; t < len; ++t) q.tokens.push_back((r * 7919 + t * 131) % cfg.vocab);
+    for (int t = 0; t < len; ++t) q.tokens.push_back(static_cast<int32_t>((int64_t{r} * 7919 + t * 131) % cfg.vocab));
     batch.push_back(std::move(q));
   }
   p.bucket = p.step->stage_prefill(batch);
@@ -120,16 +128,9 @@ double round_ms(std::vector<Part>& parts, bool chain) {
   }
   for (size_t i = 1; i < parts.size(); ++i) check(cudaStreamWaitEvent(s0, done[i].get(), 0));
   stop.record(s0);
+  for (auto& p : parts) p.step->sync();  // a fault is reported as its step's
   stop.sync();
-  for (auto& p : parts) p.step->sync();
   return Event::elapsed_ms(start, stop);
-}
-
-cli::Spread timed(int reps, const std::function<double()>& round) {
-  for (int i = 0; i < 2; ++i) round();
-  std::vector<double> ms;
-  for (int r = 0; r < reps; ++r) ms.push_back(round());
-  return cli::spread(ms);
 }
 
 void print(const char* what, const cli::Spread& s, double whole) {
@@ -140,8 +141,11 @@ void print(const char* what, const cli::Spread& s, double whole) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return usage();
+  }
   Args a;
-  if (!parse(argc, argv, a)) return usage();
+  if (const std::string why = parse(argc, argv, a); !why.empty()) return usage(why);
   const DeviceInfo dev = probe_device();
   if (!dev.ok) {
     std::printf("prefill_overlap_probe: needs a GPU (%s)\n", dev.reason.c_str());
@@ -151,28 +155,20 @@ int main(int argc, char** argv) {
     const Qwen35Config cfg = preset(a.preset);
     std::printf("%s\n%s prefill, %d sequences x %d tokens; whole against %d parts of %d sequences, %d reps\n",
                 dev.describe().c_str(), cfg.name.c_str(), a.seqs, a.len, a.parts, a.seqs / a.parts, a.reps);
-    std::vector<Part> whole;
+    // Every step holds its own weights (1 + P copies in device memory at once).
+    std::vector<Part> whole, parts;
     whole.push_back(make_part(cfg, a.seqs, a.len));
-    const cli::Spread w = timed(a.reps, [&] {
-      Event start, stop;
-      cudaStream_t s = whole[0].step->stream();
-      start.record(s);
-      whole[0].step->replay_prefill(whole[0].bucket);
-      stop.record(s);
-      stop.sync();
-      return static_cast<double>(Event::elapsed_ms(start, stop));
-    });
-    whole.clear();  // its memory back before the parts are built
-    std::vector<Part> parts;
     for (int i = 0; i < a.parts; ++i) parts.push_back(make_part(cfg, a.seqs / a.parts, a.len));
-    // Alternate the two forms so that clocks and temperature treat them alike.
-    std::vector<double> seq_ms, conc_ms;
-    for (int i = 0; i < 2; ++i) round_ms(parts, i == 0);
-    for (int r = 0; r < a.reps; ++r) {
-      seq_ms.push_back(round_ms(parts, true));
-      conc_ms.push_back(round_ms(parts, false));
+    // The three forms in turn in every repetition, so that clocks and temperature treat them alike.
+    std::vector<double> whole_ms, seq_ms, conc_ms;
+    for (int r = -2; r < a.reps; ++r) {  // two warm-up rounds
+      const double w = round_ms(whole, true), sq = round_ms(parts, true), cc = round_ms(parts, false);
+      if (r < 0) continue;
+      whole_ms.push_back(w);
+      seq_ms.push_back(sq);
+      conc_ms.push_back(cc);
     }
-    const cli::Spread sq = cli::spread(seq_ms), cc = cli::spread(conc_ms);
+    const cli::Spread w = cli::spread(whole_ms), sq = cli::spread(seq_ms), cc = cli::spread(conc_ms);
     print("whole (one graph)", w, w.median);
     print("parts one after another", sq, w.median);
     print("parts side by side", cc, w.median);

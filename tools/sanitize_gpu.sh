@@ -13,7 +13,8 @@
 # until the process ends, which LeakSanitizer would report (tools/lsan_cuda.supp suppresses the
 # known ones and says what that can hide; the suppressed leaks are printed; the CPU run checks the
 # host code's own leaks). Exit: 0 when every process passed with no report, 77 without a GPU
-# (checked with nvidia-smi before building: nothing built or run), else 1 (2 for bad options).
+# (nvidia-smi lists none, or CUDA_VISIBLE_DEVICES is set to nothing: checked before building, so
+# nothing is built or run), else 1 (2 for bad options). tests/cpu/test_gpu_scripts.cpp checks this.
 #   usage: tools/sanitize_gpu.sh [-j N] [-t SECONDS] [--leaks] [--out OUT_DIR] [-h]
 #     -j N          processes for the shared part of the suite (default 3)
 #     -t SECONDS    limit of each process (default 500)
@@ -41,9 +42,10 @@ BUILD_DIR=${STEPGRAPH_ASAN_GPU_BUILD_DIR:-build-asan-gpu}
 NVCC=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 start=$(date +%s)
 
-# No GPU: nothing to run, so nothing is built (the CUDA build takes minutes).
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-  echo "sanitize_gpu.sh: no GPU found (nvidia-smi lists none): nothing built or run"
+# No GPU: nothing to run, so nothing is built (the CUDA build takes minutes). CUDA_VISIBLE_DEVICES
+# set to nothing hides every GPU, as it does from the tests.
+if [ "${CUDA_VISIBLE_DEVICES-unset}" = "" ] || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  echo "sanitize_gpu.sh: no GPU found (nvidia-smi lists none, or CUDA_VISIBLE_DEVICES is empty): nothing built or run"
   exit 77
 fi
 [ -x "$NVCC" ] || { echo "sanitize_gpu.sh: no nvcc at $NVCC (set CUDACXX)" >&2; exit 1; }

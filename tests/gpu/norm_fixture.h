@@ -62,7 +62,7 @@ inline float ulp_bf16(float r) {
 // "" when every element of [0, live_elems) is within tolerance of want and every element after
 // it is +0.0 (a padding row); else a report of the count and the first failure.
 inline std::string compare(const std::vector<float>& got, const std::vector<float>& want, DType t, double ulps,
-                    size_t live_elems) {
+                           size_t live_elems) {
   size_t bad = 0, first = SIZE_MAX;
   for (size_t i = 0; i < want.size(); ++i) {
     bool ok;
@@ -86,6 +86,5 @@ inline std::string compare(const std::vector<float>& got, const std::vector<floa
 inline void zero_tail(std::vector<float>& v, size_t live_elems) {
   std::fill(v.begin() + std::min(live_elems, v.size()), v.end(), 0.0f);
 }
-
 
 }  // namespace sg::test::norms

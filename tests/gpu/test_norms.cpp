@@ -238,8 +238,8 @@ TEST_CASE("gated rmsnorm: matches the reference for GDN shapes, strided gates an
         Types{DType::bf16, DType::bf16, DType::bf16, DType::bf16}}) {
     for (Shape sh : {Shape{32, 128}, Shape{48, 128}, Shape{5, 64}, Shape{3, 256}, Shape{3, 1}, Shape{2, 127},
                      Shape{2, 129}, Shape{1, 2560}}) {
-      // T = 4100 at 32 x 128 and 3 x 256 (bf16): the 16-byte kernel on a prefill-sized grid, with z
-      // strided inside a wider row (16-byte aligned, so the 16-byte kernel still runs).
+      // T = 4100 at 32 x 128 and 3 x 256 with bf16 x (the 16-byte kernel where y is bf16 too, the
+      // strided loop for an f32 y): a prefill-sized grid, z strided inside a wider row (16-byte aligned).
       const bool wide_shape = (sh.heads == 32 && sh.n == 128) || (sh.heads == 3 && sh.n == 256);
       for (int T : {1, 17, 300, 4100}) {
         if (T == 4100 && !(wide_shape && ty.x == DType::bf16)) continue;

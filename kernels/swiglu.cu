@@ -83,11 +83,13 @@ __global__ void __launch_bounds__(kBlock) swiglu_vec8_kernel(const SwigluParams 
 
 bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 
+// Elements between tokens in gu (gu_stride, 0 = 2I).
+int64_t row_stride(const SwigluParams& p) { return p.gu_stride ? p.gu_stride : 2 * static_cast<int64_t>(p.I); }
+
 }  // namespace
 
 bool swiglu_vector_path(const SwigluParams& p) {
-  const int64_t stride = p.gu_stride ? p.gu_stride : 2 * static_cast<int64_t>(p.I);
-  return p.gu_dtype == DType::bf16 && p.y_dtype == DType::bf16 && p.I % 8 == 0 && stride % 8 == 0 &&
+  return p.gu_dtype == DType::bf16 && p.y_dtype == DType::bf16 && p.I % 8 == 0 && row_stride(p) % 8 == 0 &&
          dev::aligned16(p.gu) && dev::aligned16(p.y);
 }
 
@@ -98,7 +100,7 @@ cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
               "gu_dtype, y_dtype and act_dtype must be bf16 or f32");
   chk.require(p.interleave == 0 || p.interleave == 8, "interleave must be 0 or 8");
   chk.require(p.interleave == 0 || p.I % 8 == 0, "interleave 8 needs I % 8 == 0");
-  const int64_t stride = p.gu_stride ? p.gu_stride : 2 * static_cast<int64_t>(p.I);
+  const int64_t stride = row_stride(p);
   chk.require(stride >= 2 * static_cast<int64_t>(p.I), "gu_stride must be >= 2 I");
   if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.T == 0) return cudaSuccess;
@@ -109,11 +111,8 @@ cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
     const int64_t blocks = (groups + per_block - 1) / per_block;
     chk.require(blocks <= 0x7fffffff, "T x I / 8 groups exceed the grid");
     if (!chk.ok()) return cudaErrorInvalidValue;
-    if (wide) {
-      launch_kernel(swiglu_vec8_kernel<4>, static_cast<unsigned>(blocks), kBlock, 0, stream, p, stride);
-    } else {
-      launch_kernel(swiglu_vec8_kernel<1>, static_cast<unsigned>(blocks), kBlock, 0, stream, p, stride);
-    }
+    launch_kernel(wide ? swiglu_vec8_kernel<4> : swiglu_vec8_kernel<1>, static_cast<unsigned>(blocks), kBlock, 0,
+                  stream, p, stride);
     return cudaGetLastError();
   }
   const int chunks = (p.I + kChunk - 1) / kChunk;

@@ -14,23 +14,14 @@ BUILD_DIR=${STEPGRAPH_ASAN_BUILD_DIR:-build-asan}
 NVCC=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 start=$(date +%s)
 
-# A build folder configured from another checkout cannot be reused (as in tools/setup.sh).
-if [ -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD_DIR/CMakeCache.txt")
-  if [ "$home" != "$PWD" ] || [ ! -f "$BUILD_DIR/build.ninja" ]; then
-    echo "sanitizers: $BUILD_DIR was configured for $home; configuring it afresh"
-    rm -rf "$BUILD_DIR"
-  fi
-fi
-launcher=()
-if command -v ccache >/dev/null; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-fi
+source tools/sanitizer_common.sh
+sanitizer_fresh_dir "$BUILD_DIR" sanitizers
+sanitizer_cmake_launcher
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   # Release, so that the CUDA compile commands equal the release build's; the host C++ at -O1
   # (the usual level for sanitizers, and quicker to compile) with line tables for the reports.
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSG_SANITIZE=ON \
-    -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1 -DNDEBUG" -DCMAKE_CUDA_COMPILER="$NVCC" "${launcher[@]}" \
+    -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1 -DNDEBUG" -DCMAKE_CUDA_COMPILER="$NVCC" "${SANITIZER_LAUNCHER[@]}" \
     >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; echo "sanitizers: configure failed"; exit 1; }
   mv "$BUILD_DIR.configure.log" "$BUILD_DIR/configure.log"
 fi
@@ -42,14 +33,9 @@ built=$(date +%s)
 # ctest's process per case would cost about 1.5 s of sanitizer start-up and leak check each (248
 # cases: 7 minutes on two cores), one process leaves a core idle. Names go to each process in a
 # file (Catch's --input-file), with Catch's special characters escaped.
-# Every report aborts its process: the first one ends that half's run (halt_on_error,
-# abort_on_error), and one in a child process (a `stepgraph` run, a forked bad-input case) kills
-# the child by SIGABRT, which those tests reject (they require a normal exit). Leaks are checked
-# at exit (LeakSanitizer).
-# protect_shadow_gap=0: the CUDA driver maps memory at fixed addresses inside ASan's shadow gap,
-# so on a machine with a GPU the first CUDA call fails without it; it hides no report.
-export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:protect_shadow_gap=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1"
+# Every report aborts its process (the first one ends that half's run); leaks are checked at exit
+# (sanitizer_common.sh says why each option).
+sanitizer_export 1
 log="$BUILD_DIR/sanitize-tests.log"
 tests_dir="$BUILD_DIR/tests"
 # Catch2 v2 lists names with --list-test-names-only (its exit status is the number listed), v3

@@ -49,30 +49,22 @@ if [ "${CUDA_VISIBLE_DEVICES-unset}" = "" ] || ! nvidia-smi -L 2>/dev/null | gre
   exit 77
 fi
 [ -x "$NVCC" ] || { echo "sanitize_gpu.sh: no nvcc at $NVCC (set CUDACXX)" >&2; exit 1; }
-if [ -f "$BUILD_DIR/CMakeCache.txt" ]; then  # configured from another checkout: start afresh
-  home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD_DIR/CMakeCache.txt")
-  if [ "$home" != "$PWD" ] || [ ! -f "$BUILD_DIR/build.ninja" ]; then
-    echo "sanitize_gpu.sh: $BUILD_DIR was configured for $home; configuring it afresh"
-    rm -rf "$BUILD_DIR"
-  fi
-fi
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+source tools/sanitizer_common.sh
+sanitizer_fresh_dir "$BUILD_DIR" sanitize_gpu.sh
+sanitizer_cmake_launcher
 # Configured every time with the flags this script needs, so a folder configured otherwise (without
 # SG_SANITIZE_GPU, say) gets them (cmake keeps its other settings and rebuilds what they change).
 mkdir -p "$BUILD_DIR"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSG_SANITIZE=ON -DSG_SANITIZE_GPU=ON \
-  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1 -DNDEBUG" -DCMAKE_CUDA_COMPILER="$NVCC" "${launcher[@]}" \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1 -DNDEBUG" -DCMAKE_CUDA_COMPILER="$NVCC" "${SANITIZER_LAUNCHER[@]}" \
   > "$BUILD_DIR/configure.log" 2>&1 || { cat "$BUILD_DIR/configure.log"; echo "sanitize_gpu.sh: configure failed"; exit 1; }
 echo "sanitize_gpu.sh: building tests_gpu and stepgraph in $BUILD_DIR ($(nproc) jobs)"
 cmake --build "$BUILD_DIR" --target tests_gpu stepgraph -j"$(nproc)" > "$BUILD_DIR/build.log" 2>&1 ||
   { tail -40 "$BUILD_DIR/build.log"; echo "sanitize_gpu.sh: FAILED (build; log $BUILD_DIR/build.log)"; exit 1; }
 echo "sanitize_gpu.sh: built in $(( $(date +%s) - start )) s"
 
-# As tools/sanitize.sh: a report aborts its process; protect_shadow_gap=0 because the CUDA driver
-# maps memory inside ASan's shadow gap (the first CUDA call fails without it; it hides no report).
-export ASAN_OPTIONS="abort_on_error=1:detect_leaks=$leaks:protect_shadow_gap=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1"
+# As tools/sanitize.sh (sanitizer_common.sh): a report aborts its process.
+sanitizer_export "$leaks"
 [ $leaks = 1 ] && export LSAN_OPTIONS="suppressions=$PWD/tools/lsan_cuda.supp:print_suppressions=1"
 mkdir -p "$out" && rm -f "$out"/solo.log "$out"/shard*.log  # only this run's logs are searched below
 bash tools/gpu_tests.sh -j "$jobs" -t "$limit" --bin "$BUILD_DIR/tests/tests_gpu" --out "$out"

@@ -14,13 +14,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-ChildResult script(const std::string& name, const std::vector<std::string>& args) {
+ChildResult script(const std::string& name, const std::vector<std::string>& args, const EnvChanges& env = {}) {
   std::vector<std::string> argv = {"/bin/bash", (fs::path(SG_TEST_SOURCE_DIR) / "tools" / name).string()};
   argv.insert(argv.end(), args.begin(), args.end());
   ChildLimits l;
   l.seconds = 30;
   l.address_space = uint64_t{4} << 30;
-  return run_program(argv, {}, l, SG_TEST_SOURCE_DIR);
+  return run_program(argv, env, l, SG_TEST_SOURCE_DIR);
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
@@ -67,11 +67,7 @@ TEST_CASE("gpu scripts: --help prints the usage and exits 0", "[scripts]") {
 TEST_CASE("sanitize_gpu.sh: without a visible GPU it exits 77 and builds nothing", "[scripts]") {
   const fs::path build = fs::temp_directory_path() / "sg-test-sanitize-gpu-build";
   fs::remove_all(build);
-  std::vector<std::string> argv = {"/bin/bash", (fs::path(SG_TEST_SOURCE_DIR) / "tools" / "sanitize_gpu.sh").string()};
-  ChildLimits l;
-  l.seconds = 30;
-  l.address_space = uint64_t{4} << 30;
-  const ChildResult r = run_program(argv, {{"STEPGRAPH_ASAN_GPU_BUILD_DIR", build.string()}}, l, SG_TEST_SOURCE_DIR);
+  const ChildResult r = script("sanitize_gpu.sh", {}, {{"STEPGRAPH_ASAN_GPU_BUILD_DIR", build.string()}});
   CAPTURE(r.out);
   REQUIRE(r.end == ChildResult::End::exited);
   CHECK(r.code == 77);

@@ -180,13 +180,23 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
 // Dv = 128): R = n / 8 consecutive lanes own a row, 8 consecutive elements each; the sum of
 // squares goes through a butterfly over those R lanes. Every lane of a warp takes part in the
 // shuffles (rows past the end compute on zeros and store nothing).
-template <int R>
+// N32: T x heads rows fit 32 bits, so the row's token and head come from a 32-bit division (a
+// 64-bit one is a long instruction sequence a thread; the launcher picks N32 whenever it can).
+template <int R, bool N32>
 __global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs a) {
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarpRowBlock / R) + threadIdx.x / R;
   const int part = threadIdx.x % R;
   const bool in = row < rows;
-  const int t = in ? static_cast<int>(row / a.heads) : 0, h = in ? static_cast<int>(row % a.heads) : 0;
+  int t = 0, h = 0;
+  if (in && N32) {
+    const uint32_t r = static_cast<uint32_t>(row), hs = static_cast<uint32_t>(a.heads);
+    t = static_cast<int>(r / hs);
+    h = static_cast<int>(r - static_cast<uint32_t>(t) * hs);
+  } else if (in) {
+    t = static_cast<int>(row / a.heads);
+    h = static_cast<int>(row % a.heads);
+  }
   // Before the dependency wait, as norm_vec_kernel: the live row count and the weight.
   const bool live = in && !(a.live && t >= *a.live);
   const int64_t o0 = row * a.n + 8 * part;
@@ -243,9 +253,11 @@ cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
     const int64_t blocks = (rows + per_block - 1) / per_block;
     if (blocks > 0x7fffffff) return too_many_rows();
     const unsigned g = static_cast<unsigned>(blocks);
-    if (R == 8) launch_kernel(gated_vec_kernel<8>, g, kWarpRowBlock, 0, stream, a);
-    if (R == 16) launch_kernel(gated_vec_kernel<16>, g, kWarpRowBlock, 0, stream, a);
-    if (R == 32) launch_kernel(gated_vec_kernel<32>, g, kWarpRowBlock, 0, stream, a);
+    const bool n32 = rows <= 0xffffffffll;
+    const auto go = [&](auto kernel) { launch_kernel(kernel, g, kWarpRowBlock, 0, stream, a); };
+    if (R == 8) n32 ? go(gated_vec_kernel<8, true>) : go(gated_vec_kernel<8, false>);
+    if (R == 16) n32 ? go(gated_vec_kernel<16, true>) : go(gated_vec_kernel<16, false>);
+    if (R == 32) n32 ? go(gated_vec_kernel<32, true>) : go(gated_vec_kernel<32, false>);
     return cudaGetLastError();
   }
   if (a.n <= kWarpRowMaxN) {

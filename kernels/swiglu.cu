@@ -55,8 +55,16 @@ __global__ void __launch_bounds__(kBlock) swiglu_vec8_kernel(const SwigluParams 
 #pragma unroll
   for (int k = 0; k < U; ++k) {
     const int64_t g = g0 + static_cast<int64_t>(k) * kBlock;
-    const int64_t t = g / per_row;
-    const int i = static_cast<int>(g % per_row) * 8;
+    int64_t t;
+    int i;
+    if (groups <= 0xffffffffll) {  // a 32-bit division (a 64-bit one is a long instruction sequence)
+      const uint32_t g32 = static_cast<uint32_t>(g), pr = static_cast<uint32_t>(per_row);
+      t = g32 / pr;
+      i = static_cast<int>(g32 - static_cast<uint32_t>(t) * pr) * 8;
+    } else {
+      t = g / per_row;
+      i = static_cast<int>(g % per_row) * 8;
+    }
     on[k] = g < groups && t < live;
     if (on[k]) {
       const int64_t row = t * stride;

@@ -3,14 +3,16 @@
 //
 // Design (FlashAttention-2 style, register-resident S and O). Block (query tile of BQ = 64 rows,
 // q head h), 4 warps; warp w owns tile rows 16w .. 16w + 15. Dynamic shared memory: the q tile
-// [64][D + 8], one K tile and one V tile [BK][D + 8] (BK = 64 keys, 32 for D = 256 so S and O fit
+// [64][D + 8], two K tiles and two V tiles [BK][D + 8] (BK = 64 keys, 32 for D = 256 so S and O fit
 // the registers: 255 at D = 256 with 420 bytes of spills since the per-pass store is inlined, which
 // measured faster than its out-of-line call; 190 at 128, no spills) (bf16, rows padded by 16 bytes: the
 // 32-bit fragment loads and ldmatrix are bank-conflict free) and the tile's slots / positions:
-// attention_prefill_mma_smem(D) bytes (68,096 for D = 256, 52,736 for 128: opt-in above 48 KB,
-// set by the launcher before every launch as delta_rule_prefill_chunked does). Loads are cp.async (16 bytes,
-// zero-filled past the slot's last needed key, so keys past it multiply zeros); K and V are
-// two commit groups, so S = q K^T starts while V is in flight. As in attention.cu, the tile's
+// attention_prefill_mma_smem(D) bytes (101,888 for D = 256, 87,552 for 128: opt-in above 48 KB,
+// set by the launcher before every launch as delta_rule_prefill_chunked does; two blocks an SM
+// still fit). Loads are cp.async (16 bytes, zero-filled past the slot's last needed key, so keys
+// past it multiply zeros), double-buffered: key tile i + 1's K and V are requested before tile
+// i's products, so the copies land behind them (with one buffer each, every tile's copies were
+// waited for with nothing else to do). As in attention.cu, the tile's
 // rows are processed per cache slot (a tile may span sequences): per slot pass, key tiles
 // 0 .. max position of the slot's rows; a warp skips a key tile (and each 16-key step of it)
 // lying wholly above its rows' positions. Per key tile of BK keys each warp:
@@ -89,7 +91,7 @@ struct MmaCfg {
   static constexpr int NT_S = BK / 8;            // n-tiles of S (8 keys each)
   static constexpr int NT_O = D / 8;             // n-tiles of O (8 features each)
   static constexpr int CHUNKS = D / 8;           // 16-byte chunks per row
-  static constexpr size_t kSmem = static_cast<size_t>(kBQ + 2 * BK) * LD * 2 + 2 * kBQ * sizeof(int);
+  static constexpr size_t kSmem = static_cast<size_t>(kBQ + 4 * BK) * LD * 2 + 2 * kBQ * sizeof(int);
   static_assert(D % 16 == 0 && D <= 256, "D must be a multiple of 16, at most 256");
   static_assert((LD * 2) % 16 == 0, "padded rows stay 16-byte aligned (cp.async, ldmatrix)");
 };
@@ -121,9 +123,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int kBK = Cfg::BK, LD = Cfg::LD, KSTEPS = Cfg::KSTEPS, NT_S = Cfg::NT_S, NT_O = Cfg::NT_O;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kBQ][LD]
-  __nv_bfloat16* k_s = q_s + kBQ * LD;                              // [kBK][LD]
-  __nv_bfloat16* v_s = k_s + kBK * LD;                              // [kBK][LD]
-  int* q_slot = reinterpret_cast<int*>(v_s + kBK * LD);             // [kBQ]
+  __nv_bfloat16* k_buf = q_s + kBQ * LD;                            // [2][kBK][LD]
+  __nv_bfloat16* v_buf = k_buf + 2 * kBK * LD;                      // [2][kBK][LD]
+  int* q_slot = reinterpret_cast<int*>(v_buf + 2 * kBK * LD);       // [kBQ]
   int* q_pos = q_slot + kBQ;                                        // [kBQ]
 
   const int tile = blockIdx.x, h = blockIdx.y, g = h / group;
@@ -156,16 +158,31 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) wlim = max(wlim, __shfl_xor_sync(0xffffffffu, wlim, off));
     const int64_t base = (static_cast<int64_t>(slot) * p.max_context * p.Hkv + g) * D;
+    // Key tile kt's K (or V) rows into buffer b, rows past kmax zero-filled; one commit group each.
+    auto copy_k = [&](int b, int kt) {
+      copy_rows<D, kBK>(k_buf + b * kBK * LD, min(kBK, kmax - kt), kc + base + kt * pos_stride, pos_stride);
+      cp_async_commit();
+    };
+    auto copy_v = [&](int b, int kt) {
+      copy_rows<D, kBK>(v_buf + b * kBK * LD, min(kBK, kmax - kt), vc + base + kt * pos_stride, pos_stride);
+      cp_async_commit();
+    };
+    // At the top of tile kt the groups in flight are K(kt) and V(kt) (and q before the first
+    // tile), committed in that order.
+    __syncthreads();  // every warp is done with the previous pass's buffers
+    copy_k(0, 0);
+    copy_v(0, 0);
 
-    for (int kt = 0; kt < kmax; kt += kBK) {
-      const int nk = min(kBK, kmax - kt);
-      __syncthreads();  // the previous K/V tiles are consumed
-      copy_rows<D, kBK>(k_s, nk, kc + base + kt * pos_stride, pos_stride);
-      cp_async_commit();
-      copy_rows<D, kBK>(v_s, nk, vc + base + kt * pos_stride, pos_stride);
-      cp_async_commit();
-      cp_async_wait<1>();  // q and K
-      __syncthreads();
+    for (int kt = 0, b = 0; kt < kmax; kt += kBK, b ^= 1) {
+      const bool more = kt + kBK < kmax;  // block-uniform
+      const __nv_bfloat16* k_s = k_buf + b * kBK * LD;
+      const __nv_bfloat16* v_s = v_buf + b * kBK * LD;
+      cp_async_wait<1>();  // q and K(kt); V(kt) may be in flight
+      __syncthreads();     // K(kt) seen by every warp; every warp is past tile kt - 1
+      if (more) {  // buffers b ^ 1 held tile kt - 1
+        copy_k(b ^ 1, kt + kBK);
+        copy_v(b ^ 1, kt + kBK);
+      }
 
       const bool work = kt <= wlim;  // warp-uniform
       float s[NT_S][4];
@@ -185,8 +202,12 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
         online_softmax(s, o, m, l, lim, kt, tq, scale);
       }
-      cp_async_wait<0>();  // V
-      __syncthreads();
+      if (more) {
+        cp_async_wait<2>();  // V(kt); K(kt + 1), V(kt + 1) may be in flight
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();  // V(kt) seen by every warp
       if (work) {
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {

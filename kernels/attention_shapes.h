@@ -37,12 +37,12 @@ size_t attention_decode_workspace_bytes(int T, int Hq, int D, int splits);
 bool attention_prefill_mma_supports(int D, DType q_dtype, DType cache_dtype);
 
 // Dynamic shared memory of one block of the tensor-core prefill (bytes): a query tile of 64
-// rows and one K and one V tile of 64 keys (32 for D = 256), rows padded to D + 8 bf16, plus the
+// rows and two K and two V tiles of 64 keys (32 for D = 256), rows padded to D + 8 bf16, plus the
 // tile's slots and positions; 0 for a D it is not built for. The kernel's own constants
 // (attention_prefill_mma.cu) are static_asserted to give these bytes.
 constexpr size_t attention_prefill_mma_smem(int D) {
   if (!attention_tuned_head_dim(D)) return 0;
-  const size_t rows = 64 + 2 * (D >= 256 ? 32 : 64);
+  const size_t rows = 64 + 4 * (D >= 256 ? 32 : 64);
   return rows * static_cast<size_t>(D + 8) * 2 + 2 * 64 * sizeof(int);
 }
 

@@ -36,9 +36,9 @@ TEST_CASE("attention head sizes: tuned for 32, 64, 128, 256, generic for the res
     CHECK((attention_prefill_mma_smem(D) > 0) == tuned);
   }
   // 64 query rows + K and V tiles of 64 keys (32 at D = 256), rows of D + 8 bf16, 512 bytes of metadata.
-  CHECK(attention_prefill_mma_smem(256) == 68096);
-  CHECK(attention_prefill_mma_smem(128) == 52736);
-  CHECK(attention_prefill_mma_smem(64) == 28160);
+  CHECK(attention_prefill_mma_smem(256) == 101888);
+  CHECK(attention_prefill_mma_smem(128) == 87552);
+  CHECK(attention_prefill_mma_smem(64) == 46592);
   // The wgmma prefill: D 64, 128, 256, bf16 only; 64 query rows and K, V tiles of 64 keys (bf16,
   // unpadded) and 512 bytes of metadata.
   for (int D = -1; D <= 300; ++D) {

@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const __nv_bfloat16* v_s = v_buf + b * kBK * LD;
       cp_async_wait<1>();  // q and K(kt); V(kt) may be in flight
       __syncthreads();     // K(kt) seen by every warp; every warp is past tile kt - 1
-      if (more) {  // buffers b ^ 1 held tile kt - 1
+      if (more) {          // buffers b ^ 1 held tile kt - 1
         copy_k(b ^ 1, kt + kBK);
         copy_v(b ^ 1, kt + kBK);
       }

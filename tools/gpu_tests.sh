@@ -9,16 +9,22 @@
 # of test names and run as N processes at once. Each process has a time limit; a process cut by
 # it counts as failed. Logs go to OUT_DIR (solo.log, shard<i>.log); a summary is printed last; the
 # exit code is 0 only when every process passed, 77 (tests_gpu's own) when there is no GPU.
-#   usage: tools/gpu_tests.sh [-j N] [-t SECONDS] [--bin TESTS_GPU] [--out OUT_DIR] [-h]
+# With --tool, every process runs under compute-sanitizer with that tool (an error fails the
+# process) and the device-wide cases are left out (they fault, time signals or hold CUPTI on
+# purpose); with --filter, only the cases a Catch2 test spec selects run, dealt out as above.
+#   usage: tools/gpu_tests.sh [-j N] [-t SECONDS] [--bin TESTS_GPU] [--out OUT_DIR]
+#                             [--filter SPEC] [--tool TOOL] [-h]
 #     -j N          processes for the shared part (default 3)
 #     -t SECONDS    limit of each process (default 400)
 #     --bin PATH    the tests_gpu to run (default build-gpu/tests/tests_gpu, else build/tests/tests_gpu)
 #     --out DIR     where the logs go (default ./gpu-out)
+#     --filter SPEC only the cases this test spec selects (e.g. "[model]", "model prefill*")
+#     --tool TOOL   compute-sanitizer's memcheck, racecheck, initcheck or synccheck
 # Catch2 v2 and v3 both read the lists (--input-file, names escaped); where a list does not select
 # exactly its names, v3's --shard-count takes over (contiguous shards: less even).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-jobs=3; limit=400; bin=""; out="$PWD/gpu-out"
+jobs=3; limit=400; bin=""; out="$PWD/gpu-out"; filter=""; filtered=0; tool=""
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -26,6 +32,8 @@ while [ $# -gt 0 ]; do
     -t) limit=${2:-}; shift ;;
     --bin) bin=${2:-}; shift ;;
     --out) out=${2:-}; shift ;;
+    --filter) filter=${2:-}; filtered=1; shift ;;
+    --tool) tool=${2:-}; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu_tests.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -33,6 +41,19 @@ while [ $# -gt 0 ]; do
 done
 case "$jobs" in ''|*[!0-9]*|0) echo "gpu_tests.sh: -j needs a positive whole number, got '$jobs'" >&2; exit 2 ;; esac
 case "$limit" in ''|*[!0-9]*|0) echo "gpu_tests.sh: -t needs a positive number of seconds, got '$limit'" >&2; exit 2 ;; esac
+[ $filtered = 0 ] || [ -n "$filter" ] || { echo "gpu_tests.sh: --filter needs a test spec" >&2; exit 2; }
+case "$tool" in
+  ''|memcheck|racecheck|initcheck|synccheck) ;;
+  *) echo "gpu_tests.sh: --tool must be memcheck, racecheck, initcheck or synccheck, got '$tool'" >&2; exit 2 ;;
+esac
+run=()  # what each process runs under
+if [ -n "$tool" ]; then
+  command -v compute-sanitizer > /dev/null || {
+    echo "gpu_tests.sh: --tool needs compute-sanitizer on PATH (the CUDA Toolkit's bin folder)" >&2
+    exit 2
+  }
+  run=(compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 99)
+fi
 if [ -z "$bin" ]; then
   for b in build-gpu/tests/tests_gpu build/tests/tests_gpu; do [ -x "$b" ] && { bin=$b; break; }; done
 fi
@@ -62,30 +83,75 @@ verdict() {  # verdict LOG RC: the process's summary line
   local line
   line=$(grep -E '^(All tests passed|test cases:)' "$1" | tail -1)
   if [ "$2" = 124 ] || [ "$2" = 137 ]; then line="cut by the ${limit} s limit; ${line:-no summary}"; fi
-  echo "rc=$2; ${line:-no summary (see $(basename "$1"))}"
+  local tool_line=""
+  [ -z "$tool" ] || tool_line=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$1" | tail -1 | sed 's/^=* *//')
+  echo "rc=$2; ${line:-no summary (see $(basename "$1"))}${tool_line:+; $tool_line}"
 }
 
-timeout "$limit" "$bin" "$solo" -r compact > "$out/solo.log" 2>&1
-rc=$?
-if [ $rc = 77 ]; then  # tests_gpu's exit code when there is no GPU to run on: every case skipped
-  echo "gpu_tests.sh: no GPU, nothing run: $(head -1 "$out/solo.log")"
-  exit 77
+# The cases of each part, one name a line: the device-wide cases (solo) and the others (all).
+names "$solo" > "$tmp/solo_all"
+if [ $filtered = 1 ]; then
+  names "$filter" > "$tmp/picked"
+  if [ ! -s "$tmp/picked" ]; then
+    echo "gpu_tests.sh: $bin lists no test case for --filter '$filter'" >&2
+    exit 1
+  fi
+  grep -Fx -f "$tmp/solo_all" "$tmp/picked" > "$tmp/solo" || true
+  grep -Fxv -f "$tmp/solo_all" "$tmp/picked" > "$tmp/all" || true
+else
+  cp "$tmp/solo_all" "$tmp/solo"
+  names "$shared" > "$tmp/all"
 fi
-[ $rc = 0 ] || failed=1
-summary+=("alone ($solo): $(verdict "$out/solo.log" $rc) ($(( $(date +%s) - start )) s)")
-
-names "$shared" > "$tmp/all"
+nsolo=$(wc -l < "$tmp/solo")
 total=$(wc -l < "$tmp/all")
-if [ "$total" = 0 ]; then
-  echo "gpu_tests.sh: $bin lists no test case for '$shared'" >&2
+
+if [ -n "$tool" ]; then
+  [ "$nsolo" = 0 ] || summary+=("alone: $nsolo device-wide case(s) left out under compute-sanitizer ($solo)")
+elif [ "$nsolo" -gt 0 ]; then
+  if [ $filtered = 1 ]; then
+    escape < "$tmp/solo" > "$tmp/solo_list"
+    solo_sel=(--input-file "$tmp/solo_list")
+  else
+    solo_sel=("$solo")
+  fi
+  timeout "$limit" "$bin" "${solo_sel[@]}" -r compact > "$out/solo.log" 2>&1
+  rc=$?
+  if [ $rc = 77 ]; then  # tests_gpu's exit code when there is no GPU to run on: every case skipped
+    echo "gpu_tests.sh: no GPU, nothing run: $(head -1 "$out/solo.log")"
+    exit 77
+  fi
+  [ $rc = 0 ] || failed=1
+  summary+=("alone ($solo): $(verdict "$out/solo.log" $rc) ($(( $(date +%s) - start )) s)")
+fi
+
+if [ "$total" = 0 ] && { [ $filtered = 0 ] || [ -n "$tool" ] || [ "$nsolo" = 0 ]; }; then
+  if [ $filtered = 1 ]; then
+    echo "gpu_tests.sh: --filter '$filter' picks only device-wide cases, which run under no sanitizer" >&2
+  else
+    echo "gpu_tests.sh: $bin lists no test case for '$shared'" >&2
+  fi
   exit 1
 fi
+finish() {
+  printf '%s\n' "${summary[@]}"
+  if [ $failed = 0 ]; then
+    echo "gpu_tests.sh: every process passed ($(( $(date +%s) - start )) s; logs in $out)"
+  else
+    echo "gpu_tests.sh: FAILED (logs in $out)"
+  fi
+  exit $failed
+}
+[ "$total" -gt 0 ] || finish  # the filter picked device-wide cases only, run above
 [ "$jobs" -gt "$total" ] && jobs=$total
 mode=lists
 for ((i = 0; i < jobs; i++)); do
   awk -v n="$jobs" -v i="$i" 'NR % n == i' "$tmp/all" | escape > "$tmp/list$i"
   [ "$(names --input-file "$tmp/list$i" | wc -l)" = "$(wc -l < "$tmp/list$i")" ] || mode=shards
 done
+if [ $mode = shards ] && [ $filtered = 1 ]; then
+  echo "gpu_tests.sh: the name lists do not select their cases, and --filter has no shard form" >&2
+  exit 1
+fi
 if [ $mode = shards ] && ! "$bin" --help 2>&1 | grep -q -- '--shard-count'; then
   echo "gpu_tests.sh: the name lists do not select their cases and this Catch2 has no --shard-count" >&2
   exit 1
@@ -97,20 +163,20 @@ for ((i = 0; i < jobs; i++)); do
   else
     sel=("$shared" --shard-count "$jobs" --shard-index "$i")
   fi
-  (timeout "$limit" "$bin" "${sel[@]}" -r compact > "$out/shard$i.log" 2>&1; echo $? > "$tmp/rc$i") &
+  (timeout "$limit" ${run[@]+"${run[@]}"} "$bin" "${sel[@]}" -r compact > "$out/shard$i.log" 2>&1; echo $? > "$tmp/rc$i") &
 done
 wait
+no_gpu=1
 for ((i = 0; i < jobs; i++)); do
   rc=$(cat "$tmp/rc$i")
+  [ "$rc" = 77 ] || no_gpu=0
   [ "$rc" = 0 ] || failed=1
   summary+=("shard $((i + 1)) of $jobs: $(verdict "$out/shard$i.log" "$rc")")
-  [ "$rc" = 0 ] || grep -E 'failed|FAILED' "$out/shard$i.log" | head -5
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || grep -E 'failed|FAILED' "$out/shard$i.log" | head -5
 done
-summary+=("the other $total cases in $jobs processes at once ($mode): $(( $(date +%s) - t1 )) s")
-printf '%s\n' "${summary[@]}"
-if [ $failed = 0 ]; then
-  echo "gpu_tests.sh: every process passed ($(( $(date +%s) - start )) s; logs in $out)"
-else
-  echo "gpu_tests.sh: FAILED (logs in $out)"
+if [ $no_gpu = 1 ]; then  # (the solo part, which would have said so first, did not run)
+  echo "gpu_tests.sh: no GPU, nothing run: $(head -1 "$out/shard0.log")"
+  exit 77
 fi
-exit $failed
+summary+=("the other $total cases in $jobs processes at once ($mode${tool:+, under $tool}): $(( $(date +%s) - t1 )) s")
+finish

@@ -1,13 +1,19 @@
 // The GPU scripts' behaviour where no GPU runs anything (this machine's or CI's): bad options are
 // refused with a message and exit 2, --help prints the usage and exits 0, and tools/sanitize_gpu.sh
-// without a visible GPU exits 77 before it builds anything. Each script runs as a child process
-// (tests/support/child.h) with CUDA_VISIBLE_DEVICES empty.
+// without a visible GPU exits 77 before it builds anything. tools/gpu_tests.sh's own logic (which
+// cases run where, --filter, --tool) runs against a stand-in tests_gpu and compute-sanitizer,
+// shell scripts that answer as the real ones do and log what they were asked to run. Each script
+// runs as a child process (tests/support/child.h) with CUDA_VISIBLE_DEVICES empty.
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "tests/support/catch.h"
 #include "tests/support/child.h"
+#include "tests/support/temp_dir.h"
 
 using namespace sg::test;
 namespace fs = std::filesystem;
@@ -25,6 +31,69 @@ ChildResult script(const std::string& name, const std::vector<std::string>& args
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_script(const fs::path& p, const std::string& text) {
+  std::ofstream(p) << text;
+  fs::permissions(p, fs::perms::owner_all, fs::perm_options::add);
+}
+
+// A stand-in tests_gpu (Catch2 v2's options): one device-wide case ("soak case") and three
+// others; it lists the cases a spec or an --input-file selects and "runs" them by appending
+// "<name>" lines to $FAKE_RUNS; FAKE_RC sets its exit code for runs (77: no GPU).
+constexpr const char* kFakeTests = R"SH(#!/bin/bash
+if [ "$1" = --help ]; then echo "  --list-test-names-only  list all/matching test cases names only"; exit 0; fi
+list=0; [ "$1" = --list-test-names-only ] && { list=1; shift; }
+pick() {
+  case "$1" in
+    --input-file) sed 's/\\\(.\)/\1/g' "$2" ;;
+    "[soak],[faults],[cupti],[sigint]") echo "soak case" ;;
+    "~[soak]~[faults]~[cupti]~[sigint]") printf 'alpha case\nbeta case\nmodel one\n' ;;
+    "model*") echo "model one" ;;
+    "[soak],model*") printf 'soak case\nmodel one\n' ;;
+  esac
+}
+if [ $list = 1 ]; then pick "$@"; exit 0; fi
+pick "$@" >> "$FAKE_RUNS"
+[ "${FAKE_RC:-0}" = 0 ] && echo "All tests passed (3 assertions in $(pick "$@" | wc -l) test cases)"
+exit "${FAKE_RC:-0}"
+)SH";
+
+// A stand-in compute-sanitizer: logs its options to $FAKE_SANITIZER, runs the command after
+// --error-exitcode N and prints the summary line the real one prints.
+constexpr const char* kFakeSanitizer = R"SH(#!/bin/bash
+echo "$*" >> "$FAKE_SANITIZER"
+while [ $# -gt 0 ] && [ "$1" != --error-exitcode ]; do shift; done
+shift 2
+"$@"; rc=$?
+echo "========= ERROR SUMMARY: 0 errors"
+exit $rc
+)SH";
+
+struct FakeGpu {
+  sg::test::TempDir dir{"sg_gpu_tests"};
+  fs::path bin = dir.path / "tests_gpu", runs = dir.path / "runs", sanitizer = dir.path / "sanitizer";
+  FakeGpu() {
+    write_script(bin, kFakeTests);
+    fs::create_directories(dir.path / "cuda");
+    write_script(dir.path / "cuda" / "compute-sanitizer", kFakeSanitizer);
+  }
+  ChildResult run(std::vector<std::string> args, const std::string& rc = "0") const {
+    args.insert(args.end(), {"--bin", bin.string(), "--out", (dir.path / "out").string()});
+    const char* path = std::getenv("PATH");
+    return script("gpu_tests.sh", args,
+                  {{"FAKE_RUNS", runs.string()},
+                   {"FAKE_SANITIZER", sanitizer.string()},
+                   {"FAKE_RC", rc},
+                   {"PATH", (dir.path / "cuda").string() + ":" + (path ? path : "/usr/bin:/bin")}});
+  }
+};
+
 }  // namespace
 
 TEST_CASE("gpu scripts: bad options are refused with a message and exit 2", "[scripts]") {
@@ -39,6 +108,8 @@ TEST_CASE("gpu scripts: bad options are refused with a message and exit 2", "[sc
       {"gpu_tests.sh", {"-t", ""}, "-t needs a positive number of seconds, got ''"},
       {"gpu_tests.sh", {"--nope"}, "unknown option '--nope'"},
       {"gpu_tests.sh", {"--bin", "/nonexistent/tests_gpu"}, "no tests_gpu to run (/nonexistent/tests_gpu"},
+      {"gpu_tests.sh", {"--tool", "nope"}, "--tool must be memcheck, racecheck, initcheck or synccheck, got 'nope'"},
+      {"gpu_tests.sh", {"--filter", ""}, "--filter needs a test spec"},
       {"sanitize_gpu.sh", {"-j", "-3"}, "-j needs a positive whole number, got '-3'"},
       {"sanitize_gpu.sh", {"-t", "0"}, "-t needs a positive number of seconds, got '0'"},
       {"sanitize_gpu.sh", {"--leak"}, "unknown option '--leak'"},
@@ -73,4 +144,91 @@ TEST_CASE("sanitize_gpu.sh: without a visible GPU it exits 77 and builds nothing
   CHECK(r.code == 77);
   CHECK(contains(r.out, "no GPU found"));
   CHECK(!fs::exists(build));
+}
+
+TEST_CASE("gpu_tests.sh: the device-wide cases run alone, the others in N processes", "[scripts]") {
+  const FakeGpu f;
+  const ChildResult r = f.run({"-j", "2"});
+  CAPTURE(r.out);
+  REQUIRE(r.end == ChildResult::End::exited);
+  CHECK(r.code == 0);
+  const std::string runs = read_all(f.runs);
+  CHECK(runs.find("soak case") == 0);  // first, and alone
+  for (const char* name : {"alpha case", "beta case", "model one"}) CHECK(contains(runs, name));
+  CHECK(contains(r.out, "the other 3 cases in 2 processes at once (lists)"));
+  CHECK(contains(r.out, "every process passed"));
+  CHECK(!fs::exists(f.sanitizer));
+}
+
+TEST_CASE("gpu_tests.sh: --filter runs only the cases its spec picks", "[scripts]") {
+  SECTION("no device-wide case picked") {
+    const FakeGpu f;
+    const ChildResult r = f.run({"-j", "3", "--filter", "model*"});
+    CAPTURE(r.out);
+    REQUIRE(r.end == ChildResult::End::exited);
+    CHECK(r.code == 0);
+    CHECK(read_all(f.runs) == "model one\n");
+    CHECK(contains(r.out, "the other 1 cases in 1 processes at once"));
+  }
+  SECTION("a device-wide case picked runs alone first") {
+    const FakeGpu f;
+    const ChildResult r = f.run({"--filter", "[soak],model*"});
+    CAPTURE(r.out);
+    REQUIRE(r.end == ChildResult::End::exited);
+    CHECK(r.code == 0);
+    CHECK(read_all(f.runs) == "soak case\nmodel one\n");
+  }
+  SECTION("a spec that picks nothing is an error") {
+    const FakeGpu f;
+    const ChildResult r = f.run({"--filter", "nothing*"});
+    CAPTURE(r.out);
+    REQUIRE(r.end == ChildResult::End::exited);
+    CHECK(r.code == 1);
+    CHECK(contains(r.out, "lists no test case for --filter 'nothing*'"));
+    CHECK(!fs::exists(f.runs));
+  }
+}
+
+TEST_CASE("gpu_tests.sh: --tool runs every process under compute-sanitizer, without the device-wide cases",
+          "[scripts]") {
+  SECTION("a passing run reports the tool's summary") {
+    const FakeGpu f;
+    const ChildResult r = f.run({"-j", "2", "--tool", "racecheck"});
+    CAPTURE(r.out);
+    REQUIRE(r.end == ChildResult::End::exited);
+    CHECK(r.code == 0);
+    const std::string runs = read_all(f.runs);
+    CHECK(!contains(runs, "soak case"));
+    for (const char* name : {"alpha case", "beta case", "model one"}) CHECK(contains(runs, name));
+    const std::string calls = read_all(f.sanitizer);
+    CHECK(contains(calls, "--tool racecheck --report-api-errors no --error-exitcode 99"));
+    CHECK(contains(r.out, "1 device-wide case(s) left out under compute-sanitizer"));
+    CHECK(contains(r.out, "ERROR SUMMARY: 0 errors"));
+    CHECK(contains(r.out, "under racecheck"));
+  }
+  SECTION("a filter of device-wide cases only is an error") {
+    const FakeGpu f;
+    const ChildResult r = f.run({"--tool", "memcheck", "--filter", "[soak],[faults],[cupti],[sigint]"});
+    CAPTURE(r.out);
+    REQUIRE(r.end == ChildResult::End::exited);
+    CHECK(r.code == 1);
+    CHECK(contains(r.out, "picks only device-wide cases"));
+  }
+  SECTION("no GPU: exit 77") {
+    const FakeGpu f;
+    const ChildResult r = f.run({"--tool", "memcheck"}, "77");
+    CAPTURE(r.out);
+    REQUIRE(r.end == ChildResult::End::exited);
+    CHECK(r.code == 77);
+    CHECK(contains(r.out, "no GPU, nothing run"));
+  }
+}
+
+TEST_CASE("gpu_tests.sh: a failing process fails the run", "[scripts]") {
+  const FakeGpu f;
+  const ChildResult r = f.run({"-j", "2", "--filter", "model*"}, "1");
+  CAPTURE(r.out);
+  REQUIRE(r.end == ChildResult::End::exited);
+  CHECK(r.code == 1);
+  CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
 }

@@ -7,12 +7,15 @@
 //   rows:   the row-major [N, K] weights, as the library does;
 //   packed: the same bytes laid out box by box ([N / BN][K / 64][BN][64]), so that each copy
 //           reads BN * 128 contiguous bytes;
+//   rows512: the row-major weights, each stage four copies of BN / 4 rows at four adjacent k
+//           tiles (the same bytes a stage), so that each row's piece is 512 contiguous bytes;
 // for each 4B decode projection that runs on the skinny kernel, at its block rows (grid = the row
 // blocks, one wave, K whole: the library's picks at 32 rows) and at the narrower blocks that fill
 // every SM. Graphs of 20 plain launches over 8 rotating copies (larger than L2), as
 // stream_floor_probe.cu times its read kernel; that probe's plain-launch rates are the floor to
 // compare with (gate_up 4.19 TB/s, in_proj 4.01, qkv 3.85 on the H200). If `packed` streams near
-// those rates where `rows` does not, the skinny kernel's gap is the layout of its weights.
+// those rates where `rows` does not, the skinny kernel's gap is the layout of its weights (and
+// `rows512` says whether longer pieces of each row, without repacking, get the same).
 // Usage: tma_stream_probe. Build and run on the GPU machine (repository root):
 //   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o /tmp/tma_stream_probe tools/probes/tma_stream_probe.cu &&
 //   /tmp/tma_stream_probe
@@ -30,12 +33,12 @@
 
 namespace {
 
-constexpr int kBK = 64, kCopies = 8, kLaunches = 20;
+constexpr int kBK = 64, kCopies = 8, kLaunches = 20;  // K a multiple of 4 * 64 (rows512)
 
 // Block rb streams its BN rows over the whole of K: stage i holds k tile i (ring of S).
 template <int BN, int S>
 __global__ void __launch_bounds__(64)
-    stream_kernel(const __grid_constant__ CUtensorMap map, int KT, int packed, unsigned* sink) {
+    stream_kernel(const __grid_constant__ CUtensorMap map, int KT, int mode, unsigned* sink) {
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[S], empty[S];
   const uint32_t raw = sg::mma::smem_addr(smem_raw);
@@ -59,8 +62,12 @@ __global__ void __launch_bounds__(64)
       }
       const uint32_t bar = sg::mma::smem_addr(&full[st]);
       sg::tma::mbar_arrive_expect_tx(bar, kStage);
-      if (packed) {
+      if (mode == 1) {  // packed: box i of the row block, contiguous
         sg::tma::load_2d(ring + st * kStage, &map, 0, (rb * KT + i) * BN, bar);
+      } else if (mode == 2) {  // rows512: quarter i % 4 of the rows, k tiles 4 (i / 4) .. + 3
+        for (int j = 0; j < 4; ++j)
+          sg::tma::load_2d(ring + st * kStage + j * (kStage / 4), &map, (4 * (i / 4) + j) * kBK,
+                           rb * BN + (i % 4) * (BN / 4), bar);
       } else {
         sg::tma::load_2d(ring + st * kStage, &map, i * kBK, rb * BN, bar);
       }
@@ -116,21 +123,23 @@ void run(const char* name, int N, int K, cudaStream_t s, unsigned* sink) {
   constexpr size_t smem = static_cast<size_t>(S) * BN * kBK * 2 + 1024;
   CK(cudaFuncSetAttribute(stream_kernel<BN, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   std::vector<void*> buf(kCopies);
-  std::vector<CUtensorMap> rows(kCopies), packed(kCopies);
+  std::vector<CUtensorMap> rows(kCopies), packed(kCopies), rows512(kCopies);
   for (int c = 0; c < kCopies; ++c) {
     CK(cudaMalloc(&buf[c], elems * 2));
     fill_kernel<<<1024, 256, 0, s>>>(static_cast<uint32_t*>(buf[c]), elems / 2);
     CK(cudaGetLastError());
     rows[c] = make_map(buf[c], int64_t{rbs} * BN, K, BN);  // [N padded, K]
     packed[c] = make_map(buf[c], elems / kBK, kBK, BN);    // [N / BN * K / 64 * BN, 64]
+    rows512[c] = make_map(buf[c], int64_t{rbs} * BN, K, BN / 4);
   }
   CK(cudaStreamSynchronize(s));
-  for (int p = 0; p < 2; ++p) {
+  const char* names[3] = {"rows", "packed", "rows512"};
+  for (int m = 0; m < 3; ++m) {
     const float ms = time_graph(s, kLaunches, kCopies, [&](int c) {
-      stream_kernel<BN, S><<<rbs, 64, smem, s>>>(p ? packed[c] : rows[c], KT, p, sink);
+      stream_kernel<BN, S><<<rbs, 64, smem, s>>>(m == 0 ? rows[c] : m == 1 ? packed[c] : rows512[c], KT, m, sink);
     });
-    std::printf("%-24s %6.1f MB  %-6s BN %3d  S %d  grid %4d: %7.2f us  %5.2f TB/s\n", name, mb, p ? "packed" : "rows",
-                BN, S, rbs, ms * 1e3, mb / 1e6 / (ms * 1e-3));
+    std::printf("%-24s %6.1f MB  %-7s BN %3d  S %d  grid %4d: %7.2f us  %5.2f TB/s\n", name, mb, names[m], BN, S, rbs,
+                ms * 1e3, mb / 1e6 / (ms * 1e-3));
   }
   for (void* b : buf) CK(cudaFree(b));
 }

@@ -31,6 +31,8 @@ ChildResult script(const std::string& name, const std::vector<std::string>& args
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+bool exited_with(const ChildResult& r, int code) { return r.end == ChildResult::End::exited && r.code == code; }
+
 std::string read_all(const fs::path& p) {
   std::ifstream in(p);
   std::stringstream ss;
@@ -117,9 +119,8 @@ TEST_CASE("gpu scripts: bad options are refused with a message and exit 2", "[sc
   for (const Case& c : cases) {
     CAPTURE(c.script, c.args);
     const ChildResult r = script(c.script, c.args);
-    CAPTURE(r.out);
-    REQUIRE(r.end == ChildResult::End::exited);
-    CHECK(r.code == 2);
+    CAPTURE(r.out, r.describe());
+    REQUIRE(exited_with(r, 2));
     CHECK(contains(r.out, c.message));
   }
 }
@@ -128,9 +129,8 @@ TEST_CASE("gpu scripts: --help prints the usage and exits 0", "[scripts]") {
   for (const std::string name : {"gpu_tests.sh", "sanitize_gpu.sh"}) {
     CAPTURE(name);
     const ChildResult r = script(name, {"--help"});
-    CAPTURE(r.out);
-    REQUIRE(r.end == ChildResult::End::exited);
-    CHECK(r.code == 0);
+    CAPTURE(r.out, r.describe());
+    REQUIRE(exited_with(r, 0));
     CHECK(contains(r.out, "usage: tools/" + name));
   }
 }
@@ -139,9 +139,8 @@ TEST_CASE("sanitize_gpu.sh: without a visible GPU it exits 77 and builds nothing
   const fs::path build = fs::temp_directory_path() / "sg-test-sanitize-gpu-build";
   fs::remove_all(build);
   const ChildResult r = script("sanitize_gpu.sh", {}, {{"STEPGRAPH_ASAN_GPU_BUILD_DIR", build.string()}});
-  CAPTURE(r.out);
-  REQUIRE(r.end == ChildResult::End::exited);
-  CHECK(r.code == 77);
+  CAPTURE(r.out, r.describe());
+  REQUIRE(exited_with(r, 77));
   CHECK(contains(r.out, "no GPU found"));
   CHECK(!fs::exists(build));
 }
@@ -149,9 +148,8 @@ TEST_CASE("sanitize_gpu.sh: without a visible GPU it exits 77 and builds nothing
 TEST_CASE("gpu_tests.sh: the device-wide cases run alone, the others in N processes", "[scripts]") {
   const FakeGpu f;
   const ChildResult r = f.run({"-j", "2"});
-  CAPTURE(r.out);
-  REQUIRE(r.end == ChildResult::End::exited);
-  CHECK(r.code == 0);
+  CAPTURE(r.out, r.describe());
+  REQUIRE(exited_with(r, 0));
   const std::string runs = read_all(f.runs);
   CHECK(runs.find("soak case") == 0);  // first, and alone
   for (const char* name : {"alpha case", "beta case", "model one"}) CHECK(contains(runs, name));
@@ -164,26 +162,23 @@ TEST_CASE("gpu_tests.sh: --filter runs only the cases its spec picks", "[scripts
   SECTION("no device-wide case picked") {
     const FakeGpu f;
     const ChildResult r = f.run({"-j", "3", "--filter", "model*"});
-    CAPTURE(r.out);
-    REQUIRE(r.end == ChildResult::End::exited);
-    CHECK(r.code == 0);
+    CAPTURE(r.out, r.describe());
+    REQUIRE(exited_with(r, 0));
     CHECK(read_all(f.runs) == "model one\n");
     CHECK(contains(r.out, "the other 1 cases in 1 processes at once"));
   }
   SECTION("a device-wide case picked runs alone first") {
     const FakeGpu f;
     const ChildResult r = f.run({"--filter", "[soak],model*"});
-    CAPTURE(r.out);
-    REQUIRE(r.end == ChildResult::End::exited);
-    CHECK(r.code == 0);
+    CAPTURE(r.out, r.describe());
+    REQUIRE(exited_with(r, 0));
     CHECK(read_all(f.runs) == "soak case\nmodel one\n");
   }
   SECTION("a spec that picks nothing is an error") {
     const FakeGpu f;
     const ChildResult r = f.run({"--filter", "nothing*"});
-    CAPTURE(r.out);
-    REQUIRE(r.end == ChildResult::End::exited);
-    CHECK(r.code == 1);
+    CAPTURE(r.out, r.describe());
+    REQUIRE(exited_with(r, 1));
     CHECK(contains(r.out, "lists no test case for --filter 'nothing*'"));
     CHECK(!fs::exists(f.runs));
   }
@@ -194,9 +189,8 @@ TEST_CASE("gpu_tests.sh: --tool runs every process under compute-sanitizer, with
   SECTION("a passing run reports the tool's summary") {
     const FakeGpu f;
     const ChildResult r = f.run({"-j", "2", "--tool", "racecheck"});
-    CAPTURE(r.out);
-    REQUIRE(r.end == ChildResult::End::exited);
-    CHECK(r.code == 0);
+    CAPTURE(r.out, r.describe());
+    REQUIRE(exited_with(r, 0));
     const std::string runs = read_all(f.runs);
     CHECK(!contains(runs, "soak case"));
     for (const char* name : {"alpha case", "beta case", "model one"}) CHECK(contains(runs, name));
@@ -209,17 +203,15 @@ TEST_CASE("gpu_tests.sh: --tool runs every process under compute-sanitizer, with
   SECTION("a filter of device-wide cases only is an error") {
     const FakeGpu f;
     const ChildResult r = f.run({"--tool", "memcheck", "--filter", "[soak],[faults],[cupti],[sigint]"});
-    CAPTURE(r.out);
-    REQUIRE(r.end == ChildResult::End::exited);
-    CHECK(r.code == 1);
+    CAPTURE(r.out, r.describe());
+    REQUIRE(exited_with(r, 1));
     CHECK(contains(r.out, "picks only device-wide cases"));
   }
   SECTION("no GPU: exit 77") {
     const FakeGpu f;
     const ChildResult r = f.run({"--tool", "memcheck"}, "77");
-    CAPTURE(r.out);
-    REQUIRE(r.end == ChildResult::End::exited);
-    CHECK(r.code == 77);
+    CAPTURE(r.out, r.describe());
+    REQUIRE(exited_with(r, 77));
     CHECK(contains(r.out, "no GPU, nothing run"));
   }
 }
@@ -227,8 +219,7 @@ TEST_CASE("gpu_tests.sh: --tool runs every process under compute-sanitizer, with
 TEST_CASE("gpu_tests.sh: a failing process fails the run", "[scripts]") {
   const FakeGpu f;
   const ChildResult r = f.run({"-j", "2", "--filter", "model*"}, "1");
-  CAPTURE(r.out);
-  REQUIRE(r.end == ChildResult::End::exited);
-  CHECK(r.code == 1);
+  CAPTURE(r.out, r.describe());
+  REQUIRE(exited_with(r, 1));
   CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
 }

@@ -3,16 +3,18 @@
 //
 // Design (FlashAttention-2 style, register-resident S and O). Block (query tile of BQ = 64 rows,
 // q head h), 4 warps; warp w owns tile rows 16w .. 16w + 15. Dynamic shared memory: the q tile
-// [64][D + 8], two K tiles and two V tiles [BK][D + 8] (BK = 64 keys, 32 for D = 256 so S and O fit
-// the registers: 255 at D = 256 with 420 bytes of spills since the per-pass store is inlined, which
-// measured faster than its out-of-line call; 190 at 128, no spills) (bf16, rows padded by 16 bytes: the
-// 32-bit fragment loads and ldmatrix are bank-conflict free) and the tile's slots / positions:
-// attention_prefill_mma_smem(D) bytes (101,888 for D = 256, 87,552 for 128: opt-in above 48 KB,
-// set by the launcher before every launch as delta_rule_prefill_chunked does; two blocks an SM
-// still fit). Loads are cp.async (16 bytes, zero-filled past the slot's last needed key, so keys
-// past it multiply zeros), double-buffered: key tile i + 1's K and V are requested before tile
-// i's products, so the copies land behind them (with one buffer each, every tile's copies were
-// waited for with nothing else to do). As in attention.cu, the tile's
+// [64][D + 8], NB K tiles and NB V tiles [BK][D + 8] (BK = 64 keys, 32 for D = 256 so S and O fit
+// the registers: ptxas -v (sm_90a) 255 at D = 256 with 104 bytes of spill stores since the
+// per-pass store is inlined, which measured faster than its out-of-line call; 218 at 128, no
+// spills) (bf16, rows padded by 16 bytes: the 32-bit fragment loads and ldmatrix are
+// bank-conflict free) and the tile's slots / positions: attention_prefill_mma_smem(D, NB) bytes
+// (NB = 2: 101,888 for D = 256, 87,552 for 128, two blocks an SM on sm_90; NB = 1: 68,096 and
+// 52,736; opt-in above 48 KB, set by the launcher before every launch as
+// delta_rule_prefill_chunked does). Loads are cp.async (16 bytes, zero-filled past the slot's last
+// needed key, so keys past it multiply zeros). NB = 2 (where the device's shared memory a block
+// allows it): key tile i + 1's K and V are requested before tile i's products, so the copies land
+// behind them; NB = 1: each tile's copies are requested and waited for in turn (4B prefill shape
+// on the H200: 2.91 ms a layer against 2.88 for NB = 2). Both give the same bytes. As in attention.cu, the tile's
 // rows are processed per cache slot (a tile may span sequences): per slot pass, key tiles
 // 0 .. max position of the slot's rows; a warp skips a key tile (and each 16-key step of it)
 // lying wholly above its rows' positions. Per key tile of BK keys each warp:
@@ -83,16 +85,16 @@ constexpr int kThreads = 128;                       // 4 warps
 constexpr int kBQ = attn_detail::kPrefillTileRows;  // query rows per block (16 per warp)
 constexpr int kParts = 2;                           // bf16 parts of P in P V (P_hi, P_lo)
 
-template <int D>
+template <int D, int NB>
 struct MmaCfg {
   static constexpr int BK = D >= 256 ? 32 : 64;  // keys per K/V tile (32 at D = 256: no spills)
   static constexpr int LD = D + 8;               // padded smem row, bf16 elements (16 bytes of padding)
   static constexpr int KSTEPS = D / 16;          // k-steps of S = q K^T
   static constexpr int NT_S = BK / 8;            // n-tiles of S (8 keys each)
   static constexpr int NT_O = D / 8;             // n-tiles of O (8 features each)
-  static constexpr int CHUNKS = D / 8;           // 16-byte chunks per row
-  static constexpr size_t kSmem = static_cast<size_t>(kBQ + 4 * BK) * LD * 2 + 2 * kBQ * sizeof(int);
+  static constexpr size_t kSmem = static_cast<size_t>(kBQ + 2 * NB * BK) * LD * 2 + 2 * kBQ * sizeof(int);
   static_assert(D % 16 == 0 && D <= 256, "D must be a multiple of 16, at most 256");
+  static_assert(NB == 1 || NB == 2, "one or two K/V buffers");
   static_assert((LD * 2) % 16 == 0, "padded rows stay 16-byte aligned (cp.async, ldmatrix)");
 };
 
@@ -103,7 +105,7 @@ struct MmaCfg {
 // address worked out once (an add, a compare and the cp.async a copy).
 template <int D, int ROWS>
 __device__ __forceinline__ void copy_rows(__nv_bfloat16* dst, int n, const __nv_bfloat16* src, int64_t stride) {
-  constexpr int CHUNKS = MmaCfg<D>::CHUNKS, LD = MmaCfg<D>::LD, kRowStep = kThreads / CHUNKS;
+  constexpr int CHUNKS = D / 8, LD = MmaCfg<D, 1>::LD, kRowStep = kThreads / CHUNKS;  // 16-byte chunks a row
   static_assert(kThreads % CHUNKS == 0 && ROWS % kRowStep == 0, "whole rows a pass of the block");
   const int t = static_cast<int>(threadIdx.x), r_t = t / CHUNKS, c_t = t % CHUNKS;
   const __nv_bfloat16* own = src + r_t * stride + c_t * 8;
@@ -115,17 +117,17 @@ __device__ __forceinline__ void copy_rows(__nv_bfloat16* dst, int n, const __nv_
   }
 }
 
-template <int D>
+template <int D, int NB>
 __global__ void __launch_bounds__(kThreads, 2)
     attn_prefill_mma_kernel(const AttentionParams p, int group, float scale) {
   pdl_start();  // kernels/launch.cuh
-  using Cfg = MmaCfg<D>;
+  using Cfg = MmaCfg<D, NB>;
   constexpr int kBK = Cfg::BK, LD = Cfg::LD, KSTEPS = Cfg::KSTEPS, NT_S = Cfg::NT_S, NT_O = Cfg::NT_O;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kBQ][LD]
-  __nv_bfloat16* k_buf = q_s + kBQ * LD;                            // [2][kBK][LD]
-  __nv_bfloat16* v_buf = k_buf + 2 * kBK * LD;                      // [2][kBK][LD]
-  int* q_slot = reinterpret_cast<int*>(v_buf + 2 * kBK * LD);       // [kBQ]
+  __nv_bfloat16* k_buf = q_s + kBQ * LD;                            // [NB][kBK][LD]
+  __nv_bfloat16* v_buf = k_buf + NB * kBK * LD;                     // [NB][kBK][LD]
+  int* q_slot = reinterpret_cast<int*>(v_buf + NB * kBK * LD);      // [kBQ]
   int* q_pos = q_slot + kBQ;                                        // [kBQ]
 
   const int tile = blockIdx.x, h = blockIdx.y, g = h / group;
@@ -168,20 +170,27 @@ __global__ void __launch_bounds__(kThreads, 2)
       cp_async_commit();
     };
     // At the top of tile kt the groups in flight are K(kt) and V(kt) (and q before the first
-    // tile), committed in that order.
+    // tile), committed in that order (NB = 1: requested there).
     __syncthreads();  // every warp is done with the previous pass's buffers
-    copy_k(0, 0);
-    copy_v(0, 0);
+    if constexpr (NB == 2) {
+      copy_k(0, 0);
+      copy_v(0, 0);
+    }
 
-    for (int kt = 0, b = 0; kt < kmax; kt += kBK, b ^= 1) {
-      const bool more = kt + kBK < kmax;  // block-uniform
+    for (int kt = 0, b = 0; kt < kmax; kt += kBK, b = NB - 1 - b) {
+      const bool more = NB == 2 && kt + kBK < kmax;  // block-uniform: the next tile's copies go now
       const __nv_bfloat16* k_s = k_buf + b * kBK * LD;
       const __nv_bfloat16* v_s = v_buf + b * kBK * LD;
+      if constexpr (NB == 1) {
+        if (kt > 0) __syncthreads();  // every warp is past tile kt - 1 (the first: the barrier above)
+        copy_k(0, kt);
+        copy_v(0, kt);
+      }
       cp_async_wait<1>();  // q and K(kt); V(kt) may be in flight
       __syncthreads();     // K(kt) seen by every warp; every warp is past tile kt - 1
-      if (more) {          // buffers b ^ 1 held tile kt - 1
-        copy_k(b ^ 1, kt + kBK);
-        copy_v(b ^ 1, kt + kBK);
+      if (more) {          // buffers 1 - b held tile kt - 1
+        copy_k(1 - b, kt + kBK);
+        copy_v(1 - b, kt + kBK);
       }
 
       const bool work = kt <= wlim;  // warp-uniform
@@ -241,15 +250,27 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 template <int D>
-cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-  static_assert(MmaCfg<D>::kSmem == attention_prefill_mma_smem(D), "the bytes the model plans with");
-  return attn_detail::launch_prefill_tiles(attn_prefill_mma_kernel<D>, kThreads, MmaCfg<D>::kSmem, p, stream);
+cudaError_t launch(const AttentionParams& p, cudaStream_t stream, int buffers) {
+  static_assert(MmaCfg<D, 1>::kSmem == attention_prefill_mma_smem(D, 1), "the bytes the model plans with");
+  static_assert(MmaCfg<D, 2>::kSmem == attention_prefill_mma_smem(D, 2), "the bytes the launcher checks");
+  if (buffers == 0) {  // two where the device's opt-in shared memory a block takes them
+    int dev = 0, optin = 0;
+    if (const cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+    if (const cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        e != cudaSuccess)
+      return e;
+    buffers = MmaCfg<D, 2>::kSmem <= static_cast<size_t>(optin) ? 2 : 1;
+  }
+  if (buffers == 2)
+    return attn_detail::launch_prefill_tiles(attn_prefill_mma_kernel<D, 2>, kThreads, MmaCfg<D, 2>::kSmem, p, stream);
+  return attn_detail::launch_prefill_tiles(attn_prefill_mma_kernel<D, 1>, kThreads, MmaCfg<D, 1>::kSmem, p, stream);
 }
 
 }  // namespace
 
-cudaError_t attention_prefill_mma(const AttentionParams& p, cudaStream_t stream) {
+cudaError_t attention_prefill_mma(const AttentionParams& p, cudaStream_t stream, int buffers) {
   LaunchCheck c("attention_prefill_mma");
+  c.in_range(buffers, 0, 2, "buffers");
   if (!attn_detail::check_prefill_tiles(
           c, p, attention_prefill_mma_supports(p.D, p.q_dtype, p.cache_dtype),
           "needs bf16 q and caches and a head dim with a built tile (32, 64, 128, 256)")) {
@@ -257,10 +278,10 @@ cudaError_t attention_prefill_mma(const AttentionParams& p, cudaStream_t stream)
   }
   if (p.T == 0) return cudaSuccess;
   switch (p.D) {
-    case 32: return launch<32>(p, stream);
-    case 64: return launch<64>(p, stream);
-    case 128: return launch<128>(p, stream);
-    case 256: return launch<256>(p, stream);
+    case 32: return launch<32>(p, stream, buffers);
+    case 64: return launch<64>(p, stream, buffers);
+    case 128: return launch<128>(p, stream, buffers);
+    case 256: return launch<256>(p, stream, buffers);
     default: c.require(false, "D must be 32, 64, 128 or 256"); return cudaErrorInvalidValue;
   }
 }

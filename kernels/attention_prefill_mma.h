@@ -15,8 +15,12 @@ namespace sg {
 
 // Returns cudaErrorInvalidValue on an unsupported shape or dtype (attention_prefill_mma_supports),
 // Hq % Hkv != 0, max_context <= 0, a null pointer or q / gate / k_cache / v_cache not 16-byte
-// aligned; cudaSuccess without launching when T == 0; else the error of cudaFuncSetAttribute
-// (dynamic shared memory above 48 KB) or of the launch. p.splits and p.workspace are ignored.
-cudaError_t attention_prefill_mma(const AttentionParams& p, cudaStream_t stream);
+// aligned, or `buffers` not 0, 1 or 2; cudaSuccess without launching when T == 0; else the error
+// of the device query, of cudaFuncSetAttribute (dynamic shared memory above 48 KB) or of the
+// launch. p.splits and p.workspace are ignored. `buffers`: the K and V tiles' buffers, 2 (the next
+// key tile's copies in flight during this tile's products) or 1 (the same bytes, slower; what runs
+// where the device's shared memory a block, attention_prefill_mma_smem(D, 2), is short: compute
+// capability 8.6 / 8.9 at D = 256); 0 picks 2 where it fits the current device, else 1.
+cudaError_t attention_prefill_mma(const AttentionParams& p, cudaStream_t stream, int buffers = 0);
 
 }  // namespace sg

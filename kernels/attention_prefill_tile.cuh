@@ -132,7 +132,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT_S][4], float (&o)[N
 
 // out = (O / l) * sigmoid(gate) of this thread's rows row0 and row0 + 8 that are in `active` (the
 // rows of the pass that just ended: live, so below T). Inlined: as a called function it took the
-// accumulators through local memory, which cost more than the 420 bytes of register spills the
+// accumulators through local memory, which cost more than the register spills (420 bytes then) the
 // inlined copy brings the D = 256 mma kernel (4B prefill shape, tools/probes/attn_prefill_probe.cu
 // on the H200: mma 4.67 -> 4.24 ms a layer, wgmma 4.65 -> 3.95 ms, where it spills nothing).
 template <int D>

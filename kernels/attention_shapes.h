@@ -37,12 +37,13 @@ size_t attention_decode_workspace_bytes(int T, int Hq, int D, int splits);
 bool attention_prefill_mma_supports(int D, DType q_dtype, DType cache_dtype);
 
 // Dynamic shared memory of one block of the tensor-core prefill (bytes): a query tile of 64
-// rows and two K and two V tiles of 64 keys (32 for D = 256), rows padded to D + 8 bf16, plus the
-// tile's slots and positions; 0 for a D it is not built for. The kernel's own constants
-// (attention_prefill_mma.cu) are static_asserted to give these bytes.
-constexpr size_t attention_prefill_mma_smem(int D) {
-  if (!attention_tuned_head_dim(D)) return 0;
-  const size_t rows = 64 + 4 * (D >= 256 ? 32 : 64);
+// rows and `buffers` (1 or 2) K and V tiles of 64 keys (32 for D = 256), rows padded to D + 8
+// bf16, plus the tile's slots and positions; 0 for a D it is not built for. The kernel's own
+// constants (attention_prefill_mma.cu) are static_asserted to give these bytes. The model plans
+// with one buffer (what the kernel needs at least); the launcher takes two where they fit.
+constexpr size_t attention_prefill_mma_smem(int D, int buffers = 2) {
+  if (!attention_tuned_head_dim(D) || buffers < 1 || buffers > 2) return 0;
+  const size_t rows = 64 + 2 * static_cast<size_t>(buffers) * (D >= 256 ? 32 : 64);
   return rows * static_cast<size_t>(D + 8) * 2 + 2 * 64 * sizeof(int);
 }
 

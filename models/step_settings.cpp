@@ -73,8 +73,8 @@ AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache
             attention_prefill_wgmma_smem(D), D, optin);
     return want;
   }
-  const bool built = attention_prefill_mma_supports(D, act, cache) && major >= 8;  // mma.sync bf16: sm_80+
-  const bool fits = attention_prefill_mma_smem(D) <= static_cast<size_t>(optin);
+  const bool built = attention_prefill_mma_supports(D, act, cache) && major >= 8;    // mma.sync bf16: sm_80+
+  const bool fits = attention_prefill_mma_smem(D, 1) <= static_cast<size_t>(optin);  // one K/V buffer at least
   if (want == AttnPrefill::automatic) return built && fits ? AttnPrefill::mma : AttnPrefill::simt;
   require(built,
           "the tensor-core attention prefill does not support D={} with {} activations and a {} KV cache on "
@@ -83,7 +83,7 @@ AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache
   require(fits,
           "the tensor-core attention prefill needs {} bytes of shared memory per block for D={}; this device "
           "allows {} (use --attn-prefill simt)",
-          attention_prefill_mma_smem(D), D, optin);
+          attention_prefill_mma_smem(D, 1), D, optin);
   return want;
 }
 

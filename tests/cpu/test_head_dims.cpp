@@ -35,10 +35,20 @@ TEST_CASE("attention head sizes: tuned for 32, 64, 128, 256, generic for the res
     CHECK_FALSE(attention_prefill_mma_supports(D, DType::bf16, DType::f32));
     CHECK((attention_prefill_mma_smem(D) > 0) == tuned);
   }
-  // 64 query rows + K and V tiles of 64 keys (32 at D = 256), rows of D + 8 bf16, 512 bytes of metadata.
+  // 64 query rows + two K and two V tiles of 64 keys (32 at D = 256), rows of D + 8 bf16, 512 bytes
+  // of metadata; with one K and one V tile (what the model plans with, the least the kernel needs).
   CHECK(attention_prefill_mma_smem(256) == 101888);
   CHECK(attention_prefill_mma_smem(128) == 87552);
   CHECK(attention_prefill_mma_smem(64) == 46592);
+  CHECK(attention_prefill_mma_smem(256, 1) == 68096);
+  CHECK(attention_prefill_mma_smem(128, 1) == 52736);
+  CHECK(attention_prefill_mma_smem(64, 1) == 28160);
+  CHECK(attention_prefill_mma_smem(32, 1) == 15872);
+  CHECK(attention_prefill_mma_smem(256, 0) == 0);
+  CHECK(attention_prefill_mma_smem(256, 3) == 0);
+  // Compute capability 8.6 / 8.9 allow 101,376 bytes a block: D = 256 runs there with one buffer.
+  CHECK(attention_prefill_mma_smem(256, 2) > 101376);
+  CHECK(attention_prefill_mma_smem(256, 1) <= 101376);
   // The wgmma prefill: D 64, 128, 256, bf16 only; 64 query rows and K, V tiles of 64 keys (bf16,
   // unpadded) and 512 bytes of metadata.
   for (int D = -1; D <= 300; ++D) {

@@ -50,7 +50,8 @@ bool on_cc90() {
   return attention_prefill_wgmma_device(d.cc_major, d.cc_minor);
 }
 const TcKernel kTcKernels[] = {
-    {"mma", attention_prefill_mma, [](int D) { return attention_prefill_mma_supports(D, DType::bf16, DType::bf16); }},
+    {"mma", [](const AttentionParams& p, cudaStream_t s) { return attention_prefill_mma(p, s); },
+     [](int D) { return attention_prefill_mma_supports(D, DType::bf16, DType::bf16); }},
     {"wgmma", attention_prefill_wgmma,
      [](int D) { return attention_prefill_wgmma_supports(D, DType::bf16, DType::bf16) && on_cc90(); }},
 };
@@ -200,6 +201,37 @@ TEST_CASE("attention prefill mma: unsupported params are rejected", "[gpu][atten
     check_mma_rejects(p, [](const AttentionParams& q) { return attention_prefill_wgmma(q, nullptr); });
   }
   check(cudaDeviceSynchronize());
+}
+
+TEST_CASE("attention prefill mma: one and two K/V buffers give the same bytes; the default takes two where they fit",
+          "[gpu][attention][mma]") {
+  // The same products in the same order: only when the copies are requested differs. Lengths up to
+  // 1024 with history: passes of many key tiles, the last one partial.
+  const DeviceLimits dev = DeviceLimits::current();
+  for (int D : {32, 64, 128, 256}) {
+    CAPTURE(D);
+    const Shape sh = shape_for(D, 8, 2);
+    Problem pr(sh, kSeqs, 5, 1200, 16000 + D);
+    const Batch& b = pr.b;
+    const size_t bytes = b.T * static_cast<size_t>(sh.Hq) * sh.D * 4;
+    test::DevBuf o1(bytes), o2(bytes), o0(bytes);
+    check(attention_prefill_mma(attn_params(sh, b, pr.dm, pr.po, pr.c, o1, DType::f32), nullptr, 1));
+    const bool two = attention_prefill_mma_smem(D, 2) <= static_cast<size_t>(dev.smem_optin);
+    if (two) check(attention_prefill_mma(attn_params(sh, b, pr.dm, pr.po, pr.c, o2, DType::f32), nullptr, 2));
+    check(attention_prefill_mma(attn_params(sh, b, pr.dm, pr.po, pr.c, o0, DType::f32), nullptr));
+    check(cudaDeviceSynchronize());
+    const auto one = o1.download();
+    if (two) {
+      CHECK(test::byte_diff(o2.download(), one, DType::f32) == "");
+    } else {
+      WARN("two K/V buffers need " << attention_prefill_mma_smem(D, 2) << " bytes a block: not tested at D " << D);
+    }
+    CHECK(test::byte_diff(o0.download(), one, DType::f32) == "");
+  }
+  AttentionParams p{};
+  CHECK(attention_prefill_mma(p, nullptr, 3) == cudaErrorInvalidValue);
+  CHECK(attention_prefill_mma(p, nullptr, -1) == cudaErrorInvalidValue);
+  (void)cudaGetLastError();
 }
 
 TEST_CASE("attention prefill wgmma: the mma kernel's bytes at D 64 and 128, within the tolerance at 256",

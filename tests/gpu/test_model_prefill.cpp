@@ -290,6 +290,15 @@ TEST_CASE("attn_prefill wgmma: resolved only for bf16 D 64/128/256 on compute ca
   const std::string smem =
       message([&] { resolve_attn_prefill(AttnPrefill::wgmma, 256, DType::bf16, DType::bf16, true, small); });
   CHECK(smem.find("98816 bytes of shared memory") != std::string::npos);
+  // The mma kernel needs one K and one V buffer (68,096 bytes at D = 256) and takes two where they
+  // fit: compute capability 8.9 (101,376 bytes a block) still gets it at D = 256.
+  DeviceLimits ada = h200;
+  ada.cc_major = 8, ada.cc_minor = 9, ada.smem_optin = 101376;
+  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::bf16, DType::bf16, true, ada) == AttnPrefill::mma);
+  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::bf16, DType::bf16, true, small) == AttnPrefill::simt);
+  const std::string mma_smem =
+      message([&] { resolve_attn_prefill(AttnPrefill::mma, 256, DType::bf16, DType::bf16, true, small); });
+  CHECK(mma_smem.find("needs 68096 bytes of shared memory") != std::string::npos);
 }
 
 TEST_CASE("model prefill with attn_prefill wgmma at D 64: the mma setting's logits bytes, labelled wgmma",

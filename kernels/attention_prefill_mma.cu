@@ -11,8 +11,8 @@
 // (NB = 2: 101,888 for D = 256, 87,552 for 128, two blocks an SM on sm_90; NB = 1: 68,096 and
 // 52,736; opt-in above 48 KB, set by the launcher before every launch as
 // delta_rule_prefill_chunked does). Loads are cp.async (16 bytes, zero-filled past the slot's last
-// needed key, so keys past it multiply zeros). NB = 2 (where the device's shared memory a block
-// allows it): key tile i + 1's K and V are requested before tile i's products, so the copies land
+// needed key, so keys past it multiply zeros). NB = 2 (where two such blocks fit an SM's shared
+// memory: sm_90): key tile i + 1's K and V are requested before tile i's products, so the copies land
 // behind them; NB = 1: each tile's copies are requested and waited for in turn (4B prefill shape
 // on the H200: 2.91 ms a layer against 2.88 for NB = 2). Both give the same bytes. As in attention.cu, the tile's
 // rows are processed per cache slot (a tile may span sequences): per slot pass, key tiles
@@ -253,13 +253,13 @@ template <int D>
 cudaError_t launch(const AttentionParams& p, cudaStream_t stream, int buffers) {
   static_assert(MmaCfg<D, 1>::kSmem == attention_prefill_mma_smem(D, 1), "the bytes the model plans with");
   static_assert(MmaCfg<D, 2>::kSmem == attention_prefill_mma_smem(D, 2), "the bytes the launcher checks");
-  if (buffers == 0) {  // two where the device's opt-in shared memory a block takes them
-    int dev = 0, optin = 0;
-    if (const cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-    if (const cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        e != cudaSuccess)
-      return e;
-    buffers = MmaCfg<D, 2>::kSmem <= static_cast<size_t>(optin) ? 2 : 1;
+  if (buffers == 0) {  // two where two blocks of that size fit an SM (the occupancy the kernel is built for)
+    int dev = 0, per_sm = 0, reserved = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
+    if (e != cudaSuccess) return e;
+    buffers = 2 * (MmaCfg<D, 2>::kSmem + static_cast<size_t>(reserved)) <= static_cast<size_t>(per_sm) ? 2 : 1;
   }
   if (buffers == 2)
     return attn_detail::launch_prefill_tiles(attn_prefill_mma_kernel<D, 2>, kThreads, MmaCfg<D, 2>::kSmem, p, stream);

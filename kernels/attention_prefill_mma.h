@@ -18,9 +18,9 @@ namespace sg {
 // aligned, or `buffers` not 0, 1 or 2; cudaSuccess without launching when T == 0; else the error
 // of the device query, of cudaFuncSetAttribute (dynamic shared memory above 48 KB) or of the
 // launch. p.splits and p.workspace are ignored. `buffers`: the K and V tiles' buffers, 2 (the next
-// key tile's copies in flight during this tile's products) or 1 (the same bytes, slower; what runs
-// where the device's shared memory a block, attention_prefill_mma_smem(D, 2), is short: compute
-// capability 8.6 / 8.9 at D = 256); 0 picks 2 where it fits the current device, else 1.
+// key tile's copies in flight during this tile's products) or 1 (the same bytes, slower); 0 picks
+// 2 where two blocks of attention_prefill_mma_smem(D, 2) bytes fit an SM of the current device
+// (sm_90), else 1 (at D = 256: sm_80 would hold one block, sm_86 / sm_89 none).
 cudaError_t attention_prefill_mma(const AttentionParams& p, cudaStream_t stream, int buffers = 0);
 
 }  // namespace sg

@@ -19,7 +19,8 @@
 #     --bin PATH    the tests_gpu to run (default build-gpu/tests/tests_gpu, else build/tests/tests_gpu)
 #     --out DIR     where the logs go (default ./gpu-out)
 #     --filter SPEC only the cases this test spec selects (e.g. "[model]", "model prefill*")
-#     --tool TOOL   compute-sanitizer's memcheck, racecheck, initcheck or synccheck
+#     --tool TOOL   compute-sanitizer's memcheck, racecheck, initcheck or synccheck (much slower than
+#                   a plain run: give -t room, and --filter a few cases a run)
 # Catch2 v2 and v3 both read the lists (--input-file, names escaped); where a list does not select
 # exactly its names, v3's --shard-count takes over (contiguous shards: less even).
 set -u -o pipefail
@@ -79,10 +80,15 @@ escape() { sed -e 's/\\/\\\\/g' -e 's/,/\\,/g' -e 's/\[/\\[/g' -e 's/\]/\\]/g'; 
 start=$(date +%s)
 summary=()
 failed=0
+# skipped LOG: tests_gpu's line saying why it skipped (under compute-sanitizer, not the first line).
+skipped() { grep -m1 'SKIPPED' "$1" || head -1 "$1"; }
+# ran_none LOG: true when the process ran no test case (Catch2 v2 exits 0 when a spec matches nothing).
+ran_none() { grep -q -E 'No tests ran|No test cases matched' "$1"; }
 verdict() {  # verdict LOG RC: the process's summary line
   local line
   line=$(grep -E '^(All tests passed|test cases:)' "$1" | tail -1)
   if [ "$2" = 124 ] || [ "$2" = 137 ]; then line="cut by the ${limit} s limit; ${line:-no summary}"; fi
+  if [ "$2" = 0 ] && ran_none "$1"; then line="no test case ran (a failure)"; fi
   local tool_line=""
   [ -z "$tool" ] || tool_line=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$1" | tail -1 | sed 's/^=* *//')
   echo "rc=$2; ${line:-no summary (see $(basename "$1"))}${tool_line:+; $tool_line}"
@@ -110,6 +116,10 @@ if [ -n "$tool" ]; then
 elif [ "$nsolo" -gt 0 ]; then
   if [ $filtered = 1 ]; then
     escape < "$tmp/solo" > "$tmp/solo_list"
+    if [ "$(names --input-file "$tmp/solo_list" | wc -l)" != "$nsolo" ]; then
+      echo "gpu_tests.sh: the list of the device-wide cases --filter picks does not select them" >&2
+      exit 1
+    fi
     solo_sel=(--input-file "$tmp/solo_list")
   else
     solo_sel=("$solo")
@@ -117,10 +127,10 @@ elif [ "$nsolo" -gt 0 ]; then
   timeout "$limit" "$bin" "${solo_sel[@]}" -r compact > "$out/solo.log" 2>&1
   rc=$?
   if [ $rc = 77 ]; then  # tests_gpu's exit code when there is no GPU to run on: every case skipped
-    echo "gpu_tests.sh: no GPU, nothing run: $(head -1 "$out/solo.log")"
+    echo "gpu_tests.sh: no GPU, nothing run: $(skipped "$out/solo.log")"
     exit 77
   fi
-  [ $rc = 0 ] || failed=1
+  { [ $rc = 0 ] && ! ran_none "$out/solo.log"; } || failed=1
   summary+=("alone ($solo): $(verdict "$out/solo.log" $rc) ($(( $(date +%s) - start )) s)")
 fi
 
@@ -170,12 +180,12 @@ no_gpu=1
 for ((i = 0; i < jobs; i++)); do
   rc=$(cat "$tmp/rc$i")
   [ "$rc" = 77 ] || no_gpu=0
-  [ "$rc" = 0 ] || failed=1
+  { [ "$rc" = 0 ] && ! ran_none "$out/shard$i.log"; } || failed=1
   summary+=("shard $((i + 1)) of $jobs: $(verdict "$out/shard$i.log" "$rc")")
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || grep -E 'failed|FAILED' "$out/shard$i.log" | head -5
 done
 if [ $no_gpu = 1 ]; then  # (the solo part, which would have said so first, did not run)
-  echo "gpu_tests.sh: no GPU, nothing run: $(head -1 "$out/shard0.log")"
+  echo "gpu_tests.sh: no GPU, nothing run: $(skipped "$out/shard0.log")"
   exit 77
 fi
 summary+=("the other $total cases in $jobs processes at once ($mode${tool:+, under $tool}): $(( $(date +%s) - t1 )) s")

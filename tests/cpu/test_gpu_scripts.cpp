@@ -4,6 +4,7 @@
 // cases run where, --filter, --tool) runs against a stand-in tests_gpu and compute-sanitizer,
 // shell scripts that answer as the real ones do and log what they were asked to run. Each script
 // runs as a child process (tests/support/child.h) with CUDA_VISIBLE_DEVICES empty.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -47,7 +48,8 @@ void write_script(const fs::path& p, const std::string& text) {
 
 // A stand-in tests_gpu (Catch2 v2's options): one device-wide case ("soak case") and three
 // others; it lists the cases a spec or an --input-file selects and "runs" them by appending
-// "<name>" lines to $FAKE_RUNS; FAKE_RC sets its exit code for runs (77: no GPU).
+// "<name>" lines to $FAKE_RUNS; FAKE_RC sets its exit code for runs (77: no GPU); FAKE_EMPTY=1
+// makes a run match nothing (Catch2 v2: "No tests ran", exit 0).
 constexpr const char* kFakeTests = R"SH(#!/bin/bash
 if [ "$1" = --help ]; then echo "  --list-test-names-only  list all/matching test cases names only"; exit 0; fi
 list=0; [ "$1" = --list-test-names-only ] && { list=1; shift; }
@@ -61,18 +63,22 @@ pick() {
   esac
 }
 if [ $list = 1 ]; then pick "$@"; exit 0; fi
+[ "${FAKE_EMPTY:-0}" = 1 ] && { echo "No tests ran"; exit 0; }
 pick "$@" >> "$FAKE_RUNS"
 [ "${FAKE_RC:-0}" = 0 ] && echo "All tests passed (3 assertions in $(pick "$@" | wc -l) test cases)"
 exit "${FAKE_RC:-0}"
 )SH";
 
 // A stand-in compute-sanitizer: logs its options to $FAKE_SANITIZER, runs the command after
-// --error-exitcode N and prints the summary line the real one prints.
+// --error-exitcode N and prints the summary line the real one prints; FAKE_SAN_ERRORS=1 makes it
+// report an error and exit with N, as the real one does on a finding.
 constexpr const char* kFakeSanitizer = R"SH(#!/bin/bash
 echo "$*" >> "$FAKE_SANITIZER"
 while [ $# -gt 0 ] && [ "$1" != --error-exitcode ]; do shift; done
+code=$2
 shift 2
 "$@"; rc=$?
+if [ "${FAKE_SAN_ERRORS:-0}" = 1 ]; then echo "========= ERROR SUMMARY: 1 error"; exit "$code"; fi
 echo "========= ERROR SUMMARY: 0 errors"
 exit $rc
 )SH";
@@ -85,14 +91,15 @@ struct FakeGpu {
     fs::create_directories(dir.path / "cuda");
     write_script(dir.path / "cuda" / "compute-sanitizer", kFakeSanitizer);
   }
-  ChildResult run(std::vector<std::string> args, const std::string& rc = "0") const {
+  ChildResult run(std::vector<std::string> args, const std::string& rc = "0", const EnvChanges& more = {}) const {
     args.insert(args.end(), {"--bin", bin.string(), "--out", (dir.path / "out").string()});
     const char* path = std::getenv("PATH");
-    return script("gpu_tests.sh", args,
-                  {{"FAKE_RUNS", runs.string()},
-                   {"FAKE_SANITIZER", sanitizer.string()},
-                   {"FAKE_RC", rc},
-                   {"PATH", (dir.path / "cuda").string() + ":" + (path ? path : "/usr/bin:/bin")}});
+    EnvChanges env = {{"FAKE_RUNS", runs.string()},
+                      {"FAKE_SANITIZER", sanitizer.string()},
+                      {"FAKE_RC", rc},
+                      {"PATH", (dir.path / "cuda").string() + ":" + (path ? path : "/usr/bin:/bin")}};
+    for (const auto& [k, v] : more) env[k] = v;
+    return script("gpu_tests.sh", args, env);
   }
 };
 
@@ -196,6 +203,7 @@ TEST_CASE("gpu_tests.sh: --tool runs every process under compute-sanitizer, with
     for (const char* name : {"alpha case", "beta case", "model one"}) CHECK(contains(runs, name));
     const std::string calls = read_all(f.sanitizer);
     CHECK(contains(calls, "--tool racecheck --report-api-errors no --error-exitcode 99"));
+    CHECK(std::count(calls.begin(), calls.end(), '\n') == 2);  // one call a process
     CHECK(contains(r.out, "1 device-wide case(s) left out under compute-sanitizer"));
     CHECK(contains(r.out, "ERROR SUMMARY: 0 errors"));
     CHECK(contains(r.out, "under racecheck"));
@@ -206,6 +214,15 @@ TEST_CASE("gpu_tests.sh: --tool runs every process under compute-sanitizer, with
     CAPTURE(r.out, r.describe());
     REQUIRE(exited_with(r, 1));
     CHECK(contains(r.out, "picks only device-wide cases"));
+  }
+  SECTION("a sanitizer finding fails the run") {
+    const FakeGpu f;
+    const ChildResult r = f.run({"-j", "2", "--tool", "memcheck"}, "0", {{"FAKE_SAN_ERRORS", "1"}});
+    CAPTURE(r.out, r.describe());
+    REQUIRE(exited_with(r, 1));
+    CHECK(contains(r.out, "rc=99"));
+    CHECK(contains(r.out, "ERROR SUMMARY: 1 error"));
+    CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
   }
   SECTION("no GPU: exit 77") {
     const FakeGpu f;
@@ -221,5 +238,14 @@ TEST_CASE("gpu_tests.sh: a failing process fails the run", "[scripts]") {
   const ChildResult r = f.run({"-j", "2", "--filter", "model*"}, "1");
   CAPTURE(r.out, r.describe());
   REQUIRE(exited_with(r, 1));
+  CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
+}
+
+TEST_CASE("gpu_tests.sh: a process that ran no test case fails the run", "[scripts]") {
+  const FakeGpu f;
+  const ChildResult r = f.run({"-j", "2"}, "0", {{"FAKE_EMPTY", "1"}});
+  CAPTURE(r.out, r.describe());
+  REQUIRE(exited_with(r, 1));
+  CHECK(contains(r.out, "no test case ran (a failure)"));
   CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
 }

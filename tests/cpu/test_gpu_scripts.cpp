@@ -242,10 +242,16 @@ TEST_CASE("gpu_tests.sh: a failing process fails the run", "[scripts]") {
 }
 
 TEST_CASE("gpu_tests.sh: a process that ran no test case fails the run", "[scripts]") {
-  const FakeGpu f;
-  const ChildResult r = f.run({"-j", "2"}, "0", {{"FAKE_EMPTY", "1"}});
-  CAPTURE(r.out, r.describe());
-  REQUIRE(exited_with(r, 1));
-  CHECK(contains(r.out, "no test case ran (a failure)"));
-  CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
+  // The whole suite; a filter of the device-wide cases only; one that picks none of them.
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"-j", "2"},
+                                               {"--filter", "[soak],[faults],[cupti],[sigint]"},
+                                               {"-j", "2", "--filter", "model*"}}) {
+    CAPTURE(args);
+    const FakeGpu f;
+    const ChildResult r = f.run(args, "0", {{"FAKE_EMPTY", "1"}});
+    CAPTURE(r.out, r.describe());
+    REQUIRE(exited_with(r, 1));
+    CHECK(contains(r.out, "no test case ran (a failure)"));
+    CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
+  }
 }

@@ -11,12 +11,13 @@
 //           tiles (the same bytes a stage), so that each row's piece is 512 contiguous bytes;
 // for each 4B decode projection that runs on the skinny kernel, at its block rows (grid = the row
 // blocks, one wave, K whole: the library's picks at 32 rows) and at the narrower blocks that fill
-// every SM. Graphs of 20 plain launches over 8 rotating copies (larger than L2), as
-// stream_floor_probe.cu times its read kernel; that probe's plain-launch rates are the floor to
+// every SM; rates are of the bytes read (rows padded to whole blocks). Graphs of 20 plain
+// launches over 8 rotating copies (larger than L2), as stream_floor_probe.cu times its read
+// kernel; that probe's plain-launch rates are the floor to
 // compare with (gate_up 4.19 TB/s, in_proj 4.01, qkv 3.85 on the H200). If `packed` streams near
 // those rates where `rows` does not, the skinny kernel's gap is the layout of its weights (and
 // `rows512` says whether longer pieces of each row, without repacking, get the same).
-// Usage: tma_stream_probe. Build and run on the GPU machine (repository root):
+// Usage: tma_stream_probe. Build and run on a machine with an sm_90 GPU (repository root):
 //   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o /tmp/tma_stream_probe tools/probes/tma_stream_probe.cu &&
 //   /tmp/tma_stream_probe
 #include <cuda.h>
@@ -119,7 +120,7 @@ template <int BN, int S>
 void run(const char* name, int N, int K, cudaStream_t s, unsigned* sink) {
   const int rbs = (N + BN - 1) / BN, KT = K / kBK;
   const int64_t elems = int64_t{rbs} * BN * K;  // rows padded to whole blocks (both layouts)
-  const double mb = 2.0 * N * K / 1e6;          // the weights' bytes (what a step must move)
+  const double mb = 2.0 * elems / 1e6;          // the bytes a launch reads (rows padded to whole blocks)
   constexpr size_t smem = static_cast<size_t>(S) * BN * kBK * 2 + 1024;
   CK(cudaFuncSetAttribute(stream_kernel<BN, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   std::vector<void*> buf(kCopies);

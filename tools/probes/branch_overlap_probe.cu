@@ -84,8 +84,8 @@ uint4* alloc(int64_t n) {
 }
 
 // One layer on s (chain) or with the z stream on side (branch); `c` picks the buffer copy.
-void layer(const Buffers& b, int c, bool branch, cudaStream_t s, cudaStream_t side, cudaEvent_t fork,
-           cudaEvent_t join, int sms, unsigned* sink) {
+void layer(const Buffers& b, int c, bool branch, cudaStream_t s, cudaStream_t side, cudaEvent_t fork, cudaEvent_t join,
+           int sms, unsigned* sink) {
   const int grid = 2 * sms;
   if (!branch) {
     read_kernel<<<grid, kThreads, 0, s>>>(b.w_main[c], b.n_main + b.n_z, sink);  // in_proj whole
@@ -100,7 +100,7 @@ void layer(const Buffers& b, int c, bool branch, cudaStream_t s, cudaStream_t si
   small_kernel<<<32, kThreads, 0, s>>>(b.glue);  // post-conv
   rmw_kernel<<<grid, kThreads, 0, s>>>(b.state[c], b.n_state);
   if (branch) CK(cudaStreamWaitEvent(s, join, 0));
-  small_kernel<<<32, kThreads, 0, s>>>(b.glue);  // gated norm (needs z)
+  small_kernel<<<32, kThreads, 0, s>>>(b.glue);                      // gated norm (needs z)
   read_kernel<<<grid, kThreads, 0, s>>>(b.w_out[c], b.n_out, sink);  // out_proj
 }
 

@@ -203,7 +203,7 @@ TEST_CASE("attention prefill mma: unsupported params are rejected", "[gpu][atten
   check(cudaDeviceSynchronize());
 }
 
-TEST_CASE("attention prefill mma: one and two K/V buffers give the same bytes; the default takes two where they fit",
+TEST_CASE("attention prefill mma: one and two K/V buffers give the same bytes, and so does the default",
           "[gpu][attention][mma]") {
   // The same products in the same order: only when the copies are requested differs. Lengths up to
   // 1024 with history: passes of many key tiles, the last one partial.

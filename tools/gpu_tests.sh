@@ -84,6 +84,19 @@ failed=0
 skipped() { grep -m1 'SKIPPED' "$1" || head -1 "$1"; }
 # ran_none LOG: true when the process ran no test case (Catch2 v2 exits 0 when a spec matches nothing).
 ran_none() { grep -q -E 'No tests ran|No test cases matched' "$1"; }
+# passed LOG RC: the process exited 0 and ran a test case.
+passed() { [ "$2" = 0 ] && ! ran_none "$1"; }
+# selects LIST: the escaped name list selects exactly its names.
+selects() { [ "$(names --input-file "$1" | wc -l)" = "$(wc -l < "$1")" ]; }
+finish() {  # the summary, and the exit code
+  printf '%s\n' "${summary[@]}"
+  if [ $failed = 0 ]; then
+    echo "gpu_tests.sh: every process passed ($(( $(date +%s) - start )) s; logs in $out)"
+  else
+    echo "gpu_tests.sh: FAILED (logs in $out)"
+  fi
+  exit $failed
+}
 verdict() {  # verdict LOG RC: the process's summary line
   local line
   line=$(grep -E '^(All tests passed|test cases:)' "$1" | tail -1)
@@ -116,7 +129,7 @@ if [ -n "$tool" ]; then
 elif [ "$nsolo" -gt 0 ]; then
   if [ $filtered = 1 ]; then
     escape < "$tmp/solo" > "$tmp/solo_list"
-    if [ "$(names --input-file "$tmp/solo_list" | wc -l)" != "$nsolo" ]; then
+    if ! selects "$tmp/solo_list"; then
       echo "gpu_tests.sh: the list of the device-wide cases --filter picks does not select them" >&2
       exit 1
     fi
@@ -130,33 +143,25 @@ elif [ "$nsolo" -gt 0 ]; then
     echo "gpu_tests.sh: no GPU, nothing run: $(skipped "$out/solo.log")"
     exit 77
   fi
-  { [ $rc = 0 ] && ! ran_none "$out/solo.log"; } || failed=1
+  passed "$out/solo.log" $rc || failed=1
   summary+=("alone ($solo): $(verdict "$out/solo.log" $rc) ($(( $(date +%s) - start )) s)")
 fi
 
-if [ "$total" = 0 ] && { [ $filtered = 0 ] || [ -n "$tool" ] || [ "$nsolo" = 0 ]; }; then
-  if [ $filtered = 1 ]; then
-    echo "gpu_tests.sh: --filter '$filter' picks only device-wide cases, which run under no sanitizer" >&2
-  else
+if [ "$total" = 0 ]; then  # (a filter that picks nothing was refused above)
+  if [ $filtered = 0 ]; then
     echo "gpu_tests.sh: $bin lists no test case for '$shared'" >&2
+    exit 1
+  elif [ -n "$tool" ]; then
+    echo "gpu_tests.sh: --filter '$filter' picks only device-wide cases, which run under no sanitizer" >&2
+    exit 1
   fi
-  exit 1
+  finish  # the filter picked device-wide cases only, run above
 fi
-finish() {
-  printf '%s\n' "${summary[@]}"
-  if [ $failed = 0 ]; then
-    echo "gpu_tests.sh: every process passed ($(( $(date +%s) - start )) s; logs in $out)"
-  else
-    echo "gpu_tests.sh: FAILED (logs in $out)"
-  fi
-  exit $failed
-}
-[ "$total" -gt 0 ] || finish  # the filter picked device-wide cases only, run above
 [ "$jobs" -gt "$total" ] && jobs=$total
 mode=lists
 for ((i = 0; i < jobs; i++)); do
   awk -v n="$jobs" -v i="$i" 'NR % n == i' "$tmp/all" | escape > "$tmp/list$i"
-  [ "$(names --input-file "$tmp/list$i" | wc -l)" = "$(wc -l < "$tmp/list$i")" ] || mode=shards
+  selects "$tmp/list$i" || mode=shards
 done
 if [ $mode = shards ] && [ $filtered = 1 ]; then
   echo "gpu_tests.sh: the name lists do not select their cases, and --filter has no shard form" >&2
@@ -180,7 +185,7 @@ no_gpu=1
 for ((i = 0; i < jobs; i++)); do
   rc=$(cat "$tmp/rc$i")
   [ "$rc" = 77 ] || no_gpu=0
-  { [ "$rc" = 0 ] && ! ran_none "$out/shard$i.log"; } || failed=1
+  passed "$out/shard$i.log" "$rc" || failed=1
   summary+=("shard $((i + 1)) of $jobs: $(verdict "$out/shard$i.log" "$rc")")
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || grep -E 'failed|FAILED' "$out/shard$i.log" | head -5
 done

@@ -16,51 +16,19 @@
 //   /tmp/branch_overlap_probe
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
 #include "tools/probes/probe_check.h"
+#include "tools/probes/stream_kernels.cuh"
 
 namespace {
 
-constexpr int kThreads = 256, kUnroll = 8, kLayers = 24, kCopies = 8, kReps = 5;
-
-// Every uint4 of src read once, kUnroll loads in flight a thread (a GEMM's weight stream).
-__global__ void __launch_bounds__(kThreads) read_kernel(const uint4* __restrict__ src, int64_t n, unsigned* sink) {
-  const int64_t per = (n + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = lo + per < n ? lo + per : n;
-  unsigned acc = 0;
-  for (int64_t i = lo + threadIdx.x; i < hi; i += int64_t{kThreads} * kUnroll) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = i + int64_t{u} * kThreads;
-      v[u] = j < hi ? __ldcs(src + j) : uint4{};
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) acc += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  if (acc == 0x9e3779b9u) *sink = acc;
-}
-
-// Every uint4 read and written back changed (the delta rule's state update).
-__global__ void __launch_bounds__(kThreads) rmw_kernel(uint4* __restrict__ buf, int64_t n) {
-  const int64_t per = (n + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = lo + per < n ? lo + per : n;
-  for (int64_t i = lo + threadIdx.x; i < hi; i += int64_t{kThreads} * kUnroll) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = i + int64_t{u} * kThreads;
-      if (j < hi) v[u] = __ldcs(buf + j);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = i + int64_t{u} * kThreads;
-      if (j < hi) __stcs(buf + j, make_uint4(v[u].x + 1, v[u].y, v[u].z, v[u].w));
-    }
-  }
-}
+using probe::kThreads;
+using probe::read_kernel;
+using probe::rmw_kernel;
+constexpr int kLayers = 24, kCopies = 8;
 
 // A glue node: 32 blocks, each reads and writes 4 KB (a norm or post-conv over 32 rows).
 __global__ void __launch_bounds__(kThreads) small_kernel(uint4* buf) {
@@ -87,68 +55,48 @@ uint4* alloc(int64_t n) {
 void layer(const Buffers& b, int c, bool branch, cudaStream_t s, cudaStream_t side, cudaEvent_t fork, cudaEvent_t join,
            int sms, unsigned* sink) {
   const int grid = 2 * sms;
+  auto read = [&](cudaStream_t st, const uint4* src, int64_t n) {
+    read_kernel<<<grid, kThreads, 0, st>>>(src, n, (n + grid - 1) / grid, sink);
+  };
   if (!branch) {
-    read_kernel<<<grid, kThreads, 0, s>>>(b.w_main[c], b.n_main + b.n_z, sink);  // in_proj whole
+    read(s, b.w_main[c], b.n_main + b.n_z);  // in_proj whole
   } else {
-    read_kernel<<<grid, kThreads, 0, s>>>(b.w_main[c], b.n_main, sink);  // in_proj without z
+    read(s, b.w_main[c], b.n_main);  // in_proj without z
     CK(cudaEventRecord(fork, s));
     CK(cudaStreamWaitEvent(side, fork, 0));
-    read_kernel<<<grid, kThreads, 0, side>>>(b.w_z[c], b.n_z, sink);  // z rows, beside the chain
+    read(side, b.w_z[c], b.n_z);  // z rows, beside the chain
     CK(cudaEventRecord(join, side));
   }
   small_kernel<<<32, kThreads, 0, s>>>(b.glue);  // conv.update
   small_kernel<<<32, kThreads, 0, s>>>(b.glue);  // post-conv
-  rmw_kernel<<<grid, kThreads, 0, s>>>(b.state[c], b.n_state);
+  rmw_kernel<<<grid, kThreads, 0, s>>>(b.state[c], b.n_state, (b.n_state + grid - 1) / grid);
   if (branch) CK(cudaStreamWaitEvent(s, join, 0));
-  small_kernel<<<32, kThreads, 0, s>>>(b.glue);                      // gated norm (needs z)
-  read_kernel<<<grid, kThreads, 0, s>>>(b.w_out[c], b.n_out, sink);  // out_proj
+  small_kernel<<<32, kThreads, 0, s>>>(b.glue);  // gated norm (needs z)
+  read(s, b.w_out[c], b.n_out);                  // out_proj
 }
 
+// Microseconds a layer: the 24 layers captured into one graph on s and timed by probe_check.h's
+// time_graph; the z branch (if any) forks to `side` and joins back within each layer.
 float time_layers(const Buffers& b, bool branch, int sms, unsigned* sink) {
   cudaStream_t s, side;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-  std::vector<cudaEvent_t> ev(2 * kLayers);
-  for (auto& e : ev) CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int l = 0; l < kLayers; ++l) layer(b, l % kCopies, branch, s, side, ev[2 * l], ev[2 * l + 1], sms, sink);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, s));
-  cudaEvent_t a, z;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&z));
-  std::vector<float> ms;
-  for (int r = 0; r < kReps; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(z, s));
-    CK(cudaEventSynchronize(z));
-    float t;
-    CK(cudaEventElapsedTime(&t, a, z));
-    ms.push_back(t / kLayers);
-  }
-  std::sort(ms.begin(), ms.end());
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  for (auto& e : ev) CK(cudaEventDestroy(e));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(z));
+  cudaEvent_t fork, join;
+  CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  const float ms = time_graph(s, kLayers, kCopies, [&](int c) { layer(b, c, branch, s, side, fork, join, sms, sink); });
+  CK(cudaEventDestroy(fork));
+  CK(cudaEventDestroy(join));
   CK(cudaStreamDestroy(side));
   CK(cudaStreamDestroy(s));
-  return ms[kReps / 2];
+  return ms * 1e3f;
 }
 
 }  // namespace
 
 int main() {
-  int dev = 0, sms = 0;
-  CK(cudaGetDevice(&dev));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
+  const int sms = probe_device_props(prop);
   // 4B: in_proj [12352, 2560] of which z [4096, 2560]; out_proj [2560, 4096]; the f32 state of 32
   // rows x 32 heads x 128 x 128.
   Buffers b;
@@ -165,12 +113,12 @@ int main() {
   b.glue = alloc(32 * kThreads);
   unsigned* sink;
   CK(cudaMalloc(&sink, sizeof(unsigned)));
-  std::printf("# %s, %d SMs; 24 stand-in GDN decode layers a graph, us a layer (median of %d replays)\n", prop.name,
-              sms, kReps);
+  std::printf("# %s, %d SMs; 24 stand-in GDN decode layers a graph, us a layer (median of 5 replays)\n", prop.name,
+              sms);
   for (int round = 0; round < 2; ++round) {
     const float chain = time_layers(b, false, sms, sink), branch = time_layers(b, true, sms, sink);
     std::printf("round %d: chain %.2f us, branch %.2f us: the branch saves %.2f us a layer (%.1f%%)\n", round + 1,
-                chain * 1e3, branch * 1e3, (chain - branch) * 1e3, 100.0 * (chain - branch) / chain);
+                chain, branch, chain - branch, 100.0 * (chain - branch) / chain);
   }
   return 0;
 }

@@ -26,6 +26,15 @@
 #include <cstring>
 #include <vector>
 
+// The current device's properties and SM count (a probe's first lines print them).
+inline int probe_device_props(cudaDeviceProp& prop) {
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CK(cudaGetDeviceProperties(&prop, dev));
+  return sms;
+}
+
 // A device copy of h (never freed: a probe's buffers live until it exits).
 template <typename T>
 T* upload(const std::vector<T>& h) {

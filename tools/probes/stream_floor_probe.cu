@@ -24,49 +24,12 @@
 #include <vector>
 
 #include "tools/probes/probe_check.h"
+#include "tools/probes/stream_kernels.cuh"
 
-constexpr int kCopies = 8, kLaunches = 20, kThreads = 256, kUnroll = 8;
-
-__device__ __forceinline__ void trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-
-// Block b reads uint4s [b * per, (b + 1) * per) of src, kUnroll loads a thread in flight; the sum
-// goes to sink only when it equals a value it never takes, so nothing is stored but the loads stay.
-__global__ void __launch_bounds__(kThreads)
-    read_kernel(const uint4* __restrict__ src, int64_t n, int64_t per, unsigned* sink) {
-  trigger();  // does nothing without the PDL attribute
-  const int64_t lo = blockIdx.x * per, hi = lo + per < n ? lo + per : n;
-  unsigned acc = 0;
-  for (int64_t i = lo + threadIdx.x; i < hi; i += int64_t{kThreads} * kUnroll) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = i + int64_t{u} * kThreads;
-      v[u] = j < hi ? __ldcs(src + j) : uint4{};
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) acc += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  if (acc == 0x9e3779b9u) *sink = acc;
-}
-
-// In place: each uint4 read and written back changed (x + 1), kUnroll a thread in flight.
-__global__ void __launch_bounds__(kThreads) rmw_kernel(uint4* __restrict__ buf, int64_t n, int64_t per) {
-  trigger();
-  const int64_t lo = blockIdx.x * per, hi = lo + per < n ? lo + per : n;
-  for (int64_t i = lo + threadIdx.x; i < hi; i += int64_t{kThreads} * kUnroll) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = i + int64_t{u} * kThreads;
-      if (j < hi) v[u] = __ldcs(buf + j);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = i + int64_t{u} * kThreads;
-      if (j < hi) __stcs(buf + j, make_uint4(v[u].x + 1, v[u].y, v[u].z, v[u].w));
-    }
-  }
-}
+constexpr int kCopies = 8, kLaunches = 20;
+using probe::kThreads;
+using probe::read_kernel;
+using probe::rmw_kernel;
 
 template <typename K, typename... Args>
 void launch(K kernel, int grid, bool pdl, cudaStream_t s, Args... args) {

@@ -18,18 +18,17 @@
 // those rates where `rows` does not, the skinny kernel's gap is the layout of its weights (and
 // `rows512` says whether longer pieces of each row, without repacking, get the same).
 // Usage: tma_stream_probe. Build and run on a machine with an sm_90 GPU (repository root):
-//   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o /tmp/tma_stream_probe tools/probes/tma_stream_probe.cu &&
+//   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o /tmp/tma_stream_probe tools/probes/tma_stream_probe.cu \
+//     kernels/launch_check.cpp kernels/launch_policy.cpp &&
 //   /tmp/tma_stream_probe
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
-#include "kernels/mma_util.cuh"
-#include "kernels/tma_util.cuh"
+#include "kernels/skinny_gemm.cu"  // its tensor maps (make_map) and TMA helpers, compiled into the probe
 #include "tools/probes/probe_check.h"
 
 namespace {
@@ -87,27 +86,15 @@ __global__ void __launch_bounds__(64)
   }
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encoder() {
-  void* f = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
-  if (q != cudaDriverEntryPointSuccess) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
+// A bf16 [rows, cols] row-major matrix, boxes of [box_rows x 64], 128-byte swizzle: the library's
+// own map (sg::make_map, kernels/skinny_gemm.cu, compiled into the probe).
+CUtensorMap map_of(const void* base, int64_t rows, int64_t cols, int box_rows) {
+  CUtensorMap m;
+  if (!sg::make_map(&m, base, rows, cols, cols, box_rows)) {
+    std::fprintf(stderr, "tensor map of %lld x %lld (box %d rows) refused\n", static_cast<long long>(rows),
+                 static_cast<long long>(cols), box_rows);
     std::exit(1);
   }
-  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-}
-
-// A bf16 [rows, cols] row-major matrix, boxes of [box_rows x 64], 128-byte swizzle (as the library).
-CUtensorMap make_map(const void* base, int64_t rows, int64_t cols, int box_rows) {
-  CUtensorMap m;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
-  const cuuint32_t box[2] = {kBK, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  CK(encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   return m;
 }
 
@@ -129,9 +116,9 @@ void run(const char* name, int N, int K, cudaStream_t s, unsigned* sink) {
     CK(cudaMalloc(&buf[c], elems * 2));
     fill_kernel<<<1024, 256, 0, s>>>(static_cast<uint32_t*>(buf[c]), elems / 2);
     CK(cudaGetLastError());
-    rows[c] = make_map(buf[c], int64_t{rbs} * BN, K, BN);  // [N padded, K]
-    packed[c] = make_map(buf[c], elems / kBK, kBK, BN);    // [N / BN * K / 64 * BN, 64]
-    rows512[c] = make_map(buf[c], int64_t{rbs} * BN, K, BN / 4);
+    rows[c] = map_of(buf[c], int64_t{rbs} * BN, K, BN);  // [N padded, K]
+    packed[c] = map_of(buf[c], elems / kBK, kBK, BN);    // [N / BN * K / 64 * BN, 64]
+    rows512[c] = map_of(buf[c], int64_t{rbs} * BN, K, BN / 4);
   }
   CK(cudaStreamSynchronize(s));
   const char* names[3] = {"rows", "packed", "rows512"};
@@ -148,12 +135,9 @@ void run(const char* name, int N, int K, cudaStream_t s, unsigned* sink) {
 }  // namespace
 
 int main() {
-  int dev = 0, sms = 0;
-  CK(cudaGetDevice(&dev));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("# %s, %d SMs; plain launches, us a launch and TB/s of the weights' bytes\n", prop.name, sms);
+  const int sms = probe_device_props(prop);
+  std::printf("# %s, %d SMs; plain launches, us a launch and TB/s of the bytes read\n", prop.name, sms);
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   unsigned* sink;

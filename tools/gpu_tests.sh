@@ -7,8 +7,11 @@
 # [faults]: memory short on purpose and kernel faults; [cupti]: the one CUPTI subscription;
 # [sigint]: timed signals) run first, alone; the others are dealt out round-robin into N lists
 # of test names and run as N processes at once. Each process has a time limit; a process cut by
-# it counts as failed. Logs go to OUT_DIR (solo.log, shard<i>.log); a summary is printed last; the
-# exit code is 0 only when every process passed, 77 (tests_gpu's own) when there is no GPU.
+# it counts as failed, and so does one killed (SIGKILL: most likely the host's out-of-memory
+# killer, when too many processes run at once). Logs go to OUT_DIR (solo.log, shard<i>.log for
+# i = 1 .. N, each process's case names beside its log in shard<i>.cases); a summary is printed
+# last; the exit code is 0 only when every process passed, 77 (tests_gpu's own) when there is no
+# GPU.
 # With --tool, every process runs under compute-sanitizer with that tool (an error fails the
 # process) and the device-wide cases are left out (they fault, time signals or hold CUPTI on
 # purpose); with --filter, only the cases a Catch2 test spec selects run, dealt out as above.
@@ -20,7 +23,9 @@
 #     --out DIR     where the logs go (default ./gpu-out)
 #     --filter SPEC only the cases this test spec selects (e.g. "[model]", "model prefill*")
 #     --tool TOOL   compute-sanitizer's memcheck, racecheck, initcheck or synccheck (much slower than
-#                   a plain run: give -t room, and --filter a few cases a run)
+#                   a plain run: give -t room, and --filter a few cases a run; racecheck over the
+#                   model-level cases takes host memory enough that 12 processes at once were
+#                   killed on a 128 GiB machine, so keep -j lower there)
 # Catch2 v2 and v3 both read the lists (--input-file, names escaped); where a list does not select
 # exactly its names, v3's --shard-count takes over (contiguous shards: less even).
 set -u -o pipefail
@@ -98,9 +103,16 @@ finish() {  # the summary, and the exit code
   exit $failed
 }
 verdict() {  # verdict LOG RC: the process's summary line
-  local line
+  local line killed=0
   line=$(grep -E '^(All tests passed|test cases:)' "$1" | tail -1)
-  if [ "$2" = 124 ] || [ "$2" = 137 ]; then line="cut by the ${limit} s limit; ${line:-no summary}"; fi
+  # Killed: bash's 128 + 9, or compute-sanitizer's "Target application returned an error" with 9
+  # for a target that the kernel killed (timeout sends SIGTERM: 124).
+  [ "$2" = 137 ] && killed=1
+  [ -n "$tool" ] && [ "$2" = 9 ] && [ -z "$line" ] && killed=1
+  if [ "$2" = 124 ]; then line="cut by the ${limit} s limit; ${line:-no summary}"; fi
+  if [ $killed = 1 ]; then
+    line="killed (SIGKILL) before it finished, most likely out of host memory: run fewer processes at once (-j)"
+  fi
   if [ "$2" = 0 ] && ran_none "$1"; then line="no test case ran (a failure)"; fi
   local tool_line=""
   [ -z "$tool" ] || tool_line=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$1" | tail -1 | sed 's/^=* *//')
@@ -173,24 +185,28 @@ if [ $mode = shards ] && ! "$bin" --help 2>&1 | grep -q -- '--shard-count'; then
 fi
 t1=$(date +%s)
 for ((i = 0; i < jobs; i++)); do
+  log="$out/shard$((i + 1)).log"
   if [ $mode = lists ]; then
     sel=(--input-file "$tmp/list$i")
+    awk -v n="$jobs" -v i="$i" 'NR % n == i' "$tmp/all" > "${log%.log}.cases"
   else
     sel=("$shared" --shard-count "$jobs" --shard-index "$i")
+    names "${sel[@]}" > "${log%.log}.cases"
   fi
-  (timeout "$limit" ${run[@]+"${run[@]}"} "$bin" "${sel[@]}" -r compact > "$out/shard$i.log" 2>&1; echo $? > "$tmp/rc$i") &
+  (timeout "$limit" ${run[@]+"${run[@]}"} "$bin" "${sel[@]}" -r compact > "$log" 2>&1; echo $? > "$tmp/rc$i") &
 done
 wait
 no_gpu=1
 for ((i = 0; i < jobs; i++)); do
+  log="$out/shard$((i + 1)).log"
   rc=$(cat "$tmp/rc$i")
   [ "$rc" = 77 ] || no_gpu=0
-  passed "$out/shard$i.log" "$rc" || failed=1
-  summary+=("shard $((i + 1)) of $jobs: $(verdict "$out/shard$i.log" "$rc")")
-  [ "$rc" = 0 ] || [ "$rc" = 77 ] || grep -E 'failed|FAILED' "$out/shard$i.log" | head -5
+  passed "$log" "$rc" || failed=1
+  summary+=("shard $((i + 1)) of $jobs ($(wc -l < "${log%.log}.cases") cases): $(verdict "$log" "$rc")")
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || grep -E 'failed|FAILED' "$log" | head -5
 done
 if [ $no_gpu = 1 ]; then  # (the solo part, which would have said so first, did not run)
-  echo "gpu_tests.sh: no GPU, nothing run: $(skipped "$out/shard0.log")"
+  echo "gpu_tests.sh: no GPU, nothing run: $(skipped "$out/shard1.log")"
   exit 77
 fi
 summary+=("the other $total cases in $jobs processes at once ($mode${tool:+, under $tool}): $(( $(date +%s) - t1 )) s")

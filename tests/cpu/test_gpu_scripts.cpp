@@ -49,7 +49,8 @@ void write_script(const fs::path& p, const std::string& text) {
 // A stand-in tests_gpu (Catch2 v2's options): one device-wide case ("soak case") and three
 // others; it lists the cases a spec or an --input-file selects and "runs" them by appending
 // "<name>" lines to $FAKE_RUNS; FAKE_RC sets its exit code for runs (77: no GPU); FAKE_EMPTY=1
-// makes a run match nothing (Catch2 v2: "No tests ran", exit 0).
+// makes a run match nothing (Catch2 v2: "No tests ran", exit 0); FAKE_KILL=1 makes a run end by
+// SIGKILL before it prints anything (as the out-of-memory killer ends it).
 constexpr const char* kFakeTests = R"SH(#!/bin/bash
 if [ "$1" = --help ]; then echo "  --list-test-names-only  list all/matching test cases names only"; exit 0; fi
 list=0; [ "$1" = --list-test-names-only ] && { list=1; shift; }
@@ -64,6 +65,7 @@ pick() {
 }
 if [ $list = 1 ]; then pick "$@"; exit 0; fi
 [ "${FAKE_EMPTY:-0}" = 1 ] && { echo "No tests ran"; exit 0; }
+[ "${FAKE_KILL:-0}" = 1 ] && kill -9 $$
 pick "$@" >> "$FAKE_RUNS"
 [ "${FAKE_RC:-0}" = 0 ] && echo "All tests passed (3 assertions in $(pick "$@" | wc -l) test cases)"
 exit "${FAKE_RC:-0}"
@@ -163,6 +165,14 @@ TEST_CASE("gpu_tests.sh: the device-wide cases run alone, the others in N proces
   CHECK(contains(r.out, "the other 3 cases in 2 processes at once (lists)"));
   CHECK(contains(r.out, "every process passed"));
   CHECK(!fs::exists(f.sanitizer));
+  // Each process's log and its case names, numbered as the summary numbers them (1 .. N).
+  const fs::path out = f.dir.path / "out";
+  CHECK(contains(r.out, "shard 1 of 2 (1 cases): rc=0"));
+  CHECK(contains(r.out, "shard 2 of 2 (2 cases): rc=0"));
+  CHECK(read_all(out / "shard1.cases") == "beta case\n");
+  CHECK(read_all(out / "shard2.cases") == "alpha case\nmodel one\n");
+  CHECK(contains(read_all(out / "shard2.log"), "All tests passed (3 assertions in 2 test cases)"));
+  CHECK(!fs::exists(out / "shard0.log"));
 }
 
 TEST_CASE("gpu_tests.sh: --filter runs only the cases its spec picks", "[scripts]") {
@@ -238,6 +248,16 @@ TEST_CASE("gpu_tests.sh: a failing process fails the run", "[scripts]") {
   const ChildResult r = f.run({"-j", "2", "--filter", "model*"}, "1");
   CAPTURE(r.out, r.describe());
   REQUIRE(exited_with(r, 1));
+  CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
+}
+
+TEST_CASE("gpu_tests.sh: a process killed by SIGKILL fails the run and is named as killed", "[scripts]") {
+  const FakeGpu f;
+  const ChildResult r = f.run({"-j", "2", "--filter", "model*"}, "0", {{"FAKE_KILL", "1"}});
+  CAPTURE(r.out, r.describe());
+  REQUIRE(exited_with(r, 1));
+  CHECK(contains(r.out, "shard 1 of 1 (1 cases): rc=137; killed (SIGKILL) before it finished"));
+  CHECK(contains(r.out, "run fewer processes at once (-j)"));
   CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
 }
 

@@ -243,22 +243,28 @@ TEST_CASE("gpu_tests.sh: --tool runs every process under compute-sanitizer, with
   }
 }
 
-TEST_CASE("gpu_tests.sh: a failing process fails the run", "[scripts]") {
-  const FakeGpu f;
-  const ChildResult r = f.run({"-j", "2", "--filter", "model*"}, "1");
-  CAPTURE(r.out, r.describe());
-  REQUIRE(exited_with(r, 1));
-  CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
-}
-
-TEST_CASE("gpu_tests.sh: a process killed by SIGKILL fails the run and is named as killed", "[scripts]") {
-  const FakeGpu f;
-  const ChildResult r = f.run({"-j", "2", "--filter", "model*"}, "0", {{"FAKE_KILL", "1"}});
-  CAPTURE(r.out, r.describe());
-  REQUIRE(exited_with(r, 1));
-  CHECK(contains(r.out, "shard 1 of 1 (1 cases): rc=137; killed (SIGKILL) before it finished"));
-  CHECK(contains(r.out, "run fewer processes at once (-j)"));
-  CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
+TEST_CASE("gpu_tests.sh: a failing or killed process fails the run", "[scripts]") {
+  struct Case {
+    std::string rc;
+    EnvChanges env;
+    std::vector<std::string> says;
+  };
+  const Case cases[] = {
+      {"1", {}, {"shard 1 of 1 (1 cases): rc=1"}},
+      // Ended by SIGKILL (as the out-of-memory killer ends it): named as killed, with the hint.
+      {"0",
+       {{"FAKE_KILL", "1"}},
+       {"shard 1 of 1 (1 cases): rc=137; killed (SIGKILL) before it finished", "run fewer processes at once (-j)"}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.rc, c.says);
+    const FakeGpu f;
+    const ChildResult r = f.run({"-j", "2", "--filter", "model*"}, c.rc, c.env);
+    CAPTURE(r.out, r.describe());
+    REQUIRE(exited_with(r, 1));
+    for (const std::string& part : c.says) CHECK(contains(r.out, part));
+    CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
+  }
 }
 
 TEST_CASE("gpu_tests.sh: a process that ran no test case fails the run", "[scripts]") {

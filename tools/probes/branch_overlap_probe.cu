@@ -69,7 +69,7 @@ void layer(const Buffers& b, int c, bool branch, cudaStream_t s, cudaStream_t si
   }
   small_kernel<<<32, kThreads, 0, s>>>(b.glue);  // conv.update
   small_kernel<<<32, kThreads, 0, s>>>(b.glue);  // post-conv
-  rmw_kernel<<<grid, kThreads, 0, s>>>(b.state[c], b.n_state, (b.n_state + grid - 1) / grid);
+  rmw_kernel<><<<grid, kThreads, 0, s>>>(b.state[c], b.n_state, (b.n_state + grid - 1) / grid);
   if (branch) CK(cudaStreamWaitEvent(s, join, 0));
   small_kernel<<<32, kThreads, 0, s>>>(b.glue);  // gated norm (needs z)
   read(s, b.w_out[c], b.n_out);                  // out_proj

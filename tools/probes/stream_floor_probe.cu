@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
         const int64_t per = (n + grid - 1) / grid;
         const float ms = time_graph(s, kLaunches, kCopies, [&](int c) {
           if (z.rmw) {
-            launch(rmw_kernel, grid, pdl, s, buf[c], n, per);
+            launch(rmw_kernel<>, grid, pdl, s, buf[c], n, per);
           } else {
             launch(read_kernel, grid, pdl, s, static_cast<const uint4*>(buf[c]), n, per, sink);
           }

@@ -35,7 +35,10 @@ __global__ void __launch_bounds__(kThreads)
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
-// In place: each uint4 read and written back changed (x + 1), kUnroll a thread in flight.
+// In place: each uint4 read and written back changed (x + 1), kUnroll a thread in flight; the
+// stores streaming (st.global.cs: evict first) or, with kPlain, plain stores (as the delta rule
+// decode's state stores).
+template <bool kPlain = false>
 __global__ void __launch_bounds__(kThreads) rmw_kernel(uint4* __restrict__ buf, int64_t n, int64_t per) {
   trigger();
   const int64_t lo = blockIdx.x * per, hi = lo + per < n ? lo + per : n;
@@ -49,7 +52,13 @@ __global__ void __launch_bounds__(kThreads) rmw_kernel(uint4* __restrict__ buf, 
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t j = i + int64_t{u} * kThreads;
-      if (j < hi) __stcs(buf + j, make_uint4(v[u].x + 1, v[u].y, v[u].z, v[u].w));
+      if (j >= hi) continue;
+      const uint4 w = make_uint4(v[u].x + 1, v[u].y, v[u].z, v[u].w);
+      if constexpr (kPlain) {
+        buf[j] = w;
+      } else {
+        __stcs(buf + j, w);
+      }
     }
   }
 }

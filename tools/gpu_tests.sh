@@ -172,7 +172,8 @@ fi
 [ "$jobs" -gt "$total" ] && jobs=$total
 mode=lists
 for ((i = 0; i < jobs; i++)); do
-  awk -v n="$jobs" -v i="$i" 'NR % n == i' "$tmp/all" | escape > "$tmp/list$i"
+  awk -v n="$jobs" -v i="$i" 'NR % n == i' "$tmp/all" > "$tmp/names$i"
+  escape < "$tmp/names$i" > "$tmp/list$i"
   selects "$tmp/list$i" || mode=shards
 done
 if [ $mode = shards ] && [ $filtered = 1 ]; then
@@ -188,7 +189,7 @@ for ((i = 0; i < jobs; i++)); do
   log="$out/shard$((i + 1)).log"
   if [ $mode = lists ]; then
     sel=(--input-file "$tmp/list$i")
-    awk -v n="$jobs" -v i="$i" 'NR % n == i' "$tmp/all" > "${log%.log}.cases"
+    cp "$tmp/names$i" "${log%.log}.cases"
   else
     sel=("$shared" --shard-count "$jobs" --shard-index "$i")
     names "${sel[@]}" > "${log%.log}.cases"

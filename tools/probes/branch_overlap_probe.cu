@@ -28,6 +28,7 @@ namespace {
 using probe::kThreads;
 using probe::read_kernel;
 using probe::rmw_kernel;
+using probe::stream_buffer;
 constexpr int kLayers = 24, kCopies = 8;
 
 // A glue node: 32 blocks, each reads and writes 4 KB (a norm or post-conv over 32 rows).
@@ -43,13 +44,6 @@ struct Buffers {
   uint4* glue = nullptr;
   int64_t n_main = 0, n_z = 0, n_out = 0, n_state = 0;
 };
-
-uint4* alloc(int64_t n) {
-  uint4* p = nullptr;
-  CK(cudaMalloc(&p, n * sizeof(uint4)));
-  CK(cudaMemset(p, 0x11, n * sizeof(uint4)));
-  return p;
-}
 
 // One layer on s (chain) or with the z stream on side (branch); `c` picks the buffer copy.
 void layer(const Buffers& b, int c, bool branch, cudaStream_t s, cudaStream_t side, cudaEvent_t fork, cudaEvent_t join,
@@ -105,12 +99,12 @@ int main() {
   b.n_out = 2560LL * 4096 * 2 / 16;
   b.n_state = 32LL * 32 * 128 * 128 * 4 / 16;
   for (int c = 0; c < kCopies; ++c) {
-    b.w_main.push_back(alloc(b.n_main + b.n_z));  // the chain reads main and z as one stream
+    b.w_main.push_back(stream_buffer(b.n_main + b.n_z));  // the chain reads main and z as one stream
     b.w_z.push_back(b.w_main.back() + b.n_main);
-    b.w_out.push_back(alloc(b.n_out));
-    b.state.push_back(alloc(b.n_state));
+    b.w_out.push_back(stream_buffer(b.n_out));
+    b.state.push_back(stream_buffer(b.n_state));
   }
-  b.glue = alloc(32 * kThreads);
+  b.glue = stream_buffer(32 * kThreads);
   unsigned* sink;
   CK(cudaMalloc(&sink, sizeof(unsigned)));
   std::printf("# %s, %d SMs; 24 stand-in GDN decode layers a graph, us a layer (median of 5 replays)\n", prop.name,

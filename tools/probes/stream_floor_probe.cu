@@ -88,10 +88,7 @@ int main(int argc, char** argv) {
     const size_t bytes = static_cast<size_t>(z.mb * 1e6) / 16 * 16;  // rmw: the state, read and written
     const int64_t n = static_cast<int64_t>(bytes / 16);
     std::vector<uint4*> buf(kCopies);
-    for (auto& b : buf) {
-      CK(cudaMalloc(&b, bytes));
-      CK(cudaMemset(b, 0x11, bytes));
-    }
+    for (auto& b : buf) b = probe::stream_buffer(n);
     float best[2] = {1e30f, 1e30f};
     int best_bps[2] = {0, 0};
     for (int pdl = 0; pdl < 2; ++pdl) {

@@ -2,8 +2,9 @@
 // (every byte read once, as a GEMM's weights) and rmw_kernel (every 16 bytes read and written back
 // changed, as the delta rule's state), kThreads threads a block, kUnroll 16-byte loads in flight a
 // thread, block b on [b * per, (b + 1) * per). Both let the next kernel launch at their start
-// (trigger), which does nothing without the programmatic-launch attribute. Used by
-// stream_floor_probe.cu and branch_overlap_probe.cu; for the hand-built probes only.
+// (trigger), which does nothing without the programmatic-launch attribute; stream_buffer, a device
+// buffer for them. Used by stream_floor_probe.cu, branch_overlap_probe.cu and writeback_probe.cu; for
+// the hand-built probes only (include tools/probes/probe_check.h first: CK).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -12,6 +13,14 @@
 namespace probe {
 
 constexpr int kThreads = 256, kUnroll = 8;
+
+// n uint4s of device memory, every byte 0x11 (the probe frees it, or keeps it until it exits).
+inline uint4* stream_buffer(int64_t n) {
+  uint4* p = nullptr;
+  CK(cudaMalloc(&p, n * sizeof(uint4)));
+  CK(cudaMemset(p, 0x11, n * sizeof(uint4)));
+  return p;
+}
 
 __device__ __forceinline__ void trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 

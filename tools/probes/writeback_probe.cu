@@ -26,31 +26,26 @@ namespace {
 using probe::kThreads;
 using probe::read_kernel;
 using probe::rmw_kernel;
+using probe::stream_buffer;
 constexpr int kLayers = 24, kCopies = 8;
-
-uint4* alloc(int64_t n) {
-  uint4* p = nullptr;
-  CK(cudaMalloc(&p, n * sizeof(uint4)));
-  CK(cudaMemset(p, 0x11, n * sizeof(uint4)));
-  return p;
-}
 
 struct Shape {
   const char* name;
   int64_t state, weights;  // uint4s: the state a layer (f32, read and written), out_proj's weights (bf16)
 };
 
-// Microseconds a layer of: the state stream (none, plain or streaming stores), then the weight read
-// (or not).
-float time_layers(const std::vector<uint4*>& state, const std::vector<uint4*>& w, const Shape& sh, int rmw, bool read,
-                  int sms, unsigned* sink) {
+enum class Stores { none, plain, streaming };  // the state stream: absent, or its stores' policy
+
+// Microseconds a layer of: the state stream, then the weight read (or not).
+float time_layers(const std::vector<uint4*>& state, const std::vector<uint4*>& w, const Shape& sh, Stores rmw,
+                  bool read, int sms, unsigned* sink) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const int grid = 2 * sms;
   const float ms = time_graph(s, kLayers, kCopies, [&](int c) {
     const int64_t per = (sh.state + grid - 1) / grid;
-    if (rmw == 1) rmw_kernel<true><<<grid, kThreads, 0, s>>>(state[c], sh.state, per);
-    if (rmw == 2) rmw_kernel<false><<<grid, kThreads, 0, s>>>(state[c], sh.state, per);
+    if (rmw == Stores::plain) rmw_kernel<true><<<grid, kThreads, 0, s>>>(state[c], sh.state, per);
+    if (rmw == Stores::streaming) rmw_kernel<false><<<grid, kThreads, 0, s>>>(state[c], sh.state, per);
     if (read) read_kernel<<<grid, kThreads, 0, s>>>(w[c], sh.weights, (sh.weights + grid - 1) / grid, sink);
   });
   CK(cudaStreamDestroy(s));
@@ -72,15 +67,15 @@ int main() {
   for (const Shape& sh : shapes) {
     std::vector<uint4*> state, w;
     for (int c = 0; c < kCopies; ++c) {
-      state.push_back(alloc(sh.state));
-      w.push_back(alloc(sh.weights));
+      state.push_back(stream_buffer(sh.state));
+      w.push_back(stream_buffer(sh.weights));
     }
     for (int round = 0; round < 2; ++round) {
-      const float plain_read = time_layers(state, w, sh, 1, true, sms, sink);
-      const float cs_read = time_layers(state, w, sh, 2, true, sms, sink);
-      const float plain = time_layers(state, w, sh, 1, false, sms, sink);
-      const float cs = time_layers(state, w, sh, 2, false, sms, sink);
-      const float read = time_layers(state, w, sh, 0, true, sms, sink);
+      const float plain_read = time_layers(state, w, sh, Stores::plain, true, sms, sink);
+      const float cs_read = time_layers(state, w, sh, Stores::streaming, true, sms, sink);
+      const float plain = time_layers(state, w, sh, Stores::plain, false, sms, sink);
+      const float cs = time_layers(state, w, sh, Stores::streaming, false, sms, sink);
+      const float read = time_layers(state, w, sh, Stores::none, true, sms, sink);
       std::printf(
           "%s round %d: state %.1f MB, weights %.1f MB | plain -> read %.2f  cs -> read %.2f | plain %.2f  cs %.2f  "
           "read %.2f | the read after plain stores %.2f us, after streaming stores %.2f us\n",

@@ -1,6 +1,7 @@
 // wgmma_util.cuh: the warpgroup tensor-core primitives of sm_90a (wgmma.mma_async): shared-memory
 // matrix descriptors for the interleaved (unswizzled) layout, the fences and the m64nNk16 bf16 ->
-// f32 instructions the wgmma kernels use (attention_prefill_wgmma.cu). Only a translation unit
+// f32 instructions the wgmma kernels use (attention_prefill_wgmma.cu,
+// delta_rule_prefill_wgmma.cu). Only a translation unit
 // built for sm_90a (the sg_kernels_sm90a library, kernels/CMakeLists.txt) may include it: the
 // instructions exist on no other target.
 //
@@ -54,20 +55,40 @@ __device__ __forceinline__ void fence_operands(float* r) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-// D[64 x 64] (+)= A[64 x 16] B[16 x 64]: A and B from shared memory, both K-major; scale_d 0
-// overwrites D.
-__device__ __forceinline__ void m64n64k16_ss(float* d, uint64_t a, uint64_t b, int scale_d) {
+// D[64 x 64] (+)= A[64 x 16] B[16 x 64]: A and B from shared memory; TA / TB 0: K-major, 1:
+// MN-major (transposed); scale_d 0 overwrites D.
+template <int TA, int TB>
+__device__ __forceinline__ void m64n64k16_ss_t(float* d, uint64_t a, uint64_t b, int scale_d) {
+  static_assert((TA == 0 || TA == 1) && (TB == 0 || TB == 1), "a transpose flag is 0 or 1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
+}
+
+// D[64 x 32] (+)= A[64 x 16] B[16 x 32]: A and B from shared memory, both K-major; scale_d 0
+// overwrites D.
+__device__ __forceinline__ void m64n32k16_ss(float* d, uint64_t a, uint64_t b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "l"(a), "l"(b), "r"(scale_d));
+}
+
+// D[64 x 64] (+)= A[64 x 16] B[16 x 64]: A and B from shared memory, both K-major.
+__device__ __forceinline__ void m64n64k16_ss(float* d, uint64_t a, uint64_t b, int scale_d) {
+  m64n64k16_ss_t<0, 0>(d, a, b, scale_d);
 }
 
 // D[64 x 64] += A[64 x 16] B[16 x 64]: A from registers (a[4], the m16n8k16 A fragment of the

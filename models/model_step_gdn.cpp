@@ -12,6 +12,7 @@
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/delta_rule_prefill_mma.h"
+#include "kernels/delta_rule_prefill_wgmma.h"
 #include "kernels/gdn_prefill_fused.h"
 #include "kernels/op_bytes.h"
 #include "kernels/postconv.h"
@@ -198,6 +199,7 @@ bool ModelStep::gdn_prefill(int layer, const StepKey& key, const GdnIo& io, Node
     dp.norm_rows = rows;
   }
   launched(form == DeltaPrefill::mma       ? delta_rule_prefill_mma(dp, s)
+           : form == DeltaPrefill::wgmma   ? delta_rule_prefill_wgmma(dp, s)
            : form == DeltaPrefill::chunked ? delta_rule_prefill_chunked(dp, s)
                                            : delta_rule_prefill(dp, s),
            rec, s, [&] {

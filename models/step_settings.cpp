@@ -9,12 +9,14 @@
 #include "kernels/attention_shapes.h"
 #include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/delta_rule_prefill_mma.h"
+#include "kernels/delta_rule_prefill_wgmma.h"
 
 namespace sg {
 
 const char* delta_prefill_name(DeltaPrefill d) {
   return d == DeltaPrefill::chunked ? "chunked"
          : d == DeltaPrefill::mma   ? "mma"
+         : d == DeltaPrefill::wgmma ? "wgmma"
          : d == DeltaPrefill::scan  ? "scan"
                                     : "auto";
 }
@@ -24,8 +26,11 @@ DeltaPrefill parse_delta_prefill(const std::string& name) {
   if (name == "scan") return DeltaPrefill::scan;
   if (name == "chunked") return DeltaPrefill::chunked;
   if (name == "mma") return DeltaPrefill::mma;
-  throw Error(fmt::format("unknown delta-rule prefill '{}' (valid: auto, scan, chunked, mma)", name));
+  if (name == "wgmma") return DeltaPrefill::wgmma;
+  throw Error(fmt::format("unknown delta-rule prefill '{}' (valid: auto, scan, chunked, mma, wgmma)", name));
 }
+
+bool chunked_delta_prefill(const std::string& name) { return name == "chunked" || name == "mma" || name == "wgmma"; }
 
 const char* attn_prefill_name(AttnPrefill a) {
   switch (a) {
@@ -89,10 +94,23 @@ AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache
 
 DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool prefill, DType act,
                                    const DeviceLimits& d) {
-  if (want == DeltaPrefill::scan || ((want == DeltaPrefill::chunked || want == DeltaPrefill::mma) && !prefill)) {
+  if (want == DeltaPrefill::scan || (want != DeltaPrefill::automatic && !prefill)) return want;
+  const int optin = d.smem_optin;
+  if (want == DeltaPrefill::wgmma) {  // only when named
+    require(delta_rule_prefill_wgmma_supports(g.Dk, g.Dv, act),
+            "the warpgroup delta-rule prefill is built for bf16 activations with Dk = Dv = 128, not {} with Dk={} "
+            "Dv={} (use --delta-prefill mma or chunked)",
+            dtype_name(act), g.Dk, g.Dv);
+    require(delta_rule_prefill_wgmma_device(d.cc_major, d.cc_minor),
+            "the warpgroup delta-rule prefill needs compute capability 9.0 (sm_90a), not {}.{} (use --delta-prefill "
+            "mma)",
+            d.cc_major, d.cc_minor);
+    require(delta_rule_prefill_wgmma_smem() <= static_cast<size_t>(optin),
+            "the warpgroup delta-rule prefill needs {} bytes of shared memory per block; this device allows {} "
+            "(use --delta-prefill mma)",
+            delta_rule_prefill_wgmma_smem(), optin);
     return want;
   }
-  const int optin = d.smem_optin;
   const bool mma_built = delta_rule_prefill_mma_supports(g.Dk, g.Dv) && d.cc_major >= 8;  // mma.sync bf16: sm_80+
   const bool mma_fits = mma_built && delta_rule_prefill_mma_smem(g.Dk, delta_rule_prefill_mma_tile(g.Dv), act) <=
                                          static_cast<size_t>(optin);

@@ -29,10 +29,15 @@ enum class DeltaPrefill : uint8_t {
   chunked,    // delta_rule_prefill_chunked: the chunked WY form (chunks of 64 tokens), much faster
   mma,        // delta_rule_prefill_mma: the chunked WY form with its products on the tensor cores
               // (bf16 operands split in two parts; automatic's choice for bf16 activations)
+  wgmma,      // delta_rule_prefill_wgmma: the same products on the warpgroup tensor cores (sm_90a,
+              // bf16 q/k/v, Dk = Dv = 128), the state in registers; only when named
 };
-const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked", "mma"
-// "auto", "scan", "chunked" or "mma"; throws Error on anything else.
+const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked", "mma", "wgmma"
+// "auto", "scan", "chunked", "mma" or "wgmma"; throws Error on anything else.
 DeltaPrefill parse_delta_prefill(const std::string& name);
+// True for the names of the chunked WY forms ("chunked", "mma", "wgmma"); false for "auto", "scan"
+// and anything else.
+bool chunked_delta_prefill(const std::string& name);
 
 // How a prefill step runs attention.prefill. A setting, not an arm (the two agree within the bf16
 // attention tolerance, not byte for byte).
@@ -183,8 +188,9 @@ AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache
 AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType act, DType cache, const DeviceLimits& d);
 // `automatic` -> for bf16 activations (`act`) mma when its kernel is built for (Dk, Dv) on this
 // device (sm_80+) and one block's shared memory fits (the opt-in limit); otherwise chunked when
-// that kernel is built and fits, else scan. An explicit chunked or mma that cannot run is an error
-// when the step has prefill (`prefill`), and harmless without.
+// that kernel is built and fits, else scan. An explicit chunked, mma or wgmma that cannot run is an
+// error when the step has prefill (`prefill`), and harmless without (wgmma: bf16 activations, Dk =
+// Dv = 128, compute capability 9.0 and its shared memory).
 DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool prefill, DType act, const DeviceLimits& d);
 
 }  // namespace sg

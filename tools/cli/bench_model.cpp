@@ -107,8 +107,7 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
       "64 here).\n",
       cfg.layers, cfg.hidden, cfg.vocab, B, ctx);
   ReferenceOptions ro;
-  ro.chunked_prefill =
-      o.delta_prefill == "chunked" || o.delta_prefill == "mma";  // its own chunked form (double); auto runs the scan
+  ro.chunked_prefill = chunked_delta_prefill(o.delta_prefill);  // its own chunked form (double); auto runs the scan
   ro.ssm_state = reference_ssm_state(o.ssm_state);
   ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, ctx + 64, ro);
   std::vector<Sequence> seqs;

@@ -247,7 +247,7 @@ int run(const GenerateOptions& o) {
   HostWeights weights = ck ? load_weights(*ck, cfg) : synthetic_weights(cfg, o.seed);
   ReferenceOptions ro;
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;  // default f32 on the CPU
-  ro.chunked_prefill = o.chunked || o.delta_prefill == "chunked" || o.delta_prefill == "mma";
+  ro.chunked_prefill = o.chunked || chunked_delta_prefill(o.delta_prefill);
   ro.ssm_state = reference_ssm_state(o.ssm_state);
   std::string detail =
       fmt::format("{} delta-rule prefill; GDN state {}", ro.chunked_prefill ? "chunked" : "recurrent", o.ssm_state);
@@ -331,10 +331,12 @@ void register_generate(CLI::App& app, Action& action) {
                   "chunked (the chunked WY form, 64-token chunks, within f32 tolerance of the scan; on the CPU the "
                   "same as --chunked), mma (GPU: the chunked WY form with its products on the tensor cores, bf16 "
                   "operands split in two parts, within 1e-4 normalised f32 error of the double reference; on the "
-                  "CPU the same as --chunked) or auto (on the GPU mma for bf16 and chunked for f32 where the "
+                  "CPU the same as --chunked), wgmma (GPU: the same products on the warpgroup tensor cores, bf16, "
+                  "Dk = Dv = 128, compute capability 9.0; on the CPU the same as --chunked) or auto (on the GPU mma "
+                  "for bf16 and chunked for f32 where the "
                   "kernel is built for the model's Dk and fits the device, else scan; on the CPU the scan)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "scan", "chunked", "mma"}));
+      ->check(CLI::IsMember(setting_values("delta-prefill")));
   cmd->add_option("--attn-prefill", o.attn_prefill,
                   "How the prefill step runs attention (GPU only): simt (the f32 CUDA-core kernel), mma (bf16 tensor "
                   "cores, within the bf16 attention tolerance of simt), wgmma (the same on the warpgroup tensor "

@@ -164,8 +164,7 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   check_host_memory(need.total(), "the CPU reference model of 'tiny'", need.describe());
   ReferenceOptions ro;
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;
-  ro.chunked_prefill =
-      o.b.delta_prefill == "chunked" || o.b.delta_prefill == "mma";  // its own chunked form; auto runs the scan
+  ro.chunked_prefill = chunked_delta_prefill(o.b.delta_prefill);  // its own chunked form; auto runs the scan
   ro.ssm_state = reference_ssm_state(o.b.ssm_state);
   ReferenceModel model(cfg, synthetic_weights(cfg, o.seed), slots, ctx, ro);
   SchedulerOptions sch;
@@ -358,9 +357,9 @@ void register_serve(CLI::App& app, Action& action) {
                 "GPU: skip the second run under CUPTI (graph-node time per op family)");
   add_arm_options(cmd, o.b.arms);
   cmd->add_option("--delta-prefill", o.b.delta_prefill,
-                  "The delta rule in prefill steps: auto, scan, chunked or mma (as bench)")
+                  "The delta rule in prefill steps: auto, scan, chunked, mma or wgmma (as bench)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "scan", "chunked", "mma"}));
+      ->check(CLI::IsMember(setting_values("delta-prefill")));
   cmd->add_option("--attn-prefill", o.b.attn_prefill,
                   "GPU: attention in prefill steps: auto, simt, mma or wgmma (as bench)")
       ->capture_default_str()

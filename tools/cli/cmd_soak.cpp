@@ -304,9 +304,9 @@ void register_soak(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("ssm-state")));
   cmd->add_option("--delta-prefill", o.delta_prefill,
-                  "The prompt's prefill (with --prompt): the delta rule, auto, scan, chunked or mma (as bench)")
+                  "The prompt's prefill (with --prompt): the delta rule, auto, scan, chunked, mma or wgmma (as bench)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "scan", "chunked", "mma"}));
+      ->check(CLI::IsMember(setting_values("delta-prefill")));
   cmd->add_option("--attn-prefill", o.attn_prefill,
                   "The prompt's prefill (with --prompt): attention, auto, simt, mma or wgmma (as bench)")
       ->capture_default_str()

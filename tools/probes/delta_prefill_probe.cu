@@ -25,11 +25,20 @@
 //     -o /tmp/delta_prefill_probe tools/probes/delta_prefill_probe.cu \
 //     kernels/launch_check.cpp kernels/launch_policy.cpp && /tmp/delta_prefill_probe
 // (tools/probes/delta_prefill_phases.sh builds it once per edited copy and prints the phase table.)
+// With -DSG_PROBE_WGMMA it times the warpgroup form instead (kernels/delta_rule_prefill_wgmma.cu,
+// sg::delta_rule_prefill_wgmma: Dk = Dv = 128, bf16 q/k/v, one Dv tile, 256 threads; --tile must be
+// 0 or 128), and counts what that form issues.
+#ifdef SG_PROBE_WGMMA
+#ifndef SG_PROBE_KERNEL
+#define SG_PROBE_KERNEL "kernels/delta_rule_prefill_wgmma.cu"
+#endif
+#else
 #ifndef SG_PROBE_KERNEL
 #define SG_PROBE_KERNEL "kernels/delta_rule_prefill_mma.cu"
 #endif
 #ifndef SG_PROBE_LAUNCH
 #define SG_PROBE_LAUNCH sg::delta_rule_prefill_mma
+#endif
 #endif
 #include SG_PROBE_KERNEL
 
@@ -146,16 +155,46 @@ void sums(const std::vector<uint8_t>& b, DType t, double& sum, double& asum) {
 struct Flops {
   double useful = 0, issued = 0, one_pass = 0;
 };
+// The timed form's shapes, tile, threads and shared memory.
+#ifdef SG_PROBE_WGMMA
+bool form_supports(int Dk, int Dv, DType qkv, int tile) {
+  return sg::delta_rule_prefill_wgmma_supports(Dk, Dv, qkv) && (tile == 0 || tile == 128);
+}
+int form_tile(int) { return 128; }
+int form_threads(int) { return 256; }
+size_t form_smem(int, int, DType) { return sg::delta_rule_prefill_wgmma_smem(); }
+// What the warpgroup form issues a chunk and head, in m64n64k16 instructions (2 x 64 x 64 x 16
+// FLOPs each; both warpgroups, whole tiles): P 2 x 8, A 2 x 8 halves (8), O and X 2 x 2 x 2 x 8 (S
+// split), V' = T X and P V' 2 x 2 x 3 x 4, K^T (EL V') 2 x 2 x 2 x 4 (V' split): 168; one pass of
+// each product would be 104.
+void form_issued(Flops& f, double /*L*/, int /*DK*/, int /*BV*/, bool /*two*/) {
+  f.issued += 168.0 * 131072.0;
+  f.one_pass += 104.0 * 131072.0;
+}
+#else
+bool form_supports(int Dk, int Dv, DType, int tile) {
+  return sg::delta_rule_prefill_mma_supports(Dk, Dv) && (tile == 0 || tile == 32 || tile == 64 || tile == 128);
+}
+int form_tile(int Dv) { return sg::delta_rule_prefill_mma_tile(Dv); }
+int form_threads(int BV) { return 4 * BV; }
+size_t form_smem(int Dk, int BV, DType qkv) { return sg::delta_rule_prefill_mma_smem(Dk, BV, qkv); }
+#endif
+
 Flops count_flops(int seqs, int len, int Hv, int DK, int DV, int BV, bool two) {
   Flops f;
   const double tiles = (DV + BV - 1) / BV;
   for (int c0 = 0; c0 < len; c0 += 64) {
     const double L = len - c0 < 64 ? len - c0 : 64;
     f.useful += 2.0 * DK * L * L + 6.0 * L * DK * DV + 2.0 * DV * L * (L + 1);
+#ifdef SG_PROBE_WGMMA
+    form_issued(f, L, DK, BV, two);
+    (void)tiles;
+#else
     const double p1a = 40.0 * (DK / 16), p1b = 8.0 * (BV / 8) * (DK / 16), p34 = 2 * 10.0 * (BV / 8),
                  st = (DK / 16) * (BV / 8) * std::ceil(L / 16);
     f.issued += tiles * (p1a * (two ? 3 : 1) + p1b * (two ? 3 : 2) + p34 * 3 + st * (two ? 3 : 2)) * 4096.0;
     f.one_pass += tiles * (p1a + p1b + p34 + st) * 4096.0;
+#endif
   }
   const double heads = double(seqs) * Hv;
   f.useful *= heads, f.issued *= heads, f.one_pass *= heads;
@@ -166,7 +205,12 @@ const char* name(DType t) { return t == DType::bf16 ? "bf16" : "f32"; }
 
 // One launch; a refused one prints the launcher's reason and ends the probe.
 void launch_once(const sg::DeltaRulePrefillParams& p, int tile) {
+#ifdef SG_PROBE_WGMMA
+  (void)tile;  // form_supports allowed 0 or 128 only: the form's one tile
+  const cudaError_t err = sg::delta_rule_prefill_wgmma(p, nullptr);
+#else
   const cudaError_t err = SG_PROBE_LAUNCH(p, nullptr, tile);
+#endif
   if (err != cudaSuccess) {
     std::fprintf(stderr, "launch failed (%s): %s\n", cudaGetErrorString(err), sg::take_launch_refusal().c_str());
     std::exit(1);
@@ -222,8 +266,7 @@ int main(int argc, char** argv) {
     }
   }
   if (seqs < 1 || seqs > 65535 || len < 1 || reps < 1 || int64_t{seqs} * len > (1 << 24) || Hk < 1 || Hv < 1 ||
-      Hv % Hk != 0 || !sg::delta_rule_prefill_mma_supports(Dk, Dv) ||
-      (tile != 0 && tile != 32 && tile != 64 && tile != 128)) {
+      Hv % Hk != 0 || !form_supports(Dk, Dv, qkv, tile)) {
     return usage();
   }
   int devices = 0;
@@ -231,7 +274,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "delta_prefill_probe: no CUDA device\n");
     return 1;
   }
-  const int T = seqs * len, BV = tile != 0 ? tile : sg::delta_rule_prefill_mma_tile(Dv);
+  const int T = seqs * len, BV = tile != 0 ? tile : form_tile(Dv);
   const size_t qn = size_t(T) * Hk * Dk, vn = size_t(T) * Hv * Dv, gn = size_t(T) * Hv,
                sn = size_t(seqs) * Hv * Dk * Dv;
   const size_t qkv_es = sg::dtype_size(qkv), out_bytes = vn * sg::dtype_size(out_t),
@@ -298,7 +341,7 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CK(cudaGetDevice(&dev));
   CK(cudaGetDeviceProperties(&prop, dev));
-  const size_t smem = sg::delta_rule_prefill_mma_smem(Dk, BV, qkv);
+  const size_t smem = form_smem(Dk, BV, qkv);
   const int per_sm =
       smem == 0
           ? 1
@@ -318,7 +361,7 @@ int main(int argc, char** argv) {
       "  out sum %.6e |sum| %.6e, state sum %.6e |sum| %.6e\n"
       "  checksum %016llx\n",
       SG_PROBE_KERNEL, seqs, len, Hk, Hv, Dk, Dv, BV, name(qkv), name(out_t), name(state_t), hist ? "with" : "no",
-      static_cast<int>(blocks), 4 * BV, smem, per_sm, prop.multiProcessorCount,
+      static_cast<int>(blocks), form_threads(BV), smem, per_sm, prop.multiProcessorCount,
       double(blocks) / (prop.multiProcessorCount * per_sm), static_cast<long long>(chunks), ms, reps, us_chunk,
       tflops(f.useful), f.useful / 1e9, 100.0 * tflops(f.useful) / 790.0, tflops(f.issued), f.issued / 1e9,
       100.0 * tflops(f.issued) / 790.0, f.one_pass / 1e9, osum, oabs, ssum, sabs,

@@ -1,0 +1,451 @@
+// delta_rule_prefill_wgmma.cu: the gated delta rule's prefill in the chunked WY form on the sm_90a
+// warpgroup tensor cores (see delta_rule_prefill_wgmma.h for the design, the arithmetic and the
+// contract; delta_rule_prefill_mma.cu is the mma.sync form it follows product by product). Built
+// for sm_90a only (the sg_kernels_sm90a library).
+// One block per (v-head, sequence) walks the sequence's chunks of 64 tokens; warpgroup w owns value
+// columns 64w .. 64w + 63. Per chunk:
+//   P1 (after the chunk's tiles and gates are in)  P = Q K^T -> registers (scale, decay, mask, then
+//      split: the A operand of P V'); A = K K^T -> the f32 A tile (warpgroup w: columns 32w ..
+//      32w + 31); O = Q S_w and
+//      X = K S_w with S_w's bf16 parts from shared memory; X = beta (v - exp(G) X) -> its part tiles
+//      (non-finite values as 0, the first non-finite row of each column noted)
+//   (the next chunk's q, v and k are copied while the rest of this chunk runs)
+//   P2 T = (I + A)^-1 on the CUDA cores (delta_rule_chunk_inverse.cuh, as the mma kernel)
+//   P3 V' = T X (T split from the f32 tile into registers); rows at or past a column's first
+//      non-finite X made NaN; V' (non-finite as 0) and exp(G_last - G) V' -> their part tiles
+//   P4 o = O + P V' (stored, rows past V''s first non-finite value NaN);
+//      S_w = exp(G_last) S_w + K^T (exp(G_last - G) V') (K read MN-major); S_w -> its part tiles
+// Shared-memory tiles are bf16 in the unswizzled core-matrix layout of wgmma_util.cuh: chunk (row r,
+// 16-byte column c) of a tile with C columns at (r / 8) C 16 + c 128 + (r % 8) 16.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/contracts.h"
+#include "kernels/delta_rule_chunk_inverse.cuh"
+#include "kernels/delta_rule_chunk_io.cuh"
+#include "kernels/delta_rule_prefill_wgmma.h"
+#include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
+#include "kernels/mma_util.cuh"
+#include "kernels/wgmma_util.cuh"
+
+namespace sg {
+namespace {
+
+using chunk_io::store2;
+using chunk_io::store4;
+using mma::cp_async16;
+using mma::smem_addr;
+
+constexpr int kC = 64;           // tokens a chunk
+constexpr int kD = 128;          // Dk = Dv
+constexpr int kThreads = 256;    // two warpgroups
+constexpr int kLDT = kC + 8;     // A / T row pitch (floats), as the mma kernel's
+constexpr uint32_t kQK = 16384;  // one [64 x 128] bf16 tile (q, k, v): row groups 2048 bytes apart
+constexpr uint32_t kSP = 16384;  // one part of a warpgroup's S [128 x 64]: row groups 1024 bytes apart
+constexpr uint32_t kXP = 8192;   // one part of a warpgroup's X / V' or LV' [64 x 64]
+// Byte offsets of the dynamic shared memory.
+constexpr uint32_t oQ = 0, oV = oQ + kQK, oK = oV + kQK;  // q, v; k in two stages
+constexpr uint32_t oS = oK + 2 * kQK;                     // S parts: warpgroup w part i at (2 w + i) kSP
+constexpr uint32_t oX = oS + 4 * kSP;                     // X, then V' (non-finite as 0): parts as S's
+constexpr uint32_t oLV = oX + 4 * kXP;                    // exp(G_last - G) V' parts
+constexpr uint32_t oT = oLV + 4 * kXP;                    // A, then T: f32 [64, kLDT]
+constexpr uint32_t oG = oT + kC * kLDT * 4;               // G: double [64]
+constexpr uint32_t oE = oG + kC * 8;                      // exp(G), exp(G_last - G), beta: float [64] each
+constexpr uint32_t oN = oE + 3 * kC * 4;                  // int [256]: first non-finite row of X, of V' per column
+constexpr uint32_t kSmem = oN + 2 * kD * 4;
+static_assert(kSmem <= 227 * 1024, "fits one block's shared memory on sm_90");
+static_assert(oT % 16 == 0 && oG % 16 == 0, "aligned views");
+
+// The 16-byte chunk (row r, column c) of a bf16 tile of `cols` columns in the core-matrix layout.
+template <int kCols>
+__device__ __forceinline__ uint32_t at(int r, int c) {
+  return static_cast<uint32_t>((r >> 3) * kCols * 16 + (c >> 3) * 128 + (r & 7) * 16 + (c & 7) * 2);
+}
+
+// Copies rows c0 .. c0 + n - 1 (n >= 1) of a [T, H, 128] bf16 tensor's head h into a [64 x 128]
+// tile at `dst`, zeros for rows >= n: thread i's chunks land at bytes 16 i, 16 (i + 256), ...
+__device__ __forceinline__ void load_tile(uint32_t dst, const void* src, int64_t c0, int n, int H, int h) {
+  const auto* s = static_cast<const __nv_bfloat16*>(src);
+  for (int i = threadIdx.x; i < kC * kD / 8; i += kThreads) {
+    const int c = (i >> 3) % (kD / 8), r = ((i >> 3) / (kD / 8)) * 8 + (i & 7);
+    const bool in = r < n;
+    cp_async16(dst + 16 * i, s + ((c0 + (in ? r : 0)) * H + h) * kD + c * 8, in);
+  }
+}
+
+// Both bf16 parts of the pair (x, y) at row r, columns c, c + 1 (c even) of a part-tile pair.
+template <int kCols>
+__device__ __forceinline__ void put_parts(unsigned char* hi, unsigned char* lo, int r, int c, float x, float y) {
+  uint32_t w[2];
+  mma::split_pair<2>(x, y, w);
+  const uint32_t o = at<kCols>(r, c);
+  *reinterpret_cast<uint32_t*>(hi + o) = w[0];
+  *reinterpret_cast<uint32_t*>(lo + o) = w[1];
+}
+
+// The m16n8k16 A fragments (both parts) of the 16-column k-step kk from a thread's m64n64
+// accumulator (acc[4 j + q]: row r0 + 8 (q >> 1), column 8 j + 2 t + (q & 1)).
+__device__ __forceinline__ void acc_fragments(const float* acc, int kk, uint32_t (&a)[2][4]) {
+#pragma unroll
+  for (int f = 0; f < 4; ++f) {  // a0: row g, cols 2t; a1: row g + 8; a2, a3: cols + 8 (n-tile 2 kk + 1)
+    const int j = 2 * kk + (f >> 1), q = 2 * (f & 1);
+    uint32_t w[2];
+    mma::split_pair<2>(acc[4 * j + q], acc[4 * j + q + 1], w);
+    a[0][f] = w[0];
+    a[1][f] = w[1];
+  }
+}
+
+__device__ __forceinline__ float2 load_pair(const void* s, DType t, int64_t i) {
+  if (t == DType::bf16) {
+    const uint32_t u = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(s) + i);
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+  }
+  return *reinterpret_cast<const float2*>(static_cast<const float*>(s) + i);
+}
+
+__device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
+
+__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead, uint32_t stride) {
+  return wgmma::desc(addr, lead, stride);
+}
+
+// Grid (Hv, max_seqs), block 256, kSmem bytes of dynamic shared memory. Every early exit depends on
+// the sequence only (uniform over the block), so every barrier sees every thread.
+__global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const DeltaRulePrefillParams p) {
+  pdl_start();  // kernels/launch.cuh
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t base = smem_addr(smem);
+  float* const Ts = reinterpret_cast<float*>(smem + oT);    // [64, kLDT] A, then T
+  double* const Gs = reinterpret_cast<double*>(smem + oG);  // [64] cumulative log decay
+  float* const Es = reinterpret_cast<float*>(smem + oE);    // [64] exp(G_r)
+  float* const Ls = Es + kC;                                // [64] exp(G_last - G_r)
+  float* const Bs = Ls + kC;                                // [64] beta_r (0 past the chunk's end)
+  int* const nfX = reinterpret_cast<int*>(smem + oN);       // [128] first row with a non-finite X
+  int* const nfV = nfX + kD;                                // [128] first row with a non-finite V'
+
+  const int Hv = p.Hv, Hk = p.Hk;
+  const int hv = blockIdx.x, n = blockIdx.y;
+  if (n >= *p.n_seqs) return;  // before reading cu_seqlens: it may hold only live + 1 entries
+  const int64_t b = p.cu_seqlens[n], e = p.cu_seqlens[n + 1];
+  if (e <= b) return;  // zero-length: no output, no state access
+  const int slot = p.slots[n];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int g = lane >> 2, t = lane & 3;
+  if (slot < 0) {  // padding: zero output rows, state untouched
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int64_t f = tid; f < (e - b) * (kD / 4); f += kThreads) {
+      const int64_t tk = b + f / (kD / 4);
+      store4(p.out, p.out_dtype, (tk * Hv + hv) * kD + 4 * (f % (kD / 4)), zero, 4, true);
+    }
+    return;
+  }
+  const bool hist = p.has_history[n] != 0;
+  const int hk = hv / (Hv / Hk);
+  const float scale = 1.0f / sqrtf(static_cast<float>(kD));
+  const int r0 = 16 * (warp & 3) + g;  // this thread's accumulator rows: r0 and r0 + 8
+  const int vc = 64 * wg;              // the warpgroup's first value column
+  unsigned char* const sS[2] = {smem + oS + 2 * wg * kSP, smem + oS + (2 * wg + 1) * kSP};
+  unsigned char* const sX[2] = {smem + oX + 2 * wg * kXP, smem + oX + (2 * wg + 1) * kXP};
+  unsigned char* const sLV[2] = {smem + oLV + 2 * wg * kXP, smem + oLV + (2 * wg + 1) * kXP};
+  const uint32_t aS = base + oS + 2 * wg * kSP, aX = base + oX + 2 * wg * kXP, aLV = base + oLV + 2 * wg * kXP;
+
+  // The state: st[mi][4 j + q] = S[64 mi + r0 + 8 (q >> 1)][vc + 8 j + 2 t + (q & 1)], read once.
+  const int64_t state_at = (static_cast<int64_t>(slot) * Hv + hv) * kD * kD;
+  float st[2][32];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = 64 * mi + r0 + 8 * h, c = vc + 8 * j + 2 * t;
+        const float2 s = hist ? load_pair(p.state, p.state_dtype, state_at + i * kD + c) : make_float2(0.0f, 0.0f);
+        st[mi][4 * j + 2 * h] = s.x;
+        st[mi][4 * j + 2 * h + 1] = s.y;
+      }
+    }
+  }
+  // S_w's parts for the products of the next chunk (after wgmma has read them, or at the start).
+  auto put_state = [&] {
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          put_parts<64>(sS[0], sS[1], 64 * mi + r0 + 8 * h, 8 * j + 2 * t, st[mi][4 * j + 2 * h],
+                        st[mi][4 * j + 2 * h + 1]);
+        }
+      }
+    }
+    wgmma::fence_proxy_async();
+  };
+  auto load_chunk = [&](int64_t c0, int stage) {
+    const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC);
+    load_tile(base + oQ, p.q, c0, L, Hk, hk);
+    load_tile(base + oV, p.v, c0, L, Hv, hv);
+    load_tile(base + oK + stage * kQK, p.k, c0, L, Hk, hk);
+    mma::cp_async_commit();
+  };
+  load_chunk(b, 0);
+  put_state();
+
+  int stage = 0;
+  for (int64_t c0 = b; c0 < e; c0 += kC, stage ^= 1) {
+    const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC);  // tokens in this chunk, 1..64
+    const uint32_t aQ = base + oQ, aK = base + oK + stage * kQK;
+    if (tid < 32) chunk_io::chunk_gates(p, c0, L, hv, lane, Gs, Es, Ls, Bs);
+    nfX[tid] = kC;                 // nfX and nfV: 256 entries
+    if (tid >= 64 && tid < 192) {  // the next chunk's g and beta into L2 (rows of this sequence only)
+      const int64_t tok = c0 + kC + (tid & 63);
+      if (tok < e) {
+        const float* a = (tid < 128 ? p.g : p.beta) + tok * Hv + hv;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+      }
+    }
+    mma::cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // the chunk's tiles, gates, S parts
+
+    // ---- P1: P and A (first group), O and X (second group).
+    float pa[32], aa[16], oa[32], xa[32];
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {  // K-major q and k: a k-step is two core matrices, 256 bytes on
+      const uint64_t kd = desc(aK + 256 * kk, 128, 2048);
+      wgmma::m64n64k16_ss(pa, desc(aQ + 256 * kk, 128, 2048), kd, kk > 0);
+      // A's columns 32 wg .. 32 wg + 31: key rows 32 wg .., four row groups on (no branch on the
+      // warpgroup, which would make ptxas serialise every wgmma)
+      wgmma::m64n32k16_ss(aa, kd, desc(aK + 4 * 2048 * wg + 256 * kk, 128, 2048), kk > 0);
+    }
+    wgmma::commit();
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {  // S MN-major: a k-step is two row groups, 2048 bytes on
+        const uint64_t s = desc(aS + i * kSP + 2048 * kk, 1024, 128);
+        wgmma::m64n64k16_ss_t<0, 1>(oa, desc(aQ + 256 * kk, 128, 2048), s, i + kk > 0);
+        wgmma::m64n64k16_ss_t<0, 1>(xa, desc(aK + 256 * kk, 128, 2048), s, i + kk > 0);
+      }
+    }
+    wgmma::commit();
+    wgmma::wait<1>();
+    wgmma::fence_operands<32>(pa);
+    wgmma::fence_operands<16>(aa);
+    // P: scaled and decayed, exact zeros above the diagonal (selected: a later token's k may be
+    // non-finite); A the same with beta below the diagonal, into the A tile (this warpgroup's half).
+    uint32_t pf[4][2][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int r = r0 + 8 * (q >> 1), c = 8 * j + 2 * t + (q & 1);
+        const float w = c <= r ? expf(static_cast<float>(Gs[r] - Gs[c])) : 0.0f;  // never exp of a positive
+        pa[4 * j + q] = c <= r ? (pa[4 * j + q] * scale) * w : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int r = r0 + 8 * (q >> 1), c = 32 * wg + 8 * j + 2 * t + (q & 1);
+        const float w = c < r ? expf(static_cast<float>(Gs[r] - Gs[c])) : 0.0f;
+        Ts[r * kLDT + c] = c < r ? Bs[r] * (aa[4 * j + q] * w) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) acc_fragments(pa, kk, pf[kk]);
+    wgmma::wait<0>();
+    wgmma::fence_operands<32>(oa);
+    wgmma::fence_operands<32>(xa);
+    // O = exp(G_r) S^T q'_r; X = beta (v - exp(G) S^T k) into its part tiles, non-finite as 0.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h, c = 8 * j + 2 * t;
+        const float er = Es[r] * scale;
+        oa[4 * j + 2 * h] *= er;
+        oa[4 * j + 2 * h + 1] *= er;
+        const uint32_t vw = *reinterpret_cast<const uint32_t*>(smem + oV + at<kD>(r, vc + c));
+        const float v0 = __uint_as_float(vw << 16), v1 = __uint_as_float(vw & 0xffff0000u);
+        float x0 = Bs[r] * (v0 - Es[r] * xa[4 * j + 2 * h]), x1 = Bs[r] * (v1 - Es[r] * xa[4 * j + 2 * h + 1]);
+        if (!isfinite(x0)) {
+          atomicMin(nfX + vc + c, r);
+          x0 = 0.0f;
+        }
+        if (!isfinite(x1)) {
+          atomicMin(nfX + vc + c + 1, r);
+          x1 = 0.0f;
+        }
+        put_parts<64>(sX[0], sX[1], r, c, x0, x1);
+      }
+    }
+    wgmma::fence_proxy_async();
+    __syncthreads();                                  // A, X, nfX written; q and v read (their tiles are free)
+    if (c0 + kC < e) load_chunk(c0 + kC, stage ^ 1);  // the next chunk's tiles, while this one runs
+
+    // ---- P2: T = (I + A)^-1, the mma kernel's blockwise substitution.
+    if (tid < 64) chunk_inverse::diagonal_blocks<kLDT>(Ts, tid, lane);
+    __syncthreads();
+    chunk_inverse::off_diagonal<kLDT, kThreads>(Ts, tid);
+    __syncthreads();
+
+    // ---- P3: V' = T X, T (exact zeros above the diagonal) split into the register A operand.
+    float va[32];
+    {
+      uint32_t tf[4][2][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+          const int r = r0 + 8 * (f & 1), c = 16 * kk + 2 * t + 8 * (f >> 1);
+          const float2 x = *reinterpret_cast<const float2*>(Ts + r * kLDT + c);
+          uint32_t w[2];
+          mma::split_pair<2>(c <= r ? x.x : 0.0f, c + 1 <= r ? x.y : 0.0f, w);
+          tf[kk][0][f] = w[0];
+          tf[kk][1][f] = w[1];
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 32; ++i) va[i] = 0.0f;
+      wgmma::fence_operands<32>(va);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {  // X MN-major: a 16-token step is two row groups, 2048 bytes on
+        const uint64_t xh = desc(aX + 2048 * kk, 1024, 128), xl = desc(aX + kXP + 2048 * kk, 1024, 128);
+        wgmma::m64n64k16_rs_tb(va, tf[kk][0], xh);
+        wgmma::m64n64k16_rs_tb(va, tf[kk][0], xl);
+        wgmma::m64n64k16_rs_tb(va, tf[kk][1], xh);
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands<32>(va);
+    }
+    wg_barrier(wg);  // every warp of the warpgroup is past T X: the X tiles are free
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h, c = 8 * j + 2 * t;
+        float y[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          y[u] = nfX[vc + c + u] <= r ? __int_as_float(0x7fc00000) : va[4 * j + 2 * h + u];
+          if (!isfinite(y[u])) atomicMin(nfV + vc + c + u, r);
+        }
+        put_parts<64>(sLV[0], sLV[1], r, c, Ls[r] * y[0], Ls[r] * y[1]);
+        put_parts<64>(sX[0], sX[1], r, c, isfinite(y[0]) ? y[0] : 0.0f, isfinite(y[1]) ? y[1] : 0.0f);
+      }
+    }
+    wgmma::fence_proxy_async();
+    wg_barrier(wg);  // V' parts, LV' parts and nfV written
+
+    // ---- P4: o = O + P V' and S_w = exp(G_last) S_w + K^T (LV').
+    const float decay = Es[kC - 1];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) st[mi][i] *= decay;
+    }
+    wgmma::fence_operands<32>(oa);
+    wgmma::fence_operands<32>(st[0]);
+    wgmma::fence_operands<32>(st[1]);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint64_t vh = desc(aX + 2048 * kk, 1024, 128), vl = desc(aX + kXP + 2048 * kk, 1024, 128);
+      wgmma::m64n64k16_rs_tb(oa, pf[kk][0], vh);
+      wgmma::m64n64k16_rs_tb(oa, pf[kk][0], vl);
+      wgmma::m64n64k16_rs_tb(oa, pf[kk][1], vh);
+    }
+    wgmma::commit();
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        // K^T MN-major: state rows 64 mi .. are 8 core matrices 128 bytes apart; a 16-token step
+        // is two row groups of k, 2 x 2048 bytes on.
+        const uint64_t kt = desc(aK + 4096 * kk + 1024 * mi, 2048, 128);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          wgmma::m64n64k16_ss_t<1, 1>(st[mi], kt, desc(aLV + i * kXP + 2048 * kk, 1024, 128), 1);
+        }
+      }
+    }
+    wgmma::commit();
+    wgmma::wait<1>();
+    wgmma::fence_operands<32>(oa);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h, c = 8 * j + 2 * t;
+        const float x = nfV[vc + c] <= r ? __int_as_float(0x7fc00000) : oa[4 * j + 2 * h];
+        const float y = nfV[vc + c + 1] <= r ? __int_as_float(0x7fc00000) : oa[4 * j + 2 * h + 1];
+        if (r < L) store2(p.out, p.out_dtype, ((c0 + r) * Hv + hv) * kD + vc + c, x, y, 2, true);
+      }
+    }
+    wgmma::wait<0>();
+    wgmma::fence_operands<32>(st[0]);
+    wgmma::fence_operands<32>(st[1]);
+    put_state();
+    __syncthreads();  // the next chunk rewrites the gates, nfX / nfV, A / T and the tiles
+  }
+
+  // The final state, written once.
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = 64 * mi + r0 + 8 * h, c = vc + 8 * j + 2 * t;
+        store2(p.state, p.state_dtype, state_at + i * kD + c, st[mi][4 * j + 2 * h], st[mi][4 * j + 2 * h + 1], 2,
+               true);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool delta_rule_prefill_wgmma_supports(int Dk, int Dv, DType qkv) { return Dk == kD && Dv == kD && qkv == DType::bf16; }
+
+bool delta_rule_prefill_wgmma_device(int cc_major, int cc_minor) { return cc_major == 9 && cc_minor == 0; }
+
+size_t delta_rule_prefill_wgmma_smem() { return kSmem; }
+
+cudaError_t delta_rule_prefill_wgmma(const DeltaRulePrefillParams& p, cudaStream_t stream) {
+  LaunchCheck chk("delta_rule.prefill (wgmma)");
+  check_delta_rule_prefill_params(chk, p);
+  chk.require(delta_rule_prefill_wgmma_supports(p.Dk, p.Dv, p.qkv_dtype),
+              "the form is built for bf16 q, k, v with Dk = Dv = 128");
+  chk.require(p.norm_w == nullptr, "a fused output norm (norm_w) is built only in the mma form");
+  chk.require(dev::aligned16(p.q) && dev::aligned16(p.k) && dev::aligned16(p.v) && dev::aligned16(p.out) &&
+                  dev::aligned16(p.state),
+              "q, k, v, out and state must be 16-byte aligned");
+  if (!chk.ok()) return cudaErrorInvalidValue;
+  int dev = 0, major = 0, minor = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (err != cudaSuccess) return err;
+  if (!chk.require(delta_rule_prefill_wgmma_device(major, minor),
+                   "needs a device of compute capability 9.0 (the kernel is built for sm_90a)")
+           .ok()) {
+    return cudaErrorNoKernelImageForDevice;
+  }
+  if (p.max_seqs == 0) return cudaSuccess;
+  if (const cudaError_t e = dev::allow_dynamic_smem(delta_rule_wgmma_kernel, kSmem); e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(p.Hv), static_cast<unsigned>(p.max_seqs));
+  launch_kernel(delta_rule_wgmma_kernel, grid, dim3(kThreads), kSmem, stream, p);
+  return cudaGetLastError();
+}
+
+}  // namespace sg

@@ -1,0 +1,355 @@
+// GPU tests of the warpgroup chunked delta-rule prefill (kernels/delta_rule_prefill_wgmma.h), the
+// mma kernel's tests where they apply (bf16 q, k, v with Dk = Dv = 128; compute capability 9.0,
+// else each case says it did not run):
+// - against ref::delta_rule_prefill_chunked (double) over the varlen batch of the fixture (lengths
+//   63, 0, 1024, 70 (padding), 1, 64, 200, 65), with history, without and mixed, shapes (Hk, Hv)
+//   = (2, 4) and (1, 2), bf16 and f32 outputs, f32 and bf16 states, and fast decay (g in [-20, -5]).
+//   Tolerances: the mma kernel's (f32 outputs per sequence and the final state per slot within
+//   normalised 1e-4; bf16 outputs within 2 bf16 ulp + 1e-4 per element and 8e-3 normalised); the
+//   worst errors seen are printed;
+// - invariants: padding rows exactly +0; padding, zero-length and unused slots keep their state
+//   bytes; rows past the live tokens untouched; programs beyond the live count do nothing; inputs
+//   past the live tokens are NaN and never read; deterministic (two runs, same bytes);
+// - a captured launch: the node's grid, block and shared memory, and replay == eager bytes, also
+//   after the metadata changed under the graph;
+// - a sequence split into two prefills (the second with history) agrees with one prefill;
+// - a NaN / Inf in one token never reaches an earlier token's output;
+// - max_seqs = 0 / no live sequence / bad arguments; the setting's name, parse and resolve.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "engine/cuda_handles.h"
+#include "engine/error.h"
+#include "engine/tensor.h"
+#include "graphs/graph.h"
+#include "graphs/manifest.h"
+#include "kernels/delta_rule_prefill_wgmma.h"
+#include "kernels/ref/delta_rule_ref.h"
+#include "models/step_settings.h"
+#include "tests/gpu/delta_rule_prefill_fixture.h"
+#include "tests/support/catch.h"
+#include "tests/support/gpu_buffers.h"
+#include "tests/support/random.h"
+#include "tests/support/tolerance.h"
+
+using namespace sg;
+using test::byte_diff;
+using test::DevBuf;
+
+namespace {
+
+constexpr double kTolF32 = 1e-4;  // normalised, f32 outputs and the state: the mma kernel's
+
+using test::drp::check_untouched;
+using test::drp::Expected;
+using test::drp::kHistNames;
+using test::drp::kHists;
+using test::drp::kLens;
+using test::drp::kSlots;
+using test::drp::kTolBf16;
+using test::drp::make_problem;
+using test::drp::norm_err;
+using test::drp::Problem;
+using test::drp::reference;
+using test::drp::Result;
+using test::drp::Rig;
+using test::drp::segment_problem;
+using test::drp::Shape;
+using test::drp::Worst;
+
+bool on_cc90() {
+  const DeviceLimits d = DeviceLimits::current();
+  return delta_rule_prefill_wgmma_device(d.cc_major, d.cc_minor);
+}
+
+// One launch over P's rig with `out_t` outputs into `out` (the rig's buffer when null).
+Result run(const Problem& P, Rig& rig, uint8_t poison = 0xA5) {
+  rig.reset(P, poison);
+  check(delta_rule_prefill_wgmma(rig.params(P), nullptr));
+  check(cudaDeviceSynchronize());
+  return {rig.out.download(), rig.state.download()};
+}
+
+}  // namespace
+
+TEST_CASE("wgmma delta-rule prefill matches the reference, keeps the invariants", "[gpu][delta_rule_wgmma]") {
+  if (!on_cc90()) {
+    WARN("not run: the wgmma delta-rule prefill needs compute capability 9.0");
+    return;
+  }
+  Worst worst, worst_fast, worst_bf16_state;
+  for (const Shape sh : {Shape{2, 4, 128, 128}, Shape{1, 2, 128, 128}}) {
+    for (bool fast : {false, true}) {
+      for (int h = 0; h < 3; ++h) {
+        CAPTURE(sh.Hk, sh.Hv, fast, kHistNames[h]);
+        const uint64_t seed = 9300 + sh.Hv + 10 * h + (fast ? 100 : 0);
+        INFO("seed " << seed);
+        Problem P = make_problem(sh, DType::bf16, kLens, kSlots, kHists[static_cast<size_t>(h)], seed);
+        if (fast) {  // fast decay on every live token: g in [-20, -5]
+          const auto g = test::uniform(static_cast<size_t>(P.T) * sh.Hv, seed + 7, -20.f, -5.f);
+          std::copy(g.begin(), g.end(), P.g.begin());
+        }
+        Rig rig(P);
+        // bf16 outputs against the bf16-storing reference.
+        const Expected ref = reference(P);
+        const Result a = run(P, rig, 0xA5);
+        test::drp::check_close(P, a, ref, kTolF32, fast ? &worst_fast : &worst);
+        check_untouched(P, a, 0xA5);
+        const Result b = run(P, rig, 0x5A);  // every live row written, deterministic
+        const size_t live_bytes = static_cast<size_t>(P.T * P.row()) * 2;
+        CHECK(std::memcmp(a.out.data(), b.out.data(), live_bytes) == 0);
+        CHECK(byte_diff(b.state, a.state, DType::f32) == "");
+        check_untouched(P, b, 0x5A);
+
+        // f32 outputs (the same bf16 inputs) against the f32-storing reference: the 1e-4 bound.
+        Problem Pf = P;
+        Pf.t = DType::f32;
+        const Expected ref_f = reference(Pf);
+        const DevBuf out_f(Pf.out_bytes(), 0xA5);
+        rig.reset(P, 0xA5);
+        DeltaRulePrefillParams pf = rig.params(P);
+        pf.out = out_f.data();
+        pf.out_dtype = DType::f32;
+        check(delta_rule_prefill_wgmma(pf, nullptr));
+        check(cudaDeviceSynchronize());
+        const Result f{out_f.download(), rig.state.download()};
+        test::drp::check_close(Pf, f, ref_f, kTolF32, fast ? &worst_fast : &worst);
+        check_untouched(Pf, f, 0xA5);
+        CHECK(byte_diff(f.state, a.state, DType::f32) == "");  // the output dtype changes no state byte
+
+        // A bf16 state: read widened, the final state rounded once.
+        if (!fast && h == 0) {
+          const DevBuf st16 = DevBuf::from(P.state0, DType::bf16);
+          std::vector<float> s0r(P.state0.size());
+          for (size_t i = 0; i < s0r.size(); ++i) s0r[i] = round_bf16(P.state0[i]);
+          Problem Pr = Pf;
+          Pr.state0 = s0r;
+          const Expected ref_r = reference(Pr);
+          rig.reset(P, 0xA5);
+          DeltaRulePrefillParams pb = pf;
+          pb.state = st16.data();
+          pb.state_dtype = DType::bf16;
+          check(delta_rule_prefill_wgmma(pb, nullptr));
+          check(cudaDeviceSynchronize());
+          const auto got_s = test::from_bytes(st16.download(), DType::bf16);
+          for (int n = 0; n < P.n_live; ++n) {
+            if (P.slots[n] < 0 || P.cu[n + 1] == P.cu[n]) continue;
+            const int64_t s0 = P.slots[n] * P.sh.Hv * P.head_size();
+            const double serr =
+                norm_err(got_s.data() + s0, ref_r.state.data() + s0, static_cast<size_t>(P.sh.Hv * P.head_size()));
+            CAPTURE(n, serr);
+            CHECK(serr <= 8e-3);  // one bf16 rounding of the final state
+            worst_bf16_state.state = std::max(worst_bf16_state.state, serr);
+          }
+        }
+      }
+    }
+  }
+  std::printf(
+      "wgmma delta-rule prefill, worst normalised error vs the double reference: f32 outputs %.3g, state %.3g; "
+      "fast decay: f32 outputs %.3g, state %.3g; bf16 state %.3g\n",
+      worst.out, worst.state, worst_fast.out, worst_fast.state, worst_bf16_state.state);
+}
+
+TEST_CASE("wgmma delta-rule prefill: a captured launch replays the eager bytes", "[gpu][delta_rule_wgmma][graphs]") {
+  if (!on_cc90()) {
+    WARN("not run: the wgmma delta-rule prefill needs compute capability 9.0");
+    return;
+  }
+  const Shape sh{2, 4, 128, 128};
+  const Problem A = make_problem(sh, DType::bf16, {300, 1, 65, 0, 40}, {4, 2, -1, 6, 0}, {1, 0, 1, 0, 1}, 4243);
+  Problem B = A;
+  B.n_live = 3;
+  B.cu = {0, 129, 130, 194, 1 << 30, -5, 7};  // lengths 129, 1, 64, then garbage
+  B.slots = {9, -1, 3, 1, 1, 1, 1};
+  B.hist = {0, 1, 1, 1, 0, 1, 0};
+  B.T = 194;
+  Rig rig(A);
+  Stream stream;
+  NodeRecorder rec;
+  CapturedGraph graph = CapturedGraph::capture("delta_rule.prefill wgmma", stream.get(), [&] {
+    check(delta_rule_prefill_wgmma(rig.params(A), stream.get()));
+    rec.launched(stream.get(), NodeLabel{-1, "delta_rule.prefill", "wgmma", 0});
+  });
+  const Manifest m = build_manifest("delta_rule.prefill wgmma", "-", graph.graph(), rec);
+  REQUIRE(m.nodes.size() == 1);
+  CHECK(m.nodes[0].grid == Dim3{static_cast<unsigned>(sh.Hv), static_cast<unsigned>(A.max_seqs), 1});
+  CHECK(m.nodes[0].block == Dim3{256, 1, 1});
+  CHECK(m.nodes[0].smem_bytes == delta_rule_prefill_wgmma_smem());
+  CAPTURE(m.nodes[0].kernel);
+  CHECK(m.nodes[0].kernel.find("delta_rule_wgmma_kernel") != std::string::npos);
+  for (const Problem* P : {&A, static_cast<const Problem*>(&B)}) {
+    CAPTURE(P->n_live, P->T);
+    check(cudaMemcpy(rig.cu.data(), P->cu.data(), P->cu.size() * 4, cudaMemcpyHostToDevice));
+    check(cudaMemcpy(rig.slots.data(), P->slots.data(), P->slots.size() * 4, cudaMemcpyHostToDevice));
+    check(cudaMemcpy(rig.hist.data(), P->hist.data(), P->hist.size(), cudaMemcpyHostToDevice));
+    check(cudaMemcpy(rig.n.data(), &P->n_live, 4, cudaMemcpyHostToDevice));
+    const Result eager = run(*P, rig);
+    rig.reset(*P, 0xA5);
+    graph.replay(stream.get());
+    stream.sync();
+    const Result replayed{rig.out.download(), rig.state.download()};
+    CHECK(byte_diff(replayed.out, eager.out, DType::bf16) == "");
+    CHECK(byte_diff(replayed.state, eager.state, DType::f32) == "");
+    check_untouched(*P, replayed, 0xA5);
+  }
+}
+
+TEST_CASE("wgmma delta-rule prefill: two segments with history agree with one prefill", "[gpu][delta_rule_wgmma]") {
+  if (!on_cc90()) {
+    WARN("not run: the wgmma delta-rule prefill needs compute capability 9.0");
+    return;
+  }
+  const Shape sh{2, 4, 128, 128};
+  // Whole: 150 and 9 tokens without history. Split: 70 + 4, then 80 + 5 with history (the chunk
+  // boundaries fall elsewhere, so the tolerance applies, on the bf16 outputs).
+  const Problem whole = make_problem(sh, DType::bf16, {150, 9}, {2, 6}, {0, 0}, 99);
+  Rig rw(whole);
+  const Result rwhole = run(whole, rw);
+  auto segment = [&](const std::vector<int64_t>& begin, const std::vector<int32_t>& lens, uint8_t hist,
+                     const std::vector<float>& state) {
+    const Problem P = segment_problem(whole, begin, lens, hist, state);
+    Rig rig(P);
+    return run(P, rig);
+  };
+  const Result r1 = segment({0, 150}, {70, 4}, 0, whole.state0);
+  const Result r2 = segment({70, 154}, {80, 5}, 1, test::from_bytes(r1.state, DType::f32));
+  const auto o1 = test::from_bytes(r1.out, DType::bf16), o2 = test::from_bytes(r2.out, DType::bf16);
+  const size_t rw_ = static_cast<size_t>(whole.row());
+  std::vector<float> joined;
+  auto append = [&](const std::vector<float>& src, size_t a, size_t b) {
+    joined.insert(joined.end(), src.begin() + static_cast<int64_t>(a * rw_),
+                  src.begin() + static_cast<int64_t>(b * rw_));
+  };
+  append(o1, 0, 70);
+  append(o2, 0, 80);
+  append(o1, 70, 74);
+  append(o2, 80, 85);
+  const auto ow = test::from_bytes(rwhole.out, DType::bf16);
+  for (auto [b, e] : {std::pair<size_t, size_t>{0, 150}, {150, 159}}) {
+    const double err = norm_err(joined.data() + b * rw_, ow.data() + b * rw_, (e - b) * rw_);
+    CAPTURE(b, e, err);
+    CHECK(err <= kTolBf16);
+  }
+  const auto s2 = test::from_bytes(r2.state, DType::f32), sw = test::from_bytes(rwhole.state, DType::f32);
+  const size_t slot = static_cast<size_t>(sh.Hv * whole.head_size());
+  for (size_t s : {size_t{2}, size_t{6}}) {
+    const double serr = norm_err(s2.data() + s * slot, sw.data() + s * slot, slot);
+    CAPTURE(s, serr);
+    CHECK(serr <= kTolF32);
+  }
+}
+
+TEST_CASE("wgmma delta-rule prefill: a NaN or Inf in one token never reaches an earlier token's output",
+          "[gpu][delta_rule_wgmma]") {
+  if (!on_cc90()) {
+    WARN("not run: the wgmma delta-rule prefill needs compute capability 9.0");
+    return;
+  }
+  const Shape sh{1, 2, 128, 128};
+  // Two sequences with history, 9 and 40 tokens. Sequence 0: v of its token 5 is NaN, k of its
+  // token 6 is +Inf; sequence 1: the same at its tokens 37 and 38 (the inverse's second half).
+  Problem whole = make_problem(sh, DType::bf16, {9, 40}, {2, 6}, {1, 1}, 31337);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (auto [vt, kt] : {std::pair<int64_t, int64_t>{5, 6}, {9 + 37, 9 + 38}}) {
+    for (int64_t i = 0; i < whole.row(); ++i) whole.v[static_cast<size_t>(vt * whole.row() + i)] = nan;
+    for (int64_t i = 0; i < int64_t{sh.Hk} * sh.Dk; ++i) whole.k[static_cast<size_t>(kt * sh.Hk * sh.Dk + i)] = inf;
+  }
+  const Problem cut = segment_problem(whole, {0, 9}, {5, 37}, 1, whole.state0);
+  Rig rw(whole), rc(cut);
+  const Result a = run(whole, rw), b = run(cut, rc);
+  const size_t rb = static_cast<size_t>(whole.row()) * 2;
+  auto rows = [rb](const std::vector<uint8_t>& o, size_t r0, size_t r1) {
+    return std::vector<uint8_t>(o.begin() + static_cast<int64_t>(r0 * rb), o.begin() + static_cast<int64_t>(r1 * rb));
+  };
+  CHECK(byte_diff(rows(a.out, 0, 5), rows(b.out, 0, 5), DType::bf16) == "");
+  CHECK(byte_diff(rows(a.out, 9, 46), rows(b.out, 5, 42), DType::bf16) == "");
+  const auto vals = test::from_bytes(rows(a.out, 0, 5), DType::bf16);
+  const auto vals1 = test::from_bytes(rows(a.out, 9, 46), DType::bf16);
+  CHECK(std::all_of(vals.begin(), vals.end(), [](float x) { return std::isfinite(x); }));
+  CHECK(std::all_of(vals1.begin(), vals1.end(), [](float x) { return std::isfinite(x); }));
+  for (size_t r : {size_t{5}, size_t{6}, size_t{7}, size_t{8}, size_t{9 + 37}, size_t{9 + 38}, size_t{9 + 39}}) {
+    CAPTURE(r);
+    const auto bad = test::from_bytes(rows(a.out, r, r + 1), DType::bf16);
+    CHECK(std::any_of(bad.begin(), bad.end(), [](float x) { return !std::isfinite(x); }));
+  }
+}
+
+TEST_CASE("wgmma delta-rule prefill: no live sequence touches nothing, bad arguments are refused",
+          "[gpu][delta_rule_wgmma]") {
+  CHECK(delta_rule_prefill_wgmma_supports(128, 128, DType::bf16));
+  CHECK_FALSE(delta_rule_prefill_wgmma_supports(128, 128, DType::f32));
+  CHECK_FALSE(delta_rule_prefill_wgmma_supports(64, 128, DType::bf16));
+  CHECK_FALSE(delta_rule_prefill_wgmma_supports(128, 64, DType::bf16));
+  CHECK(delta_rule_prefill_wgmma_device(9, 0));
+  CHECK_FALSE(delta_rule_prefill_wgmma_device(10, 0));
+  CHECK_FALSE(delta_rule_prefill_wgmma_device(8, 0));
+  CHECK(delta_rule_prefill_wgmma_smem() <= 227 * 1024);
+  if (!on_cc90()) {
+    WARN("launches not run: the wgmma delta-rule prefill needs compute capability 9.0");
+    return;
+  }
+  const Shape sh{1, 2, 128, 128};
+  Problem P = make_problem(sh, DType::bf16, {4, 3}, {1, 2}, {1, 0}, 5);
+  P.n_live = 0;  // two sequences in the buffers, none live: every program exits
+  Rig rig(P);
+  const Result r = run(P, rig);
+  CHECK(byte_diff(r.state, test::to_bytes(P.state0, DType::f32), DType::f32) == "");
+  size_t changed = 0;
+  for (uint8_t x : r.out) changed += x != 0xA5;
+  CHECK(changed == 0);
+
+  rig.reset(P, 0xA5);
+  auto p = rig.params(P);
+  cudaError_t want = cudaErrorInvalidValue;
+  const float w[128] = {};
+  SECTION("max_seqs 0 launches nothing") {
+    p.max_seqs = 0;
+    want = cudaSuccess;
+  }
+  SECTION("Dk 64") { p.Dk = 64; }
+  SECTION("Dv 64") { p.Dv = 64; }
+  SECTION("f32 inputs") { p.qkv_dtype = DType::f32; }
+  SECTION("Hv not a multiple of Hk") { p.Hk = 3; }
+  SECTION("missing metadata") { p.n_seqs = nullptr; }
+  SECTION("missing output") { p.out = nullptr; }
+  SECTION("misaligned q") { p.q = static_cast<const uint16_t*>(p.q) + 1; }
+  SECTION("misaligned state") { p.state = static_cast<float*>(p.state) + 1; }
+  SECTION("a fused norm") { p.norm_w = w; }
+  SECTION("grid too tall") { p.max_seqs = 70000; }
+  CHECK(delta_rule_prefill_wgmma(p, nullptr) == want);
+  check(cudaDeviceSynchronize());
+  CHECK(byte_diff(rig.state.download(), test::to_bytes(P.state0, DType::f32), DType::f32) == "");
+}
+
+TEST_CASE("delta-prefill wgmma: name, parse, resolve", "[gpu][delta_rule_wgmma][model]") {
+  CHECK(std::string(delta_prefill_name(DeltaPrefill::wgmma)) == "wgmma");
+  CHECK(parse_delta_prefill("wgmma") == DeltaPrefill::wgmma);
+  CHECK(chunked_delta_prefill("wgmma"));
+  CHECK_THROWS_AS(parse_delta_prefill("WGMMA"), Error);
+  DeviceLimits h200 = DeviceLimits::current();
+  h200.cc_major = 9;
+  h200.cc_minor = 0;
+  h200.smem_optin = 227 * 1024;
+  const GdnDims g4b{16, 32, 128, 128, 4};
+  CHECK(resolve_delta_prefill(DeltaPrefill::wgmma, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma);
+  // Only when named: automatic keeps mma.
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200) == DeltaPrefill::mma);
+  // Not built for the shape or dtype, another device, too little shared memory: a clear error for
+  // a prefill step, harmless without one.
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::wgmma, GdnDims{2, 4, 64, 64, 4}, true, DType::bf16, h200), Error);
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::wgmma, g4b, true, DType::f32, h200), Error);
+  DeviceLimits other = h200;
+  other.cc_major = 10;
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::wgmma, g4b, true, DType::bf16, other), Error);
+  DeviceLimits small = h200;
+  small.smem_optin = 100 * 1024;
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::wgmma, g4b, true, DType::bf16, small), Error);
+  CHECK(resolve_delta_prefill(DeltaPrefill::wgmma, GdnDims{2, 4, 64, 64, 4}, false, DType::bf16, h200) ==
+        DeltaPrefill::wgmma);
+}

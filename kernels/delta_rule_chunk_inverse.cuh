@@ -41,11 +41,17 @@ __device__ __forceinline__ void diagonal_blocks(float* Ts, int tid, int lane) {
   }
 }
 
-// Every thread of the block (NT of them), after a barrier that follows diagonal_blocks; it holds
-// one barrier itself, and its writes need one more before T is read. Afterwards T[r][c] is right
-// for c <= r; above the diagonal is garbage, which the callers never use.
-template <int LDT, int NT>
-__device__ __forceinline__ void off_diagonal(float* Ts, int tid) {
+// The block-wide barrier off_diagonal holds by default.
+struct BlockBarrier {
+  __device__ __forceinline__ void operator()() const { __syncthreads(); }
+};
+
+// NT threads (tid 0 .. NT - 1: every thread of the block, or of the group that `bar` synchronises),
+// after a barrier that follows diagonal_blocks; it holds one barrier (`bar`) itself, and its writes
+// need one more before T is read. Afterwards T[r][c] is right for c <= r; above the diagonal is
+// garbage, which the callers never use.
+template <int LDT, int NT, typename Barrier = BlockBarrier>
+__device__ __forceinline__ void off_diagonal(float* Ts, int tid, Barrier bar = {}) {
   using chunk_io::ld4;
   // M = A10 T00 [32, 32] into the upper-right block (rows 0..31, columns 32..63):
   // M[r][c] = sum_{m >= c} A[32 + r][m] T00[m][c], T00[m][c] read from its transposed copy (c, m).
@@ -64,7 +70,7 @@ __device__ __forceinline__ void off_diagonal(float* Ts, int tid) {
     }
     Ts[r * LDT + 32 + c] = acc;
   }
-  __syncthreads();
+  bar();
   // T10 = -T11 M over A10 (rows 32..63, columns 0..31): T10[r][c] = -sum_{m <= r} T11[r][m] M[m][c],
   // T11[r][m] from its transposed copy (32 + m, 32 + r). Then the diagonal blocks' strictly lower
   // triangles get T (natural layout) from the transposed copies. Afterwards T[r][c] is right for

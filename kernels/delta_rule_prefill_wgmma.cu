@@ -40,25 +40,36 @@ using chunk_io::store4;
 using mma::cp_async16;
 using mma::smem_addr;
 
-constexpr int kC = 64;           // tokens a chunk
-constexpr int kD = 128;          // Dk = Dv
-constexpr int kThreads = 256;    // two warpgroups
-constexpr int kLDT = kC + 8;     // A / T row pitch (floats), as the mma kernel's
-constexpr uint32_t kQK = 16384;  // one [64 x 128] bf16 tile (q, k, v): row groups 2048 bytes apart
-constexpr uint32_t kSP = 16384;  // one part of a warpgroup's S [128 x 64]: row groups 1024 bytes apart
-constexpr uint32_t kXP = 8192;   // one part of a warpgroup's X / V' or LV' [64 x 64]
-// Byte offsets of the dynamic shared memory.
-constexpr uint32_t oQ = 0, oV = oQ + kQK, oK = oV + kQK;  // q, v; k in two stages
-constexpr uint32_t oS = oK + 2 * kQK;                     // S parts: warpgroup w part i at (2 w + i) kSP
-constexpr uint32_t oX = oS + 4 * kSP;                     // X, then V' (non-finite as 0): parts as S's
-constexpr uint32_t oLV = oX + 4 * kXP;                    // exp(G_last - G) V' parts
-constexpr uint32_t oT = oLV + 4 * kXP;                    // A, then T: f32 [64, kLDT]
-constexpr uint32_t oG = oT + kC * kLDT * 4;               // G: double [64]
-constexpr uint32_t oE = oG + kC * 8;                      // exp(G), exp(G_last - G), beta: float [64] each
-constexpr uint32_t oN = oE + 3 * kC * 4;                  // int [256]: first non-finite row of X, of V' per column
+constexpr int kC = 64;                         // tokens a chunk
+constexpr int kD = 128;                        // Dk = Dv
+constexpr int kThreads = 384;                  // warpgroups 0 and 1: the state's products; 2: the chunk's T
+constexpr int kLDT = kC + 8;                   // A / T row pitch (floats), as the mma kernel's
+constexpr uint32_t kQK = 16384;                // one [64 x 128] bf16 tile (q, k, v): row groups 2048 bytes apart
+constexpr uint32_t kSP = 16384;                // one part of a warpgroup's S [128 x 64]: row groups 1024 bytes apart
+constexpr uint32_t kXP = 8192;                 // one part of a warpgroup's X / V' or LV' [64 x 64]
+constexpr uint32_t kTB = kC * kLDT * 4;        // one A / T tile (f32)
+constexpr uint32_t kGB = kC * 8 + 3 * kC * 4;  // one chunk's gates: G (double), exp(G), exp(G_last - G), beta
+// Byte offsets of the dynamic shared memory. The k tile, the A / T tile and the gates have two
+// buffers (chunk n uses buffer n % 2): warpgroup 2 fills chunk n + 1's while 0 and 1 work on n.
+constexpr uint32_t oQ = 0, oV = oQ + kQK, oK = oV + kQK;  // q, v; k in two buffers
+constexpr uint32_t oS = oK + 2 * kQK;  // S parts: warpgroup w part i at (2 w + i) kSP; LV' parts (P3-P4)
+                                       // in the first 2 kXP bytes of the warpgroup's S region
+constexpr uint32_t oX = oS + 4 * kSP;  // X, then V' (non-finite as 0): parts as S's
+constexpr uint32_t oT = oX + 4 * kXP;  // A, then T: f32 [64, kLDT], two buffers
+constexpr uint32_t oG = oT + 2 * kTB;  // the gates, two buffers
+constexpr uint32_t oN = oG + 2 * kGB;  // int [256]: first non-finite row of X, of V' per column
 constexpr uint32_t kSmem = oN + 2 * kD * 4;
+// Named barriers (0 is __syncthreads, unused): 1, 2 a state warpgroup's own; 3 both state
+// warpgroups; 4 + b chunk ready in buffer b (warpgroup 2 arrives, 0 and 1 wait); 6 + b buffer b
+// free again (0 and 1 arrive, 2 waits); 8 warpgroup 2's own.
+constexpr int kBarState = 3, kBarReady = 4, kBarFree = 6, kBarAux = 8;
+// Registers a thread after the warpgroups' setmaxnreg: the block holds 168 x 384 (the launch
+// bound's), so 2 x 224 + 56 = 504 = 3 x 168 (a larger sum would leave setmaxnreg.inc waiting forever).
+constexpr int kStateRegs = 224, kAuxRegs = 56;
+static_assert(2 * kStateRegs + kAuxRegs == 3 * (65536 / kThreads / 8 * 8), "the registers the block holds");
 static_assert(kSmem <= 227 * 1024, "fits one block's shared memory on sm_90");
-static_assert(oT % 16 == 0 && oG % 16 == 0, "aligned views");
+static_assert(2 * kXP <= kSP, "LV' parts fit the S region's first part");
+static_assert(oT % 16 == 0 && oG % 16 == 0 && kGB % 16 == 0 && kTB % 16 == 0, "aligned views");
 
 // The 16-byte chunk (row r, column c) of a bf16 tile of `cols` columns in the core-matrix layout.
 template <int kCols>
@@ -67,10 +78,12 @@ __device__ __forceinline__ uint32_t at(int r, int c) {
 }
 
 // Copies rows c0 .. c0 + n - 1 (n >= 1) of a [T, H, 128] bf16 tensor's head h into a [64 x 128]
-// tile at `dst`, zeros for rows >= n: thread i's chunks land at bytes 16 i, 16 (i + 256), ...
-__device__ __forceinline__ void load_tile(uint32_t dst, const void* src, int64_t c0, int n, int H, int h) {
+// tile at `dst`, zeros for rows >= n, by `nt` threads (this one is `it` of them): thread it's
+// chunks land at bytes 16 it, 16 (it + nt), ...
+__device__ __forceinline__ void load_tile(uint32_t dst, const void* src, int64_t c0, int n, int H, int h, int it,
+                                          int nt) {
   const auto* s = static_cast<const __nv_bfloat16*>(src);
-  for (int i = threadIdx.x; i < kC * kD / 8; i += kThreads) {
+  for (int i = it; i < kC * kD / 8; i += nt) {
     const int c = (i >> 3) % (kD / 8), r = ((i >> 3) / (kD / 8)) * 8 + (i & 7);
     const bool in = r < n;
     cp_async16(dst + 16 * i, s + ((c0 + (in ? r : 0)) * H + h) * kD + c * 8, in);
@@ -108,25 +121,94 @@ __device__ __forceinline__ float2 load_pair(const void* s, DType t, int64_t i) {
   return *reinterpret_cast<const float2*>(static_cast<const float*>(s) + i);
 }
 
-__device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
-
 __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead, uint32_t stride) {
   return wgmma::desc(addr, lead, stride);
 }
 
-// Grid (Hv, max_seqs), block 256, kSmem bytes of dynamic shared memory. Every early exit depends on
-// the sequence only (uniform over the block), so every barrier sees every thread.
+__device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
+__device__ __forceinline__ void bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+struct AuxBarrier {  // warpgroup 2's own barrier (chunk_inverse::off_diagonal's)
+  __device__ __forceinline__ void operator()() const { bar_sync(kBarAux, 128); }
+};
+
+// One chunk's gates in buffer b.
+struct Gates {
+  double* G;  // [64] cumulative log decay
+  float* E;   // [64] exp(G_r)
+  float* L;   // [64] exp(G_last - G_r)
+  float* B;   // [64] beta_r (0 past the chunk's end)
+};
+__device__ __forceinline__ Gates gates_at(unsigned char* smem, int b) {
+  unsigned char* g = smem + oG + b * kGB;
+  float* e = reinterpret_cast<float*>(g + kC * 8);
+  return {reinterpret_cast<double*>(g), e, e + kC, e + 2 * kC};
+}
+
+// Warpgroup 2, chunk by chunk one ahead of the state warpgroups: the chunk's k tile (cp.async),
+// its gates, A = K K^T (wgmma, masked, beta and decay applied as the mma kernel does) and
+// T = (I + A)^-1 into buffer n % 2; then it signals the chunk ready. From chunk 2 on it first
+// waits until chunk n - 2 has released the buffer.
+__device__ __forceinline__ void aux_warpgroup(const DeltaRulePrefillParams& p, unsigned char* smem, uint32_t base,
+                                              int64_t b, int64_t e, int hv, int hk) {
+  const int at = threadIdx.x - 256, lane = at & 31, g = lane >> 2, t = lane & 3;
+  const int r0 = 16 * (at >> 5) + g;
+  int n = 0;
+  for (int64_t c0 = b; c0 < e; c0 += kC, ++n) {
+    const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC), buf = n & 1;
+    if (n >= 2) bar_sync(kBarFree + buf, kThreads);  // chunk n - 2 is done with buffer buf
+    const uint32_t aK = base + oK + buf * kQK;
+    load_tile(aK, p.k, c0, L, p.Hk, hk, at, 128);
+    mma::cp_async_commit();
+    const Gates gt = gates_at(smem, buf);
+    if (at < 32) chunk_io::chunk_gates(p, c0, L, hv, lane, gt.G, gt.E, gt.L, gt.B);
+    mma::cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    bar_sync(kBarAux, 128);  // k tile and gates
+    float* const Ts = reinterpret_cast<float*>(smem + oT + buf * kTB);
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {  // A's columns 32 half .. 32 half + 31 (16 registers of accumulator)
+      float aa[16];
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        wgmma::m64n32k16_ss(aa, desc(aK + 256 * kk, 128, 2048), desc(aK + 4 * 2048 * half + 256 * kk, 128, 2048),
+                            kk > 0);
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands<16>(aa);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int r = r0 + 8 * (q >> 1), c = 32 * half + 8 * j + 2 * t + (q & 1);
+          const float w = c < r ? expf(static_cast<float>(gt.G[r] - gt.G[c])) : 0.0f;  // never exp of a positive
+          Ts[r * kLDT + c] = c < r ? gt.B[r] * (aa[4 * j + q] * w) : 0.0f;
+        }
+      }
+    }
+    bar_sync(kBarAux, 128);
+    if (at < 64) chunk_inverse::diagonal_blocks<kLDT>(Ts, at, lane);
+    bar_sync(kBarAux, 128);
+    chunk_inverse::off_diagonal<kLDT, 128>(Ts, at, AuxBarrier{});
+    __threadfence_block();                  // T's last writes before the arrival
+    bar_arrive(kBarReady + buf, kThreads);  // k, gates and T of chunk n
+  }
+}
+
+// Grid (Hv, max_seqs), block 384, kSmem bytes of dynamic shared memory. Every early exit depends on
+// the sequence only (uniform over the block), so every barrier sees every thread it counts.
 __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const DeltaRulePrefillParams p) {
   pdl_start();  // kernels/launch.cuh
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t base = smem_addr(smem);
-  float* const Ts = reinterpret_cast<float*>(smem + oT);    // [64, kLDT] A, then T
-  double* const Gs = reinterpret_cast<double*>(smem + oG);  // [64] cumulative log decay
-  float* const Es = reinterpret_cast<float*>(smem + oE);    // [64] exp(G_r)
-  float* const Ls = Es + kC;                                // [64] exp(G_last - G_r)
-  float* const Bs = Ls + kC;                                // [64] beta_r (0 past the chunk's end)
-  int* const nfX = reinterpret_cast<int*>(smem + oN);       // [128] first row with a non-finite X
-  int* const nfV = nfX + kD;                                // [128] first row with a non-finite V'
+  int* const nfX = reinterpret_cast<int*>(smem + oN);  // [128] first row with a non-finite X
+  int* const nfV = nfX + kD;                           // [128] first row with a non-finite V'
 
   const int Hv = p.Hv, Hk = p.Hk;
   const int hv = blockIdx.x, n = blockIdx.y;
@@ -144,15 +226,21 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
     }
     return;
   }
-  const bool hist = p.has_history[n] != 0;
   const int hk = hv / (Hv / Hk);
+  if (wg == 2) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kAuxRegs));
+    aux_warpgroup(p, smem, base, b, e, hv, hk);
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kStateRegs));
+  const bool hist = p.has_history[n] != 0;
   const float scale = 1.0f / sqrtf(static_cast<float>(kD));
   const int r0 = 16 * (warp & 3) + g;  // this thread's accumulator rows: r0 and r0 + 8
   const int vc = 64 * wg;              // the warpgroup's first value column
   unsigned char* const sS[2] = {smem + oS + 2 * wg * kSP, smem + oS + (2 * wg + 1) * kSP};
   unsigned char* const sX[2] = {smem + oX + 2 * wg * kXP, smem + oX + (2 * wg + 1) * kXP};
-  unsigned char* const sLV[2] = {smem + oLV + 2 * wg * kXP, smem + oLV + (2 * wg + 1) * kXP};
-  const uint32_t aS = base + oS + 2 * wg * kSP, aX = base + oX + 2 * wg * kXP, aLV = base + oLV + 2 * wg * kXP;
+  unsigned char* const sLV[2] = {sS[0], sS[0] + kXP};  // inside S's first part (free from P1 to put_state)
+  const uint32_t aS = base + oS + 2 * wg * kSP, aX = base + oX + 2 * wg * kXP, aLV = aS;
 
   // The state: st[mi][4 j + q] = S[64 mi + r0 + 8 (q >> 1)][vc + 8 j + 2 t + (q & 1)], read once.
   const int64_t state_at = (static_cast<int64_t>(slot) * Hv + hv) * kD * kD;
@@ -185,43 +273,38 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
     }
     wgmma::fence_proxy_async();
   };
-  auto load_chunk = [&](int64_t c0, int stage) {
+  auto load_qv = [&](int64_t c0) {  // the chunk's q and v tiles, by the 256 state threads
     const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC);
-    load_tile(base + oQ, p.q, c0, L, Hk, hk);
-    load_tile(base + oV, p.v, c0, L, Hv, hv);
-    load_tile(base + oK + stage * kQK, p.k, c0, L, Hk, hk);
+    load_tile(base + oQ, p.q, c0, L, Hk, hk, tid, 256);
+    load_tile(base + oV, p.v, c0, L, Hv, hv, tid, 256);
     mma::cp_async_commit();
   };
-  load_chunk(b, 0);
+  load_qv(b);
   put_state();
 
-  int stage = 0;
-  for (int64_t c0 = b; c0 < e; c0 += kC, stage ^= 1) {
+  const int nchunks = static_cast<int>((e - b + kC - 1) / kC);
+  for (int ci = 0; ci < nchunks; ++ci) {
+    const int64_t c0 = b + static_cast<int64_t>(ci) * kC;
     const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC);  // tokens in this chunk, 1..64
-    const uint32_t aQ = base + oQ, aK = base + oK + stage * kQK;
-    if (tid < 32) chunk_io::chunk_gates(p, c0, L, hv, lane, Gs, Es, Ls, Bs);
-    nfX[tid] = kC;                 // nfX and nfV: 256 entries
-    if (tid >= 64 && tid < 192) {  // the next chunk's g and beta into L2 (rows of this sequence only)
-      const int64_t tok = c0 + kC + (tid & 63);
-      if (tok < e) {
-        const float* a = (tid < 128 ? p.g : p.beta) + tok * Hv + hv;
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-      }
+    const int buf = ci & 1;
+    const uint32_t aQ = base + oQ, aK = base + oK + buf * kQK;
+    const Gates gt = gates_at(smem, buf);
+    const float* const Ts = reinterpret_cast<const float*>(smem + oT + buf * kTB);
+    {  // this warpgroup's columns of nfX and nfV (read last before the previous chunk's final barrier)
+      const int i = tid & 127;
+      (i < 64 ? nfX : nfV)[vc + (i & 63)] = kC;
     }
+    bar_sync(kBarReady + buf, kThreads);  // warpgroup 2: the chunk's k tile, gates and T
     mma::cp_async_wait<0>();
     wgmma::fence_proxy_async();
-    __syncthreads();  // the chunk's tiles, gates, S parts
+    bar_sync(kBarState, 256);  // q, v of both warpgroups' copies, S parts, nf resets
 
-    // ---- P1: P and A (first group), O and X (second group).
-    float pa[32], aa[16], oa[32], xa[32];
+    // ---- P1: P (first group), O and X (second group).
+    float pa[32], oa[32], xa[32];
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {  // K-major q and k: a k-step is two core matrices, 256 bytes on
-      const uint64_t kd = desc(aK + 256 * kk, 128, 2048);
-      wgmma::m64n64k16_ss(pa, desc(aQ + 256 * kk, 128, 2048), kd, kk > 0);
-      // A's columns 32 wg .. 32 wg + 31: key rows 32 wg .., four row groups on (no branch on the
-      // warpgroup, which would make ptxas serialise every wgmma)
-      wgmma::m64n32k16_ss(aa, kd, desc(aK + 4 * 2048 * wg + 256 * kk, 128, 2048), kk > 0);
+      wgmma::m64n64k16_ss(pa, desc(aQ + 256 * kk, 128, 2048), desc(aK + 256 * kk, 128, 2048), kk > 0);
     }
     wgmma::commit();
 #pragma unroll
@@ -236,26 +319,16 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
     wgmma::commit();
     wgmma::wait<1>();
     wgmma::fence_operands<32>(pa);
-    wgmma::fence_operands<16>(aa);
     // P: scaled and decayed, exact zeros above the diagonal (selected: a later token's k may be
-    // non-finite); A the same with beta below the diagonal, into the A tile (this warpgroup's half).
+    // non-finite), then split into the register A operand of P V'.
     uint32_t pf[4][2][4];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int r = r0 + 8 * (q >> 1), c = 8 * j + 2 * t + (q & 1);
-        const float w = c <= r ? expf(static_cast<float>(Gs[r] - Gs[c])) : 0.0f;  // never exp of a positive
+        const float w = c <= r ? expf(static_cast<float>(gt.G[r] - gt.G[c])) : 0.0f;  // never exp of a positive
         pa[4 * j + q] = c <= r ? (pa[4 * j + q] * scale) * w : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int r = r0 + 8 * (q >> 1), c = 32 * wg + 8 * j + 2 * t + (q & 1);
-        const float w = c < r ? expf(static_cast<float>(Gs[r] - Gs[c])) : 0.0f;
-        Ts[r * kLDT + c] = c < r ? Bs[r] * (aa[4 * j + q] * w) : 0.0f;
       }
     }
 #pragma unroll
@@ -269,12 +342,12 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = r0 + 8 * h, c = 8 * j + 2 * t;
-        const float er = Es[r] * scale;
+        const float er = gt.E[r] * scale;
         oa[4 * j + 2 * h] *= er;
         oa[4 * j + 2 * h + 1] *= er;
         const uint32_t vw = *reinterpret_cast<const uint32_t*>(smem + oV + at<kD>(r, vc + c));
         const float v0 = __uint_as_float(vw << 16), v1 = __uint_as_float(vw & 0xffff0000u);
-        float x0 = Bs[r] * (v0 - Es[r] * xa[4 * j + 2 * h]), x1 = Bs[r] * (v1 - Es[r] * xa[4 * j + 2 * h + 1]);
+        float x0 = gt.B[r] * (v0 - gt.E[r] * xa[4 * j + 2 * h]), x1 = gt.B[r] * (v1 - gt.E[r] * xa[4 * j + 2 * h + 1]);
         if (!isfinite(x0)) {
           atomicMin(nfX + vc + c, r);
           x0 = 0.0f;
@@ -287,14 +360,8 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
       }
     }
     wgmma::fence_proxy_async();
-    __syncthreads();                                  // A, X, nfX written; q and v read (their tiles are free)
-    if (c0 + kC < e) load_chunk(c0 + kC, stage ^ 1);  // the next chunk's tiles, while this one runs
-
-    // ---- P2: T = (I + A)^-1, the mma kernel's blockwise substitution.
-    if (tid < 64) chunk_inverse::diagonal_blocks<kLDT>(Ts, tid, lane);
-    __syncthreads();
-    chunk_inverse::off_diagonal<kLDT, kThreads>(Ts, tid);
-    __syncthreads();
+    bar_sync(kBarState, 256);                // X parts and nfX written; both warpgroups have read q and v
+    if (ci + 1 < nchunks) load_qv(c0 + kC);  // the next chunk's q and v, while this one runs
 
     // ---- P3: V' = T X, T (exact zeros above the diagonal) split into the register A operand.
     float va[32];
@@ -339,7 +406,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
           y[u] = nfX[vc + c + u] <= r ? __int_as_float(0x7fc00000) : va[4 * j + 2 * h + u];
           if (!isfinite(y[u])) atomicMin(nfV + vc + c + u, r);
         }
-        put_parts<64>(sLV[0], sLV[1], r, c, Ls[r] * y[0], Ls[r] * y[1]);
+        put_parts<64>(sLV[0], sLV[1], r, c, gt.L[r] * y[0], gt.L[r] * y[1]);
         put_parts<64>(sX[0], sX[1], r, c, isfinite(y[0]) ? y[0] : 0.0f, isfinite(y[1]) ? y[1] : 0.0f);
       }
     }
@@ -347,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
     wg_barrier(wg);  // V' parts, LV' parts and nfV written
 
     // ---- P4: o = O + P V' and S_w = exp(G_last) S_w + K^T (LV').
-    const float decay = Es[kC - 1];
+    const float decay = gt.E[kC - 1];
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
@@ -394,8 +461,10 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
     wgmma::wait<0>();
     wgmma::fence_operands<32>(st[0]);
     wgmma::fence_operands<32>(st[1]);
+    // Chunk ci is done with its k tile, gates and T: warpgroup 2 may fill buffer buf with chunk ci + 2.
+    if (ci + 2 < nchunks) bar_arrive(kBarFree + buf, kThreads);
+    wg_barrier(wg);  // every warp past the update (its LV' parts) and past its reads of nfV
     put_state();
-    __syncthreads();  // the next chunk rewrites the gates, nfX / nfV, A / T and the tiles
   }
 
   // The final state, written once.

@@ -179,7 +179,7 @@ TEST_CASE("wgmma delta-rule prefill: a captured launch replays the eager bytes",
   const Manifest m = build_manifest("delta_rule.prefill wgmma", "-", graph.graph(), rec);
   REQUIRE(m.nodes.size() == 1);
   CHECK(m.nodes[0].grid == Dim3{static_cast<unsigned>(sh.Hv), static_cast<unsigned>(A.max_seqs), 1});
-  CHECK(m.nodes[0].block == Dim3{256, 1, 1});
+  CHECK(m.nodes[0].block == Dim3{384, 1, 1});
   CHECK(m.nodes[0].smem_bytes == delta_rule_prefill_wgmma_smem());
   CAPTURE(m.nodes[0].kernel);
   CHECK(m.nodes[0].kernel.find("delta_rule_wgmma_kernel") != std::string::npos);

@@ -4,6 +4,8 @@
 // - graph replay == eager bytes with the chunked kernel;
 // - `auto` (the default) resolves to mma (bf16) or chunked (f32) where the kernel is built, else the scan;
 // - the gated norm fused into the mma delta rule (gated_norm = delta) gives the norm kernel's bytes;
+// - the wgmma form (compute capability 9.0) in a bf16 model with GDN heads of 128: within the bf16
+//   tolerance of the mma form, replay == eager, labelled in the manifest;
 // (the fused gdn.prefill arm in front of it: test_model_prefill.cpp's fused test runs both prefills).
 #include <cstring>
 #include <set>
@@ -13,6 +15,7 @@
 #include "kernels/contracts.h"
 #include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/delta_rule_prefill_mma.h"
+#include "kernels/delta_rule_prefill_wgmma.h"
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tests/gpu/model_prefill_fixture.h"
@@ -176,4 +179,57 @@ TEST_CASE("model prefill: the gated norm in the mma delta rule gives the norm ke
     }
     CHECK(got.caches == want.caches);
   }
+}
+
+// The warpgroup delta rule (delta_prefill = wgmma, named only; compute capability 9.0, Dk = Dv =
+// 128) in the bf16 model: "tiny" with GDN heads of 128, prefills across 64-token chunks and with
+// history, then decode steps, against the same steps with mma. The two forms differ in f32
+// summation order only (each within 1e-4 of the double reference, test_delta_rule_prefill_wgmma.cpp),
+// so the logits agree within the bf16 model tolerance (a bf16 rounding that flips propagates);
+// graph replay equals eager with wgmma; the manifest shows the kernel on every GDN layer.
+TEST_CASE("model prefill with the wgmma delta rule: within the bf16 tolerance of mma, replay == eager",
+          "[gpu][model][prefill][delta_rule_wgmma]") {
+  const DeviceLimits dev = DeviceLimits::current();
+  if (!delta_rule_prefill_wgmma_device(dev.cc_major, dev.cc_minor)) {
+    WARN("the wgmma delta-rule prefill runs on compute capability 9.0 only: not tested on this device");
+    return;
+  }
+  Qwen35Config cfg = preset("tiny");
+  cfg.gdn = GdnDims{2, 4, 128, 128, 4};
+  cfg.validate("test");
+  const HostWeights w = synthetic_weights(cfg, 17);
+  const int V = cfg.vocab;
+  auto run = [&](DeltaPrefill dp) {
+    ModelStep step(cfg, prefill_options(DType::bf16, dp));
+    REQUIRE(step.options().delta_prefill == dp);
+    step.load_host_weights(w);
+    step.capture_all();
+    size_t labelled = 0;
+    for (const auto& n : step.prefill_manifest(step.prefill_keys().back()).nodes) {
+      if (n.label.op != "delta_rule.prefill") continue;
+      labelled += n.label.arm.rfind(delta_prefill_name(dp), 0) == 0;
+      if (dp == DeltaPrefill::wgmma) CHECK(n.kernel.find("delta_rule_wgmma_kernel") != std::string::npos);
+    }
+    CHECK(labelled == static_cast<size_t>(cfg.num_linear_attention()));
+    std::vector<float> logits;
+    auto keep = [&](const std::vector<float>& l) { logits.insert(logits.end(), l.begin(), l.end()); };
+    keep(step.prefill({{1, tokens_for(1, 70, V), 0}, {3, tokens_for(3, 9, V), 0}}, RunMode::graph).logits);
+    keep(step.prefill({{1, tokens_for(1, 40, V, 70), 70}, {3, tokens_for(3, 80, V, 9), 9}}, RunMode::graph).logits);
+    for (int t = 0; t < 3; ++t) {
+      const std::vector<DecodeRequest> reqs = {{1, tokens_for(200 + t, 1, V)[0], 110 + t},
+                                               {3, tokens_for(300 + t, 1, V)[0], 89 + t}};
+      keep(step.decode(reqs, RunMode::graph).logits);
+    }
+    if (dp == DeltaPrefill::wgmma) {
+      check_prefill_replay(
+          step, {{5, tokens_for(5, 100, V), 0}, {6, tokens_for(6, 3, V), 0}, {1, tokens_for(1, 5, V, 113), 113}});
+    }
+    CHECK(step.eager_fallbacks() == 0);
+    return logits;
+  };
+  const std::vector<float> m = run(DeltaPrefill::mma), g = run(DeltaPrefill::wgmma);
+  REQUIRE(m.size() == g.size());
+  const double e = normalised_error(g.data(), m.data(), m.size());
+  WARN("wgmma vs mma delta rule in the bf16 model: normalised max logit error " << e);
+  CHECK(e <= 3e-2);  // the bf16 model tolerance (test_model_prefill.cpp)
 }

@@ -2,19 +2,20 @@
 // warpgroup tensor cores (see delta_rule_prefill_wgmma.h for the design, the arithmetic and the
 // contract; delta_rule_prefill_mma.cu is the mma.sync form it follows product by product). Built
 // for sm_90a only (the sg_kernels_sm90a library).
-// One block per (v-head, sequence) walks the sequence's chunks of 64 tokens; warpgroup w owns value
-// columns 64w .. 64w + 63. Per chunk:
-//   P1 (after the chunk's tiles and gates are in)  P = Q K^T -> registers (scale, decay, mask, then
-//      split: the A operand of P V'); A = K K^T -> the f32 A tile (warpgroup w: columns 32w ..
-//      32w + 31); O = Q S_w and
-//      X = K S_w with S_w's bf16 parts from shared memory; X = beta (v - exp(G) X) -> its part tiles
-//      (non-finite values as 0, the first non-finite row of each column noted)
-//   (the next chunk's q, v and k are copied while the rest of this chunk runs)
-//   P2 T = (I + A)^-1 on the CUDA cores (delta_rule_chunk_inverse.cuh, as the mma kernel)
+// One block per (v-head, sequence) walks the sequence's chunks of 64 tokens. Warpgroup 2, one
+// chunk ahead (aux_warpgroup): the chunk's k tile, gates, A = K K^T (wgmma, masked) and
+// T = (I + A)^-1 on the CUDA cores (delta_rule_chunk_inverse.cuh, as the mma kernel), into buffer
+// chunk % 2, then "ready". Warpgroups 0 and 1 (warpgroup w owns value columns 64w .. 64w + 63),
+// per chunk once it is ready:
+//   P1 P = Q K^T -> registers (scale, decay, mask, then split: the A operand of P V'); O = Q S_w
+//      and X = K S_w with S_w's bf16 parts from shared memory; X = beta (v - exp(G) X) -> its part
+//      tiles (non-finite values as 0, the first non-finite row of each column noted)
+//   (the next chunk's q and v are copied while the rest of this chunk runs)
 //   P3 V' = T X (T split from the f32 tile into registers); rows at or past a column's first
 //      non-finite X made NaN; V' (non-finite as 0) and exp(G_last - G) V' -> their part tiles
 //   P4 o = O + P V' (stored, rows past V''s first non-finite value NaN);
-//      S_w = exp(G_last) S_w + K^T (exp(G_last - G) V') (K read MN-major); S_w -> its part tiles
+//      S_w = exp(G_last) S_w + K^T (exp(G_last - G) V') (K read MN-major); the chunk's buffer is
+//      released; S_w -> its part tiles
 // Shared-memory tiles are bf16 in the unswizzled core-matrix layout of wgmma_util.cuh: chunk (row r,
 // 16-byte column c) of a tile with C columns at (r / 8) C 16 + c 128 + (r % 8) 16.
 #include <cuda_bf16.h>

@@ -18,13 +18,22 @@
 // wgmma reads its shared-memory operands once for 64 rows with no register copies, and the state
 // lives in registers for the whole sequence as the accumulator of its own update.
 //
-// Block: 256 threads, two warpgroups; warpgroup w owns value columns 64w .. 64w + 63 of O, X, V',
-// the output and the state (S[:, 64w ..], 128 x 64 f32 accumulators in registers), so the two
-// warpgroups meet only at the chunk's loads, A and the inverse. Both compute P (their register A
-// operand of P V') and half of A's columns each. Shared memory (delta_rule_prefill_wgmma_smem()):
-// q, v, and two stages of k as bf16 core-matrix tiles (the next chunk's q, v and k are copied by
-// cp.async while the current chunk's inverse and products run), each warpgroup's S, X / V' and
-// exp(G_last - G) V' as bf16 high and low part tiles, the A / T tile (f32) and the gates.
+// Block: 384 threads, three warpgroups. Warpgroups 0 and 1 run the state's products: warpgroup w
+// owns value columns 64w .. 64w + 63 of O, X, V', the output and the state (S[:, 64w ..], 128 x 64
+// f32 accumulators in registers), and computes P itself (its register A operand of P V').
+// Warpgroup 2 works one chunk ahead: it copies the chunk's k tile, computes its gates, A = K K^T
+// and T = (I + A)^-1 into the other of two buffers and signals it ready (named barriers; the state
+// warpgroups release a buffer when their update has read it). setmaxnreg gives warpgroups 0 and 1
+// 224 registers and warpgroup 2 56. Shared memory (delta_rule_prefill_wgmma_smem(), 204,288 bytes):
+// q and v, and k in two buffers, as bf16 core-matrix tiles (the next chunk's q and v are copied by
+// cp.async while the current chunk's products run), each warpgroup's S and X / V' as bf16 high and
+// low part tiles (exp(G_last - G) V' inside S's region while S is not needed), two A / T tiles
+// (f32) and two sets of gates.
+// Measured on the H200 (docs/BENCHMARKS.md, the 4B's prefill of 32 x 1024 tokens): 2.50 ms a
+// launch against the mma kernel's 2.89; in the model step delta_rule.prefill 73.5 ms against
+// 83.4. ncu: 31% of issue slots busy, 0.43 eligible warps per scheduler; the state warpgroups wait
+// at the chunk-ready barrier for 18% of the samples, so warpgroup 2's gates, A and inverse are now
+// the longer path.
 //
 // Causal also for non-finite values: X and V' are stored with non-finite values replaced by 0 in
 // the operands of T X and P V' (which multiply every row by every token's values, and a later
@@ -38,7 +47,7 @@
 // cu_seqlens[*n_seqs] untouched; the block (hv, n) is the only one touching state[slot][hv]),
 // without the fused output norm (norm_w is refused) and with q, k, v, out and state 16-byte
 // aligned (refused otherwise: the tiles are copied by 16-byte cp.async). Out f32 or bf16, state
-// f32 or bf16. Deterministic (fixed order). Grid (Hv, max_seqs), block 256, dynamic shared memory
+// f32 or bf16. Deterministic (fixed order). Grid (Hv, max_seqs), block 384, dynamic shared memory
 // delta_rule_prefill_wgmma_smem(): from max_seqs and the shape only (graph-safe).
 #pragma once
 #include <cuda_runtime_api.h>

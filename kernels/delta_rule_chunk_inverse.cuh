@@ -49,37 +49,80 @@ struct BlockBarrier {
 // NT threads (tid 0 .. NT - 1: every thread of the block, or of the group that `bar` synchronises),
 // after a barrier that follows diagonal_blocks; it holds one barrier (`bar`) itself, and its writes
 // need one more before T is read. Afterwards T[r][c] is right for c <= r; above the diagonal is
-// garbage, which the callers never use.
-template <int LDT, int NT, typename Barrier = BlockBarrier>
+// garbage, which the callers never use. kRowGroups (NT == 128 only): each thread computes one row's
+// 8 outputs at once in both products (8 independent chains sharing the row's loads) instead of one
+// output at a time; every output's fmafs are the same, so are the bytes.
+template <int LDT, int NT, typename Barrier = BlockBarrier, bool kRowGroups = false>
 __device__ __forceinline__ void off_diagonal(float* Ts, int tid, Barrier bar = {}) {
+  static_assert(!kRowGroups || NT == 128, "row groups: 32 rows x 4 groups of 8 columns, a thread each");
   using chunk_io::ld4;
   // M = A10 T00 [32, 32] into the upper-right block (rows 0..31, columns 32..63):
   // M[r][c] = sum_{m >= c} A[32 + r][m] T00[m][c], T00[m][c] read from its transposed copy (c, m).
-  for (int o = tid; o < 32 * 32; o += NT) {
-    const int r = o >> 5, c = o & 31;
+  if constexpr (kRowGroups) {
+    const int r = tid >> 2, c0 = 8 * (tid & 3);
     const float* arow = Ts + (32 + r) * LDT;  // A10 row r
-    const float* tcol = Ts + c * LDT;         // T00 column c (transposed), valid at m >= c
-    float acc = 0.0f;
+    float acc[8] = {};
 #pragma unroll
     for (int m = 0; m < 32; m += 4) {
-      const float4 a = ld4(arow + m), t = ld4(tcol + m);
-      acc = fmaf(a.x, m >= c ? t.x : 0.0f, acc);
-      acc = fmaf(a.y, m + 1 >= c ? t.y : 0.0f, acc);
-      acc = fmaf(a.z, m + 2 >= c ? t.z : 0.0f, acc);
-      acc = fmaf(a.w, m + 3 >= c ? t.w : 0.0f, acc);
+      const float4 a = ld4(arow + m);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int c = c0 + i;
+        const float4 t = ld4(Ts + c * LDT + m);  // T00 column c (transposed), valid at m >= c
+        acc[i] = fmaf(a.x, m >= c ? t.x : 0.0f, acc[i]);
+        acc[i] = fmaf(a.y, m + 1 >= c ? t.y : 0.0f, acc[i]);
+        acc[i] = fmaf(a.z, m + 2 >= c ? t.z : 0.0f, acc[i]);
+        acc[i] = fmaf(a.w, m + 3 >= c ? t.w : 0.0f, acc[i]);
+      }
     }
-    Ts[r * LDT + 32 + c] = acc;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) Ts[r * LDT + 32 + c0 + i] = acc[i];
+  } else {
+    for (int o = tid; o < 32 * 32; o += NT) {
+      const int r = o >> 5, c = o & 31;
+      const float* arow = Ts + (32 + r) * LDT;  // A10 row r
+      const float* tcol = Ts + c * LDT;         // T00 column c (transposed), valid at m >= c
+      float acc = 0.0f;
+#pragma unroll
+      for (int m = 0; m < 32; m += 4) {
+        const float4 a = ld4(arow + m), t = ld4(tcol + m);
+        acc = fmaf(a.x, m >= c ? t.x : 0.0f, acc);
+        acc = fmaf(a.y, m + 1 >= c ? t.y : 0.0f, acc);
+        acc = fmaf(a.z, m + 2 >= c ? t.z : 0.0f, acc);
+        acc = fmaf(a.w, m + 3 >= c ? t.w : 0.0f, acc);
+      }
+      Ts[r * LDT + 32 + c] = acc;
+    }
   }
   bar();
   // T10 = -T11 M over A10 (rows 32..63, columns 0..31): T10[r][c] = -sum_{m <= r} T11[r][m] M[m][c],
   // T11[r][m] from its transposed copy (32 + m, 32 + r). Then the diagonal blocks' strictly lower
   // triangles get T (natural layout) from the transposed copies. Afterwards T[r][c] is right for
   // c <= r.
-  for (int o = tid; o < 32 * 32; o += NT) {
-    const int r = o >> 5, c = o & 31;
-    float acc = 0.0f;
-    for (int m = 0; m <= r; ++m) acc = fmaf(Ts[(32 + m) * LDT + 32 + r], Ts[m * LDT + 32 + c], acc);
-    Ts[(32 + r) * LDT + c] = -acc;
+  if constexpr (kRowGroups) {
+    const int r = tid >> 2, c0 = 8 * (tid & 3);
+    float acc[8] = {};
+    for (int m = 0; m <= r; ++m) {
+      const float t = Ts[(32 + m) * LDT + 32 + r];
+      const float4 x0 = ld4(Ts + m * LDT + 32 + c0), x1 = ld4(Ts + m * LDT + 36 + c0);
+      acc[0] = fmaf(t, x0.x, acc[0]);
+      acc[1] = fmaf(t, x0.y, acc[1]);
+      acc[2] = fmaf(t, x0.z, acc[2]);
+      acc[3] = fmaf(t, x0.w, acc[3]);
+      acc[4] = fmaf(t, x1.x, acc[4]);
+      acc[5] = fmaf(t, x1.y, acc[5]);
+      acc[6] = fmaf(t, x1.z, acc[6]);
+      acc[7] = fmaf(t, x1.w, acc[7]);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) Ts[(32 + r) * LDT + c0 + i] = -acc[i];
+  } else {
+    for (int o = tid; o < 32 * 32; o += NT) {
+      const int r = o >> 5, c = o & 31;
+      float acc = 0.0f;
+      for (int m = 0; m <= r; ++m) acc = fmaf(Ts[(32 + m) * LDT + 32 + r], Ts[m * LDT + 32 + c], acc);
+      Ts[(32 + r) * LDT + c] = -acc;
+    }
   }
   for (int o = tid; o < 2 * 32 * 32; o += NT) {
     const int base = (o >> 10) * 32, r = (o >> 5) & 31, c = o & 31;

@@ -196,7 +196,7 @@ __device__ __forceinline__ void aux_warpgroup(const DeltaRulePrefillParams& p, u
     bar_sync(kBarAux, 128);
     if (at < 64) chunk_inverse::diagonal_blocks<kLDT>(Ts, at, lane);
     bar_sync(kBarAux, 128);
-    chunk_inverse::off_diagonal<kLDT, 128>(Ts, at, AuxBarrier{});
+    chunk_inverse::off_diagonal<kLDT, 128, AuxBarrier, true>(Ts, at, AuxBarrier{});
     __threadfence_block();                  // T's last writes before the arrival
     bar_arrive(kBarReady + buf, kThreads);  // k, gates and T of chunk n
   }

@@ -29,7 +29,7 @@
 // cp.async while the current chunk's products run), each warpgroup's S and X / V' as bf16 high and
 // low part tiles (exp(G_last - G) V' inside S's region while S is not needed), two A / T tiles
 // (f32) and two sets of gates.
-// Measured on the H200 (docs/BENCHMARKS.md, the 4B's prefill of 32 x 1024 tokens): 2.50 ms a
+// Measured on the H200 (docs/BENCHMARKS.md, the 4B's prefill of 32 x 1024 tokens): 2.43 ms a
 // launch against the mma kernel's 2.89; in the model step delta_rule.prefill 73.5 ms against
 // 83.4. ncu: 31% of issue slots busy, 0.43 eligible warps per scheduler; the state warpgroups wait
 // at the chunk-ready barrier for 18% of the samples, so warpgroup 2's gates, A and inverse are now

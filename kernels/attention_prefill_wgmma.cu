@@ -201,16 +201,7 @@ cudaError_t attention_prefill_wgmma(const AttentionParams& p, cudaStream_t strea
     return cudaErrorInvalidValue;
   }
   // Built for sm_90a alone: any other device has no image of the kernel.
-  int dev = 0, major = 0, minor = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  if (err != cudaSuccess) return err;
-  if (!c.require(attention_prefill_wgmma_device(major, minor),
-                 "needs a device of compute capability 9.0 (the kernel is built for sm_90a)")
-           .ok()) {
-    return cudaErrorNoKernelImageForDevice;
-  }
+  if (const cudaError_t err = dev::require_sm90a(c); err != cudaSuccess) return err;
   if (p.T == 0) return cudaSuccess;
   switch (p.D) {
     case 64: return launch<64>(p, stream);

@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
     const uint32_t aQ = base + oQ, aK = base + oK + buf * kQK;
     const Gates gt = gates_at(smem, buf);
     const float* const Ts = reinterpret_cast<const float*>(smem + oT + buf * kTB);
-    {  // this warpgroup's columns of nfX and nfV (read last before the previous chunk's final barrier)
+    {  // this warpgroup's columns of nfX and nfV (their last reads are behind the previous chunk's warpgroup barrier)
       const int i = tid & 127;
       (i < 64 ? nfX : nfV)[vc + (i & 63)] = kC;
     }
@@ -501,16 +501,7 @@ cudaError_t delta_rule_prefill_wgmma(const DeltaRulePrefillParams& p, cudaStream
                   dev::aligned16(p.state),
               "q, k, v, out and state must be 16-byte aligned");
   if (!chk.ok()) return cudaErrorInvalidValue;
-  int dev = 0, major = 0, minor = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  if (err != cudaSuccess) return err;
-  if (!chk.require(delta_rule_prefill_wgmma_device(major, minor),
-                   "needs a device of compute capability 9.0 (the kernel is built for sm_90a)")
-           .ok()) {
-    return cudaErrorNoKernelImageForDevice;
-  }
+  if (const cudaError_t err = dev::require_sm90a(chk); err != cudaSuccess) return err;
   if (p.max_seqs == 0) return cudaSuccess;
   if (const cudaError_t e = dev::allow_dynamic_smem(delta_rule_wgmma_kernel, kSmem); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(p.Hv), static_cast<unsigned>(p.max_seqs));

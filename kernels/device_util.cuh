@@ -122,4 +122,21 @@ cudaError_t allow_dynamic_smem(Kernel* kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 
+// The launchers of the sm_90a-only kernels (built for compute capability 9.0 alone): cudaSuccess
+// on such a device; cudaErrorNoKernelImageForDevice, with `chk` holding the reason, on any other;
+// the runtime's error when the device cannot be queried.
+template <typename Check>
+cudaError_t require_sm90a(Check& chk) {
+  int dev = 0, major = 0, minor = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (err != cudaSuccess) return err;
+  return chk.require(major == 9 && minor == 0,
+                     "needs a device of compute capability 9.0 (the kernel is built for sm_90a)")
+                 .ok()
+             ? cudaSuccess
+             : cudaErrorNoKernelImageForDevice;
+}
+
 }  // namespace sg::dev

@@ -5,10 +5,12 @@
 // the launch params over them; and, for the two chunked forms (CUDA cores and tensor cores), the
 // double reference, the tolerance check and the untouched-bytes check.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "engine/error.h"
@@ -282,5 +284,85 @@ inline const std::vector<int32_t> kSlots = {3, 7, 0, -1, 8, 5, 2, 9};
 inline const std::vector<std::vector<uint8_t>> kHists = {
     {1, 1, 1, 1, 1, 1, 1, 1}, {0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0, 1, 1, 0, 1, 0}};
 inline const char* const kHistNames[] = {"all history", "no history", "mixed"};
+
+// ---- Two checks every chunked form runs; `run(P, rig)` launches the form under test on problem P
+// over rig and returns its outputs and state.
+
+// A sequence split into two prefills (the second with history) agrees with one prefill: sequences
+// of 150 and 9 tokens without history, against 70 + 4 tokens and then the remaining 80 + 5 with
+// history (chunk boundaries fall elsewhere, so only a tolerance applies): outputs within tol_out
+// (normalised, per sequence), the final states within tol_state.
+template <typename Run>
+void check_two_segments(Shape sh, DType t, double tol_out, double tol_state, Run run) {
+  const Problem whole = make_problem(sh, t, {150, 9}, {2, 6}, {0, 0}, 99);
+  Rig rw(whole);
+  const Result rwhole = run(whole, rw);
+  auto segment = [&](const std::vector<int64_t>& begin, const std::vector<int32_t>& lens, uint8_t hist,
+                     const std::vector<float>& state) {
+    const Problem P = segment_problem(whole, begin, lens, hist, state);
+    Rig rig(P);
+    return run(P, rig);
+  };
+  const Result r1 = segment({0, 150}, {70, 4}, 0, whole.state0);
+  const Result r2 = segment({70, 154}, {80, 5}, 1, from_bytes(r1.state, DType::f32));
+  // Whole rows [0,70) = r1 [0,70), [70,150) = r2 [0,80), [150,154) = r1 [70,74), [154,159) = r2 [80,85).
+  const auto o1 = from_bytes(r1.out, t), o2 = from_bytes(r2.out, t);
+  const size_t rw_ = static_cast<size_t>(whole.row());
+  std::vector<float> joined;
+  auto append = [&](const std::vector<float>& src, size_t a, size_t b) {
+    joined.insert(joined.end(), src.begin() + static_cast<int64_t>(a * rw_),
+                  src.begin() + static_cast<int64_t>(b * rw_));
+  };
+  append(o1, 0, 70);
+  append(o2, 0, 80);
+  append(o1, 70, 74);
+  append(o2, 80, 85);
+  const auto ow = from_bytes(rwhole.out, t);
+  for (auto [b, e] : {std::pair<size_t, size_t>{0, 150}, {150, 159}}) {
+    const double err = norm_err(joined.data() + b * rw_, ow.data() + b * rw_, (e - b) * rw_);
+    CAPTURE(b, e, err);
+    CHECK(err <= tol_out);
+  }
+  const auto s2 = from_bytes(r2.state, DType::f32), sw = from_bytes(rwhole.state, DType::f32);
+  const size_t slot = static_cast<size_t>(sh.Hv * whole.head_size());
+  for (size_t s : {size_t{2}, size_t{6}}) {
+    const double serr = norm_err(s2.data() + s * slot, sw.data() + s * slot, slot);
+    CAPTURE(s, serr);
+    CHECK(serr <= tol_state);
+  }
+}
+
+// Causality for non-finite values: two sequences with history, 9 and 40 tokens, shape (1, 2, 128,
+// 128); in sequence 0 v of its token 5 is NaN and k of its token 6 is +Inf, in sequence 1 the same
+// at its tokens 37 and 38 (the second half of a chunk). The outputs before the bad tokens are
+// finite and are the bytes of the same sequences cut before them; every row in `bad_rows` (rows of
+// the whole batch) holds a non-finite value.
+template <typename Run>
+void check_nan_causal(DType t, const std::vector<size_t>& bad_rows, Run run) {
+  const Shape sh{1, 2, 128, 128};
+  Problem whole = make_problem(sh, t, {9, 40}, {2, 6}, {1, 1}, 31337);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (auto [vt, kt] : {std::pair<int64_t, int64_t>{5, 6}, {9 + 37, 9 + 38}}) {
+    for (int64_t i = 0; i < whole.row(); ++i) whole.v[static_cast<size_t>(vt * whole.row() + i)] = nan;
+    for (int64_t i = 0; i < int64_t{sh.Hk} * sh.Dk; ++i) whole.k[static_cast<size_t>(kt * sh.Hk * sh.Dk + i)] = inf;
+  }
+  const Problem cut = segment_problem(whole, {0, 9}, {5, 37}, 1, whole.state0);
+  Rig rw(whole), rc(cut);
+  const Result a = run(whole, rw), b = run(cut, rc);
+  const size_t rb = static_cast<size_t>(whole.row()) * dtype_size(t);      // bytes per token row
+  auto rows = [rb](const std::vector<uint8_t>& o, size_t r0, size_t r1) {  // token rows [r0, r1)
+    return std::vector<uint8_t>(o.begin() + static_cast<int64_t>(r0 * rb), o.begin() + static_cast<int64_t>(r1 * rb));
+  };
+  CHECK(byte_diff(rows(a.out, 0, 5), rows(b.out, 0, 5), t) == "");
+  CHECK(byte_diff(rows(a.out, 9, 46), rows(b.out, 5, 42), t) == "");
+  const auto vals = from_bytes(rows(a.out, 0, 5), t), vals1 = from_bytes(rows(a.out, 9, 46), t);
+  CHECK(std::all_of(vals.begin(), vals.end(), [](float x) { return std::isfinite(x); }));
+  CHECK(std::all_of(vals1.begin(), vals1.end(), [](float x) { return std::isfinite(x); }));
+  for (size_t r : bad_rows) {
+    CAPTURE(r);
+    const auto bad = from_bytes(rows(a.out, r, r + 1), t);
+    CHECK(std::any_of(bad.begin(), bad.end(), [](float x) { return !std::isfinite(x); }));
+  }
+}
 
 }  // namespace sg::test::drp

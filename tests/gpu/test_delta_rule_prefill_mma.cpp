@@ -168,46 +168,10 @@ TEST_CASE("mma delta-rule prefill: a captured launch replays the eager bytes", "
 }
 
 TEST_CASE("mma delta-rule prefill: two segments with history agree with one prefill", "[gpu][delta_rule_mma]") {
-  const Shape sh{2, 4, 128, 128};
   for (DType t : {DType::f32, DType::bf16}) {
     CAPTURE(dtype_name(t));
-    // Whole: sequences of 150 and 9 tokens (no history). Split: 70 + 4 tokens, then the remaining
-    // 80 + 5 with history; chunk boundaries fall elsewhere, so only the tolerance applies.
-    const Problem whole = make_problem(sh, t, {150, 9}, {2, 6}, {0, 0}, 99);
-    Rig rw(whole);
-    const Result rwhole = run(whole, rw);
-    auto segment = [&](const std::vector<int64_t>& begin, const std::vector<int32_t>& lens, uint8_t hist,
-                       const std::vector<float>& state) {
-      const Problem P = segment_problem(whole, begin, lens, hist, state);
-      Rig rig(P);
-      return run(P, rig);
-    };
-    const Result r1 = segment({0, 150}, {70, 4}, 0, whole.state0);
-    const Result r2 = segment({70, 154}, {80, 5}, 1, test::from_bytes(r1.state, DType::f32));
-    const auto o1 = test::from_bytes(r1.out, t), o2 = test::from_bytes(r2.out, t);
-    const size_t rw_ = static_cast<size_t>(whole.row());
-    std::vector<float> joined;
-    auto append = [&](const std::vector<float>& src, size_t a, size_t b) {
-      joined.insert(joined.end(), src.begin() + a * rw_, src.begin() + b * rw_);
-    };
-    append(o1, 0, 70);
-    append(o2, 0, 80);
-    append(o1, 70, 74);
-    append(o2, 80, 85);
-    const auto ow = test::from_bytes(rwhole.out, t);
-    const double tol = t == DType::f32 ? kTolF32 : kTolBf16;
-    for (auto [b, e] : {std::pair<size_t, size_t>{0, 150}, {150, 159}}) {
-      const double err = norm_err(joined.data() + b * rw_, ow.data() + b * rw_, (e - b) * rw_);
-      CAPTURE(b, e, err);
-      CHECK(err <= tol);
-    }
-    const auto s2 = test::from_bytes(r2.state, DType::f32), sw = test::from_bytes(rwhole.state, DType::f32);
-    const size_t slot = static_cast<size_t>(sh.Hv * whole.head_size());
-    for (size_t s : {size_t{2}, size_t{6}}) {
-      const double serr = norm_err(s2.data() + s * slot, sw.data() + s * slot, slot);
-      CAPTURE(s, serr);
-      CHECK(serr <= kTolF32);
-    }
+    test::drp::check_two_segments(Shape{2, 4, 128, 128}, t, t == DType::f32 ? kTolF32 : kTolBf16, kTolF32,
+                                  [](const Problem& P, Rig& rig) { return run(P, rig); });
   }
 }
 
@@ -258,37 +222,12 @@ TEST_CASE("mma delta-rule prefill: misaligned buffers take the element-wise path
 
 TEST_CASE("mma delta-rule prefill: a NaN or Inf in one token never reaches an earlier token's output",
           "[gpu][delta_rule_mma]") {
-  const Shape sh{1, 2, 128, 128};
   for (DType t : {DType::f32, DType::bf16}) {
     CAPTURE(dtype_name(t));
-    // Two sequences with history, 9 and 40 tokens. Sequence 0: v of its token 5 is NaN, k of its
-    // token 6 is +Inf (both inside the 16-token diagonal tile 0..15 of the products).
-    // Sequence 1: the same at its tokens 37 and 38 (the diagonal tile 32..47, second half of the inverse).
-    Problem whole = make_problem(sh, t, {9, 40}, {2, 6}, {1, 1}, 31337);
-    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-    for (auto [vt, kt] : {std::pair<int64_t, int64_t>{5, 6}, {9 + 37, 9 + 38}}) {
-      for (int64_t i = 0; i < whole.row(); ++i) whole.v[static_cast<size_t>(vt * whole.row() + i)] = nan;
-      for (int64_t i = 0; i < int64_t{sh.Hk} * sh.Dk; ++i) whole.k[static_cast<size_t>(kt * sh.Hk * sh.Dk + i)] = inf;
-    }
-    const Problem cut = segment_problem(whole, {0, 9}, {5, 37}, 1, whole.state0);
-    Rig rw(whole), rc(cut);
-    const Result a = run(whole, rw), b = run(cut, rc);
-    const size_t rb = static_cast<size_t>(whole.row()) * dtype_size(t);
-    auto rows = [rb](const std::vector<uint8_t>& o, size_t r0, size_t r1) {
-      return std::vector<uint8_t>(o.begin() + static_cast<int64_t>(r0 * rb), o.begin() + static_cast<int64_t>(r1 * rb));
-    };
-    CHECK(byte_diff(rows(a.out, 0, 5), rows(b.out, 0, 5), t) == "");
-    CHECK(byte_diff(rows(a.out, 9, 46), rows(b.out, 5, 42), t) == "");
-    const auto vals = test::from_bytes(rows(a.out, 0, 5), t), vals1 = test::from_bytes(rows(a.out, 9, 46), t);
-    CHECK(std::all_of(vals.begin(), vals.end(), [](float x) { return std::isfinite(x); }));
-    CHECK(std::all_of(vals1.begin(), vals1.end(), [](float x) { return std::isfinite(x); }));
     // The poisoned token's row and every later row of its sequence (a NaN u reaches them through
     // P V' inside the tile and through the state) are not finite, as in the scan.
-    for (size_t r : {size_t{5}, size_t{6}, size_t{7}, size_t{8}, size_t{9 + 37}, size_t{9 + 38}, size_t{9 + 39}}) {
-      CAPTURE(r);
-      const auto bad = test::from_bytes(rows(a.out, r, r + 1), t);
-      CHECK(std::any_of(bad.begin(), bad.end(), [](float x) { return !std::isfinite(x); }));
-    }
+    test::drp::check_nan_causal(t, {5, 6, 7, 8, 9 + 37, 9 + 38, 9 + 39},
+                                [](const Problem& P, Rig& rig) { return run(P, rig); });
   }
 }
 

@@ -156,17 +156,17 @@ __device__ __forceinline__ Gates gates_at(unsigned char* smem, int b) {
 // waits until chunk n - 2 has released the buffer.
 __device__ __forceinline__ void aux_warpgroup(const DeltaRulePrefillParams& p, unsigned char* smem, uint32_t base,
                                               int64_t b, int64_t e, int hv, int hk) {
-  const int at = threadIdx.x - 256, lane = at & 31, g = lane >> 2, t = lane & 3;
-  const int r0 = 16 * (at >> 5) + g;
+  const int ai = threadIdx.x - 256, lane = ai & 31, g = lane >> 2, t = lane & 3;  // ai: 0 .. 127
+  const int r0 = 16 * (ai >> 5) + g;
   int n = 0;
   for (int64_t c0 = b; c0 < e; c0 += kC, ++n) {
     const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC), buf = n & 1;
     if (n >= 2) bar_sync(kBarFree + buf, kThreads);  // chunk n - 2 is done with buffer buf
     const uint32_t aK = base + oK + buf * kQK;
-    load_tile(aK, p.k, c0, L, p.Hk, hk, at, 128);
+    load_tile(aK, p.k, c0, L, p.Hk, hk, ai, 128);
     mma::cp_async_commit();
     const Gates gt = gates_at(smem, buf);
-    if (at < 32) chunk_io::chunk_gates(p, c0, L, hv, lane, gt.G, gt.E, gt.L, gt.B);
+    if (ai < 32) chunk_io::chunk_gates(p, c0, L, hv, lane, gt.G, gt.E, gt.L, gt.B);
     mma::cp_async_wait<0>();
     wgmma::fence_proxy_async();
     bar_sync(kBarAux, 128);  // k tile and gates
@@ -194,9 +194,9 @@ __device__ __forceinline__ void aux_warpgroup(const DeltaRulePrefillParams& p, u
       }
     }
     bar_sync(kBarAux, 128);
-    if (at < 64) chunk_inverse::diagonal_blocks<kLDT>(Ts, at, lane);
+    if (ai < 64) chunk_inverse::diagonal_blocks<kLDT>(Ts, ai, lane);
     bar_sync(kBarAux, 128);
-    chunk_inverse::off_diagonal<kLDT, 128, AuxBarrier, true>(Ts, at, AuxBarrier{});
+    chunk_inverse::off_diagonal<kLDT, 128, AuxBarrier, true>(Ts, ai, AuxBarrier{});
     __threadfence_block();                  // T's last writes before the arrival
     bar_arrive(kBarReady + buf, kThreads);  // k, gates and T of chunk n
   }

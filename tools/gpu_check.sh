@@ -103,14 +103,15 @@ if [ $sanitize = 1 ]; then
       ./build-gpu/tests/tests_gpu "$ssm" >> "$OUT/sanitizer-initcheck-synccheck.log" 2>&1
     note "compute-sanitizer $tool (bf16-state kernels): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-initcheck-synccheck.log" | tail -1)"
   done
-  # The attention prefills' tests that run the wgmma kernel beside the mma one ([wgmma]: the
-  # reference cases, padding and replay, isolation, the model step at D 64), with limits of their
-  # own so the kernel tags above cannot use up their time. racecheck is left out: its documentation
-  # does not say it tracks the reads wgmma makes through the async proxy.
+  # The tests of the wgmma kernels: the attention prefills' tests that run it beside the mma one
+  # ([wgmma]: the reference cases, padding and replay, isolation, the model step at D 64) and the
+  # wgmma delta-rule prefill's ([delta_rule_wgmma], about 10 s plain), with limits of their own so
+  # the kernel tags above cannot use up their time. racecheck is left out: its documentation does
+  # not say it tracks the reads wgmma makes through the async proxy.
   for tool in memcheck synccheck; do
-    timeout 200 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 \
-      ./build-gpu/tests/tests_gpu "[wgmma]" > "$OUT/sanitizer-$tool-wgmma.log" 2>&1
-    note "compute-sanitizer $tool (wgmma attention tests): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-$tool-wgmma.log" | tail -1)"
+    timeout 240 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 \
+      ./build-gpu/tests/tests_gpu "[wgmma],[delta_rule_wgmma]" > "$OUT/sanitizer-$tool-wgmma.log" 2>&1
+    note "compute-sanitizer $tool (wgmma attention and delta-rule tests): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-$tool-wgmma.log" | tail -1)"
   done
   # The model-level tests (every [model] case but the deliberate memory faults: the whole decode
   # and prefill steps of the tiny presets, graphs, isolation, parity, arms, settings): memcheck,

@@ -45,22 +45,7 @@ namespace {
 
 constexpr double kTolF32 = 1e-4;  // normalised, f32 outputs and the state: the mma kernel's
 
-using test::drp::check_untouched;
-using test::drp::Expected;
-using test::drp::kHistNames;
-using test::drp::kHists;
-using test::drp::kLens;
-using test::drp::kSlots;
-using test::drp::kTolBf16;
-using test::drp::make_problem;
-using test::drp::norm_err;
-using test::drp::Problem;
-using test::drp::reference;
-using test::drp::Result;
-using test::drp::Rig;
-using test::drp::segment_problem;
-using test::drp::Shape;
-using test::drp::Worst;
+using namespace test::drp;  // NOLINT: the delta-rule prefill fixture (problems, rig, reference, checks)
 
 bool on_cc90() {
   const DeviceLimits d = DeviceLimits::current();

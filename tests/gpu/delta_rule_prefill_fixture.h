@@ -13,7 +13,10 @@
 #include <utility>
 #include <vector>
 
+#include "engine/cuda_handles.h"
 #include "engine/error.h"
+#include "graphs/graph.h"
+#include "graphs/manifest.h"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/numeric.h"
 #include "kernels/ref/delta_rule_ref.h"
@@ -284,6 +287,65 @@ inline const std::vector<int32_t> kSlots = {3, 7, 0, -1, 8, 5, 2, 9};
 inline const std::vector<std::vector<uint8_t>> kHists = {
     {1, 1, 1, 1, 1, 1, 1, 1}, {0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0, 1, 1, 0, 1, 0}};
 inline const char* const kHistNames[] = {"all history", "no history", "mixed"};
+
+// A captured launch replays the eager bytes: batch A (lengths 300, 1, 65, 0, 40 with a padding
+// sequence) fixes the buffers and is captured; batch B, another composition that fits them (fewer
+// tokens, one sequence fewer live, other slots and histories, garbage metadata after the live
+// entries), is written into the same device metadata. For each, replay == eager bytes (outputs and
+// state) and nothing outside the batch is touched. `launch(params, stream)` is the form's launcher
+// (captured under `arm`), `run(P, rig)` an eager run. Returns the capture's one kernel node, for the
+// caller's grid, block and shared-memory checks.
+template <typename Launch, typename Run>
+ManifestNode check_replay(Shape sh, DType t, const char* arm, Launch launch, Run run) {
+  const Problem A = make_problem(sh, t, {300, 1, 65, 0, 40}, {4, 2, -1, 6, 0}, {1, 0, 1, 0, 1}, 4242);
+  Problem B = A;
+  B.n_live = 3;
+  B.cu = {0, 129, 130, 194, 1 << 30, -5, 7};  // lengths 129, 1, 64, then garbage
+  B.slots = {9, -1, 3, 1, 1, 1, 1};
+  B.hist = {0, 1, 1, 1, 0, 1, 0};
+  B.T = 194;
+  Rig rig(A);
+  Stream stream;
+  NodeRecorder rec;
+  const std::string name = std::string("delta_rule.prefill ") + arm;
+  CapturedGraph graph = CapturedGraph::capture(name, stream.get(), [&] {
+    check(launch(rig.params(A), stream.get()));
+    rec.launched(stream.get(), NodeLabel{-1, "delta_rule.prefill", arm, 0});
+  });
+  const Manifest m = build_manifest(name, "-", graph.graph(), rec);
+  REQUIRE(m.nodes.size() == 1);
+  for (const Problem* P : {&A, static_cast<const Problem*>(&B)}) {
+    CAPTURE(P->n_live, P->T);
+    // Metadata of this batch into the captured buffers (B's inputs are A's rows: same tokens).
+    check(cudaMemcpy(rig.cu.data(), P->cu.data(), P->cu.size() * 4, cudaMemcpyHostToDevice));
+    check(cudaMemcpy(rig.slots.data(), P->slots.data(), P->slots.size() * 4, cudaMemcpyHostToDevice));
+    check(cudaMemcpy(rig.hist.data(), P->hist.data(), P->hist.size(), cudaMemcpyHostToDevice));
+    check(cudaMemcpy(rig.n.data(), &P->n_live, 4, cudaMemcpyHostToDevice));
+    const Result eager = run(*P, rig);
+    rig.reset(*P, 0xA5);
+    graph.replay(stream.get());
+    stream.sync();
+    const Result replayed{rig.out.download(), rig.state.download()};
+    CHECK(byte_diff(replayed.out, eager.out, t) == "");
+    CHECK(byte_diff(replayed.state, eager.state, DType::f32) == "");
+    check_untouched(*P, replayed, 0xA5);
+  }
+  return m.nodes[0];
+}
+
+// Two sequences in the buffers and none live (n_seqs = 0): every program exits, the state and
+// every output byte stay as they were.
+template <typename Run>
+void check_no_live(Shape sh, Run run) {
+  Problem P = make_problem(sh, DType::bf16, {4, 3}, {1, 2}, {1, 0}, 5);
+  P.n_live = 0;
+  Rig rig(P);
+  const Result r = run(P, rig);
+  CHECK(byte_diff(r.state, to_bytes(P.state0, DType::f32), DType::f32) == "");
+  size_t changed = 0;
+  for (uint8_t x : r.out) changed += x != 0xA5;
+  CHECK(changed == 0);
+}
 
 // ---- Two checks every chunked form runs; `run(P, rig)` launches the form under test on problem P
 // over rig and returns its outputs and state.

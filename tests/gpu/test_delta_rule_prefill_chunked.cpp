@@ -125,47 +125,16 @@ TEST_CASE("chunked delta-rule prefill: a captured launch replays the eager bytes
   const Shape sh{2, 4, 128, 128};
   for (DType t : {DType::bf16, DType::f32}) {
     CAPTURE(dtype_name(t));
-    // Batch A fixes the buffers; batch B is another composition that fits them (fewer tokens, one
-    // sequence fewer live, other slots and histories), written into the same device metadata.
-    const Problem A = make_problem(sh, t, {300, 1, 65, 0, 40}, {4, 2, -1, 6, 0}, {1, 0, 1, 0, 1}, 4242);
-    Problem B = A;
-    B.n_live = 3;
-    B.cu = {0, 129, 130, 194, 1 << 30, -5, 7};  // lengths 129, 1, 64, then garbage
-    B.slots = {9, -1, 3, 1, 1, 1, 1};
-    B.hist = {0, 1, 1, 1, 0, 1, 0};
-    B.T = 194;
-    Rig rig(A);
-    Stream stream;
-    NodeRecorder rec;
-    CapturedGraph graph = CapturedGraph::capture("delta_rule.prefill chunked", stream.get(), [&] {
-      check(delta_rule_prefill_chunked(rig.params(A), stream.get()));
-      rec.launched(stream.get(), NodeLabel{-1, "delta_rule.prefill", "chunked", 0});
-    });
-    const Manifest m = build_manifest("delta_rule.prefill chunked", "-", graph.graph(), rec);
-    REQUIRE(m.nodes.size() == 1);
+    const ManifestNode n = test::drp::check_replay(
+        sh, t, "chunked",
+        [](const DeltaRulePrefillParams& p, cudaStream_t s) { return delta_rule_prefill_chunked(p, s); },
+        [](const Problem& P, Rig& rig) { return run(P, rig, Kernel::chunked); });
     const int tile = delta_rule_prefill_chunked_tile(sh.Dv);
-    CHECK(m.nodes[0].grid ==
-          Dim3{static_cast<unsigned>((sh.Dv + tile - 1) / tile * sh.Hv), static_cast<unsigned>(A.max_seqs), 1});
-    CHECK(m.nodes[0].block == Dim3{static_cast<unsigned>(4 * tile), 1, 1});
-    CHECK(m.nodes[0].smem_bytes == delta_rule_prefill_chunked_smem(sh.Dk, tile));
-    CAPTURE(m.nodes[0].kernel);
-    CHECK(m.nodes[0].kernel.find("delta_rule_chunked_kernel") != std::string::npos);
-    for (const Problem* P : {&A, static_cast<const Problem*>(&B)}) {
-      CAPTURE(P->n_live, P->T);
-      // Metadata of this batch into the captured buffers (B's inputs are A's rows: same tokens).
-      check(cudaMemcpy(rig.cu.data(), P->cu.data(), P->cu.size() * 4, cudaMemcpyHostToDevice));
-      check(cudaMemcpy(rig.slots.data(), P->slots.data(), P->slots.size() * 4, cudaMemcpyHostToDevice));
-      check(cudaMemcpy(rig.hist.data(), P->hist.data(), P->hist.size(), cudaMemcpyHostToDevice));
-      check(cudaMemcpy(rig.n.data(), &P->n_live, 4, cudaMemcpyHostToDevice));
-      const Result eager = run(*P, rig, Kernel::chunked);
-      rig.reset(*P, 0xA5);
-      graph.replay(stream.get());
-      stream.sync();
-      const Result replayed{rig.out.download(), rig.state.download()};
-      CHECK(byte_diff(replayed.out, eager.out, t) == "");
-      CHECK(byte_diff(replayed.state, eager.state, DType::f32) == "");
-      check_untouched(*P, replayed, 0xA5);
-    }
+    CHECK(n.grid == Dim3{static_cast<unsigned>((sh.Dv + tile - 1) / tile * sh.Hv), 7, 1});  // max_seqs: 5 live + 2
+    CHECK(n.block == Dim3{static_cast<unsigned>(4 * tile), 1, 1});
+    CHECK(n.smem_bytes == delta_rule_prefill_chunked_smem(sh.Dk, tile));
+    CAPTURE(n.kernel);
+    CHECK(n.kernel.find("delta_rule_chunked_kernel") != std::string::npos);
   }
 }
 
@@ -252,15 +221,10 @@ TEST_CASE("chunked delta-rule prefill: no live sequence touches nothing, bad arg
   CHECK(delta_rule_prefill_chunked_smem(128, 128) <= 227 * 1024);
 
   const Shape sh{1, 2, 64, 96};
+  test::drp::check_no_live(sh, [](const Problem& P, Rig& rig) { return run(P, rig, Kernel::chunked); });
   Problem P = make_problem(sh, DType::bf16, {4, 3}, {1, 2}, {1, 0}, 5);
-  P.n_live = 0;  // two sequences in the buffers, none live: every program exits
+  P.n_live = 0;  // the refusals below must leave the state as it is
   Rig rig(P);
-  const Result r = run(P, rig, Kernel::chunked);
-  CHECK(byte_diff(r.state, test::to_bytes(P.state0, DType::f32), DType::f32) == "");
-  size_t changed = 0;
-  for (uint8_t x : r.out) changed += x != 0xA5;
-  CHECK(changed == 0);
-
   rig.reset(P, 0xA5);
   auto p = rig.params(P);
   int tile = 0;

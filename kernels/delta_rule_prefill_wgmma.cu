@@ -40,6 +40,7 @@ using chunk_io::store2;
 using chunk_io::store4;
 using mma::cp_async16;
 using mma::smem_addr;
+using wgmma::desc;
 
 constexpr int kC = 64;                         // tokens a chunk
 constexpr int kD = 128;                        // Dk = Dv
@@ -120,10 +121,6 @@ __device__ __forceinline__ float2 load_pair(const void* s, DType t, int64_t i) {
     return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
   }
   return *reinterpret_cast<const float2*>(static_cast<const float*>(s) + i);
-}
-
-__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead, uint32_t stride) {
-  return wgmma::desc(addr, lead, stride);
 }
 
 __device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }

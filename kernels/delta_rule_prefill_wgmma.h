@@ -24,16 +24,17 @@
 // Warpgroup 2 works one chunk ahead: it copies the chunk's k tile, computes its gates, A = K K^T
 // and T = (I + A)^-1 into the other of two buffers and signals it ready (named barriers; the state
 // warpgroups release a buffer when their update has read it). setmaxnreg gives warpgroups 0 and 1
-// 224 registers and warpgroup 2 56. Shared memory (delta_rule_prefill_wgmma_smem(), 204,288 bytes):
+// 208 registers and warpgroup 2 88. Shared memory (delta_rule_prefill_wgmma_smem(), 204,288 bytes):
 // q and v, and k in two buffers, as bf16 core-matrix tiles (the next chunk's q and v are copied by
 // cp.async while the current chunk's products run), each warpgroup's S and X / V' as bf16 high and
 // low part tiles (exp(G_last - G) V' inside S's region while S is not needed), two A / T tiles
 // (f32) and two sets of gates.
-// Measured on the H200 (docs/BENCHMARKS.md, the 4B's prefill of 32 x 1024 tokens): 2.43 ms a
-// launch against the mma kernel's 2.89; in the model step delta_rule.prefill 73.5 ms against
-// 83.4. ncu: 31% of issue slots busy, 0.43 eligible warps per scheduler; the state warpgroups wait
-// at the chunk-ready barrier for 18% of the samples, so warpgroup 2's gates, A and inverse are now
-// the longer path.
+// Measured on the H200 (docs/BENCHMARKS.md, the 4B's prefill of 32 x 1024 tokens): 2.29 ms a
+// launch against the mma kernel's 2.89. Warpgroup 2's chain is the longer path: a block's chunk
+// takes about 35,000 cycles, warpgroup 2's gates, A and inverse as long, the state warpgroups'
+// chain alone (the inverse removed) about 24,000, and warpgroup 2's alone (the state's work
+// removed) about 24,000 too: each slows the other (tools/probes/delta_prefill_probe.cu's timeline).
+// `auto` picks this form for bf16 steps where it runs (models/step_settings.h).
 //
 // Causal also for non-finite values: X and V' are stored with non-finite values replaced by 0 in
 // the operands of T X and P V' (which multiply every row by every token's values, and a later

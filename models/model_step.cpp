@@ -114,8 +114,8 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
     require(delta_rule_decode_supports(g.Dk, g.Dv), "delta-rule decode does not support Dk={} Dv={}", g.Dk, g.Dv);
     require(opts_.max_prefill_tokens == 0 || delta_rule_prefill_supports(g.Dk, g.Dv),
             "delta-rule prefill does not support Dk={} Dv={}", g.Dk, g.Dv);
-    opts_.delta_prefill =
-        resolve_delta_prefill(opts_.delta_prefill, g, opts_.max_prefill_tokens > 0, opts_.act, device);
+    opts_.delta_prefill = resolve_delta_prefill(opts_.delta_prefill, g, opts_.max_prefill_tokens > 0, opts_.act, device,
+                                                prefill_fuses_gated_norm(opts_.gated_norm));
   }
   if (opts_.delta_prefill == DeltaPrefill::automatic) opts_.delta_prefill = DeltaPrefill::scan;  // no GDN layer
   if (cfg_.num_full_attention() > 0) {

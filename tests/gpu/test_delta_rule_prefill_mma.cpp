@@ -246,12 +246,20 @@ TEST_CASE("delta-prefill mma: name, parse, resolve", "[gpu][delta_rule_mma][mode
   CHECK(parse_delta_prefill("mma") == DeltaPrefill::mma);
   CHECK_THROWS_AS(parse_delta_prefill("MMA"), Error);
   DeviceLimits d = DeviceLimits::current();
-  // Supported shapes resolve to mma (prefill or not); automatic picks it for bf16 steps only.
+  // Supported shapes resolve to mma (prefill or not); automatic picks it for bf16 steps only (where
+  // the warpgroup form does not run: another device, another shape, or the gated norm fused).
   CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, d) ==
         DeltaPrefill::mma);
   CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 32, 32, 4}, true, DType::bf16, d) == DeltaPrefill::mma);
   CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 16, 32, 4}, false, DType::bf16, d) == DeltaPrefill::mma);
-  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, d) ==
+  DeviceLimits ampere = d;
+  ampere.cc_major = 8;
+  ampere.cc_minor = 0;
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, ampere) ==
+        DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 64, 64, 4}, true, DType::bf16, d) ==
+        DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, d, true) ==
         DeltaPrefill::mma);
   CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, DType::f32, d) ==
         DeltaPrefill::chunked);

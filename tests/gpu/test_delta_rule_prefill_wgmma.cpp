@@ -229,8 +229,17 @@ TEST_CASE("delta-prefill wgmma: name, parse, resolve", "[gpu][delta_rule_wgmma][
   h200.smem_optin = 227 * 1024;
   const GdnDims g4b{16, 32, 128, 128, 4};
   CHECK(resolve_delta_prefill(DeltaPrefill::wgmma, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma);
-  // Only when named: automatic keeps mma.
-  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200) == DeltaPrefill::mma);
+  // automatic picks it for bf16 steps where it runs; mma where the gated norm is to be fused into
+  // the delta rule (built in the mma form only), for other head dims and on other devices; f32 steps
+  // keep the chunked kernel.
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200, true) == DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 64, 64, 4}, true, DType::bf16, h200) ==
+        DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::f32, h200) == DeltaPrefill::chunked);
+  DeviceLimits ampere = h200;
+  ampere.cc_major = 8;
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, ampere) == DeltaPrefill::mma);
   // Not built for the shape or dtype, another device, too little shared memory: a clear error for
   // a prefill step, harmless without one.
   CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::wgmma, GdnDims{2, 4, 64, 64, 4}, true, DType::bf16, h200), Error);

@@ -26,8 +26,9 @@
 //     kernels/launch_check.cpp kernels/launch_policy.cpp && /tmp/delta_prefill_probe
 // (tools/probes/delta_prefill_phases.sh builds it once per edited copy and prints the phase table.)
 // With -DSG_PROBE_WGMMA it times the warpgroup form instead (kernels/delta_rule_prefill_wgmma.cu,
-// sg::delta_rule_prefill_wgmma: Dk = Dv = 128, bf16 q/k/v, one Dv tile, 256 threads; --tile must be
-// 0 or 128), and counts what that form issues.
+// sg::delta_rule_prefill_wgmma: Dk = Dv = 128, bf16 q/k/v, one Dv tile, 384 threads; --tile must be
+// 0 or 128), and counts what that form issues; with -DSG_PROBE_TRACE as well it prints the last
+// launch's timeline of one block, chunk by chunk, and the mean length of each phase (cycles).
 #ifdef SG_PROBE_WGMMA
 #ifndef SG_PROBE_KERNEL
 #define SG_PROBE_KERNEL "kernels/delta_rule_prefill_wgmma.cu"
@@ -39,6 +40,18 @@
 #ifndef SG_PROBE_LAUNCH
 #define SG_PROBE_LAUNCH sg::delta_rule_prefill_mma
 #endif
+#endif
+#ifdef SG_PROBE_TRACE
+// -DSG_PROBE_TRACE (with -DSG_PROBE_WGMMA): the kernel's timeline points (SG_DELTA_TRACE in
+// kernels/delta_rule_prefill_wgmma.cu) record the SM clock in block (hv 7, sequence 9) of each
+// launch, a warpgroup leader each: points 0-4 warpgroup 2's (the chunk's T), 5-11 warpgroup 0's.
+__device__ long long g_trace[64][12];
+#define SG_DELTA_TRACE(point, chunk)                                                                      \
+  do {                                                                                                    \
+    if ((threadIdx.x == 0 || threadIdx.x == 256) && blockIdx.x == 7 && blockIdx.y == 9 && (chunk) < 64) { \
+      g_trace[chunk][point] = clock64();                                                                  \
+    }                                                                                                     \
+  } while (0)
 #endif
 #include SG_PROBE_KERNEL
 
@@ -161,7 +174,7 @@ bool form_supports(int Dk, int Dv, DType qkv, int tile) {
   return sg::delta_rule_prefill_wgmma_supports(Dk, Dv, qkv) && (tile == 0 || tile == 128);
 }
 int form_tile(int) { return 128; }
-int form_threads(int) { return 256; }
+int form_threads(int) { return sg::kThreads; }
 size_t form_smem(int, int, DType) { return sg::delta_rule_prefill_wgmma_smem(); }
 // What the warpgroup form issues a chunk and head, in m64n64k16 instructions (2 x 64 x 64 x 16
 // FLOPs each; both warpgroups, whole tiles): P 2 x 8, A 2 x 8 halves (8), O and X 2 x 2 x 2 x 8 (S
@@ -202,6 +215,52 @@ Flops count_flops(int seqs, int len, int Hv, int DK, int DV, int BV, bool two) {
 }
 
 const char* name(DType t) { return t == DType::bf16 ? "bf16" : "f32"; }
+
+#ifdef SG_PROBE_TRACE
+// The timeline of the last launch's traced block: every point's clock (thousands of cycles after
+// chunk 0's first state point) a chunk, then the mean length of each phase over the middle chunks.
+// A point after a barrier may be read before the barrier releases its warp, so a wait can show in
+// the phase after it.
+void print_trace(int chunks) {
+  constexpr int kPoints = 12;
+  long long t[64][kPoints];
+  CK(cudaMemcpyFromSymbol(t, g_trace, sizeof(t)));
+  const int n = std::min(chunks, 64);
+  const long long t0 = t[0][5];
+  std::printf("timeline (kcycles after chunk 0's point 5), block (7, 9):\n chunk");
+  for (int k = 0; k < kPoints; ++k) std::printf(" %7d", k);
+  std::printf("\n");
+  for (int c = 0; c < n; ++c) {
+    std::printf(" %5d", c);
+    for (int k = 0; k < kPoints; ++k) std::printf(" %7.2f", (t[c][k] - t0) / 1e3);
+    std::printf("\n");
+  }
+  struct Phase {
+    const char* name;
+    int a, b;
+  };
+  const Phase ph[] = {{"T: free buffer, k tile and gates", 0, 1},
+                      {"T: A = K K^T", 1, 2},
+                      {"T: diagonal blocks", 2, 3},
+                      {"T: off-diagonal products", 3, 4},
+                      {"T: the chunk (0 -> 4)", 0, 4},
+                      {"state: ready, copies, P1 products", 5, 7},
+                      {"state: O, X epilogue and barrier", 7, 8},
+                      {"state: P3 (V' = T X) and epilogue", 8, 9},
+                      {"state: P4 products", 9, 10},
+                      {"state: stores and put_state", 10, 11},
+                      {"state: the chunk (5 -> 11)", 5, 11}};
+  const int lo = std::min(2, n - 1), hi = std::max(lo + 1, n - 2);
+  std::printf("phases, mean over chunks %d .. %d (cycles):\n", lo, hi - 1);
+  for (const Phase& f : ph) {
+    double sum = 0;
+    for (int c = lo; c < hi; ++c) sum += double(t[c][f.b] - t[c][f.a]);
+    std::printf("  %-36s %8.0f\n", f.name, sum / (hi - lo));
+  }
+  const double period = double(t[hi - 1][11] - t[lo][11]) / std::max(1, hi - 1 - lo);
+  std::printf("  %-36s %8.0f\n", "chunk period (11 -> 11)", period);
+}
+#endif
 
 // One launch; a refused one prints the launcher's reason and ends the probe.
 void launch_once(const sg::DeltaRulePrefillParams& p, int tile) {
@@ -366,5 +425,8 @@ int main(int argc, char** argv) {
       tflops(f.useful), f.useful / 1e9, 100.0 * tflops(f.useful) / 790.0, tflops(f.issued), f.issued / 1e9,
       100.0 * tflops(f.issued) / 790.0, f.one_pass / 1e9, osum, oabs, ssum, sabs,
       static_cast<unsigned long long>(hash));
+#ifdef SG_PROBE_TRACE
+  print_trace(static_cast<int>(chunks));
+#endif
   return 0;
 }

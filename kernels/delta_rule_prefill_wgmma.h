@@ -30,10 +30,10 @@
 // low part tiles (exp(G_last - G) V' inside S's region while S is not needed), two A / T tiles
 // (f32) and two sets of gates.
 // Measured on the H200 (docs/BENCHMARKS.md, the 4B's prefill of 32 x 1024 tokens): 2.29 ms a
-// launch against the mma kernel's 2.89. Warpgroup 2's chain is the longer path: a block's chunk
-// takes about 35,000 cycles, warpgroup 2's gates, A and inverse as long, the state warpgroups'
-// chain alone (the inverse removed) about 24,000, and warpgroup 2's alone (the state's work
-// removed) about 24,000 too: each slows the other (tools/probes/delta_prefill_probe.cu's timeline).
+// launch against the mma kernel's 2.89. A block's chunk takes about 30,000 cycles, and warpgroup
+// 2's gates, A and inverse as long: its chain sets the pace. Either chain alone (the other's work
+// removed, measured with 56 registers for warpgroup 2) takes about 24,000: each slows the other
+// (tools/probes/delta_prefill_probe.cu's timeline).
 // `auto` picks this form for bf16 steps where it runs (models/step_settings.h).
 //
 // Causal also for non-finite values: X and V' are stored with non-finite values replaced by 0 in

@@ -41,6 +41,75 @@ __device__ __forceinline__ void diagonal_blocks(float* Ts, int tid, int lane) {
   }
 }
 
+// Threads 0..127 (warp w = tid / 32 < 4; lanes 0..15 work, 16..31 only take part in the warp's
+// shuffle-free steps): the four 16 x 16 diagonal blocks by forward substitution, lane c computing
+// column c of T_ww, written TRANSPOSED into the upper triangle (diagonal included) of its block, as
+// diagonal_blocks does for 32 x 32 blocks; the chains are half as long. Then merge16 makes the two
+// 32 x 32 diagonal blocks' T (the same convention), so that off_diagonal can follow.
+template <int LDT>
+__device__ __forceinline__ void diagonal_blocks16(float* Ts, int tid, int lane) {
+  using chunk_io::ld4;
+  const int base = 16 * (tid >> 5), c = lane;
+  float tc[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    const float* arow = Ts + (base + r) * LDT + base;  // A[base + r][base + m]
+    float acc = 0.0f;
+#pragma unroll
+    for (int m = 0; m < r; m += 4) {
+      const float4 a = ld4(arow + m);  // may read past m = r - 1: those are not used
+      acc = fmaf(a.x, tc[m], acc);
+      if (m + 1 < r) acc = fmaf(a.y, tc[m + 1], acc);
+      if (m + 2 < r) acc = fmaf(a.z, tc[m + 2], acc);
+      if (m + 3 < r) acc = fmaf(a.w, tc[m + 3], acc);
+    }
+    tc[r] = r < c ? 0.0f : (r == c ? 1.0f : -acc);
+  }
+  __syncwarp();  // every lane of this block has read A before any writes the upper triangle
+  if (c < 16) {
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      if (r >= c) Ts[(base + c) * LDT + base + r] = tc[r];
+    }
+  }
+}
+
+// 128 threads, after a barrier that follows diagonal_blocks16: for each 32 x 32 diagonal block
+// (rows and columns 32 w ..; its 16 x 16 halves a = 2 w, b = 2 w + 1) T10 = -T_bb A_ba T_aa, written
+// transposed into the block's upper-right quadrant, so that the block's upper triangle holds its T
+// transposed, as diagonal_blocks leaves it. M = A_ba T_aa goes through that quadrant first. Holds
+// two barriers (`bar`); its writes need one more before off_diagonal.
+template <int LDT, typename Barrier>
+__device__ __forceinline__ void merge16(float* Ts, int tid, Barrier bar) {
+  const int w = tid >> 6, i = tid & 63, r = i >> 2, c0 = 4 * (i & 3);  // block w; row r, columns c0 .. c0 + 3
+  const int a = 32 * w, b = a + 16;
+  // M[r][c] = sum_{m >= c} A[b + r][a + m] T_aa[m][c], T_aa[m][c] from (a + c, a + m): into (a + r, b + c).
+  float acc[4] = {};
+#pragma unroll
+  for (int m = 0; m < 16; ++m) {
+    const float x = Ts[(b + r) * LDT + a + m];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = c0 + j;
+      acc[j] = fmaf(x, m >= c ? Ts[(a + c) * LDT + a + m] : 0.0f, acc[j]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) Ts[(a + r) * LDT + b + c0 + j] = acc[j];
+  bar();
+  // T10[r][c] = -sum_{m <= r} T_bb[r][m] M[m][c], T_bb[r][m] from (b + m, b + r).
+  float t10[4] = {};
+  for (int m = 0; m <= r; ++m) {
+    const float t = Ts[(b + m) * LDT + b + r];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) t10[j] = fmaf(t, Ts[(a + m) * LDT + b + c0 + j], t10[j]);
+  }
+  bar();  // every thread has read M
+  // T[b + r][a + c] transposed: at (a + c, b + r).
+#pragma unroll
+  for (int j = 0; j < 4; ++j) Ts[(a + c0 + j) * LDT + b + r] = -t10[j];
+}
+
 // The block-wide barrier off_diagonal holds by default.
 struct BlockBarrier {
   __device__ __forceinline__ void operator()() const { __syncthreads(); }

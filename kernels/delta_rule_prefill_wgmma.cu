@@ -4,14 +4,15 @@
 // for sm_90a only (the sg_kernels_sm90a library).
 // One block per (v-head, sequence) walks the sequence's chunks of 64 tokens. Warpgroup 2, one
 // chunk ahead (aux_warpgroup): the chunk's k tile, gates, A = K K^T (wgmma, masked) and
-// T = (I + A)^-1 on the CUDA cores (delta_rule_chunk_inverse.cuh, as the mma kernel), into buffer
+// T = (I + A)^-1 on the CUDA cores (delta_rule_chunk_inverse.cuh: four 16 x 16 diagonal blocks by
+// substitution, a warp each, then the 32 x 32 and 64 x 64 merges), then T's bf16 parts, into buffer
 // chunk % 2, then "ready". Warpgroups 0 and 1 (warpgroup w owns value columns 64w .. 64w + 63),
 // per chunk once it is ready:
 //   P1 P = Q K^T -> registers (scale, decay, mask, then split: the A operand of P V'); O = Q S_w
 //      and X = K S_w with S_w's bf16 parts from shared memory; X = beta (v - exp(G) X) -> its part
 //      tiles (non-finite values as 0, the first non-finite row of each column noted)
 //   (the next chunk's q and v are copied while the rest of this chunk runs)
-//   P3 V' = T X (T split from the f32 tile into registers); rows at or past a column's first
+//   P3 V' = T X (T's parts from shared memory); rows at or past a column's first
 //      non-finite X made NaN; V' (non-finite as 0) and exp(G_last - G) V' -> their part tiles
 //   P4 o = O + P V' (stored, rows past V''s first non-finite value NaN);
 //      S_w = exp(G_last) S_w + K^T (exp(G_last - G) V') (K read MN-major); the chunk's buffer is
@@ -57,7 +58,8 @@ constexpr int kLDT = kC + 8;                   // A / T row pitch (floats), as t
 constexpr uint32_t kQK = 16384;                // one [64 x 128] bf16 tile (q, k, v): row groups 2048 bytes apart
 constexpr uint32_t kSP = 16384;                // one part of a warpgroup's S [128 x 64]: row groups 1024 bytes apart
 constexpr uint32_t kXP = 8192;                 // one part of a warpgroup's X / V' or LV' [64 x 64]
-constexpr uint32_t kTB = kC * kLDT * 4;        // one A / T tile (f32)
+constexpr uint32_t kTB = kC * kLDT * 4;        // one A / T tile (f32); then T's bf16 parts in its first 2 kTP bytes
+constexpr uint32_t kTP = kC * kC * 2;          // one bf16 part of T [64 x 64]: row groups 1024 bytes apart
 constexpr uint32_t kGB = kC * 8 + 3 * kC * 4;  // one chunk's gates: G (double), exp(G), exp(G_last - G), beta
 // Byte offsets of the dynamic shared memory. The k tile, the A / T tile and the gates have two
 // buffers (chunk n uses buffer n % 2): warpgroup 2 fills chunk n + 1's while 0 and 1 work on n.
@@ -74,14 +76,15 @@ constexpr uint32_t kSmem = oN + 2 * kD * 4;
 // free again (0 and 1 arrive, 2 waits); 8 warpgroup 2's own.
 constexpr int kBarState = 3, kBarReady = 4, kBarFree = 6, kBarAux = 8;
 // Registers a thread after the warpgroups' setmaxnreg: the block holds 168 x 384 (the launch
-// bound's), so 2 x 208 + 88 = 504 = 3 x 168 (a larger sum would leave setmaxnreg.inc waiting forever).
-// Warpgroup 2's chain is the longer one (its substitutions and products are latency-bound): with 88
-// registers instead of 56 it spills less and the kernel is 6% faster on the H200, though the state
-// warpgroups then have 208 (docs/BENCHMARKS.md).
-constexpr int kStateRegs = 208, kAuxRegs = 88;
+// bound's), so 2 x 200 + 104 = 504 = 3 x 168 (a larger sum would leave setmaxnreg.inc waiting
+// forever). Warpgroup 2's chain is as long as the state warpgroups' (its substitutions and products
+// are latency-bound), and the split decides how fast both run: of the splits measured on the H200
+// (224 / 56 to 192 / 120), 200 / 104 is the fastest with this code (docs/BENCHMARKS.md).
+constexpr int kStateRegs = 200, kAuxRegs = 104;
 static_assert(2 * kStateRegs + kAuxRegs == 3 * (65536 / kThreads / 8 * 8), "the registers the block holds");
 static_assert(kSmem <= 227 * 1024, "fits one block's shared memory on sm_90");
 static_assert(2 * kXP <= kSP, "LV' parts fit the S region's first part");
+static_assert(2 * kTP <= kTB, "T's parts fit its f32 tile");
 static_assert(oT % 16 == 0 && oG % 16 == 0 && kGB % 16 == 0 && kTB % 16 == 0, "aligned views");
 
 // The 16-byte chunk (row r, column c) of a bf16 tile of `cols` columns in the core-matrix layout.
@@ -158,6 +161,42 @@ __device__ __forceinline__ Gates gates_at(unsigned char* smem, int b) {
   return {reinterpret_cast<double*>(g), e, e + kC, e + 2 * kC};
 }
 
+// T's high and low bf16 parts (exact zeros above the diagonal) over its own f32 tile, by warpgroup 2
+// (thread ai of 128), as the K-major A operand of V' = T X: two [64 x 64] core-matrix tiles, hi at
+// `parts`, lo kTP bytes on. Thread ai takes rows 16 w + (ai % 8) and 8 more (w = ai / 32) and the
+// column chunks (ai % 32) / 8 and 4 more: 32 values, read before the group's barrier, written after.
+__device__ __forceinline__ void t_parts(const float* Ts, unsigned char* parts, int ai) {
+  const int lane = ai & 31, rb = 16 * (ai >> 5) + (lane & 7), cg = lane >> 3;
+  uint32_t hi[2][2][4], lo[2][2][4];  // [row half][chunk][pair]
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int r = rb + 8 * h, c0 = 8 * (cg + 4 * q);
+      const float4 a = chunk_io::ld4(Ts + r * kLDT + c0), b = chunk_io::ld4(Ts + r * kLDT + c0 + 4);
+      const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = c0 + 2 * i;
+        uint32_t w[2];
+        mma::split_pair<2>(c <= r ? x[2 * i] : 0.0f, c + 1 <= r ? x[2 * i + 1] : 0.0f, w);
+        hi[h][q][i] = w[0];
+        lo[h][q][i] = w[1];
+      }
+    }
+  }
+  bar_sync(kBarAux, 128);  // every thread has read its T values: the parts may overwrite the f32 tile
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const uint32_t o = at<kC>(rb + 8 * h, 8 * (cg + 4 * q));
+      *reinterpret_cast<uint4*>(parts + o) = make_uint4(hi[h][q][0], hi[h][q][1], hi[h][q][2], hi[h][q][3]);
+      *reinterpret_cast<uint4*>(parts + kTP + o) = make_uint4(lo[h][q][0], lo[h][q][1], lo[h][q][2], lo[h][q][3]);
+    }
+  }
+}
+
 // Warpgroup 2, chunk by chunk one ahead of the state warpgroups: the chunk's k tile (cp.async),
 // its gates, A = K K^T (wgmma, masked, beta and decay applied as the mma kernel does) and
 // T = (I + A)^-1 into buffer n % 2; then it signals the chunk ready. From chunk 2 on it first
@@ -205,11 +244,16 @@ __device__ __forceinline__ void aux_warpgroup(const DeltaRulePrefillParams& p, u
     }
     bar_sync(kBarAux, 128);
     SG_DELTA_TRACE(2, n);
-    if (ai < 64) chunk_inverse::diagonal_blocks<kLDT>(Ts, ai, lane);
+    chunk_inverse::diagonal_blocks16<kLDT>(Ts, ai, lane);  // four 16 x 16 blocks, a warp each
+    bar_sync(kBarAux, 128);
+    chunk_inverse::merge16<kLDT>(Ts, ai, AuxBarrier{});  // the two 32 x 32 blocks
     bar_sync(kBarAux, 128);
     SG_DELTA_TRACE(3, n);
     chunk_inverse::off_diagonal<kLDT, 128, AuxBarrier, true>(Ts, ai, AuxBarrier{});
-    __threadfence_block();  // T's last writes before the arrival
+    bar_sync(kBarAux, 128);  // T complete (c <= r)
+    t_parts(Ts, smem + oT + buf * kTB, ai);
+    wgmma::fence_proxy_async();
+    __threadfence_block();  // T's parts before the arrival
     SG_DELTA_TRACE(4, n);
     bar_arrive(kBarReady + buf, kThreads);  // k, gates and T of chunk n
   }
@@ -303,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
     const int buf = ci & 1;
     const uint32_t aQ = base + oQ, aK = base + oK + buf * kQK;
     const Gates gt = gates_at(smem, buf);
-    const float* const Ts = reinterpret_cast<const float*>(smem + oT + buf * kTB);
+    const uint32_t aT = base + oT + buf * kTB;  // T's bf16 parts (warpgroup 2's t_parts)
     {  // this warpgroup's columns of nfX and nfV (their last reads are behind the previous chunk's warpgroup barrier)
       const int i = tid & 127;
       (i < 64 ? nfX : nfV)[vc + (i & 63)] = kC;
@@ -381,32 +425,22 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
     SG_DELTA_TRACE(8, ci);
     if (ci + 1 < nchunks) load_qv(c0 + kC);  // the next chunk's q and v, while this one runs
 
-    // ---- P3: V' = T X, T (exact zeros above the diagonal) split into the register A operand.
+    // ---- P3: V' = T X, T's bf16 parts (exact zeros above the diagonal) from shared memory.
     float va[32];
     {
-      uint32_t tf[4][2][4];
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-        for (int f = 0; f < 4; ++f) {
-          const int r = r0 + 8 * (f & 1), c = 16 * kk + 2 * t + 8 * (f >> 1);
-          const float2 x = *reinterpret_cast<const float2*>(Ts + r * kLDT + c);
-          uint32_t w[2];
-          mma::split_pair<2>(c <= r ? x.x : 0.0f, c + 1 <= r ? x.y : 0.0f, w);
-          tf[kk][0][f] = w[0];
-          tf[kk][1][f] = w[1];
-        }
-      }
 #pragma unroll
       for (int i = 0; i < 32; ++i) va[i] = 0.0f;
       wgmma::fence_operands<32>(va);
       wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {  // X MN-major: a 16-token step is two row groups, 2048 bytes on
+      for (int kk = 0; kk < 4; ++kk) {
+        // T K-major: a 16-token k-step is two core matrices, 256 bytes on; X MN-major: two row
+        // groups, 2048 bytes on.
+        const uint64_t th = desc(aT + 256 * kk, 128, 1024), tl = desc(aT + kTP + 256 * kk, 128, 1024);
         const uint64_t xh = desc(aX + 2048 * kk, 1024, 128), xl = desc(aX + kXP + 2048 * kk, 1024, 128);
-        wgmma::m64n64k16_rs_tb(va, tf[kk][0], xh);
-        wgmma::m64n64k16_rs_tb(va, tf[kk][0], xl);
-        wgmma::m64n64k16_rs_tb(va, tf[kk][1], xh);
+        wgmma::m64n64k16_ss_t<0, 1>(va, th, xh, 1);
+        wgmma::m64n64k16_ss_t<0, 1>(va, th, xl, 1);
+        wgmma::m64n64k16_ss_t<0, 1>(va, tl, xh, 1);
       }
       wgmma::commit();
       wgmma::wait<0>();

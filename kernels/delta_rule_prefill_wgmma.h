@@ -5,13 +5,14 @@
 //
 // The arithmetic is the mma kernel's (delta_rule_prefill_mma.h): chunks of 64 tokens, the same
 // gates, masks and products
-//   P, A = [q; k] K^T (lower triangle)    O, X = [q; k] S    T = (I + A)^-1 (CUDA cores)
+//   P, A = [q; k] K^T (lower triangle)    O, X = [q; k] S    T = (I + A)^-1 (CUDA cores, blockwise)
 //   V' = T X     o = O + P V'     S = exp(G_last) S + K^T (exp(G_last - G) V')
 // with q and k exactly bf16 (one part) and every other operand (S, T, X, P, V') split into a high
 // and a low bf16 part, multiplied as hi*hi + hi*lo + lo*hi (S: two products, q and k being exact),
-// accumulated in f32. The accumulation order of wgmma is not that of mma.sync, so the bytes are not
-// the mma kernel's: a value of the --delta-prefill setting (`wgmma`), not an arm, tested against
-// the double reference with the mma kernel's tolerance (tests/gpu/test_delta_rule_prefill_wgmma.cpp).
+// accumulated in f32. The accumulation order of wgmma is not that of mma.sync, and the inverse is
+// taken in 16 x 16 blocks (the mma kernel's in 32 x 32), so the bytes are not the mma kernel's: a value of the
+// --delta-prefill setting (`wgmma`), not an arm, tested against the double reference with the mma kernel's tolerance
+// (tests/gpu/test_delta_rule_prefill_wgmma.cpp).
 //
 // Why: the mma kernel reads every fragment of S, X and V' from shared memory into registers once
 // per warp and splits it there; 19 other instructions per HMMA keep its issue slots busy (ncu). A
@@ -22,17 +23,18 @@
 // owns value columns 64w .. 64w + 63 of O, X, V', the output and the state (S[:, 64w ..], 128 x 64
 // f32 accumulators in registers), and computes P itself (its register A operand of P V').
 // Warpgroup 2 works one chunk ahead: it copies the chunk's k tile, computes its gates, A = K K^T
-// and T = (I + A)^-1 into the other of two buffers and signals it ready (named barriers; the state
+// and T = (I + A)^-1 (then T's bf16 parts over its f32 tile, the shared-memory A operand of V' = T X)
+// into the other of two buffers and signals it ready (named barriers; the state
 // warpgroups release a buffer when their update has read it). setmaxnreg gives warpgroups 0 and 1
-// 208 registers and warpgroup 2 88. Shared memory (delta_rule_prefill_wgmma_smem(), 204,288 bytes):
+// 200 registers and warpgroup 2 104. Shared memory (delta_rule_prefill_wgmma_smem(), 204,288 bytes):
 // q and v, and k in two buffers, as bf16 core-matrix tiles (the next chunk's q and v are copied by
 // cp.async while the current chunk's products run), each warpgroup's S and X / V' as bf16 high and
 // low part tiles (exp(G_last - G) V' inside S's region while S is not needed), two A / T tiles
-// (f32) and two sets of gates.
-// Measured on the H200 (docs/BENCHMARKS.md, the 4B's prefill of 32 x 1024 tokens): 2.29 ms a
+// (f32, then T's parts) and two sets of gates.
+// Measured on the H200 (docs/BENCHMARKS.md, the 4B's prefill of 32 x 1024 tokens): 2.17 ms a
 // launch against the mma kernel's 2.89. A block's chunk takes about 30,000 cycles, and warpgroup
-// 2's gates, A and inverse as long: its chain sets the pace. Either chain alone (the other's work
-// removed, measured with 56 registers for warpgroup 2) takes about 24,000: each slows the other
+// 2's chain (gates, A, inverse, T's parts) about as long as the state warpgroups'. Either chain
+// alone (the other's work removed) took about 24,000 when measured: each slows the other
 // (tools/probes/delta_prefill_probe.cu's timeline).
 // `auto` picks this form for bf16 steps where it runs (models/step_settings.h).
 //

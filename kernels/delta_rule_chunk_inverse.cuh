@@ -1,9 +1,10 @@
 // delta_rule_chunk_inverse.cuh: T = (I + A)^-1 of one 64-token chunk, A strictly lower
 // triangular (64 x 64 f32 in shared memory, row pitch LDT), for the chunked delta-rule prefill
-// kernels (delta_rule_prefill_chunked.cu, delta_rule_prefill_mma.cu) on the CUDA cores, blockwise:
-// the two 32 x 32 diagonal blocks by forward substitution (diagonal_blocks), then
-// T10 = -T11 A10 T00 (off_diagonal). Explicit fmaf chains in a fixed order (bytes independent of
-// the block size).
+// kernels (delta_rule_prefill_chunked.cu, delta_rule_prefill_mma.cu, delta_rule_prefill_wgmma.cu)
+// on the CUDA cores, blockwise: the two 32 x 32 diagonal blocks by forward substitution
+// (diagonal_blocks; the wgmma kernel: four 16 x 16 blocks, diagonal_blocks16, merged by merge16),
+// then T10 = -T11 A10 T00 (off_diagonal). Explicit fmaf chains in a fixed order (bytes independent
+// of the block size).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -11,17 +12,16 @@
 
 namespace sg::chunk_inverse {
 
-// Threads 0..63 only (warp w < 2, lane c): column c of T_ww by forward substitution, t_r = [r == c]
-// - sum_{m<r} A[r][m] t_m, written TRANSPOSED into the upper triangle (diagonal included) of the
-// same block: T_ww[r][c] at (32w + c, 32w + r), r >= c; the strictly lower triangle still holds A
-// for the other lanes.
-template <int LDT>
-__device__ __forceinline__ void diagonal_blocks(float* Ts, int tid, int lane) {
+// Column c (c < NB) of the NB x NB diagonal block at (base, base) by forward substitution,
+// t_r = [r == c] - sum_{m<r} A[r][m] t_m, written TRANSPOSED into the block's upper triangle
+// (diagonal included): T[r][c] at (base + c, base + r), r >= c; the strictly lower triangle still
+// holds A for the other lanes. Lanes c >= NB of the warp read along and write nothing.
+template <int LDT, int NB>
+__device__ __forceinline__ void substitute(float* Ts, int base, int c) {
   using chunk_io::ld4;
-  const int base = tid & 32, c = lane;
-  float tc[32];
+  float tc[NB];
 #pragma unroll
-  for (int r = 0; r < 32; ++r) {
+  for (int r = 0; r < NB; ++r) {
     const float* arow = Ts + (base + r) * LDT + base;  // A[base + r][base + m]
     float acc = 0.0f;
 #pragma unroll
@@ -35,43 +35,28 @@ __device__ __forceinline__ void diagonal_blocks(float* Ts, int tid, int lane) {
     tc[r] = r < c ? 0.0f : (r == c ? 1.0f : -acc);
   }
   __syncwarp();  // every lane of this block has read A before any writes the upper triangle
+  if (NB == 32 || c < NB) {
 #pragma unroll
-  for (int r = 0; r < 32; ++r) {
-    if (r >= c) Ts[(base + c) * LDT + base + r] = tc[r];
-  }
-}
-
-// Threads 0..127 (warp w = tid / 32 < 4; lanes 0..15 work, 16..31 only take part in the warp's
-// shuffle-free steps): the four 16 x 16 diagonal blocks by forward substitution, lane c computing
-// column c of T_ww, written TRANSPOSED into the upper triangle (diagonal included) of its block, as
-// diagonal_blocks does for 32 x 32 blocks; the chains are half as long. Then merge16 makes the two
-// 32 x 32 diagonal blocks' T (the same convention), so that off_diagonal can follow.
-template <int LDT>
-__device__ __forceinline__ void diagonal_blocks16(float* Ts, int tid, int lane) {
-  using chunk_io::ld4;
-  const int base = 16 * (tid >> 5), c = lane;
-  float tc[16];
-#pragma unroll
-  for (int r = 0; r < 16; ++r) {
-    const float* arow = Ts + (base + r) * LDT + base;  // A[base + r][base + m]
-    float acc = 0.0f;
-#pragma unroll
-    for (int m = 0; m < r; m += 4) {
-      const float4 a = ld4(arow + m);  // may read past m = r - 1: those are not used
-      acc = fmaf(a.x, tc[m], acc);
-      if (m + 1 < r) acc = fmaf(a.y, tc[m + 1], acc);
-      if (m + 2 < r) acc = fmaf(a.z, tc[m + 2], acc);
-      if (m + 3 < r) acc = fmaf(a.w, tc[m + 3], acc);
-    }
-    tc[r] = r < c ? 0.0f : (r == c ? 1.0f : -acc);
-  }
-  __syncwarp();  // every lane of this block has read A before any writes the upper triangle
-  if (c < 16) {
-#pragma unroll
-    for (int r = 0; r < 16; ++r) {
+    for (int r = 0; r < NB; ++r) {
       if (r >= c) Ts[(base + c) * LDT + base + r] = tc[r];
     }
   }
+}
+
+// Threads 0..63 only (warp w < 2, lane c): the two 32 x 32 diagonal blocks, warp w block w
+// (substitute).
+template <int LDT>
+__device__ __forceinline__ void diagonal_blocks(float* Ts, int tid, int lane) {
+  substitute<LDT, 32>(Ts, tid & 32, lane);
+}
+
+// Threads 0..127 (warp w < 4; lanes 0..15 compute, 16..31 read along): the four 16 x 16 diagonal
+// blocks, warp w block w, into the same transposed form; the chains are half as long as
+// diagonal_blocks'. Then merge16 makes the two 32 x 32 diagonal blocks' T (the same convention), so
+// that off_diagonal can follow.
+template <int LDT>
+__device__ __forceinline__ void diagonal_blocks16(float* Ts, int tid, int lane) {
+  substitute<LDT, 16>(Ts, 16 * (tid >> 5), lane);
 }
 
 // 128 threads, after a barrier that follows diagonal_blocks16: for each 32 x 32 diagonal block

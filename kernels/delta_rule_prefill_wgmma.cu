@@ -198,8 +198,8 @@ __device__ __forceinline__ void t_parts(const float* Ts, unsigned char* parts, i
 }
 
 // Warpgroup 2, chunk by chunk one ahead of the state warpgroups: the chunk's k tile (cp.async),
-// its gates, A = K K^T (wgmma, masked, beta and decay applied as the mma kernel does) and
-// T = (I + A)^-1 into buffer n % 2; then it signals the chunk ready. From chunk 2 on it first
+// its gates, A = K K^T (wgmma, masked, beta and decay applied as the mma kernel does),
+// T = (I + A)^-1 and T's parts into buffer n % 2; then it signals the chunk ready. From chunk 2 on it first
 // waits until chunk n - 2 has released the buffer.
 __device__ __forceinline__ void aux_warpgroup(const DeltaRulePrefillParams& p, unsigned char* smem, uint32_t base,
                                               int64_t b, int64_t e, int hv, int hk) {

@@ -10,9 +10,9 @@
 // with q and k exactly bf16 (one part) and every other operand (S, T, X, P, V') split into a high
 // and a low bf16 part, multiplied as hi*hi + hi*lo + lo*hi (S: two products, q and k being exact),
 // accumulated in f32. The accumulation order of wgmma is not that of mma.sync, and the inverse is
-// taken in 16 x 16 blocks (the mma kernel's in 32 x 32), so the bytes are not the mma kernel's: a value of the
-// --delta-prefill setting (`wgmma`), not an arm, tested against the double reference with the mma kernel's tolerance
-// (tests/gpu/test_delta_rule_prefill_wgmma.cpp).
+// taken from 16 x 16 blocks (the mma kernel's from 32 x 32), so the bytes are not the mma kernel's:
+// a value of the --delta-prefill setting (`wgmma`), not an arm, tested against the double reference
+// with the mma kernel's tolerance (tests/gpu/test_delta_rule_prefill_wgmma.cpp).
 //
 // Why: the mma kernel reads every fragment of S, X and V' from shared memory into registers once
 // per warp and splits it there; 19 other instructions per HMMA keep its issue slots busy (ncu). A
@@ -23,8 +23,8 @@
 // owns value columns 64w .. 64w + 63 of O, X, V', the output and the state (S[:, 64w ..], 128 x 64
 // f32 accumulators in registers), and computes P itself (its register A operand of P V').
 // Warpgroup 2 works one chunk ahead: it copies the chunk's k tile, computes its gates, A = K K^T
-// and T = (I + A)^-1 (then T's bf16 parts over its f32 tile, the shared-memory A operand of V' = T X)
-// into the other of two buffers and signals it ready (named barriers; the state
+// and T = (I + A)^-1 (then T's bf16 parts over its f32 tile, the shared-memory A operand of
+// V' = T X) into the other of two buffers and signals it ready (named barriers; the state
 // warpgroups release a buffer when their update has read it). setmaxnreg gives warpgroups 0 and 1
 // 200 registers and warpgroup 2 104. Shared memory (delta_rule_prefill_wgmma_smem(), 204,288 bytes):
 // q and v, and k in two buffers, as bf16 core-matrix tiles (the next chunk's q and v are copied by

@@ -44,7 +44,8 @@
 #ifdef SG_PROBE_TRACE
 // -DSG_PROBE_TRACE (with -DSG_PROBE_WGMMA): the kernel's timeline points (SG_DELTA_TRACE in
 // kernels/delta_rule_prefill_wgmma.cu) record the SM clock in block (hv 7, sequence 9) of each
-// launch, a warpgroup leader each: points 0-4 warpgroup 2's (the chunk's T), 5-11 warpgroup 0's.
+// launch, a warpgroup leader each: points 0-4 warpgroup 2's (the chunk's T), 5-11 warpgroup 0's
+// (a shape without that block prints no timeline).
 __device__ long long g_trace[64][12];
 #define SG_DELTA_TRACE(point, chunk)                                                                      \
   do {                                                                                                    \
@@ -221,7 +222,11 @@ const char* name(DType t) { return t == DType::bf16 ? "bf16" : "f32"; }
 // chunk 0's first state point) a chunk, then the mean length of each phase over the middle chunks.
 // A point after a barrier may be read before the barrier releases its warp, so a wait can show in
 // the phase after it.
-void print_trace(int chunks) {
+void print_trace(int chunks, int seqs, int Hv) {
+  if (seqs <= 9 || Hv <= 7) {
+    std::printf("timeline: no block (hv 7, sequence 9) in this shape\n");
+    return;
+  }
   constexpr int kPoints = 12;
   long long t[64][kPoints];
   CK(cudaMemcpyFromSymbol(t, g_trace, sizeof(t)));
@@ -241,8 +246,8 @@ void print_trace(int chunks) {
   };
   const Phase ph[] = {{"T: free buffer, k tile and gates", 0, 1},
                       {"T: A = K K^T", 1, 2},
-                      {"T: diagonal blocks", 2, 3},
-                      {"T: off-diagonal products", 3, 4},
+                      {"T: diagonal blocks and their merge", 2, 3},
+                      {"T: off-diagonal, T's parts", 3, 4},
                       {"T: the chunk (0 -> 4)", 0, 4},
                       {"state: ready, copies, P1 products", 5, 7},
                       {"state: O, X epilogue and barrier", 7, 8},
@@ -426,7 +431,7 @@ int main(int argc, char** argv) {
       100.0 * tflops(f.issued) / 790.0, f.one_pass / 1e9, osum, oabs, ssum, sabs,
       static_cast<unsigned long long>(hash));
 #ifdef SG_PROBE_TRACE
-  print_trace(static_cast<int>(chunks));
+  print_trace(static_cast<int>(chunks), seqs, Hv);
 #endif
   return 0;
 }

@@ -243,13 +243,21 @@ std::vector<CliCase> option_cases() {
       ->absent = {"prefill", "decode step"};  // refused before the run
   add("bench --cpu --json into a folder", {"bench", "--cpu", "--json", "{dir}"}, 1, {"cannot write this file"});
   add("bench --max-seqs 0", {"bench", "--cpu", "--max-seqs", "0"}, kCli11Invalid, {"--max-seqs"});
-  auto* json_ok =
-      add("bench --cpu --json writes the CPU run", {"bench", "--cpu", "--json", "r.json"}, 0, {"wrote r.json"});
+  auto* json_ok = add("bench --cpu --json writes the CPU run", {"bench", "--cpu", "--json", "r.json"}, 0,
+                      {"wrote r.json", "delta-rule prefill: scan (the CPU reference's form for --delta-prefill auto)"});
   json_ok->seconds = 120;
   json_ok->after = [](const fs::path& d, const std::string&) {
     const json j = json::parse(read_file(d / "r.json"));
     CHECK(j.at("implementation") == "cpu-reference");
     CHECK(j.at("workload") == "model");
+    CHECK(j.at("delta_prefill") == "scan");
+  };
+  auto* wgmma_cpu = add("bench --cpu --delta-prefill wgmma runs the reference's chunked form",
+                        {"bench", "--cpu", "--delta-prefill", "wgmma", "--json", "w.json"}, 0,
+                        {"delta-rule prefill: chunked (the CPU reference's form for --delta-prefill wgmma)"});
+  wgmma_cpu->seconds = 120;
+  wgmma_cpu->after = [](const fs::path& d, const std::string&) {
+    CHECK(json::parse(read_file(d / "w.json")).at("delta_prefill") == "chunked");
   };
   auto* no_gpu = add("bench without a GPU says so", {"bench", "--workload", "gdn-layer", "--max-seqs", "2"}, 0,
                      {"stepgraph bench: no ", "was found"});

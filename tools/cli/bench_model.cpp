@@ -109,6 +109,8 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
   ReferenceOptions ro;
   ro.chunked_prefill = chunked_delta_prefill(o.delta_prefill);  // its own chunked form (double); auto runs the scan
   ro.ssm_state = reference_ssm_state(o.ssm_state);
+  const std::string delta_form = ro.chunked_prefill ? "chunked" : "scan";
+  fmt::print("delta-rule prefill: {} (the CPU reference's form for --delta-prefill {})\n", delta_form, o.delta_prefill);
   ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, ctx + 64, ro);
   std::vector<Sequence> seqs;
   for (int b = 0; b < B; ++b) {
@@ -150,6 +152,7 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
                      {"decode_steps", steps},
                      {"decode_step_ms", ms},
                      {"ssm_state", o.ssm_state},
+                     {"delta_prefill", delta_form},
                      {"checksum", sum}});
   return 0;
 }

@@ -39,7 +39,7 @@ std::vector<CliCase> serve_cases() {
   auto* reject = add("serve --cpu: a request longer than --context is rejected, the others complete",
                      {"serve", "--cpu", "--trace", "{dir}/t.jsonl", "--context", "32"}, 0,
                      {"requests: 2 completed, 1 rejected, of 3", "rejected: request 1 (line 2): prompt of 40 tokens",
-                      "can never run", "time to first token: p50"});
+                      "can never run", "time to first token: p50", "scan delta-rule prefill"});
   reject->setup = [](const fs::path& d) {
     write_text(d / "t.jsonl",
                "{\"prompt\": [1, 2, 3], \"max_new\": 4}\n{\"prompt_len\": 40, \"max_new\": 2}\n"

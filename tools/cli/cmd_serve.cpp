@@ -176,10 +176,10 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   const std::string dtype = o.dtype.empty() ? "f32" : o.dtype;
   print_header(
       o, fmt::format("stepgraph serve: {}; running the CPU reference model of the 'tiny' preset ({} layers, "
-                     "hidden {}, vocab {}, {} activations, GDN state {}, synthetic weights, seed {})\ntrace: {}\nslots "
-                     "{}, context {} tokens per slot, prefill budget {} tokens per step\n",
-                     why, cfg.layers, cfg.hidden, cfg.vocab, dtype, o.b.ssm_state, o.seed, trace.name, slots, ctx,
-                     o.prefill_budget));
+                     "hidden {}, vocab {}, {} activations, GDN state {}, {} delta-rule prefill, synthetic weights, "
+                     "seed {})\ntrace: {}\nslots {}, context {} tokens per slot, prefill budget {} tokens per step\n",
+                     why, cfg.layers, cfg.hidden, cfg.vocab, dtype, o.b.ssm_state,
+                     ro.chunked_prefill ? "chunked" : "scan", o.seed, trace.name, slots, ctx, o.prefill_budget));
   ServeExecutor exec = wall_clock_executor([&](const ScheduledStep& s) { return run_reference_step(model, s); });
   exec.on_step = progress_bar();
   const SigintGuard guard;  // Ctrl-C: the step under way finishes, then the report covers what was done (exit 130)

@@ -51,7 +51,7 @@ constexpr size_t attention_prefill_mma_smem(int D, int buffers = 2) {
 // D in {64, 128, 256}, q and cache bf16.
 bool attention_prefill_wgmma_supports(int D, DType q_dtype, DType cache_dtype);
 // True for the devices its sm_90a build runs on: compute capability 9.0 exactly.
-constexpr bool attention_prefill_wgmma_device(int cc_major, int cc_minor) { return cc_major == 9 && cc_minor == 0; }
+constexpr bool attention_prefill_wgmma_device(int cc_major, int cc_minor) { return sm90a_device(cc_major, cc_minor); }
 
 // Dynamic shared memory of one block of the wgmma prefill (bytes): the 64-row query tile and one K
 // and one V tile of 64 keys (bf16, unpadded), plus the tile's slots and positions; 0 for a D it is

@@ -541,7 +541,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
 
 bool delta_rule_prefill_wgmma_supports(int Dk, int Dv, DType qkv) { return Dk == kD && Dv == kD && qkv == DType::bf16; }
 
-bool delta_rule_prefill_wgmma_device(int cc_major, int cc_minor) { return cc_major == 9 && cc_minor == 0; }
+bool delta_rule_prefill_wgmma_device(int cc_major, int cc_minor) { return sm90a_device(cc_major, cc_minor); }
 
 size_t delta_rule_prefill_wgmma_smem() { return kSmem; }
 

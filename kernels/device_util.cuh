@@ -132,7 +132,7 @@ cudaError_t require_sm90a(Check& chk) {
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (err != cudaSuccess) return err;
-  return chk.require(major == 9 && minor == 0,
+  return chk.require(sm90a_device(major, minor),
                      "needs a device of compute capability 9.0 (the kernel is built for sm_90a)")
                  .ok()
              ? cudaSuccess

@@ -1,5 +1,6 @@
-// numeric.h: the leaf of the tree. Element types, and host-side bf16 <-> f32 conversion (round to nearest even),
-// shared by the CPU reference ops, the engine's tensors and the tests. No CUDA, no dependencies.
+// numeric.h: the leaf of the tree. Element types, host-side bf16 <-> f32 conversion (round to nearest even) and
+// the sm_90a device predicate, shared by the CPU reference ops, the engine's tensors, the kernels' launchers and
+// the tests. No CUDA, no dependencies.
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -7,6 +8,11 @@
 #include <cstring>
 
 namespace sg {
+
+// True for the devices the sg_kernels_sm90a library's images run on (its wgmma kernels are built
+// for sm_90a alone): compute capability 9.0 exactly. Here, in the leaf, so that the kernels' host
+// predicates and the launchers' device check (dev::require_sm90a) share it.
+constexpr bool sm90a_device(int cc_major, int cc_minor) { return cc_major == 9 && cc_minor == 0; }
 
 // Element types of tensors. Defined here, in the leaf, so kernel params structs can name them.
 enum class DType : uint8_t { f32, bf16, f16, i32, i8 };

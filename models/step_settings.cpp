@@ -96,22 +96,24 @@ DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool pre
                                    bool fused_norm) {
   if (want == DeltaPrefill::scan || (want != DeltaPrefill::automatic && !prefill)) return want;
   const int optin = d.smem_optin;
+  const bool wgmma_built = delta_rule_prefill_wgmma_supports(g.Dk, g.Dv, act);
+  const bool wgmma_device = delta_rule_prefill_wgmma_device(d.cc_major, d.cc_minor);
+  const bool wgmma_fits = delta_rule_prefill_wgmma_smem() <= static_cast<size_t>(optin);
   // bf16 steps on an H100 / H200: the warpgroup form (measured faster than mma in the 4B's prefill).
-  if (want == DeltaPrefill::automatic && act == DType::bf16 && !fused_norm &&
-      delta_rule_prefill_wgmma_supports(g.Dk, g.Dv, act) && delta_rule_prefill_wgmma_device(d.cc_major, d.cc_minor) &&
-      delta_rule_prefill_wgmma_smem() <= static_cast<size_t>(optin)) {
+  if (want == DeltaPrefill::automatic && act == DType::bf16 && !fused_norm && wgmma_built && wgmma_device &&
+      wgmma_fits) {
     return DeltaPrefill::wgmma;
   }
   if (want == DeltaPrefill::wgmma) {
-    require(delta_rule_prefill_wgmma_supports(g.Dk, g.Dv, act),
+    require(wgmma_built,
             "the warpgroup delta-rule prefill is built for bf16 activations with Dk = Dv = 128, not {} with Dk={} "
             "Dv={} (use --delta-prefill mma or chunked)",
             dtype_name(act), g.Dk, g.Dv);
-    require(delta_rule_prefill_wgmma_device(d.cc_major, d.cc_minor),
+    require(wgmma_device,
             "the warpgroup delta-rule prefill needs compute capability 9.0 (sm_90a), not {}.{} (use --delta-prefill "
             "mma)",
             d.cc_major, d.cc_minor);
-    require(delta_rule_prefill_wgmma_smem() <= static_cast<size_t>(optin),
+    require(wgmma_fits,
             "the warpgroup delta-rule prefill needs {} bytes of shared memory per block; this device allows {} "
             "(use --delta-prefill mma)",
             delta_rule_prefill_wgmma_smem(), optin);

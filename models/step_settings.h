@@ -28,9 +28,10 @@ enum class DeltaPrefill : uint8_t {
   scan,       // delta_rule_prefill: the reference-exact sequential scan (bytes of decode token by token)
   chunked,    // delta_rule_prefill_chunked: the chunked WY form (chunks of 64 tokens), much faster
   mma,        // delta_rule_prefill_mma: the chunked WY form with its products on the tensor cores
-              // (bf16 operands split in two parts; automatic's choice for bf16 activations)
+              // (bf16 operands split in two parts; automatic's choice for bf16 activations
+              // where wgmma does not run)
   wgmma,      // delta_rule_prefill_wgmma: the same products on the warpgroup tensor cores (sm_90a,
-              // bf16 q/k/v, Dk = Dv = 128), the state in registers; only when named
+              // bf16 q/k/v, Dk = Dv = 128), the state in registers; automatic's choice where it runs
 };
 const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked", "mma", "wgmma"
 // "auto", "scan", "chunked", "mma" or "wgmma"; throws Error on anything else.

@@ -181,12 +181,12 @@ TEST_CASE("model prefill: the gated norm in the mma delta rule gives the norm ke
   }
 }
 
-// The warpgroup delta rule (delta_prefill = wgmma, named only; compute capability 9.0, Dk = Dv =
-// 128) in the bf16 model: "tiny" with GDN heads of 128, prefills across 64-token chunks and with
-// history, then decode steps, against the same steps with mma. The two forms differ in f32
-// summation order only (each within 1e-4 of the double reference, test_delta_rule_prefill_wgmma.cpp),
-// so the logits agree within the bf16 model tolerance (a bf16 rounding that flips propagates);
-// graph replay equals eager with wgmma; the manifest shows the kernel on every GDN layer.
+// The warpgroup delta rule (delta_prefill = wgmma, automatic's choice where it runs; compute
+// capability 9.0, Dk = Dv = 128) in the bf16 model: "tiny" with GDN heads of 128, prefills across 64-token chunks and
+// with history, then decode steps, against the same steps with mma. The two forms differ in f32 summation order only
+// (each within 1e-4 of the double reference, test_delta_rule_prefill_wgmma.cpp), so the logits agree within the bf16
+// model tolerance (a bf16 rounding that flips propagates); graph replay equals eager with wgmma; the manifest shows the
+// kernel on every GDN layer.
 TEST_CASE("model prefill with the wgmma delta rule: within the bf16 tolerance of mma, replay == eager",
           "[gpu][model][prefill][delta_rule_wgmma]") {
   const DeviceLimits dev = DeviceLimits::current();

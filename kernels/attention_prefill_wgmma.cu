@@ -2,26 +2,26 @@
 // warpgroup tensor cores, for a bf16 cache and bf16 q / gate, D in {64, 128, 256}. Built for
 // sm_90a only (the sg_kernels_sm90a library).
 //
-// Why: the mma.sync kernel (attention_prefill_mma.cu) has each of its 4 warps read the whole K and
-// V tile from shared memory through registers for its 16 rows, and the q fragments again for
-// every key tile. Here one warpgroup (4 warps, 128 threads) computes the same 64-row tile with
-// wgmma, which reads q, K and V from shared memory once for all 64 rows, without register copies.
-// Measured on the H200 (docs/BENCHMARKS.md): only 1% faster than the mma kernel at the 4B's
-// prefill, so those reads were not what held it; both wait on each block's chain of copy, S,
-// softmax and P V.
-//
-// Block (query tile of 64 rows, q head h); dynamic shared memory: the q tile [64 x D], one K and
-// one V tile [64 keys x D] (bf16, unswizzled core-matrix layout of wgmma_util.cuh: chunk (row r,
-// 16-byte column c) at (r / 8) D 16 + c 128 + (r % 8) 16, which thread i's 16-byte cp.async writes
-// at byte 16 i) and the tile's slots and positions: attention_prefill_wgmma_smem(D) bytes (98,816
-// at D = 256). The slot passes, their keys and the f32 softmax are the mma kernel's
-// (attention_prefill_tile.cuh). Per key tile of 64 keys:
-//   S [64 x 64] = q K^T         D / 16 wgmma m64n64k16, q and K from shared memory (K-major)
-//   online softmax per row      online_softmax: exactly the mma kernel's f32 steps
-//   O [64 x D] += P V            P split P = P_hi + P_lo in registers (the A operand), V from shared
-//                                memory (MN-major): per 16-key step, P_hi then P_lo, D / 128 (or one
-//                                m64n64 at D = 64) wgmma each
-// then out = (O / l) * sigmoid(gate) after each pass, zeros for padding rows, rows >= T untouched.
+// Block (query tile of 64 rows, NH query heads that share one kv head: NH = 2 when Hq / Hkv is
+// even, else 1): warpgroup 0 produces, warpgroups 1 .. NH consume, one query head each.
+//   producer  one thread: the NH query tiles, then every key tile of every slot pass of the tile,
+//             K and V by TMA (tma_map.h; boxes of 64 keys x 64 features, 128-byte swizzle) into a
+//             ring of two stages, each stage's K and V on their own "full" mbarriers, refilled when
+//             every consumer warp has arrived on its "empty" one.
+//   consumers the 64-row tile of their head against the shared K / V tiles:
+//     S [64 x 64] = q K^T     D / 16 wgmma m64n64k16, q and K from shared memory (K-major)
+//     online softmax          online_softmax: exactly the mma kernel's f32 steps
+//     O [64 x D] += P V       P split P = P_hi + P_lo in registers (the A operand), V from shared
+//                             memory (MN-major): per 16-key step, P_hi then P_lo, D / 128 (or one
+//                             m64n64 at D = 64) wgmma each
+//   then out = (O / l) * sigmoid(gate) after each pass, zeros for padding rows, rows >= T untouched.
+// So a K / V tile is read from memory once for NH heads, its copy runs while the previous tile's
+// products do, and it arrives by one instruction a box into the swizzled layout wgmma reads
+// without bank conflicts (the former form of this kernel: each 64-row tile alone, its copies by
+// 16-byte cp.async into an unswizzled layout, issued and waited for before each tile's products).
+// A tile's keys past the pass's last are whatever the cache holds there (the copy reads whole
+// boxes; past max_context it fills zeros): their scores are masked to -inf before use, and their
+// V rows are zeroed in shared memory before P V reads them (0 * a stale NaN would be NaN).
 // Every row of the warpgroup takes part in every product (no per-warp skipping): rows outside the
 // pass score -inf and get p = 0; what that adds to their accumulators (0 * V) is cleared at their
 // own pass, so sequences stay isolated exactly as in the mma kernel (its header states the rule).
@@ -32,9 +32,10 @@
 // H200 and asserted by the tests, though the two instruction families' accumulation orders are not
 // documented to agree); at D = 256, where the mma kernel takes 32-key tiles, the softmax rescales at
 // other keys: a setting, tested against the same reference and tolerance.
-// Grid (ceil(T / 64), Hq) from the shape only; no allocation, no host synchronisation.
+// Grid (ceil(T / 64), Hq / NH) from the shape only; no allocation, no host synchronisation.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/attention_internal.cuh"
@@ -45,95 +46,135 @@
 #include "kernels/launch.cuh"
 #include "kernels/launch_check.h"
 #include "kernels/mma_util.cuh"
+#include "kernels/tma_map.h"
+#include "kernels/tma_util.cuh"
 #include "kernels/wgmma_util.cuh"
 
 namespace sg {
 namespace {
 
 using namespace attn_detail;
-using mma::cp_async16;
-using mma::cp_async_commit;
-using mma::cp_async_wait;
 using mma::smem_addr;
 
-constexpr int kThreads = 128;  // one warpgroup
 constexpr int kBQ = kPrefillTileRows;
-constexpr int kBK = 64;    // keys per K/V tile
-constexpr int kParts = 2;  // bf16 parts of P in P V
+constexpr int kBK = 64;                 // keys per K/V tile
+constexpr int kParts = 2;               // bf16 parts of P in P V
+constexpr int kStages = 2;              // K/V ring
+constexpr uint32_t kPanel = 64 * 128;   // bytes of a swizzled box: 64 rows x 64 bf16
+constexpr int kProducerRegs = 24;       // setmaxnreg with two consumer warpgroups: 24 + 2 x 240 =
+constexpr int kConsumerRegs = 240;      // 3 x 168, the launch bound's share of the register file
 
-template <int D>
+template <int D, int NH>
 struct WgCfg {
-  static constexpr int CHUNKS = D / 8;                // 16-byte chunks per row
-  static constexpr uint32_t kGroup = D * 16;          // bytes between row groups of 8
-  static constexpr uint32_t kTile = 64 * D * 2;       // bytes of a 64-row tile
-  static constexpr int NT_S = kBK / 8, NT_O = D / 8;  // accumulator n-tiles of S and O
-  static constexpr int NC = D < 128 ? D : 128;        // features a P V instruction covers
-  static constexpr size_t kSmem = 3 * size_t{kTile} + 2 * kBQ * sizeof(int);
+  static constexpr int kPanels = D / 64;                 // boxes a 64-row tile
+  static constexpr uint32_t kTile = kPanels * kPanel;    // bytes of a 64-row tile
+  static constexpr int NT_S = kBK / 8, NT_O = D / 8;     // accumulator n-tiles of S and O
+  static constexpr int NC = D < 128 ? D : 128;           // features a P V instruction covers
+  static constexpr int kThreads = 128 * (1 + NH);
+  static constexpr uint32_t kKV = NH * kTile;            // the ring after the NH query tiles
+  static constexpr size_t kSmem = size_t{kKV} + 2 * kStages * size_t{kTile} + 1024;  // + alignment
   static_assert(D == 64 || D == 128 || D == 256, "D must be 64, 128 or 256");
+  static_assert(NH == 1 || NH == 2, "one or two query heads a block");
 };
 
-// Copies a 64-row tile (rows `row(r)` of `src`, r < n; zeros for r >= n) into the core-matrix
-// layout at `dst`: thread i's chunk lands at byte 16 i (row (i / 8 / CHUNKS) * 8 + i % 8, column
-// (i / 8) % CHUNKS), so a warp's stores fill 512 contiguous bytes.
-template <int D, typename RowPtr>
-__device__ __forceinline__ void load_tile(uint32_t dst, int n, RowPtr row) {
-  constexpr int CHUNKS = WgCfg<D>::CHUNKS;
-  for (int i = threadIdx.x; i < 64 * CHUNKS; i += kThreads) {
-    const int c = (i >> 3) % CHUNKS, r = ((i >> 3) / CHUNKS) * 8 + (i & 7);
-    const bool in = r < n;
-    cp_async16(dst + 16 * i, in ? row(r) + c * 8 : row(0), in);
+// Zeros rows `from` .. 63 of the V tile at `v` (every box): the keys past the pass's last.
+template <int D, int NH>
+__device__ __forceinline__ void zero_tail_rows(uint32_t v, int from, int ctid) {
+  constexpr int kChunks = 8 * WgCfg<D, NH>::kPanels;  // 16-byte chunks a row (all boxes)
+  for (int i = ctid; i < (kBK - from) * kChunks; i += 128 * NH) {
+    const int r = from + i / kChunks, c = i % kChunks;
+    const uint32_t a = v + (c >> 3) * kPanel + r * 128 + (c & 7) * 16;
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(a), "r"(0) : "memory");
   }
 }
 
-template <int D>
-__global__ void __launch_bounds__(kThreads, 2)
-    attn_prefill_wgmma_kernel(const AttentionParams p, int group, float scale) {
-  pdl_start();  // kernels/launch.cuh
-  using Cfg = WgCfg<D>;
-  constexpr int NT_S = Cfg::NT_S, NT_O = Cfg::NT_O, NC = Cfg::NC;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  const uint32_t q_s = smem_addr(smem_raw);                         // [64 x D] core matrices
-  const uint32_t k_s = q_s + Cfg::kTile;                            // [64 keys x D]
-  const uint32_t v_s = k_s + Cfg::kTile;                            // [64 keys x D]
-  int* q_slot = reinterpret_cast<int*>(smem_raw + 3 * Cfg::kTile);  // [64]
-  int* q_pos = q_slot + kBQ;                                        // [64]
+// The consumer warpgroups' barrier (named barrier 1; 0 is __syncthreads).
+template <int NH>
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(128 * NH) : "memory");
+}
 
-  const int tile = blockIdx.x, h = blockIdx.y, g = h / group;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row0 = warp * 16 + (lane >> 2), tq = lane & 3;
-  const auto* q = static_cast<const __nv_bfloat16*>(p.q);         // [T, Hq, D]
-  const auto* kc = static_cast<const __nv_bfloat16*>(p.k_cache);  // [num_slots, max_context, Hkv, D]
-  const auto* vc = static_cast<const __nv_bfloat16*>(p.v_cache);  // [num_slots, max_context, Hkv, D]
-
+template <int D, int NH>
+__global__ void __launch_bounds__(WgCfg<D, NH>::kThreads, 1)
+    attn_prefill_wgmma_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                              const __grid_constant__ CUtensorMap v_map, const AttentionParams p, int group,
+                              float scale) {
+  using Cfg = WgCfg<D, NH>;
+  constexpr int NT_S = Cfg::NT_S, NT_O = Cfg::NT_O, NC = Cfg::NC, kPanels = Cfg::kPanels;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t q_full, k_full[kStages], v_full[kStages], empty[kStages];
+  __shared__ int q_slot[kBQ], q_pos[kBQ];
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t q_base = (raw + 1023) & ~1023u;  // [NH][64 rows x D] swizzled boxes
+  const uint32_t kv_base = q_base + Cfg::kKV;     // stage st: K at + 2 st kTile, V a tile on
+  const int tile = blockIdx.x, h0 = blockIdx.y * NH, g = h0 / group;
+  const int tid = threadIdx.x, wg = tid >> 7;
+  if (tid == 0) {
+    tma::mbar_init(smem_addr(&q_full), 1);
+    for (int i = 0; i < kStages; ++i) {
+      tma::mbar_init(smem_addr(&k_full[i]), 1);
+      tma::mbar_init(smem_addr(&v_full[i]), 1);
+      tma::mbar_init(smem_addr(&empty[i]), 4 * NH);  // every consumer warp
+    }
+    tma::mbar_fence_init();
+  }
+  pdl_start();  // kernels/launch.cuh: q, K and V are the previous kernel's
   load_tile_rows(p, tile, kBQ, q_slot, q_pos);
-  const int q_rows = min(kBQ, p.T - tile * kBQ);
-  load_tile<D>(q_s, q_rows, [&](int r) { return q + (static_cast<int64_t>(tile * kBQ + r) * p.Hq + h) * D; });
-  cp_async_commit();
-  __syncthreads();  // q_slot, q_pos
+  __syncthreads();  // barriers, q_slot, q_pos
+
+  if (wg == 0) {  // the producer
+    if constexpr (NH == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (tid != 0) return;
+    tma::mbar_arrive_expect_tx(smem_addr(&q_full), NH * Cfg::kTile);
+    for (int c = 0; c < NH; ++c) {
+      for (int b = 0; b < kPanels; ++b) {
+        tma::load_3d(q_base + c * Cfg::kTile + b * kPanel, &q_map, 64 * b, h0 + c, tile * kBQ, smem_addr(&q_full));
+      }
+    }
+    uint64_t remaining = live_rows(q_slot);
+    int it = 0;  // key tiles issued, over all passes
+    while (remaining) {
+      const auto [slot, active, kmax] = next_pass(q_slot, q_pos, remaining);
+      for (int kt = 0; kt < kmax; kt += kBK, ++it) {
+        const int st = it % kStages, use = it / kStages;
+        if (use > 0) {
+          tma::mbar_wait(smem_addr(&empty[st]), (use - 1) & 1);
+          tma::release_reads();  // the consumers' reads (and V zeroing) of the stage before its refill
+        }
+        const uint32_t ks = kv_base + 2 * st * Cfg::kTile, vs = ks + Cfg::kTile;
+        tma::mbar_arrive_expect_tx(smem_addr(&k_full[st]), Cfg::kTile);
+        for (int b = 0; b < kPanels; ++b) tma::load_4d(ks + b * kPanel, &k_map, 64 * b, g, kt, slot, smem_addr(&k_full[st]));
+        tma::mbar_arrive_expect_tx(smem_addr(&v_full[st]), Cfg::kTile);
+        for (int b = 0; b < kPanels; ++b) tma::load_4d(vs + b * kPanel, &v_map, 64 * b, g, kt, slot, smem_addr(&v_full[st]));
+      }
+    }
+    return;
+  }
+
+  if constexpr (NH == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  const int c = wg - 1, h = h0 + c, ctid = tid - 128;
+  const int warp = (tid >> 5) & 3, lane = tid & 31;
+  const int row0 = warp * 16 + (lane >> 2), tq = lane & 3;
+  const uint32_t q_s = q_base + c * Cfg::kTile;
 
   float o[NT_O][4];
 #pragma unroll
   for (int j = 0; j < NT_O; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
   uint64_t remaining = live_rows(q_slot);
-  const int64_t pos_stride = static_cast<int64_t>(p.Hkv) * D;
+  tma::mbar_wait(smem_addr(&q_full), 0);  // also when no row is live: the copies must land before the block ends
+  int it = 0;
 
   while (remaining) {  // block-uniform
     const auto [slot, active, kmax] = next_pass(q_slot, q_pos, remaining);
     int lim[2];
     begin_pass(o, m, l, lim, active, q_pos, row0);
-    const int64_t base = (static_cast<int64_t>(slot) * p.max_context * p.Hkv + g) * D;
 
-    for (int kt = 0; kt < kmax; kt += kBK) {
-      const int nk = min(kBK, kmax - kt);
-      __syncthreads();  // every wgmma of the previous tile has completed (each thread waited)
-      load_tile<D>(k_s, nk, [&](int r) { return kc + base + (kt + r) * pos_stride; });
-      cp_async_commit();
-      load_tile<D>(v_s, nk, [&](int r) { return vc + base + (kt + r) * pos_stride; });
-      cp_async_commit();
-      cp_async_wait<1>();  // q and K
-      wgmma::fence_proxy_async();
-      __syncthreads();
+    for (int kt = 0; kt < kmax; kt += kBK, ++it) {
+      const int st = it % kStages, nk = min(kBK, kmax - kt);
+      const uint32_t parity = (it / kStages) & 1;
+      const uint32_t ks = kv_base + 2 * st * Cfg::kTile, vs = ks + Cfg::kTile;
+      tma::mbar_wait(smem_addr(&k_full[st]), parity);
 
       float s[NT_S][4];
 #pragma unroll
@@ -141,9 +182,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        // K-major q and K: a 16-element k-step is two core matrices along K, 256 bytes on.
-        wgmma::m64n64k16_ss(&s[0][0], wgmma::desc(q_s + 256 * kk, 128, Cfg::kGroup),
-                            wgmma::desc(k_s + 256 * kk, 128, Cfg::kGroup), kk > 0);
+        // K-major q and K: k-step kk is 32 bytes into the rows of box kk / 4.
+        const uint32_t off = (kk >> 2) * kPanel + (kk & 3) * 32;
+        wgmma::m64n64k16_ss(&s[0][0], wgmma::desc_sw128(q_s + off, 16, 1024), wgmma::desc_sw128(ks + off, 16, 1024),
+                            kk > 0);
       }
       wgmma::commit();
       wgmma::wait<0>();
@@ -153,9 +195,12 @@ __global__ void __launch_bounds__(kThreads, 2)
       uint32_t a[kBK / 16][kParts][4];
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) p_fragments<kParts>(s, kk, a[kk]);
-      cp_async_wait<0>();  // V
-      wgmma::fence_proxy_async();
-      __syncthreads();
+      tma::mbar_wait(smem_addr(&v_full[st]), parity);
+      if (nk < kBK) {  // block-uniform: the pass's last tile
+        zero_tail_rows<D, NH>(vs, nk, ctid);
+        wgmma::fence_proxy_async();
+        consumers_sync<NH>();
+      }
       wgmma::fence_operands<NT_O * 4>(&o[0][0]);
       wgmma::fence();
 #pragma unroll
@@ -163,14 +208,13 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int i = 0; i < kParts; ++i) {
 #pragma unroll
-          for (int c = 0; c < D / NC; ++c) {
-            // MN-major V: a 16-key step is two row groups (2 D 16 bytes); NC features are NC / 8
-            // core matrices along N, 128 bytes apart.
-            const uint64_t b = wgmma::desc(v_s + 2 * Cfg::kGroup * kk + c * (NC / 8) * 128, Cfg::kGroup, 128);
+          for (int cc = 0; cc < D / NC; ++cc) {
+            // MN-major V: a 16-key step is 16 rows (2048 bytes) on; NC features are NC / 64 boxes.
+            const uint64_t b = wgmma::desc_sw128(vs + cc * (NC / 64) * kPanel + kk * 16 * 128, kPanel, 1024);
             if constexpr (NC == 128) {
-              wgmma::m64n128k16_rs_tb(&o[c * 16][0], a[kk][i], b);
+              wgmma::m64n128k16_rs_tb(&o[cc * 16][0], a[kk][i], b);
             } else {
-              wgmma::m64n64k16_rs_tb(&o[c * 8][0], a[kk][i], b);
+              wgmma::m64n64k16_rs_tb(&o[cc * 8][0], a[kk][i], b);
             }
           }
         }
@@ -178,18 +222,51 @@ __global__ void __launch_bounds__(kThreads, 2)
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operands<NT_O * 4>(&o[0][0]);
+      __syncwarp();
+      if (lane == 0) tma::mbar_arrive(smem_addr(&empty[st]));  // this warp is done with the stage
     }
     store_pass_rows<D>(p, o, l, active, tile, h, row0, tq);
   }
-
-  cp_async_wait<0>();  // a tile without live rows never waited for its q copies
   zero_padding_rows<D>(p, q_slot, tile, h, row0, tq);
 }
 
-template <int D>
+// The tensor maps: q [T, Hq, D] in boxes of 64 features x 1 head x 64 rows; a cache [slots,
+// max_context, Hkv, D] in boxes of 64 features x 1 head x 64 positions x 1 slot. The slot count is
+// not a parameter: the bound is the largest the copy engine takes (slots come from the step's
+// metadata, which the model validates; past max_context the boxes fill zeros).
+bool make_maps(const AttentionParams& p, CUtensorMap& q_map, CUtensorMap& k_map, CUtensorMap& v_map) {
+  const cuuint64_t D = static_cast<cuuint64_t>(p.D), Hq = static_cast<cuuint64_t>(p.Hq);
+  const cuuint64_t Hkv = static_cast<cuuint64_t>(p.Hkv), ctx = static_cast<cuuint64_t>(p.max_context);
+  const cuuint64_t q_dims[3] = {D, Hq, static_cast<cuuint64_t>(p.T)};
+  const cuuint64_t q_strides[2] = {D * 2, Hq * D * 2};
+  const cuuint32_t q_box[3] = {64, 1, static_cast<cuuint32_t>(kBQ)};
+  const cuuint64_t slot_bytes = ctx * Hkv * D * 2;
+  const cuuint64_t slots = std::clamp<cuuint64_t>((cuuint64_t{1} << 47) / slot_bytes, 1, cuuint64_t{1} << 31);
+  const cuuint64_t c_dims[4] = {D, Hkv, ctx, slots};
+  const cuuint64_t c_strides[3] = {D * 2, Hkv * D * 2, slot_bytes};
+  const cuuint32_t c_box[4] = {64, 1, static_cast<cuuint32_t>(kBK), 1};
+  return tma::encode_bf16_sw128(&q_map, p.q, 3, q_dims, q_strides, q_box) &&
+         tma::encode_bf16_sw128(&k_map, p.k_cache, 4, c_dims, c_strides, c_box) &&
+         tma::encode_bf16_sw128(&v_map, p.v_cache, 4, c_dims, c_strides, c_box);
+}
+
+template <int D, int NH>
 cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-  static_assert(WgCfg<D>::kSmem == attention_prefill_wgmma_smem(D), "the bytes the model plans with");
-  return launch_prefill_tiles(attn_prefill_wgmma_kernel<D>, kThreads, WgCfg<D>::kSmem, p, stream);
+  using Cfg = WgCfg<D, NH>;
+  static_assert(Cfg::kSmem <= attention_prefill_wgmma_smem(D), "the bytes the model plans with");
+  CUtensorMap q_map, k_map, v_map;
+  if (!make_maps(p, q_map, k_map, v_map)) return cudaErrorNotSupported;
+  auto* kernel = attn_prefill_wgmma_kernel<D, NH>;
+  if (const cudaError_t err = dev::allow_dynamic_smem(kernel, Cfg::kSmem); err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>((p.T + kBQ - 1) / kBQ), static_cast<unsigned>(p.Hq / NH));
+  launch_kernel(kernel, grid, Cfg::kThreads, Cfg::kSmem, stream, q_map, k_map, v_map, p, p.Hq / p.Hkv,
+                attention_scale(p.D));
+  return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t launch_heads(const AttentionParams& p, cudaStream_t stream) {
+  return (p.Hq / p.Hkv) % 2 == 0 ? launch<D, 2>(p, stream) : launch<D, 1>(p, stream);
 }
 
 }  // namespace
@@ -204,9 +281,9 @@ cudaError_t attention_prefill_wgmma(const AttentionParams& p, cudaStream_t strea
   if (const cudaError_t err = dev::require_sm90a(c); err != cudaSuccess) return err;
   if (p.T == 0) return cudaSuccess;
   switch (p.D) {
-    case 64: return launch<64>(p, stream);
-    case 128: return launch<128>(p, stream);
-    case 256: return launch<256>(p, stream);
+    case 64: return launch_heads<64>(p, stream);
+    case 128: return launch_heads<128>(p, stream);
+    case 256: return launch_heads<256>(p, stream);
     default: c.require(false, "D must be 64, 128 or 256"); return cudaErrorInvalidValue;
   }
 }

@@ -53,12 +53,13 @@ bool attention_prefill_wgmma_supports(int D, DType q_dtype, DType cache_dtype);
 // True for the devices its sm_90a build runs on: compute capability 9.0 exactly.
 constexpr bool attention_prefill_wgmma_device(int cc_major, int cc_minor) { return sm90a_device(cc_major, cc_minor); }
 
-// Dynamic shared memory of one block of the wgmma prefill (bytes): the 64-row query tile and one K
-// and one V tile of 64 keys (bf16, unpadded), plus the tile's slots and positions; 0 for a D it is
-// not built for. The kernel static_asserts its constants against this.
+// Dynamic shared memory of one block of the wgmma prefill (bytes): two 64-row query tiles (two
+// query heads a block) and a ring of two stages of a K and a V tile of 64 keys (bf16, unpadded),
+// plus 1024 bytes to align them for the 128-byte swizzle; 0 for a D it is not built for (a block of
+// one query head uses less). The kernel static_asserts its constants against this.
 constexpr size_t attention_prefill_wgmma_smem(int D) {
   if (D != 64 && D != 128 && D != 256) return 0;
-  return 3 * size_t{64} * static_cast<size_t>(D) * 2 + 2 * 64 * sizeof(int);
+  return 6 * size_t{64} * static_cast<size_t>(D) * 2 + 1024;
 }
 
 // True when the tensor-core decode runs the shape: D in {64, 128, 256}, Hq / Hkv <= 8 (the query

@@ -1,6 +1,4 @@
 // skinny_gemm.cu: y = x W^T for M <= 32 rows on the tensor cores (skinny_gemm.h).
-#include <cuda.h>
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -11,6 +9,7 @@
 #include "kernels/launch_check.h"
 #include "kernels/mma_util.cuh"
 #include "kernels/skinny_gemm.h"
+#include "kernels/tma_map.h"
 #include "kernels/tma_util.cuh"
 
 // A delay at the kernel's synchronisation points (site, a warp-uniform index, the lanes that reach
@@ -272,30 +271,12 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
   finish_block<BN, NT, kF32Out>(p, acc, n0, rb, s, warp, lane, live);
 }
 
-// The driver's tensor-map encoder, looked up once (null when the driver lacks it).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    const bool ok =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess;
-    return ok ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f) : nullptr;
-  }();
-  return fn;
-}
-
 // A bf16 [rows, cols] matrix with row stride ld elements, boxes of [box_rows x 64], 128-byte swizzle.
 bool make_map(CUtensorMap* m, const void* base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
-  const auto encode = tensor_map_encoder();
-  if (!encode) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  return encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return tma::encode_bf16_sw128(m, base, 2, dims, strides, box);
 }
 
 template <int BN, int S, int NT, bool kF32Out>

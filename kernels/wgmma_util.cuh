@@ -1,5 +1,5 @@
 // wgmma_util.cuh: the warpgroup tensor-core primitives of sm_90a (wgmma.mma_async): shared-memory
-// matrix descriptors for the interleaved (unswizzled) layout, the fences and the m64nNk16 bf16 ->
+// matrix descriptors for the interleaved (unswizzled) and 128-byte swizzled layouts, the fences and the m64nNk16 bf16 ->
 // f32 instructions the wgmma kernels use (attention_prefill_wgmma.cu,
 // delta_rule_prefill_wgmma.cu). Only a translation unit
 // built for sm_90a (the sg_kernels_sm90a library, kernels/CMakeLists.txt) may include it: the
@@ -34,6 +34,16 @@ namespace sg::wgmma {
 __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead_bytes, uint32_t stride_bytes) {
   return static_cast<uint64_t>((addr >> 4) & 0x3FFF) | (static_cast<uint64_t>((lead_bytes >> 4) & 0x3FFF) << 16) |
          (static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32);
+}
+
+// Descriptor of an operand stored with the 128-byte swizzle (swizzle mode 1 in bits 62-63), as a
+// TMA copy of a box 128 bytes wide lands it (tma_map.h): 128-byte rows, chunk c of row r at
+// c ^ (r % 8), the pattern aligned to 1024 bytes. K-major: rows are M or N, 8-row groups
+// `stride_bytes` (1024) apart, the leading offset unused (the k-step's 32 bytes are added to the
+// address: a 16-element k-step starts 32 bytes into the row). MN-major: rows are K (8-row groups
+// `stride_bytes` apart), and 64-element blocks of M or N are `lead_bytes` apart.
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lead_bytes, uint32_t stride_bytes) {
+  return desc(addr, lead_bytes, stride_bytes) | (uint64_t{1} << 62);
 }
 
 // Before the first wgmma that reads registers written by ordinary instructions (accumulators, A).

@@ -57,21 +57,21 @@ using namespace attn_detail;
 using mma::smem_addr;
 
 constexpr int kBQ = kPrefillTileRows;
-constexpr int kBK = 64;                 // keys per K/V tile
-constexpr int kParts = 2;               // bf16 parts of P in P V
-constexpr int kStages = 2;              // K/V ring
-constexpr uint32_t kPanel = 64 * 128;   // bytes of a swizzled box: 64 rows x 64 bf16
-constexpr int kProducerRegs = 24;       // setmaxnreg with two consumer warpgroups: 24 + 2 x 240 =
-constexpr int kConsumerRegs = 240;      // 3 x 168, the launch bound's share of the register file
+constexpr int kBK = 64;                // keys per K/V tile
+constexpr int kParts = 2;              // bf16 parts of P in P V
+constexpr int kStages = 2;             // K/V ring
+constexpr uint32_t kPanel = 64 * 128;  // bytes of a swizzled box: 64 rows x 64 bf16
+constexpr int kProducerRegs = 24;      // setmaxnreg with two consumer warpgroups: 24 + 2 x 240 =
+constexpr int kConsumerRegs = 240;     // 3 x 168, the launch bound's share of the register file
 
 template <int D, int NH>
 struct WgCfg {
-  static constexpr int kPanels = D / 64;                 // boxes a 64-row tile
-  static constexpr uint32_t kTile = kPanels * kPanel;    // bytes of a 64-row tile
-  static constexpr int NT_S = kBK / 8, NT_O = D / 8;     // accumulator n-tiles of S and O
-  static constexpr int NC = D < 128 ? D : 128;           // features a P V instruction covers
+  static constexpr int kPanels = D / 64;               // boxes a 64-row tile
+  static constexpr uint32_t kTile = kPanels * kPanel;  // bytes of a 64-row tile
+  static constexpr int NT_S = kBK / 8, NT_O = D / 8;   // accumulator n-tiles of S and O
+  static constexpr int NC = D < 128 ? D : 128;         // features a P V instruction covers
   static constexpr int kThreads = 128 * (1 + NH);
-  static constexpr uint32_t kKV = NH * kTile;            // the ring after the NH query tiles
+  static constexpr uint32_t kKV = NH * kTile;  // the ring after the NH query tiles
   static constexpr size_t kSmem = size_t{kKV} + 2 * kStages * size_t{kTile} + 1024;  // + alignment
   static_assert(D == 64 || D == 128 || D == 256, "D must be 64, 128 or 256");
   static_assert(NH == 1 || NH == 2, "one or two query heads a block");
@@ -143,9 +143,11 @@ __global__ void __launch_bounds__(WgCfg<D, NH>::kThreads, 1)
         }
         const uint32_t ks = kv_base + 2 * st * Cfg::kTile, vs = ks + Cfg::kTile;
         tma::mbar_arrive_expect_tx(smem_addr(&k_full[st]), Cfg::kTile);
-        for (int b = 0; b < kPanels; ++b) tma::load_4d(ks + b * kPanel, &k_map, 64 * b, g, kt, slot, smem_addr(&k_full[st]));
+        for (int b = 0; b < kPanels; ++b)
+          tma::load_4d(ks + b * kPanel, &k_map, 64 * b, g, kt, slot, smem_addr(&k_full[st]));
         tma::mbar_arrive_expect_tx(smem_addr(&v_full[st]), Cfg::kTile);
-        for (int b = 0; b < kPanels; ++b) tma::load_4d(vs + b * kPanel, &v_map, 64 * b, g, kt, slot, smem_addr(&v_full[st]));
+        for (int b = 0; b < kPanels; ++b)
+          tma::load_4d(vs + b * kPanel, &v_map, 64 * b, g, kt, slot, smem_addr(&v_full[st]));
       }
     }
     return;

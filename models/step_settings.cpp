@@ -64,15 +64,18 @@ DeviceLimits DeviceLimits::current() {
 AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache, bool prefill, const DeviceLimits& d) {
   if (want == AttnPrefill::simt || (want != AttnPrefill::automatic && !prefill)) return want;
   const int optin = d.smem_optin, major = d.cc_major;
+  const bool wgmma_built =
+      attention_prefill_wgmma_supports(D, act, cache) && attention_prefill_wgmma_device(major, d.cc_minor);
+  const bool wgmma_fits = attention_prefill_wgmma_smem(D) <= static_cast<size_t>(optin);
   if (want == AttnPrefill::wgmma) {
     // The hint names what runs instead: mma where it takes the shape and dtypes, else simt.
     const char* instead = attention_prefill_mma_supports(D, act, cache) ? "mma" : "simt";
-    require(attention_prefill_wgmma_supports(D, act, cache) && attention_prefill_wgmma_device(major, d.cc_minor),
+    require(wgmma_built,
             "the wgmma attention prefill does not support D={} with {} activations and a {} KV cache on "
             "compute capability {}.{} (built for D 64, 128, 256, bf16, compute capability 9.0 only; use "
             "--attn-prefill {})",
             D, dtype_name(act), dtype_name(cache), major, d.cc_minor, instead);
-    require(attention_prefill_wgmma_smem(D) <= static_cast<size_t>(optin),
+    require(wgmma_fits,
             "the wgmma attention prefill needs {} bytes of shared memory per block for D={}; this device "
             "allows {} (use --attn-prefill mma)",
             attention_prefill_wgmma_smem(D), D, optin);
@@ -80,7 +83,10 @@ AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache
   }
   const bool built = attention_prefill_mma_supports(D, act, cache) && major >= 8;    // mma.sync bf16: sm_80+
   const bool fits = attention_prefill_mma_smem(D, 1) <= static_cast<size_t>(optin);  // one K/V buffer at least
-  if (want == AttnPrefill::automatic) return built && fits ? AttnPrefill::mma : AttnPrefill::simt;
+  if (want == AttnPrefill::automatic) {
+    if (prefill && wgmma_built && wgmma_fits) return AttnPrefill::wgmma;
+    return built && fits ? AttnPrefill::mma : AttnPrefill::simt;
+  }
   require(built,
           "the tensor-core attention prefill does not support D={} with {} activations and a {} KV cache on "
           "compute capability {}.x (built for D 32, 64, 128, 256, bf16, sm_80+; use --attn-prefill simt)",

@@ -43,7 +43,8 @@ bool chunked_delta_prefill(const std::string& name);
 // How a prefill step runs attention.prefill. A setting, not an arm (the two agree within the bf16
 // attention tolerance, not byte for byte).
 enum class AttnPrefill : uint8_t {
-  automatic,  // mma where attention_prefill_mma_supports (bf16, D 32/64/128/256), sm_80+ and the smem fits, else simt
+  automatic,  // wgmma where it runs (bf16, D 64/128/256, compute capability 9.0) and its smem fits; else mma
+              // where attention_prefill_mma_supports (bf16, D 32/64/128/256), sm_80+ and the smem fits; else simt
   simt,       // attention_prefill: the f32 CUDA-core kernel
   mma,        // attention_prefill_mma: bf16 tensor cores (mma.sync), P split into two bf16 halves
   wgmma,      // attention_prefill_wgmma: sm_90a warpgroup tensor cores, the same P split (D 64/128/256,

@@ -251,7 +251,7 @@ TEST_CASE("model prefill: attn_prefill auto picks mma for bf16, simt for f32, an
   }
 }
 
-TEST_CASE("attn_prefill wgmma: resolved only for bf16 D 64/128/256 on compute capability 9.0, else a clear error",
+TEST_CASE("attn_prefill wgmma: auto and asked for, resolved only for bf16 D 64/128/256 on compute capability 9.0",
           "[gpu][model][prefill][wgmma][settings]") {
   DeviceLimits h200, ampere, blackwell;
   h200.cc_major = 9, h200.cc_minor = 0, h200.smem_optin = 232448;
@@ -267,8 +267,18 @@ TEST_CASE("attn_prefill wgmma: resolved only for bf16 D 64/128/256 on compute ca
   };
   for (int D : {64, 128, 256})
     CHECK(resolve_attn_prefill(AttnPrefill::wgmma, D, DType::bf16, DType::bf16, true, h200) == AttnPrefill::wgmma);
-  // auto never picks it; a decode-only step keeps the choice without checking it.
-  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::bf16, DType::bf16, true, h200) == AttnPrefill::mma);
+  // auto picks it where it runs and fits (the faster kernel on the H200, docs/BENCHMARKS.md), mma
+  // elsewhere: D 32, f32, another device, shared memory for mma's block but not wgmma's; a
+  // decode-only step resolves auto to mma and keeps an explicit choice without checking it.
+  for (int D : {64, 128, 256})
+    CHECK(resolve_attn_prefill(AttnPrefill::automatic, D, DType::bf16, DType::bf16, true, h200) == AttnPrefill::wgmma);
+  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 32, DType::bf16, DType::bf16, true, h200) == AttnPrefill::mma);
+  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::f32, DType::f32, true, h200) == AttnPrefill::simt);
+  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::bf16, DType::bf16, true, ampere) == AttnPrefill::mma);
+  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::bf16, DType::bf16, false, h200) == AttnPrefill::mma);
+  DeviceLimits mid = h200;
+  mid.smem_optin = 101376;  // mma's two-buffer block fits, wgmma's 197,632 bytes do not
+  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::bf16, DType::bf16, true, mid) == AttnPrefill::mma);
   CHECK(resolve_attn_prefill(AttnPrefill::wgmma, 32, DType::bf16, DType::bf16, false, ampere) == AttnPrefill::wgmma);
   for (const DeviceLimits& d : {ampere, blackwell}) {
     const std::string m =

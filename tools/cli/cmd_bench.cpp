@@ -324,7 +324,8 @@ void register_bench(CLI::App& app, Action& action) {
                   "model workload: how prefill runs attention: simt (the f32 CUDA-core kernel), mma (bf16 tensor "
                   "cores, P split into two bf16 halves; within the bf16 attention tolerance of simt, not "
                   "byte-identical, so a setting rather than an arm), wgmma (the same on the warpgroup tensor cores "
-                  "of compute capability 9.0, D 64/128/256; the same tolerance) or auto (mma for bf16 with D "
+                  "of compute capability 9.0, D 64/128/256, K and V streamed by TMA and shared by two query heads; "
+                  "the same tolerance) or auto (wgmma where it runs and fits, else mma for bf16 with D "
                   "32/64/128/256 where the device allows it, else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma", "wgmma"}));

@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
   double sum = 0, asum = 0;
   for (const auto& e : h) sum += __bfloat162float(e), asum += std::fabs(__bfloat162float(e));
   uint64_t fnv = 1469598103934665603ull;  // FNV-1a of the output bytes: equal for equal bytes
-  for (const unsigned char* c = reinterpret_cast<const unsigned char*>(h.data()); c != reinterpret_cast<const unsigned char*>(h.data() + qn); ++c)
+  for (const unsigned char* c = reinterpret_cast<const unsigned char*>(h.data());
+       c != reinterpret_cast<const unsigned char*>(h.data() + qn); ++c)
     fnv = (fnv ^ *c) * 1099511628211ull;
   const double pairs = double(seqs) * len * (len + 1) / 2.0;  // causal (query, key) pairs a head
   const double flops = 4.0 * D * Hq * pairs;

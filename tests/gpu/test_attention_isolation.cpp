@@ -4,7 +4,9 @@
 // whose warps hold 16) spans two or three of them, then the middle sequence's cache slot filled
 // with NaN (every byte 0xFF): the other sequences' output rows keep the bytes of the run without
 // the poison, padding rows stay zero, and the poisoned sequence's rows are not finite (so the test
-// cannot pass vacuously). The model-level form of this test is in test_isolation.cpp (D = 32).
+// cannot pass vacuously). A second case puts NaN in every slot past its sequence's last position
+// (stale rows that a kernel reading whole key tiles reaches): no output byte may change. The
+// model-level form of these tests is in test_isolation.cpp (D = 32).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -82,6 +84,59 @@ TEST_CASE("attention prefill: NaN in one slot's cache reaches no row of another 
         }
       }
       CHECK(poisoned_nonfinite);
+    }
+  }
+}
+
+TEST_CASE("attention prefill: NaN in a slot past its sequence's last position changes no output byte",
+          "[gpu][attention][wgmma]") {
+  // The tensor-core kernels read whole 64-key tiles (the wgmma kernel by TMA, up to max_context),
+  // so a pass's last tile reaches cache rows past the sequence's last position: stale there, NaN
+  // after a poisoned earlier occupant of the slot. Masked scores and zeroed V rows keep them out.
+  const std::vector<Seq> seqs = {{5, 7, 2}, {3, 9, 5}, {10, 6, 0}};
+  const int max_ctx = 48;
+  using Launch = std::function<cudaError_t(const AttentionParams&)>;
+  const std::vector<std::pair<const char*, Launch>> kernels = {
+      {"simt", [](const AttentionParams& p) { return attention_prefill(p, nullptr); }},
+      {"mma", [](const AttentionParams& p) { return attention_prefill_mma(p, nullptr); }},
+      {"wgmma", [](const AttentionParams& p) { return attention_prefill_wgmma(p, nullptr); }}};
+  const DeviceLimits dev = DeviceLimits::current();
+  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({8, 2, 64, 16, 1e4});
+  shapes.push_back({8, 2, 128, 32, 1e4});
+  for (const Shape& sh : shapes) {
+    for (const auto& [name, launch] : kernels) {
+      CAPTURE(sh.Hq, sh.Hkv, sh.D, name);
+      if (std::string(name) == "wgmma" && !(attention_prefill_wgmma_supports(sh.D, DType::bf16, DType::bf16) &&
+                                            attention_prefill_wgmma_device(dev.cc_major, dev.cc_minor))) {
+        continue;
+      }
+      const Batch b = make_batch(seqs, 3);
+      const DevMeta dm(b);
+      Cache c(sh, 8, max_ctx, 0x00);
+      fill_history(sh, c, seqs, 4300 + sh.D);
+      const PrepOut po = run_prep(sh, b, dm, make_inputs(sh, b.T, 4400 + sh.D), c);
+      const size_t row_bytes = static_cast<size_t>(sh.Hq) * sh.D * 2;  // bf16 out
+      auto run = [&]() {
+        test::DevBuf out(static_cast<size_t>(b.T) * row_bytes, 0x5A);
+        check(launch(attn_params(sh, b, dm, po, c, out, DType::bf16)));
+        check(cudaDeviceSynchronize());
+        return out.download();
+      };
+      const std::vector<uint8_t> clean = run();
+      // Every sequence's slot: K and V bytes 0xFF (NaN) from its last position + 1 to max_ctx.
+      auto kb = c.k.download(), vb = c.v.download();
+      size_t poisoned = 0;
+      for (const Seq& s : seqs) {
+        const size_t from = c.index(sh, s.slot, s.hist + s.n, 0, 0) * 2, to = c.index(sh, s.slot + 1, 0, 0, 0) * 2;
+        for (size_t i = from; i < to; ++i) kb[i] = vb[i] = 0xFF;
+        poisoned += to - from;
+      }
+      REQUIRE(poisoned > 0);
+      c.k = test::DevBuf::from_bytes(kb);
+      c.v = test::DevBuf::from_bytes(vb);
+      const std::vector<uint8_t> dirty = run();
+      CHECK(dirty == clean);
     }
   }
 }

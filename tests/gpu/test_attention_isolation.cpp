@@ -26,17 +26,19 @@
 using namespace sg;
 using namespace sg::test::attn;
 
-TEST_CASE("attention prefill: NaN in one slot's cache reaches no row of another sequence", "[gpu][attention][wgmma]") {
-  // Rows 0-6 slot 2, 7-15 slot 5 (poisoned), 16-21 slot 0, then 3 padding rows.
-  const std::vector<Seq> seqs = {{5, 7, 2}, {3, 9, 5}, {10, 6, 0}};
-  const int poisoned = 5, max_ctx = 32;
-  using Launch = std::function<cudaError_t(const AttentionParams&)>;
+namespace {
+
+using Launch = std::function<cudaError_t(const AttentionParams&)>;
+
+// The three prefill kernels, each with the shapes it runs on this device: the model's shapes and
+// D 64 and 128 (the wgmma kernel's other instruction shapes).
+template <typename Body>
+void for_each_kernel_and_shape(Body&& body) {
   const std::vector<std::pair<const char*, Launch>> kernels = {
       {"simt", [](const AttentionParams& p) { return attention_prefill(p, nullptr); }},
       {"mma", [](const AttentionParams& p) { return attention_prefill_mma(p, nullptr); }},
       {"wgmma", [](const AttentionParams& p) { return attention_prefill_wgmma(p, nullptr); }}};
   const DeviceLimits dev = DeviceLimits::current();
-  // The model's shapes, and D 64 and 128 (the wgmma kernel's other instruction shapes).
   std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
   shapes.push_back({8, 2, 64, 16, 1e4});
   shapes.push_back({8, 2, 128, 32, 1e4});
@@ -47,45 +49,56 @@ TEST_CASE("attention prefill: NaN in one slot's cache reaches no row of another 
                                             attention_prefill_wgmma_device(dev.cc_major, dev.cc_minor))) {
         continue;
       }
-      const Batch b = make_batch(seqs, 3);
-      const DevMeta dm(b);
-      Cache c(sh, 8, max_ctx, 0x00);
-      fill_history(sh, c, seqs, 4100 + sh.D);
-      const PrepOut po = run_prep(sh, b, dm, make_inputs(sh, b.T, 4200 + sh.D), c);
-      const size_t row = static_cast<size_t>(sh.Hq) * sh.D, row_bytes = row * 2;  // bf16 out
-      auto run = [&]() {
-        test::DevBuf out(static_cast<size_t>(b.T) * row_bytes, 0x5A);
-        check(launch(attn_params(sh, b, dm, po, c, out, DType::bf16)));
-        check(cudaDeviceSynchronize());
-        return out.download();
-      };
-      const std::vector<uint8_t> clean = run();
-      // The poisoned slot: every byte of its K and V (history and the prefill's own keys) 0xFF.
-      auto kb = c.k.download(), vb = c.v.download();
-      const size_t from = c.index(sh, poisoned, 0, 0, 0) * 2, to = c.index(sh, poisoned + 1, 0, 0, 0) * 2;
-      for (size_t i = from; i < to; ++i) kb[i] = vb[i] = 0xFF;
-      c.k = test::DevBuf::from_bytes(kb);
-      c.v = test::DevBuf::from_bytes(vb);
-      const std::vector<uint8_t> dirty = run();
-      bool poisoned_nonfinite = false;
-      const std::vector<float> dv = test::from_bytes(dirty, DType::bf16);
-      for (int t = 0; t < b.T; ++t) {
-        CAPTURE(t);
-        const size_t at = static_cast<size_t>(t) * row_bytes;
-        if (b.live(t) && b.slot(t) == poisoned) {
-          for (size_t i = 0; i < row; ++i) poisoned_nonfinite |= !std::isfinite(dv[t * row + i]);
-          continue;
-        }
-        CHECK(std::memcmp(dirty.data() + at, clean.data() + at, row_bytes) == 0);
-        if (!b.live(t)) {  // padding rows: zeros
-          bool zero = true;
-          for (size_t i = 0; i < row; ++i) zero = zero && dv[t * row + i] == 0.0f;
-          CHECK(zero);
-        }
-      }
-      CHECK(poisoned_nonfinite);
+      body(sh, launch);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("attention prefill: NaN in one slot's cache reaches no row of another sequence", "[gpu][attention][wgmma]") {
+  // Rows 0-6 slot 2, 7-15 slot 5 (poisoned), 16-21 slot 0, then 3 padding rows.
+  const std::vector<Seq> seqs = {{5, 7, 2}, {3, 9, 5}, {10, 6, 0}};
+  const int poisoned = 5, max_ctx = 32;
+  for_each_kernel_and_shape([&](const Shape& sh, const Launch& launch) {
+    const Batch b = make_batch(seqs, 3);
+    const DevMeta dm(b);
+    Cache c(sh, 8, max_ctx, 0x00);
+    fill_history(sh, c, seqs, 4100 + sh.D);
+    const PrepOut po = run_prep(sh, b, dm, make_inputs(sh, b.T, 4200 + sh.D), c);
+    const size_t row = static_cast<size_t>(sh.Hq) * sh.D, row_bytes = row * 2;  // bf16 out
+    auto run = [&]() {
+      test::DevBuf out(static_cast<size_t>(b.T) * row_bytes, 0x5A);
+      check(launch(attn_params(sh, b, dm, po, c, out, DType::bf16)));
+      check(cudaDeviceSynchronize());
+      return out.download();
+    };
+    const std::vector<uint8_t> clean = run();
+    // The poisoned slot: every byte of its K and V (history and the prefill's own keys) 0xFF.
+    auto kb = c.k.download(), vb = c.v.download();
+    const size_t from = c.index(sh, poisoned, 0, 0, 0) * 2, to = c.index(sh, poisoned + 1, 0, 0, 0) * 2;
+    for (size_t i = from; i < to; ++i) kb[i] = vb[i] = 0xFF;
+    c.k = test::DevBuf::from_bytes(kb);
+    c.v = test::DevBuf::from_bytes(vb);
+    const std::vector<uint8_t> dirty = run();
+    bool poisoned_nonfinite = false;
+    const std::vector<float> dv = test::from_bytes(dirty, DType::bf16);
+    for (int t = 0; t < b.T; ++t) {
+      CAPTURE(t);
+      const size_t at = static_cast<size_t>(t) * row_bytes;
+      if (b.live(t) && b.slot(t) == poisoned) {
+        for (size_t i = 0; i < row; ++i) poisoned_nonfinite |= !std::isfinite(dv[t * row + i]);
+        continue;
+      }
+      CHECK(std::memcmp(dirty.data() + at, clean.data() + at, row_bytes) == 0);
+      if (!b.live(t)) {  // padding rows: zeros
+        bool zero = true;
+        for (size_t i = 0; i < row; ++i) zero = zero && dv[t * row + i] == 0.0f;
+        CHECK(zero);
+      }
+    }
+    CHECK(poisoned_nonfinite);
+  });
 }
 
 TEST_CASE("attention prefill: NaN in a slot past its sequence's last position changes no output byte",
@@ -95,48 +108,32 @@ TEST_CASE("attention prefill: NaN in a slot past its sequence's last position ch
   // after a poisoned earlier occupant of the slot. Masked scores and zeroed V rows keep them out.
   const std::vector<Seq> seqs = {{5, 7, 2}, {3, 9, 5}, {10, 6, 0}};
   const int max_ctx = 48;
-  using Launch = std::function<cudaError_t(const AttentionParams&)>;
-  const std::vector<std::pair<const char*, Launch>> kernels = {
-      {"simt", [](const AttentionParams& p) { return attention_prefill(p, nullptr); }},
-      {"mma", [](const AttentionParams& p) { return attention_prefill_mma(p, nullptr); }},
-      {"wgmma", [](const AttentionParams& p) { return attention_prefill_wgmma(p, nullptr); }}};
-  const DeviceLimits dev = DeviceLimits::current();
-  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
-  shapes.push_back({8, 2, 64, 16, 1e4});
-  shapes.push_back({8, 2, 128, 32, 1e4});
-  for (const Shape& sh : shapes) {
-    for (const auto& [name, launch] : kernels) {
-      CAPTURE(sh.Hq, sh.Hkv, sh.D, name);
-      if (std::string(name) == "wgmma" && !(attention_prefill_wgmma_supports(sh.D, DType::bf16, DType::bf16) &&
-                                            attention_prefill_wgmma_device(dev.cc_major, dev.cc_minor))) {
-        continue;
-      }
-      const Batch b = make_batch(seqs, 3);
-      const DevMeta dm(b);
-      Cache c(sh, 8, max_ctx, 0x00);
-      fill_history(sh, c, seqs, 4300 + sh.D);
-      const PrepOut po = run_prep(sh, b, dm, make_inputs(sh, b.T, 4400 + sh.D), c);
-      const size_t row_bytes = static_cast<size_t>(sh.Hq) * sh.D * 2;  // bf16 out
-      auto run = [&]() {
-        test::DevBuf out(static_cast<size_t>(b.T) * row_bytes, 0x5A);
-        check(launch(attn_params(sh, b, dm, po, c, out, DType::bf16)));
-        check(cudaDeviceSynchronize());
-        return out.download();
-      };
-      const std::vector<uint8_t> clean = run();
-      // Every sequence's slot: K and V bytes 0xFF (NaN) from its last position + 1 to max_ctx.
-      auto kb = c.k.download(), vb = c.v.download();
-      size_t poisoned = 0;
-      for (const Seq& s : seqs) {
-        const size_t from = c.index(sh, s.slot, s.hist + s.n, 0, 0) * 2, to = c.index(sh, s.slot + 1, 0, 0, 0) * 2;
-        for (size_t i = from; i < to; ++i) kb[i] = vb[i] = 0xFF;
-        poisoned += to - from;
-      }
-      REQUIRE(poisoned > 0);
-      c.k = test::DevBuf::from_bytes(kb);
-      c.v = test::DevBuf::from_bytes(vb);
-      const std::vector<uint8_t> dirty = run();
-      CHECK(dirty == clean);
+  for_each_kernel_and_shape([&](const Shape& sh, const Launch& launch) {
+    const Batch b = make_batch(seqs, 3);
+    const DevMeta dm(b);
+    Cache c(sh, 8, max_ctx, 0x00);
+    fill_history(sh, c, seqs, 4300 + sh.D);
+    const PrepOut po = run_prep(sh, b, dm, make_inputs(sh, b.T, 4400 + sh.D), c);
+    const size_t row_bytes = static_cast<size_t>(sh.Hq) * sh.D * 2;  // bf16 out
+    auto run = [&]() {
+      test::DevBuf out(static_cast<size_t>(b.T) * row_bytes, 0x5A);
+      check(launch(attn_params(sh, b, dm, po, c, out, DType::bf16)));
+      check(cudaDeviceSynchronize());
+      return out.download();
+    };
+    const std::vector<uint8_t> clean = run();
+    // Every sequence's slot: K and V bytes 0xFF (NaN) from its last position + 1 to max_ctx.
+    auto kb = c.k.download(), vb = c.v.download();
+    size_t poisoned = 0;
+    for (const Seq& s : seqs) {
+      const size_t from = c.index(sh, s.slot, s.hist + s.n, 0, 0) * 2, to = c.index(sh, s.slot + 1, 0, 0, 0) * 2;
+      for (size_t i = from; i < to; ++i) kb[i] = vb[i] = 0xFF;
+      poisoned += to - from;
     }
-  }
+    REQUIRE(poisoned > 0);
+    c.k = test::DevBuf::from_bytes(kb);
+    c.v = test::DevBuf::from_bytes(vb);
+    const std::vector<uint8_t> dirty = run();
+    CHECK(dirty == clean);
+  });
 }

@@ -30,10 +30,45 @@ namespace {
 
 using Launch = std::function<cudaError_t(const AttentionParams&)>;
 
-// The three prefill kernels, each with the shapes it runs on this device: the model's shapes and
-// D 64 and 128 (the wgmma kernel's other instruction shapes).
+// One kernel on one shape: `seqs` packed with 3 padding rows, a bf16 cache of 8 slots x max_ctx
+// positions holding their history, attn_prep's q and gate.
+struct Case {
+  const Shape& sh;
+  const Launch& launch;
+  Batch b;
+  DevMeta dm;
+  Cache c;
+  PrepOut po;
+  Case(const Shape& shape, const Launch& l, const std::vector<Seq>& seqs, int max_ctx, uint64_t seed)
+      : sh(shape),
+        launch(l),
+        b(make_batch(seqs, 3)),
+        dm(b),
+        c(shape, 8, max_ctx, 0x00),
+        po((fill_history(shape, c, seqs, seed), run_prep(shape, b, dm, make_inputs(shape, b.T, seed + 100), c))) {}
+  size_t row() const { return static_cast<size_t>(sh.Hq) * sh.D; }  // outputs a token
+  // The kernel's bf16 output bytes [T, Hq, D] (written over 0x5A).
+  std::vector<uint8_t> run() {
+    test::DevBuf out(static_cast<size_t>(b.T) * row() * 2, 0x5A);
+    check(launch(attn_params(sh, b, dm, po, c, out, DType::bf16)));
+    check(cudaDeviceSynchronize());
+    return out.download();
+  }
+  // Every K and V byte of `slot` from position `pos` on set to 0xFF (NaN); returns how many.
+  size_t poison(int slot, int pos) {
+    auto kb = c.k.download(), vb = c.v.download();
+    const size_t from = c.index(sh, slot, pos, 0, 0) * 2, to = c.index(sh, slot + 1, 0, 0, 0) * 2;
+    for (size_t i = from; i < to; ++i) kb[i] = vb[i] = 0xFF;
+    c.k = test::DevBuf::from_bytes(kb);
+    c.v = test::DevBuf::from_bytes(vb);
+    return to - from;
+  }
+};
+
+// Each prefill kernel on each shape it runs on this device (the model's shapes and D 64 and 128,
+// the wgmma kernel's other instruction shapes): body(Case&).
 template <typename Body>
-void for_each_kernel_and_shape(Body&& body) {
+void for_each_case(const std::vector<Seq>& seqs, int max_ctx, uint64_t seed, Body&& body) {
   const std::vector<std::pair<const char*, Launch>> kernels = {
       {"simt", [](const AttentionParams& p) { return attention_prefill(p, nullptr); }},
       {"mma", [](const AttentionParams& p) { return attention_prefill_mma(p, nullptr); }},
@@ -49,7 +84,8 @@ void for_each_kernel_and_shape(Body&& body) {
                                             attention_prefill_wgmma_device(dev.cc_major, dev.cc_minor))) {
         continue;
       }
-      body(sh, launch);
+      Case k(sh, launch, seqs, max_ctx, seed + sh.D);
+      body(k);
     }
   }
 }
@@ -59,28 +95,13 @@ void for_each_kernel_and_shape(Body&& body) {
 TEST_CASE("attention prefill: NaN in one slot's cache reaches no row of another sequence", "[gpu][attention][wgmma]") {
   // Rows 0-6 slot 2, 7-15 slot 5 (poisoned), 16-21 slot 0, then 3 padding rows.
   const std::vector<Seq> seqs = {{5, 7, 2}, {3, 9, 5}, {10, 6, 0}};
-  const int poisoned = 5, max_ctx = 32;
-  for_each_kernel_and_shape([&](const Shape& sh, const Launch& launch) {
-    const Batch b = make_batch(seqs, 3);
-    const DevMeta dm(b);
-    Cache c(sh, 8, max_ctx, 0x00);
-    fill_history(sh, c, seqs, 4100 + sh.D);
-    const PrepOut po = run_prep(sh, b, dm, make_inputs(sh, b.T, 4200 + sh.D), c);
-    const size_t row = static_cast<size_t>(sh.Hq) * sh.D, row_bytes = row * 2;  // bf16 out
-    auto run = [&]() {
-      test::DevBuf out(static_cast<size_t>(b.T) * row_bytes, 0x5A);
-      check(launch(attn_params(sh, b, dm, po, c, out, DType::bf16)));
-      check(cudaDeviceSynchronize());
-      return out.download();
-    };
-    const std::vector<uint8_t> clean = run();
-    // The poisoned slot: every byte of its K and V (history and the prefill's own keys) 0xFF.
-    auto kb = c.k.download(), vb = c.v.download();
-    const size_t from = c.index(sh, poisoned, 0, 0, 0) * 2, to = c.index(sh, poisoned + 1, 0, 0, 0) * 2;
-    for (size_t i = from; i < to; ++i) kb[i] = vb[i] = 0xFF;
-    c.k = test::DevBuf::from_bytes(kb);
-    c.v = test::DevBuf::from_bytes(vb);
-    const std::vector<uint8_t> dirty = run();
+  const int poisoned = 5;
+  for_each_case(seqs, 32, 4100, [&](Case& k) {
+    const Batch& b = k.b;
+    const size_t row = k.row(), row_bytes = row * 2;  // bf16 out
+    const std::vector<uint8_t> clean = k.run();
+    k.poison(poisoned, 0);  // the whole slot: history and the prefill's own keys
+    const std::vector<uint8_t> dirty = k.run();
     bool poisoned_nonfinite = false;
     const std::vector<float> dv = test::from_bytes(dirty, DType::bf16);
     for (int t = 0; t < b.T; ++t) {
@@ -107,33 +128,12 @@ TEST_CASE("attention prefill: NaN in a slot past its sequence's last position ch
   // so a pass's last tile reaches cache rows past the sequence's last position: stale there, NaN
   // after a poisoned earlier occupant of the slot. Masked scores and zeroed V rows keep them out.
   const std::vector<Seq> seqs = {{5, 7, 2}, {3, 9, 5}, {10, 6, 0}};
-  const int max_ctx = 48;
-  for_each_kernel_and_shape([&](const Shape& sh, const Launch& launch) {
-    const Batch b = make_batch(seqs, 3);
-    const DevMeta dm(b);
-    Cache c(sh, 8, max_ctx, 0x00);
-    fill_history(sh, c, seqs, 4300 + sh.D);
-    const PrepOut po = run_prep(sh, b, dm, make_inputs(sh, b.T, 4400 + sh.D), c);
-    const size_t row_bytes = static_cast<size_t>(sh.Hq) * sh.D * 2;  // bf16 out
-    auto run = [&]() {
-      test::DevBuf out(static_cast<size_t>(b.T) * row_bytes, 0x5A);
-      check(launch(attn_params(sh, b, dm, po, c, out, DType::bf16)));
-      check(cudaDeviceSynchronize());
-      return out.download();
-    };
-    const std::vector<uint8_t> clean = run();
-    // Every sequence's slot: K and V bytes 0xFF (NaN) from its last position + 1 to max_ctx.
-    auto kb = c.k.download(), vb = c.v.download();
-    size_t poisoned = 0;
-    for (const Seq& s : seqs) {
-      const size_t from = c.index(sh, s.slot, s.hist + s.n, 0, 0) * 2, to = c.index(sh, s.slot + 1, 0, 0, 0) * 2;
-      for (size_t i = from; i < to; ++i) kb[i] = vb[i] = 0xFF;
-      poisoned += to - from;
-    }
+  for_each_case(seqs, 48, 4300, [&](Case& k) {
+    const std::vector<uint8_t> clean = k.run();
+    size_t poisoned = 0;  // every slot from its sequence's last position + 1 to max_ctx
+    for (const Seq& s : seqs) poisoned += k.poison(s.slot, s.hist + s.n);
     REQUIRE(poisoned > 0);
-    c.k = test::DevBuf::from_bytes(kb);
-    c.v = test::DevBuf::from_bytes(vb);
-    const std::vector<uint8_t> dirty = run();
+    const std::vector<uint8_t> dirty = k.run();
     CHECK(dirty == clean);
   });
 }

@@ -1,8 +1,8 @@
 // wgmma_util.cuh: the warpgroup tensor-core primitives of sm_90a (wgmma.mma_async): shared-memory
-// matrix descriptors for the interleaved (unswizzled) and 128-byte swizzled layouts, the fences and the m64nNk16 bf16
-// -> f32 instructions the wgmma kernels use (attention_prefill_wgmma.cu, delta_rule_prefill_wgmma.cu). Only a
-// translation unit built for sm_90a (the sg_kernels_sm90a library, kernels/CMakeLists.txt) may include it: the
-// instructions exist on no other target.
+// matrix descriptors for the interleaved (unswizzled) and 128-byte swizzled layouts, the fences
+// and the m64nNk16 bf16 -> f32 instructions the wgmma kernels use (attention_prefill_wgmma.cu,
+// delta_rule_prefill_wgmma.cu). Only a translation unit built for sm_90a (the sg_kernels_sm90a
+// library, kernels/CMakeLists.txt) may include it: the instructions exist on no other target.
 //
 // Layout (unswizzled, "interleaved"): a core matrix is 8 rows of 16 contiguous bytes (8 bf16),
 // 128 bytes in all. A 16-element k-step of an operand is a column of core matrices; the descriptor

@@ -1,4 +1,4 @@
-// attn_prefill_probe.cu: the tensor-core attention prefill alone, on the 4B preset's prefill shape
+// attn_prefill_probe.cu: the tensor-core attention prefill alone, on the 4B preset's prefill shape by default
 // (32 sequences x 1024 tokens, no history, Hq 16, Hkv 4, D 256, bf16), outside any graph: times
 // back-to-back launches with CUDA events and prints the time a launch, its causal TFLOP/s (4 D
 // flops per (query, key) pair a head) and the fraction of the card's 790 TFLOP/s, and a checksum of
@@ -7,7 +7,8 @@
 // copy of that source edited for a measurement (e.g. without its K/V copies) is timed the same way;
 // SG_PROBE_LAUNCH names its launcher (default sg::attention_prefill_wgmma; e.g.
 // -DSG_PROBE_KERNEL='"kernels/attention_prefill_mma.cu"' -DSG_PROBE_LAUNCH=sg::attention_prefill_mma).
-// Usage: attn_prefill_probe [SEQS LEN REPS]. Build and run on the GPU machine (repository root):
+// Usage: attn_prefill_probe [SEQS LEN REPS [HQ HKV]] (the 27B's heads: 24 4). Build and run on the
+// GPU machine (repository root):
 //   nvcc -O3 -std=c++20 -fmad=false -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/attn_prefill_probe \
 //     tools/probes/attn_prefill_probe.cu \
 //     kernels/launch_check.cpp kernels/attention_shapes.cpp kernels/launch_policy.cpp &&
@@ -48,11 +49,14 @@ std::vector<__nv_bfloat16> random_bf16(size_t n, uint64_t seed, float amp) {
 int main(int argc, char** argv) {
   const int seqs = argc > 1 ? std::atoi(argv[1]) : 32, len = argc > 2 ? std::atoi(argv[2]) : 1024;
   const int reps = argc > 3 ? std::atoi(argv[3]) : 20;
-  if (seqs < 1 || len < 1 || reps < 1 || int64_t{seqs} * len > (1 << 24)) {
-    std::fprintf(stderr, "usage: attn_prefill_probe [SEQS LEN REPS] (each >= 1, SEQS x LEN <= 2^24)\n");
+  const int Hq = argc > 4 ? std::atoi(argv[4]) : 16, Hkv = argc > 5 ? std::atoi(argv[5]) : 4;  // 27B: 24 4
+  if (seqs < 1 || len < 1 || reps < 1 || int64_t{seqs} * len > (1 << 24) || Hkv < 1 || Hq < Hkv || Hq % Hkv != 0) {
+    std::fprintf(stderr,
+                 "usage: attn_prefill_probe [SEQS LEN REPS [HQ HKV]] (each >= 1, SEQS x LEN <= 2^24, HQ a multiple of "
+                 "HKV; default 32 1024 20 16 4, the 4B layer; the 27B's heads are 24 4)\n");
     return 2;
   }
-  const int Hq = 16, Hkv = 4, D = 256, T = seqs * len;
+  const int D = 256, T = seqs * len;
   std::vector<int32_t> pos(T), tseq(T), slots(seqs);
   for (int s = 0; s < seqs; ++s) {
     slots[s] = s;

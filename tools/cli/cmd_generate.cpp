@@ -340,8 +340,8 @@ void register_generate(CLI::App& app, Action& action) {
   cmd->add_option("--attn-prefill", o.attn_prefill,
                   "How the prefill step runs attention (GPU only): simt (the f32 CUDA-core kernel), mma (bf16 tensor "
                   "cores, within the bf16 attention tolerance of simt), wgmma (the same on the warpgroup tensor "
-                  "cores of compute capability 9.0, D 64/128/256) or auto (mma for bf16 with D 32/64/128/256 where "
-                  "the device allows it, else simt)")
+                  "cores of compute capability 9.0, D 64/128/256) or auto (wgmma where it runs and fits, else mma for "
+                  "bf16 with D 32/64/128/256 where the device allows it, else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma", "wgmma"}));
   cmd->add_option("--gemm", o.gemm,

@@ -24,7 +24,7 @@ struct DeviceLimits {
 // (ARMS.md), these agree only within the f32 tolerances of delta_rule_ref.h (normalised 1e-5 for
 // chunked, 1e-4 for mma, against the double chunked reference).
 enum class DeltaPrefill : uint8_t {
-  automatic,  // bf16: mma where its kernel is built and fits; else chunked where built and fits; else scan
+  automatic,  // bf16: wgmma, else mma, where built and fits; else chunked where built and fits; else scan
   scan,       // delta_rule_prefill: the reference-exact sequential scan (bytes of decode token by token)
   chunked,    // delta_rule_prefill_chunked: the chunked WY form (chunks of 64 tokens), much faster
   mma,        // delta_rule_prefill_mma: the chunked WY form with its products on the tensor cores
@@ -182,9 +182,11 @@ PdlMode parse_pdl(const std::string& name);
 // `automatic` -> on for sm_90+, else off; on before sm_90 is an error.
 PdlMode resolve_pdl(PdlMode want, const DeviceLimits& d);
 
-// `automatic` -> mma when the tensor-core prefill supports (D, activation = q dtype, KV cache
-// dtype) and its shared memory fits this device, else simt; an explicit mma that cannot run is an
-// error when the step has prefill (`prefill`) and attention layers.
+// `automatic` -> for a step with prefill wgmma where it runs (D 64/128/256, bf16, compute
+// capability 9.0) and its shared memory fits this device, else mma when the tensor-core prefill
+// supports (D, activation = q dtype, KV cache dtype) on this device and its shared memory fits,
+// else simt; an explicit mma or wgmma that cannot run is an error when the step has prefill
+// (`prefill`) and attention layers.
 AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache, bool prefill, const DeviceLimits& d);
 // The same for the tensor-core decode (it always applies: every step kind decodes).
 AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType act, DType cache, const DeviceLimits& d);

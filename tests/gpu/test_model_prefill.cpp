@@ -251,66 +251,6 @@ TEST_CASE("model prefill: attn_prefill auto picks mma for bf16, simt for f32, an
   }
 }
 
-TEST_CASE("attn_prefill wgmma: auto and asked for, resolved only for bf16 D 64/128/256 on compute capability 9.0",
-          "[gpu][model][prefill][wgmma][settings]") {
-  DeviceLimits h200, ampere, blackwell;
-  h200.cc_major = 9, h200.cc_minor = 0, h200.smem_optin = 232448;
-  ampere = h200, ampere.cc_major = 8;
-  blackwell = h200, blackwell.cc_major = 10;
-  auto message = [](auto&& resolve) {
-    try {
-      resolve();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
-  for (int D : {64, 128, 256})
-    CHECK(resolve_attn_prefill(AttnPrefill::wgmma, D, DType::bf16, DType::bf16, true, h200) == AttnPrefill::wgmma);
-  // auto picks it where it runs and fits (the faster kernel on the H200, docs/BENCHMARKS.md), mma
-  // elsewhere: D 32, f32, another device, shared memory for mma's block but not wgmma's; a
-  // decode-only step resolves auto to mma and keeps an explicit choice without checking it.
-  for (int D : {64, 128, 256})
-    CHECK(resolve_attn_prefill(AttnPrefill::automatic, D, DType::bf16, DType::bf16, true, h200) == AttnPrefill::wgmma);
-  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 32, DType::bf16, DType::bf16, true, h200) == AttnPrefill::mma);
-  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::f32, DType::f32, true, h200) == AttnPrefill::simt);
-  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::bf16, DType::bf16, true, ampere) == AttnPrefill::mma);
-  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::bf16, DType::bf16, false, h200) == AttnPrefill::mma);
-  DeviceLimits mid = h200;
-  mid.smem_optin = 101376;  // mma's two-buffer block fits, wgmma's 197,632 bytes do not
-  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::bf16, DType::bf16, true, mid) == AttnPrefill::mma);
-  CHECK(resolve_attn_prefill(AttnPrefill::wgmma, 32, DType::bf16, DType::bf16, false, ampere) == AttnPrefill::wgmma);
-  for (const DeviceLimits& d : {ampere, blackwell}) {
-    const std::string m =
-        message([&] { resolve_attn_prefill(AttnPrefill::wgmma, 256, DType::bf16, DType::bf16, true, d); });
-    INFO(m);
-    CHECK(m.find("compute capability " + std::to_string(d.cc_major) + ".0") != std::string::npos);
-    CHECK(m.find("use --attn-prefill mma") != std::string::npos);
-  }
-  const std::string d32 =
-      message([&] { resolve_attn_prefill(AttnPrefill::wgmma, 32, DType::bf16, DType::bf16, true, h200); });
-  CHECK(d32.find("D=32") != std::string::npos);
-  CHECK(d32.find("use --attn-prefill mma") != std::string::npos);
-  const std::string f32 =
-      message([&] { resolve_attn_prefill(AttnPrefill::wgmma, 256, DType::f32, DType::f32, true, h200); });
-  CHECK(f32.find("f32 activations") != std::string::npos);
-  CHECK(f32.find("use --attn-prefill simt") != std::string::npos);
-  DeviceLimits small = h200;
-  small.smem_optin = 64 * 1024;
-  const std::string smem =
-      message([&] { resolve_attn_prefill(AttnPrefill::wgmma, 256, DType::bf16, DType::bf16, true, small); });
-  CHECK(smem.find("197632 bytes of shared memory") != std::string::npos);
-  // The mma kernel needs one K and one V buffer (68,096 bytes at D = 256) and takes two where they
-  // fit: compute capability 8.9 (101,376 bytes a block) still gets it at D = 256.
-  DeviceLimits ada = h200;
-  ada.cc_major = 8, ada.cc_minor = 9, ada.smem_optin = 101376;
-  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::bf16, DType::bf16, true, ada) == AttnPrefill::mma);
-  CHECK(resolve_attn_prefill(AttnPrefill::automatic, 256, DType::bf16, DType::bf16, true, small) == AttnPrefill::simt);
-  const std::string mma_smem =
-      message([&] { resolve_attn_prefill(AttnPrefill::mma, 256, DType::bf16, DType::bf16, true, small); });
-  CHECK(mma_smem.find("needs 68096 bytes of shared memory") != std::string::npos);
-}
-
 TEST_CASE("model prefill with attn_prefill wgmma at D 64: the mma setting's logits bytes, labelled wgmma",
           "[gpu][model][prefill][wgmma]") {
   const DeviceLimits dev = DeviceLimits::current();

@@ -1,5 +1,5 @@
-// GPU tests of programmatic dependent launch (the `pdl` setting, kernels/launch.cuh):
-// - the setting parses, names and resolves by compute capability;
+// GPU tests of programmatic dependent launch (the `pdl` setting, kernels/launch.cuh; its names and
+// resolution are tested in tests/cpu/test_step_settings.cpp):
 // - a model step with PDL on gives the bytes of the same step with PDL off (logits, tokens and
 //   every cache), over prefill with history and decode steps, graphed and eager, on shapes that run
 //   the skinny GEMM (its weight tiles requested before the wait), the tensor-core attention decode,
@@ -86,28 +86,6 @@ void check_same(const PdlRun& a, const PdlRun& b) {
 }
 
 }  // namespace
-
-TEST_CASE("pdl setting: parses, names and resolves by compute capability", "[gpu][pdl][settings]") {
-  for (const char* name : {"auto", "off", "on"}) CHECK(std::string(pdl_name(parse_pdl(name))) == name);
-  CHECK_THROWS_AS(parse_pdl("yes"), Error);
-  CHECK_THROWS_AS(parse_pdl(""), Error);
-  DeviceLimits hopper, ampere;
-  hopper.cc_major = 9;
-  ampere.cc_major = 8;
-  CHECK(resolve_pdl(PdlMode::automatic, hopper) == PdlMode::on);
-  CHECK(resolve_pdl(PdlMode::automatic, ampere) == PdlMode::off);
-  CHECK(resolve_pdl(PdlMode::off, hopper) == PdlMode::off);
-  CHECK(resolve_pdl(PdlMode::on, hopper) == PdlMode::on);
-  CHECK(resolve_pdl(PdlMode::off, ampere) == PdlMode::off);
-  std::string message;
-  try {
-    resolve_pdl(PdlMode::on, ampere);
-  } catch (const Error& e) {
-    message = e.what();
-  }
-  CHECK(message.find("needs sm_90+") != std::string::npos);
-  CHECK(message.find("--pdl off") != std::string::npos);
-}
 
 TEST_CASE("pdl: a model step with PDL on gives the bytes of PDL off, graphed and eager", "[gpu][pdl][model]") {
   if (DeviceLimits::current().cc_major < 9) {

@@ -105,8 +105,9 @@ __global__ void __launch_bounds__(WgCfg<D, NH>::kThreads, 1)
   __shared__ __align__(8) uint64_t q_full, k_full[kStages], v_full[kStages], empty[kStages];
   __shared__ int q_slot[kBQ], q_pos[kBQ];
   const uint32_t raw = smem_addr(smem_raw);
-  const uint32_t q_base = (raw + 1023) & ~1023u;  // [NH][64 rows x D] swizzled boxes
-  const uint32_t kv_base = q_base + Cfg::kKV;     // stage st: K at + 2 st kTile, V a tile on
+  const uint32_t q_base = (raw + 1023) & ~1023u;                         // [NH][64 rows x D] swizzled boxes
+  const uint32_t kv_base = q_base + Cfg::kKV;                            // the ring after the query tiles
+  auto stage_k = [&](int st) { return kv_base + 2 * st * Cfg::kTile; };  // stage st's K tile; its V a tile on
   const int tile = blockIdx.x, h0 = blockIdx.y * NH, g = h0 / group;
   const int tid = threadIdx.x, wg = tid >> 7;
   if (tid == 0) {
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(WgCfg<D, NH>::kThreads, 1)
           tma::mbar_wait(smem_addr(&empty[st]), (use - 1) & 1);
           tma::release_reads();  // the consumers' reads (and V zeroing) of the stage before its refill
         }
-        const uint32_t ks = kv_base + 2 * st * Cfg::kTile, vs = ks + Cfg::kTile;
+        const uint32_t ks = stage_k(st), vs = ks + Cfg::kTile;
         tma::mbar_arrive_expect_tx(smem_addr(&k_full[st]), Cfg::kTile);
         for (int b = 0; b < kPanels; ++b)
           tma::load_4d(ks + b * kPanel, &k_map, 64 * b, g, kt, slot, smem_addr(&k_full[st]));
@@ -175,7 +176,7 @@ __global__ void __launch_bounds__(WgCfg<D, NH>::kThreads, 1)
     for (int kt = 0; kt < kmax; kt += kBK, ++it) {
       const int st = it % kStages, nk = min(kBK, kmax - kt);
       const uint32_t parity = (it / kStages) & 1;
-      const uint32_t ks = kv_base + 2 * st * Cfg::kTile, vs = ks + Cfg::kTile;
+      const uint32_t ks = stage_k(st), vs = ks + Cfg::kTile;
       tma::mbar_wait(smem_addr(&k_full[st]), parity);
 
       float s[NT_S][4];

@@ -3,8 +3,9 @@
 // (attention_prefill_wgmma_supports, in attention_shapes.h), on devices of compute capability 9.0
 // only (the kernel is built for sm_90a alone). The contract of attention_prefill_mma.h (slot-indexed
 // cache, token metadata, causal, GQA, padding rows zero, live count read on the device, sequences
-// isolated, graph-safe) and its error bound (P split into two bf16 halves); not the same bytes as
-// either other kernel. A setting of the model step (ModelStepOptions::attn_prefill), not an arm.
+// isolated, graph-safe) and its error bound (P split into two bf16 halves); the mma kernel's bytes
+// at D 64 and 128, not at 256 (where mma takes 32-key tiles). A setting of the model step
+// (ModelStepOptions::attn_prefill, `auto` where it runs), not an arm.
 #pragma once
 #include <cuda_runtime_api.h>
 

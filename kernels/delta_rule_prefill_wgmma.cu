@@ -25,9 +25,9 @@
 #include <cstdint>
 
 #include "kernels/contracts.h"
-#include "kernels/delta_rule_chunk_inverse.cuh"
 #include "kernels/delta_rule_chunk_io.cuh"
 #include "kernels/delta_rule_prefill_wgmma.h"
+#include "kernels/delta_rule_wgmma_chunk.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/launch_check.h"
@@ -35,32 +35,23 @@
 #include "kernels/wgmma_util.cuh"
 
 // Timeline points for tools/probes/delta_prefill_probe.cu (-DSG_PROBE_TRACE records the SM clock
-// at each point of one block, chunk by chunk); nothing in the library's build. A point just after a
-// barrier may read the clock before the barrier has released the warp (the barrier's blocking is
-// deferred to the next dependent instruction), so a wait shows in the phase after it.
-#ifndef SG_DELTA_TRACE
-#define SG_DELTA_TRACE(point, chunk)
-#endif
+// at each point of one block, chunk by chunk; delta_rule_wgmma_chunk.cuh defines SG_DELTA_TRACE
+// empty otherwise). A point just after a barrier may read the clock before the barrier has released
+// the warp (the barrier's blocking is deferred to the next dependent instruction), so a wait shows
+// in the phase after it.
 
 namespace sg {
 namespace {
 
 using chunk_io::store2;
 using chunk_io::store4;
-using mma::cp_async16;
 using mma::smem_addr;
 using wgmma::desc;
+using namespace wgmma_chunk;  // kC, kD, kLDT, the tile sizes, at, load_tile, put_parts, Gates, chunk_t
 
-constexpr int kC = 64;                         // tokens a chunk
-constexpr int kD = 128;                        // Dk = Dv
-constexpr int kThreads = 384;                  // warpgroups 0 and 1: the state's products; 2: the chunk's T
-constexpr int kLDT = kC + 8;                   // A / T row pitch (floats), as the mma kernel's
-constexpr uint32_t kQK = 16384;                // one [64 x 128] bf16 tile (q, k, v): row groups 2048 bytes apart
-constexpr uint32_t kSP = 16384;                // one part of a warpgroup's S [128 x 64]: row groups 1024 bytes apart
-constexpr uint32_t kXP = 8192;                 // one part of a warpgroup's X / V' or LV' [64 x 64]
-constexpr uint32_t kTB = kC * kLDT * 4;        // one A / T tile (f32); then T's bf16 parts in its first 2 kTP bytes
-constexpr uint32_t kTP = kC * kC * 2;          // one bf16 part of T [64 x 64]: row groups 1024 bytes apart
-constexpr uint32_t kGB = kC * 8 + 3 * kC * 4;  // one chunk's gates: G (double), exp(G), exp(G_last - G), beta
+constexpr int kThreads = 384;    // warpgroups 0 and 1: the state's products; 2: the chunk's T
+constexpr uint32_t kSP = 16384;  // one part of a warpgroup's S [128 x 64]: row groups 1024 bytes apart
+constexpr uint32_t kXP = 8192;   // one part of a warpgroup's X / V' or LV' [64 x 64]
 // Byte offsets of the dynamic shared memory. The k tile, the A / T tile and the gates have two
 // buffers (chunk n uses buffer n % 2): warpgroup 2 fills chunk n + 1's while 0 and 1 work on n.
 constexpr uint32_t oQ = 0, oV = oQ + kQK, oK = oV + kQK;  // q, v; k in two buffers
@@ -73,8 +64,8 @@ constexpr uint32_t oN = oG + 2 * kGB;  // int [256]: first non-finite row of X, 
 constexpr uint32_t kSmem = oN + 2 * kD * 4;
 // Named barriers (0 is __syncthreads, unused): 1, 2 a state warpgroup's own; 3 both state
 // warpgroups; 4 + b chunk ready in buffer b (warpgroup 2 arrives, 0 and 1 wait); 6 + b buffer b
-// free again (0 and 1 arrive, 2 waits); 8 warpgroup 2's own.
-constexpr int kBarState = 3, kBarReady = 4, kBarFree = 6, kBarAux = 8;
+// free again (0 and 1 arrive, 2 waits); 8 (kBarAux) warpgroup 2's own.
+constexpr int kBarState = 3, kBarReady = 4, kBarFree = 6;
 // Registers a thread after the warpgroups' setmaxnreg: the block holds 168 x 384 (the launch
 // bound's), so 2 x 200 + 104 = 504 = 3 x 168 (a larger sum would leave setmaxnreg.inc waiting
 // forever). Warpgroup 2's chain is as long as the state warpgroups' (its substitutions and products
@@ -84,50 +75,7 @@ constexpr int kStateRegs = 200, kAuxRegs = 104;
 static_assert(2 * kStateRegs + kAuxRegs == 3 * (65536 / kThreads / 8 * 8), "the registers the block holds");
 static_assert(kSmem <= 227 * 1024, "fits one block's shared memory on sm_90");
 static_assert(2 * kXP <= kSP, "LV' parts fit the S region's first part");
-static_assert(2 * kTP <= kTB, "T's parts fit its f32 tile");
-static_assert(oT % 16 == 0 && oG % 16 == 0 && kGB % 16 == 0 && kTB % 16 == 0, "aligned views");
-
-// The 16-byte chunk (row r, column c) of a bf16 tile of `cols` columns in the core-matrix layout.
-template <int kCols>
-__device__ __forceinline__ uint32_t at(int r, int c) {
-  return static_cast<uint32_t>((r >> 3) * kCols * 16 + (c >> 3) * 128 + (r & 7) * 16 + (c & 7) * 2);
-}
-
-// Copies rows c0 .. c0 + n - 1 (n >= 1) of a [T, H, 128] bf16 tensor's head h into a [64 x 128]
-// tile at `dst`, zeros for rows >= n, by `nt` threads (this one is `it` of them): thread it's
-// chunks land at bytes 16 it, 16 (it + nt), ...
-__device__ __forceinline__ void load_tile(uint32_t dst, const void* src, int64_t c0, int n, int H, int h, int it,
-                                          int nt) {
-  const auto* s = static_cast<const __nv_bfloat16*>(src);
-  for (int i = it; i < kC * kD / 8; i += nt) {
-    const int c = (i >> 3) % (kD / 8), r = ((i >> 3) / (kD / 8)) * 8 + (i & 7);
-    const bool in = r < n;
-    cp_async16(dst + 16 * i, s + ((c0 + (in ? r : 0)) * H + h) * kD + c * 8, in);
-  }
-}
-
-// Both bf16 parts of the pair (x, y) at row r, columns c, c + 1 (c even) of a part-tile pair.
-template <int kCols>
-__device__ __forceinline__ void put_parts(unsigned char* hi, unsigned char* lo, int r, int c, float x, float y) {
-  uint32_t w[2];
-  mma::split_pair<2>(x, y, w);
-  const uint32_t o = at<kCols>(r, c);
-  *reinterpret_cast<uint32_t*>(hi + o) = w[0];
-  *reinterpret_cast<uint32_t*>(lo + o) = w[1];
-}
-
-// The m16n8k16 A fragments (both parts) of the 16-column k-step kk from a thread's m64n64
-// accumulator (acc[4 j + q]: row r0 + 8 (q >> 1), column 8 j + 2 t + (q & 1)).
-__device__ __forceinline__ void acc_fragments(const float* acc, int kk, uint32_t (&a)[2][4]) {
-#pragma unroll
-  for (int f = 0; f < 4; ++f) {  // a0: row g, cols 2t; a1: row g + 8; a2, a3: cols + 8 (n-tile 2 kk + 1)
-    const int j = 2 * kk + (f >> 1), q = 2 * (f & 1);
-    uint32_t w[2];
-    mma::split_pair<2>(acc[4 * j + q], acc[4 * j + q + 1], w);
-    a[0][f] = w[0];
-    a[1][f] = w[1];
-  }
-}
+static_assert(oT % 16 == 0 && oG % 16 == 0, "aligned views");
 
 __device__ __forceinline__ float2 load_pair(const void* s, DType t, int64_t i) {
   if (t == DType::bf16) {
@@ -138,73 +86,16 @@ __device__ __forceinline__ float2 load_pair(const void* s, DType t, int64_t i) {
 }
 
 __device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
-__device__ __forceinline__ void bar_sync(int id, int n) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int n) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-struct AuxBarrier {  // warpgroup 2's own barrier (chunk_inverse::off_diagonal's)
-  __device__ __forceinline__ void operator()() const { bar_sync(kBarAux, 128); }
-};
 
-// One chunk's gates in buffer b.
-struct Gates {
-  double* G;  // [64] cumulative log decay
-  float* E;   // [64] exp(G_r)
-  float* L;   // [64] exp(G_last - G_r)
-  float* B;   // [64] beta_r (0 past the chunk's end)
-};
-__device__ __forceinline__ Gates gates_at(unsigned char* smem, int b) {
-  unsigned char* g = smem + oG + b * kGB;
-  float* e = reinterpret_cast<float*>(g + kC * 8);
-  return {reinterpret_cast<double*>(g), e, e + kC, e + 2 * kC};
-}
-
-// T's high and low bf16 parts (exact zeros above the diagonal) over its own f32 tile, by warpgroup 2
-// (thread ai of 128), as the K-major A operand of V' = T X: two [64 x 64] core-matrix tiles, hi at
-// `parts`, lo kTP bytes on. Thread ai takes rows 16 w + (ai % 8) and 8 more (w = ai / 32) and the
-// column chunks (ai % 32) / 8 and 4 more: 32 values, read before the group's barrier, written after.
-__device__ __forceinline__ void t_parts(const float* Ts, unsigned char* parts, int ai) {
-  const int lane = ai & 31, rb = 16 * (ai >> 5) + (lane & 7), cg = lane >> 3;
-  uint32_t hi[2][2][4], lo[2][2][4];  // [row half][chunk][pair]
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const int r = rb + 8 * h, c0 = 8 * (cg + 4 * q);
-      const float4 a = chunk_io::ld4(Ts + r * kLDT + c0), b = chunk_io::ld4(Ts + r * kLDT + c0 + 4);
-      const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int c = c0 + 2 * i;
-        uint32_t w[2];
-        mma::split_pair<2>(c <= r ? x[2 * i] : 0.0f, c + 1 <= r ? x[2 * i + 1] : 0.0f, w);
-        hi[h][q][i] = w[0];
-        lo[h][q][i] = w[1];
-      }
-    }
-  }
-  bar_sync(kBarAux, 128);  // every thread has read its T values: the parts may overwrite the f32 tile
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const uint32_t o = at<kC>(rb + 8 * h, 8 * (cg + 4 * q));
-      *reinterpret_cast<uint4*>(parts + o) = make_uint4(hi[h][q][0], hi[h][q][1], hi[h][q][2], hi[h][q][3]);
-      *reinterpret_cast<uint4*>(parts + kTP + o) = make_uint4(lo[h][q][0], lo[h][q][1], lo[h][q][2], lo[h][q][3]);
-    }
-  }
-}
+__device__ __forceinline__ Gates gates_at(unsigned char* smem, int b) { return gates_in(smem + oG + b * kGB); }
 
 // Warpgroup 2, chunk by chunk one ahead of the state warpgroups: the chunk's k tile (cp.async),
-// its gates, A = K K^T (wgmma, masked, beta and decay applied as the mma kernel does),
-// T = (I + A)^-1 and T's parts into buffer n % 2; then it signals the chunk ready. From chunk 2 on it first
-// waits until chunk n - 2 has released the buffer.
+// its gates, then its T (chunk_t: A = K K^T, T = (I + A)^-1 and T's parts) into buffer n % 2; then
+// it signals the chunk ready. From chunk 2 on it first waits until chunk n - 2 has released the
+// buffer.
 __device__ __forceinline__ void aux_warpgroup(const DeltaRulePrefillParams& p, unsigned char* smem, uint32_t base,
                                               int64_t b, int64_t e, int hv, int hk) {
-  const int ai = threadIdx.x - 256, lane = ai & 31, g = lane >> 2, t = lane & 3;  // ai: 0 .. 127
-  const int r0 = 16 * (ai >> 5) + g;
+  const int ai = threadIdx.x - 256, lane = ai & 31;  // ai: 0 .. 127
   int n = 0;
   for (int64_t c0 = b; c0 < e; c0 += kC, ++n) {
     const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC), buf = n & 1;
@@ -219,40 +110,7 @@ __device__ __forceinline__ void aux_warpgroup(const DeltaRulePrefillParams& p, u
     wgmma::fence_proxy_async();
     bar_sync(kBarAux, 128);  // k tile and gates
     SG_DELTA_TRACE(1, n);
-    float* const Ts = reinterpret_cast<float*>(smem + oT + buf * kTB);
-#pragma unroll 1
-    for (int half = 0; half < 2; ++half) {  // A's columns 32 half .. 32 half + 31 (16 registers of accumulator)
-      float aa[16];
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        wgmma::m64n32k16_ss(aa, desc(aK + 256 * kk, 128, 2048), desc(aK + 4 * 2048 * half + 256 * kk, 128, 2048),
-                            kk > 0);
-      }
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands<16>(aa);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int r = r0 + 8 * (q >> 1), c = 32 * half + 8 * j + 2 * t + (q & 1);
-          const float w = c < r ? expf(static_cast<float>(gt.G[r] - gt.G[c])) : 0.0f;  // never exp of a positive
-          Ts[r * kLDT + c] = c < r ? gt.B[r] * (aa[4 * j + q] * w) : 0.0f;
-        }
-      }
-    }
-    bar_sync(kBarAux, 128);
-    SG_DELTA_TRACE(2, n);
-    chunk_inverse::diagonal_blocks16<kLDT>(Ts, ai, lane);  // four 16 x 16 blocks, a warp each
-    bar_sync(kBarAux, 128);
-    chunk_inverse::merge16<kLDT>(Ts, ai, AuxBarrier{});  // the two 32 x 32 blocks
-    bar_sync(kBarAux, 128);
-    SG_DELTA_TRACE(3, n);
-    chunk_inverse::off_diagonal<kLDT, 128, AuxBarrier, true>(Ts, ai, AuxBarrier{});
-    bar_sync(kBarAux, 128);  // T complete (c <= r)
-    t_parts(Ts, smem + oT + buf * kTB, ai);
-    wgmma::fence_proxy_async();
+    chunk_t(aK, gt, reinterpret_cast<float*>(smem + oT + buf * kTB), ai, n);
     __threadfence_block();  // T's parts before the arrival
     SG_DELTA_TRACE(4, n);
     bar_arrive(kBarReady + buf, kThreads);  // k, gates and T of chunk n

@@ -294,9 +294,11 @@ inline const char* const kHistNames[] = {"all history", "no history", "mixed"};
 // entries), is written into the same device metadata. For each, replay == eager bytes (outputs and
 // state) and nothing outside the batch is touched. `launch(params, stream)` is the form's launcher
 // (captured under `arm`), `run(P, rig)` an eager run. Returns the capture's one kernel node, for the
-// caller's grid, block and shared-memory checks.
+// caller's grid, block and shared-memory checks (check_replay_nodes: a form of `kernels` kernels,
+// its nodes in launch order).
 template <typename Launch, typename Run>
-ManifestNode check_replay(Shape sh, DType t, const char* arm, Launch launch, Run run) {
+std::vector<ManifestNode> check_replay_nodes(Shape sh, DType t, const char* arm, size_t kernels, Launch launch,
+                                             Run run) {
   const Problem A = make_problem(sh, t, {300, 1, 65, 0, 40}, {4, 2, -1, 6, 0}, {1, 0, 1, 0, 1}, 4242);
   Problem B = A;
   B.n_live = 3;
@@ -310,10 +312,10 @@ ManifestNode check_replay(Shape sh, DType t, const char* arm, Launch launch, Run
   const std::string name = std::string("delta_rule.prefill ") + arm;
   CapturedGraph graph = CapturedGraph::capture(name, stream.get(), [&] {
     check(launch(rig.params(A), stream.get()));
-    rec.launched(stream.get(), NodeLabel{-1, "delta_rule.prefill", arm, 0});
+    rec.launched(stream.get(), NodeLabel{-1, "delta_rule.prefill", arm, 0}, static_cast<int>(kernels));
   });
   const Manifest m = build_manifest(name, "-", graph.graph(), rec);
-  REQUIRE(m.nodes.size() == 1);
+  REQUIRE(m.nodes.size() == kernels);
   for (const Problem* P : {&A, static_cast<const Problem*>(&B)}) {
     CAPTURE(P->n_live, P->T);
     // Metadata of this batch into the captured buffers (B's inputs are A's rows: same tokens).
@@ -330,7 +332,12 @@ ManifestNode check_replay(Shape sh, DType t, const char* arm, Launch launch, Run
     CHECK(byte_diff(replayed.state, eager.state, DType::f32) == "");
     check_untouched(*P, replayed, 0xA5);
   }
-  return m.nodes[0];
+  return m.nodes;
+}
+
+template <typename Launch, typename Run>
+ManifestNode check_replay(Shape sh, DType t, const char* arm, Launch launch, Run run) {
+  return check_replay_nodes(sh, t, arm, 1, launch, run)[0];
 }
 
 // Two sequences in the buffers and none live (n_seqs = 0): every program exits, the state and

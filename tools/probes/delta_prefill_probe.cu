@@ -29,7 +29,20 @@
 // sg::delta_rule_prefill_wgmma: Dk = Dv = 128, bf16 q/k/v, one Dv tile, 384 threads; --tile must be
 // 0 or 128), and counts what that form issues; with -DSG_PROBE_TRACE as well it prints the last
 // launch's timeline of one block, chunk by chunk, and the mean length of each phase (cycles).
-#ifdef SG_PROBE_WGMMA
+// With -DSG_PROBE_WGMMA_T it times the two-kernel form (kernels/delta_rule_prefill_wgmma_t.cu: every
+// chunk's T, then the recurrence with the state transposed; the same shapes as the warpgroup form)
+// and, after its checksum, runs the one-kernel warpgroup form from the same start and prints the
+// largest difference of the outputs and of the state, normalised by the largest magnitude (link
+// kernels/delta_rule_prefill_wgmma.cu as well):
+//   nvcc ... -DSG_PROBE_WGMMA_T -o /tmp/delta_prefill_probe_t tools/probes/delta_prefill_probe.cu \
+//     kernels/delta_rule_prefill_wgmma.cu kernels/launch_check.cpp kernels/launch_policy.cpp
+#ifdef SG_PROBE_WGMMA_T
+#ifndef SG_PROBE_KERNEL
+#define SG_PROBE_KERNEL "kernels/delta_rule_prefill_wgmma_t.cu"
+#endif
+#define SG_PROBE_WARPGROUP 1
+#elif defined(SG_PROBE_WGMMA)
+#define SG_PROBE_WARPGROUP 1
 #ifndef SG_PROBE_KERNEL
 #define SG_PROBE_KERNEL "kernels/delta_rule_prefill_wgmma.cu"
 #endif
@@ -170,17 +183,21 @@ struct Flops {
   double useful = 0, issued = 0, one_pass = 0;
 };
 // The timed form's shapes, tile, threads and shared memory.
-#ifdef SG_PROBE_WGMMA
+#ifdef SG_PROBE_WARPGROUP
 bool form_supports(int Dk, int Dv, DType qkv, int tile) {
   return sg::delta_rule_prefill_wgmma_supports(Dk, Dv, qkv) && (tile == 0 || tile == 128);
 }
 int form_tile(int) { return 128; }
 int form_threads(int) { return sg::kThreads; }
+#ifdef SG_PROBE_WGMMA_T
+size_t form_smem(int, int, DType) { return sg::delta_rule_prefill_wgmma_t_smem(); }
+#else
 size_t form_smem(int, int, DType) { return sg::delta_rule_prefill_wgmma_smem(); }
-// What the warpgroup form issues a chunk and head, in m64n64k16 instructions (2 x 64 x 64 x 16
+#endif
+// What the warpgroup forms issue a chunk and head, in m64n64k16 instructions (2 x 64 x 64 x 16
 // FLOPs each; both warpgroups, whole tiles): P 2 x 8, A 2 x 8 halves (8), O and X 2 x 2 x 2 x 8 (S
 // split), V' = T X and P V' 2 x 2 x 3 x 4, K^T (EL V') 2 x 2 x 2 x 4 (V' split): 168; one pass of
-// each product would be 104.
+// each product would be 104. The two-kernel form issues the same products (A in its T kernel).
 void form_issued(Flops& f) {
   f.issued += 168.0 * 131072.0;
   f.one_pass += 104.0 * 131072.0;
@@ -200,7 +217,7 @@ Flops count_flops(int seqs, int len, int Hv, int DK, int DV, int BV, bool two) {
   for (int c0 = 0; c0 < len; c0 += 64) {
     const double L = len - c0 < 64 ? len - c0 : 64;
     f.useful += 2.0 * DK * L * L + 6.0 * L * DK * DV + 2.0 * DV * L * (L + 1);
-#ifdef SG_PROBE_WGMMA
+#ifdef SG_PROBE_WARPGROUP
     form_issued(f);  // one Dv tile, whole 64-token tiles whatever L
     (void)tiles;
 #else
@@ -267,9 +284,45 @@ void print_trace(int chunks, int seqs, int Hv) {
 }
 #endif
 
+#ifdef SG_PROBE_WGMMA_T
+struct Workspace {  // the two-kernel form's chunk records, for the probe's one shape (set up in main)
+  void* data = nullptr;
+  size_t bytes = 0;
+  int tokens = 0;
+};
+Workspace g_ws;
+
+// The largest |a - b| over the largest |b| of two downloaded f32 or bf16 buffers.
+double normalised_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, DType t) {
+  const size_t es = sg::dtype_size(t);
+  auto at = [&](const std::vector<uint8_t>& v, size_t i) {
+    float x;
+    if (t == DType::bf16) {
+      uint16_t u;
+      std::memcpy(&u, &v[i], 2);
+      const uint32_t w = uint32_t{u} << 16;
+      std::memcpy(&x, &w, 4);
+    } else {
+      std::memcpy(&x, &v[i], 4);
+    }
+    return double(x);
+  };
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i + es <= b.size(); i += es) {
+    const double x = at(a, i), y = at(b, i);
+    diff = std::max(diff, std::isfinite(x - y) ? std::fabs(x - y) : INFINITY);
+    mag = std::max(mag, std::fabs(y));
+  }
+  return mag > 0 ? diff / mag : diff;
+}
+#endif
+
 // One launch; a refused one prints the launcher's reason and ends the probe.
 void launch_once(const sg::DeltaRulePrefillParams& p, int tile) {
-#ifdef SG_PROBE_WGMMA
+#ifdef SG_PROBE_WGMMA_T
+  (void)tile;  // form_supports allowed 0 or 128 only
+  const cudaError_t err = sg::delta_rule_prefill_wgmma_t(p, g_ws.data, g_ws.bytes, g_ws.tokens, nullptr);
+#elif defined(SG_PROBE_WGMMA)
   (void)tile;  // form_supports allowed 0 or 128 only: the form's one tile
   const cudaError_t err = sg::delta_rule_prefill_wgmma(p, nullptr);
 #else
@@ -373,6 +426,11 @@ int main(int argc, char** argv) {
   p.n_seqs = upload(std::vector<int32_t>{seqs});
   p.state = state, p.state_dtype = state_t, p.out = out, p.out_dtype = out_t;
   p.max_seqs = seqs, p.Hk = Hk, p.Hv = Hv, p.Dk = Dk, p.Dv = Dv;
+#ifdef SG_PROBE_WGMMA_T
+  g_ws.tokens = T;
+  g_ws.bytes = sg::delta_rule_prefill_wgmma_t_workspace(T, seqs, Hv);
+  g_ws.data = device_alloc(g_ws.bytes);
+#endif
   CK(cudaDeviceSynchronize());
 
   // Timed: REPS launches back to back after two warm-up launches (the shared-memory attribute, the
@@ -432,6 +490,23 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(hash));
 #ifdef SG_PROBE_TRACE
   print_trace(static_cast<int>(chunks), seqs, Hv);
+#endif
+#ifdef SG_PROBE_WGMMA_T
+  // The one-kernel warpgroup form from the same start: how far the two forms' bytes are apart.
+  CK(cudaMemcpy(state, state0, state_bytes, cudaMemcpyDeviceToDevice));
+  const cudaError_t werr = sg::delta_rule_prefill_wgmma(p, nullptr);
+  if (werr != cudaSuccess) {
+    std::fprintf(stderr, "the one-kernel form failed (%s): %s\n", cudaGetErrorString(werr),
+                 sg::take_launch_refusal().c_str());
+    return 1;
+  }
+  CK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> wo = download(out, out_bytes), ws = download(state, state_bytes);
+  std::printf(
+      "  against the one-kernel form (checksum %016llx): out %.3g, state %.3g (largest difference / largest "
+      "magnitude)\n",
+      static_cast<unsigned long long>(hash_bytes(ws, hash_bytes(wo))), normalised_diff(ho, wo, out_t),
+      normalised_diff(hs, ws, state_t));
 #endif
   return 0;
 }

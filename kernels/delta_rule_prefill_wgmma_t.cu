@@ -1,0 +1,408 @@
+// delta_rule_prefill_wgmma_t.cu: the gated delta rule's prefill in two kernels, every chunk's T
+// first, then the recurrence with the state transposed (see delta_rule_prefill_wgmma_t.h for the
+// design, the arithmetic and the contract). Built for sm_90a only (the sg_kernels_sm90a library).
+//
+// The recurrence, per chunk, in each of the two warpgroups (warpgroup w: value columns
+// vc = 64 w .. vc + 63; accumulators are [64 value columns x N] with the value column as the row):
+//   X^T = S^T K^T, O^T = S^T Q^T          A: S^T's bf16 parts (registers), B: the k / q tile (K-major)
+//   X'^T = beta (v^T - exp(G) X^T)        v^T read by ldmatrix.trans; non-finite as 0, first one noted
+//   V'^T = X'^T T^T, P = Q K^T            B: T's parts (the record, K-major); P from the q, k tiles
+//   P masked, scaled, decayed -> its parts in the warpgroup's shared memory
+//   S^T = exp(G_last) S^T + (L V')^T K    B: the k tile, MN-major
+//   o^T = exp(G) scale O^T + V'^T P^T     B: P's parts (K-major); stored, NaN past the first
+//                                         non-finite V' of each value column
+// A row's first non-finite token is the minimum over the four lanes of a quad (a row's 64 tokens
+// are theirs), so no shared memory and no barrier serves it.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/contracts.h"
+#include "kernels/delta_rule_chunk_io.cuh"
+#include "kernels/delta_rule_prefill_wgmma.h"
+#include "kernels/delta_rule_prefill_wgmma_t.h"
+#include "kernels/delta_rule_wgmma_chunk.cuh"
+#include "kernels/device_util.cuh"
+#include "kernels/launch.cuh"
+#include "kernels/launch_check.h"
+#include "kernels/mma_util.cuh"
+#include "kernels/wgmma_util.cuh"
+
+namespace sg {
+namespace {
+
+using mma::cp_async16;
+using mma::smem_addr;
+using wgmma::desc;
+using namespace wgmma_chunk;  // kC, kD, kLDT, the tile sizes, at, load_tile, put_parts, Gates, chunk_t
+
+constexpr uint32_t kRec = 2 * kTP + kGB;  // a chunk record: T's hi and lo parts (as in shared memory), the gates
+constexpr int kThreads = 256;             // two warpgroups: value columns 0 .. 63 and 64 .. 127
+// A stage of the recurrence's double buffer (chunk ci uses stage ci % 2): the q, k, v tiles and the
+// chunk's record, copied as they are.
+constexpr uint32_t sQ = 0, sK = kQK, sV = 2 * kQK, sT = 3 * kQK, sG = sT + 2 * kTP;
+constexpr uint32_t kStage = sG + kGB;
+constexpr uint32_t oP = 2 * kStage;  // P's parts, a pair of [64 x 64] tiles a warpgroup: hi at oP + 2 kTP w, lo kTP on
+constexpr uint32_t kSmem = oP + 4 * kTP;
+// The T kernel: the k tile, A then T (f32, then T's parts over its first 2 kTP bytes), the gates.
+constexpr uint32_t tK = 0, tT = kQK, tG = tT + kTB;
+constexpr uint32_t kChunkSmem = tG + kGB;
+static_assert(kSmem <= 227 * 1024, "fits one block's shared memory on sm_90");
+static_assert(kRec % 16 == 0 && kStage % 16 == 0 && sG == sT + 2 * kTP, "a record lands on the stage as it is");
+
+__device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
+
+// The first record of sequence n starting at token b: records are b / 64 + n + ci (header).
+__device__ __forceinline__ int64_t first_record(int64_t b, int n) { return b / kC + n; }
+
+// One chunk's T and gates a block: grid (records, Hv), 128 threads (one warpgroup). Record idx of a
+// head belongs to the last sequence n < *n_seqs with first_record(n) <= idx (first_record grows by
+// at least the sequence's chunk count from one sequence to the next), chunk idx - first_record(n);
+// records past a sequence's chunks, of padding sequences or past the live ones are not written.
+__global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefillParams p, unsigned char* ws) {
+  pdl_start();  // kernels/launch.cuh
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int64_t idx = blockIdx.x;
+  const int hv = blockIdx.y, ai = threadIdx.x, lane = ai & 31;
+  const int ns = *p.n_seqs;
+  if (ns <= 0) return;
+  int lo = 0, hi = ns;  // first_record(lo) <= idx < first_record(hi) (hi == ns: no bound)
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (first_record(p.cu_seqlens[mid], mid) <= idx) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int n = lo;
+  const int64_t b = p.cu_seqlens[n], e = p.cu_seqlens[n + 1];
+  const int64_t c0 = b + (idx - first_record(b, n)) * kC;
+  if (c0 >= e || p.slots[n] < 0) return;  // not a chunk (a gap, a zero-length sequence) or padding
+  const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC);
+  const uint32_t base = smem_addr(smem);
+  load_tile(base + tK, p.k, c0, L, p.Hk, hv / (p.Hv / p.Hk), ai, 128);
+  mma::cp_async_commit();
+  const Gates gt = gates_in(smem + tG);
+  if (ai < 32) chunk_io::chunk_gates(p, c0, L, hv, lane, gt.G, gt.E, gt.L, gt.B);
+  mma::cp_async_wait<0>();
+  wgmma::fence_proxy_async();
+  bar_sync(kBarAux, 128);  // k tile and gates
+  chunk_t(base + tK, gt, reinterpret_cast<float*>(smem + tT), ai, 0);
+  bar_sync(kBarAux, 128);  // T's parts written by every thread
+  unsigned char* rec = ws + (idx * p.Hv + hv) * static_cast<int64_t>(kRec);
+  for (int i = ai; i < static_cast<int>(kRec / 16); i += 128) {
+    const uint32_t o = 16 * static_cast<uint32_t>(i);  // T's parts, then the gates
+    const unsigned char* src = o < 2 * kTP ? smem + tT + o : smem + tG + (o - 2 * kTP);
+    *reinterpret_cast<uint4*>(rec + o) = *reinterpret_cast<const uint4*>(src);
+  }
+}
+
+// The min of v over the four lanes of a quad (the lanes that hold one accumulator row).
+__device__ __forceinline__ int quad_min(int v) {
+  v = min(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return min(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+// The m16n8k16 A fragments (both parts) of the 16-column k-step kk of an m64n64 accumulator whose
+// elements pass through f(element index) first (acc_fragments with a transform).
+template <typename F>
+__device__ __forceinline__ void fragments_of(int kk, uint32_t (&a)[2][4], F f) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int j = 2 * kk + (q >> 1), i = 4 * j + 2 * (q & 1);
+    uint32_t w[2];
+    mma::split_pair<2>(f(i), f(i + 1), w);
+    a[0][q] = w[0];
+    a[1][q] = w[1];
+  }
+}
+
+// Grid (Hv, max_seqs), block 256, kSmem bytes of dynamic shared memory. Every early exit depends on
+// the sequence only (uniform over the block), so every barrier sees every thread.
+__global__ void __launch_bounds__(kThreads, 1)
+    delta_rule_wgmma_t_kernel(const DeltaRulePrefillParams p, const unsigned char* ws, int64_t records) {
+  pdl_start();
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t base = smem_addr(smem);
+  const int Hv = p.Hv, Hk = p.Hk;
+  const int hv = blockIdx.x, n = blockIdx.y;
+  if (n >= *p.n_seqs) return;  // before reading cu_seqlens: it may hold only live + 1 entries
+  const int64_t b = p.cu_seqlens[n], e = p.cu_seqlens[n + 1];
+  if (e <= b) return;  // zero-length: no output, no state access
+  const int slot = p.slots[n];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int g = lane >> 2, t = lane & 3;
+  const int nchunks = static_cast<int>((e - b + kC - 1) / kC);
+  const int64_t first = first_record(b, n);
+  if (slot < 0 || first + nchunks > records) {  // padding: zero rows; records past the workspace: NaN rows
+    const float fill = slot < 0 ? 0.0f : __int_as_float(0x7fc00000);
+    const float4 f4 = make_float4(fill, fill, fill, fill);
+    for (int64_t f = tid; f < (e - b) * (kD / 4); f += kThreads) {
+      const int64_t tk = b + f / (kD / 4);
+      chunk_io::store4(p.out, p.out_dtype, (tk * Hv + hv) * kD + 4 * (f % (kD / 4)), f4, 4, false);
+    }
+    return;
+  }
+  const int hk = hv / (Hv / Hk);
+  const bool hist = p.has_history[n] != 0;
+  const float scale = 1.0f / sqrtf(static_cast<float>(kD));
+  const int r0 = 16 * (warp & 3) + g;  // this thread's accumulator rows: value columns vc + r0, vc + r0 + 8
+  const int vc = 64 * wg;
+  unsigned char* const sPh = smem + oP + 2 * kTP * wg;  // P's parts, this warpgroup's
+  const uint32_t aP = base + oP + 2 * kTP * wg;
+
+  // The state: st[4 j + q] = S^T[vc + r0 + 8 (q >> 1)][8 j + 2 t + (q & 1)] = S[d][v], j = 0 .. 15,
+  // read once; two m64n64 halves (d < 64, d >= 64) of one m64n128 accumulator.
+  const int64_t state_at = (static_cast<int64_t>(slot) * Hv + hv) * kD * kD;
+  float st[64];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int v = vc + r0 + 8 * (q >> 1), d = 8 * j + 2 * t + (q & 1);
+      st[4 * j + q] = hist ? dev::load(p.state, p.state_dtype, state_at + static_cast<int64_t>(d) * kD + v) : 0.0f;
+    }
+  }
+  // Chunk ci's tiles and record into stage ci % 2, by the 256 threads (one cp.async group).
+  auto load_chunk = [&](int ci) {
+    const int64_t c0 = b + static_cast<int64_t>(ci) * kC;
+    const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC);
+    const uint32_t s = base + (ci & 1) * kStage;
+    load_tile(s + sQ, p.q, c0, L, Hk, hk, tid, kThreads);
+    load_tile(s + sK, p.k, c0, L, Hk, hk, tid, kThreads);
+    load_tile(s + sV, p.v, c0, L, Hv, hv, tid, kThreads);
+    const unsigned char* rec = ws + ((first + ci) * Hv + hv) * static_cast<int64_t>(kRec);
+    for (int i = tid; i < static_cast<int>(kRec / 16); i += kThreads) cp_async16(s + sT + 16 * i, rec + 16 * i, true);
+    mma::cp_async_commit();
+  };
+  load_chunk(0);
+
+  for (int ci = 0; ci < nchunks; ++ci) {
+    const int64_t c0 = b + static_cast<int64_t>(ci) * kC;
+    const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC);  // tokens in this chunk, 1..64
+    const uint32_t s = base + (ci & 1) * kStage;
+    const Gates gt = gates_in(smem + (ci & 1) * kStage + sG);
+    mma::cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // stage ci complete for both warpgroups; chunk ci - 1 is done with the other stage
+    if (ci + 1 < nchunks) load_chunk(ci + 1);
+
+    // ---- X^T = S^T K^T (first group) and O^T = S^T Q^T (second), S^T's parts as the A operand.
+    uint32_t sf[8][2][4];
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) acc_fragments(st + 32 * (kk >> 2), kk & 3, sf[kk]);
+    float xa[32], oa[32];
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {  // K-major k and q: a 16-feature k-step is two core matrices, 256 bytes on
+      const uint64_t kd = desc(s + sK + 256 * kk, 128, 2048);
+      wgmma::m64n64k16_rs_t<0>(xa, sf[kk][0], kd, kk > 0);
+      wgmma::m64n64k16_rs_t<0>(xa, sf[kk][1], kd, 1);
+    }
+    wgmma::commit();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const uint64_t qd = desc(s + sQ + 256 * kk, 128, 2048);
+      wgmma::m64n64k16_rs_t<0>(oa, sf[kk][0], qd, kk > 0);
+      wgmma::m64n64k16_rs_t<0>(oa, sf[kk][1], qd, 1);
+    }
+    wgmma::commit();
+    wgmma::wait<1>();
+    wgmma::fence_operands<32>(xa);
+    // X'^T[v][c] = beta_c (v[c][v] - exp(G_c) X^T[v][c]), non-finite as 0; v^T's fragments by
+    // ldmatrix.trans: matrix m of x4 holds tokens 8 (2 jj + m / 2) .., value columns vc + r0 - g +
+    // 8 (m % 2) .., so register m is the pair of xa[4 j + 2 h], j = 2 jj + m / 2, h = m % 2.
+    int nfx[2] = {kC, kC};  // the first token with a non-finite X' in rows r0, r0 + 8
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      uint32_t vr[4];
+      const int m = lane >> 3;
+      mma::ldmatrix_x4_trans(vr,
+                             s + sV + at<kD>(8 * (2 * jj + (m >> 1)) + (lane & 7), vc + 16 * (warp & 3) + 8 * (m & 1)));
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int j = 2 * jj + u, c = 8 * j + 2 * t, i = 4 * j + 2 * h;
+          const uint32_t w = vr[2 * u + h];
+          float x0 = gt.B[c] * (__uint_as_float(w << 16) - gt.E[c] * xa[i]);
+          float x1 = gt.B[c + 1] * (__uint_as_float(w & 0xffff0000u) - gt.E[c + 1] * xa[i + 1]);
+          if (!isfinite(x0)) {
+            nfx[h] = min(nfx[h], c);
+            x0 = 0.0f;
+          }
+          if (!isfinite(x1)) {
+            nfx[h] = min(nfx[h], c + 1);
+            x1 = 0.0f;
+          }
+          xa[i] = x0;
+          xa[i + 1] = x1;
+        }
+      }
+    }
+    nfx[0] = quad_min(nfx[0]);
+    nfx[1] = quad_min(nfx[1]);
+    uint32_t xf[4][2][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) acc_fragments(xa, kk, xf[kk]);
+    wgmma::wait<0>();  // O^T too: S^T's parts are free
+    wgmma::fence_operands<32>(oa);
+
+    // ---- V'^T = X'^T T^T (first group), P = Q K^T (second).
+    float va[32], pa[32];
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {  // T K-major: a 16-token k-step is two core matrices, 256 bytes on
+      const uint64_t th = desc(s + sT + 256 * kk, 128, 1024), tl = desc(s + sT + kTP + 256 * kk, 128, 1024);
+      wgmma::m64n64k16_rs_t<0>(va, xf[kk][0], th, kk > 0);
+      wgmma::m64n64k16_rs_t<0>(va, xf[kk][0], tl, 1);
+      wgmma::m64n64k16_rs_t<0>(va, xf[kk][1], th, 1);
+    }
+    wgmma::commit();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wgmma::m64n64k16_ss(pa, desc(s + sQ + 256 * kk, 128, 2048), desc(s + sK + 256 * kk, 128, 2048), kk > 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands<32>(va);
+    wgmma::fence_operands<32>(pa);
+    // P (rows: query tokens, columns: key tokens): scaled and decayed, exact zeros above the
+    // diagonal (selected: a later token's k may be non-finite), its parts into this warpgroup's
+    // tiles: [64 x 64] K-major, the B operand of o^T += V'^T P^T.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h, c = 8 * j + 2 * t;
+        float y[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const float w =
+              c + u <= r ? expf(static_cast<float>(gt.G[r] - gt.G[c + u])) : 0.0f;  // never exp of a positive
+          y[u] = c + u <= r ? (pa[4 * j + 2 * h + u] * scale) * w : 0.0f;
+        }
+        put_parts<64>(sPh, sPh + kTP, r, c, y[0], y[1]);
+      }
+    }
+    wgmma::fence_proxy_async();
+    // V'^T: value columns at or past their first non-finite X' are NaN, as the plain product
+    // would be; each row's first non-finite V' token.
+    int nfv[2] = {kC, kC};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i >> 1) & 1, c = 8 * (i >> 2) + 2 * t + (i & 1);
+      va[i] = nfx[h] <= c ? __int_as_float(0x7fc00000) : va[i];
+      if (!isfinite(va[i])) nfv[h] = min(nfv[h], c);
+    }
+    nfv[0] = quad_min(nfv[0]);
+    nfv[1] = quad_min(nfv[1]);
+
+    // ---- S^T = exp(G_last) S^T + (L V')^T K (L V' as it is: the state takes non-finite values, as
+    // in the scan); then o^T = exp(G) scale O^T + V'^T P^T (V' with non-finite values as 0).
+    uint32_t lf[4][2][4], vf[4][2][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      fragments_of(kk, lf[kk], [&](int i) { return gt.L[8 * (i >> 2) + 2 * t + (i & 1)] * va[i]; });
+    }
+    const float decay = gt.E[kC - 1];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) st[i] *= decay;
+    wgmma::fence_operands<64>(st);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      // k MN-major: a 16-token k-step is two row groups, 2 x 2048 bytes on; 16 feature chunks 128 apart.
+      const uint64_t kt = desc(s + sK + 4096 * kk, 2048, 128);
+      wgmma::m64n128k16_rs_tb(st, lf[kk][0], kt);
+      wgmma::m64n128k16_rs_tb(st, lf[kk][1], kt);
+    }
+    wgmma::commit();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      fragments_of(kk, vf[kk], [&](int i) { return isfinite(va[i]) ? va[i] : 0.0f; });
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) oa[i] *= gt.E[8 * (i >> 2) + 2 * t + (i & 1)] * scale;
+    wgmma::fence_operands<32>(oa);
+    wg_barrier(wg);  // P's parts from all four warps
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {  // P K-major, as T
+      const uint64_t ph = desc(aP + 256 * kk, 128, 1024), pl = desc(aP + kTP + 256 * kk, 128, 1024);
+      wgmma::m64n64k16_rs_t<0>(oa, vf[kk][0], ph, 1);
+      wgmma::m64n64k16_rs_t<0>(oa, vf[kk][0], pl, 1);
+      wgmma::m64n64k16_rs_t<0>(oa, vf[kk][1], ph, 1);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands<64>(st);
+    wgmma::fence_operands<32>(oa);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i >> 1) & 1, c = 8 * (i >> 2) + 2 * t + (i & 1);
+      if (c < L) {
+        const float x = nfv[h] <= c ? __int_as_float(0x7fc00000) : oa[i];
+        dev::store(p.out, p.out_dtype, ((c0 + c) * Hv + hv) * kD + vc + r0 + 8 * h, x);
+      }
+    }
+  }
+
+  // The final state, written once.
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int v = vc + r0 + 8 * (q >> 1), d = 8 * j + 2 * t + (q & 1);
+      dev::store(p.state, p.state_dtype, state_at + static_cast<int64_t>(d) * kD + v, st[4 * j + q]);
+    }
+  }
+}
+
+int64_t record_count(int max_tokens, int max_seqs) {
+  return (static_cast<int64_t>(max_tokens) + kC - 1) / kC + max_seqs;
+}
+
+}  // namespace
+
+size_t delta_rule_prefill_wgmma_t_record() { return kRec; }
+
+size_t delta_rule_prefill_wgmma_t_workspace(int max_tokens, int max_seqs, int Hv) {
+  if (max_tokens < 0 || max_seqs < 0 || Hv < 0) return 0;
+  return static_cast<size_t>(record_count(max_tokens, max_seqs)) * static_cast<size_t>(Hv) * kRec;
+}
+
+size_t delta_rule_prefill_wgmma_t_smem() { return kSmem; }
+size_t delta_rule_prefill_wgmma_t_chunk_smem() { return kChunkSmem; }
+
+cudaError_t delta_rule_prefill_wgmma_t(const DeltaRulePrefillParams& p, void* workspace, size_t workspace_bytes,
+                                       int max_tokens, cudaStream_t stream) {
+  LaunchCheck chk("delta_rule.prefill (wgmma-t)");
+  check_delta_rule_prefill_params(chk, p);
+  chk.require(delta_rule_prefill_wgmma_supports(p.Dk, p.Dv, p.qkv_dtype),
+              "the form is built for bf16 q, k, v with Dk = Dv = 128");
+  chk.require(p.norm_w == nullptr, "a fused output norm (norm_w) is built only in the mma form");
+  chk.require(dev::aligned16(p.q) && dev::aligned16(p.k) && dev::aligned16(p.v), "q, k and v must be 16-byte aligned");
+  chk.in_range(max_tokens, 0, INT32_MAX, "max_tokens");
+  const size_t need = delta_rule_prefill_wgmma_t_workspace(max_tokens, p.max_seqs, p.Hv);
+  chk.require(need == 0 || (workspace != nullptr && dev::aligned16(workspace)),
+              "the workspace must be set and 16-byte aligned");
+  chk.require(workspace_bytes >= need, "the workspace is smaller than delta_rule_prefill_wgmma_t_workspace()");
+  if (!chk.ok()) return cudaErrorInvalidValue;
+  if (const cudaError_t err = dev::require_sm90a(chk); err != cudaSuccess) return err;
+  if (p.max_seqs == 0) return cudaSuccess;
+  if (const cudaError_t e = dev::allow_dynamic_smem(delta_chunk_t_kernel, kChunkSmem); e != cudaSuccess) return e;
+  if (const cudaError_t e = dev::allow_dynamic_smem(delta_rule_wgmma_t_kernel, kSmem); e != cudaSuccess) return e;
+  const int64_t records = record_count(max_tokens, p.max_seqs);
+  auto* ws = static_cast<unsigned char*>(workspace);
+  launch_kernel(delta_chunk_t_kernel, dim3(static_cast<unsigned>(records), static_cast<unsigned>(p.Hv)), dim3(128),
+                kChunkSmem, stream, p, ws);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  launch_kernel(delta_rule_wgmma_t_kernel, dim3(static_cast<unsigned>(p.Hv), static_cast<unsigned>(p.max_seqs)),
+                dim3(kThreads), kSmem, stream, p, static_cast<const unsigned char*>(ws), records);
+  return cudaGetLastError();
+}
+
+}  // namespace sg

@@ -1,0 +1,69 @@
+// delta_rule_prefill_wgmma_t.h: the gated delta rule's prefill in the chunked WY form on the sm_90a
+// warpgroup tensor cores, in two kernels: every chunk's T = (I + A)^-1 first, all chunks at once,
+// then the recurrence with the state transposed. Params and contract of delta_rule_prefill
+// (delta_rule_prefill.h); bf16 q, k, v with Dk = Dv = 128 on compute capability 9.0 only, as the
+// one-kernel form (delta_rule_prefill_wgmma.h), whose products, parts and masks it computes.
+//
+// Why: in the one-kernel form a block walks a sequence's chunks with a third warpgroup computing
+// the next chunk's T beside the two state warpgroups, and both chains are about 24,000 cycles a
+// chunk (docs/BENCHMARKS.md): the state's, because the state's bf16 parts go through shared memory
+// as the B operand of O = Q S and X = K S every chunk, with X and V' too; T's, because one
+// warpgroup's substitutions and products are latency-bound. Here
+//   1. delta_chunk_t_kernel, grid (chunk records, Hv), 128 threads: one chunk of one v-head a
+//      block, independent of every other (the parallelism of all chunks, not of sequences): its k
+//      tile, gates, A = K K^T and T, by the same code as the one-kernel form's third warpgroup
+//      (delta_rule_wgmma_chunk.cuh: T's bytes are that form's), written with the gates to a
+//      record in the workspace;
+//   2. delta_rule_wgmma_t_kernel, grid (Hv, max_seqs), 256 threads: two warpgroups, each owning 64
+//      value columns of the state as S^T [64 x 128] f32, the accumulator of its own update, and its
+//      register A operand: X^T = S^T K^T and O^T = S^T Q^T (S^T's bf16 parts from registers),
+//      V'^T = X^T T^T (T's parts from the record), o^T = O^T + V'^T P^T (P = Q K^T masked, its parts
+//      in the warpgroup's shared memory) and S^T = exp(G_last) S^T + (L V')^T K. Nothing of the state,
+//      X or V' passes through shared memory; the next chunk's q, k, v tiles and record are copied
+//      (cp.async) while a chunk runs; one block barrier a chunk.
+// The operands are split into bf16 high and low parts as in the one-kernel form (hi*hi + hi*lo +
+// lo*hi; S two products, q and k being exact), accumulated in f32; the products are the same, their
+// accumulation order is not (the transposed products), so the bytes are not the one-kernel form's:
+// tested against the double reference with its tolerance (tests/gpu/test_delta_rule_prefill_wgmma_t.cpp).
+// Causal also for non-finite values, as the one-kernel form: X and V' enter T X and P V' with
+// non-finite values as 0, and the value columns at or past their first non-finite token are NaN
+// after each product; (L V') enters the state update as it is.
+//
+// Workspace: one record of delta_rule_prefill_wgmma_t_record() bytes a (chunk, v-head): chunk ci
+// of sequence n is record cu_seqlens[n] / 64 + n + ci, so max_tokens tokens in at most max_seqs
+// sequences use fewer than ceil(max_tokens / 64) + max_seqs records a head. The caller guarantees
+// cu_seqlens[*n_seqs] <= max_tokens (the step's token bucket); a sequence whose records would fall
+// past the workspace anyway gets NaN output rows and keeps its state.
+// Contract otherwise delta_rule_prefill_wgmma's (padding slot < 0: zero output rows, state
+// untouched; zero-length sequences touch nothing; has_history; device-side n_seqs; output rows >=
+// cu_seqlens[*n_seqs] untouched; no fused norm), with q, k, v 16-byte aligned (out and state need
+// only their element's alignment). Out f32 or bf16, state f32 or bf16. Deterministic. Grids from
+// max_tokens, max_seqs and Hv only (graph-safe).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "kernels/delta_rule_prefill.h"
+
+namespace sg {
+
+// Bytes of one chunk record (T's two bf16 parts and the chunk's gates).
+size_t delta_rule_prefill_wgmma_t_record();
+// Workspace bytes for steps of at most max_tokens tokens in at most max_seqs sequences, Hv v-heads.
+size_t delta_rule_prefill_wgmma_t_workspace(int max_tokens, int max_seqs, int Hv);
+// Dynamic shared memory of one recurrence block, and of one T block (bytes).
+size_t delta_rule_prefill_wgmma_t_smem();
+size_t delta_rule_prefill_wgmma_t_chunk_smem();
+
+// Launches the T kernel and the recurrence, one after the other on `stream`. Returns
+// cudaErrorInvalidValue on what delta_rule_prefill_wgmma refuses, on max_tokens < 0 and on a
+// workspace that is null (when one is needed), not 16-byte aligned or smaller than
+// delta_rule_prefill_wgmma_t_workspace(max_tokens, max_seqs, Hv);
+// cudaErrorNoKernelImageForDevice on a device other than compute capability 9.0; cudaSuccess
+// without launching when max_seqs == 0; else the error of cudaFuncSetAttribute or of a launch.
+// Never throws.
+cudaError_t delta_rule_prefill_wgmma_t(const DeltaRulePrefillParams& p, void* workspace, size_t workspace_bytes,
+                                       int max_tokens, cudaStream_t stream);
+
+}  // namespace sg

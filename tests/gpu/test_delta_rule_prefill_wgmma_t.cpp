@@ -1,0 +1,295 @@
+// GPU tests of the two-kernel warpgroup delta-rule prefill (kernels/delta_rule_prefill_wgmma_t.h:
+// every chunk's T, then the recurrence with the state transposed), the one-kernel form's tests
+// (test_delta_rule_prefill_wgmma.cpp) on the same problems and tolerances (compute capability 9.0,
+// else each case says it did not run):
+// - against ref::delta_rule_prefill_chunked (double): the fixture's varlen batch with history,
+//   without and mixed, shapes (Hk, Hv) = (2, 4) and (1, 2), bf16 and f32 outputs, f32 and bf16
+//   states, fast decay; the worst errors seen are printed; and within 1e-5 (normalised) of the
+//   one-kernel form, which computes the same products in another order;
+// - invariants: padding rows exactly +0; padding, zero-length and unused slots keep their state
+//   bytes; rows past the live tokens untouched; inputs past them NaN and never read; deterministic;
+// - a captured launch (two kernel nodes: their grids, blocks and shared memory), replay == eager;
+// - two segments with history agree with one prefill; a NaN / Inf never reaches an earlier token;
+// - tokens past max_tokens: the sequences whose chunk records would fall past the workspace get NaN
+//   rows and keep their state, the others are unchanged;
+// - no live sequence / bad arguments (the workspace among them).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/cuda_handles.h"
+#include "engine/error.h"
+#include "graphs/manifest.h"
+#include "kernels/delta_rule_prefill_wgmma.h"
+#include "kernels/delta_rule_prefill_wgmma_t.h"
+#include "kernels/ref/delta_rule_ref.h"
+#include "models/step_settings.h"
+#include "tests/gpu/delta_rule_prefill_fixture.h"
+#include "tests/support/catch.h"
+#include "tests/support/gpu_buffers.h"
+#include "tests/support/tolerance.h"
+
+using namespace sg;
+using test::byte_diff;
+using test::DevBuf;
+
+namespace {
+
+constexpr double kTolF32 = 1e-4;  // normalised, f32 outputs and the state: the one-kernel form's
+
+using namespace test::drp;  // NOLINT: the delta-rule prefill fixture (problems, rig, reference, checks)
+
+bool on_cc90() {
+  const DeviceLimits d = DeviceLimits::current();
+  return delta_rule_prefill_wgmma_device(d.cc_major, d.cc_minor);
+}
+
+// The form's launch over params p of problem P (its token bucket), with a workspace of its own.
+void launch(const Problem& P, const DeltaRulePrefillParams& p, cudaStream_t stream = nullptr) {
+  const int tokens = static_cast<int>(P.max_tokens);
+  const size_t bytes = delta_rule_prefill_wgmma_t_workspace(tokens, p.max_seqs, p.Hv);
+  const DevBuf ws(std::max<size_t>(bytes, 16), 0x7F);  // garbage records: every one read is written first
+  check(delta_rule_prefill_wgmma_t(p, ws.data(), bytes, tokens, stream));
+  check(cudaStreamSynchronize(stream));
+}
+
+Result run(const Problem& P, Rig& rig, uint8_t poison = 0xA5) {
+  rig.reset(P, poison);
+  launch(P, rig.params(P));
+  return {rig.out.download(), rig.state.download()};
+}
+
+// The largest |a - b| over the largest |b| (f32 values).
+double max_normalised(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    mag = std::max(mag, std::fabs(static_cast<double>(b[i])));
+  }
+  return mag > 0 ? diff / mag : diff;
+}
+
+}  // namespace
+
+TEST_CASE("two-kernel wgmma delta-rule prefill matches the reference, keeps the invariants",
+          "[gpu][delta_rule_wgmma_t]") {
+  if (!on_cc90()) {
+    WARN("not run: the two-kernel wgmma delta-rule prefill needs compute capability 9.0");
+    return;
+  }
+  Worst worst, worst_fast;
+  double worst_bf16_state = 0, worst_vs_one = 0;
+  for (const Shape sh : {Shape{2, 4, 128, 128}, Shape{1, 2, 128, 128}}) {
+    for (bool fast : {false, true}) {
+      for (int h = 0; h < 3; ++h) {
+        CAPTURE(sh.Hk, sh.Hv, fast, kHistNames[h]);
+        const uint64_t seed = 9300 + sh.Hv + 10 * h + (fast ? 100 : 0);
+        INFO("seed " << seed);
+        Problem P = make_problem(sh, DType::bf16, kLens, kSlots, kHists[static_cast<size_t>(h)], seed);
+        if (fast) {  // fast decay on every live token: g in [-20, -5]
+          const auto g = test::uniform(static_cast<size_t>(P.T) * sh.Hv, seed + 7, -20.f, -5.f);
+          std::copy(g.begin(), g.end(), P.g.begin());
+        }
+        Rig rig(P);
+        const Expected ref = reference(P);
+        const Result a = run(P, rig, 0xA5);
+        test::drp::check_close(P, a, ref, kTolF32, fast ? &worst_fast : &worst);
+        check_untouched(P, a, 0xA5);
+        const Result b = run(P, rig, 0x5A);  // every live row written, deterministic
+        const size_t live_bytes = static_cast<size_t>(P.T * P.row()) * 2;
+        CHECK(std::memcmp(a.out.data(), b.out.data(), live_bytes) == 0);
+        CHECK(byte_diff(b.state, a.state, DType::f32) == "");
+        check_untouched(P, b, 0x5A);
+
+        // f32 outputs against the f32-storing reference, and against the one-kernel form.
+        Problem Pf = P;
+        Pf.t = DType::f32;
+        const Expected ref_f = reference(Pf);
+        const DevBuf out_f(Pf.out_bytes(), 0xA5);
+        rig.reset(P, 0xA5);
+        DeltaRulePrefillParams pf = rig.params(P);
+        pf.out = out_f.data();
+        pf.out_dtype = DType::f32;
+        launch(P, pf);
+        const Result f{out_f.download(), rig.state.download()};
+        test::drp::check_close(Pf, f, ref_f, kTolF32, fast ? &worst_fast : &worst);
+        check_untouched(Pf, f, 0xA5);
+        CHECK(byte_diff(f.state, a.state, DType::f32) == "");  // the output dtype changes no state byte
+        rig.reset(P, 0xA5);
+        check(delta_rule_prefill_wgmma(pf, nullptr));
+        check(cudaDeviceSynchronize());
+        const Result one{out_f.download(), rig.state.download()};
+        const size_t live = P.live_out_elems();
+        const auto fo = test::from_bytes(f.out, DType::f32), oo = test::from_bytes(one.out, DType::f32);
+        const double dout = max_normalised(std::vector<float>(fo.begin(), fo.begin() + static_cast<int64_t>(live)),
+                                           std::vector<float>(oo.begin(), oo.begin() + static_cast<int64_t>(live)));
+        const double dstate =
+            max_normalised(test::from_bytes(f.state, DType::f32), test::from_bytes(one.state, DType::f32));
+        CAPTURE(dout, dstate);
+        CHECK(dout <= 1e-5);
+        CHECK(dstate <= 1e-5);
+        worst_vs_one = std::max({worst_vs_one, dout, dstate});
+
+        // A bf16 state: read widened, the final state rounded once.
+        if (!fast && h == 0) {
+          const DevBuf st16 = DevBuf::from(P.state0, DType::bf16);
+          std::vector<float> s0r(P.state0.size());
+          for (size_t i = 0; i < s0r.size(); ++i) s0r[i] = round_bf16(P.state0[i]);
+          Problem Pr = Pf;
+          Pr.state0 = s0r;
+          const Expected ref_r = reference(Pr);
+          rig.reset(P, 0xA5);
+          DeltaRulePrefillParams pb = pf;
+          pb.state = st16.data();
+          pb.state_dtype = DType::bf16;
+          launch(P, pb);
+          const auto got_s = test::from_bytes(st16.download(), DType::bf16);
+          for (int n = 0; n < P.n_live; ++n) {
+            if (P.slots[n] < 0 || P.cu[n + 1] == P.cu[n]) continue;
+            const int64_t s0 = P.slots[n] * P.sh.Hv * P.head_size();
+            const double serr =
+                norm_err(got_s.data() + s0, ref_r.state.data() + s0, static_cast<size_t>(P.sh.Hv * P.head_size()));
+            CAPTURE(n, serr);
+            CHECK(serr <= 8e-3);  // one bf16 rounding of the final state
+            worst_bf16_state = std::max(worst_bf16_state, serr);
+          }
+        }
+      }
+    }
+  }
+  std::printf(
+      "two-kernel wgmma delta-rule prefill, worst normalised error vs the double reference: f32 outputs %.3g, "
+      "state %.3g; fast decay: f32 outputs %.3g, state %.3g; bf16 state %.3g; vs the one-kernel form %.3g\n",
+      worst.out, worst.state, worst_fast.out, worst_fast.state, worst_bf16_state, worst_vs_one);
+}
+
+TEST_CASE("two-kernel wgmma delta-rule prefill: a captured launch replays the eager bytes",
+          "[gpu][delta_rule_wgmma_t][graphs]") {
+  if (!on_cc90()) {
+    WARN("not run: the two-kernel wgmma delta-rule prefill needs compute capability 9.0");
+    return;
+  }
+  const Shape sh{2, 4, 128, 128};
+  // The capture's workspace is sized for batch A's token bucket (409 tokens, 7 programs).
+  const size_t bytes = delta_rule_prefill_wgmma_t_workspace(409, 7, sh.Hv);
+  const DevBuf ws(bytes, 0x7F);
+  const auto nodes = check_replay_nodes(
+      sh, DType::bf16, "wgmma-t", 2,
+      [&](const DeltaRulePrefillParams& p, cudaStream_t s) {
+        return delta_rule_prefill_wgmma_t(p, ws.data(), bytes, 409, s);
+      },
+      [&](const Problem& P, Rig& rig) {
+        rig.reset(P, 0xA5);
+        check(delta_rule_prefill_wgmma_t(rig.params(P), ws.data(), bytes, 409, nullptr));
+        check(cudaDeviceSynchronize());
+        return Result{rig.out.download(), rig.state.download()};
+      });
+  // The T kernel: (ceil(409 / 64) + 7 records, Hv) of 128 threads; the recurrence: (Hv, max_seqs 7).
+  CHECK(nodes[0].grid == Dim3{14, static_cast<unsigned>(sh.Hv), 1});
+  CHECK(nodes[0].block == Dim3{128, 1, 1});
+  CHECK(nodes[0].smem_bytes == delta_rule_prefill_wgmma_t_chunk_smem());
+  CHECK(nodes[0].kernel.find("delta_chunk_t_kernel") != std::string::npos);
+  CHECK(nodes[1].grid == Dim3{static_cast<unsigned>(sh.Hv), 7, 1});
+  CHECK(nodes[1].block == Dim3{256, 1, 1});
+  CHECK(nodes[1].smem_bytes == delta_rule_prefill_wgmma_t_smem());
+  CHECK(nodes[1].kernel.find("delta_rule_wgmma_t_kernel") != std::string::npos);
+}
+
+TEST_CASE("two-kernel wgmma delta-rule prefill: two segments with history agree with one prefill",
+          "[gpu][delta_rule_wgmma_t]") {
+  if (!on_cc90()) {
+    WARN("not run: the two-kernel wgmma delta-rule prefill needs compute capability 9.0");
+    return;
+  }
+  test::drp::check_two_segments(Shape{2, 4, 128, 128}, DType::bf16, kTolBf16, kTolF32,
+                                [](const Problem& P, Rig& rig) { return run(P, rig); });
+}
+
+TEST_CASE("two-kernel wgmma delta-rule prefill: a NaN or Inf in one token never reaches an earlier token's output",
+          "[gpu][delta_rule_wgmma_t]") {
+  if (!on_cc90()) {
+    WARN("not run: the two-kernel wgmma delta-rule prefill needs compute capability 9.0");
+    return;
+  }
+  test::drp::check_nan_causal(DType::bf16, {5, 6, 7, 8, 9 + 37, 9 + 38, 9 + 39},
+                              [](const Problem& P, Rig& rig) { return run(P, rig); });
+}
+
+TEST_CASE("two-kernel wgmma delta-rule prefill: tokens past max_tokens give NaN rows and keep the state",
+          "[gpu][delta_rule_wgmma_t]") {
+  if (!on_cc90()) {
+    WARN("not run: the two-kernel wgmma delta-rule prefill needs compute capability 9.0");
+    return;
+  }
+  // Lengths 64, 64, 200 with a bucket of 128 tokens: sequences 0 and 1 are records 0 and 2 (a chunk
+  // each), sequence 2 needs records 4 .. 7, past the ceil(128 / 64) + max_seqs 5 = 7 of the workspace.
+  const Shape sh{1, 2, 128, 128};
+  const Problem P = make_problem(sh, DType::bf16, {64, 64, 200}, {1, 2, 3}, {1, 0, 1}, 77);
+  Rig rig(P), whole(P);
+  const Result good = run(P, whole);
+  rig.reset(P, 0xA5);
+  const size_t bytes = delta_rule_prefill_wgmma_t_workspace(128, P.max_seqs, sh.Hv);
+  const DevBuf ws(bytes, 0x7F);
+  check(delta_rule_prefill_wgmma_t(rig.params(P), ws.data(), bytes, 128, nullptr));
+  check(cudaDeviceSynchronize());
+  const Result r{rig.out.download(), rig.state.download()};
+  const size_t rb = static_cast<size_t>(P.row()) * 2, first2 = 128 * rb;
+  CHECK(std::memcmp(r.out.data(), good.out.data(), first2) == 0);  // sequences 0 and 1 fit: their bytes
+  const auto tail = test::from_bytes(std::vector<uint8_t>(r.out.begin() + static_cast<int64_t>(first2),
+                                                          r.out.begin() + static_cast<int64_t>(328 * rb)),
+                                     DType::bf16);
+  CHECK(std::all_of(tail.begin(), tail.end(), [](float x) { return std::isnan(x); }));
+  const size_t slot_bytes = static_cast<size_t>(sh.Hv * P.head_size()) * 4;
+  const auto s0 = test::to_bytes(P.state0, DType::f32);
+  CHECK(std::memcmp(r.state.data() + 3 * slot_bytes, s0.data() + 3 * slot_bytes, slot_bytes) == 0);
+  CHECK(std::memcmp(r.state.data() + 1 * slot_bytes, good.state.data() + 1 * slot_bytes, 2 * slot_bytes) == 0);
+}
+
+TEST_CASE("two-kernel wgmma delta-rule prefill: no live sequence touches nothing, bad arguments are refused",
+          "[gpu][delta_rule_wgmma_t]") {
+  CHECK(delta_rule_prefill_wgmma_t_record() == 2 * 64 * 64 * 2 + 64 * 8 + 3 * 64 * 4);
+  CHECK(delta_rule_prefill_wgmma_t_workspace(1024, 32, 32) == (16 + 32) * 32 * delta_rule_prefill_wgmma_t_record());
+  CHECK(delta_rule_prefill_wgmma_t_workspace(0, 0, 32) == 0);
+  CHECK(delta_rule_prefill_wgmma_t_workspace(-1, 2, 32) == 0);
+  CHECK(delta_rule_prefill_wgmma_t_smem() <= 227 * 1024);
+  CHECK(delta_rule_prefill_wgmma_t_chunk_smem() <= 48 * 1024);
+  if (!on_cc90()) {
+    WARN("launches not run: the two-kernel wgmma delta-rule prefill needs compute capability 9.0");
+    return;
+  }
+  const Shape sh{1, 2, 128, 128};
+  test::drp::check_no_live(sh, [](const Problem& P, Rig& rig) { return run(P, rig); });
+  Problem P = make_problem(sh, DType::bf16, {4, 3}, {1, 2}, {1, 0}, 5);
+  P.n_live = 0;  // the refusals below must leave the state as it is
+  Rig rig(P);
+  rig.reset(P, 0xA5);
+  auto p = rig.params(P);
+  const int tokens = static_cast<int>(P.max_tokens);
+  size_t bytes = delta_rule_prefill_wgmma_t_workspace(tokens, p.max_seqs, sh.Hv);
+  const DevBuf ws(bytes + 16, 0);
+  void* w = ws.data();
+  int max_tokens = tokens;
+  cudaError_t want = cudaErrorInvalidValue;
+  const float nw[128] = {};
+  SECTION("max_seqs 0 launches nothing") {
+    p.max_seqs = 0;
+    want = cudaSuccess;
+  }
+  SECTION("Dk 64") { p.Dk = 64; }
+  SECTION("f32 inputs") { p.qkv_dtype = DType::f32; }
+  SECTION("Hv not a multiple of Hk") { p.Hk = 3; }
+  SECTION("missing metadata") { p.n_seqs = nullptr; }
+  SECTION("misaligned q") { p.q = static_cast<const uint16_t*>(p.q) + 1; }
+  SECTION("a fused norm") { p.norm_w = nw; }
+  SECTION("grid too tall") { p.max_seqs = 70000; }
+  SECTION("no workspace") { w = nullptr; }
+  SECTION("a misaligned workspace") { w = static_cast<char*>(w) + 8; }
+  SECTION("a workspace too small") { bytes -= 16; }
+  SECTION("max_tokens < 0") { max_tokens = -1; }
+  CHECK(delta_rule_prefill_wgmma_t(p, w, bytes, max_tokens, nullptr) == want);
+  check(cudaDeviceSynchronize());
+  CHECK(byte_diff(rig.state.download(), test::to_bytes(P.state0, DType::f32), DType::f32) == "");
+}

@@ -16,6 +16,7 @@
 #include "kernels/delta_rule.h"
 #include "kernels/delta_rule_prefill.h"
 #include "kernels/delta_rule_prefill_chunked.h"
+#include "kernels/delta_rule_prefill_wgmma_t.h"
 #include "kernels/fault.h"
 #include "kernels/fill.h"
 #include "kernels/skinny_gemm.h"
@@ -180,6 +181,11 @@ StepLayoutParams ModelStep::layout_params() const {
   p.max_decode_batch = opts_.max_decode_batch;
   p.max_prefill_tokens = opts_.max_prefill_tokens;
   p.max_prefill_seqs = opts_.max_prefill_seqs;
+  // The two-kernel delta-rule prefill's chunk records, for the largest prefill bucket.
+  if (opts_.delta_prefill == DeltaPrefill::wgmma_t && opts_.max_prefill_tokens > 0) {
+    p.delta_workspace_bytes =
+        delta_rule_prefill_wgmma_t_workspace(opts_.max_prefill_tokens, opts_.max_prefill_seqs, cfg_.gdn.Hv);
+  }
   // Attention split-K partials: the most any decode row count needs (eager fallbacks use any count).
   if (cfg_.num_full_attention() > 0) {
     for (int rows = 1; rows <= opts_.max_decode_batch; ++rows) {

@@ -2,7 +2,8 @@
 //   in_proj GEMM -> [decode] conv.update -> postconv -> delta_rule.decode  (or gdn.decode=fused:
 //                             the GDN decode path of models/gdn_mixer.h)
 //                   [prefill] conv.fwd (varlen) -> postconv (or both as gdn.prefill=fused)
-//                             -> delta_rule.prefill (scan, chunked or mma: ModelStepOptions::delta_prefill)
+//                             -> delta_rule.prefill (ModelStepOptions::delta_prefill: scan, chunked, mma, wgmma, or
+//                                wgmma-t, whose two kernels are one labelled launch)
 //                -> gated_rmsnorm with z -> out_proj GEMM.
 // The projection output [rows, P] is qkv | z | b | a (P = C + Hv*Dv + 2*Hv); conv, postconv and
 // the gated norm read it through row strides.
@@ -13,6 +14,7 @@
 #include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/delta_rule_prefill_mma.h"
 #include "kernels/delta_rule_prefill_wgmma.h"
+#include "kernels/delta_rule_prefill_wgmma_t.h"
 #include "kernels/gdn_prefill_fused.h"
 #include "kernels/op_bytes.h"
 #include "kernels/postconv.h"
@@ -198,17 +200,21 @@ bool ModelStep::gdn_prefill(int layer, const StepKey& key, const GdnIo& io, Node
     dp.norm_live = m.n_tokens;
     dp.norm_rows = rows;
   }
-  launched(form == DeltaPrefill::mma       ? delta_rule_prefill_mma(dp, s)
-           : form == DeltaPrefill::wgmma   ? delta_rule_prefill_wgmma(dp, s)
-           : form == DeltaPrefill::chunked ? delta_rule_prefill_chunked(dp, s)
-                                           : delta_rule_prefill(dp, s),
-           rec, s, [&] {
-             const double bytes =
-                 op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz, dtype_size(io.ssm_state_dtype)) +
-                 (norm ? op_bytes::fused_gated_norm(rows, g.Hv, g.Dv, esz, dtype_size(io.norm_w_dtype)) : 0.0);
-             return NodeLabel{layer, "delta_rule.prefill",
-                              fmt::format("{}{}", delta_prefill_name(form), norm ? "+gated_rmsnorm" : ""), bytes};
-           });
+  launched(
+      form == DeltaPrefill::mma       ? delta_rule_prefill_mma(dp, s)
+      : form == DeltaPrefill::wgmma   ? delta_rule_prefill_wgmma(dp, s)
+      : form == DeltaPrefill::wgmma_t ? delta_rule_prefill_wgmma_t(dp, a_.delta_ws.data, a_.delta_ws.bytes(), rows, s)
+      : form == DeltaPrefill::chunked ? delta_rule_prefill_chunked(dp, s)
+                                      : delta_rule_prefill(dp, s),
+      rec, s,
+      [&] {
+        const double bytes =
+            op_bytes::delta_rule(rows, key.seqs, g.Hk, g.Hv, g.Dk, g.Dv, esz, dtype_size(io.ssm_state_dtype)) +
+            (norm ? op_bytes::fused_gated_norm(rows, g.Hv, g.Dv, esz, dtype_size(io.norm_w_dtype)) : 0.0);
+        return NodeLabel{layer, "delta_rule.prefill",
+                         fmt::format("{}{}", delta_prefill_name(form), norm ? "+gated_rmsnorm" : ""), bytes};
+      },
+      form == DeltaPrefill::wgmma_t ? 2 : 1);  // wgmma-t: the chunks' T, then the recurrence
   return norm;
 }
 

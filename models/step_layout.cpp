@@ -101,6 +101,11 @@ StepTensors lay_out_step(Arena& a, const Qwen35Config& c, const StepLayoutParams
     x.g = a.take("gdn.g", DType::f32, {R, Hv});
     x.beta = a.take("gdn.beta", DType::f32, {R, Hv});
     x.core = a.take("gdn.core", act, {R, Hv, Dv});
+    if (p.delta_workspace_bytes > 0) {
+      a.section("workspace");
+      x.delta_ws = a.take("gdn.delta_workspace", DType::i8, {static_cast<int64_t>(p.delta_workspace_bytes)});
+      a.section("activations");
+    }
   }
   if (c.num_full_attention() > 0) {
     x.aq = a.take("attn.q", act, {R, Hq, D});

@@ -48,6 +48,7 @@ struct StepActs {
   TensorView q, k, v;          // [R, Hk, Dk], [R, Hk, Dk], [R, Hv, Dv]
   TensorView g, beta;          // [R, Hv] f32
   TensorView core;             // [R, Hv, Dv] delta-rule output, gated-normed in place
+  TensorView delta_ws;         // the two-kernel delta-rule prefill's chunk records, i8 (empty unless it runs)
   TensorView aq, agate, aout;  // [R, Hq, D]
   TensorView attn_ws;          // attention split-K workspace (f32)
   TensorView rope;             // [max_context, rotary_dim] f32 rotary table (rope_table_fill)
@@ -77,6 +78,7 @@ struct StepLayoutParams {
   // partials, the split argmax partials, and the skinny GEMM's partials for an [n, k] projection
   // weight (0 when it never runs split). Empty or 0: none beyond the minimum view.
   size_t attn_workspace_bytes = 0, argmax_workspace_bytes = 0;
+  size_t delta_workspace_bytes = 0;  // the two-kernel delta-rule prefill's (0: it does not run)
   std::function<size_t(int n, int k)> gemm_workspace_bytes;
   size_t meta_bytes = 0;  // the static step-metadata block (step_meta_bytes)
   // Rows of the LM head and width of the logits: 0 = the vocabulary; a tensor-parallel rank's

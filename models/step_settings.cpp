@@ -9,6 +9,7 @@
 #include "kernels/delta_rule_prefill_chunked.h"
 #include "kernels/delta_rule_prefill_mma.h"
 #include "kernels/delta_rule_prefill_wgmma.h"
+#include "kernels/delta_rule_prefill_wgmma_t.h"
 #include "models/step_settings.h"
 
 namespace sg {
@@ -36,19 +37,20 @@ DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool pre
       wgmma_fits) {
     return DeltaPrefill::wgmma;
   }
-  if (want == DeltaPrefill::wgmma) {
+  if (want == DeltaPrefill::wgmma || want == DeltaPrefill::wgmma_t) {
+    const char* form = want == DeltaPrefill::wgmma ? "the warpgroup delta-rule prefill"
+                                                   : "the two-kernel warpgroup delta-rule prefill (wgmma-t)";
     require(wgmma_built,
-            "the warpgroup delta-rule prefill is built for bf16 activations with Dk = Dv = 128, not {} with Dk={} "
-            "Dv={} (use --delta-prefill mma or chunked)",
-            dtype_name(act), g.Dk, g.Dv);
-    require(wgmma_device,
-            "the warpgroup delta-rule prefill needs compute capability 9.0 (sm_90a), not {}.{} (use --delta-prefill "
-            "mma)",
+            "{} is built for bf16 activations with Dk = Dv = 128, not {} with Dk={} Dv={} (use --delta-prefill mma "
+            "or chunked)",
+            form, dtype_name(act), g.Dk, g.Dv);
+    require(wgmma_device, "{} needs compute capability 9.0 (sm_90a), not {}.{} (use --delta-prefill mma)", form,
             d.cc_major, d.cc_minor);
-    require(wgmma_fits,
-            "the warpgroup delta-rule prefill needs {} bytes of shared memory per block; this device allows {} "
-            "(use --delta-prefill mma)",
-            delta_rule_prefill_wgmma_smem(), optin);
+    const size_t smem =
+        want == DeltaPrefill::wgmma ? delta_rule_prefill_wgmma_smem() : delta_rule_prefill_wgmma_t_smem();
+    require(smem <= static_cast<size_t>(optin),
+            "{} needs {} bytes of shared memory per block; this device allows {} (use --delta-prefill mma)", form, smem,
+            optin);
     return want;
   }
   const bool mma_built = delta_rule_prefill_mma_supports(g.Dk, g.Dv) && d.cc_major >= 8;  // mma.sync bf16: sm_80+

@@ -32,12 +32,15 @@ enum class DeltaPrefill : uint8_t {
               // where wgmma does not run)
   wgmma,      // delta_rule_prefill_wgmma: the same products on the warpgroup tensor cores (sm_90a,
               // bf16 q/k/v, Dk = Dv = 128), the state in registers; automatic's choice where it runs
+  wgmma_t,    // delta_rule_prefill_wgmma_t ("wgmma-t"): the same products in two kernels, every chunk's
+              // T first, then the recurrence with the state transposed (where wgmma runs; a workspace
+              // of chunk records); named only
 };
-const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked", "mma", "wgmma"
-// "auto", "scan", "chunked", "mma" or "wgmma"; throws Error on anything else.
+const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked", "mma", "wgmma", "wgmma-t"
+// "auto", "scan", "chunked", "mma", "wgmma" or "wgmma-t"; throws Error on anything else.
 DeltaPrefill parse_delta_prefill(const std::string& name);
-// True for the names of the chunked WY forms ("chunked", "mma", "wgmma"); false for "auto", "scan"
-// and anything else.
+// True for the names of the chunked WY forms ("chunked", "mma", "wgmma", "wgmma-t"); false for
+// "auto", "scan" and anything else.
 bool chunked_delta_prefill(const std::string& name);
 
 // How a prefill step runs attention.prefill. A setting, not an arm (the two agree within the bf16
@@ -194,8 +197,9 @@ AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType ac
 // capability 9.0, its shared memory fits) unless the gated norm is to be fused into the prefill's
 // delta rule (`fused_norm`: built in the mma form only), else mma when its kernel is built for (Dk,
 // Dv) on this device (sm_80+) and one block's shared memory fits (the opt-in limit); otherwise
-// chunked when that kernel is built and fits, else scan. An explicit chunked, mma or wgmma that
-// cannot run is an error when the step has prefill (`prefill`), and harmless without.
+// chunked when that kernel is built and fits, else scan. An explicit chunked, mma, wgmma or wgmma-t
+// that cannot run is an error when the step has prefill (`prefill`), and harmless without (wgmma-t
+// runs where wgmma does, with its own shared memory).
 DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool prefill, DType act, const DeviceLimits& d,
                                    bool fused_norm = false);
 

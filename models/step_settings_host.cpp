@@ -11,11 +11,12 @@
 namespace sg {
 
 const char* delta_prefill_name(DeltaPrefill d) {
-  return d == DeltaPrefill::chunked ? "chunked"
-         : d == DeltaPrefill::mma   ? "mma"
-         : d == DeltaPrefill::wgmma ? "wgmma"
-         : d == DeltaPrefill::scan  ? "scan"
-                                    : "auto";
+  return d == DeltaPrefill::chunked   ? "chunked"
+         : d == DeltaPrefill::mma     ? "mma"
+         : d == DeltaPrefill::wgmma   ? "wgmma"
+         : d == DeltaPrefill::wgmma_t ? "wgmma-t"
+         : d == DeltaPrefill::scan    ? "scan"
+                                      : "auto";
 }
 
 DeltaPrefill parse_delta_prefill(const std::string& name) {
@@ -24,10 +25,13 @@ DeltaPrefill parse_delta_prefill(const std::string& name) {
   if (name == "chunked") return DeltaPrefill::chunked;
   if (name == "mma") return DeltaPrefill::mma;
   if (name == "wgmma") return DeltaPrefill::wgmma;
-  throw Error(fmt::format("unknown delta-rule prefill '{}' (valid: auto, scan, chunked, mma, wgmma)", name));
+  if (name == "wgmma-t") return DeltaPrefill::wgmma_t;
+  throw Error(fmt::format("unknown delta-rule prefill '{}' (valid: auto, scan, chunked, mma, wgmma, wgmma-t)", name));
 }
 
-bool chunked_delta_prefill(const std::string& name) { return name == "chunked" || name == "mma" || name == "wgmma"; }
+bool chunked_delta_prefill(const std::string& name) {
+  return name == "chunked" || name == "mma" || name == "wgmma" || name == "wgmma-t";
+}
 
 const char* attn_prefill_name(AttnPrefill a) {
   switch (a) {

@@ -168,7 +168,8 @@ TEST_CASE("ab selection: control bytes in a bad selection are shown escaped", "[
 }
 
 TEST_CASE("ab selection: the settings table matches the options", "[ab][selection]") {
-  CHECK(setting_values("delta-prefill") == std::vector<std::string>{"auto", "scan", "chunked", "mma", "wgmma"});
+  CHECK(setting_values("delta-prefill") ==
+        std::vector<std::string>{"auto", "scan", "chunked", "mma", "wgmma", "wgmma-t"});
   CHECK(setting_values("attn-prefill") == std::vector<std::string>{"auto", "simt", "mma", "wgmma"});
   CHECK(setting_values("attn-decode") == std::vector<std::string>{"auto", "simt", "mma"});
   CHECK(setting_values("gemm") == std::vector<std::string>{"auto", "cublas", "skinny", "mixed", "lt", "lt-all"});

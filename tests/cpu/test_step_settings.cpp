@@ -91,3 +91,20 @@ TEST_CASE("attn_prefill wgmma: auto and asked for, resolved only for bf16 D 64/1
       message([&] { resolve_attn_prefill(AttnPrefill::mma, 256, DType::bf16, DType::bf16, true, small); });
   CHECK(mma_smem.find("needs 68096 bytes of shared memory") != std::string::npos);
 }
+
+TEST_CASE("delta_prefill setting: names, parses, tells the chunked forms", "[settings]") {
+  for (const char* name : {"auto", "scan", "chunked", "mma", "wgmma", "wgmma-t"}) {
+    CAPTURE(name);
+    CHECK(std::string(delta_prefill_name(parse_delta_prefill(name))) == name);
+    CHECK(chunked_delta_prefill(name) == (std::string(name) != "auto" && std::string(name) != "scan"));
+  }
+  CHECK(parse_delta_prefill("wgmma-t") == DeltaPrefill::wgmma_t);
+  CHECK_FALSE(chunked_delta_prefill("wgmma_t"));
+  std::string message;
+  try {
+    parse_delta_prefill("wgmma_t");
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  CHECK(message.find("valid: auto, scan, chunked, mma, wgmma, wgmma-t") != std::string::npos);
+}

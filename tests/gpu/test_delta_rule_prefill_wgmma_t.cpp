@@ -293,3 +293,39 @@ TEST_CASE("two-kernel wgmma delta-rule prefill: no live sequence touches nothing
   check(cudaDeviceSynchronize());
   CHECK(byte_diff(rig.state.download(), test::to_bytes(P.state0, DType::f32), DType::f32) == "");
 }
+
+TEST_CASE("delta-prefill wgmma-t: resolved where wgmma runs, never by auto", "[gpu][delta_rule_wgmma_t][model]") {
+  DeviceLimits h200 = DeviceLimits::current();
+  h200.cc_major = 9;
+  h200.cc_minor = 0;
+  h200.smem_optin = 227 * 1024;
+  const GdnDims g4b{16, 32, 128, 128, 4};
+  CHECK(resolve_delta_prefill(DeltaPrefill::wgmma_t, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma_t);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma);
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string dims = message([&] {
+    resolve_delta_prefill(DeltaPrefill::wgmma_t, GdnDims{2, 4, 64, 64, 4}, true, DType::bf16, h200);
+  });
+  CHECK(dims.find("wgmma-t") != std::string::npos);
+  CHECK(dims.find("Dk=64") != std::string::npos);
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::wgmma_t, g4b, true, DType::f32, h200), Error);
+  DeviceLimits other = h200;
+  other.cc_major = 10;
+  CHECK(message([&] {
+          resolve_delta_prefill(DeltaPrefill::wgmma_t, g4b, true, DType::bf16, other);
+        }).find("compute capability 9.0") != std::string::npos);
+  DeviceLimits small = h200;
+  small.smem_optin = 100 * 1024;
+  CHECK(message([&] {
+          resolve_delta_prefill(DeltaPrefill::wgmma_t, g4b, true, DType::bf16, small);
+        }).find(std::to_string(delta_rule_prefill_wgmma_t_smem()) + " bytes of shared memory") != std::string::npos);
+  CHECK(resolve_delta_prefill(DeltaPrefill::wgmma_t, GdnDims{2, 4, 64, 64, 4}, false, DType::bf16, h200) ==
+        DeltaPrefill::wgmma_t);
+}

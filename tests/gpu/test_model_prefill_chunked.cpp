@@ -186,7 +186,8 @@ TEST_CASE("model prefill: the gated norm in the mma delta rule gives the norm ke
 // with history, then decode steps, against the same steps with mma. The two forms differ in f32 summation order only
 // (each within 1e-4 of the double reference, test_delta_rule_prefill_wgmma.cpp), so the logits agree within the bf16
 // model tolerance (a bf16 rounding that flips propagates); graph replay equals eager with wgmma; the manifest shows the
-// kernel on every GDN layer.
+// kernel on every GDN layer. The same for the two-kernel form (wgmma-t: its T kernel and its recurrence on every GDN
+// layer, its chunk records in the arena).
 TEST_CASE("model prefill with the wgmma delta rule: within the bf16 tolerance of mma, replay == eager",
           "[gpu][model][prefill][delta_rule_wgmma]") {
   const DeviceLimits dev = DeviceLimits::current();
@@ -204,13 +205,21 @@ TEST_CASE("model prefill with the wgmma delta rule: within the bf16 tolerance of
     REQUIRE(step.options().delta_prefill == dp);
     step.load_host_weights(w);
     step.capture_all();
-    size_t labelled = 0;
+    size_t labelled = 0, t_nodes = 0;
     for (const auto& n : step.prefill_manifest(step.prefill_keys().back()).nodes) {
       if (n.label.op != "delta_rule.prefill") continue;
-      labelled += n.label.arm.rfind(delta_prefill_name(dp), 0) == 0;
+      const bool t = n.kernel.find("delta_chunk_t_kernel") != std::string::npos;  // wgmma-t's first kernel
+      const std::string name = delta_prefill_name(dp);  // the arm, or it + "+gated_rmsnorm" (mma)
+      const bool named = n.label.arm == name || n.label.arm.rfind(name + "+", 0) == 0;
+      labelled += !t && named;  // the recurrence: one a layer
       if (dp == DeltaPrefill::wgmma) CHECK(n.kernel.find("delta_rule_wgmma_kernel") != std::string::npos);
+      if (dp == DeltaPrefill::wgmma_t) {
+        CHECK((t || n.kernel.find("delta_rule_wgmma_t_kernel") != std::string::npos));
+        t_nodes += t && named;
+      }
     }
     CHECK(labelled == static_cast<size_t>(cfg.num_linear_attention()));
+    if (dp == DeltaPrefill::wgmma_t) CHECK(t_nodes == static_cast<size_t>(cfg.num_linear_attention()));
     std::vector<float> logits;
     auto keep = [&](const std::vector<float>& l) { logits.insert(logits.end(), l.begin(), l.end()); };
     keep(step.prefill({{1, tokens_for(1, 70, V), 0}, {3, tokens_for(3, 9, V), 0}}, RunMode::graph).logits);
@@ -220,16 +229,19 @@ TEST_CASE("model prefill with the wgmma delta rule: within the bf16 tolerance of
                                                {3, tokens_for(300 + t, 1, V)[0], 89 + t}};
       keep(step.decode(reqs, RunMode::graph).logits);
     }
-    if (dp == DeltaPrefill::wgmma) {
+    if (dp != DeltaPrefill::mma) {
       check_prefill_replay(
           step, {{5, tokens_for(5, 100, V), 0}, {6, tokens_for(6, 3, V), 0}, {1, tokens_for(1, 5, V, 113), 113}});
     }
     CHECK(step.eager_fallbacks() == 0);
     return logits;
   };
-  const std::vector<float> m = run(DeltaPrefill::mma), g = run(DeltaPrefill::wgmma);
-  REQUIRE(m.size() == g.size());
-  const double e = normalised_error(g.data(), m.data(), m.size());
-  WARN("wgmma vs mma delta rule in the bf16 model: normalised max logit error " << e);
-  CHECK(e <= 3e-2);  // the bf16 model tolerance (test_model_prefill.cpp)
+  const std::vector<float> m = run(DeltaPrefill::mma);
+  for (DeltaPrefill dp : {DeltaPrefill::wgmma, DeltaPrefill::wgmma_t}) {
+    const std::vector<float> g = run(dp);
+    REQUIRE(m.size() == g.size());
+    const double e = normalised_error(g.data(), m.data(), m.size());
+    WARN(delta_prefill_name(dp) << " vs mma delta rule in the bf16 model: normalised max logit error " << e);
+    CHECK(e <= 3e-2);  // the bf16 model tolerance (test_model_prefill.cpp)
+  }
 }

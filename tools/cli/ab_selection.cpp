@@ -14,7 +14,7 @@
 namespace sg::cli {
 namespace {
 
-constexpr std::array<std::string_view, 5> kDeltaPrefill = {"auto", "scan", "chunked", "mma", "wgmma"};
+constexpr std::array<std::string_view, 6> kDeltaPrefill = {"auto", "scan", "chunked", "mma", "wgmma", "wgmma-t"};
 constexpr std::array<std::string_view, 4> kAttnPrefill = {"auto", "simt", "mma", "wgmma"};
 constexpr std::array<std::string_view, 3> kAttn = {"auto", "simt", "mma"};
 constexpr std::array<std::string_view, 3> kPdl = {"auto", "off", "on"};

@@ -357,7 +357,7 @@ void register_serve(CLI::App& app, Action& action) {
                 "GPU: skip the second run under CUPTI (graph-node time per op family)");
   add_arm_options(cmd, o.b.arms);
   cmd->add_option("--delta-prefill", o.b.delta_prefill,
-                  "The delta rule in prefill steps: auto, scan, chunked, mma or wgmma (as bench)")
+                  "The delta rule in prefill steps: auto, scan, chunked, mma, wgmma or wgmma-t (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("delta-prefill")));
   cmd->add_option("--attn-prefill", o.b.attn_prefill,

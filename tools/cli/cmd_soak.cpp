@@ -303,8 +303,9 @@ void register_soak(CLI::App& app, Action& action) {
   cmd->add_option("--ssm-state", o.ssm_state, "The GDN recurrent state's dtype: f32 or bf16 (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("ssm-state")));
-  cmd->add_option("--delta-prefill", o.delta_prefill,
-                  "The prompt's prefill (with --prompt): the delta rule, auto, scan, chunked, mma or wgmma (as bench)")
+  cmd->add_option(
+         "--delta-prefill", o.delta_prefill,
+         "The prompt's prefill (with --prompt): the delta rule, auto, scan, chunked, mma, wgmma or wgmma-t (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("delta-prefill")));
   cmd->add_option("--attn-prefill", o.attn_prefill,

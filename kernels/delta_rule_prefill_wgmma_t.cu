@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefi
   extern __shared__ __align__(128) unsigned char smem[];
   const int64_t idx = blockIdx.x;
   const int hv = blockIdx.y, ai = threadIdx.x, lane = ai & 31;
-  const int ns = *p.n_seqs;
+  const int ns = min(*p.n_seqs, p.max_seqs);
   if (ns <= 0) return;
   int lo = 0, hi = ns;  // first_record(lo) <= idx < first_record(hi) (hi == ns: no bound)
   while (hi - lo > 1) {
@@ -193,20 +193,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t sf[8][2][4];
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) acc_fragments(st + 32 * (kk >> 2), kk & 3, sf[kk]);
+    // Each product in the one-kernel form's order (its S parts outer, k-steps inner; V' and o below:
+    // hi*hi, then the low part of its first operand, then of T or P), so that each output element
+    // sums the same exact products in the same order.
     float xa[32], oa[32];
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {  // K-major k and q: a 16-feature k-step is two core matrices, 256 bytes on
-      const uint64_t kd = desc(s + sK + 256 * kk, 128, 2048);
-      wgmma::m64n64k16_rs_t<0>(xa, sf[kk][0], kd, kk > 0);
-      wgmma::m64n64k16_rs_t<0>(xa, sf[kk][1], kd, 1);
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {  // K-major k and q: a 16-feature k-step is two core matrices, 256 bytes on
+        wgmma::m64n64k16_rs_t<0>(xa, sf[kk][i], desc(s + sK + 256 * kk, 128, 2048), i + kk > 0);
+      }
     }
     wgmma::commit();
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      const uint64_t qd = desc(s + sQ + 256 * kk, 128, 2048);
-      wgmma::m64n64k16_rs_t<0>(oa, sf[kk][0], qd, kk > 0);
-      wgmma::m64n64k16_rs_t<0>(oa, sf[kk][1], qd, 1);
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        wgmma::m64n64k16_rs_t<0>(oa, sf[kk][i], desc(s + sQ + 256 * kk, 128, 2048), i + kk > 0);
+      }
     }
     wgmma::commit();
     wgmma::wait<1>();
@@ -250,15 +255,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::wait<0>();  // O^T too: S^T's parts are free
     wgmma::fence_operands<32>(oa);
 
-    // ---- V'^T = X'^T T^T (first group), P = Q K^T (second).
+    // ---- V'^T = X'^T T^T (first group, from zero as the one-kernel form's), P = Q K^T (second).
     float va[32], pa[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) va[i] = 0.0f;
+    wgmma::fence_operands<32>(va);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {  // T K-major: a 16-token k-step is two core matrices, 256 bytes on
       const uint64_t th = desc(s + sT + 256 * kk, 128, 1024), tl = desc(s + sT + kTP + 256 * kk, 128, 1024);
-      wgmma::m64n64k16_rs_t<0>(va, xf[kk][0], th, kk > 0);
-      wgmma::m64n64k16_rs_t<0>(va, xf[kk][0], tl, 1);
+      wgmma::m64n64k16_rs_t<0>(va, xf[kk][0], th, 1);
       wgmma::m64n64k16_rs_t<0>(va, xf[kk][1], th, 1);
+      wgmma::m64n64k16_rs_t<0>(va, xf[kk][0], tl, 1);
     }
     wgmma::commit();
 #pragma unroll
@@ -333,8 +341,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < 4; ++kk) {  // P K-major, as T
       const uint64_t ph = desc(aP + 256 * kk, 128, 1024), pl = desc(aP + kTP + 256 * kk, 128, 1024);
       wgmma::m64n64k16_rs_t<0>(oa, vf[kk][0], ph, 1);
-      wgmma::m64n64k16_rs_t<0>(oa, vf[kk][0], pl, 1);
       wgmma::m64n64k16_rs_t<0>(oa, vf[kk][1], ph, 1);
+      wgmma::m64n64k16_rs_t<0>(oa, vf[kk][0], pl, 1);
     }
     wgmma::commit();
     wgmma::wait<0>();
@@ -385,7 +393,7 @@ cudaError_t delta_rule_prefill_wgmma_t(const DeltaRulePrefillParams& p, void* wo
               "the form is built for bf16 q, k, v with Dk = Dv = 128");
   chk.require(p.norm_w == nullptr, "a fused output norm (norm_w) is built only in the mma form");
   chk.require(dev::aligned16(p.q) && dev::aligned16(p.k) && dev::aligned16(p.v), "q, k and v must be 16-byte aligned");
-  chk.in_range(max_tokens, 0, INT32_MAX, "max_tokens");
+  chk.in_range(p.Hv, 1, 65535, "Hv (the T kernel's grid y)").in_range(max_tokens, 0, INT32_MAX, "max_tokens");
   const size_t need = delta_rule_prefill_wgmma_t_workspace(max_tokens, p.max_seqs, p.Hv);
   chk.require(need == 0 || (workspace != nullptr && dev::aligned16(workspace)),
               "the workspace must be set and 16-byte aligned");

@@ -17,14 +17,18 @@
 //   2. delta_rule_wgmma_t_kernel, grid (Hv, max_seqs), 256 threads: two warpgroups, each owning 64
 //      value columns of the state as S^T [64 x 128] f32, the accumulator of its own update, and its
 //      register A operand: X^T = S^T K^T and O^T = S^T Q^T (S^T's bf16 parts from registers),
-//      V'^T = X^T T^T (T's parts from the record), o^T = O^T + V'^T P^T (P = Q K^T masked, its parts
+//      V'^T = X'^T T^T (T's parts from the record), o^T = O^T + V'^T P^T (P = Q K^T masked, its parts
 //      in the warpgroup's shared memory) and S^T = exp(G_last) S^T + (L V')^T K. Nothing of the state,
 //      X or V' passes through shared memory; the next chunk's q, k, v tiles and record are copied
 //      (cp.async) while a chunk runs; one block barrier a chunk.
 // The operands are split into bf16 high and low parts as in the one-kernel form (hi*hi + hi*lo +
-// lo*hi; S two products, q and k being exact), accumulated in f32; the products are the same, their
-// accumulation order is not (the transposed products), so the bytes are not the one-kernel form's:
-// tested against the double reference with its tolerance (tests/gpu/test_delta_rule_prefill_wgmma_t.cpp).
+// lo*hi; S two products, q and k being exact), accumulated in f32: each output element sums the
+// same exact products in the same order as there (the products issued in its order, the
+// elementwise steps the same), but transposed, with each product's operands in the other roles, and
+// nothing documented says the tensor cores sum a k-step alike then. So it is a value of the
+// --delta-prefill setting, tested against the double reference with the one-kernel form's
+// tolerance and within 1e-5 of that form (tests/gpu/test_delta_rule_prefill_wgmma_t.cpp, which
+// reports whether the bytes are equal).
 // Causal also for non-finite values, as the one-kernel form: X and V' enter T X and P V' with
 // non-finite values as 0, and the value columns at or past their first non-finite token are NaN
 // after each product; (L V') enters the state update as it is.

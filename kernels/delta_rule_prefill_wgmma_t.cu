@@ -56,15 +56,16 @@ __device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 
 // The first record of sequence n starting at token b: records are b / 64 + n + ci (header).
 __device__ __forceinline__ int64_t first_record(int64_t b, int n) { return b / kC + n; }
 
-// One chunk's T and gates a block: grid (records, Hv), 128 threads (one warpgroup). Record idx of a
-// head belongs to the last sequence n < *n_seqs with first_record(n) <= idx (first_record grows by
-// at least the sequence's chunk count from one sequence to the next), chunk idx - first_record(n);
-// records past a sequence's chunks, of padding sequences or past the live ones are not written.
+// One chunk's T and gates a block: grid records x Hv (block b: record b / Hv of v-head b % Hv, so
+// that the v-heads of one k head, which read the same k tile, run side by side), 128 threads (one
+// warpgroup). Record idx of a head belongs to the last sequence n < *n_seqs with first_record(n) <= idx (first_record
+// grows by at least the sequence's chunk count from one sequence to the next), chunk idx - first_record(n); records
+// past a sequence's chunks, of padding sequences or past the live ones are not written.
 __global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefillParams p, unsigned char* ws) {
   pdl_start();  // kernels/launch.cuh
   extern __shared__ __align__(128) unsigned char smem[];
-  const int64_t idx = blockIdx.x;
-  const int hv = blockIdx.y, ai = threadIdx.x, lane = ai & 31;
+  const int64_t idx = blockIdx.x / p.Hv;
+  const int hv = static_cast<int>(blockIdx.x % p.Hv), ai = threadIdx.x, lane = ai & 31;
   const int ns = min(*p.n_seqs, p.max_seqs);
   if (ns <= 0) return;
   int lo = 0, hi = ns;  // first_record(lo) <= idx < first_record(hi) (hi == ns: no bound)
@@ -393,7 +394,8 @@ cudaError_t delta_rule_prefill_wgmma_t(const DeltaRulePrefillParams& p, void* wo
               "the form is built for bf16 q, k, v with Dk = Dv = 128");
   chk.require(p.norm_w == nullptr, "a fused output norm (norm_w) is built only in the mma form");
   chk.require(dev::aligned16(p.q) && dev::aligned16(p.k) && dev::aligned16(p.v), "q, k and v must be 16-byte aligned");
-  chk.in_range(p.Hv, 1, 65535, "Hv (the T kernel's grid y)").in_range(max_tokens, 0, INT32_MAX, "max_tokens");
+  chk.in_range(max_tokens, 0, INT32_MAX, "max_tokens");
+  chk.require(record_count(max_tokens, p.max_seqs) * p.Hv <= INT32_MAX, "too many chunk records for one grid");
   const size_t need = delta_rule_prefill_wgmma_t_workspace(max_tokens, p.max_seqs, p.Hv);
   chk.require(need == 0 || (workspace != nullptr && dev::aligned16(workspace)),
               "the workspace must be set and 16-byte aligned");
@@ -405,8 +407,8 @@ cudaError_t delta_rule_prefill_wgmma_t(const DeltaRulePrefillParams& p, void* wo
   if (const cudaError_t e = dev::allow_dynamic_smem(delta_rule_wgmma_t_kernel, kSmem); e != cudaSuccess) return e;
   const int64_t records = record_count(max_tokens, p.max_seqs);
   auto* ws = static_cast<unsigned char*>(workspace);
-  launch_kernel(delta_chunk_t_kernel, dim3(static_cast<unsigned>(records), static_cast<unsigned>(p.Hv)), dim3(128),
-                kChunkSmem, stream, p, ws);
+  launch_kernel(delta_chunk_t_kernel, dim3(static_cast<unsigned>(records * p.Hv)), dim3(128), kChunkSmem, stream, p,
+                ws);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   launch_kernel(delta_rule_wgmma_t_kernel, dim3(static_cast<unsigned>(p.Hv), static_cast<unsigned>(p.max_seqs)),
                 dim3(kThreads), kSmem, stream, p, static_cast<const unsigned char*>(ws), records);

@@ -9,7 +9,7 @@
 // chunk (docs/BENCHMARKS.md): the state's, because the state's bf16 parts go through shared memory
 // as the B operand of O = Q S and X = K S every chunk, with X and V' too; T's, because one
 // warpgroup's substitutions and products are latency-bound. Here
-//   1. delta_chunk_t_kernel, grid (chunk records, Hv), 128 threads: one chunk of one v-head a
+//   1. delta_chunk_t_kernel, grid chunk records x Hv, 128 threads: one chunk of one v-head a
 //      block, independent of every other (the parallelism of all chunks, not of sequences): its k
 //      tile, gates, A = K K^T and T, by the same code as the one-kernel form's third warpgroup
 //      (delta_rule_wgmma_chunk.cuh: T's bytes are that form's), written with the gates to a

@@ -196,8 +196,8 @@ TEST_CASE("two-kernel wgmma delta-rule prefill: a captured launch replays the ea
         check(cudaDeviceSynchronize());
         return Result{rig.out.download(), rig.state.download()};
       });
-  // The T kernel: (ceil(409 / 64) + 7 records, Hv) of 128 threads; the recurrence: (Hv, max_seqs 7).
-  CHECK(nodes[0].grid == Dim3{14, static_cast<unsigned>(sh.Hv), 1});
+  // The T kernel: (ceil(409 / 64) + 7) records x Hv blocks of 128 threads; the recurrence: (Hv, max_seqs 7).
+  CHECK(nodes[0].grid == Dim3{14 * static_cast<unsigned>(sh.Hv), 1, 1});
   CHECK(nodes[0].block == Dim3{128, 1, 1});
   CHECK(nodes[0].smem_bytes == delta_rule_prefill_wgmma_t_chunk_smem());
   CHECK(nodes[0].kernel.find("delta_chunk_t_kernel") != std::string::npos);

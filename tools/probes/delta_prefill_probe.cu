@@ -448,6 +448,21 @@ int main(int argc, char** argv) {
   float total = 0;
   CK(cudaEventElapsedTime(&total, e0, e1));
   const double ms = total / reps;
+#ifdef SG_PROBE_WGMMA_T
+  // The T kernel alone (the same TU holds it): the rest of a launch is the recurrence.
+  CK(cudaEventRecord(e0));
+  for (int i = 0; i < reps; ++i) {
+    const int64_t records = sg::record_count(g_ws.tokens, p.max_seqs);
+    sg::launch_kernel(sg::delta_chunk_t_kernel, dim3(static_cast<unsigned>(records * Hv)), dim3(128), sg::kChunkSmem,
+                      nullptr, p, static_cast<unsigned char*>(g_ws.data));
+  }
+  CK(cudaEventRecord(e1));
+  CK(cudaEventSynchronize(e1));
+  CK(cudaGetLastError());
+  float t_total = 0;
+  CK(cudaEventElapsedTime(&t_total, e0, e1));
+  const double t_ms = t_total / reps;
+#endif
 
   // The checksum: one launch from the initial state.
   CK(cudaMemcpy(state, state0, state_bytes, cudaMemcpyDeviceToDevice));
@@ -492,6 +507,8 @@ int main(int argc, char** argv) {
   print_trace(static_cast<int>(chunks), seqs, Hv);
 #endif
 #ifdef SG_PROBE_WGMMA_T
+  std::printf("  of which the T kernel alone %.4f ms (%lld blocks of 128 threads, %u bytes of shared memory)\n", t_ms,
+              static_cast<long long>(sg::record_count(g_ws.tokens, p.max_seqs) * Hv), sg::kChunkSmem);
   // The one-kernel warpgroup form from the same start: how far the two forms' bytes are apart.
   CK(cudaMemcpy(state, state0, state_bytes, cudaMemcpyDeviceToDevice));
   const cudaError_t werr = sg::delta_rule_prefill_wgmma(p, nullptr);

@@ -44,7 +44,6 @@ namespace sg {
 namespace {
 
 using chunk_io::store2;
-using chunk_io::store4;
 using mma::smem_addr;
 using wgmma::desc;
 using namespace wgmma_chunk;  // kC, kD, kLDT, the tile sizes, at, load_tile, put_parts, Gates, chunk_t
@@ -135,11 +134,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int g = lane >> 2, t = lane & 3;
   if (slot < 0) {  // padding: zero output rows, state untouched
-    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int64_t f = tid; f < (e - b) * (kD / 4); f += kThreads) {
-      const int64_t tk = b + f / (kD / 4);
-      store4(p.out, p.out_dtype, (tk * Hv + hv) * kD + 4 * (f % (kD / 4)), zero, 4, true);
-    }
+    fill_rows(p, b, e, hv, 0.0f, tid, kThreads, true);
     return;
   }
   const int hk = hv / (Hv / Hk);
@@ -237,18 +232,10 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
     wgmma::commit();
     wgmma::wait<1>();
     wgmma::fence_operands<32>(pa);
-    // P: scaled and decayed, exact zeros above the diagonal (selected: a later token's k may be
-    // non-finite), then split into the register A operand of P V'.
+    // P: scaled and decayed, exact zeros above the diagonal, then split into the register A
+    // operand of P V'.
     uint32_t pf[4][2][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int r = r0 + 8 * (q >> 1), c = 8 * j + 2 * t + (q & 1);
-        const float w = c <= r ? expf(static_cast<float>(gt.G[r] - gt.G[c])) : 0.0f;  // never exp of a positive
-        pa[4 * j + q] = c <= r ? (pa[4 * j + q] * scale) * w : 0.0f;
-      }
-    }
+    mask_p(pa, gt, scale, r0, t);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) acc_fragments(pa, kk, pf[kk]);
     wgmma::wait<0>();

@@ -138,12 +138,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int nchunks = static_cast<int>((e - b + kC - 1) / kC);
   const int64_t first = first_record(b, n);
   if (slot < 0 || first + nchunks > records) {  // padding: zero rows; records past the workspace: NaN rows
-    const float fill = slot < 0 ? 0.0f : __int_as_float(0x7fc00000);
-    const float4 f4 = make_float4(fill, fill, fill, fill);
-    for (int64_t f = tid; f < (e - b) * (kD / 4); f += kThreads) {
-      const int64_t tk = b + f / (kD / 4);
-      chunk_io::store4(p.out, p.out_dtype, (tk * Hv + hv) * kD + 4 * (f % (kD / 4)), f4, 4, false);
-    }
+    fill_rows(p, b, e, hv, slot < 0 ? 0.0f : __int_as_float(0x7fc00000), tid, kThreads, false);
     return;
   }
   const int hk = hv / (Hv / Hk);
@@ -279,21 +274,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_operands<32>(va);
     wgmma::fence_operands<32>(pa);
     // P (rows: query tokens, columns: key tokens): scaled and decayed, exact zeros above the
-    // diagonal (selected: a later token's k may be non-finite), its parts into this warpgroup's
-    // tiles: [64 x 64] K-major, the B operand of o^T += V'^T P^T.
+    // diagonal; its parts into this warpgroup's tiles: [64 x 64] K-major, the B operand of
+    // o^T += V'^T P^T.
+    mask_p(pa, gt, scale, r0, t);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h, c = 8 * j + 2 * t;
-        float y[2];
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const float w =
-              c + u <= r ? expf(static_cast<float>(gt.G[r] - gt.G[c + u])) : 0.0f;  // never exp of a positive
-          y[u] = c + u <= r ? (pa[4 * j + 2 * h + u] * scale) * w : 0.0f;
-        }
-        put_parts<64>(sPh, sPh + kTP, r, c, y[0], y[1]);
+        put_parts<64>(sPh, sPh + kTP, r0 + 8 * h, 8 * j + 2 * t, pa[4 * j + 2 * h], pa[4 * j + 2 * h + 1]);
       }
     }
     wgmma::fence_proxy_async();

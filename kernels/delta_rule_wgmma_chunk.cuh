@@ -101,6 +101,32 @@ __device__ __forceinline__ Gates gates_in(unsigned char* g) {
   return {reinterpret_cast<double*>(g), e, e + kC, e + 2 * kC};
 }
 
+// Output rows b .. e - 1 of v-head hv (out [T, Hv, 128] of p.out_dtype) all `value`, by nt threads
+// (this one is `it` of them); vec: out is 16-byte aligned (four values a store).
+__device__ __forceinline__ void fill_rows(const DeltaRulePrefillParams& p, int64_t b, int64_t e, int hv, float value,
+                                          int it, int nt, bool vec) {
+  const float4 v4 = make_float4(value, value, value, value);
+  for (int64_t f = it; f < (e - b) * (kD / 4); f += nt) {
+    const int64_t tk = b + f / (kD / 4);
+    chunk_io::store4(p.out, p.out_dtype, (tk * p.Hv + hv) * kD + 4 * (f % (kD / 4)), v4, 4, vec);
+  }
+}
+
+// P = Q K^T of a chunk in an m64n64 accumulator (pa[4 j + q]: query token r0 + 8 (q >> 1), key
+// token 8 j + 2 t + (q & 1)), in place: scaled, decayed by exp(G_r - G_c), exact zeros above the
+// diagonal (selected: a later token's k may be non-finite).
+__device__ __forceinline__ void mask_p(float* pa, const Gates& gt, float scale, int r0, int t) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int r = r0 + 8 * (q >> 1), c = 8 * j + 2 * t + (q & 1);
+      const float w = c <= r ? expf(static_cast<float>(gt.G[r] - gt.G[c])) : 0.0f;  // never exp of a positive
+      pa[4 * j + q] = c <= r ? (pa[4 * j + q] * scale) * w : 0.0f;
+    }
+  }
+}
+
 // T's high and low bf16 parts (exact zeros above the diagonal) over its own f32 tile, by the 128 T
 // threads (thread ai), as the K-major operand of V' = T X: two [64 x 64] core-matrix tiles, hi at
 // `parts`, lo kTP bytes on. Thread ai takes rows 16 w + (ai % 8) and 8 more (w = ai / 32) and the

@@ -434,4 +434,94 @@ void check_nan_causal(DType t, const std::vector<size_t>& bad_rows, Run run) {
   }
 }
 
+// The warpgroup forms' matrix (bf16 q, k, v; Dk = Dv = 128) against the double reference: shapes
+// (Hk, Hv) = (2, 4) and (1, 2), normal and fast decay (g in [-20, -5] on every live token), each
+// history pattern of kHists. bf16 outputs within the bf16 tolerance, every live row written and
+// deterministic (a second run over another poison gives the same bytes); f32 outputs and the f32
+// state within tol_f32, the output dtype changing no state byte; with normal decay and every
+// sequence with history, a bf16 state read widened and rounded once (within 8e-3). `launch(P,
+// params)` runs the form synchronously; `also(P, rig, f32_params, f32_result)` adds the caller's
+// checks after each f32-output run (the rig and the f32 output buffer are free to reuse). Prints
+// the worst errors seen, after `name`.
+template <typename Launch, typename Also>
+void check_warpgroup_matrix(const char* name, double tol_f32, Launch launch, Also also) {
+  Worst worst, worst_fast;
+  double worst_bf16_state = 0;
+  for (const Shape sh : {Shape{2, 4, 128, 128}, Shape{1, 2, 128, 128}}) {
+    for (bool fast : {false, true}) {
+      for (int h = 0; h < 3; ++h) {
+        CAPTURE(sh.Hk, sh.Hv, fast, kHistNames[h]);
+        const uint64_t seed = 9300 + sh.Hv + 10 * h + (fast ? 100 : 0);
+        INFO("seed " << seed);
+        Problem P = make_problem(sh, DType::bf16, kLens, kSlots, kHists[static_cast<size_t>(h)], seed);
+        if (fast) {
+          const auto g = uniform(static_cast<size_t>(P.T) * sh.Hv, seed + 7, -20.f, -5.f);
+          std::copy(g.begin(), g.end(), P.g.begin());
+        }
+        Rig rig(P);
+        auto run = [&](uint8_t poison) {
+          rig.reset(P, poison);
+          launch(P, rig.params(P));
+          return Result{rig.out.download(), rig.state.download()};
+        };
+        // bf16 outputs against the bf16-storing reference.
+        const Expected ref = reference(P);
+        const Result a = run(0xA5);
+        check_close(P, a, ref, tol_f32, fast ? &worst_fast : &worst);
+        check_untouched(P, a, 0xA5);
+        const Result b = run(0x5A);
+        const size_t live_bytes = static_cast<size_t>(P.T * P.row()) * 2;
+        CHECK(std::memcmp(a.out.data(), b.out.data(), live_bytes) == 0);
+        CHECK(byte_diff(b.state, a.state, DType::f32) == "");
+        check_untouched(P, b, 0x5A);
+
+        // f32 outputs (the same bf16 inputs) against the f32-storing reference.
+        Problem Pf = P;
+        Pf.t = DType::f32;
+        const Expected ref_f = reference(Pf);
+        DevBuf out_f(Pf.out_bytes(), 0xA5);
+        rig.reset(P, 0xA5);
+        DeltaRulePrefillParams pf = rig.params(P);
+        pf.out = out_f.data();
+        pf.out_dtype = DType::f32;
+        launch(P, pf);
+        const Result f{out_f.download(), rig.state.download()};
+        check_close(Pf, f, ref_f, tol_f32, fast ? &worst_fast : &worst);
+        check_untouched(Pf, f, 0xA5);
+        CHECK(byte_diff(f.state, a.state, DType::f32) == "");  // the output dtype changes no state byte
+        also(P, rig, pf, f);
+
+        // A bf16 state: read widened, the final state rounded once.
+        if (!fast && h == 0) {
+          const DevBuf st16 = DevBuf::from(P.state0, DType::bf16);
+          std::vector<float> s0r(P.state0.size());
+          for (size_t i = 0; i < s0r.size(); ++i) s0r[i] = round_bf16(P.state0[i]);
+          Problem Pr = Pf;
+          Pr.state0 = s0r;
+          const Expected ref_r = reference(Pr);
+          rig.reset(P, 0xA5);
+          DeltaRulePrefillParams pb = pf;
+          pb.state = st16.data();
+          pb.state_dtype = DType::bf16;
+          launch(P, pb);
+          const auto got_s = from_bytes(st16.download(), DType::bf16);
+          for (int n = 0; n < P.n_live; ++n) {
+            if (P.slots[n] < 0 || P.cu[n + 1] == P.cu[n]) continue;
+            const int64_t s0 = P.slots[n] * P.sh.Hv * P.head_size();
+            const double serr =
+                norm_err(got_s.data() + s0, ref_r.state.data() + s0, static_cast<size_t>(P.sh.Hv * P.head_size()));
+            CAPTURE(n, serr);
+            CHECK(serr <= 8e-3);  // one bf16 rounding of the final state
+            worst_bf16_state = std::max(worst_bf16_state, serr);
+          }
+        }
+      }
+    }
+  }
+  std::printf(
+      "%s delta-rule prefill, worst normalised error vs the double reference: f32 outputs %.3g, state %.3g; "
+      "fast decay: f32 outputs %.3g, state %.3g; bf16 state %.3g\n",
+      name, worst.out, worst.state, worst_fast.out, worst_fast.state, worst_bf16_state);
+}
+
 }  // namespace sg::test::drp

@@ -83,95 +83,37 @@ TEST_CASE("two-kernel wgmma delta-rule prefill matches the reference, keeps the 
     WARN("not run: the two-kernel wgmma delta-rule prefill needs compute capability 9.0");
     return;
   }
-  Worst worst, worst_fast;
-  double worst_bf16_state = 0, worst_vs_one = 0;
+  double worst_vs_one = 0;
   int runs = 0, byte_equal = 0;  // comparisons with the one-kernel form, and those with equal bytes
-  for (const Shape sh : {Shape{2, 4, 128, 128}, Shape{1, 2, 128, 128}}) {
-    for (bool fast : {false, true}) {
-      for (int h = 0; h < 3; ++h) {
-        CAPTURE(sh.Hk, sh.Hv, fast, kHistNames[h]);
-        const uint64_t seed = 9300 + sh.Hv + 10 * h + (fast ? 100 : 0);
-        INFO("seed " << seed);
-        Problem P = make_problem(sh, DType::bf16, kLens, kSlots, kHists[static_cast<size_t>(h)], seed);
-        if (fast) {  // fast decay on every live token: g in [-20, -5]
-          const auto g = test::uniform(static_cast<size_t>(P.T) * sh.Hv, seed + 7, -20.f, -5.f);
-          std::copy(g.begin(), g.end(), P.g.begin());
-        }
-        Rig rig(P);
-        const Expected ref = reference(P);
-        const Result a = run(P, rig, 0xA5);
-        test::drp::check_close(P, a, ref, kTolF32, fast ? &worst_fast : &worst);
-        check_untouched(P, a, 0xA5);
-        const Result b = run(P, rig, 0x5A);  // every live row written, deterministic
-        const size_t live_bytes = static_cast<size_t>(P.T * P.row()) * 2;
-        CHECK(std::memcmp(a.out.data(), b.out.data(), live_bytes) == 0);
-        CHECK(byte_diff(b.state, a.state, DType::f32) == "");
-        check_untouched(P, b, 0x5A);
-
-        // f32 outputs against the f32-storing reference, and against the one-kernel form.
-        Problem Pf = P;
-        Pf.t = DType::f32;
-        const size_t live = P.live_out_elems();
-        const Expected ref_f = reference(Pf);
-        DevBuf out_f(Pf.out_bytes(), 0xA5);
+  test::drp::check_warpgroup_matrix(
+      "two-kernel wgmma", kTolF32, [](const Problem& P, const DeltaRulePrefillParams& p) { launch(P, p); },
+      [&](const Problem& P, Rig& rig, const DeltaRulePrefillParams& pf, const Result& f) {
+        // The one-kernel form over the same f32 output buffer, poisoned again: every live row is
+        // written, within 1e-5 (normalised to the largest magnitude) of this form's.
         rig.reset(P, 0xA5);
-        DeltaRulePrefillParams pf = rig.params(P);
-        pf.out = out_f.data();
-        pf.out_dtype = DType::f32;
-        launch(P, pf);
-        const Result f{out_f.download(), rig.state.download()};
-        test::drp::check_close(Pf, f, ref_f, kTolF32, fast ? &worst_fast : &worst);
-        check_untouched(Pf, f, 0xA5);
-        CHECK(byte_diff(f.state, a.state, DType::f32) == "");  // the output dtype changes no state byte
-        rig.reset(P, 0xA5);
-        out_f.fill(0x5A);  // every live row must be written again
+        const size_t live = P.live_out_elems(), out_bytes = P.out_elems() * 4;
+        check(cudaMemset(pf.out, 0x5A, out_bytes));
         check(delta_rule_prefill_wgmma(pf, nullptr));
         check(cudaDeviceSynchronize());
-        const Result one{out_f.download(), rig.state.download()};
+        std::vector<uint8_t> one_out(out_bytes);
+        check(cudaMemcpy(one_out.data(), pf.out, out_bytes, cudaMemcpyDeviceToHost));
+        const std::vector<uint8_t> one_state = rig.state.download();
         ++runs;
-        byte_equal += std::memcmp(f.out.data(), one.out.data(), live * 4) == 0 && f.state == one.state;
-        const auto fo = test::from_bytes(f.out, DType::f32), oo = test::from_bytes(one.out, DType::f32);
+        byte_equal += std::memcmp(f.out.data(), one_out.data(), live * 4) == 0 && f.state == one_state;
+        const auto fo = test::from_bytes(f.out, DType::f32), oo = test::from_bytes(one_out, DType::f32);
         const double dout = max_normalised(std::vector<float>(fo.begin(), fo.begin() + static_cast<int64_t>(live)),
                                            std::vector<float>(oo.begin(), oo.begin() + static_cast<int64_t>(live)));
         const double dstate =
-            max_normalised(test::from_bytes(f.state, DType::f32), test::from_bytes(one.state, DType::f32));
+            max_normalised(test::from_bytes(f.state, DType::f32), test::from_bytes(one_state, DType::f32));
         CAPTURE(dout, dstate);
         CHECK(dout <= 1e-5);
         CHECK(dstate <= 1e-5);
         worst_vs_one = std::max({worst_vs_one, dout, dstate});
-
-        // A bf16 state: read widened, the final state rounded once.
-        if (!fast && h == 0) {
-          const DevBuf st16 = DevBuf::from(P.state0, DType::bf16);
-          std::vector<float> s0r(P.state0.size());
-          for (size_t i = 0; i < s0r.size(); ++i) s0r[i] = round_bf16(P.state0[i]);
-          Problem Pr = Pf;
-          Pr.state0 = s0r;
-          const Expected ref_r = reference(Pr);
-          rig.reset(P, 0xA5);
-          DeltaRulePrefillParams pb = pf;
-          pb.state = st16.data();
-          pb.state_dtype = DType::bf16;
-          launch(P, pb);
-          const auto got_s = test::from_bytes(st16.download(), DType::bf16);
-          for (int n = 0; n < P.n_live; ++n) {
-            if (P.slots[n] < 0 || P.cu[n + 1] == P.cu[n]) continue;
-            const int64_t s0 = P.slots[n] * P.sh.Hv * P.head_size();
-            const double serr =
-                norm_err(got_s.data() + s0, ref_r.state.data() + s0, static_cast<size_t>(P.sh.Hv * P.head_size()));
-            CAPTURE(n, serr);
-            CHECK(serr <= 8e-3);  // one bf16 rounding of the final state
-            worst_bf16_state = std::max(worst_bf16_state, serr);
-          }
-        }
-      }
-    }
-  }
+      });
   std::printf(
-      "two-kernel wgmma delta-rule prefill, worst normalised error vs the double reference: f32 outputs %.3g, "
-      "state %.3g; fast decay: f32 outputs %.3g, state %.3g; bf16 state %.3g; vs the one-kernel form %.3g (equal "
-      "bytes in %d of %d runs)\n",
-      worst.out, worst.state, worst_fast.out, worst_fast.state, worst_bf16_state, worst_vs_one, byte_equal, runs);
+      "two-kernel wgmma delta-rule prefill against the one-kernel form: largest difference %.3g, equal bytes "
+      "in %d of %d runs\n",
+      worst_vs_one, byte_equal, runs);
 }
 
 TEST_CASE("two-kernel wgmma delta-rule prefill: a captured launch replays the eager bytes",

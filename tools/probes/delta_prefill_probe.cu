@@ -140,20 +140,26 @@ uint64_t hash_bytes(const std::vector<uint8_t>& b, uint64_t h = 1469598103934665
   return h;
 }
 
+// The f32 or bf16 value at byte i of a downloaded buffer.
+float value_at(const std::vector<uint8_t>& b, size_t i, DType t) {
+  float x;
+  if (t == DType::bf16) {
+    uint16_t u;
+    std::memcpy(&u, &b[i], 2);
+    const uint32_t w = uint32_t{u} << 16;
+    std::memcpy(&x, &w, 4);
+  } else {
+    std::memcpy(&x, &b[i], 4);
+  }
+  return x;
+}
+
 // Sum and sum of magnitudes of a downloaded f32 or bf16 buffer.
 void sums(const std::vector<uint8_t>& b, DType t, double& sum, double& asum) {
   sum = asum = 0.0;
   const size_t es = sg::dtype_size(t);
   for (size_t i = 0; i + es <= b.size(); i += es) {
-    float x;
-    if (t == DType::bf16) {
-      uint16_t u;
-      std::memcpy(&u, &b[i], 2);
-      const uint32_t w = uint32_t{u} << 16;
-      std::memcpy(&x, &w, 4);
-    } else {
-      std::memcpy(&x, &b[i], 4);
-    }
+    const float x = value_at(b, i, t);
     sum += x;
     asum += std::fabs(x);
   }
@@ -295,21 +301,9 @@ Workspace g_ws;
 // The largest |a - b| over the largest |b| of two downloaded f32 or bf16 buffers.
 double normalised_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, DType t) {
   const size_t es = sg::dtype_size(t);
-  auto at = [&](const std::vector<uint8_t>& v, size_t i) {
-    float x;
-    if (t == DType::bf16) {
-      uint16_t u;
-      std::memcpy(&u, &v[i], 2);
-      const uint32_t w = uint32_t{u} << 16;
-      std::memcpy(&x, &w, 4);
-    } else {
-      std::memcpy(&x, &v[i], 4);
-    }
-    return double(x);
-  };
   double diff = 0, mag = 0;
   for (size_t i = 0; i + es <= b.size(); i += es) {
-    const double x = at(a, i), y = at(b, i);
+    const double x = value_at(a, i, t), y = value_at(b, i, t);
     diff = std::max(diff, std::isfinite(x - y) ? std::fabs(x - y) : INFINITY);
     mag = std::max(mag, std::fabs(y));
   }

@@ -1,16 +1,15 @@
-// delta_rule_prefill_wgmma_t.cu: the gated delta rule's prefill in two kernels, every chunk's T
-// first, then the recurrence with the state transposed (see delta_rule_prefill_wgmma_t.h for the
+// delta_rule_prefill_wgmma_t.cu: the gated delta rule's prefill in two kernels, every chunk's T and
+// P first, then the recurrence with the state transposed (see delta_rule_prefill_wgmma_t.h for the
 // design, the arithmetic and the contract). Built for sm_90a only (the sg_kernels_sm90a library).
 //
 // The recurrence, per chunk, in each of the two warpgroups (warpgroup w: value columns
 // vc = 64 w .. vc + 63; accumulators are [64 value columns x N] with the value column as the row):
 //   X^T = S^T K^T, O^T = S^T Q^T          A: S^T's bf16 parts (registers), B: the k / q tile (K-major)
 //   X'^T = beta (v^T - exp(G) X^T)        v^T read by ldmatrix.trans; non-finite as 0, first one noted
-//   V'^T = X'^T T^T, P = Q K^T            B: T's parts (the record, K-major); P from the q, k tiles
-//   P masked, scaled, decayed -> its parts in the warpgroup's shared memory
+//   V'^T = X'^T T^T                       B: T's parts (the record, K-major)
 //   S^T = exp(G_last) S^T + (L V')^T K    B: the k tile, MN-major
-//   o^T = exp(G) scale O^T + V'^T P^T     B: P's parts (K-major); stored, NaN past the first
-//                                         non-finite V' of each value column
+//   o^T = exp(G) scale O^T + V'^T P^T     B: P's parts (the record, K-major); stored, NaN past the
+//                                         first non-finite V' of each value column
 // A row's first non-finite token is the minimum over the four lanes of a quad (a row's 64 tokens
 // are theirs), so no shared memory and no barrier serves it.
 #include <cuda_bf16.h>
@@ -37,30 +36,55 @@ using mma::smem_addr;
 using wgmma::desc;
 using namespace wgmma_chunk;  // kC, kD, kLDT, the tile sizes, at, load_tile, put_parts, Gates, chunk_t
 
-constexpr uint32_t kRec = 2 * kTP + kGB;  // a chunk record: T's hi and lo parts (as in shared memory), the gates
-constexpr int kThreads = 256;             // two warpgroups: value columns 0 .. 63 and 64 .. 127
-// A stage of the recurrence's double buffer (chunk ci uses stage ci % 2): the q, k, v tiles and the
-// chunk's record, copied as they are.
-constexpr uint32_t sQ = 0, sK = kQK, sV = 2 * kQK, sT = 3 * kQK, sG = sT + 2 * kTP;
+// A chunk record: the bf16 parts of T and of P (lower triangles: both are exact zeros above the
+// diagonal), then the gates. A [64 x 64] part tile is 8 x 8 core matrices of 128 bytes (wgmma_util.cuh);
+// the record keeps the 36 with column group <= row group, core matrix (i, j) at tri(i) + j.
+constexpr int kTri = 36;                   // core matrices of a lower triangle, diagonal included
+constexpr uint32_t kRecPart = kTri * 128;  // one part's lower triangle
+constexpr uint32_t kRecG = 4 * kRecPart;   // the gates: T hi, T lo, P hi, P lo first
+constexpr uint32_t kRec = kRecG + kGB;     // 19,712 bytes
+constexpr int kThreads = 256;              // two warpgroups: value columns 0 .. 63 and 64 .. 127
+// A stage of the recurrence's double buffer (chunk ci uses stage ci % 2): the q, k, v tiles, T's and
+// P's parts as whole [64 x 64] tiles (hi, then lo kTP on; the upper core matrices zeroed once), the gates.
+constexpr uint32_t sQ = 0, sK = kQK, sV = 2 * kQK, sT = 3 * kQK, sP = sT + 2 * kTP, sG = sP + 2 * kTP;
 constexpr uint32_t kStage = sG + kGB;
-constexpr uint32_t oP = 2 * kStage;  // P's parts, a pair of [64 x 64] tiles a warpgroup: hi at oP + 2 kTP w, lo kTP on
-constexpr uint32_t kSmem = oP + 4 * kTP;
-// The T kernel: the k tile, A then T (f32, then T's parts over its first 2 kTP bytes), the gates.
+constexpr uint32_t kSmem = 2 * kStage;
+// The T kernel: the k tile; the q tile, then A and T (f32), then T's parts over its first 2 kTP
+// bytes; the gates.
 constexpr uint32_t tK = 0, tT = kQK, tG = tT + kTB;
 constexpr uint32_t kChunkSmem = tG + kGB;
 static_assert(kSmem <= 227 * 1024, "fits one block's shared memory on sm_90");
-static_assert(kRec % 16 == 0 && kStage % 16 == 0 && sG == sT + 2 * kTP, "a record lands on the stage as it is");
+static_assert(kQK <= kTB, "the q tile fits the T kernel's A / T tile");
+static_assert(kRec % 16 == 0 && kStage % 16 == 0 && kGB % 16 == 0, "16-byte copies");
 
-__device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
+// Core matrix m < 36 of a lower triangle: its row group i and column group j <= i (m = i (i + 1) / 2 + j).
+__device__ __forceinline__ int tri_row(int m) {
+  int i = 0;
+  while ((i + 1) * (i + 2) / 2 <= m) ++i;
+  return i;
+}
+
+// The T kernel's store of P's pair (r, c), (r, c + 1) (c even, c <= r rounded down to its core
+// matrix: the pair's core matrix is in the lower triangle) into the record's P parts.
+__device__ __forceinline__ void store_p_pair(unsigned char* rec, int r, int c, float x, float y) {
+  uint32_t w[2];
+  mma::split_pair<2>(x, y, w);
+  const int i = r >> 3, j = c >> 3;
+  const uint32_t o = (i * (i + 1) / 2 + j) * 128 + (r & 7) * 16 + (c & 7) * 2;
+  *reinterpret_cast<uint32_t*>(rec + 2 * kRecPart + o) = w[0];
+  *reinterpret_cast<uint32_t*>(rec + 3 * kRecPart + o) = w[1];
+}
 
 // The first record of sequence n starting at token b: records are b / 64 + n + ci (header).
 __device__ __forceinline__ int64_t first_record(int64_t b, int n) { return b / kC + n; }
 
-// One chunk's T and gates a block: grid records x Hv (block b: record b / Hv of v-head b % Hv, so
+// One chunk's T, P and gates a block: grid records x Hv (block b: record b / Hv of v-head b % Hv, so
 // that the v-heads of one k head, which read the same k tile, run side by side), 128 threads (one
-// warpgroup). Record idx of a head belongs to the last sequence n < *n_seqs with first_record(n) <= idx (first_record
-// grows by at least the sequence's chunk count from one sequence to the next), chunk idx - first_record(n); records
-// past a sequence's chunks, of padding sequences or past the live ones are not written.
+// warpgroup). P = Q K^T (scaled, decayed, masked: mask_p) goes from registers to the record; T
+// (chunk_t, the one-kernel form's code) through shared memory. Record idx of a head belongs to the last sequence n <
+// *n_seqs with first_record(n) <= idx (first_record grows by at least the sequence's chunk count from one sequence to
+// the next), chunk idx - first_record(n); records past a sequence's chunks, of padding sequences or past the live ones
+// are not written.
 __global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefillParams p, unsigned char* ws) {
   pdl_start();  // kernels/launch.cuh
   extern __shared__ __align__(128) unsigned char smem[];
@@ -81,22 +105,49 @@ __global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefi
   const int64_t b = p.cu_seqlens[n], e = p.cu_seqlens[n + 1];
   const int64_t c0 = b + (idx - first_record(b, n)) * kC;
   if (c0 >= e || p.slots[n] < 0) return;  // not a chunk (a gap, a zero-length sequence) or padding
-  const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC);
+  const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC), hk = hv / (p.Hv / p.Hk);
   const uint32_t base = smem_addr(smem);
-  load_tile(base + tK, p.k, c0, L, p.Hk, hv / (p.Hv / p.Hk), ai, 128);
+  load_tile(base + tK, p.k, c0, L, p.Hk, hk, ai, 128);
+  load_tile(base + tT, p.q, c0, L, p.Hk, hk, ai, 128);  // the q tile, in A's place until P is done
   mma::cp_async_commit();
   const Gates gt = gates_in(smem + tG);
   if (ai < 32) chunk_io::chunk_gates(p, c0, L, hv, lane, gt.G, gt.E, gt.L, gt.B);
   mma::cp_async_wait<0>();
   wgmma::fence_proxy_async();
-  bar_sync(kBarAux, 128);  // k tile and gates
+  bar_sync(kBarAux, 128);  // k and q tiles, gates
+  unsigned char* rec = ws + (idx * p.Hv + hv) * static_cast<int64_t>(kRec);
+  {  // P = Q K^T, as the one-kernel form's state warpgroups compute it, into the record's P parts.
+    float pa[32];
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wgmma::m64n64k16_ss(pa, desc(base + tT + 256 * kk, 128, 2048), desc(base + tK + 256 * kk, 128, 2048), kk > 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands<32>(pa);
+    const int r0 = 16 * (ai >> 5) + ((ai & 31) >> 2), t = ai & 3;
+    mask_p(pa, gt, 1.0f / sqrtf(static_cast<float>(kD)), r0, t);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h, c = 8 * j + 2 * t;
+        if ((c >> 3) <= (r >> 3)) store_p_pair(rec, r, c, pa[4 * j + 2 * h], pa[4 * j + 2 * h + 1]);
+      }
+    }
+  }
+  bar_sync(kBarAux, 128);  // every warp's P product has read the q tile: A may take its place
   chunk_t(base + tK, gt, reinterpret_cast<float*>(smem + tT), ai, 0);
   bar_sync(kBarAux, 128);  // T's parts written by every thread
-  unsigned char* rec = ws + (idx * p.Hv + hv) * static_cast<int64_t>(kRec);
-  for (int i = ai; i < static_cast<int>(kRec / 16); i += 128) {
-    const uint32_t o = 16 * static_cast<uint32_t>(i);  // T's parts, then the gates
-    const unsigned char* src = o < 2 * kTP ? smem + tT + o : smem + tG + (o - 2 * kTP);
-    *reinterpret_cast<uint4*>(rec + o) = *reinterpret_cast<const uint4*>(src);
+  // T's lower core matrices, then the gates, into the record (16-byte chunks).
+  for (int i = ai; i < static_cast<int>(2 * kRecPart / 16); i += 128) {
+    const int part = i / (kTri * 8), m = (i / 8) % kTri, w = i % 8, row = tri_row(m);
+    const uint32_t src = part * kTP + row * 1024 + (m - row * (row + 1) / 2) * 128 + w * 16;
+    *reinterpret_cast<uint4*>(rec + 16 * i) = *reinterpret_cast<const uint4*>(smem + tT + src);
+  }
+  for (int i = ai; i < static_cast<int>(kGB / 16); i += 128) {
+    *reinterpret_cast<uint4*>(rec + kRecG + 16 * i) = *reinterpret_cast<const uint4*>(smem + tG + 16 * i);
   }
 }
 
@@ -146,8 +197,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale = 1.0f / sqrtf(static_cast<float>(kD));
   const int r0 = 16 * (warp & 3) + g;  // this thread's accumulator rows: value columns vc + r0, vc + r0 + 8
   const int vc = 64 * wg;
-  unsigned char* const sPh = smem + oP + 2 * kTP * wg;  // P's parts, this warpgroup's
-  const uint32_t aP = base + oP + 2 * kTP * wg;
 
   // The state: st[4 j + q] = S^T[vc + r0 + 8 (q >> 1)][8 j + 2 t + (q & 1)] = S[d][v], j = 0 .. 15,
   // read once; two m64n64 halves (d < 64, d >= 64) of one m64n128 accumulator.
@@ -161,7 +210,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       st[4 * j + q] = hist ? dev::load(p.state, p.state_dtype, state_at + static_cast<int64_t>(d) * kD + v) : 0.0f;
     }
   }
-  // Chunk ci's tiles and record into stage ci % 2, by the 256 threads (one cp.async group).
+  // The upper core matrices of both stages' T and P part tiles: zero once (the copies below never
+  // write them; the first chunk's fence and barrier make them visible to wgmma).
+  for (int i = tid; i < 2 * 4 * (64 - kTri) * 8; i += kThreads) {
+    const int stage = i / (4 * (64 - kTri) * 8), part = (i / ((64 - kTri) * 8)) % 4, u = (i / 8) % (64 - kTri);
+    const int a = tri_row(u), row = u - a * (a + 1) / 2, col = a + 1;  // every column group > row group once
+    *reinterpret_cast<uint4*>(smem + stage * kStage + sT + part * kTP + row * 1024 + col * 128 + (i % 8) * 16) =
+        make_uint4(0, 0, 0, 0);
+  }
+  // Chunk ci's tiles and record into stage ci % 2, by the 256 threads (one cp.async group): the
+  // record's lower core matrices of T's and P's parts to their places in the whole tiles, then the gates.
   auto load_chunk = [&](int ci) {
     const int64_t c0 = b + static_cast<int64_t>(ci) * kC;
     const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC);
@@ -170,7 +228,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     load_tile(s + sK, p.k, c0, L, Hk, hk, tid, kThreads);
     load_tile(s + sV, p.v, c0, L, Hv, hv, tid, kThreads);
     const unsigned char* rec = ws + ((first + ci) * Hv + hv) * static_cast<int64_t>(kRec);
-    for (int i = tid; i < static_cast<int>(kRec / 16); i += kThreads) cp_async16(s + sT + 16 * i, rec + 16 * i, true);
+    for (int i = tid; i < 4 * kTri * 8; i += kThreads) {
+      const int part = i / (kTri * 8), m = (i / 8) % kTri, row = tri_row(m);
+      const uint32_t dst = sT + part * kTP + row * 1024 + (m - row * (row + 1) / 2) * 128 + (i % 8) * 16;
+      cp_async16(s + dst, rec + 16 * i, true);
+    }
+    for (int i = tid; i < static_cast<int>(kGB / 16); i += kThreads)
+      cp_async16(s + sG + 16 * i, rec + kRecG + 16 * i, true);
     mma::cp_async_commit();
   };
   load_chunk(0);
@@ -251,8 +315,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::wait<0>();  // O^T too: S^T's parts are free
     wgmma::fence_operands<32>(oa);
 
-    // ---- V'^T = X'^T T^T (first group, from zero as the one-kernel form's), P = Q K^T (second).
-    float va[32], pa[32];
+    // ---- V'^T = X'^T T^T (from zero, as the one-kernel form's).
+    float va[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) va[i] = 0.0f;
     wgmma::fence_operands<32>(va);
@@ -265,26 +329,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::m64n64k16_rs_t<0>(va, xf[kk][0], tl, 1);
     }
     wgmma::commit();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma::m64n64k16_ss(pa, desc(s + sQ + 256 * kk, 128, 2048), desc(s + sK + 256 * kk, 128, 2048), kk > 0);
-    }
-    wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands<32>(va);
-    wgmma::fence_operands<32>(pa);
-    // P (rows: query tokens, columns: key tokens): scaled and decayed, exact zeros above the
-    // diagonal; its parts into this warpgroup's tiles: [64 x 64] K-major, the B operand of
-    // o^T += V'^T P^T.
-    mask_p(pa, gt, scale, r0, t);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        put_parts<64>(sPh, sPh + kTP, r0 + 8 * h, 8 * j + 2 * t, pa[4 * j + 2 * h], pa[4 * j + 2 * h + 1]);
-      }
-    }
-    wgmma::fence_proxy_async();
     // V'^T: value columns at or past their first non-finite X' are NaN, as the plain product
     // would be; each row's first non-finite V' token.
     int nfv[2] = {kC, kC};
@@ -324,11 +370,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 32; ++i) oa[i] *= gt.E[8 * (i >> 2) + 2 * t + (i & 1)] * scale;
     wgmma::fence_operands<32>(oa);
-    wg_barrier(wg);  // P's parts from all four warps
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {  // P K-major, as T
-      const uint64_t ph = desc(aP + 256 * kk, 128, 1024), pl = desc(aP + kTP + 256 * kk, 128, 1024);
+    for (int kk = 0; kk < 4; ++kk) {  // P's parts (the chunk's record) K-major, as T's
+      const uint64_t ph = desc(s + sP + 256 * kk, 128, 1024), pl = desc(s + sP + kTP + 256 * kk, 128, 1024);
       wgmma::m64n64k16_rs_t<0>(oa, vf[kk][0], ph, 1);
       wgmma::m64n64k16_rs_t<0>(oa, vf[kk][1], ph, 1);
       wgmma::m64n64k16_rs_t<0>(oa, vf[kk][0], pl, 1);

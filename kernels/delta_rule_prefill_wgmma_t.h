@@ -1,6 +1,6 @@
 // delta_rule_prefill_wgmma_t.h: the gated delta rule's prefill in the chunked WY form on the sm_90a
-// warpgroup tensor cores, in two kernels: every chunk's T = (I + A)^-1 first, all chunks at once,
-// then the recurrence with the state transposed. Params and contract of delta_rule_prefill
+// warpgroup tensor cores, in two kernels: every chunk's T = (I + A)^-1 and P = Q K^T first, all
+// chunks at once, then the recurrence with the state transposed. Params and contract of delta_rule_prefill
 // (delta_rule_prefill.h); bf16 q, k, v with Dk = Dv = 128 on compute capability 9.0 only, as the
 // one-kernel form (delta_rule_prefill_wgmma.h), whose products, parts and masks it computes.
 //
@@ -11,16 +11,18 @@
 // warpgroup's substitutions and products are latency-bound. Here
 //   1. delta_chunk_t_kernel, grid chunk records x Hv, 128 threads: one chunk of one v-head a
 //      block, independent of every other (the parallelism of all chunks, not of sequences): its k
-//      tile, gates, A = K K^T and T, by the same code as the one-kernel form's third warpgroup
-//      (delta_rule_wgmma_chunk.cuh: T's bytes are that form's), written with the gates to a
-//      record in the workspace;
+//      and q tiles, gates, A = K K^T and T, by the same code as the one-kernel form's third
+//      warpgroup (delta_rule_wgmma_chunk.cuh: T's bytes are that form's), and P = Q K^T masked as
+//      its state warpgroups mask it; T's and P's bf16 parts (their lower triangles of 8 x 8 core
+//      matrices: both are exact zeros above the diagonal) and the gates go to a record in the
+//      workspace;
 //   2. delta_rule_wgmma_t_kernel, grid (Hv, max_seqs), 256 threads: two warpgroups, each owning 64
 //      value columns of the state as S^T [64 x 128] f32, the accumulator of its own update, and its
 //      register A operand: X^T = S^T K^T and O^T = S^T Q^T (S^T's bf16 parts from registers),
-//      V'^T = X'^T T^T (T's parts from the record), o^T = O^T + V'^T P^T (P = Q K^T masked, its parts
-//      in the warpgroup's shared memory) and S^T = exp(G_last) S^T + (L V')^T K. Nothing of the state,
-//      X or V' passes through shared memory; the next chunk's q, k, v tiles and record are copied
-//      (cp.async) while a chunk runs; one block barrier a chunk.
+//      V'^T = X'^T T^T, o^T = O^T + V'^T P^T (T's and P's parts from the record) and
+//      S^T = exp(G_last) S^T + (L V')^T K. Nothing of the state, X or V' passes through shared
+//      memory; the next chunk's q, k, v tiles and record are copied (cp.async) while a chunk runs;
+//      one block barrier a chunk, no other.
 // The operands are split into bf16 high and low parts as in the one-kernel form (hi*hi + hi*lo +
 // lo*hi; S two products, q and k being exact), accumulated in f32: each output element sums the
 // same exact products in the same order as there (the products issued in its order, the
@@ -33,7 +35,7 @@
 // non-finite values as 0, and the value columns at or past their first non-finite token are NaN
 // after each product; (L V') enters the state update as it is.
 //
-// Workspace: one record of delta_rule_prefill_wgmma_t_record() bytes a (chunk, v-head): chunk ci
+// Workspace: one record of delta_rule_prefill_wgmma_t_record() bytes (19,712) a (chunk, v-head): chunk ci
 // of sequence n is record cu_seqlens[n] / 64 + n + ci, so max_tokens tokens in at most max_seqs
 // sequences use fewer than ceil(max_tokens / 64) + max_seqs records a head. The caller guarantees
 // cu_seqlens[*n_seqs] <= max_tokens (the step's token bucket); a sequence whose records would fall
@@ -52,7 +54,7 @@
 
 namespace sg {
 
-// Bytes of one chunk record (T's two bf16 parts and the chunk's gates).
+// Bytes of one chunk record (T's and P's two bf16 parts, lower triangles, and the chunk's gates).
 size_t delta_rule_prefill_wgmma_t_record();
 // Workspace bytes for steps of at most max_tokens tokens in at most max_seqs sequences, Hv v-heads.
 size_t delta_rule_prefill_wgmma_t_workspace(int max_tokens, int max_seqs, int Hv);

@@ -33,7 +33,7 @@ enum class DeltaPrefill : uint8_t {
   wgmma,      // delta_rule_prefill_wgmma: the same products on the warpgroup tensor cores (sm_90a,
               // bf16 q/k/v, Dk = Dv = 128), the state in registers; automatic's choice where it runs
   wgmma_t,    // delta_rule_prefill_wgmma_t ("wgmma-t"): the same products in two kernels, every chunk's
-              // T first, then the recurrence with the state transposed (where wgmma runs; a workspace
+              // T and P first, then the recurrence with the state transposed (where wgmma runs; a workspace
               // of chunk records); named only
 };
 const char* delta_prefill_name(DeltaPrefill d);  // "auto", "scan", "chunked", "mma", "wgmma", "wgmma-t"

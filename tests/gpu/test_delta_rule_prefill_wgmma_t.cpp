@@ -240,7 +240,7 @@ TEST_CASE("two-kernel wgmma delta-rule prefill: outputs and state aligned to the
 
 TEST_CASE("two-kernel wgmma delta-rule prefill: no live sequence touches nothing, bad arguments are refused",
           "[gpu][delta_rule_wgmma_t]") {
-  CHECK(delta_rule_prefill_wgmma_t_record() == 2 * 64 * 64 * 2 + 64 * 8 + 3 * 64 * 4);
+  CHECK(delta_rule_prefill_wgmma_t_record() == 4 * 36 * 128 + 64 * 8 + 3 * 64 * 4);  // 4 lower triangles, gates
   CHECK(delta_rule_prefill_wgmma_t_workspace(1024, 32, 32) == (16 + 32) * 32 * delta_rule_prefill_wgmma_t_record());
   CHECK(delta_rule_prefill_wgmma_t_workspace(0, 0, 32) == 0);
   CHECK(delta_rule_prefill_wgmma_t_workspace(-1, 2, 32) == 0);

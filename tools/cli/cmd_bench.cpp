@@ -307,19 +307,20 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_option("--dot", o.dot, "Write each graph's kernel nodes and dependencies as Graphviz DOT");
   cmd->add_flag("--cpu", o.cpu, "Run the CPU reference on the tiny preset even when a GPU is present");
   add_arm_options(cmd, o.arms);
-  cmd->add_option("--delta-prefill", o.delta_prefill,
-                  "model workload: how prefill runs the gated delta rule: scan (the reference-exact sequential "
-                  "scan), chunked (the chunked WY form, 64-token chunks; within f32 tolerance of the scan, not "
-                  "byte-identical, so a setting rather than an arm), mma (the chunked WY form with its products on "
-                  "the tensor cores, bf16 operands split in two parts: within 1e-4 normalised f32 error of the "
-                  "double reference; the CPU reference runs its chunked form), wgmma (the same products on the "
-                  "warpgroup tensor cores, the state in registers: bf16, Dk = Dv = 128, compute capability 9.0, within "
-                  "the same tolerance), wgmma-t (the same products in two kernels, every chunk's T first, then the "
-                  "recurrence with the state transposed; where wgmma runs, with a workspace of chunk records; named "
-                  "only) or auto (wgmma for bf16 where it runs, unless --gated-norm delta asks for the "
-                  "norm inside the prefill's delta rule, which only mma has; else mma for bf16 and chunked for f32 "
-                  "where the kernel is built for the model's Dk and fits the device, else scan; the CPU reference "
-                  "runs the scan)")
+  cmd->add_option(
+         "--delta-prefill", o.delta_prefill,
+         "model workload: how prefill runs the gated delta rule: scan (the reference-exact sequential "
+         "scan), chunked (the chunked WY form, 64-token chunks; within f32 tolerance of the scan, not "
+         "byte-identical, so a setting rather than an arm), mma (the chunked WY form with its products on "
+         "the tensor cores, bf16 operands split in two parts: within 1e-4 normalised f32 error of the "
+         "double reference; the CPU reference runs its chunked form), wgmma (the same products on the "
+         "warpgroup tensor cores, the state in registers: bf16, Dk = Dv = 128, compute capability 9.0, within "
+         "the same tolerance), wgmma-t (the same products in two kernels, every chunk's T and P first, then the "
+         "recurrence with the state transposed; where wgmma runs, with a workspace of chunk records; named "
+         "only) or auto (wgmma for bf16 where it runs, unless --gated-norm delta asks for the "
+         "norm inside the prefill's delta rule, which only mma has; else mma for bf16 and chunked for f32 "
+         "where the kernel is built for the model's Dk and fits the device, else scan; the CPU reference "
+         "runs the scan)")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("delta-prefill")));
   cmd->add_option("--attn-prefill", o.attn_prefill,

@@ -326,17 +326,18 @@ void register_generate(CLI::App& app, Action& action) {
       ->check(unsigned_integer_check());
   add_arm_options(cmd, o.arms);
   cmd->add_flag("--chunked", o.chunked, "Same as --delta-prefill chunked (GPU and CPU reference)");
-  cmd->add_option("--delta-prefill", o.delta_prefill,
-                  "How the prefill step runs the gated delta rule: scan (the reference-exact sequential scan), "
-                  "chunked (the chunked WY form, 64-token chunks, within f32 tolerance of the scan; on the CPU the "
-                  "same as --chunked), mma (GPU: the chunked WY form with its products on the tensor cores, bf16 "
-                  "operands split in two parts, within 1e-4 normalised f32 error of the double reference; on the "
-                  "CPU the same as --chunked), wgmma (GPU: the same products on the warpgroup tensor cores, bf16, "
-                  "Dk = Dv = 128, compute capability 9.0; on the CPU the same as --chunked), wgmma-t (GPU: the same "
-                  "products in two kernels, every chunk's T first, then the recurrence with the state transposed, "
-                  "where wgmma runs; on the CPU the same as --chunked) or auto (on the GPU wgmma for bf16 where it "
-                  "runs, else mma for bf16 and chunked for f32 where the kernel is built for the model's Dk and fits "
-                  "the device, else scan; on the CPU the scan)")
+  cmd->add_option(
+         "--delta-prefill", o.delta_prefill,
+         "How the prefill step runs the gated delta rule: scan (the reference-exact sequential scan), "
+         "chunked (the chunked WY form, 64-token chunks, within f32 tolerance of the scan; on the CPU the "
+         "same as --chunked), mma (GPU: the chunked WY form with its products on the tensor cores, bf16 "
+         "operands split in two parts, within 1e-4 normalised f32 error of the double reference; on the "
+         "CPU the same as --chunked), wgmma (GPU: the same products on the warpgroup tensor cores, bf16, "
+         "Dk = Dv = 128, compute capability 9.0; on the CPU the same as --chunked), wgmma-t (GPU: the same "
+         "products in two kernels, every chunk's T and P first, then the recurrence with the state transposed, "
+         "where wgmma runs; on the CPU the same as --chunked) or auto (on the GPU wgmma for bf16 where it "
+         "runs, else mma for bf16 and chunked for f32 where the kernel is built for the model's Dk and fits "
+         "the device, else scan; on the CPU the scan)")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("delta-prefill")));
   cmd->add_option("--attn-prefill", o.attn_prefill,

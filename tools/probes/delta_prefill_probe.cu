@@ -203,10 +203,16 @@ size_t form_smem(int, int, DType) { return sg::delta_rule_prefill_wgmma_smem(); 
 // What the warpgroup forms issue a chunk and head, in m64n64k16 instructions (2 x 64 x 64 x 16
 // FLOPs each; both warpgroups, whole tiles): P 2 x 8, A 2 x 8 halves (8), O and X 2 x 2 x 2 x 8 (S
 // split), V' = T X and P V' 2 x 2 x 3 x 4, K^T (EL V') 2 x 2 x 2 x 4 (V' split): 168; one pass of
-// each product would be 104. The two-kernel form issues the same products (A in its T kernel).
+// each product would be 104. The two-kernel form issues the same products, P once (its T kernel
+// computes A and P): 160.
 void form_issued(Flops& f) {
+#ifdef SG_PROBE_WGMMA_T
+  f.issued += 160.0 * 131072.0;
+  f.one_pass += 96.0 * 131072.0;
+#else
   f.issued += 168.0 * 131072.0;
   f.one_pass += 104.0 * 131072.0;
+#endif
 }
 #else
 bool form_supports(int Dk, int Dv, DType, int tile) {

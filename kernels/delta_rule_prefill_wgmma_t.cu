@@ -21,6 +21,7 @@
 #include "kernels/delta_rule_chunk_io.cuh"
 #include "kernels/delta_rule_prefill_wgmma.h"
 #include "kernels/delta_rule_prefill_wgmma_t.h"
+#include "kernels/delta_rule_records.h"
 #include "kernels/delta_rule_wgmma_chunk.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
@@ -36,14 +37,11 @@ using mma::smem_addr;
 using wgmma::desc;
 using namespace wgmma_chunk;  // kC, kD, kLDT, the tile sizes, at, load_tile, put_parts, Gates, chunk_t
 
-// A chunk record: the bf16 parts of T and of P (lower triangles: both are exact zeros above the
-// diagonal), then the gates. A [64 x 64] part tile is 8 x 8 core matrices of 128 bytes (wgmma_util.cuh);
-// the record keeps the 36 with column group <= row group, core matrix (i, j) at tri(i) + j.
-constexpr int kTri = 36;                   // core matrices of a lower triangle, diagonal included
-constexpr uint32_t kRecPart = kTri * 128;  // one part's lower triangle
-constexpr uint32_t kRecG = 4 * kRecPart;   // the gates: T hi, T lo, P hi, P lo first
-constexpr uint32_t kRec = kRecG + kGB;     // 19,712 bytes
-constexpr int kThreads = 256;              // two warpgroups: value columns 0 .. 63 and 64 .. 127
+// A chunk record (delta_rule_records.h): the lower core matrices of T's and P's bf16 parts, then the
+// gates.
+namespace rec = delta_records;
+constexpr uint32_t kRec = rec::kRecGates + kGB;  // 19,712 bytes
+constexpr int kThreads = 256;                    // two warpgroups: value columns 0 .. 63 and 64 .. 127
 // A stage of the recurrence's double buffer (chunk ci uses stage ci % 2): the q, k, v tiles, T's and
 // P's parts as whole [64 x 64] tiles (hi, then lo kTP on; the upper core matrices zeroed once), the gates.
 constexpr uint32_t sQ = 0, sK = kQK, sV = 2 * kQK, sT = 3 * kQK, sP = sT + 2 * kTP, sG = sP + 2 * kTP;
@@ -56,23 +54,15 @@ constexpr uint32_t kChunkSmem = tG + kGB;
 static_assert(kSmem <= 227 * 1024, "fits one block's shared memory on sm_90");
 static_assert(kQK <= kTB, "the q tile fits the T kernel's A / T tile");
 static_assert(kRec % 16 == 0 && kStage % 16 == 0 && kGB % 16 == 0, "16-byte copies");
+static_assert(rec::kPartTile == kTP && sP == sT + 2 * kTP, "the stage's T and P part tiles as the records' layout");
 
-// Core matrix m < 36 of a lower triangle: its row group i and column group j <= i (m = i (i + 1) / 2 + j).
-__device__ __forceinline__ int tri_row(int m) {
-  int i = 0;
-  while ((i + 1) * (i + 2) / 2 <= m) ++i;
-  return i;
-}
-
-// The T kernel's store of P's pair (r, c), (r, c + 1) (c even, c <= r rounded down to its core
-// matrix: the pair's core matrix is in the lower triangle) into the record's P parts.
-__device__ __forceinline__ void store_p_pair(unsigned char* rec, int r, int c, float x, float y) {
+// The T kernel's store of P's pair (r, c), (r, c + 1) (c even, in a lower core matrix) into the
+// record's P parts.
+__device__ __forceinline__ void store_p_pair(unsigned char* record, int r, int c, float x, float y) {
   uint32_t w[2];
   mma::split_pair<2>(x, y, w);
-  const int i = r >> 3, j = c >> 3;
-  const uint32_t o = (i * (i + 1) / 2 + j) * 128 + (r & 7) * 16 + (c & 7) * 2;
-  *reinterpret_cast<uint32_t*>(rec + 2 * kRecPart + o) = w[0];
-  *reinterpret_cast<uint32_t*>(rec + 3 * kRecPart + o) = w[1];
+  *reinterpret_cast<uint32_t*>(record + rec::record_element_offset(2, r, c)) = w[0];
+  *reinterpret_cast<uint32_t*>(record + rec::record_element_offset(3, r, c)) = w[1];
 }
 
 // The first record of sequence n starting at token b: records are b / 64 + n + ci (header).
@@ -81,10 +71,10 @@ __device__ __forceinline__ int64_t first_record(int64_t b, int n) { return b / k
 // One chunk's T, P and gates a block: grid records x Hv (block b: record b / Hv of v-head b % Hv, so
 // that the v-heads of one k head, which read the same k tile, run side by side), 128 threads (one
 // warpgroup). P = Q K^T (scaled, decayed, masked: mask_p) goes from registers to the record; T
-// (chunk_t, the one-kernel form's code) through shared memory. Record idx of a head belongs to the last sequence n <
-// *n_seqs with first_record(n) <= idx (first_record grows by at least the sequence's chunk count from one sequence to
-// the next), chunk idx - first_record(n); records past a sequence's chunks, of padding sequences or past the live ones
-// are not written.
+// (chunk_t, the one-kernel form's code) through shared memory. Record idx of a head belongs to the
+// last sequence n < *n_seqs with first_record(n) <= idx (first_record grows by at least the
+// sequence's chunk count from one sequence to the next), chunk idx - first_record(n); records past
+// a sequence's chunks, of padding sequences or past the live ones are not written.
 __global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefillParams p, unsigned char* ws) {
   pdl_start();  // kernels/launch.cuh
   extern __shared__ __align__(128) unsigned char smem[];
@@ -115,7 +105,7 @@ __global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefi
   mma::cp_async_wait<0>();
   wgmma::fence_proxy_async();
   bar_sync(kBarAux, 128);  // k and q tiles, gates
-  unsigned char* rec = ws + (idx * p.Hv + hv) * static_cast<int64_t>(kRec);
+  unsigned char* record = ws + (idx * p.Hv + hv) * static_cast<int64_t>(kRec);
   {  // P = Q K^T, as the one-kernel form's state warpgroups compute it, into the record's P parts.
     float pa[32];
     wgmma::fence();
@@ -133,7 +123,7 @@ __global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefi
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = r0 + 8 * h, c = 8 * j + 2 * t;
-        if ((c >> 3) <= (r >> 3)) store_p_pair(rec, r, c, pa[4 * j + 2 * h], pa[4 * j + 2 * h + 1]);
+        if ((c >> 3) <= (r >> 3)) store_p_pair(record, r, c, pa[4 * j + 2 * h], pa[4 * j + 2 * h + 1]);
       }
     }
   }
@@ -141,13 +131,12 @@ __global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefi
   chunk_t(base + tK, gt, reinterpret_cast<float*>(smem + tT), ai, 0);
   bar_sync(kBarAux, 128);  // T's parts written by every thread
   // T's lower core matrices, then the gates, into the record (16-byte chunks).
-  for (int i = ai; i < static_cast<int>(2 * kRecPart / 16); i += 128) {
-    const int part = i / (kTri * 8), m = (i / 8) % kTri, w = i % 8, row = tri_row(m);
-    const uint32_t src = part * kTP + row * 1024 + (m - row * (row + 1) / 2) * 128 + w * 16;
-    *reinterpret_cast<uint4*>(rec + 16 * i) = *reinterpret_cast<const uint4*>(smem + tT + src);
+  for (int i = ai; i < static_cast<int>(2 * rec::kRecPart / 16); i += 128) {
+    *reinterpret_cast<uint4*>(record + 16 * i) =
+        *reinterpret_cast<const uint4*>(smem + tT + rec::record_chunk_tile_offset(i));
   }
   for (int i = ai; i < static_cast<int>(kGB / 16); i += 128) {
-    *reinterpret_cast<uint4*>(rec + kRecG + 16 * i) = *reinterpret_cast<const uint4*>(smem + tG + 16 * i);
+    *reinterpret_cast<uint4*>(record + rec::kRecGates + 16 * i) = *reinterpret_cast<const uint4*>(smem + tG + 16 * i);
   }
 }
 
@@ -212,11 +201,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // The upper core matrices of both stages' T and P part tiles: zero once (the copies below never
   // write them; the first chunk's fence and barrier make them visible to wgmma).
-  for (int i = tid; i < 2 * 4 * (64 - kTri) * 8; i += kThreads) {
-    const int stage = i / (4 * (64 - kTri) * 8), part = (i / ((64 - kTri) * 8)) % 4, u = (i / 8) % (64 - kTri);
-    const int a = tri_row(u), row = u - a * (a + 1) / 2, col = a + 1;  // every column group > row group once
-    *reinterpret_cast<uint4*>(smem + stage * kStage + sT + part * kTP + row * 1024 + col * 128 + (i % 8) * 16) =
-        make_uint4(0, 0, 0, 0);
+  constexpr int kUpperChunks = rec::kParts * rec::kUpper * 8;
+  for (int i = tid; i < 2 * kUpperChunks; i += kThreads) {
+    *reinterpret_cast<uint4*>(smem + (i / kUpperChunks) * kStage + sT +
+                              rec::upper_chunk_tile_offset(i % kUpperChunks)) = make_uint4(0, 0, 0, 0);
   }
   // Chunk ci's tiles and record into stage ci % 2, by the 256 threads (one cp.async group): the
   // record's lower core matrices of T's and P's parts to their places in the whole tiles, then the gates.
@@ -227,14 +215,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     load_tile(s + sQ, p.q, c0, L, Hk, hk, tid, kThreads);
     load_tile(s + sK, p.k, c0, L, Hk, hk, tid, kThreads);
     load_tile(s + sV, p.v, c0, L, Hv, hv, tid, kThreads);
-    const unsigned char* rec = ws + ((first + ci) * Hv + hv) * static_cast<int64_t>(kRec);
-    for (int i = tid; i < 4 * kTri * 8; i += kThreads) {
-      const int part = i / (kTri * 8), m = (i / 8) % kTri, row = tri_row(m);
-      const uint32_t dst = sT + part * kTP + row * 1024 + (m - row * (row + 1) / 2) * 128 + (i % 8) * 16;
-      cp_async16(s + dst, rec + 16 * i, true);
+    const unsigned char* record = ws + ((first + ci) * Hv + hv) * static_cast<int64_t>(kRec);
+    for (int i = tid; i < static_cast<int>(rec::kRecGates / 16); i += kThreads) {
+      cp_async16(s + sT + rec::record_chunk_tile_offset(i), record + 16 * i, true);
     }
-    for (int i = tid; i < static_cast<int>(kGB / 16); i += kThreads)
-      cp_async16(s + sG + 16 * i, rec + kRecG + 16 * i, true);
+    for (int i = tid; i < static_cast<int>(kGB / 16); i += kThreads) {
+      cp_async16(s + sG + 16 * i, record + rec::kRecGates + 16 * i, true);
+    }
     mma::cp_async_commit();
   };
   load_chunk(0);

@@ -1,0 +1,67 @@
+// delta_rule_records.h: the layout of the two-kernel delta-rule prefill's chunk records
+// (delta_rule_prefill_wgmma_t.h), as constexpr functions that the kernels (device) and the CPU tests
+// (host, tests/cpu/test_delta_records.cpp) share.
+//
+// A chunk's T and P (each 64 x 64, exact zeros above the diagonal) are stored as bf16 high and low
+// part tiles. In shared memory a part tile is the core-matrix layout of wgmma_util.cuh: element
+// (r, c) at (r / 8) 1024 + (c / 8) 128 + (r % 8) 16 + (c % 8) 2, i.e. 8 x 8 core matrices of 128
+// bytes, core matrix (i, j) at i 1024 + j 128. A record keeps only the 36 core matrices of the lower
+// triangle (j <= i; core matrix (i, j) at tri(i) + j, tri(i) = i (i + 1) / 2) of the four tiles T hi,
+// T lo, P hi, P lo, one after another, then the gates; the recurrence copies them into whole tiles
+// whose 28 upper core matrices it zeroed once.
+#pragma once
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define SG_RECORDS_FN __host__ __device__ constexpr inline
+#else
+#define SG_RECORDS_FN constexpr inline
+#endif
+
+namespace sg::delta_records {
+
+constexpr int kTri = 36;                           // core matrices of a lower triangle of 8 x 8, diagonal included
+constexpr int kUpper = 64 - kTri;                  // the 28 above the diagonal
+constexpr uint32_t kPartTile = 8192;               // one whole [64 x 64] bf16 part tile
+constexpr uint32_t kRecPart = kTri * 128;          // one part's lower triangle in a record
+constexpr int kParts = 4;                          // T hi, T lo, P hi, P lo
+constexpr uint32_t kRecGates = kParts * kRecPart;  // where the gates start in a record
+
+// Row group of lower core matrix m (0 <= m < 36): the i with tri(i) <= m < tri(i + 1).
+SG_RECORDS_FN int tri_row(int m) {
+  int i = 0;
+  while ((i + 1) * (i + 2) / 2 <= m) ++i;
+  return i;
+}
+
+// Where 16-byte chunk i (0 <= i < kParts kRecPart / 16) of a record's parts lands in the whole
+// tiles (byte offset from T hi's start; part p at p kPartTile).
+SG_RECORDS_FN uint32_t record_chunk_tile_offset(int i) {
+  const int part = i / (kTri * 8), m = (i / 8) % kTri, row = tri_row(m), col = m - row * (row + 1) / 2;
+  return static_cast<uint32_t>(part) * kPartTile + static_cast<uint32_t>(row * 1024 + col * 128 + (i % 8) * 16);
+}
+
+// The 16-byte chunk u (0 <= u < kParts kUpper 8) of the whole tiles that no record fills: the upper
+// core matrices (row group b < column group a + 1), byte offset as record_chunk_tile_offset's.
+SG_RECORDS_FN uint32_t upper_chunk_tile_offset(int u) {
+  const int part = u / (kUpper * 8), v = (u / 8) % kUpper, a = tri_row(v), row = v - a * (a + 1) / 2, col = a + 1;
+  return static_cast<uint32_t>(part) * kPartTile + static_cast<uint32_t>(row * 1024 + col * 128 + (u % 8) * 16);
+}
+
+// Byte offset in a record's part `part` (0 .. 3) of element (r, c) of a lower core matrix
+// (c / 8 <= r / 8).
+SG_RECORDS_FN uint32_t record_element_offset(int part, int r, int c) {
+  const int i = r >> 3, j = c >> 3;
+  return static_cast<uint32_t>(part) * kRecPart +
+         static_cast<uint32_t>((i * (i + 1) / 2 + j) * 128 + (r & 7) * 16 + (c & 7) * 2);
+}
+
+// Byte offset of element (r, c) in the whole tile of part `part` (as record_chunk_tile_offset's).
+SG_RECORDS_FN uint32_t tile_element_offset(int part, int r, int c) {
+  return static_cast<uint32_t>(part) * kPartTile +
+         static_cast<uint32_t>((r >> 3) * 1024 + (c >> 3) * 128 + (r & 7) * 16 + (c & 7) * 2);
+}
+
+}  // namespace sg::delta_records
+
+#undef SG_RECORDS_FN

@@ -27,11 +27,22 @@ constexpr uint32_t kRecPart = kTri * 128;          // one part's lower triangle 
 constexpr int kParts = 4;                          // T hi, T lo, P hi, P lo
 constexpr uint32_t kRecGates = kParts * kRecPart;  // where the gates start in a record
 
-// Row group of lower core matrix m (0 <= m < 36): the i with tri(i) <= m < tri(i + 1).
+// Row groups of the lower core matrices m = 0 .. 35, three bits each (m < 21 in the first word):
+// the i with tri(i) <= m < tri(i + 1), packed at compile time so that tri_row is a shift and a mask.
+constexpr uint64_t tri_rows_word(int first, int count) {
+  uint64_t w = 0;
+  for (int m = first; m < first + count; ++m) {
+    int i = 0;
+    while ((i + 1) * (i + 2) / 2 <= m) ++i;
+    w |= static_cast<uint64_t>(i) << (3 * (m - first));
+  }
+  return w;
+}
+constexpr uint64_t kTriRowsLo = tri_rows_word(0, 21), kTriRowsHi = tri_rows_word(21, kTri - 21);
+
+// Row group of lower core matrix m (0 <= m < 36).
 SG_RECORDS_FN int tri_row(int m) {
-  int i = 0;
-  while ((i + 1) * (i + 2) / 2 <= m) ++i;
-  return i;
+  return static_cast<int>((m < 21 ? kTriRowsLo >> (3 * m) : kTriRowsHi >> (3 * (m - 21))) & 7);
 }
 
 // Where 16-byte chunk i (0 <= i < kParts kRecPart / 16) of a record's parts lands in the whole

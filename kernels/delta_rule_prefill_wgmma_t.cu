@@ -40,8 +40,9 @@ using namespace wgmma_chunk;  // kC, kD, kLDT, the tile sizes, at, load_tile, pu
 // A chunk record (delta_rule_records.h): the lower core matrices of T's and P's bf16 parts, then the
 // gates.
 namespace rec = delta_records;
-constexpr uint32_t kRec = rec::kRecGates + kGB;  // 19,712 bytes
-constexpr int kThreads = 256;                    // two warpgroups: value columns 0 .. 63 and 64 .. 127
+constexpr uint32_t kRec = rec::kRecordBytes;  // 19,712 bytes
+static_assert(rec::kGateBytes == kGB, "the record's gates are the chunk's");
+constexpr int kThreads = 256;  // two warpgroups: value columns 0 .. 63 and 64 .. 127
 // A stage of the recurrence's double buffer (chunk ci uses stage ci % 2): the q, k, v tiles, T's and
 // P's parts as whole [64 x 64] tiles (hi, then lo kTP on; the upper core matrices zeroed once), the gates.
 constexpr uint32_t sQ = 0, sK = kQK, sV = 2 * kQK, sT = 3 * kQK, sP = sT + 2 * kTP, sG = sP + 2 * kTP;
@@ -390,17 +391,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-int64_t record_count(int max_tokens, int max_seqs) {
-  return (static_cast<int64_t>(max_tokens) + kC - 1) / kC + max_seqs;
-}
+using rec::record_count;
 
 }  // namespace
 
 size_t delta_rule_prefill_wgmma_t_record() { return kRec; }
 
 size_t delta_rule_prefill_wgmma_t_workspace(int max_tokens, int max_seqs, int Hv) {
-  if (max_tokens < 0 || max_seqs < 0 || Hv < 0) return 0;
-  return static_cast<size_t>(record_count(max_tokens, max_seqs)) * static_cast<size_t>(Hv) * kRec;
+  return rec::workspace_bytes(max_tokens, max_seqs, Hv);
 }
 
 size_t delta_rule_prefill_wgmma_t_smem() { return kSmem; }

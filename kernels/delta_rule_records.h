@@ -10,6 +10,7 @@
 // T lo, P hi, P lo, one after another, then the gates; the recurrence copies them into whole tiles
 // whose 28 upper core matrices it zeroed once.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -20,12 +21,26 @@
 
 namespace sg::delta_records {
 
-constexpr int kTri = 36;                           // core matrices of a lower triangle of 8 x 8, diagonal included
-constexpr int kUpper = 64 - kTri;                  // the 28 above the diagonal
-constexpr uint32_t kPartTile = 8192;               // one whole [64 x 64] bf16 part tile
-constexpr uint32_t kRecPart = kTri * 128;          // one part's lower triangle in a record
-constexpr int kParts = 4;                          // T hi, T lo, P hi, P lo
-constexpr uint32_t kRecGates = kParts * kRecPart;  // where the gates start in a record
+constexpr int kTri = 36;                              // core matrices of a lower triangle of 8 x 8, diagonal included
+constexpr int kUpper = 64 - kTri;                     // the 28 above the diagonal
+constexpr uint32_t kPartTile = 8192;                  // one whole [64 x 64] bf16 part tile
+constexpr uint32_t kRecPart = kTri * 128;             // one part's lower triangle in a record
+constexpr int kParts = 4;                             // T hi, T lo, P hi, P lo
+constexpr uint32_t kRecGates = kParts * kRecPart;     // where the gates start in a record
+constexpr uint32_t kGateBytes = 64 * 8 + 3 * 64 * 4;  // G (double), exp(G), exp(G_last - G), beta of 64 tokens
+constexpr uint32_t kRecordBytes = kRecGates + kGateBytes;  // 19,712
+
+// Records a v-head for steps of at most max_tokens tokens in at most max_seqs sequences: chunk ci
+// of sequence n is record cu_seqlens[n] / 64 + n + ci (delta_rule_prefill_wgmma_t.h).
+constexpr int64_t record_count(int max_tokens, int max_seqs) {
+  return (static_cast<int64_t>(max_tokens) + 63) / 64 + max_seqs;
+}
+// The workspace of the two-kernel prefill (0 for negative arguments), host code such as the memory
+// plan included.
+constexpr size_t workspace_bytes(int max_tokens, int max_seqs, int Hv) {
+  if (max_tokens < 0 || max_seqs < 0 || Hv < 0) return 0;
+  return static_cast<size_t>(record_count(max_tokens, max_seqs)) * static_cast<size_t>(Hv) * kRecordBytes;
+}
 
 // Row groups of the lower core matrices m = 0 .. 35, three bits each (m < 21 in the first word):
 // the i with tri(i) <= m < tri(i + 1), packed at compile time so that tri_row is a shift and a mask.

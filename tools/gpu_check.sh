@@ -105,12 +105,13 @@ if [ $sanitize = 1 ]; then
   done
   # The tests of the wgmma kernels: the attention prefills' tests that run it beside the mma one
   # ([wgmma]: the reference cases, padding and replay, isolation, the model step at D 64) and the
-  # wgmma delta-rule prefill's ([delta_rule_wgmma], about 10 s plain), with limits of their own so
+  # wgmma delta-rule prefills' ([delta_rule_wgmma], about 10 s plain; [delta_rule_wgmma_t], the
+  # two-kernel form's, not yet timed), with limits of their own so
   # the kernel tags above cannot use up their time. racecheck is left out: its documentation does
   # not say it tracks the reads wgmma makes through the async proxy.
   for tool in memcheck synccheck; do
     timeout 240 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 \
-      ./build-gpu/tests/tests_gpu "[wgmma],[delta_rule_wgmma]" > "$OUT/sanitizer-$tool-wgmma.log" 2>&1
+      ./build-gpu/tests/tests_gpu "[wgmma],[delta_rule_wgmma],[delta_rule_wgmma_t]" > "$OUT/sanitizer-$tool-wgmma.log" 2>&1
     note "compute-sanitizer $tool (wgmma attention and delta-rule tests): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-$tool-wgmma.log" | tail -1)"
   done
   # The model-level tests (every [model] case but the deliberate memory faults: the whole decode

@@ -10,6 +10,7 @@
 #include "engine/arena.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
+#include "kernels/delta_rule_records.h"
 #include "models/memory_plan.h"
 #include "models/step_layout.h"
 #include "models/step_metadata.h"
@@ -109,6 +110,17 @@ TEST_CASE("4B plan: 8.41 GB of weights, 1.61 GB of SSM state, 1.07 GB of KV at 3
   CHECK(h.total == p.total - ssm / 2);
   REQUIRE(entry(h, "layers.*.ssm_state") != nullptr);
   CHECK(entry(h, "layers.*.ssm_state")->shape == "[32, 32, 128, 128] bf16");
+
+  // --delta-prefill wgmma-t: its chunk records, (32768 / 64 + 32) x 32 v-heads x 19,712 bytes, are a
+  // workspace of their own; nothing else moves.
+  StepLayoutParams two = decode_b32();
+  two.delta_workspace_bytes = delta_records::workspace_bytes(32768, 32, 32);
+  CHECK(two.delta_workspace_bytes == uint64_t{544} * 32 * 19712);
+  const MemoryPlan t = plan_memory(c, two);
+  REQUIRE(entry(t, "gdn.delta_workspace") != nullptr);
+  CHECK(entry(t, "gdn.delta_workspace")->category == MemoryCategory::workspace);
+  CHECK(t.bytes_of(MemoryCategory::workspace) == p.bytes_of(MemoryCategory::workspace) + two.delta_workspace_bytes);
+  CHECK(t.total == p.total + two.delta_workspace_bytes);
 }
 
 TEST_CASE("the plan is the arena the layout carves", "[memory]") {

@@ -11,6 +11,7 @@
 
 #include "engine/error.h"
 #include "engine/text.h"
+#include "kernels/delta_rule_records.h"
 #include "models/hf_config.h"
 #include "models/memory_plan.h"
 #include "models/qwen35_config.h"
@@ -33,6 +34,7 @@ struct PlanOptions {
   int64_t prefill_tokens = -1;  // -1: max_seqs x context, at most kDefaultPrefill; 0: no prefill step
   std::string dtype = "bf16";
   std::string ssm_state = "f32";
+  std::string delta_prefill = "auto";  // wgmma-t adds its chunk records' workspace
   int tp = 1;
   double device_gib = 139.8;  // an H200 as the CUDA runtime reports it
   std::string json;
@@ -75,6 +77,7 @@ int run_plan(const PlanOptions& o) {
                    {"source", source},
                    {"dtype", o.dtype},
                    {"ssm_state", o.ssm_state},
+                   {"delta_prefill", o.delta_prefill},
                    {"slots", p.num_slots},
                    {"context", p.max_context},
                    {"max_seqs", p.max_decode_batch},
@@ -85,7 +88,12 @@ int run_plan(const PlanOptions& o) {
   for (const TpRank& r : tp.rank) {
     StepLayoutParams rp = p;
     if (o.tp > 1) rp.head_rows = r.vocab.size();
-    const MemoryPlan m = plan_memory(o.tp > 1 ? r.config : c, rp);
+    const Qwen35Config& rc = o.tp > 1 ? r.config : c;
+    if (o.delta_prefill == "wgmma-t" && rc.num_linear_attention() > 0 && p.max_prefill_tokens > 0) {
+      rp.delta_workspace_bytes =
+          delta_records::workspace_bytes(p.max_prefill_tokens, p.max_prefill_seqs, rc.gdn.Hv);  // this rank's v-heads
+    }
+    const MemoryPlan m = plan_memory(rc, rp);
     const bool ok = static_cast<double>(m.total) <= device;
     fits = fits && ok;
     if (r.rank == 0) fmt::print("\n{}\n", m.table());
@@ -142,6 +150,11 @@ void register_plan(CLI::App& app, Action& action) {
   cmd->add_option("--ssm-state", o.ssm_state, "The GDN recurrent state: f32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("ssm-state")));
+  cmd->add_option("--delta-prefill", o.delta_prefill,
+                  "The prefill's delta rule (as bench): wgmma-t adds the chunk records of its two kernels to the "
+                  "workspace; the others need none")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("delta-prefill")));
   cmd->add_option("--tp", o.tp,
                   "Tensor-parallel ranks: the plan of each rank (1/R of the heads, MLP rows, KV cache and SSM "
                   "state; the embedding and norms whole)")

@@ -259,6 +259,9 @@ std::vector<CliCase> option_cases() {
   wgmma_cpu->after = [](const fs::path& d, const std::string&) {
     CHECK(json::parse(read_file(d / "w.json")).at("delta_prefill") == "chunked");
   };
+  add("plan --delta-prefill wgmma-t counts its chunk records", {"plan", "--delta-prefill", "wgmma-t"}, 0,
+      {"gdn.delta_workspace", "343.15 MB"});
+  add("plan --delta-prefill nope", {"plan", "--delta-prefill", "nope"}, kCli11Invalid, {"--delta-prefill"});
   auto* no_gpu = add("bench without a GPU says so", {"bench", "--workload", "gdn-layer", "--max-seqs", "2"}, 0,
                      {"stepgraph bench: no ", "was found"});
   no_gpu->seconds = 120;

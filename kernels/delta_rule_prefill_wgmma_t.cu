@@ -235,7 +235,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     mma::cp_async_wait<0>();
     wgmma::fence_proxy_async();
     __syncthreads();  // stage ci complete for both warpgroups; chunk ci - 1 is done with the other stage
-    if (ci + 1 < nchunks) load_chunk(ci + 1);
 
     // ---- X^T = S^T K^T (first group) and O^T = S^T Q^T (second), S^T's parts as the A operand.
     uint32_t sf[8][2][4];
@@ -262,6 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     wgmma::commit();
+    if (ci + 1 < nchunks) load_chunk(ci + 1);  // into the other stage, while X and O run
     wgmma::wait<1>();
     wgmma::fence_operands<32>(xa);
     // X'^T[v][c] = beta_c (v[c][v] - exp(G_c) X^T[v][c]), non-finite as 0; v^T's fragments by

@@ -51,4 +51,13 @@ double fused_gated_norm(int rows, int heads, int n, size_t es, size_t w_es) {
   return double(rows) * heads * double(n) * es + double(n) * w_es;
 }
 
+double delta_rule_wy_flops(long long len, int Hv, int Dk, int Dv) {
+  double f = 0;
+  for (long long c0 = 0; c0 < len; c0 += 64) {
+    const double L = static_cast<double>(len - c0 < 64 ? len - c0 : 64);
+    f += 2.0 * Dk * L * L + 6.0 * L * Dk * Dv + 2.0 * Dv * L * (L + 1.0);
+  }
+  return f * Hv;
+}
+
 }  // namespace sg::op_bytes

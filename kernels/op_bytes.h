@@ -35,4 +35,13 @@ double gated_rmsnorm(int rows, int heads, int n, size_t es, size_t w_es);
 // bytes: z read and the weight; the output is the delta rule's, written once.
 double fused_gated_norm(int rows, int heads, int n, size_t es, size_t w_es);
 
+// delta_rule.prefill's matrix products in the chunked WY form (docs/MODEL.md step 4), 2 FLOPs a
+// multiply-add, for one sequence of `len` tokens and Hv v-heads, summed over its 64-token chunks
+// (L tokens each, the last one shorter), causal products counted on their triangle:
+//   P = q K^T and A = k K^T: 2 Dk L^2;  O = q S and X = k S: 4 L Dk Dv;  V' = T X and o += P V':
+//   2 Dv L (L + 1);  S += K^T (L V'): 2 L Dk Dv.
+// The inverse T = (I + A)^-1 (about L^3 / 3 on the CUDA cores) and the gates are not counted.
+// Not bytes: the delta rule's FLOPs floor (at 790 TFLOP/s) is above its bytes floor in prefill.
+double delta_rule_wy_flops(long long len, int Hv, int Dk, int Dv);
+
 }  // namespace sg::op_bytes

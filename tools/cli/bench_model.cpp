@@ -25,6 +25,7 @@
 #include "graphs/marginal.h"
 #include "graphs/node_timer.h"
 #include "graphs/step_graphs.h"
+#include "kernels/op_bytes.h"
 #include "models/lt_choices.h"
 #include "models/model_step.h"
 #include "models/reference_model.h"
@@ -62,7 +63,8 @@ Spread time_steps(const ModelStep& step, int reps, int replays, const std::funct
 // With --node-replays 0 (no CUPTI: the run can go under ncu, nsys or compute-sanitizer), only the
 // DOT export (from the manifest) is written and the table is empty.
 nlohmann::json op_family_table(const BenchOptions& o, const ModelStep& step, int key, const Manifest& m, int replays,
-                               const std::function<void()>& replay, const FamilyWork& work, const std::string& note) {
+                               const std::function<void()>& replay, const std::vector<FamilyWork>& work,
+                               const std::string& note) {
   if (o.node_replays == 0) {
     fmt::print("  per-node timing off (--node-replays 0)\n");
     write_exports(o, key, m, {}, {});
@@ -75,7 +77,7 @@ nlohmann::json op_family_table(const BenchOptions& o, const ModelStep& step, int
   int unmatched = 0;
   auto stats = aggregate(m, records, &unmatched);
   std::vector<FamilyRow> rows = op_families(stats);
-  add_family_work(rows, work);
+  for (const FamilyWork& w : work) add_family_work(rows, w);
   double total = 0;
   for (const auto& r : rows) total += r.us;
   fmt::print("  {} kernel nodes{}; per op family (sum of node medians {:.1f} us):\n", stats.size(),
@@ -306,7 +308,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
       // The KV bytes of the workload's context, which the graph's node labels cannot know.
       const FamilyWork kv{"attention.decode", double(key) * o.context * step.kv_bytes_per_token(), 0};
       nlohmann::json ops = op_family_table(
-          o, step, key, step.manifest(key), o.node_replays, [&] { step.replay(key); }, kv,
+          o, step, key, step.manifest(key), o.node_replays, [&] { step.replay(key); }, {kv},
           fmt::format("attention.decode's KV reads of {} positions a sequence added", o.context));
       if (o.marginal && (key == step.keys().front() || key == step.keys().back())) {
         // A kernel that faults in these replays is reported as the graph's (ModelStep::check_replays).
@@ -358,10 +360,15 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     const int attn_layers = cfg.num_full_attention();
     const double pairs = double(o.max_seqs) * o.context * (o.context + 1.0) / 2.0;
     const FamilyWork causal{"attention.prefill", 0, 4.0 * cfg.Hq * cfg.D * pairs * attn_layers};
+    // The delta rule's products in the chunked WY form (op_bytes.h), per the workload's sequences.
+    const FamilyWork wy{"delta_rule.prefill", 0,
+                        double(o.max_seqs) * cfg.num_linear_attention() *
+                            op_bytes::delta_rule_wy_flops(o.context, cfg.gdn.Hv, cfg.gdn.Dk, cfg.gdn.Dv)};
     nlohmann::json ops = op_family_table(
         o, step, bucket, step.prefill_manifest(bucket), std::max(1, std::min(o.node_replays, 3)),
-        [&] { step.replay_prefill(bucket); }, causal,
-        "attention.prefill's causal q K^T and P V FLOPs added; its KV reads are not labelled");
+        [&] { step.replay_prefill(bucket); }, {causal, wy},
+        "attention.prefill's causal q K^T and P V FLOPs and delta_rule.prefill's WY-form products added; attention's "
+        "KV reads are not labelled");
     summary.push_back(fmt::format("  prefill {}x{} graph {:>9.2f} ms  eager {:>9.2f} ms  floor {:>7.3f} ms", o.max_seqs,
                                   o.context, g.median, e.median, floor_ms));
     // The synthetic weights must keep every activation finite: the prefill's logits, then those of

@@ -1,5 +1,5 @@
 // GPU tests of the two-kernel warpgroup delta-rule prefill (kernels/delta_rule_prefill_wgmma_t.h:
-// every chunk's T, then the recurrence with the state transposed), the one-kernel form's tests
+// every chunk's T and P, then the recurrence with the state transposed), the one-kernel form's tests
 // (test_delta_rule_prefill_wgmma.cpp) on the same problems and tolerances (compute capability 9.0,
 // else each case says it did not run):
 // - against ref::delta_rule_prefill_chunked (double): the fixture's varlen batch with history,

@@ -147,20 +147,6 @@ __device__ __forceinline__ int quad_min(int v) {
   return min(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
-// The m16n8k16 A fragments (both parts) of the 16-column k-step kk of an m64n64 accumulator whose
-// elements pass through f(element index) first (acc_fragments with a transform).
-template <typename F>
-__device__ __forceinline__ void fragments_of(int kk, uint32_t (&a)[2][4], F f) {
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int j = 2 * kk + (q >> 1), i = 4 * j + 2 * (q & 1);
-    uint32_t w[2];
-    mma::split_pair<2>(f(i), f(i + 1), w);
-    a[0][q] = w[0];
-    a[1][q] = w[1];
-  }
-}
-
 // Grid (Hv, max_seqs), block 256, kSmem bytes of dynamic shared memory. Every early exit depends on
 // the sequence only (uniform over the block), so every barrier sees every thread.
 __global__ void __launch_bounds__(kThreads, 1)
@@ -309,13 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 32; ++i) va[i] = 0.0f;
     wgmma::fence_operands<32>(va);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {  // T K-major: a 16-token k-step is two core matrices, 256 bytes on
-      const uint64_t th = desc(s + sT + 256 * kk, 128, 1024), tl = desc(s + sT + kTP + 256 * kk, 128, 1024);
-      wgmma::m64n64k16_rs_t<0>(va, xf[kk][0], th, 1);
-      wgmma::m64n64k16_rs_t<0>(va, xf[kk][1], th, 1);
-      wgmma::m64n64k16_rs_t<0>(va, xf[kk][0], tl, 1);
-    }
+    split_product(va, xf, s + sT);  // T's parts, K-major
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands<32>(va);
@@ -359,13 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 32; ++i) oa[i] *= gt.E[8 * (i >> 2) + 2 * t + (i & 1)] * scale;
     wgmma::fence_operands<32>(oa);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {  // P's parts (the chunk's record) K-major, as T's
-      const uint64_t ph = desc(s + sP + 256 * kk, 128, 1024), pl = desc(s + sP + kTP + 256 * kk, 128, 1024);
-      wgmma::m64n64k16_rs_t<0>(oa, vf[kk][0], ph, 1);
-      wgmma::m64n64k16_rs_t<0>(oa, vf[kk][1], ph, 1);
-      wgmma::m64n64k16_rs_t<0>(oa, vf[kk][0], pl, 1);
-    }
+    split_product(oa, vf, s + sP);  // P's parts (the chunk's record), K-major as T's
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands<64>(st);

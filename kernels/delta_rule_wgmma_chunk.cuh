@@ -66,16 +66,34 @@ __device__ __forceinline__ void put_parts(unsigned char* hi, unsigned char* lo, 
   *reinterpret_cast<uint32_t*>(lo + o) = w[1];
 }
 
-// The m16n8k16 A fragments (both parts) of the 16-column k-step kk from a thread's m64n64
-// accumulator (acc[4 j + q]: row r0 + 8 (q >> 1), column 8 j + 2 t + (q & 1)).
-__device__ __forceinline__ void acc_fragments(const float* acc, int kk, uint32_t (&a)[2][4]) {
+// The m16n8k16 A fragments (both parts) of the 16-column k-step kk of a thread's m64n64
+// accumulator (element i = 4 j + q: row r0 + 8 (q >> 1), column 8 j + 2 t + (q & 1)), each element
+// passed through f(i) first.
+template <typename F>
+__device__ __forceinline__ void fragments_of(int kk, uint32_t (&a)[2][4], F f) {
 #pragma unroll
-  for (int f = 0; f < 4; ++f) {  // a0: row g, cols 2t; a1: row g + 8; a2, a3: cols + 8 (n-tile 2 kk + 1)
-    const int j = 2 * kk + (f >> 1), q = 2 * (f & 1);
+  for (int q = 0; q < 4; ++q) {  // a0: row g, cols 2t; a1: row g + 8; a2, a3: cols + 8 (n-tile 2 kk + 1)
+    const int j = 2 * kk + (q >> 1), i = 4 * j + 2 * (q & 1);
     uint32_t w[2];
-    mma::split_pair<2>(acc[4 * j + q], acc[4 * j + q + 1], w);
-    a[0][f] = w[0];
-    a[1][f] = w[1];
+    mma::split_pair<2>(f(i), f(i + 1), w);
+    a[0][q] = w[0];
+    a[1][q] = w[1];
+  }
+}
+__device__ __forceinline__ void acc_fragments(const float* acc, int kk, uint32_t (&a)[2][4]) {
+  fragments_of(kk, a, [acc](int i) { return acc[i]; });
+}
+
+// acc += A B over four 16-wide k-steps with A's parts a[kk] (registers) and B a [64 x 64] K-major
+// pair of part tiles at `parts` (hi, lo kTP on), as hi*hi, then A's low part, then B's: the
+// one-kernel form's order for a product of two split operands.
+__device__ __forceinline__ void split_product(float* acc, const uint32_t (&a)[4][2][4], uint32_t parts) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {  // K-major: a 16-wide k-step is two core matrices, 256 bytes on
+    const uint64_t hi = wgmma::desc(parts + 256 * kk, 128, 1024), lo = wgmma::desc(parts + kTP + 256 * kk, 128, 1024);
+    wgmma::m64n64k16_rs_t<0>(acc, a[kk][0], hi, 1);
+    wgmma::m64n64k16_rs_t<0>(acc, a[kk][1], hi, 1);
+    wgmma::m64n64k16_rs_t<0>(acc, a[kk][0], lo, 1);
   }
 }
 

@@ -100,22 +100,6 @@ __device__ __forceinline__ void m64n64k16_ss(float* d, uint64_t a, uint64_t b, i
   m64n64k16_ss_t<0, 0>(d, a, b, scale_d);
 }
 
-// D[64 x 64] += A[64 x 16] B[16 x 64]: A from registers (a[4], the m16n8k16 A fragment of the
-// warp's rows), B from shared memory, MN-major (transposed).
-__device__ __forceinline__ void m64n64k16_rs_tb(float* d, const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-
 // D[64 x 64] (+)= A[64 x 16] B[16 x 64]: A from registers (a[4], the m16n8k16 A fragment of the
 // warp's rows), B from shared memory, TB 0: K-major, 1: MN-major (transposed); scale_d 0
 // overwrites D.
@@ -133,6 +117,11 @@ __device__ __forceinline__ void m64n64k16_rs_t(float* d, const uint32_t (&a)[4],
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(TB));
+}
+
+// D[64 x 64] += A[64 x 16] B[16 x 64]: A from registers, B from shared memory, MN-major (transposed).
+__device__ __forceinline__ void m64n64k16_rs_tb(float* d, const uint32_t (&a)[4], uint64_t b) {
+  m64n64k16_rs_t<1>(d, a, b, 1);
 }
 
 // D[64 x 128] += A[64 x 16] B[16 x 128]: A from registers (a[4], the m16n8k16 A fragment of the

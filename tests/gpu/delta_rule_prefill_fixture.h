@@ -21,6 +21,7 @@
 #include "kernels/numeric.h"
 #include "kernels/ref/delta_rule_ref.h"
 #include "tests/support/catch.h"
+#include "tests/support/error_map.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
 #include "tests/support/tolerance.h"
@@ -214,6 +215,29 @@ inline Expected reference(const Problem& P) {
   return x;
 }
 
+// Where a failing comparison differs (tests/support/error_map.h): for each live sequence of a slot,
+// the map of its outputs [tokens, Hv, Dv] (got_out, want_out: the whole [T, Hv, Dv] buffers) and of
+// its slot's final state (got_state, want_state: the whole state caches), as warnings; nullptr
+// leaves a part out. The pattern (which chunks, rows, heads, columns) names the product at fault.
+inline void warn_error_maps(const Problem& P, const float* got_out, const float* want_out, const float* got_state,
+                            const float* want_state, double tol) {
+  const int64_t row = P.row(), hs = P.sh.Hv * P.head_size();
+  for (int n = 0; n < P.n_live; ++n) {
+    const int64_t b = P.cu[n], e = P.cu[n + 1];
+    if (e == b || P.slots[n] < 0) continue;
+    if (got_out != nullptr)
+      WARN("outputs of sequence " << n << " (" << e - b << " tokens): "
+                                  << error_map(got_out + b * row, want_out + b * row,
+                                               static_cast<size_t>((e - b) * row),
+                                               delta_out_views(e - b, P.sh.Hv, P.sh.Dv), tol));
+    if (got_state != nullptr)
+      WARN("final state of sequence " << n << " (slot " << P.slots[n] << "): "
+                                      << error_map(got_state + P.slots[n] * hs, want_state + P.slots[n] * hs,
+                                                   static_cast<size_t>(hs),
+                                                   delta_state_views(P.sh.Hv, P.sh.Dk, P.sh.Dv), tol));
+  }
+}
+
 // Outputs of each live non-padding sequence and the final state of its slot within tolerance of
 // `want`; padding rows exactly +0.
 // The worst normalised errors check_close saw (f32 outputs, final states), for measuring tolerances.
@@ -227,6 +251,7 @@ inline void check_close(const Problem& P, const Result& r, const Expected& want,
   const auto got = from_bytes(r.out, P.t);
   const auto got_s = from_bytes(r.state, DType::f32);
   const int64_t row = P.row();
+  bool out_failed = false, state_failed = false;
   for (int n = 0; n < P.n_live; ++n) {
     const int64_t b = P.cu[n], e = P.cu[n + 1];
     if (e == b) continue;
@@ -239,12 +264,14 @@ inline void check_close(const Problem& P, const Result& r, const Expected& want,
     }
     const double err = norm_err(got.data() + b * row, want.out.data() + b * row, static_cast<size_t>((e - b) * row));
     CAPTURE(err);
+    out_failed |= !(err <= (P.t == DType::bf16 ? kTolBf16 : tol_f32));
     if (P.t == DType::bf16) {
       size_t bad = 0;
       for (int64_t i = b * row; i < e * row; ++i) {
         const double tol = 2 * std::ldexp(1.0, -7) * std::fabs(want.out[i]) + 1e-4;
         bad += !(std::fabs(got[i] - want.out[i]) <= tol);
       }
+      out_failed |= bad != 0;
       CHECK(bad == 0);
       CHECK(err <= kTolBf16);
     } else {
@@ -255,9 +282,13 @@ inline void check_close(const Problem& P, const Result& r, const Expected& want,
     const double serr =
         norm_err(got_s.data() + s0, want.state.data() + s0, static_cast<size_t>(P.sh.Hv * P.head_size()));
     CAPTURE(serr);
+    state_failed |= !(serr <= tol_f32);
     CHECK(serr <= tol_f32);
     if (worst != nullptr && serr > worst->state) worst->state = serr;
   }
+  if (out_failed)
+    warn_error_maps(P, got.data(), want.out.data(), nullptr, nullptr, P.t == DType::bf16 ? kTolBf16 : tol_f32);
+  if (state_failed) warn_error_maps(P, nullptr, nullptr, got_s.data(), want.state.data(), tol_f32);
 }
 
 // Slots that no live, non-empty, non-padding sequence owns keep their bytes; output bytes past the

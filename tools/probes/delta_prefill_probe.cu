@@ -32,8 +32,9 @@
 // With -DSG_PROBE_WGMMA_T it times the two-kernel form (kernels/delta_rule_prefill_wgmma_t.cu: every
 // chunk's T, then the recurrence with the state transposed; the same shapes as the warpgroup form)
 // and, after its checksum, runs the one-kernel warpgroup form from the same start and prints the
-// largest difference of the outputs and of the state, normalised by the largest magnitude (link
-// kernels/delta_rule_prefill_wgmma.cu as well):
+// largest difference of the outputs and of the state, normalised by the largest magnitude, and past
+// 1e-5 where they part (tests/support/error_map.h: by chunk, row, head and column, for the first
+// and the last sequence) (link kernels/delta_rule_prefill_wgmma.cu as well):
 //   nvcc ... -DSG_PROBE_WGMMA_T -o /tmp/delta_prefill_probe_t tools/probes/delta_prefill_probe.cu \
 //     kernels/delta_rule_prefill_wgmma.cu kernels/launch_check.cpp kernels/launch_policy.cpp
 #ifdef SG_PROBE_WGMMA_T
@@ -83,6 +84,10 @@ __device__ long long g_trace[64][12];
 
 #include "tools/probes/delta_probe_inputs.cuh"
 #include "tools/probes/probe_check.h"
+#ifdef SG_PROBE_WGMMA_T
+#include "tests/support/error_map.h"
+#include "tests/support/tolerance.h"
+#endif
 
 namespace sg {
 
@@ -304,16 +309,12 @@ struct Workspace {  // the two-kernel form's chunk records, for the probe's one 
 };
 Workspace g_ws;
 
-// The largest |a - b| over the largest |b| of two downloaded f32 or bf16 buffers.
-double normalised_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, DType t) {
+// A downloaded f32 or bf16 buffer as f32 values.
+std::vector<float> values_of(const std::vector<uint8_t>& b, DType t) {
   const size_t es = sg::dtype_size(t);
-  double diff = 0, mag = 0;
-  for (size_t i = 0; i + es <= b.size(); i += es) {
-    const double x = value_at(a, i, t), y = value_at(b, i, t);
-    diff = std::max(diff, std::isfinite(x - y) ? std::fabs(x - y) : INFINITY);
-    mag = std::max(mag, std::fabs(y));
-  }
-  return mag > 0 ? diff / mag : diff;
+  std::vector<float> x(b.size() / es);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = value_at(b, i * es, t);
+  return x;
 }
 #endif
 
@@ -519,11 +520,28 @@ int main(int argc, char** argv) {
   }
   CK(cudaDeviceSynchronize());
   const std::vector<uint8_t> wo = download(out, out_bytes), ws = download(state, state_bytes);
+  const std::vector<float> to = values_of(ho, out_t), oo = values_of(wo, out_t), ts = values_of(hs, state_t),
+                           os = values_of(ws, state_t);
+  const double dout = sg::test::max_normalised_error(to, oo), dstate = sg::test::max_normalised_error(ts, os);
   std::printf(
       "  against the one-kernel form (checksum %016llx): out %.3g, state %.3g (largest difference / largest "
       "magnitude)\n",
-      static_cast<unsigned long long>(hash_bytes(ws, hash_bytes(wo))), normalised_diff(ho, wo, out_t),
-      normalised_diff(hs, ws, state_t));
+      static_cast<unsigned long long>(hash_bytes(ws, hash_bytes(wo))), dout, dstate);
+  // Past 1e-5, where the forms part in sequence 0 and the last one (chunks, rows, heads, columns).
+  if (!(dout <= 1e-5) || !(dstate <= 1e-5)) {
+    const size_t row = size_t(Hv) * Dv, head = size_t(Hv) * Dk * Dv;
+    for (int s : {0, seqs - 1}) {
+      std::printf("  sequence %d, outputs: %s\n", s,
+                  sg::test::error_map(to.data() + s * len * row, oo.data() + s * len * row, len * row,
+                                      sg::test::delta_out_views(len, Hv, Dv), 1e-5)
+                      .c_str());
+      std::printf("  sequence %d, final state: %s\n", s,
+                  sg::test::error_map(ts.data() + s * head, os.data() + s * head, head,
+                                      sg::test::delta_state_views(Hv, Dk, Dv), 1e-5)
+                      .c_str());
+      if (seqs == 1) break;
+    }
+  }
 #endif
   return 0;
 }

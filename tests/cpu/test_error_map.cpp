@@ -1,4 +1,4 @@
-// CPU tests of the failing comparisons' report (tests/support/error_map.h): the views' coordinates,
+// CPU tests of the failing comparisons' report (tools/probes/error_map.h): the views' coordinates,
 // the bins' maxima, the count and the first element, and NaN handling.
 #include <cmath>
 #include <limits>
@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "tests/support/catch.h"
-#include "tests/support/error_map.h"
+#include "tools/probes/error_map.h"
 
-using namespace sg::test;
+using namespace sg::diag;
 
 namespace {
 
@@ -79,6 +79,17 @@ TEST_CASE("error map: equal arrays, NaN, infinities and the bin limit", "[tolera
   INFO(t);
   CHECK(t.find("1 of 100 elements differ by more than 0.1 of the largest |want| (2)") == 0);
   CHECK(t.find("i: - - - - - - - - - - ... (90 more)") != std::string::npos);
+}
+
+TEST_CASE("error map: the largest normalised difference, NaN at the same places agreeing", "[tolerance]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> want = {1.0f, -4.0f, nan, 2.0f};
+  std::vector<float> got = {1.5f, -4.0f, nan, 2.0f};
+  CHECK(max_normalised_difference(got.data(), want.data(), 4) == 0.5 / 4.0);  // NaN in want sets no scale
+  got[2] = 0.0f;                                                              // NaN on one side only
+  CHECK(std::isinf(max_normalised_difference(got.data(), want.data(), 4)));
+  const std::vector<float> zero(4, 0.0f), small = {0.0f, 0.25f, 0.0f, 0.0f};
+  CHECK(max_normalised_difference(small.data(), zero.data(), 4) == 0.25);  // unscaled when want is zero
 }
 
 TEST_CASE("error map: the state's views", "[tolerance]") {

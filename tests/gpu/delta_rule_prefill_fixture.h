@@ -21,10 +21,10 @@
 #include "kernels/numeric.h"
 #include "kernels/ref/delta_rule_ref.h"
 #include "tests/support/catch.h"
-#include "tests/support/error_map.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
 #include "tests/support/tolerance.h"
+#include "tools/probes/error_map.h"
 
 namespace sg::test::drp {
 
@@ -215,7 +215,7 @@ inline Expected reference(const Problem& P) {
   return x;
 }
 
-// Where a failing comparison differs (tests/support/error_map.h): for each live sequence of a slot,
+// Where a failing comparison differs (tools/probes/error_map.h): for each live sequence of a slot,
 // the map of its outputs [tokens, Hv, Dv] (got_out, want_out: the whole [T, Hv, Dv] buffers) and of
 // its slot's final state (got_state, want_state: the whole state caches), as warnings; nullptr
 // leaves a part out. The pattern (which chunks, rows, heads, columns) names the product at fault.
@@ -227,14 +227,14 @@ inline void warn_error_maps(const Problem& P, const float* got_out, const float*
     if (e == b || P.slots[n] < 0) continue;
     if (got_out != nullptr)
       WARN("outputs of sequence " << n << " (" << e - b << " tokens): "
-                                  << error_map(got_out + b * row, want_out + b * row,
-                                               static_cast<size_t>((e - b) * row),
-                                               delta_out_views(e - b, P.sh.Hv, P.sh.Dv), tol));
+                                  << diag::error_map(got_out + b * row, want_out + b * row,
+                                                     static_cast<size_t>((e - b) * row),
+                                                     diag::delta_out_views(e - b, P.sh.Hv, P.sh.Dv), tol));
     if (got_state != nullptr)
       WARN("final state of sequence " << n << " (slot " << P.slots[n] << "): "
-                                      << error_map(got_state + P.slots[n] * hs, want_state + P.slots[n] * hs,
-                                                   static_cast<size_t>(hs),
-                                                   delta_state_views(P.sh.Hv, P.sh.Dk, P.sh.Dv), tol));
+                                      << diag::error_map(got_state + P.slots[n] * hs, want_state + P.slots[n] * hs,
+                                                         static_cast<size_t>(hs),
+                                                         diag::delta_state_views(P.sh.Hv, P.sh.Dk, P.sh.Dv), tol));
   }
 }
 

@@ -33,7 +33,7 @@
 // chunk's T, then the recurrence with the state transposed; the same shapes as the warpgroup form)
 // and, after its checksum, runs the one-kernel warpgroup form from the same start and prints the
 // largest difference of the outputs and of the state, normalised by the largest magnitude, and past
-// 1e-5 where they part (tests/support/error_map.h: by chunk, row, head and column, for the first
+// 1e-5 where they part (tools/probes/error_map.h: by chunk, row, head and column, for the first
 // and the last sequence) (link kernels/delta_rule_prefill_wgmma.cu as well):
 //   nvcc ... -DSG_PROBE_WGMMA_T -o /tmp/delta_prefill_probe_t tools/probes/delta_prefill_probe.cu \
 //     kernels/delta_rule_prefill_wgmma.cu kernels/launch_check.cpp kernels/launch_policy.cpp
@@ -85,8 +85,7 @@ __device__ long long g_trace[64][12];
 #include "tools/probes/delta_probe_inputs.cuh"
 #include "tools/probes/probe_check.h"
 #ifdef SG_PROBE_WGMMA_T
-#include "tests/support/error_map.h"
-#include "tests/support/tolerance.h"
+#include "tools/probes/error_map.h"
 #endif
 
 namespace sg {
@@ -522,7 +521,8 @@ int main(int argc, char** argv) {
   const std::vector<uint8_t> wo = download(out, out_bytes), ws = download(state, state_bytes);
   const std::vector<float> to = values_of(ho, out_t), oo = values_of(wo, out_t), ts = values_of(hs, state_t),
                            os = values_of(ws, state_t);
-  const double dout = sg::test::max_normalised_error(to, oo), dstate = sg::test::max_normalised_error(ts, os);
+  const double dout = sg::diag::max_normalised_difference(to.data(), oo.data(), to.size()),
+               dstate = sg::diag::max_normalised_difference(ts.data(), os.data(), ts.size());
   std::printf(
       "  against the one-kernel form (checksum %016llx): out %.3g, state %.3g (largest difference / largest "
       "magnitude)\n",
@@ -532,12 +532,12 @@ int main(int argc, char** argv) {
     const size_t row = size_t(Hv) * Dv, head = size_t(Hv) * Dk * Dv;
     for (int s : {0, seqs - 1}) {
       std::printf("  sequence %d, outputs: %s\n", s,
-                  sg::test::error_map(to.data() + s * len * row, oo.data() + s * len * row, len * row,
-                                      sg::test::delta_out_views(len, Hv, Dv), 1e-5)
+                  sg::diag::error_map(to.data() + s * len * row, oo.data() + s * len * row, len * row,
+                                      sg::diag::delta_out_views(len, Hv, Dv), 1e-5)
                       .c_str());
       std::printf("  sequence %d, final state: %s\n", s,
-                  sg::test::error_map(ts.data() + s * head, os.data() + s * head, head,
-                                      sg::test::delta_state_views(Hv, Dk, Dv), 1e-5)
+                  sg::diag::error_map(ts.data() + s * head, os.data() + s * head, head,
+                                      sg::diag::delta_state_views(Hv, Dk, Dv), 1e-5)
                       .c_str());
       if (seqs == 1) break;
     }

@@ -5,9 +5,10 @@
 // the flat index (coordinate = (index / stride) % size, so a token axis and the row within a
 // 64-token chunk are both views of one dimension), and error_map prints, per view, the largest
 // difference in each bin of `bin` coordinates, over the largest |want| (the metric of
-// max_normalised_error in tolerance.h). A difference that is not finite (got NaN where want is
+// tests/support/tolerance.h's max_normalised_error). A difference that is not finite (got NaN where want is
 // finite, or the reverse) counts as infinite; both NaN counts as equal.
-// Header-only and host-only: the GPU tests and the hand-built probes of tools/probes/ use it.
+// Header-only and host-only: the hand-built probes of tools/probes/ and the GPU tests use it (the
+// probes may not include tests/).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -18,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace sg::test {
+namespace sg::diag {
 
 struct ErrorView {
   std::string name;
@@ -34,6 +35,17 @@ inline double element_difference(float got, float want) {
   if (got == want) return 0;
   const double d = std::fabs(double(got) - double(want));
   return std::isfinite(d) ? d : std::numeric_limits<double>::infinity();
+}
+
+// The largest element_difference over the largest finite |want| (the unscaled difference when want
+// is all zero): two results that are NaN at the same places and close elsewhere agree.
+inline double max_normalised_difference(const float* got, const float* want, size_t n) {
+  double d = 0, scale = 0;
+  for (size_t i = 0; i < n; ++i) {
+    d = std::max(d, element_difference(got[i], want[i]));
+    if (std::isfinite(want[i])) scale = std::max(scale, std::fabs(double(want[i])));
+  }
+  return scale > 0 ? d / scale : d;
 }
 
 // The per-bin maxima of one view: bins[b] = the largest difference at a coordinate in
@@ -117,4 +129,4 @@ inline std::vector<ErrorView> delta_state_views(int64_t Hv, int64_t Dk, int64_t 
   return {{"v-head", Dk * Dv, Hv, 1}, {"key row", Dv, Dk, 8}, {"value column", 1, Dv, 8}};
 }
 
-}  // namespace sg::test
+}  // namespace sg::diag

@@ -60,4 +60,9 @@ double delta_rule_wy_flops(long long len, int Hv, int Dk, int Dv) {
   return f * Hv;
 }
 
+double causal_pairs(long long prompt, long long history) {
+  const double n = static_cast<double>(prompt);
+  return n * static_cast<double>(history) + n * (n + 1.0) / 2.0;
+}
+
 }  // namespace sg::op_bytes

@@ -44,4 +44,10 @@ double fused_gated_norm(int rows, int heads, int n, size_t es, size_t w_es);
 // Not bytes: the delta rule's FLOPs floor (at 790 TFLOP/s) is above its bytes floor in prefill.
 double delta_rule_wy_flops(long long len, int Hv, int Dk, int Dv);
 
+// The query-key pairs causal attention computes for one sequence's `prompt` new tokens after
+// `history` tokens in its cache: token i of the prompt sees the history and itself and the i tokens
+// before it, prompt history + prompt (prompt + 1) / 2 in all (a pair costs 4 Hq D FLOPs: q K^T
+// and P V). Not bytes either.
+double causal_pairs(long long prompt, long long history);
+
 }  // namespace sg::op_bytes

@@ -259,6 +259,20 @@ std::vector<CliCase> option_cases() {
   wgmma_cpu->after = [](const fs::path& d, const std::string&) {
     CHECK(json::parse(read_file(d / "w.json")).at("delta_prefill") == "chunked");
   };
+  add("bench --history with --phase decode", {"bench", "--history", "64", "--phase", "decode"}, 1,
+      {"bench --history applies to the prefill step; --phase decode runs none"});
+  add("bench --history on the gdn-layer workload", {"bench", "--history", "64", "--workload", "gdn-layer"}, 1,
+      {"bench --history applies to the whole model's prefill step; --workload gdn-layer runs none"});
+  add("bench --history negative", {"bench", "--cpu", "--history", "-1"}, kCli11Invalid, {"--history"});
+  auto* hist_cpu = add("bench --cpu --history prefills the history first, capped at 64",
+                       {"bench", "--cpu", "--history", "100", "--json", "h.json"}, 0,
+                       {"prefill 8 x 64 tokens after 64 of history: "});
+  hist_cpu->seconds = 120;
+  hist_cpu->after = [](const fs::path& d, const std::string&) {
+    const json j = json::parse(read_file(d / "h.json"));
+    CHECK(j.at("history") == 64);
+    CHECK(j.at("context") == 64);
+  };
   add("plan --delta-prefill wgmma-t counts its chunk records", {"plan", "--delta-prefill", "wgmma-t"}, 0,
       {"gdn.delta_workspace", "343.15 MB"});
   add("plan --delta-prefill nope", {"plan", "--delta-prefill", "nope"}, kCli11Invalid, {"--delta-prefill"});

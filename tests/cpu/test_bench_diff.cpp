@@ -3,6 +3,7 @@
 // spread, families ordered by their change, graphs and families of one report, the settings that
 // differ, the ops whose nodes ran other arms (manifests), the text and JSON reports, and every kind
 // of document refused with its reason.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,41 @@ TEST_CASE("diff: a report without ssm_state kept its state in f32", "[diff]") {
   CHECK(ssm(other).old_value == "f32");
   CHECK(ssm(other).new_value == "bf16");
   CHECK(ssm(other).differs);
+}
+
+TEST_CASE("diff: a prefill after history is its own graph, and an absent history is 0", "[diff]") {
+  json later = new_report();
+  later["history"] = 1024;
+  later["graphs"][3]["history"] = 1024;
+  const BenchDiff d = diff_bench_reports(old_report(), later, "old.json", "new.json");
+  bool seen = false;
+  for (const auto& s : d.settings) {
+    if (s.name != "history") continue;
+    seen = true;
+    CHECK(s.old_value == "0");  // absent: from before the setting existed, fresh prompts
+    CHECK(s.new_value == "1024");
+    CHECK(s.differs);
+  }
+  CHECK(seen);
+  // The two prefills are not compared with each other: each is in one report only.
+  std::vector<std::string> names;
+  for (const auto& g : d.graphs) names.push_back(g.name);
+  CHECK(std::count(names.begin(), names.end(), "prefill 32 x 1024 tokens (bucket 32768)") == 1);
+  CHECK(std::count(names.begin(), names.end(), "prefill 32 x 1024 tokens after 1024 of history (bucket 32768)") == 1);
+  for (const auto& g : d.graphs) {
+    if (g.name == "prefill 32 x 1024 tokens (bucket 32768)") CHECK(g.verdict == Verdict::only_a);
+    if (g.name.find("after 1024 of history") != std::string::npos) CHECK(g.verdict == Verdict::only_b);
+  }
+  // With history 0 written out, the report equals one without it.
+  json zero = new_report();
+  zero["history"] = 0;
+  zero["graphs"][3]["history"] = 0;
+  const BenchDiff z = diff_bench_reports(old_report(), zero, "old.json", "new.json");
+  for (const auto& s : z.settings) {
+    if (s.name == "history") CHECK_FALSE(s.differs);
+  }
+  CHECK(z.graphs[2].name == "prefill 32 x 1024 tokens (bucket 32768)");
+  CHECK(z.graphs[2].verdict == Verdict::faster);
 }
 
 TEST_CASE("diff: the text report", "[diff]") {

@@ -72,3 +72,18 @@ TEST_CASE("op bytes: a fused op moves its parts' bytes less the intermediates it
     }
   }
 }
+
+TEST_CASE("op bytes: causal attention's query-key pairs with history", "[op_bytes]") {
+  // Counted pair by pair: prompt token i sees history + i + 1 keys.
+  for (long long prompt : {0LL, 1LL, 5LL, 64LL}) {
+    for (long long history : {0LL, 1LL, 100LL}) {
+      double n = 0;
+      for (long long i = 0; i < prompt; ++i) n += static_cast<double>(history + i + 1);
+      CAPTURE(prompt, history);
+      CHECK(op_bytes::causal_pairs(prompt, history) == n);
+    }
+  }
+  // The 4B prefill of 1024 tokens: 524,800 pairs a sequence; after 1024 of history 1,573,376.
+  CHECK(op_bytes::causal_pairs(1024, 0) == 524800.0);
+  CHECK(op_bytes::causal_pairs(1024, 1024) == 1573376.0);
+}

@@ -27,9 +27,9 @@ ChildResult run_bench(const std::vector<std::string>& args) {
 TEST_CASE("bench --history: the prefill step after tokens in the caches", "[gpu][cli][prefill]") {
   const std::filesystem::path json = std::filesystem::temp_directory_path() / "sg_test_bench_history.json";
   std::filesystem::remove(json);
-  const ChildResult r = run_bench({"--preset", "tiny", "--phase", "prefill", "--max-seqs", "4", "--context", "70",
-                                   "--history", "100", "--reps", "1", "--replays", "2", "--node-replays", "1",
-                                   "--json", json.string()});
+  const ChildResult r =
+      run_bench({"--preset", "tiny", "--phase", "prefill", "--max-seqs", "4", "--context", "70", "--history", "100",
+                 "--reps", "1", "--replays", "2", "--node-replays", "1", "--json", json.string()});
   INFO(r.describe() << "\n" << r.out.substr(0, 4000));
   REQUIRE(r.end == ChildResult::End::exited);
   REQUIRE(r.code == 0);

@@ -29,6 +29,7 @@ constexpr double kGemmTflops = 790.0;
 struct BenchOptions {
   std::string workload = "model";
   int context = 1024;          // model workload: tokens of context per sequence (decode) / prompt tokens (prefill)
+  int history = 0;             // model workload, prefill: tokens in each sequence's caches before its prompt
   std::string phase = "both";  // model workload: decode, prefill or both
   std::string preset = "qwen3.5-4b";
   int max_seqs = 32;
@@ -104,6 +105,10 @@ StepChoice resolved_choice(const ModelStep& step, const GraphKey* key = nullptr)
 // bench and inspect with --fault-after: throws sg::Error when the options cannot go with a drill
 // (--arms tune times the arms on graphs that would fault; `workload` other than the model's).
 void check_fault_drill(const BenchOptions& o, const std::string& command);
+// bench with --history N > 0: throws sg::Error when nothing would run a prefill (--workload
+// gdn-layer, --phase decode) and, on the GPU (`gpu`), unless --phase is prefill: the caches sized
+// for the history would change the decode graphs (their attention splits follow the cache length).
+void check_history(const BenchOptions& o, const std::string& command, bool gpu);
 
 int run_cpu_model(const BenchOptions& o, const std::string& why);
 int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev);

@@ -21,9 +21,9 @@ namespace {
 using nlohmann::json;
 
 // The settings a bench report records (bench_model.cpp writes them), in the order they are shown.
-constexpr std::array<const char*, 13> kSettings = {"preset",        "device",       "workload",    "context", "arms",
-                                                   "delta_prefill", "attn_prefill", "attn_decode", "gemm",    "pdl",
-                                                   "swiglu",        "gated_norm",   "ssm_state"};
+constexpr std::array<const char*, 14> kSettings = {"preset", "device",        "workload",     "context",     "history",
+                                                   "arms",   "delta_prefill", "attn_prefill", "attn_decode", "gemm",
+                                                   "pdl",    "swiglu",        "gated_norm",   "ssm_state"};
 
 // The largest time a report may hold (ms or us): a day in ms, so sums and percentages stay finite.
 constexpr double kMaxTime = 1e9;
@@ -95,9 +95,11 @@ void check_report(const json& doc, const Reader& r) {
 }
 
 // A setting's value as the report holds it (JSON text for a non-string); nullopt when absent, but
-// "f32" for an absent ssm_state (reports from before the setting existed kept their state in f32).
+// "f32" for an absent ssm_state and "0" for an absent history (reports from before those settings
+// existed kept their state in f32 and prefilled fresh prompts).
 std::optional<std::string> setting_value(const json& doc, const char* key) {
   if (!doc.contains(key) && std::string_view(key) == "ssm_state") return std::string("f32");
+  if (!doc.contains(key) && std::string_view(key) == "history") return std::string("0");
   if (!doc.contains(key) || doc.at(key).is_null()) return std::nullopt;
   const json& v = doc.at(key);
   return v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -170,10 +172,13 @@ ReadGraph read_graph(const json& g, size_t index, const Reader& r) {
     out.name = fmt::format("decode b={}", r.integer(g, "batch", where));
   } else if (k == "prefill") {
     const int bucket = r.integer(g, "bucket", where);
+    // Prefills after different histories are different graphs' workloads: the name keeps them apart.
+    const int history = g.contains("history") ? r.integer(g, "history", where) : 0;
+    const std::string after = history > 0 ? fmt::format(" after {} of history", history) : "";
     out.name = g.contains("sequences") && g.contains("tokens_per_sequence")
-                   ? fmt::format("prefill {} x {} tokens (bucket {})", r.integer(g, "sequences", where),
-                                 r.integer(g, "tokens_per_sequence", where), bucket)
-                   : fmt::format("prefill bucket {}", bucket);
+                   ? fmt::format("prefill {} x {} tokens{} (bucket {})", r.integer(g, "sequences", where),
+                                 r.integer(g, "tokens_per_sequence", where), after, bucket)
+                   : fmt::format("prefill bucket {}{}", bucket, after);
   } else {
     r.fail(where, fmt::format("\"kind\" is '{}', not decode or prefill", printable(k, 40)));
   }

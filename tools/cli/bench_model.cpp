@@ -98,29 +98,37 @@ nlohmann::json op_family_table(const BenchOptions& o, const ModelStep& step, int
 }  // namespace
 
 // Without a GPU, the model workload runs the CPU reference model on the tiny preset: a prefill of
-// `context` tokens per sequence, then decode steps of the whole batch, timed.
+// `context` tokens per sequence (after `history` tokens prefilled first, untimed), then decode steps
+// of the whole batch, timed.
 int run_cpu_model(const BenchOptions& o, const std::string& why) {
   fmt::print("stepgraph bench: {}\n", why);
   const Qwen35Config cfg = preset("tiny");
-  const int B = std::min(o.max_seqs, 8), ctx = std::min(o.context, 64);
+  const int B = std::min(o.max_seqs, 8), ctx = std::min(o.context, 64), hist = std::min(o.history, 64);
   fmt::print(
       "Running the CPU reference of the whole model's decode step on the 'tiny' preset instead ({} layers, "
-      "hidden {}, vocab {}), {} sequences with {} tokens of context (--max-seqs is capped at 8 and --context at "
-      "64 here).\n",
-      cfg.layers, cfg.hidden, cfg.vocab, B, ctx);
+      "hidden {}, vocab {}), {} sequences with {} tokens of context{} (--max-seqs is capped at 8, --context and "
+      "--history at 64 here).\n",
+      cfg.layers, cfg.hidden, cfg.vocab, B, ctx,
+      hist > 0 ? fmt::format(" after {} tokens of history", hist) : std::string());
   ReferenceOptions ro;
   ro.chunked_prefill = chunked_delta_prefill(o.delta_prefill);  // its own chunked form (double); auto runs the scan
   ro.ssm_state = reference_ssm_state(o.ssm_state);
   const std::string delta_form = ro.chunked_prefill ? "chunked" : "scan";
   fmt::print("delta-rule prefill: {} (the CPU reference's form for --delta-prefill {})\n", delta_form, o.delta_prefill);
-  ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, ctx + 64, ro);
-  std::vector<Sequence> seqs;
-  for (int b = 0; b < B; ++b) {
-    Sequence sq;
-    sq.slot = b;
-    for (int t = 0; t < ctx; ++t) sq.tokens.push_back((b * 131 + t * 17) % cfg.vocab);
-    seqs.push_back(std::move(sq));
-  }
+  ReferenceModel model(cfg, synthetic_weights(cfg, 1), B, hist + ctx + 64, ro);
+  // Sequence b's tokens [from, to) of its token stream.
+  auto tokens_of = [&](int from, int to) {
+    std::vector<Sequence> seqs;
+    for (int b = 0; b < B; ++b) {
+      Sequence sq;
+      sq.slot = b;
+      for (int t = from; t < to; ++t) sq.tokens.push_back((b * 131 + t * 17) % cfg.vocab);
+      seqs.push_back(std::move(sq));
+    }
+    return seqs;
+  };
+  if (hist > 0) model.prefill(tokens_of(0, hist));  // the history, untimed
+  const std::vector<Sequence> seqs = tokens_of(hist, hist + ctx);
   auto t0 = std::chrono::steady_clock::now();
   model.prefill(seqs);
   const double prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -142,14 +150,15 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
     }
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
-  fmt::print("prefill {} x {} tokens: {:.2f} ms; decode step (batch {}): {:.3f} ms; checksum {:.6f}\n", B, ctx,
-             prefill_ms, B, ms, sum);
+  fmt::print("prefill {} x {} tokens{}: {:.2f} ms; decode step (batch {}): {:.3f} ms; checksum {:.6f}\n", B, ctx,
+             hist > 0 ? fmt::format(" after {} of history", hist) : std::string(), prefill_ms, B, ms, sum);
   write_cpu_json(o, {{"implementation", "cpu-reference"},
                      {"why", why},
                      {"preset", cfg.name},
                      {"workload", "model"},
                      {"sequences", B},
                      {"context", ctx},
+                     {"history", hist},
                      {"prefill_ms", prefill_ms},
                      {"decode_steps", steps},
                      {"decode_step_ms", ms},
@@ -226,6 +235,27 @@ void check_fault_drill(const BenchOptions& o, const std::string& command) {
       fmt::format("{} --fault-after drills the whole model's captured graphs, so it cannot go with:{}", command, list));
 }
 
+void check_history(const BenchOptions& o, const std::string& command, bool gpu) {
+  if (o.history <= 0) return;
+  if (o.workload != "model") {
+    throw Error(fmt::format("{} --history applies to the whole model's prefill step; --workload {} runs none", command,
+                            o.workload));
+  }
+  if (o.phase == "decode") {
+    throw Error(
+        fmt::format("{} --history applies to the prefill step; --phase decode runs none (use --phase "
+                    "prefill)",
+                    command));
+  }
+  if (gpu && o.phase != "prefill") {
+    throw Error(
+        fmt::format("{} --history on the GPU sizes every slot's caches for the history, the prompt and the "
+                    "decode steps after it, and the decode graphs' attention splits follow that size, so "
+                    "their times would not be those of --history 0: use --phase prefill",
+                    command));
+  }
+}
+
 int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   // Ctrl-C: the graph being measured finishes, then the run stops and reports (and writes) what it
   // measured, marked interrupted, and exits with 130. A second Ctrl-C ends the process.
@@ -234,14 +264,14 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   ResolvedArms arms = resolve_arms(o.arms.arms, read_env);
   for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
   const bool do_decode = o.phase != "prefill", do_prefill = o.phase != "decode";
-  // Prefill: room for the 128 decode steps of the finiteness check after the prompt.
-  const ModelStepOptions opts = model_step_options(o, arms, do_prefill, do_prefill ? kCheckSteps : 0);
+  // Prefill: room for the history before the prompt and the 128 decode steps of the finiteness check after it.
+  const ModelStepOptions opts = model_step_options(o, arms, do_prefill, do_prefill ? o.history + kCheckSteps : 0);
   fmt::print("device: {}\n", dev.describe());
   fmt::print(
       "workload: {} whole-model steps ({}), {} layers ({} GDN + {} attention), {} sequences, context {} per "
-      "sequence, synthetic bf16 weights\narms: {}\n",
+      "sequence{}, synthetic bf16 weights\narms: {}\n",
       cfg.name, o.phase, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), o.max_seqs, o.context,
-      arms.arms.describe());
+      o.history > 0 ? fmt::format(" (prefill: after {} tokens of history)", o.history) : "", arms.arms.describe());
   add_lt_choices_option(o.lt_choices, dev);
   auto t0 = std::chrono::steady_clock::now();
   ModelStep step(cfg, opts);
@@ -338,27 +368,33 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   if (do_prefill && !sigint_received()) {
     std::vector<PrefillRequest> batch;
     for (int r = 0; r < o.max_seqs; ++r) {
-      PrefillRequest q{r, {}, 0};
+      PrefillRequest q{r, {}, o.history};  // history: the randomized caches' first o.history positions
       for (int t = 0; t < o.context; ++t) q.tokens.push_back((r * 7919 + t * 131) % cfg.vocab);
       batch.push_back(std::move(q));
     }
     const int bucket = step.stage_prefill(batch);
     const int reps = std::max(1, std::min(o.reps, 3)), replays = std::max(1, std::min(o.replays, 3));
-    // Every replay prefills the same fresh sequences again (no history: the states are rewritten).
+    // Every replay prefills the same sequences again: without history the states are rewritten; with
+    // it each replay continues from the states the previous one left and rewrites the same KV
+    // positions (the same work).
     const Spread g = time_steps(step, reps, replays, [&] { step.replay_prefill(bucket); });
     const Spread e = time_steps(step, reps, replays, [&] { step.launch_prefill_eager(bucket); });
-    const double floor_bytes = step.weight_bytes() + double(o.max_seqs) * step.state_bytes_per_slot() +
-                               double(o.max_seqs) * o.context * step.kv_bytes_per_token();
+    // Weights, the states (written; read too with history), the prompt's KV written and the
+    // history's KV read.
+    const double seqs = o.max_seqs;
+    const double floor_bytes = step.weight_bytes() + (o.history > 0 ? 2.0 : 1.0) * seqs * step.state_bytes_per_slot() +
+                               seqs * (double(o.context) + o.history) * step.kv_bytes_per_token();
     const double floor_ms = floor_bytes / (kFloorGBps * 1e6);
+    const std::string after = o.history > 0 ? fmt::format(" after {} of history", o.history) : "";
     fmt::print(
-        "\ngraph prefill {} x {} tokens (bucket {}): step {:.2f} ms median (min {:.2f}, max {:.2f}; {} reps x {} "
+        "\ngraph prefill {} x {} tokens{} (bucket {}): step {:.2f} ms median (min {:.2f}, max {:.2f}; {} reps x {} "
         "replays); eager {:.2f} ms; bandwidth floor {:.3f} ms ({})\n",
-        o.max_seqs, o.context, bucket, g.median, g.min, g.max, reps, replays, e.median, floor_ms,
+        o.max_seqs, o.context, after, bucket, g.median, g.min, g.max, reps, replays, e.median, floor_ms,
         format_bytes(floor_bytes));
     // The causal products of the workload's sequences (q K^T and P V: 4 Hq D FLOPs a query-key pair
-    // at or before the query), which the graph's node labels cannot know.
+    // at or before the query, the history's keys included), which the graph's node labels cannot know.
     const int attn_layers = cfg.num_full_attention();
-    const double pairs = double(o.max_seqs) * o.context * (o.context + 1.0) / 2.0;
+    const double pairs = seqs * op_bytes::causal_pairs(o.context, o.history);
     const FamilyWork causal{"attention.prefill", 0, 4.0 * cfg.Hq * cfg.D * pairs * attn_layers};
     // The delta rule's products in the chunked WY form (op_bytes.h), per the workload's sequences.
     const FamilyWork wy{"delta_rule.prefill", 0,
@@ -369,8 +405,9 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
         [&] { step.replay_prefill(bucket); }, {causal, wy},
         "attention.prefill's causal q K^T and P V FLOPs and delta_rule.prefill's WY-form products added; attention's "
         "KV reads are not labelled");
-    summary.push_back(fmt::format("  prefill {}x{} graph {:>9.2f} ms  eager {:>9.2f} ms  floor {:>7.3f} ms", o.max_seqs,
-                                  o.context, g.median, e.median, floor_ms));
+    summary.push_back(fmt::format("  prefill {}x{}{} graph {:>9.2f} ms  eager {:>9.2f} ms  floor {:>7.3f} ms",
+                                  o.max_seqs, o.context, o.history > 0 ? fmt::format("+h{}", o.history) : "", g.median,
+                                  e.median, floor_ms));
     // The synthetic weights must keep every activation finite: the prefill's logits, then those of
     // kCheckSteps greedy decode steps of the whole batch.
     const PrefillOutput po = step.prefill(batch, RunMode::graph);
@@ -378,7 +415,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     std::vector<int32_t> toks = po.tokens;
     for (int t = 0; t < kCheckSteps; ++t) {
       std::vector<DecodeRequest> dec;
-      for (int r = 0; r < o.max_seqs; ++r) dec.push_back({r, toks[static_cast<size_t>(r)], o.context + t});
+      for (int r = 0; r < o.max_seqs; ++r) dec.push_back({r, toks[static_cast<size_t>(r)], o.history + o.context + t});
       const DecodeOutput d = step.decode(dec, RunMode::graph);
       bad += count_nonfinite(d.logits);
       toks = d.tokens;
@@ -391,6 +428,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                       {"bucket", bucket},
                       {"sequences", o.max_seqs},
                       {"tokens_per_sequence", o.context},
+                      {"history", o.history},
                       {"step_ms", {{"median", g.median}, {"min", g.min}, {"max", g.max}}},
                       {"eager_ms", e.median},
                       {"floor_ms", floor_ms},
@@ -420,6 +458,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                         {"ssm_state", ssm_state},
                         {"workload", "model"},
                         {"context", o.context},
+                        {"history", o.history},
                         {"interrupted", interrupted},
                         {"graphs", graphs}}
              .dump(2)

@@ -285,6 +285,16 @@ void register_bench(CLI::App& app, Action& action) {
                   "model workload: tokens of context per sequence in decode, prompt tokens per sequence in prefill")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--history", o.history,
+                  "model workload, prefill: tokens already in each sequence's caches before its --context prompt "
+                  "tokens (a chunked prefill's later chunk, a follow-up turn): attention reads them from the KV "
+                  "cache, the delta rule and the conv start from the slot's state. On the GPU the caches hold "
+                  "random finite values and every replay continues from the state the previous one left (the "
+                  "same work); the CPU reference prefills that many tokens first (capped at 64 there). On the GPU "
+                  "it needs --phase prefill (caches sized for the history would change the decode graphs). 0: "
+                  "fresh prompts")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--preset", o.preset, "Model preset (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv)")
       ->capture_default_str();
   cmd->add_option("--max-seqs", o.max_seqs, "Largest decode batch; graphs for 1, 2, 4, multiples of 8 up to it")
@@ -409,6 +419,7 @@ void register_bench(CLI::App& app, Action& action) {
       check_writable(o.lt_choices, "--lt-choices");
       o.fault = parse_fault_after(o.fault_after);  // on either path, as the checks below
       check_fault_drill(o, "bench");
+      check_history(o, "bench", false);
       check_fault_layer(o.fault, cfg.layers, cfg.name);  // --workload gdn-layer refused a drill above
       if (o.node_replays == 0) {  // on either path: these ask for what --node-replays 0 turns off
         std::vector<std::string> bad;
@@ -442,6 +453,7 @@ void register_bench(CLI::App& app, Action& action) {
         reject_arms_on_cpu(arms, "bench");
         return o.workload == "model" ? run_cpu_model(o, why) : run_cpu(o, why);
       }
+      check_history(o, "bench", true);
       const std::pair<std::string, const char*> exports[] = {{o.csv, "--csv"}, {o.trace, "--trace"}, {o.dot, "--dot"}};
       for (const auto& [path, option] : exports) {
         if (!path.empty()) check_writable(with_key(path, 1), option);  // as the first graph's file is named

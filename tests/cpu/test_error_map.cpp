@@ -1,4 +1,4 @@
-// CPU tests of the failing comparisons' report (tools/probes/error_map.h): the views' coordinates,
+// CPU tests of the failing comparisons' report (tools/cli/compare.h): the views' coordinates,
 // the bins' maxima, the count and the first element, and NaN handling.
 #include <cmath>
 #include <limits>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tests/support/catch.h"
-#include "tools/probes/error_map.h"
+#include "tools/cli/compare.h"
 
 using namespace sg::diag;
 

@@ -24,7 +24,7 @@
 #include "tests/support/gpu_buffers.h"
 #include "tests/support/random.h"
 #include "tests/support/tolerance.h"
-#include "tools/probes/error_map.h"
+#include "tools/cli/compare.h"
 
 namespace sg::test::drp {
 
@@ -215,7 +215,7 @@ inline Expected reference(const Problem& P) {
   return x;
 }
 
-// Where a failing comparison differs (tools/probes/error_map.h): for each live sequence of a slot,
+// Where a failing comparison differs (tools/cli/compare.h): for each live sequence of a slot,
 // the map of its outputs [tokens, Hv, Dv] (got_out, want_out: the whole [T, Hv, Dv] buffers) and of
 // its slot's final state (got_state, want_state: the whole state caches), as warnings; nullptr
 // leaves a part out. The pattern (which chunks, rows, heads, columns) names the product at fault.

@@ -33,7 +33,7 @@
 // chunk's T, then the recurrence with the state transposed; the same shapes as the warpgroup form)
 // and, after its checksum, runs the one-kernel warpgroup form from the same start and prints the
 // largest difference of the outputs and of the state, normalised by the largest magnitude, and past
-// 1e-5 where they part (tools/probes/error_map.h: by chunk, row, head and column, for the first
+// 1e-5 where they part (tools/cli/compare.h: by chunk, row, head and column, for the first
 // and the last sequence) (link kernels/delta_rule_prefill_wgmma.cu as well):
 //   nvcc ... -DSG_PROBE_WGMMA_T -o /tmp/delta_prefill_probe_t tools/probes/delta_prefill_probe.cu \
 //     kernels/delta_rule_prefill_wgmma.cu kernels/launch_check.cpp kernels/launch_policy.cpp
@@ -85,7 +85,7 @@ __device__ long long g_trace[64][12];
 #include "tools/probes/delta_probe_inputs.cuh"
 #include "tools/probes/probe_check.h"
 #ifdef SG_PROBE_WGMMA_T
-#include "tools/probes/error_map.h"
+#include "tools/cli/compare.h"
 #endif
 
 namespace sg {

@@ -1,14 +1,26 @@
-// error_map.h: where two arrays of one shape differ, for a failing comparison's report. A kernel
-// whose fragment layout, tile offset or chunk hand-over is wrong leaves a pattern (every chunk but
-// the first, the second warpgroup's value columns, one row in eight of a tile), and the pattern
-// names the product at fault; one failing run on a GPU should show it. The caller names views of
-// the flat index (coordinate = (index / stride) % size, so a token axis and the row within a
-// 64-token chunk are both views of one dimension), and error_map prints, per view, the largest
-// difference in each bin of `bin` coordinates, over the largest |want| (the metric of
-// tests/support/tolerance.h's max_normalised_error). A difference that is not finite (got NaN where want is
-// finite, or the reverse) counts as infinite; both NaN counts as equal.
-// Header-only and host-only: the hand-built probes of tools/probes/ and the GPU tests use it (the
-// probes may not include tests/).
+// compare.h: how two results of one shape are compared, for the tests, the probes of tools/probes/
+// and `stepgraph kernels` alike (the sources may not include tests/; tests/support/tolerance.h
+// brings the metrics into the tests' namespace).
+//
+// The two normalised error metrics, named apart (they bound different things, so a tolerance
+// written for one does not hold for the other):
+//   max_normalised_error  max |a - b| / max |b|: a worst element against the largest reference
+//                         value (logits of the model step against the CPU reference or HF);
+//   l2_normalised_error   ||a - b||_2 / ||b||_2: an average over the whole tensor (the delta rule's
+//                         chunked forms against the recurrence, as bounded in delta_rule_ref.h).
+// Both return the unscaled error when b is all zero, and infinity when any difference is not
+// finite, so a NaN or Inf in a result always fails a comparison (it never hides in a max or sum).
+//
+// Where two arrays differ, for a failing comparison's report: a kernel whose fragment layout, tile
+// offset or chunk hand-over is wrong leaves a pattern (every chunk but the first, the second
+// warpgroup's value columns, one row in eight of a tile), and the pattern names the product at
+// fault; one failing run on a GPU should show it. The caller names views of the flat index
+// (coordinate = (index / stride) % size, so a token axis and the row within a 64-token chunk are
+// both views of one dimension), and error_map prints, per view, the largest difference in each bin
+// of `bin` coordinates, over the largest |want| (the metric of max_normalised_error). There a
+// difference that is not finite (got NaN where want is finite, or the reverse) counts as infinite
+// and both NaN count as equal (max_normalised_difference likewise: two forms that are NaN at the
+// same places agree). Header-only, host-only.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -20,6 +32,33 @@
 #include <vector>
 
 namespace sg::diag {
+
+inline double max_normalised_error(const float* a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    if (!std::isfinite(d)) return std::numeric_limits<double>::infinity();
+    num = std::max(num, d);
+    den = std::max(den, std::fabs(double(b[i])));
+  }
+  return den > 0 ? num / den : num;
+}
+
+// Over the common length of a and b.
+inline double max_normalised_error(const std::vector<float>& a, const std::vector<float>& b) {
+  return max_normalised_error(a.data(), b.data(), std::min(a.size(), b.size()));
+}
+
+inline double l2_normalised_error(const float* a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = double(a[i]) - double(b[i]);
+    num += d * d;
+    den += double(b[i]) * double(b[i]);
+  }
+  if (!std::isfinite(num)) return std::numeric_limits<double>::infinity();
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
 
 struct ErrorView {
   std::string name;

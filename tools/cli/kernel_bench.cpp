@@ -25,6 +25,7 @@
 #include "kernels/postconv.h"
 #include "models/gdn_mixer.h"
 #include "tools/cli/bench_probes.h"
+#include "tools/cli/compare.h"
 
 namespace sg::bench {
 
@@ -457,6 +458,7 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
   if (!shape.decode && wanted("conv.fwd")) cases.push_back(conv_fwd_case(shape, buf, st));
   if (wanted("postconv")) cases.push_back(postconv_case(shape, sets, buf, st));
   if (!shape.decode && wanted("gdn.prefill")) cases.push_back(gdn_prefill_case(shape, buf, st));
+  if (!shape.decode && wanted("delta_rule.prefill")) cases.push_back(delta_prefill_case(shape, buf, st, progress));
   if (shape.decode && wanted("gdn.decode")) cases.push_back(gdn_decode_case(shape, sets, buf, st, DType::f32));
   if (shape.decode && wanted("gdn.decode.bf16")) cases.push_back(gdn_decode_case(shape, sets, buf, st, DType::bf16));
   stream.sync();
@@ -466,9 +468,11 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
     const auto probes = std::count_if(oc.arms.begin(), oc.arms.end(), [](const OpCase::Arm& a) { return a.probe; });
     progress(fmt::format("{} {}: {} arms{}, {} buffer set(s)", shape.name, oc.op, oc.arms.size() - probes,
                          probes ? fmt::format(" + {} floor probes", probes) : "", oc.sets));
-    // Correctness first: every arm from the same starting state, outputs hashed.
+    // Correctness first: every arm from the same starting state, outputs hashed (a setting's
+    // values: outputs and states compared with the first row's).
     std::vector<CapturedGraph> graphs;
     std::vector<ArmResult> rs;
+    Values first;
     for (auto& arm : oc.arms) {
       ArmResult r;
       r.op = oc.op;
@@ -479,12 +483,22 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
       r.bytes = arm.probe ? 0 : oc.bytes;
       r.probe = arm.probe;
       r.channels = arm.channels;
+      r.flops = arm.probe ? 0 : oc.flops;
+      r.setting = oc.setting;
+      r.out_tolerance = oc.out_tolerance;
+      r.state_tolerance = oc.state_tolerance;
       try {
         if (!arm.probe) {  // probes compute nothing to compare
           oc.reset(st);
           arm.launch(0, st);
           stream.sync();
           r.hash = fnv1a(oc.outputs());
+          if (oc.setting) {
+            Values v = oc.values();
+            if (rs.empty()) first = v;  // the reference row: its own errors are 0
+            r.out_error = diag::l2_normalised_error(v.out.data(), first.out.data(), v.out.size());
+            r.state_error = diag::l2_normalised_error(v.state.data(), first.state.data(), v.state.size());
+          }
         }
         graphs.push_back(CapturedGraph::capture(fmt::format("{} {} {}", shape.name, oc.op, arm.arm), st, [&] {
           for (int i = 0; i < oc.sets; ++i) arm.launch(i, st);

@@ -42,6 +42,12 @@ struct ArmResult {
   bool hash_matches_reference = true;  // always true for probes (not hashed)
   bool probe = false;                  // a floor probe (bench_probes.h), not an arm
   int channels = 0;                    // conv.update fast and its probes: channels per thread V; else 0
+  double flops = 0;                    // per launch where a FLOPs floor applies (790 TFLOP/s); else 0
+  // A value of a setting (delta_rule.prefill's forms), not an arm: compared with the first row by
+  // the L2-normalised error of its outputs and final state, each within its tolerance.
+  bool setting = false;
+  double out_error = 0, state_error = 0, out_tolerance = 0, state_tolerance = 0;
+  bool within_tolerance() const { return out_error <= out_tolerance && state_error <= state_tolerance; }
 };
 
 struct BenchConfig {

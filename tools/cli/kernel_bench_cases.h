@@ -1,7 +1,8 @@
 // kernel_bench_cases.h: private to the kernel benchmark (kernel_bench.cpp, kernel_bench_prefill.cpp):
 // an op case (buffers, one launch per arm, reset to the starting state, the outputs to hash) and
 // the helpers the cases share. The timer and the decode cases are in kernel_bench.cpp; the prefill
-// cases that fuse ops (gdn.prefill) in kernel_bench_prefill.cpp.
+// cases that fuse ops (gdn.prefill) in kernel_bench_prefill.cpp, the delta rule's prefill forms in
+// kernel_bench_delta.cpp.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -17,6 +18,11 @@
 
 namespace sg::bench {
 
+// A setting row's outputs and final state as f32 values.
+struct Values {
+  std::vector<float> out, state;
+};
+
 struct OpCase {
   std::string op;
   double bytes = 0;  // per launch
@@ -31,6 +37,13 @@ struct OpCase {
   std::vector<Arm> arms;
   std::function<void(cudaStream_t)> reset;        // set 0 back to its initial state, outputs poisoned
   std::function<std::vector<uint8_t>()> outputs;  // set 0's outputs and state
+  // A setting's values rather than arms (delta_rule.prefill's forms): the rows sum in other orders,
+  // so they are compared with the first row by the L2-normalised error of their outputs and
+  // states (`values`) against the tolerances, not by bytes.
+  bool setting = false;
+  double out_tolerance = 0, state_tolerance = 0;
+  std::function<Values()> values;
+  double flops = 0;  // per launch, where a FLOPs floor applies (delta_rule.prefill's WY products)
 };
 
 // Owns the device buffers of an op case.
@@ -48,5 +61,9 @@ void append(std::vector<uint8_t>& dst, const std::vector<uint8_t>& src);
 
 // gdn.prefill on a prefill shape (kernel_bench_prefill.cpp).
 OpCase gdn_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st);
+// delta_rule.prefill's forms on a prefill shape (kernel_bench_delta.cpp); `progress` names the forms
+// this device cannot run.
+OpCase delta_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st,
+                          const std::function<void(const std::string&)>& progress);
 
 }  // namespace sg::bench

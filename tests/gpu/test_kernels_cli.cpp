@@ -1,0 +1,70 @@
+// `stepgraph kernels` on the GPU (the program as a subprocess, the GPU visible): the forms of the
+// delta-rule prefill setting on a small prefill shape of the 4B's GDN dimensions, each timed and
+// compared with the scan within the setting's tolerances, with its TFLOP/s; the arms of gdn.prefill
+// on the same shape keep the reference arm's bytes.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/support/catch.h"
+#include "tests/support/child.h"
+
+using namespace sg::test;
+
+TEST_CASE("kernels: the delta-rule prefill's forms against the scan, the gdn.prefill arms' bytes",
+          "[gpu][cli][delta_rule_wgmma_t]") {
+  const std::filesystem::path json = std::filesystem::temp_directory_path() / "sg_test_kernels.json";
+  std::filesystem::remove(json);
+  // Two sequences of 130 tokens: three chunks each, the last of 2 tokens.
+  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "kernels",
+                                         "--shape",        "4b-prefill-2x130",
+                                         "--op",           "delta_rule.prefill,gdn.prefill",
+                                         "--reps",         "1",
+                                         "--launches",     "2",
+                                         "--json",         json.string()};
+  ChildLimits l;
+  l.seconds = 300;
+  l.address_space = ~uint64_t{0};  // the CUDA driver maps large ranges
+  const ChildResult r = run_program(argv, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
+  INFO(r.describe() << "\n" << r.out.substr(0, 6000));
+  REQUIRE(r.end == ChildResult::End::exited);
+  CHECK(r.code == 0);
+  std::ifstream f(json);
+  REQUIRE(f.good());
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::map<std::string, nlohmann::json> forms;
+  int gdn_arms = 0;
+  for (const auto& row : j.at("results")) {
+    if (row.at("op") == "gdn.prefill") {
+      ++gdn_arms;
+      CHECK(row.at("bytes_match_reference") == true);
+      CHECK_FALSE(row.contains("setting"));
+      continue;
+    }
+    REQUIRE(row.at("op") == "delta_rule.prefill");
+    forms[row.at("arm").get<std::string>()] = row;
+    CHECK(row.at("setting") == true);
+    CHECK(row.at("within_tolerance") == true);
+    CHECK(row.at("median_us").get<double>() > 0);
+    CHECK(row.at("flops").get<double>() > 0);
+    CHECK(row.at("tflops").get<double>() > 0);
+  }
+  CHECK(gdn_arms >= 2);
+  // The scan first (the reference: no error against itself), then every form an H200 runs.
+  REQUIRE(j.at("results").size() > 0);
+  REQUIRE(forms.count("scan") == 1);
+  CHECK(forms["scan"].at("out_error") == 0.0);
+  CHECK(forms["scan"].at("state_error") == 0.0);
+  for (const char* form : {"chunked", "mma", "wgmma", "wgmma-t"}) {
+    CAPTURE(form);
+    REQUIRE(forms.count(form) == 1);
+    CHECK(forms[form].at("out_error").get<double>() <= 8e-3);
+    CHECK(forms[form].at("state_error").get<double>() <= 1.1e-4);
+  }
+  CHECK(r.out.find("err out ") != std::string::npos);
+  CHECK(r.out.find("TFLOP/s (") != std::string::npos);
+  std::filesystem::remove(json);
+}

@@ -1,7 +1,8 @@
 // `stepgraph kernels` on the GPU (the program as a subprocess, the GPU visible): the forms of the
-// delta-rule prefill setting on a small prefill shape of the 4B's GDN dimensions, each timed and
-// compared with the scan within the setting's tolerances, with its TFLOP/s; the arms of gdn.prefill
-// on the same shape keep the reference arm's bytes.
+// delta-rule prefill and attention prefill settings on a small prefill shape of the 4B's
+// dimensions, each timed and compared with the first form (scan, simt) within the setting's
+// tolerance, with its TFLOP/s; the arms of gdn.prefill on the same shape keep the reference arm's
+// bytes.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,14 +15,14 @@
 
 using namespace sg::test;
 
-TEST_CASE("kernels: the delta-rule prefill's forms against the scan, the gdn.prefill arms' bytes",
+TEST_CASE("kernels: the prefill forms of the delta rule and attention against the first form, gdn.prefill's bytes",
           "[gpu][cli][delta_rule_wgmma_t]") {
   const std::filesystem::path json = std::filesystem::temp_directory_path() / "sg_test_kernels.json";
   std::filesystem::remove(json);
   // Two sequences of 130 tokens: three chunks each, the last of 2 tokens.
   const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "kernels",
                                          "--shape",        "4b-prefill-2x130",
-                                         "--op",           "delta_rule.prefill,gdn.prefill",
+                                         "--op",           "delta_rule.prefill,gdn.prefill,attention.prefill",
                                          "--reps",         "1",
                                          "--launches",     "2",
                                          "--json",         json.string()};
@@ -44,8 +45,8 @@ TEST_CASE("kernels: the delta-rule prefill's forms against the scan, the gdn.pre
       CHECK_FALSE(row.contains("setting"));
       continue;
     }
-    REQUIRE(row.at("op") == "delta_rule.prefill");
-    forms[row.at("arm").get<std::string>()] = row;
+    REQUIRE((row.at("op") == "delta_rule.prefill" || row.at("op") == "attention.prefill"));
+    forms[row.at("op").get<std::string>() + " " + row.at("arm").get<std::string>()] = row;
     CHECK(row.at("setting") == true);
     CHECK(row.at("within_tolerance") == true);
     CHECK(row.at("median_us").get<double>() > 0);
@@ -55,14 +56,26 @@ TEST_CASE("kernels: the delta-rule prefill's forms against the scan, the gdn.pre
   CHECK(gdn_arms >= 2);
   // The scan first (the reference: no error against itself), then every form an H200 runs.
   REQUIRE(j.at("results").size() > 0);
-  REQUIRE(forms.count("scan") == 1);
-  CHECK(forms["scan"].at("out_error") == 0.0);
-  CHECK(forms["scan"].at("state_error") == 0.0);
+  for (const char* first : {"delta_rule.prefill scan", "attention.prefill simt"}) {
+    CAPTURE(first);
+    REQUIRE(forms.count(first) == 1);
+    CHECK(forms[first].at("out_error") == 0.0);
+    CHECK(forms[first].at("state_error") == 0.0);
+  }
   for (const char* form : {"chunked", "mma", "wgmma", "wgmma-t"}) {
     CAPTURE(form);
-    REQUIRE(forms.count(form) == 1);
-    CHECK(forms[form].at("out_error").get<double>() <= 8e-3);
-    CHECK(forms[form].at("state_error").get<double>() <= 1.1e-4);
+    const std::string key = std::string("delta_rule.prefill ") + form;
+    REQUIRE(forms.count(key) == 1);
+    CHECK(forms[key].at("out_error").get<double>() <= 8e-3);
+    CHECK(forms[key].at("state_error").get<double>() <= 1.1e-4);
+  }
+  for (const char* form : {"mma", "wgmma"}) {
+    CAPTURE(form);
+    const std::string key = std::string("attention.prefill ") + form;
+    REQUIRE(forms.count(key) == 1);
+    CHECK(forms[key].at("out_error").get<double>() > 0);  // other arithmetic: not the bytes of simt
+    CHECK(forms[key].at("out_error").get<double>() <= 3.2e-2);
+    CHECK(forms[key].at("state_error") == 0.0);  // attention keeps no state
   }
   CHECK(r.out.find("err out ") != std::string::npos);
   CHECK(r.out.find("TFLOP/s (") != std::string::npos);

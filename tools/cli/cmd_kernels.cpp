@@ -42,16 +42,20 @@ void register_kernels(CLI::App& app, Action& action) {
       "(scan, chunked, mma, wgmma, wgmma-t where they run): values of the --delta-prefill setting, not arms, so "
       "each is compared with the scan by the L2-normalised error of its outputs (bf16, at most 8e-3) and final "
       "states (f32, at most 1.1e-4), and its TFLOP/s against the 790 a bf16 GEMM reaches (the chunked WY "
-      "products).");
+      "products); and attention.prefill's forms (simt, mma, wgmma where they run) with the preset's attention heads, "
+      "compared with simt by the L2-normalised error of their outputs (at most 3.2e-2: each within 2^-6 of the f32 "
+      "reference), with TFLOP/s on the causal q K^T and P V products.");
   static KernelsOptions o;
   cmd->add_option("--shape", o.shapes,
                   "Shapes (default: the four standard ones). MODEL-decode-bN or MODEL-prefill-SxL, "
                   "MODEL in 4b, 27b, tiny")
       ->delimiter(',');
-  cmd->add_option("--op", o.ops,
-                  "Only these ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode, gdn.decode.bf16: the "
-                  "same arms with a bf16 SSM state, the ssm-state setting; delta_rule.prefill: the forms of the "
-                  "--delta-prefill setting, prefill shapes)")
+  cmd->add_option(
+         "--op", o.ops,
+         "Only these ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode, gdn.decode.bf16: the "
+         "same arms with a bf16 SSM state, the ssm-state setting; delta_rule.prefill: the forms of the "
+         "--delta-prefill setting, prefill shapes; attention.prefill: the forms of the --attn-prefill setting, "
+         "prefill shapes)")
       ->delimiter(',')
       ->check(CLI::IsMember({"conv.update", "conv.fwd", "postconv", "gdn.prefill", "gdn.decode", "gdn.decode.bf16",
                              "delta_rule.prefill"}));

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <regex>
@@ -21,6 +22,7 @@
 #include "kernels/delta_rule.h"
 #include "kernels/fill.h"
 #include "kernels/gdn_decode_fused.h"
+#include "kernels/numeric.h"
 #include "kernels/op_bytes.h"
 #include "kernels/postconv.h"
 #include "models/gdn_mixer.h"
@@ -33,6 +35,17 @@ std::vector<uint8_t> download(const void* p, size_t bytes) {
   std::vector<uint8_t> out(bytes);
   check(cudaDeviceSynchronize());
   check(cudaMemcpy(out.data(), p, bytes, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+std::vector<float> download_bf16(const void* p, size_t bytes) {
+  const std::vector<uint8_t> raw = download(p, bytes);
+  std::vector<float> out(bytes / 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    bf16_t b;
+    std::memcpy(&b.bits, raw.data() + 2 * i, 2);
+    out[i] = bf16_to_f32(b);
+  }
   return out;
 }
 
@@ -459,6 +472,7 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
   if (wanted("postconv")) cases.push_back(postconv_case(shape, sets, buf, st));
   if (!shape.decode && wanted("gdn.prefill")) cases.push_back(gdn_prefill_case(shape, buf, st));
   if (!shape.decode && wanted("delta_rule.prefill")) cases.push_back(delta_prefill_case(shape, buf, st, progress));
+  if (!shape.decode && wanted("attention.prefill")) cases.push_back(attention_prefill_case(shape, buf, st, progress));
   if (shape.decode && wanted("gdn.decode")) cases.push_back(gdn_decode_case(shape, sets, buf, st, DType::f32));
   if (shape.decode && wanted("gdn.decode.bf16")) cases.push_back(gdn_decode_case(shape, sets, buf, st, DType::bf16));
   stream.sync();

@@ -1,8 +1,8 @@
 // kernel_bench_cases.h: private to the kernel benchmark (kernel_bench.cpp, kernel_bench_prefill.cpp):
 // an op case (buffers, one launch per arm, reset to the starting state, the outputs to hash) and
 // the helpers the cases share. The timer and the decode cases are in kernel_bench.cpp; the prefill
-// cases that fuse ops (gdn.prefill) in kernel_bench_prefill.cpp, the delta rule's prefill forms in
-// kernel_bench_delta.cpp.
+// cases that fuse ops (gdn.prefill) in kernel_bench_prefill.cpp, the prefill forms of the delta rule
+// and of attention (settings) in kernel_bench_delta.cpp and kernel_bench_attention.cpp.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -57,6 +57,8 @@ struct Buffers {
 
 // `bytes` bytes at device address p (after a device synchronisation).
 std::vector<uint8_t> download(const void* p, size_t bytes);
+// The bf16 values of `bytes` bytes at device address p, as f32.
+std::vector<float> download_bf16(const void* p, size_t bytes);
 void append(std::vector<uint8_t>& dst, const std::vector<uint8_t>& src);
 
 // gdn.prefill on a prefill shape (kernel_bench_prefill.cpp).
@@ -65,5 +67,8 @@ OpCase gdn_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st);
 // this device cannot run.
 OpCase delta_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st,
                           const std::function<void(const std::string&)>& progress);
+// attention.prefill's forms on a prefill shape, the preset's attention heads (kernel_bench_attention.cpp).
+OpCase attention_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st,
+                              const std::function<void(const std::string&)>& progress);
 
 }  // namespace sg::bench

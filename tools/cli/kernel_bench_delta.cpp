@@ -149,16 +149,9 @@ OpCase delta_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st,
     check(cudaMemsetAsync(p.state, 0x5A, sb, x));  // no history: never read, every slot written
     check(cudaMemsetAsync(p.out, 0xA5, ob, x));
   };
-  oc.values = [p, T, Hv, Dv, ob, sb] {
-    const auto o = download(p.out, ob), st8 = download(p.state, sb);
-    Values v;
-    v.out.resize(size_t(T) * Hv * Dv);
-    for (size_t i = 0; i < v.out.size(); ++i) {
-      bf16_t b;
-      std::memcpy(&b.bits, o.data() + 2 * i, 2);
-      v.out[i] = bf16_to_f32(b);
-    }
-    v.state.resize(sb / 4);
+  oc.values = [p, ob, sb] {
+    Values v{download_bf16(p.out, ob), std::vector<float>(sb / 4)};
+    const auto st8 = download(p.state, sb);
     std::memcpy(v.state.data(), st8.data(), sb);
     return v;
   };

@@ -127,6 +127,8 @@ std::vector<CliCase> option_cases() {
   add("kernels --shape with an overflowing number", {"kernels", "--shape", "4b-decode-b99999999999"}, 1,
       {"unknown shape '4b-decode-b99999999999'"});
   add("kernels without a GPU", {"kernels", "--shape", "tiny-decode-b4"}, 1, {"needs a GPU", "was found"});
+  add("kernels --op with the settings' ops, without a GPU",  // the ops parse: the refusal is the GPU's
+      {"kernels", "--op", "delta_rule.prefill,attention.prefill,gemm"}, 1, {"needs a GPU"});
   add("bench --cpu --csv", {"bench", "--cpu", "--csv", "x.csv"}, 1, {"--csv (per-node statistics"});
   add("bench --cpu --trace", {"bench", "--cpu", "--trace", "t.json"}, 1, {"--trace"});
   add("bench --cpu --dot", {"bench", "--cpu", "--dot", "g.dot"}, 1, {"--dot"});

@@ -81,3 +81,39 @@ TEST_CASE("kernels: the prefill forms of the delta rule and attention against th
   CHECK(r.out.find("TFLOP/s (") != std::string::npos);
   std::filesystem::remove(json);
 }
+
+TEST_CASE("kernels: the projections' GEMM forms against cublas on a decode shape", "[gpu][cli][gemm]") {
+  const std::filesystem::path json = std::filesystem::temp_directory_path() / "sg_test_kernels_gemm.json";
+  std::filesystem::remove(json);
+  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "kernels",    "--shape", "4b-decode-b8", "--op",
+                                         "gemm",           "--reps",     "1",       "--launches",   "4",
+                                         "--json",         json.string()};
+  ChildLimits l;
+  l.seconds = 300;
+  l.address_space = ~uint64_t{0};  // the CUDA driver maps large ranges
+  const ChildResult r = run_program(argv, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
+  INFO(r.describe() << "\n" << r.out.substr(0, 6000));
+  REQUIRE(r.end == ChildResult::End::exited);
+  CHECK(r.code == 0);
+  std::ifstream f(json);
+  REQUIRE(f.good());
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::map<std::string, int> forms;  // "op arm" -> rows
+  for (const auto& row : j.at("results")) {
+    const std::string op = row.at("op"), arm = row.at("arm");
+    ++forms[op + " " + arm];
+    CHECK(row.at("setting") == true);
+    CHECK(row.at("within_tolerance") == true);
+    CHECK(row.at("out_error").get<double>() <= 1e-2);
+    CHECK(row.at("tflops").get<double>() > 0);
+    if (arm == "cublas") CHECK(row.at("out_error") == 0.0);  // the reference row
+  }
+  for (const char* op : {"gdn.in_proj", "gdn.out_proj", "attn.qkv_proj", "attn.o_proj", "mlp.gate_up", "mlp.down",
+                         "lm_head"}) {
+    for (const char* arm : {"cublas", "lt", "skinny"}) {
+      CAPTURE(op, arm);
+      CHECK(forms[std::string(op) + " " + arm] == 1);
+    }
+  }
+  std::filesystem::remove(json);
+}

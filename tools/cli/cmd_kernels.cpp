@@ -44,7 +44,12 @@ void register_kernels(CLI::App& app, Action& action) {
       "states (f32, at most 1.1e-4), and its TFLOP/s against the 790 a bf16 GEMM reaches (the chunked WY "
       "products); and attention.prefill's forms (simt, mma, wgmma where they run) with the preset's attention heads, "
       "compared with simt by the L2-normalised error of their outputs (at most 3.2e-2: each within 2^-6 of the f32 "
-      "reference), with TFLOP/s on the causal q K^T and P V products.");
+      "reference), with TFLOP/s on the causal q K^T and P V products. Decode shapes also time each projection "
+      "weight of the preset (gdn.in_proj, gdn.out_proj, attn.qkv_proj, attn.o_proj, mlp.gate_up, mlp.down, lm_head) "
+      "at the shape's rows through the --gemm forms (cublas, lt: cuBLASLt's fastest heuristic algorithm timed on the "
+      "shape, skinny: the tensor-core weight-streaming kernel with the model's block rows and splits), the weights "
+      "rotating so that each launch reads its W from memory, compared with cublas by the L2-normalised error of y "
+      "(at most 1e-2).");
   static KernelsOptions o;
   cmd->add_option("--shape", o.shapes,
                   "Shapes (default: the four standard ones). MODEL-decode-bN or MODEL-prefill-SxL, "
@@ -55,10 +60,11 @@ void register_kernels(CLI::App& app, Action& action) {
          "Only these ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode, gdn.decode.bf16: the "
          "same arms with a bf16 SSM state, the ssm-state setting; delta_rule.prefill: the forms of the "
          "--delta-prefill setting, prefill shapes; attention.prefill: the forms of the --attn-prefill setting, "
-         "prefill shapes)")
+         "prefill shapes; gemm: each projection weight at the decode shape's rows through the forms of the --gemm "
+         "setting, decode shapes)")
       ->delimiter(',')
       ->check(CLI::IsMember({"conv.update", "conv.fwd", "postconv", "gdn.prefill", "gdn.decode", "gdn.decode.bf16",
-                             "delta_rule.prefill"}));
+                             "delta_rule.prefill", "attention.prefill", "gemm"}));
   cmd->add_option("--reps", o.cfg.reps, "Interleaved repetitions")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--launches", o.cfg.min_launches, "Kernel launches per repetition")
       ->capture_default_str()

@@ -2,7 +2,8 @@
 // an op case (buffers, one launch per arm, reset to the starting state, the outputs to hash) and
 // the helpers the cases share. The timer and the decode cases are in kernel_bench.cpp; the prefill
 // cases that fuse ops (gdn.prefill) in kernel_bench_prefill.cpp, the prefill forms of the delta rule
-// and of attention (settings) in kernel_bench_delta.cpp and kernel_bench_attention.cpp.
+// and of attention (settings) in kernel_bench_delta.cpp and kernel_bench_attention.cpp, the
+// projections' GEMM forms on decode shapes in kernel_bench_gemm.cpp.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -67,6 +68,9 @@ OpCase gdn_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st);
 // this device cannot run.
 OpCase delta_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st,
                           const std::function<void(const std::string&)>& progress);
+// The projections' --gemm forms on a decode shape, one case a projection weight (kernel_bench_gemm.cpp).
+std::vector<OpCase> gemm_cases(const KernelShape& s, Buffers& buf, cudaStream_t st,
+                               const std::function<void(const std::string&)>& progress);
 // attention.prefill's forms on a prefill shape, the preset's attention heads (kernel_bench_attention.cpp).
 OpCase attention_prefill_case(const KernelShape& s, Buffers& buf, cudaStream_t st,
                               const std::function<void(const std::string&)>& progress);

@@ -17,10 +17,7 @@ namespace {
 ChildResult run_bench(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "bench"};
   argv.insert(argv.end(), args.begin(), args.end());
-  ChildLimits l;
-  l.seconds = 300;
-  l.address_space = ~uint64_t{0};  // the CUDA driver maps large ranges
-  return run_program(argv, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
+  return run_program_on_gpu(argv);
 }
 }  // namespace
 

@@ -7,30 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "tests/gpu/cli_fixture.h"
 #include "tests/support/catch.h"
-#include "tests/support/child.h"
 
 using namespace sg::test;
 
 namespace {
 nlohmann::json run_drift(const std::string& b, const std::filesystem::path& json, std::string* out) {
-  std::filesystem::remove(json);
-  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "drift",      "--preset", "tiny", "--prompt", "5",
-                                         "--max-new",      "8",          "--window", "4",    "--b",      b,
-                                         "--json",         json.string()};
-  ChildLimits l;
-  l.seconds = 300;
-  l.address_space = ~uint64_t{0};  // the CUDA driver maps large ranges
-  const ChildResult r = run_program(argv, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
-  INFO(r.describe() << "\n" << r.out.substr(0, 3000));
-  REQUIRE(r.end == ChildResult::End::exited);
-  REQUIRE(r.code == 0);
-  *out = r.out;
-  std::ifstream f(json);
-  REQUIRE(f.good());
-  nlohmann::json j = nlohmann::json::parse(f);
-  std::filesystem::remove(json);
-  return j;
+  return run_for_json({SG_STEPGRAPH_BIN, "drift", "--preset", "tiny", "--prompt", "5", "--max-new", "8", "--window",
+                       "4", "--b", b, "--json", json.string()},
+                      json, out);
 }
 }  // namespace
 

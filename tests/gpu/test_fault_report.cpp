@@ -19,10 +19,7 @@ namespace {
 ChildResult run_stepgraph(std::vector<std::string> args, const std::vector<std::string>& extra) {
   args.insert(args.begin(), SG_STEPGRAPH_BIN);
   args.insert(args.end(), extra.begin(), extra.end());
-  ChildLimits l;
-  l.seconds = 240;
-  l.address_space = ~uint64_t{0};  // the CUDA driver maps large ranges
-  return run_program(args, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
+  return run_program_on_gpu(args, 240);
 }
 
 ChildResult run_generate(const std::vector<std::string>& extra) {

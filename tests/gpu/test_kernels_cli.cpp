@@ -10,15 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/gpu/cli_fixture.h"
 #include "tests/support/catch.h"
-#include "tests/support/child.h"
 
 using namespace sg::test;
 
 TEST_CASE("kernels: the prefill forms of the delta rule and attention against the first form, gdn.prefill's bytes",
           "[gpu][cli][delta_rule_wgmma_t]") {
   const std::filesystem::path json = std::filesystem::temp_directory_path() / "sg_test_kernels.json";
-  std::filesystem::remove(json);
   // Two sequences of 130 tokens: three chunks each, the last of 2 tokens.
   const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "kernels",
                                          "--shape",        "4b-prefill-2x130",
@@ -26,16 +25,8 @@ TEST_CASE("kernels: the prefill forms of the delta rule and attention against th
                                          "--reps",         "1",
                                          "--launches",     "2",
                                          "--json",         json.string()};
-  ChildLimits l;
-  l.seconds = 300;
-  l.address_space = ~uint64_t{0};  // the CUDA driver maps large ranges
-  const ChildResult r = run_program(argv, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
-  INFO(r.describe() << "\n" << r.out.substr(0, 6000));
-  REQUIRE(r.end == ChildResult::End::exited);
-  CHECK(r.code == 0);
-  std::ifstream f(json);
-  REQUIRE(f.good());
-  const nlohmann::json j = nlohmann::json::parse(f);
+  std::string out;
+  const nlohmann::json j = run_for_json(argv, json, &out);
   std::map<std::string, nlohmann::json> forms;
   int gdn_arms = 0;
   for (const auto& row : j.at("results")) {
@@ -77,27 +68,17 @@ TEST_CASE("kernels: the prefill forms of the delta rule and attention against th
     CHECK(forms[key].at("out_error").get<double>() <= 3.2e-2);
     CHECK(forms[key].at("state_error") == 0.0);  // attention keeps no state
   }
-  CHECK(r.out.find("err out ") != std::string::npos);
-  CHECK(r.out.find("TFLOP/s (") != std::string::npos);
-  std::filesystem::remove(json);
+  CHECK(out.find("err out ") != std::string::npos);
+  CHECK(out.find("TFLOP/s (") != std::string::npos);
 }
 
 TEST_CASE("kernels: the projections' GEMM forms against cublas on a decode shape", "[gpu][cli][gemm]") {
   const std::filesystem::path json = std::filesystem::temp_directory_path() / "sg_test_kernels_gemm.json";
-  std::filesystem::remove(json);
-  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "kernels",    "--shape", "4b-decode-b8", "--op",
-                                         "gemm",           "--reps",     "1",       "--launches",   "4",
-                                         "--json",         json.string()};
-  ChildLimits l;
-  l.seconds = 300;
-  l.address_space = ~uint64_t{0};  // the CUDA driver maps large ranges
-  const ChildResult r = run_program(argv, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
-  INFO(r.describe() << "\n" << r.out.substr(0, 6000));
-  REQUIRE(r.end == ChildResult::End::exited);
-  CHECK(r.code == 0);
-  std::ifstream f(json);
-  REQUIRE(f.good());
-  const nlohmann::json j = nlohmann::json::parse(f);
+  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "kernels", "--shape", "4b-decode-b8",
+                                         "--op",           "gemm",    "--reps",  "1",
+                                         "--launches",     "4",       "--json",  json.string()};
+  std::string out;
+  const nlohmann::json j = run_for_json(argv, json, &out);
   std::map<std::string, int> forms;  // "op arm" -> rows
   for (const auto& row : j.at("results")) {
     const std::string op = row.at("op"), arm = row.at("arm");
@@ -108,12 +89,11 @@ TEST_CASE("kernels: the projections' GEMM forms against cublas on a decode shape
     CHECK(row.at("tflops").get<double>() > 0);
     if (arm == "cublas") CHECK(row.at("out_error") == 0.0);  // the reference row
   }
-  for (const char* op : {"gdn.in_proj", "gdn.out_proj", "attn.qkv_proj", "attn.o_proj", "mlp.gate_up", "mlp.down",
-                         "lm_head"}) {
+  for (const char* op :
+       {"gdn.in_proj", "gdn.out_proj", "attn.qkv_proj", "attn.o_proj", "mlp.gate_up", "mlp.down", "lm_head"}) {
     for (const char* arm : {"cublas", "lt", "skinny"}) {
       CAPTURE(op, arm);
       CHECK(forms[std::string(op) + " " + arm] == 1);
     }
   }
-  std::filesystem::remove(json);
 }

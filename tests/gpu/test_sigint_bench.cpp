@@ -12,18 +12,6 @@
 
 using namespace sg::test;
 
-namespace {
-// Runs stepgraph with the GPU visible (CUDA_VISIBLE_DEVICES as the test sees it) and no address
-// space limit (the CUDA driver maps large ranges), and sends SIGINT after `sigint_after` seconds.
-ChildResult run_interrupted(const std::vector<std::string>& argv, double sigint_after) {
-  ChildLimits l;
-  l.seconds = 300;
-  l.address_space = ~uint64_t{0};
-  l.sigint_after = sigint_after;
-  return run_program(argv, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
-}
-}  // namespace
-
 TEST_CASE("bench: Ctrl-C ends the run after the graph being measured and writes what was measured",
           "[gpu][cli][sigint]") {
   const std::filesystem::path json = std::filesystem::temp_directory_path() / "sg_test_sigint_bench.json";
@@ -34,7 +22,7 @@ TEST_CASE("bench: Ctrl-C ends the run after the graph being measured and writes 
   const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "bench",     "--preset", "tiny",       "--phase",
                                          "decode",         "--replays", "20000",    "--reps",     "3",
                                          "--node-replays", "3",         "--json",   json.string()};
-  const ChildResult r = run_interrupted(argv, 4.0);
+  const ChildResult r = run_program_on_gpu(argv, 300, 4.0);
   INFO(r.describe() << "\n" << r.out.substr(0, 3000));
   REQUIRE(r.end == ChildResult::End::exited);
   CHECK(r.code == 130);
@@ -65,7 +53,7 @@ TEST_CASE("capture: Ctrl-C ends the run after the graph being captured and write
   // graph is captured, and the report, the JSON and the exit code say so all the same.
   const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "capture", "--preset", "qwen3.5-27b",
                                          "--phase",        "both",    "--json",   json.string()};
-  const ChildResult r = run_interrupted(argv, 3.0);
+  const ChildResult r = run_program_on_gpu(argv, 300, 3.0);
   INFO(r.describe() << "\n" << r.out.substr(0, 3000));
   REQUIRE(r.end == ChildResult::End::exited);
   CHECK(r.code == 130);
@@ -87,7 +75,7 @@ TEST_CASE("inspect: Ctrl-C ends the run after the unit under way and exits with 
   // 400 replays a timing: the baseline alone takes about 5 s on the 4B decode graph and each of the
   // 18 op families as long again, so the signal at 10 s comes during the capture or the marginal costs.
   const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "inspect", "--preset", "qwen3.5-4b", "--replays", "400"};
-  const ChildResult r = run_interrupted(argv, 10.0);
+  const ChildResult r = run_program_on_gpu(argv, 300, 10.0);
   INFO(r.describe() << "\n" << r.out.substr(0, 4000));
   REQUIRE(r.end == ChildResult::End::exited);
   CHECK(r.code == 130);

@@ -198,6 +198,14 @@ ChildResult run_program(const std::vector<std::string>& argv, const EnvChanges& 
       limits);
 }
 
+ChildResult run_program_on_gpu(const std::vector<std::string>& argv, unsigned seconds, double sigint_after) {
+  ChildLimits l;
+  l.seconds = seconds;
+  l.address_space = ~uint64_t{0};
+  l.sigint_after = sigint_after;
+  return run_program(argv, {{"CUDA_VISIBLE_DEVICES", std::nullopt}}, l);
+}
+
 size_t find_unprintable(const std::string& s) {
   for (size_t i = 0; i < s.size(); ++i) {
     const auto c = static_cast<unsigned char>(s[i]);

@@ -56,6 +56,11 @@ using EnvChanges = std::map<std::string, std::optional<std::string>>;
 ChildResult run_program(const std::vector<std::string>& argv, const EnvChanges& env = {},
                         const ChildLimits& limits = {}, const std::filesystem::path& cwd = {});
 
+// run_program for the GPU tests' runs of stepgraph: the GPU visible (CUDA_VISIBLE_DEVICES as the
+// test itself sees it), no address-space limit (the CUDA driver maps large ranges), `seconds` of
+// wall clock, and SIGINT after `sigint_after` seconds when that is > 0.
+ChildResult run_program_on_gpu(const std::vector<std::string>& argv, unsigned seconds = 300, double sigint_after = 0);
+
 // Bytes that must never reach a terminal from a message: control characters other than newline,
 // tab and carriage return, DEL, and every byte >= 0x80. Returns the first offset, or npos.
 size_t find_unprintable(const std::string& s);

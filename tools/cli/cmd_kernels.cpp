@@ -158,6 +158,7 @@ void register_kernels(CLI::App& app, Action& action) {
           }
           if (r.setting) {
             row["setting"] = true;
+            row["compared_with"] = r.reference;
             row["out_error"] = r.out_error;
             row["state_error"] = r.state_error;
             row["out_tolerance"] = r.out_tolerance;

@@ -489,7 +489,8 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
     // values: outputs and states compared with the first row's).
     std::vector<CapturedGraph> graphs;
     std::vector<ArmResult> rs;
-    Values first;
+    Values first;            // a setting's reference: the values of the first row that ran
+    std::string first_name;  // ... and its name (empty until a row ran)
     for (auto& arm : oc.arms) {
       ArmResult r;
       r.op = oc.op;
@@ -511,10 +512,16 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
           stream.sync();
           r.hash = fnv1a(oc.outputs());
           if (oc.setting) {
-            Values v = oc.values();
-            if (rs.empty()) first = v;  // the reference row: its own errors are 0
-            r.out_error = diag::l2_normalised_error(v.out.data(), first.out.data(), v.out.size());
-            r.state_error = diag::l2_normalised_error(v.state.data(), first.state.data(), v.state.size());
+            const Values v = oc.values();
+            if (first_name.empty()) {  // the reference row: its own errors are 0
+              first = v;
+              first_name = arm.arm;
+            }
+            r.reference = first_name;
+            r.out_error =
+                diag::l2_normalised_error(v.out.data(), first.out.data(), std::min(v.out.size(), first.out.size()));
+            r.state_error = diag::l2_normalised_error(v.state.data(), first.state.data(),
+                                                      std::min(v.state.size(), first.state.size()));
           }
         }
         graphs.push_back(CapturedGraph::capture(fmt::format("{} {} {}", shape.name, oc.op, arm.arm), st, [&] {
@@ -522,6 +529,14 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
         }));
       } catch (const ArmError& e) {
         progress(fmt::format("  {} {}: skipped ({})", oc.op, arm.arm, e.what()));
+        graphs.emplace_back();
+        r.hash = 0;
+      } catch (const Error& e) {
+        // A setting's form whose launch was refused is left out (the others still run); a fault
+        // that left the context unusable ends the run.
+        if (!oc.setting || cudaDeviceSynchronize() != cudaSuccess) throw;
+        (void)cudaGetLastError();
+        progress(fmt::format("  {} {}: skipped, its launch was refused ({})", oc.op, arm.arm, e.what()));
         graphs.emplace_back();
         r.hash = 0;
       }

@@ -46,6 +46,7 @@ struct ArmResult {
   // A value of a setting (delta_rule.prefill's forms), not an arm: compared with the first row by
   // the L2-normalised error of its outputs and final state, each within its tolerance.
   bool setting = false;
+  std::string reference;  // the row it was compared with (the first that ran)
   double out_error = 0, state_error = 0, out_tolerance = 0, state_tolerance = 0;
   bool within_tolerance() const { return out_error <= out_tolerance && state_error <= state_tolerance; }
 };

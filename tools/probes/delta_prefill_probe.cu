@@ -69,6 +69,9 @@ __device__ long long g_trace[64][12];
   } while (0)
 #endif
 #include SG_PROBE_KERNEL
+#ifndef SG_PROBE_BLOCKS_PER_HEAD
+#define SG_PROBE_BLOCKS_PER_HEAD 1
+#endif
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -483,7 +486,9 @@ int main(int argc, char** argv) {
       smem == 0
           ? 1
           : std::max(1, static_cast<int>(prop.sharedMemPerMultiprocessor / (smem + prop.reservedSharedMemPerBlock)));
-  const int64_t blocks = int64_t{(Dv + BV - 1) / BV} * Hv * seqs, chunks = (len + 63) / 64;
+  // A copy of the kernel that splits a head's value columns over SG_PROBE_BLOCKS_PER_HEAD blocks
+  // (build-probe copies) says so at build time.
+  const int64_t blocks = int64_t{(Dv + BV - 1) / BV} * Hv * seqs * SG_PROBE_BLOCKS_PER_HEAD, chunks = (len + 63) / 64;
   // A block walks its sequence's chunks one after another; with `per_sm` blocks resident an SM, a
   // chunk of one block takes about this long (a launch over blocks x chunks chunk-steps).
   const double us_chunk = 1e3 * ms * prop.multiProcessorCount * per_sm / double(blocks * chunks);

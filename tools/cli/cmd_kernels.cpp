@@ -83,7 +83,10 @@ void register_kernels(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({128, 256, 512}));
   cmd->add_option("--json", o.json,
                   "Also write the results to this JSON file (probe rows have \"probe\": true and "
-                  "null bytes, GB/s, floor fraction and hash)");
+                  "null bytes, GB/s, floor fraction and hash; a setting's rows have \"setting\": true, "
+                  "\"compared_with\", \"out_error\", \"state_error\", their tolerances and \"within_tolerance\"; "
+                  "rows with a FLOPs count have \"flops\", \"tflops\" and \"flops_floor_fraction\"; grid and "
+                  "block are null where the launch is a library's or several kernels')");
   cmd->callback([&action] {
     action = [] {
       o.cfg.ops = o.ops;  // --op (empty: every op that applies to the shape)

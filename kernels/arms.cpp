@@ -15,7 +15,7 @@ constexpr std::array<std::string_view, 2> kConvChunksNames{"exact", "whole"};
 constexpr std::array<std::string_view, 2> kConvUpdateNames{"grid", "fast"};
 constexpr std::array<std::string_view, 4> kPostconvNames{"megablock", "fast", "split", "token_tile"};
 constexpr std::array<std::string_view, 2> kGdnPrefillNames{"unfused", "fused"};
-constexpr std::array<std::string_view, 3> kGdnDecodeNames{"unfused", "fused", "staged"};
+constexpr std::array<std::string_view, 4> kGdnDecodeNames{"unfused", "fused", "staged", "prep"};
 
 static_assert(kConvFwdNames.size() == ArmTraits<ConvFwdArm>::count);
 static_assert(kConvChunksNames.size() == ArmTraits<ConvChunksArm>::count);

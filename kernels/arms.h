@@ -26,7 +26,7 @@ enum class ConvChunksArm { exact, whole };                      // conv.chunks
 enum class ConvUpdateArm { grid, fast };                        // conv.update
 enum class PostconvArm { megablock, fast, split, token_tile };  // postconv
 enum class GdnPrefillArm { unfused, fused };                    // gdn.prefill
-enum class GdnDecodeArm { unfused, fused, staged };             // gdn.decode
+enum class GdnDecodeArm { unfused, fused, staged, prep };       // gdn.decode
 
 // Which op an arm enum belongs to and how many arms it has (the name tables are checked against
 // `count` at compile time; launchers switch over the arm enum with no default, which
@@ -61,7 +61,7 @@ struct ArmTraits<GdnPrefillArm> {
 template <>
 struct ArmTraits<GdnDecodeArm> {
   static constexpr Op op = Op::gdn_decode;
-  static constexpr size_t count = 3;
+  static constexpr size_t count = 4;
 };
 
 // Bad arm names, bad lists, duplicates, a missing launcher: the message says what was wrong and

@@ -181,6 +181,12 @@ bool delta_rule_decode_staged_fits(int Dk, int Dv, int q, int ssm_bytes, bool no
 
 // --- gdn.decode -----------------------------------------------------------------------------------
 
+bool gdn_decode_prep_fits(int Hk, int Hv, int Dk, int Dv, int K) {
+  if (Hk < 1 || Hv < 1 || Hv % Hk != 0 || Dk < 1 || Dk > 256 || Dv < 1 || K < kConvMinK || K > kConvMaxK) return false;
+  const int64_t channels = 2 * int64_t{Dk} + int64_t{Hv / Hk} * Dv;
+  return channels <= int64_t{kGdnDecodePrepThreads} * kGdnDecodePrepPerThread;
+}
+
 LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s) {
   if (s.rows < 1 || s.Hk < 1 || s.Hv < 1 || s.Hv % s.Hk != 0 || s.Dk < 1 || s.Dv < 1 || s.K < kConvMinK ||
       s.K > kConvMaxK) {
@@ -220,6 +226,13 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
         kDeltaRuleStagedMaxThreads, kDeltaRuleStagedMaxSlab, s.Dk, s.Dv, split, s.ssm_bytes,
         s.norm_fused ? ", the norm fused" : "");
   }
+  if (requested == GdnDecodeArm::prep && !gdn_decode_prep_fits(s.Hk, s.Hv, s.Dk, s.Dv, s.K)) {
+    c.arm = GdnDecodeArm::unfused;
+    c.fallback_reason = fmt::format(
+        "prep needs Dk <= 256 and at most {} conv channels a k-head (2 Dk + Hv/Hk Dv; got Dk={}, Dv={}, Hv/Hk={}): "
+        "using unfused",
+        kGdnDecodePrepThreads * kGdnDecodePrepPerThread, s.Dk, s.Dv, ratio);
+  }
   if (c.arm == GdnDecodeArm::staged) {
     // Persistent blocks: the grid is the device's (delta_rule_decode_staged_grid), not the shape's.
     c.grid = Dim3{0, 1, 1};
@@ -230,7 +243,8 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
   }
   const int cb = c.arm == GdnDecodeArm::fused ? fused_cb : unfused_cb;
   c.grid = Dim3{static_cast<unsigned>(s.Hv * cb), static_cast<unsigned>(s.rows), 1};
-  const bool pairs = c.arm == GdnDecodeArm::unfused && may_pair && (s.Dv / cb) % 2 == 0;  // delta_rule.h
+  const bool pairs = (c.arm == GdnDecodeArm::unfused || c.arm == GdnDecodeArm::prep) && may_pair &&
+                     (s.Dv / cb) % 2 == 0;  // delta_rule.h
   c.block = Dim3{static_cast<unsigned>(delta_rule_decode_block(s.Dv, cb, std::max(1, split), pairs)), 1, 1};
   if (c.arm == GdnDecodeArm::fused) {
     c.cluster = Dim3{static_cast<unsigned>(ratio * cb), 1, 1};
@@ -238,7 +252,7 @@ LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const G
     c.smem_bytes = sizeof(float) * (6 * static_cast<size_t>(s.Dk) + static_cast<size_t>(s.Dv / cb));
     c.kernel = "gdn_decode_fused";
   } else {
-    c.kernel = "delta_rule_decode";
+    c.kernel = c.arm == GdnDecodeArm::prep ? "gdn_decode_prep+delta_rule_decode" : "delta_rule_decode";
   }
   return c;
 }

@@ -202,7 +202,17 @@ struct GdnDecodeShape {
 //          delta_rule_decode_staged_fits; otherwise `unfused`. The contract's grid is {0, 1, 1}: the device decides it
 //          (delta_rule_decode_staged_grid: min(rows * Hv, the resident blocks)); block (Dv or Dv / 2)
 //          * split rounded up to whole warps; smem the slab, Dk * Dv state elements.
+// prep:    two launches: conv.update and postconv in one kernel (gdn_decode_prep.h: grid (Hk, rows),
+//          kGdnDecodePrepThreads threads, each block the q and k channels of a k-head and the v
+//          channels of its Hv/Hk v-heads), then the delta rule exactly as `unfused` (the contract
+//          describes that launch, as for unfused). Needs gdn_decode_prep_fits; otherwise `unfused`.
 inline constexpr int kGdnDecodeMaxCluster = 8;  // the portable cluster size limit
+inline constexpr int kGdnDecodePrepThreads = 128;
+inline constexpr int kGdnDecodePrepPerThread = 8;  // channels a thread at most (held in registers)
+// Whether the prep arm's kernel is built for the shape: Dk <= 256 (post-conv's one-warp tree), at
+// most kGdnDecodePrepThreads * kGdnDecodePrepPerThread channels a block (2 Dk + Hv / Hk * Dv), K in
+// [kConvMinK, kConvMaxK], Hv a multiple of Hk.
+bool gdn_decode_prep_fits(int Hk, int Hv, int Dk, int Dv, int K);
 LaunchContract<GdnDecodeArm> gdn_decode_contract(GdnDecodeArm requested, const GdnDecodeShape& s);
 
 // --- gdn.prefill ---------------------------------------------------------------------------------

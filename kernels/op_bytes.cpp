@@ -43,6 +43,11 @@ double gdn_decode_fused(int rows, int Hk, int Hv, int Dk, int Dv, int K, size_t 
          delta_rule(rows, rows, Hk, Hv, Dk, Dv, es, ssm_es) - 2.0 * (qkv + qkv + gates);
 }
 
+double gdn_decode_prep(int rows, int Hk, int Hv, int Dk, int Dv, int K, size_t es, size_t state_es) {
+  const int C = static_cast<int>(conv_channels(Hk, Hv, Dk, Dv));
+  return conv_update(rows, C, K, es, state_es) + postconv(rows, Hk, Hv, Dk, Dv, es) - 2.0 * rows * C * es;
+}
+
 double gated_rmsnorm(int rows, int heads, int n, size_t es, size_t w_es) {
   return 3.0 * rows * heads * double(n) * es + double(n) * w_es;
 }

@@ -29,6 +29,9 @@ double delta_rule(int rows, int state_seqs, int Hk, int Hv, int Dk, int Dv, size
 // gdn.decode=fused: conv.update, postconv and the delta rule for one token a row, without their
 // intermediates: x and a, b in, conv and SSM states read and written, weights and gates, output.
 double gdn_decode_fused(int rows, int Hk, int Hv, int Dk, int Dv, int K, size_t es, size_t state_es, size_t ssm_es);
+// The prep arm's conv + post-conv kernel (gdn_decode_prep.h): conv.update and postconv less the
+// conv output they pass between them (written and read back).
+double gdn_decode_prep(int rows, int Hk, int Hv, int Dk, int Dv, int K, size_t es, size_t state_es);
 // gated_rmsnorm: x, z in and y out [rows, heads, n], the weight [n] (`w_es` its dtype's size).
 double gated_rmsnorm(int rows, int heads, int n, size_t es, size_t w_es);
 // The gated RMSNorm in the delta rule's epilogue (delta_rule.h), beyond the delta rule's own

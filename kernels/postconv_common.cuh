@@ -1,4 +1,4 @@
-// postconv_common.cuh: private to kernels/postconv*.cu and gdn_prefill_fused.cu. Device helpers
+// postconv_common.cuh: private to kernels/postconv*.cu, gdn_prefill_fused.cu and gdn_decode_prep.cu. Device helpers
 // shared by the post-conv arms (the gates, the one-warp L2 norm of a head row, the v copy, the
 // eight-elements-per-lane row I/O and 16-lane tree of token_tile, which gdn_prefill_fused reuses)
 // and the launchers of the arms that live in their own files (split in postconv_split.cu,

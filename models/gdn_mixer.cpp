@@ -52,6 +52,24 @@ GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& a
   set_gdn_heads(f, d);
   f.K = d.K;
 
+  GdnDecodePrepParams& pr = p.prep;  // x -> q, k, v, g, beta (the prep arm: conv_out never stored)
+  pr.x = io.x;
+  pr.x_stride = io.x_stride;
+  set_gdn_gate_inputs(pr, io);
+  pr.act = act;
+  pr.conv_state = io.conv_state;
+  pr.conv_state_dtype = io.conv_state_dtype;
+  pr.w = io.conv_w;
+  pr.slots = io.slots;
+  pr.q = io.q;
+  pr.k = io.k;
+  pr.v = io.v;
+  pr.g = io.g;
+  pr.beta = io.beta;
+  pr.rows = rows;
+  set_gdn_heads(pr, d);
+  pr.K = d.K;
+
   ConvUpdateParams& c = p.conv;  // x -> conv_out [rows, C]
   set_gdn_conv_io(c, io, act);
   c.slots = io.slots;
@@ -82,6 +100,10 @@ double GdnDecodePath::fused_bytes() const {
   const GdnDims& d = dims;
   return op_bytes::gdn_decode_fused(fused.rows, d.Hk, d.Hv, d.Dk, d.Dv, d.K, act_bytes, state_bytes, ssm_bytes);
 }
+double GdnDecodePath::prep_bytes() const {
+  const GdnDims& d = dims;
+  return op_bytes::gdn_decode_prep(prep.rows, d.Hk, d.Hv, d.Dk, d.Dv, d.K, act_bytes, state_bytes);
+}
 double GdnDecodePath::conv_bytes() const {
   return op_bytes::conv_update(conv.rows, dims.C(), dims.K, act_bytes, state_bytes);
 }
@@ -102,12 +124,18 @@ void GdnDecodePath::launch(cudaStream_t s, NodeRecorder* rec, int layer) const {
     });
     return;
   }
-  launched(conv_update(conv, conv_contract, s), rec, s, [&] {
-    return NodeLabel{layer, "conv.update", std::string(arm_name(conv_contract.arm)), conv_bytes()};
-  });
-  launched(postconv(post, post_contract, s), rec, s, [&] {
-    return NodeLabel{layer, "postconv", std::string(arm_name(post_contract.arm)), post_bytes()};
-  });
+  if (is_prep()) {  // conv.update and postconv in one kernel, then the delta rule as unfused
+    launched(gdn_decode_prep(prep, s), rec, s, [&] {
+      return NodeLabel{layer, "conv.update+postconv", "prep", prep_bytes()};
+    });
+  } else {
+    launched(conv_update(conv, conv_contract, s), rec, s, [&] {
+      return NodeLabel{layer, "conv.update", std::string(arm_name(conv_contract.arm)), conv_bytes()};
+    });
+    launched(postconv(post, post_contract, s), rec, s, [&] {
+      return NodeLabel{layer, "postconv", std::string(arm_name(post_contract.arm)), post_bytes()};
+    });
+  }
   launched(delta_rule_decode(delta, s), rec, s, [&] {
     return NodeLabel{layer, "delta_rule.decode",
                      delta.staged   ? "staged"
@@ -117,6 +145,8 @@ void GdnDecodePath::launch(cudaStream_t s, NodeRecorder* rec, int layer) const {
   });
 }
 
-double GdnDecodePath::bytes() const { return is_fused() ? fused_bytes() : conv_bytes() + post_bytes() + delta_bytes(); }
+double GdnDecodePath::bytes() const {
+  return is_fused() ? fused_bytes() : (is_prep() ? prep_bytes() : conv_bytes() + post_bytes()) + delta_bytes();
+}
 
 }  // namespace sg

@@ -15,6 +15,7 @@
 #include "kernels/conv_update.h"
 #include "kernels/delta_rule.h"
 #include "kernels/gdn_decode_fused.h"
+#include "kernels/gdn_decode_prep.h"
 #include "kernels/numeric.h"
 #include "kernels/postconv.h"
 #include "models/qwen35_config.h"
@@ -110,6 +111,7 @@ struct GdnDecodePath {
   LaunchContract<ConvUpdateArm> conv_contract;  // set when the unfused path runs
   LaunchContract<PostconvArm> post_contract;
   GdnDecodeFusedParams fused;
+  GdnDecodePrepParams prep;  // the prep arm's conv + post-conv kernel
   ConvUpdateParams conv;
   PostconvParams post;
   DeltaRuleDecodeParams delta;
@@ -117,6 +119,7 @@ struct GdnDecodePath {
   size_t act_bytes = 2, state_bytes = 2, ssm_bytes = 4;  // element sizes of act, the conv state and the SSM state
 
   bool is_fused() const { return fused_contract.arm == GdnDecodeArm::fused; }
+  bool is_prep() const { return fused_contract.arm == GdnDecodeArm::prep; }
   // Whether the delta rule writes the gated-normed output (io.norm_w was set and the path is unfused).
   bool norm_fused() const { return !is_fused() && delta.norm_w != nullptr; }
   // Launches the path on `stream`; with `rec`, labels each node with `layer`.
@@ -127,6 +130,7 @@ struct GdnDecodePath {
  private:
   // The bytes of each node (kernels/op_bytes.h), for launch()'s labels and bytes().
   double fused_bytes() const;
+  double prep_bytes() const;
   double conv_bytes() const;
   double post_bytes() const;
   double delta_bytes() const;

@@ -66,11 +66,13 @@ std::vector<size_t> ModelStep::arm_candidates(const GraphKey& key, Op op, const 
                               g.K,
                               static_cast<int>(dtype_size(opts_.ssm_state)),
                               delta_fuses_gated_norm(opts_.gated_norm, rows, static_cast<int64_t>(g.Hv) * g.Dv)};
-  // Whether the fused kernel of the key's kind runs (then conv and post-conv arms do not).
+  // Whether the conv and post-conv ops run inside another kernel: the fused kernel of the key's kind,
+  // or in decode the prep arm's conv + post-conv kernel (then their own arms do not run).
+  const GdnDecodeArm decode_arm = prefill ? GdnDecodeArm::unfused : gdn_decode_contract(s.gdn_decode, dshape).arm;
   const bool fused =
       prefill ? gdn_prefill_contract(s.gdn_prefill, GdnPrefillShape{rows, k.seqs, g.Hk, g.Hv, g.Dk, g.Dv, g.K}).arm ==
                     GdnPrefillArm::fused
-              : gdn_decode_contract(s.gdn_decode, dshape).arm == GdnDecodeArm::fused;
+              : decode_arm == GdnDecodeArm::fused || decode_arm == GdnDecodeArm::prep;
   for (size_t a = 0; a < op_info(op).arms.size(); ++a) {
     bool runs = false;  // the arm runs as itself on this key (no contract fallback)
     switch (op) {

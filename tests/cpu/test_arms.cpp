@@ -61,7 +61,7 @@ TEST_CASE("arm table: ops, arm names both ways, reference and default", "[arms]"
   CHECK(valid_arms_list(Op::conv_update) == "grid, fast");
   CHECK(valid_arms_list(Op::postconv) == "megablock, fast, split, token_tile");
   CHECK(valid_arms_list(Op::gdn_prefill) == "unfused, fused");
-  CHECK(valid_arms_list(Op::gdn_decode) == "unfused, fused, staged");
+  CHECK(valid_arms_list(Op::gdn_decode) == "unfused, fused, staged, prep");
 
   CHECK(arm_name(ConvFwdArm::tiled) == "tiled");
   CHECK(arm_name(ConvFwdArm::reg) == "register");
@@ -82,7 +82,7 @@ TEST_CASE("arm table: ops, arm names both ways, reference and default", "[arms]"
   CHECK(arm_name(GdnDecodeArm::staged) == "staged");
 
   CHECK_THROWS_AS(arm_name(static_cast<ConvFwdArm>(4)), ArmError);
-  CHECK_THROWS_AS(arm_name(static_cast<GdnDecodeArm>(3)), ArmError);
+  CHECK_THROWS_AS(arm_name(static_cast<GdnDecodeArm>(4)), ArmError);
   CHECK_THROWS_AS(op_info(static_cast<Op>(kNumOps)), ArmError);
   CHECK(arm_from_name<ConvFwdArm>("register") == ConvFwdArm::reg);
   CHECK(arm_from_name<ConvFwdArm>("k4x2") == ConvFwdArm::k4x2);
@@ -116,7 +116,7 @@ TEST_CASE("arm table: ops, arm names both ways, reference and default", "[arms]"
         "conv.update  grid (reference), fast (default)\n"
         "postconv     megablock (reference), fast, split, token_tile (default)\n"
         "gdn.prefill  unfused (reference), fused (default)\n"
-        "gdn.decode   unfused (reference, default), fused, staged\n");
+        "gdn.decode   unfused (reference, default), fused, staged, prep\n");
 }
 
 // --- ArmSelection text form -----------------------------------------------------------------------

@@ -179,6 +179,35 @@ TEST_CASE("delta-rule column split: Dk 8 builds Q = 1 and 4, as Dk 16", "[delta_
   CHECK(fa.cluster == fb.cluster);
 }
 
+TEST_CASE("gdn.decode prep: the unfused delta rule's launch after one conv + post-conv kernel, or a named fallback",
+          "[delta_rule][contracts]") {
+  // The 4B and 27B heads (512 and 640 channels a k-head): prep, with exactly unfused's delta-rule launch.
+  for (const GdnDecodeShape& sh :
+       {GdnDecodeShape{32, 16, 32, 128, 128, 4}, GdnDecodeShape{8, 16, 48, 128, 128, 4},
+        GdnDecodeShape{5, 16, 32, 128, 128, 4, 2, false}, GdnDecodeShape{5, 16, 32, 128, 128, 4, 4, true}}) {
+    CAPTURE(sh.rows, sh.Hv, sh.ssm_bytes, sh.norm_fused);
+    const auto p = gdn_decode_contract(GdnDecodeArm::prep, sh);
+    const auto u = gdn_decode_contract(GdnDecodeArm::unfused, sh);
+    CHECK(p.arm == GdnDecodeArm::prep);
+    CHECK(p.fallback_reason.empty());
+    CHECK(p.grid == u.grid);
+    CHECK(p.block == u.block);
+    CHECK(p.kernel == "gdn_decode_prep+delta_rule_decode");
+  }
+  CHECK(gdn_decode_prep_fits(16, 32, 128, 128, 4));
+  CHECK(gdn_decode_prep_fits(1, 6, 128, 72, 4));         // 256 + 432 channels
+  CHECK(gdn_decode_prep_fits(1, 3, 256, 170, 2));        // 512 + 510 = 1022 channels, the widest Dk
+  CHECK_FALSE(gdn_decode_prep_fits(1, 3, 256, 171, 2));  // 1025 channels
+  CHECK_FALSE(gdn_decode_prep_fits(1, 1, 512, 8, 4));    // Dk past the one-warp tree
+  CHECK_FALSE(gdn_decode_prep_fits(2, 3, 64, 64, 4));    // Hv not a multiple of Hk
+  CHECK_FALSE(gdn_decode_prep_fits(2, 2, 64, 64, 9));    // K past kConvMaxK
+  // Past the kernel's channels: unfused, with the reason.
+  const auto f = gdn_decode_contract(GdnDecodeArm::prep, GdnDecodeShape{4, 1, 8, 128, 128, 4});
+  CHECK(f.arm == GdnDecodeArm::unfused);
+  CHECK(f.fallback_reason.find("prep needs Dk <= 256 and at most 1024 conv channels a k-head") == 0);
+  CHECK(f.kernel == "delta_rule_decode");
+}
+
 TEST_CASE("gdn.decode fused: the recurrence's grid in clusters of a k-head's blocks, or a named fallback",
           "[delta_rule][contracts]") {
   // 4B heads: 32 v-heads x 2 column blocks, 128 threads; clusters of 2 v-heads x 2 column blocks.

@@ -87,3 +87,12 @@ TEST_CASE("op bytes: causal attention's query-key pairs with history", "[op_byte
   CHECK(op_bytes::causal_pairs(1024, 0) == 524800.0);
   CHECK(op_bytes::causal_pairs(1024, 1024) == 1573376.0);
 }
+
+TEST_CASE("op bytes: the prep arm's conv + post-conv kernel", "[op_bytes]") {
+  // conv.update and postconv less the conv output between them (written once, read once).
+  const int R = 32, Hk = 16, Hv = 32, D = 128, K = 4, C = 2 * Hk * D + Hv * D;
+  CHECK(op_bytes::gdn_decode_prep(R, Hk, Hv, D, D, K, 2, 2) ==
+        op_bytes::conv_update(R, C, K, 2, 2) + op_bytes::postconv(R, Hk, Hv, D, D, 2) - 2.0 * R * C * 2);
+  CHECK(op_bytes::gdn_decode_prep(R, Hk, Hv, D, D, K, 2, 2) <
+        op_bytes::conv_update(R, C, K, 2, 2) + op_bytes::postconv(R, Hk, Hv, D, D, 2));
+}

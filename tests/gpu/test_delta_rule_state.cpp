@@ -383,7 +383,7 @@ struct GdnRig {
 
 }  // namespace
 
-TEST_CASE("gdn.decode fused arm, bf16 SSM state: the unfused path's bytes, padding rows touch no state",
+TEST_CASE("gdn.decode fused and prep arms, bf16 SSM state: the unfused path's bytes, padding rows touch no state",
           "[gpu][skeleton][arms][ssm_state]") {
   // The 4B heads, the 27B heads (Hv/Hk = 3), Dk 64 with K = 3, one block a v-head with idle lanes
   // (Dv = 72), and clusters of one block (Hv = Hk).
@@ -398,6 +398,10 @@ TEST_CASE("gdn.decode fused arm, bf16 SSM state: the unfused path's bytes, paddi
       CHECK(byte_diff(fused[0], unfused[0], act) == "");
       CHECK(byte_diff(fused[1], unfused[1], DType::bf16) == "");
       CHECK(byte_diff(fused[2], unfused[2], DType::bf16) == "");
+      const auto prep = r16.run(GdnDecodeArm::prep);  // conv + post-conv in one kernel
+      CHECK(byte_diff(prep[0], unfused[0], act) == "");
+      CHECK(byte_diff(prep[1], unfused[1], DType::bf16) == "");
+      CHECK(byte_diff(prep[2], unfused[2], DType::bf16) == "");
       // Against the f32 SSM state from the same values: the same outputs and conv state, the SSM
       // state rounded.
       const auto f32 = r32.run(GdnDecodeArm::unfused);

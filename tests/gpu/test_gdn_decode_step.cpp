@@ -219,7 +219,7 @@ TEST_CASE("every conv.update, postconv and gdn.decode arm gives the reference ar
       CAPTURE(dtype_name(act), dims.C());
       Snapshot ref_snap;
       bool first = true;
-      for (GdnDecodeArm ga : {GdnDecodeArm::unfused, GdnDecodeArm::fused, GdnDecodeArm::staged})
+      for (GdnDecodeArm ga : {GdnDecodeArm::unfused, GdnDecodeArm::fused, GdnDecodeArm::staged, GdnDecodeArm::prep})
         for (ConvUpdateArm cu : {ConvUpdateArm::grid, ConvUpdateArm::fast}) {
           for (PostconvArm pa : {PostconvArm::megablock, PostconvArm::fast}) {
             CAPTURE(arm_name(cu), arm_name(pa), arm_name(ga));

@@ -128,7 +128,7 @@ void register_kernels(CLI::App& app, Action& action) {
                                 {"probe", r.probe}};
           if (r.channels > 0) row["channels"] = r.channels;
           if (r.grid.x == 0) row["grid"] = row["block"] = nullptr;  // a library's or several kernels' launch
-          if (r.probe) {  // a floor probe: the time only
+          if (r.probe) {                                            // a floor probe: the time only
             fmt::print("  {:<12} {:<22} {:<28} {:>12} {:>8} {:>10.2f} {:>19} {:>10} {:>8} {:>8} {}\n", r.op, r.arm,
                        r.kernel, grid, r.block.x, r.median_us, times, "-", "-", "-", "-");
             for (const char* k : {"bytes", "gbps", "floor_fraction", "hash", "bytes_match_reference"}) row[k] = nullptr;

@@ -234,12 +234,13 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
   check(fill_uniform(A_log, DType::f32, Hv, 7, 0.f, 2.7f, st));
   check(fill_uniform(dt_bias, DType::f32, Hv, 8, -1.f, 1.f, st));
   struct Set {
-    GdnDecodePath unfused, fused;  // the same buffers through each arm (gdn_mixer.h)
+    GdnDecodePath unfused, fused, prep;  // the same buffers through each arm (gdn_mixer.h)
   };
   std::vector<Set> ps(sets);
-  ArmSelection unfused_arms, fused_arms;
+  ArmSelection unfused_arms, fused_arms, prep_arms;
   unfused_arms.postconv = PostconvArm::fast;  // the arms the rows name (conv.update=fast is the default)
   fused_arms.gdn_decode = GdnDecodeArm::fused;
+  prep_arms.gdn_decode = GdnDecodeArm::prep;
   for (int i = 0; i < sets; ++i) {
     GdnIo io;
     io.x = buf.make(xb);  // [R, C]
@@ -270,6 +271,7 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
     check(fill_uniform(io.ssm_state, ssm, ssn, 70 + i, -0.1f, 0.1f, st));
     ps[i].unfused = gdn_decode_path(d, act, unfused_arms, R, io);
     ps[i].fused = gdn_decode_path(d, act, fused_arms, R, io);
+    ps[i].prep = gdn_decode_path(d, act, prep_arms, R, io);
   }
   OpCase oc;
   oc.op = ssm == DType::bf16 ? "gdn.decode.bf16" : "gdn.decode";
@@ -329,6 +331,11 @@ OpCase gdn_decode_case(const KernelShape& s, int sets, Buffers& buf, cudaStream_
     const auto& fc = ps[0].fused.fused_contract;
     oc.arms.push_back({"fused", std::string(fc.kernel), fc.grid, fc.block,
                        [ps](int set, cudaStream_t s) { ps[set].fused.launch(s, nullptr, -1); }});
+  }
+  if (ps[0].prep.is_prep()) {  // conv + post-conv in one kernel, then the delta rule with its default split
+    const auto& pc = ps[0].prep.fused_contract;
+    oc.arms.push_back({"prep", std::string(pc.kernel), pc.grid, pc.block,
+                       [ps](int set, cudaStream_t s) { ps[set].prep.launch(s, nullptr, -1); }});
   }
   const GdnDecodeFusedParams f0 = ps[0].fused.fused;
   oc.reset = [f0, R, C, K, ssn, ssm, ob](cudaStream_t s) {

@@ -31,7 +31,7 @@ GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& a
   p.fused_contract = gdn_decode_contract(
       arms.gdn_decode,
       GdnDecodeShape{rows, d.Hk, d.Hv, d.Dk, d.Dv, d.K, static_cast<int>(p.ssm_bytes), io.norm_w != nullptr});
-  if (!p.is_fused()) {  // (the unfused kernels' contracts only where they run)
+  if (!p.is_fused() && !p.is_prep()) {  // (the unfused kernels' contracts only where they run)
     p.conv_contract = conv_update_contract(arms.conv_update, ConvUpdateShape{rows, C, d.K});
     p.post_contract = postconv_contract(arms.postconv, PostconvShape{rows, d.Hk, d.Hv, d.Dk, d.Dv});
   }

@@ -2,7 +2,8 @@
 // one place (used by the decode path below and the model step's prefill path), and the GDN decode
 // path of one layer, from the conv input (the q|k|v part of in_proj's output) to the delta rule's
 // output, written once for the model step, the one-layer GDN step and the kernel bench: gdn.decode=fused (one kernel,
-// where its contract runs it) or conv.update -> postconv -> delta_rule.decode. Each launch is checked (a failure names
+// where its contract runs it), gdn.decode=prep (conv + post-conv in one kernel, then the delta rule) or
+// conv.update -> postconv -> delta_rule.decode. Each launch is checked (a failure names
 // the node) and, under capture, labelled with its layer, op, the arm that ran and the op's bytes (kernels/op_bytes.h),
 // so the three users count the same bytes.
 #pragma once

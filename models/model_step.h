@@ -14,8 +14,8 @@
 // last_rows): logits [seqs, V], one row per request (a zero row and token 0 for an empty one).
 // GDN mixer: one GEMM over the concatenated [in_proj_qkv | in_proj_z | in_proj_b | in_proj_a]
 //   weight ([C + Hv*Dv + 2*Hv, H]) -> conv.update (slot-indexed) -> postconv -> delta_rule.decode
-//   (or the gdn.decode=fused arm) -> gated_rmsnorm with z -> out_proj. Prefill: conv.fwd (varlen,
-//   conv.fwd / conv.chunks arms) -> postconv (or both as the gdn.prefill=fused arm) ->
+//   (or the gdn.decode=fused arm; =prep: conv + post-conv in one kernel) -> gated_rmsnorm with z -> out_proj. Prefill:
+//   conv.fwd (varlen, conv.fwd / conv.chunks arms) -> postconv (or both as the gdn.prefill=fused arm) ->
 //   delta_rule.prefill (the sequential scan, or the chunked WY form on CUDA or tensor cores:
 //   ModelStepOptions::delta_prefill).
 // Attention mixer: one GEMM over [q_proj | k_proj | v_proj] ([2*Hq*D + 2*Hkv*D, H]) -> attn_prep

@@ -1,6 +1,6 @@
 // model_step_gdn.cpp: the GDN mixer of the model step, decode and prefill:
-//   in_proj GEMM -> [decode] conv.update -> postconv -> delta_rule.decode  (or gdn.decode=fused:
-//                             the GDN decode path of models/gdn_mixer.h)
+//   in_proj GEMM -> [decode] conv.update -> postconv -> delta_rule.decode  (or gdn.decode=fused, or
+//                             =prep: conv + post-conv in one kernel; the GDN decode path of models/gdn_mixer.h)
 //                   [prefill] conv.fwd (varlen) -> postconv (or both as gdn.prefill=fused)
 //                             -> delta_rule.prefill (ModelStepOptions::delta_prefill: scan, chunked, mma, wgmma, or
 //                                wgmma-t, whose two kernels are one labelled launch)
@@ -100,7 +100,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       fuse_norm();
     }
     norm_done = gdn_prefill(layer, key, io, rec);
-  } else {  // conv.update -> postconv -> delta_rule.decode, or gdn.decode=fused
+  } else {  // conv.update -> postconv -> delta_rule.decode, or gdn.decode=fused / prep
     if (delta_fuses_gated_norm(opts_.gated_norm, rows, HvDv) && gated_rmsnorm_vector_path(gp)) fuse_norm();
     const GdnDecodePath path = gdn_decode_path(g, act, arms(), rows, io);
     path.launch(s, rec, layer);

@@ -341,11 +341,13 @@ struct GdnRig {
     beta = DevBuf(g.bytes());
     out = DevBuf(v.bytes());
   }
-  // The layer's decode through `arm` from the starting states; {out, conv state, ssm state} bytes.
+  // The layer's decode through `arm` from the starting states; {out, conv state, ssm state, q, k, v,
+  // g, beta} bytes (the last five poisoned first, so that a buffer an arm leaves unwritten shows).
   std::vector<std::vector<uint8_t>> run(GdnDecodeArm arm) {
     check(cudaMemcpy(conv_state.data(), conv0.data(), conv0.size(), cudaMemcpyHostToDevice));
     check(cudaMemcpy(ssm_state.data(), ssm0.data(), ssm0.size(), cudaMemcpyHostToDevice));
     out.fill(0xA5);
+    for (DevBuf* b : {&q, &k, &v, &g, &beta}) b->fill(static_cast<uint8_t>(0x3C + static_cast<int>(arm)));
     GdnIo io;
     io.x = x.data();
     io.x_stride = d.C();
@@ -369,6 +371,7 @@ struct GdnRig {
     arms.gdn_decode = arm;
     GdnDecodePath path = gdn_decode_path(d, act, arms, rows, io);
     REQUIRE(path.is_fused() == (arm == GdnDecodeArm::fused));
+    REQUIRE(path.is_prep() == (arm == GdnDecodeArm::prep));  // no fallback: the arm runs as itself
     // The SSM state and its dtype, on the kernels' params themselves.
     path.fused.ssm_state = ssm_state.data();
     path.fused.ssm_state_dtype = ssm;
@@ -377,7 +380,8 @@ struct GdnRig {
     check(cudaDeviceSynchronize());  // the copies and the fill are on the legacy stream
     path.launch(nullptr, nullptr, -1);
     check(cudaDeviceSynchronize());
-    return {out.download(), conv_state.download(), ssm_state.download()};
+    return {out.download(), conv_state.download(), ssm_state.download(), q.download(),
+            k.download(),   v.download(),          g.download(),         beta.download()};
   }
 };
 
@@ -398,10 +402,14 @@ TEST_CASE("gdn.decode fused and prep arms, bf16 SSM state: the unfused path's by
       CHECK(byte_diff(fused[0], unfused[0], act) == "");
       CHECK(byte_diff(fused[1], unfused[1], DType::bf16) == "");
       CHECK(byte_diff(fused[2], unfused[2], DType::bf16) == "");
-      const auto prep = r16.run(GdnDecodeArm::prep);  // conv + post-conv in one kernel
+      // prep: conv + post-conv in one kernel; q, k, v, g, beta too (padding rows included), each
+      // poisoned with other bytes before each run.
+      const auto prep = r16.run(GdnDecodeArm::prep);
       CHECK(byte_diff(prep[0], unfused[0], act) == "");
       CHECK(byte_diff(prep[1], unfused[1], DType::bf16) == "");
       CHECK(byte_diff(prep[2], unfused[2], DType::bf16) == "");
+      for (size_t i = 3; i < 6; ++i) CHECK(byte_diff(prep[i], unfused[i], act) == "");
+      for (size_t i = 6; i < 8; ++i) CHECK(byte_diff(prep[i], unfused[i], DType::f32) == "");
       // Against the f32 SSM state from the same values: the same outputs and conv state, the SSM
       // state rounded.
       const auto f32 = r32.run(GdnDecodeArm::unfused);

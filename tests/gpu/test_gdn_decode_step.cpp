@@ -234,6 +234,12 @@ TEST_CASE("every conv.update, postconv and gdn.decode arm gives the reference ar
             Snapshot start{{}, step.conv_state_bytes(), step.ssm_state_bytes()};
             auto batch = make_batch(dims, 17, 44, o.num_slots);
             Snapshot s = run_once(step, batch, RunMode::graph, start);
+            // prep runs as itself on these shapes: its kernel's nodes, and no conv.update or postconv node.
+            const Manifest& m = step.manifest(step.keys().back());
+            const bool prep_node = std::any_of(m.nodes.begin(), m.nodes.end(), [](const ManifestNode& n) {
+              return n.label.op == "conv.update+postconv" && n.label.arm == "prep";
+            });
+            CHECK(prep_node == (ga == GdnDecodeArm::prep));
             if (first) {
               ref_snap = s;
               first = false;

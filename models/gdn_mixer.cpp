@@ -37,38 +37,18 @@ GdnDecodePath gdn_decode_path(const GdnDims& d, DType act, const ArmSelection& a
   }
 
   GdnDecodeFusedParams& f = p.fused;
-  f.x = io.x;
-  f.x_stride = io.x_stride;
-  set_gdn_gate_inputs(f, io);
-  f.act = act;
-  f.conv_state = io.conv_state;
-  f.conv_state_dtype = io.conv_state_dtype;
-  f.w = io.conv_w;
-  f.slots = io.slots;
+  set_gdn_decode_inputs(f, io, d, act, rows);
   f.ssm_state = io.ssm_state;
   f.ssm_state_dtype = io.ssm_state_dtype;
   f.out = io.out;
-  f.rows = rows;
-  set_gdn_heads(f, d);
-  f.K = d.K;
 
   GdnDecodePrepParams& pr = p.prep;  // x -> q, k, v, g, beta (the prep arm: conv_out never stored)
-  pr.x = io.x;
-  pr.x_stride = io.x_stride;
-  set_gdn_gate_inputs(pr, io);
-  pr.act = act;
-  pr.conv_state = io.conv_state;
-  pr.conv_state_dtype = io.conv_state_dtype;
-  pr.w = io.conv_w;
-  pr.slots = io.slots;
+  set_gdn_decode_inputs(pr, io, d, act, rows);
   pr.q = io.q;
   pr.k = io.k;
   pr.v = io.v;
   pr.g = io.g;
   pr.beta = io.beta;
-  pr.rows = rows;
-  set_gdn_heads(pr, d);
-  pr.K = d.K;
 
   ConvUpdateParams& c = p.conv;  // x -> conv_out [rows, C]
   set_gdn_conv_io(c, io, act);

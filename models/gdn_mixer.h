@@ -93,6 +93,21 @@ void set_gdn_gate_inputs(P& p, const GdnIo& io) {  // a, b [rows, Hv] at ab_stri
   p.A_log = io.A_log;
   p.dt_bias = io.dt_bias;
 }
+// The inputs the fused and prep decode kernels share: conv input, gates, conv state, shape.
+template <class P>
+void set_gdn_decode_inputs(P& p, const GdnIo& io, const GdnDims& d, DType act, int rows) {
+  p.x = io.x;
+  p.x_stride = io.x_stride;
+  set_gdn_gate_inputs(p, io);
+  p.act = act;
+  p.conv_state = io.conv_state;
+  p.conv_state_dtype = io.conv_state_dtype;
+  p.w = io.conv_w;
+  p.slots = io.slots;
+  p.rows = rows;
+  set_gdn_heads(p, d);
+  p.K = d.K;
+}
 template <class P>
 void set_gdn_qkv_gates(P& p, const GdnIo& io, DType act) {  // post-conv outputs, the delta rule's inputs
   p.q = io.q;

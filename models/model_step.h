@@ -78,8 +78,8 @@ struct ModelStepOptions {
   DType act = DType::bf16;     // activations and weights: bf16 or f32
   ArmSelection arms;
   // The delta rule in prefill steps (also with gdn.prefill=fused); the constructor resolves
-  // `automatic`, so options().delta_prefill is scan, chunked, mma or wgmma afterwards (wgmma_t
-  // only when asked for: its chunk records take a workspace in the arena).
+  // `automatic`, so options().delta_prefill is scan, chunked, mma, wgmma or wgmma_t afterwards
+  // (wgmma_t's chunk records take a workspace in the arena).
   DeltaPrefill delta_prefill = DeltaPrefill::automatic;
   // attention.prefill; the constructor resolves `automatic` (options().attn_prefill is simt or mma
   // afterwards; wgmma only when asked for); an explicit mma or wgmma the shape, dtype or device

@@ -32,10 +32,13 @@ DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool pre
   const bool wgmma_built = delta_rule_prefill_wgmma_supports(g.Dk, g.Dv, act);
   const bool wgmma_device = delta_rule_prefill_wgmma_device(d.cc_major, d.cc_minor);
   const bool wgmma_fits = delta_rule_prefill_wgmma_smem() <= static_cast<size_t>(optin);
-  // bf16 steps on an H100 / H200: the warpgroup form (measured faster than mma in the 4B's prefill).
+  const bool wgmma_t_fits = delta_rule_prefill_wgmma_t_smem() <= static_cast<size_t>(optin);
+  // bf16 steps on an H100 / H200: the two-kernel warpgroup form (measured 19% faster than the
+  // one-kernel form a layer, which was faster than mma, in the 4B's prefill; the same bytes), else
+  // the one-kernel form where only its shared memory fits.
   if (want == DeltaPrefill::automatic && act == DType::bf16 && !fused_norm && wgmma_built && wgmma_device &&
-      wgmma_fits) {
-    return DeltaPrefill::wgmma;
+      (wgmma_t_fits || wgmma_fits)) {
+    return wgmma_t_fits ? DeltaPrefill::wgmma_t : DeltaPrefill::wgmma;
   }
   if (want == DeltaPrefill::wgmma || want == DeltaPrefill::wgmma_t) {
     const char* form = want == DeltaPrefill::wgmma ? "the warpgroup delta-rule prefill"

@@ -193,9 +193,9 @@ PdlMode resolve_pdl(PdlMode want, const DeviceLimits& d);
 AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache, bool prefill, const DeviceLimits& d);
 // The same for the tensor-core decode (it always applies: every step kind decodes).
 AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType act, DType cache, const DeviceLimits& d);
-// `automatic` -> for bf16 activations (`act`) wgmma where it runs (Dk = Dv = 128, compute
-// capability 9.0, its shared memory fits) unless the gated norm is to be fused into the prefill's
-// delta rule (`fused_norm`: built in the mma form only), else mma when its kernel is built for (Dk,
+// `automatic` -> for bf16 activations (`act`) wgmma-t where it runs (Dk = Dv = 128, compute
+// capability 9.0, its shared memory fits; else wgmma where only that one's fits) unless the gated norm is to be fused
+// into the prefill's delta rule (`fused_norm`: built in the mma form only), else mma when its kernel is built for (Dk,
 // Dv) on this device (sm_80+) and one block's shared memory fits (the opt-in limit); otherwise
 // chunked when that kernel is built and fits, else scan. An explicit chunked, mma, wgmma or wgmma-t
 // that cannot run is an error when the step has prefill (`prefill`), and harmless without (wgmma-t

@@ -29,6 +29,7 @@
 #include "graphs/graph.h"
 #include "graphs/manifest.h"
 #include "kernels/delta_rule_prefill_wgmma.h"
+#include "kernels/delta_rule_prefill_wgmma_t.h"
 #include "kernels/ref/delta_rule_ref.h"
 #include "models/step_settings.h"
 #include "tests/gpu/delta_rule_prefill_fixture.h"
@@ -164,10 +165,18 @@ TEST_CASE("delta-prefill wgmma: name, parse, resolve", "[gpu][delta_rule_wgmma][
   h200.smem_optin = 227 * 1024;
   const GdnDims g4b{16, 32, 128, 128, 4};
   CHECK(resolve_delta_prefill(DeltaPrefill::wgmma, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma);
-  // automatic picks it for bf16 steps where it runs; mma where the gated norm is to be fused into
-  // the delta rule (built in the mma form only), for other head dims and on other devices; f32 steps
-  // keep the chunked kernel.
-  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma);
+  // automatic picks the two-kernel form for bf16 steps where it runs (this one where only its shared
+  // memory fits); mma where the gated norm is to be fused into the delta rule (built in the mma form
+  // only), for other head dims and on other devices; f32 steps keep the chunked kernel.
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma_t);
+  DeviceLimits between = h200;  // room for one of the two forms only
+  between.smem_optin = static_cast<int>(std::min(delta_rule_prefill_wgmma_smem(), delta_rule_prefill_wgmma_t_smem()));
+  const DeltaPrefill fitting = delta_rule_prefill_wgmma_smem() <= delta_rule_prefill_wgmma_t_smem()
+                                   ? DeltaPrefill::wgmma
+                                   : DeltaPrefill::wgmma_t;
+  if (delta_rule_prefill_wgmma_smem() != delta_rule_prefill_wgmma_t_smem()) {
+    CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, between) == fitting);
+  }
   CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200, true) == DeltaPrefill::mma);
   CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 64, 64, 4}, true, DType::bf16, h200) ==
         DeltaPrefill::mma);

@@ -279,14 +279,15 @@ TEST_CASE("two-kernel wgmma delta-rule prefill: no live sequence touches nothing
   CHECK(byte_diff(rig.state.download(), test::to_bytes(P.state0, DType::f32), DType::f32) == "");
 }
 
-TEST_CASE("delta-prefill wgmma-t: resolved where wgmma runs, never by auto", "[gpu][delta_rule_wgmma_t][model]") {
+TEST_CASE("delta-prefill wgmma-t: resolved where wgmma runs, auto's choice there", "[gpu][delta_rule_wgmma_t][model]") {
   DeviceLimits h200 = DeviceLimits::current();
   h200.cc_major = 9;
   h200.cc_minor = 0;
   h200.smem_optin = 227 * 1024;
   const GdnDims g4b{16, 32, 128, 128, 4};
   CHECK(resolve_delta_prefill(DeltaPrefill::wgmma_t, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma_t);
-  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma_t);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200, true) == DeltaPrefill::mma);
   auto message = [](auto f) {
     try {
       f();

@@ -335,7 +335,7 @@ void register_generate(CLI::App& app, Action& action) {
          "CPU the same as --chunked), wgmma (GPU: the same products on the warpgroup tensor cores, bf16, "
          "Dk = Dv = 128, compute capability 9.0; on the CPU the same as --chunked), wgmma-t (GPU: the same "
          "products in two kernels, every chunk's T and P first, then the recurrence with the state transposed, "
-         "where wgmma runs; on the CPU the same as --chunked) or auto (on the GPU wgmma for bf16 where it "
+         "where wgmma runs; on the CPU the same as --chunked) or auto (on the GPU wgmma-t for bf16 where it "
          "runs, else mma for bf16 and chunked for f32 where the kernel is built for the model's Dk and fits "
          "the device, else scan; on the CPU the scan)")
       ->capture_default_str()

@@ -11,6 +11,7 @@
 
 #include "engine/error.h"
 #include "engine/text.h"
+#include "kernels/delta_rule_prefill_wgmma.h"
 #include "kernels/delta_rule_records.h"
 #include "models/hf_config.h"
 #include "models/memory_plan.h"
@@ -34,7 +35,7 @@ struct PlanOptions {
   int64_t prefill_tokens = -1;  // -1: max_seqs x context, at most kDefaultPrefill; 0: no prefill step
   std::string dtype = "bf16";
   std::string ssm_state = "f32";
-  std::string delta_prefill = "auto";  // wgmma-t adds its chunk records' workspace
+  std::string delta_prefill = "auto";  // wgmma-t (auto's choice on an H200) adds its chunk records' workspace
   int tp = 1;
   double device_gib = 139.8;  // an H200 as the CUDA runtime reports it
   std::string json;
@@ -89,7 +90,12 @@ int run_plan(const PlanOptions& o) {
     StepLayoutParams rp = p;
     if (o.tp > 1) rp.head_rows = r.vocab.size();
     const Qwen35Config& rc = o.tp > 1 ? r.config : c;
-    if (o.delta_prefill == "wgmma-t" && rc.num_linear_attention() > 0 && p.max_prefill_tokens > 0) {
+    // wgmma-t's chunk records: asked for, or auto's choice on compute capability 9.0 (the plan's
+    // device) for bf16 models with 128-wide key and value heads.
+    const bool two_kernel =
+        o.delta_prefill == "wgmma-t" ||
+        (o.delta_prefill == "auto" && delta_rule_prefill_wgmma_supports(rc.gdn.Dk, rc.gdn.Dv, p.act));
+    if (two_kernel && rc.num_linear_attention() > 0 && p.max_prefill_tokens > 0) {
       rp.delta_workspace_bytes =
           delta_records::workspace_bytes(p.max_prefill_tokens, p.max_prefill_seqs, rc.gdn.Hv);  // this rank's v-heads
     }
@@ -152,7 +158,8 @@ void register_plan(CLI::App& app, Action& action) {
       ->check(CLI::IsMember(setting_values("ssm-state")));
   cmd->add_option("--delta-prefill", o.delta_prefill,
                   "The prefill's delta rule (as bench): wgmma-t adds the chunk records of its two kernels to the "
-                  "workspace; the others need none")
+                  "workspace, and so does auto for bf16 models with key and value heads of 128 (it resolves to "
+                  "wgmma-t on an H100 / H200); the others need none")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("delta-prefill")));
   cmd->add_option("--tp", o.tp,

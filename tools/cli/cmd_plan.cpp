@@ -11,7 +11,6 @@
 
 #include "engine/error.h"
 #include "engine/text.h"
-#include "kernels/delta_rule_prefill_wgmma.h"
 #include "kernels/delta_rule_records.h"
 #include "models/hf_config.h"
 #include "models/memory_plan.h"
@@ -42,7 +41,11 @@ struct PlanOptions {
 };
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr int64_t kDefaultPrefill = 32768;  // the default prefill step's token budget (bench's prefill-b32)
+constexpr int64_t kDefaultPrefill = 32768;
+// The device the plan's settings resolve on: an H200 (compute capability 9.0, 227 KB of shared
+// memory a block).
+constexpr DeviceLimits kPlanDevice{132, 227 * 1024, 9,
+                                   0};  // the default prefill step's token budget (bench's prefill-b32)
 
 int run_plan(const PlanOptions& o) {
   check_writable(o.json, "--json");
@@ -90,11 +93,12 @@ int run_plan(const PlanOptions& o) {
     StepLayoutParams rp = p;
     if (o.tp > 1) rp.head_rows = r.vocab.size();
     const Qwen35Config& rc = o.tp > 1 ? r.config : c;
-    // wgmma-t's chunk records: asked for, or auto's choice on compute capability 9.0 (the plan's
-    // device) for bf16 models with 128-wide key and value heads.
+    // wgmma-t's chunk records: asked for, or what auto resolves to on the plan's device.
+    const DeltaPrefill want = parse_delta_prefill(o.delta_prefill);
     const bool two_kernel =
-        o.delta_prefill == "wgmma-t" ||
-        (o.delta_prefill == "auto" && delta_rule_prefill_wgmma_supports(rc.gdn.Dk, rc.gdn.Dv, p.act));
+        want == DeltaPrefill::wgmma_t ||
+        (want == DeltaPrefill::automatic &&
+         resolve_delta_prefill(want, rc.gdn, p.max_prefill_tokens > 0, p.act, kPlanDevice) == DeltaPrefill::wgmma_t);
     if (two_kernel && rc.num_linear_attention() > 0 && p.max_prefill_tokens > 0) {
       rp.delta_workspace_bytes =
           delta_records::workspace_bytes(p.max_prefill_tokens, p.max_prefill_seqs, rc.gdn.Hv);  // this rank's v-heads

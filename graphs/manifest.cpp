@@ -102,12 +102,35 @@ void checked_launch(NodeChecks& c, NodeRecorder* rec, cudaStream_t stream, const
   if (c.inject && !c.fault_op.empty() && label.layer == c.fault_layer && label.op == c.fault_op &&
       (capturing || c.sync_each)) {
     c.matched = true;
-    check(c.inject(stream));
+    check(c.inject(stream, c.fault_runs, c.fault_at));
     extra = 1;  // the drill's kernel is one more node of this launch, under its label
   }
   if (rec) rec->launched(stream, label, kernels == NodeRecorder::kAnyKernels ? kernels : kernels + extra);
   if (!c.sync_each || capturing) return;
   if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) node_fault(e, label);
+}
+
+void DrillRuns::arm(NodeChecks& checks, int layer, const std::string& op, uint64_t at, Inject inject) {
+  require(at >= 1, "fault drill: the run that faults is counted from 1, got {}", at);
+  checks.fault_layer = layer;
+  checks.fault_op = op;
+  checks.fault_at = at;
+  checks.inject = inject;
+  checks.fault_runs = nullptr;
+  if (op.empty()) return;
+  if (!counter_.data()) {
+    counter_ = DeviceBuffer(sizeof(unsigned long long));
+    check(cudaMemset(counter_.data(), 0, sizeof(unsigned long long)));
+  }
+  checks.fault_runs = static_cast<unsigned long long*>(counter_.data());
+}
+
+uint64_t DrillRuns::runs() const {
+  if (!counter_.data()) return 0;
+  check(cudaDeviceSynchronize());
+  unsigned long long n = 0;
+  check(cudaMemcpy(&n, counter_.data(), sizeof n, cudaMemcpyDeviceToHost));
+  return n;
 }
 
 int Manifest::unlabelled() const {

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engine/cuda_handles.h"
 #include "graphs/arm_tuning.h"
 #include "kernels/contracts.h"
 
@@ -66,10 +67,31 @@ struct NodeChecks {
   // A fault drill: right after the node (fault_layer, fault_op), `inject` launches a kernel that
   // faults. In captured graphs that hold the node, and in eager launches only with sync_each (so
   // a capture's eager warm-up does not fault before any graph exists). Off while fault_op is empty.
+  // With fault_runs (a device counter, zeroed) the drill's kernel counts the node's runs there and
+  // faults on run fault_at (from 1) only; without it, on every run.
   int fault_layer = -1;
   std::string fault_op;
-  cudaError_t (*inject)(cudaStream_t) = nullptr;
+  cudaError_t (*inject)(cudaStream_t, unsigned long long* runs, uint64_t at) = nullptr;
+  unsigned long long* fault_runs = nullptr;
+  uint64_t fault_at = 1;
   bool matched = false;  // set once the drill's kernel was launched (captured or eager)
+};
+
+// A fault drill's device side: the counter of its node's runs (NodeChecks::fault_runs), owned by
+// the step runner that holds the NodeChecks.
+class DrillRuns {
+ public:
+  using Inject = cudaError_t (*)(cudaStream_t, unsigned long long*, uint64_t);
+  // Sets `checks`' drill: after node `layer`:`op` (empty: no drill, and nothing is allocated)
+  // `inject` launches a kernel that faults on the node's run `at` (from 1) and counts every run in a
+  // zeroed device counter.
+  void arm(NodeChecks& checks, int layer, const std::string& op, uint64_t at, Inject inject);
+  // How many times the drill's kernel has run so far (0 without a drill). Synchronises the device:
+  // call it while no step is in flight; a CUDA error (a lost context) throws.
+  uint64_t runs() const;
+
+ private:
+  DeviceBuffer counter_;
 };
 
 // The NodeChecks of this thread's current scope, or null.

@@ -8,6 +8,7 @@
 #include "engine/error.h"
 #include "graphs/capture_sizes.h"
 #include "graphs/node_timer.h"
+#include "kernels/fault.h"
 
 namespace sg {
 namespace {
@@ -37,6 +38,7 @@ GdnDecodeStep::GdnDecodeStep(const GdnDims& dims, const GdnDecodeOptions& opts)
   require(delta_rule_decode_supports(dims.Dk, dims.Dv), "delta-rule decode does not support Dk={} Dv={}", dims.Dk,
           dims.Dv);
   keys_ = decode_capture_sizes(opts.graph_max);
+  drill_runs_.arm(checks_, opts.layer_index, opts.fault_op, opts.fault_run, &fault_inject);
 
   Arena m = Arena::measure();
   layout(m);
@@ -152,7 +154,14 @@ GdnDecodePath GdnDecodeStep::path(int rows) const {
 }
 
 void GdnDecodeStep::launch_sequence(int rows, NodeRecorder* rec) {
+  // The drill's kernel goes into captured graphs only (no sync_each: eager steps do not fault).
+  const NodeCheckScope scope(opts_.fault_op.empty() ? nullptr : &checks_);
   path(rows).launch(stream_.get(), rec, opts_.layer_index);
+}
+
+uint64_t GdnDecodeStep::fault_drill_runs() const {
+  sync();
+  return drill_runs_.runs();
 }
 
 void GdnDecodeStep::capture_all(bool for_timing) {

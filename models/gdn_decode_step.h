@@ -32,6 +32,11 @@ struct GdnDecodeOptions {
   uint64_t seed = 1;        // synthetic weights
   ArmSelection arms;
   int layer_index = 0;  // label used in manifests
+  // A fault drill (as ModelStepOptions::fault_op): a kernel that faults is launched right after the
+  // node of layer layer_index and this op in the captured graphs (empty: none), faulting on the
+  // node's run fault_run (from 1, over every graph); the runs before it pass.
+  std::string fault_op;
+  uint64_t fault_run = 1;
 };
 
 // One live decode batch. Row r: slot[r] and its inputs (values as f32; rounded to `act` on upload).
@@ -90,6 +95,10 @@ class GdnDecodeStep {
   const CapturedGraph& graph(int key) const { return graphs_.graph(GraphKey::decode(key)); }
   int eager_fallbacks() const { return graphs_.eager_fallbacks(); }
   cudaStream_t stream() const { return stream_.get(); }
+  // Whether a captured graph holds the fault drill's node; how many times it has run so far (0
+  // without a drill; waits for the steps enqueued, a fault of theirs reported as sync() does).
+  bool fault_drill_matched() const { return checks_.matched; }
+  uint64_t fault_drill_runs() const;
   const GdnDims& dims() const { return dims_; }
   const GdnDecodeOptions& options() const { return opts_; }
   size_t arena_bytes() const { return arena_->capacity(); }
@@ -128,6 +137,8 @@ class GdnDecodeStep {
       "same --preset and arms"};
   std::vector<float> w_host_, A_log_host_, dt_bias_host_;
   std::vector<int> keys_;
+  NodeChecks checks_;     // the fault drill (launch_sequence's scope, while one is set)
+  DrillRuns drill_runs_;  // its node's runs (checks_.fault_runs)
   StepGraphs graphs_;
 };
 

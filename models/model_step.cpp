@@ -101,9 +101,7 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   require(opts_.fault_op.empty() || (opts_.fault_layer >= -1 && opts_.fault_layer < cfg_.layers),
           "fault drill: layer {} outside [-1, {})", opts_.fault_layer, cfg_.layers);
   checks_.sync_each = opts_.check_nodes;
-  checks_.fault_layer = opts_.fault_layer;
-  checks_.fault_op = opts_.fault_op;
-  checks_.inject = &fault_inject;
+  drill_runs_.arm(checks_, opts_.fault_layer, opts_.fault_op, opts_.fault_run, &fault_inject);
   faults_ = StepFaults(opts_.check_nodes ? std::string()
                                          : std::string(". To name the kernel node, run the step again eagerly, "
                                                        "checked node by node (ModelStepOptions::check_nodes, "
@@ -453,6 +451,11 @@ void ModelStep::fault_of_earlier_step() const { faults_.earlier(); }
 void ModelStep::sync() const { check_step(cudaStreamSynchronize(stream_.get())); }
 
 void ModelStep::check_step(cudaError_t e) const { faults_.check(e); }
+
+uint64_t ModelStep::fault_drill_runs() const {
+  sync();
+  return drill_runs_.runs();
+}
 
 void ModelStep::check_replays(const GraphKey& key, cudaError_t e, std::string_view during) const {
   if (e == cudaSuccess) return;

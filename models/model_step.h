@@ -109,9 +109,12 @@ struct ModelStepOptions {
   // eagerly for that; captured graphs cannot stop between nodes). fault_op (with fault_layer, -1
   // for the nodes outside the layers) names a node for a fault drill: a kernel that faults is
   // launched right after it, in captured graphs and in eager steps with check_nodes. Empty: none.
+  // It faults on the node's run fault_run (from 1, counted over every graph and checked eager step
+  // that holds the node); the runs before it pass (fault_drill_runs counts them).
   bool check_nodes = false;
   int fault_layer = -1;
   std::string fault_op;
+  uint64_t fault_run = 1;
 };
 
 struct DecodeOutput {
@@ -232,6 +235,9 @@ class ModelStep {
   int attention_splits(int key) const;
   // Whether a launch matched the fault drill's node (ModelStepOptions::fault_op) so far.
   bool fault_drill_matched() const { return checks_.matched; }
+  // How many times the fault drill's node has run so far (0 without a drill): waits for the steps
+  // enqueued (a fault of theirs is reported as sync() does).
+  uint64_t fault_drill_runs() const;
 
  private:
   using GdnLayer = StepGdnLayer;  // the layout's views (models/step_layout.h)
@@ -317,6 +323,7 @@ class ModelStep {
   std::vector<int> keys_;
   std::vector<int> prefill_keys_;
   NodeChecks checks_;          // check_nodes and the fault drill (set by launch_sequence's scope)
+  DrillRuns drill_runs_;       // the drill node's runs (checks_.fault_runs)
   mutable StepFaults faults_;  // the step run last (replays too), named by step_fault
   StepGraphs graphs_;
 };

@@ -198,18 +198,37 @@ std::vector<CliCase> option_cases() {
   add("bench --cpu --fault-after", {"bench", "--cpu", "--fault-after", "1:conv.update"}, 1,
       {"bench: this run is the CPU reference model",
        "--fault-after (a fault drill in the GPU step's captured graphs)"});
-  add("bench --fault-after on the gdn-layer workload",
+  add("bench --fault-after on the gdn-layer workload, past its one layer",
       {"bench", "--workload", "gdn-layer", "--fault-after", "1:conv.update"}, 1,
-      {"bench --fault-after drills the whole model's captured graphs, so it cannot go with:",
-       "--workload gdn-layer (not the whole model's steps)"});
+      {"--fault-after 1:conv.update: the gdn-layer workload's step is one GDN layer, labelled layer 0"});
+  add("bench --fault-after on the gdn-layer workload's CPU path",
+      {"bench", "--workload", "gdn-layer", "--cpu", "--fault-after", "0:conv.update@3"}, 1,
+      {"bench: this run is the CPU reference model",
+       "--fault-after (a fault drill in the GPU step's captured graphs)"});
   add("bench --fault-after with --arms tune", {"bench", "--arms", "tune", "--fault-after", "1:conv.update"}, 1,
-      {"bench --fault-after drills the whole model's captured graphs", "--arms tune (the arms are timed"});
+      {"bench --fault-after drills the captured graphs, so it cannot go with:", "--arms tune (the arms are timed"});
+  add("bench --fault-after with run 0", {"bench", "--fault-after", "1:conv.update@0"}, 1,
+      {"--fault-after: '1:conv.update@0' is not LAYER:OP or LAYER:OP@RUN", "@RUN, from 1, faults on that run"});
+  add("bench --fault-after with an empty run", {"bench", "--fault-after", "1:conv.update@"}, 1,
+      {"--fault-after: '1:conv.update@' is not LAYER:OP or LAYER:OP@RUN"});
+  add("bench --fault-after with a run that is not a number", {"bench", "--fault-after", "1:conv.update@5x"}, 1,
+      {"--fault-after: '1:conv.update@5x' is not LAYER:OP or LAYER:OP@RUN"});
+  add("bench --fault-after with a negative run", {"bench", "--fault-after", "1:conv.update@-3"}, 1,
+      {"--fault-after: '1:conv.update@-3' is not LAYER:OP or LAYER:OP@RUN"});
+  add("bench --fault-after with a run past 2^64", {"bench", "--fault-after", "1:conv.update@18446744073709551616"}, 1,
+      {"is not LAYER:OP or LAYER:OP@RUN"});
+  add("soak --fault-after with a run but no op", {"soak", "--preset", "tiny", "--fault-after", "1:@20"}, 1,
+      {"--fault-after: '1:@20' is not LAYER:OP or LAYER:OP@RUN"});
+  add("ab --fault-after with two runs", {"ab", "--b", "conv.update=grid", "--fault-after", "4:conv.update@2@3"}, 1,
+      {"--fault-after: '4:conv.update@2@3' is not LAYER:OP or LAYER:OP@RUN"});
+  add("generate --fault-after with a run, without a GPU", {"generate", "--fault-after", "1:conv.update@7"}, 1,
+      {"--check-nodes and --fault-after", "cannot apply"});
   add("bench --fault-after without a colon", {"bench", "--fault-after", "conv.update"}, 1,
       {"--fault-after: 'conv.update' is not LAYER:OP"});
   add("inspect --fault-after without an op", {"inspect", "--fault-after", "1:"}, 1,
       {"--fault-after: '1:' is not LAYER:OP"});
   add("inspect --fault-after with --arms tune", {"inspect", "--arms", "tune", "--fault-after", "4:conv.update"}, 1,
-      {"inspect --fault-after drills the whole model's captured graphs, so it cannot go with:", "--arms tune"});
+      {"inspect --fault-after drills the captured graphs, so it cannot go with:", "--arms tune"});
   add("inspect --fault-after without a GPU", {"inspect", "--fault-after", "4:conv.update"}, 1,
       {"inspect times captured CUDA graphs", "none to run"});
   add("soak --fault-after with a layer that is not a number",

@@ -3,8 +3,15 @@
 // the graph and how to find the node (generate, and bench, inspect, soak and ab, whose replays are
 // synchronised by events, CUPTI or downloads of their own; ab also names the side); with generate
 // --check-nodes (eager steps, synchronised after every node) it names the node: layer, op and arm.
+// A drill on a later run (LAYER:OP@RUN) faults deep in a run: in the marginal costs' replays (the
+// report names the group disabled then), in the gdn-layer workload's per-node replays, on a soak's
+// later replay; a run it never reaches is an error, after the results, that says how many times
+// the node ran.
 // The program runs as a subprocess (the GPU visible): the fault ends its CUDA context.
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -218,5 +225,84 @@ TEST_CASE("ab: a kernel fault inside a side's graph names the side and the graph
     CHECK(r.out.find("whole step (ms)") != std::string::npos);
     CHECK(r.out.find("DIFFERENT") == std::string::npos);  // conv.update's arms are byte-identical
     CHECK(r.out.find("fault drill") == std::string::npos);
+  }
+}
+
+namespace {
+
+// The count in "--fault-after X: the node ran N times ..." (-1 when the message is not there).
+long long drill_runs(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex("the node ran ([0-9]+) times? "))) return -1;
+  return std::stoll(m[1].str());
+}
+
+// A run whose drill never came: the results are out (`done` in the output), then the error that
+// names how many times the node ran. Returns that count.
+long long check_never_came(const ChildResult& r, const std::string& drill, const std::string& done) {
+  INFO(r.describe() << "\n" << r.out.substr(r.out.size() > 4000 ? r.out.size() - 4000 : 0));
+  REQUIRE(r.end == ChildResult::End::exited);
+  CHECK(r.code == 1);
+  CHECK(r.out.find(done) != std::string::npos);
+  CHECK(r.out.find("stepgraph: error: --fault-after " + drill + ": the node ran ") != std::string::npos);
+  CHECK(r.out.find("never came and nothing faulted") != std::string::npos);
+  CHECK(r.out.find("cudaErrorIllegalAddress") == std::string::npos);
+  const long long n = drill_runs(r.out);
+  CHECK(n >= 1);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a drill on a later run (LAYER:OP@RUN): a real fault deep in a run, or an error when the run never comes",
+          "[gpu][cli][faults]") {
+  SECTION("inspect: a fault in the marginal costs' replays names the group disabled then") {
+    // 1 repetition of 2 replays a group, after 2 warm-up replays: the last 4 runs of the node are the
+    // final baseline (every node enabled), the 4 before them the last group's (not conv.update's own:
+    // the groups go by name, and while conv.update's are disabled its drill node does not run).
+    const std::vector<std::string> base = {"inspect", "--preset",  "tiny",  "--max-seqs", "2", "--context",
+                                           "16",      "--replays", "2",     "--reps",     "1", "--node-replays",
+                                           "2",       "--key",     "decode"};
+    const long long n = check_never_came(run_stepgraph(base, {"--fault-after", "4:conv.update@1000000000"}),
+                                         "4:conv.update@1000000000", "marginal us");
+    REQUIRE(n > 8);
+    const ChildResult last = run_stepgraph(base, {"--fault-after", "4:conv.update@" + std::to_string(n)});
+    check_graph_fault(last, "decode 2");
+    CHECK(last.out.find("(replayed for its marginal costs, every node enabled): cudaErrorIllegalAddress") !=
+          std::string::npos);
+    const ChildResult group = run_stepgraph(base, {"--fault-after", "4:conv.update@" + std::to_string(n - 4)});
+    check_graph_fault(group, "decode 2");
+    CHECK(group.out.find("(replayed for its marginal costs, with the nodes of group '") != std::string::npos);
+    CHECK(group.out.find("' disabled): cudaErrorIllegalAddress") != std::string::npos);
+  }
+  SECTION("bench --workload gdn-layer: the first run faults, a late one in the per-node replays") {
+    const std::vector<std::string> base = {"bench", "--workload", "gdn-layer", "--preset", "tiny", "--max-seqs",
+                                           "2",     "--replays",  "2",         "--reps",   "1",    "--node-replays",
+                                           "1"};
+    const ChildResult first = run_stepgraph(base, {"--fault-after", "0:delta_rule.decode"});
+    check_graph_fault(first, "decode 1");  // keys run smallest first
+    CHECK(first.out.find("fault drill: a kernel that faults after layer 0 delta_rule.decode") != std::string::npos);
+    const long long n = check_never_came(run_stepgraph(base, {"--fault-after", "0:delta_rule.decode@1000000000"}),
+                                         "0:delta_rule.decode@1000000000", "summary (median replay time per graph");
+    const ChildResult late = run_stepgraph(base, {"--fault-after", "0:delta_rule.decode@" + std::to_string(n)});
+    check_graph_fault(late, "decode 2");
+    CHECK(late.out.find("graph gdn-decode b=1:") != std::string::npos);  // key 1 was measured before
+  }
+  SECTION("soak: replay 15 of 20 faults") {
+    const ChildResult r = run_soak({"--fault-after", "4:conv.update@15"});
+    check_graph_fault(r, "decode 2");
+    CHECK(r.out.find("soak: ok") == std::string::npos);
+    CHECK(check_never_came(run_soak({"--fault-after", "4:conv.update@21"}), "4:conv.update@21", "soak: ok: 20/20") ==
+          20);
+  }
+  SECTION("generate: the prefill graph runs layer 1's delta_rule.prefill once") {
+    const ChildResult r = run_generate({"--fault-after", "1:delta_rule.prefill@2"});
+    CHECK(check_never_came(r, "1:delta_rule.prefill@2", "\"generated\"") == 1);
+    CHECK(r.out.find("the node ran 1 time in this run's steps") != std::string::npos);
+  }
+  SECTION("ab: both sides run the node as often; the report is out before the error") {
+    const ChildResult r = run_ab({"--b", "conv.update=grid", "--fault-after", "4:conv.update@1000000000"});
+    const long long n = check_never_came(r, "4:conv.update@1000000000", "whole step (ms)");
+    CHECK(r.out.find(fmt::format("in one side's steps (A's: {}, B's: {})", n, n)) != std::string::npos);
   }
 }

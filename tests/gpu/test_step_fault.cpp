@@ -6,6 +6,9 @@
 //   replay errors to (graphs/marginal.h on_error): the graph and the group that was disabled;
 // - marginal_costs calls no on_error on a healthy graph;
 // - GdnDecodeStep::check_step (bench --workload gdn-layer's timing events): the graph that ran last.
+// Also a drill on a later run (ModelStepOptions::fault_run, GdnDecodeOptions::fault_run) that is not
+// reached: its kernel counts the node's runs in the graphs that hold it, faults on none of them
+// and leaves every output byte as a step without the drill does.
 #include <string>
 #include <vector>
 
@@ -94,4 +97,67 @@ TEST_CASE("gdn-layer step: an error after its replays names the graph that ran l
   const std::string eager = fault_of([&] { step.check_step(cudaErrorInvalidValue); });
   CHECK(contains(eager, "the eager step decode 4 failed while it ran"));
   CHECK(step.output_bytes(3).size() == size_t{3} * d.Hv * d.Dv * 2);  // bf16 output, the step still runs
+}
+
+TEST_CASE("model step: a drill on a later run counts the node's runs, faults on none of them, changes no byte",
+          "[gpu][faults]") {
+  const Qwen35Config cfg = preset("tiny");  // layer 4 is a GDN layer
+  ModelStepOptions o;
+  o.num_slots = 8;
+  o.max_context = 32;
+  o.max_decode_batch = 4;
+  o.act = DType::bf16;
+  ModelStep plain(cfg, o);
+  o.fault_layer = 4;
+  o.fault_op = "conv.update";
+  o.fault_run = 1000;  // never reached here
+  ModelStep drilled(cfg, o);
+  plain.capture_all();
+  drilled.capture_all();
+  CHECK(drilled.fault_drill_matched());
+  CHECK(drilled.fault_drill_runs() == 0);  // captured, not run yet
+  CHECK(plain.fault_drill_runs() == 0);    // no drill: no counter
+  const std::vector<DecodeRequest> reqs = {{1, 7, 3}, {5, 11, 9}};
+  for (int i = 0; i < 5; ++i) {
+    const DecodeOutput a = plain.decode(reqs, RunMode::graph);
+    const DecodeOutput b = drilled.decode(reqs, RunMode::graph);
+    CHECK(a.logits == b.logits);  // the drill's kernel writes nothing before its run
+    CHECK(a.tokens == b.tokens);
+  }
+  CHECK(drilled.fault_drill_runs() == 5);
+  drilled.decode(reqs, RunMode::eager);  // eager steps without check_nodes hold no drill
+  CHECK(drilled.fault_drill_runs() == 5);
+  for (int i = 0; i < 3; ++i) drilled.replay(2);
+  CHECK(drilled.fault_drill_runs() == 8);
+}
+
+TEST_CASE("gdn-layer step: a drill on a later run counts the node's runs in every graph and changes no byte",
+          "[gpu][faults][skeleton]") {
+  const GdnDims d{2, 6, 32, 64, 3};
+  GdnDecodeOptions o;
+  o.max_seqs = 4;
+  o.graph_max = 4;
+  o.num_slots = 8;
+  GdnDecodeStep plain(d, o);
+  o.fault_op = "delta_rule.decode";  // every gdn.decode arm launches it
+  o.fault_run = 1000;
+  GdnDecodeStep drilled(d, o);
+  for (GdnDecodeStep* s : {&plain, &drilled}) s->capture_all();
+  CHECK(drilled.fault_drill_matched());
+  CHECK(!plain.fault_drill_matched());
+  DecodeBatch b;
+  b.slots = {1, 6, 3};
+  b.x = test::uniform_bf16(size_t{3} * d.C(), 1, -2.f, 2.f);
+  b.a = test::uniform_bf16(size_t{3} * d.Hv, 2, -3.f, 3.f);
+  b.b = test::uniform_bf16(size_t{3} * d.Hv, 3, -3.f, 3.f);
+  for (GdnDecodeStep* s : {&plain, &drilled}) {
+    CHECK(s->run(b, RunMode::graph) == 4);
+    s->replay(1);
+    s->replay(2);
+    s->run(b, RunMode::eager);  // no drill in eager steps
+  }
+  CHECK(drilled.fault_drill_runs() == 3);  // the graphs of keys 4, 1 and 2
+  CHECK(plain.fault_drill_runs() == 0);
+  CHECK(plain.output_bytes(3) == drilled.output_bytes(3));
+  CHECK(plain.ssm_state_bytes() == drilled.ssm_state_bytes());
 }

@@ -103,7 +103,7 @@ void print_tuning(const ModelStep& step);
 StepChoice resolved_choice(const ModelStep& step, const GraphKey* key = nullptr);
 
 // bench and inspect with --fault-after: throws sg::Error when the options cannot go with a drill
-// (--arms tune times the arms on graphs that would fault; `workload` other than the model's).
+// (--arms tune times the arms on graphs that would fault).
 void check_fault_drill(const BenchOptions& o, const std::string& command);
 // bench with --history N > 0: throws sg::Error when nothing would run a prefill (--workload
 // gdn-layer, --phase decode) and, on the GPU (`gpu`), unless --phase is prefill: the caches sized

@@ -101,18 +101,26 @@ FaultDrill parse_fault_after(const std::string& text) {
   FaultDrill d;
   d.text = text;
   if (text.empty()) return d;
-  const size_t colon = text.find(':');
-  int layer = 0;
-  const char* end = text.data() + (colon == std::string::npos ? 0 : colon);
-  const auto [p, ec] = std::from_chars(text.data(), end, layer);
-  std::string op = colon == std::string::npos ? std::string() : text.substr(colon + 1);
-  if (colon == std::string::npos || colon == 0 || ec != std::errc() || p != end || layer < -1 || op.empty() ||
-      op.find_first_of(" \t:") != std::string::npos) {
-    throw Error(fmt::format(
-        "--fault-after: '{}' is not LAYER:OP (a layer index, -1 for the nodes outside the layers, then an op "
-        "name as `stepgraph inspect` shows it, e.g. 1:conv.update)",
+  auto bad = [&] {
+    return Error(fmt::format(
+        "--fault-after: '{}' is not LAYER:OP or LAYER:OP@RUN (a layer index, -1 for the nodes outside the layers, "
+        "then an op name as `stepgraph inspect` shows it, e.g. 1:conv.update; @RUN, from 1, faults on that run of "
+        "the node instead of its first, e.g. 1:conv.update@500)",
         printable(text)));
+  };
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos || colon == 0) throw bad();
+  int layer = 0;
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + colon, layer);
+  if (ec != std::errc() || p != text.data() + colon || layer < -1) throw bad();
+  std::string op = text.substr(colon + 1);
+  if (const size_t at = op.find('@'); at != std::string::npos) {
+    const std::string run = op.substr(at + 1);
+    op.resize(at);
+    const auto [q, ec2] = std::from_chars(run.data(), run.data() + run.size(), d.run);
+    if (run.empty() || ec2 != std::errc() || q != run.data() + run.size() || d.run < 1) throw bad();
   }
+  if (op.empty() || op.find_first_of(" \t:@") != std::string::npos) throw bad();
   d.layer = layer;
   d.op = std::move(op);
   return d;
@@ -129,8 +137,23 @@ void add_fault_after_option(CLI::App* cmd, std::string& value, const std::string
   cmd->add_option("--fault-after", value,
                   fmt::format("GPU only, a fault drill: launch a kernel that faults (an illegal address) right after "
                               "the node LAYER:OP (e.g. 1:conv.update; layer -1 for the nodes outside the layers, "
-                              "written --fault-after=-1:OP), {}; the run ends with the fault's report",
+                              "written --fault-after=-1:OP), {}; the run ends with the fault's report. It "
+                              "faults on the node's first run, or with LAYER:OP@RUN on its run RUN (counted from 1 "
+                              "over every graph that holds it; the runs before pass), e.g. to fault late in a run; "
+                              "a RUN the node never reaches is an error that says how many times it ran",
                               where));
+}
+
+std::string describe_drill(const FaultDrill& drill) {
+  return fmt::format("a kernel that faults after layer {} {}{}", drill.layer, printable(drill.op),
+                     drill.run > 1 ? fmt::format(", on the node's run {}", drill.run) : std::string());
+}
+
+void check_fault_fired(const FaultDrill& drill, uint64_t runs, std::string_view ran) {
+  if (!drill.on() || runs >= drill.run) return;
+  throw Error(fmt::format("--fault-after {}: the node ran {} time{} {}, so its run {} never came and nothing faulted{}",
+                          printable(drill.text), runs, runs == 1 ? "" : "s", ran, drill.run,
+                          runs == 0 ? "" : fmt::format(" (a RUN from 1 to {} faults within the same run)", runs)));
 }
 
 void check_fault_matched(const FaultDrill& drill, bool matched, std::string_view searched, const std::string& model) {

@@ -54,13 +54,23 @@ void check_token_range(const std::vector<int64_t>& tokens, int64_t vocab, const 
 struct FaultDrill {
   int layer = -1;
   std::string op;    // empty: no drill
+  uint64_t run = 1;  // the node's run that faults (from 1; ModelStepOptions::fault_run)
   std::string text;  // the option's value, for messages
   bool on() const { return !op.empty(); }
 };
 
-// "" -> no drill; "LAYER:OP" (LAYER an integer >= -1, OP a node's op name) -> the drill. Throws
-// sg::Error for anything else: "--fault-after: 'x' is not LAYER:OP (...)".
+// "" -> no drill; "LAYER:OP" (LAYER an integer >= -1, OP a node's op name) -> the drill on the
+// node's first run; "LAYER:OP@RUN" (RUN an integer >= 1) -> on its run RUN. Throws sg::Error for
+// anything else: "--fault-after: 'x' is not LAYER:OP or LAYER:OP@RUN (...)".
 FaultDrill parse_fault_after(const std::string& text);
+
+// "a kernel that faults after layer 4 conv.update" (", on the node's run 500" with @RUN).
+std::string describe_drill(const FaultDrill& drill);
+
+// After a run that ended without a fault: throws sg::Error when a drill is on and its node ran
+// fewer than drill.run times (`runs`; `ran` says where, e.g. "in this run's captured graphs"):
+// "--fault-after 1:conv.update@500: the node ran 212 times in ..., so its run 500 never came ...".
+void check_fault_fired(const FaultDrill& drill, uint64_t runs, std::string_view ran);
 
 // Throws sg::Error when a drill's layer is not one of the model's (nor -1, the nodes outside the
 // layers): "--fault-after 9:conv.update: layer 9 is outside model 'tiny' (layers 0 to 5, or -1 ...)".

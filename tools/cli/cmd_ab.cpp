@@ -187,7 +187,7 @@ void report_drill(const FaultDrill& drill, const Side (&sides)[2], const std::st
   const char* where = a && b ? "in both sides' graphs (A's steps run first, so A's faults)"
                       : a    ? "in A's graph only (B's graph has no such node)"
                              : "in B's graph only (A's graph has no such node)";
-  fmt::print("fault drill: a kernel that faults after layer {} {}, {}\n", drill.layer, drill.op, where);
+  fmt::print("fault drill: {}, {}\n", describe_drill(drill), where);
 }
 
 int run(AbOptions o) {
@@ -283,6 +283,12 @@ int run(AbOptions o) {
   }
   if (!o.json.empty()) write_output_file(o.json, "--json", ab_json(rep).dump(2) + "\n");
   if (!o.svg.empty()) write_output_file(o.svg, "--svg", ab_svg(rep));
+  if (o.b.fault.on() && done == o.b.reps) {  // every result is out: a drill that never came is the run's error
+    uint64_t runs[2] = {};
+    for (int i = 0; i < 2; ++i) on_side(sides[i], [&] { runs[i] = sides[i].step->fault_drill_runs(); });
+    check_fault_fired(o.b.fault, std::max(runs[0], runs[1]),
+                      fmt::format("in one side's steps (A's: {}, B's: {})", runs[0], runs[1]));
+  }
   return rep.hash_failure() ? 1 : done < o.b.reps ? kInterruptedExit : 0;
 }
 

@@ -156,6 +156,8 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
   opts.graph_max = o.max_seqs;
   opts.num_slots = 2 * o.max_seqs;
   opts.arms = arms.arms;
+  opts.fault_op = o.fault.op;  // layer 0, the step's only one (checked before the device)
+  opts.fault_run = o.fault.run;
   const GdnDims& d = cfg.gdn;
   fmt::print("device: {}\n", dev.describe());
   fmt::print(
@@ -168,8 +170,11 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
              format_bytes(static_cast<double>(step.arena_bytes())), step.keys().size());
   auto t0 = std::chrono::steady_clock::now();
   step.capture_all(/*for_timing=*/true);
-  fmt::print("captured in {:.1f} ms\n\n",
+  fmt::print("captured in {:.1f} ms\n",
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  check_fault_matched(o.fault, step.fault_drill_matched(), "the gdn-layer workload's captured graphs", cfg.name);
+  if (o.fault.on()) fmt::print("fault drill: {}\n", describe_drill(o.fault));
+  fmt::print("\n");
 
   nlohmann::json graphs = nlohmann::json::array();
   std::vector<std::string> summary;
@@ -240,6 +245,7 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
     f << out.dump(2) << "\n";
     fmt::print("wrote {}\n", o.json);
   }
+  check_fault_fired(o.fault, o.fault.on() ? step.fault_drill_runs() : 0, "in this run's captured graphs");
   return 0;
 }
 
@@ -404,8 +410,9 @@ void register_bench(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("ssm-state")));
   add_fault_after_option(cmd, o.fault_after,
-                         "in the model workload's captured graphs (decode keys and the prefill bucket); the "
-                         "error names the graph that faulted (find the node with generate --check-nodes)");
+                         "in the captured graphs (the model workload's decode keys and prefill bucket; the "
+                         "gdn-layer workload's decode keys, its one layer being layer 0); the error names the graph "
+                         "that faulted (find the node with generate --check-nodes)");
   cmd->add_option("--lt-choices", o.lt_choices, std::string("model workload: ") + kLtChoicesHelp);
   cmd->add_flag("--marginal", o.marginal,
                 "model workload: also the marginal cost of every op family in the largest and the smallest decode "
@@ -421,7 +428,14 @@ void register_bench(CLI::App& app, Action& action) {
       o.fault = parse_fault_after(o.fault_after);  // on either path, as the checks below
       check_fault_drill(o, "bench");
       check_history(o, "bench", false);
-      check_fault_layer(o.fault, cfg.layers, cfg.name);  // --workload gdn-layer refused a drill above
+      if (o.workload == "model") {
+        check_fault_layer(o.fault, cfg.layers, cfg.name);
+      } else if (o.fault.on() && o.fault.layer != 0) {
+        throw Error(fmt::format(
+            "--fault-after {}: the gdn-layer workload's step is one GDN layer, labelled layer 0 (e.g. --fault-after "
+            "0:conv.update)",
+            printable(o.fault.text)));
+      }
       if (o.node_replays == 0) {  // on either path: these ask for what --node-replays 0 turns off
         std::vector<std::string> bad;
         if (o.workload != "model") bad.push_back("--workload " + o.workload + " (its result is the per-node table)");

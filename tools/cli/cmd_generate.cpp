@@ -58,7 +58,7 @@ struct GenerateOptions {
   ArmOptions arms;
   bool gpu_setting_given = false;  // --attn-prefill, --attn-decode or --gemm given (they have no CPU meaning)
   bool check_nodes = false;        // eager steps, every kernel node synchronised and checked
-  std::string fault_after;         // a fault drill's node, "LAYER:OP" (empty: none)
+  std::string fault_after;         // a fault drill's node, "LAYER:OP[@RUN]" (empty: none)
   int tp = 1;                      // tensor-parallel ranks (CPU reference only, models/tp_reference.h)
 };
 
@@ -144,6 +144,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
   so.check_nodes = o.check_nodes;
   so.fault_layer = fault.layer;
   so.fault_op = fault.op;
+  so.fault_run = fault.run;
   ModelStep step(cfg, so);
   if (weights) step.load_host_weights(*weights);
   // With --check-nodes the steps run eagerly (a graph cannot stop between its nodes).
@@ -176,7 +177,9 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
                   o.check_nodes ? "eager steps, every kernel node synchronised and checked (--check-nodes)"
                                 : "graphs captured (prefill bucket, decode b=1)"),
       prompt, out, secs, notes);
-  return stopped_early(o, out) ? kInterruptedExit : 0;
+  if (stopped_early(o, out)) return kInterruptedExit;
+  check_fault_fired(fault, fault.on() ? step.fault_drill_runs() : 0, "in this run's steps");  // the tokens are out
+  return 0;
 }
 
 int run(const GenerateOptions& o) {

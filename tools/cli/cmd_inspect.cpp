@@ -236,7 +236,9 @@ int run(InspectOptions o) {
     if (!f) throw Error(fmt::format("cannot write {}", o.b.dot));
     f << to_dot(m);
   }
-  return interrupted ? kInterruptedExit : 0;
+  if (interrupted) return kInterruptedExit;
+  check_fault_fired(o.b.fault, o.b.fault.on() ? step.fault_drill_runs() : 0, "in this run's replays of the graph");
+  return 0;
 }
 
 }  // namespace
@@ -281,8 +283,9 @@ void register_inspect(CLI::App& app, Action& action) {
   cmd->add_option("--trace", io.b.trace, "write a Chrome/Perfetto trace of the CUPTI replays");
   cmd->add_option("--dot", io.b.dot, "write the graph's kernel nodes and dependencies as Graphviz DOT");
   add_fault_after_option(cmd, io.b.fault_after,
-                         "in the captured graphs; the error names the graph that faulted (find the node with "
-                         "generate --check-nodes)");
+                         "in the captured graphs (with @RUN also deep in the marginal costs' replays, whose report "
+                         "names the group of nodes disabled then); the error names the graph that faulted (find the "
+                         "node with generate --check-nodes)");
   cmd->callback([&action, cmd] {
     io.replays_given = cmd->count("--replays") > 0;
     io.node_replays_given = cmd->count("--node-replays") > 0;

@@ -56,7 +56,7 @@ struct SoakCliOptions {
   std::string ssm_state = "f32";  // the GDN recurrent state's dtype
   ArmOptions arms;
   std::string json;
-  std::string fault_after;  // --fault-after LAYER:OP: a fault drill in the captured graphs
+  std::string fault_after;  // --fault-after LAYER:OP[@RUN]: a fault drill in the captured graphs
 };
 
 SoakCliOptions soak_options;
@@ -165,6 +165,7 @@ int run(const SoakCliOptions& o) {
   mo.ssm_state = parse_ssm_state(o.ssm_state);
   mo.fault_layer = fault.layer;
   mo.fault_op = fault.op;
+  mo.fault_run = fault.run;
 
   const auto t0 = std::chrono::steady_clock::now();
   ModelStep step(cfg, mo);
@@ -243,7 +244,9 @@ int run(const SoakCliOptions& o) {
   fmt::print("{}\n", summary_line(res, cfg.name));
   std::fflush(stdout);
   if (!res.ok()) throw Error(fmt::format("soak failed: {}", res.failure));
-  return res.interrupted ? kInterruptedExit : 0;
+  if (res.interrupted) return kInterruptedExit;
+  check_fault_fired(fault, fault.on() ? step.fault_drill_runs() : 0, "in this soak's graphed steps");
+  return 0;
 }
 
 }  // namespace
@@ -318,7 +321,8 @@ void register_soak(CLI::App& app, Action& action) {
   cmd->add_option("--json", o.json, "Write the results (status, hashes, every memory sample) to this file");
   add_fault_after_option(cmd, o.fault_after,
                          "in the captured graphs (decode, and prefill with --prompt; the eager reference period runs "
-                         "without it), so the first graphed replay (or prefill) faults; the error names the graph "
+                         "without it), so the first graphed replay (or prefill) faults, or with @RUN the node's run "
+                         "RUN (a replay deep in the soak); the error names the graph "
                          "(find the node with generate --check-nodes)");
   cmd->callback([cmd, &action] {
     soak_options.prefill_setting_given = cmd->count("--delta-prefill") + cmd->count("--attn-prefill") > 0;

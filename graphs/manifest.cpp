@@ -121,6 +121,7 @@ void DrillRuns::arm(NodeChecks& checks, int layer, const std::string& op, uint64
   if (!counter_.data()) {
     counter_ = DeviceBuffer(sizeof(unsigned long long));
     check(cudaMemset(counter_.data(), 0, sizeof(unsigned long long)));
+    check(cudaDeviceSynchronize());  // zeroed before any step stream (non-blocking) runs the drill
   }
   checks.fault_runs = static_cast<unsigned long long*>(counter_.data());
 }

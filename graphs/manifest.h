@@ -68,7 +68,7 @@ struct NodeChecks {
   // faults. In captured graphs that hold the node, and in eager launches only with sync_each (so
   // a capture's eager warm-up does not fault before any graph exists). Off while fault_op is empty.
   // With fault_runs (a device counter, zeroed) the drill's kernel counts the node's runs there and
-  // faults on run fault_at (from 1) only; without it, on every run.
+  // faults from run fault_at (from 1) on, the runs before it doing nothing; without it, on every run.
   int fault_layer = -1;
   std::string fault_op;
   cudaError_t (*inject)(cudaStream_t, unsigned long long* runs, uint64_t at) = nullptr;
@@ -83,8 +83,8 @@ class DrillRuns {
  public:
   using Inject = cudaError_t (*)(cudaStream_t, unsigned long long*, uint64_t);
   // Sets `checks`' drill: after node `layer`:`op` (empty: no drill, and nothing is allocated)
-  // `inject` launches a kernel that faults on the node's run `at` (from 1) and counts every run in a
-  // zeroed device counter.
+  // `inject` launches a kernel that counts every run in a zeroed device counter and faults from the
+  // node's run `at` (from 1) on.
   void arm(NodeChecks& checks, int layer, const std::string& op, uint64_t at, Inject inject);
   // How many times the drill's kernel has run so far (0 without a drill). Synchronises the device:
   // call it while no step is in flight; a CUDA error (a lost context) throws.

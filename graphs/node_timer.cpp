@@ -80,6 +80,8 @@ void NodeTimer::attach() {
 void NodeTimer::start() {
   require(attached_, "NodeTimer::start() before attach()");
   require(!running_, "NodeTimer already running");
+  // Records an abandoned window left in CUPTI's buffers arrive now, and are dropped with the rest.
+  check_cupti(cuptiActivityFlushAll(1));
   {
     std::lock_guard<std::mutex> lock(mu_);
     records_.clear();
@@ -102,6 +104,14 @@ std::vector<KernelRecord> NodeTimer::stop() {
     if (it != clone_to_original_.end()) r.node_id = it->second;
   }
   return out;
+}
+
+void NodeTimer::abandon() noexcept {
+  if (!running_) return;
+  (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  running_ = false;
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.clear();
 }
 
 void NodeTimer::on_clone(uint64_t original, uint64_t clone) {

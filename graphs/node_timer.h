@@ -29,6 +29,11 @@ class NodeTimer {
   void attach();  // idempotent
   void start();
   std::vector<KernelRecord> stop();
+  // Ends a window that stop() did not end (an error between the two, a kernel fault that lost the
+  // context): disables CUPTI's activity collection without flushing or synchronising, ignoring its
+  // errors, and drops the records (those still in CUPTI's buffers are dropped by the next start()).
+  // Does nothing when the timer is not running.
+  void abandon() noexcept;
   bool attached() const { return attached_; }
 
   // Internal (called from CUPTI's callbacks).
@@ -42,6 +47,27 @@ class NodeTimer {
   std::mutex mu_;
   std::map<uint64_t, uint64_t> clone_to_original_;
   std::vector<KernelRecord> records_;
+};
+
+// One start()..stop() window of the timer: starts it, and abandons it on destruction unless
+// stop() returned, so that no error path leaves CUPTI collecting (on a lost context too).
+class NodeTimerWindow {
+ public:
+  NodeTimerWindow() { NodeTimer::instance().start(); }
+  ~NodeTimerWindow() {
+    if (open_) NodeTimer::instance().abandon();
+  }
+  NodeTimerWindow(const NodeTimerWindow&) = delete;
+  NodeTimerWindow& operator=(const NodeTimerWindow&) = delete;
+  // NodeTimer::stop(); on an error the window stays open, so its destructor abandons it.
+  std::vector<KernelRecord> stop() {
+    std::vector<KernelRecord> records = NodeTimer::instance().stop();
+    open_ = false;
+    return records;
+  }
+
+ private:
+  bool open_ = true;
 };
 
 // A node's time is its own time: from the later of its start and the end of every kernel of the

@@ -62,13 +62,16 @@ ChildResult run_ab(const std::vector<std::string>& extra) {
 
 // A replayed graph's fault, reported as generate reports it: the graph, the CUDA error, the lost
 // context, the way to the node, and no source location. `side`: ab's side label and ": " before
-// the graph ("side B (swiglu=kernel): "), empty for the other commands.
-void check_graph_fault(const ChildResult& r, const std::string& graph, const std::string& side = "") {
+// the graph ("side B (swiglu=kernel): "), empty for the other commands. `after`: what follows
+// "failed while it ran" (the error, or for replays that were not the step's own what they did,
+// " (replayed for its marginal costs, ...): cudaErrorIllegalAddress").
+void check_graph_fault(const ChildResult& r, const std::string& graph, const std::string& side = "",
+                       const std::string& after = ": cudaErrorIllegalAddress") {
   INFO(r.describe() << "\n" << r.out.substr(r.out.size() > 4000 ? r.out.size() - 4000 : 0));
   REQUIRE(r.end == ChildResult::End::exited);
   CHECK(r.code == 1);
-  CHECK(r.out.find("stepgraph: error: " + side + "the graph " + graph +
-                   " failed while it ran: cudaErrorIllegalAddress") != std::string::npos);
+  CHECK(r.out.find("stepgraph: error: " + side + "the graph " + graph + " failed while it ran" + after) !=
+        std::string::npos);
   CHECK(r.out.find("the CUDA context is lost") != std::string::npos);
   CHECK(r.out.find("`generate --check-nodes`") != std::string::npos);
   CHECK(r.out.find(".cpp:") == std::string::npos);  // a sentence, not a source location
@@ -267,13 +270,12 @@ TEST_CASE("a drill on a later run (LAYER:OP@RUN): a real fault deep in a run, or
                                          "4:conv.update@1000000000", "marginal us");
     REQUIRE(n > 8);
     const ChildResult last = run_stepgraph(base, {"--fault-after", "4:conv.update@" + std::to_string(n)});
-    check_graph_fault(last, "decode 2");
-    CHECK(last.out.find("(replayed for its marginal costs, every node enabled): cudaErrorIllegalAddress") !=
-          std::string::npos);
+    check_graph_fault(last, "decode 2", "",
+                      " (replayed for its marginal costs, every node enabled): cudaErrorIllegalAddress");
     const ChildResult group = run_stepgraph(base, {"--fault-after", "4:conv.update@" + std::to_string(n - 4)});
-    check_graph_fault(group, "decode 2");
-    CHECK(group.out.find("(replayed for its marginal costs, with the nodes of group '") != std::string::npos);
+    check_graph_fault(group, "decode 2", "", " (replayed for its marginal costs, with the nodes of group '");
     CHECK(group.out.find("' disabled): cudaErrorIllegalAddress") != std::string::npos);
+    CHECK(group.out.find("group 'conv.update' disabled") == std::string::npos);  // its drill was not running
   }
   SECTION("bench --workload gdn-layer: the first run faults, a late one in the per-node replays") {
     const std::vector<std::string> base = {"bench", "--workload", "gdn-layer", "--preset", "tiny", "--max-seqs",

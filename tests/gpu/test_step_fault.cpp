@@ -8,12 +8,14 @@
 // - GdnDecodeStep::check_step (bench --workload gdn-layer's timing events): the graph that ran last.
 // Also a drill on a later run (ModelStepOptions::fault_run, GdnDecodeOptions::fault_run) that is not
 // reached: its kernel counts the node's runs in the graphs that hold it, faults on none of them
-// and leaves every output byte as a step without the drill does.
+// and leaves every output byte as a step without the drill does. And a CUPTI timing window that
+// an error leaves open (NodeTimerWindow) is abandoned, so the next window starts.
 #include <string>
 #include <vector>
 
 #include "engine/error.h"
 #include "graphs/marginal.h"
+#include "graphs/node_timer.h"
 #include "models/gdn_decode_step.h"
 #include "models/model_step.h"
 #include "tests/support/catch.h"
@@ -36,17 +38,40 @@ std::string fault_of(const Body& body) {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-}  // namespace
-
-TEST_CASE("model step: an error of the marginal costs' replays names the graph and the disabled group",
-          "[gpu][faults][marginal]") {
-  const Qwen35Config cfg = preset("tiny");
+// A small step of the tiny preset: 8 slots of 32 positions, decode keys 1, 2 and 4, bf16.
+ModelStepOptions tiny_options() {
   ModelStepOptions o;
   o.num_slots = 8;
   o.max_context = 32;
   o.max_decode_batch = 4;
   o.act = DType::bf16;
-  ModelStep step(cfg, o);
+  return o;
+}
+
+// One GDN layer's small dims and options (keys 1, 2 and 4; 8 slots), and a batch of 3 rows for them.
+const GdnDims kLayer{2, 6, 32, 64, 3};
+GdnDecodeOptions layer_options() {
+  GdnDecodeOptions o;
+  o.max_seqs = 4;
+  o.graph_max = 4;
+  o.num_slots = 8;
+  return o;
+}
+DecodeBatch three_rows(const GdnDims& d) {
+  DecodeBatch b;
+  b.slots = {1, 6, 3};
+  b.x = test::uniform_bf16(size_t{3} * d.C(), 1, -2.f, 2.f);
+  b.a = test::uniform_bf16(size_t{3} * d.Hv, 2, -3.f, 3.f);
+  b.b = test::uniform_bf16(size_t{3} * d.Hv, 3, -3.f, 3.f);
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("model step: an error of the marginal costs' replays names the graph and the disabled group",
+          "[gpu][faults][marginal]") {
+  const Qwen35Config cfg = preset("tiny");
+  ModelStep step(cfg, tiny_options());
   step.capture_all();
   const std::vector<DecodeRequest> reqs = {{1, 7, 3}, {5, 11, 9}};
   const DecodeOutput before = step.decode(reqs, RunMode::graph);
@@ -73,18 +98,10 @@ TEST_CASE("model step: an error of the marginal costs' replays names the graph a
 }
 
 TEST_CASE("gdn-layer step: an error after its replays names the graph that ran last", "[gpu][faults][skeleton]") {
-  const GdnDims d{2, 6, 32, 64, 3};
-  GdnDecodeOptions o;
-  o.max_seqs = 4;
-  o.graph_max = 4;
-  o.num_slots = 8;
-  GdnDecodeStep step(d, o);
+  const GdnDims& d = kLayer;
+  GdnDecodeStep step(d, layer_options());
   step.capture_all();
-  DecodeBatch b;
-  b.slots = {1, 6, 3};
-  b.x = test::uniform_bf16(size_t{3} * d.C(), 1, -2.f, 2.f);
-  b.a = test::uniform_bf16(size_t{3} * d.Hv, 2, -3.f, 3.f);
-  b.b = test::uniform_bf16(size_t{3} * d.Hv, 3, -3.f, 3.f);
+  const DecodeBatch b = three_rows(d);
   CHECK(step.run(b, RunMode::graph) == 4);
   step.replay(2);
   step.sync();  // no fault
@@ -102,11 +119,7 @@ TEST_CASE("gdn-layer step: an error after its replays names the graph that ran l
 TEST_CASE("model step: a drill on a later run counts the node's runs, faults on none of them, changes no byte",
           "[gpu][faults]") {
   const Qwen35Config cfg = preset("tiny");  // layer 4 is a GDN layer
-  ModelStepOptions o;
-  o.num_slots = 8;
-  o.max_context = 32;
-  o.max_decode_batch = 4;
-  o.act = DType::bf16;
+  ModelStepOptions o = tiny_options();
   ModelStep plain(cfg, o);
   o.fault_layer = 4;
   o.fault_op = "conv.update";
@@ -133,23 +146,16 @@ TEST_CASE("model step: a drill on a later run counts the node's runs, faults on 
 
 TEST_CASE("gdn-layer step: a drill on a later run counts the node's runs in every graph and changes no byte",
           "[gpu][faults][skeleton]") {
-  const GdnDims d{2, 6, 32, 64, 3};
-  GdnDecodeOptions o;
-  o.max_seqs = 4;
-  o.graph_max = 4;
-  o.num_slots = 8;
+  const GdnDims& d = kLayer;
+  GdnDecodeOptions o = layer_options();
   GdnDecodeStep plain(d, o);
-  o.fault_op = "delta_rule.decode";  // every gdn.decode arm launches it
+  o.fault_op = "delta_rule.decode";  // the default (unfused) gdn.decode arm launches it
   o.fault_run = 1000;
   GdnDecodeStep drilled(d, o);
   for (GdnDecodeStep* s : {&plain, &drilled}) s->capture_all();
   CHECK(drilled.fault_drill_matched());
   CHECK(!plain.fault_drill_matched());
-  DecodeBatch b;
-  b.slots = {1, 6, 3};
-  b.x = test::uniform_bf16(size_t{3} * d.C(), 1, -2.f, 2.f);
-  b.a = test::uniform_bf16(size_t{3} * d.Hv, 2, -3.f, 3.f);
-  b.b = test::uniform_bf16(size_t{3} * d.Hv, 3, -3.f, 3.f);
+  const DecodeBatch b = three_rows(d);
   for (GdnDecodeStep* s : {&plain, &drilled}) {
     CHECK(s->run(b, RunMode::graph) == 4);
     s->replay(1);
@@ -160,4 +166,26 @@ TEST_CASE("gdn-layer step: a drill on a later run counts the node's runs in ever
   CHECK(plain.fault_drill_runs() == 0);
   CHECK(plain.output_bytes(3) == drilled.output_bytes(3));
   CHECK(plain.ssm_state_bytes() == drilled.ssm_state_bytes());
+}
+
+TEST_CASE("node timer: a window an error leaves open is abandoned, so the next one starts and stops",
+          "[gpu][faults][cupti]") {
+  GdnDecodeStep step(kLayer, layer_options());
+  step.capture_all(/*for_timing=*/true);
+  try {
+    const NodeTimerWindow window;
+    step.replay(1);
+    step.sync();  // its records are complete, in CUPTI's buffers
+    throw Error("an error between start and stop");
+  } catch (const Error&) {
+  }
+  NodeTimerWindow window;  // NodeTimer::start() refuses to start a running timer
+  step.replay(1);
+  step.sync();
+  const std::vector<KernelRecord> records = window.stop();
+  int unmatched = 0;
+  const std::vector<NodeStats> stats = aggregate(step.manifest(1), records, &unmatched);
+  CHECK(unmatched == 0);  // none of the abandoned window's records
+  REQUIRE(!stats.empty());
+  for (const NodeStats& s : stats) CHECK(s.calls == 1);  // one replay's records only
 }

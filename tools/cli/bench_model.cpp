@@ -70,10 +70,10 @@ nlohmann::json op_family_table(const BenchOptions& o, const ModelStep& step, int
     write_exports(o, key, m, {}, {});
     return nlohmann::json::object();
   }
-  NodeTimer::instance().start();
+  NodeTimerWindow window;  // abandoned if a fault ends the replays
   for (int i = 0; i < replays; ++i) replay();
   step.sync();  // a fault in the replays is the graph's (NodeTimer::stop would report a bare CUDA error)
-  auto records = NodeTimer::instance().stop();
+  auto records = window.stop();
   int unmatched = 0;
   auto stats = aggregate(m, records, &unmatched);
   std::vector<FamilyRow> rows = op_families(stats);

@@ -165,10 +165,10 @@ double time_replays(const Side& s, int replays) {
 
 // `replays` replays under CUPTI: one sample per op family (its nodes' medians summed, us).
 void time_families(Side& s, int replays) {
-  NodeTimer::instance().start();
+  NodeTimerWindow window;  // abandoned if a fault ends the replays
   for (int i = 0; i < replays; ++i) replay(s);
   s.step->sync();  // a fault in the replays is the side's graph's (NodeTimer::stop would report a bare CUDA error)
-  const auto records = NodeTimer::instance().stop();
+  const auto records = window.stop();
   int unmatched = 0;
   std::map<std::string, double> sum;
   for (const NodeStats& st : aggregate(s.step->graphs().manifest(s.key), records, &unmatched)) {

@@ -195,10 +195,10 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
     Spread sp = spread(per_replay_us);
     const double bytes = step.step_bytes(key);
     // Per-node times, in a separate run with CUPTI enabled.
-    NodeTimer::instance().start();
+    NodeTimerWindow window;  // abandoned if a fault ends the replays
     for (int i = 0; i < o.node_replays; ++i) step.replay(key);
     step.sync();  // a fault in the replays is the graph's (NodeTimer::stop would report a bare CUDA error)
-    auto records = NodeTimer::instance().stop();
+    auto records = window.stop();
     int unmatched = 0;
     auto stats = aggregate(step.manifest(key), records, &unmatched);
     fmt::print(

@@ -133,10 +133,10 @@ int run(InspectOptions o) {
   auto replay = [&] { prefill ? step.replay_prefill(key) : step.replay(key); };
   for (int i = 0; i < 2; ++i) replay();
   step.sync();
-  NodeTimer::instance().start();
+  NodeTimerWindow window;  // abandoned if a fault ends the replays
   for (int i = 0; i < node_replays; ++i) replay();
   step.sync();
-  const auto records = NodeTimer::instance().stop();
+  const auto records = window.stop();
   const auto stats = aggregate(m, records);
 
   std::map<std::string, Group> groups;

@@ -248,9 +248,9 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
     // The same trace again, under CUPTI: node times for the whole run; the timed run above had no
     // profiler attached.
     exec.floor_ms = {};
-    NodeTimer::instance().start();
+    NodeTimerWindow window;  // abandoned if a fault ends the run
     const ServeResult again = run_serve(trace.requests, sch, exec);
-    const std::vector<KernelRecord> records = NodeTimer::instance().stop();
+    const std::vector<KernelRecord> records = window.stop();
     int64_t unmatched = 0;
     const std::vector<FamilyTime> families = family_times(node_samples(step.graphs(), records, &unmatched));
     const bool same = serve_metrics(again).token_hash == m.token_hash;

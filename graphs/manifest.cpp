@@ -43,7 +43,7 @@ void NodeRecorder::launched(cudaStream_t stream, NodeLabel label, int kernels) {
     labels_[nodes[i]] = l;
     added += t == cudaGraphNodeTypeKernel;
   }
-  require(kernels == kAnyKernels ? added >= 1 : added == kernels,
+  require(kernels == kAnyNodes || (kernels == kAnyKernels ? added >= 1 : added == kernels),
           "the launch labelled '{}' (layer {}) added {} kernel nodes to the capture, expected {}: is a "
           "launch before it missing its label?",
           label.op, label.layer, added, kernels == kAnyKernels ? std::string("one or more") : std::to_string(kernels));
@@ -105,7 +105,7 @@ void checked_launch(NodeChecks& c, NodeRecorder* rec, cudaStream_t stream, const
     check(c.inject(stream, c.fault_runs, c.fault_at));
     extra = 1;  // the drill's kernel is one more node of this launch, under its label
   }
-  if (rec) rec->launched(stream, label, kernels == NodeRecorder::kAnyKernels ? kernels : kernels + extra);
+  if (rec) rec->launched(stream, label, kernels < 0 ? kernels : kernels + extra);  // kAnyKernels, kAnyNodes stay
   if (!c.sync_each || capturing) return;
   if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) node_fault(e, label);
 }

@@ -32,6 +32,7 @@ struct NodeLabel {
 class NodeRecorder {
  public:
   static constexpr int kAnyKernels = -1;  // a library call (cuBLAS) that may add several kernels
+  static constexpr int kAnyNodes = -2;    // a library call that may add none (an NCCL collective over one rank)
   // Call right after each launch on `stream`; labels every node the capture gained since the last
   // call and checks that they hold `kernels` kernel nodes (an error otherwise: a launch in between
   // was not labelled). The label's bytes go to the first kernel node of the launch, 0 to the others

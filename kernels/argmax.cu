@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "kernels/argmax.h"
+#include "kernels/argmax_order.cuh"
 #include "kernels/device_util.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/launch_check.h"
@@ -15,13 +16,7 @@ constexpr int kBlock = 1024;      // one block per row
 constexpr int kSplitBlock = 256;  // a block per (row, chunk)
 constexpr int kNone = INT_MAX;    // "no candidate yet" (loses to every real element)
 
-// True when candidate (av, ai) beats (bv, bi): NaN first, then the larger value, then the lower index.
-__device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) {
-  const bool an = isnan(av), bn = isnan(bv);
-  if (an != bn) return an;
-  if (!an && av != bv) return av > bv;
-  return ai < bi;
-}
+__device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) { return argmax_beats(av, ai, bv, bi); }
 
 // Folds element i (visited in increasing index order per thread) into the thread's best.
 __device__ __forceinline__ void visit(float x, int i, float& bv, int& bi) {
@@ -91,7 +86,10 @@ __global__ void __launch_bounds__(kBlock) argmax_kernel(const ArgmaxParams p, in
   pdl_start();  // kernels/launch.cuh
   const int r = blockIdx.y, c = blockIdx.x, chunks = gridDim.x;
   if (p.live_rows && r >= *p.live_rows) {
-    if (c == 0 && threadIdx.x == 0) p.out[r] = 0;
+    if (c == 0 && threadIdx.x == 0) {
+      p.out[r] = 0;
+      if (p.pairs) p.pairs[r] = ArgmaxPair{0.f, 0};
+    }
     return;
   }
   const float* row = p.logits + static_cast<int64_t>(r) * ld;
@@ -101,7 +99,10 @@ __global__ void __launch_bounds__(kBlock) argmax_kernel(const ArgmaxParams p, in
   int bi;
   block_best(row, lo, hi, vec, bv, bi);
   if (chunks == 1) {
-    if (threadIdx.x == 0) p.out[r] = bi;
+    if (threadIdx.x == 0) {
+      p.out[r] = bi;
+      if (p.pairs) p.pairs[r] = ArgmaxPair{bv, static_cast<int32_t>(bi + p.index_base)};
+    }
     return;
   }
   __shared__ bool last;
@@ -124,6 +125,7 @@ __global__ void __launch_bounds__(kBlock) argmax_kernel(const ArgmaxParams p, in
   warp_best(bv, bi);
   if (threadIdx.x == 0) {
     p.out[r] = bi;
+    if (p.pairs) p.pairs[r] = ArgmaxPair{bv, static_cast<int32_t>(bi + p.index_base)};
     p.counters[r] = 0;  // ready for the next launch
   }
 }
@@ -148,6 +150,7 @@ cudaError_t argmax(const ArgmaxParams& p, cudaStream_t stream) {
   c.in_range(p.V, 1, INT_MAX, "V").in_range(p.chunks, 1, 65535, "chunks");
   c.require(p.chunks == 1 || (p.workspace && p.counters), "chunks > 1 needs workspace and counters");
   c.require(ld >= p.V, "ld must be >= V");
+  c.require(p.index_base >= 0 && p.index_base + p.V <= INT_MAX, "index_base + V must fit an int32 token id");
   if (!c.ok()) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   const bool vec = ld % 4 == 0 && reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;

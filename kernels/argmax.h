@@ -16,6 +16,12 @@
 
 namespace sg {
 
+// A row's best logit and its token id, as a tensor-parallel rank hands it to tp_argmax (tp_argmax.h).
+struct ArgmaxPair {
+  float value;
+  int32_t index;
+};
+
 struct ArgmaxParams {
   const float* logits = nullptr;  // [rows, ld] f32, the first V columns of each row are read
   int64_t ld = 0;                 // elements between rows, >= V; 0 = V
@@ -29,6 +35,11 @@ struct ArgmaxParams {
   int chunks = 1;
   void* workspace = nullptr;
   int32_t* counters = nullptr;
+  // Optional [rows]: also each row's (best value, its index + index_base), the value being the
+  // logit itself (NaN where the row's first NaN won); padding rows get (0, 0). A tensor-parallel
+  // rank's LM head holds vocabulary rows from index_base on, so index_base makes the id global.
+  ArgmaxPair* pairs = nullptr;
+  int64_t index_base = 0;
 };
 
 // Bytes of the split's partials: 8 per (row, chunk).

@@ -109,6 +109,7 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   const GdnDims& g = cfg_.gdn;
   const DeviceLimits device = DeviceLimits::current();
   sms_ = device.sms;
+  if (opts_.tp_comm) tp_ranks_ = nccl_ranks(opts_.tp_comm);
   if (cfg_.num_linear_attention() > 0) {
     require(delta_rule_decode_supports(g.Dk, g.Dv), "delta-rule decode does not support Dk={} Dv={}", g.Dk, g.Dv);
     require(opts_.max_prefill_tokens == 0 || delta_rule_prefill_supports(g.Dk, g.Dv),
@@ -213,6 +214,7 @@ StepLayoutParams ModelStep::layout_params() const {
     return b;
   };
   p.meta_bytes = meta_bytes();
+  p.tp_ranks = tp_ranks_;
   return p;
 }
 

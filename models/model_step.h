@@ -51,6 +51,7 @@
 #include "engine/arena.h"
 #include "engine/cuda_handles.h"
 #include "engine/gemm_lt.h"
+#include "engine/nccl.h"
 #include "graphs/arm_tuning.h"
 #include "graphs/graph.h"
 #include "graphs/manifest.h"
@@ -115,6 +116,14 @@ struct ModelStepOptions {
   int fault_layer = -1;
   std::string fault_op;
   uint64_t fault_run = 1;
+  // Tensor parallelism (models/tp_plan.h, engine/nccl.h): this step is one rank of tp_comm's, each
+  // rank a step of its own GPU and stream. Each mixer's and MLP's output ([rows, hidden], the
+  // row-parallel projections' partial sums) is summed over the ranks in place by an all-reduce node
+  // after attn.o_proj, gdn.out_proj and mlp.down, and the greedy token is picked from every rank's
+  // (best logit, token id) pairs (argmax's pairs, an all-gather node, tp_argmax). The ranks must
+  // run the same steps in the same order (a collective waits for every rank). Null: one GPU, no
+  // collective. The LM head is still the whole vocabulary on every rank.
+  ncclComm* tp_comm = nullptr;
 };
 
 struct DecodeOutput {
@@ -291,6 +300,9 @@ class ModelStep {
   bool gdn_prefill(int layer, const StepKey& key, const GdnIo& io, NodeRecorder* rec);
   void attn_mixer(int layer, const StepKey& key, NodeRecorder* rec);
   void mlp_block(int layer, const StepKey& key, NodeRecorder* rec);
+  // Tensor parallel: mix rows [0, rows) summed over the ranks in place, after `after`'s GEMM (a node
+  // labelled tp.all_reduce); nothing without a communicator.
+  void tp_sum(int layer, int rows, const char* after, NodeRecorder* rec);
   // y = x W^T by the GEMM setting. With `swiglu` (gate_up only: W's rows interleaved in groups of
   // gu_group()), where the skinny kernel runs it writes swiglu->act = silu(gate) * up in its epilogue
   // instead of y and returns true; else y, and false.
@@ -316,6 +328,7 @@ class ModelStep {
   TensorView embed_, lm_head_, final_norm_;
   Acts a_;
   int sms_ = 0;                                        // SM count (attention split-K choice)
+  int tp_ranks_ = 0;                                   // ranks of opts_.tp_comm (0: none)
   StagedUpload staging_;                               // step metadata -> a_.meta
   std::map<GraphKey, ArmSelection> key_arms_;          // tuned arms per key (tune_arms)
   std::map<GraphKey, std::vector<ArmTiming>> tuning_;  // their timings, for the manifests

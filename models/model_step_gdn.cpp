@@ -113,6 +113,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
     });
 
   gemm(mat(a_.core.data, act, rows, HvDv), W.out_proj, a_.mix.rows(0, rows), layer, "gdn.out_proj", rec);
+  tp_sum(layer, rows, "gdn.out_proj", rec);
 }
 
 // The prefill path: conv.fwd (varlen) -> postconv (or both as gdn.prefill=fused) ->

@@ -21,6 +21,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/skinny_gemm.h"
 #include "kernels/swiglu.h"
+#include "kernels/tp_argmax.h"
 #include "models/model_step.h"
 #include "models/model_step_meta.h"
 
@@ -216,6 +217,7 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       at.splits > 1 ? 2 : 1);
 
   gemm(mat(a_.aout.data, act, rows, int64_t{Hq} * D), W.o_proj, a_.mix.rows(0, rows), layer, "attn.o_proj", rec);
+  tp_sum(layer, rows, "attn.o_proj", rec);
 }
 
 void ModelStep::mlp_block(int layer, const StepKey& key, NodeRecorder* rec) {
@@ -244,6 +246,23 @@ void ModelStep::mlp_block(int layer, const StepKey& key, NodeRecorder* rec) {
     launched(swiglu(sp, s), rec, s, [&] { return NodeLabel{layer, "swiglu", "-", rows * 3.0 * I * es}; });
   }
   gemm(a_.mlp.rows(0, rows), L.down, a_.mix.rows(0, rows), layer, "mlp.down", rec);
+  tp_sum(layer, rows, "mlp.down", rec);
+}
+
+void ModelStep::tp_sum(int layer, int rows, const char* after, NodeRecorder* rec) {
+  if (!opts_.tp_comm) return;
+  cudaStream_t s = stream_.get();
+  const size_t count = static_cast<size_t>(rows) * static_cast<size_t>(cfg_.hidden);
+  if (const int e = nccl_all_reduce_sum(opts_.tp_comm, a_.mix.data, count, opts_.act, s); e != 0) {
+    throw Error(fmt::format("layer {} tp.all_reduce (after {}): {}", layer, after, nccl_error_text(e)));
+  }
+  // NCCL's nodes: a kernel a collective over several ranks; over one rank possibly none.
+  launched(
+      cudaSuccess, rec, s,
+      [&] {
+        return NodeLabel{layer, "tp.all_reduce", "nccl", 2.0 * static_cast<double>(count) * dtype_size(opts_.act)};
+      },
+      NodeRecorder::kAnyNodes);
 }
 
 void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
@@ -340,8 +359,31 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
   xp.chunks = argmax_pick_chunks(out_rows, cfg_.vocab, sms_);
   xp.workspace = a_.argmax_ws.data;
   xp.counters = a_.argmax_counters.ptr<int32_t>();
+  if (opts_.tp_comm) xp.pairs = static_cast<ArgmaxPair*>(a_.tp_pairs.data);  // the LM head's rows start at 0
   launched(argmax(xp, s), rec, s, [&] {
     return NodeLabel{-1, "argmax", fmt::format("chunks={}", xp.chunks), out_rows * (4.0 * cfg_.vocab + 4.0)};
+  });
+  if (!opts_.tp_comm) return;
+  // Tensor parallel: every rank's pairs [out_rows] gathered rank after rank, then the pick over them.
+  const size_t pair_bytes = static_cast<size_t>(out_rows) * sizeof(ArgmaxPair);
+  if (const int e = nccl_all_gather(opts_.tp_comm, a_.tp_pairs.data, a_.tp_gathered.data, pair_bytes, s); e != 0) {
+    throw Error(fmt::format("tp.all_gather of the greedy pairs: {}", nccl_error_text(e)));
+  }
+  launched(
+      cudaSuccess, rec, s,
+      [&] {
+        return NodeLabel{-1, "tp.all_gather", "nccl", static_cast<double>(pair_bytes) * (tp_ranks_ + 1)};
+      },
+      NodeRecorder::kAnyNodes);
+  TpArgmaxParams tp;
+  tp.pairs = static_cast<const ArgmaxPair*>(a_.tp_gathered.data);
+  tp.ranks = tp_ranks_;
+  tp.rank_stride = out_rows;
+  tp.rows = out_rows;
+  tp.out = a_.tokens.ptr<int32_t>();
+  tp.live_rows = live_out;
+  launched(tp_argmax(tp, s), rec, s, [&] {
+    return NodeLabel{-1, "tp_argmax", "-", static_cast<double>(pair_bytes) * tp_ranks_ + 4.0 * out_rows};
   });
 }
 

@@ -57,6 +57,8 @@ struct StepActs {
   TensorView tokens;           // [L] i32
   TensorView argmax_ws;        // split argmax partials, i8
   TensorView argmax_counters;  // [L] i32, zero between launches
+  TensorView tp_pairs;         // [L * 8] i8: the rank's (best logit, token id) a row (ArgmaxPair); tensor parallel only
+  TensorView tp_gathered;      // [tp_ranks * L * 8] i8: every rank's pairs, rank after rank; tensor parallel only
   TensorView gemm_ws;          // skinny GEMM split-K partials (f32)
   TensorView gemm_counters;    // [max N / 64] i32, zero between launches
   TensorView meta;             // [meta_bytes] i8: the static step-metadata block
@@ -84,6 +86,8 @@ struct StepLayoutParams {
   // Rows of the LM head and width of the logits: 0 = the vocabulary; a tensor-parallel rank's
   // share of it otherwise (tp_plan.h; the head is then its own tensor even when the model ties it).
   int64_t head_rows = 0;
+  // Ranks of a tensor-parallel step (0: none): the greedy token's pairs and their all-gather.
+  int tp_ranks = 0;
 };
 
 // Rows of the activations (R), of the logits (L) and the width of the shared projection output.

@@ -390,6 +390,10 @@ TEST_CASE("argmax: first index of the maximum with ties, NaN, infinities and pad
         test::DevBuf counters(rows * 4, 0);
         for (int launch = 0; launch < 2; ++launch) {
           test::DevBuf out((rows + kGuard) * 4, kPoison);
+          // The second launch also hands out each row's (value, id + index_base), as a
+          // tensor-parallel rank does (tp_argmax.h).
+          test::DevBuf pairs(rows * sizeof(ArgmaxPair), kPoison);
+          const int64_t base = 1000;
           ArgmaxParams p;
           p.logits = dx.as<float>();
           p.ld = ld;
@@ -400,6 +404,10 @@ TEST_CASE("argmax: first index of the maximum with ties, NaN, infinities and pad
           p.chunks = chunks;
           p.workspace = ws.data();
           p.counters = counters.as<int32_t>();
+          if (launch == 1) {
+            p.pairs = static_cast<ArgmaxPair*>(pairs.data());
+            p.index_base = base;
+          }
           check(argmax(p, nullptr));
           auto g = fetch(out, rows, DType::i32);
           CHECK(g.guard_ok);
@@ -411,6 +419,17 @@ TEST_CASE("argmax: first index of the maximum with ties, NaN, infinities and pad
           }
           const auto cb = counters.download();
           CHECK(std::all_of(cb.begin(), cb.end(), [](uint8_t b) { return b == 0; }));
+          if (launch == 1) {
+            const std::vector<uint8_t> pb = pairs.download();
+            for (int r = 0; r < rows; ++r) {
+              CAPTURE(r);
+              ArgmaxPair q;
+              std::memcpy(&q, pb.data() + r * sizeof(ArgmaxPair), sizeof q);
+              const float want_v = r < live ? x[static_cast<size_t>(r) * ld + want[r]] : 0.f;
+              CHECK(q.index == (r < live ? want[r] + base : 0));
+              CHECK(std::memcmp(&q.value, &want_v, sizeof(float)) == 0);  // the logit's bits, NaN included
+            }
+          }
         }
       }
     }

@@ -19,6 +19,7 @@
 #include "engine/device.h"
 #include "engine/env.h"
 #include "engine/error.h"
+#include "engine/nccl.h"
 #include "engine/text.h"
 #include "graphs/capture_sizes.h"
 #include "graphs/export.h"
@@ -491,6 +492,8 @@ void register_info(CLI::App& app, Action& action) {
     action = [] {
       DeviceInfo dev = probe_device();
       fmt::print("device: {}\n", dev.describe());
+      fmt::print("NCCL: {}\n", nccl_available() ? nccl_version() + " (tensor-parallel collectives)"
+                                                : std::string("none in this build (no tensor parallelism)"));
       for (const auto& name : preset_names()) {
         auto c = preset(name);
         fmt::print("preset {:<12} hidden={} layers={} GDN C={} Hk={} Hv={} Dk={} Dv={} K={}\n", name, c.hidden,

@@ -79,9 +79,10 @@ int nccl_all_gather(ncclComm* comm, const void* send, void* recv, size_t bytes, 
 
 namespace {
 [[noreturn]] void no_nccl(const std::string& what) {
-  throw Error(fmt::format("{}: this build has no NCCL (CMake found none: set NCCL_HOME to an NCCL install, or use "
-                          "the CUDA toolkit's, and build again)",
-                          what));
+  throw Error(
+      fmt::format("{}: this build has no NCCL (CMake found none: set NCCL_HOME to an NCCL install, or use "
+                  "the CUDA toolkit's, and build again)",
+                  what));
 }
 }  // namespace
 

@@ -14,11 +14,11 @@
 namespace sg {
 
 struct TpArgmaxParams {
-  const ArgmaxPair* pairs = nullptr;  // [ranks, rank_stride]: rank k's pairs at k * rank_stride
-  int ranks = 0;                      // 1 .. 64
-  int64_t rank_stride = 0;            // pairs between ranks' blocks, >= rows
-  int rows = 0;                       // padded row count, 0 .. 65535 * 256
-  int32_t* out = nullptr;             // [rows] token ids
+  const ArgmaxPair* pairs = nullptr;   // [ranks, rank_stride]: rank k's pairs at k * rank_stride
+  int ranks = 0;                       // 1 .. 64
+  int64_t rank_stride = 0;             // pairs between ranks' blocks, >= rows
+  int rows = 0;                        // padded row count, 0 .. 65535 * 256
+  int32_t* out = nullptr;              // [rows] token ids
   const int32_t* live_rows = nullptr;  // optional [1]: rows r >= *live_rows get 0
 };
 

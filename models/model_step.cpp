@@ -110,6 +110,10 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   const DeviceLimits device = DeviceLimits::current();
   sms_ = device.sms;
   if (opts_.tp_comm) tp_ranks_ = nccl_ranks(opts_.tp_comm);
+  if (opts_.head_rows == cfg_.vocab && opts_.head_row0 == 0) opts_.head_rows = 0;  // the whole vocabulary
+  require(opts_.head_rows >= 0 && opts_.head_row0 >= 0 && opts_.head_row0 + head_width() <= cfg_.vocab,
+          "the LM head's rows [{}, {}) are not within the vocabulary of {}", opts_.head_row0,
+          opts_.head_row0 + head_width(), cfg_.vocab);
   if (cfg_.num_linear_attention() > 0) {
     require(delta_rule_decode_supports(g.Dk, g.Dv), "delta-rule decode does not support Dk={} Dv={}", g.Dk, g.Dv);
     require(opts_.max_prefill_tokens == 0 || delta_rule_prefill_supports(g.Dk, g.Dv),
@@ -198,7 +202,7 @@ StepLayoutParams ModelStep::layout_params() const {
   // The split argmax's partials: the most any output row count needs.
   for (int rows = 1; rows <= logit_rows(); ++rows) {
     p.argmax_workspace_bytes =
-        std::max(p.argmax_workspace_bytes, argmax_workspace_bytes(rows, argmax_pick_chunks(rows, cfg_.vocab, sms_)));
+        std::max(p.argmax_workspace_bytes, argmax_workspace_bytes(rows, argmax_pick_chunks(rows, head_width(), sms_)));
   }
   // The skinny GEMM's split-K partials for an [n, k] weight at the most rows it runs it on (32, or
   // kGemmMixedSkinnyRows for mixed; the split count depends on the row count).
@@ -215,6 +219,7 @@ StepLayoutParams ModelStep::layout_params() const {
   };
   p.meta_bytes = meta_bytes();
   p.tp_ranks = tp_ranks_;
+  p.head_rows = opts_.head_rows;
   return p;
 }
 
@@ -239,7 +244,13 @@ void ModelStep::init_synthetic(uint64_t seed) {
     fill(t, -a, a);
   };
   fill(embed_, -1.f, 1.f);
-  if (!cfg_.tie_word_embeddings) linear(lm_head_);
+  if (!cfg_.tie_word_embeddings) {
+    linear(lm_head_);
+  } else if (lm_head_.data != embed_.data) {  // a rank's share of a tied head: the embedding's rows
+    const size_t row = static_cast<size_t>(embed_.dim(1)) * dtype_size(embed_.dtype);
+    check(cudaMemcpyAsync(lm_head_.data, static_cast<const char*>(embed_.data) + opts_.head_row0 * row,
+                          static_cast<size_t>(opts_.head_rows) * row, cudaMemcpyDeviceToDevice, s));
+  }
   fill(final_norm_, -0.1f, 0.1f);
   for (const Layer& L : layers_) {
     fill(L.in_norm, -0.1f, 0.1f);
@@ -265,7 +276,7 @@ void ModelStep::init_synthetic(uint64_t seed) {
 }
 
 void ModelStep::load_host_weights(const HostWeights& w) {
-  check_weights(cfg_, w);
+  check_weights(cfg_, w, opts_.head_rows);
   StepTensors t;
   t.embed = embed_;
   t.lm_head = lm_head_;
@@ -280,7 +291,7 @@ void ModelStep::load_host_weights(const HostWeights& w) {
 
 double ModelStep::weight_bytes() const {
   double b = static_cast<double>(embed_.bytes() + final_norm_.bytes());
-  if (!cfg_.tie_word_embeddings) b += static_cast<double>(lm_head_.bytes());
+  if (lm_head_.data != embed_.data) b += static_cast<double>(lm_head_.bytes());  // untied, or a rank's share
   for (const Layer& L : layers_) {
     for (const TensorView* t : {&L.in_norm, &L.post_norm, &L.gate_up, &L.down}) b += static_cast<double>(t->bytes());
     if (L.attention) {
@@ -468,7 +479,7 @@ void ModelStep::check_replays(const GraphKey& key, cudaError_t e, std::string_vi
 void ModelStep::step_fault(cudaError_t e) const { faults_.fault(e); }
 
 void ModelStep::read_outputs(size_t n, std::vector<float>& logits, std::vector<int32_t>& tokens) const {
-  logits.resize(n * static_cast<size_t>(cfg_.vocab));
+  logits.resize(n * static_cast<size_t>(head_width()));
   tokens.resize(n);
   // A fault of the step (an illegal address inside a replayed graph) surfaces here.
   cudaError_t e = cudaMemcpyAsync(logits.data(), a_.logits.data, logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
@@ -527,7 +538,7 @@ void ModelStep::replay_prefill(int bucket) const { replay_key(GraphKey::prefill(
 
 std::vector<uint8_t> ModelStep::logits_bytes(int rows) const {
   require(rows >= 0 && rows <= logit_rows(), "logits_bytes: rows {} outside [0, {}]", rows, logit_rows());
-  std::vector<uint8_t> out(static_cast<size_t>(rows) * static_cast<size_t>(cfg_.vocab) * sizeof(float));
+  std::vector<uint8_t> out(static_cast<size_t>(rows) * static_cast<size_t>(head_width()) * sizeof(float));
   // A fault of the step that wrote them surfaces here.
   if (const cudaError_t e = download_into(out.data(), a_.logits.data, out.size(), stream_.get()); e != cudaSuccess)
     step_fault(e);

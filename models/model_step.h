@@ -122,19 +122,26 @@ struct ModelStepOptions {
   // after attn.o_proj, gdn.out_proj and mlp.down, and the greedy token is picked from every rank's
   // (best logit, token id) pairs (argmax's pairs, an all-gather node, tp_argmax). The ranks must
   // run the same steps in the same order (a collective waits for every rank). Null: one GPU, no
-  // collective. The LM head is still the whole vocabulary on every rank.
+  // collective.
   ncclComm* tp_comm = nullptr;
+  // The LM head's vocabulary rows [head_row0, head_row0 + head_rows) (a tensor-parallel rank's
+  // share, TpRank::vocab): the logits are [rows, head_rows] and the tokens global ids. 0 rows: the
+  // whole vocabulary (as head_rows = vocab). The weights: load_host_weights takes the rank's
+  // lm_head.weight of head_rows rows (shard_weights); synthetic weights copy the embedding's rows
+  // where the model ties them, else fill the head as its own tensor.
+  int64_t head_row0 = 0;
+  int64_t head_rows = 0;
 };
 
 struct DecodeOutput {
   int rows = 0;                 // padded row count used (the graph key, or B on an eager fallback)
-  std::vector<float> logits;    // [B, V] f32
+  std::vector<float> logits;    // [B, V] f32 (V: head_width(), a rank's share of the vocabulary)
   std::vector<int32_t> tokens;  // [B] greedy (argmax on the GPU)
 };
 
 struct PrefillOutput {
   int bucket = 0;               // the token bucket used
-  std::vector<float> logits;    // [N, V] f32: each request's last token (zeros for an empty request)
+  std::vector<float> logits;    // [N, V] f32 (V: head_width()): each request's last token (zeros for an empty request)
   std::vector<int32_t> tokens;  // [N] greedy next token (0 for an empty request)
 };
 
@@ -198,7 +205,7 @@ class ModelStep {
   void check_replays(const GraphKey& key, cudaError_t e, std::string_view during) const;
 
   // Synchronises and downloads.
-  std::vector<uint8_t> logits_bytes(int rows) const;  // [rows, V] f32
+  std::vector<uint8_t> logits_bytes(int rows) const;  // [rows, head_width()] f32
   std::vector<int32_t> tokens(int rows) const;
   // Every cache (conv, SSM, K, V of every layer), concatenated in layer order.
   std::vector<uint8_t> cache_bytes() const;
@@ -242,6 +249,8 @@ class ModelStep {
   double state_bytes_per_slot() const;
   double kv_bytes_per_token() const;
   int attention_splits(int key) const;
+  // The logits' width: the LM head's rows (ModelStepOptions::head_rows, or the vocabulary).
+  int64_t head_width() const { return opts_.head_rows > 0 ? opts_.head_rows : cfg_.vocab; }
   // Whether a launch matched the fault drill's node (ModelStepOptions::fault_op) so far.
   bool fault_drill_matched() const { return checks_.matched; }
   // How many times the fault drill's node has run so far (0 without a drill): waits for the steps

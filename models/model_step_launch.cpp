@@ -351,17 +351,18 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
 
   ArgmaxParams xp;
   xp.logits = a_.logits.ptr<float>();
-  xp.ld = cfg_.vocab;
-  xp.V = cfg_.vocab;
+  xp.ld = head_width();
+  xp.V = head_width();
+  xp.index_base = opts_.head_row0;
   xp.rows = out_rows;
   xp.out = a_.tokens.ptr<int32_t>();
   xp.live_rows = live_out;
-  xp.chunks = argmax_pick_chunks(out_rows, cfg_.vocab, sms_);
+  xp.chunks = argmax_pick_chunks(out_rows, head_width(), sms_);
   xp.workspace = a_.argmax_ws.data;
   xp.counters = a_.argmax_counters.ptr<int32_t>();
-  if (opts_.tp_comm) xp.pairs = static_cast<ArgmaxPair*>(a_.tp_pairs.data);  // the LM head's rows start at 0
+  if (opts_.tp_comm) xp.pairs = static_cast<ArgmaxPair*>(a_.tp_pairs.data);
   launched(argmax(xp, s), rec, s, [&] {
-    return NodeLabel{-1, "argmax", fmt::format("chunks={}", xp.chunks), out_rows * (4.0 * cfg_.vocab + 4.0)};
+    return NodeLabel{-1, "argmax", fmt::format("chunks={}", xp.chunks), out_rows * (4.0 * head_width() + 4.0)};
   });
   if (!opts_.tp_comm) return;
   // Tensor parallel: every rank's pairs [out_rows] gathered rank after rank, then the pick over them.

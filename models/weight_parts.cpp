@@ -65,7 +65,8 @@ std::vector<WeightPart> weight_parts(const Qwen35Config& c, const StepTensors& t
     whole(p + "mlp.down_proj.weight", l + "down", L.down);
   }
   whole("model.norm.weight", "final_norm", t.final_norm);
-  if (!c.tie_word_embeddings) whole("lm_head.weight", "lm_head", t.lm_head);
+  // Its own tensor unless tied, and a tensor-parallel rank's share even when tied (tp_plan.h).
+  if (!c.tie_word_embeddings || t.lm_head.dim(0) != c.vocab) whole("lm_head.weight", "lm_head", t.lm_head);
   return parts;
 }
 

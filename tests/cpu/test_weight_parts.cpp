@@ -2,7 +2,8 @@
 // arena): each checkpoint tensor (expected_weights) is named by exactly one part, holds exactly
 // its part's rows x cols values, and the parts tile every step weight they write, each row
 // exactly once, halves and interleaved gate_up groups alike; each tensor into its own step weight
-// (the same-shaped norms and gate vectors included); the row map of a group; bad groups.
+// (the same-shaped norms and gate vectors included); the row map of a group; bad groups; a
+// tensor-parallel rank's share of the LM head is its own tensor, tied or not.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -21,11 +22,12 @@ using namespace sg;
 
 namespace {
 
-StepTensors layout_of(const Qwen35Config& c) {
+StepTensors layout_of(const Qwen35Config& c, int64_t head_rows = 0) {
   StepLayoutParams p;
   p.num_slots = 2;
   p.max_context = 64;
   p.max_decode_batch = 4;
+  p.head_rows = head_rows;
   Arena m = Arena::measure();
   return lay_out_step(m, c, p);
 }
@@ -183,4 +185,27 @@ TEST_CASE("weight parts: each checkpoint tensor goes to its own step weight, sam
   CHECK(dst_of(a + "self_attn.k_norm.weight") == A.attn.k_norm.data);
   CHECK(dst_of(a + "self_attn.v_proj.weight") == A.attn.qkv_proj.data);
   CHECK(dst_of(a + "self_attn.o_proj.weight") == A.attn.o_proj.data);
+}
+
+TEST_CASE("weight parts: a rank's share of the LM head is its own part, also where the model ties it",
+          "[weights][tp]") {
+  for (const std::string& name : {std::string("tiny"), std::string("tiny-dkdv")}) {  // untied, tied
+    const Qwen35Config c = preset(name);
+    CAPTURE(name);
+    const StepTensors t = layout_of(c, 100);
+    const std::vector<WeightPart> parts = weight_parts(c, t, 0);
+    const auto expected = expected_weights(c, 100);  // lm_head.weight [100, H] in both
+    REQUIRE(parts.size() == expected.size());
+    const auto head =
+        std::find_if(parts.begin(), parts.end(), [](const WeightPart& p) { return p.name == "lm_head.weight"; });
+    REQUIRE(head != parts.end());
+    CHECK(head->tensor == "lm_head");
+    CHECK(head->rows == 100);
+    CHECK(head->dst.dim(0) == 100);
+    CHECK(weight_part_cols(*head) == c.hidden);
+    // Without a share a tied model has no lm_head part (the head is the embedding).
+    const std::vector<WeightPart> whole = weight_parts(c, layout_of(c), 0);
+    CHECK(std::count_if(whole.begin(), whole.end(), [](const WeightPart& p) { return p.name == "lm_head.weight"; }) ==
+          (c.tie_word_embeddings ? 0 : 1));
+  }
 }

@@ -119,3 +119,63 @@ TEST_CASE("tensor parallel over one rank: the step's collectives give the plain 
     }
   }
 }
+
+TEST_CASE("a rank's LM head of vocabulary rows: its logits are the plain step's columns, the pairs pick its token",
+          "[gpu][tp][model]") {
+  REQUIRE(nccl_available());
+  int device = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  const Qwen35Config cfg = preset("tiny-dkdv");  // tied embeddings: a share is the embedding's rows
+  REQUIRE(cfg.tie_word_embeddings);
+  ModelStepOptions o;
+  o.num_slots = 8;
+  o.max_context = 64;
+  o.max_decode_batch = 4;
+  o.act = DType::bf16;
+  ModelStep plain(cfg, o);
+  // Two halves of the vocabulary, each a step with a one-rank communicator of its own (so the pick
+  // over the two happens here, with tp_greedy, where the real collective would gather the pairs).
+  const int64_t V = cfg.vocab, half = V / 2;
+  NcclComms ca({device}), cb({device});
+  o.tp_comm = ca.comm(0);
+  o.head_rows = half;
+  ModelStep lo(cfg, o);
+  o.tp_comm = cb.comm(0);
+  o.head_row0 = half;
+  o.head_rows = V - half;
+  ModelStep hi(cfg, o);
+  CHECK(lo.head_width() == half);
+  CHECK(hi.head_width() == V - half);
+  for (ModelStep* s : {&plain, &lo, &hi}) s->capture_all();
+  const std::vector<DecodeRequest> reqs = {{1, 7, 0}, {5, 11, 0}, {6, 200, 0}};
+  for (int t = 0; t < 4; ++t) {
+    std::vector<DecodeRequest> step = reqs;
+    for (auto& r : step) r.position = t;
+    const DecodeOutput w = plain.decode(step, RunMode::graph), a = lo.decode(step, RunMode::graph),
+                       b = hi.decode(step, RunMode::graph);
+    REQUIRE(a.logits.size() == step.size() * static_cast<size_t>(half));
+    REQUIRE(b.logits.size() == step.size() * static_cast<size_t>(V - half));
+    for (size_t r = 0; r < step.size(); ++r) {
+      CAPTURE(t, r);
+      // The head's GEMM over fewer rows may sum in another order: the columns agree to f32 rounding.
+      double worst = 0;
+      for (int64_t j = 0; j < V; ++j) {
+        const float x = w.logits[r * V + j];
+        const float y = j < half ? a.logits[r * half + j] : b.logits[r * (V - half) + (j - half)];
+        worst = std::max(worst, std::fabs(double(x) - double(y)) / (1.0 + std::fabs(double(x))));
+      }
+      CHECK(worst < 1e-5);
+      CHECK(a.tokens[r] >= 0);
+      CHECK(a.tokens[r] < half);  // each half's token is a global id within its rows
+      CHECK(b.tokens[r] >= half);
+      CHECK(b.tokens[r] < V);
+      const float av = a.logits[r * half + a.tokens[r]], bv = b.logits[r * (V - half) + (b.tokens[r] - half)];
+      const int64_t pick = tp_greedy({{av, a.tokens[r]}, {bv, b.tokens[r]}});
+      const float pv = pick < half ? av : bv, wv = w.logits[r * V + w.tokens[r]];
+      const double tol = 1e-4 * (1.0 + std::fabs(double(wv)));
+      CHECK(std::fabs(double(pv) - double(wv)) <= tol);  // the pick's logit is the row's largest
+      // Another token than the whole head's only where their logits tie within that rounding.
+      if (pick != w.tokens[r]) CHECK(std::fabs(double(w.logits[r * V + pick]) - double(wv)) <= tol);
+    }
+  }
+}

@@ -67,6 +67,12 @@ int nccl_ranks(ncclComm* comm) {
   return n;
 }
 
+int nccl_device(ncclComm* comm) {
+  int d = -1;
+  check_nccl(ncclCommCuDevice(comm, &d), "asking an NCCL communicator for its device");
+  return d;
+}
+
 int nccl_all_reduce_sum(ncclComm* comm, void* buf, size_t count, DType dtype, cudaStream_t stream) {
   return ncclAllReduce(buf, buf, count, nccl_type(dtype), ncclSum, comm, stream);
 }
@@ -93,6 +99,7 @@ NcclComms::NcclComms(const std::vector<int>& devices) : devices_(devices) {
 }
 NcclComms::~NcclComms() = default;
 int nccl_ranks(ncclComm*) { no_nccl("asking an NCCL communicator for its rank count"); }
+int nccl_device(ncclComm*) { no_nccl("asking an NCCL communicator for its device"); }
 int nccl_all_reduce_sum(ncclComm*, void*, size_t, DType, cudaStream_t) { return -1; }
 int nccl_all_gather(ncclComm*, const void*, void*, size_t, cudaStream_t) { return -1; }
 std::string nccl_error_text(int) { return "this build has no NCCL"; }

@@ -38,8 +38,9 @@ class NcclComms {
   std::vector<ncclComm*> comms_;
 };
 
-// The number of ranks of `comm`.
+// The number of ranks of `comm`, and the CUDA device it was made for.
 int nccl_ranks(ncclComm* comm);
+int nccl_device(ncclComm* comm);
 
 // The collectives return 0 or NCCL's error code (ncclResult_t; -1: this build has no NCCL), which
 // nccl_error_text words, so that a step's launch path allocates nothing when they succeed.

@@ -109,8 +109,25 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   const GdnDims& g = cfg_.gdn;
   const DeviceLimits device = DeviceLimits::current();
   sms_ = device.sms;
-  if (opts_.tp_comm) tp_ranks_ = nccl_ranks(opts_.tp_comm);
+  if (opts_.tp_comm) {
+    tp_ranks_ = nccl_ranks(opts_.tp_comm);
+    int current = -1;
+    check(cudaGetDevice(&current));
+    const int comm_device = nccl_device(opts_.tp_comm);
+    require(comm_device == current,
+            "tensor parallel: the NCCL communicator is device {}'s, the step is built on device {}", comm_device,
+            current);
+    // Tuning times arms rank by rank, and ranks that kept different arms would run different steps
+    // between their collectives, which then wait for each other forever.
+    require(!opts_.tune_arms || tp_ranks_ == 1,
+            "tensor parallel over {} ranks cannot tune its arms (--arms tune): each rank would choose its own",
+            tp_ranks_);
+  }
   if (opts_.head_rows == cfg_.vocab && opts_.head_row0 == 0) opts_.head_rows = 0;  // the whole vocabulary
+  require(opts_.head_rows == 0 || opts_.tp_comm,
+          "an LM head of part of the vocabulary (head_rows {}) needs tp_comm: its tokens are picked over the ranks' "
+          "(logit, id) pairs",
+          opts_.head_rows);
   require(opts_.head_rows >= 0 && opts_.head_row0 >= 0 && opts_.head_row0 + head_width() <= cfg_.vocab,
           "the LM head's rows [{}, {}) are not within the vocabulary of {}", opts_.head_row0,
           opts_.head_row0 + head_width(), cfg_.vocab);

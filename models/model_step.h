@@ -121,8 +121,10 @@ struct ModelStepOptions {
   // row-parallel projections' partial sums) is summed over the ranks in place by an all-reduce node
   // after attn.o_proj, gdn.out_proj and mlp.down, and the greedy token is picked from every rank's
   // (best logit, token id) pairs (argmax's pairs, an all-gather node, tp_argmax). The ranks must
-  // run the same steps in the same order (a collective waits for every rank). Null: one GPU, no
-  // collective.
+  // run the same steps in the same order (a collective waits for every rank), each from its own
+  // thread, and cannot tune their arms (tune_arms, over more than one rank). The communicator is
+  // the step's device's and must outlive the step (NCCL waits for the graphs that captured it).
+  // Null: one GPU, no collective.
   ncclComm* tp_comm = nullptr;
   // The LM head's vocabulary rows [head_row0, head_row0 + head_rows) (a tensor-parallel rank's
   // share, TpRank::vocab): the logits are [rows, head_rows] and the tokens global ids. 0 rows: the

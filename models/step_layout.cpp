@@ -47,7 +47,10 @@ StepTensors lay_out_step(Arena& a, const Qwen35Config& c, const StepLayoutParams
   a.section("weights");
   t.embed = a.take("embed_tokens", wd, {V, H});
   const int64_t Vh = p.head_rows > 0 ? p.head_rows : V;  // LM head rows, logits width
-  t.lm_head = c.tie_word_embeddings && p.head_rows == 0 ? t.embed : a.take("lm_head", wd, {Vh, H});
+  // Its own tensor unless tied, and a rank's share (head_rows of fewer rows) even when tied; the
+  // same rule as weight_parts'.
+  const bool own_head = !c.tie_word_embeddings || Vh != V;
+  t.lm_head = own_head ? a.take("lm_head", wd, {Vh, H}) : t.embed;
   t.final_norm = a.take("norm", wd, {H});
   t.layers.assign(static_cast<size_t>(c.layers), StepLayer{});
   for (int i = 0; i < c.layers; ++i) {

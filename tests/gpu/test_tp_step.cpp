@@ -146,6 +146,17 @@ TEST_CASE("a rank's LM head of vocabulary rows: its logits are the plain step's 
   ModelStep hi(cfg, o);
   CHECK(lo.head_width() == half);
   CHECK(hi.head_width() == V - half);
+  {  // A share of the vocabulary without a communicator would hand out ids of its own rows.
+    ModelStepOptions bad = o;
+    bad.tp_comm = nullptr;
+    std::string what;
+    try {
+      ModelStep s(cfg, bad);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    CHECK(what.find("needs tp_comm") != std::string::npos);
+  }
   for (ModelStep* s : {&plain, &lo, &hi}) s->capture_all();
   const std::vector<DecodeRequest> reqs = {{1, 7, 0}, {5, 11, 0}, {6, 200, 0}};
   for (int t = 0; t < 4; ++t) {

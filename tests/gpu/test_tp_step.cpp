@@ -23,6 +23,21 @@
 
 using namespace sg;
 
+namespace {
+
+// A small bf16 step: 8 slots of 64 positions, decode keys up to 4, prefills of `prefill_tokens`.
+ModelStepOptions small_step(int prefill_tokens) {
+  ModelStepOptions o;
+  o.num_slots = 8;
+  o.max_context = 64;
+  o.max_decode_batch = 4;
+  o.max_prefill_tokens = prefill_tokens;
+  o.act = DType::bf16;
+  return o;
+}
+
+}  // namespace
+
 TEST_CASE("tp_argmax: the pick over the ranks' pairs is tp_greedy's, NaN, ties and padding rows included",
           "[gpu][tp]") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
@@ -86,12 +101,7 @@ TEST_CASE("tensor parallel over one rank: the step's collectives give the plain 
   REQUIRE(comms.ranks() == 1);
   CHECK(nccl_ranks(comms.comm(0)) == 1);
   const Qwen35Config cfg = preset("tiny");
-  ModelStepOptions o;
-  o.num_slots = 8;
-  o.max_context = 64;
-  o.max_decode_batch = 4;
-  o.max_prefill_tokens = 64;
-  o.act = DType::bf16;
+  ModelStepOptions o = small_step(/*prefill_tokens=*/64);
   ModelStep plain(cfg, o);
   o.tp_comm = comms.comm(0);
   ModelStep tp(cfg, o);
@@ -127,11 +137,7 @@ TEST_CASE("a rank's LM head of vocabulary rows: its logits are the plain step's 
   REQUIRE(cudaGetDevice(&device) == cudaSuccess);
   const Qwen35Config cfg = preset("tiny-dkdv");  // tied embeddings: a share is the embedding's rows
   REQUIRE(cfg.tie_word_embeddings);
-  ModelStepOptions o;
-  o.num_slots = 8;
-  o.max_context = 64;
-  o.max_decode_batch = 4;
-  o.act = DType::bf16;
+  ModelStepOptions o = small_step(/*prefill_tokens=*/0);
   ModelStep plain(cfg, o);
   // Two halves of the vocabulary, each a step with a one-rank communicator of its own (so the pick
   // over the two happens here, with tp_greedy, where the real collective would gather the pairs).

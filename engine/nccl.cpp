@@ -47,7 +47,7 @@ std::string nccl_version() {
   return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);
 }
 
-NcclComms::NcclComms(const std::vector<int>& devices) : devices_(devices) {
+NcclComms::NcclComms(const std::vector<int>& devices) {
   require(!devices.empty(), "NCCL communicators: no device given");
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
   check_nccl(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()),
@@ -94,7 +94,7 @@ namespace {
 
 bool nccl_available() { return false; }
 std::string nccl_version() { return ""; }
-NcclComms::NcclComms(const std::vector<int>& devices) : devices_(devices) {
+NcclComms::NcclComms(const std::vector<int>& devices) {
   no_nccl(fmt::format("making NCCL communicators for {} GPU{}", devices.size(), devices.size() == 1 ? "" : "s"));
 }
 NcclComms::~NcclComms() = default;

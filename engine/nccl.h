@@ -30,11 +30,9 @@ class NcclComms {
   NcclComms(const NcclComms&) = delete;
   NcclComms& operator=(const NcclComms&) = delete;
   int ranks() const { return static_cast<int>(comms_.size()); }
-  int device(int rank) const { return devices_.at(static_cast<size_t>(rank)); }
-  ncclComm* comm(int rank) const { return comms_.at(static_cast<size_t>(rank)); }
+  ncclComm* comm(int rank) const { return comms_.at(static_cast<size_t>(rank)); }  // its device: nccl_device
 
  private:
-  std::vector<int> devices_;
   std::vector<ncclComm*> comms_;
 };
 

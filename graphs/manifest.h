@@ -87,8 +87,9 @@ class DrillRuns {
   // `inject` launches a kernel that counts every run in a zeroed device counter and faults from the
   // node's run `at` (from 1) on.
   void arm(NodeChecks& checks, int layer, const std::string& op, uint64_t at, Inject inject);
-  // How many times the drill's kernel has run so far (0 without a drill). Synchronises the device:
-  // call it while no step is in flight; a CUDA error (a lost context) throws.
+  // How many times the drill's kernel has run so far (0 without a drill). Call it once the owner
+  // has synchronised the stream its steps run on (so that a fault is reported as the step's); a
+  // CUDA error (a lost context) throws.
   uint64_t runs() const;
 
  private:

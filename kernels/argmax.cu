@@ -16,8 +16,6 @@ constexpr int kBlock = 1024;      // one block per row
 constexpr int kSplitBlock = 256;  // a block per (row, chunk)
 constexpr int kNone = INT_MAX;    // "no candidate yet" (loses to every real element)
 
-__device__ __forceinline__ bool beats(float av, int ai, float bv, int bi) { return argmax_beats(av, ai, bv, bi); }
-
 // Folds element i (visited in increasing index order per thread) into the thread's best.
 __device__ __forceinline__ void visit(float x, int i, float& bv, int& bi) {
   if (bi == kNone) {
@@ -34,7 +32,7 @@ __device__ __forceinline__ void warp_best(float& bv, int& bi) {
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
     const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (beats(ov, oi, bv, bi)) {
+    if (argmax_beats(ov, oi, bv, bi)) {
       bv = ov;
       bi = oi;
     }
@@ -120,7 +118,7 @@ __global__ void __launch_bounds__(kBlock) argmax_kernel(const ArgmaxParams p, in
   for (int k = threadIdx.x; k < chunks; k += 32) {
     const float v = __ldcg(&part[k].v);
     const int i = __ldcg(&part[k].i);
-    if (beats(v, i, bv, bi)) bv = v, bi = i;
+    if (argmax_beats(v, i, bv, bi)) bv = v, bi = i;
   }
   warp_best(bv, bi);
   if (threadIdx.x == 0) {

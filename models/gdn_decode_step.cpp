@@ -160,6 +160,7 @@ void GdnDecodeStep::launch_sequence(int rows, NodeRecorder* rec) {
 }
 
 uint64_t GdnDecodeStep::fault_drill_runs() const {
+  if (opts_.fault_op.empty()) return 0;
   sync();
   return drill_runs_.runs();
 }

@@ -483,6 +483,7 @@ void ModelStep::sync() const { check_step(cudaStreamSynchronize(stream_.get()));
 void ModelStep::check_step(cudaError_t e) const { faults_.check(e); }
 
 uint64_t ModelStep::fault_drill_runs() const {
+  if (opts_.fault_op.empty()) return 0;
   sync();
   return drill_runs_.runs();
 }

@@ -255,8 +255,8 @@ class ModelStep {
   int64_t head_width() const { return opts_.head_rows > 0 ? opts_.head_rows : cfg_.vocab; }
   // Whether a launch matched the fault drill's node (ModelStepOptions::fault_op) so far.
   bool fault_drill_matched() const { return checks_.matched; }
-  // How many times the fault drill's node has run so far (0 without a drill): waits for the steps
-  // enqueued (a fault of theirs is reported as sync() does).
+  // How many times the fault drill's node has run so far (0 without a drill, at once): waits for
+  // the steps enqueued (a fault of theirs is reported as sync() does).
   uint64_t fault_drill_runs() const;
 
  private:

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/argmax.h"  // ArgmaxPair (a plain struct)
 #include "models/step_metadata.h"
 
 namespace sg {
@@ -127,8 +128,9 @@ StepTensors lay_out_step(Arena& a, const Qwen35Config& c, const StepLayoutParams
       a.take("argmax.workspace", DType::i8, {std::max<int64_t>(16, static_cast<int64_t>(p.argmax_workspace_bytes))});
   x.argmax_counters = a.take("argmax.counters", DType::i32, {L});
   if (p.tp_ranks > 0) {
-    x.tp_pairs = a.take("tp.pairs", DType::i8, {L * 8});
-    x.tp_gathered = a.take("tp.gathered_pairs", DType::i8, {int64_t{p.tp_ranks} * L * 8});
+    const auto pair = static_cast<int64_t>(sizeof(ArgmaxPair));
+    x.tp_pairs = a.take("tp.pairs", DType::i8, {L * pair});
+    x.tp_gathered = a.take("tp.gathered_pairs", DType::i8, {int64_t{p.tp_ranks} * L * pair});
   }
   // The skinny GEMM's split-K partials and counters: the most any projection weight needs.
   size_t gws = 0;

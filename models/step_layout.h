@@ -57,11 +57,12 @@ struct StepActs {
   TensorView tokens;           // [L] i32
   TensorView argmax_ws;        // split argmax partials, i8
   TensorView argmax_counters;  // [L] i32, zero between launches
-  TensorView tp_pairs;         // [L * 8] i8: the rank's (best logit, token id) a row (ArgmaxPair); tensor parallel only
-  TensorView tp_gathered;      // [tp_ranks * L * 8] i8: every rank's pairs, rank after rank; tensor parallel only
-  TensorView gemm_ws;          // skinny GEMM split-K partials (f32)
-  TensorView gemm_counters;    // [max N / 64] i32, zero between launches
-  TensorView meta;             // [meta_bytes] i8: the static step-metadata block
+  TensorView tp_pairs;  // [L * sizeof(ArgmaxPair)] i8: the rank's (best logit, token id) a row; tensor parallel only
+  TensorView
+      tp_gathered;  // [tp_ranks * L * sizeof(ArgmaxPair)] i8: every rank's pairs, rank after rank; tensor parallel only
+  TensorView gemm_ws;        // skinny GEMM split-K partials (f32)
+  TensorView gemm_counters;  // [max N / 64] i32, zero between launches
+  TensorView meta;           // [meta_bytes] i8: the static step-metadata block
 };
 struct StepTensors {
   TensorView embed, lm_head, final_norm;  // lm_head is embed when the preset ties them

@@ -464,10 +464,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
       << "\n";
     fmt::print("wrote {}\n", o.json);
   }
-  if (!interrupted) {  // every result is out: a drill that never came is the run's error
-    const uint64_t runs = o.fault.on() ? step.fault_drill_runs() : 0;
-    check_fault_fired(o.fault, runs, "in this run's captured graphs");
-  }
+  // Every result is out: a drill that never came is the run's error.
+  if (!interrupted) check_fault_fired(o.fault, step.fault_drill_runs(), "in this run's captured graphs");
   return interrupted ? kInterruptedExit : 0;
 }
 

@@ -178,7 +178,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
                                 : "graphs captured (prefill bucket, decode b=1)"),
       prompt, out, secs, notes);
   if (stopped_early(o, out)) return kInterruptedExit;
-  check_fault_fired(fault, fault.on() ? step.fault_drill_runs() : 0, "in this run's steps");  // the tokens are out
+  check_fault_fired(fault, step.fault_drill_runs(), "in this run's steps");  // the tokens are out
   return 0;
 }
 

@@ -237,7 +237,7 @@ int run(InspectOptions o) {
     f << to_dot(m);
   }
   if (interrupted) return kInterruptedExit;
-  check_fault_fired(o.b.fault, o.b.fault.on() ? step.fault_drill_runs() : 0, "in this run's replays of the graph");
+  check_fault_fired(o.b.fault, step.fault_drill_runs(), "in this run's replays of the graph");
   return 0;
 }
 

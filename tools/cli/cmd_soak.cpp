@@ -245,7 +245,7 @@ int run(const SoakCliOptions& o) {
   std::fflush(stdout);
   if (!res.ok()) throw Error(fmt::format("soak failed: {}", res.failure));
   if (res.interrupted) return kInterruptedExit;
-  check_fault_fired(fault, fault.on() ? step.fault_drill_runs() : 0, "in this soak's graphed steps");
+  check_fault_fired(fault, step.fault_drill_runs(), "in this soak's graphed steps");
   return 0;
 }
 

@@ -63,10 +63,12 @@ __device__ __forceinline__ void diagonal_blocks16(float* Ts, int tid, int lane) 
 // (rows and columns 32 w ..; its 16 x 16 halves a = 2 w, b = 2 w + 1) T10 = -T_bb A_ba T_aa, written
 // transposed into the block's upper-right quadrant, so that the block's upper triangle holds its T
 // transposed, as diagonal_blocks leaves it. M = A_ba T_aa goes through that quadrant first. Holds
-// two barriers (`bar`); its writes need one more before off_diagonal.
+// two barriers (`bar`); its writes need one more before off_diagonal. A thread takes row r and the
+// columns c0, c0 + 4, c0 + 8, c0 + 12 (c0 = i % 4: a warp's four column groups read T_aa rows next
+// to each other, distinct banks at a pitch of 4 mod 32).
 template <int LDT, typename Barrier>
 __device__ __forceinline__ void merge16(float* Ts, int tid, Barrier bar) {
-  const int w = tid >> 6, i = tid & 63, r = i >> 2, c0 = 4 * (i & 3);  // block w; row r, columns c0 .. c0 + 3
+  const int w = tid >> 6, i = tid & 63, r = i >> 2, c0 = i & 3;  // block w; row r, columns c0 + 4 j
   const int a = 32 * w, b = a + 16;
   // M[r][c] = sum_{m >= c} A[b + r][a + m] T_aa[m][c], T_aa[m][c] from (a + c, a + m): into (a + r, b + c).
   float acc[4] = {};
@@ -75,24 +77,24 @@ __device__ __forceinline__ void merge16(float* Ts, int tid, Barrier bar) {
     const float x = Ts[(b + r) * LDT + a + m];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int c = c0 + j;
+      const int c = c0 + 4 * j;
       acc[j] = fmaf(x, m >= c ? Ts[(a + c) * LDT + a + m] : 0.0f, acc[j]);
     }
   }
 #pragma unroll
-  for (int j = 0; j < 4; ++j) Ts[(a + r) * LDT + b + c0 + j] = acc[j];
+  for (int j = 0; j < 4; ++j) Ts[(a + r) * LDT + b + c0 + 4 * j] = acc[j];
   bar();
   // T10[r][c] = -sum_{m <= r} T_bb[r][m] M[m][c], T_bb[r][m] from (b + m, b + r).
   float t10[4] = {};
   for (int m = 0; m <= r; ++m) {
     const float t = Ts[(b + m) * LDT + b + r];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) t10[j] = fmaf(t, Ts[(a + m) * LDT + b + c0 + j], t10[j]);
+    for (int j = 0; j < 4; ++j) t10[j] = fmaf(t, Ts[(a + m) * LDT + b + c0 + 4 * j], t10[j]);
   }
   bar();  // every thread has read M
   // T[b + r][a + c] transposed: at (a + c, b + r).
 #pragma unroll
-  for (int j = 0; j < 4; ++j) Ts[(a + c0 + j) * LDT + b + r] = -t10[j];
+  for (int j = 0; j < 4; ++j) Ts[(a + c0 + 4 * j) * LDT + b + r] = -t10[j];
 }
 
 // The block-wide barrier off_diagonal holds by default.
@@ -103,9 +105,11 @@ struct BlockBarrier {
 // NT threads (tid 0 .. NT - 1: every thread of the block, or of the group that `bar` synchronises),
 // after a barrier that follows diagonal_blocks; it holds one barrier (`bar`) itself, and its writes
 // need one more before T is read. Afterwards T[r][c] is right for c <= r; above the diagonal is
-// garbage, which the callers never use. kRowGroups (NT == 128 only): each thread computes one row's
-// 8 outputs at once in both products (8 independent chains sharing the row's loads) instead of one
-// output at a time; every output's fmafs are the same, so are the bytes.
+// garbage, which the callers never use. kRowGroups (NT == 128 only): each thread computes 8 outputs
+// of one row at once in both products (8 independent chains sharing the row's loads) instead of one
+// output at a time, in M the columns c0 + 4 i (c0 = tid % 4: a quarter warp's float4 reads of T00
+// columns fall in distinct banks at a row pitch of 4 mod 32), in T10 the columns 8 c0 .. 8 c0 + 7;
+// every output's fmafs are the same, so are the bytes.
 template <int LDT, int NT, typename Barrier = BlockBarrier, bool kRowGroups = false>
 __device__ __forceinline__ void off_diagonal(float* Ts, int tid, Barrier bar = {}) {
   static_assert(!kRowGroups || NT == 128, "row groups: 32 rows x 4 groups of 8 columns, a thread each");
@@ -113,7 +117,7 @@ __device__ __forceinline__ void off_diagonal(float* Ts, int tid, Barrier bar = {
   // M = A10 T00 [32, 32] into the upper-right block (rows 0..31, columns 32..63):
   // M[r][c] = sum_{m >= c} A[32 + r][m] T00[m][c], T00[m][c] read from its transposed copy (c, m).
   if constexpr (kRowGroups) {
-    const int r = tid >> 2, c0 = 8 * (tid & 3);
+    const int r = tid >> 2, c0 = tid & 3;
     const float* arow = Ts + (32 + r) * LDT;  // A10 row r
     float acc[8] = {};
 #pragma unroll
@@ -121,7 +125,7 @@ __device__ __forceinline__ void off_diagonal(float* Ts, int tid, Barrier bar = {
       const float4 a = ld4(arow + m);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const int c = c0 + i;
+        const int c = c0 + 4 * i;
         const float4 t = ld4(Ts + c * LDT + m);  // T00 column c (transposed), valid at m >= c
         acc[i] = fmaf(a.x, m >= c ? t.x : 0.0f, acc[i]);
         acc[i] = fmaf(a.y, m + 1 >= c ? t.y : 0.0f, acc[i]);
@@ -130,7 +134,7 @@ __device__ __forceinline__ void off_diagonal(float* Ts, int tid, Barrier bar = {
       }
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) Ts[r * LDT + 32 + c0 + i] = acc[i];
+    for (int i = 0; i < 8; ++i) Ts[r * LDT + 32 + c0 + 4 * i] = acc[i];
   } else {
     for (int o = tid; o < 32 * 32; o += NT) {
       const int r = o >> 5, c = o & 31;
@@ -178,8 +182,10 @@ __device__ __forceinline__ void off_diagonal(float* Ts, int tid, Barrier bar = {
       Ts[(32 + r) * LDT + c] = -acc;
     }
   }
+  // Pair (r, c) = (c + k mod 32, c), c a thread's lane: a warp's 32 reads (row c) and writes (row r)
+  // each fall in 32 distinct banks at a row pitch of 4 mod 32 (bank 5 c + k, 5 c + 4 k).
   for (int o = tid; o < 2 * 32 * 32; o += NT) {
-    const int base = (o >> 10) * 32, r = (o >> 5) & 31, c = o & 31;
+    const int base = (o >> 10) * 32, c = o & 31, r = (c + (o >> 5)) & 31;
     if (c < r) Ts[(base + r) * LDT + base + c] = Ts[(base + c) * LDT + base + r];
   }
 }

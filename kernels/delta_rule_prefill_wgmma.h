@@ -26,7 +26,7 @@
 // and T = (I + A)^-1 (then T's bf16 parts over its f32 tile, the shared-memory A operand of
 // V' = T X) into the other of two buffers and signals it ready (named barriers; the state
 // warpgroups release a buffer when their update has read it). setmaxnreg gives warpgroups 0 and 1
-// 200 registers and warpgroup 2 104. Shared memory (delta_rule_prefill_wgmma_smem(), 204,288 bytes):
+// 200 registers and warpgroup 2 104. Shared memory (delta_rule_prefill_wgmma_smem(), 202,240 bytes):
 // q and v, and k in two buffers, as bf16 core-matrix tiles (the next chunk's q and v are copied by
 // cp.async while the current chunk's products run), each warpgroup's S and X / V' as bf16 high and
 // low part tiles (exp(G_last - G) V' inside S's region while S is not needed), two A / T tiles

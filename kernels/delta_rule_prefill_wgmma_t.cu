@@ -83,16 +83,17 @@ __global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefi
   const int hv = static_cast<int>(blockIdx.x % p.Hv), ai = threadIdx.x, lane = ai & 31;
   const int ns = min(*p.n_seqs, p.max_seqs);
   if (ns <= 0) return;
-  int lo = 0, hi = ns;  // first_record(lo) <= idx < first_record(hi) (hi == ns: no bound)
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (first_record(p.cu_seqlens[mid], mid) <= idx) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
+  // The sequence: first_record(n) <= idx holds for a prefix of n = 0 .. ns - 1 (n = 0 always), so
+  // each warp reads 32 sequences' starts at once and counts the prefix (one memory round trip for
+  // up to 32 sequences, where a binary search takes five one after another).
+  int n = 0;
+  for (int base = 0; base < ns; base += 32) {  // warp-uniform
+    const int i = base + lane;
+    const bool in = i < ns && first_record(p.cu_seqlens[i], i) <= idx;
+    const unsigned m = __ballot_sync(0xffffffffu, in);
+    if (m != 0u) n = base + __popc(m) - 1;
+    if (m != 0xffffffffu) break;
   }
-  const int n = lo;
   const int64_t b = p.cu_seqlens[n], e = p.cu_seqlens[n + 1];
   const int64_t c0 = b + (idx - first_record(b, n)) * kC;
   if (c0 >= e || p.slots[n] < 0) return;  // not a chunk (a gap, a zero-length sequence) or padding

@@ -26,9 +26,11 @@
 
 namespace sg::wgmma_chunk {
 
-constexpr int kC = 64;                         // tokens a chunk
-constexpr int kD = 128;                        // Dk = Dv
-constexpr int kLDT = kC + 8;                   // A / T row pitch (floats), as the mma kernel's
+constexpr int kC = 64;   // tokens a chunk
+constexpr int kD = 128;  // Dk = Dv
+// A / T row pitch (floats): 4 banks from one row to the next, so that the inverse's reads of 8
+// rows' float4s (a quarter warp) and of 4 rows' floats hit distinct banks; 16-byte rows.
+constexpr int kLDT = kC + 4;
 constexpr uint32_t kQK = 16384;                // one [64 x 128] bf16 tile (q, k, v): row groups 2048 bytes apart
 constexpr uint32_t kTB = kC * kLDT * 4;        // one A / T tile (f32); then T's bf16 parts in its first 2 kTP bytes
 constexpr uint32_t kTP = kC * kC * 2;          // one bf16 part of T [64 x 64]: row groups 1024 bytes apart

@@ -23,6 +23,7 @@ struct NormArgs {
   const void* res;     // [T, heads, n] or null
   void* res_out;       // [T, heads, n] or null
   DType rt;
+  bool xr;        // round x to rt before the residual add (RmsNormParams::round_x)
   const void* z;  // gated only: [T, heads, n] with token stride z_ts
   DType zt;
   int64_t z_ts;
@@ -88,6 +89,7 @@ __global__ void __launch_bounds__(kMaxBlock) norm_kernel(const NormArgs a) {
   for (int i = lane; i < a.n; i += G) {
     float v = dev::load(a.x, a.xt, x0 + i);
     if (!kGated && a.res_out) {
+      if (a.xr) v = round_to(a.rt, v);
       if (a.res) v = v + dev::load(a.res, a.rt, o0 + i);
       v = round_to(a.rt, v);
       dev::store(a.res_out, a.rt, o0 + i, v);
@@ -150,12 +152,16 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
     return;
   }
   const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * threadIdx.x;
-  const uint4 xu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
-  uint4 ru{};
-  if (a.res) ru = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.res) + o0);
   float v[8], r[8];
-  dev::unpack8(xu, v);
+  uint4 ru{};
+  if (a.xt == DType::f32) {  // rounded to bf16 below (vec_ok: only with round_x)
+    dev::load8(static_cast<const float*>(a.x) + x0, v);
+  } else {
+    dev::load8(static_cast<const __nv_bfloat16*>(a.x) + x0, v);
+  }
+  if (a.res) ru = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.res) + o0);
   if (a.res_out) {
+    if (a.xr) dev::unpack8(dev::pack8(v), v);
     if (a.res) {
       dev::unpack8(ru, r);
 #pragma unroll
@@ -232,8 +238,9 @@ bool gated_vec_ok(const NormArgs& a) {
 // The vector path applies: bf16 rows (x, y, residual; the weight bf16 or f32), n a multiple of 256 up to 8192 (whole
 // warps of 8 elements a thread), 16-byte aligned bases and strides.
 bool vec_ok(const NormArgs& a) {
-  const bool bf16 =
-      a.xt == DType::bf16 && float_type(a.wt) && a.yt == DType::bf16 && (!a.res_out || a.rt == DType::bf16);
+  // x bf16, or f32 rounded to bf16 first (round_x with the bf16 residual stream)
+  const bool x_ok = a.xt == DType::bf16 || (a.xt == DType::f32 && a.xr && a.res_out);
+  const bool bf16 = x_ok && float_type(a.wt) && a.yt == DType::bf16 && (!a.res_out || a.rt == DType::bf16);
   if (!bf16 || a.n % 256 != 0 || a.n > 8 * kMaxBlock) return false;
   if (a.x_ts % 8 != 0 || a.x_hs % 8 != 0) return false;
   return dev::aligned16(a.x) && dev::aligned16(a.w) && dev::aligned16(a.y) && dev::aligned16(a.res) &&
@@ -303,6 +310,7 @@ cudaError_t rmsnorm(const RmsNormParams& p, cudaStream_t stream) {
              p.residual,
              p.residual_out,
              p.residual_dtype,
+             p.round_x && p.residual_out,
              nullptr,
              DType::f32,
              0,
@@ -320,8 +328,8 @@ cudaError_t rmsnorm(const RmsNormParams& p, cudaStream_t stream) {
 
 namespace {
 NormArgs gated_args(const GatedRmsNormParams& p, int64_t xts, int64_t zts) {
-  return NormArgs{p.x, p.x_dtype, xts, p.n,       nullptr, nullptr, DType::f32, p.z,   p.z_dtype,  zts,
-                  p.w, p.w_dtype, p.y, p.y_dtype, p.T,     p.heads, p.n,        p.eps, p.live_rows};
+  return NormArgs{p.x, p.x_dtype, xts,       p.n, nullptr,   nullptr, DType::f32, false, p.z,   p.z_dtype,
+                  zts, p.w,       p.w_dtype, p.y, p.y_dtype, p.T,     p.heads,    p.n,   p.eps, p.live_rows};
 }
 }  // namespace
 

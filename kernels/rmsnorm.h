@@ -44,6 +44,10 @@ struct RmsNormParams {
   const void* residual = nullptr;
   void* residual_out = nullptr;
   DType residual_dtype = DType::bf16;
+  // With residual_out set: x is first rounded to residual_dtype, h = round(round(x) + residual), so
+  // that an f32 x (a projection's unrounded output) gives the bytes of that output stored in
+  // residual_dtype and read back (the model step's mix-round norm setting).
+  bool round_x = false;
   const void* w = nullptr;  // [n] zero-centred weight (scale 1 + w), f32 or bf16
   DType w_dtype = DType::f32;
   void* y = nullptr;  // [T, heads, n] contiguous, y_dtype f32 or bf16; may alias x when x is contiguous

@@ -1,4 +1,4 @@
-// gemm_policy.cpp: the GEMM, SwiGLU and gated-norm settings' names and rules (step_settings.h;
+// gemm_policy.cpp: the GEMM, SwiGLU, gated-norm and mix-round settings' names and rules (step_settings.h;
 // pure, in the host library so that the CPU tests cover it).
 #include <fmt/format.h>
 
@@ -74,6 +74,24 @@ GatedNormMode parse_gated_norm(const std::string& name) {
   if (name == "kernel") return GatedNormMode::kernel;
   throw Error(fmt::format("unknown gated-norm '{}' (valid: auto, delta, kernel)", printable(name)));
 }
+
+const char* mix_round_name(MixRound m) {
+  switch (m) {
+    case MixRound::automatic: return "auto";
+    case MixRound::gemm: return "gemm";
+    case MixRound::norm: return "norm";
+  }
+  return "?";
+}
+
+MixRound parse_mix_round(const std::string& name) {
+  if (name == "auto") return MixRound::automatic;
+  if (name == "gemm") return MixRound::gemm;
+  if (name == "norm") return MixRound::norm;
+  throw Error(fmt::format("unknown mix-round '{}' (valid: auto, gemm, norm)", printable(name)));
+}
+
+bool mix_rounds_in_norm(MixRound m, int64_t rows) { return m == MixRound::norm && rows <= kGemmLtMaxRows; }
 
 const char* ssm_state_name(DType d) { return d == DType::bf16 ? "bf16" : d == DType::f32 ? "f32" : "?"; }
 

@@ -151,6 +151,7 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   if (opts_.attn_decode == AttnDecode::automatic) opts_.attn_decode = AttnDecode::simt;
   opts_.gemm = resolve_gemm(opts_.gemm, opts_.act, device);
   opts_.pdl = resolve_pdl(opts_.pdl, device);
+  if (opts_.mix_round == MixRound::automatic) opts_.mix_round = MixRound::gemm;
   keys_ = decode_capture_sizes(opts_.graph_max);
   if (opts_.max_prefill_tokens > 0) prefill_keys_ = prefill_buckets(opts_.max_prefill_tokens);
 
@@ -237,6 +238,10 @@ StepLayoutParams ModelStep::layout_params() const {
   p.meta_bytes = meta_bytes();
   p.tp_ranks = tp_ranks_;
   p.head_rows = opts_.head_rows;
+  if (opts_.mix_round == MixRound::norm) {
+    p.mix_f32_rows = static_cast<int>(
+        std::min<int64_t>(step_act_rows(opts_.max_decode_batch, opts_.max_prefill_tokens), kGemmLtMaxRows));
+  }
   return p;
 }
 

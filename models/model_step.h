@@ -95,6 +95,9 @@ struct ModelStepOptions {
   PdlMode pdl = PdlMode::automatic;
   SwigluMode swiglu = SwigluMode::automatic;            // where the MLP activation is computed (same bytes either way)
   GatedNormMode gated_norm = GatedNormMode::automatic;  // where a decode step's GDN gated norm is computed (same bytes)
+  // Where the projections before each RMSNorm round their output (step_settings.h); the constructor
+  // resolves `automatic` (options().mix_round is gemm or norm afterwards).
+  MixRound mix_round = MixRound::automatic;
   DType ssm_state = DType::f32;  // the GDN layers' recurrent state: f32 or bf16 (a setting, step_settings.h)
   // `--arms tune`: at capture, for each graph key, time the arms of the ops its kind runs (decode:
   // conv.update, postconv, gdn.decode; prefill: conv.fwd, conv.chunks, postconv, gdn.prefill) on
@@ -314,6 +317,9 @@ class ModelStep {
   // Tensor parallel: mix rows [0, rows) summed over the ranks in place, after `after`'s GEMM (a node
   // labelled tp.all_reduce); nothing without a communicator.
   void tp_sum(int layer, int rows, const char* after, NodeRecorder* rec);
+  // The output of the projections before each RMSNorm (attn.o_proj, gdn.out_proj, mlp.down) in a
+  // step of `rows` rows: mix32's f32 rows where the norm rounds it (mix_round), else mix's.
+  TensorView mix_out(int rows) const;
   // y = x W^T by the GEMM setting. With `swiglu` (gate_up only: W's rows interleaved in groups of
   // gu_group()), where the skinny kernel runs it writes swiglu->act = silu(gate) * up in its epilogue
   // instead of y and returns true; else y, and false.

@@ -216,7 +216,7 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       },
       at.splits > 1 ? 2 : 1);
 
-  gemm(mat(a_.aout.data, act, rows, int64_t{Hq} * D), W.o_proj, a_.mix.rows(0, rows), layer, "attn.o_proj", rec);
+  gemm(mat(a_.aout.data, act, rows, int64_t{Hq} * D), W.o_proj, mix_out(rows), layer, "attn.o_proj", rec);
   tp_sum(layer, rows, "attn.o_proj", rec);
 }
 
@@ -245,22 +245,27 @@ void ModelStep::mlp_block(int layer, const StepKey& key, NodeRecorder* rec) {
     sp.live_rows = m.n_tokens;
     launched(swiglu(sp, s), rec, s, [&] { return NodeLabel{layer, "swiglu", "-", rows * 3.0 * I * es}; });
   }
-  gemm(a_.mlp.rows(0, rows), L.down, a_.mix.rows(0, rows), layer, "mlp.down", rec);
+  gemm(a_.mlp.rows(0, rows), L.down, mix_out(rows), layer, "mlp.down", rec);
   tp_sum(layer, rows, "mlp.down", rec);
+}
+
+TensorView ModelStep::mix_out(int rows) const {
+  return mix_rounds_in_norm(opts_.mix_round, rows) ? a_.mix32.rows(0, rows) : a_.mix.rows(0, rows);
 }
 
 void ModelStep::tp_sum(int layer, int rows, const char* after, NodeRecorder* rec) {
   if (!opts_.tp_comm) return;
   cudaStream_t s = stream_.get();
   const size_t count = static_cast<size_t>(rows) * static_cast<size_t>(cfg_.hidden);
-  if (const int e = nccl_all_reduce_sum(opts_.tp_comm, a_.mix.data, count, opts_.act, s); e != 0) {
+  const TensorView mix = mix_out(rows);  // summed in its dtype (f32 where the norm rounds it)
+  if (const int e = nccl_all_reduce_sum(opts_.tp_comm, mix.data, count, mix.dtype, s); e != 0) {
     throw Error(fmt::format("layer {} tp.all_reduce (after {}): {}", layer, after, nccl_error_text(e)));
   }
   // NCCL's nodes: a kernel a collective over several ranks; over one rank possibly none.
   launched(
       cudaSuccess, rec, s,
       [&] {
-        return NodeLabel{layer, "tp.all_reduce", "nccl", 2.0 * static_cast<double>(count) * dtype_size(opts_.act)};
+        return NodeLabel{layer, "tp.all_reduce", "nccl", 2.0 * static_cast<double>(count) * dtype_size(mix.dtype)};
       },
       NodeRecorder::kAnyNodes);
 }
@@ -289,11 +294,15 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
   ep.live_rows = m.n_tokens;
   launched(embedding(ep, s), rec, s, [&] { return NodeLabel{-1, "embedding", "-", rows * 2.0 * H * es + rows * 4.0}; });
 
-  // rmsnorm(x = round(x + mix)) -> h; the first call only rounds the embedding into x.
+  // rmsnorm(x = round(x + mix)) -> h; the first call only rounds the embedding into x. Where the
+  // norm rounds the projections' output (mix_round), mix is their f32 output, rounded first.
+  const bool mix_f32 = mix_rounds_in_norm(opts_.mix_round, rows);
   auto norm = [&](int layer, const TensorView& w, bool first, const char* op) {
+    const bool f32_in = mix_f32 && !first;
     RmsNormParams np;
-    np.x = a_.mix.data;
-    np.x_dtype = act;
+    np.x = f32_in ? a_.mix32.data : a_.mix.data;
+    np.x_dtype = f32_in ? DType::f32 : act;
+    np.round_x = f32_in;
     np.residual = first ? nullptr : a_.x.data;
     np.residual_out = a_.x.data;
     np.residual_dtype = act;
@@ -307,7 +316,7 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
     np.eps = cfg_.rms_eps;
     np.live_rows = m.n_tokens;
     launched(rmsnorm(np, s), rec, s, [&] {
-      return NodeLabel{layer, op, "-", rows * double(H) * es * (first ? 3.0 : 4.0) + H * es};
+      return NodeLabel{layer, op, "-", rows * double(H) * (es * (first ? 2.0 : 3.0) + (f32_in ? 4.0 : es)) + H * es};
     });
   };
 

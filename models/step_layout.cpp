@@ -95,6 +95,7 @@ StepTensors lay_out_step(Arena& a, const Qwen35Config& c, const StepLayoutParams
   x.x = a.take("x", act, {R, H});
   x.h = a.take("h", act, {R, H});
   x.mix = a.take("mix", act, {R, H});
+  if (p.mix_f32_rows > 0) x.mix32 = a.take("mix_f32", DType::f32, {p.mix_f32_rows, H});
   x.proj = a.take("proj", act, {R * step_proj_width(c)});
   x.mlp = a.take("mlp", act, {R, I});
   if (c.num_linear_attention() > 0) {

@@ -42,7 +42,9 @@ struct StepLayer {
 };
 struct StepActs {
   // R = max(max_decode_batch, max_prefill_tokens) rows.
-  TensorView x, h, mix;        // [R, H]
+  TensorView x, h, mix;  // [R, H]
+  TensorView
+      mix32;  // [StepLayoutParams::mix_f32_rows, H] f32: the residual projections' unrounded output (empty unless set)
   TensorView proj;             // [R * Pmax] flat: GDN / attention / MLP projection output
   TensorView conv_out;         // [R, C]
   TensorView q, k, v;          // [R, Hk, Dk], [R, Hk, Dk], [R, Hv, Dv]
@@ -89,6 +91,9 @@ struct StepLayoutParams {
   int64_t head_rows = 0;
   // Ranks of a tensor-parallel step (0: none): the greedy token's pairs and their all-gather.
   int tp_ranks = 0;
+  // Rows of the f32 output of the projections before each RMSNorm (the mix-round norm setting,
+  // step_settings.h; 0: none).
+  int mix_f32_rows = 0;
 };
 
 // Rows of the activations (R), of the logits (L) and the width of the shared projection output.

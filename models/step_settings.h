@@ -159,6 +159,26 @@ bool gemm_fuses_swiglu(int64_t rows, int64_t n, int64_t k);
 // Under `mode`: automatic follows gemm_fuses_swiglu, gemm always, kernel never.
 bool gemm_fuses_swiglu(SwigluMode mode, int64_t rows, int64_t n, int64_t k);
 
+// Where the projections that feed the residual stream (attn.o_proj, gdn.out_proj, mlp.down) round
+// their output to the activation dtype: in the GEMM, which stores it (bf16) for the RMSNorm after
+// it to add to the residual stream, or in that RMSNorm, which reads the GEMM's f32 output and
+// rounds it before the add (RmsNormParams::round_x). The arithmetic is the same either way, but an
+// f32 output lets cuBLASLt sum a split-K GEMM's partials in place (one kernel, where a bf16 output
+// takes a second, reduce kernel) and cuBLASLt may pick another algorithm for it: a setting, not an
+// arm (with the skinny kernel and cublasGemmEx the bytes are the same). For steps of at most
+// kGemmLtMaxRows rows (the f32 buffer is sized for them); larger steps round in the GEMM.
+enum class MixRound : uint8_t {
+  automatic,  // gemm (until the norm form is measured faster)
+  gemm,       // the GEMM writes bf16
+  norm,       // the GEMM writes f32 on steps of at most kGemmLtMaxRows rows; the norm rounds it
+};
+constexpr std::array<std::string_view, 3> kMixRoundNames = {"auto", "gemm", "norm"};
+const char* mix_round_name(MixRound m);  // one of kMixRoundNames
+// One of kMixRoundNames; throws Error on anything else.
+MixRound parse_mix_round(const std::string& name);
+// Whether a step of `rows` rows rounds the residual projections' output in the norm under `m`.
+bool mix_rounds_in_norm(MixRound m, int64_t rows);
+
 // How the GDN layers keep their recurrent (SSM) state [slots, Hv, Dk, Dv] between steps. A setting,
 // not an arm: bf16 changes the numbers. The arithmetic is f32 either way; with bf16 every kernel
 // reads the state widened and writes it rounded to nearest (decode after each token, a prefill step

@@ -64,9 +64,9 @@ TEST_CASE("ab selection: every op and every setting is a key", "[ab][selection]"
   const Selection s = parse_selection(
       "conv.fwd=k4,conv.chunks=whole,conv.update=grid,postconv=split,gdn.prefill=fused,gdn.decode=fused,"
       "delta-prefill=scan,attn-prefill=mma,attn-decode=simt,gemm=cublas,pdl=off,swiglu=kernel,gated-norm=delta,"
-      "ssm-state=bf16,arms=tune",
+      "mix-round=norm,ssm-state=bf16,arms=tune",
       "--a");
-  CHECK(s.items.size() == 15);
+  CHECK(s.items.size() == 16);
   const StepChoice c = apply(s, StepChoice{});
   CHECK(c.arms.conv_fwd == ConvFwdArm::k4);
   CHECK(c.arms.conv_chunks == ConvChunksArm::whole);
@@ -76,10 +76,10 @@ TEST_CASE("ab selection: every op and every setting is a key", "[ab][selection]"
   CHECK(c.arms.gdn_decode == GdnDecodeArm::fused);
   CHECK(c.describe_settings() ==
         "delta-prefill=scan,attn-prefill=mma,attn-decode=simt,gemm=cublas,pdl=off,swiglu=kernel,gated-norm=delta,"
-        "ssm-state=bf16,arms=tune");
+        "mix-round=norm,ssm-state=bf16,arms=tune");
   CHECK(StepChoice{}.describe_settings() ==
         "delta-prefill=auto,attn-prefill=auto,attn-decode=auto,gemm=auto,pdl=auto,swiglu=auto,gated-norm=auto,"
-        "ssm-state=f32,arms=fixed");
+        "mix-round=auto,ssm-state=f32,arms=fixed");
 }
 
 TEST_CASE("ab selection: an empty selection is the base", "[ab][selection]") {

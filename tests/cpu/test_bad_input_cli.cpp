@@ -150,6 +150,11 @@ std::vector<CliCase> option_cases() {
   add("bench --gated-norm unknown", {"bench", "--cpu", "--gated-norm", "fused"}, kCli11Invalid, {"--gated-norm"});
   add("ab --b with an unknown gated-norm", {"ab", "--b", "gated-norm=gemm"}, 1,
       {"unknown value \"gemm\" for gated-norm", "auto, delta, kernel"});
+  add("bench --cpu --mix-round", {"bench", "--cpu", "--mix-round", "norm"}, 1,
+      {"--mix-round (where the GPU step rounds its projections' output)"});
+  add("bench --mix-round unknown", {"bench", "--cpu", "--mix-round", "f32"}, kCli11Invalid, {"--mix-round"});
+  add("ab --b with an unknown mix-round", {"ab", "--b", "mix-round=kernel"}, 1,
+      {"unknown value \"kernel\" for mix-round", "auto, gemm, norm"});
   add("bench --ssm-state unknown", {"bench", "--cpu", "--ssm-state", "f16"}, kCli11Invalid, {"--ssm-state"});
   add("ab --b with an unknown ssm-state", {"ab", "--b", "ssm-state=f16"}, 1,
       {"unknown value \"f16\" for ssm-state", "f32, bf16"});
@@ -178,7 +183,7 @@ std::vector<CliCase> option_cases() {
   add("ab without --b", {"ab"}, -1, {"--b is required"});
   add("ab --b with an unknown key", {"ab", "--b", "postcnv=fast"}, 1,
       {"--b \"postcnv=fast\": unknown key \"postcnv\" (valid keys: conv.fwd",
-       "gemm, pdl, swiglu, gated-norm, ssm-state, arms)"});
+       "gemm, pdl, swiglu, gated-norm, mix-round, ssm-state, arms)"});
   add("ab --a with an unknown arm", {"ab", "--a", "conv.fwd=k5", "--b", "conv.fwd=k4"}, 1,
       {"unknown arm \"k5\" for conv.fwd (valid arms of conv.fwd: tiled, register, k4, k4x2)"});
   add("ab --b with an unknown setting value", {"ab", "--b", "attn-decode=wmma"}, 1,

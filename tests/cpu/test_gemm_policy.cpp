@@ -80,6 +80,20 @@ TEST_CASE("gemm policy: the SwiGLU epilogue except on small steps over a large g
   CHECK_THROWS_AS(parse_swiglu("fused"), Error);
 }
 
+TEST_CASE("mix-round setting: names round-trip, the norm rounds only on decode-sized steps when asked", "[settings]") {
+  for (MixRound m : {MixRound::automatic, MixRound::gemm, MixRound::norm}) {
+    CHECK(parse_mix_round(mix_round_name(m)) == m);
+  }
+  CHECK_THROWS_WITH(parse_mix_round("f32"), "unknown mix-round 'f32' (valid: auto, gemm, norm)");
+  for (int64_t rows : {int64_t{1}, int64_t{8}, kGemmLtMaxRows}) {
+    CHECK(mix_rounds_in_norm(MixRound::norm, rows));
+    CHECK_FALSE(mix_rounds_in_norm(MixRound::gemm, rows));
+    CHECK_FALSE(mix_rounds_in_norm(MixRound::automatic, rows));  // gemm until measured
+  }
+  CHECK_FALSE(mix_rounds_in_norm(MixRound::norm, kGemmLtMaxRows + 1));  // the f32 buffer's rows
+  CHECK_FALSE(mix_rounds_in_norm(MixRound::norm, 32768));
+}
+
 TEST_CASE("gated-norm setting: names round-trip, auto fuses small steps of small heads", "[settings]") {
   for (GatedNormMode m : {GatedNormMode::automatic, GatedNormMode::delta, GatedNormMode::kernel}) {
     CHECK(parse_gated_norm(gated_norm_name(m)) == m);

@@ -121,6 +121,17 @@ TEST_CASE("4B plan: 8.41 GB of weights, 1.61 GB of SSM state, 1.07 GB of KV at 3
   CHECK(entry(t, "gdn.delta_workspace")->category == MemoryCategory::workspace);
   CHECK(t.bytes_of(MemoryCategory::workspace) == p.bytes_of(MemoryCategory::workspace) + two.delta_workspace_bytes);
   CHECK(t.total == p.total + two.delta_workspace_bytes);
+
+  // --mix-round norm: the residual projections' f32 output for steps of up to 32 rows, [32, H] f32
+  // among the activations; nothing else moves.
+  StepLayoutParams f32mix = decode_b32();
+  f32mix.mix_f32_rows = 32;
+  const MemoryPlan f = plan_memory(c, f32mix);
+  REQUIRE(entry(f, "mix_f32") != nullptr);
+  CHECK(entry(f, "mix_f32")->shape == "[32, 2560] f32");
+  CHECK(entry(p, "mix_f32") == nullptr);
+  CHECK(f.bytes_of(MemoryCategory::activations) == acts + 32 * H * 4);
+  CHECK(f.total == p.total + 32 * H * 4);
 }
 
 TEST_CASE("the plan is the arena the layout carves", "[memory]") {

@@ -156,6 +156,67 @@ TEST_CASE("rmsnorm: fused residual add stores the rounded sum and normalises it"
   }
 }
 
+TEST_CASE("rmsnorm: an f32 x rounded first (round_x) gives the bytes of that x stored in bf16", "[gpu][norms]") {
+  // The mix-round norm setting: a projection's f32 output, rounded by the norm, must give what the
+  // same output stored in bf16 by the GEMM gives (2560: the 16-byte kernel; 1000 and 127 the loops).
+  for (int n : {127, 1000, 2560}) {
+    for (bool with_res : {true, false}) {
+      const int T = 9, live = 7;
+      const uint64_t seed = 9500 + n + (with_res ? 1 : 0);
+      CAPTURE(n, with_res);
+      const size_t N = static_cast<size_t>(T) * n;
+      auto x = test::uniform(N, seed, -3.f, 3.f);  // f32 values, most not bf16-exact
+      std::vector<float> xr(N);
+      for (size_t i = 0; i < N; ++i) xr[i] = ref::store(x[i], ref::Store::bf16);
+      auto res = test::uniform_bf16(N, seed + 1, -4.f, 4.f);
+      auto w = test::uniform(n, seed + 2, -0.5f, 0.5f);
+      auto dx = test::DevBuf::from(x, DType::f32), dxr = test::DevBuf::from(xr, DType::bf16);
+      auto dres = test::DevBuf::from(res, DType::bf16), dw = test::DevBuf::from(w, DType::f32);
+      auto dlive = test::DevBuf::from_i32({live});
+      auto run = [&](bool f32_x) {
+        auto y = out_buf(N, DType::bf16), r = out_buf(N, DType::bf16);
+        RmsNormParams p;
+        p.x = f32_x ? dx.data() : dxr.data();
+        p.x_dtype = f32_x ? DType::f32 : DType::bf16;
+        p.round_x = f32_x;
+        p.residual = with_res ? dres.data() : nullptr;
+        p.residual_out = r.data();
+        p.w = dw.data();
+        p.w_dtype = DType::f32;
+        p.y = y.data();
+        p.T = T;
+        p.n = n;
+        p.live_rows = dlive.as<int32_t>();
+        check(rmsnorm(p, nullptr));
+        auto gy = fetch(y, N, DType::bf16), gr = fetch(r, N, DType::bf16);
+        CHECK(gy.guard_ok);
+        CHECK(gr.guard_ok);
+        return std::make_pair(gy.bytes, gr.bytes);
+      };
+      const auto want = run(false), got = run(true);
+      CHECK(got.first == want.first);
+      CHECK(got.second == want.second);
+      // Without round_x the f32 x is added unrounded: other bytes (the setting's rounding is real).
+      if (with_res) {
+        auto y = out_buf(N, DType::bf16), r = out_buf(N, DType::bf16);
+        RmsNormParams p;
+        p.x = dx.data();
+        p.x_dtype = DType::f32;
+        p.residual = dres.data();
+        p.residual_out = r.data();
+        p.w = dw.data();
+        p.w_dtype = DType::f32;
+        p.y = y.data();
+        p.T = T;
+        p.n = n;
+        p.live_rows = dlive.as<int32_t>();
+        check(rmsnorm(p, nullptr));
+        CHECK(fetch(r, N, DType::bf16).bytes != want.second);
+      }
+    }
+  }
+}
+
 TEST_CASE("rmsnorm: per-head rows read in place from strided projections", "[gpu][norms]") {
   // q_norm: q_proj rows are, per head, D query values then D gate values: head stride 2D.
   // k_norm: contiguous [T, Hkv, D].

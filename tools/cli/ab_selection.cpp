@@ -19,7 +19,7 @@ constexpr std::array<std::string_view, 4> kAttnPrefill = {"auto", "simt", "mma",
 constexpr std::array<std::string_view, 3> kAttn = {"auto", "simt", "mma"};
 constexpr std::array<std::string_view, 3> kPdl = {"auto", "off", "on"};
 constexpr std::array<std::string_view, 2> kArmsMode = {"fixed", "tune"};
-const std::array<SettingInfo, 9> kSettings = {{
+const std::array<SettingInfo, 10> kSettings = {{
     {"delta-prefill", kDeltaPrefill},
     {"attn-prefill", kAttnPrefill},
     {"attn-decode", kAttn},
@@ -27,6 +27,7 @@ const std::array<SettingInfo, 9> kSettings = {{
     {"pdl", kPdl},
     {"swiglu", kSwigluNames},
     {"gated-norm", kGatedNormNames},
+    {"mix-round", kMixRoundNames},
     {"ssm-state", kSsmStateNames},
     {"arms", kArmsMode},
 }};

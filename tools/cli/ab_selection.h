@@ -4,7 +4,7 @@
 //   ITEM  := KEY "=" VALUE          (blanks around KEY and VALUE are ignored)
 //   KEY   := an op of the arm table (conv.fwd, conv.chunks, conv.update, postconv, gdn.prefill,
 //            gdn.decode) or a setting (delta-prefill, attn-prefill, attn-decode, gemm, pdl, swiglu, gated-norm,
-//            arms)
+//            mix-round, ssm-state, arms)
 //   VALUE := one of that op's arms (`stepgraph arms`) or one of that setting's values
 //
 // e.g. "postconv=token_tile", "conv.fwd=k4,gemm=skinny", "attn-decode=simt". A selection changes
@@ -28,8 +28,8 @@ struct SettingInfo {
   std::string_view name;                     // "attn-decode": the command-line option without "--"
   std::span<const std::string_view> values;  // the default first ("auto", but ssm-state's f32 and arms' fixed)
 };
-// delta-prefill, attn-prefill, attn-decode, gemm, pdl, swiglu, gated-norm, ssm-state, arms (the options' value lists
-// come from here too).
+// delta-prefill, attn-prefill, attn-decode, gemm, pdl, swiglu, gated-norm, mix-round, ssm-state, arms (the options'
+// value lists come from here too).
 std::span<const SettingInfo> setting_table();
 const SettingInfo* find_setting(std::string_view name);
 std::vector<std::string> setting_values(std::string_view name);  // for CLI::IsMember
@@ -46,22 +46,23 @@ auto* setting_field(T& o, std::string_view name) {
   if (name == "pdl") return &o.pdl;
   if (name == "swiglu") return &o.swiglu;
   if (name == "gated-norm") return &o.gated_norm;
+  if (name == "mix-round") return &o.mix_round;
   if (name == "ssm-state") return &o.ssm_state;
   if (name == "arms") return &o.arms_mode;
   return static_cast<decltype(&o.gemm)>(nullptr);
 }
 
-// What a model step runs: the arm of every op and the nine settings, by their command-line names.
+// What a model step runs: the arm of every op and the ten settings, by their command-line names.
 struct StepChoice {
   ArmSelection arms;
   std::string delta_prefill = "auto", attn_prefill = "auto", attn_decode = "auto", gemm = "auto", pdl = "auto",
-              swiglu = "auto", gated_norm = "auto", ssm_state = "f32";
+              swiglu = "auto", gated_norm = "auto", mix_round = "auto", ssm_state = "f32";
   std::string arms_mode = "fixed";  // the setting "arms": fixed or tune (--arms)
 
   std::string& setting(std::string_view name);  // an error for a name outside setting_table()
   const std::string& setting(std::string_view name) const;
   // "delta-prefill=auto,attn-prefill=auto,attn-decode=auto,gemm=auto,pdl=auto,swiglu=auto,gated-norm=auto,
-  // ssm-state=f32,arms=fixed"
+  // mix-round=auto,ssm-state=f32,arms=fixed"
   std::string describe_settings() const;
   bool operator==(const StepChoice&) const = default;
 };

@@ -48,6 +48,8 @@ struct BenchOptions {
   std::string swiglu = "auto";         // model workload: where the MLP activation is computed (auto, gemm, kernel)
   std::string gated_norm =
       "auto";  // model workload: where the GDN gated norm is computed in decode (auto, delta, kernel)
+  std::string mix_round =
+      "auto";  // model workload: where the residual projections' output is rounded (auto, gemm, norm)
   std::string ssm_state = "f32";    // model workload: the GDN recurrent state's dtype (f32 or bf16)
   std::string arms_mode = "fixed";  // model workload: fixed (as chosen) or tune (timed per graph key at capture)
   bool marginal = false;            // model workload: marginal cost per op family (largest and smallest decode key)
@@ -78,13 +80,13 @@ void write_cpu_json(const BenchOptions& o, const nlohmann::json& result);
 
 // The model step's options for a bench-like run: --max-seqs slots and decode rows, --context (+
 // extra_context) positions, a prefill of max_seqs x context tokens when `prefill`, the arms, the
-// settings (--delta-prefill, --attn-prefill, --attn-decode, --gemm, --pdl, --swiglu, --gated-norm,
+// settings (--delta-prefill, --attn-prefill, --attn-decode, --gemm, --pdl, --swiglu, --gated-norm, --mix-round,
 // --ssm-state) and the fault drill (o.fault).
 ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& arms, bool prefill, int extra_context);
 
 // The options of the commands that build one whole-model step from a preset (inspect, capture,
 // ab): --preset, --max-seqs, --context, --arm and the settings --delta-prefill, --attn-prefill,
-// --attn-decode, --gemm, --pdl, --swiglu, --gated-norm, --ssm-state, --arms (values from ab_selection.h's
+// --attn-decode, --gemm, --pdl, --swiglu, --gated-norm, --mix-round, --ssm-state, --arms (values from ab_selection.h's
 // setting_table()).
 void add_model_step_options(CLI::App* cmd, BenchOptions& o);
 

@@ -21,9 +21,9 @@ namespace {
 using nlohmann::json;
 
 // The settings a bench report records (bench_model.cpp writes them), in the order they are shown.
-constexpr std::array<const char*, 14> kSettings = {"preset", "device",        "workload",     "context",     "history",
-                                                   "arms",   "delta_prefill", "attn_prefill", "attn_decode", "gemm",
-                                                   "pdl",    "swiglu",        "gated_norm",   "ssm_state"};
+constexpr std::array<const char*, 15> kSettings = {
+    "preset",      "device", "workload", "context", "history",    "arms",      "delta_prefill", "attn_prefill",
+    "attn_decode", "gemm",   "pdl",      "swiglu",  "gated_norm", "mix_round", "ssm_state"};
 
 // The largest time a report may hold (ms or us): a day in ms, so sums and percentages stay finite.
 constexpr double kMaxTime = 1e9;

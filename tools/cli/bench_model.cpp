@@ -212,6 +212,7 @@ ModelStepOptions model_step_options(const BenchOptions& o, const ResolvedArms& a
   opts.pdl = parse_pdl(o.pdl);
   opts.swiglu = parse_swiglu(o.swiglu);
   opts.gated_norm = parse_gated_norm(o.gated_norm);
+  opts.mix_round = parse_mix_round(o.mix_round);
   opts.ssm_state = parse_ssm_state(o.ssm_state);
   opts.tune_arms = o.arms_mode == "tune";
   for (size_t i = 0; i < kNumOps; ++i) opts.fixed_ops[i] = arms.source[i] != "default";  // the user's choice
@@ -294,6 +295,10 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                                               : gated_norm == "kernel"
                                                   ? "the gated_rmsnorm kernel (kernel)"
                                                   : "the delta rule's epilogue on small steps, else the kernel (auto)");
+  const std::string mix_round = mix_round_name(step.options().mix_round);  // `auto` resolved
+  fmt::print("residual projections' output rounded: {}{}\n",
+             mix_round == "norm" ? "in the RMSNorm after them, from f32 (norm)" : "in the GEMM (gemm)",
+             o.mix_round == "auto" ? " (auto)" : "");
   const std::string ssm_state = ssm_state_name(step.options().ssm_state);
   fmt::print("GDN recurrent state: {}\n",
              ssm_state == "bf16" ? "bf16 (rounded after each token; half the bytes)" : "f32");
@@ -454,6 +459,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                         {"pdl", pdl},
                         {"swiglu", swiglu},
                         {"gated_norm", gated_norm},
+                        {"mix_round", mix_round},
                         {"ssm_state", ssm_state},
                         {"workload", "model"},
                         {"context", o.context},

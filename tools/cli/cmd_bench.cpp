@@ -121,6 +121,7 @@ std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App&
   if (given("--pdl")) bad.push_back("--pdl (how GPU kernels are launched)");
   if (given("--swiglu")) bad.push_back("--swiglu (where GPU kernels compute the MLP activation)");
   if (given("--gated-norm")) bad.push_back("--gated-norm (where GPU kernels compute the GDN gated norm)");
+  if (given("--mix-round")) bad.push_back("--mix-round (where the GPU step rounds its projections' output)");
   if (o.arms_mode == "tune") bad.push_back("--arms tune (times the GPU kernels' arms)");
   if (o.marginal) bad.push_back("--marginal (disables nodes of captured CUDA graphs)");
   if (!o.lt_choices.empty()) bad.push_back("--lt-choices (cuBLASLt's algorithm choices on a GPU)");
@@ -402,6 +403,14 @@ void register_bench(CLI::App& app, Action& action) {
                   "faster; kernel elsewhere, prefill included); the same output bytes every way")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "delta", "kernel"}));
+  cmd->add_option("--mix-round", o.mix_round,
+                  "model workload: where the projections before each RMSNorm (attn.o_proj, gdn.out_proj, "
+                  "mlp.down) round their output to bf16: gemm (the GEMM stores bf16), norm (on steps of at most "
+                  "32 rows the GEMM stores f32 and the RMSNorm rounds it before adding it to the residual stream: "
+                  "the same arithmetic, and cuBLASLt may then sum split-K partials in place, one kernel instead "
+                  "of two; cuBLASLt's algorithm may differ, so its bytes may), or auto (gemm)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "gemm", "norm"}));
   cmd->add_option("--ssm-state", o.ssm_state,
                   "model workload: the dtype the GDN layers keep their recurrent state in between steps: f32 (the "
                   "default) or bf16 (half the bytes: the arithmetic stays f32, the state is rounded to bf16 after "

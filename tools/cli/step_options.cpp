@@ -72,6 +72,7 @@ StepChoice resolved_choice(const ModelStep& step, const GraphKey* key) {
   c.pdl = pdl_name(r.pdl);
   c.swiglu = swiglu_name(r.swiglu);
   c.gated_norm = gated_norm_name(r.gated_norm);
+  c.mix_round = mix_round_name(r.mix_round);
   c.ssm_state = ssm_state_name(r.ssm_state);
   c.arms_mode = r.tune_arms ? "tune" : "fixed";
   return c;

@@ -1,0 +1,131 @@
+// GPU tests of the mix-round setting (models/step_settings.h): where the projections before each
+// RMSNorm (attn.o_proj, gdn.out_proj, mlp.down) round their output. `norm` writes it in f32 on steps
+// of at most 32 rows and lets the norm round it; on the skinny kernel that is the same arithmetic,
+// so the same bytes as `gemm`; on cuBLASLt the algorithm chosen for an f32 output may sum in another
+// order, so the bytes agree within the GEMM tolerance, and replay equals eager byte for byte.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "models/model_step.h"
+#include "tests/support/catch.h"
+#include "tests/support/tolerance.h"
+
+using namespace sg;
+
+namespace {
+
+size_t count_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
+  return n;
+}
+
+int32_t token_at(int step, int row, int vocab) { return static_cast<int32_t>((37 * step + 11 * row + 3) % vocab); }
+
+// 8 slots of 32 tokens, decode keys up to 8 rows and prefill buckets up to 64 tokens (those of more
+// than 32 rows round in the GEMM under either setting).
+ModelStepOptions small_step(GemmKind gemm, MixRound mix) {
+  ModelStepOptions o;
+  o.num_slots = 8;
+  o.max_context = 32;
+  o.max_decode_batch = 8;
+  o.max_prefill_tokens = 64;
+  o.max_prefill_seqs = 4;
+  o.act = DType::bf16;
+  o.gemm = gemm;
+  o.mix_round = mix;
+  return o;
+}
+
+// How many of a manifest's nodes of `op` write an f32 output: their byte label holds the output's
+// rows x N x 4 bytes (the label is x + W + y bytes).
+int f32_outputs(const Manifest& m, const std::string& op, double x_bytes_and_w, double y_f32) {
+  int n = 0;
+  for (const auto& node : m.nodes) {
+    if (node.label.op == op && node.label.bytes == x_bytes_and_w + y_f32) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("mix-round norm on the skinny kernel: the bytes of gemm, prefill and decode, graphed and eager",
+          "[gpu][model][mix_round]") {
+  const Qwen35Config c = preset("tiny");
+  ModelStep gemm(c, small_step(GemmKind::skinny, MixRound::gemm));
+  ModelStep norm(c, small_step(GemmKind::skinny, MixRound::norm));
+  CHECK(gemm.options().mix_round == MixRound::gemm);
+  CHECK(norm.options().mix_round == MixRound::norm);
+  // `auto` resolves to gemm (until the norm form is measured faster).
+  CHECK(ModelStep(c, small_step(GemmKind::skinny, MixRound::automatic)).options().mix_round == MixRound::gemm);
+  gemm.capture_all();
+  norm.capture_all();
+  // mlp.down writes [rows, H] f32 in every decode graph of `norm`, bf16 in `gemm`'s.
+  for (int key : norm.keys()) {
+    CAPTURE(key);
+    const double xw = key * double(c.intermediate) * 2 + double(c.hidden) * c.intermediate * 2;
+    CHECK(f32_outputs(norm.manifest(key), "mlp.down", xw, key * double(c.hidden) * 4) == c.layers);
+    CHECK(f32_outputs(gemm.manifest(key), "mlp.down", xw, key * double(c.hidden) * 4) == 0);
+  }
+  // A prefill of 3 sequences (a bucket of at most 32 tokens: f32; then decode steps after it).
+  const std::vector<PrefillRequest> pre = {{1, {5, 9, 2, 7}, 0}, {4, {3, 3, 8}, 0}, {6, {11, 1, 4, 4, 2, 9}, 0}};
+  for (RunMode mode : {RunMode::graph, RunMode::eager}) {
+    const PrefillOutput a = gemm.prefill(pre, mode), b = norm.prefill(pre, mode);
+    CHECK(a.bucket <= 32);
+    CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
+    CHECK(a.tokens == b.tokens);
+  }
+  for (int t = 0; t < 4; ++t) {
+    CAPTURE(t);
+    std::vector<DecodeRequest> reqs = {{1, token_at(t, 0, c.vocab), 4 + t},
+                                       {4, token_at(t, 1, c.vocab), 3 + t},
+                                       {6, token_at(t, 2, c.vocab), 6 + t}};  // 3 live rows of key 4
+    const auto a = gemm.decode(reqs, RunMode::graph);
+    const auto b = norm.decode(reqs, t % 2 ? RunMode::eager : RunMode::graph);
+    CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
+    CHECK(a.tokens == b.tokens);
+  }
+  CHECK(count_diff(gemm.cache_bytes(), norm.cache_bytes()) == 0);
+  // A prefill bucket of more than 32 tokens rounds in the GEMM under both settings: the same bytes.
+  std::vector<int32_t> long_prompt(40);
+  for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = token_at(9, static_cast<int>(i), c.vocab);
+  const PrefillOutput a = gemm.prefill({{2, long_prompt, 0}}, RunMode::graph);
+  const PrefillOutput b = norm.prefill({{2, long_prompt, 0}}, RunMode::graph);
+  CHECK(a.bucket > 32);
+  CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("mix-round norm on cuBLASLt: replay equals eager, and the logits agree with gemm's within tolerance",
+          "[gpu][model][mix_round][gemm]") {
+  const Qwen35Config c = preset("tiny");
+  ModelStep gemm(c, small_step(GemmKind::lt, MixRound::gemm));
+  ModelStep norm(c, small_step(GemmKind::lt, MixRound::norm));
+  gemm.capture_all();  // the warm-up tunes every projection shape (the f32 ones on their own)
+  norm.capture_all();
+  norm.randomize_caches(11);
+  gemm.set_cache_bytes(norm.cache_bytes());
+  const std::vector<uint8_t> start = norm.cache_bytes();
+  std::vector<DecodeRequest> reqs;
+  for (int r = 0; r < 5; ++r) reqs.push_back({r + 2, token_at(0, r, c.vocab), 3 + r});  // slots 2 .. 6
+  const int re = norm.enqueue(reqs, RunMode::eager);
+  const auto le = norm.logits_bytes(re);
+  const auto ce = norm.cache_bytes();
+  norm.set_cache_bytes(start);
+  const int rg = norm.enqueue(reqs, RunMode::graph);
+  CHECK(rg == re);
+  CHECK(count_diff(le, norm.logits_bytes(rg)) == 0);
+  CHECK(count_diff(ce, norm.cache_bytes()) == 0);
+  CHECK(norm.eager_fallbacks() == 0);
+  // Against gemm's step on the same caches: the same projections, summed in cuBLASLt's order for
+  // each output dtype; the logits within the GEMM tolerance of the model tests.
+  const auto a = gemm.decode(reqs, RunMode::graph);
+  norm.set_cache_bytes(start);
+  const auto b = norm.decode(reqs, RunMode::graph);
+  REQUIRE(a.logits.size() == b.logits.size());
+  const double e = test::max_normalised_error(b.logits.data(), a.logits.data(), a.logits.size());
+  INFO("normalised max logit error " << e);
+  CHECK(e <= 2e-2);
+}

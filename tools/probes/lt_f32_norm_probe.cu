@@ -1,0 +1,207 @@
+// lt_f32_norm_probe.cu: a decode projection that feeds the residual stream (o_proj, out_proj, down:
+// N = hidden) followed by the RMSNorm that adds it to the residual and normalises it, two ways:
+//   bf16: cuBLASLt writes y in bf16 (split-K partials summed in f32 by its reduce kernel, as the
+//         library's LtGemm allows), the norm reads bf16;
+//   f32:  cuBLASLt writes y in f32, so a split-K algorithm may sum its partials in place in y (no
+//         reduce kernel); the norm rounds y to bf16 first (the same arithmetic from there on).
+// Each pair (GEMM + norm) is timed in CUDA graphs of 20 pairs over 8 rotating weight copies (L2
+// cannot serve the weights), the best of cuBLASLt's heuristic algorithms for each side; printed:
+// us a pair, the kernels a pair (graph nodes / 20), the chosen algorithm's split count and
+// reduction scheme, and how many bytes of h differ from the bf16 side's (h of each side's best).
+// Usage: lt_f32_norm_probe [M] (default 32). Build and run on the GPU machine (repository root):
+//   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/lt_f32_norm_probe \
+//     tools/probes/lt_f32_norm_probe.cu -lcublasLt && /tmp/lt_f32_norm_probe 32
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tools/probes/probe_check.h"
+
+namespace {
+
+constexpr int kCopies = 8, kLaunches = 20, kThreads = 320;  // kThreads x 8 = the 4B's hidden 2560
+
+// x = round(round(y) + res); h = round(x * rsqrt(mean(x^2) + eps) * (1 + w)); one block a row,
+// 8 consecutive columns a thread (H = 8 * blockDim.x).
+template <typename Y>
+__global__ void add_norm(const Y* y, __nv_bfloat16* res, const __nv_bfloat16* w, __nv_bfloat16* h, int H) {
+  __shared__ float part[32];
+  const int row = blockIdx.x, c0 = 8 * threadIdx.x;
+  float v[8];
+  for (int i = 0; i < 8; ++i) {
+    const float m = __bfloat162float(__float2bfloat16(static_cast<float>(y[row * H + c0 + i])));
+    v[i] = __bfloat162float(__float2bfloat16(m + __bfloat162float(res[row * H + c0 + i])));
+    res[row * H + c0 + i] = __float2bfloat16(v[i]);
+  }
+  float s = 0;
+  for (int i = 0; i < 8; ++i) s = fmaf(v[i], v[i], s);
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
+  __syncthreads();
+  s = 0;
+  for (int i = 0; i < static_cast<int>(blockDim.x / 32); ++i) s += part[i];
+  const float inv = rsqrtf(s / H + 1e-6f);
+  for (int i = 0; i < 8; ++i) h[row * H + c0 + i] = __float2bfloat16(v[i] * inv * (1.0f + __bfloat162float(w[c0 + i])));
+}
+
+struct Lt {
+  cublasLtHandle_t lt;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulHeuristicResult_t algos[32];
+  int count = 0;
+  // y^T [N, M] = W [N, K] x^T, y of dtype yt; `schemes`: the reduction schemes allowed.
+  Lt(cublasLtHandle_t handle, int M, int N, int K, cudaDataType yt, uint32_t schemes, size_t ws) : lt(handle) {
+    CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, N, K));
+    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, M, K));
+    CK(cublasLtMatrixLayoutCreate(&lc, yt, N, M, N));
+    cublasLtMatmulPreference_t pref;
+    CK(cublasLtMatmulPreferenceCreate(&pref));
+    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                            sizeof(schemes)));
+    if (cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 32, algos, &count) != CUBLAS_STATUS_SUCCESS)
+      count = 0;
+    cublasLtMatmulPreferenceDestroy(pref);
+  }
+  bool run(int i, const void* W, const void* x, void* y, void* ws, size_t wsb, cudaStream_t s) const {
+    const float alpha = 1, beta = 0;
+    return cublasLtMatmul(lt, op, &alpha, W, la, x, lb, &beta, y, lc, y, lc, &algos[i].algo, ws, wsb, s) ==
+           CUBLAS_STATUS_SUCCESS;
+  }
+  std::string describe(int i) const {
+    int split = 0;
+    uint32_t scheme = 0;
+    size_t n = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&algos[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split), &n);
+    cublasLtMatmulAlgoConfigGetAttribute(&algos[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                                         &n);
+    const char* sc = scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE        ? "inplace"
+                     : scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? "compute"
+                     : scheme == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE  ? "output"
+                                                                        : "none";
+    char b[64];
+    std::snprintf(b, sizeof(b), "split %d %s", split, sc);
+    return b;
+  }
+};
+
+// Kernel nodes of a graph of kLaunches pairs, a pair.
+template <typename F>
+double nodes_a_pair(cudaStream_t s, F body) {
+  cudaGraph_t g;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kLaunches; ++i) body(i % kCopies);
+  CK(cudaStreamEndCapture(s, &g));
+  size_t n = 0;
+  CK(cudaGraphGetNodes(g, nullptr, &n));
+  CK(cudaGraphDestroy(g));
+  return static_cast<double>(n) / kLaunches;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int M = argc > 1 ? std::atoi(argv[1]) : 32;
+  cudaDeviceProp prop;
+  probe_device_props(prop);
+  struct Shape {
+    const char* name;
+    int N, K;
+  };
+  const Shape shapes[] = {{"gdn.out_proj", 2560, 4096}, {"mlp.down", 2560, 9216}, {"attn.o_proj", 2560, 4096}};
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const size_t wsb = size_t{32} << 20;
+  void* ws;
+  CK(cudaMalloc(&ws, wsb));
+  cublasLtHandle_t lt;
+  CK(cublasLtCreate(&lt));
+  std::printf("M = %d; us a pair (GEMM + add-and-norm), kernels a pair, the best algorithm's split and scheme\n", M);
+  for (const Shape& sh : shapes) {
+    const int N = sh.N, K = sh.K;
+    if (N != 8 * kThreads) continue;
+    std::vector<void*> W(kCopies);
+    const std::vector<__nv_bfloat16> w0 = probe_weights(N, K);
+    for (int c = 0; c < kCopies; ++c) {
+      CK(cudaMalloc(&W[c], size_t(N) * K * 2));
+      CK(cudaMemcpy(W[c], w0.data(), size_t(N) * K * 2, cudaMemcpyHostToDevice));
+    }
+    const std::vector<__nv_bfloat16> xa = probe_activations(M, K), wn = probe_activations(1, N);
+    void *x, *y16, *y32, *res, *res0, *h, *wnorm;
+    CK(cudaMalloc(&x, size_t(M) * K * 2));
+    CK(cudaMemcpy(x, xa.data(), size_t(M) * K * 2, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&y16, size_t(M) * N * 2));
+    CK(cudaMalloc(&y32, size_t(M) * N * 4));
+    CK(cudaMalloc(&res, size_t(M) * N * 2));
+    CK(cudaMalloc(&res0, size_t(M) * N * 2));
+    CK(cudaMalloc(&h, size_t(M) * N * 2));
+    CK(cudaMalloc(&wnorm, size_t(N) * 2));
+    CK(cudaMemcpy(wnorm, wn.data(), size_t(N) * 2, cudaMemcpyHostToDevice));
+    const std::vector<__nv_bfloat16> r0 = probe_activations(M, N);
+    CK(cudaMemcpy(res0, r0.data(), size_t(M) * N * 2, cudaMemcpyHostToDevice));
+    struct Side {
+      const char* name;
+      cudaDataType yt;
+      uint32_t schemes;
+    };
+    const Side sides[] = {
+        {"bf16", CUDA_R_16BF, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE},
+        {"f32", CUDA_R_32F, CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE},
+        {"f32 inplace", CUDA_R_32F, CUBLASLT_REDUCTION_SCHEME_INPLACE}};
+    std::vector<uint16_t> h_ref;
+    for (const Side& side : sides) {
+      const Lt g(lt, M, N, K, side.yt, side.schemes, wsb);
+      void* y = side.yt == CUDA_R_32F ? y32 : y16;
+      auto pair = [&](int i, int c) {
+        if (!g.run(i, W[c], x, y, ws, wsb, s)) return false;
+        if (side.yt == CUDA_R_32F) {
+          add_norm<<<M, kThreads, 0, s>>>(static_cast<const float*>(y), static_cast<__nv_bfloat16*>(res),
+                                          static_cast<const __nv_bfloat16*>(wnorm), static_cast<__nv_bfloat16*>(h), N);
+        } else {
+          add_norm<<<M, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(y), static_cast<__nv_bfloat16*>(res),
+                                          static_cast<const __nv_bfloat16*>(wnorm), static_cast<__nv_bfloat16*>(h), N);
+        }
+        return cudaGetLastError() == cudaSuccess;
+      };
+      float best = 1e30f;
+      int bi = -1;
+      for (int i = 0; i < g.count; ++i) {
+        if (g.algos[i].state != CUBLAS_STATUS_SUCCESS || !pair(i, 0)) {
+          cudaGetLastError();
+          continue;
+        }
+        CK(cudaStreamSynchronize(s));
+        const float t = time_graph(s, kLaunches, kCopies, [&](int c) { pair(i, c); });
+        if (t < best) best = t, bi = i;
+      }
+      if (bi < 0) {
+        std::printf("%-13s %-12s no algorithm ran\n", sh.name, side.name);
+        continue;
+      }
+      // h of one pair from the same residual, against the bf16 side's.
+      CK(cudaMemcpy(res, res0, size_t(M) * N * 2, cudaMemcpyDeviceToDevice));
+      pair(bi, 0);
+      std::vector<uint16_t> hv(size_t(M) * N);
+      CK(cudaMemcpy(hv.data(), h, hv.size() * 2, cudaMemcpyDeviceToHost));
+      if (h_ref.empty()) h_ref = hv;
+      size_t diff = 0;
+      for (size_t i = 0; i < hv.size(); ++i) diff += hv[i] != h_ref[i];
+      const double nodes = nodes_a_pair(s, [&](int c) { pair(bi, c); });
+      std::printf("%-13s %-12s %8.2f us  %.1f kernels  %-18s  h bytes differing from bf16's: %zu of %zu (%d algos)\n",
+                  sh.name, side.name, 1000 * best, nodes, g.describe(bi).c_str(), diff, hv.size(), g.count);
+    }
+    for (void* p : W) CK(cudaFree(p));
+    for (void* p : {x, y16, y32, res, res0, h, wnorm}) CK(cudaFree(p));
+  }
+  return 0;
+}

@@ -173,12 +173,13 @@ TEST_CASE("rmsnorm: an f32 x rounded first (round_x) gives the bytes of that x s
       auto dx = test::DevBuf::from(x, DType::f32), dxr = test::DevBuf::from(xr, DType::bf16);
       auto dres = test::DevBuf::from(res, DType::bf16), dw = test::DevBuf::from(w, DType::f32);
       auto dlive = test::DevBuf::from_i32({live});
-      auto run = [&](bool f32_x) {
+      // (y, residual_out) bytes of the norm of x (dtype xt), rounded first when `round`.
+      auto run = [&](const test::DevBuf& x_buf, DType xt, bool round) {
         auto y = out_buf(N, DType::bf16), r = out_buf(N, DType::bf16);
         RmsNormParams p;
-        p.x = f32_x ? dx.data() : dxr.data();
-        p.x_dtype = f32_x ? DType::f32 : DType::bf16;
-        p.round_x = f32_x;
+        p.x = x_buf.data();
+        p.x_dtype = xt;
+        p.round_x = round;
         p.residual = with_res ? dres.data() : nullptr;
         p.residual_out = r.data();
         p.w = dw.data();
@@ -193,26 +194,11 @@ TEST_CASE("rmsnorm: an f32 x rounded first (round_x) gives the bytes of that x s
         CHECK(gr.guard_ok);
         return std::make_pair(gy.bytes, gr.bytes);
       };
-      const auto want = run(false), got = run(true);
+      const auto want = run(dxr, DType::bf16, false), got = run(dx, DType::f32, true);
       CHECK(got.first == want.first);
       CHECK(got.second == want.second);
       // Without round_x the f32 x is added unrounded: other bytes (the setting's rounding is real).
-      if (with_res) {
-        auto y = out_buf(N, DType::bf16), r = out_buf(N, DType::bf16);
-        RmsNormParams p;
-        p.x = dx.data();
-        p.x_dtype = DType::f32;
-        p.residual = dres.data();
-        p.residual_out = r.data();
-        p.w = dw.data();
-        p.w_dtype = DType::f32;
-        p.y = y.data();
-        p.T = T;
-        p.n = n;
-        p.live_rows = dlive.as<int32_t>();
-        check(rmsnorm(p, nullptr));
-        CHECK(fetch(r, N, DType::bf16).bytes != want.second);
-      }
+      if (with_res) CHECK(run(dx, DType::f32, false).second != want.second);
     }
   }
 }

@@ -61,26 +61,33 @@ inline void* probe_x(int M, int K) {
   return x;
 }
 
-// y^T [N, M] = W [N, K] x^T by cuBLASLt (bf16 in and out, f32 accumulation): the descriptors of
-// one shape and up to `want` (at most 32) of the heuristic's algorithms for a workspace of ws_bytes.
+// y^T [N, M] = W [N, K] x^T by cuBLASLt (bf16 in, y of type yt, f32 accumulation): the descriptors
+// of one shape and up to `want` (at most 32) of the heuristic's algorithms for a workspace of
+// ws_bytes (and, where `schemes` is not 0, those split-K reduction schemes only).
 struct ProbeLtGemm {
   cublasLtHandle_t lt;
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulHeuristicResult_t algos[32];  // the first `count` are set
   int count = 0;
-  ProbeLtGemm(cublasLtHandle_t handle, int M, int N, int K, size_t ws_bytes, int want) : lt(handle) {
+  ProbeLtGemm(cublasLtHandle_t handle, int M, int N, int K, size_t ws_bytes, int want, cudaDataType yt = CUDA_R_16BF,
+              uint32_t schemes = 0)
+      : lt(handle) {
     CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, N, K));
     CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, M, K));
-    CK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, N, M, N));
+    CK(cublasLtMatrixLayoutCreate(&lc, yt, N, M, N));
     cublasLtMatmulPreference_t pref;
     CK(cublasLtMatmulPreferenceCreate(&pref));
     CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                             sizeof(ws_bytes)));
+    if (schemes != 0) {
+      CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                              sizeof(schemes)));
+    }
     CK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, want < 32 ? want : 32, algos, &count));
     cublasLtMatmulPreferenceDestroy(pref);
   }

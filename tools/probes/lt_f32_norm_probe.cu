@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/probes/gemm_probe.h"
 #include "tools/probes/probe_check.h"
 
 namespace {
@@ -49,51 +50,22 @@ __global__ void add_norm(const Y* y, __nv_bfloat16* res, const __nv_bfloat16* w,
   for (int i = 0; i < 8; ++i) h[row * H + c0 + i] = __float2bfloat16(v[i] * inv * (1.0f + __bfloat162float(w[c0 + i])));
 }
 
-struct Lt {
-  cublasLtHandle_t lt;
-  cublasLtMatmulDesc_t op;
-  cublasLtMatrixLayout_t la, lb, lc;
-  cublasLtMatmulHeuristicResult_t algos[32];
-  int count = 0;
-  // y^T [N, M] = W [N, K] x^T, y of dtype yt; `schemes`: the reduction schemes allowed.
-  Lt(cublasLtHandle_t handle, int M, int N, int K, cudaDataType yt, uint32_t schemes, size_t ws) : lt(handle) {
-    CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, N, K));
-    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, M, K));
-    CK(cublasLtMatrixLayoutCreate(&lc, yt, N, M, N));
-    cublasLtMatmulPreference_t pref;
-    CK(cublasLtMatmulPreferenceCreate(&pref));
-    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                            sizeof(schemes)));
-    if (cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 32, algos, &count) != CUBLAS_STATUS_SUCCESS)
-      count = 0;
-    cublasLtMatmulPreferenceDestroy(pref);
-  }
-  bool run(int i, const void* W, const void* x, void* y, void* ws, size_t wsb, cudaStream_t s) const {
-    const float alpha = 1, beta = 0;
-    return cublasLtMatmul(lt, op, &alpha, W, la, x, lb, &beta, y, lc, y, lc, &algos[i].algo, ws, wsb, s) ==
-           CUBLAS_STATUS_SUCCESS;
-  }
-  std::string describe(int i) const {
-    int split = 0;
-    uint32_t scheme = 0;
-    size_t n = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&algos[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split), &n);
-    cublasLtMatmulAlgoConfigGetAttribute(&algos[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
-                                         &n);
-    const char* sc = scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE        ? "inplace"
-                     : scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? "compute"
-                     : scheme == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE  ? "output"
-                                                                        : "none";
-    char b[64];
-    std::snprintf(b, sizeof(b), "split %d %s", split, sc);
-    return b;
-  }
-};
+// The split count and reduction scheme of algorithm i.
+std::string describe(const ProbeLtGemm& g, int i) {
+  int split = 0;
+  uint32_t scheme = 0;
+  size_t n = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&g.algos[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split), &n);
+  cublasLtMatmulAlgoConfigGetAttribute(&g.algos[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                                       &n);
+  const char* sc = scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE        ? "inplace"
+                   : scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? "compute"
+                   : scheme == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE  ? "output"
+                                                                      : "none";
+  char b[64];
+  std::snprintf(b, sizeof(b), "split %d %s", split, sc);
+  return b;
+}
 
 // Kernel nodes of a graph of kLaunches pairs, a pair.
 template <typename F>
@@ -160,10 +132,10 @@ int main(int argc, char** argv) {
         {"f32 inplace", CUDA_R_32F, CUBLASLT_REDUCTION_SCHEME_INPLACE}};
     std::vector<uint16_t> h_ref;
     for (const Side& side : sides) {
-      const Lt g(lt, M, N, K, side.yt, side.schemes, wsb);
+      const ProbeLtGemm g(lt, M, N, K, wsb, 32, side.yt, side.schemes);
       void* y = side.yt == CUDA_R_32F ? y32 : y16;
       auto pair = [&](int i, int c) {
-        if (!g.run(i, W[c], x, y, ws, wsb, s)) return false;
+        g.run(i, W[c], x, y, ws, wsb, s);
         if (side.yt == CUDA_R_32F) {
           add_norm<<<M, kThreads, 0, s>>>(static_cast<const float*>(y), static_cast<__nv_bfloat16*>(res),
                                           static_cast<const __nv_bfloat16*>(wnorm), static_cast<__nv_bfloat16*>(h), N);
@@ -198,7 +170,7 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < hv.size(); ++i) diff += hv[i] != h_ref[i];
       const double nodes = nodes_a_pair(s, [&](int c) { pair(bi, c); });
       std::printf("%-13s %-12s %8.2f us  %.1f kernels  %-18s  h bytes differing from bf16's: %zu of %zu (%d algos)\n",
-                  sh.name, side.name, 1000 * best, nodes, g.describe(bi).c_str(), diff, hv.size(), g.count);
+                  sh.name, side.name, 1000 * best, nodes, describe(g, bi).c_str(), diff, hv.size(), g.count);
     }
     for (void* p : W) CK(cudaFree(p));
     for (void* p : {x, y16, y32, res, res0, h, wnorm}) CK(cudaFree(p));

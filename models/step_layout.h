@@ -43,8 +43,8 @@ struct StepLayer {
 struct StepActs {
   // R = max(max_decode_batch, max_prefill_tokens) rows.
   TensorView x, h, mix;  // [R, H]
-  TensorView
-      mix32;  // [StepLayoutParams::mix_f32_rows, H] f32: the residual projections' unrounded output (empty unless set)
+  // [StepLayoutParams::mix_f32_rows, H] f32: the residual projections' unrounded output (empty unless set)
+  TensorView mix32;
   TensorView proj;             // [R * Pmax] flat: GDN / attention / MLP projection output
   TensorView conv_out;         // [R, C]
   TensorView q, k, v;          // [R, Hk, Dk], [R, Hk, Dk], [R, Hv, Dv]

@@ -90,10 +90,14 @@ TEST_CASE("mix-round norm on the skinny kernel: the bytes of gemm, prefill and d
   }
   CHECK(count_diff(gemm.cache_bytes(), norm.cache_bytes()) == 0);
   // A prefill bucket of more than 32 tokens rounds in the GEMM under both settings: the same bytes.
-  std::vector<int32_t> long_prompt(40);
-  for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = token_at(9, static_cast<int>(i), c.vocab);
-  const PrefillOutput a = gemm.prefill({{2, long_prompt, 0}}, RunMode::graph);
-  const PrefillOutput b = norm.prefill({{2, long_prompt, 0}}, RunMode::graph);
+  std::vector<PrefillRequest> longer;
+  for (int s = 0; s < 2; ++s) {  // 2 x 20 tokens (the context holds 32)
+    std::vector<int32_t> toks(20);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = token_at(9 + s, static_cast<int>(i), c.vocab);
+    longer.push_back({2 + s, toks, 0});
+  }
+  const PrefillOutput a = gemm.prefill(longer, RunMode::graph);
+  const PrefillOutput b = norm.prefill(longer, RunMode::graph);
   CHECK(a.bucket > 32);
   CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
 }

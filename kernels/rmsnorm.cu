@@ -126,7 +126,8 @@ __device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float
   }
 }
 
-// The block-per-row norm for bf16 rows (bf16 or f32 weights) whose length is a multiple of 256
+// The block-per-row norm for bf16 rows (bf16 or f32 weights; an f32 x with round_x, two 16-byte loads a thread, rounded
+// to bf16 before the residual add) whose length is a multiple of 256
 // (the layer norms of the real models: 2560, 5120): thread i owns the 8 consecutive elements 8i .. 8i + 7 and moves
 // them with one 16-byte load or store per tensor, all loads issued before the first store, so a row costs one memory
 // round trip and one barrier (the strided loop pays one round trip per element pair it owns: a load after a store to a
@@ -235,11 +236,11 @@ bool gated_vec_ok(const NormArgs& a) {
   return dev::aligned16(a.x) && dev::aligned16(a.z) && dev::aligned16(a.w) && dev::aligned16(a.y);
 }
 
-// The vector path applies: bf16 rows (x, y, residual; the weight bf16 or f32), n a multiple of 256 up to 8192 (whole
-// warps of 8 elements a thread), 16-byte aligned bases and strides.
+// The vector path applies: bf16 rows (y, residual; x bf16, or f32 with round_x; the weight bf16 or f32), n a multiple
+// of 256 up to 8192 (whole warps of 8 elements a thread), 16-byte aligned bases and strides.
 bool vec_ok(const NormArgs& a) {
-  // x bf16, or f32 rounded to bf16 first (round_x with the bf16 residual stream)
-  const bool x_ok = a.xt == DType::bf16 || (a.xt == DType::f32 && a.xr && a.res_out);
+  // x bf16, or f32 rounded to bf16 first (round_x, which implies the residual stream's output)
+  const bool x_ok = a.xt == DType::bf16 || (a.xt == DType::f32 && a.xr);
   const bool bf16 = x_ok && float_type(a.wt) && a.yt == DType::bf16 && (!a.res_out || a.rt == DType::bf16);
   if (!bf16 || a.n % 256 != 0 || a.n > 8 * kMaxBlock) return false;
   if (a.x_ts % 8 != 0 || a.x_hs % 8 != 0) return false;

@@ -8,8 +8,8 @@
 // Numerics vs the CPU reference (kernels/ref/norm_ref.h), which sums squares sequentially:
 //   each thread sums its elements in index order with fmaf, then a fixed butterfly (__shfl_xor)
 //   over the lanes of the row, then (block-per-row) the warp partials in a fixed butterfly. A
-//   thread owns either 8 consecutive elements (the 16-byte kernels: bf16 rows, bf16 or f32
-//   weights, n % 256 == 0 for rmsnorm, n in {64, 128, 256} for the gated norm, aligned) or a
+//   thread owns either 8 consecutive elements (the 16-byte kernels: bf16 rows (or an f32 x with
+//   round_x), bf16 or f32 weights, n % 256 == 0 for rmsnorm, n in {64, 128, 256} for the gated norm, aligned) or a
 //   strided set (every other case). The order depends only on n, the dtypes and the alignment
 //   (never on T, live_rows or the GPU), so results are deterministic run to run and identical
 //   across bucket sizes; they differ from the sequential reference by the rounding of the sum only

@@ -122,6 +122,12 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
     require(!opts_.tune_arms || tp_ranks_ == 1,
             "tensor parallel over {} ranks cannot tune its arms (--arms tune): each rank would choose its own",
             tp_ranks_);
+    // Over several ranks the f32 partials would be summed before the rounding, where each rank
+    // rounds its own partial in `gemm`: not the same arithmetic, and twice the all-reduce's bytes.
+    require(opts_.mix_round != MixRound::norm || tp_ranks_ == 1,
+            "tensor parallel over {} ranks rounds each rank's projection output before the sum: mix-round norm "
+            "does not apply",
+            tp_ranks_);
   }
   if (opts_.head_rows == cfg_.vocab && opts_.head_row0 == 0) opts_.head_rows = 0;  // the whole vocabulary
   require(opts_.head_rows == 0 || opts_.tp_comm,

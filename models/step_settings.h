@@ -164,9 +164,10 @@ bool gemm_fuses_swiglu(SwigluMode mode, int64_t rows, int64_t n, int64_t k);
 // it to add to the residual stream, or in that RMSNorm, which reads the GEMM's f32 output and
 // rounds it before the add (RmsNormParams::round_x). The arithmetic is the same either way, but an
 // f32 output lets cuBLASLt sum a split-K GEMM's partials in place (one kernel, where a bf16 output
-// takes a second, reduce kernel) and cuBLASLt may pick another algorithm for it: a setting, not an
-// arm (with the skinny kernel and cublasGemmEx the bytes are the same). For steps of at most
-// kGemmLtMaxRows rows (the f32 buffer is sized for them); larger steps round in the GEMM.
+// takes a second, reduce kernel) and cuBLAS / cuBLASLt may pick another algorithm for it: a setting,
+// not an arm (with the skinny kernel the bytes are the same). For steps of at most kGemmLtMaxRows
+// rows (the f32 buffer is sized for them); larger steps round in the GEMM. Not with tensor
+// parallelism over more than one rank (ModelStep refuses it: each rank rounds before the sum there).
 enum class MixRound : uint8_t {
   automatic,  // gemm (until the norm form is measured faster)
   gemm,       // the GEMM writes bf16

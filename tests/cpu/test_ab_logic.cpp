@@ -329,6 +329,13 @@ TEST_CASE("ab selection: which settings decide the arithmetic of a decode or pre
   b.ssm_state = "bf16";  // the state rounded: both kinds of graph
   CHECK_FALSE(same_arithmetic(a, b, false));
   CHECK_FALSE(same_arithmetic(a, b, true));
+  b = a;
+  b.mix_round = "norm";  // an f32 GEMM output: cuBLAS may sum it in another order...
+  CHECK_FALSE(same_arithmetic(a, b, false));
+  CHECK_FALSE(same_arithmetic(a, b, true));
+  a.gemm = b.gemm = "skinny";  // ...the skinny kernel may not: the same bytes
+  CHECK(same_arithmetic(a, b, false));
+  CHECK(same_arithmetic(a, b, true));
 }
 
 TEST_CASE("ab sides: a fault's report names the side and its selection", "[ab][selection][faults]") {

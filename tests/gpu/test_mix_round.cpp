@@ -70,13 +70,20 @@ TEST_CASE("mix-round norm on the skinny kernel: the bytes of gemm, prefill and d
     CHECK(f32_outputs(norm.manifest(key), "mlp.down", xw, key * double(c.hidden) * 4) == c.layers);
     CHECK(f32_outputs(gemm.manifest(key), "mlp.down", xw, key * double(c.hidden) * 4) == 0);
   }
-  // A prefill of 3 sequences (a bucket of at most 32 tokens: f32; then decode steps after it).
+  // Prefills of at most 32 tokens (f32): 26 tokens in the bucket of 32, which fills the f32 buffer's
+  // 32 rows, then 13 in the bucket of 16 (the caches the decode steps below continue from).
+  std::vector<int32_t> twelve(12), fourteen(14);
+  for (size_t i = 0; i < twelve.size(); ++i) twelve[i] = token_at(7, static_cast<int>(i), c.vocab);
+  for (size_t i = 0; i < fourteen.size(); ++i) fourteen[i] = token_at(8, static_cast<int>(i), c.vocab);
+  const std::vector<PrefillRequest> full = {{0, twelve, 0}, {7, fourteen, 0}};
   const std::vector<PrefillRequest> pre = {{1, {5, 9, 2, 7}, 0}, {4, {3, 3, 8}, 0}, {6, {11, 1, 4, 4, 2, 9}, 0}};
-  for (RunMode mode : {RunMode::graph, RunMode::eager}) {
-    const PrefillOutput a = gemm.prefill(pre, mode), b = norm.prefill(pre, mode);
-    CHECK(a.bucket <= 32);
-    CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
-    CHECK(a.tokens == b.tokens);
+  for (const auto* batch : {&full, &pre}) {
+    for (RunMode mode : {RunMode::graph, RunMode::eager}) {
+      const PrefillOutput a = gemm.prefill(*batch, mode), b = norm.prefill(*batch, mode);
+      CHECK(a.bucket == (batch == &full ? 32 : 16));
+      CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
+      CHECK(a.tokens == b.tokens);
+    }
   }
   for (int t = 0; t < 4; ++t) {
     CAPTURE(t);
@@ -109,6 +116,12 @@ TEST_CASE("mix-round norm on cuBLASLt: replay equals eager, and the logits agree
   ModelStep norm(c, small_step(GemmKind::lt, MixRound::norm));
   gemm.capture_all();  // the warm-up tunes every projection shape (the f32 ones on their own)
   norm.capture_all();
+  for (int key : norm.keys()) {  // down writes f32 (the label's bytes sit on the first kernel node of a launch)
+    CAPTURE(key);
+    const double xw = key * double(c.intermediate) * 2 + double(c.hidden) * c.intermediate * 2;
+    CHECK(f32_outputs(norm.manifest(key), "mlp.down", xw, key * double(c.hidden) * 4) == c.layers);
+    CHECK(f32_outputs(gemm.manifest(key), "mlp.down", xw, key * double(c.hidden) * 4) == 0);
+  }
   norm.randomize_caches(11);
   gemm.set_cache_bytes(norm.cache_bytes());
   const std::vector<uint8_t> start = norm.cache_bytes();

@@ -92,8 +92,8 @@ ResolvedArms side_arms(const ResolvedArms& base, const Selection& sel, std::stri
 
 // Whether two resolved choices run the same arithmetic on one kind of graph: the settings that
 // kind of step uses are equal (decode: attn-decode, gemm, ssm-state; prefill: delta-prefill,
-// attn-prefill, gemm, ssm-state). Arms never count: every arm of an op is byte-identical (docs/ARMS.md), so such
-// choices must give the same bytes.
+// attn-prefill, gemm, ssm-state; both: mix-round, unless gemm is skinny). Arms never count: every arm of an op is
+// byte-identical (docs/ARMS.md), so such choices must give the same bytes.
 bool same_arithmetic(const StepChoice& a, const StepChoice& b, bool prefill);
 
 // The valid keys, for errors and --help: "conv.fwd, conv.chunks, ..., delta-prefill, ..., gemm".

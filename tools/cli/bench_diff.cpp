@@ -95,11 +95,13 @@ void check_report(const json& doc, const Reader& r) {
 }
 
 // A setting's value as the report holds it (JSON text for a non-string); nullopt when absent, but
-// "f32" for an absent ssm_state and "0" for an absent history (reports from before those settings
-// existed kept their state in f32 and prefilled fresh prompts).
+// "f32" for an absent ssm_state, "0" for an absent history and "gemm" for an absent mix_round
+// (reports from before those settings existed kept their state in f32, prefilled fresh prompts and
+// rounded in the GEMM).
 std::optional<std::string> setting_value(const json& doc, const char* key) {
   if (!doc.contains(key) && std::string_view(key) == "ssm_state") return std::string("f32");
   if (!doc.contains(key) && std::string_view(key) == "history") return std::string("0");
+  if (!doc.contains(key) && std::string_view(key) == "mix_round") return std::string("gemm");
   if (!doc.contains(key) || doc.at(key).is_null()) return std::nullopt;
   const json& v = doc.at(key);
   return v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);

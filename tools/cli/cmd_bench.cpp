@@ -410,7 +410,7 @@ void register_bench(CLI::App& app, Action& action) {
                   "the same arithmetic, and cuBLASLt may then sum split-K partials in place, one kernel instead "
                   "of two; cuBLASLt's algorithm may differ, so its bytes may), or auto (gemm)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "gemm", "norm"}));
+      ->check(CLI::IsMember(setting_values("mix-round")));
   cmd->add_option("--ssm-state", o.ssm_state,
                   "model workload: the dtype the GDN layers keep their recurrent state in between steps: f32 (the "
                   "default) or bf16 (half the bytes: the arithmetic stays f32, the state is rounded to bf16 after "

@@ -45,6 +45,15 @@ TEST_CASE("bench --history: the prefill step after tokens in the caches", "[gpu]
     CHECK(g.at("history") == 100);
     CHECK(g.at("tokens_per_sequence") == 70);
     CHECK(g.at("step_ms").at("median").get<double>() > 0);
+    // The clocks during the timed replays (null only where NVML could not sample, which the run says).
+    const auto& c = g.at("clocks");
+    if (c.is_null()) {
+      CHECK(r.out.find("clocks: not sampled (") != std::string::npos);
+    } else {
+      CHECK(c.at("samples").get<int>() >= 1);
+      CHECK(c.at("sm_mhz").at("median").get<int>() > 0);
+      CHECK(r.out.find("clocks during the graph's timed replays: SM ") != std::string::npos);
+    }
   }
   CHECK(prefill);
   std::filesystem::remove(json);

@@ -20,6 +20,7 @@
 #include "engine/cuda_handles.h"
 #include "engine/env.h"
 #include "engine/error.h"
+#include "engine/gpu_clocks.h"
 #include "engine/text.h"
 #include "graphs/export.h"
 #include "graphs/marginal.h"
@@ -256,6 +257,24 @@ void check_history(const BenchOptions& o, const std::string& command, bool gpu) 
   }
 }
 
+namespace {
+
+// A graph's clock line and its JSON (null where NVML could not sample).
+nlohmann::json report_clocks(const ClockSampler& clocks, const std::vector<ClockSample>& samples) {
+  if (!clocks.available()) return nullptr;
+  const ClockSummary c = summarize_clocks(samples);
+  fmt::print("  clocks during the graph's timed replays: {}\n", describe_clocks(c));
+  nlohmann::json held = nlohmann::json::object();
+  for (const auto& [bit, n] : c.reasons) held[clock_reason_name(bit)] = n;
+  return {{"samples", c.samples},
+          {"sm_mhz", {{"median", c.sm_median}, {"min", c.sm_min}, {"max", c.sm_max}}},
+          {"mem_mhz", c.mem_median},
+          {"power_w", c.power_w_median},
+          {"held_down", held}};
+}
+
+}  // namespace
+
 int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   // Ctrl-C: the graph being measured finishes, then the run stops and reports (and writes) what it
   // measured, marked interrupted, and exits with 130. A second Ctrl-C ends the process.
@@ -317,6 +336,9 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   std::vector<std::string> summary;
   nlohmann::json graphs = nlohmann::json::array();
   cudaStream_t s = step.stream();
+  // The clocks, power and clock limits while each graph's replays are timed (gpu_clocks.h).
+  ClockSampler clocks(dev.ordinal);
+  if (!clocks.available()) fmt::print("clocks: not sampled ({})\n", clocks.unavailable_reason());
 
   const size_t planned = (do_decode ? step.keys().size() : 0) + (do_prefill ? 1 : 0);
   if (do_decode) {
@@ -325,7 +347,9 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
       std::vector<DecodeRequest> batch;
       for (int r = 0; r < key; ++r) batch.push_back({r, (r * 7919) % cfg.vocab, o.context - 1});
       step.enqueue(batch, RunMode::graph);
+      clocks.start();
       const Spread g = time_steps(step, o.reps, o.replays, [&] { step.replay(key); });
+      const std::vector<ClockSample> clock_samples = clocks.stop();
       // Eager: the same launches from the host each step, metadata upload included (the caches
       // keep changing, which changes no launch).
       const Spread e =
@@ -339,6 +363,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
           "{:.3f} ms; floor {:.3f} ms ({} at 4.3 TB/s) = {:.0f}% of the graphed step\n",
           key, g.median, g.min, g.max, o.reps, o.replays, e.median, floor_ms, format_bytes(floor_bytes),
           100 * floor_ms / g.median);
+      const nlohmann::json clock_json = report_clocks(clocks, clock_samples);
       // The KV bytes of the workload's context, which the graph's node labels cannot know.
       const FamilyWork kv{"attention.decode", double(key) * o.context * step.kv_bytes_per_token(), 0};
       nlohmann::json ops = op_family_table(
@@ -365,6 +390,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                         {"eager_ms", e.median},
                         {"floor_ms", floor_ms},
                         {"floor_bytes", floor_bytes},
+                        {"clocks", clock_json},
                         {"ops", ops},
                         {"manifest", to_json(step.manifest(key))}});
     }
@@ -381,7 +407,9 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     // Every replay prefills the same sequences again: without history the states are rewritten; with
     // it each replay continues from the states the previous one left and rewrites the same KV
     // positions (the same work).
+    clocks.start();
     const Spread g = time_steps(step, reps, replays, [&] { step.replay_prefill(bucket); });
+    const std::vector<ClockSample> clock_samples = clocks.stop();
     const Spread e = time_steps(step, reps, replays, [&] { step.launch_prefill_eager(bucket); });
     // Weights, the states (written; read too with history), the prompt's KV written and the
     // history's KV read.
@@ -395,6 +423,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
         "replays); eager {:.2f} ms; bandwidth floor {:.3f} ms ({})\n",
         o.max_seqs, o.context, after, bucket, g.median, g.min, g.max, reps, replays, e.median, floor_ms,
         format_bytes(floor_bytes));
+    const nlohmann::json clock_json = report_clocks(clocks, clock_samples);
     // The causal products of the workload's sequences (q K^T and P V: 4 Hq D FLOPs a query-key pair
     // at or before the query, the history's keys included), which the graph's node labels cannot know.
     const int attn_layers = cfg.num_full_attention();
@@ -436,6 +465,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                       {"step_ms", {{"median", g.median}, {"min", g.min}, {"max", g.max}}},
                       {"eager_ms", e.median},
                       {"floor_ms", floor_ms},
+                      {"clocks", clock_json},
                       {"ops", ops},
                       {"manifest", to_json(step.prefill_manifest(bucket))}});
   }

@@ -1,0 +1,59 @@
+// CPU tests of the clock sampler's summaries (engine/gpu_clocks.h), and of the sampler where NVML
+// cannot sample (no driver on the CI machine): it says why and a measurement goes on.
+#include <string>
+#include <vector>
+
+#include "engine/gpu_clocks.h"
+#include "tests/support/catch.h"
+
+using namespace sg;
+
+TEST_CASE("clock summary: medians, the SM clock's range and the reasons it was held down", "[clocks]") {
+  std::vector<ClockSample> s = {{1980, 3201, 650000, kClockPowerCap},
+                                {1755, 3201, 700000, kClockPowerCap | kClockSwThermal},
+                                {1980, 3201, 400000, kClockIdle},
+                                {1830, 2619, 690000, 0}};
+  const ClockSummary c = summarize_clocks(s);
+  CHECK(c.samples == 4);
+  CHECK(c.sm_min == 1755);
+  CHECK(c.sm_max == 1980);
+  CHECK(c.sm_median == 1830);  // the lower middle value of 1755, 1830, 1980, 1980
+  CHECK(c.mem_median == 3201);
+  CHECK(c.power_w_median == 650.0);
+  // idle is left out; the others in bit order with their counts
+  REQUIRE(c.reasons.size() == 2);
+  CHECK(c.reasons[0] == std::make_pair(kClockPowerCap, size_t{2}));
+  CHECK(c.reasons[1] == std::make_pair(kClockSwThermal, size_t{1}));
+  CHECK(describe_clocks(c) ==
+        "SM 1830 MHz median (1755 to 1980), memory 3201 MHz, 650 W; held down by: power cap in 2 of 4 samples, "
+        "software thermal slowdown in 1 of 4 samples");
+  s.resize(1);
+  s[0].reasons = 0;
+  CHECK(describe_clocks(summarize_clocks(s)) ==
+        "SM 1980 MHz median (1980 to 1980), memory 3201 MHz, 650 W; no clock limit reported");
+  CHECK(summarize_clocks({}).samples == 0);
+  CHECK(describe_clocks(summarize_clocks({})) == "no samples");
+}
+
+TEST_CASE("clock reasons: every named bit has its name, others their value", "[clocks]") {
+  CHECK(clock_reason_name(kClockHwSlowdown) == "hardware slowdown");
+  CHECK(clock_reason_name(kClockHwThermal) == "hardware thermal slowdown");
+  CHECK(clock_reason_name(kClockPowerBrake) == "power brake");
+  CHECK(clock_reason_name(kClockAppSetting) == "application clock setting");
+  CHECK(clock_reason_name(uint64_t{1} << 40) == "reason 0x10000000000");
+}
+
+TEST_CASE("clock sampler: unavailable says why and samples nothing; available samples at once", "[clocks]") {
+  ClockSampler c(0, 5);
+  CHECK(c.available() == c.unavailable_reason().empty());
+  c.start();
+  const std::vector<ClockSample> got = c.stop();
+  if (!c.available()) {
+    INFO(c.unavailable_reason());
+    CHECK(got.empty());
+  } else {
+    CHECK(!got.empty());  // one sample at start
+    CHECK(got.front().sm_mhz > 0);
+  }
+  CHECK(c.stop().empty());  // stopped twice: nothing more
+}

@@ -43,7 +43,7 @@ TEST_CASE("clock reasons: every named bit has its name, others their value", "[c
   CHECK(clock_reason_name(uint64_t{1} << 40) == "reason 0x10000000000");
 }
 
-TEST_CASE("clock sampler: unavailable says why and samples nothing; available samples at once", "[clocks]") {
+TEST_CASE("clock sampler: unavailable, it says why and samples nothing, else it samples at once", "[clocks]") {
   ClockSampler c(0, 5);
   CHECK(c.available() == c.unavailable_reason().empty());
   c.start();

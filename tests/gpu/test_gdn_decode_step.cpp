@@ -18,6 +18,7 @@
 #include "kernels/ref/delta_rule_ref.h"
 #include "kernels/ref/postconv_ref.h"
 #include "models/gdn_decode_step.h"
+#include "tests/support/byte_diff_count.h"
 #include "tests/support/catch.h"
 #include "tests/support/random.h"
 
@@ -64,12 +65,7 @@ std::vector<float> as_floats(const std::vector<uint8_t>& bytes, DType t) {
   return out;
 }
 
-size_t count_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
-  if (a.size() != b.size()) return std::max(a.size(), b.size());
-  size_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
-  return n;
-}
+using test::count_diff;
 
 struct Snapshot {
   std::vector<uint8_t> out, conv, ssm;

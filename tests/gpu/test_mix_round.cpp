@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/model_step.h"
+#include "tests/support/byte_diff_count.h"
 #include "tests/support/catch.h"
 #include "tests/support/tolerance.h"
 
@@ -16,12 +17,7 @@ using namespace sg;
 
 namespace {
 
-size_t count_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
-  if (a.size() != b.size()) return std::max(a.size(), b.size());
-  size_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
-  return n;
-}
+using test::count_diff;
 
 int32_t token_at(int step, int row, int vocab) { return static_cast<int32_t>((37 * step + 11 * row + 3) % vocab); }
 

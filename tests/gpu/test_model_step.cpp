@@ -19,6 +19,7 @@
 #include "kernels/ref/mlp_ref.h"
 #include "models/model_step.h"
 #include "models/reference_model.h"
+#include "tests/support/byte_diff_count.h"
 #include "tests/support/catch.h"
 #include "tests/support/logits.h"
 #include "tests/support/tolerance.h"
@@ -29,12 +30,7 @@ namespace {
 
 using test::max_normalised_error;
 
-size_t count_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
-  if (a.size() != b.size()) return std::max(a.size(), b.size());
-  size_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
-  return n;
-}
+using test::count_diff;
 
 // A fixed pseudo-random token for (step, row): both models consume the same sequence whatever
 // they predict, so one near-tie can never make the two runs diverge.

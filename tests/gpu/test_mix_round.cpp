@@ -46,6 +46,17 @@ int f32_outputs(const Manifest& m, const std::string& op, double x_bytes_and_w, 
   return n;
 }
 
+// mlp.down writes [rows, H] f32 once a layer in every decode graph of `norm`, bf16 in `gemm`'s (a
+// launch's label sits on its first kernel node, so a library GEMM with a reduce kernel counts once).
+void check_down_outputs(const Qwen35Config& c, const ModelStep& gemm, const ModelStep& norm) {
+  for (int key : norm.keys()) {
+    CAPTURE(key);
+    const double xw = key * double(c.intermediate) * 2 + double(c.hidden) * c.intermediate * 2;
+    CHECK(f32_outputs(norm.manifest(key), "mlp.down", xw, key * double(c.hidden) * 4) == c.layers);
+    CHECK(f32_outputs(gemm.manifest(key), "mlp.down", xw, key * double(c.hidden) * 4) == 0);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("mix-round norm on the skinny kernel: the bytes of gemm, prefill and decode, graphed and eager",
@@ -59,13 +70,7 @@ TEST_CASE("mix-round norm on the skinny kernel: the bytes of gemm, prefill and d
   CHECK(ModelStep(c, small_step(GemmKind::skinny, MixRound::automatic)).options().mix_round == MixRound::gemm);
   gemm.capture_all();
   norm.capture_all();
-  // mlp.down writes [rows, H] f32 in every decode graph of `norm`, bf16 in `gemm`'s.
-  for (int key : norm.keys()) {
-    CAPTURE(key);
-    const double xw = key * double(c.intermediate) * 2 + double(c.hidden) * c.intermediate * 2;
-    CHECK(f32_outputs(norm.manifest(key), "mlp.down", xw, key * double(c.hidden) * 4) == c.layers);
-    CHECK(f32_outputs(gemm.manifest(key), "mlp.down", xw, key * double(c.hidden) * 4) == 0);
-  }
+  check_down_outputs(c, gemm, norm);
   // Prefills of at most 32 tokens (f32): 26 tokens in the bucket of 32, which fills the f32 buffer's
   // 32 rows, then 13 in the bucket of 16 (the caches the decode steps below continue from).
   std::vector<int32_t> twelve(12), fourteen(14);
@@ -112,12 +117,7 @@ TEST_CASE("mix-round norm on cuBLASLt: replay equals eager, and the logits agree
   ModelStep norm(c, small_step(GemmKind::lt, MixRound::norm));
   gemm.capture_all();  // the warm-up tunes every projection shape (the f32 ones on their own)
   norm.capture_all();
-  for (int key : norm.keys()) {  // down writes f32 (the label's bytes sit on the first kernel node of a launch)
-    CAPTURE(key);
-    const double xw = key * double(c.intermediate) * 2 + double(c.hidden) * c.intermediate * 2;
-    CHECK(f32_outputs(norm.manifest(key), "mlp.down", xw, key * double(c.hidden) * 4) == c.layers);
-    CHECK(f32_outputs(gemm.manifest(key), "mlp.down", xw, key * double(c.hidden) * 4) == 0);
-  }
+  check_down_outputs(c, gemm, norm);
   norm.randomize_caches(11);
   gemm.set_cache_bytes(norm.cache_bytes());
   const std::vector<uint8_t> start = norm.cache_bytes();

@@ -11,6 +11,7 @@
 #include <set>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 
 #include "engine/error.h"
 #include "engine/text.h"
@@ -99,9 +100,13 @@ void check_report(const json& doc, const Reader& r) {
 // (reports from before those settings existed kept their state in f32, prefilled fresh prompts and
 // rounded in the GEMM).
 std::optional<std::string> setting_value(const json& doc, const char* key) {
-  if (!doc.contains(key) && std::string_view(key) == "ssm_state") return std::string("f32");
-  if (!doc.contains(key) && std::string_view(key) == "history") return std::string("0");
-  if (!doc.contains(key) && std::string_view(key) == "mix_round") return std::string("gemm");
+  static constexpr std::pair<std::string_view, std::string_view> kBefore[] = {
+      {"ssm_state", "f32"}, {"history", "0"}, {"mix_round", "gemm"}};
+  if (!doc.contains(key)) {
+    for (const auto& [name, value] : kBefore) {
+      if (name == key) return std::string(value);
+    }
+  }
   if (!doc.contains(key) || doc.at(key).is_null()) return std::nullopt;
   const json& v = doc.at(key);
   return v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);

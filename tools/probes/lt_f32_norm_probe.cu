@@ -1,5 +1,6 @@
 // lt_f32_norm_probe.cu: a decode projection that feeds the residual stream (o_proj, out_proj, down:
-// N = hidden) followed by the RMSNorm that adds it to the residual and normalises it, two ways:
+// N = hidden) followed by the RMSNorm that adds it to the residual and normalises it (the library's
+// rmsnorm, as the model step launches it), two ways:
 //   bf16: cuBLASLt writes y in bf16 (split-K partials summed in f32 by its reduce kernel, as the
 //         library's LtGemm allows), the norm reads bf16;
 //   f32:  cuBLASLt writes y in f32, so a split-K algorithm may sum its partials in place in y (no
@@ -10,7 +11,8 @@
 // reduction scheme, and how many bytes of h differ from the bf16 side's (h of each side's best).
 // Usage: lt_f32_norm_probe [M] (default 32). Build and run on the GPU machine (repository root):
 //   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/lt_f32_norm_probe \
-//     tools/probes/lt_f32_norm_probe.cu -lcublasLt && /tmp/lt_f32_norm_probe 32
+//     tools/probes/lt_f32_norm_probe.cu kernels/rmsnorm.cu kernels/launch_check.cpp kernels/launch_policy.cpp \
+//     -lcublasLt && /tmp/lt_f32_norm_probe 32
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -20,35 +22,15 @@
 #include <string>
 #include <vector>
 
+#include "kernels/rmsnorm.h"
 #include "tools/probes/gemm_probe.h"
 #include "tools/probes/probe_check.h"
 
+using namespace sg;
+
 namespace {
 
-constexpr int kCopies = 8, kLaunches = 20, kThreads = 320;  // kThreads x 8 = the 4B's hidden 2560
-
-// x = round(round(y) + res); h = round(x * rsqrt(mean(x^2) + eps) * (1 + w)); one block a row,
-// 8 consecutive columns a thread (H = 8 * blockDim.x).
-template <typename Y>
-__global__ void add_norm(const Y* y, __nv_bfloat16* res, const __nv_bfloat16* w, __nv_bfloat16* h, int H) {
-  __shared__ float part[32];
-  const int row = blockIdx.x, c0 = 8 * threadIdx.x;
-  float v[8];
-  for (int i = 0; i < 8; ++i) {
-    const float m = __bfloat162float(__float2bfloat16(static_cast<float>(y[row * H + c0 + i])));
-    v[i] = __bfloat162float(__float2bfloat16(m + __bfloat162float(res[row * H + c0 + i])));
-    res[row * H + c0 + i] = __float2bfloat16(v[i]);
-  }
-  float s = 0;
-  for (int i = 0; i < 8; ++i) s = fmaf(v[i], v[i], s);
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
-  __syncthreads();
-  s = 0;
-  for (int i = 0; i < static_cast<int>(blockDim.x / 32); ++i) s += part[i];
-  const float inv = rsqrtf(s / H + 1e-6f);
-  for (int i = 0; i < 8; ++i) h[row * H + c0 + i] = __float2bfloat16(v[i] * inv * (1.0f + __bfloat162float(w[c0 + i])));
-}
+constexpr int kCopies = 8, kLaunches = 20, kHidden = 2560;  // the 4B preset's hidden size
 
 // The split count and reduction scheme of algorithm i.
 std::string describe(const ProbeLtGemm& g, int i) {
@@ -90,7 +72,7 @@ int main(int argc, char** argv) {
     const char* name;
     int N, K;
   };
-  const Shape shapes[] = {{"gdn.out_proj", 2560, 4096}, {"mlp.down", 2560, 9216}, {"attn.o_proj", 2560, 4096}};
+  const Shape shapes[] = {{"gdn.out_proj", kHidden, 4096}, {"mlp.down", kHidden, 9216}, {"attn.o_proj", kHidden, 4096}};
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const size_t wsb = size_t{32} << 20;
@@ -101,7 +83,6 @@ int main(int argc, char** argv) {
   std::printf("M = %d; us a pair (GEMM + add-and-norm), kernels a pair, the best algorithm's split and scheme\n", M);
   for (const Shape& sh : shapes) {
     const int N = sh.N, K = sh.K;
-    if (N != 8 * kThreads) continue;
     std::vector<void*> W(kCopies);
     const std::vector<__nv_bfloat16> w0 = probe_weights(N, K);
     for (int c = 0; c < kCopies; ++c) {
@@ -134,16 +115,20 @@ int main(int argc, char** argv) {
     for (const Side& side : sides) {
       const ProbeLtGemm g(lt, M, N, K, wsb, 32, side.yt, side.schemes);
       void* y = side.yt == CUDA_R_32F ? y32 : y16;
+      RmsNormParams np;  // x = round(round(y) + res) into res, h = rmsnorm(x) (the step's norm after the GEMM)
+      np.x = y;
+      np.x_dtype = side.yt == CUDA_R_32F ? DType::f32 : DType::bf16;
+      np.round_x = side.yt == CUDA_R_32F;
+      np.residual = res;
+      np.residual_out = res;
+      np.w = wnorm;
+      np.w_dtype = DType::bf16;
+      np.y = h;
+      np.T = M;
+      np.n = N;
       auto pair = [&](int i, int c) {
         g.run(i, W[c], x, y, ws, wsb, s);
-        if (side.yt == CUDA_R_32F) {
-          add_norm<<<M, kThreads, 0, s>>>(static_cast<const float*>(y), static_cast<__nv_bfloat16*>(res),
-                                          static_cast<const __nv_bfloat16*>(wnorm), static_cast<__nv_bfloat16*>(h), N);
-        } else {
-          add_norm<<<M, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(y), static_cast<__nv_bfloat16*>(res),
-                                          static_cast<const __nv_bfloat16*>(wnorm), static_cast<__nv_bfloat16*>(h), N);
-        }
-        return cudaGetLastError() == cudaSuccess;
+        return rmsnorm(np, s) == cudaSuccess;
       };
       float best = 1e30f;
       int bi = -1;

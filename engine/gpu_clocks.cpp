@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 namespace sg {
@@ -64,6 +65,44 @@ std::string describe_clocks(const ClockSummary& s) {
                        s.reasons[i].second, s.samples);
   }
   return out;
+}
+
+namespace {
+
+constexpr uint64_t kClockLimits =
+    kClockPowerCap | kClockHwSlowdown | kClockSwThermal | kClockHwThermal | kClockPowerBrake;
+
+// The share of the samples held down by `bit`.
+double reason_share(const ClockSummary& s, uint64_t bit) {
+  for (const auto& [b, n] : s.reasons)
+    if (b == bit) return static_cast<double>(n) / static_cast<double>(s.samples);
+  return 0.0;
+}
+
+}  // namespace
+
+std::string compare_clocks(const ClockSummary& a, const ClockSummary& b, const std::string& name_a,
+                           const std::string& name_b) {
+  if (a.samples == 0 || b.samples == 0) return "";
+  std::vector<std::string> why;
+  const unsigned hi = std::max(a.sm_median, b.sm_median);
+  if (hi > 0 && std::abs(double(a.sm_median) - double(b.sm_median)) > 0.01 * hi) {
+    why.push_back(
+        fmt::format("SM clock medians {} MHz ({}) and {} MHz ({})", a.sm_median, name_a, b.sm_median, name_b));
+  }
+  for (int i = 0; i < 64; ++i) {
+    const uint64_t bit = uint64_t{1} << i;
+    if ((bit & kClockLimits) == 0) continue;
+    const double sa = reason_share(a, bit), sb = reason_share(b, bit);
+    if (std::abs(sa - sb) > 0.25) {
+      why.push_back(fmt::format("{} in {:.0f}% of {}'s samples and {:.0f}% of {}'s", clock_reason_name(bit), 100 * sa,
+                                name_a, 100 * sb, name_b));
+    }
+  }
+  if (why.empty()) return "";
+  std::string out = "the clocks differed between the measurements (";
+  for (size_t i = 0; i < why.size(); ++i) out += (i ? "; " : "") + why[i];
+  return out + ")";
 }
 
 // The few NVML entry points the sampler calls, resolved from the driver's library at run time (its

@@ -45,6 +45,12 @@ std::string clock_reason_name(uint64_t bit);
 // "SM 1980 MHz median (1755 to 1980), memory 3201 MHz, 612 W; held down by: power cap in 12 of 40
 // samples" (or "...; no clock limit reported"); "no samples" for an empty summary.
 std::string describe_clocks(const ClockSummary& s);
+// Whether two measurements ran at different clocks, for a comparison of their times: empty when
+// alike, else a sentence naming the difference. Different means SM clock medians more than 1% apart
+// (of the higher), or a limiting reason (power cap, power brake, hardware or thermal slowdown) in
+// shares of the samples more than a quarter apart. Empty when either summary has no samples.
+std::string compare_clocks(const ClockSummary& a, const ClockSummary& b, const std::string& name_a = "A",
+                           const std::string& name_b = "B");
 
 class ClockSampler {
  public:

@@ -169,7 +169,7 @@ bool gemm_fuses_swiglu(SwigluMode mode, int64_t rows, int64_t n, int64_t k);
 // rows (the f32 buffer is sized for them); larger steps round in the GEMM. Not with tensor
 // parallelism over more than one rank (ModelStep refuses it: each rank rounds before the sum there).
 enum class MixRound : uint8_t {
-  automatic,  // gemm (until the norm form is measured faster)
+  automatic,  // gemm: norm measured no faster (4B decode b=32, docs/BENCHMARKS.md)
   gemm,       // the GEMM writes bf16
   norm,       // the GEMM writes f32 on steps of at most kGemmLtMaxRows rows; the norm rounds it
 };

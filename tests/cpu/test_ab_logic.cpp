@@ -39,8 +39,8 @@ AbReport sample_report() {
   r.replays = 10;
   r.node_replays = 2;
   r.hash_steps = 16;
-  r.a = {"(base)", "conv.fwd=register", "delta-prefill=chunked", 1, 2};
-  r.b = {"postconv=token_tile", "conv.fwd=register", "delta-prefill=chunked", 1, 2};
+  r.a = {"(base)", "conv.fwd=register", "delta-prefill=chunked", 1, 2, std::nullopt};
+  r.b = {"postconv=token_tile", "conv.fwd=register", "delta-prefill=chunked", 1, 2, std::nullopt};
   r.step = compare_row("whole step (ms)", {1.0, 1.1, 1.05}, {0.8, 0.85, 0.82});
   r.families = compare_families({{"postconv", {10, 11, 12}}, {"conv.update", {5, 5, 5}}},
                                 {{"postconv", {7, 7.5, 8}}, {"conv.update", {5.1, 5, 4.9}}});
@@ -253,10 +253,44 @@ TEST_CASE("ab report: a run that Ctrl-C ended early says how many repetitions it
   CHECK(ab_json(r).at("interrupted") == true);
 }
 
+TEST_CASE("ab report: each side's clocks, and a caution where they differed", "[ab][report]") {
+  AbReport r = sample_report();
+  const std::string none = format_ab_report(r);
+  CHECK_FALSE(contains(none, "clocks"));  // neither sampled nor a reason: no line
+  CHECK(ab_json(r).at("clocks").at("a").is_null());
+  r.clocks_unavailable = "NVML could not be loaded";
+  CHECK(contains(format_ab_report(r), "clocks: not sampled (NVML could not be loaded)"));
+  CHECK(ab_json(r).at("clocks").at("not_sampled") == "NVML could not be loaded");
+
+  r.clocks_unavailable.clear();
+  r.a.clocks = summarize_clocks(std::vector<ClockSample>(5, ClockSample{1980, 3201, 560000, 0}));
+  r.b.clocks = r.a.clocks;
+  std::string t = format_ab_report(r);
+  CHECK(contains(t,
+                 "clocks during the event-timed replays (NVML):\n  A: SM 1980 MHz median (1980 to 1980), memory 3201 "
+                 "MHz, 560 W; no clock limit reported\n  B: SM 1980 MHz"));
+  CHECK_FALSE(contains(t, "caution"));
+  CHECK(clocks_caution(r).empty());
+  nlohmann::json j = ab_json(r);
+  CHECK(j.at("clocks").at("a").at("sm_mhz").at("median") == 1980);
+  CHECK(j.at("clocks").at("b").at("samples") == 5);
+  CHECK(j.at("clocks").at("caution").is_null());
+  CHECK(j.at("clocks").at("not_sampled").is_null());
+
+  r.b.clocks = summarize_clocks(std::vector<ClockSample>(5, ClockSample{1485, 3201, 697000, kClockPowerCap}));
+  t = format_ab_report(r);
+  CHECK(contains(t,
+                 "caution: the clocks differed between the measurements (SM clock medians 1980 MHz (A) and 1485 "
+                 "MHz (B); power cap in 0% of A's samples and 100% of B's): part of B - A may be the clocks'"));
+  j = ab_json(r);
+  CHECK(j.at("clocks").at("b").at("held_down").at("power cap") == 5);
+  CHECK(j.at("clocks").at("caution") == clocks_caution(r));
+}
+
 TEST_CASE("ab report: the JSON shape", "[ab][report]") {
   const nlohmann::json j = ab_json(sample_report());
   for (const char* k : {"device", "preset", "graph", "reps", "replays", "node_replays", "verdict_rule", "a", "b",
-                        "step_ms", "families_us", "hashes"}) {
+                        "step_ms", "families_us", "clocks", "hashes"}) {
     INFO(k);
     CHECK(j.contains(k));
   }

@@ -43,6 +43,27 @@ TEST_CASE("clock reasons: every named bit has its name, others their value", "[c
   CHECK(clock_reason_name(uint64_t{1} << 40) == "reason 0x10000000000");
 }
 
+TEST_CASE("clock comparison: alike within 1% of the SM clock and a quarter of the samples per limit", "[clocks]") {
+  auto at = [](unsigned sm, int capped, int n) {  // n samples at `sm`, the first `capped` of them at the power cap
+    std::vector<ClockSample> s(n, ClockSample{sm, 3201, 600000, 0});
+    for (int i = 0; i < capped; ++i) s[i].reasons = kClockPowerCap;
+    return summarize_clocks(s);
+  };
+  CHECK(compare_clocks(at(1980, 0, 10), at(1980, 0, 10)).empty());
+  CHECK(compare_clocks(at(1980, 0, 10), at(1965, 2, 10)).empty());       // 0.8% apart, 20% of the samples capped
+  CHECK(compare_clocks(at(1980, 0, 10), summarize_clocks({})).empty());  // nothing to compare with
+  CHECK(compare_clocks(at(1980, 0, 10), at(1950, 0, 10)) ==
+        "the clocks differed between the measurements (SM clock medians 1980 MHz (A) and 1950 MHz (B))");
+  CHECK(compare_clocks(at(1485, 10, 10), at(1485, 0, 10), "old", "new") ==
+        "the clocks differed between the measurements (power cap in 100% of old's samples and 0% of new's)");
+  const std::string both = compare_clocks(at(1980, 0, 4), at(1485, 4, 4));
+  CHECK(both.find("SM clock medians 1980 MHz (A) and 1485 MHz (B); power cap in 0% of A's samples and 100% of B's") !=
+        std::string::npos);
+  // Reasons that do not limit the clock (the application clock setting, sync boost) do not count.
+  std::vector<ClockSample> app(4, ClockSample{1980, 3201, 600000, kClockAppSetting | kClockSyncBoost});
+  CHECK(compare_clocks(at(1980, 0, 4), summarize_clocks(app)).empty());
+}
+
 TEST_CASE("clock sampler: unavailable, it says why and samples nothing, else it samples at once", "[clocks]") {
   ClockSampler c(0, 5);
   CHECK(c.available() == c.unavailable_reason().empty());

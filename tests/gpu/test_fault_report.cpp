@@ -228,6 +228,9 @@ TEST_CASE("ab: a kernel fault inside a side's graph names the side and the graph
     CHECK(r.out.find("whole step (ms)") != std::string::npos);
     CHECK(r.out.find("DIFFERENT") == std::string::npos);  // conv.update's arms are byte-identical
     CHECK(r.out.find("fault drill") == std::string::npos);
+    // Each side's clocks, or why they were not sampled (no NVML).
+    CHECK((r.out.find("clocks during the event-timed replays (NVML):\n  A: SM ") != std::string::npos ||
+           r.out.find("clocks: not sampled (") != std::string::npos));
   }
 }
 

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tools/cli/clock_json.h"
+
 namespace sg::cli {
 namespace {
 
@@ -87,6 +89,15 @@ std::vector<ComparedRow> compare_families(const FamilySamples& a, const FamilySa
   return rows;
 }
 
+std::string clocks_caution(const AbReport& r) {
+  if (!r.a.clocks || !r.b.clocks) return "";
+  const std::string d = compare_clocks(*r.a.clocks, *r.b.clocks);
+  if (d.empty()) return "";
+  return d +
+         ": part of B - A may be the clocks' (a selection whose own kernels draw the power that holds its clock "
+         "down pays that as part of its cost; otherwise run the comparison again)";
+}
+
 std::string format_ab_report(const AbReport& r) {
   std::string out;
   out += fmt::format(
@@ -107,6 +118,13 @@ std::string format_ab_report(const AbReport& r) {
   out += row_line(r.step, 4);
   out += "per op family (us per step: node medians summed, CUPTI):\n";
   for (const auto& f : r.families) out += row_line(f, 1);
+  if (r.a.clocks && r.b.clocks) {
+    out += fmt::format("\nclocks during the event-timed replays (NVML):\n  A: {}\n  B: {}\n",
+                       describe_clocks(*r.a.clocks), describe_clocks(*r.b.clocks));
+    if (const std::string c = clocks_caution(r); !c.empty()) out += "caution: " + c + "\n";
+  } else if (!r.clocks_unavailable.empty()) {
+    out += fmt::format("\nclocks: not sampled ({})\n", r.clocks_unavailable);
+  }
   out += fmt::format("\ntokens of {} greedy steps: A {} B {}: {}\n", r.hash_steps, hash_text(r.a.token_hash),
                      hash_text(r.b.token_hash), r.tokens_equal() ? "equal" : "DIFFERENT");
   out += fmt::format("logits bytes of those steps: A {} B {}: {}\n", hash_text(r.a.logits_hash),
@@ -146,6 +164,13 @@ nlohmann::json ab_json(const AbReport& r) {
   };
   nlohmann::json fam = nlohmann::json::array();
   for (const auto& f : r.families) fam.push_back(row_json(f));
+  auto side_clocks = [](const AbSide& s) { return s.clocks ? clocks_json(*s.clocks) : nlohmann::json(nullptr); };
+  const std::string caution = clocks_caution(r);
+  nlohmann::json clocks = {
+      {"a", side_clocks(r.a)},
+      {"b", side_clocks(r.b)},
+      {"caution", caution.empty() ? nlohmann::json(nullptr) : nlohmann::json(caution)},
+      {"not_sampled", r.clocks_unavailable.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.clocks_unavailable)}};
   return {{"device", r.device},
           {"preset", r.preset},
           {"graph", r.graph},
@@ -160,6 +185,7 @@ nlohmann::json ab_json(const AbReport& r) {
           {"b", side(r.b)},
           {"step_ms", row_json(r.step)},
           {"families_us", fam},
+          {"clocks", clocks},
           {"hashes",
            {{"steps", r.hash_steps},
             {"tokens_equal", r.tokens_equal()},

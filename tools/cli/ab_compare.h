@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/gpu_clocks.h"
 #include "tools/cli/spread.h"
 
 namespace sg::cli {
@@ -49,6 +50,7 @@ struct AbSide {
   std::string arms;       // ArmSelection::describe() of the step
   std::string settings;   // the resolved settings ("delta-prefill=chunked,...")
   uint64_t token_hash = 0, logits_hash = 0;
+  std::optional<ClockSummary> clocks;  // over the side's event-timed replays; none where NVML could not sample
 };
 
 struct AbReport {
@@ -57,6 +59,7 @@ struct AbReport {
   int planned_reps = 0;  // reps asked for; more than reps when a Ctrl-C ended the run early
   AbSide a, b;
   ComparedRow step;                   // ms per step (CUDA events), named "whole step (ms)"
+  std::string clocks_unavailable;     // why the clocks were not sampled (empty when they were)
   std::vector<ComparedRow> families;  // us per step (CUPTI node medians summed per family)
   // Equal hashes are required when both sides resolve to the same settings (arms are
   // byte-identical), merely expected otherwise (settings change the arithmetic within tolerance).
@@ -67,8 +70,12 @@ struct AbReport {
   bool hash_failure() const { return hashes_must_match && !(tokens_equal() && logits_equal()); }
 };
 
-// The comparison table, the hash lines and a one-line summary.
+// The comparison table, the clocks of each side's timed replays (and a caution where they differed:
+// compare_clocks), the hash lines and a one-line summary.
 std::string format_ab_report(const AbReport& r);
+// The caution about the sides' clocks (compare_clocks, with what it means for the verdict); empty
+// when they ran alike or either side has no clocks.
+std::string clocks_caution(const AbReport& r);
 nlohmann::json ab_json(const AbReport& r);
 
 }  // namespace sg::cli

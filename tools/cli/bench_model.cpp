@@ -31,6 +31,7 @@
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tools/cli/bench_common.h"
+#include "tools/cli/clock_json.h"
 #include "tools/cli/sigint.h"
 
 namespace sg::cli {
@@ -264,13 +265,7 @@ nlohmann::json report_clocks(const ClockSampler& clocks, const std::vector<Clock
   if (!clocks.available()) return nullptr;
   const ClockSummary c = summarize_clocks(samples);
   fmt::print("  clocks during the graph's timed replays: {}\n", describe_clocks(c));
-  nlohmann::json held = nlohmann::json::object();
-  for (const auto& [bit, n] : c.reasons) held[clock_reason_name(bit)] = n;
-  return {{"samples", c.samples},
-          {"sm_mhz", {{"median", c.sm_median}, {"min", c.sm_min}, {"max", c.sm_max}}},
-          {"mem_mhz", c.mem_median},
-          {"power_w", c.power_w_median},
-          {"held_down", held}};
+  return clocks_json(c);
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // the logits bytes), then --reps interleaved repetitions: A then B, each timing --replays whole-step
 // replays with CUDA events, then A then B under CUPTI for --node-replays replays (node medians
 // summed per op family). Per family and for the whole step: medians, spreads and the verdict of
-// ab_compare.h. --json and --svg write the report. Needs a GPU. Exit 1 when arms alone differ and
+// ab_compare.h; the GPU's clocks during each side's event-timed replays (gpu_clocks.h, with a
+// caution where they differed). --json and --svg write the report. Needs a GPU. Exit 1 when arms alone differ and
 // the hashes do not match (arms are byte-identical, docs/ARMS.md). A kernel that faults in a side's
 // steps ends the run with that side and its graph named (on_side, ModelStep::check_step);
 // --fault-after drills both sides' captured graphs.
@@ -21,6 +22,7 @@
 #include "engine/cuda_handles.h"
 #include "engine/device.h"
 #include "engine/error.h"
+#include "engine/gpu_clocks.h"
 #include "engine/text.h"
 #include "graphs/arm_tuning.h"
 #include "graphs/node_timer.h"
@@ -58,6 +60,7 @@ struct Side {
   FamilySamples families;                                 // per repetition, us
   uint64_t tokens_h = kHashBasis, logits_h = kHashBasis;  // chained over the hashed steps
   int unmatched = 0;                                      // CUPTI records outside the graph
+  std::vector<ClockSample> clocks;                        // during its event-timed replays, every repetition
 };
 
 uint64_t logits_hash(const std::vector<float>& logits, uint64_t h) {
@@ -240,6 +243,8 @@ int run(AbOptions o) {
       s.step->sync();
     });
   }
+  // The clocks, power and clock limits during each side's event-timed replays (gpu_clocks.h).
+  ClockSampler clocks(dev.ordinal);
   // Ctrl-C: the repetition under way finishes, then the report covers the repetitions done (exit 130).
   const SigintGuard guard;
   int done = 0;  // repetitions measured
@@ -247,7 +252,12 @@ int run(AbOptions o) {
     if (tty) {
       std::fprintf(stderr, "\rab: repetition %d/%d\x1b[K%s", done + 1, o.b.reps, done + 1 == o.b.reps ? "\n" : "");
     }
-    for (Side& s : sides) on_side(s, [&] { s.step_ms.push_back(time_replays(s, o.b.replays)); });
+    for (Side& s : sides) {
+      clocks.start();
+      on_side(s, [&] { s.step_ms.push_back(time_replays(s, o.b.replays)); });
+      const std::vector<ClockSample> got = clocks.stop();
+      s.clocks.insert(s.clocks.end(), got.begin(), got.end());
+    }
     for (Side& s : sides) on_side(s, [&] { time_families(s, o.b.node_replays); });
   }
   if (done == 0) {
@@ -269,12 +279,17 @@ int run(AbOptions o) {
   StepChoice resolved[2];
   for (int i = 0; i < 2; ++i) {
     resolved[i] = resolved_choice(*sides[i].step, &sides[i].key);
-    *out[i] = {sides[i].sel.describe(), resolved[i].arms.describe(), resolved[i].describe_settings(), sides[i].tokens_h,
-               sides[i].logits_h};
+    *out[i] = {sides[i].sel.describe(), resolved[i].arms.describe(), resolved[i].describe_settings(),
+               sides[i].tokens_h,       sides[i].logits_h,           std::nullopt};
   }
   // Arms are byte-identical: with the same resolved settings (those this graph uses), the bytes must match.
   rep.hashes_must_match = same_arithmetic(resolved[0], resolved[1], o.b.phase == "prefill");
   rep.step = compare_row("whole step (ms)", sides[0].step_ms, sides[1].step_ms);
+  if (clocks.available()) {
+    for (int i = 0; i < 2; ++i) out[i]->clocks = summarize_clocks(sides[i].clocks);
+  } else {
+    rep.clocks_unavailable = clocks.unavailable_reason();
+  }
   rep.families = compare_families(sides[0].families, sides[1].families);
   fmt::print("\n{}", format_ab_report(rep));
   if (sides[0].unmatched + sides[1].unmatched > 0) {
@@ -299,7 +314,9 @@ void register_ab(CLI::App& app, Action& action) {
       "ab",
       "Compare two selections of arms and settings on one graph of the whole model: two steps in one process, "
       "interleaved repetitions (A, B, A, B, ...) of whole-step replays (CUDA events) and per-node times (CUPTI) per op "
-      "family, medians and spreads, a verdict per row, and the hashes of the same greedy tokens. Needs a GPU.");
+      "family, medians and spreads, a verdict per row, each side's GPU clocks (with a caution where they differed), "
+      "and "
+      "the hashes of the same greedy tokens. Needs a GPU.");
   AbOptions& o = ao;
   o.b.phase = "decode";
   o.b.replays = 0;       // 0: 100 in decode, 5 in prefill (run() fills it in)

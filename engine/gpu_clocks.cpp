@@ -54,6 +54,14 @@ std::string clock_reason_name(uint64_t bit) {
   }
 }
 
+uint64_t clock_reason_bit(const std::string& name) {
+  for (int b = 0; b < 64; ++b) {
+    const uint64_t bit = uint64_t{1} << b;
+    if (clock_reason_name(bit) == name) return bit;
+  }
+  return 0;
+}
+
 std::string describe_clocks(const ClockSummary& s) {
   if (s.samples == 0) return "no samples";
   std::string out = fmt::format("SM {} MHz median ({} to {}), memory {} MHz, {:.0f} W", s.sm_median, s.sm_min, s.sm_max,

@@ -42,6 +42,8 @@ struct ClockSummary {
 ClockSummary summarize_clocks(const std::vector<ClockSample>& samples);
 // "power cap", "hardware slowdown", ... for one reason bit; "reason 0x..." for a bit it does not name.
 std::string clock_reason_name(uint64_t bit);
+// The bit whose clock_reason_name is `name` (as a report holds it); 0 for a name it does not give.
+uint64_t clock_reason_bit(const std::string& name);
 // "SM 1980 MHz median (1755 to 1980), memory 3201 MHz, 612 W; held down by: power cap in 12 of 40
 // samples" (or "...; no clock limit reported"); "no samples" for an empty summary.
 std::string describe_clocks(const ClockSummary& s);

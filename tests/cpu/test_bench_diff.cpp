@@ -375,3 +375,51 @@ TEST_CASE("diff: ops whose nodes ran other arms, from the manifests, and the cuB
   bad["graphs"][0]["manifest"] = 7;
   CHECK(contains(refusal(bad), "new.json: graphs[0].manifest: not an object"));
 }
+
+TEST_CASE("diff: a caution where a graph's clocks differed between the reports", "[diff][clocks]") {
+  auto clocks = [](unsigned sm, int capped) {
+    return json{{"samples", 10},
+                {"sm_mhz", {{"median", sm}, {"min", sm - 15}, {"max", sm}}},
+                {"mem_mhz", 2619},
+                {"power_w", 690.5},
+                {"held_down", capped ? json{{"power cap", capped}} : json::object()}};
+  };
+  json a = old_report(), b = new_report();
+  a["graphs"][0]["clocks"] = clocks(1980, 0);
+  b["graphs"][0]["clocks"] = clocks(1980, 0);
+  a["graphs"][1]["clocks"] = clocks(1980, 0);
+  b["graphs"][1]["clocks"] = clocks(1485, 10);
+  a["graphs"][2]["clocks"] = nullptr;  // not sampled: nothing to compare
+  b["graphs"][2]["clocks"] = clocks(1485, 10);
+  const BenchDiff d = diff_bench_reports(a, b, "old.json", "new.json");
+  CHECK(d.graphs[0].clocks_caution.empty());
+  CHECK(d.graphs[1].clocks_caution ==
+        "the clocks differed between the measurements (SM clock medians 1980 MHz (old) and 1485 MHz (new); power cap "
+        "in 0% of old's samples and 100% of new's)");
+  CHECK(d.graphs[2].clocks_caution.empty());
+  const std::string t = format_bench_diff(d);
+  CHECK(contains(t,
+                 "caution: decode b=1: the clocks differed between the measurements (SM clock medians 1980 MHz "
+                 "(old) and 1485 MHz (new);"));
+  CHECK(contains(t, "part of its change may be the clocks', not the code's"));
+  CHECK_FALSE(contains(t, "caution: decode b=32"));
+  const json j = bench_diff_json(d);
+  CHECK(j.at("graphs")[0].at("clocks_caution").is_null());
+  CHECK(j.at("graphs")[1].at("clocks_caution") == d.graphs[1].clocks_caution);
+
+  // A malformed clocks field is an error naming the report and the field.
+  json bad = new_report();
+  bad["graphs"][0]["clocks"] = clocks(1980, 0);
+  bad["graphs"][0]["clocks"]["held_down"] = {{"power cap", 11}};
+  CHECK(contains(refusal(bad), "new.json: graphs[0].clocks.held_down: \"power cap\" counts more samples than the 10"));
+  bad["graphs"][0]["clocks"] = "fast";
+  CHECK(contains(refusal(bad), "graphs[0].clocks: not an object"));
+  bad["graphs"][0]["clocks"] = clocks(1980, 0);
+  bad["graphs"][0]["clocks"].erase("sm_mhz");
+  CHECK(contains(refusal(bad), "graphs[0].clocks: no \"sm_mhz\""));
+  // Reasons the sampler does not name are left out; a report's own names go through.
+  json odd = new_report();
+  odd["graphs"][0]["clocks"] = clocks(1980, 0);
+  odd["graphs"][0]["clocks"]["held_down"] = {{"reason 0x10000000000", 3}, {"\x1b[2J", 2}};
+  CHECK(refusal(odd).empty());
+}

@@ -78,3 +78,11 @@ TEST_CASE("clock sampler: unavailable, it says why and samples nothing, else it 
   }
   CHECK(c.stop().empty());  // stopped twice: nothing more
 }
+
+TEST_CASE("clock reasons: a name back to its bit", "[clocks]") {
+  for (uint64_t bit :
+       {kClockIdle, kClockPowerCap, kClockHwSlowdown, kClockSwThermal, kClockHwThermal, kClockPowerBrake})
+    CHECK(clock_reason_bit(clock_reason_name(bit)) == bit);
+  CHECK(clock_reason_bit("reason 0x10000000000") == uint64_t{1} << 40);
+  CHECK(clock_reason_bit("no such reason") == 0);
+}

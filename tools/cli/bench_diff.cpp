@@ -124,7 +124,37 @@ struct ReadGraph {
   std::optional<double> eager_ms, floor_ms;
   std::map<std::string, std::pair<double, int>> families;            // family (as in the file) -> (us, nodes)
   std::optional<std::map<std::string, std::set<std::string>>> arms;  // op -> the arms its nodes name (manifest)
+  std::optional<ClockSummary> clocks;                                // absent or null in reports without them
 };
+
+// The graph's clocks as bench writes them (clock_json.h); nullopt where absent or null. A reason
+// whose name no bit has is left out (compare_clocks weighs only the limits it names).
+std::optional<ClockSummary> read_clocks(const json& g, const std::string& where, const Reader& r) {
+  if (!g.contains("clocks") || g.at("clocks").is_null()) return std::nullopt;
+  const json& c = g.at("clocks");
+  const std::string cw = where + ".clocks";
+  if (!c.is_object()) r.fail(cw, "not an object");
+  ClockSummary s;
+  s.samples = static_cast<size_t>(r.integer(c, "samples", cw));
+  const json& sm = r.field(c, "sm_mhz", cw);
+  if (!sm.is_object()) r.fail(cw, "\"sm_mhz\" is not an object");
+  s.sm_median = static_cast<unsigned>(r.integer(sm, "median", cw + ".sm_mhz"));
+  s.sm_min = static_cast<unsigned>(r.integer(sm, "min", cw + ".sm_mhz"));
+  s.sm_max = static_cast<unsigned>(r.integer(sm, "max", cw + ".sm_mhz"));
+  s.mem_median = static_cast<unsigned>(r.integer(c, "mem_mhz", cw));
+  s.power_w_median = r.time(c, "power_w", cw);
+  const json& held = r.field(c, "held_down", cw);
+  if (!held.is_object()) r.fail(cw, "\"held_down\" is not an object");
+  for (const auto& [name, n] : held.items()) {
+    const int count = r.integer(held, name.c_str(), cw + ".held_down");
+    if (static_cast<size_t>(count) > s.samples)
+      r.fail(cw + ".held_down",
+             fmt::format("\"{}\" counts more samples than the {} taken", printable(name, 40), s.samples));
+    if (const uint64_t bit = clock_reason_bit(name); bit != 0) s.reasons.emplace_back(bit, static_cast<size_t>(count));
+  }
+  std::sort(s.reasons.begin(), s.reasons.end());
+  return s;
+}
 
 // The manifest's node arms by op; nullopt without a manifest.
 std::optional<std::map<std::string, std::set<std::string>>> read_arms(const json& g, const std::string& where,
@@ -208,6 +238,7 @@ ReadGraph read_graph(const json& g, size_t index, const Reader& r) {
     }
   }
   out.arms = read_arms(g, where, r);
+  out.clocks = read_clocks(g, where, r);
   return out;
 }
 
@@ -301,6 +332,7 @@ BenchDiff diff_bench_reports(const json& old_doc, const json& new_doc, const std
     g.new_timed = gb && !gb->families.empty();
     if (g.old_timed && g.new_timed) g.families = diff_families(*ga, *gb);
     if (ga && gb && ga->arms && gb->arms) g.arms = diff_arms(*ga->arms, *gb->arms);
+    if (ga && gb && ga->clocks && gb->clocks) g.clocks_caution = compare_clocks(*ga->clocks, *gb->clocks, "old", "new");
     d.graphs.push_back(std::move(g));
   };
   for (const auto& ga : a.graphs) add(&ga, b.find(ga.name));
@@ -344,6 +376,12 @@ std::string format_bench_diff(const BenchDiff& d, const DiffFormat& f) {
         "note: a report timed with one repetition (min = median = max) has no spread, so the verdict rests on the "
         "other report's spread alone (or on none: then any change counts); run bench with --reps 3 or more on both "
         "for a verdict that means something\n";
+  }
+  for (const auto& g : d.graphs) {
+    if (!g.clocks_caution.empty()) {
+      out += fmt::format("caution: {}: {}: part of its change may be the clocks', not the code's\n", g.name,
+                         g.clocks_caution);
+    }
   }
   for (const auto& g : d.graphs) {
     if (!g.old_step || !g.new_step) continue;  // a graph of one report: nothing to compare
@@ -432,7 +470,8 @@ nlohmann::json bench_diff_json(const BenchDiff& d) {
                       {"old_timed", g.old_timed},
                       {"new_timed", g.new_timed},
                       {"families", fams},
-                      {"arms", arms}});
+                      {"arms", arms},
+                      {"clocks_caution", g.clocks_caution.empty() ? json(nullptr) : json(g.clocks_caution)}});
   }
   return {{"settings", settings},
           {"graphs", graphs},

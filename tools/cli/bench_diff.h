@@ -14,7 +14,10 @@
 // none. Times must lie in [0, 1e9] (ms or us). Where both reports hold a graph's manifest, the ops
 // whose nodes ran other arms are listed (the set of arms an op's nodes name, old -> new): the
 // GEMMs' cuBLASLt algorithms and skinny splits, which no setting records and which each process may
-// choose differently (cuBLASLt's are timed per process; `--lt-choices` carries them over).
+// choose differently (cuBLASLt's are timed per process; `--lt-choices` carries them over). Where both
+// reports hold a graph's clocks (bench samples them during its timed replays) and they differ
+// (compare_clocks: the SM clock, or a limit such as the power cap), the graph gets a caution: part
+// of its change may be the clocks', not the code's (two machines, or one held down by power).
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -54,6 +57,7 @@ struct GraphDiff {
   bool old_timed = false, new_timed = false;  // the report has op family times for the graph
   std::vector<FamilyDiff> families;           // the largest |change| first; empty unless both are timed
   std::vector<ArmDiff> arms;                  // by op name; empty unless both reports hold the manifest
+  std::string clocks_caution;                 // compare_clocks of the two reports' clocks; empty when alike or absent
   double delta_ms() const;                    // new median - old median (0 unless both)
   double noise_ms() const;                    // the wider spread (0 unless both)
 };

@@ -62,7 +62,9 @@ void register_diff(CLI::App& app, Action& action) {
       "with a verdict against the reports' spreads (the rule of `ab`), and the op families whose node time moved, "
       "the largest change first; where both reports hold the manifests, the ops whose nodes ran other arms (the "
       "GEMMs' cuBLASLt algorithms and skinny splits, which each process may choose differently: --lt-choices on "
-      "bench carries cuBLASLt's over). Reads the two files only; needs no GPU. For two selections on one build, "
+      "bench carries cuBLASLt's over); a caution under a graph whose clocks differed between the reports (another SM "
+      "clock, or one held down by the power cap). Reads the two files only; needs no GPU. For two selections on one "
+      "build, "
       "`ab` measures both in one process, which is the fairer comparison.");
   cmd->add_option("OLD", dopt.old_path, "The report to compare against (bench --json)")->required();
   cmd->add_option("NEW", dopt.new_path, "The report compared with it (bench --json)")->required();

@@ -48,9 +48,10 @@ uint64_t clock_reason_bit(const std::string& name);
 // samples" (or "...; no clock limit reported"); "no samples" for an empty summary.
 std::string describe_clocks(const ClockSummary& s);
 // Whether two measurements ran at different clocks, for a comparison of their times: empty when
-// alike, else a sentence naming the difference. Different means SM clock medians more than 1% apart
-// (of the higher), or a limiting reason (power cap, power brake, hardware or thermal slowdown) in
-// shares of the samples more than a quarter apart. Empty when either summary has no samples.
+// alike, else a sentence naming the difference. Different means SM clock medians more than 5% apart
+// (of the higher), or more than 1% apart with SM clock ranges that do not overlap; or a limiting
+// reason (power cap, power brake, hardware or thermal slowdown) in shares of the samples more than a
+// quarter apart. Empty when either summary has no samples.
 std::string compare_clocks(const ClockSummary& a, const ClockSummary& b, const std::string& name_a = "A",
                            const std::string& name_b = "B");
 

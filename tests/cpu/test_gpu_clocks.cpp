@@ -43,7 +43,7 @@ TEST_CASE("clock reasons: every named bit has its name, others their value", "[c
   CHECK(clock_reason_name(uint64_t{1} << 40) == "reason 0x10000000000");
 }
 
-TEST_CASE("clock comparison: alike within 1% of the SM clock and a quarter of the samples per limit", "[clocks]") {
+TEST_CASE("clock comparison: SM medians 5% apart, or 1% with disjoint ranges, or a limit a quarter apart", "[clocks]") {
   auto at = [](unsigned sm, int capped, int n) {  // n samples at `sm`, the first `capped` of them at the power cap
     std::vector<ClockSample> s(n, ClockSample{sm, 3201, 600000, 0});
     for (int i = 0; i < capped; ++i) s[i].reasons = kClockPowerCap;
@@ -59,6 +59,16 @@ TEST_CASE("clock comparison: alike within 1% of the SM clock and a quarter of th
   const std::string both = compare_clocks(at(1980, 0, 4), at(1485, 4, 4));
   CHECK(both.find("SM clock medians 1980 MHz (A) and 1485 MHz (B); power cap in 0% of A's samples and 100% of B's") !=
         std::string::npos);
+  // Both held by the power cap, the clock wandering: medians one 15 MHz step apart are alike, 7% apart
+  // are not (as measured: 1440 (1305 to 1575) against 1455 (1395 to 1665) MHz).
+  auto ranged = [](unsigned median, unsigned lo, unsigned hi) {
+    return summarize_clocks({{lo, 2619, 698000, kClockPowerCap},
+                             {median, 2619, 698000, kClockPowerCap},
+                             {hi, 2619, 698000, kClockPowerCap}});
+  };
+  CHECK(compare_clocks(ranged(1440, 1305, 1575), ranged(1455, 1395, 1665)).empty());
+  CHECK(compare_clocks(ranged(1485, 1215, 1965), ranged(1600, 1400, 1700)) ==
+        "the clocks differed between the measurements (SM clock medians 1485 MHz (A) and 1600 MHz (B))");
   // Reasons that do not limit the clock (the application clock setting, sync boost) do not count.
   std::vector<ClockSample> app(4, ClockSample{1980, 3201, 600000, kClockAppSetting | kClockSyncBoost});
   CHECK(compare_clocks(at(1980, 0, 4), summarize_clocks(app)).empty());

@@ -1,10 +1,14 @@
-// CPU tests of the clock sampler's summaries (engine/gpu_clocks.h), and of the sampler where NVML
-// cannot sample (no driver on the CI machine): it says why and a measurement goes on.
+// CPU tests of the clock sampler's summaries and comparisons (engine/gpu_clocks.h), of the sampler
+// where NVML cannot sample (no driver on the CI machine: it says why and a measurement goes on), and
+// of the commands' clock JSON and cautions between rows (tools/cli/clock_report.h).
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/gpu_clocks.h"
 #include "tests/support/catch.h"
+#include "tools/cli/clock_report.h"
 
 using namespace sg;
 
@@ -95,4 +99,27 @@ TEST_CASE("clock reasons: a name back to its bit", "[clocks]") {
     CHECK(clock_reason_bit(clock_reason_name(bit)) == bit);
   CHECK(clock_reason_bit("reason 0x10000000000") == uint64_t{1} << 40);
   CHECK(clock_reason_bit("no such reason") == 0);
+}
+
+TEST_CASE("clock cautions: each row against the first, rows without samples left out", "[clocks]") {
+  auto at = [](unsigned sm, uint64_t reasons) {
+    return summarize_clocks(std::vector<ClockSample>(4, ClockSample{sm, 3201, 600000, reasons}));
+  };
+  using sg::cli::NamedClocks;
+  CHECK(sg::cli::clock_cautions({}).empty());
+  CHECK(sg::cli::clock_cautions({{"fast", at(1980, 0)}, {"grid", at(1980, 0)}}).empty());
+  const auto c = sg::cli::clock_cautions({{"scan", at(1980, 0)},
+                                          {"mma", at(1980, 0)},
+                                          {"wgmma", at(1755, kClockPowerCap)},
+                                          {"none", summarize_clocks({})}});
+  REQUIRE(c.size() == 1);
+  CHECK(c[0] ==
+        "wgmma: the clocks differed between the measurements (SM clock medians 1980 MHz (scan) and 1755 MHz (wgmma); "
+        "power cap in 0% of scan's samples and 100% of wgmma's)");
+  CHECK(sg::cli::clock_cautions({{"none", summarize_clocks({})}, {"mma", at(1755, kClockPowerCap)}}).empty());
+  const nlohmann::json j = sg::cli::clocks_json(at(1755, kClockPowerCap | kClockSwThermal));
+  CHECK(j.at("samples") == 4);
+  CHECK(j.at("sm_mhz").at("min") == 1755);
+  CHECK(j.at("held_down").at("power cap") == 4);
+  CHECK(j.at("held_down").at("software thermal slowdown") == 4);
 }

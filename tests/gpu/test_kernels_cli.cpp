@@ -70,6 +70,16 @@ TEST_CASE("kernels: the prefill forms of the delta rule and attention against th
   }
   CHECK(out.find("err out ") != std::string::npos);
   CHECK(out.find("TFLOP/s (") != std::string::npos);
+  // Each op's clocks under the table (and each row's in the JSON), or why they were not sampled.
+  if (out.find("clocks: not sampled (") == std::string::npos) {
+    CHECK(out.find("  delta_rule.prefill clocks: SM ") != std::string::npos);
+    for (const auto& row : j.at("results")) {
+      CHECK(row.at("clocks").at("samples").get<int>() >= 1);  // one at the start of each timed burst at least
+      CHECK(row.at("clocks").at("sm_mhz").at("median").get<int>() > 0);
+    }
+  } else {
+    for (const auto& row : j.at("results")) CHECK(row.at("clocks").is_null());
+  }
 }
 
 TEST_CASE("kernels: the projections' GEMM forms against cublas on a decode shape", "[gpu][cli][gemm]") {

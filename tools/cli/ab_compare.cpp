@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "tools/cli/clock_json.h"
+#include "tools/cli/clock_report.h"
 
 namespace sg::cli {
 namespace {

@@ -127,7 +127,7 @@ struct ReadGraph {
   std::optional<ClockSummary> clocks;                                // absent or null in reports without them
 };
 
-// The graph's clocks as bench writes them (clock_json.h); nullopt where absent or null. A reason
+// The graph's clocks as bench writes them (clock_report.h); nullopt where absent or null. A reason
 // whose name no bit has is left out (compare_clocks weighs only the limits it names).
 std::optional<ClockSummary> read_clocks(const json& g, const std::string& where, const Reader& r) {
   if (!g.contains("clocks") || g.at("clocks").is_null()) return std::nullopt;

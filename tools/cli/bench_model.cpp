@@ -31,7 +31,7 @@
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tools/cli/bench_common.h"
-#include "tools/cli/clock_json.h"
+#include "tools/cli/clock_report.h"
 #include "tools/cli/sigint.h"
 
 namespace sg::cli {

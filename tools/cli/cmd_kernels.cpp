@@ -1,6 +1,7 @@
 // cmd_kernels.cpp: `stepgraph kernels`: every arm of every GDN op on the standard shapes (or
 // --shape), graph replays, interleaved repetitions, bytes and fraction of the bandwidth floor;
-// decode shapes add conv.update's floor probes (rows marked floor:..., no bytes).
+// decode shapes add conv.update's floor probes (rows marked floor:..., no bytes); under each shape,
+// each op's GPU clocks during its rows' timed replays, with a caution for a row that ran at others.
 #include <fmt/format.h>
 
 #include <fstream>
@@ -10,12 +11,31 @@
 #include "engine/error.h"
 #include "engine/tensor.h"
 #include "tools/cli/cli_checks.h"
+#include "tools/cli/clock_report.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/kernel_bench.h"
 #include "tools/cli/sigint.h"
 
 namespace sg::cli {
 namespace {
+
+// Under a shape's table: each op's clocks over its rows' timed replays, and a caution for a row that
+// ran at other clocks than the op's first row (its time is then not only its kernel's).
+void print_op_clocks(const std::vector<bench::ArmResult>& rs) {
+  for (size_t i = 0; i < rs.size();) {
+    size_t j = i;
+    std::vector<ClockSample> all;
+    std::vector<NamedClocks> rows;
+    for (; j < rs.size() && rs[j].op == rs[i].op; ++j) {
+      all.insert(all.end(), rs[j].clocks.begin(), rs[j].clocks.end());
+      rows.push_back({rs[j].arm, summarize_clocks(rs[j].clocks)});
+    }
+    fmt::print("  {} clocks: {}\n", rs[i].op, describe_clocks(summarize_clocks(all)));
+    for (const std::string& c : clock_cautions(rows)) fmt::print("  caution: {}: {}\n", rs[i].op, c);
+    i = j;
+  }
+}
+
 constexpr double kFloorGBps = 4300.0;
 constexpr double kFloorTflops = 790.0;  // what a bf16 GEMM reaches on the H200
 
@@ -49,7 +69,8 @@ void register_kernels(CLI::App& app, Action& action) {
       "at the shape's rows through the --gemm forms (cublas, lt: cuBLASLt's fastest heuristic algorithm timed on the "
       "shape, skinny: the tensor-core weight-streaming kernel with the model's block rows and splits), the weights "
       "rotating so that each launch reads its W from memory, compared with cublas by the L2-normalised error of y "
-      "(at most 1e-2).");
+      "(at most 1e-2). Under each shape, each op's GPU clocks during its rows' timed replays (NVML), with a caution "
+      "for a row that ran at other clocks than the op's first row.");
   static KernelsOptions o;
   cmd->add_option("--shape", o.shapes,
                   "Shapes (default: the four standard ones). MODEL-decode-bN or MODEL-prefill-SxL, "
@@ -100,6 +121,9 @@ void register_kernels(CLI::App& app, Action& action) {
           "device: {}\nrule: median of {} interleaved repetitions (min..max); decode shapes rotate {} buffer "
           "sets; floor = bytes / 4.3 TB/s\n\n",
           dev.describe(), o.cfg.reps, o.cfg.sets);
+      // The clocks, power and clock limits while each row's replays are timed (gpu_clocks.h).
+      ClockSampler clocks(dev.ordinal);
+      if (!clocks.available()) fmt::print("clocks: not sampled ({})\n\n", clocks.unavailable_reason());
       nlohmann::json out = nlohmann::json::array();
       int mismatches = 0;
       // Ctrl-C: the shape under way finishes, then what was measured is printed and written (exit 130).
@@ -108,7 +132,9 @@ void register_kernels(CLI::App& app, Action& action) {
       for (const auto& s : parsed) {
         if (sigint_received()) break;
         ++done;
-        auto rs = bench::run_kernel_bench(s, o.cfg, [](const std::string& m) { fmt::print(stderr, "{}\n", m); });
+        auto rs = bench::run_kernel_bench(
+            s, o.cfg, [](const std::string& m) { fmt::print(stderr, "{}\n", m); },
+            clocks.available() ? &clocks : nullptr);
         fmt::print("{}\n", s.name);
         fmt::print("  {:<12} {:<22} {:<28} {:>12} {:>8} {:>10} {:>19} {:>10} {:>8} {:>8} {}\n", "op", "arm", "kernel",
                    "grid", "block", "median_us", "min..max", "bytes", "GB/s", "%floor",
@@ -127,6 +153,7 @@ void register_kernels(CLI::App& app, Action& action) {
                                 {"max_us", r.max_us},
                                 {"probe", r.probe}};
           if (r.channels > 0) row["channels"] = r.channels;
+          row["clocks"] = clocks.available() ? clocks_json(summarize_clocks(r.clocks)) : nlohmann::json(nullptr);
           if (r.grid.x == 0) row["grid"] = row["block"] = nullptr;  // a library's or several kernels' launch
           if (r.probe) {                                            // a floor probe: the time only
             fmt::print("  {:<12} {:<22} {:<28} {:>12} {:>8} {:>10.2f} {:>19} {:>10} {:>8} {:>8} {}\n", r.op, r.arm,
@@ -171,6 +198,7 @@ void register_kernels(CLI::App& app, Action& action) {
           }
           out.push_back(row);
         }
+        if (clocks.available()) print_op_clocks(rs);
         fmt::print("\n");
       }
       const bool interrupted = sigint_received();

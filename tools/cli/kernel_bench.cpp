@@ -465,7 +465,7 @@ KernelShape parse_shape(const std::string& name) {
 }
 
 std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchConfig& cfg,
-                                        const std::function<void(const std::string&)>& progress) {
+                                        const std::function<void(const std::string&)>& progress, ClockSampler* clocks) {
   Stream stream;
   const cudaStream_t st = stream.get();
   const int sets = shape.decode ? cfg.sets : 1;
@@ -563,10 +563,15 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
     for (int rep = 0; rep < cfg.reps; ++rep) {
       for (size_t a = 0; a < rs.size(); ++a) {
         if (!graphs[a]) continue;
+        if (clocks) clocks->start();  // one sample at once, then one a period until stop()
         e0.record(st);
         for (int i = 0; i < replays; ++i) graphs[a].replay(st);
         e1.record(st);
         e1.sync();
+        if (clocks) {
+          const std::vector<ClockSample> got = clocks->stop();
+          rs[a].clocks.insert(rs[a].clocks.end(), got.begin(), got.end());
+        }
         t[a].push_back(1000.0 * Event::elapsed_ms(e0, e1) / (replays * oc.sets));
       }
     }

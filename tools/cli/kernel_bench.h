@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/gpu_clocks.h"
 #include "kernels/contracts.h"
 #include "models/qwen35_config.h"
 
@@ -48,6 +49,7 @@ struct ArmResult {
   bool setting = false;
   std::string reference;  // the row it was compared with (the first that ran)
   double out_error = 0, state_error = 0, out_tolerance = 0, state_tolerance = 0;
+  std::vector<ClockSample> clocks;  // sampled while its timed replays ran (empty without a sampler)
   bool within_tolerance() const { return out_error <= out_tolerance && state_error <= state_tolerance; }
 };
 
@@ -63,7 +65,9 @@ struct BenchConfig {
   std::vector<int> conv_update_blocks;
 };
 
+// `clocks` (optional): sampled around each row's timed replays, into ArmResult::clocks.
 std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchConfig& cfg,
-                                        const std::function<void(const std::string&)>& progress);
+                                        const std::function<void(const std::string&)>& progress,
+                                        ClockSampler* clocks = nullptr);
 
 }  // namespace sg::bench

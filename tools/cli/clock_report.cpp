@@ -1,5 +1,5 @@
-// clock_json.cpp: a clock summary as JSON (clock_json.h).
-#include "tools/cli/clock_json.h"
+// clock_report.cpp: clock summaries as JSON, and the cautions between rows (clock_report.h).
+#include "tools/cli/clock_report.h"
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +13,15 @@ nlohmann::json clocks_json(const ClockSummary& c) {
           {"mem_mhz", c.mem_median},
           {"power_w", c.power_w_median},
           {"held_down", held}};
+}
+
+std::vector<std::string> clock_cautions(const std::vector<NamedClocks>& rows) {
+  std::vector<std::string> out;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const std::string d = compare_clocks(rows[0].clocks, rows[i].clocks, rows[0].name, rows[i].name);
+    if (!d.empty()) out.push_back(rows[i].name + ": " + d);
+  }
+  return out;
 }
 
 }  // namespace sg::cli

@@ -169,6 +169,15 @@ TEST_CASE("inspect: a kernel fault inside the inspected graph names the graph", 
   SECTION("prefill") {
     check_graph_fault(run_inspect({"--key", "prefill", "--fault-after", "1:delta_rule.prefill"}), "prefill 32");
   }
+  SECTION("without a drill the same short inspect passes and says what the clocks did") {
+    const ChildResult r = run_inspect({"--key", "decode"});
+    INFO(r.describe() << "\n" << r.out.substr(0, 3000));
+    REQUIRE(r.end == ChildResult::End::exited);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("marginal us") != std::string::npos);
+    CHECK((r.out.find("clocks during the timing: SM ") != std::string::npos ||
+           r.out.find("clocks during the timing: not sampled (") != std::string::npos));
+  }
 }
 
 TEST_CASE("soak: a kernel fault inside a replay names the graph", "[gpu][cli][faults]") {

@@ -2,7 +2,8 @@
 // decode key (`--key decode-32`) or the prefill bucket (`--key prefill`): every kernel node's
 // own CUPTI time grouped by node, op family or layer, and beside each group its marginal cost: the
 // step time with the group's nodes disabled in the executable graph, subtracted from the full
-// step's (graphs/marginal.h). Table, JSON or CSV; --trace / --dot export the graph.
+// step's (graphs/marginal.h); the GPU's clocks while both are measured (gpu_clocks.h). Table, JSON
+// or CSV; --trace / --dot export the graph.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "engine/device.h"
 #include "engine/env.h"
 #include "engine/error.h"
+#include "engine/gpu_clocks.h"
 #include "graphs/export.h"
 #include "graphs/marginal.h"
 #include "graphs/node_timer.h"
@@ -20,6 +22,7 @@
 #include "models/model_step.h"
 #include "tools/cli/bench_common.h"
 #include "tools/cli/cli_checks.h"
+#include "tools/cli/clock_report.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/sigint.h"
 
@@ -133,6 +136,10 @@ int run(InspectOptions o) {
   auto replay = [&] { prefill ? step.replay_prefill(key) : step.replay(key); };
   for (int i = 0; i < 2; ++i) replay();
   step.sync();
+  // The clocks, power and clock limits while the node times and the marginal costs are measured
+  // (gpu_clocks.h): under a power cap a group's marginal cost includes what its power did to the clock.
+  ClockSampler clocks(dev.ordinal);
+  clocks.start();
   NodeTimerWindow window;  // abandoned if a fault ends the replays
   for (int i = 0; i < node_replays; ++i) replay();
   step.sync();
@@ -173,6 +180,9 @@ int run(InspectOptions o) {
       }
     }
   }
+  const ClockSummary clock_summary = summarize_clocks(clocks.stop());
+  const std::string clock_line = clocks.available() ? describe_clocks(clock_summary)
+                                                    : fmt::format("not sampled ({})", clocks.unavailable_reason());
   double total_us = 0;
   for (const auto& st : stats) total_us += st.median_us;
   const bool interrupted = sigint_received();
@@ -193,6 +203,7 @@ int run(InspectOptions o) {
     if (!m.tuning.empty()) j["tuning"] = to_json(m)["tuning"];
     if (!o.no_marginal) j["step_ms"] = {{"median", mr.baseline_ms}, {"spread", mr.spread_ms}};
     j["interrupted"] = interrupted;
+    j["clocks"] = clocks.available() ? clocks_json(clock_summary) : nlohmann::json(nullptr);
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : rows_out) {
       nlohmann::json e = {{"group", r.name}, {"nodes", r.nodes}, {"us", r.us}, {"bytes", r.bytes}};
@@ -213,6 +224,7 @@ int run(InspectOptions o) {
     if (interrupted) fmt::print("{}\n", stopped);
     fmt::print("device: {}\ngraph: {} of {}; {} kernel nodes, node times sum {:.1f} us (CUPTI, {} replays)\n",
                dev.describe(), name, cfg.name, stats.size(), total_us, node_replays);
+    fmt::print("clocks during the timing: {}\n", clock_line);
     if (!o.no_marginal) {
       fmt::print(
           "step {:.3f} ms (median; spread {:.3f} ms): marginal = step minus the step with the group's nodes "
@@ -252,7 +264,8 @@ void register_inspect(CLI::App& app, Action& action) {
       "One captured graph of the whole model, node by node: each node's own CUPTI time (overlap with the node before "
       "counted once) grouped by node, op family or "
       "layer, beside the group's marginal cost (the step with the group's nodes disabled, subtracted from the full "
-      "step). Ctrl-C ends the run after the graph being captured (nothing measured) or after the group being timed and "
+      "step), and the GPU's clocks during that timing (NVML; JSON: \"clocks\"). Ctrl-C ends the run after the graph "
+      "being captured (nothing measured) or after the group being timed and "
       "one more timing of the whole step (the table with the marginal costs measured so far), exit 130. Needs a GPU.");
   add_model_step_options(cmd, io.b);  // --preset, --max-seqs, --context, --arm, the settings
   cmd->add_option("--key", io.key,

@@ -258,17 +258,12 @@ void check_history(const BenchOptions& o, const std::string& command, bool gpu) 
   }
 }
 
-namespace {
-
-// A graph's clock line and its JSON (null where NVML could not sample).
 nlohmann::json report_clocks(const ClockSampler& clocks, const std::vector<ClockSample>& samples) {
   if (!clocks.available()) return nullptr;
   const ClockSummary c = summarize_clocks(samples);
   fmt::print("  clocks during the graph's timed replays: {}\n", describe_clocks(c));
   return clocks_json(c);
 }
-
-}  // namespace
 
 int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   // Ctrl-C: the graph being measured finishes, then the run stops and reports (and writes) what it

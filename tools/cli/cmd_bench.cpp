@@ -178,6 +178,9 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
   if (o.fault.on()) fmt::print("fault drill: {}\n", describe_drill(o.fault));
   fmt::print("\n");
 
+  // The clocks, power and clock limits while each graph's replays are timed (gpu_clocks.h).
+  ClockSampler clocks(dev.ordinal);
+  if (!clocks.available()) fmt::print("clocks: not sampled ({})\n\n", clocks.unavailable_reason());
   nlohmann::json graphs = nlohmann::json::array();
   std::vector<std::string> summary;
   for (int key : step.keys()) {
@@ -187,6 +190,7 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
     Event start, stop;
     for (int i = 0; i < 10; ++i) step.replay(key);  // warm-up
     std::vector<double> per_replay_us;
+    clocks.start();
     for (int r = 0; r < o.reps; ++r) {
       step.check_step(cudaEventRecord(start.get(), step.stream()));
       for (int i = 0; i < o.replays; ++i) step.replay(key);
@@ -194,6 +198,7 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
       step.check_step(cudaEventSynchronize(stop.get()));
       per_replay_us.push_back(1000.0 * Event::elapsed_ms(start, stop) / o.replays);
     }
+    const std::vector<ClockSample> clock_samples = clocks.stop();
     Spread sp = spread(per_replay_us);
     const double bytes = step.step_bytes(key);
     // Per-node times, in a separate run with CUPTI enabled.
@@ -208,6 +213,7 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
         "{} moved, {:.0f} GB/s = {:.1f}% of the floor\n",
         key, sp.median, sp.min, sp.max, o.reps, o.replays, format_bytes(bytes), bytes / (sp.median * 1e3),
         100 * bytes / (sp.median * 1e3) / kFloorGBps);
+    const nlohmann::json clock_json = report_clocks(clocks, clock_samples);
     fmt::print("{}", format_node_table(stats, kFloorGBps));
     write_exports(o, key, step.manifest(key), stats, records);
     if (unmatched) fmt::print("  ({} kernel records did not match a node of this graph)\n", unmatched);
@@ -231,6 +237,7 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
     graphs.push_back({{"batch", key},
                       {"replay_us", {{"median", sp.median}, {"min", sp.min}, {"max", sp.max}}},
                       {"bytes", bytes},
+                      {"clocks", clock_json},
                       {"manifest", to_json(step.manifest(key))},
                       {"nodes", nodes}});
   }

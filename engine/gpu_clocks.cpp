@@ -89,6 +89,15 @@ double reason_share(const ClockSummary& s, uint64_t bit) {
 
 }  // namespace
 
+std::string clock_limit_note(const ClockSummary& s) {
+  std::string held;
+  for (const auto& [bit, n] : s.reasons) {
+    if ((bit & kClockLimits) != 0 && 4 * n >= s.samples) held += (held.empty() ? "" : " and ") + clock_reason_name(bit);
+  }
+  if (s.samples == 0 || held.empty()) return "";
+  return fmt::format("SM {} MHz median, held down by the {}", s.sm_median, held);
+}
+
 std::string compare_clocks(const ClockSummary& a, const ClockSummary& b, const std::string& name_a,
                            const std::string& name_b) {
   if (a.samples == 0 || b.samples == 0) return "";

@@ -47,6 +47,10 @@ uint64_t clock_reason_bit(const std::string& name);
 // "SM 1980 MHz median (1755 to 1980), memory 3201 MHz, 612 W; held down by: power cap in 12 of 40
 // samples" (or "...; no clock limit reported"); "no samples" for an empty summary.
 std::string describe_clocks(const ClockSummary& s);
+// For a one-line summary: "SM 1485 MHz median, held down by the power cap" where a limiting reason
+// (power cap, power brake, hardware or thermal slowdown) held the clock in at least a quarter of
+// the samples (the reasons joined by " and "); empty otherwise, and for no samples.
+std::string clock_limit_note(const ClockSummary& s);
 // Whether two measurements ran at different clocks, for a comparison of their times: empty when
 // alike, else a sentence naming the difference. Different means SM clock medians more than 5% apart
 // (of the higher), or more than 1% apart with SM clock ranges that do not overlap; or a limiting

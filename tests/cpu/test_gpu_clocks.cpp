@@ -123,3 +123,19 @@ TEST_CASE("clock cautions: each row against the first, rows without samples left
   CHECK(j.at("held_down").at("power cap") == 4);
   CHECK(j.at("held_down").at("software thermal slowdown") == 4);
 }
+
+TEST_CASE("clock limit note: only where a limit held the clock in a quarter of the samples or more", "[clocks]") {
+  std::vector<ClockSample> s(8, ClockSample{1980, 3201, 560000, 0});
+  CHECK(clock_limit_note(summarize_clocks(s)).empty());
+  CHECK(clock_limit_note(summarize_clocks({})).empty());
+  s[0].reasons = kClockPowerCap;  // 1 of 8: not enough
+  CHECK(clock_limit_note(summarize_clocks(s)).empty());
+  s[1].reasons = kClockPowerCap | kClockHwThermal;  // 2 of 8 power cap: a quarter
+  for (auto& x : s) x.sm_mhz = 1485;
+  CHECK(clock_limit_note(summarize_clocks(s)) == "SM 1485 MHz median, held down by the power cap");
+  s[2].reasons = kClockHwThermal;
+  CHECK(clock_limit_note(summarize_clocks(s)) ==
+        "SM 1485 MHz median, held down by the power cap and hardware thermal slowdown");
+  for (auto& x : s) x.reasons = kClockAppSetting;  // not a limit
+  CHECK(clock_limit_note(summarize_clocks(s)).empty());
+}

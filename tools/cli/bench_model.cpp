@@ -265,6 +265,18 @@ nlohmann::json report_clocks(const ClockSampler& clocks, const std::vector<Clock
   return clocks_json(c);
 }
 
+namespace {
+
+// "  (SM 1485 MHz median, held down by the power cap)" after a graph's summary line where a limit
+// held its clock down; empty otherwise.
+std::string summary_clocks(const ClockSampler& clocks, const std::vector<ClockSample>& samples) {
+  if (!clocks.available()) return "";
+  const std::string note = clock_limit_note(summarize_clocks(samples));
+  return note.empty() ? note : "  (" + note + ")";
+}
+
+}  // namespace
+
 int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   // Ctrl-C: the graph being measured finishes, then the run stops and reports (and writes) what it
   // measured, marked interrupted, and exits with 130. A second Ctrl-C ends the process.
@@ -372,8 +384,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
           if (ops.contains(g.group)) ops[g.group]["marginal_us"] = 1000.0 * g.marginal_ms;
         }
       }
-      summary.push_back(fmt::format("  decode b={:<5} graph {:>9.3f} ms  eager {:>9.3f} ms  floor {:>7.3f} ms", key,
-                                    g.median, e.median, floor_ms));
+      summary.push_back(fmt::format("  decode b={:<5} graph {:>9.3f} ms  eager {:>9.3f} ms  floor {:>7.3f} ms{}", key,
+                                    g.median, e.median, floor_ms, summary_clocks(clocks, clock_samples)));
       graphs.push_back({{"kind", "decode"},
                         {"batch", key},
                         {"step_ms", {{"median", g.median}, {"min", g.min}, {"max", g.max}}},
@@ -428,9 +440,9 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
         [&] { step.replay_prefill(bucket); }, {causal, wy},
         "attention.prefill's causal q K^T and P V FLOPs and delta_rule.prefill's WY-form products added; attention's "
         "KV reads are not labelled");
-    summary.push_back(fmt::format("  prefill {}x{}{} graph {:>9.2f} ms  eager {:>9.2f} ms  floor {:>7.3f} ms",
+    summary.push_back(fmt::format("  prefill {}x{}{} graph {:>9.2f} ms  eager {:>9.2f} ms  floor {:>7.3f} ms{}",
                                   o.max_seqs, o.context, o.history > 0 ? fmt::format("+h{}", o.history) : "", g.median,
-                                  e.median, floor_ms));
+                                  e.median, floor_ms, summary_clocks(clocks, clock_samples)));
     // The synthetic weights must keep every activation finite: the prefill's logits, then those of
     // kCheckSteps greedy decode steps of the whole batch.
     const PrefillOutput po = step.prefill(batch, RunMode::graph);

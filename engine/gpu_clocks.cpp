@@ -221,6 +221,11 @@ void ClockSampler::start() {
   });
 }
 
+std::optional<ClockSummary> ClockSampler::summarize(const std::vector<ClockSample>& samples) const {
+  if (!available()) return std::nullopt;
+  return summarize_clocks(samples);
+}
+
 std::vector<ClockSample> ClockSampler::stop() {
   running_ = false;
   if (thread_.joinable()) thread_.join();

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,6 +76,8 @@ class ClockSampler {
   void start();
   // Stops and returns the samples since start() (empty when unavailable or not started).
   std::vector<ClockSample> stop();
+  // summarize_clocks of samples this sampler took; nullopt when it cannot sample (not available()).
+  std::optional<ClockSummary> summarize(const std::vector<ClockSample>& samples) const;
 
  private:
   struct Nvml;

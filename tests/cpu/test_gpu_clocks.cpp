@@ -91,6 +91,9 @@ TEST_CASE("clock sampler: unavailable, it says why and samples nothing, else it 
     CHECK(got.front().sm_mhz > 0);
   }
   CHECK(c.stop().empty());  // stopped twice: nothing more
+  // A summary only where the sampler can sample; JSON null otherwise.
+  CHECK(c.summarize(got).has_value() == c.available());
+  CHECK(sg::cli::clocks_json(c.summarize(got)).is_null() == !c.available());
 }
 
 TEST_CASE("clock reasons: a name back to its bit", "[clocks]") {

@@ -164,11 +164,10 @@ nlohmann::json ab_json(const AbReport& r) {
   };
   nlohmann::json fam = nlohmann::json::array();
   for (const auto& f : r.families) fam.push_back(row_json(f));
-  auto side_clocks = [](const AbSide& s) { return s.clocks ? clocks_json(*s.clocks) : nlohmann::json(nullptr); };
   const std::string caution = clocks_caution(r);
   nlohmann::json clocks = {
-      {"a", side_clocks(r.a)},
-      {"b", side_clocks(r.b)},
+      {"a", clocks_json(r.a.clocks)},
+      {"b", clocks_json(r.b.clocks)},
       {"caution", caution.empty() ? nlohmann::json(nullptr) : nlohmann::json(caution)},
       {"not_sampled", r.clocks_unavailable.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.clocks_unavailable)}};
   return {{"device", r.device},

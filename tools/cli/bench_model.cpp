@@ -259,9 +259,8 @@ void check_history(const BenchOptions& o, const std::string& command, bool gpu) 
 }
 
 nlohmann::json report_clocks(const ClockSampler& clocks, const std::vector<ClockSample>& samples) {
-  if (!clocks.available()) return nullptr;
-  const ClockSummary c = summarize_clocks(samples);
-  fmt::print("  clocks during the graph's timed replays: {}\n", describe_clocks(c));
+  const std::optional<ClockSummary> c = clocks.summarize(samples);
+  if (c) fmt::print("  clocks during the graph's timed replays: {}\n", describe_clocks(*c));
   return clocks_json(c);
 }
 
@@ -270,8 +269,8 @@ namespace {
 // "  (SM 1485 MHz median, held down by the power cap)" after a graph's summary line where a limit
 // held its clock down; empty otherwise.
 std::string summary_clocks(const ClockSampler& clocks, const std::vector<ClockSample>& samples) {
-  if (!clocks.available()) return "";
-  const std::string note = clock_limit_note(summarize_clocks(samples));
+  const std::optional<ClockSummary> c = clocks.summarize(samples);
+  const std::string note = c ? clock_limit_note(*c) : "";
   return note.empty() ? note : "  (" + note + ")";
 }
 

@@ -15,6 +15,10 @@ nlohmann::json clocks_json(const ClockSummary& c) {
           {"held_down", held}};
 }
 
+nlohmann::json clocks_json(const std::optional<ClockSummary>& c) {
+  return c ? clocks_json(*c) : nlohmann::json(nullptr);
+}
+
 std::vector<std::string> clock_cautions(const std::vector<NamedClocks>& rows) {
   std::vector<std::string> out;
   for (size_t i = 1; i < rows.size(); ++i) {

@@ -4,6 +4,7 @@
 // rows measured one after another and read side by side (kernels' arms of one op).
 #pragma once
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,8 @@ namespace sg::cli {
 
 // {"samples", "sm_mhz": {"median", "min", "max"}, "mem_mhz", "power_w", "held_down": {reason: samples}}
 nlohmann::json clocks_json(const ClockSummary& c);
+// The same, and null for no summary (clocks not sampled).
+nlohmann::json clocks_json(const std::optional<ClockSummary>& c);
 
 struct NamedClocks {
   std::string name;  // the row ("fast", "wgmma-t", ...)

@@ -180,9 +180,9 @@ int run(InspectOptions o) {
       }
     }
   }
-  const ClockSummary clock_summary = summarize_clocks(clocks.stop());
-  const std::string clock_line = clocks.available() ? describe_clocks(clock_summary)
-                                                    : fmt::format("not sampled ({})", clocks.unavailable_reason());
+  const std::optional<ClockSummary> clock_summary = clocks.summarize(clocks.stop());
+  const std::string clock_line =
+      clock_summary ? describe_clocks(*clock_summary) : fmt::format("not sampled ({})", clocks.unavailable_reason());
   double total_us = 0;
   for (const auto& st : stats) total_us += st.median_us;
   const bool interrupted = sigint_received();
@@ -203,7 +203,7 @@ int run(InspectOptions o) {
     if (!m.tuning.empty()) j["tuning"] = to_json(m)["tuning"];
     if (!o.no_marginal) j["step_ms"] = {{"median", mr.baseline_ms}, {"spread", mr.spread_ms}};
     j["interrupted"] = interrupted;
-    j["clocks"] = clocks.available() ? clocks_json(clock_summary) : nlohmann::json(nullptr);
+    j["clocks"] = clocks_json(clock_summary);
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : rows_out) {
       nlohmann::json e = {{"group", r.name}, {"nodes", r.nodes}, {"us", r.us}, {"bytes", r.bytes}};

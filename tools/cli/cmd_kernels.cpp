@@ -153,7 +153,7 @@ void register_kernels(CLI::App& app, Action& action) {
                                 {"max_us", r.max_us},
                                 {"probe", r.probe}};
           if (r.channels > 0) row["channels"] = r.channels;
-          row["clocks"] = clocks.available() ? clocks_json(summarize_clocks(r.clocks)) : nlohmann::json(nullptr);
+          row["clocks"] = clocks_json(clocks.summarize(r.clocks));
           if (r.grid.x == 0) row["grid"] = row["block"] = nullptr;  // a library's or several kernels' launch
           if (r.probe) {                                            // a floor probe: the time only
             fmt::print("  {:<12} {:<22} {:<28} {:>12} {:>8} {:>10.2f} {:>19} {:>10} {:>8} {:>8} {}\n", r.op, r.arm,

@@ -13,6 +13,7 @@ namespace {
 constexpr int kWarpRowMaxN = 512;   // n up to this: one warp per row
 constexpr int kWarpRowBlock = 256;  // 8 rows per block in warp-per-row mode
 constexpr int kMaxBlock = 1024;
+static_assert(kWarpRowMaxN == 512 && 8 * kMaxBlock == 8192, "rmsnorm_sums_planes (rmsnorm.h) names these lengths");
 
 // Both ops mapped onto one argument set (z null for the plain norm, residual fields unused for
 // the gated one).
@@ -34,6 +35,8 @@ struct NormArgs {
   int T, heads, n;
   float eps;
   const int32_t* live;
+  int xsplits = 1;            // x: the sum of this many f32 planes (RmsNormParams::x_splits; 16-byte kernel)
+  int64_t xsplit_stride = 0;  // elements between the planes
 };
 
 // The value as stored in dtype t (f32: unchanged; bf16: rounded to nearest even).
@@ -155,7 +158,24 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
   const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * threadIdx.x;
   float v[8], r[8];
   uint4 ru{};
-  if (a.xt == DType::f32) {  // rounded to bf16 below (vec_ok: only with round_x)
+  if (a.xt == DType::f32 && a.xsplits > 1) {  // the planes in order from 0.0f, rounded below
+    const float* p = static_cast<const float*>(a.x) + x0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+    for (int k0 = 0; k0 < a.xsplits; k0 += 4) {  // four planes' loads in flight
+      float t4[4][8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (k0 + j < a.xsplits) dev::load8(p + (k0 + j) * a.xsplit_stride, t4[j]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (k0 + j < a.xsplits) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) v[i] += t4[j][i];
+        }
+      }
+    }
+  } else if (a.xt == DType::f32) {  // rounded to bf16 below (vec_ok: only with round_x)
     dev::load8(static_cast<const float*>(a.x) + x0, v);
   } else {
     dev::load8(static_cast<const __nv_bfloat16*>(a.x) + x0, v);
@@ -243,7 +263,7 @@ bool vec_ok(const NormArgs& a) {
   const bool x_ok = a.xt == DType::bf16 || (a.xt == DType::f32 && a.xr);
   const bool bf16 = x_ok && float_type(a.wt) && a.yt == DType::bf16 && (!a.res_out || a.rt == DType::bf16);
   if (!bf16 || a.n % 256 != 0 || a.n > 8 * kMaxBlock) return false;
-  if (a.x_ts % 8 != 0 || a.x_hs % 8 != 0) return false;
+  if (a.x_ts % 8 != 0 || a.x_hs % 8 != 0 || (a.xsplits > 1 && a.xsplit_stride % 4 != 0)) return false;
   return dev::aligned16(a.x) && dev::aligned16(a.w) && dev::aligned16(a.y) && dev::aligned16(a.res) &&
          dev::aligned16(a.res_out);
 }
@@ -324,6 +344,17 @@ cudaError_t rmsnorm(const RmsNormParams& p, cudaStream_t stream) {
              p.n,
              p.eps,
              p.live_rows};
+  if (p.x_splits != 1) {
+    a.xsplits = p.x_splits;
+    a.xsplit_stride = p.x_split_stride;
+    chk.in_range(p.x_splits, 1, INT32_MAX, "x_splits");
+    chk.require(p.x_dtype == DType::f32 && a.xr, "x_splits > 1 needs an f32 x with round_x and residual_out");
+    chk.require(p.x_split_stride >= static_cast<int64_t>(p.T) * ts, "x_split_stride must be >= T x the token stride");
+    chk.require(rmsnorm_sums_planes(p.n) && vec_ok(a),
+                "x_splits > 1 needs the 16-byte kernel: bf16 rows, n a multiple of 256 above 512, 16-byte aligned "
+                "planes");
+    if (!chk.ok()) return cudaErrorInvalidValue;
+  }
   return launch<false>(a, stream);
 }
 

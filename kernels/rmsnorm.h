@@ -48,6 +48,13 @@ struct RmsNormParams {
   // that an f32 x (a projection's unrounded output) gives the bytes of that output stored in
   // residual_dtype and read back (the model step's mix-round norm setting).
   bool round_x = false;
+  // x as the sum of x_splits f32 planes x_split_stride elements apart, added in plane order from
+  // 0.0f: a skinny GEMM's deferred split-K partials (SkinnyGemmParams::defer_sum), so that with
+  // round_x the norm sees the bytes that GEMM's bf16 y would have held. x_splits > 1 needs x_dtype
+  // f32, round_x with residual_out, the 16-byte kernel's shapes (bf16 rows, n % 256 == 0, 16-byte
+  // aligned) and x_split_stride >= T x token stride.
+  int x_splits = 1;
+  int64_t x_split_stride = 0;
   const void* w = nullptr;  // [n] zero-centred weight (scale 1 + w), f32 or bf16
   DType w_dtype = DType::f32;
   void* y = nullptr;  // [T, heads, n] contiguous, y_dtype f32 or bf16; may alias x when x is contiguous
@@ -60,6 +67,10 @@ struct RmsNormParams {
   // residual_out (and read nothing), so padded buckets stay defined. Null: all T tokens are live.
   const int32_t* live_rows = nullptr;
 };
+
+// Whether rmsnorm can take x as summed planes (x_splits > 1) for bf16 rows of n: the 16-byte
+// kernel's lengths (a multiple of 256 above 512, at most 8192).
+inline bool rmsnorm_sums_planes(int64_t n) { return n > 512 && n % 256 == 0 && n <= 8192; }
 
 // Zero-centred RMSNorm (with the optional fused residual add). Returns cudaErrorInvalidValue on bad
 // params (dtypes other than f32/bf16, n < 1, heads < 1, T < 0, null pointers), else the launch error.

@@ -159,6 +159,7 @@ __device__ void finish_block(const SkinnyGemmParams& p, const float (&acc)[NT][4
       }
     }
   }
+  if (p.defer_sum) return;  // the kernel after sums the partials (SkinnyGemmParams::defer_sum)
   __shared__ bool last;
   __threadfence();  // this thread's partial is visible before the count says so
   __syncthreads();
@@ -367,7 +368,8 @@ cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   chk.require(ldy >= (swiglu ? p.N / 2 : p.N), swiglu ? "ldy must be >= N / 2" : "ldy must be >= N");
   chk.require(dev::aligned16(p.x) && dev::aligned16(p.W), "x and W must be 16-byte aligned");
   chk.in_range(p.splits, 1, std::min(p.K / kBK, 65535), "splits");
-  chk.require(p.splits <= 1 || (p.workspace && p.counters), "splits > 1 needs workspace and counters");
+  chk.require(p.splits <= 1 || (p.workspace && (p.counters || p.defer_sum)), "splits > 1 needs workspace and counters");
+  chk.require(!p.defer_sum || !swiglu, "defer_sum cannot go with the SwiGLU epilogue");
   chk.require(p.block_rows == 0 || p.block_rows == 64 || p.block_rows == 128 || p.block_rows == 256,
               "block_rows must be 0, 64, 128 or 256");
   if (!chk.ok()) return cudaErrorInvalidValue;

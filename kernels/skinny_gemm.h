@@ -38,6 +38,10 @@ struct SkinnyGemmParams {
   int block_rows = 0;           // W rows a block: 64, 128, 256 (skinny_gemm_block_rows); 0 = 64
   float* workspace = nullptr;   // skinny_gemm_workspace_bytes(M, N, splits)
   int32_t* counters = nullptr;  // [ceil(N / 64)], zero before the launch (left zero)
+  // With splits > 1: the blocks only write their f32 partials (split s at workspace + s M N, [M, N]),
+  // y and the counters untouched, and the kernel after sums them in split order from 0.0f (rmsnorm's
+  // x_splits), which gives the bytes this GEMM's y would have held. Not with the SwiGLU epilogue.
+  bool defer_sum = false;
   // SwiGLU epilogue (0 = off, 8): W's rows interleave gate_proj and up_proj rows in groups of 8
   // (swiglu.h), and instead of y = x W^T the kernel writes act = silu(gate) * up, [M, ldy] bf16
   // (ldy >= N / 2; 0 = N / 2), with the bytes the swiglu kernel gives on this GEMM's bf16 y

@@ -4,6 +4,7 @@
 
 #include "engine/error.h"
 #include "engine/text.h"
+#include "kernels/rmsnorm.h"
 #include "models/step_settings.h"
 
 namespace sg {
@@ -80,6 +81,7 @@ const char* mix_round_name(MixRound m) {
     case MixRound::automatic: return "auto";
     case MixRound::gemm: return "gemm";
     case MixRound::norm: return "norm";
+    case MixRound::partials: return "partials";
   }
   return "?";
 }
@@ -88,10 +90,15 @@ MixRound parse_mix_round(const std::string& name) {
   if (name == "auto") return MixRound::automatic;
   if (name == "gemm") return MixRound::gemm;
   if (name == "norm") return MixRound::norm;
-  throw Error(fmt::format("unknown mix-round '{}' (valid: auto, gemm, norm)", printable(name)));
+  if (name == "partials") return MixRound::partials;
+  throw Error(fmt::format("unknown mix-round '{}' (valid: auto, gemm, norm, partials)", printable(name)));
 }
 
 bool mix_rounds_in_norm(MixRound m, int64_t rows) { return m == MixRound::norm && rows <= kGemmLtMaxRows; }
+
+bool mix_sums_in_norm(MixRound m, int splits, int64_t n, DType act) {
+  return m == MixRound::partials && splits > 1 && act == DType::bf16 && rmsnorm_sums_planes(n);
+}
 
 const char* ssm_state_name(DType d) { return d == DType::bf16 ? "bf16" : d == DType::f32 ? "f32" : "?"; }
 

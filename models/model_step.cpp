@@ -124,10 +124,10 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
             tp_ranks_);
     // Over several ranks the f32 partials would be summed before the rounding, where each rank
     // rounds its own partial in `gemm`: not the same arithmetic, and twice the all-reduce's bytes.
-    require(opts_.mix_round != MixRound::norm || tp_ranks_ == 1,
-            "tensor parallel over {} ranks rounds each rank's projection output before the sum: mix-round norm "
+    require((opts_.mix_round != MixRound::norm && opts_.mix_round != MixRound::partials) || tp_ranks_ == 1,
+            "tensor parallel over {} ranks rounds each rank's projection output before the sum: mix-round {} "
             "does not apply",
-            tp_ranks_);
+            tp_ranks_, mix_round_name(opts_.mix_round));
   }
   if (opts_.head_rows == cfg_.vocab && opts_.head_row0 == 0) opts_.head_rows = 0;  // the whole vocabulary
   require(opts_.head_rows == 0 || opts_.tp_comm,

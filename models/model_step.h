@@ -327,8 +327,13 @@ class ModelStep {
     TensorView act;            // [rows, I]
     const int32_t* live_rows;  // [1] device: rows at or past it get zeros
   };
+  // mix: y is mix_out (a projection before an RMSNorm): under mix-round partials a skinny GEMM with
+  // its K split leaves its partials in the GEMM workspace and sets mix_planes_ for the norm after.
   bool gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op, NodeRecorder* rec,
-            const GemmSwiglu* swiglu = nullptr);
+            const GemmSwiglu* swiglu = nullptr, bool mix = false);
+  // Split-K partials of the last residual projection left for the norm after it to sum (0: none; it
+  // reads mix or mix32). Set by gemm, read and cleared by the norm, within one launch sequence.
+  int mix_planes_ = 0;
   std::vector<const TensorView*> caches() const;
   // Each cache's slice for one slot (its device address and bytes), in caches() order; an error
   // for a slot outside [0, num_slots).

@@ -112,7 +112,7 @@ void ModelStep::gdn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
                        op_bytes::gated_rmsnorm(rows, g.Hv, g.Dv, esz, dtype_size(W.norm_w.dtype))};
     });
 
-  gemm(mat(a_.core.data, act, rows, HvDv), W.out_proj, mix_out(rows), layer, "gdn.out_proj", rec);
+  gemm(mat(a_.core.data, act, rows, HvDv), W.out_proj, mix_out(rows), layer, "gdn.out_proj", rec, nullptr, true);
   tp_sum(layer, rows, "gdn.out_proj", rec);
 }
 

@@ -55,7 +55,8 @@ StepMetadata padding_metadata(const StepKey& key) {
 }  // namespace
 
 bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op,
-                     NodeRecorder* rec, const GemmSwiglu* swiglu) {
+                     NodeRecorder* rec, const GemmSwiglu* swiglu, bool mix) {
+  if (mix) mix_planes_ = 0;
   const int64_t M = x.dim(0), N = W.dim(0), K = W.dim(1);
   // The skinny kernel's W rows a block for this shape (0 where it cannot run): the policy asks
   // whether they are wide, and the launch below uses them.
@@ -112,6 +113,9 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   p.splits = skinny_gemm_pick_splits(p.M, p.N, p.K, sms_);
   p.workspace = a_.gemm_ws.ptr<float>();
   p.counters = a_.gemm_counters.ptr<int32_t>();
+  // mix-round partials: the norm after sums the partials (planes of [M, N] in the workspace).
+  p.defer_sum = mix && !fuse && !opts_.tp_comm && mix_sums_in_norm(opts_.mix_round, p.splits, N, y.dtype);
+  if (p.defer_sum) mix_planes_ = p.splits;
   if (fuse) {
     p.y = swiglu->act.data;
     p.ldy = swiglu->act.stride[0];
@@ -120,7 +124,11 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
     p.live_rows = swiglu->live_rows;
   }
   launched(skinny_gemm(p, stream_.get()), rec, stream_.get(), [&] {
-    return NodeLabel{layer, op, fmt::format("skinny bn={} splits={}{}", p.block_rows, p.splits, fuse ? " +swiglu" : ""),
+    return NodeLabel{layer, op,
+                     fmt::format("skinny bn={} splits={}{}", p.block_rows, p.splits,
+                                 fuse          ? " +swiglu"
+                                 : p.defer_sum ? " partials"
+                                               : ""),
                      bytes, flops};
   });
   return fuse;
@@ -216,7 +224,8 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
       },
       at.splits > 1 ? 2 : 1);
 
-  gemm(mat(a_.aout.data, act, rows, int64_t{Hq} * D), W.o_proj, mix_out(rows), layer, "attn.o_proj", rec);
+  gemm(mat(a_.aout.data, act, rows, int64_t{Hq} * D), W.o_proj, mix_out(rows), layer, "attn.o_proj", rec, nullptr,
+       true);
   tp_sum(layer, rows, "attn.o_proj", rec);
 }
 
@@ -245,7 +254,7 @@ void ModelStep::mlp_block(int layer, const StepKey& key, NodeRecorder* rec) {
     sp.live_rows = m.n_tokens;
     launched(swiglu(sp, s), rec, s, [&] { return NodeLabel{layer, "swiglu", "-", rows * 3.0 * I * es}; });
   }
-  gemm(a_.mlp.rows(0, rows), L.down, mix_out(rows), layer, "mlp.down", rec);
+  gemm(a_.mlp.rows(0, rows), L.down, mix_out(rows), layer, "mlp.down", rec, nullptr, true);
   tp_sum(layer, rows, "mlp.down", rec);
 }
 
@@ -296,13 +305,20 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
 
   // rmsnorm(x = round(x + mix)) -> h; the first call only rounds the embedding into x. Where the
   // norm rounds the projections' output (mix_round), mix is their f32 output, rounded first.
+  // With mix-round partials, where the projection left its split-K partials (mix_planes_), the norm
+  // sums them from the GEMM workspace first.
   const bool mix_f32 = mix_rounds_in_norm(opts_.mix_round, rows);
+  mix_planes_ = 0;
   auto norm = [&](int layer, const TensorView& w, bool first, const char* op) {
-    const bool f32_in = mix_f32 && !first;
+    const int planes = first ? 0 : mix_planes_;
+    mix_planes_ = 0;
+    const bool f32_in = (mix_f32 && !first) || planes > 1;
     RmsNormParams np;
-    np.x = f32_in ? a_.mix32.data : a_.mix.data;
+    np.x = planes > 1 ? a_.gemm_ws.data : f32_in ? a_.mix32.data : a_.mix.data;
     np.x_dtype = f32_in ? DType::f32 : act;
     np.round_x = f32_in;
+    np.x_splits = planes > 1 ? planes : 1;
+    np.x_split_stride = planes > 1 ? int64_t{rows} * H : 0;
     np.residual = first ? nullptr : a_.x.data;
     np.residual_out = a_.x.data;
     np.residual_dtype = act;
@@ -316,7 +332,9 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
     np.eps = cfg_.rms_eps;
     np.live_rows = m.n_tokens;
     launched(rmsnorm(np, s), rec, s, [&] {
-      return NodeLabel{layer, op, "-", rows * double(H) * (es * (first ? 2.0 : 3.0) + (f32_in ? 4.0 : es)) + H * es};
+      const double x_bytes = planes > 1 ? 4.0 * planes : f32_in ? 4.0 : es;
+      return NodeLabel{layer, op, planes > 1 ? fmt::format("sums {} partials", planes) : std::string("-"),
+                       rows * double(H) * (es * (first ? 2.0 : 3.0) + x_bytes) + H * es};
     });
   };
 

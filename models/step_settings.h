@@ -166,19 +166,28 @@ bool gemm_fuses_swiglu(SwigluMode mode, int64_t rows, int64_t n, int64_t k);
 // f32 output lets cuBLASLt sum a split-K GEMM's partials in place (one kernel, where a bf16 output
 // takes a second, reduce kernel) and cuBLAS / cuBLASLt may pick another algorithm for it: a setting,
 // not an arm (with the skinny kernel the bytes are the same). For steps of at most kGemmLtMaxRows
-// rows (the f32 buffer is sized for them); larger steps round in the GEMM. Not with tensor
-// parallelism over more than one rank (ModelStep refuses it: each rank rounds before the sum there).
+// rows (the f32 buffer is sized for them); larger steps round in the GEMM. `partials` goes one step
+// further where the projection runs the skinny kernel with its K split: the GEMM leaves its f32
+// split-K partials and the RMSNorm sums them (in split order, from 0.0f) before the rounding, so the
+// GEMM's last-block sum leaves the chain; the same bytes as gemm everywhere (elsewhere it is gemm).
+// Not with tensor parallelism over more than one rank (ModelStep refuses norm and partials: each rank
+// rounds before the sum there).
 enum class MixRound : uint8_t {
   automatic,  // gemm: norm measured no faster (4B decode b=32, docs/BENCHMARKS.md)
   gemm,       // the GEMM writes bf16
   norm,       // the GEMM writes f32 on steps of at most kGemmLtMaxRows rows; the norm rounds it
+  partials,   // a skinny GEMM with splits > 1 leaves its partials, the norm sums and rounds; else gemm
 };
-constexpr std::array<std::string_view, 3> kMixRoundNames = {"auto", "gemm", "norm"};
+constexpr std::array<std::string_view, 4> kMixRoundNames = {"auto", "gemm", "norm", "partials"};
 const char* mix_round_name(MixRound m);  // one of kMixRoundNames
 // One of kMixRoundNames; throws Error on anything else.
 MixRound parse_mix_round(const std::string& name);
 // Whether a step of `rows` rows rounds the residual projections' output in the norm under `m`.
 bool mix_rounds_in_norm(MixRound m, int64_t rows);
+// Whether a projection that feeds the residual stream leaves its skinny split-K partials to the
+// RMSNorm after it: `m` is partials, the GEMM splits K, and the norm of an `n`-wide bf16 row can sum
+// them (rmsnorm_sums_planes).
+bool mix_sums_in_norm(MixRound m, int splits, int64_t n, DType act);
 
 // How the GDN layers keep their recurrent (SSM) state [slots, Hv, Dk, Dv] between steps. A setting,
 // not an arm: bf16 changes the numbers. The arithmetic is f32 either way; with bf16 every kernel

@@ -370,6 +370,14 @@ TEST_CASE("ab selection: which settings decide the arithmetic of a decode or pre
   a.gemm = b.gemm = "skinny";  // ...the skinny kernel may not: the same bytes
   CHECK(same_arithmetic(a, b, false));
   CHECK(same_arithmetic(a, b, true));
+  a = b;
+  a.gemm = b.gemm = "mixed";
+  a.mix_round = "gemm";
+  b.mix_round = "partials";  // the norm sums the skinny kernel's partials in its order: gemm's bytes
+  CHECK(same_arithmetic(a, b, false));
+  CHECK(same_arithmetic(a, b, true));
+  a.mix_round = "norm";  // but an f32 output on cuBLAS is another sum
+  CHECK_FALSE(same_arithmetic(a, b, false));
 }
 
 TEST_CASE("ab sides: a fault's report names the side and its selection", "[ab][selection][faults]") {

@@ -4,6 +4,7 @@
 
 #include "engine/error.h"
 #include "engine/gemm_lt.h"
+#include "kernels/rmsnorm.h"
 #include "models/step_settings.h"
 #include "tests/support/catch.h"
 
@@ -81,10 +82,11 @@ TEST_CASE("gemm policy: the SwiGLU epilogue except on small steps over a large g
 }
 
 TEST_CASE("mix-round setting: names round-trip, the norm rounds only on decode-sized steps when asked", "[settings]") {
-  for (MixRound m : {MixRound::automatic, MixRound::gemm, MixRound::norm}) {
+  for (MixRound m : {MixRound::automatic, MixRound::gemm, MixRound::norm, MixRound::partials}) {
     CHECK(parse_mix_round(mix_round_name(m)) == m);
   }
-  CHECK_THROWS_WITH(parse_mix_round("f32"), "unknown mix-round 'f32' (valid: auto, gemm, norm)");
+  CHECK_THROWS_WITH(parse_mix_round("f32"), "unknown mix-round 'f32' (valid: auto, gemm, norm, partials)");
+  CHECK_FALSE(mix_rounds_in_norm(MixRound::partials, 8));  // no f32 output: gemm's bf16 where it does not sum
   for (int64_t rows : {int64_t{1}, int64_t{8}, kGemmLtMaxRows}) {
     CHECK(mix_rounds_in_norm(MixRound::norm, rows));
     CHECK_FALSE(mix_rounds_in_norm(MixRound::gemm, rows));
@@ -92,6 +94,23 @@ TEST_CASE("mix-round setting: names round-trip, the norm rounds only on decode-s
   }
   CHECK_FALSE(mix_rounds_in_norm(MixRound::norm, kGemmLtMaxRows + 1));  // the f32 buffer's rows
   CHECK_FALSE(mix_rounds_in_norm(MixRound::norm, 32768));
+}
+
+TEST_CASE("mix-round partials: the norm sums a split GEMM's partials only where its 16-byte kernel can", "[settings]") {
+  // The 4B's and 27B's hidden sizes, with the K split, in bf16.
+  CHECK(mix_sums_in_norm(MixRound::partials, 6, 2560, DType::bf16));
+  CHECK(mix_sums_in_norm(MixRound::partials, 2, 5120, DType::bf16));
+  CHECK_FALSE(mix_sums_in_norm(MixRound::partials, 1, 2560, DType::bf16));  // no split: nothing to sum
+  CHECK_FALSE(mix_sums_in_norm(MixRound::gemm, 6, 2560, DType::bf16));
+  CHECK_FALSE(mix_sums_in_norm(MixRound::norm, 6, 2560, DType::bf16));
+  CHECK_FALSE(mix_sums_in_norm(MixRound::automatic, 6, 2560, DType::bf16));
+  CHECK_FALSE(mix_sums_in_norm(MixRound::partials, 6, 2560, DType::f32));  // f32 rows: the strided kernel
+  CHECK_FALSE(mix_sums_in_norm(MixRound::partials, 6, 64, DType::bf16));   // the tiny preset: a warp a row
+  CHECK_FALSE(mix_sums_in_norm(MixRound::partials, 6, 512, DType::bf16));
+  CHECK_FALSE(mix_sums_in_norm(MixRound::partials, 6, 1000, DType::bf16));
+  CHECK(mix_sums_in_norm(MixRound::partials, 6, 768, DType::bf16));
+  CHECK(rmsnorm_sums_planes(8192));
+  CHECK_FALSE(rmsnorm_sums_planes(8448));
 }
 
 TEST_CASE("gated-norm setting: names round-trip, auto fuses small steps of small heads", "[settings]") {

@@ -3,6 +3,7 @@
 // of at most 32 rows and lets the norm round it; on the skinny kernel that is the same arithmetic,
 // so the same bytes as `gemm`; on cuBLASLt the algorithm chosen for an f32 output may sum in another
 // order, so the bytes agree within the GEMM tolerance, and replay equals eager byte for byte.
+// `partials` (the norm sums a split skinny GEMM's partials) gives gemm's bytes.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -141,4 +142,63 @@ TEST_CASE("mix-round norm on cuBLASLt: replay equals eager, and the logits agree
   const double e = test::max_normalised_error(b.logits.data(), a.logits.data(), a.logits.size());
   INFO("normalised max logit error " << e);
   CHECK(e <= 2e-2);
+}
+
+// mix-round partials on a model whose residual projections split K on the skinny kernel and whose
+// rows the norm's 16-byte kernel takes (hidden 768; the tiny preset's 64 does not): every such
+// projection leaves its partials and the norm after sums them, with gemm's bytes in prefill and
+// decode, graphed and eager, caches included.
+TEST_CASE("mix-round partials: the RMSNorm sums the skinny GEMM's split-K partials, the bytes of gemm",
+          "[gpu][model][mix_round]") {
+  Qwen35Config c = preset("tiny");
+  c.hidden = 768;
+  c.intermediate = 2048;  // mlp.down [768, 2048]: K split in 8
+  c.Hq = 8;
+  c.D = 64;                          // attn.o_proj [768, 512]: in 2
+  c.gdn = GdnDims{2, 8, 32, 64, 4};  // gdn.out_proj [768, 512]: in 2
+  c.validate("test");
+  ModelStep gemm(c, small_step(GemmKind::skinny, MixRound::gemm));
+  ModelStep part(c, small_step(GemmKind::skinny, MixRound::partials));
+  CHECK(part.options().mix_round == MixRound::partials);
+  gemm.capture_all();
+  part.capture_all();
+  auto count = [](const Manifest& m, const std::string& op, const std::string& arm_part) {
+    int n = 0;
+    for (const auto& node : m.nodes) n += node.label.op == op && node.label.arm.find(arm_part) != std::string::npos;
+    return n;
+  };
+  const int attn = c.num_full_attention(), gdn = c.num_linear_attention();
+  for (int key : part.keys()) {
+    CAPTURE(key);
+    const Manifest& m = part.manifest(key);
+    CHECK(count(m, "mlp.down", "partials") == c.layers);
+    CHECK(count(m, "gdn.out_proj", "partials") == gdn);
+    CHECK(count(m, "attn.o_proj", "partials") == attn);
+    CHECK(count(m, "rmsnorm.post_attention", "partials") == c.layers);
+    CHECK(count(m, "rmsnorm.input", "partials") == c.layers - 1);  // the first layer's reads the embedding
+    CHECK(count(m, "rmsnorm.final", "partials") == 1);
+    CHECK(count(gemm.manifest(key), "mlp.down", "partials") == 0);
+  }
+  std::vector<int32_t> twelve(12), fourteen(14);
+  for (size_t i = 0; i < twelve.size(); ++i) twelve[i] = token_at(7, static_cast<int>(i), c.vocab);
+  for (size_t i = 0; i < fourteen.size(); ++i) fourteen[i] = token_at(8, static_cast<int>(i), c.vocab);
+  const std::vector<PrefillRequest> full = {{0, twelve, 0}, {7, fourteen, 0}};
+  const std::vector<PrefillRequest> pre = {{1, {5, 9, 2, 7}, 0}, {4, {3, 3, 8}, 0}, {6, {11, 1, 4, 4, 2, 9}, 0}};
+  for (const auto* batch : {&full, &pre}) {
+    for (RunMode mode : {RunMode::graph, RunMode::eager}) {
+      const PrefillOutput a = gemm.prefill(*batch, mode), b = part.prefill(*batch, mode);
+      CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
+      CHECK(a.tokens == b.tokens);
+    }
+  }
+  for (int t = 0; t < 4; ++t) {
+    CAPTURE(t);
+    std::vector<DecodeRequest> reqs = {
+        {1, token_at(t, 0, c.vocab), 4 + t}, {4, token_at(t, 1, c.vocab), 3 + t}, {6, token_at(t, 2, c.vocab), 6 + t}};
+    const auto a = gemm.decode(reqs, RunMode::graph);
+    const auto b = part.decode(reqs, t % 2 ? RunMode::eager : RunMode::graph);
+    CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
+    CHECK(a.tokens == b.tokens);
+  }
+  CHECK(count_diff(gemm.cache_bytes(), part.cache_bytes()) == 0);
 }

@@ -4,7 +4,8 @@
 // N that is not a multiple of the 64-row block, strided x and y, bf16 and f32 outputs, every split
 // count from 1 to the most K allows; the split counters come back to zero; graph replay == eager ==
 // a rerun, byte for byte; the SwiGLU epilogue gives the bytes of the GEMM followed by the swiglu
-// kernel; bad params rejected, each refusal naming its field; 3000 launches beside a second GEMM on
+// kernel; with defer_sum the RMSNorm after sums the partials into the bytes of the GEMM's bf16 y and
+// the norm; bad params rejected, each refusal naming its field; 3000 launches beside a second GEMM on
 // another stream give the first launch's bytes.
 #include <cuda_runtime.h>
 
@@ -18,6 +19,7 @@
 #include "engine/tensor.h"
 #include "kernels/launch_check.h"
 #include "kernels/ref/mlp_ref.h"
+#include "kernels/rmsnorm.h"
 #include "kernels/skinny_gemm.h"
 #include "kernels/swiglu.h"
 #include "tests/support/catch.h"
@@ -324,6 +326,110 @@ TEST_CASE("skinny gemm: the SwiGLU epilogue gives the bytes of the GEMM followed
           CHECK(std::all_of(cb.begin(), cb.end(), [](uint8_t b) { return b == 0; }));
         }
       }
+    }
+  }
+}
+
+// The residual projections' deferred split-K sum: the skinny GEMM writes only its partials
+// (defer_sum) and the RMSNorm after sums them (x_splits, round_x): h and the residual stream come out
+// with the bytes of the GEMM's own bf16 y followed by the norm, padded tokens included; the counters
+// are not touched; the norm refuses the shapes and dtypes it cannot sum.
+TEST_CASE("skinny gemm: partials summed by the RMSNorm after (defer_sum, x_splits) give the bytes of its bf16 y",
+          "[gpu][gemm][skinny][norms]") {
+  struct Case {
+    int M, N, K;
+  };
+  for (Case c :
+       {Case{32, 2560, 9216}, Case{32, 2560, 4096}, Case{8, 2560, 9216}, Case{1, 1024, 2048}, Case{17, 5120, 6144}}) {
+    const int most = std::min(c.K / 64, 32);
+    const auto x = test::uniform_bf16(static_cast<size_t>(c.M) * c.K, 900 + c.M, -1.f, 1.f);
+    const auto W = test::uniform_bf16(static_cast<size_t>(c.N) * c.K, 901 + c.K, -0.1f, 0.1f);
+    const auto r0 = test::uniform_bf16(static_cast<size_t>(c.M) * c.N, 902, -2.f, 2.f);
+    const auto wn = test::uniform_bf16(static_cast<size_t>(c.N), 903, -0.5f, 0.5f);
+    auto dx = test::DevBuf::from(x, DType::bf16), dW = test::DevBuf::from(W, DType::bf16);
+    auto dwn = test::DevBuf::from(wn, DType::bf16);
+    for (int sp : {2, 3, skinny_gemm_pick_splits(c.M, c.N, c.K, 132), most}) {
+      if (sp < 2 || sp > most) continue;
+      const int live = c.M > 2 ? c.M - 2 : c.M;
+      CAPTURE(c.M, c.N, c.K, sp, live);
+      auto dlive = test::DevBuf::from_i32({live});
+      test::DevBuf ws(skinny_gemm_workspace_bytes(c.M, c.N, sp));
+      test::DevBuf counters(static_cast<size_t>((c.N + 63) / 64) * 4, 0);
+      test::DevBuf y(static_cast<size_t>(c.M) * c.N * 2);
+      SkinnyGemmParams p;
+      p.x = dx.data();
+      p.W = dW.data();
+      p.y = y.data();
+      p.M = c.M;
+      p.N = c.N;
+      p.K = c.K;
+      p.splits = sp;
+      p.workspace = ws.as<float>();
+      p.counters = counters.as<int32_t>();
+      RmsNormParams np;  // x = round(round(y) + res) into res, h = rmsnorm(x), as the model step's norm
+      np.residual_dtype = DType::bf16;
+      np.w = dwn.data();
+      np.w_dtype = DType::bf16;
+      np.T = c.M;
+      np.n = c.N;
+      np.live_rows = dlive.as<int32_t>();
+      // The GEMM's own sum into bf16 y, then the norm reading y.
+      auto res_a = test::DevBuf::from(r0, DType::bf16);
+      test::DevBuf h_a(static_cast<size_t>(c.M) * c.N * 2);
+      check(skinny_gemm(p, nullptr));
+      RmsNormParams na = np;
+      na.x = y.data();
+      na.x_dtype = DType::bf16;
+      na.residual = res_a.data();
+      na.residual_out = res_a.data();
+      na.y = h_a.data();
+      check(rmsnorm(na, nullptr));
+      // The partials only (y and the counters poisoned and checked untouched), summed by the norm.
+      auto res_b = test::DevBuf::from(r0, DType::bf16);
+      test::DevBuf h_b(static_cast<size_t>(c.M) * c.N * 2), y_b(static_cast<size_t>(c.M) * c.N * 2, 0x5A);
+      test::DevBuf counters_b(static_cast<size_t>((c.N + 63) / 64) * 4, 0x11);
+      SkinnyGemmParams pd = p;
+      pd.y = y_b.data();
+      pd.counters = counters_b.as<int32_t>();
+      pd.defer_sum = true;
+      check(skinny_gemm(pd, nullptr));
+      RmsNormParams nb = np;
+      nb.x = ws.data();
+      nb.x_dtype = DType::f32;
+      nb.round_x = true;
+      nb.x_splits = sp;
+      nb.x_split_stride = static_cast<int64_t>(c.M) * c.N;
+      nb.residual = res_b.data();
+      nb.residual_out = res_b.data();
+      nb.y = h_b.data();
+      check(rmsnorm(nb, nullptr));
+      check(cudaDeviceSynchronize());
+      CHECK(h_b.download() == h_a.download());
+      CHECK(res_b.download() == res_a.download());
+      const auto yb = y_b.download(), cb = counters_b.download();
+      CHECK(std::all_of(yb.begin(), yb.end(), [](uint8_t b) { return b == 0x5A; }));
+      CHECK(std::all_of(cb.begin(), cb.end(), [](uint8_t b) { return b == 0x11; }));
+      // Refusals, each before a launch: a bf16 x, no round_x, a plane stride short of T rows, a row
+      // the 16-byte kernel does not take, a SwiGLU epilogue with defer_sum.
+      RmsNormParams bad = nb;
+      bad.x_dtype = DType::bf16;
+      CHECK(rmsnorm(bad, nullptr) == cudaErrorInvalidValue);
+      CHECK(take_launch_refusal().find("x_splits > 1 needs an f32 x") != std::string::npos);
+      bad = nb;
+      bad.round_x = false;
+      CHECK(rmsnorm(bad, nullptr) == cudaErrorInvalidValue);
+      bad = nb;
+      bad.x_split_stride = static_cast<int64_t>(c.M) * c.N - 1;
+      CHECK(rmsnorm(bad, nullptr) == cudaErrorInvalidValue);
+      CHECK(take_launch_refusal().find("x_split_stride") != std::string::npos);
+      bad = nb;
+      bad.n = 256;
+      bad.T = 1;
+      CHECK(rmsnorm(bad, nullptr) == cudaErrorInvalidValue);
+      CHECK(take_launch_refusal().find("16-byte kernel") != std::string::npos);
+      SkinnyGemmParams bg = pd;
+      bg.swiglu_group = 8;
+      CHECK(skinny_gemm(bg, nullptr) == cudaErrorInvalidValue);
     }
   }
 }

@@ -85,9 +85,11 @@ std::string Selection::describe() const {
 
 bool same_arithmetic(const StepChoice& a, const StepChoice& b, bool prefill) {
   if (a.gemm != b.gemm || a.ssm_state != b.ssm_state) return false;
-  // An f32 output of the residual projections is the same arithmetic on the skinny kernel only:
-  // cuBLAS and cuBLASLt may pick another algorithm (another summation order) for it.
-  if (a.mix_round != b.mix_round && a.gemm != "skinny") return false;
+  // An f32 output of the residual projections (norm) is the same arithmetic on the skinny kernel
+  // only: cuBLAS and cuBLASLt may pick another algorithm (another summation order) for it. partials
+  // is gemm's arithmetic everywhere (the skinny kernel's partials summed in its order by the norm).
+  const bool f32_mix = a.mix_round == "norm" || b.mix_round == "norm";
+  if (a.mix_round != b.mix_round && f32_mix && a.gemm != "skinny") return false;
   if (prefill) return a.delta_prefill == b.delta_prefill && a.attn_prefill == b.attn_prefill;
   return a.attn_decode == b.attn_decode;
 }

@@ -317,7 +317,10 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
                                                   : "the delta rule's epilogue on small steps, else the kernel (auto)");
   const std::string mix_round = mix_round_name(step.options().mix_round);  // `auto` resolved
   fmt::print("residual projections' output rounded: {}{}\n",
-             mix_round == "norm" ? "in the RMSNorm after them, from f32 (norm)" : "in the GEMM (gemm)",
+             mix_round == "norm" ? "in the RMSNorm after them, from f32 (norm)"
+             : mix_round == "partials"
+                 ? "in the RMSNorm after them, which sums a skinny GEMM's split-K partials (partials)"
+                 : "in the GEMM (gemm)",
              o.mix_round == "auto" ? " (auto)" : "");
   const std::string ssm_state = ssm_state_name(step.options().ssm_state);
   fmt::print("GDN recurrent state: {}\n",

@@ -415,7 +415,10 @@ void register_bench(CLI::App& app, Action& action) {
                   "mlp.down) round their output to bf16: gemm (the GEMM stores bf16), norm (on steps of at most "
                   "32 rows the GEMM stores f32 and the RMSNorm rounds it before adding it to the residual stream: "
                   "the same arithmetic, and cuBLASLt may then sum split-K partials in place, one kernel instead "
-                  "of two; cuBLASLt's algorithm may differ, so its bytes may), or auto (gemm)")
+                  "of two; cuBLASLt's algorithm may differ, so its bytes may), partials (where the skinny kernel "
+                  "runs such a projection with its K split, it leaves its f32 partials and the RMSNorm sums them "
+                  "in split order, then rounds: gemm's bytes with one split-K sum fewer on the chain; elsewhere as "
+                  "gemm) or auto (gemm)")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("mix-round")));
   cmd->add_option("--ssm-state", o.ssm_state,

@@ -4,15 +4,22 @@
 //   bf16: cuBLASLt writes y in bf16 (split-K partials summed in f32 by its reduce kernel, as the
 //         library's LtGemm allows), the norm reads bf16;
 //   f32:  cuBLASLt writes y in f32, so a split-K algorithm may sum its partials in place in y (no
-//         reduce kernel); the norm rounds y to bf16 first (the same arithmetic from there on).
+//         reduce kernel); the norm rounds y to bf16 first (the same arithmetic from there on);
+// and, under programmatic dependent launch (as the model step launches them; cuBLASLt's kernels
+// still start plainly, the norm after them programmatically):
+//   bf16 pdl:    the bf16 side again;
+//   skinny:      the library's skinny GEMM (its split pick, its last block summing the partials into
+//                bf16 y), the norm reading y; its first weight tiles stream under the norm before it;
+//   skinny fold: the skinny GEMM writing only its partials (defer_sum), the norm summing them
+//                (x_splits): the same bytes of h as skinny, one split-K sum fewer on the chain.
 // Each pair (GEMM + norm) is timed in CUDA graphs of 20 pairs over 8 rotating weight copies (L2
 // cannot serve the weights), the best of cuBLASLt's heuristic algorithms for each side; printed:
 // us a pair, the kernels a pair (graph nodes / 20), the chosen algorithm's split count and
 // reduction scheme, and how many bytes of h differ from the bf16 side's (h of each side's best).
 // Usage: lt_f32_norm_probe [M] (default 32). Build and run on the GPU machine (repository root):
 //   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/lt_f32_norm_probe \
-//     tools/probes/lt_f32_norm_probe.cu kernels/rmsnorm.cu kernels/launch_check.cpp kernels/launch_policy.cpp \
-//     -lcublasLt && /tmp/lt_f32_norm_probe 32
+//     tools/probes/lt_f32_norm_probe.cu kernels/rmsnorm.cu kernels/skinny_gemm.cu kernels/launch_check.cpp \
+//     kernels/launch_policy.cpp -lcublasLt && /tmp/lt_f32_norm_probe 32
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -22,7 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/launch_policy.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/skinny_gemm.h"
 #include "tools/probes/gemm_probe.h"
 #include "tools/probes/probe_check.h"
 
@@ -67,7 +76,7 @@ double nodes_a_pair(cudaStream_t s, F body) {
 int main(int argc, char** argv) {
   const int M = argc > 1 ? std::atoi(argv[1]) : 32;
   cudaDeviceProp prop;
-  probe_device_props(prop);
+  const int sms = probe_device_props(prop);
   struct Shape {
     const char* name;
     int N, K;
@@ -157,6 +166,85 @@ int main(int argc, char** argv) {
       std::printf("%-13s %-12s %8.2f us  %.1f kernels  %-18s  h bytes differing from bf16's: %zu of %zu (%d algos)\n",
                   sh.name, side.name, 1000 * best, nodes, describe(g, bi).c_str(), diff, hv.size(), g.count);
     }
+    // Under PDL: cuBLASLt's bf16 side again, then the skinny kernel summing its partials itself or
+    // leaving them to the norm.
+    const PdlScope pdl(true);
+    const int splits = skinny_gemm_pick_splits(M, N, K, sms);
+    const size_t skinny_ws = std::max<size_t>(16, skinny_gemm_workspace_bytes(M, N, splits));
+    void *sws, *cnt;
+    CK(cudaMalloc(&sws, skinny_ws));
+    CK(cudaMalloc(&cnt, size_t((N + 63) / 64) * 4));
+    CK(cudaMemset(cnt, 0, size_t((N + 63) / 64) * 4));
+    std::vector<uint16_t> h_skinny;
+    for (int form = 0; form < 3; ++form) {
+      const char* name = form == 0 ? "bf16 pdl" : form == 1 ? "skinny" : "skinny fold";
+      const ProbeLtGemm g(lt, M, N, K, wsb, 32, CUDA_R_16BF, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+      RmsNormParams np;
+      np.x = y16;
+      np.x_dtype = DType::bf16;
+      np.residual = res;
+      np.residual_out = res;
+      np.w = wnorm;
+      np.w_dtype = DType::bf16;
+      np.y = h;
+      np.T = M;
+      np.n = N;
+      SkinnyGemmParams sp;
+      sp.x = x;
+      sp.y = y16;
+      sp.M = M;
+      sp.N = N;
+      sp.K = K;
+      sp.splits = splits;
+      sp.block_rows = skinny_gemm_block_rows(M, N, sms);
+      sp.workspace = static_cast<float*>(sws);
+      sp.counters = static_cast<int32_t*>(cnt);
+      if (form == 2) {
+        sp.defer_sum = splits > 1;
+        if (splits > 1) {
+          np.x = sws;
+          np.x_dtype = DType::f32;
+          np.round_x = true;
+          np.x_splits = splits;
+          np.x_split_stride = int64_t{M} * N;
+        }
+      }
+      int algo = 0;  // the bf16 side: its best algorithm, chosen as above
+      auto pair = [&](int c) {
+        if (form == 0) {
+          g.run(algo, W[c], x, y16, ws, wsb, s);
+        } else {
+          sp.W = W[c];
+          CK(skinny_gemm(sp, s));
+        }
+        CK(rmsnorm(np, s));
+      };
+      float best = 1e30f;
+      int best_i = 0;
+      for (int i = 0; i < (form == 0 ? g.count : 1); ++i) {
+        if (form == 0 && g.algos[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        algo = i;
+        const float t = time_graph(s, kLaunches, kCopies, pair);
+        if (t < best) best = t, best_i = i;
+      }
+      algo = best_i;
+      CK(cudaMemcpy(res, res0, size_t(M) * N * 2, cudaMemcpyDeviceToDevice));
+      pair(0);
+      CK(cudaStreamSynchronize(s));
+      std::vector<uint16_t> hv(size_t(M) * N);
+      CK(cudaMemcpy(hv.data(), h, hv.size() * 2, cudaMemcpyDeviceToHost));
+      const std::vector<uint16_t>& cmp = form == 2 ? h_skinny : h_ref;
+      if (form == 1) h_skinny = hv;
+      size_t diff = 0;
+      for (size_t i = 0; i < hv.size() && i < cmp.size(); ++i) diff += hv[i] != cmp[i];
+      const double nodes = nodes_a_pair(s, pair);
+      std::printf("%-13s %-12s %8.2f us  %.1f kernels  %-18s  h bytes differing from %s's: %zu of %zu\n", sh.name, name,
+                  1000 * best, nodes,
+                  form == 0 ? describe(g, best_i).c_str() : (std::string("splits ") + std::to_string(splits)).c_str(),
+                  form == 2 ? "skinny" : "bf16", diff, hv.size());
+    }
+    CK(cudaFree(sws));
+    CK(cudaFree(cnt));
     for (void* p : W) CK(cudaFree(p));
     for (void* p : {x, y16, y32, res, res0, h, wnorm}) CK(cudaFree(p));
   }

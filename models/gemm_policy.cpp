@@ -96,8 +96,12 @@ MixRound parse_mix_round(const std::string& name) {
 
 bool mix_rounds_in_norm(MixRound m, int64_t rows) { return m == MixRound::norm && rows <= kGemmLtMaxRows; }
 
+bool mix_partials_shape(MixRound m, int64_t n, DType act) {
+  return m == MixRound::partials && act == DType::bf16 && rmsnorm_sums_planes(n);
+}
+
 bool mix_sums_in_norm(MixRound m, int splits, int64_t n, DType act) {
-  return m == MixRound::partials && splits > 1 && act == DType::bf16 && rmsnorm_sums_planes(n);
+  return splits > 1 && mix_partials_shape(m, n, act);
 }
 
 const char* ssm_state_name(DType d) { return d == DType::bf16 ? "bf16" : d == DType::f32 ? "f32" : "?"; }
@@ -115,10 +119,11 @@ bool delta_fuses_gated_norm(GatedNormMode mode, int64_t rows, int64_t head_value
 
 bool prefill_fuses_gated_norm(GatedNormMode mode) { return mode == GatedNormMode::delta; }
 
-bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks) {
+bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks, bool sums_partials) {
   const bool wide_ok = wide_blocks && rows <= kGemmMixedWideBlockRows && k <= kGemmMixedWideBlockMaxK;
+  const bool partials_ok = sums_partials && rows <= kGemmLtMaxRows;
   return g == GemmKind::skinny ||
-         (g == GemmKind::mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN || wide_ok));
+         (g == GemmKind::mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN || wide_ok || partials_ok));
 }
 
 }  // namespace sg

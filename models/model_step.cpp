@@ -157,7 +157,8 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   if (opts_.attn_decode == AttnDecode::automatic) opts_.attn_decode = AttnDecode::simt;
   opts_.gemm = resolve_gemm(opts_.gemm, opts_.act, device);
   opts_.pdl = resolve_pdl(opts_.pdl, device);
-  if (opts_.mix_round == MixRound::automatic) opts_.mix_round = MixRound::gemm;
+  // auto: partials (gemm's bytes), but not over several ranks (each rounds before the sum).
+  if (opts_.mix_round == MixRound::automatic) opts_.mix_round = tp_ranks_ > 1 ? MixRound::gemm : MixRound::partials;
   keys_ = decode_capture_sizes(opts_.graph_max);
   if (opts_.max_prefill_tokens > 0) prefill_keys_ = prefill_buckets(opts_.max_prefill_tokens);
 
@@ -230,9 +231,12 @@ StepLayoutParams ModelStep::layout_params() const {
   }
   // The skinny GEMM's split-K partials for an [n, k] weight at the most rows it runs it on (32, or
   // kGemmMixedSkinnyRows for mixed; the split count depends on the row count).
-  p.gemm_workspace_bytes = [gemm = opts_.gemm, sms = sms_](int n, int k) {
+  // (A weight of hidden rows may be a residual projection whose partials the norm sums: sized so.)
+  p.gemm_workspace_bytes = [gemm = opts_.gemm, sms = sms_, mix = opts_.mix_round, act = opts_.act,
+                            tp = opts_.tp_comm != nullptr](int n, int k) {
     const bool wide = skinny_gemm_block_rows(32, n, sms) > 64;
-    const int rows = gemm_uses_skinny(gemm, 32, n, k, wide)                     ? 32
+    const bool partials = !tp && mix_partials_shape(mix, n, act);
+    const int rows = gemm_uses_skinny(gemm, 32, n, k, wide, partials)           ? 32
                      : gemm_uses_skinny(gemm, kGemmMixedSkinnyRows, n, k, wide) ? kGemmMixedSkinnyRows
                                                                                 : 0;
     size_t b = 0;

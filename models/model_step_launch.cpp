@@ -62,7 +62,10 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   // whether they are wide, and the launch below uses them.
   const int block_rows =
       M <= 32 && N <= INT32_MAX ? skinny_gemm_block_rows(static_cast<int>(M), static_cast<int>(N), sms_) : 0;
-  const bool skinny = gemm_uses_skinny(opts_.gemm, M, N, K, block_rows > 64) && x.dtype == DType::bf16 &&
+  // A projection whose partials the norm after would sum (mix-round partials) runs the skinny kernel
+  // under mixed too.
+  const bool sums_partials = mix && !opts_.tp_comm && mix_partials_shape(opts_.mix_round, N, y.dtype);
+  const bool skinny = gemm_uses_skinny(opts_.gemm, M, N, K, block_rows > 64, sums_partials) && x.dtype == DType::bf16 &&
                       W.dtype == DType::bf16 && W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 &&
                       y.dim(0) == M && y.dim(1) == N && x.dim(1) == K && M <= 32 && N <= INT32_MAX &&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
@@ -114,7 +117,7 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   p.workspace = a_.gemm_ws.ptr<float>();
   p.counters = a_.gemm_counters.ptr<int32_t>();
   // mix-round partials: the norm after sums the partials (planes of [M, N] in the workspace).
-  p.defer_sum = mix && !fuse && !opts_.tp_comm && mix_sums_in_norm(opts_.mix_round, p.splits, N, y.dtype);
+  p.defer_sum = sums_partials && !fuse && p.splits > 1;
   if (p.defer_sum) mix_planes_ = p.splits;
   if (fuse) {
     p.y = swiglu->act.data;

@@ -78,9 +78,10 @@ enum class GemmKind : uint8_t {
   mixed,      // skinny for steps of at most kGemmMixedSkinnyRows rows, for weights of at least
               // kGemmMixedWideN rows (the LM head) and, up to kGemmMixedWideBlockRows rows, for
               // weights of at most kGemmMixedWideBlockMaxK columns that the skinny kernel takes in
-              // 128- or 256-row blocks (skinny_gemm_block_rows); lt for the other projections of steps of at most
-              // kGemmLtMaxRows rows, cublasGemmEx above: where each measured faster on the H200
-              // (docs/BENCHMARKS.md)
+              // 128- or 256-row blocks (skinny_gemm_block_rows), and for the projections before an
+              // RMSNorm that sums their split-K partials (mix-round partials) up to kGemmLtMaxRows
+              // rows; lt for the other projections of steps of at most kGemmLtMaxRows rows,
+              // cublasGemmEx above: where each measured faster (docs/BENCHMARKS.md)
   lt,         // cuBLASLt with the algorithm chosen per shape by timing (engine/gemm_lt.h) for steps
               // of at most kGemmLtMaxRows rows (decode), cublasGemmEx above
   lt_all,     // "lt-all": cuBLASLt with the algorithm chosen per shape by timing for every projection
@@ -148,8 +149,10 @@ GemmKind parse_gemm(const std::string& name);
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
 // Whether a projection of `rows` rows and an [n, k] weight runs the skinny kernel under the
 // resolved setting `g` (the shape must also be one skinny_gemm_supports). wide_blocks: the skinny
-// kernel would take this [n, k] weight in blocks of more than 64 rows.
-bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks);
+// kernel would take this [n, k] weight in blocks of more than 64 rows. sums_partials: the projection
+// feeds an RMSNorm that would sum its split-K partials (mix_partials_shape), which under mixed puts
+// it on the skinny kernel up to kGemmLtMaxRows rows (measured faster than cuBLASLt there).
+bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks, bool sums_partials = false);
 // Whether a projection of `rows` rows that does not run the skinny kernel runs through cuBLASLt's
 // tuned algorithm under `g` (lt or mixed at most kGemmLtMaxRows rows; lt-all any rows).
 bool gemm_uses_lt(GemmKind g, int64_t rows);
@@ -173,7 +176,8 @@ bool gemm_fuses_swiglu(SwigluMode mode, int64_t rows, int64_t n, int64_t k);
 // Not with tensor parallelism over more than one rank (ModelStep refuses norm and partials: each rank
 // rounds before the sum there).
 enum class MixRound : uint8_t {
-  automatic,  // gemm: norm measured no faster (4B decode b=32, docs/BENCHMARKS.md)
+  automatic,  // partials (gemm with tensor parallelism over several ranks): measured faster at every
+              // decode batch of the 4B and 27B presets; norm measured no faster (docs/BENCHMARKS.md)
   gemm,       // the GEMM writes bf16
   norm,       // the GEMM writes f32 on steps of at most kGemmLtMaxRows rows; the norm rounds it
   partials,   // a skinny GEMM with splits > 1 leaves its partials, the norm sums and rounds; else gemm
@@ -184,9 +188,11 @@ const char* mix_round_name(MixRound m);  // one of kMixRoundNames
 MixRound parse_mix_round(const std::string& name);
 // Whether a step of `rows` rows rounds the residual projections' output in the norm under `m`.
 bool mix_rounds_in_norm(MixRound m, int64_t rows);
-// Whether a projection that feeds the residual stream leaves its skinny split-K partials to the
-// RMSNorm after it: `m` is partials, the GEMM splits K, and the norm of an `n`-wide bf16 row can sum
-// them (rmsnorm_sums_planes).
+// Whether the RMSNorm after a projection that feeds the residual stream, of `n`-wide `act` rows,
+// would sum that projection's skinny split-K partials under `m`: partials, bf16, and a row its
+// 16-byte kernel takes (rmsnorm_sums_planes).
+bool mix_partials_shape(MixRound m, int64_t n, DType act);
+// ... and does, for a GEMM that splits K in `splits` (more than 1).
 bool mix_sums_in_norm(MixRound m, int splits, int64_t n, DType act);
 
 // How the GDN layers keep their recurrent (SSM) state [slots, Hv, Dk, Dv] between steps. A setting,

@@ -38,6 +38,13 @@ TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt 
   CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows + 1, 18432, 2560, true));
   CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, kGemmMixedSkinnyRows + 1, 18432, 2560, true));
   CHECK(gemm_uses_skinny(GemmKind::mixed, 32, kGemmMixedWideN, 2560, false));
+  // A residual projection whose partials the norm sums (mix-round partials): skinny up to 32 rows.
+  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmLtMaxRows, 2560, 9216, false, true));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmLtMaxRows, 5120, 17408, false, true));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmLtMaxRows, 2560, 9216, false, false));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmLtMaxRows + 1, 2560, 9216, false, true));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, 8, 2560, 9216, false, true));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::cublas, 8, 2560, 9216, false, true));
   CHECK(gemm_uses_skinny(GemmKind::mixed, 4096, 248320, 2560, false));
   // ... and cuBLASLt's tuned algorithm for the other decode projections, cublasGemmEx for prefill.
   CHECK(gemm_uses_lt(GemmKind::mixed, 32));
@@ -109,6 +116,9 @@ TEST_CASE("mix-round partials: the norm sums a split GEMM's partials only where 
   CHECK_FALSE(mix_sums_in_norm(MixRound::partials, 6, 512, DType::bf16));
   CHECK_FALSE(mix_sums_in_norm(MixRound::partials, 6, 1000, DType::bf16));
   CHECK(mix_sums_in_norm(MixRound::partials, 6, 768, DType::bf16));
+  CHECK(mix_partials_shape(MixRound::partials, 2560, DType::bf16));  // whatever the split
+  CHECK_FALSE(mix_partials_shape(MixRound::gemm, 2560, DType::bf16));
+  CHECK_FALSE(mix_partials_shape(MixRound::partials, 64, DType::bf16));
   CHECK(rmsnorm_sums_planes(8192));
   CHECK_FALSE(rmsnorm_sums_planes(8448));
 }

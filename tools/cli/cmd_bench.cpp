@@ -370,7 +370,8 @@ void register_bench(CLI::App& app, Action& action) {
                   "tensor-core weight-streaming kernel for at most 32 rows, K % 64 == 0; within the GEMM "
                   "tolerance of cuBLAS, not byte-identical, so a setting rather than an arm; cuBLAS for other "
                   "shapes), mixed (skinny for steps of at most 24 rows, for the LM head and, up to 32 rows, for "
-                  "weights of at most 4096 columns in wide blocks, where it measures faster; "
+                  "weights of at most 4096 columns in wide blocks and for the projections whose split-K partials "
+                  "the RMSNorm after sums (--mix-round partials), where it measures faster; "
                   "lt for the other decode projections, cublasGemmEx for prefill), lt (cuBLASLt with the fastest of "
                   "its top heuristic algorithms, timed "
                   "per shape before capture and named in the manifest, for steps of at most 32 rows; "
@@ -418,7 +419,7 @@ void register_bench(CLI::App& app, Action& action) {
                   "of two; cuBLASLt's algorithm may differ, so its bytes may), partials (where the skinny kernel "
                   "runs such a projection with its K split, it leaves its f32 partials and the RMSNorm sums them "
                   "in split order, then rounds: gemm's bytes with one split-K sum fewer on the chain; elsewhere as "
-                  "gemm) or auto (gemm)")
+                  "gemm) or auto (partials; gemm with tensor parallelism over several ranks)")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("mix-round")));
   cmd->add_option("--ssm-state", o.ssm_state,

@@ -100,10 +100,6 @@ bool mix_partials_shape(MixRound m, int64_t n, DType act) {
   return m == MixRound::partials && act == DType::bf16 && rmsnorm_sums_planes(n);
 }
 
-bool mix_sums_in_norm(MixRound m, int splits, int64_t n, DType act) {
-  return splits > 1 && mix_partials_shape(m, n, act);
-}
-
 const char* ssm_state_name(DType d) { return d == DType::bf16 ? "bf16" : d == DType::f32 ? "f32" : "?"; }
 
 DType parse_ssm_state(const std::string& name) {

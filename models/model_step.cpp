@@ -232,10 +232,9 @@ StepLayoutParams ModelStep::layout_params() const {
   // The skinny GEMM's split-K partials for an [n, k] weight at the most rows it runs it on (32, or
   // kGemmMixedSkinnyRows for mixed; the split count depends on the row count).
   // (A weight of hidden rows may be a residual projection whose partials the norm sums: sized so.)
-  p.gemm_workspace_bytes = [gemm = opts_.gemm, sms = sms_, mix = opts_.mix_round, act = opts_.act,
-                            tp = opts_.tp_comm != nullptr](int n, int k) {
+  p.gemm_workspace_bytes = [gemm = opts_.gemm, sms = sms_, mix = opts_.mix_round, act = opts_.act](int n, int k) {
     const bool wide = skinny_gemm_block_rows(32, n, sms) > 64;
-    const bool partials = !tp && mix_partials_shape(mix, n, act);
+    const bool partials = mix_partials_shape(mix, n, act);
     const int rows = gemm_uses_skinny(gemm, 32, n, k, wide, partials)           ? 32
                      : gemm_uses_skinny(gemm, kGemmMixedSkinnyRows, n, k, wide) ? kGemmMixedSkinnyRows
                                                                                 : 0;

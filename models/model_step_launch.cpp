@@ -62,9 +62,10 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   // whether they are wide, and the launch below uses them.
   const int block_rows =
       M <= 32 && N <= INT32_MAX ? skinny_gemm_block_rows(static_cast<int>(M), static_cast<int>(N), sms_) : 0;
-  // A projection whose partials the norm after would sum (mix-round partials) runs the skinny kernel
-  // under mixed too.
-  const bool sums_partials = mix && !opts_.tp_comm && mix_partials_shape(opts_.mix_round, N, y.dtype);
+  // A projection whose partials the norm after would sum (mix-round partials, which ModelStep refuses
+  // over several tensor-parallel ranks; over one the all-reduce after it is of bytes no one reads)
+  // runs the skinny kernel under mixed too.
+  const bool sums_partials = mix && mix_partials_shape(opts_.mix_round, N, y.dtype);
   const bool skinny = gemm_uses_skinny(opts_.gemm, M, N, K, block_rows > 64, sums_partials) && x.dtype == DType::bf16 &&
                       W.dtype == DType::bf16 && W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 &&
                       y.dim(0) == M && y.dim(1) == N && x.dim(1) == K && M <= 32 && N <= INT32_MAX &&

@@ -191,9 +191,8 @@ bool mix_rounds_in_norm(MixRound m, int64_t rows);
 // Whether the RMSNorm after a projection that feeds the residual stream, of `n`-wide `act` rows,
 // would sum that projection's skinny split-K partials under `m`: partials, bf16, and a row its
 // 16-byte kernel takes (rmsnorm_sums_planes).
+// (It does where the skinny kernel runs the projection with its K split.)
 bool mix_partials_shape(MixRound m, int64_t n, DType act);
-// ... and does, for a GEMM that splits K in `splits` (more than 1).
-bool mix_sums_in_norm(MixRound m, int splits, int64_t n, DType act);
 
 // How the GDN layers keep their recurrent (SSM) state [slots, Hv, Dk, Dv] between steps. A setting,
 // not an arm: bf16 changes the numbers. The arithmetic is f32 either way; with bf16 every kernel

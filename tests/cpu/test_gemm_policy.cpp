@@ -104,21 +104,17 @@ TEST_CASE("mix-round setting: names round-trip, the norm rounds only on decode-s
 }
 
 TEST_CASE("mix-round partials: the norm sums a split GEMM's partials only where its 16-byte kernel can", "[settings]") {
-  // The 4B's and 27B's hidden sizes, with the K split, in bf16.
-  CHECK(mix_sums_in_norm(MixRound::partials, 6, 2560, DType::bf16));
-  CHECK(mix_sums_in_norm(MixRound::partials, 2, 5120, DType::bf16));
-  CHECK_FALSE(mix_sums_in_norm(MixRound::partials, 1, 2560, DType::bf16));  // no split: nothing to sum
-  CHECK_FALSE(mix_sums_in_norm(MixRound::gemm, 6, 2560, DType::bf16));
-  CHECK_FALSE(mix_sums_in_norm(MixRound::norm, 6, 2560, DType::bf16));
-  CHECK_FALSE(mix_sums_in_norm(MixRound::automatic, 6, 2560, DType::bf16));
-  CHECK_FALSE(mix_sums_in_norm(MixRound::partials, 6, 2560, DType::f32));  // f32 rows: the strided kernel
-  CHECK_FALSE(mix_sums_in_norm(MixRound::partials, 6, 64, DType::bf16));   // the tiny preset: a warp a row
-  CHECK_FALSE(mix_sums_in_norm(MixRound::partials, 6, 512, DType::bf16));
-  CHECK_FALSE(mix_sums_in_norm(MixRound::partials, 6, 1000, DType::bf16));
-  CHECK(mix_sums_in_norm(MixRound::partials, 6, 768, DType::bf16));
-  CHECK(mix_partials_shape(MixRound::partials, 2560, DType::bf16));  // whatever the split
+  // The 4B's and 27B's hidden sizes in bf16.
+  CHECK(mix_partials_shape(MixRound::partials, 2560, DType::bf16));
+  CHECK(mix_partials_shape(MixRound::partials, 5120, DType::bf16));
   CHECK_FALSE(mix_partials_shape(MixRound::gemm, 2560, DType::bf16));
-  CHECK_FALSE(mix_partials_shape(MixRound::partials, 64, DType::bf16));
+  CHECK_FALSE(mix_partials_shape(MixRound::norm, 2560, DType::bf16));
+  CHECK_FALSE(mix_partials_shape(MixRound::automatic, 2560, DType::bf16));  // resolved before use
+  CHECK_FALSE(mix_partials_shape(MixRound::partials, 2560, DType::f32));    // f32 rows: the strided kernel
+  CHECK_FALSE(mix_partials_shape(MixRound::partials, 64, DType::bf16));     // the tiny preset: a warp a row
+  CHECK_FALSE(mix_partials_shape(MixRound::partials, 512, DType::bf16));
+  CHECK_FALSE(mix_partials_shape(MixRound::partials, 1000, DType::bf16));
+  CHECK(mix_partials_shape(MixRound::partials, 768, DType::bf16));
   CHECK(rmsnorm_sums_planes(8192));
   CHECK_FALSE(rmsnorm_sums_planes(8448));
 }

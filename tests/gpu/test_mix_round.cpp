@@ -58,6 +58,35 @@ void check_down_outputs(const Qwen35Config& c, const ModelStep& gemm, const Mode
   }
 }
 
+// Both steps' prefills of at most 32 tokens (26 tokens in the bucket of 32, which fills the f32
+// buffer's 32 rows, then 13 in the bucket of 16, whose caches the decode steps continue from) and 4
+// decode steps (3 live rows of key 4), graphed and eager: the same logits, tokens and caches.
+void check_same_bytes(const Qwen35Config& c, ModelStep& a, ModelStep& b) {
+  std::vector<int32_t> twelve(12), fourteen(14);
+  for (size_t i = 0; i < twelve.size(); ++i) twelve[i] = token_at(7, static_cast<int>(i), c.vocab);
+  for (size_t i = 0; i < fourteen.size(); ++i) fourteen[i] = token_at(8, static_cast<int>(i), c.vocab);
+  const std::vector<PrefillRequest> full = {{0, twelve, 0}, {7, fourteen, 0}};
+  const std::vector<PrefillRequest> pre = {{1, {5, 9, 2, 7}, 0}, {4, {3, 3, 8}, 0}, {6, {11, 1, 4, 4, 2, 9}, 0}};
+  for (const auto* batch : {&full, &pre}) {
+    for (RunMode mode : {RunMode::graph, RunMode::eager}) {
+      const PrefillOutput pa = a.prefill(*batch, mode), pb = b.prefill(*batch, mode);
+      CHECK(pa.bucket == (batch == &full ? 32 : 16));
+      CHECK(std::memcmp(pa.logits.data(), pb.logits.data(), pa.logits.size() * sizeof(float)) == 0);
+      CHECK(pa.tokens == pb.tokens);
+    }
+  }
+  for (int t = 0; t < 4; ++t) {
+    CAPTURE(t);
+    std::vector<DecodeRequest> reqs = {
+        {1, token_at(t, 0, c.vocab), 4 + t}, {4, token_at(t, 1, c.vocab), 3 + t}, {6, token_at(t, 2, c.vocab), 6 + t}};
+    const auto da = a.decode(reqs, RunMode::graph);
+    const auto db = b.decode(reqs, t % 2 ? RunMode::eager : RunMode::graph);
+    CHECK(std::memcmp(da.logits.data(), db.logits.data(), da.logits.size() * sizeof(float)) == 0);
+    CHECK(da.tokens == db.tokens);
+  }
+  CHECK(count_diff(a.cache_bytes(), b.cache_bytes()) == 0);
+}
+
 }  // namespace
 
 TEST_CASE("mix-round norm on the skinny kernel: the bytes of gemm, prefill and decode, graphed and eager",
@@ -72,32 +101,7 @@ TEST_CASE("mix-round norm on the skinny kernel: the bytes of gemm, prefill and d
   gemm.capture_all();
   norm.capture_all();
   check_down_outputs(c, gemm, norm);
-  // Prefills of at most 32 tokens (f32): 26 tokens in the bucket of 32, which fills the f32 buffer's
-  // 32 rows, then 13 in the bucket of 16 (the caches the decode steps below continue from).
-  std::vector<int32_t> twelve(12), fourteen(14);
-  for (size_t i = 0; i < twelve.size(); ++i) twelve[i] = token_at(7, static_cast<int>(i), c.vocab);
-  for (size_t i = 0; i < fourteen.size(); ++i) fourteen[i] = token_at(8, static_cast<int>(i), c.vocab);
-  const std::vector<PrefillRequest> full = {{0, twelve, 0}, {7, fourteen, 0}};
-  const std::vector<PrefillRequest> pre = {{1, {5, 9, 2, 7}, 0}, {4, {3, 3, 8}, 0}, {6, {11, 1, 4, 4, 2, 9}, 0}};
-  for (const auto* batch : {&full, &pre}) {
-    for (RunMode mode : {RunMode::graph, RunMode::eager}) {
-      const PrefillOutput a = gemm.prefill(*batch, mode), b = norm.prefill(*batch, mode);
-      CHECK(a.bucket == (batch == &full ? 32 : 16));
-      CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
-      CHECK(a.tokens == b.tokens);
-    }
-  }
-  for (int t = 0; t < 4; ++t) {
-    CAPTURE(t);
-    std::vector<DecodeRequest> reqs = {{1, token_at(t, 0, c.vocab), 4 + t},
-                                       {4, token_at(t, 1, c.vocab), 3 + t},
-                                       {6, token_at(t, 2, c.vocab), 6 + t}};  // 3 live rows of key 4
-    const auto a = gemm.decode(reqs, RunMode::graph);
-    const auto b = norm.decode(reqs, t % 2 ? RunMode::eager : RunMode::graph);
-    CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
-    CHECK(a.tokens == b.tokens);
-  }
-  CHECK(count_diff(gemm.cache_bytes(), norm.cache_bytes()) == 0);
+  check_same_bytes(c, gemm, norm);
   // A prefill bucket of more than 32 tokens rounds in the GEMM under both settings: the same bytes.
   std::vector<PrefillRequest> longer;
   for (int s = 0; s < 2; ++s) {  // 2 x 20 tokens (the context holds 32)
@@ -179,26 +183,5 @@ TEST_CASE("mix-round partials: the RMSNorm sums the skinny GEMM's split-K partia
     CHECK(count(m, "rmsnorm.final", "partials") == 1);
     CHECK(count(gemm.manifest(key), "mlp.down", "partials") == 0);
   }
-  std::vector<int32_t> twelve(12), fourteen(14);
-  for (size_t i = 0; i < twelve.size(); ++i) twelve[i] = token_at(7, static_cast<int>(i), c.vocab);
-  for (size_t i = 0; i < fourteen.size(); ++i) fourteen[i] = token_at(8, static_cast<int>(i), c.vocab);
-  const std::vector<PrefillRequest> full = {{0, twelve, 0}, {7, fourteen, 0}};
-  const std::vector<PrefillRequest> pre = {{1, {5, 9, 2, 7}, 0}, {4, {3, 3, 8}, 0}, {6, {11, 1, 4, 4, 2, 9}, 0}};
-  for (const auto* batch : {&full, &pre}) {
-    for (RunMode mode : {RunMode::graph, RunMode::eager}) {
-      const PrefillOutput a = gemm.prefill(*batch, mode), b = part.prefill(*batch, mode);
-      CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
-      CHECK(a.tokens == b.tokens);
-    }
-  }
-  for (int t = 0; t < 4; ++t) {
-    CAPTURE(t);
-    std::vector<DecodeRequest> reqs = {
-        {1, token_at(t, 0, c.vocab), 4 + t}, {4, token_at(t, 1, c.vocab), 3 + t}, {6, token_at(t, 2, c.vocab), 6 + t}};
-    const auto a = gemm.decode(reqs, RunMode::graph);
-    const auto b = part.decode(reqs, t % 2 ? RunMode::eager : RunMode::graph);
-    CHECK(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0);
-    CHECK(a.tokens == b.tokens);
-  }
-  CHECK(count_diff(gemm.cache_bytes(), part.cache_bytes()) == 0);
+  check_same_bytes(c, gemm, part);
 }

@@ -50,7 +50,7 @@ void layer(const Buffers& b, int c, bool branch, cudaStream_t s, cudaStream_t si
            int sms, unsigned* sink) {
   const int grid = 2 * sms;
   auto read = [&](cudaStream_t st, const uint4* src, int64_t n) {
-    read_kernel<<<grid, kThreads, 0, st>>>(src, n, (n + grid - 1) / grid, sink);
+    read_kernel<><<<grid, kThreads, 0, st>>>(src, n, (n + grid - 1) / grid, sink);
   };
   if (!branch) {
     read(s, b.w_main[c], b.n_main + b.n_z);  // in_proj whole

@@ -120,14 +120,13 @@ int main(int argc, char** argv) {
         {"bf16", CUDA_R_16BF, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE},
         {"f32", CUDA_R_32F, CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE},
         {"f32 inplace", CUDA_R_32F, CUBLASLT_REDUCTION_SCHEME_INPLACE}};
-    std::vector<uint16_t> h_ref;
-    for (const Side& side : sides) {
-      const ProbeLtGemm g(lt, M, N, K, wsb, 32, side.yt, side.schemes);
-      void* y = side.yt == CUDA_R_32F ? y32 : y16;
-      RmsNormParams np;  // x = round(round(y) + res) into res, h = rmsnorm(x) (the step's norm after the GEMM)
+    // x = round(round(y) + res) into res, h = rmsnorm(x): the step's norm after the GEMM, reading a
+    // bf16 y or an f32 one (rounded first).
+    auto norm_params = [&](void* y, bool f32) {
+      RmsNormParams np;
       np.x = y;
-      np.x_dtype = side.yt == CUDA_R_32F ? DType::f32 : DType::bf16;
-      np.round_x = side.yt == CUDA_R_32F;
+      np.x_dtype = f32 ? DType::f32 : DType::bf16;
+      np.round_x = f32;
       np.residual = res;
       np.residual_out = res;
       np.w = wnorm;
@@ -135,6 +134,13 @@ int main(int argc, char** argv) {
       np.y = h;
       np.T = M;
       np.n = N;
+      return np;
+    };
+    std::vector<uint16_t> h_ref;
+    for (const Side& side : sides) {
+      const ProbeLtGemm g(lt, M, N, K, wsb, 32, side.yt, side.schemes);
+      void* y = side.yt == CUDA_R_32F ? y32 : y16;
+      RmsNormParams np = norm_params(y, side.yt == CUDA_R_32F);
       auto pair = [&](int i, int c) {
         g.run(i, W[c], x, y, ws, wsb, s);
         return rmsnorm(np, s) == cudaSuccess;
@@ -179,16 +185,7 @@ int main(int argc, char** argv) {
     for (int form = 0; form < 3; ++form) {
       const char* name = form == 0 ? "bf16 pdl" : form == 1 ? "skinny" : "skinny fold";
       const ProbeLtGemm g(lt, M, N, K, wsb, 32, CUDA_R_16BF, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
-      RmsNormParams np;
-      np.x = y16;
-      np.x_dtype = DType::bf16;
-      np.residual = res;
-      np.residual_out = res;
-      np.w = wnorm;
-      np.w_dtype = DType::bf16;
-      np.y = h;
-      np.T = M;
-      np.n = N;
+      RmsNormParams np = norm_params(y16, false);
       SkinnyGemmParams sp;
       sp.x = x;
       sp.y = y16;

@@ -39,69 +39,13 @@
 namespace {
 
 using probe::kThreads;
-using probe::kUnroll;
+using probe::launch;
 constexpr int kCopies = 2, kSteps = 4, kGlueBlocks = 32;
-
-__device__ __forceinline__ void dep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-
-// Reads block b's piece [b * per, (b + 1) * per) of src: the first kUnroll loads a thread before
-// the dependency wait (when kEarly), the rest after it; lets the next node launch at its start.
-template <bool kEarly>
-__global__ void __launch_bounds__(kThreads)
-    read_dep(const uint4* __restrict__ src, int64_t n, int64_t per, unsigned* sink) {
-  probe::trigger();
-  const int64_t lo = blockIdx.x * per, hi = lo + per < n ? lo + per : n;
-  unsigned acc = 0;
-  bool waited = !kEarly;
-  if (!kEarly) dep_wait();
-  for (int64_t i = lo + threadIdx.x; i < hi; i += int64_t{kThreads} * kUnroll) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = i + int64_t{u} * kThreads;
-      v[u] = j < hi ? __ldcs(src + j) : uint4{};
-    }
-    if (!waited) {
-      dep_wait();
-      waited = true;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) acc += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  if (!waited) dep_wait();
-  if (acc == 0x9e3779b9u) *sink = acc;
-}
-
-// In place: each uint4 read and written back changed (streaming stores, as stream_floor_probe's
-// fastest form); the first kUnroll reads a thread before the dependency wait, every write after it.
-__global__ void __launch_bounds__(kThreads) rmw_dep(uint4* __restrict__ buf, int64_t n, int64_t per) {
-  probe::trigger();
-  const int64_t lo = blockIdx.x * per, hi = lo + per < n ? lo + per : n;
-  bool waited = false;
-  for (int64_t i = lo + threadIdx.x; i < hi; i += int64_t{kThreads} * kUnroll) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = i + int64_t{u} * kThreads;
-      if (j < hi) v[u] = __ldcs(buf + j);
-    }
-    if (!waited) {
-      dep_wait();
-      waited = true;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = i + int64_t{u} * kThreads;
-      if (j < hi) __stcs(buf + j, make_uint4(v[u].x + 1, v[u].y, v[u].z, v[u].w));
-    }
-  }
-  if (!waited) dep_wait();
-}
 
 // A glue node: each block reads and writes its 4 KB after the dependency wait, then lets the next
 // node launch.
 __global__ void __launch_bounds__(kThreads) glue(uint4* buf) {
-  dep_wait();
+  probe::dep_wait();
   probe::trigger();
   uint4* row = buf + blockIdx.x * kThreads;
   const uint4 v = row[threadIdx.x];
@@ -110,20 +54,6 @@ __global__ void __launch_bounds__(kThreads) glue(uint4* buf) {
 }
 
 enum class Form { plain, pdl, pdl_noglue, layer, whole };
-
-template <typename K, typename... Args>
-void launch(K kernel, int grid, bool pdl, cudaStream_t s, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr = {};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  CK(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
 
 // One buffer a stream of the step, in uint4s; a copy of every buffer for each of kCopies steps.
 struct Stream {
@@ -149,9 +79,9 @@ struct Step {
     const int64_t n = z.n(), per = (n + grid - 1) / grid;
     const bool pdl = form == Form::pdl || form == Form::pdl_noglue;
     if (pdl) {
-      launch(read_dep<true>, grid, true, s, static_cast<const uint4*>(z.copy[c]), n, per, sink);
+      launch(probe::read_kernel<true>, grid, true, s, static_cast<const uint4*>(z.copy[c]), n, per, sink);
     } else {
-      launch(probe::read_kernel, grid, false, s, static_cast<const uint4*>(z.copy[c]), n, per, sink);
+      launch(probe::read_kernel<>, grid, false, s, static_cast<const uint4*>(z.copy[c]), n, per, sink);
     }
     ++stream_nodes;
   }
@@ -162,7 +92,7 @@ struct Step {
     if (form == Form::plain) {
       launch(probe::rmw_kernel<>, grid, false, s, z.copy[c], n, per);
     } else {
-      launch(rmw_dep, grid, true, s, z.copy[c], n, per);
+      launch(probe::rmw_kernel<false, true>, grid, true, s, z.copy[c], n, per);
     }
     ++stream_nodes;
   }

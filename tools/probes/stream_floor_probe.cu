@@ -28,22 +28,9 @@
 
 constexpr int kCopies = 8, kLaunches = 20;
 using probe::kThreads;
+using probe::launch;
 using probe::read_kernel;
 using probe::rmw_kernel;
-
-template <typename K, typename... Args>
-void launch(K kernel, int grid, bool pdl, cudaStream_t s, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr = {};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  CK(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
 
 int main(int argc, char** argv) {
   const char* filter = argc >= 2 ? argv[1] : nullptr;
@@ -99,7 +86,7 @@ int main(int argc, char** argv) {
           if (z.rmw) {
             launch(rmw_kernel<>, grid, pdl, s, buf[c], n, per);
           } else {
-            launch(read_kernel, grid, pdl, s, static_cast<const uint4*>(buf[c]), n, per, sink);
+            launch(read_kernel<>, grid, pdl, s, static_cast<const uint4*>(buf[c]), n, per, sink);
           }
         });
         if (ms < best[pdl]) best[pdl] = ms, best_bps[pdl] = bps;

@@ -46,7 +46,7 @@ float time_layers(const std::vector<uint4*>& state, const std::vector<uint4*>& w
     const int64_t per = (sh.state + grid - 1) / grid;
     if (rmw == Stores::plain) rmw_kernel<true><<<grid, kThreads, 0, s>>>(state[c], sh.state, per);
     if (rmw == Stores::streaming) rmw_kernel<false><<<grid, kThreads, 0, s>>>(state[c], sh.state, per);
-    if (read) read_kernel<<<grid, kThreads, 0, s>>>(w[c], sh.weights, (sh.weights + grid - 1) / grid, sink);
+    if (read) read_kernel<><<<grid, kThreads, 0, s>>>(w[c], sh.weights, (sh.weights + grid - 1) / grid, sink);
   });
   CK(cudaStreamDestroy(s));
   return ms * 1e3f;  // time_graph gives milliseconds a launch, a launch being one stand-in layer

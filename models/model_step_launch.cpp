@@ -56,7 +56,6 @@ StepMetadata padding_metadata(const StepKey& key) {
 
 bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op,
                      NodeRecorder* rec, const GemmSwiglu* swiglu, bool mix) {
-  if (mix) mix_planes_ = 0;
   const int64_t M = x.dim(0), N = W.dim(0), K = W.dim(1);
   // The skinny kernel's W rows a block for this shape (0 where it cannot run): the policy asks
   // whether they are wide, and the launch below uses them.

@@ -356,16 +356,7 @@ TEST_CASE("skinny gemm: partials summed by the RMSNorm after (defer_sum, x_split
       test::DevBuf ws(skinny_gemm_workspace_bytes(c.M, c.N, sp));
       test::DevBuf counters(static_cast<size_t>((c.N + 63) / 64) * 4, 0);
       test::DevBuf y(static_cast<size_t>(c.M) * c.N * 2);
-      SkinnyGemmParams p;
-      p.x = dx.data();
-      p.W = dW.data();
-      p.y = y.data();
-      p.M = c.M;
-      p.N = c.N;
-      p.K = c.K;
-      p.splits = sp;
-      p.workspace = ws.as<float>();
-      p.counters = counters.as<int32_t>();
+      const SkinnyGemmParams p = gemm_params(dx, 0, dW, y, 0, DType::bf16, c.M, c.N, c.K, sp, ws, counters, 0);
       RmsNormParams np;  // x = round(round(y) + res) into res, h = rmsnorm(x), as the model step's norm
       np.residual_dtype = DType::bf16;
       np.w = dwn.data();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 
 #include "engine/device.h"
 #include "engine/gpu_clocks.h"
@@ -78,9 +79,10 @@ void write_lt_choices_option(const std::string& path, const DeviceInfo& dev, std
 
 // Writes a CPU reference run's results to --json (nothing when it is not given).
 void write_cpu_json(const BenchOptions& o, const nlohmann::json& result);
-// A graph's clock line ("  clocks during the graph's timed replays: ...", gpu_clocks.h) and its JSON;
-// null, and no line, where NVML could not sample (the run says so once).
-nlohmann::json report_clocks(const ClockSampler& clocks, const std::vector<ClockSample>& samples);
+// A graph's clock line ("  clocks during the graph's timed replays: ...", gpu_clocks.h) and its JSON
+// from its summary (ClockSampler::summarize); null, and no line, where NVML could not sample (the
+// run says so once).
+nlohmann::json report_clocks(const std::optional<ClockSummary>& clocks);
 
 // The model step's options for a bench-like run: --max-seqs slots and decode rows, --context (+
 // extra_context) positions, a prefill of max_seqs x context tokens when `prefill`, the arms, the

@@ -258,8 +258,7 @@ void check_history(const BenchOptions& o, const std::string& command, bool gpu) 
   }
 }
 
-nlohmann::json report_clocks(const ClockSampler& clocks, const std::vector<ClockSample>& samples) {
-  const std::optional<ClockSummary> c = clocks.summarize(samples);
+nlohmann::json report_clocks(const std::optional<ClockSummary>& c) {
   if (c) fmt::print("  clocks during the graph's timed replays: {}\n", describe_clocks(*c));
   return clocks_json(c);
 }
@@ -268,8 +267,7 @@ namespace {
 
 // "  (SM 1485 MHz median, held down by the power cap)" after a graph's summary line where a limit
 // held its clock down; empty otherwise.
-std::string summary_clocks(const ClockSampler& clocks, const std::vector<ClockSample>& samples) {
-  const std::optional<ClockSummary> c = clocks.summarize(samples);
+std::string summary_clocks(const std::optional<ClockSummary>& c) {
   const std::string note = c ? clock_limit_note(*c) : "";
   return note.empty() ? note : "  (" + note + ")";
 }
@@ -353,7 +351,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
       step.enqueue(batch, RunMode::graph);
       clocks.start();
       const Spread g = time_steps(step, o.reps, o.replays, [&] { step.replay(key); });
-      const std::vector<ClockSample> clock_samples = clocks.stop();
+      const std::optional<ClockSummary> clock_summary = clocks.summarize(clocks.stop());
       // Eager: the same launches from the host each step, metadata upload included (the caches
       // keep changing, which changes no launch).
       const Spread e =
@@ -367,7 +365,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
           "{:.3f} ms; floor {:.3f} ms ({} at 4.3 TB/s) = {:.0f}% of the graphed step\n",
           key, g.median, g.min, g.max, o.reps, o.replays, e.median, floor_ms, format_bytes(floor_bytes),
           100 * floor_ms / g.median);
-      const nlohmann::json clock_json = report_clocks(clocks, clock_samples);
+      const nlohmann::json clock_json = report_clocks(clock_summary);
       // The KV bytes of the workload's context, which the graph's node labels cannot know.
       const FamilyWork kv{"attention.decode", double(key) * o.context * step.kv_bytes_per_token(), 0};
       nlohmann::json ops = op_family_table(
@@ -387,7 +385,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
         }
       }
       summary.push_back(fmt::format("  decode b={:<5} graph {:>9.3f} ms  eager {:>9.3f} ms  floor {:>7.3f} ms{}", key,
-                                    g.median, e.median, floor_ms, summary_clocks(clocks, clock_samples)));
+                                    g.median, e.median, floor_ms, summary_clocks(clock_summary)));
       graphs.push_back({{"kind", "decode"},
                         {"batch", key},
                         {"step_ms", {{"median", g.median}, {"min", g.min}, {"max", g.max}}},
@@ -413,7 +411,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
     // positions (the same work).
     clocks.start();
     const Spread g = time_steps(step, reps, replays, [&] { step.replay_prefill(bucket); });
-    const std::vector<ClockSample> clock_samples = clocks.stop();
+    const std::optional<ClockSummary> clock_summary = clocks.summarize(clocks.stop());
     const Spread e = time_steps(step, reps, replays, [&] { step.launch_prefill_eager(bucket); });
     // Weights, the states (written; read too with history), the prompt's KV written and the
     // history's KV read.
@@ -427,7 +425,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
         "replays); eager {:.2f} ms; bandwidth floor {:.3f} ms ({})\n",
         o.max_seqs, o.context, after, bucket, g.median, g.min, g.max, reps, replays, e.median, floor_ms,
         format_bytes(floor_bytes));
-    const nlohmann::json clock_json = report_clocks(clocks, clock_samples);
+    const nlohmann::json clock_json = report_clocks(clock_summary);
     // The causal products of the workload's sequences (q K^T and P V: 4 Hq D FLOPs a query-key pair
     // at or before the query, the history's keys included), which the graph's node labels cannot know.
     const int attn_layers = cfg.num_full_attention();
@@ -444,7 +442,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
         "KV reads are not labelled");
     summary.push_back(fmt::format("  prefill {}x{}{} graph {:>9.2f} ms  eager {:>9.2f} ms  floor {:>7.3f} ms{}",
                                   o.max_seqs, o.context, o.history > 0 ? fmt::format("+h{}", o.history) : "", g.median,
-                                  e.median, floor_ms, summary_clocks(clocks, clock_samples)));
+                                  e.median, floor_ms, summary_clocks(clock_summary)));
     // The synthetic weights must keep every activation finite: the prefill's logits, then those of
     // kCheckSteps greedy decode steps of the whole batch.
     const PrefillOutput po = step.prefill(batch, RunMode::graph);

@@ -198,7 +198,7 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
       step.check_step(cudaEventSynchronize(stop.get()));
       per_replay_us.push_back(1000.0 * Event::elapsed_ms(start, stop) / o.replays);
     }
-    const std::vector<ClockSample> clock_samples = clocks.stop();
+    const std::optional<ClockSummary> clock_summary = clocks.summarize(clocks.stop());
     Spread sp = spread(per_replay_us);
     const double bytes = step.step_bytes(key);
     // Per-node times, in a separate run with CUPTI enabled.
@@ -213,7 +213,7 @@ int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
         "{} moved, {:.0f} GB/s = {:.1f}% of the floor\n",
         key, sp.median, sp.min, sp.max, o.reps, o.replays, format_bytes(bytes), bytes / (sp.median * 1e3),
         100 * bytes / (sp.median * 1e3) / kFloorGBps);
-    const nlohmann::json clock_json = report_clocks(clocks, clock_samples);
+    const nlohmann::json clock_json = report_clocks(clock_summary);
     fmt::print("{}", format_node_table(stats, kFloorGBps));
     write_exports(o, key, step.manifest(key), stats, records);
     if (unmatched) fmt::print("  ({} kernel records did not match a node of this graph)\n", unmatched);

@@ -182,20 +182,13 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&cnt, size_t((N + 63) / 64) * 4));
     CK(cudaMemset(cnt, 0, size_t((N + 63) / 64) * 4));
     std::vector<uint16_t> h_skinny;
+    const ProbeLtGemm g(lt, M, N, K, wsb, 32, CUDA_R_16BF, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
     for (int form = 0; form < 3; ++form) {
       const char* name = form == 0 ? "bf16 pdl" : form == 1 ? "skinny" : "skinny fold";
-      const ProbeLtGemm g(lt, M, N, K, wsb, 32, CUDA_R_16BF, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
       RmsNormParams np = norm_params(y16, false);
-      SkinnyGemmParams sp;
-      sp.x = x;
-      sp.y = y16;
-      sp.M = M;
-      sp.N = N;
-      sp.K = K;
-      sp.splits = splits;
+      SkinnyGemmParams sp =
+          skinny_params(x, nullptr, y16, M, N, K, splits, static_cast<float*>(sws), static_cast<int32_t*>(cnt));
       sp.block_rows = skinny_gemm_block_rows(M, N, sms);
-      sp.workspace = static_cast<float*>(sws);
-      sp.counters = static_cast<int32_t*>(cnt);
       if (form == 2) {
         sp.defer_sum = splits > 1;
         if (splits > 1) {

@@ -484,52 +484,70 @@ TEST_CASE("model step in bf16 matches the bf16 CPU reference, prefill then decod
 
 // The fused arm replaces conv.fwd + postconv and gives their bytes, whichever delta-rule prefill
 // reads its q, k, v, g, beta (the arms are byte-identical and both delta-rule kernels deterministic).
-TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes", "[gpu][model][prefill][fused]") {
-  const DeltaPrefill dp = GENERATE(DeltaPrefill::scan, DeltaPrefill::chunked, DeltaPrefill::mma);
+// One test case a delta-rule form, one section a (Dv, dtype): each part can run on its own (a
+// compute-sanitizer run selects one with -c "Dv 128 bf16").
+namespace {
+void check_fused_prefill(DeltaPrefill dp) {
   CAPTURE(delta_prefill_name(dp));
   // A tiny model with the head sizes the fused kernel is built for (Dk = 128; Dv 128 and 64).
   for (int Dv : {128, 64}) {
-    CAPTURE(Dv);
-    Qwen35Config cfg = preset("tiny");
-    cfg.gdn = GdnDims{2, 4, 128, Dv, 4};
-    cfg.validate("test");
-    REQUIRE(gdn_prefill_fused_supports(cfg.gdn.Dk, cfg.gdn.Dv, cfg.gdn.K));
     for (DType act : {DType::bf16, DType::f32}) {
-      CAPTURE(dtype_name(act));
-      ModelStepOptions o = prefill_options(act, dp);
-      o.synthetic = true;
-      o.arms.gdn_prefill = GdnPrefillArm::unfused;  // (fused is the default)
-      ModelStep unfused(cfg, o);
-      o.arms.gdn_prefill = GdnPrefillArm::fused;
-      ModelStep fused(cfg, o);
-      unfused.capture_all();
-      fused.capture_all();
-      unfused.randomize_caches(5);
-      fused.set_cache_bytes(unfused.cache_bytes());
-      // Fresh and continuing sequences, one shorter than K-1, one across tiles, an empty one.
-      const std::vector<PrefillRequest> batch = {{1, tokens_for(1, 2, cfg.vocab), 7},
-                                                 {4, tokens_for(2, 70, cfg.vocab), 0},
-                                                 {6, {}, 3},
-                                                 {0, tokens_for(3, 9, cfg.vocab), 20}};
-      const PrefillOutput u = unfused.prefill(batch, RunMode::graph);
-      const PrefillOutput f = fused.prefill(batch, RunMode::graph);
-      CHECK(std::memcmp(u.logits.data(), f.logits.data(), u.logits.size() * sizeof(float)) == 0);
-      CHECK(u.tokens == f.tokens);
-      CHECK(unfused.cache_bytes() == fused.cache_bytes());
-      std::multiset<std::string> ops, arms;
-      for (const auto& n : fused.prefill_manifest(128).nodes) {
-        ops.insert(n.label.op);
-        if (n.label.op == "delta_rule.prefill") arms.insert(n.label.arm);
+      DYNAMIC_SECTION("Dv " << Dv << " " << dtype_name(act)) {
+        Qwen35Config cfg = preset("tiny");
+        cfg.gdn = GdnDims{2, 4, 128, Dv, 4};
+        cfg.validate("test");
+        REQUIRE(gdn_prefill_fused_supports(cfg.gdn.Dk, cfg.gdn.Dv, cfg.gdn.K));
+        ModelStepOptions o = prefill_options(act, dp);
+        o.synthetic = true;
+        o.arms.gdn_prefill = GdnPrefillArm::unfused;  // (fused is the default)
+        ModelStep unfused(cfg, o);
+        o.arms.gdn_prefill = GdnPrefillArm::fused;
+        ModelStep fused(cfg, o);
+        unfused.capture_all();
+        fused.capture_all();
+        unfused.randomize_caches(5);
+        fused.set_cache_bytes(unfused.cache_bytes());
+        // Fresh and continuing sequences, one shorter than K-1, one across tiles, an empty one.
+        const std::vector<PrefillRequest> batch = {{1, tokens_for(1, 2, cfg.vocab), 7},
+                                                   {4, tokens_for(2, 70, cfg.vocab), 0},
+                                                   {6, {}, 3},
+                                                   {0, tokens_for(3, 9, cfg.vocab), 20}};
+        const PrefillOutput u = unfused.prefill(batch, RunMode::graph);
+        const PrefillOutput f = fused.prefill(batch, RunMode::graph);
+        CHECK(std::memcmp(u.logits.data(), f.logits.data(), u.logits.size() * sizeof(float)) == 0);
+        CHECK(u.tokens == f.tokens);
+        CHECK(unfused.cache_bytes() == fused.cache_bytes());
+        std::multiset<std::string> ops, arms;
+        for (const auto& n : fused.prefill_manifest(128).nodes) {
+          ops.insert(n.label.op);
+          if (n.label.op == "delta_rule.prefill") arms.insert(n.label.arm);
+        }
+        CHECK(ops.count("gdn.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
+        CHECK(ops.count("conv.fwd") == 0);
+        CHECK(ops.count("postconv") == 0);
+        std::multiset<std::string> unfused_ops;  // and the other side really ran conv.fwd + postconv
+        for (const auto& n : unfused.prefill_manifest(128).nodes) unfused_ops.insert(n.label.op);
+        CHECK(unfused_ops.count("gdn.prefill") == 0);
+        CHECK(unfused_ops.count("conv.fwd") == static_cast<size_t>(cfg.num_linear_attention()));
+        CHECK(ops.count("delta_rule.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
+        CHECK(arms.count(delta_prefill_name(dp)) == static_cast<size_t>(cfg.num_linear_attention()));
       }
-      CHECK(ops.count("gdn.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
-      CHECK(ops.count("conv.fwd") == 0);
-      CHECK(ops.count("postconv") == 0);
-      std::multiset<std::string> unfused_ops;  // and the other side really ran conv.fwd + postconv
-      for (const auto& n : unfused.prefill_manifest(128).nodes) unfused_ops.insert(n.label.op);
-      CHECK(unfused_ops.count("gdn.prefill") == 0);
-      CHECK(unfused_ops.count("conv.fwd") == static_cast<size_t>(cfg.num_linear_attention()));
-      CHECK(ops.count("delta_rule.prefill") == static_cast<size_t>(cfg.num_linear_attention()));
-      CHECK(arms.count(delta_prefill_name(dp)) == static_cast<size_t>(cfg.num_linear_attention()));
     }
   }
+}
+}  // namespace
+
+TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes (scan)",
+          "[gpu][model][prefill][fused]") {
+  check_fused_prefill(DeltaPrefill::scan);
+}
+
+TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes (chunked)",
+          "[gpu][model][prefill][fused]") {
+  check_fused_prefill(DeltaPrefill::chunked);
+}
+
+TEST_CASE("model prefill with the fused gdn.prefill arm gives the unfused bytes (mma)",
+          "[gpu][model][prefill][fused]") {
+  check_fused_prefill(DeltaPrefill::mma);
 }

@@ -57,10 +57,33 @@ void launch_failed(cudaError_t e, const NodeLabel& label) {
     throw Error(fmt::format("{}{} (arm {}): the launch failed with {}: the launcher refused {}", where, label.op,
                             label.arm, cudaGetErrorName(e), refusal));
   }
+  if (kernel_fault_error(e)) {  // a kernel's fault, met by this launch: not this launch's refusal
+    throw Error(
+        fmt::format("{}{} (arm {}): the launch met {} ({}): a kernel faulted at or before this launch "
+                    "(launches are asynchronous, so it may be an earlier kernel) and the CUDA context is lost; "
+                    "`stepgraph generate --check-nodes` synchronises after every launch and names the kernel",
+                    where, label.op, label.arm, cudaGetErrorName(e), cudaGetErrorString(e)));
+  }
   throw Error(
       fmt::format("{}{} (arm {}): the launch failed with {} ({}); the op's launcher refused its shape, "
                   "pointers or launch configuration",
                   where, label.op, label.arm, cudaGetErrorName(e), cudaGetErrorString(e)));
+}
+
+bool kernel_fault_error(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable: return true;
+    default: return false;
+  }
 }
 
 namespace {

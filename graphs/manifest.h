@@ -55,7 +55,9 @@ class NodeRecorder {
 };
 
 // A launch failed: an Error naming its node ("layer 3 postconv (arm token_tile): the launch failed
-// with cudaErrorInvalidValue ..."), after clearing the runtime's last error so the process can go on.
+// with cudaErrorInvalidValue ..."), after clearing the runtime's last error so the process can go on;
+// where `e` is a kernel's fault (kernel_fault_error) the Error says that a kernel faulted at or before
+// the launch, not that the launcher refused it.
 [[noreturn]] void launch_failed(cudaError_t e, const NodeLabel& label);
 
 // Checks a step can ask for around each of its launches (ModelStepOptions::check_nodes and
@@ -116,6 +118,9 @@ class NodeCheckScope {
 cudaError_t context_error();
 // Whether the CUDA context is lost (context_error() != cudaSuccess).
 bool sticky_error();
+// Whether `e` is one a kernel raises while it runs (an illegal address, a trap, an assertion, a
+// timeout...), which loses the context: a launch that returns it met an earlier fault.
+bool kernel_fault_error(cudaError_t e);
 
 // A kernel faulted while it ran: a KernelFault naming its node ("layer 3 attention.decode (arm mma):
 // the kernel failed while it ran: cudaErrorIllegalAddress ...; the CUDA context is lost" when it is).

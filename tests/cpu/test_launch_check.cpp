@@ -63,4 +63,18 @@ TEST_CASE("a refused launch's error names the node and the launcher's reason", "
   }
   CHECK(message.find("argmax (arm -): the launch failed with cudaErrorInvalidValue (") == 0);
   CHECK(message.find("the op's launcher refused its shape") != std::string::npos);
+  // A kernel's fault met by the launch (a sticky error from an earlier kernel) is not a refusal.
+  message.clear();
+  try {
+    launch_failed(cudaErrorIllegalAddress, NodeLabel{-1, "lm_head", "skinny bn=64 splits=1", 0});
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  CHECK(message.find("lm_head (arm skinny bn=64 splits=1): the launch met cudaErrorIllegalAddress (") == 0);
+  CHECK(message.find("a kernel faulted at or before this launch") != std::string::npos);
+  CHECK(message.find("refused") == std::string::npos);
+  CHECK(kernel_fault_error(cudaErrorLaunchFailure));
+  CHECK(kernel_fault_error(cudaErrorAssert));
+  CHECK_FALSE(kernel_fault_error(cudaErrorInvalidValue));
+  CHECK_FALSE(kernel_fault_error(cudaErrorMemoryAllocation));
 }

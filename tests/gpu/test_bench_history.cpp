@@ -34,6 +34,7 @@ TEST_CASE("bench --history: the prefill step after tokens in the caches", "[gpu]
   CHECK(r.out.find("graph prefill 4 x 70 tokens after 100 of history (bucket ") != std::string::npos);
   CHECK(r.out.find("logits of the prefill and 128 greedy decode steps after it: all finite") != std::string::npos);
   CHECK(r.out.find("prefill 4x70+h100 graph") != std::string::npos);
+  CHECK(r.out.find("compute floor: ") != std::string::npos);
   std::ifstream f(json);
   REQUIRE(f.good());
   const nlohmann::json j = nlohmann::json::parse(f);
@@ -45,6 +46,11 @@ TEST_CASE("bench --history: the prefill step after tokens in the caches", "[gpu]
     CHECK(g.at("history") == 100);
     CHECK(g.at("tokens_per_sequence") == 70);
     CHECK(g.at("step_ms").at("median").get<double>() > 0);
+    // The compute floor: the step's FLOPs (the projections', attention's causal and the delta rule's
+    // products) at 790 TFLOP/s.
+    const double flops = g.at("flops").get<double>();
+    CHECK(flops > 0);
+    CHECK(g.at("compute_floor_ms").get<double>() == Approx(flops / 790e9).epsilon(1e-9));
     // The clocks during the timed replays (null only where NVML could not sample, which the run says).
     const auto& c = g.at("clocks");
     if (c.is_null()) {

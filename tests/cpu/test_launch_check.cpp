@@ -44,32 +44,25 @@ TEST_CASE("launch check: the first failed requirement names the field and the ru
 }
 
 TEST_CASE("a refused launch's error names the node and the launcher's reason", "[launch_check][manifest]") {
+  // The message of the Error launch_failed throws ("" if it threw none).
+  auto message_of = [](cudaError_t e, const NodeLabel& label) {
+    try {
+      launch_failed(e, label);
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string();
+  };
   LaunchCheck("postconv").require(false, "token_tile needs Dk = Dv = 128");
-  std::string message;
-  try {
-    launch_failed(cudaErrorInvalidValue, NodeLabel{3, "postconv", "token_tile", 0});
-  } catch (const Error& e) {
-    message = e.what();
-  }
-  CHECK(message ==
+  CHECK(message_of(cudaErrorInvalidValue, NodeLabel{3, "postconv", "token_tile", 0}) ==
         "layer 3 postconv (arm token_tile): the launch failed with cudaErrorInvalidValue: the launcher refused "
         "postconv: token_tile needs Dk = Dv = 128");
   // Without a recorded reason (or for another error) the generic text.
-  message.clear();
-  try {
-    launch_failed(cudaErrorInvalidValue, NodeLabel{-1, "argmax", "-", 0});
-  } catch (const Error& e) {
-    message = e.what();
-  }
+  std::string message = message_of(cudaErrorInvalidValue, NodeLabel{-1, "argmax", "-", 0});
   CHECK(message.find("argmax (arm -): the launch failed with cudaErrorInvalidValue (") == 0);
   CHECK(message.find("the op's launcher refused its shape") != std::string::npos);
   // A kernel's fault met by the launch (a sticky error from an earlier kernel) is not a refusal.
-  message.clear();
-  try {
-    launch_failed(cudaErrorIllegalAddress, NodeLabel{-1, "lm_head", "skinny bn=64 splits=1", 0});
-  } catch (const Error& e) {
-    message = e.what();
-  }
+  message = message_of(cudaErrorIllegalAddress, NodeLabel{-1, "lm_head", "skinny bn=64 splits=1", 0});
   CHECK(message.find("lm_head (arm skinny bn=64 splits=1): the launch met cudaErrorIllegalAddress (") == 0);
   CHECK(message.find("a kernel faulted at or before this launch") != std::string::npos);
   CHECK(message.find("refused") == std::string::npos);

@@ -18,6 +18,12 @@
 //             the library's skinny GEMM, delta rule and attention decode do; glue nodes wait,
 //             then let the next launch;
 //   pdl-noglue  as pdl without the glue nodes (every glue op fused away);
+//   pdl-glue1m  as pdl with every glue node reading 1 MB (its 32 blocks 32 KB each, 8 loads a
+//             thread in flight) after its wait, about what the real norms read (six f32 partial
+//             planes of [32, 2560] a norm: 2 MB): what the glue's own data costs on the chain;
+//   pdl-glue1m-wide  the same 1 MB over 128 blocks (8 KB each): what a wider glue kernel buys;
+//   pdl-mlp   as pdl with each layer's gate_up and down one stream: what a kernel that runs the
+//             whole MLP (gate_up, then down as its inputs are ready) could reach;
 //   layer     one read stream a layer of all its bytes, and the LM head: what a kernel a layer
 //             could reach;
 //   whole     one read stream of all the step's bytes: the card's floor for them, measured;
@@ -42,18 +48,23 @@ using probe::kThreads;
 using probe::launch;
 constexpr int kCopies = 2, kSteps = 4, kGlueBlocks = 32;
 
-// A glue node: each block reads and writes its 4 KB after the dependency wait, then lets the next
-// node launch.
-__global__ void __launch_bounds__(kThreads) glue(uint4* buf) {
+// A glue node: after the dependency wait (and letting the next node launch) each block reads its
+// `per` x 4 KB (per 16-byte loads a thread, all in flight) and writes 4 KB back.
+__global__ void __launch_bounds__(kThreads) glue(uint4* buf, int per) {
   probe::dep_wait();
   probe::trigger();
-  uint4* row = buf + blockIdx.x * kThreads;
-  const uint4 v = row[threadIdx.x];
+  uint4* blk = buf + static_cast<int64_t>(blockIdx.x) * kThreads * per;
+  uint4 acc{};
+#pragma unroll 8
+  for (int i = 0; i < per; ++i) {
+    const uint4 v = blk[i * kThreads + threadIdx.x];
+    acc = make_uint4(acc.x + v.x, acc.y ^ v.y, acc.z ^ v.z, acc.w ^ v.w);
+  }
   __syncthreads();
-  row[threadIdx.x] = make_uint4(v.x + 1, v.y, v.z, v.w);
+  blk[threadIdx.x] = make_uint4(acc.x + 1, acc.y, acc.z, acc.w);
 }
 
-enum class Form { plain, pdl, pdl_noglue, layer, whole };
+enum class Form { plain, pdl, pdl_noglue, pdl_glue1m, pdl_glue1m_wide, pdl_mlp, layer, whole };
 
 // One buffer a stream of the step, in uint4s; a copy of every buffer for each of kCopies steps.
 struct Stream {
@@ -73,12 +84,13 @@ struct Step {
   int glue_nodes = 0, stream_nodes = 0;
   const Stream* skip = nullptr;  // a family left out (its nodes not launched)
 
+  // Every form but plain, layer and whole launches under programmatic dependent launch.
+  bool pdl() const { return form != Form::plain && form != Form::layer && form != Form::whole; }
   void read(const Stream& z, int c) {
     if (&z == skip) return;
     const int grid = 4 * sms;
     const int64_t n = z.n(), per = (n + grid - 1) / grid;
-    const bool pdl = form == Form::pdl || form == Form::pdl_noglue;
-    if (pdl) {
+    if (pdl()) {
       launch(probe::read_kernel<true>, grid, true, s, static_cast<const uint4*>(z.copy[c]), n, per, sink);
     } else {
       launch(probe::read_kernel<>, grid, false, s, static_cast<const uint4*>(z.copy[c]), n, per, sink);
@@ -97,8 +109,11 @@ struct Step {
     ++stream_nodes;
   }
   void small() {
-    if (form != Form::plain && form != Form::pdl) return;
-    launch(glue, kGlueBlocks, form == Form::pdl, s, glue_buf);
+    if (form == Form::pdl_noglue || form == Form::layer || form == Form::whole) return;
+    // 1 MB a node over 32 or 128 blocks, else 4 KB a block over 32.
+    const int blocks = form == Form::pdl_glue1m_wide ? 4 * kGlueBlocks : kGlueBlocks;
+    const int per = form == Form::pdl_glue1m ? 8 : form == Form::pdl_glue1m_wide ? 2 : 1;
+    launch(glue, blocks, pdl(), s, glue_buf, per);
     ++glue_nodes;
   }
 };
@@ -114,8 +129,8 @@ int main() {
   Stream in_proj{"in_proj", 12352.0 * 2560 * 2 / 1e6}, out_proj{"out_proj", 2560.0 * 4096 * 2 / 1e6},
       qkv{"qkv", 10240.0 * 2560 * 2 / 1e6}, o_proj{"o_proj", 2560.0 * 4096 * 2 / 1e6},
       gate_up{"gate_up", 18432.0 * 2560 * 2 / 1e6}, down{"down", 2560.0 * 9216 * 2 / 1e6},
-      lm_head{"lm_head", 248320.0 * 2560 * 2 / 1e6}, state{"state", 32.0 * 32 * 128 * 128 * 4 / 1e6, true},
-      kv{"kv", 32.0 * 1024 * 4 * 256 * 2 * 2 / 1e6};
+      mlp{"mlp", gate_up.mb + down.mb}, lm_head{"lm_head", 248320.0 * 2560 * 2 / 1e6},
+      state{"state", 32.0 * 32 * 128 * 128 * 4 / 1e6, true}, kv{"kv", 32.0 * 1024 * 4 * 256 * 2 * 2 / 1e6};
   constexpr int kLayers = 32;
   const double gdn_mb = in_proj.mb + 2 * state.mb + out_proj.mb + gate_up.mb + down.mb;
   const double attn_mb = qkv.mb + kv.mb + o_proj.mb + gate_up.mb + down.mb;
@@ -124,8 +139,8 @@ int main() {
   Stream whole{"whole step", step_mb};
   // Every layer has its own weights, state and KV in the model; here each node of a kind reads one
   // buffer a copy (kCopies steps in the graph alternate the copies), larger than L2 together.
-  for (Stream* z :
-       {&in_proj, &out_proj, &qkv, &o_proj, &gate_up, &down, &lm_head, &state, &kv, &gdn_layer, &attn_layer, &whole})
+  for (Stream* z : {&in_proj, &out_proj, &qkv, &o_proj, &gate_up, &down, &mlp, &lm_head, &state, &kv, &gdn_layer,
+                    &attn_layer, &whole})
     for (int c = 0; c < kCopies; ++c) z->copy.push_back(probe::stream_buffer(z->n()));
   const double floor_ms = step_mb / 4.3e3;  // MB / (MB a ms at 4.3 TB/s)
   std::printf(
@@ -135,7 +150,7 @@ int main() {
   st.sms = sms;
   CK(cudaStreamCreateWithFlags(&st.s, cudaStreamNonBlocking));
   CK(cudaMalloc(&st.sink, sizeof(unsigned)));
-  st.glue_buf = probe::stream_buffer(int64_t{kGlueBlocks} * kThreads);
+  st.glue_buf = probe::stream_buffer(int64_t{kGlueBlocks} * kThreads * 8);  // 1 MB: the most a glue node reads
   auto one_step = [&](int c) {
     if (st.form == Form::whole) {
       st.read(whole, c);
@@ -163,8 +178,12 @@ int main() {
         st.read(out_proj, c);
       }
       st.small();  // post-attention norm
-      st.read(gate_up, c);
-      st.read(down, c);
+      if (st.form == Form::pdl_mlp) {
+        st.read(mlp, c);
+      } else {
+        st.read(gate_up, c);
+        st.read(down, c);
+      }
     }
     st.small();  // final norm
     st.read(lm_head, c);
@@ -176,6 +195,9 @@ int main() {
   } forms[] = {{Form::plain, "plain"},
                {Form::pdl, "pdl"},
                {Form::pdl_noglue, "pdl-noglue"},
+               {Form::pdl_glue1m, "pdl-glue1m"},
+               {Form::pdl_glue1m_wide, "pdl-glue1m-wide"},
+               {Form::pdl_mlp, "pdl-mlp"},
                {Form::layer, "layer"},
                {Form::whole, "whole"}};
   auto time_step = [&](Form form, const Stream* skip) {
@@ -188,7 +210,7 @@ int main() {
     for (const auto& f : forms) {
       const float ms = time_step(f.form, nullptr);
       std::printf(
-          "round %d  %-10s  %3d stream + %3d glue nodes a step: %.3f ms a step, %.2f TB/s, floor / step %.0f%%\n",
+          "round %d  %-15s  %3d stream + %3d glue nodes a step: %.3f ms a step, %.2f TB/s, floor / step %.0f%%\n",
           round, f.name, st.stream_nodes / kSteps, st.glue_nodes / kSteps, ms, step_mb / ms / 1e3,
           100.0 * floor_ms / ms);
     }

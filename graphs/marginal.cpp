@@ -103,15 +103,25 @@ MarginalReport marginal_costs(const CapturedGraph& graph, const Manifest& manife
   return r;
 }
 
-std::string format_marginal_table(const MarginalReport& r) {
+std::string format_marginal_table(const MarginalReport& r, const std::map<std::string, double>& node_us) {
+  const bool nodes = !node_us.empty();
   std::string out = fmt::format(
       "  step {:.3f} ms with every node (spread {:.3f} ms); marginal cost = step minus step "
-      "with the group's nodes disabled:\n",
-      r.baseline_ms, r.spread_ms);
-  out += fmt::format("  {:<24} {:>6} {:>12} {:>12} {:>7}\n", "group", "nodes", "without ms", "marginal ms", "share");
+      "with the group's nodes disabled{}:\n",
+      r.baseline_ms, r.spread_ms,
+      nodes ? "; overlap = the group's node time less its marginal cost (what runs beside other nodes)" : "");
+  out += fmt::format("  {:<24} {:>6} {:>12} {:>12} {:>7}", "group", "nodes", "without ms", "marginal ms", "share");
+  out += nodes ? fmt::format(" {:>9} {:>11}\n", "node ms", "overlap ms") : "\n";
   for (const auto& g : r.groups) {
-    out += fmt::format("  {:<24} {:>6} {:>12.3f} {:>12.3f} {:>6.1f}%\n", g.group, g.nodes, g.without_ms, g.marginal_ms,
+    out += fmt::format("  {:<24} {:>6} {:>12.3f} {:>12.3f} {:>6.1f}%", g.group, g.nodes, g.without_ms, g.marginal_ms,
                        r.baseline_ms > 0 ? 100 * g.marginal_ms / r.baseline_ms : 0.0);
+    if (!nodes) {
+      out += "\n";
+    } else if (const auto it = node_us.find(g.group); it != node_us.end()) {
+      out += fmt::format(" {:>9.3f} {:>11.3f}\n", it->second / 1000, it->second / 1000 - g.marginal_ms);
+    } else {
+      out += fmt::format(" {:>9} {:>11}\n", "-", "-");
+    }
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,7 +62,11 @@ std::string marginal_replay_note(const std::string& group);
 std::vector<double> time_replays(const CapturedGraph& g, cudaStream_t s, int reps, int replays,
                                  const ReplayErrorFn& on_error = {});
 
-// A fixed-width table of a report: group, nodes, ms without, marginal ms and its share of the baseline.
-std::string format_marginal_table(const MarginalReport& r);
+// A fixed-width table of a report: group, nodes, ms without, marginal ms and its share of the
+// baseline; given `node_us` (a group's summed CUPTI node time a step, us, such as bench's op-family
+// table), also each group's node time and its overlap: node time less marginal cost, the part of
+// its nodes' time that other nodes run beside (negative where disabling the group saves more than
+// its own nodes' time: it delayed others); "-" for a group the map lacks.
+std::string format_marginal_table(const MarginalReport& r, const std::map<std::string, double>& node_us = {});
 
 }  // namespace sg

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "engine/cuda_handles.h"
@@ -379,7 +380,9 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
             [&](cudaError_t e, const std::string& group) {
               step.check_replays(GraphKey::decode(key), e, marginal_replay_note(group));
             });
-        fmt::print("{}", format_marginal_table(mr));
+        std::map<std::string, double> node_us;  // the op-family table's node time a step
+        for (const auto& [op, row] : ops.items()) node_us[op] = row.value("us", 0.0);
+        fmt::print("{}", format_marginal_table(mr, node_us));
         for (const auto& g : mr.groups) {
           if (ops.contains(g.group)) ops[g.group]["marginal_us"] = 1000.0 * g.marginal_ms;
         }

@@ -438,7 +438,8 @@ void register_bench(CLI::App& app, Action& action) {
   cmd->add_flag("--marginal", o.marginal,
                 "model workload: also the marginal cost of every op family in the largest and the smallest decode "
                 "graph: the step time with the family's nodes disabled (cudaGraphNodeSetEnabled), subtracted from "
-                "the full step's (timing only; outputs are not used)");
+                "the full step's (timing only; outputs are not used), beside the family's node time and their "
+                "difference, the overlap");
   cmd->callback([&action, cmd] {
     action = [cmd] {
       const Qwen35Config cfg = preset(o.preset);  // validate the name before anything else

@@ -13,7 +13,8 @@
 # last; the exit code is 0 only when every process passed, 77 (tests_gpu's own) when there is no
 # GPU.
 # With --tool, every process runs under compute-sanitizer with that tool (an error fails the
-# process) and the device-wide cases are left out (they fault, time signals or hold CUPTI on
+# process, and its summary line names the kernels the reports point at, most reported first) and
+# the device-wide cases are left out (they fault, time signals or hold CUPTI on
 # purpose); with --filter, only the cases a Catch2 test spec selects run, dealt out as above.
 #   usage: tools/gpu_tests.sh [-j N] [-t SECONDS] [--bin TESTS_GPU] [--out OUT_DIR]
 #                             [--filter SPEC] [--tool TOOL] [-h]
@@ -114,9 +115,17 @@ verdict() {  # verdict LOG RC: the process's summary line
     line="killed (SIGKILL) before it finished, most likely out of host memory: run fewer processes at once (-j)"
   fi
   if [ "$2" = 0 ] && ran_none "$1"; then line="no test case ran (a failure)"; fi
-  local tool_line=""
+  local tool_line="" where=""
   [ -z "$tool" ] || tool_line=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$1" | tail -1 | sed 's/^=* *//')
-  echo "rc=$2; ${line:-no summary (see $(basename "$1"))}${tool_line:+; $tool_line}"
+  [ -z "$tool" ] || [ "$2" = 0 ] || where=$(reported_kernels "$1")
+  echo "rc=$2; ${line:-no summary (see $(basename "$1"))}${tool_line:+; $tool_line}${where:+; reported in: $where}"
+}
+# reported_kernels LOG: the kernels compute-sanitizer's reports name ("... access at KERNEL+0x1a70 in
+# ...", "at KERNEL+0x70 in FILE:LINE"), each with its count of report lines, most first, up to 3.
+reported_kernels() {
+  grep -E '^=+ .* at .+\+0x[0-9a-fA-F]+' "$1" | sed -E 's/^=+ .* at (.+)\+0x[0-9a-fA-F]+.*/\1/' |
+    sort | uniq -c | sort -k1,1nr | head -3 |
+    awk '{ c = $1; sub(/^ *[0-9]+ /, ""); printf "%s%s (%d)", (NR > 1 ? ", " : ""), $0, c }'
 }
 
 # The cases of each part, one name a line: the device-wide cases (solo) and the others (all).

@@ -73,14 +73,22 @@ exit "${FAKE_RC:-0}"
 
 // A stand-in compute-sanitizer: logs its options to $FAKE_SANITIZER, runs the command after
 // --error-exitcode N and prints the summary line the real one prints; FAKE_SAN_ERRORS=1 makes it
-// report an error and exit with N, as the real one does on a finding.
+// report errors (three hazards in racecheck's words, in two kernels: a library-style one and a
+// demangled C++ one) and exit with N, as the real one does on a finding.
 constexpr const char* kFakeSanitizer = R"SH(#!/bin/bash
 echo "$*" >> "$FAKE_SANITIZER"
 while [ $# -gt 0 ] && [ "$1" != --error-exitcode ]; do shift; done
 code=$2
 shift 2
 "$@"; rc=$?
-if [ "${FAKE_SAN_ERRORS:-0}" = 1 ]; then echo "========= ERROR SUMMARY: 1 error"; exit "$code"; fi
+if [ "${FAKE_SAN_ERRORS:-0}" = 1 ]; then
+  echo "========= Error: Race reported between Read access at nvjet_sm90_tst_24x64_TNN+0x1a70 in unknown"
+  echo "=========     and Write access at nvjet_sm90_tst_24x64_TNN+0x1b00 in unknown [128 hazards]"
+  echo "=========     at void sg::(anonymous namespace)::norm_kernel<true, false>(sg::NormArgs)+0x70 in /src/rmsnorm.cu:93"
+  echo "=========         Host Frame: [0x2f1a6] in libcuda.so.1"
+  echo "========= ERROR SUMMARY: 3 errors"
+  exit "$code"
+fi
 echo "========= ERROR SUMMARY: 0 errors"
 exit $rc
 )SH";
@@ -231,7 +239,11 @@ TEST_CASE("gpu_tests.sh: --tool runs every process under compute-sanitizer, with
     CAPTURE(r.out, r.describe());
     REQUIRE(exited_with(r, 1));
     CHECK(contains(r.out, "rc=99"));
-    CHECK(contains(r.out, "ERROR SUMMARY: 1 error"));
+    CHECK(contains(r.out, "ERROR SUMMARY: 3 errors"));
+    // The kernels its reports name, most reported first, so that a summary says where to look.
+    CHECK(contains(r.out,
+                   "reported in: nvjet_sm90_tst_24x64_TNN (2), void sg::(anonymous namespace)::norm_kernel<true, "
+                   "false>(sg::NormArgs) (1)"));
     CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
   }
   SECTION("no GPU: exit 77") {

@@ -4,11 +4,11 @@
 // add_model_step_options (step_options.cpp).
 #pragma once
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
-#include <optional>
 
 #include "engine/device.h"
 #include "engine/gpu_clocks.h"

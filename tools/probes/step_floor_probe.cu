@@ -218,13 +218,11 @@ int main() {
   // Marginal costs in the pdl form (one more pdl step first, as their baseline).
   const float base = time_step(Form::pdl, nullptr);
   std::printf("# marginal cost of each stream family in the pdl form (step %.3f ms without it subtracted)\n", base);
+  const int base_nodes = st.stream_nodes;
   for (const Stream* z : {&gate_up, &state, &down, &in_proj, &lm_head, &kv, &out_proj, &qkv, &o_proj}) {
-    const int nodes = z == &lm_head                                    ? 1
-                      : z == &state || z == &in_proj || z == &out_proj ? 24
-                      : z == &qkv || z == &o_proj || z == &kv          ? 8
-                                                                       : 32;
-    const double mb = z->mb * (z->rmw ? 2 : 1) * nodes;
     const float ms = base - time_step(Form::pdl, z);
+    const int nodes = (base_nodes - st.stream_nodes) / kSteps;  // the family's nodes a step, left out
+    const double mb = z->mb * (z->rmw ? 2 : 1) * nodes;
     std::printf("  %-9s %2d nodes %8.1f MB: %7.1f us, %.2f TB/s\n", z->name, nodes, mb, 1e3 * ms, mb / ms / 1e3);
   }
   CK(cudaGetLastError());

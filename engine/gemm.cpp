@@ -29,11 +29,11 @@ void check_xwt(const TensorView& x, const TensorView& W, const TensorView& y) {
   require(T <= INT32_MAX && in <= INT32_MAX && out <= INT32_MAX, "gemm: sizes exceed int32");
 }
 
-void gemm_xwt(const CublasHandle& h, const TensorView& x, const TensorView& W, const TensorView& y) {
+void gemm_xwt(const CublasHandle& h, const TensorView& x, const TensorView& W, const TensorView& y, float beta) {
   check_xwt(x, W, y);
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   if (T == 0) return;
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f;
   check(cublasGemmEx(h.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), static_cast<int>(T),
                      static_cast<int>(in), &alpha, W.data, gemm_cuda_type(W.dtype), static_cast<int>(in), x.data,
                      gemm_cuda_type(x.dtype), static_cast<int>(x.stride[0]), &beta, y.data, gemm_cuda_type(y.dtype),

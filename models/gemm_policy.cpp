@@ -82,6 +82,7 @@ const char* mix_round_name(MixRound m) {
     case MixRound::gemm: return "gemm";
     case MixRound::norm: return "norm";
     case MixRound::partials: return "partials";
+    case MixRound::residual: return "residual";
   }
   return "?";
 }
@@ -91,14 +92,17 @@ MixRound parse_mix_round(const std::string& name) {
   if (name == "gemm") return MixRound::gemm;
   if (name == "norm") return MixRound::norm;
   if (name == "partials") return MixRound::partials;
-  throw Error(fmt::format("unknown mix-round '{}' (valid: auto, gemm, norm, partials)", printable(name)));
+  if (name == "residual") return MixRound::residual;
+  throw Error(fmt::format("unknown mix-round '{}' (valid: auto, gemm, norm, partials, residual)", printable(name)));
 }
 
 bool mix_rounds_in_norm(MixRound m, int64_t rows) { return m == MixRound::norm && rows <= kGemmLtMaxRows; }
 
 bool mix_partials_shape(MixRound m, int64_t n, DType act) {
-  return m == MixRound::partials && act == DType::bf16 && rmsnorm_sums_planes(n);
+  return (m == MixRound::partials || m == MixRound::residual) && act == DType::bf16 && rmsnorm_sums_planes(n);
 }
+
+bool mix_adds_in_gemm(MixRound m) { return m == MixRound::residual; }
 
 const char* ssm_state_name(DType d) { return d == DType::bf16 ? "bf16" : d == DType::f32 ? "f32" : "?"; }
 

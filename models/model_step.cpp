@@ -124,7 +124,9 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
             tp_ranks_);
     // Over several ranks the f32 partials would be summed before the rounding, where each rank
     // rounds its own partial in `gemm`: not the same arithmetic, and twice the all-reduce's bytes.
-    require((opts_.mix_round != MixRound::norm && opts_.mix_round != MixRound::partials) || tp_ranks_ == 1,
+    require((opts_.mix_round != MixRound::norm && opts_.mix_round != MixRound::partials &&
+             opts_.mix_round != MixRound::residual) ||
+                tp_ranks_ == 1,
             "tensor parallel over {} ranks rounds each rank's projection output before the sum: mix-round {} "
             "does not apply",
             tp_ranks_, mix_round_name(opts_.mix_round));

@@ -327,13 +327,18 @@ class ModelStep {
     TensorView act;            // [rows, I]
     const int32_t* live_rows;  // [1] device: rows at or past it get zeros
   };
-  // mix: y is mix_out (a projection before an RMSNorm): under mix-round partials a skinny GEMM with
-  // its K split leaves its partials in the GEMM workspace and sets mix_planes_ for the norm after.
+  // mix: y is mix_out (a projection before an RMSNorm): under mix-round partials (or residual) a
+  // skinny GEMM with its K split leaves its partials in the GEMM workspace and sets mix_planes_ for
+  // the norm after; under residual cublasGemmEx adds the product to the residual stream x instead of
+  // writing y, and sets mix_in_x_.
   bool gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op, NodeRecorder* rec,
             const GemmSwiglu* swiglu = nullptr, bool mix = false);
   // Split-K partials of the last residual projection left for the norm after it to sum (0: none; it
   // reads mix or mix32). Set by gemm, read and cleared by the norm, within one launch sequence.
   int mix_planes_ = 0;
+  // The last residual projection added its product to the residual stream (mix-round residual): the
+  // norm after reads x alone. Set by gemm, read and cleared by the norm, within one launch sequence.
+  bool mix_in_x_ = false;
   std::vector<const TensorView*> caches() const;
   // Each cache's slice for one slot (its device address and bytes), in caches() order; an error
   // for a slot outside [0, num_slots).

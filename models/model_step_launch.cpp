@@ -93,11 +93,18 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
     return false;
   }
   if (!skinny) {
-    gemm_xwt(*cublas_, x, W, y);
+    // mix-round residual: the product goes onto the residual stream x (beta = 1), which the norm
+    // after reads alone (where x, y and the stream share the activations' dtype).
+    const TensorView xs = a_.x.rows(0, M);
+    const bool into_x =
+        mix && mix_adds_in_gemm(opts_.mix_round) && y.dtype == opts_.act && xs.dtype == y.dtype && xs.dim(1) == N;
+    gemm_xwt(*cublas_, x, W, into_x ? xs : y, into_x ? 1.0f : 0.0f);
+    if (mix) mix_in_x_ = into_x;
     launched(
         cudaSuccess, rec, stream_.get(),
         [&] {
-          return NodeLabel{layer, op, "cublas", bytes, flops};
+          return NodeLabel{layer, op, into_x ? "cublas +residual" : "cublas",
+                           bytes + (into_x ? static_cast<double>(xs.bytes()) : 0.0), flops};
         },
         NodeRecorder::kAnyKernels);
     return false;
@@ -310,20 +317,25 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
   // norm rounds the projections' output (mix_round), mix is their f32 output, rounded first.
   // With mix-round partials, where the projection left its split-K partials (mix_planes_), the norm
   // sums them from the GEMM workspace first.
+  // With mix-round residual, where the projection added its product to x (mix_in_x_), the norm
+  // reads x alone and writes h.
   const bool mix_f32 = mix_rounds_in_norm(opts_.mix_round, rows);
   mix_planes_ = 0;
+  mix_in_x_ = false;
   auto norm = [&](int layer, const TensorView& w, bool first, const char* op) {
     const int planes = first ? 0 : mix_planes_;
+    const bool in_x = !first && mix_in_x_;
     mix_planes_ = 0;
-    const bool f32_in = (mix_f32 && !first) || planes > 1;
+    mix_in_x_ = false;
+    const bool f32_in = (mix_f32 && !first && !in_x) || planes > 1;
     RmsNormParams np;
-    np.x = planes > 1 ? a_.gemm_ws.data : f32_in ? a_.mix32.data : a_.mix.data;
+    np.x = in_x ? a_.x.data : planes > 1 ? a_.gemm_ws.data : f32_in ? a_.mix32.data : a_.mix.data;
     np.x_dtype = f32_in ? DType::f32 : act;
     np.round_x = f32_in;
     np.x_splits = planes > 1 ? planes : 1;
     np.x_split_stride = planes > 1 ? int64_t{rows} * H : 0;
-    np.residual = first ? nullptr : a_.x.data;
-    np.residual_out = a_.x.data;
+    np.residual = first || in_x ? nullptr : a_.x.data;
+    np.residual_out = in_x ? nullptr : a_.x.data;
     np.residual_dtype = act;
     np.w = w.data;
     np.w_dtype = w.dtype;
@@ -336,8 +348,13 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
     np.live_rows = m.n_tokens;
     launched(rmsnorm(np, s), rec, s, [&] {
       const double x_bytes = planes > 1 ? 4.0 * planes : f32_in ? 4.0 : es;
-      return NodeLabel{layer, op, planes > 1 ? fmt::format("sums {} partials", planes) : std::string("-"),
-                       rows * double(H) * (es * (first ? 2.0 : 3.0) + x_bytes) + H * es};
+      // x (and the residual read and written back, except where the GEMM added it), h; the weight.
+      const double others = in_x ? 1.0 : first ? 2.0 : 3.0;
+      return NodeLabel{layer, op,
+                       planes > 1 ? fmt::format("sums {} partials", planes)
+                       : in_x     ? std::string("x summed in the GEMM")
+                                  : std::string("-"),
+                       rows * double(H) * (es * others + x_bytes) + H * es};
     });
   };
 

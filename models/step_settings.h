@@ -173,16 +173,21 @@ bool gemm_fuses_swiglu(SwigluMode mode, int64_t rows, int64_t n, int64_t k);
 // further where the projection runs the skinny kernel with its K split: the GEMM leaves its f32
 // split-K partials and the RMSNorm sums them (in split order, from 0.0f) before the rounding, so the
 // GEMM's last-block sum leaves the chain; the same bytes as gemm everywhere (elsewhere it is gemm).
-// Not with tensor parallelism over more than one rank (ModelStep refuses norm and partials: each rank
-// rounds before the sum there).
+// `residual` is partials on the skinny kernel and, where cublasGemmEx runs the projection (prefill
+// steps of more than 32 rows, and decode steps under --gemm cublas), adds its product to the residual
+// stream in place (beta = 1: one rounding of x + x' W^T instead of two), so the norm after reads the
+// stream alone: half the norm's bytes; within the GEMM tolerance of gemm there, not its bytes (on
+// cuBLASLt it is gemm). Not with tensor parallelism over more than one rank (ModelStep refuses norm,
+// partials and residual: each rank rounds before the sum there).
 enum class MixRound : uint8_t {
   automatic,  // partials (gemm with tensor parallelism over several ranks): measured faster at every
               // decode batch of the 4B and 27B presets; norm measured no faster (docs/BENCHMARKS.md)
   gemm,       // the GEMM writes bf16
   norm,       // the GEMM writes f32 on steps of at most kGemmLtMaxRows rows; the norm rounds it
   partials,   // a skinny GEMM with splits > 1 leaves its partials, the norm sums and rounds; else gemm
+  residual,   // partials; and cublasGemmEx adds the product to the residual stream (beta = 1)
 };
-constexpr std::array<std::string_view, 4> kMixRoundNames = {"auto", "gemm", "norm", "partials"};
+constexpr std::array<std::string_view, 5> kMixRoundNames = {"auto", "gemm", "norm", "partials", "residual"};
 const char* mix_round_name(MixRound m);  // one of kMixRoundNames
 // One of kMixRoundNames; throws Error on anything else.
 MixRound parse_mix_round(const std::string& name);
@@ -193,6 +198,9 @@ bool mix_rounds_in_norm(MixRound m, int64_t rows);
 // 16-byte kernel takes (rmsnorm_sums_planes).
 // (It does where the skinny kernel runs the projection with its K split.)
 bool mix_partials_shape(MixRound m, int64_t n, DType act);
+// Whether a projection that feeds the residual stream and runs on cublasGemmEx adds its product to
+// the stream in place under `m` (residual).
+bool mix_adds_in_gemm(MixRound m);
 
 // How the GDN layers keep their recurrent (SSM) state [slots, Hv, Dk, Dv] between steps. A setting,
 // not an arm: bf16 changes the numbers. The arithmetic is f32 either way; with bf16 every kernel

@@ -378,6 +378,22 @@ TEST_CASE("ab selection: which settings decide the arithmetic of a decode or pre
   CHECK(same_arithmetic(a, b, true));
   a.mix_round = "norm";  // but an f32 output on cuBLAS is another sum
   CHECK_FALSE(same_arithmetic(a, b, false));
+  // residual: partials on the skinny kernel, the residual added in cublasGemmEx (one rounding of the
+  // sum) where that runs a residual projection: every prefill step of more than 32 rows...
+  a.mix_round = "residual";
+  CHECK(same_arithmetic(a, b, false));  // mixed decode: the skinny kernel or cuBLASLt, never cuBLAS
+  CHECK_FALSE(same_arithmetic(a, b, true));
+  a.mix_round = "gemm";
+  b.mix_round = "residual";
+  CHECK(same_arithmetic(a, b, false));
+  CHECK_FALSE(same_arithmetic(a, b, true));
+  a.gemm = b.gemm = "cublas";  // ...and decode steps on cuBLAS
+  CHECK_FALSE(same_arithmetic(a, b, false));
+  a.gemm = b.gemm = "skinny";  // (which leaves the shapes the skinny kernel refuses to cuBLAS)
+  CHECK_FALSE(same_arithmetic(a, b, false));
+  a.mix_round = "residual";  // the same setting both sides: the same arithmetic
+  CHECK(same_arithmetic(a, b, false));
+  CHECK(same_arithmetic(a, b, true));
 }
 
 TEST_CASE("ab sides: a fault's report names the side and its selection", "[ab][selection][faults]") {

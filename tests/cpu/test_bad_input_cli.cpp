@@ -154,7 +154,7 @@ std::vector<CliCase> option_cases() {
       {"--mix-round (where the GPU step rounds its projections' output)"});
   add("bench --mix-round unknown", {"bench", "--cpu", "--mix-round", "f32"}, kCli11Invalid, {"--mix-round"});
   add("ab --b with an unknown mix-round", {"ab", "--b", "mix-round=kernel"}, 1,
-      {"unknown value \"kernel\" for mix-round", "auto, gemm, norm, partials"});
+      {"unknown value \"kernel\" for mix-round", "auto, gemm, norm, partials, residual"});
   add("bench --ssm-state unknown", {"bench", "--cpu", "--ssm-state", "f16"}, kCli11Invalid, {"--ssm-state"});
   add("ab --b with an unknown ssm-state", {"ab", "--b", "ssm-state=f16"}, 1,
       {"unknown value \"f16\" for ssm-state", "f32, bf16"});

@@ -89,10 +89,16 @@ TEST_CASE("gemm policy: the SwiGLU epilogue except on small steps over a large g
 }
 
 TEST_CASE("mix-round setting: names round-trip, the norm rounds only on decode-sized steps when asked", "[settings]") {
-  for (MixRound m : {MixRound::automatic, MixRound::gemm, MixRound::norm, MixRound::partials}) {
+  for (MixRound m : {MixRound::automatic, MixRound::gemm, MixRound::norm, MixRound::partials, MixRound::residual}) {
     CHECK(parse_mix_round(mix_round_name(m)) == m);
   }
-  CHECK_THROWS_WITH(parse_mix_round("f32"), "unknown mix-round 'f32' (valid: auto, gemm, norm, partials)");
+  CHECK_THROWS_WITH(parse_mix_round("f32"), "unknown mix-round 'f32' (valid: auto, gemm, norm, partials, residual)");
+  // Only residual adds the product to the residual stream in the GEMM (cublasGemmEx, beta = 1).
+  CHECK(mix_adds_in_gemm(MixRound::residual));
+  for (MixRound m : {MixRound::automatic, MixRound::gemm, MixRound::norm, MixRound::partials}) {
+    CHECK_FALSE(mix_adds_in_gemm(m));
+  }
+  CHECK_FALSE(mix_rounds_in_norm(MixRound::residual, 8));  // no f32 output
   CHECK_FALSE(mix_rounds_in_norm(MixRound::partials, 8));  // no f32 output: gemm's bf16 where it does not sum
   for (int64_t rows : {int64_t{1}, int64_t{8}, kGemmLtMaxRows}) {
     CHECK(mix_rounds_in_norm(MixRound::norm, rows));
@@ -115,6 +121,9 @@ TEST_CASE("mix-round partials: the norm sums a split GEMM's partials only where 
   CHECK_FALSE(mix_partials_shape(MixRound::partials, 512, DType::bf16));
   CHECK_FALSE(mix_partials_shape(MixRound::partials, 1000, DType::bf16));
   CHECK(mix_partials_shape(MixRound::partials, 768, DType::bf16));
+  // residual is partials on the skinny kernel.
+  CHECK(mix_partials_shape(MixRound::residual, 2560, DType::bf16));
+  CHECK_FALSE(mix_partials_shape(MixRound::residual, 64, DType::bf16));
   CHECK(rmsnorm_sums_planes(8192));
   CHECK_FALSE(rmsnorm_sums_planes(8448));
 }

@@ -3,7 +3,9 @@
 // of at most 32 rows and lets the norm round it; on the skinny kernel that is the same arithmetic,
 // so the same bytes as `gemm`; on cuBLASLt the algorithm chosen for an f32 output may sum in another
 // order, so the bytes agree within the GEMM tolerance, and replay equals eager byte for byte.
-// `partials` (the norm sums a split skinny GEMM's partials) gives gemm's bytes.
+// `partials` (the norm sums a split skinny GEMM's partials) gives gemm's bytes; `residual` too on
+// the skinny kernel, and where cublasGemmEx runs a residual projection it adds the product to the
+// residual stream (within the GEMM tolerance).
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -184,4 +186,68 @@ TEST_CASE("mix-round partials: the RMSNorm sums the skinny GEMM's split-K partia
     CHECK(count(gemm.manifest(key), "mlp.down", "partials") == 0);
   }
   check_same_bytes(c, gemm, part);
+}
+
+// mix-round residual on the same model: steps of at most 32 rows run the residual projections on the
+// skinny kernel as partials (gemm's bytes); a prefill bucket of more than 32 rows runs them on
+// cublasGemmEx, which adds each product to the residual stream in place (one rounding of the sum),
+// and the norm after reads the stream alone: within the GEMM tolerance of partials' logits there,
+// replay equal to eager, every such node labelled.
+TEST_CASE("mix-round residual: cuBLAS adds the residual projections to the stream, the norm reads it alone",
+          "[gpu][model][mix_round]") {
+  Qwen35Config c = preset("tiny");
+  c.hidden = 768;
+  c.intermediate = 2048;
+  c.Hq = 8;
+  c.D = 64;
+  c.gdn = GdnDims{2, 8, 32, 64, 4};
+  c.validate("test");
+  ModelStep part(c, small_step(GemmKind::mixed, MixRound::partials));
+  ModelStep res(c, small_step(GemmKind::mixed, MixRound::residual));
+  CHECK(res.options().mix_round == MixRound::residual);
+  part.capture_all();
+  res.capture_all();
+  auto count = [](const Manifest& m, const std::string& op, const std::string& arm) {
+    int n = 0;
+    for (const auto& node : m.nodes) n += node.label.op == op && node.label.arm == arm;
+    return n;
+  };
+  const int attn = c.num_full_attention(), gdn = c.num_linear_attention();
+  bool large = false;
+  for (int b : res.prefill_keys()) {
+    CAPTURE(b);
+    const Manifest& m = res.prefill_manifest(b);
+    const int want = b > 32 ? 1 : 0;  // cublasGemmEx runs the buckets of more than 32 rows
+    large |= b > 32;
+    CHECK(count(m, "mlp.down", "cublas +residual") == want * c.layers);
+    CHECK(count(m, "gdn.out_proj", "cublas +residual") == want * gdn);
+    CHECK(count(m, "attn.o_proj", "cublas +residual") == want * attn);
+    CHECK(count(m, "rmsnorm.post_attention", "x summed in the GEMM") == want * c.layers);
+    CHECK(count(m, "rmsnorm.input", "x summed in the GEMM") == want * (c.layers - 1));
+    CHECK(count(m, "rmsnorm.final", "x summed in the GEMM") == want);
+    CHECK(count(part.prefill_manifest(b), "mlp.down", "cublas +residual") == 0);
+  }
+  REQUIRE(large);
+  for (int key : res.keys()) CHECK(count(res.manifest(key), "mlp.down", "cublas +residual") == 0);
+  // Steps of at most 32 rows: partials' bytes, prefill and decode, graphed and eager.
+  check_same_bytes(c, part, res);
+  // A bucket of more than 32 rows (2 x 20 tokens): replay equals eager, and the logits are within
+  // the GEMM tolerance of partials' (one rounding of each residual sum instead of two).
+  std::vector<PrefillRequest> longer;
+  for (int s = 0; s < 2; ++s) {
+    std::vector<int32_t> toks(20);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = token_at(9 + s, static_cast<int>(i), c.vocab);
+    longer.push_back({2 + s, toks, 0});
+  }
+  const PrefillOutput g = res.prefill(longer, RunMode::graph);
+  const PrefillOutput e = res.prefill(longer, RunMode::eager);
+  CHECK(g.bucket > 32);
+  CHECK(std::memcmp(g.logits.data(), e.logits.data(), g.logits.size() * sizeof(float)) == 0);
+  CHECK(g.tokens == e.tokens);
+  const PrefillOutput p = part.prefill(longer, RunMode::graph);
+  REQUIRE(p.logits.size() == g.logits.size());
+  const double err = test::max_normalised_error(g.logits.data(), p.logits.data(), p.logits.size());
+  INFO("normalised max logit error against partials " << err);
+  CHECK(err <= 2e-2);
+  CHECK(err > 0.0);  // not vacuous: the sums are rounded once, not twice
 }

@@ -319,7 +319,8 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
              mix_round == "norm" ? "in the RMSNorm after them, from f32 (norm)"
              : mix_round == "partials"
                  ? "in the RMSNorm after them, which sums a skinny GEMM's split-K partials (partials)"
-                 : "in the GEMM (gemm)",
+             : mix_round == "residual" ? "as partials, and cublasGemmEx adds them to the residual stream (residual)"
+                                       : "in the GEMM (gemm)",
              o.mix_round == "auto" ? " (auto)" : "");
   const std::string ssm_state = ssm_state_name(step.options().ssm_state);
   fmt::print("GDN recurrent state: {}\n",

@@ -419,7 +419,10 @@ void register_bench(CLI::App& app, Action& action) {
                   "of two; cuBLASLt's algorithm may differ, so its bytes may), partials (where the skinny kernel "
                   "runs such a projection with its K split, it leaves its f32 partials and the RMSNorm sums them "
                   "in split order, then rounds: gemm's bytes with one split-K sum fewer on the chain; elsewhere as "
-                  "gemm) or auto (partials; gemm with tensor parallelism over several ranks)")
+                  "gemm), residual (partials, and where cublasGemmEx runs such a projection, prefill steps of more "
+                  "than 32 rows among them, it adds its product to the residual stream in place, one rounding of "
+                  "the sum, and the RMSNorm reads the stream alone: half its bytes; within the GEMM tolerance of "
+                  "gemm there) or auto (partials; gemm with tensor parallelism over several ranks)")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("mix-round")));
   cmd->add_option("--ssm-state", o.ssm_state,

@@ -159,8 +159,9 @@ ModelStep::ModelStep(const Qwen35Config& config, const ModelStepOptions& opts)
   if (opts_.attn_decode == AttnDecode::automatic) opts_.attn_decode = AttnDecode::simt;
   opts_.gemm = resolve_gemm(opts_.gemm, opts_.act, device);
   opts_.pdl = resolve_pdl(opts_.pdl, device);
-  // auto: partials (gemm's bytes), but not over several ranks (each rounds before the sum).
-  if (opts_.mix_round == MixRound::automatic) opts_.mix_round = tp_ranks_ > 1 ? MixRound::gemm : MixRound::partials;
+  // auto: residual (partials where the skinny kernel runs), but not over several ranks (each rounds
+  // before the sum).
+  if (opts_.mix_round == MixRound::automatic) opts_.mix_round = tp_ranks_ > 1 ? MixRound::gemm : MixRound::residual;
   keys_ = decode_capture_sizes(opts_.graph_max);
   if (opts_.max_prefill_tokens > 0) prefill_keys_ = prefill_buckets(opts_.max_prefill_tokens);
 

@@ -175,13 +175,16 @@ bool gemm_fuses_swiglu(SwigluMode mode, int64_t rows, int64_t n, int64_t k);
 // GEMM's last-block sum leaves the chain; the same bytes as gemm everywhere (elsewhere it is gemm).
 // `residual` is partials on the skinny kernel and, where cublasGemmEx runs the projection (prefill
 // steps of more than 32 rows, and decode steps under --gemm cublas), adds its product to the residual
-// stream in place (beta = 1: one rounding of x + x' W^T instead of two), so the norm after reads the
-// stream alone: half the norm's bytes; within the GEMM tolerance of gemm there, not its bytes (on
-// cuBLASLt it is gemm). Not with tensor parallelism over more than one rank (ModelStep refuses norm,
-// partials and residual: each rank rounds before the sum there).
+// stream in place (beta = 1), so the norm after reads the stream alone: half the norm's bytes. cuBLAS
+// sums the product and the stream in f32, but whether it rounds the product first depends on its
+// kernel (tools/probes/cublas_beta_probe.cu: it does on most shapes, gemm's bytes; on some it rounds
+// the sum once): within the GEMM tolerance of gemm there, not always its bytes (on cuBLASLt it is gemm). Not with
+// tensor parallelism over more than one rank (ModelStep refuses norm, partials and residual: each rank rounds before
+// the sum there).
 enum class MixRound : uint8_t {
-  automatic,  // partials (gemm with tensor parallelism over several ranks): measured faster at every
-              // decode batch of the 4B and 27B presets; norm measured no faster (docs/BENCHMARKS.md)
+  automatic,  // residual (gemm with tensor parallelism over several ranks): partials measured faster at
+              // every decode batch of the 4B and 27B presets, residual in their prefill steps; norm
+              // measured no faster (docs/BENCHMARKS.md)
   gemm,       // the GEMM writes bf16
   norm,       // the GEMM writes f32 on steps of at most kGemmLtMaxRows rows; the norm rounds it
   partials,   // a skinny GEMM with splits > 1 leaves its partials, the norm sums and rounds; else gemm

@@ -367,7 +367,9 @@ TEST_CASE("ab selection: which settings decide the arithmetic of a decode or pre
   b.mix_round = "norm";  // an f32 GEMM output: cuBLAS may sum it in another order...
   CHECK_FALSE(same_arithmetic(a, b, false));
   CHECK_FALSE(same_arithmetic(a, b, true));
-  a.gemm = b.gemm = "skinny";  // ...the skinny kernel may not: the same bytes
+  a.gemm = b.gemm = "skinny";                 // ...the skinny kernel may not: the same bytes as gemm
+  CHECK_FALSE(same_arithmetic(a, b, false));  // (auto, residual, adds in cuBLAS where skinny refuses)
+  a.mix_round = "gemm";
   CHECK(same_arithmetic(a, b, false));
   CHECK(same_arithmetic(a, b, true));
   a = b;
@@ -394,6 +396,16 @@ TEST_CASE("ab selection: which settings decide the arithmetic of a decode or pre
   a.mix_round = "residual";  // the same setting both sides: the same arithmetic
   CHECK(same_arithmetic(a, b, false));
   CHECK(same_arithmetic(a, b, true));
+  a.mix_round = "auto";  // auto is residual on one rank...
+  CHECK(same_arithmetic(a, b, false));
+  CHECK(same_arithmetic(a, b, true));
+  b.mix_round = "partials";
+  CHECK_FALSE(same_arithmetic(a, b, true));
+  a.gemm = b.gemm = "mixed";
+  CHECK(same_arithmetic(a, b, false));
+  a.gemm = b.gemm = "auto";  // ...and gemm auto is cuBLAS off sm_90
+  CHECK_FALSE(same_arithmetic(a, b, false));
+  CHECK_FALSE(same_arithmetic(a, b, true));
 }
 
 TEST_CASE("ab sides: a fault's report names the side and its selection", "[ab][selection][faults]") {

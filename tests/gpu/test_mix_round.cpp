@@ -98,8 +98,9 @@ TEST_CASE("mix-round norm on the skinny kernel: the bytes of gemm, prefill and d
   ModelStep norm(c, small_step(GemmKind::skinny, MixRound::norm));
   CHECK(gemm.options().mix_round == MixRound::gemm);
   CHECK(norm.options().mix_round == MixRound::norm);
-  // `auto` resolves to partials (gemm's bytes; the norm form measured no faster in the 4B decode step).
-  CHECK(ModelStep(c, small_step(GemmKind::skinny, MixRound::automatic)).options().mix_round == MixRound::partials);
+  // `auto` resolves to residual (partials on the skinny kernel, measured faster in decode; the
+  // product added in cublasGemmEx, measured faster in prefill; the norm form measured no faster).
+  CHECK(ModelStep(c, small_step(GemmKind::skinny, MixRound::automatic)).options().mix_round == MixRound::residual);
   gemm.capture_all();
   norm.capture_all();
   check_down_outputs(c, gemm, norm);
@@ -246,8 +247,11 @@ TEST_CASE("mix-round residual: cuBLAS adds the residual projections to the strea
   CHECK(g.tokens == e.tokens);
   const PrefillOutput p = part.prefill(longer, RunMode::graph);
   REQUIRE(p.logits.size() == g.logits.size());
+  // Whether cuBLAS rounds the product before it adds the stream depends on its kernel
+  // (tools/probes/cublas_beta_probe.cu: on most shapes it does, which is partials' bytes), so the
+  // logits may equal partials'. The norm reads the stream alone: had the GEMM not added the product
+  // to it, every residual projection would be missing and the logits far outside the tolerance.
   const double err = test::max_normalised_error(g.logits.data(), p.logits.data(), p.logits.size());
   INFO("normalised max logit error against partials " << err);
   CHECK(err <= 2e-2);
-  CHECK(err > 0.0);  // not vacuous: the sums are rounded once, not twice
 }

@@ -90,11 +90,13 @@ bool same_arithmetic(const StepChoice& a, const StepChoice& b, bool prefill) {
   // is gemm's arithmetic everywhere (the skinny kernel's partials summed in its order by the norm).
   const bool f32_mix = a.mix_round == "norm" || b.mix_round == "norm";
   if (a.mix_round != b.mix_round && f32_mix && a.gemm != "skinny") return false;
-  // residual adds the product in the GEMM where cublasGemmEx runs a residual projection: every
-  // prefill step of more than 32 rows, and decode steps under cublas (or skinny, which leaves shapes
-  // it refuses to cuBLAS); elsewhere it is partials, gemm's arithmetic.
-  const bool residual = (a.mix_round == "residual") != (b.mix_round == "residual");
-  if (residual && (prefill || a.gemm == "cublas" || a.gemm == "skinny")) return false;
+  // residual (auto's choice on one rank) adds the product in the GEMM where cublasGemmEx runs a
+  // residual projection: every prefill step of more than 32 rows, and decode steps under cublas (or
+  // skinny, which leaves shapes it refuses to cuBLAS; or auto, which is cublas off sm_90); elsewhere
+  // it is partials, gemm's arithmetic.
+  auto adds = [](const std::string& m) { return m == "residual" || m == "auto"; };
+  const bool residual = adds(a.mix_round) != adds(b.mix_round);
+  if (residual && (prefill || a.gemm == "cublas" || a.gemm == "skinny" || a.gemm == "auto")) return false;
   if (prefill) return a.delta_prefill == b.delta_prefill && a.attn_prefill == b.attn_prefill;
   return a.attn_decode == b.attn_decode;
 }

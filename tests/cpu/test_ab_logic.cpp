@@ -380,8 +380,9 @@ TEST_CASE("ab selection: which settings decide the arithmetic of a decode or pre
   CHECK(same_arithmetic(a, b, true));
   a.mix_round = "norm";  // but an f32 output on cuBLAS is another sum
   CHECK_FALSE(same_arithmetic(a, b, false));
-  // residual: partials on the skinny kernel, the residual added in cublasGemmEx (one rounding of the
-  // sum) where that runs a residual projection: every prefill step of more than 32 rows...
+  // residual: partials on the skinny kernel, the product added to the stream in cublasGemmEx (its
+  // rounding up to cuBLAS's kernel) where that runs a residual projection: every prefill step of
+  // more than 32 rows...
   a.mix_round = "residual";
   CHECK(same_arithmetic(a, b, false));  // mixed decode: the skinny kernel or cuBLASLt, never cuBLAS
   CHECK_FALSE(same_arithmetic(a, b, true));

@@ -191,8 +191,8 @@ TEST_CASE("mix-round partials: the RMSNorm sums the skinny GEMM's split-K partia
 
 // mix-round residual on the same model: steps of at most 32 rows run the residual projections on the
 // skinny kernel as partials (gemm's bytes); a prefill bucket of more than 32 rows runs them on
-// cublasGemmEx, which adds each product to the residual stream in place (one rounding of the sum),
-// and the norm after reads the stream alone: within the GEMM tolerance of partials' logits there,
+// cublasGemmEx, which adds each product to the residual stream in place (rounded as cuBLAS's kernel
+// does), and the norm after reads the stream alone: within the GEMM tolerance of partials' logits there,
 // replay equal to eager, every such node labelled.
 TEST_CASE("mix-round residual: cuBLAS adds the residual projections to the stream, the norm reads it alone",
           "[gpu][model][mix_round]") {

@@ -420,9 +420,10 @@ void register_bench(CLI::App& app, Action& action) {
                   "runs such a projection with its K split, it leaves its f32 partials and the RMSNorm sums them "
                   "in split order, then rounds: gemm's bytes with one split-K sum fewer on the chain; elsewhere as "
                   "gemm), residual (partials, and where cublasGemmEx runs such a projection, prefill steps of more "
-                  "than 32 rows among them, it adds its product to the residual stream in place, one rounding of "
-                  "the sum, and the RMSNorm reads the stream alone: half its bytes; within the GEMM tolerance of "
-                  "gemm there) or auto (partials; gemm with tensor parallelism over several ranks)")
+                  "than 32 rows among them, it adds its product to the residual stream in place and the RMSNorm "
+                  "reads the stream alone: half its bytes; whether cuBLAS rounds the product before the add "
+                  "depends on its kernel, so within the GEMM tolerance of gemm there) or auto (residual, measured "
+                  "faster in decode and prefill; gemm with tensor parallelism over several ranks)")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("mix-round")));
   cmd->add_option("--ssm-state", o.ssm_state,

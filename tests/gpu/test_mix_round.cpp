@@ -89,6 +89,19 @@ void check_same_bytes(const Qwen35Config& c, ModelStep& a, ModelStep& b) {
   CHECK(count_diff(a.cache_bytes(), b.cache_bytes()) == 0);
 }
 
+// The tiny preset with a hidden size whose residual projections the skinny kernel runs with their
+// K split (the norm's 16-byte kernel takes rows of 768).
+Qwen35Config split_k_model() {
+  Qwen35Config c = preset("tiny");
+  c.hidden = 768;
+  c.intermediate = 2048;  // mlp.down [768, 2048]: K split in 8
+  c.Hq = 8;
+  c.D = 64;                          // attn.o_proj [768, 512]: in 2
+  c.gdn = GdnDims{2, 8, 32, 64, 4};  // gdn.out_proj [768, 512]: in 2
+  c.validate("test");
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("mix-round norm on the skinny kernel: the bytes of gemm, prefill and decode, graphed and eager",
@@ -157,13 +170,7 @@ TEST_CASE("mix-round norm on cuBLASLt: replay equals eager, and the logits agree
 // decode, graphed and eager, caches included.
 TEST_CASE("mix-round partials: the RMSNorm sums the skinny GEMM's split-K partials, the bytes of gemm",
           "[gpu][model][mix_round]") {
-  Qwen35Config c = preset("tiny");
-  c.hidden = 768;
-  c.intermediate = 2048;  // mlp.down [768, 2048]: K split in 8
-  c.Hq = 8;
-  c.D = 64;                          // attn.o_proj [768, 512]: in 2
-  c.gdn = GdnDims{2, 8, 32, 64, 4};  // gdn.out_proj [768, 512]: in 2
-  c.validate("test");
+  const Qwen35Config c = split_k_model();
   ModelStep gemm(c, small_step(GemmKind::skinny, MixRound::gemm));
   ModelStep part(c, small_step(GemmKind::skinny, MixRound::partials));
   CHECK(part.options().mix_round == MixRound::partials);
@@ -196,13 +203,7 @@ TEST_CASE("mix-round partials: the RMSNorm sums the skinny GEMM's split-K partia
 // replay equal to eager, every such node labelled.
 TEST_CASE("mix-round residual: cuBLAS adds the residual projections to the stream, the norm reads it alone",
           "[gpu][model][mix_round]") {
-  Qwen35Config c = preset("tiny");
-  c.hidden = 768;
-  c.intermediate = 2048;
-  c.Hq = 8;
-  c.D = 64;
-  c.gdn = GdnDims{2, 8, 32, 64, 4};
-  c.validate("test");
+  const Qwen35Config c = split_k_model();
   ModelStep part(c, small_step(GemmKind::mixed, MixRound::partials));
   ModelStep res(c, small_step(GemmKind::mixed, MixRound::residual));
   CHECK(res.options().mix_round == MixRound::residual);

@@ -328,17 +328,20 @@ class ModelStep {
     const int32_t* live_rows;  // [1] device: rows at or past it get zeros
   };
   // mix: y is mix_out (a projection before an RMSNorm): under mix-round partials (or residual) a
-  // skinny GEMM with its K split leaves its partials in the GEMM workspace and sets mix_planes_ for
+  // skinny GEMM with its K split leaves its partials in the GEMM workspace and sets mix_left_.planes for
   // the norm after; under residual cublasGemmEx adds the product to the residual stream x instead of
-  // writing y, and sets mix_in_x_.
+  // writing y, and sets mix_left_.in_x.
   bool gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op, NodeRecorder* rec,
             const GemmSwiglu* swiglu = nullptr, bool mix = false);
-  // Split-K partials of the last residual projection left for the norm after it to sum (0: none; it
-  // reads mix or mix32). Set by gemm, read and cleared by the norm, within one launch sequence.
-  int mix_planes_ = 0;
-  // The last residual projection added its product to the residual stream (mix-round residual): the
-  // norm after reads x alone. Set by gemm, read and cleared by the norm, within one launch sequence.
-  bool mix_in_x_ = false;
+  // What the last residual projection left for the norm after it, set by gemm, read and cleared by
+  // the norm, within one launch sequence: split-K partials to sum (planes; 0: none, the norm reads
+  // mix or mix32), or its product added to the residual stream (in_x; mix-round residual: the norm
+  // reads x alone).
+  struct MixLeft {
+    int planes = 0;
+    bool in_x = false;
+  };
+  MixLeft mix_left_;
   std::vector<const TensorView*> caches() const;
   // Each cache's slice for one slot (its device address and bytes), in caches() order; an error
   // for a slot outside [0, num_slots).

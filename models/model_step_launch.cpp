@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "engine/error.h"
 #include "engine/gemm.h"
@@ -99,7 +100,7 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
     const bool into_x =
         mix && mix_adds_in_gemm(opts_.mix_round) && y.dtype == opts_.act && xs.dtype == y.dtype && xs.dim(1) == N;
     gemm_xwt(*cublas_, x, W, into_x ? xs : y, into_x ? 1.0f : 0.0f);
-    if (mix) mix_in_x_ = into_x;
+    if (mix) mix_left_.in_x = into_x;
     launched(
         cudaSuccess, rec, stream_.get(),
         [&] {
@@ -125,7 +126,7 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   p.counters = a_.gemm_counters.ptr<int32_t>();
   // mix-round partials: the norm after sums the partials (planes of [M, N] in the workspace).
   p.defer_sum = sums_partials && !fuse && p.splits > 1;
-  if (p.defer_sum) mix_planes_ = p.splits;
+  if (p.defer_sum) mix_left_.planes = p.splits;
   if (fuse) {
     p.y = swiglu->act.data;
     p.ldy = swiglu->act.stride[0];
@@ -315,18 +316,16 @@ void ModelStep::launch_sequence(const StepKey& key, NodeRecorder* rec) {
 
   // rmsnorm(x = round(x + mix)) -> h; the first call only rounds the embedding into x. Where the
   // norm rounds the projections' output (mix_round), mix is their f32 output, rounded first.
-  // With mix-round partials, where the projection left its split-K partials (mix_planes_), the norm
+  // With mix-round partials, where the projection left its split-K partials (mix_left_.planes), the norm
   // sums them from the GEMM workspace first.
-  // With mix-round residual, where the projection added its product to x (mix_in_x_), the norm
+  // With mix-round residual, where the projection added its product to x (mix_left_.in_x), the norm
   // reads x alone and writes h.
   const bool mix_f32 = mix_rounds_in_norm(opts_.mix_round, rows);
-  mix_planes_ = 0;
-  mix_in_x_ = false;
+  mix_left_ = {};
   auto norm = [&](int layer, const TensorView& w, bool first, const char* op) {
-    const int planes = first ? 0 : mix_planes_;
-    const bool in_x = !first && mix_in_x_;
-    mix_planes_ = 0;
-    mix_in_x_ = false;
+    const MixLeft left = std::exchange(mix_left_, MixLeft{});
+    const int planes = first ? 0 : left.planes;
+    const bool in_x = !first && left.in_x;
     const bool f32_in = (mix_f32 && !first && !in_x) || planes > 1;
     RmsNormParams np;
     np.x = in_x ? a_.x.data : planes > 1 ? a_.gemm_ws.data : f32_in ? a_.mix32.data : a_.mix.data;

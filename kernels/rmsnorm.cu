@@ -13,6 +13,7 @@ namespace {
 constexpr int kWarpRowMaxN = 512;   // n up to this: one warp per row
 constexpr int kWarpRowBlock = 256;  // 8 rows per block in warp-per-row mode
 constexpr int kMaxBlock = 1024;
+constexpr int64_t kVecRowsMin = 256;  // rows from which the 16-byte norm takes two rows a block
 static_assert(kWarpRowMaxN == 512 && 8 * kMaxBlock == 8192, "rmsnorm_sums_planes (rmsnorm.h) names these lengths");
 
 // Both ops mapped onto one argument set (z null for the plain norm, residual fields unused for
@@ -59,6 +60,20 @@ __device__ __forceinline__ float block_sum(float s, float* partial) {
   if (lane == 0) partial[warp] = s;
   __syncthreads();
   return warp_sum(lane < nw ? partial[lane] : 0.0f);
+}
+
+// kRows block-wide sums at once, each in block_sum's order (its bits), over one barrier.
+template <int kRows>
+__device__ __forceinline__ void block_sums(float (&s)[kRows], float (*partial)[32]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    s[j] = warp_sum(s[j]);
+    if (lane == 0) partial[j][warp] = s[j];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) s[j] = warp_sum(lane < nw ? partial[j][lane] : 0.0f);
 }
 
 template <bool kGated, bool kWarpRow>
@@ -137,70 +152,99 @@ __device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float
 // possibly aliasing pointer cannot move ahead of it). Sum of squares: the thread's 8 in index order (fmaf), then the
 // fixed butterflies of block_sum; depends only on n, as the strided loop's order does (not the same order, so not its
 // bytes).
+// kRows consecutive rows a block (the last block's rows past the end do nothing): each thread issues its loads of all
+// of them before the first store and the rows share one barrier, so a thread keeps kRows times the bytes in flight (the
+// 16-byte loads of a row leave too few in flight to stream the large prefill steps; kVecRowsMin). Each row's arithmetic
+// is the one-row kernel's (the same thread map, order and butterflies), so its bytes are too. Split planes
+// (x_splits > 1) take the one-row kernel (their loads' registers would spill two rows).
+template <int kRows>
 __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
-  __shared__ float partial[32];
-  const int64_t row = blockIdx.x;  // grid = T * heads exactly; blockDim = n / 8
-  const int t = static_cast<int>(row / a.heads), h = static_cast<int>(row % a.heads);
-  const int64_t o0 = row * a.n + 8 * threadIdx.x;
-  // Before the dependency wait (kernels/launch.cuh): the live row count (step metadata) and the
-  // weight (no kernel of a step writes it), so after the wait the row's loads are the only round
-  // trip before the sum; the padding row's zeros are writes, so they follow the wait.
-  const bool pad = a.live && t >= *a.live;
-  float w[8];
-  if (!pad) load_w8(a.w, a.wt, 8 * threadIdx.x, w);
-  pdl_start();
-  if (pad) {  // padding token: defined zeros, nothing read
-    const uint4 z{};
-    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.y) + o0) = z;
-    if (a.res_out) *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.res_out) + o0) = z;
-    return;
+  __shared__ float partial[kRows][32];
+  const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;  // grid = ceil(T * heads / kRows); blockDim = n / 8
+  int t[kRows];
+  bool in[kRows], pad[kRows];
+  int64_t o0[kRows];
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    const int64_t row = row0 + j;
+    in[j] = row < rows;
+    t[j] = static_cast<int>(row / a.heads);
+    o0[j] = row * a.n + 8 * threadIdx.x;
+    pad[j] = in[j] && a.live && t[j] >= *a.live;
   }
-  const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * threadIdx.x;
-  float v[8], r[8];
-  uint4 ru{};
-  if (a.xt == DType::f32 && a.xsplits > 1) {  // the planes in order from 0.0f, rounded below
-    const float* p = static_cast<const float*>(a.x) + x0;
+  // Before the dependency wait (kernels/launch.cuh): the live row count (step metadata) and the
+  // weight (no kernel of a step writes it), so after the wait the rows' loads are the only round
+  // trip before the sum; the padding rows' zeros are writes, so they follow the wait.
+  float w[8];
+  load_w8(a.w, a.wt, 8 * threadIdx.x, w);
+  pdl_start();
+  float v[kRows][8];
+  uint4 ru[kRows];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
-    for (int k0 = 0; k0 < a.xsplits; k0 += 4) {  // four planes' loads in flight
-      float t4[4][8];
+  for (int j = 0; j < kRows; ++j) {
+    ru[j] = uint4{};
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (k0 + j < a.xsplits) dev::load8(p + (k0 + j) * a.xsplit_stride, t4[j]);
+    for (int i = 0; i < 8; ++i) v[j][i] = 0.0f;
+    if (!in[j] || pad[j]) continue;
+    const int h = static_cast<int>((row0 + j) % a.heads);
+    const int64_t x0 = static_cast<int64_t>(t[j]) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * threadIdx.x;
+    if (kRows == 1 && a.xt == DType::f32 && a.xsplits > 1) {  // the planes in order from 0.0f, rounded below
+      const float* p = static_cast<const float*>(a.x) + x0;
+      for (int k0 = 0; k0 < a.xsplits; k0 += 4) {  // four planes' loads in flight
+        float t4[4][8];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (k0 + j < a.xsplits) {
+        for (int q = 0; q < 4; ++q)
+          if (k0 + q < a.xsplits) dev::load8(p + (k0 + q) * a.xsplit_stride, t4[q]);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) v[i] += t4[j][i];
+        for (int q = 0; q < 4; ++q) {
+          if (k0 + q < a.xsplits) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[j][i] += t4[q][i];
+          }
         }
       }
+    } else if (a.xt == DType::f32) {  // rounded to bf16 below (vec_ok: only with round_x)
+      dev::load8(static_cast<const float*>(a.x) + x0, v[j]);
+    } else {
+      dev::load8(static_cast<const __nv_bfloat16*>(a.x) + x0, v[j]);
     }
-  } else if (a.xt == DType::f32) {  // rounded to bf16 below (vec_ok: only with round_x)
-    dev::load8(static_cast<const float*>(a.x) + x0, v);
-  } else {
-    dev::load8(static_cast<const __nv_bfloat16*>(a.x) + x0, v);
+    if (a.res) ru[j] = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.res) + o0[j]);
   }
-  if (a.res) ru = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.res) + o0);
-  if (a.res_out) {
-    if (a.xr) dev::unpack8(dev::pack8(v), v);
-    if (a.res) {
-      dev::unpack8(ru, r);
+  float s[kRows];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = v[i] + r[i];
+  for (int j = 0; j < kRows; ++j) {
+    if (pad[j]) {  // padding token: defined zeros, nothing read
+      const uint4 z{};
+      *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.y) + o0[j]) = z;
+      if (a.res_out) *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.res_out) + o0[j]) = z;
     }
-    const uint4 hu = dev::pack8(v);  // the rounded residual stream, which the norm reads
-    dev::unpack8(hu, v);
-    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.res_out) + o0) = hu;
+    if (in[j] && !pad[j] && a.res_out) {
+      float r[8];
+      if (a.xr) dev::unpack8(dev::pack8(v[j]), v[j]);
+      if (a.res) {
+        dev::unpack8(ru[j], r);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[j][i] = v[j][i] + r[i];
+      }
+      const uint4 hu = dev::pack8(v[j]);  // the rounded residual stream, which the norm reads
+      dev::unpack8(hu, v[j]);
+      *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.res_out) + o0[j]) = hu;
+    }
+    s[j] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s[j] = fmaf(v[j][i], v[j][i], s[j]);
   }
-  float s = 0.0f;
+  block_sums<kRows>(s, partial);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) s = fmaf(v[i], v[i], s);
-  s = block_sum(s, partial);
-  const float inv = dev::gated_norm_inv(s, a.n, a.eps);
-  float y[8];
+  for (int j = 0; j < kRows; ++j) {
+    if (!in[j] || pad[j]) continue;
+    const float inv = dev::gated_norm_inv(s[j], a.n, a.eps);
+    float y[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) y[i] = (v[i] * inv) * (1.0f + w[i]);
-  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.y) + o0) = dev::pack8(y);
+    for (int i = 0; i < 8; ++i) y[i] = (v[j][i] * inv) * (1.0f + w[i]);
+    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.y) + o0[j]) = dev::pack8(y);
+  }
 }
 
 // The GDN gated norm on the same 16-byte footing for short bf16 rows (n = 64, 128, 256: the real
@@ -296,7 +340,11 @@ cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
   } else {
     if (rows > 0x7fffffff) return too_many_rows();
     if (!kGated && vec_ok(a)) {
-      launch_kernel(norm_vec_kernel, static_cast<unsigned>(rows), a.n / 8, 0, stream, a);
+      if (rows >= kVecRowsMin && a.xsplits == 1) {
+        launch_kernel(norm_vec_kernel<2>, static_cast<unsigned>((rows + 1) / 2), a.n / 8, 0, stream, a);
+      } else {
+        launch_kernel(norm_vec_kernel<1>, static_cast<unsigned>(rows), a.n / 8, 0, stream, a);
+      }
       return cudaGetLastError();
     }
     const int want = (a.n + 7) / 8;

@@ -68,9 +68,11 @@ TEST_CASE("rmsnorm: matches the reference for awkward sizes, dtypes and padded t
 }
 
 TEST_CASE("rmsnorm: a row gives the same bytes in every bucket size and in place", "[gpu][norms]") {
-  for (int n : {129, 5120}) {
+  // 301 rows: the 16-byte kernel's two rows a block (kVecRowsMin), the last block's second row past
+  // the end; 17 rows: one a block.
+  for (int n : {129, 2560, 5120}) {
     CAPTURE(n);
-    const int T_small = 17, T_big = 300;
+    const int T_small = 17, T_big = 301;
     auto x = test::uniform_bf16(static_cast<size_t>(T_big) * n, 42 + n, -3.f, 3.f);
     auto w = test::uniform(n, 43 + n, -0.5f, 0.5f);
     auto dx = test::DevBuf::from(x, DType::bf16), dw = test::DevBuf::from(w, DType::f32);
@@ -107,9 +109,9 @@ TEST_CASE("rmsnorm: fused residual add stores the rounded sum and normalises it"
   enum Mode { kSeparate, kInPlace, kNoResidual };
   for (DType rt : {DType::bf16, DType::f32}) {
     for (int n : {127, 2560}) {
-      for (int T : {1, 17}) {
+      for (int T : {1, 17, 301}) {  // 301: two rows a block, a live row beside a padding row in one
         for (Mode mode : {kSeparate, kInPlace, kNoResidual}) {
-          const int live = T > 1 ? T - 5 : T;
+          const int live = T > 1 ? T - 6 : T;
           const uint64_t seed = 9000 + n + T + 10 * static_cast<int>(mode) + 100 * static_cast<int>(rt);
           CAPTURE(dtype_name(rt), n, T, static_cast<int>(mode), live, seed);
           const size_t N = static_cast<size_t>(T) * n;

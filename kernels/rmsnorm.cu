@@ -154,7 +154,9 @@ __device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float
 // bytes).
 // kRows consecutive rows a block (the last block's rows past the end do nothing): each thread issues its loads of all
 // of them before the first store and the rows share one barrier, so a thread keeps kRows times the bytes in flight (the
-// 16-byte loads of a row leave too few in flight to stream the large prefill steps; kVecRowsMin). Each row's arithmetic
+// 16-byte loads of a row leave too few in flight to stream the large prefill steps; kVecRowsMin: the one-row kernel's
+// 62-64 registers hold an SM to 1024 threads, one block of the 27B's 5120-wide rows, 10 KB in flight where the norm
+// reads the stream alone; two rows a block take 50 registers, two such blocks an SM, 40 KB). Each row's arithmetic
 // is the one-row kernel's (the same thread map, order and butterflies), so its bytes are too. Split planes
 // (x_splits > 1) take the one-row kernel (their loads' registers would spill two rows).
 template <int kRows>

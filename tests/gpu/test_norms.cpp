@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -330,6 +331,45 @@ TEST_CASE("gated rmsnorm: matches the reference for GDN shapes, strided gates an
         CHECK(compare(g.v, want, ty.y, 1, static_cast<size_t>(live) * row) == "");
       }
     }
+  }
+}
+
+TEST_CASE("gated rmsnorm: a row gives the same bytes in every bucket size", "[gpu][norms]") {
+  // 7 tokens (fewer than kVecRowsMin rows: one group of rows a block) against 301 (two groups a
+  // block, the last block's second group partly past the end).
+  for (auto [heads, n] : {std::pair{32, 128}, std::pair{5, 64}, std::pair{3, 256}}) {
+    CAPTURE(heads, n);
+    const int T_small = 7, T_big = 301;
+    const size_t big = static_cast<size_t>(T_big) * heads * n, small = static_cast<size_t>(T_small) * heads * n;
+    auto x = test::uniform_bf16(big, 52 + n, -3.f, 3.f);
+    auto z = test::uniform_bf16(big, 53 + n, -4.f, 4.f);
+    auto w = test::uniform(n, 54 + n, 0.5f, 1.5f);
+    auto dx = test::DevBuf::from(x, DType::bf16), dz = test::DevBuf::from(z, DType::bf16);
+    auto dw = test::DevBuf::from(w, DType::f32);
+    auto run = [&](int T, void* y) {
+      GatedRmsNormParams p;
+      p.x = dx.data();
+      p.x_dtype = DType::bf16;
+      p.z = dz.data();
+      p.z_dtype = DType::bf16;
+      p.w = dw.data();
+      p.w_dtype = DType::f32;
+      p.y = y;
+      p.y_dtype = DType::bf16;
+      p.T = T;
+      p.heads = heads;
+      p.n = n;
+      p.eps = kEps;
+      check(gated_rmsnorm(p, nullptr));
+    };
+    auto y_small = out_buf(small, DType::bf16), y_big = out_buf(big, DType::bf16);
+    run(T_small, y_small.data());
+    run(T_big, y_big.data());
+    auto gs = fetch(y_small, small, DType::bf16), gb = fetch(y_big, big, DType::bf16);
+    CHECK(gs.guard_ok);
+    CHECK(gb.guard_ok);
+    gb.bytes.resize(gs.bytes.size());
+    CHECK(test::byte_diff(gs.bytes, gb.bytes, DType::bf16) == "");
   }
 }
 

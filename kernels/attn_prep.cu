@@ -1,7 +1,7 @@
 // attn_prep.cu: q/k zero-centred RMSNorm + partial RoPE, gate split, KV cache append (see
 // attn_prep.h), in two forms with the same bytes: per element (any dtype) and 16 bytes a lane
 // (attn_prep_vec_kernel, the real models' bf16 case). One warp per head job (token, q head or k head; the 16-byte form
-// two consecutive jobs a warp from 256 tokens), four warps a block, no block barrier: a q job also copies its head's
+// two consecutive jobs a warp from 1024 tokens), four warps a block, no block barrier: a q job also copies its head's
 // gate half, a k job its v head. Before the dependency wait a warp reads its row's metadata and rotary-table row; after
 // it, its head's features and norm weight (D <= 256: into registers, before the copy's stores), then the copy, whose
 // 16-byte form (where dtypes and alignment allow) issues each lane's loads before its stores. The cache dtype (bf16 or
@@ -16,9 +16,9 @@
 namespace sg {
 namespace {
 
-constexpr int kWarps = 4;          // warps a block, one head job each
-constexpr int kRegPer = 8;         // features per lane held in registers: D <= 256 (the real models)
-constexpr int kTwoJobsMinT = 256;  // tokens from which the 16-byte kernel takes two head jobs a warp
+constexpr int kWarps = 4;           // warps a block, one head job each
+constexpr int kRegPer = 8;          // features per lane held in registers: D <= 256 (the real models)
+constexpr int kTwoJobsMinT = 1024;  // tokens from which the 16-byte kernel takes two head jobs a warp
 
 // True when row t (< T: every per-token array has its entry) is live; then slot and pos are its
 // cache coordinates. The row's own entries are read together, then the sequence's slot: two

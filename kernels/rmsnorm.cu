@@ -13,7 +13,11 @@ namespace {
 constexpr int kWarpRowMaxN = 512;   // n up to this: one warp per row
 constexpr int kWarpRowBlock = 256;  // 8 rows per block in warp-per-row mode
 constexpr int kMaxBlock = 1024;
-constexpr int64_t kVecRowsMin = 256;  // rows from which the 16-byte norm takes two rows a block
+// Rows from which the 16-byte kernels take two rows (the gated one two groups of rows) a block: more rows than their
+// one-row blocks fill the GPU with at once (three blocks an SM of the 4B's 2560-wide rows, five of the gated norm's
+// 16), where the bytes a thread keeps in flight decide the time; a decode bucket keeps one row a block.
+constexpr int64_t kVecRowsMin = 1024;
+constexpr int64_t kGatedRowsMin = 16384;
 static_assert(kWarpRowMaxN == 512 && 8 * kMaxBlock == 8192, "rmsnorm_sums_planes (rmsnorm.h) names these lengths");
 
 // Both ops mapped onto one argument set (z null for the plain norm, residual fields unused for
@@ -349,7 +353,7 @@ cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
   };
   if (kGated && gated_vec_ok(a)) {
     const int R = a.n / 8;
-    const bool two = rows >= kVecRowsMin, n32 = rows <= 0xffffffffll;
+    const bool two = rows >= kGatedRowsMin, n32 = rows <= 0xffffffffll;
     const int64_t per_block = (two ? 2 : 1) * (kWarpRowBlock / R);
     const int64_t blocks = (rows + per_block - 1) / per_block;
     if (blocks > 0x7fffffff) return too_many_rows();

@@ -30,9 +30,9 @@ Tol out_tol(DType t) { return t == DType::bf16 ? Tol{std::ldexp(1.0, -6), 1e-5} 
 TEST_CASE("attention prep: q, gate and the KV cache match the reference, no other cache byte written",
           "[gpu][attention]") {
   // Four live sequences (one with long history, one zero-length), a padding sequence, 3 padding rows;
-  // then with a 251-token chunk beside them (269 rows: the 16-byte kernel's two head jobs a warp,
+  // then with a 1011-token chunk beside them (1029 rows: the 16-byte kernel's two head jobs a warp,
   // the last block's jobs partly past the end).
-  for (int big : {0, 251})
+  for (int big : {0, 1011})
     for (const Shape& sh : kShapes) {
       CAPTURE(sh.Hq, sh.Hkv, sh.D, sh.rot, big);
       std::vector<Seq> seqs = {{0, 5, 3}, {17, 3, 0}, {1020, 4, 4}, {7, 0, 1}, {2, 3, -1}};

@@ -69,11 +69,11 @@ TEST_CASE("rmsnorm: matches the reference for awkward sizes, dtypes and padded t
 }
 
 TEST_CASE("rmsnorm: a row gives the same bytes in every bucket size and in place", "[gpu][norms]") {
-  // 301 rows: the 16-byte kernel's two rows a block (kVecRowsMin), the last block's second row past
+  // 1025 rows: the 16-byte kernel's two rows a block (kVecRowsMin), the last block's second row past
   // the end; 17 rows: one a block.
   for (int n : {129, 2560, 5120}) {
     CAPTURE(n);
-    const int T_small = 17, T_big = 301;
+    const int T_small = 17, T_big = 1025;
     auto x = test::uniform_bf16(static_cast<size_t>(T_big) * n, 42 + n, -3.f, 3.f);
     auto w = test::uniform(n, 43 + n, -0.5f, 0.5f);
     auto dx = test::DevBuf::from(x, DType::bf16), dw = test::DevBuf::from(w, DType::f32);
@@ -110,7 +110,7 @@ TEST_CASE("rmsnorm: fused residual add stores the rounded sum and normalises it"
   enum Mode { kSeparate, kInPlace, kNoResidual };
   for (DType rt : {DType::bf16, DType::f32}) {
     for (int n : {127, 2560}) {
-      for (int T : {1, 17, 301}) {  // 301: two rows a block, a live row beside a padding row in one
+      for (int T : {1, 17, 1025}) {  // 1025: two rows a block, a live row beside a padding row in one
         for (Mode mode : {kSeparate, kInPlace, kNoResidual}) {
           const int live = T > 1 ? T - 6 : T;
           const uint64_t seed = 9000 + n + T + 10 * static_cast<int>(mode) + 100 * static_cast<int>(rt);
@@ -335,11 +335,11 @@ TEST_CASE("gated rmsnorm: matches the reference for GDN shapes, strided gates an
 }
 
 TEST_CASE("gated rmsnorm: a row gives the same bytes in every bucket size", "[gpu][norms]") {
-  // 7 tokens (fewer than kVecRowsMin rows: one group of rows a block) against 301 (two groups a
-  // block, the last block's second group partly past the end).
+  // 7 tokens (fewer rows than kGatedRowsMin, 16384: one group of rows a block) against just over
+  // 16384 rows (two groups a block, the last block's second group partly past the end).
   for (auto [heads, n] : {std::pair{32, 128}, std::pair{5, 64}, std::pair{3, 256}}) {
     CAPTURE(heads, n);
-    const int T_small = 7, T_big = 301;
+    const int T_small = 7, T_big = 16384 / heads + 37;
     const size_t big = static_cast<size_t>(T_big) * heads * n, small = static_cast<size_t>(T_small) * heads * n;
     auto x = test::uniform_bf16(big, 52 + n, -3.f, 3.f);
     auto z = test::uniform_bf16(big, 53 + n, -4.f, 4.f);

@@ -1,11 +1,11 @@
 // attn_prep.cu: q/k zero-centred RMSNorm + partial RoPE, gate split, KV cache append (see
 // attn_prep.h), in two forms with the same bytes: per element (any dtype) and 16 bytes a lane
-// (attn_prep_vec_kernel, the real models' bf16 case). One warp per head job (token, q head or k head; the 16-byte form
-// two consecutive jobs a warp from 1024 tokens), four warps a block, no block barrier: a q job also copies its head's
-// gate half, a k job its v head. Before the dependency wait a warp reads its row's metadata and rotary-table row; after
-// it, its head's features and norm weight (D <= 256: into registers, before the copy's stores), then the copy, whose
-// 16-byte form (where dtypes and alignment allow) issues each lane's loads before its stores. The cache dtype (bf16 or
-// f32) only changes the stores (dev::store: one rounding for bf16, none for f32).
+// (attn_prep_vec_kernel, the real models' bf16 case). One warp per head job (token, q head or k head), four warps a
+// block, no block barrier: a q job also copies its head's gate half, a k job its v head. Before the dependency wait a
+// warp reads its row's metadata and rotary-table row; after it, its head's features and norm weight (D <= 256: into
+// registers, before the copy's stores), then the copy, whose 16-byte form (where dtypes and alignment allow) issues
+// each lane's loads before its stores. The cache dtype (bf16 or f32) only changes the stores (dev::store: one rounding
+// for bf16, none for f32).
 #include <algorithm>
 
 #include "kernels/attn_prep.h"
@@ -16,9 +16,8 @@
 namespace sg {
 namespace {
 
-constexpr int kWarps = 4;           // warps a block, one head job each
-constexpr int kRegPer = 8;          // features per lane held in registers: D <= 256 (the real models)
-constexpr int kTwoJobsMinT = 1024;  // tokens from which the 16-byte kernel takes two head jobs a warp
+constexpr int kWarps = 4;   // warps a block, one head job each
+constexpr int kRegPer = 8;  // features per lane held in registers: D <= 256 (the real models)
 
 // True when row t (< T: every per-token array has its entry) is live; then slot and pos are its
 // cache coordinates. The row's own entries are read together, then the sequence's slot: two
@@ -230,111 +229,89 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prep_kernel(const AttnPrepPa
 // bandwidth floor). The same bytes: the features go through the warp's shared row xs, so the sum
 // of squares runs over d = lane, lane + 32, ... in that order and then the same warp tree; the
 // norm and rotation are the same per-element expressions (W: the norm weight's dtype).
-// kJobs consecutive head jobs a warp: the loads of all of them are issued before the first job's
-// norm (one job's 32 bytes a lane leave too few in flight to stream a prefill bucket); each job's
-// arithmetic is the one-job kernel's.
-template <typename W, int kJobs>
+template <typename W>
 __global__ void __launch_bounds__(kWarps * 32) attn_prep_vec_kernel(const AttnPrepParams p) {
   extern __shared__ float sm[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int D = p.D, jobs = p.Hq + p.Hkv, half = p.rotary_dim / 2, d0 = 8 * lane;
-  const bool lv = d0 < D;
+  const int D = p.D, jobs = p.Hq + p.Hkv, half = p.rotary_dim / 2;
+  const int64_t wj = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const int t = static_cast<int>(wj / jobs), job = static_cast<int>(wj % jobs);
+  if (t >= p.T) {
+    pdl_start();
+    return;
+  }
+  float* cs = sm + warp * (p.rotary_dim + D);  // [rotary]: cos[half], sin[half]
+  float* xs = cs + p.rotary_dim;               // [D]
+  const bool is_q = job < p.Hq, lv = 8 * lane < D;
+  const int h = is_q ? job : job - p.Hq, d0 = 8 * lane;
+  int slot = -1, pos = 0;
+  const bool live = resolve_row(p.meta, t, p.max_context, slot, pos);
+  float w[8] = {};  // norm weight of features d0 .. d0 + 7: no step writes it
+  if (live && lv) dev::load8(static_cast<const W*>(is_q ? p.q_norm : p.k_norm) + d0, w);
+  if (live && 4 * lane < p.rotary_dim) {
+    const float4 c =
+        *reinterpret_cast<const float4*>(p.rope_table + static_cast<int64_t>(pos) * p.rotary_dim + 4 * lane);
+    *reinterpret_cast<float4*>(cs + 4 * lane) = c;
+  }
+  pdl_start();  // kernels/launch.cuh
   using bf = __nv_bfloat16;
   const int64_t qg_stride = p.qg_stride ? p.qg_stride : static_cast<int64_t>(p.Hq) * 2 * D;
   const int64_t k_stride = p.k_stride ? p.k_stride : static_cast<int64_t>(p.Hkv) * D;
   const int64_t v_stride = p.v_stride ? p.v_stride : static_cast<int64_t>(p.Hkv) * D;
-  // Job j of this warp: token t[j], q head (is_q) or k head h[j]; its rows' offsets (q and gate:
-  // qoff; the cache row: crow; the features: off). run[j]: a job inside the grid's T rows.
-  int t[kJobs], h[kJobs], slot[kJobs], pos[kJobs];
-  bool is_q[kJobs], run[kJobs], live[kJobs];
-  float w[kJobs][8];
-  float* cs[kJobs];
-#pragma unroll
-  for (int j = 0; j < kJobs; ++j) {
-    const int64_t wj = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kJobs + j;
-    t[j] = static_cast<int>(wj / jobs);
-    const int job = static_cast<int>(wj % jobs);
-    run[j] = t[j] < p.T;
-    is_q[j] = job < p.Hq;
-    h[j] = is_q[j] ? job : job - p.Hq;
-    cs[j] = sm + (warp * kJobs + j) * (p.rotary_dim + D);  // [rotary]: cos[half], sin[half]; then xs [D]
-    slot[j] = -1;
-    pos[j] = 0;
-    live[j] = run[j] && resolve_row(p.meta, t[j], p.max_context, slot[j], pos[j]);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) w[j][i] = 0.0f;
-    // The norm weight of features d0 .. d0 + 7 and the rotary row: no step writes them.
-    if (live[j] && lv) dev::load8(static_cast<const W*>(is_q[j] ? p.q_norm : p.k_norm) + d0, w[j]);
-    if (live[j] && 4 * lane < p.rotary_dim) {
-      const float4 c =
-          *reinterpret_cast<const float4*>(p.rope_table + static_cast<int64_t>(pos[j]) * p.rotary_dim + 4 * lane);
-      *reinterpret_cast<float4*>(cs[j] + 4 * lane) = c;
+  const int64_t qoff = (static_cast<int64_t>(t) * p.Hq + h) * D + d0;  // q and gate
+  if (!live) {
+    if (is_q && lv) {
+      *reinterpret_cast<uint4*>(static_cast<bf*>(p.q) + qoff) = uint4{};
+      *reinterpret_cast<uint4*>(static_cast<bf*>(p.gate) + qoff) = uint4{};
     }
+    return;
   }
-  pdl_start();  // kernels/launch.cuh
-  int64_t qoff[kJobs], crow[kJobs];
-  uint4 xu[kJobs];
-#pragma unroll
-  for (int j = 0; j < kJobs; ++j) {
-    qoff[j] = (static_cast<int64_t>(t[j]) * p.Hq + h[j]) * D + d0;  // q and gate
-    crow[j] = ((static_cast<int64_t>(slot[j]) * p.max_context + pos[j]) * p.Hkv + h[j]) * D + d0;
-    xu[j] = uint4{};
-    if (run[j] && !live[j] && is_q[j] && lv) {
-      *reinterpret_cast<uint4*>(static_cast<bf*>(p.q) + qoff[j]) = uint4{};
-      *reinterpret_cast<uint4*>(static_cast<bf*>(p.gate) + qoff[j]) = uint4{};
-    }
-    if (!live[j] || !lv) continue;
-    // This lane's features and its piece of the copy (gate for q jobs, v for k jobs): loads first.
-    const int64_t off = is_q[j] ? t[j] * qg_stride + static_cast<int64_t>(h[j]) * 2 * D
-                                : t[j] * k_stride + static_cast<int64_t>(h[j]) * D;
-    xu[j] = *reinterpret_cast<const uint4*>(static_cast<const bf*>(is_q[j] ? p.qg : p.k) + off + d0);
-    const uint4 cu = *reinterpret_cast<const uint4*>(is_q[j] ? static_cast<const bf*>(p.qg) + off + D + d0
-                                                             : static_cast<const bf*>(p.v) + t[j] * v_stride +
-                                                                   static_cast<int64_t>(h[j]) * D + d0);
-    *reinterpret_cast<uint4*>(is_q[j] ? static_cast<bf*>(p.gate) + qoff[j] : static_cast<bf*>(p.v_cache) + crow[j]) =
-        cu;
+  const int64_t off =
+      is_q ? t * qg_stride + static_cast<int64_t>(h) * 2 * D : t * k_stride + static_cast<int64_t>(h) * D;
+  const int64_t crow = ((static_cast<int64_t>(slot) * p.max_context + pos) * p.Hkv + h) * D + d0;
+  // This lane's features and its piece of the copy (gate for q jobs, v for k jobs): loads first.
+  uint4 xu{}, cu{};
+  if (lv) {
+    xu = *reinterpret_cast<const uint4*>(static_cast<const bf*>(is_q ? p.qg : p.k) + off + d0);
+    cu = *reinterpret_cast<const uint4*>(is_q ? static_cast<const bf*>(p.qg) + off + D + d0
+                                              : static_cast<const bf*>(p.v) + t * v_stride +
+                                                    static_cast<int64_t>(h) * D + d0);
+    *reinterpret_cast<uint4*>(is_q ? static_cast<bf*>(p.gate) + qoff : static_cast<bf*>(p.v_cache) + crow) = cu;
   }
-#pragma unroll
-  for (int j = 0; j < kJobs; ++j) {
-    if (!live[j]) continue;  // the same for every lane of the warp
-    float* xs = cs[j] + p.rotary_dim;
-    float x[8];
-    dev::unpack8(xu[j], x);
-    if (lv) {
-      *reinterpret_cast<float4*>(xs + d0) = make_float4(x[0], x[1], x[2], x[3]);
-      *reinterpret_cast<float4*>(xs + d0 + 4) = make_float4(x[4], x[5], x[6], x[7]);
-    }
-    __syncwarp();
-    float ss = 0.0f;  // as norm_rope_head: d = lane + 32 i in order, then the warp tree
-#pragma unroll
-    for (int i = 0; i < kRegPer; ++i) {
-      const int d = lane + 32 * i;
-      if (d < D) ss = ss + xs[d] * xs[d];
-    }
-    ss = warp_sum(ss);
-    const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + p.eps);
-    __syncwarp();  // every lane has read xs
-    float y[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) y[i] = (x[i] * inv) * (1.0f + w[j][i]);
-    if (lv) {
-      *reinterpret_cast<float4*>(xs + d0) = make_float4(y[0], y[1], y[2], y[3]);
-      *reinterpret_cast<float4*>(xs + d0 + 4) = make_float4(y[4], y[5], y[6], y[7]);
-    }
-    __syncwarp();
-    if (!lv) continue;
-    const float* c = cs[j];
-    if (d0 < half) {  // rotary_dim % 16 == 0: the 8 features lie in one part of the rotation
-#pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] = xs[d0 + i] * c[d0 + i] - xs[d0 + i + half] * c[half + d0 + i];
-    } else if (d0 < p.rotary_dim) {
-      const int r = d0 - half;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] = xs[d0 + i] * c[r + i] + xs[r + i] * c[half + r + i];
-    }
-    *reinterpret_cast<uint4*>(is_q[j] ? static_cast<bf*>(p.q) + qoff[j] : static_cast<bf*>(p.k_cache) + crow[j]) =
-        dev::pack8(y);
+  float x[8];
+  dev::unpack8(xu, x);
+  if (lv) {
+    *reinterpret_cast<float4*>(xs + d0) = make_float4(x[0], x[1], x[2], x[3]);
+    *reinterpret_cast<float4*>(xs + d0 + 4) = make_float4(x[4], x[5], x[6], x[7]);
   }
+  __syncwarp();
+  float ss = 0.0f;  // as norm_rope_head: d = lane + 32 i in order, then the warp tree
+#pragma unroll
+  for (int i = 0; i < kRegPer; ++i) {
+    const int d = lane + 32 * i;
+    if (d < D) ss = ss + xs[d] * xs[d];
+  }
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + p.eps);
+  __syncwarp();  // every lane has read xs
+  float y[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) y[j] = (x[j] * inv) * (1.0f + w[j]);
+  if (lv) {
+    *reinterpret_cast<float4*>(xs + d0) = make_float4(y[0], y[1], y[2], y[3]);
+    *reinterpret_cast<float4*>(xs + d0 + 4) = make_float4(y[4], y[5], y[6], y[7]);
+  }
+  __syncwarp();
+  if (!lv) return;
+  if (d0 < half) {  // rotary_dim % 16 == 0: the 8 features lie in one part of the rotation
+#pragma unroll
+    for (int j = 0; j < 8; ++j) y[j] = xs[d0 + j] * cs[d0 + j] - xs[d0 + j + half] * cs[half + d0 + j];
+  } else if (d0 < p.rotary_dim) {
+    const int i = d0 - half;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) y[j] = xs[d0 + j] * cs[i + j] + xs[i + j] * cs[half + i + j];
+  }
+  *reinterpret_cast<uint4*>(is_q ? static_cast<bf*>(p.q) + qoff : static_cast<bf*>(p.k_cache) + crow) = dev::pack8(y);
 }
 
 }  // namespace
@@ -385,21 +362,10 @@ cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream) {
                        dev::aligned16(p.q) && dev::aligned16(p.k_cache) && p.D <= 32 * kRegPer &&
                        p.rotary_dim % 16 == 0 && p.rope_table && dev::aligned16(p.rope_table) &&
                        dev::aligned16(p.q_norm) && dev::aligned16(p.k_norm);
-  if (vec_all) {
-    // Two head jobs a warp from kTwoJobsMinT tokens (a prefill bucket; a decode bucket's grid keeps
-    // a block an SM or more with one).
-    const int per = p.T >= kTwoJobsMinT ? 2 : 1;
-    const unsigned g =
-        static_cast<unsigned>((static_cast<int64_t>(p.T) * (p.Hq + p.Hkv) + kWarps * per - 1) / (kWarps * per));
-    const size_t sm = smem * per;
-    const bool f32w = p.norm_dtype == DType::f32;
-    if (per == 2) {
-      f32w ? launch_kernel(attn_prep_vec_kernel<float, 2>, g, kWarps * 32, sm, stream, p)
-           : launch_kernel(attn_prep_vec_kernel<__nv_bfloat16, 2>, g, kWarps * 32, sm, stream, p);
-    } else {
-      f32w ? launch_kernel(attn_prep_vec_kernel<float, 1>, g, kWarps * 32, sm, stream, p)
-           : launch_kernel(attn_prep_vec_kernel<__nv_bfloat16, 1>, g, kWarps * 32, sm, stream, p);
-    }
+  if (vec_all && p.norm_dtype == DType::f32) {
+    launch_kernel(attn_prep_vec_kernel<float>, static_cast<unsigned>(blocks), kWarps * 32, smem, stream, p);
+  } else if (vec_all && p.norm_dtype == DType::bf16) {
+    launch_kernel(attn_prep_vec_kernel<__nv_bfloat16>, static_cast<unsigned>(blocks), kWarps * 32, smem, stream, p);
   } else {
     launch_kernel(attn_prep_kernel, static_cast<unsigned>(blocks), kWarps * 32, smem, stream, p, vec_gate, vec_v);
   }

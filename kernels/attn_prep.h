@@ -69,8 +69,7 @@ cudaError_t rope_table_fill(float* table, int max_context, int rotary_dim, doubl
 // Grid ceil(T (Hq + Hkv) / 4) blocks of 4 warps, one warp per head job (token, q or k head);
 // dynamic smem 4 (rotary + D) * 4 bytes (any cache dtype). With bf16 inputs, q, gate and cache, a
 // rope_table, D <= 256 and D % 8 == 0, rotary_dim % 16 == 0 and 16-byte aligned rows, each lane
-// moves 16 bytes at a time (the same bytes as the per-element kernel that runs otherwise), and from
-// T = 1024 a warp takes two consecutive head jobs (grid ceil(T (Hq + Hkv) / 8), smem twice). D <= 1024,
+// moves 16 bytes at a time (the same bytes as the per-element kernel that runs otherwise). D <= 1024,
 // rotary even, 0 <= rotary <= D; in, norm, q and cache dtypes bf16 or f32. Returns
 // cudaErrorInvalidValue for bad params, else the launch error.
 cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream);

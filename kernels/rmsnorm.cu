@@ -13,11 +13,10 @@ namespace {
 constexpr int kWarpRowMaxN = 512;   // n up to this: one warp per row
 constexpr int kWarpRowBlock = 256;  // 8 rows per block in warp-per-row mode
 constexpr int kMaxBlock = 1024;
-// Rows from which the 16-byte kernels take two rows (the gated one two groups of rows) a block: more rows than their
-// one-row blocks fill the GPU with at once (three blocks an SM of the 4B's 2560-wide rows, five of the gated norm's
-// 16), where the bytes a thread keeps in flight decide the time; a decode bucket keeps one row a block.
+// Rows from which the 16-byte norm takes two rows a block: more rows than its one-row blocks fill the GPU with at once
+// (three blocks an SM of the 4B's 2560-wide rows, one of the 27B's), where the bytes a thread keeps in flight decide
+// the time; a decode bucket keeps one row a block.
 constexpr int64_t kVecRowsMin = 1024;
-constexpr int64_t kGatedRowsMin = 16384;
 static_assert(kWarpRowMaxN == 512 && 8 * kMaxBlock == 8192, "rmsnorm_sums_planes (rmsnorm.h) names these lengths");
 
 // Both ops mapped onto one argument set (z null for the plain norm, residual fields unused for
@@ -257,71 +256,46 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
 // Dv = 128): R = n / 8 consecutive lanes own a row, 8 consecutive elements each; the sum of
 // squares goes through a butterfly over those R lanes. Every lane of a warp takes part in the
 // shuffles (rows past the end compute on zeros and store nothing).
-// kRows: a block takes kRows groups of kWarpRowBlock / R consecutive rows, and each thread issues
-// its loads of all of them before the first sum (one row's 32 bytes a thread leave too few in
-// flight to stream the prefill's rows at 48 registers, five blocks an SM); each row's arithmetic
-// is the one-group kernel's (the same lanes, order and butterfly), so are its bytes.
 // N32: T x heads rows fit 32 bits, so the row's token and head come from a 32-bit division (a
 // 64-bit one is a long instruction sequence a thread; the launcher picks N32 whenever it can).
-template <int R, bool N32, int kRows>
+template <int R, bool N32>
 __global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs a) {
-  constexpr int kPerGroup = kWarpRowBlock / R;
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarpRowBlock / R) + threadIdx.x / R;
   const int part = threadIdx.x % R;
-  int64_t o0[kRows];
-  bool in[kRows], live[kRows];
-  int t[kRows], h[kRows];
-#pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    const int64_t row = (static_cast<int64_t>(blockIdx.x) * kRows + j) * kPerGroup + threadIdx.x / R;
-    in[j] = row < rows;
-    t[j] = 0;
-    h[j] = 0;
-    if (in[j] && N32) {
-      const uint32_t r = static_cast<uint32_t>(row), hs = static_cast<uint32_t>(a.heads);
-      t[j] = static_cast<int>(r / hs);
-      h[j] = static_cast<int>(r - static_cast<uint32_t>(t[j]) * hs);
-    } else if (in[j]) {
-      t[j] = static_cast<int>(row / a.heads);
-      h[j] = static_cast<int>(row % a.heads);
-    }
-    // Before the dependency wait, as norm_vec_kernel: the live row count.
-    live[j] = in[j] && !(a.live && t[j] >= *a.live);
-    o0[j] = row * a.n + 8 * part;
+  const bool in = row < rows;
+  int t = 0, h = 0;
+  if (in && N32) {
+    const uint32_t r = static_cast<uint32_t>(row), hs = static_cast<uint32_t>(a.heads);
+    t = static_cast<int>(r / hs);
+    h = static_cast<int>(r - static_cast<uint32_t>(t) * hs);
+  } else if (in) {
+    t = static_cast<int>(row / a.heads);
+    h = static_cast<int>(row % a.heads);
   }
-  // And the weight, the same for every row.
-  bool any_live = false;
-#pragma unroll
-  for (int j = 0; j < kRows; ++j) any_live = any_live || live[j];
-  float w[8] = {};
-  if (any_live) load_w8(a.w, a.wt, 8 * part, w);
+  // Before the dependency wait, as norm_vec_kernel: the live row count and the weight.
+  const bool live = in && !(a.live && t >= *a.live);
+  const int64_t o0 = row * a.n + 8 * part;
+  float v[8] = {}, zf[8] = {}, w[8] = {};
+  if (live) load_w8(a.w, a.wt, 8 * part, w);
   pdl_start();  // kernels/launch.cuh
-  uint4 xu[kRows], zu[kRows];
-#pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    xu[j] = uint4{};
-    zu[j] = uint4{};
-    if (!live[j]) continue;
-    const int64_t x0 = static_cast<int64_t>(t[j]) * a.x_ts + static_cast<int64_t>(h[j]) * a.x_hs + 8 * part;
-    const int64_t z0 = static_cast<int64_t>(t[j]) * a.z_ts + static_cast<int64_t>(h[j]) * a.n + 8 * part;
-    xu[j] = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
-    zu[j] = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.z) + z0);
+  if (live) {
+    const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * part;
+    const int64_t z0 = static_cast<int64_t>(t) * a.z_ts + static_cast<int64_t>(h) * a.n + 8 * part;
+    const uint4 xu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
+    const uint4 zu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.z) + z0);
+    dev::unpack8(xu, v);
+    dev::unpack8(zu, zf);
   }
+  const float s = dev::row_sumsq8<R>(v);
+  if (!in) return;
+  float y[8] = {};
+  if (live) {
+    const float inv = dev::gated_norm_inv(s, a.n, a.eps);
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    float v[8], zf[8];
-    dev::unpack8(xu[j], v);
-    dev::unpack8(zu[j], zf);
-    const float s = dev::row_sumsq8<R>(v);
-    if (!in[j]) continue;
-    float y[8] = {};
-    if (live[j]) {
-      const float inv = dev::gated_norm_inv(s, a.n, a.eps);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] = dev::gated_norm_value(w[i], v[i], inv, zf[i]);
-    }
-    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.y) + o0[j]) = dev::pack8(y);
+    for (int i = 0; i < 8; ++i) y[i] = dev::gated_norm_value(w[i], v[i], inv, zf[i]);
   }
+  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.y) + o0) = dev::pack8(y);
 }
 
 bool gated_vec_ok(const NormArgs& a) {
@@ -352,23 +326,15 @@ cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   };
   if (kGated && gated_vec_ok(a)) {
-    const int R = a.n / 8;
-    const bool two = rows >= kGatedRowsMin, n32 = rows <= 0xffffffffll;
-    const int64_t per_block = (two ? 2 : 1) * (kWarpRowBlock / R);
+    const int R = a.n / 8, per_block = kWarpRowBlock / R;
     const int64_t blocks = (rows + per_block - 1) / per_block;
     if (blocks > 0x7fffffff) return too_many_rows();
     const unsigned g = static_cast<unsigned>(blocks);
+    const bool n32 = rows <= 0xffffffffll;
     const auto go = [&](auto kernel) { launch_kernel(kernel, g, kWarpRowBlock, 0, stream, a); };
-    const auto pick = [&]<int kR>() {
-      if (two) {
-        n32 ? go(gated_vec_kernel<kR, true, 2>) : go(gated_vec_kernel<kR, false, 2>);
-      } else {
-        n32 ? go(gated_vec_kernel<kR, true, 1>) : go(gated_vec_kernel<kR, false, 1>);
-      }
-    };
-    if (R == 8) pick.template operator()<8>();
-    if (R == 16) pick.template operator()<16>();
-    if (R == 32) pick.template operator()<32>();
+    if (R == 8) n32 ? go(gated_vec_kernel<8, true>) : go(gated_vec_kernel<8, false>);
+    if (R == 16) n32 ? go(gated_vec_kernel<16, true>) : go(gated_vec_kernel<16, false>);
+    if (R == 32) n32 ? go(gated_vec_kernel<32, true>) : go(gated_vec_kernel<32, false>);
     return cudaGetLastError();
   }
   if (a.n <= kWarpRowMaxN) {

@@ -15,10 +15,9 @@
 //   across bucket sizes; they differ from the sequential reference by the rounding of the sum only
 //   (a few f32 ulps of inv). sqrtf and '/' are correctly rounded.
 // Grid: depends only on the padded token count T (and heads, n): the gated 16-byte kernel puts a
-// row on n / 8 lanes (256-thread blocks; from 16384 rows each block takes two such groups of rows);
-// otherwise n <= 512 -> one warp per row, 8 rows per 256-thread block; else one block per row
-// (block = n / 8 for the 16-byte kernel, two rows a block from 1024 rows where x is one plane, else
-// round_up(ceil(n / 8), 32) <= 1024).
+// row on n / 8 lanes (256-thread blocks); otherwise n <= 512 -> one warp per row, 8 rows per
+// 256-thread block; else one block per row (block = n / 8 for the 16-byte kernel, two rows a block
+// from 1024 rows where x is one plane; else round_up(ceil(n / 8), 32) <= 1024).
 #pragma once
 #include <cuda_runtime_api.h>
 

@@ -1,0 +1,240 @@
+// norm_rows_probe.cu: what holds the prefill RMSNorm that reads the residual stream alone (y = (x *
+// inv) * (1 + w), bf16 rows of n = 2560 (4B) or 5120 (27B), 32768 rows) below its bytes' floor.
+// Kernel forms, each timed alone (time_graph: a graph of 20 launches, the median of 5 replays; each
+// launch's 335-671 MB do not fit L2):
+//   copy:  the bytes alone (each thread copies 16 bytes a row, grid-stride over the rows): the
+//          card's rate for this read-and-write pattern;
+//   row1:  the library's one-row kernel (a row a block of n / 8 threads, 16 bytes a thread, the sum
+//          through warp butterflies, shared memory and one barrier, then the stores);
+//   row2:  two rows a block, both rows' loads before the barrier (the library's kernel since 31d9612);
+//   loop:  persistent blocks (4 an SM) that walk the rows, the next row's load issued before the
+//          current row's barrier (double-buffered partials: one barrier a row);
+//   lib:   the library's rmsnorm (kernels/rmsnorm.cu) on the same rows (its two-row kernel);
+//   half:  a row a block of n / 16 threads, two 16-byte loads a thread (another summation order:
+//          not the library's bytes; the largest difference from row1 is printed, in bf16 ulps).
+// row2, loop and lib keep row1's arithmetic: their outputs must equal row1's byte for byte (checked).
+// Usage: norm_rows_probe. Build and run on the GPU machine (repository root):
+//   nvcc -O3 -std=c++20 -arch=sm_90 -I. -o /tmp/norm_rows_probe tools/probes/norm_rows_probe.cu \
+//     build/kernels/libsg_kernels.a build/kernels/libsg_kernels_host.a && /tmp/norm_rows_probe
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "kernels/rmsnorm.h"
+#include "tools/probes/probe_check.h"
+
+namespace {
+
+constexpr int kRowsTotal = 32768;
+constexpr float kEps = 1e-6f;
+
+__device__ __forceinline__ void unpack8(uint4 u, float (&v)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ uint4 pack8(const float (&v)[8]) {
+  uint4 u;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+  return u;
+}
+
+__device__ __forceinline__ float warp_sum(float s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  return s;
+}
+
+__device__ __forceinline__ float sumsq8(const float (&v)[8]) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = fmaf(v[i], v[i], s);
+  return s;
+}
+
+// The row's 8 outputs of this thread from its 8 inputs and the row's sum of squares.
+__device__ __forceinline__ uint4 norm8(const float (&v)[8], const float (&w)[8], float ss, int n) {
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + kEps);
+  float y[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) y[i] = (v[i] * inv) * (1.0f + w[i]);
+  return pack8(y);
+}
+
+__device__ __forceinline__ void load_w(const __nv_bfloat16* w, int i, float (&out)[8]) {
+  unpack8(*reinterpret_cast<const uint4*>(w + i), out);
+}
+
+__global__ void copy_kernel(const __nv_bfloat16* x, __nv_bfloat16* y, int rows, int n) {
+  const int per_row = n / 8;
+  const int64_t total = static_cast<int64_t>(rows) * per_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    reinterpret_cast<uint4*>(y)[i] = reinterpret_cast<const uint4*>(x)[i];
+  }
+}
+
+// kRows consecutive rows a block of n / 8 threads.
+template <int kRows>
+__global__ void __launch_bounds__(1024)
+    rows_kernel(const __nv_bfloat16* x, const __nv_bfloat16* wt, __nv_bfloat16* y, int rows, int n) {
+  __shared__ float partial[kRows][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  float w[8];
+  load_w(wt, 8 * threadIdx.x, w);
+  float v[kRows][8], s[kRows];
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * kRows + j;
+    uint4 u{};
+    if (row < rows) u = *reinterpret_cast<const uint4*>(x + row * n + 8 * threadIdx.x);
+    unpack8(u, v[j]);
+  }
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    s[j] = warp_sum(sumsq8(v[j]));
+    if (lane == 0) partial[j][warp] = s[j];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * kRows + j;
+    const float ss = warp_sum(lane < nw ? partial[j][lane] : 0.0f);
+    if (row < rows) *reinterpret_cast<uint4*>(y + row * n + 8 * threadIdx.x) = norm8(v[j], w, ss, n);
+  }
+}
+
+// Persistent blocks of n / 8 threads walking rows blockIdx.x, + gridDim.x, ...: the next row's load
+// is issued before this row's barrier; partials double-buffered so that one barrier a row serves.
+__global__ void __launch_bounds__(1024)
+    loop_kernel(const __nv_bfloat16* x, const __nv_bfloat16* wt, __nv_bfloat16* y, int rows, int n) {
+  __shared__ float partial[2][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  float w[8];
+  load_w(wt, 8 * threadIdx.x, w);
+  int64_t row = blockIdx.x;
+  uint4 cur{};
+  if (row < rows) cur = *reinterpret_cast<const uint4*>(x + row * n + 8 * threadIdx.x);
+  for (int b = 0; row < rows; row += gridDim.x, b ^= 1) {
+    const int64_t next = row + gridDim.x;
+    uint4 nxt{};
+    if (next < rows) nxt = *reinterpret_cast<const uint4*>(x + next * n + 8 * threadIdx.x);
+    float v[8];
+    unpack8(cur, v);
+    const float s = warp_sum(sumsq8(v));
+    if (lane == 0) partial[b][warp] = s;
+    __syncthreads();
+    const float ss = warp_sum(lane < nw ? partial[b][lane] : 0.0f);
+    *reinterpret_cast<uint4*>(y + row * n + 8 * threadIdx.x) = norm8(v, w, ss, n);
+    cur = nxt;
+  }
+}
+
+// A row a block of n / 16 threads, each two 16-byte pieces (8 t and 8 t + n / 2).
+__global__ void __launch_bounds__(512)
+    half_kernel(const __nv_bfloat16* x, const __nv_bfloat16* wt, __nv_bfloat16* y, int rows, int n) {
+  __shared__ float partial[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  const int64_t row = blockIdx.x;
+  const int i0 = 8 * threadIdx.x, i1 = i0 + n / 2;
+  float w0[8], w1[8], v0[8], v1[8];
+  load_w(wt, i0, w0);
+  load_w(wt, i1, w1);
+  unpack8(*reinterpret_cast<const uint4*>(x + row * n + i0), v0);
+  unpack8(*reinterpret_cast<const uint4*>(x + row * n + i1), v1);
+  float s = sumsq8(v0);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = fmaf(v1[i], v1[i], s);
+  s = warp_sum(s);
+  if (lane == 0) partial[warp] = s;
+  __syncthreads();
+  const float ss = warp_sum(lane < nw ? partial[lane] : 0.0f);
+  *reinterpret_cast<uint4*>(y + row * n + i0) = norm8(v0, w0, ss, n);
+  *reinterpret_cast<uint4*>(y + row * n + i1) = norm8(v1, w1, ss, n);
+}
+
+float rnd(uint64_t& s) {  // [-1, 1)
+  s = s * 6364136223846793005ull + 1442695040888963407ull;
+  return static_cast<float>(static_cast<int32_t>(s >> 32)) / 2147483648.0f;
+}
+
+std::vector<uint16_t> fetch(const __nv_bfloat16* d, size_t n) {
+  std::vector<uint16_t> h(n);
+  CK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// The largest difference between two bf16 arrays of finite values, in units in the last place
+// (their bit patterns as ordered integers).
+int max_ulps(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  auto ord = [](uint16_t u) { return (u & 0x8000) ? -static_cast<int>(u & 0x7fff) : static_cast<int>(u); };
+  int m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(ord(a[i]) - ord(b[i])));
+  return m;
+}
+
+}  // namespace
+
+int main() {
+  cudaDeviceProp prop{};
+  const int sms = probe_device_props(prop);
+  cudaStream_t st;
+  CK(cudaStreamCreate(&st));
+  std::printf("%s, %d SMs; %d rows, y = (x * inv) * (1 + w), bf16\n", prop.name, sms, kRowsTotal);
+  for (int n : {2560, 5120}) {
+    const size_t elems = static_cast<size_t>(kRowsTotal) * n;
+    std::vector<__nv_bfloat16> hx(elems), hw(n);
+    uint64_t seed = 7 + n;
+    for (auto& e : hx) e = __float2bfloat16(4.0f * rnd(seed));
+    for (auto& e : hw) e = __float2bfloat16(0.5f * rnd(seed));
+    const __nv_bfloat16* x = upload(hx);
+    const __nv_bfloat16* w = upload(hw);
+    __nv_bfloat16* y = upload(std::vector<__nv_bfloat16>(elems));
+    const double gb = 2.0 * elems * 2 / 1e9;  // x read, y written
+    const int threads = n / 8;
+    auto time = [&](auto launch) { return time_graph(st, 20, 1, [&](int) { launch(); }); };
+    auto report = [&](const char* name, float ms, const char* note) {
+      std::printf("  n %d  %-5s %8.1f us  %7.1f GB/s  %s\n", n, name, 1e3 * ms, gb / (ms * 1e-3), note);
+    };
+    report("copy", time([&] { copy_kernel<<<4 * sms, 512, 0, st>>>(x, y, kRowsTotal, n); }), "");
+    report("row1", time([&] { rows_kernel<1><<<kRowsTotal, threads, 0, st>>>(x, w, y, kRowsTotal, n); }), "");
+    const auto ref = fetch(y, elems);
+    report("row2", time([&] { rows_kernel<2><<<(kRowsTotal + 1) / 2, threads, 0, st>>>(x, w, y, kRowsTotal, n); }),
+           fetch(y, elems) == ref ? "bytes == row1" : "BYTES DIFFER from row1");
+    for (int per_sm : {2, 4}) {
+      char label[8];
+      std::snprintf(label, sizeof label, "loop%d", per_sm);
+      report(label, time([&] { loop_kernel<<<per_sm * sms, threads, 0, st>>>(x, w, y, kRowsTotal, n); }),
+             fetch(y, elems) == ref ? "bytes == row1" : "BYTES DIFFER from row1");
+    }
+    sg::RmsNormParams lp;
+    lp.x = x;
+    lp.x_dtype = sg::DType::bf16;
+    lp.w = w;
+    lp.w_dtype = sg::DType::bf16;
+    lp.y = y;
+    lp.y_dtype = sg::DType::bf16;
+    lp.T = kRowsTotal;
+    lp.n = n;
+    lp.eps = kEps;
+    report("lib", time([&] { CK(sg::rmsnorm(lp, st)); }),
+           fetch(y, elems) == ref ? "bytes == row1" : "BYTES DIFFER from row1");
+    const float hm = time([&] { half_kernel<<<kRowsTotal, n / 16, 0, st>>>(x, w, y, kRowsTotal, n); });
+    char note[64];
+    std::snprintf(note, sizeof note, "another sum order: at most %d ulp from row1", max_ulps(fetch(y, elems), ref));
+    report("half", hm, note);
+  }
+  return 0;
+}

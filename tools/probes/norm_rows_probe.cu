@@ -25,6 +25,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/device_util.cuh"
 #include "kernels/rmsnorm.h"
 #include "tools/probes/probe_check.h"
 
@@ -33,23 +34,8 @@ namespace {
 constexpr int kRowsTotal = 32768;
 constexpr float kEps = 1e-6f;
 
-__device__ __forceinline__ void unpack8(uint4 u, float (&v)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
-}
-
-__device__ __forceinline__ uint4 pack8(const float (&v)[8]) {
-  uint4 u;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-  return u;
-}
+using sg::dev::pack8;
+using sg::dev::unpack8;
 
 __device__ __forceinline__ float warp_sum(float s) {
 #pragma unroll

@@ -12,7 +12,11 @@
 //   lib:   the library's rmsnorm (kernels/rmsnorm.cu) on the same rows (its two-row kernel);
 //   half:  a row a block of n / 16 threads, two 16-byte loads a thread (another summation order:
 //          not the library's bytes; the largest difference from row1 is printed, in bf16 ulps).
-// row2, loop and lib keep row1's arithmetic: their outputs must equal row1's byte for byte (checked).
+// And the GDN gated norm, y = (w * (x * inv)) * silu(z), on the 4B's prefill rows (32768 tokens x 32
+// heads of n = 128, z at the in_proj output's token stride of 12352): gcopy (the bytes alone: x and z
+// read, y written), g1 (16 lanes a row, 16 rows a 256-thread block: the library's 16-byte kernel),
+// g2 (two groups of 16 rows a block, both groups' loads first), glib (the library's gated_rmsnorm).
+// row2, loop and lib keep row1's arithmetic, g2 and glib g1's: their outputs must equal row1's byte for byte (checked).
 // Usage: norm_rows_probe. Build and run on the GPU machine (repository root):
 //   nvcc -O3 -std=c++20 -arch=sm_90 -I. -o /tmp/norm_rows_probe tools/probes/norm_rows_probe.cu \
 //     build/kernels/libsg_kernels.a build/kernels/libsg_kernels_host.a && /tmp/norm_rows_probe
@@ -151,6 +155,53 @@ __global__ void __launch_bounds__(512)
   *reinterpret_cast<uint4*>(y + row * n + i1) = norm8(v1, w1, ss, n);
 }
 
+constexpr int kGHeads = 32, kGN = 128, kGZStride = 12352;  // the 4B's GDN output rows and in_proj width
+
+__global__ void gated_copy_kernel(const __nv_bfloat16* x, const __nv_bfloat16* z, __nv_bfloat16* y, int rows) {
+  const int64_t total = static_cast<int64_t>(rows) * (kGN / 8);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / (kGN / 8), t = row / kGHeads, h = row % kGHeads, part = i % (kGN / 8);
+    const uint4 a = reinterpret_cast<const uint4*>(x)[i];
+    const uint4 b = *reinterpret_cast<const uint4*>(z + t * kGZStride + h * kGN + 8 * part);
+    reinterpret_cast<uint4*>(y)[i] = make_uint4(a.x ^ b.x, a.y ^ b.y, a.z ^ b.z, a.w ^ b.w);
+  }
+}
+
+// kGroups groups of 16 rows a 256-thread block, 16 lanes a row (8 elements each).
+template <int kGroups>
+__global__ void __launch_bounds__(256)
+    gated_kernel(const __nv_bfloat16* x, const __nv_bfloat16* z, const float* wt, __nv_bfloat16* y, int rows) {
+  constexpr int R = kGN / 8;
+  const int part = threadIdx.x % R;
+  float w[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) w[i] = wt[8 * part + i];
+  uint4 xu[kGroups], zu[kGroups];
+  int64_t row[kGroups];
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    row[j] = (static_cast<int64_t>(blockIdx.x) * kGroups + j) * (256 / R) + threadIdx.x / R;
+    xu[j] = uint4{};
+    zu[j] = uint4{};
+    if (row[j] < rows) {
+      const int64_t t = row[j] / kGHeads, h = row[j] % kGHeads;
+      xu[j] = *reinterpret_cast<const uint4*>(x + row[j] * kGN + 8 * part);
+      zu[j] = *reinterpret_cast<const uint4*>(z + t * kGZStride + h * kGN + 8 * part);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    float v[8], zf[8], o[8];
+    unpack8(xu[j], v);
+    unpack8(zu[j], zf);
+    const float inv = sg::dev::gated_norm_inv(sg::dev::row_sumsq8<R>(v), kGN, kEps);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = sg::dev::gated_norm_value(w[i], v[i], inv, zf[i]);
+    if (row[j] < rows) *reinterpret_cast<uint4*>(y + row[j] * kGN + 8 * part) = pack8(o);
+  }
+}
+
 float rnd(uint64_t& s) {  // [-1, 1)
   s = s * 6364136223846793005ull + 1442695040888963407ull;
   return static_cast<float>(static_cast<int32_t>(s >> 32)) / 2147483648.0f;
@@ -221,6 +272,42 @@ int main() {
     char note[64];
     std::snprintf(note, sizeof note, "another sum order: at most %d ulp from row1", max_ulps(fetch(y, elems), ref));
     report("half", hm, note);
+  }
+  {  // the gated norm
+    const int rows = kRowsTotal * kGHeads;
+    const size_t elems = static_cast<size_t>(rows) * kGN, zelems = static_cast<size_t>(kRowsTotal) * kGZStride;
+    std::vector<__nv_bfloat16> hx(elems), hz(zelems);
+    std::vector<float> hw(kGN);
+    uint64_t seed = 11;
+    for (auto& e : hx) e = __float2bfloat16(2.0f * rnd(seed));
+    for (auto& e : hz) e = __float2bfloat16(4.0f * rnd(seed));
+    for (auto& e : hw) e = 1.0f + 0.5f * rnd(seed);
+    const __nv_bfloat16* x = upload(hx);
+    const __nv_bfloat16* z = upload(hz);
+    const float* w = upload(hw);
+    __nv_bfloat16* y = upload(std::vector<__nv_bfloat16>(elems));
+    const double gb = 3.0 * elems * 2 / 1e9;  // x and z read, y written
+    auto time = [&](auto launch) { return time_graph(st, 20, 1, [&](int) { launch(); }); };
+    auto report = [&](const char* name, float ms, const char* note) {
+      std::printf("  gated %-5s %8.1f us  %7.1f GB/s  %s\n", name, 1e3 * ms, gb / (ms * 1e-3), note);
+    };
+    report("gcopy", time([&] { gated_copy_kernel<<<4 * sms, 512, 0, st>>>(x, z, y, rows); }), "");
+    report("g1", time([&] { gated_kernel<1><<<rows / 16, 256, 0, st>>>(x, z, w, y, rows); }), "");
+    const auto ref = fetch(y, elems);
+    report("g2", time([&] { gated_kernel<2><<<rows / 32, 256, 0, st>>>(x, z, w, y, rows); }),
+           fetch(y, elems) == ref ? "bytes == g1" : "BYTES DIFFER from g1");
+    sg::GatedRmsNormParams gp;
+    gp.x = x;
+    gp.z = z;
+    gp.z_token_stride = kGZStride;
+    gp.w = w;
+    gp.y = y;
+    gp.T = kRowsTotal;
+    gp.heads = kGHeads;
+    gp.n = kGN;
+    gp.eps = kEps;
+    report("glib", time([&] { CK(sg::gated_rmsnorm(gp, st)); }),
+           fetch(y, elems) == ref ? "bytes == g1" : "BYTES DIFFER from g1");
   }
   return 0;
 }

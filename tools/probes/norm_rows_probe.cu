@@ -7,7 +7,7 @@
 //   row1:  the library's one-row kernel (a row a block of n / 8 threads, 16 bytes a thread, the sum
 //          through warp butterflies, shared memory and one barrier, then the stores);
 //   row2:  two rows a block, both rows' loads before the barrier (the library's kernel since 31d9612);
-//   loop:  persistent blocks (4 an SM) that walk the rows, the next row's load issued before the
+//   loop:  persistent blocks (2 or 4 an SM) that walk the rows, the next row's load issued before the
 //          current row's barrier (double-buffered partials: one barrier a row);
 //   lib:   the library's rmsnorm (kernels/rmsnorm.cu) on the same rows (its two-row kernel);
 //   half:  a row a block of n / 16 threads, two 16-byte loads a thread (another summation order:
@@ -16,7 +16,8 @@
 // heads of n = 128, z at the in_proj output's token stride of 12352): gcopy (the bytes alone: x and z
 // read, y written), g1 (16 lanes a row, 16 rows a 256-thread block: the library's 16-byte kernel),
 // g2 (two groups of 16 rows a block, both groups' loads first), glib (the library's gated_rmsnorm).
-// row2, loop and lib keep row1's arithmetic, g2 and glib g1's: their outputs must equal row1's byte for byte (checked).
+// row2, loop and lib keep row1's arithmetic, g2 and glib g1's: their outputs must equal those byte for
+// byte (checked).
 // Usage: norm_rows_probe. Build and run on the GPU machine (repository root):
 //   nvcc -O3 -std=c++20 -arch=sm_90 -I. -o /tmp/norm_rows_probe tools/probes/norm_rows_probe.cu \
 //     build/kernels/libsg_kernels.a build/kernels/libsg_kernels_host.a && /tmp/norm_rows_probe

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/device_util.cuh"
@@ -225,6 +226,22 @@ int max_ulps(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
 
 }  // namespace
 
+// A form's time: y (elems bf16) poisoned with NaN first, so that a form that writes nothing cannot
+// pass the byte check after it; then a graph of 20 launches timed (time_graph).
+template <typename F>
+float time_form(cudaStream_t st, __nv_bfloat16* y, size_t elems, F launch) {
+  CK(cudaMemset(y, 0xff, elems * 2));
+  return time_graph(st, 20, 1, [&](int) { launch(); });
+}
+
+void print_form(const char* head, const char* name, float ms, double gb, const std::string& note) {
+  std::printf("  %s %-5s %8.1f us  %7.1f GB/s  %s\n", head, name, 1e3 * ms, gb / (ms * 1e-3), note.c_str());
+}
+
+std::string same(const std::vector<uint16_t>& got, const std::vector<uint16_t>& ref, const char* ref_name) {
+  return (got == ref ? "bytes == " : "BYTES DIFFER from ") + std::string(ref_name);
+}
+
 int main() {
   cudaDeviceProp prop{};
   const int sms = probe_device_props(prop);
@@ -242,20 +259,18 @@ int main() {
     __nv_bfloat16* y = upload(std::vector<__nv_bfloat16>(elems));
     const double gb = 2.0 * elems * 2 / 1e9;  // x read, y written
     const int threads = n / 8;
-    auto time = [&](auto launch) { return time_graph(st, 20, 1, [&](int) { launch(); }); };
-    auto report = [&](const char* name, float ms, const char* note) {
-      std::printf("  n %d  %-5s %8.1f us  %7.1f GB/s  %s\n", n, name, 1e3 * ms, gb / (ms * 1e-3), note);
-    };
-    report("copy", time([&] { copy_kernel<<<4 * sms, 512, 0, st>>>(x, y, kRowsTotal, n); }), "");
-    report("row1", time([&] { rows_kernel<1><<<kRowsTotal, threads, 0, st>>>(x, w, y, kRowsTotal, n); }), "");
+    char head[16];
+    std::snprintf(head, sizeof head, "n %d ", n);
+    auto form = [&](auto launch) { return time_form(st, y, elems, launch); };
+    print_form(head, "copy", form([&] { copy_kernel<<<4 * sms, 512, 0, st>>>(x, y, kRowsTotal, n); }), gb, "");
+    print_form(head, "row1", form([&] { rows_kernel<1><<<kRowsTotal, threads, 0, st>>>(x, w, y, kRowsTotal, n); }), gb,
+               "");
     const auto ref = fetch(y, elems);
-    report("row2", time([&] { rows_kernel<2><<<(kRowsTotal + 1) / 2, threads, 0, st>>>(x, w, y, kRowsTotal, n); }),
-           fetch(y, elems) == ref ? "bytes == row1" : "BYTES DIFFER from row1");
+    float ms = form([&] { rows_kernel<2><<<(kRowsTotal + 1) / 2, threads, 0, st>>>(x, w, y, kRowsTotal, n); });
+    print_form(head, "row2", ms, gb, same(fetch(y, elems), ref, "row1"));
     for (int per_sm : {2, 4}) {
-      char label[8];
-      std::snprintf(label, sizeof label, "loop%d", per_sm);
-      report(label, time([&] { loop_kernel<<<per_sm * sms, threads, 0, st>>>(x, w, y, kRowsTotal, n); }),
-             fetch(y, elems) == ref ? "bytes == row1" : "BYTES DIFFER from row1");
+      ms = form([&] { loop_kernel<<<per_sm * sms, threads, 0, st>>>(x, w, y, kRowsTotal, n); });
+      print_form(head, per_sm == 2 ? "loop2" : "loop4", ms, gb, same(fetch(y, elems), ref, "row1"));
     }
     sg::RmsNormParams lp;
     lp.x = x;
@@ -267,12 +282,11 @@ int main() {
     lp.T = kRowsTotal;
     lp.n = n;
     lp.eps = kEps;
-    report("lib", time([&] { CK(sg::rmsnorm(lp, st)); }),
-           fetch(y, elems) == ref ? "bytes == row1" : "BYTES DIFFER from row1");
-    const float hm = time([&] { half_kernel<<<kRowsTotal, n / 16, 0, st>>>(x, w, y, kRowsTotal, n); });
-    char note[64];
-    std::snprintf(note, sizeof note, "another sum order: at most %d ulp from row1", max_ulps(fetch(y, elems), ref));
-    report("half", hm, note);
+    ms = form([&] { CK(sg::rmsnorm(lp, st)); });
+    print_form(head, "lib", ms, gb, same(fetch(y, elems), ref, "row1"));
+    ms = form([&] { half_kernel<<<kRowsTotal, n / 16, 0, st>>>(x, w, y, kRowsTotal, n); });
+    print_form(head, "half", ms, gb,
+               "another sum order: at most " + std::to_string(max_ulps(fetch(y, elems), ref)) + " ulp from row1");
   }
   {  // the gated norm
     const int rows = kRowsTotal * kGHeads;
@@ -288,15 +302,12 @@ int main() {
     const float* w = upload(hw);
     __nv_bfloat16* y = upload(std::vector<__nv_bfloat16>(elems));
     const double gb = 3.0 * elems * 2 / 1e9;  // x and z read, y written
-    auto time = [&](auto launch) { return time_graph(st, 20, 1, [&](int) { launch(); }); };
-    auto report = [&](const char* name, float ms, const char* note) {
-      std::printf("  gated %-5s %8.1f us  %7.1f GB/s  %s\n", name, 1e3 * ms, gb / (ms * 1e-3), note);
-    };
-    report("gcopy", time([&] { gated_copy_kernel<<<4 * sms, 512, 0, st>>>(x, z, y, rows); }), "");
-    report("g1", time([&] { gated_kernel<1><<<rows / 16, 256, 0, st>>>(x, z, w, y, rows); }), "");
+    auto form = [&](auto launch) { return time_form(st, y, elems, launch); };
+    print_form("gated", "gcopy", form([&] { gated_copy_kernel<<<4 * sms, 512, 0, st>>>(x, z, y, rows); }), gb, "");
+    print_form("gated", "g1", form([&] { gated_kernel<1><<<rows / 16, 256, 0, st>>>(x, z, w, y, rows); }), gb, "");
     const auto ref = fetch(y, elems);
-    report("g2", time([&] { gated_kernel<2><<<rows / 32, 256, 0, st>>>(x, z, w, y, rows); }),
-           fetch(y, elems) == ref ? "bytes == g1" : "BYTES DIFFER from g1");
+    float ms = form([&] { gated_kernel<2><<<rows / 32, 256, 0, st>>>(x, z, w, y, rows); });
+    print_form("gated", "g2", ms, gb, same(fetch(y, elems), ref, "g1"));
     sg::GatedRmsNormParams gp;
     gp.x = x;
     gp.z = z;
@@ -307,8 +318,8 @@ int main() {
     gp.heads = kGHeads;
     gp.n = kGN;
     gp.eps = kEps;
-    report("glib", time([&] { CK(sg::gated_rmsnorm(gp, st)); }),
-           fetch(y, elems) == ref ? "bytes == g1" : "BYTES DIFFER from g1");
+    ms = form([&] { CK(sg::gated_rmsnorm(gp, st)); });
+    print_form("gated", "glib", ms, gb, same(fetch(y, elems), ref, "g1"));
   }
   return 0;
 }

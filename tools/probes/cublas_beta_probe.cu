@@ -24,17 +24,6 @@
 
 namespace {
 
-float rnd(uint64_t& s) {  // [-1, 1)
-  s = s * 6364136223846793005ull + 1442695040888963407ull;
-  return static_cast<float>(static_cast<int32_t>(s >> 32)) / 2147483648.0f;
-}
-
-std::vector<__nv_bfloat16> random_bf16(size_t n, float scale, uint64_t seed) {
-  std::vector<__nv_bfloat16> v(n);
-  for (auto& e : v) e = __float2bfloat16(scale * rnd(seed));
-  return v;
-}
-
 uint16_t bits(__nv_bfloat16 v) {
   uint16_t b;
   std::memcpy(&b, &v, 2);
@@ -42,9 +31,9 @@ uint16_t bits(__nv_bfloat16 v) {
 }
 
 void run(cublasHandle_t h, int M, int N, int K, float scale) {
-  const auto W = random_bf16(size_t(N) * K, 1.0f / 16, 1 + N);
-  const auto X = random_bf16(size_t(M) * K, 1.0f, 2 + M);
-  const auto R = random_bf16(size_t(M) * N, scale, 3 + K);
+  const auto W = probe_random_bf16(size_t(N) * K, 1.0f / 16, 1 + N);
+  const auto X = probe_random_bf16(size_t(M) * K, 1.0f, 2 + M);
+  const auto R = probe_random_bf16(size_t(M) * N, scale, 3 + K);
   __nv_bfloat16* dW = upload(W);
   __nv_bfloat16* dX = upload(X);
   __nv_bfloat16* dR = upload(R);

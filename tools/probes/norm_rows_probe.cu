@@ -11,7 +11,7 @@
 //          current row's barrier (double-buffered partials: one barrier a row);
 //   lib:   the library's rmsnorm (kernels/rmsnorm.cu) on the same rows (its two-row kernel);
 //   half:  a row a block of n / 16 threads, two 16-byte loads a thread (another summation order:
-//          not the library's bytes; the largest difference from row1 is printed, in bf16 ulps).
+//          not the library's bytes; the largest difference from row1 over its largest value is printed).
 // And the GDN gated norm, y = (w * (x * inv)) * silu(z), on the 4B's prefill rows (32768 tokens x 32
 // heads of n = 128, z at the in_proj output's token stride of 12352): gcopy (the bytes alone: x and z
 // read, y written), g1 (16 lanes a row, 16 rows a 256-thread block: the library's 16-byte kernel),
@@ -204,24 +204,10 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-float rnd(uint64_t& s) {  // [-1, 1)
-  s = s * 6364136223846793005ull + 1442695040888963407ull;
-  return static_cast<float>(static_cast<int32_t>(s >> 32)) / 2147483648.0f;
-}
-
 std::vector<uint16_t> fetch(const __nv_bfloat16* d, size_t n) {
   std::vector<uint16_t> h(n);
   CK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
   return h;
-}
-
-// The largest difference between two bf16 arrays of finite values, in units in the last place
-// (their bit patterns as ordered integers).
-int max_ulps(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
-  auto ord = [](uint16_t u) { return (u & 0x8000) ? -static_cast<int>(u & 0x7fff) : static_cast<int>(u); };
-  int m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(ord(a[i]) - ord(b[i])));
-  return m;
 }
 
 }  // namespace
@@ -250,12 +236,8 @@ int main() {
   std::printf("%s, %d SMs; %d rows, y = (x * inv) * (1 + w), bf16\n", prop.name, sms, kRowsTotal);
   for (int n : {2560, 5120}) {
     const size_t elems = static_cast<size_t>(kRowsTotal) * n;
-    std::vector<__nv_bfloat16> hx(elems), hw(n);
-    uint64_t seed = 7 + n;
-    for (auto& e : hx) e = __float2bfloat16(4.0f * rnd(seed));
-    for (auto& e : hw) e = __float2bfloat16(0.5f * rnd(seed));
-    const __nv_bfloat16* x = upload(hx);
-    const __nv_bfloat16* w = upload(hw);
+    const __nv_bfloat16* x = upload(probe_random_bf16(elems, 4.0f, 7 + n));
+    const __nv_bfloat16* w = upload(probe_random_bf16(n, 0.5f, 8 + n));
     __nv_bfloat16* y = upload(std::vector<__nv_bfloat16>(elems));
     const double gb = 2.0 * elems * 2 / 1e9;  // x read, y written
     const int threads = n / 8;
@@ -286,19 +268,17 @@ int main() {
     print_form(head, "lib", ms, gb, same(fetch(y, elems), ref, "row1"));
     ms = form([&] { half_kernel<<<kRowsTotal, n / 16, 0, st>>>(x, w, y, kRowsTotal, n); });
     print_form(head, "half", ms, gb,
-               "another sum order: at most " + std::to_string(max_ulps(fetch(y, elems), ref)) + " ulp from row1");
+               "another sum order: largest difference from row1 " +
+                   std::to_string(max_rel_diff_bf16(fetch(y, elems), ref)) + " of the largest value");
   }
   {  // the gated norm
     const int rows = kRowsTotal * kGHeads;
     const size_t elems = static_cast<size_t>(rows) * kGN, zelems = static_cast<size_t>(kRowsTotal) * kGZStride;
-    std::vector<__nv_bfloat16> hx(elems), hz(zelems);
     std::vector<float> hw(kGN);
-    uint64_t seed = 11;
-    for (auto& e : hx) e = __float2bfloat16(2.0f * rnd(seed));
-    for (auto& e : hz) e = __float2bfloat16(4.0f * rnd(seed));
-    for (auto& e : hw) e = 1.0f + 0.5f * rnd(seed);
-    const __nv_bfloat16* x = upload(hx);
-    const __nv_bfloat16* z = upload(hz);
+    uint64_t seed = 13;
+    for (auto& e : hw) e = 1.0f + 0.5f * probe_rnd(seed);
+    const __nv_bfloat16* x = upload(probe_random_bf16(elems, 2.0f, 11));
+    const __nv_bfloat16* z = upload(probe_random_bf16(zelems, 4.0f, 12));
     const float* w = upload(hw);
     __nv_bfloat16* y = upload(std::vector<__nv_bfloat16>(elems));
     const double gb = 3.0 * elems * 2 / 1e9;  // x and z read, y written

@@ -77,6 +77,18 @@ float time_graph(cudaStream_t s, int launches, int copies, F body) {
   return ms[2];
 }
 
+// Pseudo-random values in [-1, 1) from the state s (a 64-bit LCG, advanced), and n bf16 values of
+// them scaled by `scale`, from seed: the same values on every run and machine.
+inline float probe_rnd(uint64_t& s) {
+  s = s * 6364136223846793005ull + 1442695040888963407ull;
+  return static_cast<float>(static_cast<int32_t>(s >> 32)) / 2147483648.0f;
+}
+inline std::vector<__nv_bfloat16> probe_random_bf16(size_t n, float scale, uint64_t seed) {
+  std::vector<__nv_bfloat16> v(n);
+  for (auto& e : v) e = __float2bfloat16(scale * probe_rnd(seed));
+  return v;
+}
+
 // The GEMM probes' inputs: W [N, K] varying by row and column, x [M, K], small exact bf16 values.
 inline std::vector<__nv_bfloat16> probe_weights(int N, int K) {
   std::vector<__nv_bfloat16> h(static_cast<size_t>(N) * K);

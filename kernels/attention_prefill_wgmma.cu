@@ -15,6 +15,10 @@
 //                             memory (MN-major): per 16-key step, P_hi then P_lo, D / 128 (or one
 //                             m64n64 at D = 64) wgmma each
 //   then out = (O / l) * sigmoid(gate) after each pass, zeros for padding rows, rows >= T untouched.
+//   With two consumers, they take turns to issue their products (wgmma::Turns: S of one, S of the
+//   other, then P V of one, P V of the other), so that each one's softmax runs under the other's
+//   products instead of both waiting on the tensor cores at once; the order of the products within
+//   a consumer, and so every byte, is unchanged.
 // So a K / V tile is read from memory once for NH heads, its copy runs while the previous tile's
 // products do, and it arrives by one instruction a box into the swizzled layout wgmma reads
 // without bank conflicts (the former form of this kernel: each 64-row tile alone, its copies by
@@ -167,6 +171,10 @@ __global__ void __launch_bounds__(WgCfg<D, NH>::kThreads, 1)
   uint64_t remaining = live_rows(q_slot);
   tma::mbar_wait(smem_addr(&q_full), 0);  // also when no row is live: the copies must land before the block ends
   int it = 0;
+  // With two consumers, their S and P V products alternate on the tensor cores (named barriers 2
+  // and 3), so that one's softmax runs under the other's products.
+  const wgmma::Turns<2> turns{c};
+  if (NH == 2 && c == 1) turns.pass();  // consumer 0 issues first
 
   while (remaining) {  // block-uniform
     const auto [slot, active, kmax] = next_pass(q_slot, q_pos, remaining);
@@ -182,6 +190,7 @@ __global__ void __launch_bounds__(WgCfg<D, NH>::kThreads, 1)
       float s[NT_S][4];
 #pragma unroll
       for (int j = 0; j < NT_S; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+      if constexpr (NH == 2) turns.wait();
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
@@ -191,6 +200,7 @@ __global__ void __launch_bounds__(WgCfg<D, NH>::kThreads, 1)
                             kk > 0);
       }
       wgmma::commit();
+      if constexpr (NH == 2) turns.pass();
       wgmma::wait<0>();
       wgmma::fence_operands<NT_S * 4>(&s[0][0]);
       online_softmax(s, o, m, l, lim, kt, tq, scale);
@@ -205,6 +215,7 @@ __global__ void __launch_bounds__(WgCfg<D, NH>::kThreads, 1)
         consumers_sync<NH>();
       }
       wgmma::fence_operands<NT_O * 4>(&o[0][0]);
+      if constexpr (NH == 2) turns.wait();
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
@@ -223,6 +234,7 @@ __global__ void __launch_bounds__(WgCfg<D, NH>::kThreads, 1)
         }
       }
       wgmma::commit();
+      if constexpr (NH == 2) turns.pass();
       wgmma::wait<0>();
       wgmma::fence_operands<NT_O * 4>(&o[0][0]);
       __syncwarp();
@@ -230,6 +242,7 @@ __global__ void __launch_bounds__(WgCfg<D, NH>::kThreads, 1)
     }
     store_pass_rows<D>(p, o, l, active, tile, h, row0, tq);
   }
+  if (NH == 2 && c == 0) turns.wait();  // consumer 1's last pass
   zero_padding_rows<D>(p, q_slot, tile, h, row0, tq);
 }
 

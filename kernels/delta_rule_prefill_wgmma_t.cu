@@ -10,6 +10,9 @@
 //   S^T = exp(G_last) S^T + (L V')^T K    B: the k tile, MN-major
 //   o^T = exp(G) scale O^T + V'^T P^T     B: P's parts (the record, K-major); stored, NaN past the
 //                                         first non-finite V' of each value column
+// The two warpgroups take turns to issue each of the three groups (wgmma::Turns), so that the
+// element-wise work of one runs under the other's products; the order of each warpgroup's own
+// products, and so every byte, is unchanged.
 // A row's first non-finite token is the minimum over the four lanes of a quad (a row's 64 tokens
 // are theirs), so no shared memory and no barrier serves it.
 #include <cuda_bf16.h>
@@ -213,6 +216,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     mma::cp_async_commit();
   };
   load_chunk(0);
+  // The two warpgroups take turns to issue each group of products (named barriers 2 and 3), so
+  // that one's element-wise work runs under the other's products.
+  const wgmma::Turns<2> turns{wg};
+  if (wg == 1) turns.pass();  // warpgroup 0 issues first
 
   for (int ci = 0; ci < nchunks; ++ci) {
     const int64_t c0 = b + static_cast<int64_t>(ci) * kC;
@@ -231,6 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // hi*hi, then the low part of its first operand, then of T or P), so that each output element
     // sums the same exact products in the same order.
     float xa[32], oa[32];
+    turns.wait();
     wgmma::fence();
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -248,6 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     wgmma::commit();
+    turns.pass();
     if (ci + 1 < nchunks) load_chunk(ci + 1);  // into the other stage, while X and O run
     wgmma::wait<1>();
     wgmma::fence_operands<32>(xa);
@@ -295,9 +304,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 32; ++i) va[i] = 0.0f;
     wgmma::fence_operands<32>(va);
+    turns.wait();
     wgmma::fence();
     split_product(va, xf, s + sT);  // T's parts, K-major
     wgmma::commit();
+    turns.pass();
     wgmma::wait<0>();
     wgmma::fence_operands<32>(va);
     // V'^T: value columns at or past their first non-finite X' are NaN, as the plain product
@@ -323,6 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 64; ++i) st[i] *= decay;
     wgmma::fence_operands<64>(st);
+    turns.wait();
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -342,6 +354,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence();
     split_product(oa, vf, s + sP);  // P's parts (the chunk's record), K-major as T's
     wgmma::commit();
+    turns.pass();
     wgmma::wait<0>();
     wgmma::fence_operands<64>(st);
     wgmma::fence_operands<32>(oa);
@@ -355,6 +368,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
+  if (wg == 0) turns.wait();  // warpgroup 1's last pass
   // The final state, written once.
 #pragma unroll
   for (int j = 0; j < 16; ++j) {

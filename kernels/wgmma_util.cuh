@@ -146,4 +146,21 @@ __device__ __forceinline__ void m64n128k16_rs_tb(float* d, const uint32_t (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
+// Two warpgroups taking turns to issue their products (the ping-pong schedule), on named barriers
+// kBase and kBase + 1: warpgroup `me` (0 or 1) calls wait() before it issues a group of products
+// and pass() after it has committed them, so that the two groups alternate on the tensor cores and
+// each warpgroup's other work (a softmax, fragment conversions) runs under the other's products.
+// Warpgroup 1 calls pass() once before its first wait() (warpgroup 0 goes first) and warpgroup 0
+// calls wait() once after its last pass(), so that every arrival is met before the block ends.
+template <int kBase>
+struct Turns {
+  int me;
+  __device__ __forceinline__ void wait() const {
+    asm volatile("bar.sync %0, 256;\n" ::"r"(kBase + me) : "memory");
+  }
+  __device__ __forceinline__ void pass() const {
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(kBase + 1 - me) : "memory");
+  }
+};
+
 }  // namespace sg::wgmma

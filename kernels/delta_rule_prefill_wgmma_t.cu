@@ -369,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   if (wg == 0) turns.wait();  // warpgroup 1's last pass
-  // The final state, written once.
+    // The final state, written once.
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
 #pragma unroll

@@ -155,9 +155,7 @@ __device__ __forceinline__ void m64n128k16_rs_tb(float* d, const uint32_t (&a)[4
 template <int kBase>
 struct Turns {
   int me;
-  __device__ __forceinline__ void wait() const {
-    asm volatile("bar.sync %0, 256;\n" ::"r"(kBase + me) : "memory");
-  }
+  __device__ __forceinline__ void wait() const { asm volatile("bar.sync %0, 256;\n" ::"r"(kBase + me) : "memory"); }
   __device__ __forceinline__ void pass() const {
     asm volatile("bar.arrive %0, 256;\n" ::"r"(kBase + 1 - me) : "memory");
   }

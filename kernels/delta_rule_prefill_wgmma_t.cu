@@ -368,8 +368,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  if (wg == 0) turns.wait();  // warpgroup 1's last pass
-    // The final state, written once.
+  // Warpgroup 1's last pass met; then the final state, written once.
+  if (wg == 0) turns.wait();
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
 #pragma unroll

@@ -216,10 +216,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     mma::cp_async_commit();
   };
   load_chunk(0);
-  // The two warpgroups take turns to issue each group of products (named barriers 2 and 3), so
-  // that one's element-wise work runs under the other's products.
-  const wgmma::Turns<2> turns{wg};
-  if (wg == 1) turns.pass();  // warpgroup 0 issues first
+  const wgmma::Turns<2> turns{wg};  // named barriers 2 and 3 (the header says why)
+  if (wg == 1) turns.pass();        // warpgroup 0 issues first
 
   for (int ci = 0; ci < nchunks; ++ci) {
     const int64_t c0 = b + static_cast<int64_t>(ci) * kC;

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/device_util.cuh"
+#include "kernels/fast_div.h"
 #include "kernels/launch.cuh"
 #include "kernels/launch_check.h"
 #include "kernels/rmsnorm.h"
@@ -41,6 +42,7 @@ struct NormArgs {
   const int32_t* live;
   int xsplits = 1;            // x: the sum of this many f32 planes (RmsNormParams::x_splits; 16-byte kernel)
   int64_t xsplit_stride = 0;  // elements between the planes
+  FastDiv by_heads;           // row -> (token, head) in the 16-byte kernels (rows < 2^31); set by launch()
 };
 
 // The value as stored in dtype t (f32: unchanged; bf16: rounded to nearest even).
@@ -167,14 +169,16 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
   __shared__ float partial[kRows][32];
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;  // grid = ceil(T * heads / kRows); blockDim = n / 8
-  int t[kRows];
+  int t[kRows], h[kRows];
   bool in[kRows], pad[kRows];
   int64_t o0[kRows];
 #pragma unroll
   for (int j = 0; j < kRows; ++j) {
-    const int64_t row = row0 + j;
+    const int64_t row = row0 + j;  // < 2^31: the launcher's bound on rows
     in[j] = row < rows;
-    t[j] = static_cast<int>(row / a.heads);
+    const uint32_t q = a.by_heads.div(static_cast<uint32_t>(row));
+    t[j] = static_cast<int>(q);
+    h[j] = static_cast<int>(a.by_heads.mod(static_cast<uint32_t>(row), q));
     o0[j] = row * a.n + 8 * threadIdx.x;
     pad[j] = in[j] && a.live && t[j] >= *a.live;
   }
@@ -192,8 +196,7 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[j][i] = 0.0f;
     if (!in[j] || pad[j]) continue;
-    const int h = static_cast<int>((row0 + j) % a.heads);
-    const int64_t x0 = static_cast<int64_t>(t[j]) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * threadIdx.x;
+    const int64_t x0 = static_cast<int64_t>(t[j]) * a.x_ts + static_cast<int64_t>(h[j]) * a.x_hs + 8 * threadIdx.x;
     if (kRows == 1 && a.xt == DType::f32 && a.xsplits > 1) {  // the planes in order from 0.0f, rounded below
       const float* p = static_cast<const float*>(a.x) + x0;
       for (int k0 = 0; k0 < a.xsplits; k0 += 4) {  // four planes' loads in flight
@@ -256,19 +259,20 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
 // Dv = 128): R = n / 8 consecutive lanes own a row, 8 consecutive elements each; the sum of
 // squares goes through a butterfly over those R lanes. Every lane of a warp takes part in the
 // shuffles (rows past the end compute on zeros and store nothing).
-// N32: T x heads rows fit 32 bits, so the row's token and head come from a 32-bit division (a
-// 64-bit one is a long instruction sequence a thread; the launcher picks N32 whenever it can).
-template <int R, bool N32>
+// kFast: T x heads rows below 2^31, so the row's token and head come from a.by_heads (a multiply
+// and a shift, fast_div.h) instead of a 64-bit division (a long instruction sequence a thread); the
+// launcher picks it whenever it can.
+template <int R, bool kFast>
 __global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs a) {
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarpRowBlock / R) + threadIdx.x / R;
   const int part = threadIdx.x % R;
   const bool in = row < rows;
   int t = 0, h = 0;
-  if (in && N32) {
-    const uint32_t r = static_cast<uint32_t>(row), hs = static_cast<uint32_t>(a.heads);
-    t = static_cast<int>(r / hs);
-    h = static_cast<int>(r - static_cast<uint32_t>(t) * hs);
+  if (in && kFast) {
+    const uint32_t r = static_cast<uint32_t>(row), q = a.by_heads.div(r);
+    t = static_cast<int>(q);
+    h = static_cast<int>(a.by_heads.mod(r, q));
   } else if (in) {
     t = static_cast<int>(row / a.heads);
     h = static_cast<int>(row % a.heads);
@@ -318,9 +322,10 @@ bool vec_ok(const NormArgs& a) {
 }
 
 template <bool kGated>
-cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
+cudaError_t launch(NormArgs a, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
   if (rows == 0) return cudaSuccess;
+  a.by_heads = FastDiv(static_cast<uint32_t>(a.heads));
   const auto too_many_rows = [] {
     refuse_launch(kGated ? "gated_rmsnorm" : "rmsnorm", "T x heads rows exceed the grid");
     return cudaErrorInvalidValue;
@@ -330,11 +335,11 @@ cudaError_t launch(const NormArgs& a, cudaStream_t stream) {
     const int64_t blocks = (rows + per_block - 1) / per_block;
     if (blocks > 0x7fffffff) return too_many_rows();
     const unsigned g = static_cast<unsigned>(blocks);
-    const bool n32 = rows <= 0xffffffffll;
+    const bool fast = rows <= 0x7fffffffll;
     const auto go = [&](auto kernel) { launch_kernel(kernel, g, kWarpRowBlock, 0, stream, a); };
-    if (R == 8) n32 ? go(gated_vec_kernel<8, true>) : go(gated_vec_kernel<8, false>);
-    if (R == 16) n32 ? go(gated_vec_kernel<16, true>) : go(gated_vec_kernel<16, false>);
-    if (R == 32) n32 ? go(gated_vec_kernel<32, true>) : go(gated_vec_kernel<32, false>);
+    if (R == 8) fast ? go(gated_vec_kernel<8, true>) : go(gated_vec_kernel<8, false>);
+    if (R == 16) fast ? go(gated_vec_kernel<16, true>) : go(gated_vec_kernel<16, false>);
+    if (R == 32) fast ? go(gated_vec_kernel<32, true>) : go(gated_vec_kernel<32, false>);
     return cudaGetLastError();
   }
   if (a.n <= kWarpRowMaxN) {

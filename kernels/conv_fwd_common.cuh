@@ -114,26 +114,8 @@ __device__ __forceinline__ float pick(const float (&a)[N], int i) {
   return v;
 }
 
-// The contract's SiLU, x / (1 + expf(-x)) with a correctly rounded division, split so that the hot
-// loop has no branch: silu_fast computes the quotient with the division's own fast-path sequence
-// (reciprocal, one Newton step, quotient, exact residual, one correction), which is the correctly
-// rounded quotient wherever every intermediate is a finite normal number, i.e. for d = 1 + e in
-// [1, 2^64] and 2^-60 <= |x| <= FLT_MAX; outside that range (d huge or inf, x tiny, zero, infinite
-// or NaN) it raises `bad`, and
-// the caller recomputes that batch with the plain division (dev::silu). Either way the bytes are
-// dev::silu's, which the tiled reference arm uses; the arm tests compare them on every output.
-// (Shared by the register arms and gdn_prefill_fused.)
-__device__ __forceinline__ float silu_fast(float x, bool& bad) {
-  const float d = 1.0f + expf(-x);
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-  r = __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
-  float q = __fmaf_rn(x, r, 0.0f);
-  q = __fmaf_rn(r, __fmaf_rn(-d, q, x), q);
-  const float ax = fabsf(x);
-  bad |= !((d <= 0x1p64f) & (ax >= 0x1p-60f) & (ax <= 0x1.fffffep127f));  // bitwise: no branches
-  return q;
-}
+// silu_fast: dev::silu_fast (device_util.cuh), shared with gdn_prefill_fused and the swiglu kernel.
+using dev::silu_fast;
 
 // One output: win[0..HB) holds the inputs of the HB tokens before this one, oldest first (win[HB-1]
 // the previous token), v this token's input. acc = bias; taps d = K-1 .. 1 back, then d = 0, i.e.

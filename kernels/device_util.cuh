@@ -68,13 +68,37 @@ __device__ __forceinline__ void load8(const float* p, float* f) {
 // The contract's SiLU: acc / (1 + expf(-acc)), correctly rounded division (no fast-math).
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
+// The contract's SiLU, x / (1 + expf(-x)) with a correctly rounded division, split so that the hot
+// loop has no branch: silu_fast computes the quotient with the division's own fast-path sequence
+// (reciprocal, one Newton step, quotient, exact residual, one correction), which is the correctly
+// rounded quotient wherever every intermediate is a finite normal number, i.e. for d = 1 + e in
+// [1, 2^64] and 2^-60 <= |x| <= FLT_MAX; outside that range (d huge or inf, x tiny, zero, infinite
+// or NaN) it raises `bad`, and
+// the caller recomputes that batch with the plain division (dev::silu). Either way the bytes are
+// dev::silu's (the conv arms' and swiglu's tests compare them on every output).
+// (Shared by conv.fwd's register arms, gdn_prefill_fused and the 16-byte swiglu kernel.)
+__device__ __forceinline__ float silu_fast(float x, bool& bad) {
+  const float d = 1.0f + expf(-x);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  r = __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+  float q = __fmaf_rn(x, r, 0.0f);
+  q = __fmaf_rn(r, __fmaf_rn(-d, q, x), q);
+  const float ax = fabsf(x);
+  bad |= !((d <= 0x1p64f) & (ax >= 0x1p-60f) & (ax <= 0x1.fffffep127f));  // bitwise: no branches
+  return q;
+}
+
 // The MLP activation of one element (swiglu.h): silu(g), rounded to bf16 when round_act (the
 // model's bf16 intermediate), times u. The swiglu kernel and the skinny GEMM's SwiGLU epilogue
 // both call it, so they give the same bytes.
-__device__ __forceinline__ float swiglu_value(float g, float u, bool round_act) {
-  float a = silu(g);
+// swiglu_of_silu: the same from a = silu(g) already computed (the swiglu kernel's dev::silu_fast).
+__device__ __forceinline__ float swiglu_of_silu(float a, float u, bool round_act) {
   if (round_act) a = __bfloat162float(__float2bfloat16_rn(a));
   return a * u;
+}
+__device__ __forceinline__ float swiglu_value(float g, float u, bool round_act) {
+  return swiglu_of_silu(silu(g), u, round_act);
 }
 
 // The gated RMSNorm (rmsnorm.h) of one row from its sum of squares `ss` over n elements: the

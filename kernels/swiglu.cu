@@ -1,5 +1,6 @@
 // swiglu.cu: act = round_act(silu(gate)) * up over a fused [T, 2I] gate|up buffer.
 #include "kernels/device_util.cuh"
+#include "kernels/fast_div.h"
 #include "kernels/launch.cuh"
 #include "kernels/launch_check.h"
 #include "kernels/swiglu.h"
@@ -41,9 +42,13 @@ __global__ void __launch_bounds__(kBlock) swiglu_kernel(const SwigluParams p, in
 // adjacent outputs, whose gate and up values are 16 contiguous bytes each (halves: at i and I + i;
 // groups of 8: one 32-byte run); thread x of block b takes groups (b U + k) 256 + x, k < U, and
 // issues all its loads before its first store (U = 4 on large steps: fewer, longer-lived blocks
-// with more bytes in flight each; U = 1 on small ones, which need every SM).
+// with more bytes in flight each; U = 1 on small ones, which need every SM). A group's token and
+// column come from by_row (fast_div.h: a multiply and a shift) where the groups number below 2^31,
+// else from a 64-bit division; SiLU is dev::silu_fast over a group's 8 gates, or dev::silu for a
+// group where it is not exact: dev::silu's bytes either way, as the element kernel's, since the
+// bf16 rounding and the product with up follow as dev::swiglu_value has them.
 template <int U>
-__global__ void __launch_bounds__(kBlock) swiglu_vec8_kernel(const SwigluParams p, int64_t stride) {
+__global__ void __launch_bounds__(kBlock) swiglu_vec8_kernel(const SwigluParams p, int64_t stride, FastDiv by_row) {
   pdl_start();  // kernels/launch.cuh
   const int per_row = p.I / 8;
   const int64_t groups = static_cast<int64_t>(p.T) * per_row;
@@ -57,10 +62,10 @@ __global__ void __launch_bounds__(kBlock) swiglu_vec8_kernel(const SwigluParams 
     const int64_t g = g0 + static_cast<int64_t>(k) * kBlock;
     int64_t t;
     int i;
-    if (groups <= 0xffffffffll) {  // a 32-bit division (a 64-bit one is a long instruction sequence)
-      const uint32_t g32 = static_cast<uint32_t>(g), pr = static_cast<uint32_t>(per_row);
-      t = g32 / pr;
-      i = static_cast<int>(g32 - static_cast<uint32_t>(t) * pr) * 8;
+    if (groups <= 0x7fffffffll) {  // by_row's range (a 64-bit division is a long instruction sequence)
+      const uint32_t g32 = static_cast<uint32_t>(g), q = by_row.div(g32);
+      t = q;
+      i = static_cast<int>(by_row.mod(g32, q)) * 8;
     } else {
       t = g / per_row;
       i = static_cast<int>(g % per_row) * 8;
@@ -79,11 +84,18 @@ __global__ void __launch_bounds__(kBlock) swiglu_vec8_kernel(const SwigluParams 
     if (g >= groups) continue;
     float y[8] = {};
     if (on[k]) {
-      float gv[8], uv[8];
+      float gv[8], uv[8], a[8];
       dev::unpack8(ga[k], gv);
       dev::unpack8(ua[k], uv);
+      bool bad = false;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) y[e] = dev::swiglu_value(gv[e], uv[e], p.act_dtype == DType::bf16);
+      for (int e = 0; e < 8; ++e) a[e] = dev::silu_fast(gv[e], bad);
+      if (bad) {  // rare: a gate outside silu_fast's exact range
+#pragma unroll
+        for (int e = 0; e < 8; ++e) a[e] = dev::silu(gv[e]);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = dev::swiglu_of_silu(a[e], uv[e], p.act_dtype == DType::bf16);
     }
     *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + 8 * g) = dev::pack8(y);  // [T, I]: t I + i = 8 g
   }
@@ -119,8 +131,9 @@ cudaError_t swiglu(const SwigluParams& p, cudaStream_t stream) {
     const int64_t blocks = (groups + per_block - 1) / per_block;
     chk.require(blocks <= 0x7fffffff, "T x I / 8 groups exceed the grid");
     if (!chk.ok()) return cudaErrorInvalidValue;
+    const FastDiv by_row(static_cast<uint32_t>(p.I / 8));
     launch_kernel(wide ? swiglu_vec8_kernel<4> : swiglu_vec8_kernel<1>, static_cast<unsigned>(blocks), kBlock, 0,
-                  stream, p, stride);
+                  stream, p, stride, by_row);
     return cudaGetLastError();
   }
   const int chunks = (p.I + kChunk - 1) / kChunk;

@@ -1,9 +1,14 @@
 // GPU tests of the swiglu kernel (kernels/swiglu.h) against ref::swiglu_mlp's elementwise step:
 // both layouts of the fused gate-up buffer, every dtype combination, padded tokens, rows wider than
 // 2I, the 16-byte kernel's one- and four-groups-a-thread forms against the element kernel byte for
-// byte, and the launcher's refusals. Poisoned outputs, guards and tolerances: norm_fixture.h.
+// byte (also for gates outside the exact range of the 16-byte kernel's fast SiLU: zeros, tiny and
+// huge values, infinities, NaN), and the launcher's refusals. Poisoned outputs, guards and
+// tolerances: norm_fixture.h.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "engine/error.h"
@@ -99,4 +104,56 @@ TEST_CASE("swiglu: silu(gate) times up from a fused gate-up buffer matches the r
   bad.interleave = 8;
   check(swiglu(bad, nullptr));
   check(cudaDeviceSynchronize());
+}
+
+TEST_CASE("swiglu: gates outside the fast SiLU's exact range give the element kernel's bytes", "[gpu][norms]") {
+  // dev::silu_fast is exact for 2^-60 <= |g| <= FLT_MAX with 1 + exp(-g) <= 2^64; a group of 8 with a
+  // gate outside that range takes dev::silu. Every edge value lands in groups of both forms of the
+  // 16-byte kernel (four groups a thread at T = 130, I = 17408; one at T = 5, I = 2560), beside
+  // ordinary gates in the same group, in both layouts; the element kernel (dev::silu everywhere) on
+  // the same inputs must give the same bytes.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> edges = {0.0f,   -0.0f,  1e-30f, -1e-30f, 0x1p-61f, -0x1p-61f, 0x1p-60f, 44.0f,
+                                    -44.0f, -45.0f, 100.0f, -100.0f, 1e30f,    -1e30f,    3e38f,    -3e38f,
+                                    inf,    -inf,   nan,    -88.0f,  -89.0f,   0.5f};
+  for (const auto& [T, I] : {std::pair{130, 17408}, std::pair{5, 2560}}) {
+    for (int il : {0, 8}) {
+      const int64_t stride = 2 * static_cast<int64_t>(I);
+      auto gu = rnd(static_cast<size_t>(T) * stride, 7000 + T + il, DType::bf16, -6.f, 6.f);
+      // Gate i of token t at t stride + (il ? 16 (i / 8) + i % 8 : i): edge values at a spread of
+      // tokens and columns, one to a few a group.
+      size_t k = 0;
+      for (int t = 0; t < T; t += std::max(1, T / 7)) {
+        for (int i = t % 8; i < I; i += I / 9 + 5, ++k) {
+          const int64_t gi = il ? (i / 8) * 16 + i % 8 : i;
+          gu[static_cast<size_t>(t * stride + gi)] = edges[k % edges.size()];
+        }
+      }
+      CAPTURE(T, I, il, k);
+      auto dgu = test::DevBuf::from(gu, DType::bf16);
+      const size_t N = static_cast<size_t>(T) * I;
+      SwigluParams p;
+      p.gu = dgu.data();
+      p.gu_dtype = DType::bf16;
+      p.y_dtype = DType::bf16;
+      p.act_dtype = DType::bf16;
+      p.T = T;
+      p.I = I;
+      p.interleave = il;
+      auto y = out_buf(N, DType::bf16);
+      p.y = y.data();
+      REQUIRE(swiglu_vector_path(p));
+      check(swiglu(p, nullptr));
+      auto g = fetch(y, N, DType::bf16);
+      CHECK(g.guard_ok);
+      auto y2 = out_buf(N + 1, DType::bf16);
+      p.y = static_cast<uint8_t*>(y2.data()) + 2;
+      REQUIRE_FALSE(swiglu_vector_path(p));
+      check(swiglu(p, nullptr));
+      auto g2 = y2.download();
+      g2.erase(g2.begin(), g2.begin() + 2);
+      g2.resize(g.bytes.size());
+      CHECK(g2 == g.bytes);
+    }
+  }
 }

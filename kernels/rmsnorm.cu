@@ -160,12 +160,12 @@ __device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float
 // kRows consecutive rows a block (the last block's rows past the end do nothing): each thread issues its loads of all
 // of them before the first store and the rows share one barrier, so a thread keeps kRows times the bytes in flight (the
 // 16-byte loads of a row leave too few in flight to stream the large prefill steps; kVecRowsMin: the one-row kernel's
-// 62-64 registers hold an SM to 1024 threads, one block of the 27B's 5120-wide rows, 10 KB in flight where the norm
-// reads the stream alone; two rows a block take 50 registers, two such blocks an SM, 40 KB). Each row's arithmetic
-// is the one-row kernel's (the same thread map, order and butterflies), so its bytes are too. Split planes
+// 62 registers hold an SM to 1024 threads, one block of the 27B's 5120-wide rows, 10 KB in flight where the norm reads
+// the stream alone; two rows a block in 48 registers, two such blocks an SM, 40 KB: see norm_vec_kernel2). Each row's
+// arithmetic is the one-row kernel's (the same thread map, order and butterflies), so its bytes are too. Split planes
 // (x_splits > 1) take the one-row kernel (their loads' registers would spill two rows).
 template <int kRows>
-__global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
+__device__ __forceinline__ void norm_vec_rows(const NormArgs& a) {
   __shared__ float partial[kRows][32];
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;  // grid = ceil(T * heads / kRows); blockDim = n / 8
@@ -255,6 +255,17 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
   }
 }
 
+// One row a block of n / 8 threads (n <= 8 kMaxBlock).
+__global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel1(const NormArgs a) { norm_vec_rows<1>(a); }
+
+// Two rows a block of n / 8 threads, n <= kVec2MaxN, bounded to two blocks of kVec2MaxN / 8 threads an SM: 48 registers
+// a thread. Unbounded, ptxas gave it 50-52, which the SM allocates as 56 (eight at a time), so that one block of the
+// 27B's 640 threads held an SM (35840 of its 65536 registers) and the 4B's 320 three, not four: the kernel ran at 0.55
+// and 0.72 of the same rows' plain two-row form (tools/probes/norm_rows_probe.cu), which is held to 48 by its code
+// alone.
+constexpr int kVec2MaxN = 5120;
+__global__ void __launch_bounds__(kVec2MaxN / 8, 2) norm_vec_kernel2(const NormArgs a) { norm_vec_rows<2>(a); }
+
 // The GDN gated norm on the same 16-byte footing for short bf16 rows (n = 64, 128, 256: the real
 // Dv = 128): R = n / 8 consecutive lanes own a row, 8 consecutive elements each; the sum of
 // squares goes through a butterfly over those R lanes. Every lane of a warp takes part in the
@@ -262,8 +273,11 @@ __global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel(const NormArgs a) {
 // kFast: T x heads rows below 2^31, so the row's token and head come from a.by_heads (a multiply
 // and a shift, fast_div.h) instead of a 64-bit division (a long instruction sequence a thread); the
 // launcher picks it whenever it can.
+// Six blocks an SM (40 registers a thread; 48 fit five, and the same rows' plain form in 40 registers ran 10% faster in
+// tools/probes/norm_rows_probe.cu): the row length and head stride are 8 R (gated_vec_ok), not a.n, and z stays packed
+// until the output, which is what brings it to 40.
 template <int R, bool kFast>
-__global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs a) {
+__global__ void __launch_bounds__(kWarpRowBlock, 6) gated_vec_kernel(const NormArgs a) {
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarpRowBlock / R) + threadIdx.x / R;
   const int part = threadIdx.x % R;
@@ -277,25 +291,27 @@ __global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs
     t = static_cast<int>(row / a.heads);
     h = static_cast<int>(row % a.heads);
   }
-  // Before the dependency wait, as norm_vec_kernel: the live row count and the weight.
+  // Before the dependency wait, as norm_vec_rows: the live row count and the weight.
   const bool live = in && !(a.live && t >= *a.live);
-  const int64_t o0 = row * a.n + 8 * part;
-  float v[8] = {}, zf[8] = {}, w[8] = {};
+  const int64_t o0 = row * (8 * R) + 8 * part;
+  float v[8] = {}, w[8] = {};
+  uint4 zu{};
   if (live) load_w8(a.w, a.wt, 8 * part, w);
   pdl_start();  // kernels/launch.cuh
   if (live) {
-    const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * a.x_hs + 8 * part;
-    const int64_t z0 = static_cast<int64_t>(t) * a.z_ts + static_cast<int64_t>(h) * a.n + 8 * part;
+    const int64_t x0 = static_cast<int64_t>(t) * a.x_ts + static_cast<int64_t>(h) * (8 * R) + 8 * part;
+    const int64_t z0 = static_cast<int64_t>(t) * a.z_ts + static_cast<int64_t>(h) * (8 * R) + 8 * part;
     const uint4 xu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
-    const uint4 zu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.z) + z0);
+    zu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.z) + z0);
     dev::unpack8(xu, v);
-    dev::unpack8(zu, zf);
   }
   const float s = dev::row_sumsq8<R>(v);
   if (!in) return;
   float y[8] = {};
   if (live) {
-    const float inv = dev::gated_norm_inv(s, a.n, a.eps);
+    const float inv = dev::gated_norm_inv(s, 8 * R, a.eps);
+    float zf[8];
+    dev::unpack8(zu, zf);
 #pragma unroll
     for (int i = 0; i < 8; ++i) y[i] = dev::gated_norm_value(w[i], v[i], inv, zf[i]);
   }
@@ -305,7 +321,7 @@ __global__ void __launch_bounds__(kWarpRowBlock) gated_vec_kernel(const NormArgs
 bool gated_vec_ok(const NormArgs& a) {
   const bool bf16 = a.xt == DType::bf16 && a.zt == DType::bf16 && float_type(a.wt) && a.yt == DType::bf16;
   if (!bf16 || (a.n != 64 && a.n != 128 && a.n != 256)) return false;
-  if (a.x_ts % 8 != 0 || a.x_hs % 8 != 0 || a.z_ts % 8 != 0) return false;
+  if (a.x_ts % 8 != 0 || a.x_hs != a.n || a.z_ts % 8 != 0) return false;  // heads a row apart (gated_args)
   return dev::aligned16(a.x) && dev::aligned16(a.z) && dev::aligned16(a.w) && dev::aligned16(a.y);
 }
 
@@ -350,10 +366,10 @@ cudaError_t launch(NormArgs a, cudaStream_t stream) {
   } else {
     if (rows > 0x7fffffff) return too_many_rows();
     if (!kGated && vec_ok(a)) {
-      if (rows >= kVecRowsMin && a.xsplits == 1) {
-        launch_kernel(norm_vec_kernel<2>, static_cast<unsigned>((rows + 1) / 2), a.n / 8, 0, stream, a);
+      if (rows >= kVecRowsMin && a.xsplits == 1 && a.n <= kVec2MaxN) {
+        launch_kernel(norm_vec_kernel2, static_cast<unsigned>((rows + 1) / 2), a.n / 8, 0, stream, a);
       } else {
-        launch_kernel(norm_vec_kernel<1>, static_cast<unsigned>(rows), a.n / 8, 0, stream, a);
+        launch_kernel(norm_vec_kernel1, static_cast<unsigned>(rows), a.n / 8, 0, stream, a);
       }
       return cudaGetLastError();
     }

@@ -68,9 +68,9 @@ TEST_CASE("rmsnorm: matches the reference for awkward sizes, dtypes and padded t
 }
 
 TEST_CASE("rmsnorm: a row gives the same bytes in every bucket size and in place", "[gpu][norms]") {
-  // 1025 rows: the 16-byte kernel's two rows a block (kVecRowsMin), the last block's second row past
-  // the end; 17 rows: one a block.
-  for (int n : {129, 2560, 5120}) {
+  // 1025 rows: the 16-byte kernel's two rows a block (kVecRowsMin; n <= 5120), the last block's second
+  // row past the end, and one a block above 5120; 17 rows: one a block.
+  for (int n : {129, 2560, 5120, 8192}) {
     CAPTURE(n);
     const int T_small = 17, T_big = 1025;
     auto x = test::uniform_bf16(static_cast<size_t>(T_big) * n, 42 + n, -3.f, 3.f);

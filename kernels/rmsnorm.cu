@@ -182,17 +182,20 @@ __device__ __forceinline__ void norm_vec_rows(const NormArgs& a) {
     o0[j] = row * a.n + 8 * threadIdx.x;
     pad[j] = in[j] && a.live && t[j] >= *a.live;
   }
-  // Before the dependency wait (kernels/launch.cuh): the live row count (step metadata) and the
-  // weight (no kernel of a step writes it), so after the wait the rows' loads are the only round
-  // trip before the sum; the padding rows' zeros are writes, so they follow the wait.
+  // Before the dependency wait (kernels/launch.cuh): the live row count (step metadata) and, for one
+  // row, the weight (no kernel of a step writes it), so after the wait the rows' loads are the only
+  // round trip before the sum; the padding rows' zeros are writes, so they follow the wait. Two rows
+  // load the weight after their rows' loads, under the barrier (before them, its 8 registers pushed
+  // the 48 of norm_vec_kernel2 into spills).
   float w[8];
-  load_w8(a.w, a.wt, 8 * threadIdx.x, w);
+  if constexpr (kRows == 1) load_w8(a.w, a.wt, 8 * threadIdx.x, w);
   pdl_start();
   float v[kRows][8];
-  uint4 ru[kRows];
+  uint4 ru[kRows], xb[kRows];  // xb: a bf16 x's 16 bytes, widened into v once every row's loads are issued
 #pragma unroll
   for (int j = 0; j < kRows; ++j) {
     ru[j] = uint4{};
+    xb[j] = uint4{};
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[j][i] = 0.0f;
     if (!in[j] || pad[j]) continue;
@@ -215,9 +218,15 @@ __device__ __forceinline__ void norm_vec_rows(const NormArgs& a) {
     } else if (a.xt == DType::f32) {  // rounded to bf16 below (vec_ok: only with round_x)
       dev::load8(static_cast<const float*>(a.x) + x0, v[j]);
     } else {
-      dev::load8(static_cast<const __nv_bfloat16*>(a.x) + x0, v[j]);
+      xb[j] = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
     }
     if (a.res) ru[j] = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.res) + o0[j]);
+  }
+  // A load's first use waits for its bytes: widening row 0 inside the loop above held row 1's load back a
+  // memory round trip (the rows' loads sit in separate branches, which the compiler does not reorder across).
+  if (a.xt == DType::bf16) {
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) dev::unpack8(xb[j], v[j]);  // zeros for rows not read
   }
   float s[kRows];
 #pragma unroll
@@ -243,6 +252,7 @@ __device__ __forceinline__ void norm_vec_rows(const NormArgs& a) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) s[j] = fmaf(v[j][i], v[j][i], s[j]);
   }
+  if constexpr (kRows > 1) load_w8(a.w, a.wt, 8 * threadIdx.x, w);
   block_sums<kRows>(s, partial);
 #pragma unroll
   for (int j = 0; j < kRows; ++j) {

@@ -162,11 +162,17 @@ __device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float
 // of them before the first store and the rows share one barrier, so a thread keeps kRows times the bytes in flight (the
 // 16-byte loads of a row leave too few in flight to stream the large prefill steps; kVecRowsMin: the one-row kernel's
 // 62 registers hold an SM to 1024 threads, one block of the 27B's 5120-wide rows, 10 KB in flight where the norm reads
-// the stream alone; two rows a block in 48 registers, two such blocks an SM, 40 KB: see norm_vec_kernel2). Each row's
-// arithmetic is the one-row kernel's (the same thread map, order and butterflies), so its bytes are too. Split planes
-// (x_splits > 1) take the one-row kernel (their loads' registers would spill two rows).
+// the stream alone; two rows a block in 48 registers, two such blocks an SM, 40 KB: see the launch bounds below). Each
+// row's arithmetic is the one-row kernel's (the same thread map, order and butterflies), so its bytes are too. Split
+// planes (x_splits > 1) take the one-row kernel (their loads' registers would spill two rows). Launch bounds: one row a
+// block of up to kMaxBlock threads (n <= 8 kMaxBlock); two rows a block of n / 8 threads with n <= kVec2MaxN, bounded
+// to two blocks of kVec2MaxN / 8 threads an SM, 48 registers a thread. Unbounded, ptxas gave the two-row kernel 50-52,
+// which the SM allocates as 56 (eight at a time), so that one block of the 27B's 640 threads held an SM (35840 of its
+// 65536 registers) and the 4B's 320 three, not four.
+constexpr int kVec2MaxN = 5120;
 template <int kRows>
-__device__ __forceinline__ void norm_vec_rows(const NormArgs& a) {
+__global__ void __launch_bounds__(kRows == 1 ? kMaxBlock : kVec2MaxN / 8, kRows == 1 ? 1 : 2)
+    norm_vec_kernel(const NormArgs a) {
   __shared__ float partial[kRows][32];
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;  // grid = ceil(T * heads / kRows); blockDim = n / 8
@@ -187,7 +193,7 @@ __device__ __forceinline__ void norm_vec_rows(const NormArgs& a) {
   // row, the weight (no kernel of a step writes it), so after the wait the rows' loads are the only
   // round trip before the sum; the padding rows' zeros are writes, so they follow the wait. Two rows
   // load the weight after their rows' loads, under the barrier (before them, its 8 registers pushed
-  // the 48 of norm_vec_kernel2 into spills).
+  // the two-row kernel's 48 into spills).
   float w[8];
   if constexpr (kRows == 1) load_w8(a.w, a.wt, 8 * threadIdx.x, w);
   pdl_start();
@@ -266,17 +272,6 @@ __device__ __forceinline__ void norm_vec_rows(const NormArgs& a) {
   }
 }
 
-// One row a block of n / 8 threads (n <= 8 kMaxBlock).
-__global__ void __launch_bounds__(kMaxBlock) norm_vec_kernel1(const NormArgs a) { norm_vec_rows<1>(a); }
-
-// Two rows a block of n / 8 threads, n <= kVec2MaxN, bounded to two blocks of kVec2MaxN / 8 threads an SM: 48 registers
-// a thread. Unbounded, ptxas gave it 50-52, which the SM allocates as 56 (eight at a time), so that one block of the
-// 27B's 640 threads held an SM (35840 of its 65536 registers) and the 4B's 320 three, not four: the kernel ran at 0.55
-// and 0.72 of the same rows' plain two-row form (tools/probes/norm_rows_probe.cu), which is held to 48 by its code
-// alone.
-constexpr int kVec2MaxN = 5120;
-__global__ void __launch_bounds__(kVec2MaxN / 8, 2) norm_vec_kernel2(const NormArgs a) { norm_vec_rows<2>(a); }
-
 // The GDN gated norm on the same 16-byte footing for short bf16 rows (n = 64, 128, 256: the real
 // Dv = 128): R = n / 8 consecutive lanes own a row, 8 consecutive elements each; the sum of
 // squares goes through a butterfly over those R lanes. Every lane of a warp takes part in the
@@ -302,7 +297,7 @@ __global__ void __launch_bounds__(kWarpRowBlock, 6) gated_vec_kernel(const NormA
     t = static_cast<int>(row / a.heads);
     h = static_cast<int>(row % a.heads);
   }
-  // Before the dependency wait, as norm_vec_rows: the live row count and the weight.
+  // Before the dependency wait, as norm_vec_kernel: the live row count and the weight.
   const bool live = in && !(a.live && t >= *a.live);
   const int64_t o0 = row * (8 * R) + 8 * part;
   float v[8] = {}, w[8] = {};
@@ -378,9 +373,9 @@ cudaError_t launch(NormArgs a, cudaStream_t stream) {
     if (rows > 0x7fffffff) return too_many_rows();
     if (!kGated && vec_ok(a)) {
       if (rows >= kVecRowsMin && a.xsplits == 1 && a.n <= kVec2MaxN) {
-        launch_kernel(norm_vec_kernel2, static_cast<unsigned>((rows + 1) / 2), a.n / 8, 0, stream, a);
+        launch_kernel(norm_vec_kernel<2>, static_cast<unsigned>((rows + 1) / 2), a.n / 8, 0, stream, a);
       } else {
-        launch_kernel(norm_vec_kernel1, static_cast<unsigned>(rows), a.n / 8, 0, stream, a);
+        launch_kernel(norm_vec_kernel<1>, static_cast<unsigned>(rows), a.n / 8, 0, stream, a);
       }
       return cudaGetLastError();
     }

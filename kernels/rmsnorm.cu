@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(kWarpRowBlock, 6) gated_vec_kernel(const NormA
     t = static_cast<int>(row / a.heads);
     h = static_cast<int>(row % a.heads);
   }
-  // Before the dependency wait, as norm_vec_kernel: the live row count and the weight.
+  // Before the dependency wait, as norm_vec_kernel<1>: the live row count and the weight.
   const bool live = in && !(a.live && t >= *a.live);
   const int64_t o0 = row * (8 * R) + 8 * part;
   float v[8] = {}, w[8] = {};

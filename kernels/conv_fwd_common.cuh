@@ -114,9 +114,6 @@ __device__ __forceinline__ float pick(const float (&a)[N], int i) {
   return v;
 }
 
-// silu_fast: dev::silu_fast (device_util.cuh), shared with gdn_prefill_fused and the swiglu kernel.
-using dev::silu_fast;
-
 // One output: win[0..HB) holds the inputs of the HB tokens before this one, oldest first (win[HB-1]
 // the previous token), v this token's input. acc = bias; taps d = K-1 .. 1 back, then d = 0, i.e.
 // j = K-1-d = 0 .. K-1, the contract's order. Then the window slides by one. wr is reversed:

@@ -16,7 +16,7 @@
 // Why the hot loop looks the way it does: the kernel is bound by instruction issue, not memory.
 // SiLU's expf and correctly rounded division are most of the ~30 instructions per output, so the
 // token loop is branch-free (silu is a template parameter; the division's rare slow path is taken
-// once per batch, see silu_fast) and carries no per-token address arithmetic.
+// once per batch, see dev::silu_batch) and carries no per-token address arithmetic.
 #include <cstdint>
 
 #include "kernels/conv_fwd_common.cuh"
@@ -47,13 +47,7 @@ __device__ __forceinline__ void conv_tokens(float (&win)[KMAX - 1], const float 
     acc[t] = (kFull || t < nt) ? conv_step<KMAX>(win, wr, bias, to_f32(src[t * SS]), K) : 1.0f;
   }
   if constexpr (kSilu) {
-    bool bad = false;
-#pragma unroll
-    for (int t = 0; t < W; ++t) y[t] = silu_fast(acc[t], bad);
-    if (bad) {  // rare: some accumulator outside the fast range; redo the batch the plain way
-#pragma unroll
-      for (int t = 0; t < W; ++t) y[t] = dev::silu(acc[t]);
-    }
+    dev::silu_batch(acc, y);
   } else {
 #pragma unroll
     for (int t = 0; t < W; ++t) y[t] = acc[t];

@@ -76,7 +76,7 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 // or NaN) it raises `bad`, and
 // the caller recomputes that batch with the plain division (dev::silu). Either way the bytes are
 // dev::silu's (the conv arms' and swiglu's tests compare them on every output).
-// (Shared by conv.fwd's register arms, gdn_prefill_fused and the 16-byte swiglu kernel.)
+// (Through silu_batch: conv.fwd's register arms, gdn_prefill_fused and the 16-byte swiglu kernel.)
 __device__ __forceinline__ float silu_fast(float x, bool& bad) {
   const float d = 1.0f + expf(-x);
   float r;
@@ -87,6 +87,18 @@ __device__ __forceinline__ float silu_fast(float x, bool& bad) {
   const float ax = fabsf(x);
   bad |= !((d <= 0x1p64f) & (ax >= 0x1p-60f) & (ax <= 0x1.fffffep127f));  // bitwise: no branches
   return q;
+}
+// y = silu(x) over a batch of N: silu_fast for all, and the whole batch again with dev::silu where
+// one of them was outside its exact range (rare). dev::silu's bytes either way.
+template <int N>
+__device__ __forceinline__ void silu_batch(const float (&x)[N], float (&y)[N]) {
+  bool bad = false;
+#pragma unroll
+  for (int i = 0; i < N; ++i) y[i] = silu_fast(x[i], bad);
+  if (bad) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) y[i] = silu(x[i]);
+  }
 }
 
 // The MLP activation of one element (swiglu.h): silu(g), rounded to bf16 when round_act (the

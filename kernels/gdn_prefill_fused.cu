@@ -32,7 +32,6 @@ namespace {
 
 using conv_fwd_detail::conv_step;
 using conv_fwd_detail::pick;
-using conv_fwd_detail::silu_fast;
 using postconv_detail::load8;
 using postconv_detail::pack8;
 using postconv_detail::Raw8;
@@ -193,13 +192,7 @@ __device__ __forceinline__ void conv_group(const GdnPrefillFusedParams& p, const
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[e] = conv_step<KC>(win[e], wr[e], bias[e], xv[e], KC);
       if (p.silu) {
-        bool bad = false;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) y[j][e] = silu_fast(acc[e], bad);
-        if (bad) {  // rare: some accumulator outside silu_fast's exact range
-#pragma unroll
-          for (int e = 0; e < 8; ++e) y[j][e] = dev::silu(acc[e]);
-        }
+        dev::silu_batch(acc, y[j]);
       } else {
 #pragma unroll
         for (int e = 0; e < 8; ++e) y[j][e] = acc[e];

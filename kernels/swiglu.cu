@@ -44,8 +44,8 @@ __global__ void __launch_bounds__(kBlock) swiglu_kernel(const SwigluParams p, in
 // issues all its loads before its first store (U = 4 on large steps: fewer, longer-lived blocks
 // with more bytes in flight each; U = 1 on small ones, which need every SM). A group's token and
 // column come from by_row (fast_div.h: a multiply and a shift) where the groups number below 2^31,
-// else from a 64-bit division; SiLU is dev::silu_fast over a group's 8 gates, or dev::silu for a
-// group where it is not exact: dev::silu's bytes either way, as the element kernel's, since the
+// else from a 64-bit division; SiLU is dev::silu_batch over a group's 8 gates (silu_fast, or dev::silu
+// for a group where it is not exact): dev::silu's bytes either way, as the element kernel's, since the
 // bf16 rounding and the product with up follow as dev::swiglu_value has them.
 template <int U>
 __global__ void __launch_bounds__(kBlock) swiglu_vec8_kernel(const SwigluParams p, int64_t stride, FastDiv by_row) {
@@ -87,13 +87,7 @@ __global__ void __launch_bounds__(kBlock) swiglu_vec8_kernel(const SwigluParams 
       float gv[8], uv[8], a[8];
       dev::unpack8(ga[k], gv);
       dev::unpack8(ua[k], uv);
-      bool bad = false;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) a[e] = dev::silu_fast(gv[e], bad);
-      if (bad) {  // rare: a gate outside silu_fast's exact range
-#pragma unroll
-        for (int e = 0; e < 8; ++e) a[e] = dev::silu(gv[e]);
-      }
+      dev::silu_batch(gv, a);
 #pragma unroll
       for (int e = 0; e < 8; ++e) y[e] = dev::swiglu_of_silu(a[e], uv[e], p.act_dtype == DType::bf16);
     }

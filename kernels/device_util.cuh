@@ -55,8 +55,11 @@ __device__ __forceinline__ uint4 pack8(const float* f) {
   for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
   return u;
 }
+// The 16 bytes are copied out first: unpack8 on a reference into global memory reads it through
+// 4-byte bfloat162 pointers, which compiled to four 4-byte loads, each widened as it arrived.
 __device__ __forceinline__ void load8(const __nv_bfloat16* p, float* f) {
-  unpack8(*reinterpret_cast<const uint4*>(p), f);
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  unpack8(u, f);
 }
 __device__ __forceinline__ void load8(const float* p, float* f) {
   const float4 a = *reinterpret_cast<const float4*>(p);

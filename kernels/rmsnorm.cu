@@ -142,9 +142,8 @@ bool float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 
 // Elements i .. i + 7 of a 16-byte aligned bf16 or f32 weight vector.
 __device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float* f) {
-  if (t == DType::bf16) {  // one 16-byte load (dev::load8's reference into memory compiles to four 4-byte ones)
-    const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(w) + i);
-    dev::unpack8(u, f);
+  if (t == DType::bf16) {
+    dev::load8(static_cast<const __nv_bfloat16*>(w) + i, f);
   } else {
     dev::load8(static_cast<const float*>(w) + i, f);
   }

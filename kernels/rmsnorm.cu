@@ -163,15 +163,18 @@ __device__ __forceinline__ void load_w8(const void* w, DType t, int64_t i, float
 // 62 registers hold an SM to 1024 threads, one block of the 27B's 5120-wide rows, 10 KB in flight where the norm reads
 // the stream alone; two rows a block in 48 registers, two such blocks an SM, 40 KB: see the launch bounds below). Each
 // row's arithmetic is the one-row kernel's (the same thread map, order and butterflies), so its bytes are too. Split
-// planes (x_splits > 1) take the one-row kernel (their loads' registers would spill two rows). Launch bounds: one row a
-// block of up to kMaxBlock threads (n <= 8 kMaxBlock); two rows a block of n / 8 threads with n <= kVec2MaxN, bounded
-// to two blocks of kVec2MaxN / 8 threads an SM, 48 registers a thread. Unbounded, ptxas gave the two-row kernel 50-52,
-// which the SM allocates as 56 (eight at a time), so that one block of the 27B's 640 threads held an SM (35840 of its
-// 65536 registers) and the 4B's 320 three, not four.
+// planes (x_splits > 1) take the one-row kernel (their loads' registers would spill two rows). Launch bounds (kThreads,
+// the most threads a block): one row a block of up to kVec2MaxN / 8 threads (the decode steps' norms, which sum split
+// planes: up to 96 registers, so that eight planes' loads are in flight at once) or up to kMaxBlock (n above kVec2MaxN,
+// 64 registers, four planes); two rows a block of n / 8 threads with n <= kVec2MaxN, bounded to two blocks of
+// kVec2MaxN / 8 threads an SM, 48 registers a thread. Unbounded, ptxas gave the two-row kernel 50-52, which the SM
+// allocates as 56 (eight at a time), so that one block of the 27B's 640 threads held an SM (35840 of its 65536
+// registers) and the 4B's 320 three, not four.
 constexpr int kVec2MaxN = 5120;
-template <int kRows>
-__global__ void __launch_bounds__(kRows == 1 ? kMaxBlock : kVec2MaxN / 8, kRows == 1 ? 1 : 2)
-    norm_vec_kernel(const NormArgs a) {
+template <int kRows, int kThreads>
+__global__ void __launch_bounds__(kThreads, kRows == 1 ? 1 : 2) norm_vec_kernel(const NormArgs a) {
+  // Split planes whose loads are in flight together (the sum's order is the planes' order either way).
+  constexpr int kPlanesInFlight = kThreads <= kVec2MaxN / 8 ? 8 : 4;
   __shared__ float partial[kRows][32];
   const int64_t rows = static_cast<int64_t>(a.T) * a.heads;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;  // grid = ceil(T * heads / kRows); blockDim = n / 8
@@ -205,16 +208,19 @@ __global__ void __launch_bounds__(kRows == 1 ? kMaxBlock : kVec2MaxN / 8, kRows 
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[j][i] = 0.0f;
     if (!in[j] || pad[j]) continue;
+    // The residual first: it depends on nothing here, and issued after the planes' sum it was a
+    // memory round trip of its own.
+    if (a.res) ru[j] = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.res) + o0[j]);
     const int64_t x0 = static_cast<int64_t>(t[j]) * a.x_ts + static_cast<int64_t>(h[j]) * a.x_hs + 8 * threadIdx.x;
     if (kRows == 1 && a.xt == DType::f32 && a.xsplits > 1) {  // the planes in order from 0.0f, rounded below
       const float* p = static_cast<const float*>(a.x) + x0;
-      for (int k0 = 0; k0 < a.xsplits; k0 += 4) {  // four planes' loads in flight
-        float t4[4][8];
+      for (int k0 = 0; k0 < a.xsplits; k0 += kPlanesInFlight) {  // the planes' loads in flight together
+        float t4[kPlanesInFlight][8];
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
+        for (int q = 0; q < kPlanesInFlight; ++q)
           if (k0 + q < a.xsplits) dev::load8(p + (k0 + q) * a.xsplit_stride, t4[q]);
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
+        for (int q = 0; q < kPlanesInFlight; ++q) {
           if (k0 + q < a.xsplits) {
 #pragma unroll
             for (int i = 0; i < 8; ++i) v[j][i] += t4[q][i];
@@ -226,7 +232,6 @@ __global__ void __launch_bounds__(kRows == 1 ? kMaxBlock : kVec2MaxN / 8, kRows 
     } else {
       xb[j] = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + x0);
     }
-    if (a.res) ru[j] = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.res) + o0[j]);
   }
   // A load's first use waits for its bytes: widening row 0 inside the loop above held row 1's load back a
   // memory round trip (the rows' loads sit in separate branches, which the compiler does not reorder across).
@@ -296,7 +301,7 @@ __global__ void __launch_bounds__(kWarpRowBlock, 6) gated_vec_kernel(const NormA
     t = static_cast<int>(row / a.heads);
     h = static_cast<int>(row % a.heads);
   }
-  // Before the dependency wait, as norm_vec_kernel<1>: the live row count and the weight.
+  // Before the dependency wait, as the one-row norm_vec_kernel: the live row count and the weight.
   const bool live = in && !(a.live && t >= *a.live);
   const int64_t o0 = row * (8 * R) + 8 * part;
   float v[8] = {}, w[8] = {};
@@ -371,10 +376,13 @@ cudaError_t launch(NormArgs a, cudaStream_t stream) {
   } else {
     if (rows > 0x7fffffff) return too_many_rows();
     if (!kGated && vec_ok(a)) {
+      constexpr int kT = kVec2MaxN / 8;
       if (rows >= kVecRowsMin && a.xsplits == 1 && a.n <= kVec2MaxN) {
-        launch_kernel(norm_vec_kernel<2>, static_cast<unsigned>((rows + 1) / 2), a.n / 8, 0, stream, a);
+        launch_kernel(norm_vec_kernel<2, kT>, static_cast<unsigned>((rows + 1) / 2), a.n / 8, 0, stream, a);
+      } else if (a.n <= kVec2MaxN) {
+        launch_kernel(norm_vec_kernel<1, kT>, static_cast<unsigned>(rows), a.n / 8, 0, stream, a);
       } else {
-        launch_kernel(norm_vec_kernel<1>, static_cast<unsigned>(rows), a.n / 8, 0, stream, a);
+        launch_kernel(norm_vec_kernel<1, kMaxBlock>, static_cast<unsigned>(rows), a.n / 8, 0, stream, a);
       }
       return cudaGetLastError();
     }

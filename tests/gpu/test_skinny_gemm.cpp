@@ -339,8 +339,9 @@ TEST_CASE("skinny gemm: partials summed by the RMSNorm after (defer_sum, x_split
   struct Case {
     int M, N, K;
   };
-  for (Case c :
-       {Case{32, 2560, 9216}, Case{32, 2560, 4096}, Case{8, 2560, 9216}, Case{1, 1024, 2048}, Case{17, 5120, 6144}}) {
+  // N = 8192: the norm's one-row kernel of 1024 threads, four planes' loads in flight (eight up to 5120).
+  for (Case c : {Case{32, 2560, 9216}, Case{32, 2560, 4096}, Case{8, 2560, 9216}, Case{1, 1024, 2048},
+                 Case{17, 5120, 6144}, Case{4, 8192, 2048}}) {
     const int most = std::min(c.K / 64, 32);
     const auto x = test::uniform_bf16(static_cast<size_t>(c.M) * c.K, 900 + c.M, -1.f, 1.f);
     const auto W = test::uniform_bf16(static_cast<size_t>(c.N) * c.K, 901 + c.K, -0.1f, 0.1f);

@@ -69,10 +69,10 @@ TEST_CASE("rmsnorm: matches the reference for awkward sizes, dtypes and padded t
 
 TEST_CASE("rmsnorm: a row gives the same bytes in every bucket size and in place", "[gpu][norms]") {
   // 1025 rows: the 16-byte kernel's two rows a block (kVecRowsMin; n <= 5120), the last block's second
-  // row past the end, and one a block above 5120; 17 rows: one a block.
+  // row past the end, and one a block above 5120; 300 and 17 rows: one a block.
   for (int n : {129, 2560, 5120, 8192}) {
     CAPTURE(n);
-    const int T_small = 17, T_big = 1025;
+    const int T_small = 17, T_mid = 300, T_big = 1025;
     auto x = test::uniform_bf16(static_cast<size_t>(T_big) * n, 42 + n, -3.f, 3.f);
     auto w = test::uniform(n, 43 + n, -0.5f, 0.5f);
     auto dx = test::DevBuf::from(x, DType::bf16), dw = test::DevBuf::from(w, DType::f32);
@@ -88,20 +88,95 @@ TEST_CASE("rmsnorm: a row gives the same bytes in every bucket size and in place
       check(rmsnorm(p, nullptr));
     };
     auto y_small = out_buf(static_cast<size_t>(T_small) * n, DType::bf16);
+    auto y_mid = out_buf(static_cast<size_t>(T_mid) * n, DType::bf16);
     auto y_big = out_buf(static_cast<size_t>(T_big) * n, DType::bf16);
     run(T_small, y_small.data());
+    run(T_mid, y_mid.data());
     run(T_big, y_big.data());
     auto gs = fetch(y_small, static_cast<size_t>(T_small) * n, DType::bf16);
+    auto gm = fetch(y_mid, static_cast<size_t>(T_mid) * n, DType::bf16);
     auto gb = fetch(y_big, static_cast<size_t>(T_big) * n, DType::bf16);
     CHECK(gs.guard_ok);
+    CHECK(gm.guard_ok);
     CHECK(gb.guard_ok);
     gb.bytes.resize(gs.bytes.size());
+    gm.bytes.resize(gs.bytes.size());
     CHECK(test::byte_diff(gs.bytes, gb.bytes, DType::bf16) == "");
+    CHECK(test::byte_diff(gs.bytes, gm.bytes, DType::bf16) == "");
     // In place (y == x) gives the same bytes.
     run(T_small, dx.data());
     auto gi = dx.download();
     gi.resize(gs.bytes.size());
     CHECK(test::byte_diff(gi, gs.bytes, DType::bf16) == "");
+  }
+}
+
+TEST_CASE("rmsnorm: summed split planes give the host's residual bytes and one set of norm bytes", "[gpu][norms]") {
+  // x as P f32 planes (a skinny GEMM's deferred partials) summed in plane order from 0, rounded to bf16,
+  // plus the residual, rounded: the one-row kernel (eight planes' loads in flight up to 5120, four at
+  // 8192; nine planes take two such groups), 300 rows with padding rows past live and 17 without.
+  // residual_out is checked to the byte against that sum on the host, y against the reference norm
+  // and between the two row counts to the byte.
+  for (int n : {2560, 5120, 8192}) {
+    for (int P : {3, 6, 9}) {
+      const uint64_t seed = 12000 + n + P;
+      CAPTURE(n, P, seed);
+      const int T_small = 17, T_mid = 300, live = T_mid - 5;
+      auto w = test::uniform_bf16(n, seed, -0.5f, 0.5f);
+      auto res = test::uniform_bf16(static_cast<size_t>(T_mid) * n, seed + 1, -2.f, 2.f);
+      auto planes = test::uniform(static_cast<size_t>(P) * T_mid * n, seed + 2, -1.f, 1.f);  // [P][T_mid][n]
+      auto dw = test::DevBuf::from(w, DType::bf16);
+      auto dlive = test::DevBuf::from_i32({live});
+      std::vector<float> h(static_cast<size_t>(T_mid) * n);
+      for (size_t i = 0; i < h.size(); ++i) {
+        float x = 0.0f;
+        for (int k = 0; k < P; ++k) x += planes[static_cast<size_t>(k) * h.size() + i];
+        h[i] = round_bf16(round_bf16(x) + res[i]);
+      }
+      std::vector<float> want(h.size());
+      ref::rmsnorm(h.data(), w.data(), want.data(), T_mid, n, kEps, ref::Store::bf16);
+      auto run = [&](int T) {
+        const size_t N = static_cast<size_t>(T) * n;
+        std::vector<float> xp(static_cast<size_t>(P) * N);  // the first T rows of every plane, T rows apart
+        for (int k = 0; k < P; ++k)
+          std::copy_n(planes.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(k) * T_mid * n), N,
+                      xp.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(k) * N));
+        auto dx = test::DevBuf::from(xp, DType::f32);
+        auto dres = test::DevBuf::from(std::vector<float>(res.begin(), res.begin() + static_cast<std::ptrdiff_t>(N)),
+                                       DType::bf16);
+        auto y = out_buf(N, DType::bf16);
+        RmsNormParams p;
+        p.x = dx.data();
+        p.x_dtype = DType::f32;
+        p.round_x = true;
+        p.x_splits = P;
+        p.x_split_stride = static_cast<int64_t>(N);
+        p.residual = dres.data();
+        p.residual_out = dres.data();
+        p.residual_dtype = DType::bf16;
+        p.w = dw.data();
+        p.w_dtype = DType::bf16;
+        p.y = y.data();
+        p.y_dtype = DType::bf16;
+        p.T = T;
+        p.n = n;
+        p.live_rows = T == T_mid ? dlive.as<int32_t>() : nullptr;
+        check(rmsnorm(p, nullptr));
+        auto g = fetch(y, N, DType::bf16);
+        CHECK(g.guard_ok);
+        const size_t L = static_cast<size_t>(T == T_mid ? live : T) * n;
+        CHECK(compare(g.v, std::vector<float>(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(N)), DType::bf16,
+                      1, L) == "");
+        std::vector<float> hw(h.begin(), h.begin() + static_cast<std::ptrdiff_t>(N));
+        zero_tail(hw, L);
+        CHECK(test::byte_diff(dres.download(), test::to_bytes(hw, DType::bf16), DType::bf16) == "");
+        return g.bytes;
+      };
+      auto small = run(T_small);
+      auto mid = run(T_mid);
+      mid.resize(small.size());
+      CHECK(test::byte_diff(small, mid, DType::bf16) == "");
+    }
   }
 }
 

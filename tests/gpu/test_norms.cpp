@@ -114,7 +114,7 @@ TEST_CASE("rmsnorm: a row gives the same bytes in every bucket size and in place
 TEST_CASE("rmsnorm: summed split planes give the host's residual bytes and one set of norm bytes", "[gpu][norms]") {
   // x as P f32 planes (a skinny GEMM's deferred partials) summed in plane order from 0, rounded to bf16,
   // plus the residual, rounded: the one-row kernel (eight planes' loads in flight up to 5120, four at
-  // 8192; nine planes take two such groups), 300 rows with padding rows past live and 17 without.
+  // 8192; nine planes take more than one such group), 300 rows with padding rows past live and 17 without.
   // residual_out is checked to the byte against that sum on the host, y against the reference norm
   // and between the two row counts to the byte.
   for (int n : {2560, 5120, 8192}) {

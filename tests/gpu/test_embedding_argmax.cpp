@@ -1,8 +1,12 @@
 // GPU tests of the model step's embedding gather and argmax against their CPU references (tagged
 // [norms] with the other elementwise kernels of the step). Poisoned outputs and guards: norm_fixture.h.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/tensor.h"

@@ -8,8 +8,9 @@
 //   X'^T = beta (v^T - exp(G) X^T)        v^T read by ldmatrix.trans; non-finite as 0, first one noted
 //   V'^T = X'^T T^T                       B: T's parts (the record, K-major)
 //   S^T = exp(G_last) S^T + (L V')^T K    B: the k tile, MN-major
-//   o^T = exp(G) scale O^T + V'^T P^T     B: P's parts (the record, K-major); stored, NaN past the
-//                                         first non-finite V' of each value column
+//   o^T = exp(G) scale O^T + V'^T P^T     B: P's parts (the record, K-major); stored (bf16: through
+//                                         the warpgroup's shared tile), NaN past the first
+//                                         non-finite V' of each value column
 // The two warpgroups take turns to issue each of the three groups (wgmma::Turns), so that the
 // element-wise work of one runs under the other's products; the order of each warpgroup's own
 // products, and so every byte, is unchanged.
@@ -46,11 +47,16 @@ namespace rec = delta_records;
 constexpr uint32_t kRec = rec::kRecordBytes;  // 19,712 bytes
 static_assert(rec::kGateBytes == kGB, "the record's gates are the chunk's");
 constexpr int kThreads = 256;  // two warpgroups: value columns 0 .. 63 and 64 .. 127
+constexpr int kBarOut = 4;     // named barriers 4 and 5: a warpgroup's output tile written (Turns: 2, 3)
 // A stage of the recurrence's double buffer (chunk ci uses stage ci % 2): the q, k, v tiles, T's and
 // P's parts as whole [64 x 64] tiles (hi, then lo kTP on; the upper core matrices zeroed once), the gates.
 constexpr uint32_t sQ = 0, sK = kQK, sV = 2 * kQK, sT = 3 * kQK, sP = sT + 2 * kTP, sG = sP + 2 * kTP;
 constexpr uint32_t kStage = sG + kGB;
-constexpr uint32_t kSmem = 2 * kStage;
+// Each warpgroup's output tile, [64 tokens x 64 value columns] bf16: a chunk's o goes through it to
+// 16-byte stores of whole 128-byte rows (a warp's 8 lanes a token), 5% of the kernel's time
+// against a thread's 32 scattered 2-byte stores (docs/BENCHMARKS.md).
+constexpr uint32_t sO = 2 * kStage, kOutTile = 64 * 64 * 2;
+constexpr uint32_t kSmem = sO + 2 * kOutTile;
 // The T kernel: the k tile; the q tile, then A and T (f32), then T's parts over its first 2 kTP
 // bytes; the gates.
 constexpr uint32_t tK = 0, tT = kQK, tG = tT + kTB;
@@ -177,6 +183,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale = 1.0f / sqrtf(static_cast<float>(kD));
   const int r0 = 16 * (warp & 3) + g;  // this thread's accumulator rows: value columns vc + r0, vc + r0 + 8
   const int vc = 64 * wg;
+  // bf16 outputs on a 16-byte aligned base go through the warpgroup's output tile (the contract
+  // asks only the element's alignment of out: other bases take the element stores).
+  const bool tile_out = p.out_dtype == DType::bf16 && (reinterpret_cast<uintptr_t>(p.out) & 15) == 0;
 
   // The state: st[4 j + q] = S^T[vc + r0 + 8 (q >> 1)][8 j + 2 t + (q & 1)] = S[d][v], j = 0 .. 15,
   // read once; two m64n64 halves (d < 64, d >= 64) of one m64n128 accumulator.
@@ -197,14 +206,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     *reinterpret_cast<uint4*>(smem + (i / kUpperChunks) * kStage + sT +
                               rec::upper_chunk_tile_offset(i % kUpperChunks)) = make_uint4(0, 0, 0, 0);
   }
-  // Chunk ci's tiles and record into stage ci % 2, by the 256 threads (one cp.async group): the
-  // record's lower core matrices of T's and P's parts to their places in the whole tiles, then the gates.
-  auto load_chunk = [&](int ci) {
+  // Chunk ci's tiles and record into stage ci % 2, by the 256 threads (one cp.async group, committed
+  // by load_rest): the q and k tiles, then the v tile, the record's lower core matrices of T's and P's
+  // parts to their places in the whole tiles, and the gates. A chunk issues the next chunk's q and k
+  // after its X and O products and the rest after V': every copy issued there, ahead of the v tile's
+  // ldmatrix reads for X', delays them (the next chunk's copies all there: 1% slower; all after V':
+  // 3%; after the state update: 8%, docs/BENCHMARKS.md).
+  auto load_qk = [&](int ci) {
     const int64_t c0 = b + static_cast<int64_t>(ci) * kC;
     const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC);
     const uint32_t s = base + (ci & 1) * kStage;
     load_tile(s + sQ, p.q, c0, L, Hk, hk, tid, kThreads);
     load_tile(s + sK, p.k, c0, L, Hk, hk, tid, kThreads);
+  };
+  auto load_rest = [&](int ci) {
+    const int64_t c0 = b + static_cast<int64_t>(ci) * kC;
+    const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC);
+    const uint32_t s = base + (ci & 1) * kStage;
     load_tile(s + sV, p.v, c0, L, Hv, hv, tid, kThreads);
     const unsigned char* record = ws + ((first + ci) * Hv + hv) * static_cast<int64_t>(kRec);
     for (int i = tid; i < static_cast<int>(rec::kRecGates / 16); i += kThreads) {
@@ -215,7 +233,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mma::cp_async_commit();
   };
-  load_chunk(0);
+
+  load_qk(0);
+  load_rest(0);
   const wgmma::Turns<2> turns{wg};  // named barriers 2 and 3 (the header says why)
   if (wg == 1) turns.pass();        // warpgroup 0 issues first
 
@@ -255,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     wgmma::commit();
     turns.pass();
-    if (ci + 1 < nchunks) load_chunk(ci + 1);  // into the other stage, while X and O run
+    if (ci + 1 < nchunks) load_qk(ci + 1);
     wgmma::wait<1>();
     wgmma::fence_operands<32>(xa);
     // X'^T[v][c] = beta_c (v[c][v] - exp(G_c) X^T[v][c]), non-finite as 0; v^T's fragments by
@@ -306,6 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence();
     split_product(va, xf, s + sT);  // T's parts, K-major
     wgmma::commit();
+    if (ci + 1 < nchunks) load_rest(ci + 1);
     turns.pass();
     wgmma::wait<0>();
     wgmma::fence_operands<32>(va);
@@ -356,12 +377,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::wait<0>();
     wgmma::fence_operands<64>(st);
     wgmma::fence_operands<32>(oa);
+    if (tile_out) {
+      // Row c of the warpgroup's tile is token c's 64 columns, its 16-byte chunks swizzled by c % 8
+      // (a store's 32 lanes hit distinct banks); then a thread's 4 whole chunks to memory. The
+      // chunk's next barrier (__syncthreads) orders these reads before the next chunk's writes.
+      unsigned char* tile = smem + sO + wg * kOutTile;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int h = (i >> 1) & 1, c = 8 * (i >> 2) + 2 * t + (i & 1);
-      if (c < L) {
+      for (int i = 0; i < 32; ++i) {
+        const int h = (i >> 1) & 1, c = 8 * (i >> 2) + 2 * t + (i & 1), v = r0 + 8 * h;
         const float x = nfv[h] <= c ? __int_as_float(0x7fc00000) : oa[i];
-        dev::store(p.out, p.out_dtype, ((c0 + c) * Hv + hv) * kD + vc + r0 + 8 * h, x);
+        *reinterpret_cast<__nv_bfloat16*>(tile + c * 128 + (((v >> 3) ^ (c & 7)) << 4) + (v & 7) * 2) =
+            __float2bfloat16_rn(x);
+      }
+      bar_sync(kBarOut + wg, 128);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int u = (tid & 127) + 128 * k, c = u >> 3, q = u & 7;
+        if (c < L) {
+          *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.out) + ((c0 + c) * Hv + hv) * kD + vc + 8 * q) =
+              *reinterpret_cast<const uint4*>(tile + c * 128 + ((q ^ (c & 7)) << 4));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int h = (i >> 1) & 1, c = 8 * (i >> 2) + 2 * t + (i & 1);
+        if (c < L) {
+          const float x = nfv[h] <= c ? __int_as_float(0x7fc00000) : oa[i];
+          dev::store(p.out, p.out_dtype, ((c0 + c) * Hv + hv) * kD + vc + r0 + 8 * h, x);
+        }
       }
     }
   }

@@ -22,7 +22,8 @@
 //      V'^T = X'^T T^T, o^T = O^T + V'^T P^T (T's and P's parts from the record) and
 //      S^T = exp(G_last) S^T + (L V')^T K. Nothing of the state, X or V' passes through shared
 //      memory; the next chunk's q, k, v tiles and record are copied (cp.async) while a chunk runs;
-//      one block barrier a chunk, no other.
+//      one block barrier a chunk, and one a warpgroup for its bf16 output (o goes through a shared
+//      tile to 16-byte stores of whole rows).
 // The operands are split into bf16 high and low parts as in the one-kernel form (hi*hi + hi*lo +
 // lo*hi; S two products, q and k being exact), accumulated in f32: each output element sums the
 // same exact products in the same order as there (the products issued in its order, the

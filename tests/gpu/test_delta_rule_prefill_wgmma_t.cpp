@@ -199,35 +199,38 @@ TEST_CASE("two-kernel wgmma delta-rule prefill: outputs and state aligned to the
     WARN("not run: the two-kernel wgmma delta-rule prefill needs compute capability 9.0");
     return;
   }
-  // f32 outputs one float and the f32 state one float past a 16-byte boundary, then a bf16 state
-  // one element past: the bytes of the aligned runs.
+  // Outputs and the state one element past a 16-byte boundary (f32 and bf16 each): the bytes of
+  // the aligned runs (bf16 outputs on an aligned base go through the kernel's shared output tile,
+  // on the shifted one element by element, so the two store paths are compared here).
   const Shape sh{1, 2, 128, 128};
   const Problem P = make_problem(sh, DType::bf16, {70, 5, 130}, {0, 4, 2}, {1, 0, 1}, 123);
   for (DType st : {DType::f32, DType::bf16}) {
-    CAPTURE(dtype_name(st));
-    Rig rig(P);
-    const auto s0 = test::to_bytes(P.state0, st);
-    const size_t es = dtype_size(st), out_bytes = P.out_elems() * 4;
-    DevBuf state(s0.size() + 16), out(out_bytes + 16);
-    auto run_at = [&](size_t offset_elems) {
-      check(cudaMemcpy(static_cast<char*>(state.data()) + offset_elems * es, s0.data(), s0.size(),
-                       cudaMemcpyHostToDevice));
-      out.fill(0xA5);
-      DeltaRulePrefillParams p = rig.params(P);
-      p.state = static_cast<char*>(state.data()) + offset_elems * es;
-      p.state_dtype = st;
-      p.out = static_cast<char*>(out.data()) + offset_elems * 4;
-      p.out_dtype = DType::f32;
-      launch(P, p);
-      const auto so = state.download(), oo = out.download();
-      return Result{std::vector<uint8_t>(oo.begin() + static_cast<int64_t>(offset_elems * 4),
-                                         oo.begin() + static_cast<int64_t>(offset_elems * 4 + out_bytes)),
-                    std::vector<uint8_t>(so.begin() + static_cast<int64_t>(offset_elems * es),
-                                         so.begin() + static_cast<int64_t>(offset_elems * es + s0.size()))};
-    };
-    const Result aligned = run_at(0), shifted = run_at(1);
-    CHECK(byte_diff(shifted.out, aligned.out, DType::f32) == "");
-    CHECK(byte_diff(shifted.state, aligned.state, st) == "");
+    for (DType ot : {DType::f32, DType::bf16}) {
+      CAPTURE(dtype_name(st), dtype_name(ot));
+      Rig rig(P);
+      const auto s0 = test::to_bytes(P.state0, st);
+      const size_t es = dtype_size(st), eo = dtype_size(ot), out_bytes = P.out_elems() * eo;
+      DevBuf state(s0.size() + 16), out(out_bytes + 16);
+      auto run_at = [&](size_t offset_elems) {
+        check(cudaMemcpy(static_cast<char*>(state.data()) + offset_elems * es, s0.data(), s0.size(),
+                         cudaMemcpyHostToDevice));
+        out.fill(0xA5);
+        DeltaRulePrefillParams p = rig.params(P);
+        p.state = static_cast<char*>(state.data()) + offset_elems * es;
+        p.state_dtype = st;
+        p.out = static_cast<char*>(out.data()) + offset_elems * eo;
+        p.out_dtype = ot;
+        launch(P, p);
+        const auto so = state.download(), oo = out.download();
+        return Result{std::vector<uint8_t>(oo.begin() + static_cast<int64_t>(offset_elems * eo),
+                                           oo.begin() + static_cast<int64_t>(offset_elems * eo + out_bytes)),
+                      std::vector<uint8_t>(so.begin() + static_cast<int64_t>(offset_elems * es),
+                                           so.begin() + static_cast<int64_t>(offset_elems * es + s0.size()))};
+      };
+      const Result aligned = run_at(0), shifted = run_at(1);
+      CHECK(byte_diff(shifted.out, aligned.out, ot) == "");
+      CHECK(byte_diff(shifted.state, aligned.state, st) == "");
+    }
   }
 }
 

@@ -146,23 +146,38 @@ __device__ __forceinline__ void store_pass_rows(const AttentionParams& p, const 
     const int64_t orow = (static_cast<int64_t>(tile * kPrefillTileRows + r) * p.Hq + h) * D;
     // The gate values of kJ n-tiles are all loaded before any of their outputs is stored: a load
     // after a store may read what the store wrote (out and gate are both plain pointers), so
-    // interleaved, every load waited for its own round trip.
+    // interleaved, every load waited for its own round trip. A thread's two columns 2 tq, 2 tq + 1
+    // are adjacent: with bf16 gate and out on 4-byte aligned bases, one 4-byte load and store a pair.
     constexpr int kJ = D / 8 < 8 ? D / 8 : 8;
     static_assert((D / 8) % kJ == 0, "the n-tiles come in whole groups of kJ");
+    const bool pairs = p.q_dtype == DType::bf16 && p.out_dtype == DType::bf16 &&
+                       ((reinterpret_cast<uintptr_t>(p.gate) | reinterpret_cast<uintptr_t>(p.out)) & 3) == 0;
 #pragma unroll
     for (int j0 = 0; j0 < D / 8; j0 += kJ) {
       float g[kJ][2];
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
+        const int64_t i = orow + 8 * (j0 + j) + 2 * tq;
+        if (pairs) {
+          const __nv_bfloat162 w =
+              *reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(p.gate) + i);
+          g[j][0] = __low2float(w);
+          g[j][1] = __high2float(w);
+        } else {
 #pragma unroll
-        for (int c = 0; c < 2; ++c) g[j][c] = dev::load(p.gate, p.q_dtype, orow + 8 * (j0 + j) + 2 * tq + c);
+          for (int c = 0; c < 2; ++c) g[j][c] = dev::load(p.gate, p.q_dtype, i + c);
+        }
       }
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int64_t i = orow + 8 * (j0 + j) + 2 * tq + c;
-          dev::store(p.out, p.out_dtype, i, (o[j0 + j][2 * e + c] / l[e]) * sigmoidf_(g[j][c]));
+        const int64_t i = orow + 8 * (j0 + j) + 2 * tq;
+        const float x0 = (o[j0 + j][2 * e] / l[e]) * sigmoidf_(g[j][0]);
+        const float x1 = (o[j0 + j][2 * e + 1] / l[e]) * sigmoidf_(g[j][1]);
+        if (pairs) {
+          *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.out) + i) = __floats2bfloat162_rn(x0, x1);
+        } else {
+          dev::store(p.out, p.out_dtype, i, x0);
+          dev::store(p.out, p.out_dtype, i + 1, x1);
         }
       }
     }

@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# delta_recurrence_ablate.sh: where the recurrence of the two-kernel delta-rule prefill
+# (delta_rule_wgmma_t_kernel, kernels/delta_rule_prefill_wgmma_t.cu; `--delta-prefill wgmma-t`, the
+# `auto` form on compute capability 9.0) spends its time. It writes edited copies of the kernel's
+# source to a temporary folder, each with one part of the chunk loop removed or changed (below),
+# builds tools/probes/delta_prefill_probe.cu -DSG_PROBE_WGMMA_T once per copy (in parallel), runs
+# the copies in ROUNDS rounds (each round every copy once, in order, so that a drift of the card's
+# clocks falls on all of them) on the 4B prefill shape (32 x 1024 tokens, Hk 16, Hv 32,
+# Dk = Dv = 128, bf16 q, k, v and output, f32 state) and prints one table: variant, the median ms a
+# launch over the rounds, the recurrence alone (the launch less the T kernel, which no edit
+# touches), what the edit saves against `full`, the registers and spill bytes of the recurrence
+# (ptxas -v) and the checksum of one launch's output and final state. full and no-turns keep the
+# arithmetic (no-turns leaves the order of each warpgroup's own products as it is) and must print
+# full's checksum; every other copy computes or stores something else and prints its own, by design.
+#   full       the kernel as it is (copied verbatim)
+#   no-store   the outputs computed and not stored (a test that never holds keeps them live)
+#   no-refill  chunks 0 and 1 copied once before the loop, no copies inside it (the stages keep
+#              those chunks' tiles and records)
+#   refill-l2  the copies inside the loop fetch chunk 0 or 1 again (the same instructions, the data
+#              from L2): set beside no-refill, it tells the copies' issue from their memory time
+#   no-turns   no wgmma::Turns between the two warpgroups (each issues when it is ready)
+#   no-xprime  X' = X as it is: no v tile read, no element-wise step before V'
+#   no-o       no O = S Q^T product (o from V' P^T alone)
+#   one-pass   one bf16 part everywhere (S^T's, X''s, V''s, T's and P's high parts only): what
+#              products without the low parts would take; not the form's arithmetic (its error
+#              against the split form is printed by the probe)
+# Each edit names the exact text it changes; python3 stops (exit 1) when an anchor is not found as
+# often as expected, before anything is built; a copy that does not compile is reported and the
+# script exits 1 after timing the others.
+#   usage: tools/probes/delta_recurrence_ablate.sh [--build-only] [--rounds N] [-j JOBS] [VARIANT ...]
+#                                                  [-- PROBE ARGS]
+#     --build-only  make and build every copy, run nothing (no GPU needed)
+#     --rounds N    timed rounds (default 2)
+#     -j JOBS       parallel builds (default: the cores, at most 16)
+#     VARIANT ...   only these (full is always included)
+#     PROBE ARGS    passed to every probe run (default: 32 1024 10)
+# Needs nvcc (/usr/local/cuda/bin), python3 and a GPU of compute capability 9.0 to run. A build
+# takes about 40 s on one core; a run 2-3 s.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH=/usr/local/cuda/bin:$PATH
+
+all=(full no-store no-refill refill-l2 no-turns no-xprime no-o one-pass)
+build_only=0
+rounds=2
+cores=$(nproc 2> /dev/null || echo 4)
+jobs=$((cores < 16 ? cores : 16))
+picked=()
+probe_args=(32 1024 10)
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-only) build_only=1 ;;
+    --rounds | -j)
+      [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "delta_recurrence_ablate: $1 needs a positive count" >&2; exit 2; }
+      if [ "$1" = -j ]; then jobs=$2; else rounds=$2; fi
+      shift
+      ;;
+    --) shift; probe_args=("$@"); break ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+    *)
+      ok=0
+      for v in "${all[@]}"; do [ "$v" = "$1" ] && ok=1; done
+      [ $ok = 1 ] || { echo "delta_recurrence_ablate: unknown variant '$1' (known: ${all[*]})" >&2; exit 2; }
+      picked+=("$1")
+      ;;
+  esac
+  shift
+done
+variants=(full)
+for v in "${picked[@]}"; do [ "$v" = full ] || variants+=("$v"); done
+[ ${#picked[@]} -eq 0 ] && variants=("${all[@]}")
+command -v nvcc > /dev/null || { echo "delta_recurrence_ablate: nvcc not found" >&2; exit 2; }
+command -v python3 > /dev/null || { echo "delta_recurrence_ablate: python3 not found (it makes the edits)" >&2; exit 2; }
+
+src=kernels/delta_rule_prefill_wgmma_t.cu
+work=$(mktemp -d "${TMPDIR:-/tmp}/delta_recurrence_ablate.XXXXXX")
+t_start=$SECONDS
+echo "delta_recurrence_ablate: ${#variants[@]} variants in $work, $jobs parallel builds"
+
+# ---- 1. The edited copies.
+python3 - "$src" "$work" "${variants[@]}" << 'PY'
+import sys
+
+src, work, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+orig = open(src).read()
+
+
+def rep(t, old, new, what, count=1):
+    n = t.count(old)
+    if n != count:
+        sys.exit(f"delta_recurrence_ablate: {what}: text found {n} times, want {count}: {old.strip().splitlines()[0]!r}")
+    return t.replace(old, new)
+
+
+REFILL_QK = "    if (ci + 1 < nchunks) load_qk(ci + 1);\n"
+REFILL_REST = "    if (ci + 1 < nchunks) load_rest(ci + 1);\n"
+ELEMENT_STORE = "          dev::store(p.out, p.out_dtype, ((c0 + c) * Hv + hv) * kD + vc + r0 + 8 * h, x);\n"
+
+
+def no_store(t):
+    # A condition false at run time that the compiler cannot fold keeps every value computed.
+    t = rep(t, "        if (c < L) {\n          *reinterpret_cast<uint4*>",
+            "        if (c < L && p.max_seqs < 0) {\n          *reinterpret_cast<uint4*>", "no-store: the tile's stores")
+    return rep(t, ELEMENT_STORE, "          if (p.max_seqs < 0) " + ELEMENT_STORE.lstrip(), "no-store: the element stores")
+
+
+def no_refill(t):
+    t = rep(t, "  load_qk(0);\n  load_rest(0);\n",
+            "  load_qk(0);\n  load_rest(0);\n  if (nchunks > 1) {\n    load_qk(1);\n    load_rest(1);\n  }\n",
+            "no-refill: chunks 0 and 1")
+    t = rep(t, REFILL_QK, "", "no-refill: q, k")
+    return rep(t, REFILL_REST, "", "no-refill: the rest")
+
+
+def refill_l2(t):
+    t = rep(t, REFILL_QK, "    if (ci + 1 < nchunks) load_qk((ci + 1) & 1);\n", "refill-l2: q, k")
+    return rep(t, REFILL_REST, "    if (ci + 1 < nchunks) load_rest((ci + 1) & 1);\n", "refill-l2: the rest")
+
+
+def no_turns(t):
+    t = rep(t, "  if (wg == 1) turns.pass();        // warpgroup 0 issues first\n", "", "no-turns: first pass")
+    t = rep(t, "  if (wg == 0) turns.wait();\n", "", "no-turns: last wait")
+    t = rep(t, "    turns.wait();\n", "", "no-turns: waits", count=3)
+    return rep(t, "    turns.pass();\n", "", "no-turns: passes", count=3)
+
+
+def no_xprime(t):
+    s = t.index("    int nfx[2] = {kC, kC};")
+    e = t.index("    nfx[0] = quad_min(nfx[0]);")
+    if t.count("    int nfx[2] = {kC, kC};") != 1 or e < s:
+        sys.exit("delta_recurrence_ablate: no-xprime: the X' block's anchors")
+    return t[:s] + "    int nfx[2] = {kC, kC};  // probe edit: X' = X\n" + t[e:]
+
+
+def no_o(t):
+    o = ("#pragma unroll\n    for (int i = 0; i < 2; ++i) {\n#pragma unroll\n      for (int kk = 0; kk < 8; ++kk) {\n"
+         "        wgmma::m64n64k16_rs_t<0>(oa, sf[kk][i], desc(s + sQ + 256 * kk, 128, 2048), i + kk > 0);\n"
+         "      }\n    }\n")
+    return rep(t, o, "#pragma unroll\n    for (int i = 0; i < 32; ++i) oa[i] = 0.0f;  // probe edit: no O\n", "no-o")
+
+
+def one_pass(t):
+    t = rep(t, "for (int i = 0; i < 2; ++i) {", "for (int i = 0; i < 1; ++i) {", "one-pass: S^T's parts", count=2)
+    t = rep(t, "      wgmma::m64n128k16_rs_tb(st, lf[kk][1], kt);\n", "", "one-pass: the state update's low part")
+    t = rep(t, "split_product(va, xf, s + sT);", "probe_hi_product(va, xf, s + sT);", "one-pass: V'")
+    t = rep(t, "split_product(oa, vf, s + sP);", "probe_hi_product(oa, vf, s + sP);", "one-pass: o")
+    return rep(t, "using namespace wgmma_chunk;", "using namespace wgmma_chunk;\n"
+               "// probe edit: acc += A B with the high parts only\n"
+               "__device__ __forceinline__ void probe_hi_product(float* acc, const uint32_t (&a)[4][2][4], uint32_t parts) {\n"
+               "#pragma unroll\n"
+               "  for (int kk = 0; kk < 4; ++kk) wgmma::m64n64k16_rs_t<0>(acc, a[kk][0], desc(parts + 256 * kk, 128, 1024), 1);\n"
+               "}", "one-pass: helper")
+
+
+edits = {"full": lambda t: t, "no-store": no_store, "no-refill": no_refill, "refill-l2": refill_l2,
+         "no-turns": no_turns, "no-xprime": no_xprime, "no-o": no_o, "one-pass": one_pass}
+for n in names:
+    t = edits[n](orig)
+    if n != "full" and t == orig:
+        sys.exit(f"delta_recurrence_ablate: {n} changed nothing")
+    open(f"{work}/{n}.cu", "w").write(t)
+PY
+
+# ---- 2. Builds (the probe with the copy compiled in; the one-kernel form linked for its comparison).
+build() {
+  local v=$1
+  if ! nvcc -O3 -std=c++20 -fmad=false --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a -I. \
+    -DSG_PROBE_WGMMA_T -DSG_PROBE_KERNEL="\"$work/$v.cu\"" -Xptxas -v -o "$work/$v" tools/probes/delta_prefill_probe.cu \
+    kernels/delta_rule_prefill_wgmma.cu kernels/launch_check.cpp kernels/launch_policy.cpp > "$work/$v.build.log" 2>&1; then
+    echo "  BUILD FAILED: $v ($work/$v.build.log):"
+    grep -m 5 -i error "$work/$v.build.log" | sed 's/^/    /'
+    touch "$work/$v.failed"
+    return 0
+  fi
+  # The recurrence's registers and spills: the ptxas lines after its entry.
+  awk '/Compiling entry.*delta_rule_wgmma_t_kernel/ { on = 1 } on && /spill stores/ { sp = $5 "/" $9 }
+       on && /Used [0-9]+ registers/ { print $5 "r/" sp; exit }' "$work/$v.build.log" > "$work/$v.regs"
+  echo "  built $v"
+}
+running=0
+for v in "${variants[@]}"; do
+  build "$v" &
+  if ((++running >= jobs)); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+done
+wait
+failed=0
+for v in "${variants[@]}"; do if [ -e "$work/$v.failed" ]; then failed=1; fi; done
+echo "delta_recurrence_ablate: builds done in $((SECONDS - t_start)) s"
+if [ $build_only = 1 ]; then
+  [ $failed = 0 ] && echo "delta_recurrence_ablate: every copy compiles (--build-only: nothing run)"
+  exit $failed
+fi
+
+# ---- 3. Rounds, then the table (medians over the rounds).
+for ((r = 1; r <= rounds; ++r)); do
+  for v in "${variants[@]}"; do
+    [ -e "$work/$v.failed" ] && continue
+    log="$work/$v.run$r.log"
+    if ! "$work/$v" "${probe_args[@]}" > "$log" 2>&1 || ! head -1 "$log" | grep -qF "$work/$v.cu:"; then
+      echo "  RUN FAILED or not built from its copy: $v round $r ($log):"
+      tail -3 "$log" | sed 's/^/    /'
+      touch "$work/$v.failed"
+      failed=1
+      continue
+    fi
+    grep -oE '[0-9.]+ ms a launch' "$log" | awk '{print $1}' >> "$work/$v.ms"
+    grep -oE 'T kernel alone [0-9.]+' "$log" | awk '{print $4}' >> "$work/$v.tms"
+    grep -m 1 -oE 'checksum [0-9a-f]+' "$log" | awk '{print $2}' > "$work/$v.sum"
+  done
+  echo "  round $r done"
+done
+median() { sort -g "$1" | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+[ -s "$work/full.ms" ] || { echo "delta_recurrence_ablate: the full kernel did not run" >&2; exit 1; }
+ref=$(median "$work/full.ms")
+echo
+sed -n '1,3p' "$work/full.run1.log"
+echo
+echo "medians of $rounds rounds; saved = full's ms a launch minus the variant's (what the edit costs, less"
+echo "whatever overlapped it); the recurrence = the launch less the T kernel"
+printf '%-10s %10s %11s %9s %8s %10s  %s\n' variant "ms/launch" "recurrence" "saved ms" "saved %" "regs/spill" checksum
+for v in "${variants[@]}"; do
+  if [ ! -s "$work/$v.ms" ]; then
+    printf '%-10s %10s\n' "$v" "no run"
+    continue
+  fi
+  note=""
+  if [ "$v" != full ] && [ "$(cat "$work/$v.sum")" = "$(cat "$work/full.sum")" ]; then note="(= full)"; fi
+  if [ "$v" = no-turns ] && [ -z "$note" ]; then
+    note="(UNEXPECTED: should equal full's)"
+    failed=1
+  fi
+  awk -v k="$v" -v m="$(median "$work/$v.ms")" -v tm="$(median "$work/$v.tms")" -v r="$ref" \
+    -v rg="$(cat "$work/$v.regs" 2> /dev/null)" -v s="$(cat "$work/$v.sum")" -v n="$note" \
+    'BEGIN { printf "%-10s %10.4f %11.4f %9.4f %7.1f%% %10s  %s %s\n", k, m, m - tm, r - m, 100 * (r - m) / r, rg, s, n }'
+done
+echo "spread: full's rounds $(sort -g "$work/full.ms" | tr '\n' ' ')ms"
+echo "delta_recurrence_ablate: done in $((SECONDS - t_start)) s; logs in $work"
+exit $failed

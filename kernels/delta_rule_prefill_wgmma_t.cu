@@ -378,16 +378,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_operands<64>(st);
     wgmma::fence_operands<32>(oa);
     if (tile_out) {
-      // Row c of the warpgroup's tile is token c's 64 columns, its 16-byte chunks swizzled by c % 8
-      // (a store's 32 lanes hit distinct banks); then a thread's 4 whole chunks to memory. The
-      // chunk's next barrier (__syncthreads) orders these reads before the next chunk's writes.
+      // The warpgroup's tile (delta_rule_records.h: token c's row, chunks swizzled by c % 8), then a
+      // thread's 4 whole chunks to memory. The chunk's next barrier (__syncthreads) orders these
+      // reads before the next chunk's writes.
       unsigned char* tile = smem + sO + wg * kOutTile;
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int h = (i >> 1) & 1, c = 8 * (i >> 2) + 2 * t + (i & 1), v = r0 + 8 * h;
         const float x = nfv[h] <= c ? __int_as_float(0x7fc00000) : oa[i];
-        *reinterpret_cast<__nv_bfloat16*>(tile + c * 128 + (((v >> 3) ^ (c & 7)) << 4) + (v & 7) * 2) =
-            __float2bfloat16_rn(x);
+        *reinterpret_cast<__nv_bfloat16*>(tile + rec::out_tile_element_offset(c, v)) = __float2bfloat16_rn(x);
       }
       bar_sync(kBarOut + wg, 128);
 #pragma unroll
@@ -395,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int u = (tid & 127) + 128 * k, c = u >> 3, q = u & 7;
         if (c < L) {
           *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.out) + ((c0 + c) * Hv + hv) * kD + vc + 8 * q) =
-              *reinterpret_cast<const uint4*>(tile + c * 128 + ((q ^ (c & 7)) << 4));
+              *reinterpret_cast<const uint4*>(tile + rec::out_tile_chunk_offset(c, q));
         }
       }
     } else {

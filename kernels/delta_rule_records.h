@@ -9,6 +9,11 @@
 // triangle (j <= i; core matrix (i, j) at tri(i) + j, tri(i) = i (i + 1) / 2) of the four tiles T hi,
 // T lo, P hi, P lo, one after another, then the gates; the recurrence copies them into whole tiles
 // whose 28 upper core matrices it zeroed once.
+//
+// The recurrence's output tile (one a warpgroup): [64 tokens x 64 value columns] bf16, token c's
+// 64 columns a row of 128 bytes, the row's eight 16-byte chunks swizzled by c % 8 (chunk q at
+// (q ^ (c % 8)) 16), so that a warp's stores of its accumulators (8 columns x 4 token pairs) fall on
+// distinct banks and its 16-byte reads of 4 whole rows on the fewest.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -86,6 +91,15 @@ SG_RECORDS_FN uint32_t record_element_offset(int part, int r, int c) {
 SG_RECORDS_FN uint32_t tile_element_offset(int part, int r, int c) {
   return static_cast<uint32_t>(part) * kPartTile +
          static_cast<uint32_t>((r >> 3) * 1024 + (c >> 3) * 128 + (r & 7) * 16 + (c & 7) * 2);
+}
+
+// Byte offset of 16-byte chunk q (columns 8 q ..) of token c's row in the output tile.
+SG_RECORDS_FN uint32_t out_tile_chunk_offset(int c, int q) {
+  return static_cast<uint32_t>(c * 128 + ((q ^ (c & 7)) << 4));
+}
+// Byte offset of element (token c, value column v) in the output tile.
+SG_RECORDS_FN uint32_t out_tile_element_offset(int c, int v) {
+  return out_tile_chunk_offset(c, v >> 3) + static_cast<uint32_t>((v & 7) * 2);
 }
 
 }  // namespace sg::delta_records

@@ -2,7 +2,8 @@
 // kernel writes and its recurrence reads back into whole tiles: the record's chunks and the zeroed
 // upper core matrices cover the four part tiles exactly once, the lower core matrices go to the
 // record and the upper ones are zeroed, and an element's place in the record lands on its place in
-// the tile.
+// the tile; the recurrence's output tile gives each element one place and its stores and reads no
+// bank conflicts.
 #include <cstdint>
 #include <vector>
 
@@ -79,4 +80,53 @@ TEST_CASE("delta records: an element's record place lands on its tile place", "[
   CHECK(tile_element_offset(0, 0, 8) == 128);
   CHECK(tile_element_offset(0, 8, 0) == 1024);
   CHECK(tile_element_offset(1, 63, 63) == 8192 + 7 * 1024 + 7 * 128 + 7 * 16 + 7 * 2);
+}
+
+TEST_CASE("delta records: the recurrence's output tile", "[delta_records]") {
+  // Every element of the [64 x 64] bf16 tile has its own place, inside its token's 128-byte row, and
+  // the chunk offsets are the element offsets of columns 8 q.
+  std::vector<int> hits(64 * 64, 0);
+  for (int c = 0; c < 64; ++c) {
+    for (int v = 0; v < 64; ++v) {
+      const uint32_t o = out_tile_element_offset(c, v);
+      REQUIRE(o % 2 == 0);
+      REQUIRE(o < 64 * 64 * 2);
+      CHECK(static_cast<int>(o / 128) == c);
+      ++hits[o / 2];
+      if (v % 8 == 0) CHECK(out_tile_chunk_offset(c, v / 8) == o);
+    }
+  }
+  int once = 0;
+  for (int h : hits) once += h == 1;
+  CHECK(once == 64 * 64);
+  // A warp's store of one accumulator element i (lane g = lane / 4 holds value column 16 w + g + 8 h,
+  // lane t = lane % 4 token 8 j + 2 t + e): 32 lanes, every bank at most one 4-byte word (two lanes
+  // may write the two halves of one word).
+  for (int w = 0; w < 4; ++w) {
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i >> 1) & 1, j = i >> 2, e = i & 1;
+      std::vector<int64_t> word_of_bank(32, -1);
+      bool conflict = false;
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, t = lane & 3;
+        const uint32_t word = out_tile_element_offset(8 * j + 2 * t + e, 16 * w + g + 8 * h) / 4;
+        int64_t& seen = word_of_bank[word % 32];
+        if (seen >= 0 && seen != static_cast<int64_t>(word)) conflict = true;
+        seen = word;
+      }
+      CAPTURE(w, i);
+      CHECK_FALSE(conflict);
+    }
+  }
+  // A warp's 16-byte reads (lane l of warp k reads chunk u = 32 k + l: token u / 8, chunk u % 8): its
+  // four tokens' rows, each the 32 banks once, so four wavefronts for the 512 bytes, the fewest.
+  for (int k = 0; k < 16; ++k) {
+    std::vector<int> bank_hits(32, 0);
+    for (int l = 0; l < 32; ++l) {
+      const int u = 32 * k + l;
+      const uint32_t o = out_tile_chunk_offset(u / 8, u % 8);
+      for (int b = 0; b < 4; ++b) ++bank_hits[(o / 4 + b) % 32];
+    }
+    for (int b = 0; b < 32; ++b) CHECK(bank_hits[b] == 4);
+  }
 }

@@ -3,7 +3,9 @@
 // without a visible GPU exits 77 before it builds anything. tools/gpu_tests.sh's own logic (which
 // cases run where, --filter, --tool) runs against a stand-in tests_gpu and compute-sanitizer,
 // shell scripts that answer as the real ones do and log what they were asked to run. Each script
-// runs as a child process (tests/support/child.h) with CUDA_VISIBLE_DEVICES empty.
+// runs as a child process (tests/support/child.h) with CUDA_VISIBLE_DEVICES empty. The probes'
+// ablation scripts (tools/probes/delta_prefill_phases.sh, delta_recurrence_ablate.sh) still find
+// every text they edit in the kernels as they are (--edits-only: the copies made, nothing built).
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -291,5 +293,23 @@ TEST_CASE("gpu_tests.sh: a process that ran no test case fails the run", "[scrip
     REQUIRE(exited_with(r, 1));
     CHECK(contains(r.out, "no test case ran (a failure)"));
     CHECK(contains(r.out, "gpu_tests.sh: FAILED"));
+  }
+}
+
+TEST_CASE("probe ablation scripts: every edit still finds its text in the kernel", "[scripts]") {
+  struct Case {
+    std::string script;
+    int copies;
+  };
+  for (const Case& c : {Case{"probes/delta_prefill_phases.sh", 14}, Case{"probes/delta_recurrence_ablate.sh", 8}}) {
+    CAPTURE(c.script);
+    sg::test::TempDir tmp("sg_probe_edits");
+    const ChildResult r = script(c.script, {"--edits-only"}, {{"TMPDIR", tmp.path.string()}});
+    CAPTURE(r.out, r.describe());
+    REQUIRE(exited_with(r, 0));
+    CHECK(contains(r.out, std::to_string(c.copies) + " edited copies"));
+    int cu = 0;
+    for (const auto& e : fs::recursive_directory_iterator(tmp.path)) cu += e.path().extension() == ".cu";
+    CHECK(cu == c.copies);
   }
 }

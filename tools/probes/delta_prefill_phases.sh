@@ -55,8 +55,9 @@
 # stops the script before anything is built, every copy but `full` must differ from the source,
 # and each probe must report the copy it was built from; a copy that does not compile is reported
 # (its log's errors) and the script exits 1 after timing the others.
-#   usage: tools/probes/delta_prefill_phases.sh [--build-only] [-j JOBS] [VARIANT ...] [-- PROBE ARGS]
+#   usage: tools/probes/delta_prefill_phases.sh [--build-only | --edits-only] [-j JOBS] [VARIANT ...] [-- PROBE ARGS]
 #     --build-only  make and build every copy, run nothing (no GPU needed)
+#     --edits-only  make the copies only: every edit's anchors still match the kernel (no nvcc needed)
 #     -j JOBS       parallel builds (default: the cores, at most 16)
 #     VARIANT ...   only these (full is always included)
 #     PROBE ARGS    passed to every probe run (delta_prefill_probe's options, e.g. -- --history)
@@ -84,6 +85,7 @@ declare -A what=(
 )
 all=(full P0-loads P0-prefetch P1a P1b P2-inverse P3 P4-pv P4-store P4-state no-mma mma-only mma-sync one-pass)
 build_only=0
+edits_only=0
 cores=$(nproc 2> /dev/null || echo 4)
 jobs=$((cores < 16 ? cores : 16))
 picked=()
@@ -91,6 +93,7 @@ probe_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-only) build_only=1 ;;
+    --edits-only) edits_only=1 ;;
     -j)
       [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "delta_prefill_phases: -j needs a positive job count" >&2; exit 2; }
       jobs=$2
@@ -110,7 +113,7 @@ done
 variants=(full)
 for v in "${picked[@]}"; do [ "$v" = full ] || variants+=("$v"); done
 [ ${#picked[@]} -eq 0 ] && variants=("${all[@]}")
-command -v nvcc > /dev/null || { echo "delta_prefill_phases: nvcc not found" >&2; exit 2; }
+[ $edits_only = 1 ] || command -v nvcc > /dev/null || { echo "delta_prefill_phases: nvcc not found" >&2; exit 2; }
 command -v python3 > /dev/null || { echo "delta_prefill_phases: python3 not found (it makes the edits)" >&2; exit 2; }
 
 src=kernels/delta_rule_prefill_mma.cu
@@ -485,6 +488,10 @@ for v in "${variants[@]}"; do  # the same check, outside the editor
   if [ "$v" = full ]; then cmp -s "$src" "$work/$v.cu"; else ! cmp -s "$src" "$work/$v.cu"; fi ||
     { echo "delta_prefill_phases: $v.cu is not the copy it should be" >&2; exit 1; }
 done
+if [ $edits_only = 1 ]; then
+  echo "delta_prefill_phases: ${#variants[@]} edited copies in $work (--edits-only: nothing built)"
+  exit 0
+fi
 
 # ---- 2. Builds, in parallel; the probe's host sources once. -fmad=false as the library builds
 # the kernel. ptxas -v: the registers and spills of the instance the probe runs.

@@ -27,9 +27,10 @@
 # Each edit names the exact text it changes; python3 stops (exit 1) when an anchor is not found as
 # often as expected, before anything is built; a copy that does not compile is reported and the
 # script exits 1 after timing the others.
-#   usage: tools/probes/delta_recurrence_ablate.sh [--build-only] [--rounds N] [-j JOBS] [VARIANT ...]
-#                                                  [-- PROBE ARGS]
+#   usage: tools/probes/delta_recurrence_ablate.sh [--build-only | --edits-only] [--rounds N] [-j JOBS]
+#                                                  [VARIANT ...] [-- PROBE ARGS]
 #     --build-only  make and build every copy, run nothing (no GPU needed)
+#     --edits-only  make the copies only: every edit's anchors still match the kernel (no nvcc needed)
 #     --rounds N    timed rounds (default 2)
 #     -j JOBS       parallel builds (default: the cores, at most 16)
 #     VARIANT ...   only these (full is always included)
@@ -42,6 +43,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 
 all=(full no-store no-refill refill-l2 no-turns no-xprime no-o one-pass)
 build_only=0
+edits_only=0
 rounds=2
 cores=$(nproc 2> /dev/null || echo 4)
 jobs=$((cores < 16 ? cores : 16))
@@ -50,6 +52,7 @@ probe_args=(32 1024 10)
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-only) build_only=1 ;;
+    --edits-only) edits_only=1 ;;
     --rounds | -j)
       [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "delta_recurrence_ablate: $1 needs a positive count" >&2; exit 2; }
       if [ "$1" = -j ]; then jobs=$2; else rounds=$2; fi
@@ -69,7 +72,7 @@ done
 variants=(full)
 for v in "${picked[@]}"; do [ "$v" = full ] || variants+=("$v"); done
 [ ${#picked[@]} -eq 0 ] && variants=("${all[@]}")
-command -v nvcc > /dev/null || { echo "delta_recurrence_ablate: nvcc not found" >&2; exit 2; }
+[ $edits_only = 1 ] || command -v nvcc > /dev/null || { echo "delta_recurrence_ablate: nvcc not found" >&2; exit 2; }
 command -v python3 > /dev/null || { echo "delta_recurrence_ablate: python3 not found (it makes the edits)" >&2; exit 2; }
 
 src=kernels/delta_rule_prefill_wgmma_t.cu
@@ -160,6 +163,10 @@ for n in names:
         sys.exit(f"delta_recurrence_ablate: {n} changed nothing")
     open(f"{work}/{n}.cu", "w").write(t)
 PY
+if [ $edits_only = 1 ]; then
+  echo "delta_recurrence_ablate: ${#variants[@]} edited copies in $work (--edits-only: nothing built)"
+  exit 0
+fi
 
 # ---- 2. Builds (the probe with the copy compiled in; the one-kernel form linked for its comparison).
 build() {

@@ -134,6 +134,10 @@ TEST_CASE("gpu scripts: bad options are refused with a message and exit 2", "[sc
       {"sanitize_gpu.sh", {"-j", "-3"}, "-j needs a positive whole number, got '-3'"},
       {"sanitize_gpu.sh", {"-t", "0"}, "-t needs a positive number of seconds, got '0'"},
       {"sanitize_gpu.sh", {"--leak"}, "unknown option '--leak'"},
+      {"probes/delta_recurrence_ablate.sh", {"nope"}, "unknown variant 'nope' (known: full no-store"},
+      {"probes/delta_recurrence_ablate.sh", {"--rounds", "0"}, "--rounds needs a positive count"},
+      {"probes/delta_prefill_phases.sh", {"-j", "x"}, "-j needs a positive count"},
+      {"probes/delta_prefill_phases.sh", {"--rounds", "2"}, "unknown option --rounds"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.script, c.args);
@@ -145,7 +149,8 @@ TEST_CASE("gpu scripts: bad options are refused with a message and exit 2", "[sc
 }
 
 TEST_CASE("gpu scripts: --help prints the usage and exits 0", "[scripts]") {
-  for (const std::string name : {"gpu_tests.sh", "sanitize_gpu.sh"}) {
+  for (const std::string name :
+       {"gpu_tests.sh", "sanitize_gpu.sh", "probes/delta_prefill_phases.sh", "probes/delta_recurrence_ablate.sh"}) {
     CAPTURE(name);
     const ChildResult r = script(name, {"--help"});
     CAPTURE(r.out, r.describe());

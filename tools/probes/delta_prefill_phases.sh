@@ -84,42 +84,12 @@ declare -A what=(
   [one-pass]="the low-part passes: one bf16 mma (hi*hi) per split product"
 )
 all=(full P0-loads P0-prefetch P1a P1b P2-inverse P3 P4-pv P4-store P4-state no-mma mma-only mma-sync one-pass)
-build_only=0
-edits_only=0
-cores=$(nproc 2> /dev/null || echo 4)
-jobs=$((cores < 16 ? cores : 16))
-picked=()
+name=delta_prefill_phases
 probe_args=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build-only) build_only=1 ;;
-    --edits-only) edits_only=1 ;;
-    -j)
-      [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "delta_prefill_phases: -j needs a positive job count" >&2; exit 2; }
-      jobs=$2
-      shift
-      ;;
-    --) shift; probe_args=("$@"); break ;;
-    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
-    *)
-      ok=0
-      for v in "${all[@]}"; do [ "$v" = "$1" ] && ok=1; done
-      [ $ok = 1 ] || { echo "delta_prefill_phases: unknown variant '$1' (known: ${all[*]})" >&2; exit 2; }
-      picked+=("$1")
-      ;;
-  esac
-  shift
-done
-variants=(full)
-for v in "${picked[@]}"; do [ "$v" = full ] || variants+=("$v"); done
-[ ${#picked[@]} -eq 0 ] && variants=("${all[@]}")
-[ $edits_only = 1 ] || command -v nvcc > /dev/null || { echo "delta_prefill_phases: nvcc not found" >&2; exit 2; }
-command -v python3 > /dev/null || { echo "delta_prefill_phases: python3 not found (it makes the edits)" >&2; exit 2; }
+. tools/probes/ablate_common.sh
+ablate_parse "$@"
 
 src=kernels/delta_rule_prefill_mma.cu
-work=$(mktemp -d "${TMPDIR:-/tmp}/delta_prefill_phases.XXXXXX")
-t_start=$SECONDS
-echo "delta_prefill_phases: ${#variants[@]} variants in $work, $jobs parallel builds"
 
 # ---- 1. The edited copies. Every edit names the exact text it changes; python3 stops (exit 1)
 # when an anchor is not found exactly once.
@@ -545,22 +515,7 @@ build() {
     grep -m 10 -E "error|Error" "$work/$v.build.log" | sed 's/^/    /' || true
   fi
 }
-running=0
-for v in "${variants[@]}"; do
-  build "$v" &
-  if ((++running >= jobs)); then
-    wait -n || true
-    running=$((running - 1))
-  fi
-done
-wait
-failed=0
-for v in "${variants[@]}"; do if [ -e "$work/$v.failed" ]; then failed=1; fi; done
-echo "delta_prefill_phases: builds done in $((SECONDS - t_start)) s"
-if [ $build_only = 1 ]; then
-  [ $failed = 0 ] && echo "delta_prefill_phases: every copy compiles (--build-only: nothing run)"
-  exit $failed
-fi
+ablate_build_all
 
 # ---- 3. Runs, one after another (full first and last), and the table.
 declare -A ms sum

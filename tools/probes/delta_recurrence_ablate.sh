@@ -42,43 +42,13 @@ cd "$(dirname "$0")/../.."
 export PATH=/usr/local/cuda/bin:$PATH
 
 all=(full no-store no-refill refill-l2 no-turns no-xprime no-o one-pass)
-build_only=0
-edits_only=0
+name=delta_recurrence_ablate
 rounds=2
-cores=$(nproc 2> /dev/null || echo 4)
-jobs=$((cores < 16 ? cores : 16))
-picked=()
 probe_args=(32 1024 10)
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build-only) build_only=1 ;;
-    --edits-only) edits_only=1 ;;
-    --rounds | -j)
-      [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "delta_recurrence_ablate: $1 needs a positive count" >&2; exit 2; }
-      if [ "$1" = -j ]; then jobs=$2; else rounds=$2; fi
-      shift
-      ;;
-    --) shift; probe_args=("$@"); break ;;
-    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
-    *)
-      ok=0
-      for v in "${all[@]}"; do [ "$v" = "$1" ] && ok=1; done
-      [ $ok = 1 ] || { echo "delta_recurrence_ablate: unknown variant '$1' (known: ${all[*]})" >&2; exit 2; }
-      picked+=("$1")
-      ;;
-  esac
-  shift
-done
-variants=(full)
-for v in "${picked[@]}"; do [ "$v" = full ] || variants+=("$v"); done
-[ ${#picked[@]} -eq 0 ] && variants=("${all[@]}")
-[ $edits_only = 1 ] || command -v nvcc > /dev/null || { echo "delta_recurrence_ablate: nvcc not found" >&2; exit 2; }
-command -v python3 > /dev/null || { echo "delta_recurrence_ablate: python3 not found (it makes the edits)" >&2; exit 2; }
+. tools/probes/ablate_common.sh
+ablate_parse "$@"
 
 src=kernels/delta_rule_prefill_wgmma_t.cu
-work=$(mktemp -d "${TMPDIR:-/tmp}/delta_recurrence_ablate.XXXXXX")
-t_start=$SECONDS
-echo "delta_recurrence_ablate: ${#variants[@]} variants in $work, $jobs parallel builds"
 
 # ---- 1. The edited copies.
 python3 - "$src" "$work" "${variants[@]}" << 'PY'
@@ -184,22 +154,7 @@ build() {
        on && /Used [0-9]+ registers/ { print $5 "r/" sp; exit }' "$work/$v.build.log" > "$work/$v.regs"
   echo "  built $v"
 }
-running=0
-for v in "${variants[@]}"; do
-  build "$v" &
-  if ((++running >= jobs)); then
-    wait -n || true
-    running=$((running - 1))
-  fi
-done
-wait
-failed=0
-for v in "${variants[@]}"; do if [ -e "$work/$v.failed" ]; then failed=1; fi; done
-echo "delta_recurrence_ablate: builds done in $((SECONDS - t_start)) s"
-if [ $build_only = 1 ]; then
-  [ $failed = 0 ] && echo "delta_recurrence_ablate: every copy compiles (--build-only: nothing run)"
-  exit $failed
-fi
+ablate_build_all
 
 # ---- 3. Rounds, then the table (medians over the rounds).
 for ((r = 1; r <= rounds; ++r)); do

@@ -1,0 +1,71 @@
+# ablate_common.sh: what the probes' ablation scripts (delta_prefill_phases.sh,
+# delta_recurrence_ablate.sh) share, sourced by both: their options and their parallel builds.
+#
+# ablate_parse: the caller sets `name` (its messages' prefix),
+# `all` (its variants, full first), `probe_args` (the probe's default arguments) and, if it takes
+# --rounds, `rounds` (its default), then calls ablate_parse "$@". It sets build_only, edits_only,
+# jobs, rounds, probe_args and variants (full, then the variants named; all of them when none is),
+# refuses bad options with a message and exit 2, prints the caller's header for --help, and checks
+# that python3 (the edits) and, unless --edits-only, nvcc are there; then makes the folder for the
+# copies, `work` (under $TMPDIR), and starts the clock, `t_start`.
+ablate_parse() {
+  build_only=0
+  edits_only=0
+  local cores v ok picked=()
+  cores=$(nproc 2> /dev/null || echo 4)
+  jobs=$((cores < 16 ? cores : 16))
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --build-only) build_only=1 ;;
+      --edits-only) edits_only=1 ;;
+      -j | --rounds)
+        if [ "$1" = --rounds ] && [ -z "${rounds:-}" ]; then
+          echo "$name: unknown option --rounds" >&2
+          exit 2
+        fi
+        [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "$name: $1 needs a positive count" >&2; exit 2; }
+        if [ "$1" = -j ]; then jobs=$2; else rounds=$2; fi
+        shift
+        ;;
+      --) shift; probe_args=("$@"); break ;;
+      -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+      *)
+        ok=0
+        for v in "${all[@]}"; do [ "$v" = "$1" ] && ok=1; done
+        [ $ok = 1 ] || { echo "$name: unknown variant '$1' (known: ${all[*]})" >&2; exit 2; }
+        picked+=("$1")
+        ;;
+    esac
+    shift
+  done
+  variants=(full)
+  for v in "${picked[@]}"; do [ "$v" = full ] || variants+=("$v"); done
+  [ ${#picked[@]} -eq 0 ] && variants=("${all[@]}")
+  [ $edits_only = 1 ] || command -v nvcc > /dev/null || { echo "$name: nvcc not found" >&2; exit 2; }
+  command -v python3 > /dev/null || { echo "$name: python3 not found (it makes the edits)" >&2; exit 2; }
+  work=$(mktemp -d "${TMPDIR:-/tmp}/$name.XXXXXX")
+  t_start=$SECONDS
+  echo "$name: ${#variants[@]} variants in $work, $jobs parallel builds"
+}
+
+# ablate_build_all: the caller's build function `build VARIANT` for every variant, `jobs` at a time
+# (a failed build leaves $work/VARIANT.failed); sets `failed` (1 when any build failed); with
+# --build-only it reports and exits (1 when any failed).
+ablate_build_all() {
+  local v running=0
+  for v in "${variants[@]}"; do
+    build "$v" &
+    if ((++running >= jobs)); then
+      wait -n || true
+      running=$((running - 1))
+    fi
+  done
+  wait
+  failed=0
+  for v in "${variants[@]}"; do if [ -e "$work/$v.failed" ]; then failed=1; fi; done
+  echo "$name: builds done in $((SECONDS - t_start)) s"
+  if [ $build_only = 1 ]; then
+    [ $failed = 0 ] && echo "$name: every copy compiles (--build-only: nothing run)"
+    exit $failed
+  fi
+}

@@ -2,8 +2,9 @@
 // the model hands the attention kernels the q / gate projection itself (qg + D, strides qg's row
 // and 2 D) and attn_prep copies no gate. Every kernel (CUDA-core decode with and without split-K
 // and prefill, tensor-core decode, mma and wgmma prefill) gives the packed gate's bytes that way;
-// the generic kernel of other head sizes too; attn_prep without a gate gives the same q and cache bytes and leaves the gate buffer untouched;
-// negative strides, and strides the tensor-core kernels cannot read 16 bytes at a time, are rejected.
+// the generic kernel of other head sizes too; attn_prep without a gate gives the same q and cache bytes and leaves the
+// gate buffer untouched; negative strides, and strides the tensor-core kernels cannot read 16 bytes at a time, are
+// rejected.
 #include <cuda_runtime.h>
 
 #include <algorithm>

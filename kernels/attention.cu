@@ -215,7 +215,7 @@ __global__ void attn_decode_merge_kernel(const AttentionParams p) {
     lsum = fmaf(ml[2 * (w0 + z) + 1], c, lsum);
     osum = fmaf(p.workspace[(w0 + z) * D + d], c, osum);
   }
-  const float gv = dev::load(p.gate, p.q_dtype, attn_detail::gate_row(p, b, h) + d);
+  const float gv = dev::load(p.gate, p.q_dtype, orow);
   dev::store(p.out, p.out_dtype, orow, (osum / lsum) * sigmoidf_(gv));
 }
 
@@ -385,7 +385,7 @@ __global__ void __launch_bounds__(kPreThreads) attn_prefill_kernel(const Attenti
       const int d = lane + 32 * f;
       const int64_t orow = (static_cast<int64_t>(t) * p.Hq + h) * D + d;
       float y = 0.0f;
-      if (live) y = (acc[r][f] / l[r]) * sigmoidf_(dev::load(p.gate, p.q_dtype, attn_detail::gate_row(p, t, h) + d));
+      if (live) y = (acc[r][f] / l[r]) * sigmoidf_(dev::load(p.gate, p.q_dtype, orow));
       dev::store(p.out, p.out_dtype, orow, y);
     }
   }

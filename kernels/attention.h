@@ -47,12 +47,7 @@ namespace sg {
 
 struct AttentionParams {
   const void* q = nullptr;     // [T, Hq, D] (normed + rotated)
-  const void* gate = nullptr;  // [T, Hq, D] at the strides below
-  // Elements between the gate's token rows and between its heads; 0: packed (Hq D and D). The
-  // model passes the q / gate projection itself (attn_prep's qg + D, strides qg_stride and 2 D), so
-  // the gate is read where the projection wrote it instead of from a copy.
-  int64_t gate_stride = 0;
-  int64_t gate_head_stride = 0;
+  const void* gate = nullptr;  // [T, Hq, D]
   DType q_dtype = DType::bf16;
   const void* k_cache = nullptr;  // [num_slots, max_context, Hkv, D] bf16 or f32, 16-byte aligned
   const void* v_cache = nullptr;  // [num_slots, max_context, Hkv, D] same dtype, 16-byte aligned

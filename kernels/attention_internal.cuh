@@ -62,12 +62,6 @@ __device__ __forceinline__ void zero_padding_row(const AttentionParams& p, int b
     dev::store(p.out, p.out_dtype, (static_cast<int64_t>(b) * p.Hq + h0) * p.D + i, 0.0f);
 }
 
-// The gate's element (row b, head h, feature 0): its strides, 0 meaning packed [T, Hq, D].
-__device__ __forceinline__ int64_t gate_row(const AttentionParams& p, int64_t b, int h) {
-  const int64_t rs = p.gate_stride ? p.gate_stride : static_cast<int64_t>(p.Hq) * p.D;
-  return b * rs + static_cast<int64_t>(h) * (p.gate_head_stride ? p.gate_head_stride : p.D);
-}
-
 // Feature d of query head h of row b, merged over a block's warps (osum, lsum at the running
 // maximum mx): with splits == 1 the output (o / l) * sigmoid(gate); else split z's partial into
 // the workspace ([T, Hq, splits, D] partial o, then [T, Hq, splits, 2] (max, sum)).
@@ -75,7 +69,7 @@ __device__ __forceinline__ void store_head_feature(const AttentionParams& p, int
                                                    float osum, float mx, float lsum) {
   const int64_t orow = (static_cast<int64_t>(b) * p.Hq + h) * p.D + d;
   if (splits == 1) {
-    const float gv = dev::load(p.gate, p.q_dtype, gate_row(p, b, h) + d);
+    const float gv = dev::load(p.gate, p.q_dtype, orow);
     dev::store(p.out, p.out_dtype, orow, (osum / lsum) * sigmoidf_(gv));
   } else {
     const int64_t wi = (static_cast<int64_t>(b) * p.Hq + h) * splits + z;
@@ -125,15 +119,12 @@ inline void check_common(LaunchCheck& c, const AttentionParams& p) {
   c.not_null(p.q, "q").not_null(p.gate, "gate").not_null(p.k_cache, "k_cache").not_null(p.v_cache, "v_cache");
   c.not_null(p.out, "out").not_null(p.meta.positions, "meta.positions").not_null(p.meta.token_seq, "meta.token_seq");
   c.not_null(p.meta.slots, "meta.slots");
-  c.require(p.gate_stride >= 0 && p.gate_head_stride >= 0, "gate_stride and gate_head_stride must be >= 0");
   c.require(dev::aligned16(p.k_cache) && dev::aligned16(p.v_cache), "k_cache and v_cache must be 16-byte aligned");
 }
 
 // What the mma kernels check beyond check_common: q and gate are read 16 bytes at a time too.
 inline void check_mma(LaunchCheck& c, const AttentionParams& p) {
   c.require(dev::aligned16(p.q) && dev::aligned16(p.gate), "q and gate must be 16-byte aligned");
-  c.require(p.gate_stride % 8 == 0 && p.gate_head_stride % 8 == 0,
-            "gate_stride and gate_head_stride must be multiples of 8");
 }
 
 // Merges the split-K partials of a decode (workspace layout: attention_decode_workspace_bytes)

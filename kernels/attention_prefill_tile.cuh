@@ -143,7 +143,7 @@ __device__ __forceinline__ void store_pass_rows(const AttentionParams& p, const 
   for (int e = 0; e < 2; ++e) {
     const int r = row0 + 8 * e;
     if (!((active >> r) & 1u)) continue;
-    const int64_t row = tile * kPrefillTileRows + r, orow = (row * p.Hq + h) * D, grow = gate_row(p, row, h);
+    const int64_t orow = (static_cast<int64_t>(tile * kPrefillTileRows + r) * p.Hq + h) * D;
     // The gate values of kJ n-tiles are all loaded before any of their outputs is stored: a load
     // after a store may read what the store wrote (out and gate are both plain pointers), so
     // interleaved, every load waited for its own round trip. A thread's two columns 2 tq, 2 tq + 1
@@ -151,14 +151,13 @@ __device__ __forceinline__ void store_pass_rows(const AttentionParams& p, const 
     constexpr int kJ = D / 8 < 8 ? D / 8 : 8;
     static_assert((D / 8) % kJ == 0, "the n-tiles come in whole groups of kJ");
     const bool pairs = p.q_dtype == DType::bf16 && p.out_dtype == DType::bf16 &&
-                       ((reinterpret_cast<uintptr_t>(p.gate) | reinterpret_cast<uintptr_t>(p.out)) & 3) == 0 &&
-                       ((p.gate_stride | p.gate_head_stride) & 1) == 0;
+                       ((reinterpret_cast<uintptr_t>(p.gate) | reinterpret_cast<uintptr_t>(p.out)) & 3) == 0;
 #pragma unroll
     for (int j0 = 0; j0 < D / 8; j0 += kJ) {
       float g[kJ][2];
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
-        const int64_t i = grow + 8 * (j0 + j) + 2 * tq;
+        const int64_t i = orow + 8 * (j0 + j) + 2 * tq;
         if (pairs) {
           const __nv_bfloat162 w =
               *reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(p.gate) + i);

@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prep_kernel(const AttnPrepPa
     if (job < p.Hq) {
       for (int d = lane; d < D; d += 32) {
         dev::store(p.q, p.q_dtype, qrow + static_cast<int64_t>(job) * D + d, 0.0f);
-        if (p.gate) dev::store(p.gate, p.q_dtype, qrow + static_cast<int64_t>(job) * D + d, 0.0f);
+        dev::store(p.gate, p.q_dtype, qrow + static_cast<int64_t>(job) * D + d, 0.0f);
       }
     }
     return;
@@ -210,8 +210,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prep_kernel(const AttnPrepPa
   // Gate (q jobs) and v (k jobs): plain copies (one rounding when the dtypes differ).
   const int64_t crow = ((static_cast<int64_t>(slot) * p.max_context + pos) * p.Hkv + h) * D;
   if (is_q) {
-    if (p.gate)
-      warp_copy(p.gate, p.q_dtype, qrow + static_cast<int64_t>(h) * D, p.qg, p.in_dtype, off + D, D, vec_gate);
+    warp_copy(p.gate, p.q_dtype, qrow + static_cast<int64_t>(h) * D, p.qg, p.in_dtype, off + D, D, vec_gate);
   } else {
     warp_copy(p.v_cache, p.cache_dtype, crow, p.v, p.in_dtype, t * v_stride + static_cast<int64_t>(h) * D, D, vec_v);
   }
@@ -263,7 +262,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prep_vec_kernel(const AttnPr
   if (!live) {
     if (is_q && lv) {
       *reinterpret_cast<uint4*>(static_cast<bf*>(p.q) + qoff) = uint4{};
-      if (p.gate) *reinterpret_cast<uint4*>(static_cast<bf*>(p.gate) + qoff) = uint4{};
+      *reinterpret_cast<uint4*>(static_cast<bf*>(p.gate) + qoff) = uint4{};
     }
     return;
   }
@@ -271,15 +270,13 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prep_vec_kernel(const AttnPr
       is_q ? t * qg_stride + static_cast<int64_t>(h) * 2 * D : t * k_stride + static_cast<int64_t>(h) * D;
   const int64_t crow = ((static_cast<int64_t>(slot) * p.max_context + pos) * p.Hkv + h) * D + d0;
   // This lane's features and its piece of the copy (gate for q jobs, v for k jobs): loads first.
-  uint4 xu{};
+  uint4 xu{}, cu{};
   if (lv) {
     xu = *reinterpret_cast<const uint4*>(static_cast<const bf*>(is_q ? p.qg : p.k) + off + d0);
-    if (!is_q || p.gate) {
-      const uint4 cu = *reinterpret_cast<const uint4*>(is_q ? static_cast<const bf*>(p.qg) + off + D + d0
-                                                            : static_cast<const bf*>(p.v) + t * v_stride +
-                                                                  static_cast<int64_t>(h) * D + d0);
-      *reinterpret_cast<uint4*>(is_q ? static_cast<bf*>(p.gate) + qoff : static_cast<bf*>(p.v_cache) + crow) = cu;
-    }
+    cu = *reinterpret_cast<const uint4*>(is_q ? static_cast<const bf*>(p.qg) + off + D + d0
+                                              : static_cast<const bf*>(p.v) + t * v_stride +
+                                                    static_cast<int64_t>(h) * D + d0);
+    *reinterpret_cast<uint4*>(is_q ? static_cast<bf*>(p.gate) + qoff : static_cast<bf*>(p.v_cache) + crow) = cu;
   }
   float x[8];
   dev::unpack8(xu, x);
@@ -341,7 +338,7 @@ cudaError_t attn_prep(const AttnPrepParams& p, cudaStream_t stream) {
   c.require(fp(p.in_dtype) && fp(p.norm_dtype) && fp(p.q_dtype) && fp(p.cache_dtype),
             "in_dtype, norm_dtype, q_dtype and cache_dtype must be bf16 or f32");
   c.not_null(p.qg, "qg").not_null(p.k, "k").not_null(p.v, "v").not_null(p.q_norm, "q_norm");
-  c.not_null(p.k_norm, "k_norm").not_null(p.q, "q").not_null(p.k_cache, "k_cache");
+  c.not_null(p.k_norm, "k_norm").not_null(p.q, "q").not_null(p.gate, "gate").not_null(p.k_cache, "k_cache");
   c.not_null(p.v_cache, "v_cache").not_null(p.meta.positions, "meta.positions");
   c.not_null(p.meta.token_seq, "meta.token_seq").not_null(p.meta.slots, "meta.slots");
   if (!c.ok()) return cudaErrorInvalidValue;

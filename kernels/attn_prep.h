@@ -1,7 +1,7 @@
 // attn_prep.h: the full-attention layer's pre-attention step, per token t (docs/MODEL.md,
 // "Attention layer, per token"), one launch over a token bucket:
 //   q[t,h]    = rope(rmsnorm(qg[t,h,0:D], q_norm), pos_t)       (zero-centred RMSNorm over D)
-//   gate[t,h] = qg[t,h,D:2D]                                  (only where gate is set)
+//   gate[t,h] = qg[t,h,D:2D]
 //   k_cache[slot, pos_t, g] = rope(rmsnorm(k[t,g], k_norm), pos_t)
 //   v_cache[slot, pos_t, g] = v[t,g]
 // with slot = slots[token_seq[t]], pos_t = positions[t]. Arithmetic (f32, one rounding per stored
@@ -15,7 +15,7 @@
 // unrounded, the f32 value the arithmetic above produces; v copied exactly). Every dtype of the
 // params is bf16 or f32.
 // Padding: a row with token_seq < 0, slots[seq] < 0, pos outside [0, max_context) or
-// t >= *num_tokens writes zeros to q and gate (where set) and nothing to the caches.
+// t >= *num_tokens writes zeros to q and gate and nothing to the caches.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -46,7 +46,7 @@ struct AttnPrepParams {
   const void* k_norm = nullptr;  // [D]
   DType norm_dtype = DType::f32;
   void* q = nullptr;     // [T, Hq, D] out
-  void* gate = nullptr;  // [T, Hq, D] out; null: no copy (the attention reads the gate from qg in place)
+  void* gate = nullptr;  // [T, Hq, D] out
   DType q_dtype = DType::bf16;
   void* k_cache = nullptr;          // [num_slots, max_context, Hkv, D] bf16 or f32
   void* v_cache = nullptr;          // [num_slots, max_context, Hkv, D] same dtype as k_cache

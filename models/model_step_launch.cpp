@@ -172,7 +172,7 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   ap.k_norm = W.k_norm.data;
   ap.norm_dtype = W.q_norm.dtype;
   ap.q = a_.aq.data;
-  ap.gate = nullptr;  // attention reads the gate half of each head's qg row in place
+  ap.gate = a_.agate.data;
   ap.q_dtype = act;
   ap.k_cache = W.k_cache.data;
   ap.v_cache = W.v_cache.data;
@@ -189,16 +189,13 @@ void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {
   ap.rope_table = a_.rope.data ? a_.rope.ptr<float>() : nullptr;
   const double ces = static_cast<double>(dtype_size(W.k_cache.dtype));
   launched(attn_prep(ap, s), rec, s, [&] {
-    return NodeLabel{
-        layer, "attn_prep", "-",
-        rows * double(P - Hq * D) * es + rows * double(Hq) * D * es + rows * 2.0 * Hkv * D * ces + 2.0 * D * es};
+    return NodeLabel{layer, "attn_prep", "-",
+                     rows * double(P) * es + rows * 2.0 * Hq * D * es + rows * 2.0 * Hkv * D * ces + 2.0 * D * es};
   });
 
   AttentionParams at;
   at.q = a_.aq.data;
-  at.gate = offset(proj.data, D, act);  // head h's gate: row t at t P + 2 h D + D
-  at.gate_stride = P;
-  at.gate_head_stride = 2 * D;
+  at.gate = a_.agate.data;
   at.q_dtype = act;
   at.k_cache = W.k_cache.data;
   at.v_cache = W.v_cache.data;

@@ -114,6 +114,7 @@ StepTensors lay_out_step(Arena& a, const Qwen35Config& c, const StepLayoutParams
   }
   if (c.num_full_attention() > 0) {
     x.aq = a.take("attn.q", act, {R, Hq, D});
+    x.agate = a.take("attn.gate", act, {R, Hq, D});
     x.aout = a.take("attn.out", act, {R, Hq, D});
     a.section("workspace");
     const auto ws = static_cast<int64_t>((p.attn_workspace_bytes + 3) / 4);

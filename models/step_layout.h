@@ -51,7 +51,7 @@ struct StepActs {
   TensorView g, beta;          // [R, Hv] f32
   TensorView core;             // [R, Hv, Dv] delta-rule output, gated-normed in place
   TensorView delta_ws;         // the two-kernel delta-rule prefill's chunk records, i8 (empty unless it runs)
-  TensorView aq, aout;         // [R, Hq, D] (the gate is read from proj in place)
+  TensorView aq, agate, aout;  // [R, Hq, D]
   TensorView attn_ws;          // attention split-K workspace (f32)
   TensorView rope;             // [max_context, rotary_dim] f32 rotary table (rope_table_fill)
   TensorView mlp;              // [R, I]

@@ -85,12 +85,11 @@ TEST_CASE("4B plan: 8.41 GB of weights, 1.61 GB of SSM state, 1.07 GB of KV at 3
 
   // Activations for R = 32768 rows (L = 32 logit rows): x, h, mix; the shared projection output of
   // the widest projection (gate_up, 2I); the MLP activation; the GDN scratch (conv out, q, k, v, g,
-  // beta, core); the attention scratch (q and out: the gate is read from the projection in place);
-  // the rotary table; logits and tokens.
+  // beta, core); the attention scratch (q, gate, out); the rotary table; logits and tokens.
   const uint64_t R = 32768, L = 32;
   const uint64_t acts = 3 * R * H * 2 + R * 2 * I * 2 + R * I * 2 +
                         (R * 8192 * 2 + 2 * R * 16 * 128 * 2 + R * 32 * 128 * 2 + 2 * R * 32 * 4 + R * 4096 * 2) +
-                        2 * R * 16 * 256 * 2 + 1024 * 64 * 4 + L * V * 4 + a256(L * 4);
+                        3 * R * 16 * 256 * 2 + 1024 * 64 * 4 + L * V * 4 + a256(L * 4);
   CHECK(p.bytes_of(MemoryCategory::activations) == acts);
   // Workspaces (none asked for): the minimum views, and one GEMM counter per 64 rows of the widest
   // weight (the lm_head's V rows).

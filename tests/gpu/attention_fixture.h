@@ -134,9 +134,8 @@ struct PrepOut {
 // attn_prep of the inputs (in.act in, in.act q / gate out) into the cache (c.dtype); with
 // `rope_table`, the rotary angles come from a table rope_table_fill wrote (with bf16 everywhere,
 // the 16-byte kernel runs then, the per-element one without a table); norm weights of norm_dtype.
-// Without `gate_out` attn_prep copies no gate (the returned gate buffer keeps its poison).
 inline PrepOut run_prep(const Shape& sh, const Batch& b, const DevMeta& dm, const Inputs& in, Cache& c,
-                        bool rope_table = false, DType norm_dtype = DType::f32, bool gate_out = true) {
+                        bool rope_table = false, DType norm_dtype = DType::f32) {
   auto dqg = test::DevBuf::from(in.qg, in.act), dk = test::DevBuf::from(in.k, in.act),
        dv = test::DevBuf::from(in.v, in.act);
   auto dqn = test::DevBuf::from(in.qn, norm_dtype), dkn = test::DevBuf::from(in.kn, norm_dtype);
@@ -151,7 +150,7 @@ inline PrepOut run_prep(const Shape& sh, const Batch& b, const DevMeta& dm, cons
   p.k_norm = dkn.data();
   p.norm_dtype = norm_dtype;
   p.q = o.q.data();
-  p.gate = gate_out ? o.gate.data() : nullptr;
+  p.gate = o.gate.data();
   p.q_dtype = in.act;
   p.k_cache = c.k.data();
   p.v_cache = c.v.data();

@@ -57,10 +57,6 @@ constexpr uint32_t kStage = sG + kGB;
 // against a thread's 32 scattered 2-byte stores (docs/BENCHMARKS.md).
 constexpr uint32_t sO = 2 * kStage, kOutTile = 64 * 64 * 2;
 constexpr uint32_t kSmem = sO + 2 * kOutTile;
-// The T kernel: the k tile; the q tile, then A and T (f32), then T's parts over its first 2 kTP
-// bytes; the gates.
-constexpr uint32_t tK = 0, tT = kQK, tG = tT + kTB;
-constexpr uint32_t kChunkSmem = tG + kGB;
 static_assert(kSmem <= 227 * 1024, "fits one block's shared memory on sm_90");
 static_assert(kQK <= kTB, "the q tile fits the T kernel's A / T tile");
 static_assert(kRec % 16 == 0 && kStage % 16 == 0 && kGB % 16 == 0, "16-byte copies");
@@ -78,18 +74,34 @@ __device__ __forceinline__ void store_p_pair(unsigned char* record, int r, int c
 // The first record of sequence n starting at token b: records are b / 64 + n + ci (header).
 __device__ __forceinline__ int64_t first_record(int64_t b, int n) { return b / kC + n; }
 
-// One chunk's T, P and gates a block: grid records x Hv (block b: record b / Hv of v-head b % Hv, so
-// that the v-heads of one k head, which read the same k tile, run side by side), 128 threads (one
-// warpgroup). P = Q K^T (scaled, decayed, masked: mask_p) goes from registers to the record; T
-// (chunk_t, the one-kernel form's code) through shared memory. Record idx of a head belongs to the
-// last sequence n < *n_seqs with first_record(n) <= idx (first_record grows by at least the
-// sequence's chunk count from one sequence to the next), chunk idx - first_record(n); records past
-// a sequence's chunks, of padding sequences or past the live ones are not written.
-__global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefillParams p, unsigned char* ws) {
+// One chunk's T, P and gates a warpgroup, kVH v-heads of one k head a block (warpgroup w: v-head
+// kVH (b % (Hv / kVH)) + w of record b / (Hv / kVH), so that blocks of one k head, which read the
+// same tiles, run side by side): the q and k tiles are copied once for the block's v-heads (two
+// where a k head has an even number of v-heads: 52.5 KB, four 256-thread blocks an SM, 32 warps
+// against 24 with one v-head a block of 35 KB; 17% less time on an H100, docs/BENCHMARKS.md). P =
+// Q K^T (scaled, decayed, masked: mask_p) goes from registers to the record; T (chunk_t, the
+// one-kernel form's code, under the warpgroup's own named barrier kBarAux + w) through the
+// warpgroup's f32 tile, warpgroup 0's holding the q tile until every P product has read it. Record
+// idx of a head belongs to the last sequence n < *n_seqs with first_record(n) <= idx
+// (first_record grows by at least the sequence's chunk count from one sequence to the next), chunk
+// idx - first_record(n); records past a sequence's chunks, of padding sequences or past the live
+// ones are not written (the exits depend on the record only: uniform over the block).
+template <int kVH>
+struct ChunkT {  // the T kernel's shared memory: the k tile, each warpgroup's A / T tile, its gates
+  static constexpr uint32_t kK = 0, kT = kQK, kG = kT + kVH * kTB, kSmemBytes = kG + kVH * kGB;
+};
+template <int kVH>
+__global__ void __launch_bounds__(128 * kVH, kVH == 1 ? 6 : 4)  // 80 registers, six blocks an SM; pairs: 64, four
+    delta_chunk_t_kernel(const DeltaRulePrefillParams p, unsigned char* ws) {
+  using L_ = ChunkT<kVH>;  // the shared memory layout
   pdl_start();  // kernels/launch.cuh
   extern __shared__ __align__(128) unsigned char smem[];
-  const int64_t idx = blockIdx.x / p.Hv;
-  const int hv = static_cast<int>(blockIdx.x % p.Hv), ai = threadIdx.x, lane = ai & 31;
+  const int bpr = p.Hv / kVH;  // blocks a record
+  const int64_t idx = blockIdx.x / bpr;
+  const int wg = kVH == 1 ? 0 : static_cast<int>(threadIdx.x) >> 7, ai = static_cast<int>(threadIdx.x) & 127;
+  const int lane = ai & 31;
+  const int hv = static_cast<int>(blockIdx.x % bpr) * kVH + wg;
+  const int bar = kBarAux + wg;  // the warpgroup's named barrier (T: chunk_t)
   const int ns = min(*p.n_seqs, p.max_seqs);
   if (ns <= 0) return;
   // The sequence: first_record(n) <= idx holds for a prefix of n = 0 .. ns - 1 (n = 0 always), so
@@ -105,24 +117,25 @@ __global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefi
   }
   const int64_t b = p.cu_seqlens[n], e = p.cu_seqlens[n + 1];
   const int64_t c0 = b + (idx - first_record(b, n)) * kC;
-  if (c0 >= e || p.slots[n] < 0) return;  // not a chunk (a gap, a zero-length sequence) or padding
+  if (c0 >= e || p.slots[n] < 0) return;  // uniform over the block
   const int L = static_cast<int>(e - c0 < kC ? e - c0 : kC), hk = hv / (p.Hv / p.Hk);
   const uint32_t base = smem_addr(smem);
-  load_tile(base + tK, p.k, c0, L, p.Hk, hk, ai, 128);
-  load_tile(base + tT, p.q, c0, L, p.Hk, hk, ai, 128);  // the q tile, in A's place until P is done
+  load_tile(base + L_::kK, p.k, c0, L, p.Hk, hk, static_cast<int>(threadIdx.x), 128 * kVH);
+  load_tile(base + L_::kT, p.q, c0, L, p.Hk, hk, static_cast<int>(threadIdx.x), 128 * kVH);
   mma::cp_async_commit();
-  const Gates gt = gates_in(smem + tG);
+  const Gates gt = gates_in(smem + L_::kG + wg * kGB);
   if (ai < 32) chunk_io::chunk_gates(p, c0, L, hv, lane, gt.G, gt.E, gt.L, gt.B);
   mma::cp_async_wait<0>();
   wgmma::fence_proxy_async();
-  bar_sync(kBarAux, 128);  // k and q tiles, gates
+  __syncthreads();  // k and q tiles, gates
   unsigned char* record = ws + (idx * p.Hv + hv) * static_cast<int64_t>(kRec);
   {  // P = Q K^T, as the one-kernel form's state warpgroups compute it, into the record's P parts.
     float pa[32];
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma::m64n64k16_ss(pa, desc(base + tT + 256 * kk, 128, 2048), desc(base + tK + 256 * kk, 128, 2048), kk > 0);
+      wgmma::m64n64k16_ss(pa, desc(base + L_::kT + 256 * kk, 128, 2048), desc(base + L_::kK + 256 * kk, 128, 2048),
+                          kk > 0);
     }
     wgmma::commit();
     wgmma::wait<0>();
@@ -138,17 +151,41 @@ __global__ void __launch_bounds__(128) delta_chunk_t_kernel(const DeltaRulePrefi
       }
     }
   }
-  bar_sync(kBarAux, 128);  // every warp's P product has read the q tile: A may take its place
-  chunk_t(base + tK, gt, reinterpret_cast<float*>(smem + tT), ai, 0);
-  bar_sync(kBarAux, 128);  // T's parts written by every thread
+  if (kVH > 1) {
+    __syncthreads();  // every warpgroup's P product has read the q tile
+  } else {
+    bar_sync(bar, 128);
+  }
+  float* Ts = reinterpret_cast<float*>(smem + L_::kT + wg * kTB);
+  chunk_t(base + L_::kK, gt, Ts, ai, 0, bar);
+  bar_sync(bar, 128);  // T's parts written by every thread of the warpgroup
   // T's lower core matrices, then the gates, into the record (16-byte chunks).
+  const unsigned char* tt = reinterpret_cast<const unsigned char*>(Ts);
   for (int i = ai; i < static_cast<int>(2 * rec::kRecPart / 16); i += 128) {
-    *reinterpret_cast<uint4*>(record + 16 * i) =
-        *reinterpret_cast<const uint4*>(smem + tT + rec::record_chunk_tile_offset(i));
+    *reinterpret_cast<uint4*>(record + 16 * i) = *reinterpret_cast<const uint4*>(tt + rec::record_chunk_tile_offset(i));
   }
   for (int i = ai; i < static_cast<int>(kGB / 16); i += 128) {
-    *reinterpret_cast<uint4*>(record + rec::kRecGates + 16 * i) = *reinterpret_cast<const uint4*>(smem + tG + 16 * i);
+    *reinterpret_cast<uint4*>(record + rec::kRecGates + 16 * i) =
+        *reinterpret_cast<const uint4*>(smem + L_::kG + wg * kGB + 16 * i);
   }
+}
+
+// The T kernel's v-heads a block: two where each k head has an even number of them, else one.
+constexpr bool chunk_t_pairs(int Hk, int Hv) { return Hk > 0 && (Hv / Hk) % 2 == 0; }
+
+// Launches the T kernel over `records` chunk records of every v-head.
+cudaError_t launch_chunk_t(const DeltaRulePrefillParams& p, unsigned char* ws, int64_t records, cudaStream_t stream) {
+  if (chunk_t_pairs(p.Hk, p.Hv)) {
+    constexpr uint32_t smem = ChunkT<2>::kSmemBytes;
+    if (const cudaError_t e = dev::allow_dynamic_smem(delta_chunk_t_kernel<2>, smem); e != cudaSuccess) return e;
+    launch_kernel(delta_chunk_t_kernel<2>, dim3(static_cast<unsigned>(records * p.Hv / 2)), dim3(256), smem, stream, p,
+                  ws);
+  } else {
+    constexpr uint32_t smem = ChunkT<1>::kSmemBytes;
+    if (const cudaError_t e = dev::allow_dynamic_smem(delta_chunk_t_kernel<1>, smem); e != cudaSuccess) return e;
+    launch_kernel(delta_chunk_t_kernel<1>, dim3(static_cast<unsigned>(records * p.Hv)), dim3(128), smem, stream, p, ws);
+  }
+  return cudaGetLastError();
 }
 
 // The min of v over the four lanes of a quad (the lanes that hold one accumulator row).
@@ -432,7 +469,10 @@ size_t delta_rule_prefill_wgmma_t_workspace(int max_tokens, int max_seqs, int Hv
 }
 
 size_t delta_rule_prefill_wgmma_t_smem() { return kSmem; }
-size_t delta_rule_prefill_wgmma_t_chunk_smem() { return kChunkSmem; }
+size_t delta_rule_prefill_wgmma_t_chunk_smem(int Hk, int Hv) {
+  return chunk_t_pairs(Hk, Hv) ? ChunkT<2>::kSmemBytes : ChunkT<1>::kSmemBytes;
+}
+int delta_rule_prefill_wgmma_t_chunk_heads(int Hk, int Hv) { return chunk_t_pairs(Hk, Hv) ? 2 : 1; }
 
 cudaError_t delta_rule_prefill_wgmma_t(const DeltaRulePrefillParams& p, void* workspace, size_t workspace_bytes,
                                        int max_tokens, cudaStream_t stream) {
@@ -451,13 +491,10 @@ cudaError_t delta_rule_prefill_wgmma_t(const DeltaRulePrefillParams& p, void* wo
   if (!chk.ok()) return cudaErrorInvalidValue;
   if (const cudaError_t err = dev::require_sm90a(chk); err != cudaSuccess) return err;
   if (p.max_seqs == 0) return cudaSuccess;
-  if (const cudaError_t e = dev::allow_dynamic_smem(delta_chunk_t_kernel, kChunkSmem); e != cudaSuccess) return e;
   if (const cudaError_t e = dev::allow_dynamic_smem(delta_rule_wgmma_t_kernel, kSmem); e != cudaSuccess) return e;
   const int64_t records = record_count(max_tokens, p.max_seqs);
   auto* ws = static_cast<unsigned char*>(workspace);
-  launch_kernel(delta_chunk_t_kernel, dim3(static_cast<unsigned>(records * p.Hv)), dim3(128), kChunkSmem, stream, p,
-                ws);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (const cudaError_t e = launch_chunk_t(p, ws, records, stream); e != cudaSuccess) return e;
   launch_kernel(delta_rule_wgmma_t_kernel, dim3(static_cast<unsigned>(p.Hv), static_cast<unsigned>(p.max_seqs)),
                 dim3(kThreads), kSmem, stream, p, static_cast<const unsigned char*>(ws), records);
   return cudaGetLastError();

@@ -9,9 +9,11 @@
 // chunk (docs/BENCHMARKS.md): the state's, because the state's bf16 parts go through shared memory
 // as the B operand of O = Q S and X = K S every chunk, with X and V' too; T's, because one
 // warpgroup's substitutions and products are latency-bound. Here
-//   1. delta_chunk_t_kernel, grid chunk records x Hv, 128 threads: one chunk of one v-head a
-//      block, independent of every other (the parallelism of all chunks, not of sequences): its k
-//      and q tiles, gates, A = K K^T and T, by the same code as the one-kernel form's third
+//   1. delta_chunk_t_kernel, grid chunk records x Hv / V, 128 V threads (V = 2 v-heads a block
+//      where each k head has an even number of them, else 1): one chunk of one v-head a
+//      warpgroup, independent of every other (the parallelism of all chunks, not of sequences):
+//      the k and q tiles (once for the block's v-heads), gates, A = K K^T and T, by the same code
+//      as the one-kernel form's third
 //      warpgroup (delta_rule_wgmma_chunk.cuh: T's bytes are that form's), and P = Q K^T masked as
 //      its state warpgroups mask it; T's and P's bf16 parts (their lower triangles of 8 x 8 core
 //      matrices: both are exact zeros above the diagonal) and the gates go to a record in the
@@ -59,9 +61,11 @@ namespace sg {
 size_t delta_rule_prefill_wgmma_t_record();
 // Workspace bytes for steps of at most max_tokens tokens in at most max_seqs sequences, Hv v-heads.
 size_t delta_rule_prefill_wgmma_t_workspace(int max_tokens, int max_seqs, int Hv);
-// Dynamic shared memory of one recurrence block, and of one T block (bytes).
+// Dynamic shared memory of one recurrence block, and of one T block for Hk k heads and Hv v-heads
+// (bytes); the v-heads of one T block (its warpgroups).
 size_t delta_rule_prefill_wgmma_t_smem();
-size_t delta_rule_prefill_wgmma_t_chunk_smem();
+size_t delta_rule_prefill_wgmma_t_chunk_smem(int Hk, int Hv);
+int delta_rule_prefill_wgmma_t_chunk_heads(int Hk, int Hv);
 
 // Launches the T kernel and the recurrence, one after the other on `stream`. Returns
 // cudaErrorInvalidValue on what delta_rule_prefill_wgmma refuses, on max_tokens < 0 and on a

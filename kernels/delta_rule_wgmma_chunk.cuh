@@ -106,7 +106,8 @@ __device__ __forceinline__ void bar_arrive(int id, int n) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 struct AuxBarrier {  // the T threads' own barrier (chunk_inverse::off_diagonal's)
-  __device__ __forceinline__ void operator()() const { bar_sync(kBarAux, 128); }
+  int id = kBarAux;
+  __device__ __forceinline__ void operator()() const { bar_sync(id, 128); }
 };
 
 // One chunk's gates (kGB bytes at `g`, 16-byte aligned).
@@ -151,7 +152,7 @@ __device__ __forceinline__ void mask_p(float* pa, const Gates& gt, float scale, 
 // threads (thread ai), as the K-major operand of V' = T X: two [64 x 64] core-matrix tiles, hi at
 // `parts`, lo kTP bytes on. Thread ai takes rows 16 w + (ai % 8) and 8 more (w = ai / 32) and the
 // column chunks (ai % 32) / 8 and 4 more: 32 values, read before the group's barrier, written after.
-__device__ __forceinline__ void t_parts(const float* Ts, unsigned char* parts, int ai) {
+__device__ __forceinline__ void t_parts(const float* Ts, unsigned char* parts, int ai, int bar = kBarAux) {
   const int lane = ai & 31, rb = 16 * (ai >> 5) + (lane & 7), cg = lane >> 3;
   uint32_t hi[2][2][4], lo[2][2][4];  // [row half][chunk][pair]
 #pragma unroll
@@ -171,7 +172,7 @@ __device__ __forceinline__ void t_parts(const float* Ts, unsigned char* parts, i
       }
     }
   }
-  bar_sync(kBarAux, 128);  // every thread has read its T values: the parts may overwrite the f32 tile
+  bar_sync(bar, 128);  // every thread has read its T values: the parts may overwrite the f32 tile
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -189,7 +190,8 @@ __device__ __forceinline__ void t_parts(const float* Ts, unsigned char* parts, i
 // f32 tile Ts; T = (I + A)^-1 there (four 16 x 16 diagonal blocks, a warp each, then the 32 x 32
 // merges and the off-diagonal block); then T's bf16 parts over Ts (t_parts), fenced for wgmma.
 // The caller arrives at its consumers' barrier after it. n: the chunk's index (timeline points only).
-__device__ __forceinline__ void chunk_t(uint32_t aK, const Gates& gt, float* Ts, int ai, [[maybe_unused]] int n) {
+__device__ __forceinline__ void chunk_t(uint32_t aK, const Gates& gt, float* Ts, int ai, [[maybe_unused]] int n,
+                                        int bar = kBarAux) {
   const int lane = ai & 31, g = lane >> 2, t = lane & 3;
   const int r0 = 16 * (ai >> 5) + g;
 #pragma unroll 1
@@ -214,16 +216,16 @@ __device__ __forceinline__ void chunk_t(uint32_t aK, const Gates& gt, float* Ts,
       }
     }
   }
-  bar_sync(kBarAux, 128);
+  bar_sync(bar, 128);
   SG_DELTA_TRACE(2, n);
   chunk_inverse::diagonal_blocks16<kLDT>(Ts, ai, lane);  // four 16 x 16 blocks, a warp each
-  bar_sync(kBarAux, 128);
-  chunk_inverse::merge16<kLDT>(Ts, ai, AuxBarrier{});  // the two 32 x 32 blocks
-  bar_sync(kBarAux, 128);
+  bar_sync(bar, 128);
+  chunk_inverse::merge16<kLDT>(Ts, ai, AuxBarrier{bar});  // the two 32 x 32 blocks
+  bar_sync(bar, 128);
   SG_DELTA_TRACE(3, n);
-  chunk_inverse::off_diagonal<kLDT, 128, AuxBarrier, true>(Ts, ai, AuxBarrier{});
-  bar_sync(kBarAux, 128);  // T complete (c <= r)
-  t_parts(Ts, reinterpret_cast<unsigned char*>(Ts), ai);
+  chunk_inverse::off_diagonal<kLDT, 128, AuxBarrier, true>(Ts, ai, AuxBarrier{bar});
+  bar_sync(bar, 128);  // T complete (c <= r)
+  t_parts(Ts, reinterpret_cast<unsigned char*>(Ts), ai, bar);
   wgmma::fence_proxy_async();
 }
 

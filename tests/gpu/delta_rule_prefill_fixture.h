@@ -482,7 +482,8 @@ template <typename Launch, typename Also>
 void check_warpgroup_matrix(const char* name, double tol_f32, Launch launch, Also also) {
   Worst worst, worst_fast;
   double worst_bf16_state = 0;
-  for (const Shape sh : {Shape{2, 4, 128, 128}, Shape{1, 2, 128, 128}}) {
+  // Two v-heads a k head (the two-kernel form's T kernel: a block of two), and three (a block of one).
+  for (const Shape sh : {Shape{2, 4, 128, 128}, Shape{1, 2, 128, 128}, Shape{1, 3, 128, 128}}) {
     for (bool fast : {false, true}) {
       for (int h = 0; h < 3; ++h) {
         CAPTURE(sh.Hk, sh.Hv, fast, kHistNames[h]);

@@ -3,13 +3,14 @@
 // (test_delta_rule_prefill_wgmma.cpp) on the same problems and tolerances (compute capability 9.0,
 // else each case says it did not run):
 // - against ref::delta_rule_prefill_chunked (double): the fixture's varlen batch with history,
-//   without and mixed, shapes (Hk, Hv) = (2, 4) and (1, 2), bf16 and f32 outputs, f32 and bf16
+//   without and mixed, shapes (Hk, Hv) = (2, 4), (1, 2) and (1, 3), bf16 and f32 outputs, f32 and bf16
 //   states, fast decay; the worst errors seen are printed; and within 1e-5 (normalised) of the
 //   one-kernel form, which sums the same products in the same order but with the operands'
 //   roles swapped (whether the bytes are equal is printed);
 // - invariants: padding rows exactly +0; padding, zero-length and unused slots keep their state
 //   bytes; rows past the live tokens untouched; inputs past them NaN and never read; deterministic;
-// - a captured launch (two kernel nodes: their grids, blocks and shared memory), replay == eager;
+// - a captured launch (two kernel nodes: their grids, blocks and shared memory; a T block of two
+//   v-heads and of one), replay == eager;
 // - two segments with history agree with one prefill; a NaN / Inf never reaches an earlier token;
 // - tokens past max_tokens: the sequences whose chunk records would fall past the workspace get NaN
 //   rows and keep their state, the others are unchanged;
@@ -115,31 +116,37 @@ TEST_CASE("two-kernel wgmma delta-rule prefill: a captured launch replays the ea
     WARN("not run: the two-kernel wgmma delta-rule prefill needs compute capability 9.0");
     return;
   }
-  const Shape sh{2, 4, 128, 128};
-  // Workspaces sized for batch A's token bucket (409 tokens, 7 programs): one for the capture and
-  // one for the eager runs, so that a replay reads only records its own T node wrote.
-  const size_t bytes = delta_rule_prefill_wgmma_t_workspace(409, 7, sh.Hv);
-  const DevBuf ws(bytes, 0x7F), ws_eager(bytes, 0x7F);
-  const auto nodes = check_replay_nodes(
-      sh, DType::bf16, "wgmma-t", 2,
-      [&](const DeltaRulePrefillParams& p, cudaStream_t s) {
-        return delta_rule_prefill_wgmma_t(p, ws.data(), bytes, 409, s);
-      },
-      [&](const Problem& P, Rig& rig) {
-        rig.reset(P, 0xA5);
-        check(delta_rule_prefill_wgmma_t(rig.params(P), ws_eager.data(), bytes, 409, nullptr));
-        check(cudaDeviceSynchronize());
-        return Result{rig.out.download(), rig.state.download()};
-      });
-  // The T kernel: (ceil(409 / 64) + 7) records x Hv blocks of 128 threads; the recurrence: (Hv, max_seqs 7).
-  CHECK(nodes[0].grid == Dim3{14 * static_cast<unsigned>(sh.Hv), 1, 1});
-  CHECK(nodes[0].block == Dim3{128, 1, 1});
-  CHECK(nodes[0].smem_bytes == delta_rule_prefill_wgmma_t_chunk_smem());
-  CHECK(nodes[0].kernel.find("delta_chunk_t_kernel") != std::string::npos);
-  CHECK(nodes[1].grid == Dim3{static_cast<unsigned>(sh.Hv), 7, 1});
-  CHECK(nodes[1].block == Dim3{256, 1, 1});
-  CHECK(nodes[1].smem_bytes == delta_rule_prefill_wgmma_t_smem());
-  CHECK(nodes[1].kernel.find("delta_rule_wgmma_t_kernel") != std::string::npos);
+  // Two v-heads a k head (a T block of two warpgroups) and three (a T block of one).
+  for (const Shape sh : {Shape{2, 4, 128, 128}, Shape{1, 3, 128, 128}}) {
+    CAPTURE(sh.Hk, sh.Hv);
+    // Workspaces sized for batch A's token bucket (409 tokens, 7 programs): one for the capture and
+    // one for the eager runs, so that a replay reads only records its own T node wrote.
+    const size_t bytes = delta_rule_prefill_wgmma_t_workspace(409, 7, sh.Hv);
+    const DevBuf ws(bytes, 0x7F), ws_eager(bytes, 0x7F);
+    const auto nodes = check_replay_nodes(
+        sh, DType::bf16, "wgmma-t", 2,
+        [&](const DeltaRulePrefillParams& p, cudaStream_t s) {
+          return delta_rule_prefill_wgmma_t(p, ws.data(), bytes, 409, s);
+        },
+        [&](const Problem& P, Rig& rig) {
+          rig.reset(P, 0xA5);
+          check(delta_rule_prefill_wgmma_t(rig.params(P), ws_eager.data(), bytes, 409, nullptr));
+          check(cudaDeviceSynchronize());
+          return Result{rig.out.download(), rig.state.download()};
+        });
+    // The T kernel: (ceil(409 / 64) + 7) records x Hv / V blocks of 128 V threads (V v-heads a
+    // block); the recurrence: (Hv, max_seqs 7).
+    const int V = sh.Hv / sh.Hk == 2 ? 2 : 1;
+    CHECK(delta_rule_prefill_wgmma_t_chunk_heads(sh.Hk, sh.Hv) == V);
+    CHECK(nodes[0].grid == Dim3{14 * static_cast<unsigned>(sh.Hv / V), 1, 1});
+    CHECK(nodes[0].block == Dim3{128 * static_cast<unsigned>(V), 1, 1});
+    CHECK(nodes[0].smem_bytes == delta_rule_prefill_wgmma_t_chunk_smem(sh.Hk, sh.Hv));
+    CHECK(nodes[0].kernel.find("delta_chunk_t_kernel") != std::string::npos);
+    CHECK(nodes[1].grid == Dim3{static_cast<unsigned>(sh.Hv), 7, 1});
+    CHECK(nodes[1].block == Dim3{256, 1, 1});
+    CHECK(nodes[1].smem_bytes == delta_rule_prefill_wgmma_t_smem());
+    CHECK(nodes[1].kernel.find("delta_rule_wgmma_t_kernel") != std::string::npos);
+  }
 }
 
 TEST_CASE("two-kernel wgmma delta-rule prefill: two segments with history agree with one prefill",
@@ -240,7 +247,11 @@ TEST_CASE("two-kernel wgmma delta-rule prefill: no live sequence touches nothing
   CHECK(delta_rule_prefill_wgmma_t_workspace(1024, 32, 32) == (16 + 32) * 32 * delta_rule_prefill_wgmma_t_record());
   CHECK(delta_rule_prefill_wgmma_t_workspace(0, 0, 32) == 0);
   CHECK(delta_rule_prefill_wgmma_t_workspace(-1, 2, 32) == 0);
-  CHECK(delta_rule_prefill_wgmma_t_chunk_smem() <= 48 * 1024);  // no opt-in needed: six blocks an SM
+  // The T block's shared memory: one v-head's 35 KB (six blocks an SM), two v-heads' 52.5 KB (four).
+  CHECK(delta_rule_prefill_wgmma_t_chunk_smem(1, 3) == 35072);
+  CHECK(delta_rule_prefill_wgmma_t_chunk_smem(16, 32) == 53760);
+  CHECK(delta_rule_prefill_wgmma_t_chunk_heads(16, 32) == 2);
+  CHECK(delta_rule_prefill_wgmma_t_chunk_heads(16, 48) == 1);
   if (!on_cc90()) {
     WARN("launches not run: the two-kernel wgmma delta-rule prefill needs compute capability 9.0");
     return;

@@ -456,8 +456,7 @@ int main(int argc, char** argv) {
   CK(cudaEventRecord(e0));
   for (int i = 0; i < reps; ++i) {
     const int64_t records = sg::record_count(g_ws.tokens, p.max_seqs);
-    sg::launch_kernel(sg::delta_chunk_t_kernel, dim3(static_cast<unsigned>(records * Hv)), dim3(128), sg::kChunkSmem,
-                      nullptr, p, static_cast<unsigned char*>(g_ws.data));
+    CK(sg::launch_chunk_t(p, static_cast<unsigned char*>(g_ws.data), records, nullptr));
   }
   CK(cudaEventRecord(e1));
   CK(cudaEventSynchronize(e1));
@@ -512,8 +511,10 @@ int main(int argc, char** argv) {
   print_trace(static_cast<int>(chunks), seqs, Hv);
 #endif
 #ifdef SG_PROBE_WGMMA_T
-  std::printf("  of which the T kernel alone %.4f ms (%lld blocks of 128 threads, %u bytes of shared memory)\n", t_ms,
-              static_cast<long long>(sg::record_count(g_ws.tokens, p.max_seqs) * Hv), sg::kChunkSmem);
+  const int vh = sg::delta_rule_prefill_wgmma_t_chunk_heads(Hk, Hv);
+  std::printf("  of which the T kernel alone %.4f ms (%lld blocks of %d threads, %zu bytes of shared memory)\n", t_ms,
+              static_cast<long long>(sg::record_count(g_ws.tokens, p.max_seqs) * Hv / vh), 128 * vh,
+              sg::delta_rule_prefill_wgmma_t_chunk_smem(Hk, Hv));
   // The one-kernel warpgroup form from the same start: how far the two forms' bytes are apart.
   CK(cudaMemcpy(state, state0, state_bytes, cudaMemcpyDeviceToDevice));
   const cudaError_t werr = sg::delta_rule_prefill_wgmma(p, nullptr);

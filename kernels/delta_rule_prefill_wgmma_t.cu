@@ -94,7 +94,7 @@ template <int kVH>
 __global__ void __launch_bounds__(128 * kVH, kVH == 1 ? 6 : 4)  // 80 registers, six blocks an SM; pairs: 64, four
     delta_chunk_t_kernel(const DeltaRulePrefillParams p, unsigned char* ws) {
   using L_ = ChunkT<kVH>;  // the shared memory layout
-  pdl_start();  // kernels/launch.cuh
+  pdl_start();             // kernels/launch.cuh
   extern __shared__ __align__(128) unsigned char smem[];
   const int bpr = p.Hv / kVH;  // blocks a record
   const int64_t idx = blockIdx.x / bpr;

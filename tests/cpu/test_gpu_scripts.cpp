@@ -4,8 +4,9 @@
 // cases run where, --filter, --tool) runs against a stand-in tests_gpu and compute-sanitizer,
 // shell scripts that answer as the real ones do and log what they were asked to run. Each script
 // runs as a child process (tests/support/child.h) with CUDA_VISIBLE_DEVICES empty. The probes'
-// ablation scripts (tools/probes/delta_prefill_phases.sh, delta_recurrence_ablate.sh) still find
-// every text they edit in the kernels as they are (--edits-only: the copies made, nothing built).
+// ablation scripts (tools/probes/delta_prefill_phases.sh, delta_recurrence_ablate.sh,
+// delta_t_ablate.sh) still find every text they edit in the kernels as they are (--edits-only: the
+// copies made, nothing built).
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -138,6 +139,8 @@ TEST_CASE("gpu scripts: bad options are refused with a message and exit 2", "[sc
       {"probes/delta_recurrence_ablate.sh", {"--rounds", "0"}, "--rounds needs a positive count"},
       {"probes/delta_prefill_phases.sh", {"-j", "x"}, "-j needs a positive count"},
       {"probes/delta_prefill_phases.sh", {"--rounds", "2"}, "unknown option --rounds"},
+      {"probes/delta_t_ablate.sh", {"no-pv"}, "unknown variant 'no-pv' (known: full one-vhead no-p"},
+      {"probes/delta_t_ablate.sh", {"-j"}, "-j needs a positive count"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.script, c.args);
@@ -149,8 +152,8 @@ TEST_CASE("gpu scripts: bad options are refused with a message and exit 2", "[sc
 }
 
 TEST_CASE("gpu scripts: --help prints the usage and exits 0", "[scripts]") {
-  for (const std::string name :
-       {"gpu_tests.sh", "sanitize_gpu.sh", "probes/delta_prefill_phases.sh", "probes/delta_recurrence_ablate.sh"}) {
+  for (const std::string name : {"gpu_tests.sh", "sanitize_gpu.sh", "probes/delta_prefill_phases.sh",
+                                 "probes/delta_recurrence_ablate.sh", "probes/delta_t_ablate.sh"}) {
     CAPTURE(name);
     const ChildResult r = script(name, {"--help"});
     CAPTURE(r.out, r.describe());
@@ -306,7 +309,8 @@ TEST_CASE("probe ablation scripts: every edit still finds its text in the kernel
     std::string script;
     int copies;
   };
-  for (const Case& c : {Case{"probes/delta_prefill_phases.sh", 14}, Case{"probes/delta_recurrence_ablate.sh", 8}}) {
+  for (const Case& c : {Case{"probes/delta_prefill_phases.sh", 14}, Case{"probes/delta_recurrence_ablate.sh", 8},
+                        Case{"probes/delta_t_ablate.sh", 7}}) {
     CAPTURE(c.script);
     sg::test::TempDir tmp("sg_probe_edits");
     const ChildResult r = script(c.script, {"--edits-only"}, {{"TMPDIR", tmp.path.string()}});

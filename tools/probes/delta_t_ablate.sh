@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# delta_t_ablate.sh: where the T kernel of the two-kernel delta-rule prefill (delta_chunk_t_kernel in
+# kernels/delta_rule_prefill_wgmma_t.cu, with chunk_t and mask_p of kernels/delta_rule_wgmma_chunk.cuh;
+# `--delta-prefill wgmma-t`, the `auto` form on compute capability 9.0) spends its time. It writes
+# edited copies of both files to a folder per variant (one part of the chunk's work removed or
+# changed, below), builds tools/probes/delta_prefill_probe.cu -DSG_PROBE_WGMMA_T once per copy (in
+# parallel; the copies come first on the include path, so the probe's one-kernel form, which shares
+# chunk_t, is built from the same copy), runs the copies in ROUNDS rounds (each round every copy
+# once, in order) on the 4B prefill shape (32 x 1024 tokens, Hk 16, Hv 32: two v-heads a T block)
+# and prints one table: variant, the median of the T kernel alone over the rounds, what the edit
+# saves against `full`, the T kernel's registers and spill bytes (ptxas -v; both forms, two and one
+# v-heads a block) and the checksum of one launch's output and final state. full and one-vhead keep
+# the arithmetic and must print full's checksum; every other copy computes or stores something
+# else and prints its own, by design (the recurrence then reads those records: only the T kernel's
+# time is the measurement).
+#   full        the two files as they are (copied verbatim)
+#   one-vhead   one v-head a block whatever the heads (what the blocks of two gain)
+#   no-p        no P = Q K^T: no product, mask or stores of P's parts
+#   no-exp      every decay weight 1: no exp in P's mask or in A's
+#   no-inverse  no substitutions, 16 x 16 merges or off-diagonal block: T's parts made from A as it is
+#   no-parts    T's f32 tile left as it is (no bf16 parts): the record gets its first bytes
+#   no-record   T's parts and the gates computed and not stored (P's stores stay)
+# Each edit names the exact text it changes; python3 stops (exit 1) when an anchor is not found as
+# often as expected, before anything is built; a copy that does not compile is reported and the
+# script exits 1 after timing the others.
+#   usage: tools/probes/delta_t_ablate.sh [--build-only | --edits-only] [--rounds N] [-j JOBS]
+#                                         [VARIANT ...] [-- PROBE ARGS]
+#     --build-only  make and build every copy, run nothing (no GPU needed)
+#     --edits-only  make the copies only: every edit's anchors still match the kernel (no nvcc needed)
+#     --rounds N    timed rounds (default 2)
+#     -j JOBS       parallel builds (default: the cores, at most 16)
+#     VARIANT ...   only these (full is always included)
+#     PROBE ARGS    passed to every probe run (default: 32 1024 10)
+# Needs nvcc (/usr/local/cuda/bin), python3 and a GPU of compute capability 9.0 to run. A build
+# takes about 40 s on one core; a run 2-3 s.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH=/usr/local/cuda/bin:$PATH
+
+all=(full one-vhead no-p no-exp no-inverse no-parts no-record)
+name=delta_t_ablate
+rounds=2
+probe_args=(32 1024 10)
+. tools/probes/ablate_common.sh
+ablate_parse "$@"
+
+kernel=kernels/delta_rule_prefill_wgmma_t.cu
+chunk=kernels/delta_rule_wgmma_chunk.cuh
+
+# ---- 1. The edited copies: $work/VARIANT/kernels/ holds both files.
+python3 - "$kernel" "$chunk" "$work" "${variants[@]}" << 'PY'
+import os
+import sys
+
+kernel, chunk, work, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+orig = (open(kernel).read(), open(chunk).read())
+
+
+def rep(t, old, new, what, count=1):
+    n = t.count(old)
+    if n != count:
+        sys.exit(f"delta_t_ablate: {what}: text found {n} times, want {count}: {old.strip().splitlines()[0]!r}")
+    return t.replace(old, new)
+
+
+def one_vhead(k, c):
+    return rep(k, "{ return Hk > 0 && (Hv / Hk) % 2 == 0; }", "{ return false && Hk > 0 && (Hv / Hk) % 2 == 0; }",
+               "one-vhead: chunk_t_pairs"), c
+
+
+def no_p(k, c):
+    start = "  {  // P = Q K^T, as the one-kernel form's state warpgroups compute it, into the record's P parts.\n"
+    end = "  if (kVH > 1) {\n    __syncthreads();  // every warpgroup's P product has read the q tile\n"
+    if k.count(start) != 1 or k.count(end) != 1 or k.index(end) < k.index(start):
+        sys.exit("delta_t_ablate: no-p: the P block's anchors")
+    return k[:k.index(start)] + "  // probe edit: no P\n" + k[k.index(end):], c
+
+
+def no_exp(k, c):
+    return k, rep(c, "expf(static_cast<float>(gt.G[r] - gt.G[c]))", "1.0f", "no-exp: P's and A's weights", count=2)
+
+
+def no_inverse(k, c):
+    c = rep(c, "  chunk_inverse::diagonal_blocks16<kLDT>(Ts, ai, lane);  // four 16 x 16 blocks, a warp each\n", "",
+            "no-inverse: the diagonal blocks")
+    c = rep(c, "  chunk_inverse::merge16<kLDT>(Ts, ai, AuxBarrier{bar});  // the two 32 x 32 blocks\n", "",
+            "no-inverse: the merges")
+    return k, rep(c, "  chunk_inverse::off_diagonal<kLDT, 128, AuxBarrier, true>(Ts, ai, AuxBarrier{bar});\n", "",
+                  "no-inverse: the off-diagonal block")
+
+
+def no_parts(k, c):
+    return k, rep(c, "  t_parts(Ts, reinterpret_cast<unsigned char*>(Ts), ai, bar);\n", "", "no-parts: t_parts")
+
+
+def no_record(k, c):
+    # A condition false at run time that the compiler cannot fold keeps every value computed.
+    k = rep(k, "    *reinterpret_cast<uint4*>(record + 16 * i) =", "    if (p.max_seqs < 0) *reinterpret_cast<uint4*>(record + 16 * i) =",
+            "no-record: T's parts")
+    return rep(k, "    *reinterpret_cast<uint4*>(record + rec::kRecGates + 16 * i) =",
+               "    if (p.max_seqs < 0) *reinterpret_cast<uint4*>(record + rec::kRecGates + 16 * i) =",
+               "no-record: the gates"), c
+
+
+edits = {"full": lambda k, c: (k, c), "one-vhead": one_vhead, "no-p": no_p, "no-exp": no_exp,
+         "no-inverse": no_inverse, "no-parts": no_parts, "no-record": no_record}
+for n in names:
+    k, c = edits[n](*orig)
+    if n != "full" and (k, c) == orig:
+        sys.exit(f"delta_t_ablate: {n} changed nothing")
+    os.makedirs(f"{work}/{n}/kernels")
+    open(f"{work}/{n}/{kernel}", "w").write(k)
+    open(f"{work}/{n}/{chunk}", "w").write(c)
+PY
+if [ $edits_only = 1 ]; then
+  echo "delta_t_ablate: ${#variants[@]} edited copies in $work (--edits-only: nothing built)"
+  exit 0
+fi
+
+# ---- 2. Builds (the probe with the copy compiled in; the copy's folder first on the include path).
+build() {
+  local v=$1
+  if ! nvcc -O3 -std=c++20 -fmad=false --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a -I"$work/$v" -I. \
+    -DSG_PROBE_WGMMA_T -DSG_PROBE_KERNEL="\"$work/$v/$kernel\"" -Xptxas -v -o "$work/$v/probe" \
+    tools/probes/delta_prefill_probe.cu kernels/delta_rule_prefill_wgmma.cu kernels/launch_check.cpp \
+    kernels/launch_policy.cpp > "$work/$v.build.log" 2>&1; then
+    echo "  BUILD FAILED: $v ($work/$v.build.log):"
+    grep -m 5 -i error "$work/$v.build.log" | sed 's/^/    /'
+    touch "$work/$v.failed"
+    return 0
+  fi
+  # The T kernel's registers and spills, two v-heads a block, then one: the ptxas lines after each entry.
+  awk '/Compiling entry.*delta_chunk_t_kernelILi2E/ { on = 2 } /Compiling entry.*delta_chunk_t_kernelILi1E/ { on = 1 }
+       on && /spill stores/ { sp[on] = $5 } on && /Used [0-9]+ registers/ { r[on] = $5 "r/" sp[on]; on = 0 }
+       END { print r[2] "," r[1] }' "$work/$v.build.log" > "$work/$v.regs"
+  echo "  built $v"
+}
+ablate_build_all
+
+# ---- 3. Rounds, then the table (medians over the rounds).
+for ((r = 1; r <= rounds; ++r)); do
+  for v in "${variants[@]}"; do
+    [ -e "$work/$v.failed" ] && continue
+    log="$work/$v.run$r.log"
+    if ! "$work/$v/probe" "${probe_args[@]}" > "$log" 2>&1 || ! head -1 "$log" | grep -qF "$work/$v/$kernel:"; then
+      echo "  RUN FAILED or not built from its copy: $v round $r ($log):"
+      tail -3 "$log" | sed 's/^/    /'
+      touch "$work/$v.failed"
+      failed=1
+      continue
+    fi
+    grep -oE 'T kernel alone [0-9.]+' "$log" | awk '{print $4}' >> "$work/$v.tms"
+    grep -m 1 -oE 'checksum [0-9a-f]+' "$log" | awk '{print $2}' > "$work/$v.sum"
+  done
+  echo "  round $r done"
+done
+median() { sort -g "$1" | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+[ -s "$work/full.tms" ] || { echo "delta_t_ablate: the full kernel did not run" >&2; exit 1; }
+ref=$(median "$work/full.tms")
+echo
+sed -n '1,3p' "$work/full.run1.log"
+echo
+echo "medians of $rounds rounds of the T kernel alone; saved = full's ms minus the variant's (what the"
+echo "edit costs, less whatever overlapped it); registers/spill bytes of the two-v-head and one-v-head forms"
+printf '%-10s %9s %9s %8s %17s  %s\n' variant "T ms" "saved ms" "saved %" "regs/spill (2,1)" checksum
+for v in "${variants[@]}"; do
+  if [ ! -s "$work/$v.tms" ]; then
+    printf '%-10s %9s\n' "$v" "no run"
+    continue
+  fi
+  note=""
+  if [ "$v" != full ] && [ "$(cat "$work/$v.sum")" = "$(cat "$work/full.sum")" ]; then note="(= full)"; fi
+  if [ "$v" = one-vhead ] && [ -z "$note" ]; then
+    note="(UNEXPECTED: should equal full's)"
+    failed=1
+  fi
+  awk -v k="$v" -v m="$(median "$work/$v.tms")" -v r="$ref" -v rg="$(cat "$work/$v.regs" 2> /dev/null)" \
+    -v s="$(cat "$work/$v.sum")" -v n="$note" \
+    'BEGIN { printf "%-10s %9.4f %9.4f %7.1f%% %17s  %s %s\n", k, m, r - m, 100 * (r - m) / r, rg, s, n }'
+done
+echo "spread: full's rounds $(sort -g "$work/full.tms" | tr '\n' ' ')ms"
+echo "delta_t_ablate: done in $((SECONDS - t_start)) s; logs in $work"
+exit $failed

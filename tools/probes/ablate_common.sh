@@ -1,5 +1,6 @@
 # ablate_common.sh: what the probes' ablation scripts (delta_prefill_phases.sh,
-# delta_recurrence_ablate.sh) share, sourced by both: their options and their parallel builds.
+# delta_recurrence_ablate.sh, delta_t_ablate.sh) share, sourced by each: their options and their
+# parallel builds; the timed rounds and the median of the last two.
 #
 # ablate_parse: the caller sets `name` (its messages' prefix),
 # `all` (its variants, full first), `probe_args` (the probe's default arguments) and, if it takes
@@ -69,3 +70,32 @@ ablate_build_all() {
     exit $failed
   fi
 }
+
+# ablate_run_rounds: `rounds` rounds, each running every variant that built once, in order, with
+# `probe_args`; the caller's `probe_bin VARIANT` names the program and `probe_src VARIANT` the source
+# the probe's first line must name (so that a copy is known to be built from its own edit). Appends
+# each run's "ms a launch" to $work/VARIANT.ms and "T kernel alone" to $work/VARIANT.tms, keeps the
+# checksum in $work/VARIANT.sum; a run that fails leaves $work/VARIANT.failed and sets `failed`.
+ablate_run_rounds() {
+  local r v log
+  for ((r = 1; r <= rounds; ++r)); do
+    for v in "${variants[@]}"; do
+      [ -e "$work/$v.failed" ] && continue
+      log="$work/$v.run$r.log"
+      if ! "$(probe_bin "$v")" "${probe_args[@]}" > "$log" 2>&1 || ! head -1 "$log" | grep -qF "$(probe_src "$v"):"; then
+        echo "  RUN FAILED or not built from its copy: $v round $r ($log):"
+        tail -3 "$log" | sed 's/^/    /'
+        touch "$work/$v.failed"
+        failed=1
+        continue
+      fi
+      grep -oE '[0-9.]+ ms a launch' "$log" | awk '{print $1}' >> "$work/$v.ms"
+      grep -oE 'T kernel alone [0-9.]+' "$log" | awk '{print $4}' >> "$work/$v.tms"
+      grep -m 1 -oE 'checksum [0-9a-f]+' "$log" | awk '{print $2}' > "$work/$v.sum"
+    done
+    echo "  round $r done"
+  done
+}
+
+# median FILE: the median of the numbers in FILE, one a line.
+median() { sort -g "$1" | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }

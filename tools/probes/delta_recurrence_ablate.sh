@@ -157,24 +157,9 @@ build() {
 ablate_build_all
 
 # ---- 3. Rounds, then the table (medians over the rounds).
-for ((r = 1; r <= rounds; ++r)); do
-  for v in "${variants[@]}"; do
-    [ -e "$work/$v.failed" ] && continue
-    log="$work/$v.run$r.log"
-    if ! "$work/$v" "${probe_args[@]}" > "$log" 2>&1 || ! head -1 "$log" | grep -qF "$work/$v.cu:"; then
-      echo "  RUN FAILED or not built from its copy: $v round $r ($log):"
-      tail -3 "$log" | sed 's/^/    /'
-      touch "$work/$v.failed"
-      failed=1
-      continue
-    fi
-    grep -oE '[0-9.]+ ms a launch' "$log" | awk '{print $1}' >> "$work/$v.ms"
-    grep -oE 'T kernel alone [0-9.]+' "$log" | awk '{print $4}' >> "$work/$v.tms"
-    grep -m 1 -oE 'checksum [0-9a-f]+' "$log" | awk '{print $2}' > "$work/$v.sum"
-  done
-  echo "  round $r done"
-done
-median() { sort -g "$1" | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+probe_bin() { echo "$work/$1"; }
+probe_src() { echo "$work/$1.cu"; }
+ablate_run_rounds
 [ -s "$work/full.ms" ] || { echo "delta_recurrence_ablate: the full kernel did not run" >&2; exit 1; }
 ref=$(median "$work/full.ms")
 echo

@@ -151,11 +151,7 @@ __global__ void __launch_bounds__(128 * kVH, kVH == 1 ? 6 : 4)  // 80 registers,
       }
     }
   }
-  if (kVH > 1) {
-    __syncthreads();  // every warpgroup's P product has read the q tile
-  } else {
-    bar_sync(bar, 128);
-  }
+  __syncthreads();  // every warpgroup's P product has read the q tile
   float* Ts = reinterpret_cast<float*>(smem + L_::kT + wg * kTB);
   chunk_t(base + L_::kK, gt, Ts, ai, 0, bar);
   bar_sync(bar, 128);  // T's parts written by every thread of the warpgroup
@@ -173,19 +169,19 @@ __global__ void __launch_bounds__(128 * kVH, kVH == 1 ? 6 : 4)  // 80 registers,
 // The T kernel's v-heads a block: two where each k head has an even number of them, else one.
 constexpr bool chunk_t_pairs(int Hk, int Hv) { return Hk > 0 && (Hv / Hk) % 2 == 0; }
 
-// Launches the T kernel over `records` chunk records of every v-head.
-cudaError_t launch_chunk_t(const DeltaRulePrefillParams& p, unsigned char* ws, int64_t records, cudaStream_t stream) {
-  if (chunk_t_pairs(p.Hk, p.Hv)) {
-    constexpr uint32_t smem = ChunkT<2>::kSmemBytes;
-    if (const cudaError_t e = dev::allow_dynamic_smem(delta_chunk_t_kernel<2>, smem); e != cudaSuccess) return e;
-    launch_kernel(delta_chunk_t_kernel<2>, dim3(static_cast<unsigned>(records * p.Hv / 2)), dim3(256), smem, stream, p,
-                  ws);
-  } else {
-    constexpr uint32_t smem = ChunkT<1>::kSmemBytes;
-    if (const cudaError_t e = dev::allow_dynamic_smem(delta_chunk_t_kernel<1>, smem); e != cudaSuccess) return e;
-    launch_kernel(delta_chunk_t_kernel<1>, dim3(static_cast<unsigned>(records * p.Hv)), dim3(128), smem, stream, p, ws);
-  }
+// Launches the T kernel of kVH v-heads a block over `records` chunk records of every v-head.
+template <int kVH>
+cudaError_t launch_chunk_t_of(const DeltaRulePrefillParams& p, unsigned char* ws, int64_t records,
+                              cudaStream_t stream) {
+  constexpr uint32_t smem = ChunkT<kVH>::kSmemBytes;
+  if (const cudaError_t e = dev::allow_dynamic_smem(delta_chunk_t_kernel<kVH>, smem); e != cudaSuccess) return e;
+  launch_kernel(delta_chunk_t_kernel<kVH>, dim3(static_cast<unsigned>(records * p.Hv / kVH)), dim3(128 * kVH), smem,
+                stream, p, ws);
   return cudaGetLastError();
+}
+cudaError_t launch_chunk_t(const DeltaRulePrefillParams& p, unsigned char* ws, int64_t records, cudaStream_t stream) {
+  return chunk_t_pairs(p.Hk, p.Hv) ? launch_chunk_t_of<2>(p, ws, records, stream)
+                                   : launch_chunk_t_of<1>(p, ws, records, stream);
 }
 
 // The min of v over the four lanes of a quad (the lanes that hold one accumulator row).

@@ -1,6 +1,6 @@
 # ablate_common.sh: what the probes' ablation scripts (delta_prefill_phases.sh,
 # delta_recurrence_ablate.sh, delta_t_ablate.sh) share, sourced by each: their options and their
-# parallel builds; the timed rounds and the median of the last two.
+# parallel builds; the timed rounds, the median and the table's common parts of the last two.
 #
 # ablate_parse: the caller sets `name` (its messages' prefix),
 # `all` (its variants, full first), `probe_args` (the probe's default arguments) and, if it takes
@@ -99,3 +99,29 @@ ablate_run_rounds() {
 
 # median FILE: the median of the numbers in FILE, one a line.
 median() { sort -g "$1" | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+# The table of the timed rounds, in three parts. ablate_table_head EXT: exits 1 when full has no
+# run; prints full's first lines (the probe's shape) and sets `ref`, the median of full's
+# $work/full.EXT. ablate_note VARIANT SAME: sets `note` for a variant's checksum, "(= full)" where it
+# equals full's; SAME, the variant that keeps the arithmetic, must (else the note says so and
+# `failed` is set). ablate_table_tail EXT: full's spread, the time taken; exits with `failed`.
+ablate_table_head() {
+  [ -s "$work/full.$1" ] || { echo "$name: the full kernel did not run" >&2; exit 1; }
+  ref=$(median "$work/full.$1")
+  echo
+  sed -n '1,3p' "$work/full.run1.log"
+  echo
+}
+ablate_note() {
+  note=""
+  if [ "$1" != full ] && [ "$(cat "$work/$1.sum")" = "$(cat "$work/full.sum")" ]; then note="(= full)"; fi
+  if [ "$1" = "$2" ] && [ -z "$note" ]; then
+    note="(UNEXPECTED: should equal full's)"
+    failed=1
+  fi
+}
+ablate_table_tail() {
+  echo "spread: full's rounds $(sort -g "$work/full.$1" | tr '\n' ' ')ms"
+  echo "$name: done in $((SECONDS - t_start)) s; logs in $work"
+  exit $failed
+}

@@ -96,26 +96,11 @@ src=kernels/delta_rule_prefill_mma.cu
 python3 - "$src" "$work" "${variants[@]}" << 'PY'
 import sys
 
+sys.path.insert(0, "tools/probes")
+from ablate_edits import EditError, find_once, replace  # noqa: E402
+
 src, work, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 orig = open(src).read()
-
-
-class EditError(Exception):
-    pass
-
-
-def find_once(t, anchor, what):
-    n = t.count(anchor)
-    if n != 1:
-        raise EditError(f"{what}: anchor found {n} times, want 1: {anchor.strip().splitlines()[0]!r}")
-    return t.index(anchor)
-
-
-def replace(t, old, new, what, count=1):
-    n = t.count(old)
-    if n != count:
-        raise EditError(f"{what}: text found {n} times, want {count}: {old.strip().splitlines()[0]!r}")
-    return t.replace(old, new)
 
 
 def block_end(t, i, what):

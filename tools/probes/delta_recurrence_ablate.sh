@@ -54,15 +54,11 @@ src=kernels/delta_rule_prefill_wgmma_t.cu
 python3 - "$src" "$work" "${variants[@]}" << 'PY'
 import sys
 
+sys.path.insert(0, "tools/probes")
+from ablate_edits import EditError, replace as rep  # noqa: E402
+
 src, work, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 orig = open(src).read()
-
-
-def rep(t, old, new, what, count=1):
-    n = t.count(old)
-    if n != count:
-        sys.exit(f"delta_recurrence_ablate: {what}: text found {n} times, want {count}: {old.strip().splitlines()[0]!r}")
-    return t.replace(old, new)
 
 
 REFILL_QK = "    if (ci + 1 < nchunks) load_qk(ci + 1);\n"
@@ -101,7 +97,7 @@ def no_xprime(t):
     s = t.index("    int nfx[2] = {kC, kC};")
     e = t.index("    nfx[0] = quad_min(nfx[0]);")
     if t.count("    int nfx[2] = {kC, kC};") != 1 or e < s:
-        sys.exit("delta_recurrence_ablate: no-xprime: the X' block's anchors")
+        raise EditError("no-xprime: the X' block's anchors")
     return t[:s] + "    int nfx[2] = {kC, kC};  // probe edit: X' = X\n" + t[e:]
 
 
@@ -127,11 +123,14 @@ def one_pass(t):
 
 edits = {"full": lambda t: t, "no-store": no_store, "no-refill": no_refill, "refill-l2": refill_l2,
          "no-turns": no_turns, "no-xprime": no_xprime, "no-o": no_o, "one-pass": one_pass}
-for n in names:
-    t = edits[n](orig)
-    if n != "full" and t == orig:
-        sys.exit(f"delta_recurrence_ablate: {n} changed nothing")
-    open(f"{work}/{n}.cu", "w").write(t)
+try:
+    for n in names:
+        t = edits[n](orig)
+        if n != "full" and t == orig:
+            raise EditError(f"{n} changed nothing")
+        open(f"{work}/{n}.cu", "w").write(t)
+except EditError as err:
+    sys.exit(f"delta_recurrence_ablate: edit failed, nothing built: {err}")
 PY
 if [ $edits_only = 1 ]; then
   echo "delta_recurrence_ablate: ${#variants[@]} edited copies in $work (--edits-only: nothing built)"
@@ -160,11 +159,7 @@ ablate_build_all
 probe_bin() { echo "$work/$1"; }
 probe_src() { echo "$work/$1.cu"; }
 ablate_run_rounds
-[ -s "$work/full.ms" ] || { echo "delta_recurrence_ablate: the full kernel did not run" >&2; exit 1; }
-ref=$(median "$work/full.ms")
-echo
-sed -n '1,3p' "$work/full.run1.log"
-echo
+ablate_table_head ms
 echo "medians of $rounds rounds; saved = full's ms a launch minus the variant's (what the edit costs, less"
 echo "whatever overlapped it); the recurrence = the launch less the T kernel"
 printf '%-10s %10s %11s %9s %8s %10s  %s\n' variant "ms/launch" "recurrence" "saved ms" "saved %" "regs/spill" checksum
@@ -173,16 +168,9 @@ for v in "${variants[@]}"; do
     printf '%-10s %10s\n' "$v" "no run"
     continue
   fi
-  note=""
-  if [ "$v" != full ] && [ "$(cat "$work/$v.sum")" = "$(cat "$work/full.sum")" ]; then note="(= full)"; fi
-  if [ "$v" = no-turns ] && [ -z "$note" ]; then
-    note="(UNEXPECTED: should equal full's)"
-    failed=1
-  fi
+  ablate_note "$v" no-turns
   awk -v k="$v" -v m="$(median "$work/$v.ms")" -v tm="$(median "$work/$v.tms")" -v r="$ref" \
     -v rg="$(cat "$work/$v.regs" 2> /dev/null)" -v s="$(cat "$work/$v.sum")" -v n="$note" \
     'BEGIN { printf "%-10s %10.4f %11.4f %9.4f %7.1f%% %10s  %s %s\n", k, m, m - tm, r - m, 100 * (r - m) / r, rg, s, n }'
 done
-echo "spread: full's rounds $(sort -g "$work/full.ms" | tr '\n' ' ')ms"
-echo "delta_recurrence_ablate: done in $((SECONDS - t_start)) s; logs in $work"
-exit $failed
+ablate_table_tail ms

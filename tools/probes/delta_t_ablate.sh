@@ -52,15 +52,11 @@ python3 - "$kernel" "$chunk" "$work" "${variants[@]}" << 'PY'
 import os
 import sys
 
+sys.path.insert(0, "tools/probes")
+from ablate_edits import EditError, find_once, replace as rep  # noqa: E402
+
 kernel, chunk, work, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 orig = (open(kernel).read(), open(chunk).read())
-
-
-def rep(t, old, new, what, count=1):
-    n = t.count(old)
-    if n != count:
-        sys.exit(f"delta_t_ablate: {what}: text found {n} times, want {count}: {old.strip().splitlines()[0]!r}")
-    return t.replace(old, new)
 
 
 def one_vhead(k, c):
@@ -69,11 +65,12 @@ def one_vhead(k, c):
 
 
 def no_p(k, c):
-    start = "  {  // P = Q K^T, as the one-kernel form's state warpgroups compute it, into the record's P parts.\n"
-    end = "  if (kVH > 1) {\n    __syncthreads();  // every warpgroup's P product has read the q tile\n"
-    if k.count(start) != 1 or k.count(end) != 1 or k.index(end) < k.index(start):
-        sys.exit("delta_t_ablate: no-p: the P block's anchors")
-    return k[:k.index(start)] + "  // probe edit: no P\n" + k[k.index(end):], c
+    s = find_once(k, "  {  // P = Q K^T, as the one-kernel form's state warpgroups compute it, into the record's P parts.\n",
+                  "no-p: the P block's start")
+    e = find_once(k, "  __syncthreads();  // every warpgroup's P product has read the q tile\n", "no-p: the P block's end")
+    if e < s:
+        raise EditError("no-p: the P block's end comes before its start")
+    return k[:s] + "  // probe edit: no P\n" + k[e:], c
 
 
 def no_exp(k, c):
@@ -104,13 +101,16 @@ def no_record(k, c):
 
 edits = {"full": lambda k, c: (k, c), "one-vhead": one_vhead, "no-p": no_p, "no-exp": no_exp,
          "no-inverse": no_inverse, "no-parts": no_parts, "no-record": no_record}
-for n in names:
-    k, c = edits[n](*orig)
-    if n != "full" and (k, c) == orig:
-        sys.exit(f"delta_t_ablate: {n} changed nothing")
-    os.makedirs(f"{work}/{n}/kernels")
-    open(f"{work}/{n}/{kernel}", "w").write(k)
-    open(f"{work}/{n}/{chunk}", "w").write(c)
+try:
+    for n in names:
+        k, c = edits[n](*orig)
+        if n != "full" and (k, c) == orig:
+            raise EditError(f"{n} changed nothing")
+        os.makedirs(f"{work}/{n}/kernels")
+        open(f"{work}/{n}/{kernel}", "w").write(k)
+        open(f"{work}/{n}/{chunk}", "w").write(c)
+except EditError as err:
+    sys.exit(f"delta_t_ablate: edit failed, nothing built: {err}")
 PY
 if [ $edits_only = 1 ]; then
   echo "delta_t_ablate: ${#variants[@]} edited copies in $work (--edits-only: nothing built)"
@@ -141,11 +141,7 @@ ablate_build_all
 probe_bin() { echo "$work/$1/probe"; }
 probe_src() { echo "$work/$1/$kernel"; }
 ablate_run_rounds
-[ -s "$work/full.tms" ] || { echo "delta_t_ablate: the full kernel did not run" >&2; exit 1; }
-ref=$(median "$work/full.tms")
-echo
-sed -n '1,3p' "$work/full.run1.log"
-echo
+ablate_table_head tms
 echo "medians of $rounds rounds of the T kernel alone; saved = full's ms minus the variant's (what the"
 echo "edit costs, less whatever overlapped it); registers/spill bytes of the two-v-head and one-v-head forms"
 printf '%-10s %9s %9s %8s %17s  %s\n' variant "T ms" "saved ms" "saved %" "regs/spill (2,1)" checksum
@@ -154,16 +150,9 @@ for v in "${variants[@]}"; do
     printf '%-10s %9s\n' "$v" "no run"
     continue
   fi
-  note=""
-  if [ "$v" != full ] && [ "$(cat "$work/$v.sum")" = "$(cat "$work/full.sum")" ]; then note="(= full)"; fi
-  if [ "$v" = one-vhead ] && [ -z "$note" ]; then
-    note="(UNEXPECTED: should equal full's)"
-    failed=1
-  fi
+  ablate_note "$v" one-vhead
   awk -v k="$v" -v m="$(median "$work/$v.tms")" -v r="$ref" -v rg="$(cat "$work/$v.regs" 2> /dev/null)" \
     -v s="$(cat "$work/$v.sum")" -v n="$note" \
     'BEGIN { printf "%-10s %9.4f %9.4f %7.1f%% %17s  %s %s\n", k, m, r - m, 100 * (r - m) / r, rg, s, n }'
 done
-echo "spread: full's rounds $(sort -g "$work/full.tms" | tr '\n' ' ')ms"
-echo "delta_t_ablate: done in $((SECONDS - t_start)) s; logs in $work"
-exit $failed
+ablate_table_tail tms

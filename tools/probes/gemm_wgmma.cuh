@@ -1,0 +1,288 @@
+// gemm_wgmma.cuh: a prefill-sized GEMM y[M, N] = x[M, K] W[N, K]^T (bf16 in, f32 accumulation,
+// bf16 out) on sm_90a tensor cores, as a probe of what an own GEMM would cost against cublasGemmEx
+// and what SwiGLU in its epilogue would save (tools/probes/gemm_wgmma_probe.cu). For the hand-built
+// probes only.
+//
+// Persistent blocks (one an SM) of three warpgroups: warpgroup 0 the producer (one thread issues
+// TMA copies of 128 x 64 tiles of x and 256 x 64 tiles of W, 128-byte swizzled, into a ring of
+// kStages stages, each completing on its "full" mbarrier), warpgroups 1 and 2 the consumers (rows
+// 0-63 and 64-127 of a 128 x 256 output tile: four m64n256k16 products a stage, one group in
+// flight while the next stage's wait runs, each warp arriving on the stage's "empty" barrier once
+// its products that read it are done). Tiles are walked in groups of `group_n` column tiles, the
+// row tiles fastest within a group, so that the blocks running together share their W tiles and
+// x tiles in L2. The epilogue writes bf16 pairs from the accumulators (rows past M and columns
+// past N are not written), or with kSwiglu, W's rows interleaved in groups of 8 (gate rows, then
+// the matching up rows: the model's gate_up layout, kernels/swiglu.h), act = silu(gate) * up of
+// the bf16-rounded gate and up, with the swiglu kernel's arithmetic (dev::swiglu_value, act
+// rounded to bf16), into y[M, N / 2].
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/device_util.cuh"
+#include "kernels/mma_util.cuh"
+#include "kernels/tma_map.h"
+#include "kernels/tma_util.cuh"
+#include "kernels/wgmma_util.cuh"
+
+namespace sg::probe_gemm {
+
+constexpr int kBM = 128, kBN = 256, kBK = 64;  // output tile rows x columns, K a stage
+constexpr uint32_t kABytes = kBM * kBK * 2, kBBytes = kBN * kBK * 2, kStageBytes = kABytes + kBBytes;
+constexpr int kThreads = 384;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 65536
+
+template <int kStages>
+constexpr size_t smem_bytes() {
+  return size_t{kStages} * kStageBytes + 1024;  // + the 1024-byte alignment of the swizzle
+}
+
+struct Shape {
+  int M = 0, N = 0, K = 0;
+  int ldo = 0;      // output row stride (elements)
+  int group_n = 8;  // column tiles a raster group
+};
+
+// Output tile (tm, tn) of linear tile t: groups of group_n column tiles, row tiles fastest.
+__device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int group_n, int& tm, int& tn) {
+  const int per_group = group_n * tiles_m;
+  const int grp = t / per_group, within = t % per_group;
+  const int gn = min(group_n, tiles_n - grp * group_n);
+  tn = grp * group_n + within % gn;
+  tm = within / gn;
+}
+
+// D[64 x 256] (+)= A[64 x 16] B[16 x 256]: A and B from shared memory, both K-major (128-byte
+// swizzled descriptors); scale_d 0 overwrites D. d: the warpgroup's 128 accumulators a thread.
+__device__ __forceinline__ void m64n256k16_ss(float* d, uint64_t a, uint64_t b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+        "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
+        "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
+        "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
+        "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
+        "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
+        "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(a), "l"(b), "r"(scale_d));
+}
+
+__device__ __forceinline__ void store_bf16x2(__nv_bfloat16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// Cluster helpers (kCluster 2: two blocks of one cluster take row tiles 2p and 2p + 1 of one
+// column tile, and each copies half of the W tile into both blocks' shared memory).
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// An arrival on the barrier at `bar` (a shared::cta address) in block `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+// The box at (c0, c1) into `dst` of every block in `mask`, completing on `bar` in each.
+__device__ __forceinline__ void load_2d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
+                                                  uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+template <int kStages, bool kSwiglu, int kCluster>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_tn_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                   __nv_bfloat16* __restrict__ out, const Shape s) {
+  static_assert(kCluster == 1 || kCluster == 2, "one block or a pair");
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
+  using mma::smem_addr;
+  const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;  // stage st: x tile, then W tile
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int tiles_m = (s.M + kBM - 1) / kBM, tiles_n = (s.N + kBN - 1) / kBN, kb = (s.K + kBK - 1) / kBK;
+  // kCluster 2: "tiles" are pairs of row tiles (tiles_m even), the pair's rank picks its row tile.
+  const int ntiles = tiles_m / kCluster * tiles_n;
+  const int rank = kCluster == 2 ? static_cast<int>(cluster_rank()) : 0;
+  const int first = blockIdx.x / kCluster, stride = gridDim.x / kCluster;
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      tma::mbar_init(smem_addr(&full[i]), 1);
+      tma::mbar_init(smem_addr(&empty[i]), 8 * kCluster);  // every consumer warp of the cluster
+    }
+    tma::mbar_fence_init();
+  }
+  if constexpr (kCluster == 2) {
+    cluster_sync_all();  // both blocks' barriers exist before either copies into the other
+  } else {
+    __syncthreads();
+  }
+
+  if (wg == 0) {  // the producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (tid == 0) {
+      int it = 0;
+      for (int t = first; t < ntiles; t += stride) {
+        int tm, tn;
+        tile_of(t, tiles_m / kCluster, tiles_n, s.group_n, tm, tn);
+        tm = tm * kCluster + rank;
+        for (int k = 0; k < kb; ++k, ++it) {
+          const int st = it % kStages, use = it / kStages;
+          if (use > 0) {
+            tma::mbar_wait(smem_addr(&empty[st]), (use - 1) & 1);
+            tma::release_reads();
+          }
+          const uint32_t a_s = base + st * kStageBytes, b_s = a_s + kABytes;
+          tma::mbar_arrive_expect_tx(smem_addr(&full[st]), kStageBytes);
+          tma::load_2d(a_s, &a_map, k * kBK, tm * kBM, smem_addr(&full[st]));
+          if constexpr (kCluster == 1) {
+            tma::load_2d(b_s, &b_map, k * kBK, tn * kBN, smem_addr(&full[st]));
+          } else {  // this block's half of the W tile, into both blocks
+            load_2d_multicast(b_s + rank * (kBBytes / 2), &b_map, k * kBK, tn * kBN + rank * (kBN / 2),
+                              smem_addr(&full[st]), 0x3);
+          }
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    const int c = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31;
+    // A warp's release of stage st: its own block's barrier and, in a pair, the other block's.
+    const auto release = [&](int st) {
+      if (lane != 0) return;
+      if constexpr (kCluster == 1) {
+        tma::mbar_arrive(smem_addr(&empty[st]));
+      } else {
+        mbar_arrive_cluster(smem_addr(&empty[st]), 0);
+        mbar_arrive_cluster(smem_addr(&empty[st]), 1);
+      }
+    };
+    float acc[128];
+    int it = 0;
+    for (int t = first; t < ntiles; t += stride) {
+      int tm, tn;
+      tile_of(t, tiles_m / kCluster, tiles_n, s.group_n, tm, tn);
+      tm = tm * kCluster + rank;
+      for (int k = 0; k < kb; ++k, ++it) {
+        const int st = it % kStages;
+        tma::mbar_wait(smem_addr(&full[st]), (it / kStages) & 1);
+        const uint32_t a_s = base + st * kStageBytes + c * (kABytes / 2), b_s = base + st * kStageBytes + kABytes;
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) {  // k-step kk: 32 bytes into every 128-byte row
+          m64n256k16_ss(acc, wgmma::desc_sw128(a_s + kk * 32, 16, 1024), wgmma::desc_sw128(b_s + kk * 32, 16, 1024),
+                        (k > 0 || kk > 0) ? 1 : 0);
+        }
+        wgmma::commit();
+        wgmma::wait<1>();  // the previous stage's products are done: release it
+        if (k > 0) release((it - 1) % kStages);
+      }
+      wgmma::wait<0>();
+      wgmma::fence_operands<128>(acc);
+      release((it - 1) % kStages);
+
+      // acc[4j + 0, 1]: row r0, columns 8j + 2q, + 1; acc[4j + 2, 3]: row r0 + 8, the same columns.
+      const int r0 = tm * kBM + c * 64 + warp * 16 + (lane >> 2), q = lane & 3;
+      if constexpr (!kSwiglu) {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const int col = tn * kBN + 8 * j + 2 * q;
+          if (col >= s.N) continue;
+          if (r0 < s.M) store_bf16x2(out + static_cast<int64_t>(r0) * s.ldo + col, acc[4 * j], acc[4 * j + 1]);
+          if (r0 + 8 < s.M)
+            store_bf16x2(out + static_cast<int64_t>(r0 + 8) * s.ldo + col, acc[4 * j + 2], acc[4 * j + 3]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {  // gate: accumulator column group 2j; up: 2j + 1
+          const int col = tn * (kBN / 2) + 8 * j + 2 * q;
+          if (2 * col >= s.N) continue;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = r0 + 8 * h;
+            if (r >= s.M) continue;
+            const float* g = acc + 4 * (2 * j) + 2 * h;
+            const float* u = acc + 4 * (2 * j + 1) + 2 * h;
+            store_bf16x2(out + static_cast<int64_t>(r) * s.ldo + col,
+                         dev::swiglu_value(round_bf16(g[0]), round_bf16(u[0]), true),
+                         dev::swiglu_value(round_bf16(g[1]), round_bf16(u[1]), true));
+          }
+        }
+      }
+    }
+  }
+  // A pair's blocks leave together: the other block's copies into this one and its arrivals on
+  // this one's barriers are done.
+  if constexpr (kCluster == 2) cluster_sync_all();
+}
+
+// The tensor map of a [rows, K] bf16 row-major operand read in boxes of box_rows x 64.
+inline bool operand_map(CUtensorMap* map, const void* p, int rows, int K, int box_rows) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(K) * 2};
+  const cuuint32_t box[2] = {kBK, static_cast<cuuint32_t>(box_rows)};
+  return tma::encode_bf16_sw128(map, p, 2, dims, strides, box);
+}
+
+// Launches y = x W^T (kSwiglu: act of W's interleaved gate_up rows) on persistent blocks (one an
+// SM, at most the tiles; kCluster 2: pairs, M a multiple of 256). K % 8 == 0 (the map's row
+// stride), N % 8 == 0.
+template <int kStages, bool kSwiglu, int kCluster = 1>
+inline cudaError_t gemm_tn(const void* x, const void* w, void* y, const Shape& s, int sms, cudaStream_t stream) {
+  CUtensorMap a_map, b_map;
+  if (kCluster == 2 && s.M % (2 * kBM) != 0) return cudaErrorInvalidValue;
+  if (!operand_map(&a_map, x, s.M, s.K, kBM) || !operand_map(&b_map, w, s.N, s.K, kBN / kCluster))
+    return cudaErrorInvalidValue;
+  auto kernel = gemm_tn_kernel<kStages, kSwiglu, kCluster>;
+  const size_t smem = smem_bytes<kStages>();
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  const int tiles = ((s.M + kBM - 1) / kBM) * ((s.N + kBN - 1) / kBN);
+  const int grid = (tiles < sms ? tiles : sms) / kCluster * kCluster;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, a_map, b_map, static_cast<__nv_bfloat16*>(y), s);
+}
+
+}  // namespace sg::probe_gemm

@@ -88,10 +88,96 @@ __device__ __forceinline__ void m64n256k16_ss(float* d, uint64_t a, uint64_t b, 
       : "l"(a), "l"(b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void store_bf16x2(__nv_bfloat16* p, float a, float b) {
-  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
-}
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pick4(const uint32_t (&v)[4], int i) {
+  return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3];
+}
+// The 4 x 4 transpose of packed pairs within a quad (lanes 4g .. 4g + 3): lane q holds v[jj] =
+// columns 8 jj + 2q, + 1 of one row for jj < 4; afterwards w[q'] = columns 8 q + 2 q', + 1: the 16
+// contiguous bytes of columns 8q .. 8q + 7.
+__device__ __forceinline__ uint4 quad_transpose(const uint32_t (&v)[4], int lane) {
+  const int q = lane & 3;
+  uint32_t w[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int src = (q + r) & 3;  // this round brings lane src's v[q]
+    const uint32_t send = pick4(v, (q - r) & 3);
+    const uint32_t got = r == 0 ? send : __shfl_sync(0xffffffffu, send, (lane & ~3) | src);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (i == src) w[i] = got;
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The epilogue of one output tile from a consumer warpgroup's accumulators: acc[4j + 0, 1] is row
+// r0, columns 8j + 2q, + 1; acc[4j + 2, 3] row r0 + 8, the same columns (r0 = the warp's row + lane
+// / 4, q = lane % 4). kWide: the quad's pairs transposed so that each lane stores 16 contiguous
+// bytes (whole tiles inside N), else 4-byte pairs.
+template <bool kSwiglu, bool kWide>
+__device__ __forceinline__ void epilogue(const float (&acc)[128], __nv_bfloat16* __restrict__ out, const Shape& s,
+                                         int tm, int tn, int c, int warp, int lane) {
+  const int r0 = tm * kBM + c * 64 + warp * 16 + (lane >> 2), q = lane & 3;
+  constexpr int kCols = kSwiglu ? kBN / 2 : kBN;  // output columns of the tile
+  const int col0 = tn * kCols;
+  // Output pairs jo0 .. jo0 + n - 1 (columns 8 jo + 2q, + 1) of row half h, packed, from the
+  // accumulators; with kSwiglu, the gates' SiLU as one batch (dev::silu_batch: dev::silu's bytes).
+  const auto pairs = [&](int jo0, int h, auto& v) {
+    constexpr int n = sizeof(v) / sizeof(v[0]);
+    if constexpr (!kSwiglu) {
+#pragma unroll
+      for (int jj = 0; jj < n; ++jj) v[jj] = pack_bf16x2(acc[4 * (jo0 + jj) + 2 * h], acc[4 * (jo0 + jj) + 2 * h + 1]);
+    } else {  // gate: accumulator column group 2 jo; up: 2 jo + 1 (W's rows interleaved by 8)
+      float g[2 * n], u[2 * n], a[2 * n];
+#pragma unroll
+      for (int jj = 0; jj < n; ++jj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          g[2 * jj + e] = round_bf16(acc[4 * (2 * (jo0 + jj)) + 2 * h + e]);
+          u[2 * jj + e] = round_bf16(acc[4 * (2 * (jo0 + jj) + 1) + 2 * h + e]);
+        }
+      }
+      dev::silu_batch(g, a);
+#pragma unroll
+      for (int jj = 0; jj < n; ++jj)
+        v[jj] = pack_bf16x2(dev::swiglu_of_silu(a[2 * jj], u[2 * jj], true),
+                            dev::swiglu_of_silu(a[2 * jj + 1], u[2 * jj + 1], true));
+    }
+  };
+  const int ncols = kSwiglu ? s.N / 2 : s.N;
+  if (kWide && col0 + kCols <= ncols) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+#pragma unroll
+      for (int i = 0; i < kCols / 32; ++i) {  // pairs 4i .. 4i + 3
+        uint32_t v[4];
+        pairs(4 * i, h, v);
+        const uint4 w = quad_transpose(v, lane);
+        if (r < s.M) *reinterpret_cast<uint4*>(out + static_cast<int64_t>(r) * s.ldo + col0 + 8 * (4 * i + q)) = w;
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int jo = 0; jo < kCols / 8; ++jo) {
+    const int col = col0 + 8 * jo + 2 * q;
+    if (col >= ncols) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      if (r >= s.M) continue;
+      uint32_t v[1];
+      pairs(jo, h, v);
+      *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(r) * s.ldo + col) = v[0];
+    }
+  }
+}
 
 // Cluster helpers (kCluster 2: two blocks of one cluster take row tiles 2p and 2p + 1 of one
 // column tile, and each copies half of the W tile into both blocks' shared memory).
@@ -121,7 +207,7 @@ __device__ __forceinline__ void load_2d_multicast(uint32_t dst, const CUtensorMa
       : "memory");
 }
 
-template <int kStages, bool kSwiglu, int kCluster>
+template <int kStages, bool kSwiglu, int kCluster, bool kWide>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_tn_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                    __nv_bfloat16* __restrict__ out, const Shape s) {
@@ -175,6 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    __syncwarp();  // warp 0 converged again before the pair's closing barrier
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     const int c = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31;
@@ -212,34 +299,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::fence_operands<128>(acc);
       release((it - 1) % kStages);
 
-      // acc[4j + 0, 1]: row r0, columns 8j + 2q, + 1; acc[4j + 2, 3]: row r0 + 8, the same columns.
-      const int r0 = tm * kBM + c * 64 + warp * 16 + (lane >> 2), q = lane & 3;
-      if constexpr (!kSwiglu) {
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          const int col = tn * kBN + 8 * j + 2 * q;
-          if (col >= s.N) continue;
-          if (r0 < s.M) store_bf16x2(out + static_cast<int64_t>(r0) * s.ldo + col, acc[4 * j], acc[4 * j + 1]);
-          if (r0 + 8 < s.M)
-            store_bf16x2(out + static_cast<int64_t>(r0 + 8) * s.ldo + col, acc[4 * j + 2], acc[4 * j + 3]);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {  // gate: accumulator column group 2j; up: 2j + 1
-          const int col = tn * (kBN / 2) + 8 * j + 2 * q;
-          if (2 * col >= s.N) continue;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = r0 + 8 * h;
-            if (r >= s.M) continue;
-            const float* g = acc + 4 * (2 * j) + 2 * h;
-            const float* u = acc + 4 * (2 * j + 1) + 2 * h;
-            store_bf16x2(out + static_cast<int64_t>(r) * s.ldo + col,
-                         dev::swiglu_value(round_bf16(g[0]), round_bf16(u[0]), true),
-                         dev::swiglu_value(round_bf16(g[1]), round_bf16(u[1]), true));
-          }
-        }
-      }
+      epilogue<kSwiglu, kWide>(acc, out, s, tm, tn, c, warp, lane);
     }
   }
   // A pair's blocks leave together: the other block's copies into this one and its arrivals on
@@ -258,20 +318,19 @@ inline bool operand_map(CUtensorMap* map, const void* p, int rows, int K, int bo
 // Launches y = x W^T (kSwiglu: act of W's interleaved gate_up rows) on persistent blocks (one an
 // SM, at most the tiles; kCluster 2: pairs, M a multiple of 256). K % 8 == 0 (the map's row
 // stride), N % 8 == 0.
-template <int kStages, bool kSwiglu, int kCluster = 1>
+template <int kStages, bool kSwiglu, int kCluster = 1, bool kWide = false>
 inline cudaError_t gemm_tn(const void* x, const void* w, void* y, const Shape& s, int sms, cudaStream_t stream) {
   CUtensorMap a_map, b_map;
   if (kCluster == 2 && s.M % (2 * kBM) != 0) return cudaErrorInvalidValue;
   if (!operand_map(&a_map, x, s.M, s.K, kBM) || !operand_map(&b_map, w, s.N, s.K, kBN / kCluster))
     return cudaErrorInvalidValue;
-  auto kernel = gemm_tn_kernel<kStages, kSwiglu, kCluster>;
+  auto kernel = gemm_tn_kernel<kStages, kSwiglu, kCluster, kWide>;
   const size_t smem = smem_bytes<kStages>();
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   const int tiles = ((s.M + kBM - 1) / kBM) * ((s.N + kBN - 1) / kBN);
-  const int grid = (tiles < sms ? tiles : sms) / kCluster * kCluster;
+  int grid = (tiles < sms ? tiles : sms) / kCluster * kCluster;
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
@@ -282,6 +341,14 @@ inline cudaError_t gemm_tn(const void* x, const void* w, void* y, const Shape& s
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  if (kCluster > 1) {  // persistent pairs: no more than fit at once (not every SM pairs up)
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    int clusters = 0;
+    e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    if (e != cudaSuccess) return e;
+    if (clusters > 0 && clusters * kCluster < grid) grid = clusters * kCluster;
+  }
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
   return cudaLaunchKernelEx(&cfg, kernel, a_map, b_map, static_cast<__nv_bfloat16*>(y), s);
 }
 

@@ -61,25 +61,33 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
   bool ok = true;
   gemm_ex(h, w, x, y_ref, M, N, K);
   const std::vector<uint16_t> ref = download(y_ref, size_t(M) * N);
-  // The own kernel's forms: (cluster, raster group width).
-  const int forms[][2] = {{1, 4}, {1, 8}, {1, 16}, {2, 4}, {2, 8}, {2, 16}};
-  const auto own = [&](int cluster, void* out, const probe_gemm::Shape& s) {
-    return cluster == 1 ? probe_gemm::gemm_tn<kStages, false, 1>(x, w, out, s, sms, st)
-                        : probe_gemm::gemm_tn<kStages, false, 2>(x, w, out, s, sms, st);
+  // The own kernel's forms: (cluster, raster group width, 16-byte stores).
+  const int forms[][3] = {{1, 4, 0}, {1, 4, 1}, {2, 4, 0}, {2, 4, 1}, {2, 8, 1}, {2, 16, 1}};
+  const auto own = [&](const int* f, void* out, const probe_gemm::Shape& s) {
+    using namespace probe_gemm;
+    if (f[0] == 1)
+      return f[2] ? gemm_tn<kStages, false, 1, true>(x, w, out, s, sms, st)
+                  : gemm_tn<kStages, false, 1, false>(x, w, out, s, sms, st);
+    return f[2] ? gemm_tn<kStages, false, 2, true>(x, w, out, s, sms, st)
+                : gemm_tn<kStages, false, 2, false>(x, w, out, s, sms, st);
   };
-  const auto own_sw = [&](int cluster, void* out, const probe_gemm::Shape& s) {
-    return cluster == 1 ? probe_gemm::gemm_tn<kStages, true, 1>(x, w, out, s, sms, st)
-                        : probe_gemm::gemm_tn<kStages, true, 2>(x, w, out, s, sms, st);
+  const auto own_sw = [&](int cluster, bool wide, void* out, const probe_gemm::Shape& s) {
+    using namespace probe_gemm;
+    if (cluster == 1)
+      return wide ? gemm_tn<kStages, true, 1, true>(x, w, out, s, sms, st)
+                  : gemm_tn<kStages, true, 1, false>(x, w, out, s, sms, st);
+    return wide ? gemm_tn<kStages, true, 2, true>(x, w, out, s, sms, st)
+                : gemm_tn<kStages, true, 2, false>(x, w, out, s, sms, st);
   };
   for (const auto& f : forms) {
     probe_gemm::Shape s{M, N, K, N, f[1]};
     CK(cudaMemset(y_own, 0xff, size_t(M) * N * 2));
-    CK(own(f[0], y_own, s));
+    CK(own(f, y_own, s));
     CK(cudaStreamSynchronize(st));
     const size_t bad = count_diff(download(y_own, size_t(M) * N), ref);
     if (bad) {
-      std::printf("  own kernel, cluster %d, group %d: %zu of %zu outputs differ from cuBLAS\n", f[0], f[1], bad,
-                  size_t(M) * N);
+      std::printf("  own kernel, cluster %d, group %d, wide %d: %zu of %zu outputs differ from cuBLAS\n", f[0], f[1],
+                  f[2], bad, size_t(M) * N);
       ok = false;
     }
   }
@@ -87,9 +95,9 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
   row("cublasGemmEx", ms_ref, flop);
   for (const auto& f : forms) {
     probe_gemm::Shape s{M, N, K, N, f[1]};
-    const float ms = time_graph(st, kLaunches, 1, [&](int) { CK(own(f[0], y_own, s)); });
+    const float ms = time_graph(st, kLaunches, 1, [&](int) { CK(own(f, y_own, s)); });
     char label[64];
-    std::snprintf(label, sizeof label, "own, cluster %d, raster group %d", f[0], f[1]);
+    std::snprintf(label, sizeof label, "own, cluster %d, group %d, %s stores", f[0], f[1], f[2] ? "16 B" : "4 B");
     row(label, ms, flop);
   }
   if (with_swiglu) {
@@ -105,14 +113,16 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
     sp.interleave = 8;
     CK(swiglu(sp, st));
     probe_gemm::Shape s{M, N, K, I, 8};
-    for (int cluster = 1; cluster <= 2; ++cluster) {
+    for (int form = 0; form < 4; ++form) {
+      const int cluster = 1 + form / 2;
+      const bool wide = form % 2;
       CK(cudaMemset(act_own, 0xff, size_t(M) * I * 2));
-      CK(own_sw(cluster, act_own, s));
+      CK(own_sw(cluster, wide, act_own, s));
       CK(cudaStreamSynchronize(st));
       const size_t bad = count_diff(download(act_own, size_t(M) * I), download(act_ref, size_t(M) * I));
       if (bad) {
-        std::printf("  fused SwiGLU, cluster %d: %zu of %zu outputs differ from cuBLAS + swiglu\n", cluster, bad,
-                    size_t(M) * I);
+        std::printf("  fused SwiGLU, cluster %d, wide %d: %zu of %zu outputs differ from cuBLAS + swiglu\n", cluster,
+                    int(wide), bad, size_t(M) * I);
         ok = false;
       }
     }
@@ -120,12 +130,14 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
     std::printf("  %-34s %9.3f ms  (%.0f%% of its bytes' floor at 4.3 TB/s)\n", "swiglu kernel", ms_sw,
                 100.0 * (3.0 * M * I * 2 / 4.3e12) / (ms_sw * 1e-3));
     float ms_fused = 0;
-    for (int cluster = 1; cluster <= 2; ++cluster) {
-      const float ms = time_graph(st, kLaunches, 1, [&](int) { CK(own_sw(cluster, act_own, s)); });
+    for (int form = 0; form < 4; ++form) {
+      const int cluster = 1 + form / 2;
+      const bool wide = form % 2;
+      const float ms = time_graph(st, kLaunches, 1, [&](int) { CK(own_sw(cluster, wide, act_own, s)); });
       char label[64];
-      std::snprintf(label, sizeof label, "own + SwiGLU epilogue, cluster %d", cluster);
+      std::snprintf(label, sizeof label, "own + SwiGLU, cluster %d, %s stores", cluster, wide ? "16 B" : "4 B");
       row(label, ms, flop);
-      ms_fused = cluster == 1 || ms < ms_fused ? ms : ms_fused;
+      ms_fused = form == 0 || ms < ms_fused ? ms : ms_fused;
     }
     std::printf("  cuBLAS + swiglu %.3f ms, fused (the faster) %.3f ms: %+.1f%%\n", ms_ref + ms_sw, ms_fused,
                 100.0 * (ms_fused - (ms_ref + ms_sw)) / (ms_ref + ms_sw));
@@ -164,6 +176,23 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   const int sms = probe_device_props(prop);
   std::printf("gemm_wgmma_probe: %s, %d SMs\n", prop.name, sms);
+  {  // how many pairs fit at once (the paired form's persistent grid)
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(sms / 2 * 2));
+    cfg.blockDim = dim3(sg::probe_gemm::kThreads);
+    cfg.dynamicSmemBytes = sg::probe_gemm::smem_bytes<4>();
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim = {2, 1, 1};
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    auto kernel = sg::probe_gemm::gemm_tn_kernel<4, false, 2, true>;
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(cfg.dynamicSmemBytes)));
+    int clusters = 0;
+    CK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    std::printf("  pairs of 4-stage blocks that fit at once: %d (%d blocks)\n", clusters, 2 * clusters);
+  }
   cudaStream_t st;
   CK(cudaStreamCreate(&st));
   cublasHandle_t h = probe_cublas(st);

@@ -43,6 +43,9 @@ struct Shape {
   int M = 0, N = 0, K = 0;
   int ldo = 0;      // output row stride (elements)
   int group_n = 8;  // column tiles a raster group
+  // Pairs (kCluster 2) only: each block copies half of the W tile into both blocks (true) or the
+  // whole tile into its own (false: the pair launched as a cluster, nothing shared; a control).
+  bool multicast = true;
 };
 
 // Output tile (tm, tn) of linear tile t: groups of group_n column tiles, row tiles fastest.
@@ -52,40 +55,6 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int gro
   const int gn = min(group_n, tiles_n - grp * group_n);
   tn = grp * group_n + within % gn;
   tm = within / gn;
-}
-
-// D[64 x 256] (+)= A[64 x 16] B[16 x 256]: A and B from shared memory, both K-major (128-byte
-// swizzled descriptors); scale_d 0 overwrites D. d: the warpgroup's 128 accumulators a thread.
-__device__ __forceinline__ void m64n256k16_ss(float* d, uint64_t a, uint64_t b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
-        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
-        "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
-        "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
-        "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
-        "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
-        "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
-        "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
-        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(a), "l"(b), "r"(scale_d));
 }
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -222,10 +191,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int ntiles = tiles_m / kCluster * tiles_n;
   const int rank = kCluster == 2 ? static_cast<int>(cluster_rank()) : 0;
   const int first = blockIdx.x / kCluster, stride = gridDim.x / kCluster;
+  const auto tile_at = [&](int t, int& tm, int& tn) {  // this block's output tile of (pair) tile t
+    tile_of(t, tiles_m / kCluster, tiles_n, s.group_n, tm, tn);
+    tm = tm * kCluster + rank;
+  };
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       tma::mbar_init(smem_addr(&full[i]), 1);
-      tma::mbar_init(smem_addr(&empty[i]), 8 * kCluster);  // every consumer warp of the cluster
+      tma::mbar_init(smem_addr(&empty[i]), kCluster == 2 && s.multicast ? 16 : 8);  // consumer warps (of the pair)
     }
     tma::mbar_fence_init();
   }
@@ -241,8 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int it = 0;
       for (int t = first; t < ntiles; t += stride) {
         int tm, tn;
-        tile_of(t, tiles_m / kCluster, tiles_n, s.group_n, tm, tn);
-        tm = tm * kCluster + rank;
+        tile_at(t, tm, tn);
         for (int k = 0; k < kb; ++k, ++it) {
           const int st = it % kStages, use = it / kStages;
           if (use > 0) {
@@ -254,6 +226,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           tma::load_2d(a_s, &a_map, k * kBK, tm * kBM, smem_addr(&full[st]));
           if constexpr (kCluster == 1) {
             tma::load_2d(b_s, &b_map, k * kBK, tn * kBN, smem_addr(&full[st]));
+          } else if (!s.multicast) {  // the whole W tile into this block, in two boxes
+            tma::load_2d(b_s, &b_map, k * kBK, tn * kBN, smem_addr(&full[st]));
+            tma::load_2d(b_s + kBBytes / 2, &b_map, k * kBK, tn * kBN + kBN / 2, smem_addr(&full[st]));
           } else {  // this block's half of the W tile, into both blocks
             load_2d_multicast(b_s + rank * (kBBytes / 2), &b_map, k * kBK, tn * kBN + rank * (kBN / 2),
                               smem_addr(&full[st]), 0x3);
@@ -268,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // A warp's release of stage st: its own block's barrier and, in a pair, the other block's.
     const auto release = [&](int st) {
       if (lane != 0) return;
-      if constexpr (kCluster == 1) {
+      if (kCluster == 1 || !s.multicast) {
         tma::mbar_arrive(smem_addr(&empty[st]));
       } else {
         mbar_arrive_cluster(smem_addr(&empty[st]), 0);
@@ -279,8 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int it = 0;
     for (int t = first; t < ntiles; t += stride) {
       int tm, tn;
-      tile_of(t, tiles_m / kCluster, tiles_n, s.group_n, tm, tn);
-      tm = tm * kCluster + rank;
+      tile_at(t, tm, tn);
       for (int k = 0; k < kb; ++k, ++it) {
         const int st = it % kStages;
         tma::mbar_wait(smem_addr(&full[st]), (it / kStages) & 1);
@@ -288,8 +262,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {  // k-step kk: 32 bytes into every 128-byte row
-          m64n256k16_ss(acc, wgmma::desc_sw128(a_s + kk * 32, 16, 1024), wgmma::desc_sw128(b_s + kk * 32, 16, 1024),
-                        (k > 0 || kk > 0) ? 1 : 0);
+          wgmma::m64n256k16_ss(acc, wgmma::desc_sw128(a_s + kk * 32, 16, 1024),
+                               wgmma::desc_sw128(b_s + kk * 32, 16, 1024), (k > 0 || kk > 0) ? 1 : 0);
         }
         wgmma::commit();
         wgmma::wait<1>();  // the previous stage's products are done: release it
@@ -315,41 +289,54 @@ inline bool operand_map(CUtensorMap* map, const void* p, int rows, int K, int bo
   return tma::encode_bf16_sw128(map, p, 2, dims, strides, box);
 }
 
+// The launch of a kernel of this file on `grid` blocks in clusters of `cluster` (`attr` holds the
+// configuration's one attribute, so it must outlive the launch).
+inline cudaLaunchConfig_t launch_config(int grid, size_t smem, int cluster, cudaStream_t stream,
+                                        cudaLaunchAttribute& attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// How many clusters of gemm_tn_kernel<...> run at once (grid: the blocks asked for).
+template <int kStages, bool kSwiglu, int kCluster, bool kWide>
+inline cudaError_t max_clusters(int grid, int& clusters) {
+  auto kernel = gemm_tn_kernel<kStages, kSwiglu, kCluster, kWide>;
+  const size_t smem = smem_bytes<kStages>();
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = launch_config(grid, smem, kCluster, nullptr, attr);
+  return cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+}
+
 // Launches y = x W^T (kSwiglu: act of W's interleaved gate_up rows) on persistent blocks (one an
-// SM, at most the tiles; kCluster 2: pairs, M a multiple of 256). K % 8 == 0 (the map's row
-// stride), N % 8 == 0.
+// SM, at most the tiles; kCluster 2: pairs, M a multiple of 256, no more pairs than run at once).
+// K % 8 == 0 (the map's row stride), N % 8 == 0.
 template <int kStages, bool kSwiglu, int kCluster = 1, bool kWide = false>
 inline cudaError_t gemm_tn(const void* x, const void* w, void* y, const Shape& s, int sms, cudaStream_t stream) {
   CUtensorMap a_map, b_map;
   if (kCluster == 2 && s.M % (2 * kBM) != 0) return cudaErrorInvalidValue;
   if (!operand_map(&a_map, x, s.M, s.K, kBM) || !operand_map(&b_map, w, s.N, s.K, kBN / kCluster))
     return cudaErrorInvalidValue;
-  auto kernel = gemm_tn_kernel<kStages, kSwiglu, kCluster, kWide>;
-  const size_t smem = smem_bytes<kStages>();
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return e;
   const int tiles = ((s.M + kBM - 1) / kBM) * ((s.N + kBN - 1) / kBN);
-  int grid = (tiles < sms ? tiles : sms) / kCluster * kCluster;
-  cudaLaunchConfig_t cfg{};
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (kCluster > 1) {  // persistent pairs: no more than fit at once (not every SM pairs up)
-    cfg.gridDim = dim3(static_cast<unsigned>(grid));
-    int clusters = 0;
-    e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-    if (e != cudaSuccess) return e;
-    if (clusters > 0 && clusters * kCluster < grid) grid = clusters * kCluster;
-  }
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  return cudaLaunchKernelEx(&cfg, kernel, a_map, b_map, static_cast<__nv_bfloat16*>(y), s);
+  int grid = (tiles < sms ? tiles : sms) / kCluster * kCluster, clusters = 0;
+  cudaError_t e = max_clusters<kStages, kSwiglu, kCluster, kWide>(grid, clusters);  // also sets the smem limit
+  if (e != cudaSuccess) return e;
+  if (clusters > 0 && clusters * kCluster < grid) grid = clusters * kCluster;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = launch_config(grid, smem_bytes<kStages>(), kCluster, stream, attr);
+  return cudaLaunchKernelEx(&cfg, gemm_tn_kernel<kStages, kSwiglu, kCluster, kWide>, a_map, b_map,
+                            static_cast<__nv_bfloat16*>(y), s);
 }
 
 }  // namespace sg::probe_gemm

@@ -62,7 +62,8 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
   gemm_ex(h, w, x, y_ref, M, N, K);
   const std::vector<uint16_t> ref = download(y_ref, size_t(M) * N);
   // The own kernel's forms: (cluster, raster group width, 16-byte stores).
-  const int forms[][3] = {{1, 4, 0}, {1, 4, 1}, {2, 4, 0}, {2, 4, 1}, {2, 8, 1}, {2, 16, 1}};
+  // cluster 3: a pair launched as a cluster that shares nothing (Shape::multicast false), a control.
+  const int forms[][3] = {{1, 4, 0}, {1, 4, 1}, {1, 8, 1}, {2, 4, 1}, {2, 16, 1}, {3, 4, 1}};
   const auto own = [&](const int* f, void* out, const probe_gemm::Shape& s) {
     using namespace probe_gemm;
     if (f[0] == 1)
@@ -80,7 +81,7 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
                 : gemm_tn<kStages, true, 2, false>(x, w, out, s, sms, st);
   };
   for (const auto& f : forms) {
-    probe_gemm::Shape s{M, N, K, N, f[1]};
+    probe_gemm::Shape s{M, N, K, N, f[1], f[0] != 3};
     CK(cudaMemset(y_own, 0xff, size_t(M) * N * 2));
     CK(own(f, y_own, s));
     CK(cudaStreamSynchronize(st));
@@ -94,10 +95,14 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
   const float ms_ref = time_graph(st, kLaunches, 1, [&](int) { gemm_ex(h, w, x, y_ref, M, N, K); });
   row("cublasGemmEx", ms_ref, flop);
   for (const auto& f : forms) {
-    probe_gemm::Shape s{M, N, K, N, f[1]};
+    probe_gemm::Shape s{M, N, K, N, f[1], f[0] != 3};
     const float ms = time_graph(st, kLaunches, 1, [&](int) { CK(own(f, y_own, s)); });
     char label[64];
-    std::snprintf(label, sizeof label, "own, cluster %d, group %d, %s stores", f[0], f[1], f[2] ? "16 B" : "4 B");
+    std::snprintf(label, sizeof label, "own, %s, group %d, %s stores",
+                  f[0] == 1   ? "one block"
+                  : f[0] == 2 ? "pair, shared W"
+                              : "pair, no sharing",
+                  f[1], f[2] ? "16 B" : "4 B");
     row(label, ms, flop);
   }
   if (with_swiglu) {
@@ -177,20 +182,8 @@ int main(int argc, char** argv) {
   const int sms = probe_device_props(prop);
   std::printf("gemm_wgmma_probe: %s, %d SMs\n", prop.name, sms);
   {  // how many pairs fit at once (the paired form's persistent grid)
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(sms / 2 * 2));
-    cfg.blockDim = dim3(sg::probe_gemm::kThreads);
-    cfg.dynamicSmemBytes = sg::probe_gemm::smem_bytes<4>();
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim = {2, 1, 1};
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    auto kernel = sg::probe_gemm::gemm_tn_kernel<4, false, 2, true>;
-    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            static_cast<int>(cfg.dynamicSmemBytes)));
     int clusters = 0;
-    CK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    CK((sg::probe_gemm::max_clusters<4, false, 2, true>(sms / 2 * 2, clusters)));
     std::printf("  pairs of 4-stage blocks that fit at once: %d (%d blocks)\n", clusters, 2 * clusters);
   }
   cudaStream_t st;

@@ -117,12 +117,13 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
     sp.I = I;
     sp.interleave = 8;
     CK(swiglu(sp, st));
-    probe_gemm::Shape s{M, N, K, I, 8};
+    // The raster group each form timed fastest at in the plain GEMM: 4 for one block, 16 for pairs.
+    const auto shape_for = [&](int cluster) { return probe_gemm::Shape{M, N, K, I, cluster == 1 ? 4 : 16}; };
     for (int form = 0; form < 4; ++form) {
       const int cluster = 1 + form / 2;
       const bool wide = form % 2;
       CK(cudaMemset(act_own, 0xff, size_t(M) * I * 2));
-      CK(own_sw(cluster, wide, act_own, s));
+      CK(own_sw(cluster, wide, act_own, shape_for(cluster)));
       CK(cudaStreamSynchronize(st));
       const size_t bad = count_diff(download(act_own, size_t(M) * I), download(act_ref, size_t(M) * I));
       if (bad) {
@@ -138,7 +139,8 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
     for (int form = 0; form < 4; ++form) {
       const int cluster = 1 + form / 2;
       const bool wide = form % 2;
-      const float ms = time_graph(st, kLaunches, 1, [&](int) { CK(own_sw(cluster, wide, act_own, s)); });
+      const float ms =
+          time_graph(st, kLaunches, 1, [&](int) { CK(own_sw(cluster, wide, act_own, shape_for(cluster))); });
       char label[64];
       std::snprintf(label, sizeof label, "own + SwiGLU, cluster %d, %s stores", cluster, wide ? "16 B" : "4 B");
       row(label, ms, flop);

@@ -32,11 +32,17 @@ namespace sg::probe_gemm {
 constexpr int kBM = 128, kBN = 256, kBK = 64;  // output tile rows x columns, K a stage
 constexpr uint32_t kABytes = kBM * kBK * 2, kBBytes = kBN * kBK * 2, kStageBytes = kABytes + kBBytes;
 constexpr int kThreads = 384;
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 65536
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128 x 56 + 256 x 224 <= 65536
+constexpr uint32_t kStagingBytes = kBM * kBN * 2;       // kEpi 2: one bf16 output tile
+// Epilogue forms: 0 the consumers store 4-byte pairs, 1 they store 16 bytes a lane (a quad transpose),
+// 2 they write the tile's bf16 values into shared memory and warps 1-3 of warpgroup 0 finish and
+// store it while the consumers go on to the next tile's products.
+constexpr int kEpiPairs = 0, kEpiWide = 1, kEpiStaged = 2;
 
-template <int kStages>
+template <int kStages, int kEpi = kEpiWide>
 constexpr size_t smem_bytes() {
-  return size_t{kStages} * kStageBytes + 1024;  // + the 1024-byte alignment of the swizzle
+  // + the staging tile (kEpi 2), + the 1024-byte alignment of the swizzle
+  return size_t{kStages} * kStageBytes + (kEpi == kEpiStaged ? kStagingBytes : 0) + 1024;
 }
 
 struct Shape {
@@ -148,6 +154,75 @@ __device__ __forceinline__ void epilogue(const float (&acc)[128], __nv_bfloat16*
   }
 }
 
+// The staging tile (kEpi 2): 128 rows of 256 bf16 (32 16-byte chunks a row), chunk c of row r at
+// c ^ 4 (r % 8) so that a consumer quad's 16-byte stores (8 rows x 4 chunks a warp phase) hit
+// distinct banks. Byte offset of (r, c):
+__device__ __forceinline__ uint32_t staged_at(int r, int c) {
+  return static_cast<uint32_t>(r * (kBN * 2) + ((c ^ ((r & 7) << 2)) << 4));
+}
+// Named barriers between the consumers (256 threads) and the epilogue warps (96): the tile is
+// staged / the staging tile is free again.
+constexpr int kBarStaged = 1, kBarFree = 2, kEpiThreads = 256 + 96;
+__device__ __forceinline__ void bar_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kEpiThreads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kEpiThreads) : "memory");
+}
+
+// A consumer warpgroup's rows of the output tile into the staging tile at `stg`, as bf16 (the GEMM's
+// rounding; SwiGLU comes after, in the epilogue warps).
+__device__ __forceinline__ void stage_tile(const float (&acc)[128], uint32_t stg, int c, int warp, int lane) {
+  const int q = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = c * 64 + warp * 16 + (lane >> 2) + 8 * h;
+#pragma unroll
+    for (int i = 0; i < kBN / 32; ++i) {
+      uint32_t v[4];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj)
+        v[jj] = pack_bf16x2(acc[4 * (4 * i + jj) + 2 * h], acc[4 * (4 * i + jj) + 2 * h + 1]);
+      const uint4 w = quad_transpose(v, lane);
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(stg + staged_at(r, 4 * i + q)), "r"(w.x),
+                   "r"(w.y), "r"(w.z), "r"(w.w)
+                   : "memory");
+    }
+  }
+}
+
+__device__ __forceinline__ uint4 lds16(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+  return v;
+}
+
+// The epilogue warps' part of one staged tile (et: 0 .. 95): 16-byte pieces of output rows; with
+// kSwiglu, 8 act values from a gate chunk (2j) and its up chunk (2j + 1), dev::swiglu_value's bytes.
+template <bool kSwiglu>
+__device__ __forceinline__ void finish_tile(uint32_t stg, __nv_bfloat16* __restrict__ out, const Shape& s, int tm,
+                                            int tn, int et) {
+  constexpr int kPieces = kSwiglu ? kBN / 16 : kBN / 8;  // 16-byte output pieces a row
+  const int ncols = kSwiglu ? s.N / 2 : s.N;
+  for (int it = et; it < kBM * kPieces; it += 96) {
+    const int r = it / kPieces, j = it % kPieces, row = tm * kBM + r, col = tn * kPieces * 8 + 8 * j;
+    if (row >= s.M || col >= ncols) continue;
+    uint4 o;
+    if constexpr (!kSwiglu) {
+      o = lds16(stg + staged_at(r, j));
+    } else {
+      float g[8], u[8], a[8], y[8];
+      dev::unpack8(lds16(stg + staged_at(r, 2 * j)), g);
+      dev::unpack8(lds16(stg + staged_at(r, 2 * j + 1)), u);
+      dev::silu_batch(g, a);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = dev::swiglu_of_silu(a[e], u[e], true);
+      o = dev::pack8(y);
+    }
+    *reinterpret_cast<uint4*>(out + static_cast<int64_t>(row) * s.ldo + col) = o;
+  }
+}
+
 // Cluster helpers (kCluster 2: two blocks of one cluster take row tiles 2p and 2p + 1 of one
 // column tile, and each copies half of the W tile into both blocks' shared memory).
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -176,7 +251,7 @@ __device__ __forceinline__ void load_2d_multicast(uint32_t dst, const CUtensorMa
       : "memory");
 }
 
-template <int kStages, bool kSwiglu, int kCluster, bool kWide>
+template <int kStages, bool kSwiglu, int kCluster, int kEpi>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_tn_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                    __nv_bfloat16* __restrict__ out, const Shape s) {
@@ -236,7 +311,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    __syncwarp();  // warp 0 converged again before the pair's closing barrier
+    __syncwarp();                           // warp 0 converged again before the pair's closing barrier
+    if (kEpi == kEpiStaged && tid >= 32) {  // the epilogue warps
+      const uint32_t stg = base + kStages * kStageBytes;
+      bar_arrive(kBarFree);  // the staging tile starts free
+      for (int t = first; t < ntiles; t += stride) {
+        int tm, tn;
+        tile_at(t, tm, tn);
+        bar_sync(kBarStaged);
+        finish_tile<kSwiglu>(stg, out, s, tm, tn, tid - 32);
+        bar_arrive(kBarFree);
+      }
+    }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     const int c = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31;
@@ -273,8 +359,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::fence_operands<128>(acc);
       release((it - 1) % kStages);
 
-      epilogue<kSwiglu, kWide>(acc, out, s, tm, tn, c, warp, lane);
+      if constexpr (kEpi == kEpiStaged) {
+        bar_sync(kBarFree);  // the epilogue warps have read the last tile
+        stage_tile(acc, base + kStages * kStageBytes, c, warp, lane);
+        bar_arrive(kBarStaged);
+      } else {
+        epilogue<kSwiglu, kEpi == kEpiWide>(acc, out, s, tm, tn, c, warp, lane);
+      }
     }
+    if constexpr (kEpi == kEpiStaged) bar_sync(kBarFree);  // the epilogue warps' last arrival
   }
   // A pair's blocks leave together: the other block's copies into this one and its arrivals on
   // this one's barriers are done.
@@ -308,10 +401,10 @@ inline cudaLaunchConfig_t launch_config(int grid, size_t smem, int cluster, cuda
 }
 
 // How many clusters of gemm_tn_kernel<...> run at once (grid: the blocks asked for).
-template <int kStages, bool kSwiglu, int kCluster, bool kWide>
+template <int kStages, bool kSwiglu, int kCluster, int kEpi>
 inline cudaError_t max_clusters(int grid, int& clusters) {
-  auto kernel = gemm_tn_kernel<kStages, kSwiglu, kCluster, kWide>;
-  const size_t smem = smem_bytes<kStages>();
+  auto kernel = gemm_tn_kernel<kStages, kSwiglu, kCluster, kEpi>;
+  const size_t smem = smem_bytes<kStages, kEpi>();
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   cudaLaunchAttribute attr;
@@ -322,7 +415,7 @@ inline cudaError_t max_clusters(int grid, int& clusters) {
 // Launches y = x W^T (kSwiglu: act of W's interleaved gate_up rows) on persistent blocks (one an
 // SM, at most the tiles; kCluster 2: pairs, M a multiple of 256, no more pairs than run at once).
 // K % 8 == 0 (the map's row stride), N % 8 == 0.
-template <int kStages, bool kSwiglu, int kCluster = 1, bool kWide = false>
+template <int kStages, bool kSwiglu, int kCluster = 1, int kEpi = kEpiWide>
 inline cudaError_t gemm_tn(const void* x, const void* w, void* y, const Shape& s, int sms, cudaStream_t stream) {
   CUtensorMap a_map, b_map;
   if (kCluster == 2 && s.M % (2 * kBM) != 0) return cudaErrorInvalidValue;
@@ -330,12 +423,12 @@ inline cudaError_t gemm_tn(const void* x, const void* w, void* y, const Shape& s
     return cudaErrorInvalidValue;
   const int tiles = ((s.M + kBM - 1) / kBM) * ((s.N + kBN - 1) / kBN);
   int grid = (tiles < sms ? tiles : sms) / kCluster * kCluster, clusters = 0;
-  cudaError_t e = max_clusters<kStages, kSwiglu, kCluster, kWide>(grid, clusters);  // also sets the smem limit
+  cudaError_t e = max_clusters<kStages, kSwiglu, kCluster, kEpi>(grid, clusters);  // also sets the smem limit
   if (e != cudaSuccess) return e;
   if (clusters > 0 && clusters * kCluster < grid) grid = clusters * kCluster;
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = launch_config(grid, smem_bytes<kStages>(), kCluster, stream, attr);
-  return cudaLaunchKernelEx(&cfg, gemm_tn_kernel<kStages, kSwiglu, kCluster, kWide>, a_map, b_map,
+  const cudaLaunchConfig_t cfg = launch_config(grid, smem_bytes<kStages, kEpi>(), kCluster, stream, attr);
+  return cudaLaunchKernelEx(&cfg, gemm_tn_kernel<kStages, kSwiglu, kCluster, kEpi>, a_map, b_map,
                             static_cast<__nv_bfloat16*>(y), s);
 }
 

@@ -1,20 +1,25 @@
 // gemm_wgmma.cuh: a prefill-sized GEMM y[M, N] = x[M, K] W[N, K]^T (bf16 in, f32 accumulation,
 // bf16 out) on sm_90a tensor cores, as a probe of what an own GEMM would cost against cublasGemmEx
-// and what SwiGLU in its epilogue would save (tools/probes/gemm_wgmma_probe.cu). For the hand-built
-// probes only.
+// and what SwiGLU in its epilogue would save (tools/probes/gemm_wgmma_probe.cu; docs/BENCHMARKS.md
+// has its runs). For the hand-built probes only.
 //
-// Persistent blocks (one an SM) of three warpgroups: warpgroup 0 the producer (one thread issues
-// TMA copies of 128 x 64 tiles of x and 256 x 64 tiles of W, 128-byte swizzled, into a ring of
-// kStages stages, each completing on its "full" mbarrier), warpgroups 1 and 2 the consumers (rows
-// 0-63 and 64-127 of a 128 x 256 output tile: four m64n256k16 products a stage, one group in
-// flight while the next stage's wait runs, each warp arriving on the stage's "empty" barrier once
-// its products that read it are done). Tiles are walked in groups of `group_n` column tiles, the
-// row tiles fastest within a group, so that the blocks running together share their W tiles and
-// x tiles in L2. The epilogue writes bf16 pairs from the accumulators (rows past M and columns
-// past N are not written), or with kSwiglu, W's rows interleaved in groups of 8 (gate rows, then
-// the matching up rows: the model's gate_up layout, kernels/swiglu.h), act = silu(gate) * up of
-// the bf16-rounded gate and up, with the swiglu kernel's arithmetic (dev::swiglu_value, act
-// rounded to bf16), into y[M, N / 2].
+// Persistent blocks (one an SM) of three warpgroups: in warpgroup 0 one thread issues TMA copies of
+// 128 x 64 tiles of x and 256 x 64 tiles of W (128-byte swizzled) into a ring of kStages stages,
+// each completing on its "full" mbarrier; warpgroups 1 and 2 are the consumers (rows 0-63 and
+// 64-127 of a 128 x 256 output tile: four m64n256k16 products a stage, one group in flight while
+// the next stage's wait runs, each warp arriving on the stage's "empty" barrier once the products
+// that read it are done). kCluster 2: pairs of blocks (a cluster of two) take row tiles 2p and
+// 2p + 1 of one column tile and each copies half of the W tile into both blocks (TMA multicast), so
+// a stage is refilled once the consumer warps of both blocks have released it (their arrivals on
+// the other block's barrier carry no cluster-scope release: with it the pairs ran twice as slow).
+// Tiles are walked in groups of `group_n` column tiles, the column tiles fastest, so that the
+// blocks running together share their W and x tiles in L2. Epilogues (kEpi): the consumers store
+// bf16 pairs from the accumulators or 16 bytes a lane after a quad transpose, or they write the
+// tile's bf16 values into a staging tile in shared memory and go on while warps 1-3 of warpgroup 0
+// store it. Rows past M and columns past N are not written. kSwiglu: W's rows interleaved in groups
+// of 8 (gate rows, then the matching up rows: the model's gate_up layout, kernels/swiglu.h), the
+// output act = silu(gate) * up of the bf16-rounded gate and up with the swiglu kernel's arithmetic
+// (dev::silu_batch, act rounded to bf16), into y[M, N / 2].
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -54,7 +59,7 @@ struct Shape {
   bool multicast = true;
 };
 
-// Output tile (tm, tn) of linear tile t: groups of group_n column tiles, row tiles fastest.
+// Output tile (tm, tn) of linear tile t: groups of group_n column tiles, the column tiles fastest.
 __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int group_n, int& tm, int& tn) {
   const int per_group = group_n * tiles_m;
   const int grp = t / per_group, within = t % per_group;

@@ -9,7 +9,9 @@
 // H200) for: cuBLAS, the own kernel in each form (one block or pairs sharing the W tile, the
 // epilogue's stores, the raster group), the swiglu kernel, the fused forms (the consumers computing
 // SwiGLU, or the epilogue warps computing it from a staged tile while the consumers go on).
-// Usage: gemm_wgmma_probe [M] [--27b]. Build and run on the GPU machine:
+// Usage: gemm_wgmma_probe [M] [--27b] [--shape gate_up|down] [--only TEXT] (the forms whose printed
+// name holds TEXT, e.g. --only "pair, group 16, staged" under ncu -k regex:gemm_tn_kernel -c 1; the
+// fused forms' names begin "+SwiGLU: "). Build and run on the GPU machine:
 //   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/gemm_wgmma_probe \
 //     tools/probes/gemm_wgmma_probe.cu kernels/swiglu.cu kernels/launch_policy.cpp kernels/launch_check.cpp \
 //     -lcublas && /tmp/gemm_wgmma_probe 32768
@@ -30,6 +32,7 @@
 namespace {
 
 constexpr int kLaunches = 10;
+const char* g_only = nullptr;     // --only: the forms whose name holds this text (cuBLAS always runs)
 constexpr double kPeak = 790e12;  // the H200's measured bf16 GEMM rate
 
 std::vector<uint16_t> download(const void* d, size_t n) {
@@ -110,7 +113,13 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
   gemm_ex(h, w, x, y_ref, M, N, K);
   const std::vector<uint16_t> ref = download(y_ref, size_t(M) * N);
   const Form forms[] = {{1, 1, 4}, {1, 2, 4}, {2, 1, 16}, {2, 2, 16}, {2, 2, 4}};
+  const auto picked = [](const Form& f, const char* prefix = "") {
+    if (!g_only) return true;
+    const std::string name = std::string(prefix) + f.name();
+    return name.find(g_only) != std::string::npos;
+  };
   for (const Form& f : forms) {
+    if (!picked(f)) continue;
     CK(cudaMemset(y_own, 0xff, size_t(M) * N * 2));
     CK(run_form<false>(f, x, w, y_own, M, N, K, sms, st));
     check("own GEMM against cuBLAS", f, y_own, size_t(M) * N, ref);
@@ -118,6 +127,7 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
   const float ms_ref = time_graph(st, kLaunches, 1, [&](int) { gemm_ex(h, w, x, y_ref, M, N, K); });
   row("cublasGemmEx", ms_ref, flop);
   for (const Form& f : forms) {
+    if (!picked(f)) continue;
     const float ms = time_graph(st, kLaunches, 1, [&](int) { CK(run_form<false>(f, x, w, y_own, M, N, K, sms, st)); });
     row(f.name(), ms, flop);
   }
@@ -136,6 +146,7 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
     const std::vector<uint16_t> act = download(act_ref, size_t(M) * I);
     const Form fused[] = {{2, 0, 16}, {2, 2, 16}, {1, 2, 4}};
     for (const Form& f : fused) {
+      if (!picked(f, "+SwiGLU: ")) continue;
       CK(cudaMemset(act_own, 0xff, size_t(M) * I * 2));
       CK(run_form<true>(f, x, w, act_own, M, N, K, sms, st));
       check("SwiGLU epilogue against cuBLAS + swiglu", f, act_own, size_t(M) * I, act);
@@ -152,8 +163,9 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
       row(label, ms, flop);
       best = best == 0 || ms < best ? ms : best;
     }
-    std::printf("  cuBLAS + swiglu %.3f ms, the fastest fused form %.3f ms: %+.1f%%\n", ms_ref + ms_sw, best,
-                100.0 * (best - (ms_ref + ms_sw)) / (ms_ref + ms_sw));
+    if (best > 0)
+      std::printf("  cuBLAS + swiglu %.3f ms, the fastest fused form %.3f ms: %+.1f%%\n", ms_ref + ms_sw, best,
+                  100.0 * (best - (ms_ref + ms_sw)) / (ms_ref + ms_sw));
     CK(cudaFree(act_ref));
     CK(cudaFree(act_own));
   }
@@ -170,15 +182,24 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
 int main(int argc, char** argv) {
   int M = 32768;
   bool big = false;
+  const char* only_shape = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--27b")) {
       big = true;
+    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
+      g_only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
+      only_shape = argv[++i];
     } else if (std::atoi(argv[i]) > 0) {
       M = std::atoi(argv[i]);
     } else {
-      std::fprintf(stderr, "usage: gemm_wgmma_probe [M] [--27b]\n");
+      std::fprintf(stderr, "usage: gemm_wgmma_probe [M] [--27b] [--shape gate_up|down] [--only TEXT]\n");
       return 2;
     }
+  }
+  if (only_shape && std::strcmp(only_shape, "gate_up") && std::strcmp(only_shape, "down")) {
+    std::fprintf(stderr, "gemm_wgmma_probe: --shape is gate_up or down, not '%s'\n", only_shape);
+    return 2;
   }
   cudaDeviceProp prop;
   const int sms = probe_device_props(prop);
@@ -193,8 +214,10 @@ int main(int argc, char** argv) {
   cublasHandle_t h = probe_cublas(st);
   const int H = big ? 5120 : 2560, I = big ? 17408 : 9216;
   bool ok = true;
-  const auto shape = [&](const char* name, int N, int K, bool sw) { ok &= run_shape(name, M, N, K, sw, h, st, sms); };
-  shape(big ? "27b mlp.gate_up" : "mlp.gate_up", 2 * I, H, true);
-  shape(big ? "27b mlp.down" : "mlp.down", H, I, false);
+  const auto shape = [&](const char* which, const char* name, int N, int K, bool sw) {
+    if (!only_shape || !std::strcmp(only_shape, which)) ok &= run_shape(name, M, N, K, sw, h, st, sms);
+  };
+  shape("gate_up", big ? "27b mlp.gate_up" : "mlp.gate_up", 2 * I, H, true);
+  shape("down", big ? "27b mlp.down" : "mlp.down", H, I, false);
   return ok ? 0 : 1;
 }

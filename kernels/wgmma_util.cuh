@@ -1,9 +1,9 @@
 // wgmma_util.cuh: the warpgroup tensor-core primitives of sm_90a (wgmma.mma_async): shared-memory
 // matrix descriptors for the interleaved (unswizzled) and 128-byte swizzled layouts, the fences
 // and the m64nNk16 bf16 -> f32 instructions the wgmma kernels use (attention_prefill_wgmma.cu,
-// delta_rule_prefill_wgmma.cu; m64n256k16 the GEMM probe, tools/probes/gemm_wgmma.cuh). Only a translation unit built
-// for sm_90a (the sg_kernels_sm90a library, kernels/CMakeLists.txt) may include it: the instructions exist on no other
-// target.
+// delta_rule_prefill_wgmma.cu; m64n256k16 the GEMM probe, tools/probes/gemm_wgmma.cuh). Only a
+// translation unit built for sm_90a (the sg_kernels_sm90a library, kernels/CMakeLists.txt) may
+// include it: the instructions exist on no other target.
 //
 // Layout (unswizzled, "interleaved"): a core matrix is 8 rows of 16 contiguous bytes (8 bf16),
 // 128 bytes in all. A 16-element k-step of an operand is a column of core matrices; the descriptor
@@ -147,8 +147,8 @@ __device__ __forceinline__ void m64n128k16_rs_tb(float* d, const uint32_t (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
-// D[64 x 256] (+)= A[64 x 16] B[16 x 256]: A and B from shared memory, both K-major; scale_d 0 overwrites D. d: the
-// warpgroup's 128 accumulators a thread.
+// D[64 x 256] (+)= A[64 x 16] B[16 x 256]: A and B from shared memory, both K-major; scale_d 0
+// overwrites D. d: a thread's 128 accumulators.
 __device__ __forceinline__ void m64n256k16_ss(float* d, uint64_t a, uint64_t b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"

@@ -310,7 +310,7 @@ TEST_CASE("probe ablation scripts: every edit still finds its text in the kernel
     int copies;
   };
   for (const Case& c : {Case{"probes/delta_prefill_phases.sh", 14}, Case{"probes/delta_recurrence_ablate.sh", 8},
-                        Case{"probes/delta_t_ablate.sh", 7}}) {
+                        Case{"probes/delta_t_ablate.sh", 10}}) {
     CAPTURE(c.script);
     sg::test::TempDir tmp("sg_probe_edits");
     const ChildResult r = script(c.script, {"--edits-only"}, {{"TMPDIR", tmp.path.string()}});

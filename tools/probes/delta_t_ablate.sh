@@ -18,6 +18,10 @@
 #   no-p        no P = Q K^T: no product, mask or stores of P's parts
 #   no-exp      every decay weight 1: no exp in P's mask or in A's
 #   no-inverse  no substitutions, 16 x 16 merges or off-diagonal block: T's parts made from A as it is
+#   no-diag16   the inverse without its four 16 x 16 substitutions (the merges and the off-diagonal
+#               block run on what A leaves)
+#   no-merge16  the inverse without the merges of the 16 x 16 blocks into the two 32 x 32 ones
+#   no-offdiag  the inverse without the off-diagonal 32 x 32 block
 #   no-parts    T's f32 tile left as it is (no bf16 parts): the record gets its first bytes
 #   no-record   T's parts and the gates computed and not stored (P's stores stay)
 # Each edit names the exact text it changes; python3 stops (exit 1) when an anchor is not found as
@@ -37,7 +41,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH=/usr/local/cuda/bin:$PATH
 
-all=(full one-vhead no-p no-exp no-inverse no-parts no-record)
+all=(full one-vhead no-p no-exp no-inverse no-diag16 no-merge16 no-offdiag no-parts no-record)
 name=delta_t_ablate
 rounds=2
 probe_args=(32 1024 10)
@@ -77,13 +81,25 @@ def no_exp(k, c):
     return k, rep(c, "expf(static_cast<float>(gt.G[r] - gt.G[c]))", "1.0f", "no-exp: P's and A's weights", count=2)
 
 
-def no_inverse(k, c):
-    c = rep(c, "  chunk_inverse::diagonal_blocks16<kLDT>(Ts, ai, lane);  // four 16 x 16 blocks, a warp each\n", "",
-            "no-inverse: the diagonal blocks")
-    c = rep(c, "  chunk_inverse::merge16<kLDT>(Ts, ai, AuxBarrier{bar});  // the two 32 x 32 blocks\n", "",
-            "no-inverse: the merges")
+def no_diag16(k, c):
+    return k, rep(c, "  chunk_inverse::diagonal_blocks16<kLDT>(Ts, ai, lane);  // four 16 x 16 blocks, a warp each\n",
+                  "", "no-diag16: the diagonal blocks")
+
+
+def no_merge16(k, c):
+    return k, rep(c, "  chunk_inverse::merge16<kLDT>(Ts, ai, AuxBarrier{bar});  // the two 32 x 32 blocks\n", "",
+                  "no-merge16: the merges")
+
+
+def no_offdiag(k, c):
     return k, rep(c, "  chunk_inverse::off_diagonal<kLDT, 128, AuxBarrier, true>(Ts, ai, AuxBarrier{bar});\n", "",
-                  "no-inverse: the off-diagonal block")
+                  "no-offdiag: the off-diagonal block")
+
+
+def no_inverse(k, c):
+    for part in (no_diag16, no_merge16, no_offdiag):
+        k, c = part(k, c)
+    return k, c
 
 
 def no_parts(k, c):
@@ -100,7 +116,8 @@ def no_record(k, c):
 
 
 edits = {"full": lambda k, c: (k, c), "one-vhead": one_vhead, "no-p": no_p, "no-exp": no_exp,
-         "no-inverse": no_inverse, "no-parts": no_parts, "no-record": no_record}
+         "no-inverse": no_inverse, "no-diag16": no_diag16, "no-merge16": no_merge16, "no-offdiag": no_offdiag,
+         "no-parts": no_parts, "no-record": no_record}
 try:
     for n in names:
         k, c = edits[n](*orig)

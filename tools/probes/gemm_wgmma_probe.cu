@@ -156,6 +156,7 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
                 100.0 * (3.0 * M * I * 2 / 4.3e12) / (ms_sw * 1e-3));
     float best = 0;
     for (const Form& f : fused) {
+      if (!picked(f, "+SwiGLU: ")) continue;
       const float ms =
           time_graph(st, kLaunches, 1, [&](int) { CK(run_form<true>(f, x, w, act_own, M, N, K, sms, st)); });
       char label[96];

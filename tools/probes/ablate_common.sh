@@ -49,6 +49,22 @@ ablate_parse() {
   echo "$name: ${#variants[@]} variants in $work, $jobs parallel builds"
 }
 
+# ablate_edits_only_exit: with --edits-only, says how many copies were made and exits 0.
+ablate_edits_only_exit() {
+  if [ $edits_only = 1 ]; then
+    echo "$name: ${#variants[@]} edited copies in $work (--edits-only: nothing built)"
+    exit 0
+  fi
+}
+
+# ablate_build_failed VARIANT [WHAT]: a build function's report of a failed build (WHAT, e.g. its
+# time, goes before the log's name): $work/VARIANT.failed, and the log's first error lines.
+ablate_build_failed() {
+  touch "$work/$1.failed"
+  echo "  BUILD FAILED: $1 (${2:-}$work/$1.build.log):"
+  grep -m 10 -E "error|Error" "$work/$1.build.log" | sed 's/^/    /' || true
+}
+
 # ablate_build_all: the caller's build function `build VARIANT` for every variant, `jobs` at a time
 # (a failed build leaves $work/VARIANT.failed); sets `failed` (1 when any build failed); with
 # --build-only it reports and exits (1 when any failed).

@@ -97,7 +97,7 @@ python3 - "$src" "$work" "${variants[@]}" << 'PY'
 import sys
 
 sys.path.insert(0, "tools/probes")
-from ablate_edits import EditError, find_once, replace  # noqa: E402
+from ablate_edits import EditError, find_once, replace, write_copies  # noqa: E402
 
 src, work, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 orig = open(src).read()
@@ -430,23 +430,13 @@ EDITS = {
     "mma-sync": lambda t: mma_only(t, True),
     "one-pass": one_pass,
 }
-try:
-    for n in names:
-        t = EDITS[n](orig)
-        if (t == orig) != (n == "full"):
-            raise EditError(f"{n}: the copy {'differs from' if n == 'full' else 'equals'} the source")
-        open(f"{work}/{n}.cu", "w").write(t)
-except EditError as err:
-    sys.exit(f"delta_prefill_phases: edit failed, nothing built: {err}")
+write_copies("delta_prefill_phases", names, EDITS, orig, lambda n, t: open(f"{work}/{n}.cu", "w").write(t))
 PY
 for v in "${variants[@]}"; do  # the same check, outside the editor
   if [ "$v" = full ]; then cmp -s "$src" "$work/$v.cu"; else ! cmp -s "$src" "$work/$v.cu"; fi ||
     { echo "delta_prefill_phases: $v.cu is not the copy it should be" >&2; exit 1; }
 done
-if [ $edits_only = 1 ]; then
-  echo "delta_prefill_phases: ${#variants[@]} edited copies in $work (--edits-only: nothing built)"
-  exit 0
-fi
+ablate_edits_only_exit
 
 # ---- 2. Builds, in parallel; the probe's host sources once. -fmad=false as the library builds
 # the kernel. ptxas -v: the registers and spills of the instance the probe runs.
@@ -495,9 +485,7 @@ build() {
     echo "  built $v ($((SECONDS - t0)) s): $instance $(cat "$work/$v.regs") regs/spill bytes," \
       "$(cat "$work/$v.sass") SASS instructions/HMMA/LDSM/BAR.SYNC"
   else
-    touch "$work/$v.failed"
-    echo "  BUILD FAILED: $v ($((SECONDS - t0)) s), $work/$v.build.log:"
-    grep -m 10 -E "error|Error" "$work/$v.build.log" | sed 's/^/    /' || true
+    ablate_build_failed "$v" "$((SECONDS - t0)) s, "
   fi
 }
 ablate_build_all

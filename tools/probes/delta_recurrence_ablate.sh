@@ -55,7 +55,7 @@ python3 - "$src" "$work" "${variants[@]}" << 'PY'
 import sys
 
 sys.path.insert(0, "tools/probes")
-from ablate_edits import EditError, replace as rep  # noqa: E402
+from ablate_edits import EditError, replace as rep, write_copies  # noqa: E402
 
 src, work, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 orig = open(src).read()
@@ -123,19 +123,9 @@ def one_pass(t):
 
 edits = {"full": lambda t: t, "no-store": no_store, "no-refill": no_refill, "refill-l2": refill_l2,
          "no-turns": no_turns, "no-xprime": no_xprime, "no-o": no_o, "one-pass": one_pass}
-try:
-    for n in names:
-        t = edits[n](orig)
-        if n != "full" and t == orig:
-            raise EditError(f"{n} changed nothing")
-        open(f"{work}/{n}.cu", "w").write(t)
-except EditError as err:
-    sys.exit(f"delta_recurrence_ablate: edit failed, nothing built: {err}")
+write_copies("delta_recurrence_ablate", names, edits, orig, lambda n, t: open(f"{work}/{n}.cu", "w").write(t))
 PY
-if [ $edits_only = 1 ]; then
-  echo "delta_recurrence_ablate: ${#variants[@]} edited copies in $work (--edits-only: nothing built)"
-  exit 0
-fi
+ablate_edits_only_exit
 
 # ---- 2. Builds (the probe with the copy compiled in; the one-kernel form linked for its comparison).
 build() {
@@ -143,9 +133,7 @@ build() {
   if ! nvcc -O3 -std=c++20 -fmad=false --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a -I. \
     -DSG_PROBE_WGMMA_T -DSG_PROBE_KERNEL="\"$work/$v.cu\"" -Xptxas -v -o "$work/$v" tools/probes/delta_prefill_probe.cu \
     kernels/delta_rule_prefill_wgmma.cu kernels/launch_check.cpp kernels/launch_policy.cpp > "$work/$v.build.log" 2>&1; then
-    echo "  BUILD FAILED: $v ($work/$v.build.log):"
-    grep -m 5 -i error "$work/$v.build.log" | sed 's/^/    /'
-    touch "$work/$v.failed"
+    ablate_build_failed "$v"
     return 0
   fi
   # The recurrence's registers and spills: the ptxas lines after its entry.

@@ -57,7 +57,7 @@ import os
 import sys
 
 sys.path.insert(0, "tools/probes")
-from ablate_edits import EditError, find_once, replace as rep  # noqa: E402
+from ablate_edits import EditError, find_once, replace as rep, write_copies  # noqa: E402
 
 kernel, chunk, work, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 orig = (open(kernel).read(), open(chunk).read())
@@ -118,21 +118,17 @@ def no_record(k, c):
 edits = {"full": lambda k, c: (k, c), "one-vhead": one_vhead, "no-p": no_p, "no-exp": no_exp,
          "no-inverse": no_inverse, "no-diag16": no_diag16, "no-merge16": no_merge16, "no-offdiag": no_offdiag,
          "no-parts": no_parts, "no-record": no_record}
-try:
-    for n in names:
-        k, c = edits[n](*orig)
-        if n != "full" and (k, c) == orig:
-            raise EditError(f"{n} changed nothing")
-        os.makedirs(f"{work}/{n}/kernels")
-        open(f"{work}/{n}/{kernel}", "w").write(k)
-        open(f"{work}/{n}/{chunk}", "w").write(c)
-except EditError as err:
-    sys.exit(f"delta_t_ablate: edit failed, nothing built: {err}")
+
+
+def write(n, kc):
+    os.makedirs(f"{work}/{n}/kernels")
+    open(f"{work}/{n}/{kernel}", "w").write(kc[0])
+    open(f"{work}/{n}/{chunk}", "w").write(kc[1])
+
+
+write_copies("delta_t_ablate", names, edits, orig, write)
 PY
-if [ $edits_only = 1 ]; then
-  echo "delta_t_ablate: ${#variants[@]} edited copies in $work (--edits-only: nothing built)"
-  exit 0
-fi
+ablate_edits_only_exit
 
 # ---- 2. Builds (the probe with the copy compiled in; the copy's folder first on the include path).
 build() {
@@ -141,9 +137,7 @@ build() {
     -DSG_PROBE_WGMMA_T -DSG_PROBE_KERNEL="\"$work/$v/$kernel\"" -Xptxas -v -o "$work/$v/probe" \
     tools/probes/delta_prefill_probe.cu kernels/delta_rule_prefill_wgmma.cu kernels/launch_check.cpp \
     kernels/launch_policy.cpp > "$work/$v.build.log" 2>&1; then
-    echo "  BUILD FAILED: $v ($work/$v.build.log):"
-    grep -m 5 -i error "$work/$v.build.log" | sed 's/^/    /'
-    touch "$work/$v.failed"
+    ablate_build_failed "$v"
     return 0
   fi
   # The T kernel's registers and spills, two v-heads a block, then one: the ptxas lines after each entry.

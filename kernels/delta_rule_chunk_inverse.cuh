@@ -64,25 +64,30 @@ __device__ __forceinline__ void diagonal_blocks16(float* Ts, int tid, int lane) 
 // transposed into the block's upper-right quadrant, so that the block's upper triangle holds its T
 // transposed, as diagonal_blocks leaves it. M = A_ba T_aa goes through that quadrant first. Holds
 // two barriers (`bar`); its writes need one more before off_diagonal. A thread takes row r and the
-// columns c0, c0 + 4, c0 + 8, c0 + 12 (c0 = i % 4: a warp's four column groups read T_aa rows next
-// to each other, distinct banks at a pitch of 4 mod 32).
+// columns c0, c0 + 4, c0 + 8, c0 + 12 (c0 = i % 4: a warp's four column groups read T_aa rows next to
+// each other, distinct banks at a pitch of 4 mod 32); in M the exact zero terms m < c are left out
+// (off_diagonal says why the bytes stay the same). Its rows in T10 stay as they are: a thread taking
+// rows p and 15 - p spilled the two-v-head T kernel's registers (28 bytes).
 template <int LDT, typename Barrier>
 __device__ __forceinline__ void merge16(float* Ts, int tid, Barrier bar) {
-  const int w = tid >> 6, i = tid & 63, r = i >> 2, c0 = i & 3;  // block w; row r, columns c0 + 4 j
+  const int w = tid >> 6, i = tid & 63;  // block w
   const int a = 32 * w, b = a + 16;
-  // M[r][c] = sum_{m >= c} A[b + r][a + m] T_aa[m][c], T_aa[m][c] from (a + c, a + m): into (a + r, b + c).
-  float acc[4] = {};
+  const int r = i >> 2, c0 = i & 3;
+  {  // M[r][c] = sum_{m >= c} A[b + r][a + m] T_aa[m][c], T_aa[m][c] from (a + c, a + m): into (a + r, b + c).
+    float acc[4] = {};
 #pragma unroll
-  for (int m = 0; m < 16; ++m) {
-    const float x = Ts[(b + r) * LDT + a + m];
+    for (int m = 0; m < 16; ++m) {
+      const float x = Ts[(b + r) * LDT + a + m];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int c = c0 + 4 * j;
-      acc[j] = fmaf(x, m >= c ? Ts[(a + c) * LDT + a + m] : 0.0f, acc[j]);
+      for (int j = 0; j < 4; ++j) {
+        const int c = c0 + 4 * j;
+        if (m < 4 * j) continue;  // c > m: a zero term
+        acc[j] = fmaf(x, m >= 4 * j + 3 || m >= c ? Ts[(a + c) * LDT + a + m] : 0.0f, acc[j]);
+      }
     }
-  }
 #pragma unroll
-  for (int j = 0; j < 4; ++j) Ts[(a + r) * LDT + b + c0 + 4 * j] = acc[j];
+    for (int j = 0; j < 4; ++j) Ts[(a + r) * LDT + b + c0 + 4 * j] = acc[j];
+  }
   bar();
   // T10[r][c] = -sum_{m <= r} T_bb[r][m] M[m][c], T_bb[r][m] from (b + m, b + r).
   float t10[4] = {};
@@ -106,13 +111,17 @@ struct BlockBarrier {
 // after a barrier that follows diagonal_blocks; it holds one barrier (`bar`) itself, and its writes
 // need one more before T is read. Afterwards T[r][c] is right for c <= r; above the diagonal is
 // garbage, which the callers never use. kRowGroups (NT == 128 only): each thread computes 8 outputs
-// of one row at once in both products (8 independent chains sharing the row's loads) instead of one
-// output at a time, in M the columns c0 + 4 i (c0 = tid % 4: a quarter warp's float4 reads of T00
-// columns fall in distinct banks at a row pitch of 4 mod 32), in T10 the columns 8 c0 .. 8 c0 + 7;
-// every output's fmafs are the same, so are the bytes.
+// at once (independent chains sharing their loads) instead of one output at a time. In M, one row r
+// and the columns c0 + 4 i (c0 = tid % 4: a quarter warp's float4 reads of T00 columns fall in
+// distinct banks at a row pitch of 4 mod 32), the terms m < c, which are exact zeros, left out: an
+// accumulator starts at +0.0f and so is never -0, and fmaf(a, 0, acc) is acc for a finite a (A is
+// finite where the chunk's inputs are; a non-finite one now spreads to fewer of its later rows).
+// That halves M's loads and fmafs. In T10, rows p and 31 - p (p = tid / 8), four columns each, so
+// that every thread takes 33 steps. Every output's nonzero fmafs are the same, in the same order,
+// so are the bytes.
 template <int LDT, int NT, typename Barrier = BlockBarrier, bool kRowGroups = false>
 __device__ __forceinline__ void off_diagonal(float* Ts, int tid, Barrier bar = {}) {
-  static_assert(!kRowGroups || NT == 128, "row groups: 32 rows x 4 groups of 8 columns, a thread each");
+  static_assert(!kRowGroups || NT == 128, "row groups: 128 threads, 8 outputs each");
   using chunk_io::ld4;
   // M = A10 T00 [32, 32] into the upper-right block (rows 0..31, columns 32..63):
   // M[r][c] = sum_{m >= c} A[32 + r][m] T00[m][c], T00[m][c] read from its transposed copy (c, m).
@@ -121,16 +130,24 @@ __device__ __forceinline__ void off_diagonal(float* Ts, int tid, Barrier bar = {
     const float* arow = Ts + (32 + r) * LDT;  // A10 row r
     float acc[8] = {};
 #pragma unroll
-    for (int m = 0; m < 32; m += 4) {
+    for (int j = 0; j < 8; ++j) {  // m = 4 j .. 4 j + 3
+      const int m = 4 * j;
       const float4 a = ld4(arow + m);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i <= j; ++i) {  // i > j: c > m + 3, four zero terms, left out
         const int c = c0 + 4 * i;
         const float4 t = ld4(Ts + c * LDT + m);  // T00 column c (transposed), valid at m >= c
-        acc[i] = fmaf(a.x, m >= c ? t.x : 0.0f, acc[i]);
-        acc[i] = fmaf(a.y, m + 1 >= c ? t.y : 0.0f, acc[i]);
-        acc[i] = fmaf(a.z, m + 2 >= c ? t.z : 0.0f, acc[i]);
-        acc[i] = fmaf(a.w, m + 3 >= c ? t.w : 0.0f, acc[i]);
+        if (i < j) {                             // m >= 4 i + 4 > c: four valid terms
+          acc[i] = fmaf(a.x, t.x, acc[i]);
+          acc[i] = fmaf(a.y, t.y, acc[i]);
+          acc[i] = fmaf(a.z, t.z, acc[i]);
+          acc[i] = fmaf(a.w, t.w, acc[i]);
+        } else {
+          acc[i] = fmaf(a.x, m >= c ? t.x : 0.0f, acc[i]);
+          acc[i] = fmaf(a.y, m + 1 >= c ? t.y : 0.0f, acc[i]);
+          acc[i] = fmaf(a.z, m + 2 >= c ? t.z : 0.0f, acc[i]);
+          acc[i] = fmaf(a.w, m + 3 >= c ? t.w : 0.0f, acc[i]);
+        }
       }
     }
 #pragma unroll
@@ -158,22 +175,25 @@ __device__ __forceinline__ void off_diagonal(float* Ts, int tid, Barrier bar = {
   // triangles get T (natural layout) from the transposed copies. Afterwards T[r][c] is right for
   // c <= r.
   if constexpr (kRowGroups) {
-    const int r = tid >> 2, c0 = 8 * (tid & 3);
-    float acc[8] = {};
-    for (int m = 0; m <= r; ++m) {
-      const float t = Ts[(32 + m) * LDT + 32 + r];
-      const float4 x0 = ld4(Ts + m * LDT + 32 + c0), x1 = ld4(Ts + m * LDT + 36 + c0);
-      acc[0] = fmaf(t, x0.x, acc[0]);
-      acc[1] = fmaf(t, x0.y, acc[1]);
-      acc[2] = fmaf(t, x0.z, acc[2]);
-      acc[3] = fmaf(t, x0.w, acc[3]);
-      acc[4] = fmaf(t, x1.x, acc[4]);
-      acc[5] = fmaf(t, x1.y, acc[5]);
-      acc[6] = fmaf(t, x1.z, acc[6]);
-      acc[7] = fmaf(t, x1.w, acc[7]);
-    }
+    // Rows p and 31 - p (p = tid / 8), columns 4 q .. 4 q + 3 (q = tid % 8): 33 steps for every
+    // thread (rows of 8 w .. 8 w + 7 a warp took up to 32 steps in the last warp and 8 in the first).
+    const int p = tid >> 3, c = 4 * (tid & 7);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) Ts[(32 + r) * LDT + c0 + i] = -acc[i];
+    for (int h = 0; h < 2; ++h) {
+      const int r = h == 0 ? p : 31 - p;
+      float acc[4] = {};
+#pragma unroll 1
+      for (int m = 0; m <= r; ++m) {
+        const float t = Ts[(32 + m) * LDT + 32 + r];
+        const float4 x = ld4(Ts + m * LDT + 32 + c);
+        acc[0] = fmaf(t, x.x, acc[0]);
+        acc[1] = fmaf(t, x.y, acc[1]);
+        acc[2] = fmaf(t, x.z, acc[2]);
+        acc[3] = fmaf(t, x.w, acc[3]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) Ts[(32 + r) * LDT + c + i] = -acc[i];
+    }
   } else {
     for (int o = tid; o < 32 * 32; o += NT) {
       const int r = o >> 5, c = o & 31;

@@ -202,11 +202,17 @@ __device__ __forceinline__ void off_diagonal(float* Ts, int tid, Barrier bar = {
       Ts[(32 + r) * LDT + c] = -acc;
     }
   }
-  // Pair (r, c) = (c + k mod 32, c), c a thread's lane: a warp's 32 reads (row c) and writes (row r)
-  // each fall in 32 distinct banks at a row pitch of 4 mod 32 (bank 5 c + k, 5 c + 4 k).
-  for (int o = tid; o < 2 * 32 * 32; o += NT) {
-    const int base = (o >> 10) * 32, c = o & 31, r = (c + (o >> 5)) & 31;
-    if (c < r) Ts[(base + r) * LDT + base + c] = Ts[(base + c) * LDT + base + r];
+  // Each pair {i, j} (i < j) of a diagonal block once: a warp's lane c takes the pair (c, c + k mod 32)
+  // for an offset k = 1 .. 16 (k = 16: lanes below 16 only, the other half is the same pairs), so no
+  // lane idles on the pairs that the other orientation covers. At a row pitch of 4 mod 32 a warp's
+  // reads and writes fall at banks 5 c + k or 5 c + 4 k: at most two lanes a bank.
+  static_assert(NT % 32 == 0, "whole warps");
+  const int lane = tid & 31;
+  for (int it = tid >> 5; it < 2 * 16; it += NT / 32) {  // it: block it / 16, offset it % 16 + 1
+    const int base = (it >> 4) * 32, k = (it & 15) + 1, j = (lane + k) & 31;
+    if (k == 16 && lane >= 16) continue;
+    const int lo = lane < j ? lane : j, hi = lane < j ? j : lane;
+    Ts[(base + hi) * LDT + base + lo] = Ts[(base + lo) * LDT + base + hi];
   }
 }
 

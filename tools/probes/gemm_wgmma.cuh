@@ -16,15 +16,19 @@
 // blocks running together share their W and x tiles in L2. Epilogues (kEpi): the consumers store
 // bf16 pairs from the accumulators or 16 bytes a lane after a quad transpose, or they write the
 // tile's bf16 values into a staging tile in shared memory and go on while warps 1-3 of warpgroup 0
-// store it. Rows past M and columns past N are not written. kSwiglu: W's rows interleaved in groups
-// of 8 (gate rows, then the matching up rows: the model's gate_up layout, kernels/swiglu.h), the
-// output act = silu(gate) * up of the bf16-rounded gate and up with the swiglu kernel's arithmetic
-// (dev::silu_batch, act rounded to bf16), into y[M, N / 2].
+// store it, or (deferred) they keep the tile as packed bf16 pairs in registers and store one
+// 16-byte group a lane after each of the next tile's first stages, under that tile's products (the
+// form that runs at cuBLAS's speed: the others leave the tensor cores idle while a tile is stored,
+// 16% of the mainloop's time by ncu). Rows past M and columns past N are not written. kSwiglu: W's rows interleaved in
+// groups of 8 (gate rows, then the matching up rows: the model's gate_up layout, kernels/swiglu.h), the output act =
+// silu(gate) * up of the bf16-rounded gate and up with the swiglu kernel's arithmetic (dev::silu_batch, act rounded to
+// bf16), into y[M, N / 2].
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "kernels/device_util.cuh"
 #include "kernels/mma_util.cuh"
@@ -41,8 +45,11 @@ constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128 x 56 + 256 x 224 
 constexpr uint32_t kStagingBytes = kBM * kBN * 2;       // kEpi 2: one bf16 output tile
 // Epilogue forms: 0 the consumers store 4-byte pairs, 1 they store 16 bytes a lane (a quad transpose),
 // 2 they write the tile's bf16 values into shared memory and warps 1-3 of warpgroup 0 finish and
-// store it while the consumers go on to the next tile's products.
-constexpr int kEpiPairs = 0, kEpiWide = 1, kEpiStaged = 2;
+// store it while the consumers go on to the next tile's products; 3 (deferred) they keep the tile as
+// packed bf16 pairs (64 registers) and store it, a 16-byte group after each of the next tile's first
+// stages, while that tile's products run (whole tiles only: M % 128 == 0, N % 256 == 0). With
+// SwiGLU the deferred form spills (about 260 bytes a thread): not yet worth its time.
+constexpr int kEpiPairs = 0, kEpiWide = 1, kEpiStaged = 2, kEpiDeferred = 3;
 
 template <int kStages, int kEpi = kEpiWide>
 constexpr size_t smem_bytes() {
@@ -157,6 +164,59 @@ __device__ __forceinline__ void epilogue(const float (&acc)[128], __nv_bfloat16*
       *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(r) * s.ldo + col) = v[0];
     }
   }
+}
+
+// kEpi 3: a consumer's tile as bf16 pairs, pend[32 h + j]: row r0 + 8 h, accumulator columns 8 j + 2q,
+// + 1 (so group g = 8 h + i of the plain GEMM is pend[4 g .. 4 g + 3], stage_tile's order).
+__device__ __forceinline__ void pack_tile(const float (&acc)[128], uint32_t (&pend)[64]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < 32; ++j) pend[32 * h + j] = pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+}
+// A bf16 pair as two floats (exact). Volatile, so that the compiler does not widen later groups'
+// pairs early, while the accumulators hold their registers (it did: 262 bytes of spills).
+__device__ __forceinline__ void unpack_pair(uint32_t w, float (&x)[2]) {
+  asm volatile("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.bf16 %0, l;\ncvt.f32.bf16 %1, h;\n}\n"
+               : "=f"(x[0]), "=f"(x[1])
+               : "r"(w));
+}
+// Output groups of a deferred tile: 16 (the plain GEMM) or 8 (SwiGLU: half the columns).
+template <bool kSwiglu>
+constexpr int kDeferredGroups = kSwiglu ? 8 : 16;
+// Group G of the deferred tile (tm, tn): 16 contiguous output bytes a lane after a quad transpose.
+// SwiGLU: group G = 4 h + i' holds output pairs jo = 4 i' + jj, gate at accumulator column group
+// 2 jo and up at 2 jo + 1 (W's rows interleaved by 8), from the bf16-rounded pairs (the epilogue's
+// round_bf16, so the same bytes).
+template <bool kSwiglu, int G>
+__device__ __forceinline__ void store_group(const uint32_t (&pend)[64], __nv_bfloat16* __restrict__ out, const Shape& s,
+                                            int tm, int tn, int c, int warp, int lane) {
+  constexpr int h = kSwiglu ? G / 4 : G / 8, i = kSwiglu ? G % 4 : G % 8;
+  constexpr int kCols = kSwiglu ? kBN / 2 : kBN;
+  const int q = lane & 3, r = tm * kBM + c * 64 + warp * 16 + (lane >> 2) + 8 * h;
+  uint32_t v[4];
+  if constexpr (!kSwiglu) {
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) v[jj] = pend[4 * G + jj];
+  } else {  // one output pair at a time (few registers beside the 128 accumulators and pend)
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int cg = 2 * (4 * i + jj);  // the gate's column group; up at cg + 1
+      float g[2], u[2], a[2];
+      unpack_pair(pend[32 * h + cg], g);
+      unpack_pair(pend[32 * h + cg + 1], u);
+      dev::silu_batch(g, a);
+      v[jj] = pack_bf16x2(dev::swiglu_of_silu(a[0], u[0], true), dev::swiglu_of_silu(a[1], u[1], true));
+    }
+  }
+  const uint4 w = quad_transpose(v, lane);
+  *reinterpret_cast<uint4*>(out + static_cast<int64_t>(r) * s.ldo + tn * kCols + 8 * (4 * i + q)) = w;
+}
+template <bool kSwiglu, int... G>
+__device__ __forceinline__ void store_groups(const uint32_t (&pend)[64], __nv_bfloat16* __restrict__ out,
+                                             const Shape& s, int tm, int tn, int c, int warp, int lane,
+                                             std::integer_sequence<int, G...>) {
+  (store_group<kSwiglu, G>(pend, out, s, tm, tn, c, warp, lane), ...);
 }
 
 // The staging tile (kEpi 2): 128 rows of 256 bf16 (32 16-byte chunks a row), chunk c of row r at
@@ -343,23 +403,41 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     float acc[128];
     int it = 0;
+    // One stage's products: wait for it, issue them, release the stage before it.
+    const auto step = [&](int k) {
+      const int st = it % kStages;
+      tma::mbar_wait(smem_addr(&full[st]), (it / kStages) & 1);
+      const uint32_t a_s = base + st * kStageBytes + c * (kABytes / 2), b_s = base + st * kStageBytes + kABytes;
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {  // k-step kk: 32 bytes into every 128-byte row
+        wgmma::m64n256k16_ss(acc, wgmma::desc_sw128(a_s + kk * 32, 16, 1024),
+                             wgmma::desc_sw128(b_s + kk * 32, 16, 1024), (k > 0 || kk > 0) ? 1 : 0);
+      }
+      wgmma::commit();
+      wgmma::wait<1>();  // the previous stage's products are done: release it
+      if (k > 0) release((it - 1) % kStages);
+      ++it;
+    };
+    [[maybe_unused]] uint32_t pend[64];
+    [[maybe_unused]] bool pending = false;
+    [[maybe_unused]] int ptm = 0, ptn = 0;
     for (int t = first; t < ntiles; t += stride) {
       int tm, tn;
       tile_at(t, tm, tn);
-      for (int k = 0; k < kb; ++k, ++it) {
-        const int st = it % kStages;
-        tma::mbar_wait(smem_addr(&full[st]), (it / kStages) & 1);
-        const uint32_t a_s = base + st * kStageBytes + c * (kABytes / 2), b_s = base + st * kStageBytes + kABytes;
-        wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) {  // k-step kk: 32 bytes into every 128-byte row
-          wgmma::m64n256k16_ss(acc, wgmma::desc_sw128(a_s + kk * 32, 16, 1024),
-                               wgmma::desc_sw128(b_s + kk * 32, 16, 1024), (k > 0 || kk > 0) ? 1 : 0);
+      int k = 0;
+      if constexpr (kEpi == kEpiDeferred) {  // the last tile's groups, one after each of the first stages
+        constexpr int kG = kDeferredGroups<kSwiglu>;
+        [&]<int... G>(std::integer_sequence<int, G...>) {
+          (([&] {
+             if (k < kb) step(k++);
+             if (pending) store_group<kSwiglu, G>(pend, out, s, ptm, ptn, c, warp, lane);
+           }()),
+           ...);
         }
-        wgmma::commit();
-        wgmma::wait<1>();  // the previous stage's products are done: release it
-        if (k > 0) release((it - 1) % kStages);
+        (std::make_integer_sequence<int, kG>{});
       }
+      for (; k < kb; ++k) step(k);
       wgmma::wait<0>();
       wgmma::fence_operands<128>(acc);
       release((it - 1) % kStages);
@@ -368,9 +446,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         bar_sync(kBarFree);  // the epilogue warps have read the last tile
         stage_tile(acc, base + kStages * kStageBytes, c, warp, lane);
         bar_arrive(kBarStaged);
+      } else if constexpr (kEpi == kEpiDeferred) {
+        pack_tile(acc, pend);
+        pending = true;
+        ptm = tm;
+        ptn = tn;
       } else {
         epilogue<kSwiglu, kEpi == kEpiWide>(acc, out, s, tm, tn, c, warp, lane);
       }
+    }
+    if constexpr (kEpi == kEpiDeferred) {
+      if (pending)
+        store_groups<kSwiglu>(pend, out, s, ptm, ptn, c, warp, lane,
+                              std::make_integer_sequence<int, kDeferredGroups<kSwiglu>>{});
     }
     if constexpr (kEpi == kEpiStaged) bar_sync(kBarFree);  // the epilogue warps' last arrival
   }
@@ -424,6 +512,7 @@ template <int kStages, bool kSwiglu, int kCluster = 1, int kEpi = kEpiWide>
 inline cudaError_t gemm_tn(const void* x, const void* w, void* y, const Shape& s, int sms, cudaStream_t stream) {
   CUtensorMap a_map, b_map;
   if (kCluster == 2 && s.M % (2 * kBM) != 0) return cudaErrorInvalidValue;
+  if (kEpi == kEpiDeferred && (s.M % kBM != 0 || s.N % kBN != 0)) return cudaErrorInvalidValue;
   if (!operand_map(&a_map, x, s.M, s.K, kBM) || !operand_map(&b_map, w, s.N, s.K, kBN / kCluster))
     return cudaErrorInvalidValue;
   const int tiles = ((s.M + kBM - 1) / kBM) * ((s.N + kBN - 1) / kBN);

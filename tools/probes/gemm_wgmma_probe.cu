@@ -8,7 +8,8 @@
 // replays) and prints ms, TFLOP/s and the fraction of the card's bf16 peak (790 TFLOP/s on the
 // H200) for: cuBLAS, the own kernel in each form (one block or pairs sharing the W tile, the
 // epilogue's stores, the raster group), the swiglu kernel, the fused forms (the consumers computing
-// SwiGLU, or the epilogue warps computing it from a staged tile while the consumers go on).
+// SwiGLU, the epilogue warps computing it from a staged tile while the consumers go on, or the
+// consumers computing it for the last tile between the next tile's stages: "deferred stores").
 // Usage: gemm_wgmma_probe [M] [--27b] [--shape gate_up|down] [--only TEXT] (the forms whose printed
 // name holds TEXT, e.g. --only "pair, group 16, staged" under ncu -k regex:gemm_tn_kernel -c 1; the
 // fused forms' names begin "+SwiGLU: "). Build and run on the GPU machine:
@@ -66,7 +67,8 @@ struct Form {
                   group,
                   epi == 0   ? "4 B stores"
                   : epi == 1 ? "16 B stores"
-                             : "staged epilogue");
+                  : epi == 2 ? "staged epilogue"
+                             : "deferred stores");
     return buf;
   }
 };
@@ -84,9 +86,12 @@ cudaError_t run_form(const Form& f, const void* x, const void* w, void* out, int
     case kEpiWide:
       return pair ? gemm_tn<4, kSwiglu, 2, kEpiWide>(x, w, out, s, sms, st)
                   : gemm_tn<4, kSwiglu, 1, kEpiWide>(x, w, out, s, sms, st);
-    default:
+    case kEpiStaged:
       return pair ? gemm_tn<3, kSwiglu, 2, kEpiStaged>(x, w, out, s, sms, st)
                   : gemm_tn<3, kSwiglu, 1, kEpiStaged>(x, w, out, s, sms, st);
+    default:
+      return pair ? gemm_tn<4, kSwiglu, 2, kEpiDeferred>(x, w, out, s, sms, st)
+                  : gemm_tn<4, kSwiglu, 1, kEpiDeferred>(x, w, out, s, sms, st);
   }
 }
 
@@ -112,7 +117,7 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
   };
   gemm_ex(h, w, x, y_ref, M, N, K);
   const std::vector<uint16_t> ref = download(y_ref, size_t(M) * N);
-  const Form forms[] = {{1, 1, 4}, {1, 2, 4}, {2, 1, 16}, {2, 2, 16}, {2, 2, 4}};
+  const Form forms[] = {{1, 1, 4}, {1, 2, 4}, {2, 1, 16}, {2, 2, 16}, {2, 2, 4}, {2, 3, 16}};
   const auto picked = [](const Form& f, const char* prefix = "") {
     if (!g_only) return true;
     const std::string name = std::string(prefix) + f.name();
@@ -144,7 +149,7 @@ bool run_shape(const char* name, int M, int N, int K, bool with_swiglu, cublasHa
     sp.interleave = 8;
     CK(swiglu(sp, st));
     const std::vector<uint16_t> act = download(act_ref, size_t(M) * I);
-    const Form fused[] = {{2, 0, 16}, {2, 2, 16}, {1, 2, 4}};
+    const Form fused[] = {{2, 0, 16}, {2, 2, 16}, {1, 2, 4}, {2, 3, 16}};
     for (const Form& f : fused) {
       if (!picked(f, "+SwiGLU: ")) continue;
       CK(cudaMemset(act_own, 0xff, size_t(M) * I * 2));

@@ -47,8 +47,7 @@ constexpr uint32_t kStagingBytes = kBM * kBN * 2;       // kEpi 2: one bf16 outp
 // 2 they write the tile's bf16 values into shared memory and warps 1-3 of warpgroup 0 finish and
 // store it while the consumers go on to the next tile's products; 3 (deferred) they keep the tile as
 // packed bf16 pairs (64 registers) and store it, a 16-byte group after each of the next tile's first
-// stages, while that tile's products run (whole tiles only: M % 128 == 0, N % 256 == 0). With
-// SwiGLU the deferred form spills (about 260 bytes a thread): not yet worth its time.
+// stages, while that tile's products run (whole tiles only: M % 128 == 0, N % 256 == 0).
 constexpr int kEpiPairs = 0, kEpiWide = 1, kEpiStaged = 2, kEpiDeferred = 3;
 
 template <int kStages, int kEpi = kEpiWide>
@@ -174,13 +173,6 @@ __device__ __forceinline__ void pack_tile(const float (&acc)[128], uint32_t (&pe
 #pragma unroll
     for (int j = 0; j < 32; ++j) pend[32 * h + j] = pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
 }
-// A bf16 pair as two floats (exact). Volatile, so that the compiler does not widen later groups'
-// pairs early, while the accumulators hold their registers (it did: 262 bytes of spills).
-__device__ __forceinline__ void unpack_pair(uint32_t w, float (&x)[2]) {
-  asm volatile("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.bf16 %0, l;\ncvt.f32.bf16 %1, h;\n}\n"
-               : "=f"(x[0]), "=f"(x[1])
-               : "r"(w));
-}
 // Output groups of a deferred tile: 16 (the plain GEMM) or 8 (SwiGLU: half the columns).
 template <bool kSwiglu>
 constexpr int kDeferredGroups = kSwiglu ? 8 : 16;
@@ -198,13 +190,15 @@ __device__ __forceinline__ void store_group(const uint32_t (&pend)[64], __nv_bfl
   if constexpr (!kSwiglu) {
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) v[jj] = pend[4 * G + jj];
-  } else {  // one output pair at a time (few registers beside the 128 accumulators and pend)
+  } else {  // one output pair at a time; each bf16 widened by a shift (exact: through __low2float or a
+            // cvt the kernel spilled 260 bytes a thread, the compiler widening ahead of use)
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       const int cg = 2 * (4 * i + jj);  // the gate's column group; up at cg + 1
-      float g[2], u[2], a[2];
-      unpack_pair(pend[32 * h + cg], g);
-      unpack_pair(pend[32 * h + cg + 1], u);
+      const uint32_t gw = pend[32 * h + cg], uw = pend[32 * h + cg + 1];
+      const float g[2] = {__uint_as_float(gw << 16), __uint_as_float(gw & 0xffff0000u)};
+      const float u[2] = {__uint_as_float(uw << 16), __uint_as_float(uw & 0xffff0000u)};
+      float a[2];
       dev::silu_batch(g, a);
       v[jj] = pack_bf16x2(dev::swiglu_of_silu(a[0], u[0], true), dev::swiglu_of_silu(a[1], u[1], true));
     }

@@ -47,7 +47,7 @@ constexpr uint32_t kStagingBytes = kBM * kBN * 2;       // kEpi 2: one bf16 outp
 // 2 they write the tile's bf16 values into shared memory and warps 1-3 of warpgroup 0 finish and
 // store it while the consumers go on to the next tile's products; 3 (deferred) they keep the tile as
 // packed bf16 pairs (64 registers) and store it, a 16-byte group after each of the next tile's first
-// stages, while that tile's products run (whole tiles only: M % 128 == 0, N % 256 == 0).
+// stages, while that tile's products run (rows past M and 8-column chunks past N not stored).
 constexpr int kEpiPairs = 0, kEpiWide = 1, kEpiStaged = 2, kEpiDeferred = 3;
 
 template <int kStages, int kEpi = kEpiWide>
@@ -204,7 +204,9 @@ __device__ __forceinline__ void store_group(const uint32_t (&pend)[64], __nv_bfl
     }
   }
   const uint4 w = quad_transpose(v, lane);
-  *reinterpret_cast<uint4*>(out + static_cast<int64_t>(r) * s.ldo + tn * kCols + 8 * (4 * i + q)) = w;
+  const int col = tn * kCols + 8 * (4 * i + q);
+  if (r < s.M && col < (kSwiglu ? s.N / 2 : s.N))
+    *reinterpret_cast<uint4*>(out + static_cast<int64_t>(r) * s.ldo + col) = w;
 }
 template <bool kSwiglu, int... G>
 __device__ __forceinline__ void store_groups(const uint32_t (&pend)[64], __nv_bfloat16* __restrict__ out,
@@ -321,12 +323,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;  // stage st: x tile, then W tile
   const int tid = threadIdx.x, wg = tid >> 7;
   const int tiles_m = (s.M + kBM - 1) / kBM, tiles_n = (s.N + kBN - 1) / kBN, kb = (s.K + kBK - 1) / kBK;
-  // kCluster 2: "tiles" are pairs of row tiles (tiles_m even), the pair's rank picks its row tile.
-  const int ntiles = tiles_m / kCluster * tiles_n;
+  // kCluster 2: "tiles" are pairs of row tiles, the pair's rank picks its row tile (with an odd
+  // tiles_m the last pair's second tile lies past M: its copies read zeros, it stores nothing).
+  const int pairs_m = (tiles_m + kCluster - 1) / kCluster, ntiles = pairs_m * tiles_n;
   const int rank = kCluster == 2 ? static_cast<int>(cluster_rank()) : 0;
   const int first = blockIdx.x / kCluster, stride = gridDim.x / kCluster;
   const auto tile_at = [&](int t, int& tm, int& tn) {  // this block's output tile of (pair) tile t
-    tile_of(t, tiles_m / kCluster, tiles_n, s.group_n, tm, tn);
+    tile_of(t, pairs_m, tiles_n, s.group_n, tm, tn);
     tm = tm * kCluster + rank;
   };
   if (tid == 0) {
@@ -500,17 +503,19 @@ inline cudaError_t max_clusters(int grid, int& clusters) {
 }
 
 // Launches y = x W^T (kSwiglu: act of W's interleaved gate_up rows) on persistent blocks (one an
-// SM, at most the tiles; kCluster 2: pairs, M a multiple of 256, no more pairs than run at once).
-// K % 8 == 0 (the map's row stride), N % 8 == 0.
+// SM, at most the tiles; kCluster 2: pairs, no more pairs than run at once). K % 8 == 0 (the map's
+// row stride), N % 8 == 0 (16-byte output chunks; N % 16 == 0 with SwiGLU); M and N otherwise free:
+// the copies read zeros past them and no store lands there.
 template <int kStages, bool kSwiglu, int kCluster = 1, int kEpi = kEpiWide>
 inline cudaError_t gemm_tn(const void* x, const void* w, void* y, const Shape& s, int sms, cudaStream_t stream) {
   CUtensorMap a_map, b_map;
-  if (kCluster == 2 && s.M % (2 * kBM) != 0) return cudaErrorInvalidValue;
-  if (kEpi == kEpiDeferred && (s.M % kBM != 0 || s.N % kBN != 0)) return cudaErrorInvalidValue;
+  if (s.K % 8 != 0 || s.N % (kSwiglu ? 16 : 8) != 0) return cudaErrorInvalidValue;
   if (!operand_map(&a_map, x, s.M, s.K, kBM) || !operand_map(&b_map, w, s.N, s.K, kBN / kCluster))
     return cudaErrorInvalidValue;
-  const int tiles = ((s.M + kBM - 1) / kBM) * ((s.N + kBN - 1) / kBN);
-  int grid = (tiles < sms ? tiles : sms) / kCluster * kCluster, clusters = 0;
+  // Work units: tiles, or pairs of row tiles (kCluster 2); a block (pair) for each, at most an SM each.
+  const int units = ((s.M + kBM - 1) / kBM + kCluster - 1) / kCluster * ((s.N + kBN - 1) / kBN);
+  const int per = sms / kCluster;
+  int grid = (units < per ? units : per) * kCluster, clusters = 0;
   cudaError_t e = max_clusters<kStages, kSwiglu, kCluster, kEpi>(grid, clusters);  // also sets the smem limit
   if (e != cudaSuccess) return e;
   if (clusters > 0 && clusters * kCluster < grid) grid = clusters * kCluster;

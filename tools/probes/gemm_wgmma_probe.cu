@@ -1,7 +1,9 @@
 // gemm_wgmma_probe.cu: the prefill GEMMs by an own sm_90a kernel (tools/probes/gemm_wgmma.cuh)
 // against cublasGemmEx, and gate_up with SwiGLU in that kernel's epilogue against cublasGemmEx
 // followed by the library's swiglu kernel (kernels/swiglu.h, the model's prefill path). For each
-// shape (the 4B preset's gate_up and down at M rows; the 27B's gate_up with --27b) it checks the
+// shape (the 4B preset's gate_up, down and GDN in_proj at M rows, any M; the 27B's with --27b;
+// in_proj's N is no multiple of the 256-column tile, an M that is no multiple of 256 gives the
+// pairs a last tile past M) it checks the
 // own kernel's bytes against cuBLAS's (the probe's inputs are small multiples of 1/16 and 1/8, so
 // every sum is exact in f32 and any correct order of accumulation gives the same bytes) and the
 // fused SwiGLU's against the two-kernel path, then times graphs of 10 launches (median of five
@@ -10,7 +12,7 @@
 // epilogue's stores, the raster group), the swiglu kernel, the fused forms (the consumers computing
 // SwiGLU, the epilogue warps computing it from a staged tile while the consumers go on, or the
 // consumers computing it for the last tile between the next tile's stages: "deferred stores").
-// Usage: gemm_wgmma_probe [M] [--27b] [--shape gate_up|down] [--only TEXT] (the forms whose printed
+// Usage: gemm_wgmma_probe [M] [--27b] [--shape gate_up|down|in_proj] [--only TEXT] (the forms whose printed
 // name holds TEXT, e.g. --only "pair, group 16, staged" under ncu -k regex:gemm_tn_kernel -c 1; the
 // fused forms' names begin "+SwiGLU: "). Build and run on the GPU machine:
 //   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/gemm_wgmma_probe \
@@ -199,12 +201,13 @@ int main(int argc, char** argv) {
     } else if (std::atoi(argv[i]) > 0) {
       M = std::atoi(argv[i]);
     } else {
-      std::fprintf(stderr, "usage: gemm_wgmma_probe [M] [--27b] [--shape gate_up|down] [--only TEXT]\n");
+      std::fprintf(stderr, "usage: gemm_wgmma_probe [M] [--27b] [--shape gate_up|down|in_proj] [--only TEXT]\n");
       return 2;
     }
   }
-  if (only_shape && std::strcmp(only_shape, "gate_up") && std::strcmp(only_shape, "down")) {
-    std::fprintf(stderr, "gemm_wgmma_probe: --shape is gate_up or down, not '%s'\n", only_shape);
+  if (only_shape && std::strcmp(only_shape, "gate_up") && std::strcmp(only_shape, "down") &&
+      std::strcmp(only_shape, "in_proj")) {
+    std::fprintf(stderr, "gemm_wgmma_probe: --shape is gate_up, down or in_proj, not '%s'\n", only_shape);
     return 2;
   }
   cudaDeviceProp prop;
@@ -225,5 +228,7 @@ int main(int argc, char** argv) {
   };
   shape("gate_up", big ? "27b mlp.gate_up" : "mlp.gate_up", 2 * I, H, true);
   shape("down", big ? "27b mlp.down" : "mlp.down", H, I, false);
+  // q | k | v | z | b | a: 2 Hk Dk + 2 Hv Dv + 2 Hv (4B: Hk 16, Hv 32; 27B: Hk 16, Hv 48; D 128)
+  shape("in_proj", big ? "27b gdn.in_proj" : "gdn.in_proj", big ? 16480 : 12352, H, false);
   return ok ? 0 : 1;
 }

@@ -19,10 +19,10 @@
 // store it, or (deferred) they keep the tile as packed bf16 pairs in registers and store one
 // 16-byte group a lane after each of the next tile's first stages, under that tile's products (the
 // form that runs at cuBLAS's speed: the others leave the tensor cores idle while a tile is stored,
-// 16% of the mainloop's time by ncu). Rows past M and columns past N are not written. kSwiglu: W's rows interleaved in
-// groups of 8 (gate rows, then the matching up rows: the model's gate_up layout, kernels/swiglu.h), the output act =
-// silu(gate) * up of the bf16-rounded gate and up with the swiglu kernel's arithmetic (dev::silu_batch, act rounded to
-// bf16), into y[M, N / 2].
+// 16% of the mainloop's time by ncu). Rows past M and columns past N are not written. kSwiglu:
+// W's rows interleaved in groups of 8 (gate rows, then the matching up rows: the model's gate_up
+// layout, kernels/swiglu.h), the output act = silu(gate) * up of the bf16-rounded gate and up with
+// the swiglu kernel's arithmetic (dev::silu_batch, act rounded to bf16), into y[M, N / 2].
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>

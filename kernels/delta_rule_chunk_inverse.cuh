@@ -82,6 +82,7 @@ __device__ __forceinline__ void merge16(float* Ts, int tid, Barrier bar) {
       for (int j = 0; j < 4; ++j) {
         const int c = c0 + 4 * j;
         if (m < 4 * j) continue;  // c > m: a zero term
+        // m >= 4 j + 3 >= c is known when unrolled: no select there.
         acc[j] = fmaf(x, m >= 4 * j + 3 || m >= c ? Ts[(a + c) * LDT + a + m] : 0.0f, acc[j]);
       }
     }

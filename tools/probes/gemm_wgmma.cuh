@@ -101,6 +101,12 @@ __device__ __forceinline__ uint4 quad_transpose(const uint32_t (&v)[4], int lane
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// A consumer's accumulators acc[4 j + 2 h], acc[4 j + 2 h + 1] (row r0 + 8 h, columns 8 j + 2q, + 1;
+// see epilogue) as a packed bf16 pair.
+__device__ __forceinline__ uint32_t packed_pair(const float (&acc)[128], int h, int j) {
+  return pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+}
+
 // The epilogue of one output tile from a consumer warpgroup's accumulators: acc[4j + 0, 1] is row
 // r0, columns 8j + 2q, + 1; acc[4j + 2, 3] row r0 + 8, the same columns (r0 = the warp's row + lane
 // / 4, q = lane % 4). kWide: the quad's pairs transposed so that each lane stores 16 contiguous
@@ -117,7 +123,7 @@ __device__ __forceinline__ void epilogue(const float (&acc)[128], __nv_bfloat16*
     constexpr int n = sizeof(v) / sizeof(v[0]);
     if constexpr (!kSwiglu) {
 #pragma unroll
-      for (int jj = 0; jj < n; ++jj) v[jj] = pack_bf16x2(acc[4 * (jo0 + jj) + 2 * h], acc[4 * (jo0 + jj) + 2 * h + 1]);
+      for (int jj = 0; jj < n; ++jj) v[jj] = packed_pair(acc, h, jo0 + jj);
     } else {  // gate: accumulator column group 2 jo; up: 2 jo + 1 (W's rows interleaved by 8)
       float g[2 * n], u[2 * n], a[2 * n];
 #pragma unroll
@@ -165,13 +171,13 @@ __device__ __forceinline__ void epilogue(const float (&acc)[128], __nv_bfloat16*
   }
 }
 
-// kEpi 3: a consumer's tile as bf16 pairs, pend[32 h + j]: row r0 + 8 h, accumulator columns 8 j + 2q,
-// + 1 (so group g = 8 h + i of the plain GEMM is pend[4 g .. 4 g + 3], stage_tile's order).
+// kEpi 3: a consumer's tile as bf16 pairs, pend[32 h + j] = packed_pair(acc, h, j) (so group g = 8 h + i
+// of the plain GEMM is pend[4 g .. 4 g + 3], stage_tile's order).
 __device__ __forceinline__ void pack_tile(const float (&acc)[128], uint32_t (&pend)[64]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int j = 0; j < 32; ++j) pend[32 * h + j] = pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    for (int j = 0; j < 32; ++j) pend[32 * h + j] = packed_pair(acc, h, j);
 }
 // Output groups of a deferred tile: 16 (the plain GEMM) or 8 (SwiGLU: half the columns).
 template <bool kSwiglu>
@@ -242,8 +248,7 @@ __device__ __forceinline__ void stage_tile(const float (&acc)[128], uint32_t stg
     for (int i = 0; i < kBN / 32; ++i) {
       uint32_t v[4];
 #pragma unroll
-      for (int jj = 0; jj < 4; ++jj)
-        v[jj] = pack_bf16x2(acc[4 * (4 * i + jj) + 2 * h], acc[4 * (4 * i + jj) + 2 * h + 1]);
+      for (int jj = 0; jj < 4; ++jj) v[jj] = packed_pair(acc, h, 4 * i + jj);
       const uint4 w = quad_transpose(v, lane);
       asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(stg + staged_at(r, 4 * i + q)), "r"(w.x),
                    "r"(w.y), "r"(w.z), "r"(w.w)

@@ -7,6 +7,7 @@
 
 #include "kernels/device_util.cuh"
 #include "kernels/gemm_wgmma.h"
+#include "kernels/launch.cuh"
 #include "kernels/launch_check.h"
 #include "kernels/mma_util.cuh"
 #include "kernels/tma_map.h"
@@ -82,8 +83,8 @@ constexpr int kGroups = kSwiglu ? 8 : 16;
 // the gate at column group 2 jo and up at 2 jo + 1 (W's rows interleaved by 8), from the rounded
 // bf16 outputs: the bytes of the swiglu kernel on this GEMM's plain y.
 template <bool kSwiglu, int G>
-__device__ __forceinline__ void store_group(const uint32_t (&pend)[64], __nv_bfloat16* __restrict__ out,
-                                            const Shape& s, int live, int tm, int tn, int c, int warp, int lane) {
+__device__ __forceinline__ void store_group(const uint32_t (&pend)[64], __nv_bfloat16* __restrict__ out, const Shape& s,
+                                            int live, int tm, int tn, int c, int warp, int lane) {
   constexpr int h = kSwiglu ? G / 4 : G / 8, i = kSwiglu ? G % 4 : G % 8;
   constexpr int kCols = kSwiglu ? kBN / 2 : kBN;
   const int q = lane & 3, r = tm * kBM + c * 64 + warp * 16 + (lane >> 2) + 8 * h;
@@ -169,6 +170,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     tma::mbar_fence_init();
   }
+  pdl_start();         // kernels/launch.cuh: x is the previous kernel's
   cluster_sync_all();  // both blocks' barriers exist before either copies into the other
 
   if (wg == 0) {  // the producer
@@ -236,7 +238,8 @@ __global__ void __launch_bounds__(kThreads, 1)
            if (pending) store_group<kSwiglu, G>(pend, out, s, live, ptm, ptn, c, warp, lane);
          }()),
          ...);
-      }(std::make_integer_sequence<int, kGroups<kSwiglu>>{});
+      }
+      (std::make_integer_sequence<int, kGroups<kSwiglu>>{});
       for (; k < kb; ++k) step(k);
       wgmma::wait<0>();
       wgmma::fence_operands<128>(acc);
@@ -271,32 +274,31 @@ cudaError_t launch(const GemmWgmmaParams& p, int64_t ldx, int64_t ldy, int sms, 
     return cudaErrorNotSupported;
   }
   const auto kernel = gemm_wgmma_kernel<kSwiglu>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
   if (e != cudaSuccess) return e;
   // One pair of blocks a unit (two row tiles of one column tile), at most one block an SM and no
   // more pairs than can run at once.
   const int units = ((p.M + kBM - 1) / kBM + 1) / 2 * ((p.N + kBN - 1) / kBN);
+  int pairs = units < sms / kCluster ? units : sms / kCluster;
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = kCluster;
   attr.val.clusterDim.y = 1;
   attr.val.clusterDim.z = 1;
+  cfg.gridDim = dim3(static_cast<unsigned>(pairs * kCluster));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = kSmemBytes;
-  cfg.stream = stream;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  int pairs = units < sms / kCluster ? units : sms / kCluster;
-  cfg.gridDim = dim3(static_cast<unsigned>(pairs * kCluster));
   int resident = 0;
   e = cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg);
   if (e != cudaSuccess) return e;
   if (resident > 0 && resident < pairs) pairs = resident;
-  if (pairs < 1) pairs = 1;
-  cfg.gridDim = dim3(static_cast<unsigned>(pairs * kCluster));
   const Shape s{p.M, p.N, p.K, ldy, p.live_rows};
-  return cudaLaunchKernelEx(&cfg, kernel, a_map, b_map, static_cast<__nv_bfloat16*>(p.y), s);
+  return launch_kernel_cluster(kernel, dim3(static_cast<unsigned>(pairs * kCluster)), dim3(kThreads), kSmemBytes,
+                               stream, kCluster, a_map, b_map, static_cast<__nv_bfloat16*>(p.y), s);
 }
 
 bool aligned16(const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; }

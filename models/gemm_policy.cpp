@@ -17,6 +17,7 @@ const char* gemm_name(GemmKind g) {
     case GemmKind::mixed: return "mixed";
     case GemmKind::lt: return "lt";
     case GemmKind::lt_all: return "lt-all";
+    case GemmKind::wgmma: return "wgmma";
   }
   return "?";
 }
@@ -28,12 +29,17 @@ GemmKind parse_gemm(const std::string& name) {
   if (name == "mixed") return GemmKind::mixed;
   if (name == "lt") return GemmKind::lt;
   if (name == "lt-all") return GemmKind::lt_all;
-  throw Error(fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny, mixed, lt, lt-all)", printable(name)));
+  if (name == "wgmma") return GemmKind::wgmma;
+  throw Error(
+      fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny, mixed, lt, lt-all, wgmma)", printable(name)));
 }
 
 bool gemm_uses_lt(GemmKind g, int64_t rows) {
-  return g == GemmKind::lt_all || ((g == GemmKind::lt || g == GemmKind::mixed) && rows <= kGemmLtMaxRows);
+  return g == GemmKind::lt_all ||
+         ((g == GemmKind::lt || g == GemmKind::mixed || g == GemmKind::wgmma) && rows <= kGemmLtMaxRows);
 }
+
+bool gemm_uses_wgmma(GemmKind g, int64_t rows) { return g == GemmKind::wgmma && rows > kGemmLtMaxRows; }
 
 bool gemm_fuses_swiglu(int64_t rows, int64_t n, int64_t k) {
   return rows > kGemmSwigluSmallRows || n * k <= kGemmSwigluSmallMaxWeights;
@@ -122,8 +128,8 @@ bool prefill_fuses_gated_norm(GatedNormMode mode) { return mode == GatedNormMode
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks, bool sums_partials) {
   const bool wide_ok = wide_blocks && rows <= kGemmMixedWideBlockRows && k <= kGemmMixedWideBlockMaxK;
   const bool partials_ok = sums_partials && rows <= kGemmLtMaxRows;
-  return g == GemmKind::skinny ||
-         (g == GemmKind::mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN || wide_ok || partials_ok));
+  return g == GemmKind::skinny || ((g == GemmKind::mixed || g == GemmKind::wgmma) &&
+                                   (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN || wide_ok || partials_ok));
 }
 
 }  // namespace sg

@@ -18,6 +18,7 @@
 #include "kernels/attn_prep.h"
 #include "kernels/contracts.h"
 #include "kernels/embedding.h"
+#include "kernels/gemm_wgmma.h"
 #include "kernels/launch_policy.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/skinny_gemm.h"
@@ -71,10 +72,11 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
                       y.dim(0) == M && y.dim(1) == N && x.dim(1) == K && M <= 32 && N <= INT32_MAX &&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
   // The SwiGLU epilogue (where gemm_fuses_swiglu measured it faster): W interleaved in groups of 8,
-  // bf16 in and out (the swiglu kernel's bytes).
-  const bool fuse = skinny && swiglu && gemm_fuses_swiglu(opts_.swiglu, M, N, K) && gu_group() == 8 &&
-                    y.dtype == DType::bf16 && swiglu->act.dtype == DType::bf16 && swiglu->act.dim(0) == M &&
-                    swiglu->act.dim(1) == N / 2 && swiglu->act.stride[1] == 1;
+  // bf16 in and out (the swiglu kernel's bytes); for the skinny kernel or the wgmma GEMM.
+  const bool swiglu_epilogue = swiglu && gemm_fuses_swiglu(opts_.swiglu, M, N, K) && gu_group() == 8 &&
+                               y.dtype == DType::bf16 && swiglu->act.dtype == DType::bf16 && swiglu->act.dim(0) == M &&
+                               swiglu->act.dim(1) == N / 2 && swiglu->act.stride[1] == 1;
+  const bool fuse = skinny && swiglu_epilogue;
   const double bytes = static_cast<double>(x.bytes() + W.bytes() + (fuse ? swiglu->act.bytes() : y.bytes()));
   const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
   if (!skinny && gemm_uses_lt(opts_.gemm, M)) {
@@ -99,6 +101,13 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
     const TensorView xs = a_.x.rows(0, M);
     const bool into_x =
         mix && mix_adds_in_gemm(opts_.mix_round) && y.dtype == opts_.act && xs.dtype == y.dtype && xs.dim(1) == N;
+    if (!into_x && gemm_uses_wgmma(opts_.gemm, M) && x.dtype == DType::bf16 && W.dtype == DType::bf16 &&
+        y.dtype == DType::bf16 && W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 && y.dim(0) == M &&
+        y.dim(1) == N && x.dim(1) == K && x.stride[0] % 8 == 0 && y.stride[0] % 8 == 0 &&
+        gemm_wgmma_supports(M, N, K, 0)) {
+      if (mix) mix_left_.in_x = false;
+      return gemm_wgmma_launch(x, W, y, layer, op, rec, swiglu_epilogue && N % 16 == 0 ? swiglu : nullptr);
+    }
     gemm_xwt(*cublas_, x, W, into_x ? xs : y, into_x ? 1.0f : 0.0f);
     if (mix) mix_left_.in_x = into_x;
     launched(
@@ -143,6 +152,31 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
                      bytes, flops};
   });
   return fuse;
+}
+
+bool ModelStep::gemm_wgmma_launch(const TensorView& x, const TensorView& W, const TensorView& y, int layer,
+                                  const char* op, NodeRecorder* rec, const GemmSwiglu* swiglu) {
+  GemmWgmmaParams p;
+  p.x = x.data;
+  p.ldx = x.stride[0];
+  p.W = W.data;
+  p.y = swiglu ? swiglu->act.data : y.data;
+  p.ldy = swiglu ? swiglu->act.stride[0] : y.stride[0];
+  p.M = static_cast<int>(x.dim(0));
+  p.N = static_cast<int>(W.dim(0));
+  p.K = static_cast<int>(W.dim(1));
+  p.sms = sms_;
+  if (swiglu) {
+    p.swiglu_group = 8;
+    p.live_rows = swiglu->live_rows;
+  }
+  const double out_bytes = static_cast<double>(swiglu ? swiglu->act.bytes() : y.bytes());
+  launched(gemm_wgmma(p, stream_.get()), rec, stream_.get(), [&] {
+    return NodeLabel{layer, op, swiglu ? "wgmma +swiglu" : "wgmma",
+                     static_cast<double>(x.bytes() + W.bytes()) + out_bytes,
+                     2.0 * p.M * static_cast<double>(p.N) * p.K};
+  });
+  return swiglu != nullptr;
 }
 
 void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {

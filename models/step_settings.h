@@ -86,8 +86,13 @@ enum class GemmKind : uint8_t {
               // of at most kGemmLtMaxRows rows (decode), cublasGemmEx above
   lt_all,     // "lt-all": cuBLASLt with the algorithm chosen per shape by timing for every projection
               // of every step, prefill included
+  wgmma,      // mixed for steps of at most kGemmLtMaxRows rows; above (prefill), the own wgmma GEMM
+              // (kernels/gemm_wgmma.h; bf16, compute capability 9.0) for every projection that
+              // cublasGemmEx would run, except those adding their product to the residual stream
+              // (mix-round residual: they stay on cuBLAS), with gate_up's SwiGLU in its epilogue
+              // unless --swiglu kernel
 };
-constexpr std::array<std::string_view, 6> kGemmNames = {"auto", "cublas", "skinny", "mixed", "lt", "lt-all"};
+constexpr std::array<std::string_view, 7> kGemmNames = {"auto", "cublas", "skinny", "mixed", "lt", "lt-all", "wgmma"};
 constexpr int64_t kGemmLtMaxRows = 32;
 constexpr int kGemmMixedSkinnyRows = 24;  // measured with PDL on, the default (docs/BENCHMARKS.md)
 constexpr int64_t kGemmMixedWideN = 65536;
@@ -100,7 +105,7 @@ constexpr int64_t kGemmMixedWideBlockMaxK = 4096;
 // setting so that `stepgraph ab` can time the two in one process.
 enum class SwigluMode : uint8_t {
   automatic,  // gemm where gemm_fuses_swiglu says so (the rule below), else kernel
-  gemm,       // in the gate_up GEMM's epilogue wherever the skinny kernel runs gate_up
+  gemm,       // in the gate_up GEMM's epilogue wherever the skinny kernel or the wgmma GEMM runs gate_up
   kernel,     // the swiglu kernel after gate_up
 };
 constexpr std::array<std::string_view, 3> kSwigluNames = {"auto", "gemm", "kernel"};
@@ -156,8 +161,11 @@ bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_
 // Whether a projection of `rows` rows that does not run the skinny kernel runs through cuBLASLt's
 // tuned algorithm under `g` (lt or mixed at most kGemmLtMaxRows rows; lt-all any rows).
 bool gemm_uses_lt(GemmKind g, int64_t rows);
+// Whether a projection of `rows` rows that runs neither the skinny kernel nor cuBLASLt runs the own
+// wgmma GEMM under `g` (wgmma, more than kGemmLtMaxRows rows) where it takes the shape.
+bool gemm_uses_wgmma(GemmKind g, int64_t rows);
 // Whether a gate_up projection of `rows` rows and an [n, k] weight that runs the skinny kernel
-// takes the SwiGLU epilogue (the rule above).
+// (or the wgmma GEMM) takes the SwiGLU epilogue (the rule above).
 bool gemm_fuses_swiglu(int64_t rows, int64_t n, int64_t k);
 // Under `mode`: automatic follows gemm_fuses_swiglu, gemm always, kernel never.
 bool gemm_fuses_swiglu(SwigluMode mode, int64_t rows, int64_t n, int64_t k);

@@ -121,6 +121,13 @@ GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
   const bool built = act == DType::bf16 && d.cc_major >= 9;
   if (want == GemmKind::automatic) return built ? GemmKind::mixed : GemmKind::cublas;
   if (want == GemmKind::cublas || want == GemmKind::lt || want == GemmKind::lt_all) return want;
+  if (want == GemmKind::wgmma) {
+    require(act == DType::bf16 && sm90a_device(d.cc_major, d.cc_minor),
+            "the wgmma GEMM takes bf16 activations on compute capability 9.0 (this step: {} on {}.{}; use "
+            "--gemm mixed or cublas)",
+            dtype_name(act), d.cc_major, d.cc_minor);
+    return want;
+  }
   require(built,
           "the skinny GEMM takes bf16 activations on sm_90+ (this step: {} on compute capability {}.x; use "
           "--gemm cublas)",

@@ -172,7 +172,8 @@ TEST_CASE("ab selection: the settings table matches the options", "[ab][selectio
         std::vector<std::string>{"auto", "scan", "chunked", "mma", "wgmma", "wgmma-t"});
   CHECK(setting_values("attn-prefill") == std::vector<std::string>{"auto", "simt", "mma", "wgmma"});
   CHECK(setting_values("attn-decode") == std::vector<std::string>{"auto", "simt", "mma"});
-  CHECK(setting_values("gemm") == std::vector<std::string>{"auto", "cublas", "skinny", "mixed", "lt", "lt-all"});
+  CHECK(setting_values("gemm") ==
+        std::vector<std::string>{"auto", "cublas", "skinny", "mixed", "lt", "lt-all", "wgmma"});
   CHECK(find_setting("postconv") == nullptr);
   StepChoice c;
   CHECK_THROWS_AS(c.setting("postconv"), Error);

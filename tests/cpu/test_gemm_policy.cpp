@@ -1,6 +1,7 @@
 // The GEMM setting (models/step_settings.h): its names and which projections run the skinny
 // kernel, cuBLASLt's tuned algorithm or cublasGemmEx; the cuBLASLt shape key (engine/gemm_lt.h).
 #include <cstdint>
+#include <utility>
 
 #include "engine/error.h"
 #include "engine/gemm_lt.h"
@@ -19,7 +20,7 @@ TEST_CASE("gemm setting names parse back, unknown names are refused with the val
     parse_gemm("cutlass");
     FAIL("no error");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("auto, cublas, skinny, mixed, lt, lt-all") != std::string::npos);
+    CHECK(std::string(e.what()).find("auto, cublas, skinny, mixed, lt, lt-all, wgmma") != std::string::npos);
   }
 }
 
@@ -60,6 +61,22 @@ TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt 
   CHECK(gemm_uses_lt(GemmKind::lt_all, 32768));
   CHECK_FALSE(gemm_uses_skinny(GemmKind::lt_all, 1, 2560, 2560, false));
   CHECK_FALSE(gemm_uses_skinny(GemmKind::lt_all, 32, 248320, 2560, false));
+  // wgmma: mixed up to kGemmLtMaxRows rows, the wgmma GEMM above (never below, never for the others).
+  for (int64_t rows : {int64_t{1}, int64_t{kGemmMixedSkinnyRows}, kGemmLtMaxRows}) {
+    CHECK(gemm_uses_skinny(GemmKind::wgmma, rows, 2560, 2560, false) ==
+          gemm_uses_skinny(GemmKind::mixed, rows, 2560, 2560, false));
+    CHECK(gemm_uses_skinny(GemmKind::wgmma, rows, 18432, 2560, true) ==
+          gemm_uses_skinny(GemmKind::mixed, rows, 18432, 2560, true));
+    CHECK(gemm_uses_lt(GemmKind::wgmma, rows) == gemm_uses_lt(GemmKind::mixed, rows));
+    CHECK_FALSE(gemm_uses_wgmma(GemmKind::wgmma, rows));
+  }
+  CHECK(gemm_uses_wgmma(GemmKind::wgmma, kGemmLtMaxRows + 1));
+  CHECK(gemm_uses_wgmma(GemmKind::wgmma, 32768));
+  CHECK_FALSE(gemm_uses_lt(GemmKind::wgmma, kGemmLtMaxRows + 1));
+  CHECK(gemm_uses_skinny(GemmKind::wgmma, 4096, 248320, 2560, false));  // the LM head as under mixed
+  for (GemmKind g :
+       {GemmKind::automatic, GemmKind::cublas, GemmKind::skinny, GemmKind::mixed, GemmKind::lt, GemmKind::lt_all})
+    CHECK_FALSE(gemm_uses_wgmma(g, 32768));
   // skinny everywhere it applies; cublas never the others.
   CHECK(gemm_uses_skinny(GemmKind::skinny, 32, 2560, 2560, false));
   CHECK_FALSE(gemm_uses_lt(GemmKind::skinny, 32));
@@ -184,4 +201,25 @@ TEST_CASE("cuBLASLt shape keys: dims, strides, dtypes and each operand's alignme
   CHECK_THROWS_AS(lt_shape(x, TensorView::contiguous(at(0x20000), DType::bf16, {18432, 2048}), y), Error);
   CHECK_THROWS_AS(lt_shape(x, W, TensorView::contiguous(at(0x30000), DType::bf16, {31, 18432})), Error);
   CHECK_THROWS_AS(lt_shape(x, TensorView::contiguous(at(0x20000), DType::f32, {18432, 2560}), y), Error);
+}
+
+TEST_CASE("gemm wgmma: resolved for bf16 on compute capability 9.0 only, refused elsewhere with the way out",
+          "[gemm][settings]") {
+  DeviceLimits h200, ampere, blackwell;
+  h200.cc_major = 9, h200.cc_minor = 0;
+  ampere = h200, ampere.cc_major = 8;
+  blackwell = h200, blackwell.cc_major = 10;
+  CHECK(resolve_gemm(GemmKind::wgmma, DType::bf16, h200) == GemmKind::wgmma);
+  CHECK(resolve_gemm(GemmKind::automatic, DType::bf16, h200) == GemmKind::mixed);  // not auto's choice (yet)
+  for (auto [act, d] :
+       {std::pair{DType::f32, h200}, std::pair{DType::bf16, ampere}, std::pair{DType::bf16, blackwell}}) {
+    CAPTURE(dtype_name(act), d.cc_major);
+    try {
+      resolve_gemm(GemmKind::wgmma, act, d);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("compute capability 9.0") != std::string::npos);
+      CHECK(std::string(e.what()).find("--gemm mixed or cublas") != std::string::npos);
+    }
+  }
 }

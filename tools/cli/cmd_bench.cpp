@@ -376,7 +376,10 @@ void register_bench(CLI::App& app, Action& action) {
                   "its top heuristic algorithms, timed "
                   "per shape before capture and named in the manifest, for steps of at most 32 rows; "
                   "cublasGemmEx above), lt-all (the same cuBLASLt choice for every projection of every step, "
-                  "prefill included) or auto (mixed for bf16 on sm_90, else cublas)")
+                  "prefill included), wgmma (mixed up to 32 rows; above, the own wgmma GEMM on compute capability "
+                  "9.0 for the projections cublasGemmEx would run, gate_up with SwiGLU in its epilogue unless "
+                  "--swiglu kernel, the residual projections of --mix-round residual still on cuBLAS) or auto "
+                  "(mixed for bf16 on sm_90, else cublas)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));
   cmd->add_option(
@@ -397,7 +400,8 @@ void register_bench(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "off", "on"}));
   cmd->add_option("--swiglu", o.swiglu,
                   "model workload: where the MLP activation silu(gate) * up is computed: gemm (in the gate_up "
-                  "GEMM's epilogue wherever the skinny kernel runs gate_up), kernel (the swiglu kernel after "
+                  "GEMM's epilogue wherever the skinny kernel or the wgmma GEMM runs gate_up), kernel (the swiglu "
+                  "kernel after "
                   "gate_up), or auto (gemm except on steps of at most 8 rows over a gate_up larger than 64 Mi "
                   "values, where it measured slower); the same output bytes every way")
       ->capture_default_str()

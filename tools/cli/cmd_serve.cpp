@@ -370,7 +370,8 @@ void register_serve(CLI::App& app, Action& action) {
   cmd->add_option("--ssm-state", o.b.ssm_state, "The GDN recurrent state's dtype: f32 or bf16 (as bench; GPU and CPU)")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("ssm-state")));
-  cmd->add_option("--gemm", o.b.gemm, "GPU: the projections: auto, cublas, skinny, mixed, lt or lt-all (as bench)")
+  cmd->add_option("--gemm", o.b.gemm,
+                  "GPU: the projections: auto, cublas, skinny, mixed, lt, lt-all or wgmma (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));
   cmd->callback([&action, cmd] { action = [cmd] { return run(so, *cmd); }; });

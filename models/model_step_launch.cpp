@@ -54,6 +54,9 @@ StepMetadata padding_metadata(const StepKey& key) {
   return md;
 }
 
+// The wgmma GEMM's tensor maps and 16-byte stores need 16-byte aligned operands.
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 }  // namespace
 
 bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op,
@@ -103,7 +106,8 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
         mix && mix_adds_in_gemm(opts_.mix_round) && y.dtype == opts_.act && xs.dtype == y.dtype && xs.dim(1) == N;
     if (!into_x && gemm_uses_wgmma(opts_.gemm, M) && x.dtype == DType::bf16 && W.dtype == DType::bf16 &&
         y.dtype == DType::bf16 && W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 && y.dim(0) == M &&
-        y.dim(1) == N && x.dim(1) == K && x.stride[0] % 8 == 0 && y.stride[0] % 8 == 0 &&
+        y.dim(1) == N && x.dim(1) == K && x.stride[0] % 8 == 0 && y.stride[0] % 8 == 0 && aligned16(x.data) &&
+        aligned16(W.data) && aligned16(y.data) && (!swiglu || aligned16(swiglu->act.data)) &&
         gemm_wgmma_supports(M, N, K, 0)) {
       if (mix) mix_left_.in_x = false;
       return gemm_wgmma_launch(x, W, y, layer, op, rec, swiglu_epilogue && N % 16 == 0 ? swiglu : nullptr);

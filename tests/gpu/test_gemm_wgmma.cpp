@@ -293,16 +293,78 @@ TEST_CASE("gemm_wgmma: supported shapes, and bad params refused with the field n
     CHECK(why.find(field) != std::string::npos);
   };
   GemmWgmmaParams p = pr.params(y, 64);
-  refused([&] { auto q = p; q.N = 60; return q; }(), "N must be a multiple of 8");
-  refused([&] { auto q = p; q.swiglu_group = 8; q.N = 40; return q; }(), "multiple of 16 with SwiGLU");
-  refused([&] { auto q = p; q.swiglu_group = 4; return q; }(), "swiglu_group");
-  refused([&] { auto q = p; q.K = 60; q.ldx = 64; return q; }(), "K must be a multiple of 8");
-  refused([&] { auto q = p; q.ldx = 32; return q; }(), "ldx");
-  refused([&] { auto q = p; q.ldy = 56; return q; }(), "ldy");
-  refused([&] { auto q = p; q.M = -1; return q; }(), "M");
-  refused([&] { auto q = p; q.W = nullptr; return q; }(), "W is null");
-  refused([&] { auto q = p; q.y = static_cast<char*>(y.data()) + 2; return q; }(), "16-byte aligned");
-  refused([&] { auto q = p; q.live_rows = live.as<int32_t>(); return q; }(), "live_rows");
+  refused(
+      [&] {
+        auto q = p;
+        q.N = 60;
+        return q;
+      }(),
+      "N must be a multiple of 8");
+  refused(
+      [&] {
+        auto q = p;
+        q.swiglu_group = 8;
+        q.N = 40;
+        return q;
+      }(),
+      "multiple of 16 with SwiGLU");
+  refused(
+      [&] {
+        auto q = p;
+        q.swiglu_group = 4;
+        return q;
+      }(),
+      "swiglu_group");
+  refused(
+      [&] {
+        auto q = p;
+        q.K = 60;
+        q.ldx = 64;
+        return q;
+      }(),
+      "K must be a multiple of 8");
+  refused(
+      [&] {
+        auto q = p;
+        q.ldx = 32;
+        return q;
+      }(),
+      "ldx");
+  refused(
+      [&] {
+        auto q = p;
+        q.ldy = 56;
+        return q;
+      }(),
+      "ldy");
+  refused(
+      [&] {
+        auto q = p;
+        q.M = -1;
+        return q;
+      }(),
+      "M");
+  refused(
+      [&] {
+        auto q = p;
+        q.W = nullptr;
+        return q;
+      }(),
+      "W is null");
+  refused(
+      [&] {
+        auto q = p;
+        q.y = static_cast<char*>(y.data()) + 2;
+        return q;
+      }(),
+      "16-byte aligned");
+  refused(
+      [&] {
+        auto q = p;
+        q.live_rows = live.as<int32_t>();
+        return q;
+      }(),
+      "live_rows");
   // M == 0 launches nothing and needs no pointers.
   GemmWgmmaParams none = p;
   none.M = 0;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "models/step_settings.h"
 #include "tests/gpu/cli_fixture.h"
 #include "tests/support/catch.h"
 
@@ -105,5 +106,40 @@ TEST_CASE("kernels: the projections' GEMM forms against cublas on a decode shape
       CAPTURE(op, arm);
       CHECK(forms[std::string(op) + " " + arm] == 1);
     }
+  }
+}
+
+TEST_CASE("kernels: the prefill projections through cublas and wgmma, gate_up with its SwiGLU both ways",
+          "[gpu][cli][gemm][gemm_wgmma]") {
+  const std::filesystem::path json = std::filesystem::temp_directory_path() / "sg_test_kernels_gemm_prefill.json";
+  const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "kernels", "--shape", "tiny-prefill-3x100",
+                                         "--op",           "gemm",    "--reps",  "1",
+                                         "--launches",     "4",       "--json",  json.string()};
+  std::string out;
+  const nlohmann::json j = run_for_json(argv, json, &out);
+  std::map<std::string, int> forms;  // "op arm" -> rows
+  for (const auto& row : j.at("results")) {
+    const std::string op = row.at("op"), arm = row.at("arm");
+    ++forms[op + " " + arm];
+    CHECK(row.at("within_tolerance") == true);
+    CHECK(row.at("out_error").get<double>() <= 1e-2);
+  }
+  for (const char* op :
+       {"gdn.in_proj", "gdn.out_proj", "attn.qkv_proj", "attn.o_proj", "mlp.gate_up", "mlp.down", "lm_head"}) {
+    CAPTURE(op);
+    CHECK(forms[std::string(op) + " cublas"] == 1);
+    CHECK(forms[std::string(op) + " lt"] == 0);  // decode forms only
+    CHECK(forms[std::string(op) + " skinny"] == 0);
+  }
+  const sg::DeviceLimits d = sg::DeviceLimits::current();
+  if (sg::sm90a_device(d.cc_major, d.cc_minor)) {
+    for (const char* op : {"gdn.in_proj", "gdn.out_proj", "attn.qkv_proj", "attn.o_proj", "mlp.gate_up", "mlp.down"}) {
+      CAPTURE(op);
+      CHECK(forms[std::string(op) + " wgmma"] == 1);
+    }
+    CHECK(forms["mlp.gate_up+swiglu cublas+swiglu"] == 1);
+    CHECK(forms["mlp.gate_up+swiglu wgmma+swiglu"] == 1);
+  } else {
+    CHECK(out.find("wgmma: not run") != std::string::npos);
   }
 }

@@ -64,12 +64,15 @@ void register_kernels(CLI::App& app, Action& action) {
       "states (f32, at most 1.1e-4), and its TFLOP/s against the 790 a bf16 GEMM reaches (the chunked WY "
       "products); and attention.prefill's forms (simt, mma, wgmma where they run) with the preset's attention heads, "
       "compared with simt by the L2-normalised error of their outputs (at most 3.2e-2: each within 2^-6 of the f32 "
-      "reference), with TFLOP/s on the causal q K^T and P V products. Decode shapes also time each projection "
+      "reference), with TFLOP/s on the causal q K^T and P V products. Every shape also times each projection "
       "weight of the preset (gdn.in_proj, gdn.out_proj, attn.qkv_proj, attn.o_proj, mlp.gate_up, mlp.down, lm_head) "
-      "at the shape's rows through the --gemm forms (cublas, lt: cuBLASLt's fastest heuristic algorithm timed on the "
-      "shape, skinny: the tensor-core weight-streaming kernel with the model's block rows and splits), the weights "
-      "rotating so that each launch reads its W from memory, compared with cublas by the L2-normalised error of y "
-      "(at most 1e-2). Under each shape, each op's GPU clocks during its rows' timed replays (NVML), with a caution "
+      "at the shape's rows (prefill: every token) through the --gemm forms (cublas; on decode shapes lt: cuBLASLt's "
+      "fastest heuristic algorithm timed on the shape, and skinny: the tensor-core weight-streaming kernel with the "
+      "model's block rows and splits, the weights rotating so that each launch reads its W from memory; on prefill "
+      "shapes wgmma: the own warpgroup GEMM, and mlp.gate_up+swiglu: cublas followed by the swiglu kernel against "
+      "the wgmma GEMM with SwiGLU in its epilogue), compared with the first row by the L2-normalised error of the "
+      "output (at most 1e-2). Under each shape, each op's GPU clocks during its rows' timed replays (NVML), with a "
+      "caution "
       "for a row that ran at other clocks than the op's first row.");
   static KernelsOptions o;
   cmd->add_option("--shape", o.shapes,
@@ -81,8 +84,8 @@ void register_kernels(CLI::App& app, Action& action) {
          "Only these ops (conv.update, conv.fwd, postconv, gdn.prefill, gdn.decode, gdn.decode.bf16: the "
          "same arms with a bf16 SSM state, the ssm-state setting; delta_rule.prefill: the forms of the "
          "--delta-prefill setting, prefill shapes; attention.prefill: the forms of the --attn-prefill setting, "
-         "prefill shapes; gemm: each projection weight at the decode shape's rows through the forms of the --gemm "
-         "setting, decode shapes)")
+         "prefill shapes; gemm: each projection weight at the shape's rows through the forms of the --gemm "
+         "setting, and on prefill shapes gate_up with its SwiGLU)")
       ->delimiter(',')
       ->check(CLI::IsMember({"conv.update", "conv.fwd", "postconv", "gdn.prefill", "gdn.decode", "gdn.decode.bf16",
                              "delta_rule.prefill", "attention.prefill", "gemm"}));

@@ -482,7 +482,7 @@ std::vector<ArmResult> run_kernel_bench(const KernelShape& shape, const BenchCon
   if (!shape.decode && wanted("attention.prefill")) cases.push_back(attention_prefill_case(shape, buf, st, progress));
   if (shape.decode && wanted("gdn.decode")) cases.push_back(gdn_decode_case(shape, sets, buf, st, DType::f32));
   if (shape.decode && wanted("gdn.decode.bf16")) cases.push_back(gdn_decode_case(shape, sets, buf, st, DType::bf16));
-  if (shape.decode && wanted("gemm")) {
+  if (wanted("gemm")) {
     for (auto& c : gemm_cases(shape, buf, st, progress)) cases.push_back(std::move(c));
   }
   stream.sync();

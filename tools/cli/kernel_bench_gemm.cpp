@@ -1,16 +1,20 @@
-// kernel_bench_gemm.cpp: the projections of `stepgraph kernels` on decode shapes (--op gemm): each
-// projection weight of the preset (gdn.in_proj, gdn.out_proj, attn.qkv_proj, attn.o_proj,
-// mlp.gate_up, mlp.down, lm_head) at the shape's rows, y = x W^T in bf16, through the forms of the
-// --gemm setting: cublasGemmEx (cublas, the first row), cuBLASLt with the fastest of its top
-// heuristic algorithms timed on the shape (lt) and the skinny tensor-core kernel with the block
-// rows and split count the model picks (skinny: compute capability 9.0, at most 32 rows). They sum
-// in other orders (a setting, not arms), so each row's y is compared with cublas's by its
-// L2-normalised error. The weights rotate over enough buffer sets that every launch streams its W
-// from memory, as the step's 24 layers do.
+// kernel_bench_gemm.cpp: the projections of `stepgraph kernels` (--op gemm): each projection weight
+// of the preset (gdn.in_proj, gdn.out_proj, attn.qkv_proj, attn.o_proj, mlp.gate_up, mlp.down,
+// lm_head) at the shape's rows (decode: the batch; prefill: every token), y = x W^T in bf16, through
+// the forms of the --gemm setting: cublasGemmEx (cublas, the first row), cuBLASLt with the fastest of
+// its top heuristic algorithms timed on the shape (lt, at most 32 rows), the skinny tensor-core kernel
+// with the block rows and split count the model picks (skinny: compute capability 9.0, at most 32
+// rows) and the own wgmma GEMM (wgmma: compute capability 9.0, more than 32 rows); on prefill shapes
+// also gate_up with its SwiGLU (mlp.gate_up+swiglu: cublasGemmEx followed by the swiglu kernel
+// against the wgmma GEMM's epilogue, the activation compared). They sum in other orders (a setting,
+// not arms), so each row's output is compared with the first row's by its L2-normalised error. On
+// decode shapes the weights rotate over enough buffer sets that every launch streams its W from
+// memory, as the step's 24 layers do; prefill GEMMs are bound by their products, one set.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "engine/cuda_handles.h"
@@ -19,7 +23,9 @@
 #include "engine/gemm_lt.h"
 #include "engine/tensor.h"
 #include "kernels/fill.h"
+#include "kernels/gemm_wgmma.h"
 #include "kernels/skinny_gemm.h"
+#include "kernels/swiglu.h"
 #include "models/qwen35_config.h"
 #include "models/step_settings.h"
 #include "tools/cli/kernel_bench_cases.h"
@@ -58,6 +64,53 @@ struct GemmHandles {
   explicit GemmHandles(cudaStream_t st) : cublas(st), lt(st, cublas.workspace(), cublas.workspace_bytes()) {}
 };
 
+GemmWgmmaParams wgmma_params(const TensorView& x, const TensorView& W, void* y, int sms) {
+  GemmWgmmaParams p;
+  p.x = x.data;
+  p.W = W.data;
+  p.y = y;
+  p.M = static_cast<int>(x.dim(0));
+  p.N = static_cast<int>(W.dim(0));
+  p.K = static_cast<int>(W.dim(1));
+  p.sms = sms;
+  return p;
+}
+
+// gate_up with its activation on a prefill shape: x [M, H], W [2I, H] (gate and up rows taken as
+// interleaved in groups of 8, the model's layout), gu [M, 2I] the two-kernel form's intermediate;
+// act [M, I] compared. Bytes: x, W and act (the fused form's; the two-kernel form also writes and
+// reads gu).
+OpCase swiglu_case(int M, int I, const TensorView& x, const TensorView& W, const TensorView& gu, Buffers& buf,
+                   const std::shared_ptr<GemmHandles>& h, int sms) {
+  const size_t ab = static_cast<size_t>(M) * I * 2;
+  void* act = buf.make(ab);
+  OpCase oc;
+  oc.op = "mlp.gate_up+swiglu";
+  oc.bytes = static_cast<double>(x.bytes() + W.bytes() + ab);
+  oc.flops = 2.0 * M * static_cast<double>(W.dim(0)) * static_cast<double>(W.dim(1));
+  oc.setting = true;
+  oc.out_tolerance = 1e-2;  // as the GEMM rows: the activation of two GEMMs within it
+  SwigluParams sp;
+  sp.gu = gu.data;
+  sp.y = act;
+  sp.T = M;
+  sp.I = I;
+  sp.interleave = 8;
+  oc.arms.push_back({"cublas+swiglu", "cublasGemmEx + swiglu", {}, {}, [h, x, W, gu, sp](int, cudaStream_t x_st) {
+                       gemm_xwt(h->cublas, x, W, gu);
+                       check(swiglu(sp, x_st));
+                     }});
+  GemmWgmmaParams p = wgmma_params(x, W, act, sms);
+  p.swiglu_group = 8;
+  oc.arms.push_back({"wgmma+swiglu", "gemm_wgmma (SwiGLU epilogue)", {}, {}, [p](int, cudaStream_t x_st) {
+                       check(gemm_wgmma(p, x_st));
+                     }});
+  oc.reset = [act, ab](cudaStream_t x_st) { check(cudaMemsetAsync(act, 0xA5, ab, x_st)); };
+  oc.values = [act, ab] { return Values{download_bf16(act, ab), {}}; };
+  oc.outputs = [act, ab] { return download(act, ab); };
+  return oc;
+}
+
 }  // namespace
 
 std::vector<OpCase> gemm_cases(const KernelShape& s, Buffers& buf, cudaStream_t st,
@@ -71,8 +124,10 @@ std::vector<OpCase> gemm_cases(const KernelShape& s, Buffers& buf, cudaStream_t 
   for (const Projection& pr : projections(cfg)) {
     const size_t wb = static_cast<size_t>(pr.N * pr.K) * 2, xb = static_cast<size_t>(M * pr.K) * 2,
                  yb = static_cast<size_t>(M * pr.N) * 2;
-    // Enough weight copies for 256 MB, at most 24: a weight never stays in the 60 MB L2 between its launches.
-    const int sets = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / wb + 1, 1, 24));
+    // Decode: enough weight copies for 256 MB, at most 24, so that a weight never stays in the 60 MB L2
+    // between its launches. Prefill: one.
+    const int sets =
+        M <= kGemmLtMaxRows ? static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / wb + 1, 1, 24)) : 1;
     std::vector<TensorView> x, W, y;
     for (int i = 0; i < sets; ++i) {
       x.push_back(TensorView::contiguous(buf.make(xb), bf, {M, pr.K}));
@@ -122,13 +177,25 @@ std::vector<OpCase> gemm_cases(const KernelShape& s, Buffers& buf, cudaStream_t 
                            q.x = x[i].data, q.W = W[i].data, q.y = y[i].data;
                            check(skinny_gemm(q, x_st));
                          }});
-    } else {
+    } else if (M <= kGemmLtMaxRows) {
       progress(fmt::format("  {} skinny: not run (compute capability 9.0 and at most 32 rows, K % 64 == 0)", pr.name));
+    }
+    const bool wgmma = sm90a_device(dl.cc_major, dl.cc_minor) && M > kGemmLtMaxRows;
+    if (wgmma && gemm_wgmma_supports(M, pr.N, pr.K, 0)) {
+      oc.arms.push_back({"wgmma", "gemm_wgmma", {}, {}, [x, W, y, sms = dl.sms](int i, cudaStream_t x_st) {
+                           check(gemm_wgmma(wgmma_params(x[i], W[i], y[i].data, sms), x_st));
+                         }});
+    } else if (M > kGemmLtMaxRows) {
+      progress(fmt::format("  {} wgmma: not run (compute capability 9.0, N and K multiples of 8)", pr.name));
     }
     oc.reset = [y0 = y[0], yb](cudaStream_t x_st) { check(cudaMemsetAsync(y0.data, 0xA5, yb, x_st)); };
     oc.values = [y0 = y[0], yb] { return Values{download_bf16(y0.data, yb), {}}; };
     oc.outputs = [y0 = y[0], yb] { return download(y0.data, yb); };
     cases.push_back(std::move(oc));
+    if (wgmma && std::string_view(pr.name) == "mlp.gate_up" && gemm_wgmma_supports(M, pr.N, pr.K, 8) &&
+        cfg.intermediate % 8 == 0) {
+      cases.push_back(swiglu_case(M, static_cast<int>(cfg.intermediate), x[0], W[0], y[0], buf, h, dl.sms));
+    }
   }
   return cases;
 }

@@ -286,87 +286,28 @@ TEST_CASE("gemm_wgmma: supported shapes, and bad params refused with the field n
   }
   const Problem pr = Problem::random(64, 64, 64, 64, 1);
   DevBuf y(64 * 72 * 2), live = DevBuf::from_i32({64});
-  const auto refused = [&](GemmWgmmaParams p, const char* field) {
+  const GemmWgmmaParams good = pr.params(y, 64);
+  // The good params changed by `edit` are refused, the reason holding `field`.
+  const auto refused = [&](const auto& edit, const char* field) {
     CAPTURE(field);
-    CHECK(gemm_wgmma(p, nullptr) == cudaErrorInvalidValue);
-    const std::string why = take_launch_refusal();
-    CHECK(why.find(field) != std::string::npos);
+    GemmWgmmaParams q = good;
+    edit(q);
+    CHECK(gemm_wgmma(q, nullptr) == cudaErrorInvalidValue);
+    CHECK(take_launch_refusal().find(field) != std::string::npos);
   };
-  GemmWgmmaParams p = pr.params(y, 64);
-  refused(
-      [&] {
-        auto q = p;
-        q.N = 60;
-        return q;
-      }(),
-      "N must be a multiple of 8");
-  refused(
-      [&] {
-        auto q = p;
-        q.swiglu_group = 8;
-        q.N = 40;
-        return q;
-      }(),
-      "multiple of 16 with SwiGLU");
-  refused(
-      [&] {
-        auto q = p;
-        q.swiglu_group = 4;
-        return q;
-      }(),
-      "swiglu_group");
-  refused(
-      [&] {
-        auto q = p;
-        q.K = 60;
-        q.ldx = 64;
-        return q;
-      }(),
-      "K must be a multiple of 8");
-  refused(
-      [&] {
-        auto q = p;
-        q.ldx = 32;
-        return q;
-      }(),
-      "ldx");
-  refused(
-      [&] {
-        auto q = p;
-        q.ldy = 56;
-        return q;
-      }(),
-      "ldy");
-  refused(
-      [&] {
-        auto q = p;
-        q.M = -1;
-        return q;
-      }(),
-      "M");
-  refused(
-      [&] {
-        auto q = p;
-        q.W = nullptr;
-        return q;
-      }(),
-      "W is null");
-  refused(
-      [&] {
-        auto q = p;
-        q.y = static_cast<char*>(y.data()) + 2;
-        return q;
-      }(),
-      "16-byte aligned");
-  refused(
-      [&] {
-        auto q = p;
-        q.live_rows = live.as<int32_t>();
-        return q;
-      }(),
-      "live_rows");
+  using P = GemmWgmmaParams;
+  refused([](P& q) { q.N = 60; }, "N must be a multiple of 8");
+  refused([](P& q) { q.swiglu_group = 8, q.N = 40; }, "multiple of 16 with SwiGLU");
+  refused([](P& q) { q.swiglu_group = 4; }, "swiglu_group");
+  refused([](P& q) { q.K = 60, q.ldx = 64; }, "K must be a multiple of 8");
+  refused([](P& q) { q.ldx = 32; }, "ldx");
+  refused([](P& q) { q.ldy = 56; }, "ldy");
+  refused([](P& q) { q.M = -1; }, "M");
+  refused([](P& q) { q.W = nullptr; }, "W is null");
+  refused([&](P& q) { q.y = static_cast<char*>(y.data()) + 2; }, "16-byte aligned");
+  refused([&](P& q) { q.live_rows = live.as<int32_t>(); }, "live_rows");
   // M == 0 launches nothing and needs no pointers.
-  GemmWgmmaParams none = p;
+  GemmWgmmaParams none = good;
   none.M = 0;
   none.x = none.W = none.y = nullptr;
   CHECK(gemm_wgmma(none, nullptr) == cudaSuccess);

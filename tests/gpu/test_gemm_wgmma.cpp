@@ -224,6 +224,7 @@ TEST_CASE("gemm_wgmma: graph replay, eager and a rerun give the same bytes", "[g
     };
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    check(cudaDeviceSynchronize());  // the buffers' poison (the legacy stream) lands before s writes them
     check(gemm_wgmma(params(eager), s));
     check(gemm_wgmma(params(again), s));
     cudaGraph_t g = nullptr;
@@ -256,11 +257,12 @@ TEST_CASE("gemm_wgmma: 200 launches beside another GEMM on a second stream give 
   check(cudaDeviceSynchronize());
   const auto want = first.download();
   cudaStream_t s1 = nullptr, s2 = nullptr;
+  check(cudaDeviceSynchronize());
   check(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   check(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
   int differ = 0;
   for (int i = 0; i < 200; ++i) {
-    ya.fill(0xA5);
+    check(cudaMemsetAsync(ya.data(), 0xA5, ya.bytes(), s1));  // poisoned in the GEMM's stream, before it
     check(gemm_wgmma(b.params(yb, 4096), s2));
     check(gemm_wgmma(a.params(ya, 2048), s1));
     check(cudaStreamSynchronize(s1));

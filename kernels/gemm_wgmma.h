@@ -14,10 +14,10 @@
 // cores for a sixth of the time). Copies past M, N or K read zeros; no store lands past M or N.
 //
 // Numerics: each output is the f32 sum over K of exact bf16 products, accumulated by the tensor
-// cores 16 at a time in K order, rounded once to bf16. On the shapes measured this gave the bytes
-// of cublasGemmEx (whose SM90 kernels accumulate the same way), but no library promises its order:
-// a setting of the model step (ModelStepOptions::gemm_prefill) within the GEMM test tolerance, not
-// an arm. The SwiGLU epilogue gives the bytes of this GEMM's plain y followed by the swiglu kernel
+// cores 16 at a time in K order, rounded once to bf16. cuBLAS promises no order of its own, so this
+// is a setting of the model step (ModelStepOptions::gemm, `wgmma`) within the GEMM test tolerance,
+// not an arm; on inputs whose sums are exact in f32 (the probe's, a GPU test's) every correct order
+// gives the same bytes. The SwiGLU epilogue gives the bytes of this GEMM's plain y followed by the swiglu kernel
 // (interleave 8, bf16 activation): gate and up are the rounded bf16 outputs and the activation is
 // dev::swiglu_of_silu's, tokens at or past *live_rows written as zeros.
 //

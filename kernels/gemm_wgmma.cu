@@ -301,17 +301,8 @@ cudaError_t launch(const GemmWgmmaParams& p, int64_t ldx, int64_t ldy, int sms, 
                                stream, kCluster, a_map, b_map, static_cast<__nv_bfloat16*>(p.y), s);
 }
 
-bool aligned16(const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; }
-
-}  // namespace
-
-bool gemm_wgmma_supports(int64_t M, int64_t N, int64_t K, int swiglu_group) {
-  return M >= 0 && M <= INT32_MAX && N >= 8 && N <= INT32_MAX && N % (swiglu_group ? 16 : 8) == 0 && K >= 8 &&
-         K <= INT32_MAX && K % 8 == 0 && (swiglu_group == 0 || swiglu_group == 8);
-}
-
-cudaError_t gemm_wgmma(const GemmWgmmaParams& p, cudaStream_t stream) {
-  LaunchCheck c("gemm_wgmma");
+// The rules of the params (all but the device's): field-named refusals in `c`.
+bool param_rules(LaunchCheck& c, const GemmWgmmaParams& p) {
   const bool sw = p.swiglu_group != 0;
   const int64_t ldx = p.ldx ? p.ldx : p.K, cols = sw ? p.N / 2 : p.N, ldy = p.ldy ? p.ldy : cols;
   c.require(p.swiglu_group == 0 || p.swiglu_group == 8, "swiglu_group must be 0 or 8")
@@ -324,12 +315,31 @@ cudaError_t gemm_wgmma(const GemmWgmmaParams& p, cudaStream_t stream) {
       .require(ldy >= cols && ldy % 8 == 0, "ldy must be >= the output's columns and a multiple of 8")
       .require(sw || !p.live_rows, "live_rows applies to the SwiGLU epilogue only")
       .in_range(p.sms, 0, INT32_MAX, "sms");
-  if (!c.ok()) return cudaErrorInvalidValue;
-  if (p.M == 0) return cudaSuccess;
+  if (!c.ok() || p.M == 0) return c.ok();  // no rows: no pointer is read
   c.not_null(p.x, "x").not_null(p.W, "W").not_null(p.y, "y");
-  if (!c.ok()) return cudaErrorInvalidValue;
-  if (!c.require(aligned16(p.x) && aligned16(p.W) && aligned16(p.y), "x, W and y must be 16-byte aligned").ok())
-    return cudaErrorInvalidValue;
+  return c.ok() && c.require(dev::aligned16(p.x) && dev::aligned16(p.W) && dev::aligned16(p.y),
+                             "x, W and y must be 16-byte aligned")
+                       .ok();
+}
+
+}  // namespace
+
+bool gemm_wgmma_supports(int64_t M, int64_t N, int64_t K, int swiglu_group) {
+  return M >= 0 && M <= INT32_MAX && N >= 8 && N <= INT32_MAX && N % (swiglu_group ? 16 : 8) == 0 && K >= 8 &&
+         K <= INT32_MAX && K % 8 == 0 && (swiglu_group == 0 || swiglu_group == 8);
+}
+
+bool gemm_wgmma_supports(const GemmWgmmaParams& p) {
+  LaunchCheck c("gemm_wgmma");
+  return param_rules(c, p);
+}
+
+cudaError_t gemm_wgmma(const GemmWgmmaParams& p, cudaStream_t stream) {
+  LaunchCheck c("gemm_wgmma");
+  if (!param_rules(c, p)) return cudaErrorInvalidValue;
+  if (p.M == 0) return cudaSuccess;
+  const bool sw = p.swiglu_group != 0;
+  const int64_t ldx = p.ldx ? p.ldx : p.K, ldy = p.ldy ? p.ldy : (sw ? p.N / 2 : p.N);
   if (const cudaError_t err = dev::require_sm90a(c); err != cudaSuccess) return err;
   int sms = p.sms;
   if (sms == 0) {

@@ -45,6 +45,10 @@ struct GemmWgmmaParams {
 
 // Shapes the kernel takes (the rules above).
 bool gemm_wgmma_supports(int64_t M, int64_t N, int64_t K, int swiglu_group);
+// Whether gemm_wgmma would take these params on a device of compute capability 9.0 (shape, strides,
+// pointers and their alignment: the launcher's own rules); a refusal is left as the thread's launch
+// refusal (launch_check.h).
+bool gemm_wgmma_supports(const GemmWgmmaParams& p);
 
 // cudaErrorInvalidValue on unsupported shapes or params (a refusal naming the field), a null or
 // misaligned pointer; cudaErrorNoKernelImageForDevice on a device other than compute capability

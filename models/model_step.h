@@ -67,7 +67,8 @@
 
 namespace sg {
 
-struct GdnIo;  // models/gdn_mixer.h
+struct GdnIo;            // models/gdn_mixer.h
+struct GemmWgmmaParams;  // kernels/gemm_wgmma.h
 
 struct ModelStepOptions {
   int num_slots = 8;           // cache slots
@@ -333,10 +334,8 @@ class ModelStep {
   // writing y, and sets mix_left_.in_x.
   bool gemm(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op, NodeRecorder* rec,
             const GemmSwiglu* swiglu = nullptr, bool mix = false);
-  // gemm's launch of the wgmma GEMM (gemm_wgmma.h) for y = x W^T, or with swiglu act = SwiGLU of it
-  // (W's rows interleaved by 8); returns whether it wrote act.
-  bool gemm_wgmma_launch(const TensorView& x, const TensorView& W, const TensorView& y, int layer, const char* op,
-                         NodeRecorder* rec, const GemmSwiglu* swiglu);
+  // gemm's launch of the wgmma GEMM (gemm_wgmma.h), labelled as node `op` of `layer`.
+  void gemm_wgmma_launch(const GemmWgmmaParams& p, int layer, const char* op, NodeRecorder* rec);
   // What the last residual projection left for the norm after it, set by gemm, read and cleared by
   // the norm, within one launch sequence: split-K partials to sum (planes; 0: none, the norm reads
   // mix or mix32), or its product added to the residual stream (in_x; mix-round residual: the norm

@@ -54,8 +54,26 @@ StepMetadata padding_metadata(const StepKey& key) {
   return md;
 }
 
-// The wgmma GEMM's tensor maps and 16-byte stores need 16-byte aligned operands.
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+// The wgmma GEMM's params for out = x W^T or, with swiglu, out = the activation of it (W's rows
+// interleaved by 8; rows at or past *live zero).
+GemmWgmmaParams wgmma_params(const TensorView& x, const TensorView& W, const TensorView& out, bool swiglu,
+                             const int32_t* live, int sms) {
+  GemmWgmmaParams p;
+  p.x = x.data;
+  p.ldx = x.stride[0];
+  p.W = W.data;
+  p.y = out.data;
+  p.ldy = out.stride[0];
+  p.M = static_cast<int>(x.dim(0));
+  p.N = static_cast<int>(W.dim(0));
+  p.K = static_cast<int>(W.dim(1));
+  p.sms = sms;
+  if (swiglu) {
+    p.swiglu_group = 8;
+    p.live_rows = live;
+  }
+  return p;
+}
 
 }  // namespace
 
@@ -106,11 +124,15 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
         mix && mix_adds_in_gemm(opts_.mix_round) && y.dtype == opts_.act && xs.dtype == y.dtype && xs.dim(1) == N;
     if (!into_x && gemm_uses_wgmma(opts_.gemm, M) && x.dtype == DType::bf16 && W.dtype == DType::bf16 &&
         y.dtype == DType::bf16 && W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 && y.dim(0) == M &&
-        y.dim(1) == N && x.dim(1) == K && x.stride[0] % 8 == 0 && y.stride[0] % 8 == 0 && aligned16(x.data) &&
-        aligned16(W.data) && aligned16(y.data) && (!swiglu || aligned16(swiglu->act.data)) &&
-        gemm_wgmma_supports(M, N, K, 0)) {
-      if (mix) mix_left_.in_x = false;
-      return gemm_wgmma_launch(x, W, y, layer, op, rec, swiglu_epilogue && N % 16 == 0 ? swiglu : nullptr);
+        y.dim(1) == N && x.dim(1) == K && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX) {
+      // Where the kernel takes the operands (strides, alignment); cuBLAS otherwise, never a refusal mid-step.
+      const GemmWgmmaParams p = swiglu_epilogue ? wgmma_params(x, W, swiglu->act, true, swiglu->live_rows, sms_)
+                                                : wgmma_params(x, W, y, false, nullptr, sms_);
+      if (gemm_wgmma_supports(p)) {
+        if (mix) mix_left_.in_x = false;
+        gemm_wgmma_launch(p, layer, op, rec);
+        return p.swiglu_group != 0;
+      }
     }
     gemm_xwt(*cublas_, x, W, into_x ? xs : y, into_x ? 1.0f : 0.0f);
     if (mix) mix_left_.in_x = into_x;
@@ -158,29 +180,13 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   return fuse;
 }
 
-bool ModelStep::gemm_wgmma_launch(const TensorView& x, const TensorView& W, const TensorView& y, int layer,
-                                  const char* op, NodeRecorder* rec, const GemmSwiglu* swiglu) {
-  GemmWgmmaParams p;
-  p.x = x.data;
-  p.ldx = x.stride[0];
-  p.W = W.data;
-  p.y = swiglu ? swiglu->act.data : y.data;
-  p.ldy = swiglu ? swiglu->act.stride[0] : y.stride[0];
-  p.M = static_cast<int>(x.dim(0));
-  p.N = static_cast<int>(W.dim(0));
-  p.K = static_cast<int>(W.dim(1));
-  p.sms = sms_;
-  if (swiglu) {
-    p.swiglu_group = 8;
-    p.live_rows = swiglu->live_rows;
-  }
-  const double out_bytes = static_cast<double>(swiglu ? swiglu->act.bytes() : y.bytes());
+void ModelStep::gemm_wgmma_launch(const GemmWgmmaParams& p, int layer, const char* op, NodeRecorder* rec) {
+  const double out_cols = p.swiglu_group ? p.N / 2 : p.N;
+  const double bytes = 2.0 * (static_cast<double>(p.M) * p.K + static_cast<double>(p.N) * p.K + p.M * out_cols);
   launched(gemm_wgmma(p, stream_.get()), rec, stream_.get(), [&] {
-    return NodeLabel{layer, op, swiglu ? "wgmma +swiglu" : "wgmma",
-                     static_cast<double>(x.bytes() + W.bytes()) + out_bytes,
+    return NodeLabel{layer, op, p.swiglu_group ? "wgmma +swiglu" : "wgmma", bytes,
                      2.0 * p.M * static_cast<double>(p.N) * p.K};
   });
-  return swiglu != nullptr;
 }
 
 void ModelStep::attn_mixer(int layer, const StepKey& key, NodeRecorder* rec) {

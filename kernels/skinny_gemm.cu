@@ -38,6 +38,10 @@ constexpr int kMaxM = 32;
 // (5 or 8) neutral (docs/BENCHMARKS.md).
 constexpr int kEarlyTilesWide = 3;
 
+// W rows a tensor-map box for BN rows a block: a box holds at most 256 rows, so wider blocks copy
+// two halves (each a multiple of 8 rows, so the second starts on a 1024-byte boundary).
+__host__ __device__ constexpr int w_box_rows(int bn) { return bn > 256 ? bn / 2 : bn; }
+
 // Offset (bf16 elements) of 16-byte chunk c of row r in a tile of 64-wide rows: the TMA's 128-byte
 // swizzle (chunk c ^ (r % 8)), so the 8 rows an ldmatrix reads fall on different banks. A tile
 // must start on a 1024-byte boundary for the pattern to line up.
@@ -211,11 +215,17 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
     // previous kernel's node time grows, as its loads queue behind these, but the step gains:
     // decode b=16 with no tile requested early was 1.8% slower, docs/BENCHMARKS.md.)
     constexpr uint32_t kBytes = static_cast<uint32_t>(BN + 8 * NT) * kBK * 2;
+    // The W tile in boxes of kWBox rows (a box has at most 256), each 1024-byte aligned in the stage.
+    auto load_w = [&](__nv_bfloat16* dst, int k0, uint32_t bar) {
+#pragma unroll
+      for (int b = 0; b < BN / w_box_rows(BN); ++b)
+        tma::load_2d(smem_addr(dst + b * w_box_rows(BN) * kBK), &w_map, k0, n0 + b * w_box_rows(BN), bar);
+    };
     const int first = min(nt, p.M > 24 ? kEarlyTilesWide : S);
     for (int i = 0; i < first; ++i) {
       const uint32_t bar = smem_addr(&full[i]);
       tma::mbar_arrive_expect_tx(bar, kBytes);
-      tma::load_2d(smem_addr(ring + i * kStage), &w_map, (t0 + i) * kBK, n0, bar);
+      load_w(ring + i * kStage, (t0 + i) * kBK, bar);
     }
     SG_SKINNY_JITTER(1, 0, 1u);
     pdl_start();
@@ -230,7 +240,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
       __nv_bfloat16* stage = ring + st * kStage;
       const uint32_t bar = smem_addr(&full[st]);
       tma::mbar_arrive_expect_tx(bar, kBytes);
-      tma::load_2d(smem_addr(stage), &w_map, k0, n0, bar);
+      load_w(stage, k0, bar);
       tma::load_2d(smem_addr(stage + BN * kBK), &x_map, k0, 0, bar);
     }
   } else if (warp == 0) {
@@ -287,7 +297,9 @@ cudaError_t launch_nt(const SkinnyGemmParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.N + BN - 1) / BN), static_cast<unsigned>(p.splits));
   constexpr size_t smem = static_cast<size_t>(S) * (BN + 8 * NT) * kBK * 2 + 1024;  // + alignment
   CUtensorMap w_map, x_map;
-  if (!make_map(&w_map, p.W, p.N, p.K, p.K, BN) || !make_map(&x_map, p.x, p.M, p.K, p.ldx ? p.ldx : p.K, 8 * NT))
+  static_assert(BN % 16 == 0 && BN <= 512 && w_box_rows(BN) % 8 == 0 && BN % w_box_rows(BN) == 0);
+  if (!make_map(&w_map, p.W, p.N, p.K, p.K, w_box_rows(BN)) ||
+      !make_map(&x_map, p.x, p.M, p.K, p.ldx ? p.ldx : p.K, 8 * NT))
     return cudaErrorNotSupported;
   auto* k = skinny_gemm_kernel<BN, S, NT, kF32Out>;
   if (const cudaError_t e = dev::allow_dynamic_smem(k, smem); e != cudaSuccess) return e;

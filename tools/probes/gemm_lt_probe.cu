@@ -11,7 +11,8 @@
 // Usage: gemm_lt_probe [OP|all M [VARIANTS]] (one shape, e.g. `mlp.gate_up 32`, for ncu; `all 32
 // tma64x8,x5`: every shape at 32 rows, the variants whose names hold "tma64x8" or "x5"). Build and run on the GPU
 // machine (from the repository root):
-//   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu \
+//   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu
+//   kernels/swiglu.cu \
 //     kernels/launch_policy.cpp kernels/launch_check.cpp -lcublasLt -lcublas &&
 //   /tmp/gemm_lt_probe
 #include <cublasLt.h>
@@ -27,7 +28,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
-#include "kernels/skinny_gemm.cu"         // the kernel under test, compiled into the probe
+#include "kernels/skinny_gemm.cu"  // the kernel under test, compiled into the probe
+#include "kernels/swiglu.h"
 #include "tools/probes/skinny_bulk.cuh"   // a bulk-copy variant
 #include "tools/probes/skinny_wgmma.cuh"  // a wgmma variant (sm_90a)
 
@@ -85,15 +87,35 @@ int main(int argc, char** argv) {
       const float t0 = time_graph(s, kLaunches, kCopies, [&](int c) { gemm_ex(h, W[c], x, y, M, sh.N, sh.K); });
       const ProbeLtGemm ltg(lt, M, sh.N, sh.K, ws_bytes, 32);
       float best = 1e30f;
-      int tried = 0;
+      int tried = 0, best_i = -1;
       for (int i = 0; i < ltg.count; ++i) {
         if (ltg.algos[i].state != CUBLAS_STATUS_SUCCESS) continue;
         ++tried;
         const float t = time_graph(s, kLaunches, kCopies, [&](int c) { ltg.run(i, W[c], x, y, ws, ws_bytes, s); });
-        best = std::min(best, t);
+        if (t < best) best = t, best_i = i;
+      }
+      // gate_up: SwiGLU after it (the swiglu kernel on y, W's rows interleaved in groups of 8), the
+      // model's two-kernel form, against the skinny kernel's SwiGLU epilogue (the "+sw" variants).
+      const bool gate_up = std::strstr(sh.name, "gate_up") != nullptr;
+      void* act = nullptr;
+      sg::SwigluParams sw;
+      if (gate_up) {
+        CK(cudaMalloc(&act, size_t(M) * sh.N));  // [M, N / 2] bf16
+        sw.gu = y;
+        sw.y = act;
+        sw.T = M;
+        sw.I = sh.N / 2;
+        sw.interleave = 8;
       }
       std::printf("%-14s %4d %7d %6d | %9.2f %6.2f | %9.2f %6.2f | %5d |", sh.name, M, sh.N, sh.K, 1000 * t0,
                   wb / (t0 * 1e9), 1000 * best, wb / (best * 1e9), tried);
+      if (gate_up && best_i >= 0) {
+        const float tsw = time_graph(s, kLaunches, kCopies, [&](int c) {
+          ltg.run(best_i, W[c], x, y, ws, ws_bytes, s);
+          CK(sg::swiglu(sw, s));
+        });
+        std::printf(" lt+swiglu: %.2f (%.2f) |", 1000 * tsw, wb / (tsw * 1e9));
+      }
       const int pick = sg::skinny_gemm_pick_splits(M, sh.N, sh.K, 132);
       // Tile variants (K per tile, ring stages): the best split count of each.
       struct Variant {
@@ -110,6 +132,13 @@ int main(int argc, char** argv) {
                                   {"tma80x5", 64, sg::launch_tma<80, 5>},
                                   {"tma96x5", 64, sg::launch_tma<96, 5>},
                                   {"tma144x5", 64, sg::launch_tma<144, 5>},
+                                  // one block an SM for the 27B's gate_up (34816 = 128 x 272; two W boxes a stage)
+                                  {"tma272x5", 64, sg::launch_tma<272, 5>},
+                                  {"tma272x4", 64, sg::launch_tma<272, 4>},
+                                  // with the SwiGLU epilogue (gate_up only: checked against the swiglu kernel on y)
+                                  {"tma272x5+sw", 64, sg::launch_tma<272, 5>},
+                                  {"tma256x5+sw", 64, sg::launch_tma<256, 5>},
+                                  {"tma64x8+sw", 64, sg::launch_tma<64, 8>},
                                   {"tma64x16", 64, sg::launch_tma<64, 16>},
                                   {"tma64x12", 64, sg::launch_tma<64, 12>},
                                   {"bulk64x256x4", 256, sg::launch_bulk<64, 256, 4>},
@@ -119,10 +148,14 @@ int main(int argc, char** argv) {
                                   {"wgmma256x5", 64, sg::launch_wgmma_rows<256, 5>},
                                   {"wgmma64x12", 64, sg::launch_wgmma_rows<64, 12>},
                                   {"wgmma128x8", 64, sg::launch_wgmma_rows<128, 8>}};
-      auto params = [&](void* w, int splits) {  // y = x w^T, M x N x K, at `splits`
-        return skinny_params(x, w, y, M, sh.N, sh.K, splits, sk_ws, sk_cnt);
-      };
       for (const Variant& v : variants) {
+        const bool fused = std::strstr(v.name, "+sw") != nullptr;
+        if (fused && !gate_up) continue;
+        auto params = [&](void* w, int splits) {  // y = x w^T (or act), M x N x K, at `splits`
+          sg::SkinnyGemmParams p = skinny_params(x, w, fused ? act : y, M, sh.N, sh.K, splits, sk_ws, sk_cnt);
+          if (fused) p.swiglu_group = 8;
+          return p;
+        };
         if (vfilter && ![&] {  // any of the comma-separated substrings
               const std::string f = vfilter;
               for (size_t a = 0, b; a <= f.size(); a = b + 1) {
@@ -139,16 +172,21 @@ int main(int argc, char** argv) {
           const float t = time_graph(s, kLaunches, kCopies, [&](int c) { CK(v.fn(params(W[c], sp), s)); });
           if (t < vbest) vbest = t, vs = sp;
         }
-        // Check: the variant's y on copy 0 against cublasGemmEx's (bf16 outputs, relative error).
-        std::vector<uint16_t> got(size_t(M) * sh.N), want(size_t(M) * sh.N);
+        // Check: the variant's y on copy 0 against cublasGemmEx's (bf16 outputs, relative error); a
+        // fused variant's act against the swiglu kernel on cublasGemmEx's y.
+        void* out = fused ? act : y;
+        const size_t outs = size_t(M) * (fused ? sh.N / 2 : sh.N);
+        std::vector<uint16_t> got(outs), want(outs);
         gemm_ex(h, W[0], x, y, M, sh.N, sh.K);
+        if (fused) CK(sg::swiglu(sw, s));
         CK(cudaStreamSynchronize(s));  // s does not synchronise with the legacy stream's copies
-        CK(cudaMemcpy(want.data(), y, want.size() * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemset(y, 0, got.size() * 2));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(want.data(), out, want.size() * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemset(out, 0, got.size() * 2));
         CK(cudaDeviceSynchronize());
         CK(v.fn(params(W[0], vs), s));
         CK(cudaStreamSynchronize(s));
-        CK(cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost));
         const double worst = max_rel_diff_bf16(got, want);  // the largest difference over the largest |y|
         std::printf(" %s/%d: %.2f (%.2f)%s", v.name, vs, 1000 * vbest, wb / (vbest * 1e9), worst < 1e-2 ? "" : " BAD");
       }
@@ -156,10 +194,13 @@ int main(int argc, char** argv) {
       // to back: from the second launch on W comes from L2 when it fits, about 50 MB): what a GEMM
       // would take if the weights were prefetched into L2 during the small kernels before it.
       if (wb <= (size_t{48} << 20)) {
-        const float warm = time_graph(s, kLaunches, kCopies, [&](int) { CK(sg::skinny_gemm(params(W[0], pick), s)); });
+        const float warm = time_graph(s, kLaunches, kCopies, [&](int) {
+          CK(sg::skinny_gemm(skinny_params(x, W[0], y, M, sh.N, sh.K, pick, sk_ws, sk_cnt), s));
+        });
         std::printf(" | L2-warm tma64x8/%d: %.2f (%.2f)", pick, 1000 * warm, wb / (warm * 1e9));
       }
       std::printf("\n");
+      if (act) CK(cudaFree(act));
       CK(cudaFree(x));
       CK(cudaFree(y));
     }

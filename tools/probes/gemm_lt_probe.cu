@@ -134,6 +134,8 @@ int main(int argc, char** argv) {
                                   {"tma144x5", 64, sg::launch_tma<144, 5>},
                                   // one block an SM for the 27B's gate_up (34816 = 128 x 272; two W boxes a stage)
                                   {"tma272x5", 64, sg::launch_tma<272, 5>},
+                                  // ... and its attn.qkv (14336 = 128 x 112)
+                                  {"tma112x5", 64, sg::launch_tma<112, 5>},
                                   {"tma272x4", 64, sg::launch_tma<272, 4>},
                                   // with the SwiGLU epilogue (gate_up only: checked against the swiglu kernel on y)
                                   {"tma272x5+sw", 64, sg::launch_tma<272, 5>},

@@ -2,6 +2,8 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -292,9 +294,17 @@ cudaError_t launch(const GemmWgmmaParams& p, int64_t ldx, int64_t ldy, int sms, 
   cfg.dynamicSmemBytes = kSmemBytes;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  int resident = 0;
-  e = cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg);
-  if (e != cudaSuccess) return e;
+  // Asked once a device and form (a host query, kept out of the launches that a capture records).
+  static std::array<std::atomic<int>, 64> resident_of{};  // 0: not asked yet
+  int dev = 0;
+  if (e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  std::atomic<int>& cached = resident_of[static_cast<size_t>(dev) % resident_of.size()];
+  int resident = cached.load(std::memory_order_relaxed);
+  if (resident == 0 || dev >= static_cast<int>(resident_of.size())) {
+    if (e = cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg); e != cudaSuccess) return e;
+    resident = resident > 0 ? resident : -1;  // -1: the query gave no bound
+    if (dev < static_cast<int>(resident_of.size())) cached.store(resident, std::memory_order_relaxed);
+  }
   if (resident > 0 && resident < pairs) pairs = resident;
   const Shape s{p.M, p.N, p.K, ldy, p.live_rows};
   return launch_kernel_cluster(kernel, dim3(static_cast<unsigned>(pairs * kCluster)), dim3(kThreads), kSmemBytes,

@@ -116,7 +116,7 @@ OpCase swiglu_case(int M, int I, const TensorView& x, const TensorView& W, const
 std::vector<OpCase> gemm_cases(const KernelShape& s, Buffers& buf, cudaStream_t st,
                                const std::function<void(const std::string&)>& progress) {
   const Qwen35Config cfg = preset(s.model);
-  const int M = s.rows;
+  const int M = s.tokens();  // decode: the batch; prefill: every token of every sequence
   const DType bf = DType::bf16;
   const DeviceLimits dl = DeviceLimits::current();
   auto h = std::make_shared<GemmHandles>(st);

@@ -382,10 +382,12 @@ cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   chk.in_range(p.splits, 1, std::min(p.K / kBK, 65535), "splits");
   chk.require(p.splits <= 1 || (p.workspace && (p.counters || p.defer_sum)), "splits > 1 needs workspace and counters");
   chk.require(!p.defer_sum || !swiglu, "defer_sum cannot go with the SwiGLU epilogue");
-  chk.require(p.block_rows == 0 || p.block_rows == 64 || p.block_rows == 128 || p.block_rows == 256,
-              "block_rows must be 0, 64, 128 or 256");
+  chk.require(
+      p.block_rows == 0 || p.block_rows == 64 || p.block_rows == 128 || p.block_rows == 256 || p.block_rows == 272,
+      "block_rows must be 0, 64, 128, 256 or 272");
   if (!chk.ok()) return cudaErrorInvalidValue;
   switch (p.block_rows) {
+    case 272: return launch_tma<272, 5>(p, stream);  // 195 KB of ring: one block an SM
     case 256: return launch_tma<256, 5>(p, stream);  // 184 KB of ring: one block an SM
     case 128: return launch_tma<128, 5>(p, stream);  // 102 KB: two
     default: return launch_tma<kBN, kStages>(p, stream);

@@ -35,7 +35,7 @@ struct SkinnyGemmParams {
   DType y_dtype = DType::bf16;
   int M = 0, N = 0, K = 0;      // 1 <= M <= 32, N >= 1, K % 64 == 0
   int splits = 1;               // K ranges (skinny_gemm_pick_splits); > 1 needs workspace and counters
-  int block_rows = 0;           // W rows a block: 64, 128, 256 (skinny_gemm_block_rows); 0 = 64
+  int block_rows = 0;           // W rows a block: 64, 128, 256 (skinny_gemm_block_rows), 272; 0 = 64
   float* workspace = nullptr;   // skinny_gemm_workspace_bytes(M, N, splits)
   int32_t* counters = nullptr;  // [ceil(N / 64)], zero before the launch (left zero)
   // With splits > 1: the blocks only write their f32 partials (split s at workspace + s M N, [M, N]),
@@ -62,7 +62,10 @@ bool skinny_gemm_supports(int M, int N, int K);
 // blocks), 128 for 10240 and 12352 (80 and 97 blocks; 256 was slower there, with 40 and 49).
 // The probe's 144-, 96- and 80-row blocks (one wave of one block an SM for those N: 26.0, 18.6
 // and 15.9 us against 27.9, 18.8 and 16.9 alone) made the 4B decode-b32 step 1.5% slower in the
-// model (docs/BENCHMARKS.md), so they are not used.
+// model (docs/BENCHMARKS.md), so they are not used. 272 rows (block_rows = 272, one wave for the
+// 27B's gate_up, N = 34816: 128 blocks where 256 and 128 rows need a second wave) measured 122.6 us
+// on an H100 at 32 rows against 129.1 for 64 rows and 128.6 for cuBLASLt + the swiglu kernel; not
+// picked here until the step confirms it.
 int skinny_gemm_block_rows(int M, int N, int num_sms);
 // Split count for ceil(N / block rows) row blocks over K / 64 tiles on `num_sms` SMs: 1 when there
 // are at least as many row blocks as SMs or the row blocks are wider than 64; else the smallest

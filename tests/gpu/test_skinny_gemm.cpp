@@ -121,7 +121,7 @@ TEST_CASE("skinny gemm matches the reference linear for every row count, split c
     for (DType yt : {DType::bf16, DType::f32}) {
       for (int sp : splits) {
         // Every block width at every row count (the model picks 128 and 256 above 16 rows only).
-        for (int bn : {0, 128, 256}) {
+        for (int bn : {0, 128, 256, 272}) {
           if (sp > most) continue;
           CAPTURE(c.M, c.N, c.K, c.ldx, c.ldy, dtype_name(yt), sp, bn);
           test::DevBuf y(static_cast<size_t>(c.M) * c.ldy * dtype_size(yt));  // poisoned: every element must be written
@@ -232,7 +232,7 @@ TEST_CASE("skinny gemm: shapes, the split pick and bad params", "[gpu][gemm][ski
   bad = ok;
   bad.block_rows = 96;
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
-  CHECK(take_launch_refusal() == "skinny_gemm: block_rows must be 0, 64, 128 or 256");
+  CHECK(take_launch_refusal() == "skinny_gemm: block_rows must be 0, 64, 128, 256 or 272");
   bad = ok;
   bad.swiglu_group = 4;  // groups of 8 only
   CHECK(skinny_gemm(bad, nullptr) == cudaErrorInvalidValue);
@@ -258,14 +258,14 @@ TEST_CASE("skinny gemm: the SwiGLU epilogue gives the bytes of the GEMM followed
     int M, N, K;
   };
   for (Case c : {Case{1, 64, 64}, Case{5, 1040, 640}, Case{8, 2048, 2560}, Case{17, 12288, 512}, Case{32, 4096, 1024},
-                 Case{32, 18432, 256}}) {
+                 Case{32, 18432, 256}, Case{32, 34816, 128}}) {
     const int I = c.N / 2, most = c.K / 64;
     // W's rows as the model lays gate_up out (gate and up in groups of 8); any bytes will do here.
     const auto x = test::uniform_bf16(static_cast<size_t>(c.M) * c.K, 700 + c.M, -1.f, 1.f);
     const auto W = test::uniform_bf16(static_cast<size_t>(c.N) * c.K, 701 + c.N, -0.1f, 0.1f);
     auto dx = test::DevBuf::from(x, DType::bf16), dW = test::DevBuf::from(W, DType::bf16);
     for (int sp : {1, 2, std::min(most, 5), skinny_gemm_pick_splits(c.M, c.N, c.K, 132)}) {
-      for (int bn : {0, 128, 256, skinny_gemm_block_rows(c.M, c.N, 132)}) {
+      for (int bn : {0, 128, 256, 272, skinny_gemm_block_rows(c.M, c.N, 132)}) {
         for (DType act : {DType::bf16, DType::f32}) {
           if (sp > most) continue;
           const int live = c.M > 2 ? c.M - 2 : c.M;

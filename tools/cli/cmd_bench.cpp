@@ -378,7 +378,8 @@ void register_bench(CLI::App& app, Action& action) {
                   "cublasGemmEx above), lt-all (the same cuBLASLt choice for every projection of every step, "
                   "prefill included), wgmma (mixed up to 32 rows; above, the own wgmma GEMM on compute capability "
                   "9.0 for the projections cublasGemmEx would run, gate_up with SwiGLU in its epilogue unless "
-                  "--swiglu kernel, the residual projections of --mix-round residual still on cuBLAS) or auto "
+                  "--swiglu kernel, the residual projections of --mix-round residual still on cuBLAS; as fast as "
+                  "cuBLAS on steps of thousands of tokens, slower on a few hundred) or auto "
                   "(mixed for bf16 on sm_90, else cublas)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));

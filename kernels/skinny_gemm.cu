@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
     // previous kernel's node time grows, as its loads queue behind these, but the step gains:
     // decode b=16 with no tile requested early was 1.8% slower, docs/BENCHMARKS.md.)
     constexpr uint32_t kBytes = static_cast<uint32_t>(BN + 8 * NT) * kBK * 2;
-    // The W tile in boxes of kWBox rows (a box has at most 256), each 1024-byte aligned in the stage.
+    // The W tile in boxes of w_box_rows(BN) rows (at most 256), each 1024-byte aligned in the stage.
     auto load_w = [&](__nv_bfloat16* dst, int k0, uint32_t bar) {
 #pragma unroll
       for (int b = 0; b < BN / w_box_rows(BN); ++b)

@@ -124,14 +124,18 @@ TEST_CASE("kernels: the prefill projections through cublas and wgmma, gate_up wi
     CHECK(row.at("within_tolerance") == true);
     CHECK(row.at("out_error").get<double>() <= 1e-2);
   }
-  for (const char* op :
-       {"gdn.in_proj", "gdn.out_proj", "attn.qkv_proj", "attn.o_proj", "mlp.gate_up", "mlp.down", "lm_head"}) {
+  for (const char* op : {"gdn.in_proj", "gdn.out_proj", "attn.qkv_proj", "attn.o_proj", "mlp.gate_up", "mlp.down"}) {
     CAPTURE(op);
     CHECK(forms[std::string(op) + " cublas"] == 1);
-    CHECK(forms[std::string(op) + " lt"] == 0);  // decode forms only
+    CHECK(forms[std::string(op) + " lt"] == 0);  // decode forms only: these run at every token (300)
     CHECK(forms[std::string(op) + " skinny"] == 0);
   }
+  // The LM head at one row a sequence (3), as the step runs it: the decode forms, no wgmma.
+  CHECK(forms["lm_head cublas"] == 1);
+  CHECK(forms["lm_head lt"] == 1);
+  CHECK(forms["lm_head wgmma"] == 0);
   const sg::DeviceLimits d = sg::DeviceLimits::current();
+  CHECK(forms["lm_head skinny"] == (d.cc_major == 9 && d.cc_minor == 0 ? 1 : 0));
   if (sg::sm90a_device(d.cc_major, d.cc_minor)) {
     for (const char* op : {"gdn.in_proj", "gdn.out_proj", "attn.qkv_proj", "attn.o_proj", "mlp.gate_up", "mlp.down"}) {
       CAPTURE(op);

@@ -1,6 +1,7 @@
 // kernel_bench_gemm.cpp: the projections of `stepgraph kernels` (--op gemm): each projection weight
 // of the preset (gdn.in_proj, gdn.out_proj, attn.qkv_proj, attn.o_proj, mlp.gate_up, mlp.down,
-// lm_head) at the shape's rows (decode: the batch; prefill: every token), y = x W^T in bf16, through
+// lm_head) at the rows the step gives it (decode: the batch; prefill: every token, and for lm_head
+// one row a sequence, the last tokens the step gathers), y = x W^T in bf16, through
 // the forms of the --gemm setting: cublasGemmEx (cublas, the first row), cuBLASLt with the fastest of
 // its top heuristic algorithms timed on the shape (lt, at most 32 rows), the skinny tensor-core kernel
 // with the block rows and split count the model picks (skinny: compute capability 9.0, at most 32
@@ -116,12 +117,14 @@ OpCase swiglu_case(int M, int I, const TensorView& x, const TensorView& W, const
 std::vector<OpCase> gemm_cases(const KernelShape& s, Buffers& buf, cudaStream_t st,
                                const std::function<void(const std::string&)>& progress) {
   const Qwen35Config cfg = preset(s.model);
-  const int M = s.tokens();  // decode: the batch; prefill: every token of every sequence
   const DType bf = DType::bf16;
   const DeviceLimits dl = DeviceLimits::current();
   auto h = std::make_shared<GemmHandles>(st);
   std::vector<OpCase> cases;
   for (const Projection& pr : projections(cfg)) {
+    // Decode: the batch; prefill: every token of every sequence, but one row a sequence for the LM
+    // head (the step's gather_last rows).
+    const int M = std::string_view(pr.name) == "lm_head" ? s.rows : s.tokens();
     const size_t wb = static_cast<size_t>(pr.N * pr.K) * 2, xb = static_cast<size_t>(M * pr.K) * 2,
                  yb = static_cast<size_t>(M * pr.N) * 2;
     // Decode: enough weight copies for 256 MB, at most 24, so that a weight never stays in the 60 MB L2

@@ -11,9 +11,9 @@
 // Usage: gemm_lt_probe [OP|all M [VARIANTS]] (one shape, e.g. `mlp.gate_up 32`, for ncu; `all 32
 // tma64x8,x5`: every shape at 32 rows, the variants whose names hold "tma64x8" or "x5"). Build and run on the GPU
 // machine (from the repository root):
-//   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/gemm_lt_probe tools/probes/gemm_lt_probe.cu
-//   kernels/swiglu.cu \
-//     kernels/launch_policy.cpp kernels/launch_check.cpp -lcublasLt -lcublas &&
+//   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/gemm_lt_probe \
+//     tools/probes/gemm_lt_probe.cu kernels/swiglu.cu kernels/launch_policy.cpp kernels/launch_check.cpp \
+//     -lcublasLt -lcublas &&
 //   /tmp/gemm_lt_probe
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -134,9 +134,9 @@ int main(int argc, char** argv) {
                                   {"tma144x5", 64, sg::launch_tma<144, 5>},
                                   // one block an SM for the 27B's gate_up (34816 = 128 x 272; two W boxes a stage)
                                   {"tma272x5", 64, sg::launch_tma<272, 5>},
-                                  // ... and its attn.qkv (14336 = 128 x 112)
-                                  {"tma112x5", 64, sg::launch_tma<112, 5>},
                                   {"tma272x4", 64, sg::launch_tma<272, 4>},
+                                  // ... and for its attn.qkv (14336 = 128 x 112)
+                                  {"tma112x5", 64, sg::launch_tma<112, 5>},
                                   // with the SwiGLU epilogue (gate_up only: checked against the swiglu kernel on y)
                                   {"tma272x5+sw", 64, sg::launch_tma<272, 5>},
                                   {"tma256x5+sw", 64, sg::launch_tma<256, 5>},

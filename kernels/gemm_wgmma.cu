@@ -298,12 +298,12 @@ cudaError_t launch(const GemmWgmmaParams& p, int64_t ldx, int64_t ldy, int sms, 
   static std::array<std::atomic<int>, 64> resident_of{};  // 0: not asked yet
   int dev = 0;
   if (e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  std::atomic<int>& cached = resident_of[static_cast<size_t>(dev) % resident_of.size()];
-  int resident = cached.load(std::memory_order_relaxed);
-  if (resident == 0 || dev >= static_cast<int>(resident_of.size())) {
+  const bool cacheable = dev >= 0 && dev < static_cast<int>(resident_of.size());
+  int resident = cacheable ? resident_of[static_cast<size_t>(dev)].load(std::memory_order_relaxed) : 0;
+  if (resident == 0) {
     if (e = cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg); e != cudaSuccess) return e;
     resident = resident > 0 ? resident : -1;  // -1: the query gave no bound
-    if (dev < static_cast<int>(resident_of.size())) cached.store(resident, std::memory_order_relaxed);
+    if (cacheable) resident_of[static_cast<size_t>(dev)].store(resident, std::memory_order_relaxed);
   }
   if (resident > 0 && resident < pairs) pairs = resident;
   const Shape s{p.M, p.N, p.K, ldy, p.live_rows};

@@ -215,11 +215,12 @@ __global__ void __launch_bounds__(32 * (1 + BN / 16))
     // previous kernel's node time grows, as its loads queue behind these, but the step gains:
     // decode b=16 with no tile requested early was 1.8% slower, docs/BENCHMARKS.md.)
     constexpr uint32_t kBytes = static_cast<uint32_t>(BN + 8 * NT) * kBK * 2;
-    // The W tile in boxes of w_box_rows(BN) rows (at most 256), each 1024-byte aligned in the stage.
+    // The W tile in boxes of kWBox rows (at most 256), each 1024-byte aligned in the stage.
+    constexpr int kWBox = w_box_rows(BN);
     auto load_w = [&](__nv_bfloat16* dst, int k0, uint32_t bar) {
 #pragma unroll
-      for (int b = 0; b < BN / w_box_rows(BN); ++b)
-        tma::load_2d(smem_addr(dst + b * w_box_rows(BN) * kBK), &w_map, k0, n0 + b * w_box_rows(BN), bar);
+      for (int b = 0; b < BN / kWBox; ++b)
+        tma::load_2d(smem_addr(dst + b * kWBox * kBK), &w_map, k0, n0 + b * kWBox, bar);
     };
     const int first = min(nt, p.M > 24 ? kEarlyTilesWide : S);
     for (int i = 0; i < first; ++i) {

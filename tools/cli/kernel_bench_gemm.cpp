@@ -37,7 +37,8 @@ namespace {
 
 struct Projection {
   const char* name;
-  int64_t N, K;  // W [N, K]
+  int64_t N, K;              // W [N, K]
+  bool last_tokens = false;  // a prefill step runs it on each sequence's last token only (the LM head)
 };
 
 // The model's projection weights ([out, in], models/step_layout.cpp) for the preset.
@@ -54,7 +55,7 @@ std::vector<Projection> projections(const Qwen35Config& c) {
   }
   out.push_back({"mlp.gate_up", 2 * int64_t{c.intermediate}, c.hidden});
   out.push_back({"mlp.down", c.hidden, c.intermediate});
-  out.push_back({"lm_head", c.vocab, c.hidden});
+  out.push_back({"lm_head", c.vocab, c.hidden, true});
   return out;
 }
 
@@ -122,9 +123,8 @@ std::vector<OpCase> gemm_cases(const KernelShape& s, Buffers& buf, cudaStream_t 
   auto h = std::make_shared<GemmHandles>(st);
   std::vector<OpCase> cases;
   for (const Projection& pr : projections(cfg)) {
-    // Decode: the batch; prefill: every token of every sequence, but one row a sequence for the LM
-    // head (the step's gather_last rows).
-    const int M = std::string_view(pr.name) == "lm_head" ? s.rows : s.tokens();
+    // Decode: the batch; prefill: every token of every sequence, or one row a sequence (gather_last).
+    const int M = pr.last_tokens ? s.rows : s.tokens();
     const size_t wb = static_cast<size_t>(pr.N * pr.K) * 2, xb = static_cast<size_t>(M * pr.K) * 2,
                  yb = static_cast<size_t>(M * pr.N) * 2;
     // Decode: enough weight copies for 256 MB, at most 24, so that a weight never stays in the 60 MB L2

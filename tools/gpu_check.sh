@@ -162,7 +162,8 @@ if [ $sanitize = 1 ]; then
   # (The delays did not find the missing proxy fence before a stage's refill, kernels/tma_util.cuh;
   # tests_gpu "[stress]", two GEMMs at once on two streams, did.)
   if nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o build-gpu/skinny_jitter_probe \
-       tools/probes/skinny_jitter_probe.cu kernels/launch_policy.cpp kernels/launch_check.cpp >> "$log" 2>&1; then
+       tools/probes/skinny_jitter_probe.cu kernels/skinny_gemm_shapes.cpp kernels/launch_policy.cpp \
+       kernels/launch_check.cpp >> "$log" 2>&1; then
     timeout 120 ./build-gpu/skinny_jitter_probe 300 >> "$log" 2>&1
     note "skinny GEMM under random delays: rc=$?; $(tail -1 "$log")"
   else

@@ -19,8 +19,8 @@
 // at its best split count, plain launches and under PDL (both prefetch W before the dependency wait),
 // and checks each against cublasGemmEx.
 //   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o /tmp/gemm_ldg_probe tools/probes/gemm_ldg_probe.cu \
-//     kernels/launch_policy.cpp kernels/launch_check.cpp -lcublas && /tmp/gemm_ldg_probe [M] [shape filter|all]
-//     [variant filter]
+//     kernels/skinny_gemm_shapes.cpp kernels/launch_policy.cpp kernels/launch_check.cpp -lcublas && /tmp/gemm_ldg_probe
+//     [M] [shape filter|all] [variant filter]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -12,8 +12,8 @@
 // tma64x8,x5`: every shape at 32 rows, the variants whose names hold "tma64x8" or "x5"). Build and run on the GPU
 // machine (from the repository root):
 //   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/gemm_lt_probe \
-//     tools/probes/gemm_lt_probe.cu kernels/swiglu.cu kernels/launch_policy.cpp kernels/launch_check.cpp \
-//     -lcublasLt -lcublas &&
+//     tools/probes/gemm_lt_probe.cu kernels/swiglu.cu kernels/skinny_gemm_shapes.cpp kernels/launch_policy.cpp \
+//     kernels/launch_check.cpp -lcublasLt -lcublas &&
 //   /tmp/gemm_lt_probe
 #include <cublasLt.h>
 #include <cublas_v2.h>

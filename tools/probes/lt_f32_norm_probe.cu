@@ -18,8 +18,8 @@
 // reduction scheme, and how many bytes of h differ from the bf16 side's (h of each side's best).
 // Usage: lt_f32_norm_probe [M] (default 32). Build and run on the GPU machine (repository root):
 //   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/lt_f32_norm_probe \
-//     tools/probes/lt_f32_norm_probe.cu kernels/rmsnorm.cu kernels/skinny_gemm.cu kernels/launch_check.cpp \
-//     kernels/launch_policy.cpp -lcublasLt && /tmp/lt_f32_norm_probe 32
+//     tools/probes/lt_f32_norm_probe.cu kernels/rmsnorm.cu kernels/skinny_gemm.cu kernels/skinny_gemm_shapes.cpp \
+//     kernels/launch_check.cpp kernels/launch_policy.cpp -lcublasLt && /tmp/lt_f32_norm_probe 32
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -20,7 +20,8 @@
 // second GEMM on another stream; then one more without delays. Prints the launches whose bytes
 // differ (with the first differing element) and PASS or FAIL.
 // Build: nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/skinny_jitter \
-//          tools/probes/skinny_jitter_probe.cu kernels/launch_policy.cpp kernels/launch_check.cpp
+//          tools/probes/skinny_jitter_probe.cu kernels/skinny_gemm_shapes.cpp kernels/launch_policy.cpp \
+//          kernels/launch_check.cpp
 // Run:   /tmp/skinny_jitter [launches a shape, default 500]
 #include <cuda_runtime.h>
 

@@ -32,7 +32,6 @@ using mma::smem_addr;
 constexpr int kBN = kSkinnyGemmNarrowRows;  // W rows per block: 16 per consumer warp
 constexpr int kBK = kSkinnyGemmTileK;       // K per tile: one 128-byte swizzle row of bf16
 constexpr int kStages = 8;                  // ring depth; two blocks fit an SM
-constexpr int kMaxM = kSkinnyGemmMaxRows;
 // Weight tiles requested before pdl_wait above 24 rows (S at most 24 rows): the previous kernel's
 // loads queue behind them. 4B decode b=32 against cuBLASLt: 1 tile +0.2%, 3 tiles -1.2%, all
 // (5 or 8) neutral (docs/BENCHMARKS.md).
@@ -330,7 +329,7 @@ cudaError_t launch_tma(const SkinnyGemmParams& p, cudaStream_t stream) {
 cudaError_t skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   if (p.M == 0) return cudaSuccess;
   LaunchCheck chk("skinny_gemm");
-  chk.in_range(p.M, 1, kMaxM, "M").in_range(p.N, 1, INT32_MAX, "N").in_range(p.K, kBK, INT32_MAX, "K");
+  chk.in_range(p.M, 1, kSkinnyGemmMaxRows, "M").in_range(p.N, 1, INT32_MAX, "N").in_range(p.K, kBK, INT32_MAX, "K");
   chk.require(p.K % kBK == 0, "K must be a multiple of 64");
   chk.not_null(p.x, "x").not_null(p.W, "W").not_null(p.y, "y");
   chk.require(p.y_dtype == DType::bf16 || p.y_dtype == DType::f32, "y_dtype must be bf16 or f32");

@@ -82,15 +82,17 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   const int64_t M = x.dim(0), N = W.dim(0), K = W.dim(1);
   // The skinny kernel's W rows a block for this shape (0 where it cannot run): the policy asks
   // whether they are wide, and the launch below uses them.
-  const int block_rows =
-      M <= 32 && N <= INT32_MAX ? skinny_gemm_block_rows(static_cast<int>(M), static_cast<int>(N), sms_) : 0;
+  const int block_rows = M <= kSkinnyGemmMaxRows && N <= INT32_MAX
+                             ? skinny_gemm_block_rows(static_cast<int>(M), static_cast<int>(N), sms_)
+                             : 0;
   // A projection whose partials the norm after would sum (mix-round partials, which ModelStep refuses
   // over several tensor-parallel ranks; over one the all-reduce after it is of bytes no one reads)
   // runs the skinny kernel under mixed too.
   const bool sums_partials = mix && mix_partials_shape(opts_.mix_round, N, y.dtype);
-  const bool skinny = gemm_uses_skinny(opts_.gemm, M, N, K, block_rows > 64, sums_partials) && x.dtype == DType::bf16 &&
-                      W.dtype == DType::bf16 && W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 &&
-                      y.dim(0) == M && y.dim(1) == N && x.dim(1) == K && M <= 32 && N <= INT32_MAX &&
+  const bool skinny = gemm_uses_skinny(opts_.gemm, M, N, K, block_rows > kSkinnyGemmNarrowRows, sums_partials) &&
+                      x.dtype == DType::bf16 && W.dtype == DType::bf16 && W.is_contiguous() && x.stride[1] == 1 &&
+                      y.stride[1] == 1 && y.dim(0) == M && y.dim(1) == N && x.dim(1) == K && M <= kSkinnyGemmMaxRows &&
+                      N <= INT32_MAX &&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
   // The SwiGLU epilogue (where gemm_fuses_swiglu measured it faster): W interleaved in groups of 8,
   // bf16 in and out (the swiglu kernel's bytes); for the skinny kernel or the wgmma GEMM.

@@ -160,7 +160,7 @@ std::vector<OpCase> gemm_cases(const KernelShape& s, Buffers& buf, cudaStream_t 
                          }});
     }
     const int N = static_cast<int>(pr.N), K = static_cast<int>(pr.K);
-    if (dl.cc_major == 9 && dl.cc_minor == 0 && M <= 32 && pr.N <= INT32_MAX && skinny_gemm_supports(M, N, K)) {
+    if (dl.cc_major == 9 && dl.cc_minor == 0 && pr.N <= INT32_MAX && skinny_gemm_supports(M, N, K)) {
       SkinnyGemmParams p;
       p.M = M, p.N = N, p.K = K;
       p.block_rows = skinny_gemm_block_rows(M, N, dl.sms);

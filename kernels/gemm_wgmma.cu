@@ -334,11 +334,6 @@ bool param_rules(LaunchCheck& c, const GemmWgmmaParams& p) {
 
 }  // namespace
 
-bool gemm_wgmma_supports(int64_t M, int64_t N, int64_t K, int swiglu_group) {
-  return M >= 0 && M <= INT32_MAX && N >= 8 && N <= INT32_MAX && N % (swiglu_group ? 16 : 8) == 0 && K >= 8 &&
-         K <= INT32_MAX && K % 8 == 0 && (swiglu_group == 0 || swiglu_group == 8);
-}
-
 bool gemm_wgmma_supports(const GemmWgmmaParams& p) {
   LaunchCheck c("gemm_wgmma");
   return param_rules(c, p);

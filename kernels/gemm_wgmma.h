@@ -27,6 +27,8 @@
 
 #include <cstdint>
 
+#include "kernels/gemm_wgmma_shapes.h"
+
 namespace sg {
 
 struct GemmWgmmaParams {
@@ -43,8 +45,6 @@ struct GemmWgmmaParams {
   int sms = 0;                         // SMs the grid may fill; 0 = the device's
 };
 
-// Shapes the kernel takes (the rules above).
-bool gemm_wgmma_supports(int64_t M, int64_t N, int64_t K, int swiglu_group);
 // Whether gemm_wgmma would take these params on a device of compute capability 9.0 (shape, strides,
 // pointers and their alignment: the launcher's own rules); a refusal is left as the thread's launch
 // refusal (launch_check.h).

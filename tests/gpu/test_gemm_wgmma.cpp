@@ -274,16 +274,9 @@ TEST_CASE("gemm_wgmma: 200 launches beside another GEMM on a second stream give 
   check(cudaStreamDestroy(s2));
 }
 
-TEST_CASE("gemm_wgmma: supported shapes, and bad params refused with the field named", "[gpu][gemm][gemm_wgmma]") {
-  CHECK(gemm_wgmma_supports(32768, 18432, 2560, 8));
-  CHECK(gemm_wgmma_supports(1, 8, 8, 0));
-  CHECK(gemm_wgmma_supports(0, 12352, 2560, 0));
-  CHECK_FALSE(gemm_wgmma_supports(1, 12, 8, 0));   // N % 8
-  CHECK_FALSE(gemm_wgmma_supports(1, 24, 8, 8));   // N % 16 with SwiGLU
-  CHECK_FALSE(gemm_wgmma_supports(1, 16, 12, 0));  // K % 8
-  CHECK_FALSE(gemm_wgmma_supports(1, 16, 8, 4));   // group 4
+TEST_CASE("gemm_wgmma: bad params are refused with the field named", "[gpu][gemm][gemm_wgmma]") {
   if (!on_cc90()) {
-    WARN("not run beyond the shape rules: gemm_wgmma needs compute capability 9.0");
+    WARN("not run: gemm_wgmma needs compute capability 9.0");
     return;
   }
   const Problem pr = Problem::random(64, 64, 64, 64, 1);

@@ -1,6 +1,5 @@
 // argmax.cu: per-row argmax with torch's NaN rule: one block per row, or several blocks per row
 // whose last one to finish combines their partials.
-#include <algorithm>
 #include <climits>
 
 #include "kernels/argmax.h"
@@ -77,6 +76,7 @@ struct Partial {
   float v;
   int i;
 };
+static_assert(sizeof(Partial) == kArgmaxPartialBytes, "the workspace the model plans with (argmax_shapes.h)");
 
 // Grid (chunks, rows). Block c of row r reduces its slice; with chunks > 1 it stores its partial,
 // and the row's last block to arrive combines all of them (exact: one total order).
@@ -130,22 +130,11 @@ __global__ void __launch_bounds__(kBlock) argmax_kernel(const ArgmaxParams p, in
 
 }  // namespace
 
-size_t argmax_workspace_bytes(int rows, int chunks) {
-  return rows > 0 && chunks > 1 ? static_cast<size_t>(rows) * chunks * sizeof(Partial) : 0;
-}
-
-int argmax_pick_chunks(int rows, int64_t V, int num_sms) {
-  if (rows <= 0 || V <= 0) return 1;
-  const int64_t want = (2 * static_cast<int64_t>(std::max(num_sms, 1)) + rows - 1) / rows;
-  const int64_t most = std::max<int64_t>(1, V / 2048);
-  return static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 65535)));
-}
-
 cudaError_t argmax(const ArgmaxParams& p, cudaStream_t stream) {
   const int64_t ld = p.ld ? p.ld : p.V;
   LaunchCheck c("argmax");
   c.not_null(p.logits, "logits").not_null(p.out, "out").in_range(p.rows, 0, 65535, "rows");
-  c.in_range(p.V, 1, INT_MAX, "V").in_range(p.chunks, 1, 65535, "chunks");
+  c.in_range(p.V, 1, INT_MAX, "V").in_range(p.chunks, 1, kArgmaxMaxChunks, "chunks");
   c.require(p.chunks == 1 || (p.workspace && p.counters), "chunks > 1 needs workspace and counters");
   c.require(ld >= p.V, "ld must be >= V");
   c.require(p.index_base >= 0 && p.index_base + p.V <= INT_MAX, "index_base + V must fit an int32 token id");

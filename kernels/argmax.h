@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "kernels/argmax_shapes.h"
+
 namespace sg {
 
 // A row's best logit and its token id, as a tensor-parallel rank hands it to tp_argmax (tp_argmax.h).
@@ -41,12 +43,6 @@ struct ArgmaxParams {
   ArgmaxPair* pairs = nullptr;
   int64_t index_base = 0;
 };
-
-// Bytes of the split's partials: 8 per (row, chunk).
-size_t argmax_workspace_bytes(int rows, int chunks);
-// Blocks per row for `rows` rows of V logits on `num_sms` SMs: enough to give every SM two blocks,
-// at most one per 2048 logits, at least 1.
-int argmax_pick_chunks(int rows, int64_t V, int num_sms);
 
 // Returns cudaErrorInvalidValue on bad params, else the launch error.
 cudaError_t argmax(const ArgmaxParams& p, cudaStream_t stream);

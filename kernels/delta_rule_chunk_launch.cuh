@@ -15,12 +15,8 @@
 
 namespace sg::chunk_launch {
 
-inline bool supports(int Dk, int Dv) { return (Dk == 32 || Dk == 64 || Dk == 128) && Dv >= 1; }
-
-// The automatic Dv tile: 128 when Dv is a multiple of 128, else 64 when a multiple of 64, else 32.
-inline int auto_tile(int Dv) { return Dv % 128 == 0 ? 128 : Dv % 64 == 0 ? 64 : 32; }
-
-// Calls f(integral_constant DK, integral_constant BV) for the built pairs; false when not built.
+// Calls f(integral_constant DK, integral_constant BV) for the built pairs (those with a nonzero
+// delta_rule_prefill_chunked_smem, delta_rule_prefill_shapes.h); false when not built.
 template <typename F>
 bool with_tile(int Dk, int bv, F&& f) {
   auto call = [&](auto dk, auto tile) {
@@ -59,11 +55,12 @@ cudaError_t launch(void (*kernel)(DeltaRulePrefillParams, bool), int threads, si
 template <typename LaunchTile>
 cudaError_t checked_launch(const char* what, const DeltaRulePrefillParams& p, int dv_tile, LaunchTile&& launch_tile) {
   LaunchCheck chk(what);
-  chk.require(supports(p.Dk, p.Dv), "the form is not built for this Dk, Dv");
+  // The mma form is built for the same shapes and tiles (delta_rule_prefill_shapes.h).
+  chk.require(delta_rule_prefill_chunked_supports(p.Dk, p.Dv), "the form is not built for this Dk, Dv");
   check_delta_rule_prefill_params(chk, p);
   chk.require(dv_tile == 0 || dv_tile == 32 || dv_tile == 64 || dv_tile == 128, "dv_tile must be 0, 32, 64 or 128");
   if (!chk.ok()) return cudaErrorInvalidValue;
-  const int bv = dv_tile == 0 ? auto_tile(p.Dv) : dv_tile;
+  const int bv = dv_tile == 0 ? delta_rule_prefill_chunked_tile(p.Dv) : dv_tile;
   chk.require(static_cast<int64_t>((p.Dv + bv - 1) / bv) * p.Hv <= 0x7fffffff, "Dv / tile x Hv blocks exceed the grid");
   if (!chk.ok()) return cudaErrorInvalidValue;
   if (p.max_seqs == 0) return cudaSuccess;

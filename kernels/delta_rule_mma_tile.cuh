@@ -3,9 +3,12 @@
 #pragma once
 #include <cstddef>
 
+#include "kernels/delta_rule_prefill_shapes.h"
+#include "kernels/numeric.h"
+
 namespace sg::mma_tile {
 
-constexpr int kChunk = 64;  // tokens a chunk
+constexpr int kChunk = kDeltaPrefillChunk;  // tokens a chunk
 
 // Compile-time shape of one block: DK = Dk, BV = the Dv tile, TWO = q and k have a low part (f32
 // inputs: f32 tiles, fragments built from float pairs) or not (bf16 inputs: bf16 tiles, fragments
@@ -58,6 +61,8 @@ struct MTile {
   static_assert(oS % 4 == 0 && oK % 4 == 0 && oQ % 4 == 0 && oV % 4 == 0 && oT % 4 == 0 && oP % 4 == 0,
                 "16-byte aligned views");
   static_assert(bytes <= 227 * 1024, "fits one block's shared memory on sm_90");
+  static_assert(bytes == delta_rule_prefill_mma_smem(DK, BV, TWO ? DType::f32 : DType::bf16),
+                "the bytes the model plans with (delta_rule_prefill_shapes.h)");
 };
 
 }  // namespace sg::mma_tile

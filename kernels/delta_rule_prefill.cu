@@ -120,8 +120,6 @@ void launch(const DeltaRulePrefillParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-bool delta_rule_prefill_supports(int Dk, int Dv) { return delta_rule_decode_split(Dk, Dv) != 0; }
-
 void check_delta_rule_prefill_params(LaunchCheck& chk, const DeltaRulePrefillParams& p) {
   chk.in_range(p.Hk, 1, INT32_MAX, "Hk").in_range(p.Hv, 1, INT32_MAX, "Hv");
   chk.require(p.Hk < 1 || p.Hv % p.Hk == 0, "Hv must be a multiple of Hk");

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 
+#include "kernels/delta_rule_prefill_shapes.h"
 #include "kernels/launch_check.h"
 #include "kernels/numeric.h"
 
@@ -77,9 +78,8 @@ struct DeltaRulePrefillParams {
   int norm_rows = 0;                   // out's rows (the token bucket)
 };
 
-// True when some built split launches this shape (the decode kernel's shapes: Dk in {8, 16, 32,
-// 64, 128}, see delta_rule_decode_split in contracts.h).
-bool delta_rule_prefill_supports(int Dk, int Dv);
+// The shapes each form launches, their Dv tiles and shared memory: delta_rule_prefill_shapes.h
+// (delta_rule_prefill_supports for this scan).
 
 // Grid (Hv, max_seqs), block round_up(Dv * q, 32) with q = delta_rule_decode_split(Dk, Dv, split)
 // (the decode kernel's split and launch bounds; every split gives the same bytes, and prefill with

@@ -33,7 +33,7 @@ namespace {
 
 using namespace chunk_io;  // NOLINT: the kernel's I/O helpers
 
-constexpr int kChunk = 64;
+constexpr int kChunk = kDeltaPrefillChunk;  // tokens a chunk
 
 // Compile-time shape of one block: DK = Dk, BV = the Dv tile. Shared memory offsets in floats.
 template <int DK, int BV>
@@ -65,6 +65,8 @@ struct Tile {
   static_assert(oS % 4 == 0 && oK % 4 == 0 && oW % 4 == 0 && oV % 4 == 0 && oT % 4 == 0 && oP % 4 == 0,
                 "16-byte aligned views");
   static_assert(bytes <= 227 * 1024, "fits one block's shared memory on sm_90");
+  static_assert(bytes == delta_rule_prefill_chunked_smem(DK, BV),
+                "the bytes the model plans with (delta_rule_prefill_shapes.h)");
 };
 
 __device__ __forceinline__ float comp(const float4& v, int u) {
@@ -365,17 +367,6 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_chunked_kernel(const Del
 }
 
 }  // namespace
-
-bool delta_rule_prefill_chunked_supports(int Dk, int Dv) { return chunk_launch::supports(Dk, Dv); }
-
-int delta_rule_prefill_chunked_tile(int Dv) { return chunk_launch::auto_tile(Dv); }
-
-size_t delta_rule_prefill_chunked_smem(int Dk, int dv_tile) {
-  size_t bytes = 0;
-  chunk_launch::with_tile(Dk, dv_tile,
-                          [&](auto dk, auto bv) { bytes = Tile<decltype(dk)::value, decltype(bv)::value>::bytes; });
-  return bytes;
-}
 
 cudaError_t delta_rule_prefill_chunked(const DeltaRulePrefillParams& p, cudaStream_t stream, int dv_tile) {
   LaunchCheck chk("delta_rule.prefill (chunked)");

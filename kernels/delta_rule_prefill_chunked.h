@@ -47,14 +47,8 @@
 
 namespace sg {
 
-// True for Dk in {32, 64, 128} and any Dv >= 1 (tiles past Dv are masked).
-bool delta_rule_prefill_chunked_supports(int Dk, int Dv);
-
-// The automatic Dv tile: 128 when Dv is a multiple of 128, else 64 when a multiple of 64, else 32.
-int delta_rule_prefill_chunked_tile(int Dv);
-
-// Dynamic shared memory of one block (bytes), or 0 for an unsupported (Dk, dv_tile).
-size_t delta_rule_prefill_chunked_smem(int Dk, int dv_tile);
+// Its shapes (delta_rule_prefill_chunked_supports), automatic Dv tile (delta_rule_prefill_chunked_tile)
+// and dynamic shared memory a block (delta_rule_prefill_chunked_smem): delta_rule_prefill_shapes.h.
 
 // Launches the chunked prefill. dv_tile: 0 = automatic, else 32, 64 or 128 (every tile gives
 // results within the tolerance; they differ only in speed). Returns cudaErrorInvalidValue on an

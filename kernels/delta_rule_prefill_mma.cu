@@ -540,24 +540,6 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_rule_mma_kernel(const DeltaRu
 
 }  // namespace
 
-bool delta_rule_prefill_mma_supports(int Dk, int Dv) { return chunk_launch::supports(Dk, Dv); }
-
-int delta_rule_prefill_mma_tile(int Dv) { return chunk_launch::auto_tile(Dv); }
-
-size_t delta_rule_prefill_mma_smem(int Dk, int dv_tile, DType qkv) {
-  size_t bytes = 0;
-  chunk_launch::with_tile(Dk, dv_tile, [&](auto dk, auto bv) {
-    constexpr int DK = decltype(dk)::value, BV = decltype(bv)::value;
-    bytes = qkv == DType::bf16 ? MTile<DK, BV, false>::bytes : MTile<DK, BV, true>::bytes;
-  });
-  return bytes;
-}
-
-bool delta_rule_prefill_mma_norm_built(int Dv, DType qkv_dtype, DType out_dtype, int dv_tile) {
-  const int bv = dv_tile == 0 ? chunk_launch::auto_tile(Dv) : dv_tile;
-  return qkv_dtype == DType::bf16 && out_dtype == DType::bf16 && (Dv == 64 || Dv == 128) && bv == Dv;
-}
-
 namespace {
 // The fused norm's conditions (DeltaRulePrefillParams::norm_w): the kernel's GN form.
 void check_norm(LaunchCheck& chk, const DeltaRulePrefillParams& p, int dv_tile) {

@@ -75,20 +75,9 @@
 
 namespace sg {
 
-// True for Dk in {32, 64, 128} and any Dv >= 1 (tiles past Dv are masked).
-bool delta_rule_prefill_mma_supports(int Dk, int Dv);
-
-// The automatic Dv tile: 128 when Dv is a multiple of 128, else 64 when a multiple of 64, else 32.
-int delta_rule_prefill_mma_tile(int Dv);
-
-// Dynamic shared memory of one block (bytes) for q, k, v of dtype qkv (bf16: bf16 q, k tiles; else
-// f32), or 0 for an unsupported (Dk, dv_tile).
-size_t delta_rule_prefill_mma_smem(int Dk, int dv_tile, DType qkv);
-
-// Whether the fused output norm (DeltaRulePrefillParams::norm_w) is built for this shape: bf16 q, k,
-// v and out, Dv 64 or 128 in one Dv tile (dv_tile 0 = automatic); the launcher also checks the
-// norm's pointers and alignment.
-bool delta_rule_prefill_mma_norm_built(int Dv, DType qkv_dtype, DType out_dtype, int dv_tile = 0);
+// Its shapes (delta_rule_prefill_mma_supports: Dk in {32, 64, 128}, any Dv >= 1), automatic Dv tile
+// (delta_rule_prefill_mma_tile), dynamic shared memory a block (delta_rule_prefill_mma_smem) and
+// where the fused norm is built (delta_rule_prefill_mma_norm_built): delta_rule_prefill_shapes.h.
 
 // Launches the tensor-core chunked prefill. dv_tile: 0 = automatic, else 32, 64 or 128. Returns
 // cudaErrorInvalidValue on an unsupported shape or tile, Hk < 1, Hv % Hk != 0, max_seqs < 0 or

@@ -73,6 +73,7 @@ constexpr int kBarState = 3, kBarReady = 4, kBarFree = 6;
 constexpr int kStateRegs = 200, kAuxRegs = 104;
 static_assert(2 * kStateRegs + kAuxRegs == 3 * (65536 / kThreads / 8 * 8), "the registers the block holds");
 static_assert(kSmem <= 227 * 1024, "fits one block's shared memory on sm_90");
+static_assert(kSmem == delta_rule_prefill_wgmma_smem(), "the bytes the model plans with (delta_rule_prefill_shapes.h)");
 static_assert(2 * kXP <= kSP, "LV' parts fit the S region's first part");
 static_assert(oT % 16 == 0 && oG % 16 == 0, "aligned views");
 
@@ -383,12 +384,6 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_wgmma_kernel(const Del
 }
 
 }  // namespace
-
-bool delta_rule_prefill_wgmma_supports(int Dk, int Dv, DType qkv) { return Dk == kD && Dv == kD && qkv == DType::bf16; }
-
-bool delta_rule_prefill_wgmma_device(int cc_major, int cc_minor) { return sm90a_device(cc_major, cc_minor); }
-
-size_t delta_rule_prefill_wgmma_smem() { return kSmem; }
 
 cudaError_t delta_rule_prefill_wgmma(const DeltaRulePrefillParams& p, cudaStream_t stream) {
   LaunchCheck chk("delta_rule.prefill (wgmma)");

@@ -61,14 +61,9 @@
 
 namespace sg {
 
-// True for Dk = Dv = 128 with bf16 q, k, v (the shapes the kernel is built for).
-bool delta_rule_prefill_wgmma_supports(int Dk, int Dv, DType qkv);
-
-// True on a device of compute capability 9.0 (the kernel is built for sm_90a alone).
-bool delta_rule_prefill_wgmma_device(int cc_major, int cc_minor);
-
-// Dynamic shared memory of one block (bytes).
-size_t delta_rule_prefill_wgmma_smem();
+// Its shapes (delta_rule_prefill_wgmma_supports: Dk = Dv = 128, bf16 q, k, v), devices
+// (delta_rule_prefill_wgmma_device: compute capability 9.0) and dynamic shared memory a block
+// (delta_rule_prefill_wgmma_smem): delta_rule_prefill_shapes.h.
 
 // Launches the warpgroup chunked prefill. Returns cudaErrorInvalidValue on an unsupported shape or
 // dtype, misaligned buffers, a fused norm, Hk < 1, Hv % Hk != 0, max_seqs < 0 or > 65535 or a null

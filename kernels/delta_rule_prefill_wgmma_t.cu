@@ -58,6 +58,9 @@ constexpr uint32_t kStage = sG + kGB;
 constexpr uint32_t sO = 2 * kStage, kOutTile = 64 * 64 * 2;
 constexpr uint32_t kSmem = sO + 2 * kOutTile;
 static_assert(kSmem <= 227 * 1024, "fits one block's shared memory on sm_90");
+static_assert(kSmem == delta_rule_prefill_wgmma_t_smem(),
+              "the bytes the model plans with (delta_rule_prefill_shapes.h)");
+static_assert(kRec == delta_rule_prefill_wgmma_t_record(), "the record of the workspace the model plans");
 static_assert(kQK <= kTB, "the q tile fits the T kernel's A / T tile");
 static_assert(kRec % 16 == 0 && kStage % 16 == 0 && kGB % 16 == 0, "16-byte copies");
 static_assert(rec::kPartTile == kTP && sP == sT + 2 * kTP, "the stage's T and P part tiles as the records' layout");
@@ -166,8 +169,12 @@ __global__ void __launch_bounds__(128 * kVH, kVH == 1 ? 6 : 4)  // 80 registers,
   }
 }
 
-// The T kernel's v-heads a block: two where each k head has an even number of them, else one.
-constexpr bool chunk_t_pairs(int Hk, int Hv) { return Hk > 0 && (Hv / Hk) % 2 == 0; }
+// The T kernel's v-heads a block: two where each k head has an even number of them, else one
+// (delta_rule_prefill_shapes.h).
+constexpr bool chunk_t_pairs(int Hk, int Hv) { return delta_rule_prefill_wgmma_t_chunk_heads(Hk, Hv) == 2; }
+static_assert(ChunkT<1>::kSmemBytes == delta_rule_prefill_wgmma_t_chunk_smem(1, 1) &&
+                  ChunkT<2>::kSmemBytes == delta_rule_prefill_wgmma_t_chunk_smem(1, 2),
+              "the bytes the model plans with (delta_rule_prefill_shapes.h)");
 
 // Launches the T kernel of kVH v-heads a block over `records` chunk records of every v-head.
 template <int kVH>
@@ -457,18 +464,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 using rec::record_count;
 
 }  // namespace
-
-size_t delta_rule_prefill_wgmma_t_record() { return kRec; }
-
-size_t delta_rule_prefill_wgmma_t_workspace(int max_tokens, int max_seqs, int Hv) {
-  return rec::workspace_bytes(max_tokens, max_seqs, Hv);
-}
-
-size_t delta_rule_prefill_wgmma_t_smem() { return kSmem; }
-size_t delta_rule_prefill_wgmma_t_chunk_smem(int Hk, int Hv) {
-  return chunk_t_pairs(Hk, Hv) ? ChunkT<2>::kSmemBytes : ChunkT<1>::kSmemBytes;
-}
-int delta_rule_prefill_wgmma_t_chunk_heads(int Hk, int Hv) { return chunk_t_pairs(Hk, Hv) ? 2 : 1; }
 
 cudaError_t delta_rule_prefill_wgmma_t(const DeltaRulePrefillParams& p, void* workspace, size_t workspace_bytes,
                                        int max_tokens, cudaStream_t stream) {

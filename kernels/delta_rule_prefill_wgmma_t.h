@@ -57,15 +57,10 @@
 
 namespace sg {
 
-// Bytes of one chunk record (T's and P's two bf16 parts, lower triangles, and the chunk's gates).
-size_t delta_rule_prefill_wgmma_t_record();
-// Workspace bytes for steps of at most max_tokens tokens in at most max_seqs sequences, Hv v-heads.
-size_t delta_rule_prefill_wgmma_t_workspace(int max_tokens, int max_seqs, int Hv);
-// Dynamic shared memory of one recurrence block, and of one T block for Hk k heads and Hv v-heads
-// (bytes); the v-heads of one T block (its warpgroups).
-size_t delta_rule_prefill_wgmma_t_smem();
-size_t delta_rule_prefill_wgmma_t_chunk_smem(int Hk, int Hv);
-int delta_rule_prefill_wgmma_t_chunk_heads(int Hk, int Hv);
+// Its chunk record (delta_rule_prefill_wgmma_t_record) and workspace
+// (delta_rule_prefill_wgmma_t_workspace), the dynamic shared memory of a recurrence block
+// (delta_rule_prefill_wgmma_t_smem) and of a T block (delta_rule_prefill_wgmma_t_chunk_smem), and
+// the v-heads of a T block (delta_rule_prefill_wgmma_t_chunk_heads): delta_rule_prefill_shapes.h.
 
 // Launches the T kernel and the recurrence, one after the other on `stream`. Returns
 // cudaErrorInvalidValue on what delta_rule_prefill_wgmma refuses, on max_tokens < 0 and on a

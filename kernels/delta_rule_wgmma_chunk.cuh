@@ -15,6 +15,7 @@
 
 #include "kernels/delta_rule_chunk_inverse.cuh"
 #include "kernels/delta_rule_chunk_io.cuh"
+#include "kernels/delta_rule_prefill_shapes.h"
 #include "kernels/mma_util.cuh"
 #include "kernels/wgmma_util.cuh"
 
@@ -26,8 +27,8 @@
 
 namespace sg::wgmma_chunk {
 
-constexpr int kC = 64;   // tokens a chunk
-constexpr int kD = 128;  // Dk = Dv
+constexpr int kC = kDeltaPrefillChunk;   // tokens a chunk
+constexpr int kD = kDeltaPrefillWgmmaD;  // Dk = Dv
 // A / T row pitch (floats): 4 banks from one row to the next, so that the inverse's reads of 8
 // rows' float4s (a quarter warp) and of 4 rows' floats hit distinct banks; 16-byte rows.
 constexpr int kLDT = kC + 4;

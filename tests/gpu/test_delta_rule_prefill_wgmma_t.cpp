@@ -243,15 +243,6 @@ TEST_CASE("two-kernel wgmma delta-rule prefill: outputs and state aligned to the
 
 TEST_CASE("two-kernel wgmma delta-rule prefill: no live sequence touches nothing, bad arguments are refused",
           "[gpu][delta_rule_wgmma_t]") {
-  CHECK(delta_rule_prefill_wgmma_t_record() == 4 * 36 * 128 + 64 * 8 + 3 * 64 * 4);  // 4 lower triangles, gates
-  CHECK(delta_rule_prefill_wgmma_t_workspace(1024, 32, 32) == (16 + 32) * 32 * delta_rule_prefill_wgmma_t_record());
-  CHECK(delta_rule_prefill_wgmma_t_workspace(0, 0, 32) == 0);
-  CHECK(delta_rule_prefill_wgmma_t_workspace(-1, 2, 32) == 0);
-  // The T block's shared memory: one v-head's 35 KB (six blocks an SM), two v-heads' 52.5 KB (four).
-  CHECK(delta_rule_prefill_wgmma_t_chunk_smem(1, 3) == 35072);
-  CHECK(delta_rule_prefill_wgmma_t_chunk_smem(16, 32) == 53760);
-  CHECK(delta_rule_prefill_wgmma_t_chunk_heads(16, 32) == 2);
-  CHECK(delta_rule_prefill_wgmma_t_chunk_heads(16, 48) == 1);
   if (!on_cc90()) {
     WARN("launches not run: the two-kernel wgmma delta-rule prefill needs compute capability 9.0");
     return;

@@ -511,10 +511,11 @@ int main(int argc, char** argv) {
   print_trace(static_cast<int>(chunks), seqs, Hv);
 #endif
 #ifdef SG_PROBE_WGMMA_T
-  const int vh = sg::delta_rule_prefill_wgmma_t_chunk_heads(Hk, Hv);
+  // The compiled kernel's own v-heads a T block (an edited copy may differ from the library's).
+  const int vh = sg::chunk_t_pairs(Hk, Hv) ? 2 : 1;
   std::printf("  of which the T kernel alone %.4f ms (%lld blocks of %d threads, %zu bytes of shared memory)\n", t_ms,
               static_cast<long long>(sg::record_count(g_ws.tokens, p.max_seqs) * Hv / vh), 128 * vh,
-              sg::delta_rule_prefill_wgmma_t_chunk_smem(Hk, Hv));
+              size_t{vh == 2 ? sg::ChunkT<2>::kSmemBytes : sg::ChunkT<1>::kSmemBytes});
   // The one-kernel warpgroup form from the same start: how far the two forms' bytes are apart.
   CK(cudaMemcpy(state, state0, state_bytes, cudaMemcpyDeviceToDevice));
   const cudaError_t werr = sg::delta_rule_prefill_wgmma(p, nullptr);

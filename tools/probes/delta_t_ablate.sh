@@ -64,8 +64,8 @@ orig = (open(kernel).read(), open(chunk).read())
 
 
 def one_vhead(k, c):
-    return rep(k, "{ return Hk > 0 && (Hv / Hk) % 2 == 0; }", "{ return false && Hk > 0 && (Hv / Hk) % 2 == 0; }",
-               "one-vhead: chunk_t_pairs"), c
+    return rep(k, "{ return delta_rule_prefill_wgmma_t_chunk_heads(Hk, Hv) == 2; }",
+               "{ return false && delta_rule_prefill_wgmma_t_chunk_heads(Hk, Hv) == 2; }", "one-vhead: chunk_t_pairs"), c
 
 
 def no_p(k, c):

@@ -1,6 +1,6 @@
 // CPU tests of the head-size logic the GPU step depends on, so it is covered on every machine:
 // - attention: which D has a tuned kernel (32, 64, 128, 256), which shapes launch at all (any D in
-//   1..256 through the generic kernel), the split-K workspace size;
+//   1..256 through the generic kernel), the split-K workspace size, the kernels the presets get;
 // - the delta rule's column split with the Dk = 8 tiles (Q = 1 and 4, like Dk = 16);
 // - every Hugging Face fixture (tests/fixtures) is accepted by the GPU step's checks and contracts:
 //   attention, rotary dims attn_prep takes, the delta rule (decode and scan prefill), postconv on
@@ -40,6 +40,7 @@ TEST_CASE("attention head sizes: tuned for 32, 64, 128, 256, generic for the res
   CHECK(attention_prefill_mma_smem(256) == 101888);
   CHECK(attention_prefill_mma_smem(128) == 87552);
   CHECK(attention_prefill_mma_smem(64) == 46592);
+  CHECK(attention_prefill_mma_smem(32) == 26112);
   CHECK(attention_prefill_mma_smem(256, 1) == 68096);
   CHECK(attention_prefill_mma_smem(128, 1) == 52736);
   CHECK(attention_prefill_mma_smem(64, 1) == 28160);
@@ -90,6 +91,10 @@ TEST_CASE("attention decode mma: shapes, shared memory and the split pick", "[at
   CHECK_FALSE(attention_decode_mma_supports(16, 4, 256, DType::f32, DType::bf16));
   CHECK_FALSE(attention_decode_mma_supports(16, 4, 256, DType::bf16, DType::f32));
   CHECK_FALSE(attention_decode_mma_supports(16, 3, 256, DType::bf16, DType::bf16));
+  CHECK_FALSE(attention_decode_mma_supports(32, 2, 256, DType::bf16, DType::bf16));  // 16 q heads per kv head
+  CHECK_FALSE(attention_decode_mma_supports(4, 2, 32, DType::bf16, DType::bf16));    // D 32: prefill only
+  CHECK_FALSE(attention_decode_mma_supports(16, 4, 257, DType::bf16, DType::bf16));
+  CHECK_FALSE(attention_decode_mma_supports(16, 0, 256, DType::bf16, DType::bf16));
   // 4 warps x 3 stages x (K + V) x 16 keys x D bf16.
   CHECK(attention_decode_mma_smem(256) == 196608);
   CHECK(attention_decode_mma_smem(128) == 98304);
@@ -102,6 +107,8 @@ TEST_CASE("attention decode mma: shapes, shared memory and the split pick", "[at
   CHECK(attention_decode_mma_pick_splits(1, 4, 1152, 132, 1) == 17);  // near the cap of 64 positions per split
   CHECK(attention_decode_mma_pick_splits(1, 4, 100, 132, 1) == 1);
   CHECK(attention_decode_mma_pick_splits(0, 4, 1152, 132, 1) == 1);
+  CHECK(attention_decode_mma_pick_splits(1, 0, 1152, 132, 1) == 1);
+  CHECK(attention_decode_mma_pick_splits(1, 4, 1152, 0, 0) == 1);  // one SM: a split only adds blocks
   for (int T = 1; T <= 64; ++T) {
     for (int ctx : {1, 63, 64, 1024, 8192, 1 << 20}) {
       const int s = attention_decode_mma_pick_splits(T, 4, ctx, 132, 1);
@@ -119,6 +126,34 @@ TEST_CASE("attention split-K workspace: [T, Hq, splits, D] partials then [T, Hq,
   CHECK(attention_decode_workspace_bytes(2, 2, 24, 2) == 2u * 2 * 2 * (24 + 2) * 4);
   CHECK(attention_decode_workspace_bytes(1, 6, 16, 32) == 1u * 6 * 32 * (16 + 2) * 4);
   CHECK(attention_decode_workspace_bytes(0, 6, 16, 32) == 0);
+  CHECK(attention_decode_workspace_bytes(1, 0, 16, 32) == 0);
+  CHECK(attention_decode_workspace_bytes(1, 6, 0, 32) == 0);
+  CHECK(attention_decode_workspace_bytes(-1, 6, 16, 32) == 0);
+}
+
+TEST_CASE("attention shapes: the kernels the model presets get", "[attention][contracts]") {
+  // 4B (16 q heads, 4 kv heads) and 27B (24, 4), D 256: every kernel, bf16 only on the tensor cores.
+  for (const char* name : {"qwen3.5-4b", "qwen3.5-27b"}) {
+    CAPTURE(name);
+    const Qwen35Config c = preset(name);
+    REQUIRE(c.D == 256);
+    CHECK(attention_supports(c.Hq, c.Hkv, c.D));
+    CHECK(attention_supports(c.Hq, c.Hkv, c.D, DType::f32));
+    CHECK(attention_tuned_head_dim(c.D));
+    CHECK(attention_prefill_mma_supports(c.D, DType::bf16, DType::bf16));
+    CHECK(attention_prefill_wgmma_supports(c.D, DType::bf16, DType::bf16));
+    CHECK(attention_decode_mma_supports(c.Hq, c.Hkv, c.D, DType::bf16, DType::bf16));
+    CHECK_FALSE(attention_decode_mma_supports(c.Hq, c.Hkv, c.D, DType::f32, DType::f32));
+    CHECK(attention_decode_mma_smem(c.D) == 196608);
+    CHECK(attention_prefill_wgmma_smem(c.D) == 197632);
+    CHECK(attention_prefill_mma_smem(c.D) == 101888);
+  }
+  // The test presets: D 32, the tuned CUDA-core kernels and the mma prefill; no decode mma or wgmma.
+  const Qwen35Config tiny = preset("tiny");
+  CHECK(attention_supports(tiny.Hq, tiny.Hkv, tiny.D));
+  CHECK(attention_prefill_mma_supports(tiny.D, DType::bf16, DType::bf16));
+  CHECK_FALSE(attention_prefill_wgmma_supports(tiny.D, DType::bf16, DType::bf16));
+  CHECK_FALSE(attention_decode_mma_supports(tiny.Hq, tiny.Hkv, tiny.D, DType::bf16, DType::bf16));
 }
 
 TEST_CASE("delta-rule column split: Dk 8 builds Q = 1 and 4, as Dk 16", "[delta_rule][contracts]") {

@@ -14,6 +14,8 @@ int skinny_gemm_block_rows(int M, int N, int num_sms) {
   const long sms = std::max(num_sms, 1), rb256 = (N + 255) / 256, rb128 = (N + 127) / 128;
   if (2 * rb256 >= sms && rb256 <= sms) return 256;      // one wave, one block an SM
   if (2 * rb128 >= sms && rb128 <= 2 * sms) return 128;  // one wave, two blocks an SM
+  const long rb272 = (N + 271) / 272;
+  if (2 * rb272 >= sms && rb272 <= sms) return kSkinnyGemmOneWaveRows;  // one wave where 256 need two
   return kSkinnyGemmNarrowRows;
 }
 

@@ -5,6 +5,7 @@
 #include "engine/error.h"
 #include "engine/text.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/skinny_gemm_shapes.h"
 #include "models/step_settings.h"
 
 namespace sg {
@@ -125,8 +126,10 @@ bool delta_fuses_gated_norm(GatedNormMode mode, int64_t rows, int64_t head_value
 
 bool prefill_fuses_gated_norm(GatedNormMode mode) { return mode == GatedNormMode::delta; }
 
-bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks, bool sums_partials) {
-  const bool wide_ok = wide_blocks && rows <= kGemmMixedWideBlockRows && k <= kGemmMixedWideBlockMaxK;
+bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, int block_rows, bool sums_partials) {
+  const bool wide_ok =
+      rows <= kGemmMixedWideBlockRows &&
+      (block_rows == kSkinnyGemmOneWaveRows || (block_rows > kSkinnyGemmNarrowRows && k <= kGemmMixedWideBlockMaxK));
   const bool partials_ok = sums_partials && rows <= kGemmLtMaxRows;
   return g == GemmKind::skinny || ((g == GemmKind::mixed || g == GemmKind::wgmma) &&
                                    (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN || wide_ok || partials_ok));

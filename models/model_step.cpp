@@ -236,11 +236,11 @@ StepLayoutParams ModelStep::layout_params() const {
   // kGemmMixedSkinnyRows for mixed; the split count depends on the row count).
   // (A weight of hidden rows may be a residual projection whose partials the norm sums: sized so.)
   p.gemm_workspace_bytes = [gemm = opts_.gemm, sms = sms_, mix = opts_.mix_round, act = opts_.act](int n, int k) {
-    const bool wide = skinny_gemm_block_rows(32, n, sms) > 64;
+    const int block_rows = skinny_gemm_block_rows(32, n, sms);
     const bool partials = mix_partials_shape(mix, n, act);
-    const int rows = gemm_uses_skinny(gemm, 32, n, k, wide, partials)           ? 32
-                     : gemm_uses_skinny(gemm, kGemmMixedSkinnyRows, n, k, wide) ? kGemmMixedSkinnyRows
-                                                                                : 0;
+    const int rows = gemm_uses_skinny(gemm, 32, n, k, block_rows, partials)           ? 32
+                     : gemm_uses_skinny(gemm, kGemmMixedSkinnyRows, n, k, block_rows) ? kGemmMixedSkinnyRows
+                                                                                      : 0;
     size_t b = 0;
     for (int m = 1; m <= rows && skinny_gemm_supports(m, n, k); ++m) {
       b = std::max(b, skinny_gemm_workspace_bytes(m, n, skinny_gemm_pick_splits(m, n, k, sms)));

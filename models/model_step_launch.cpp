@@ -89,10 +89,9 @@ bool ModelStep::gemm(const TensorView& x, const TensorView& W, const TensorView&
   // over several tensor-parallel ranks; over one the all-reduce after it is of bytes no one reads)
   // runs the skinny kernel under mixed too.
   const bool sums_partials = mix && mix_partials_shape(opts_.mix_round, N, y.dtype);
-  const bool skinny = gemm_uses_skinny(opts_.gemm, M, N, K, block_rows > kSkinnyGemmNarrowRows, sums_partials) &&
-                      x.dtype == DType::bf16 && W.dtype == DType::bf16 && W.is_contiguous() && x.stride[1] == 1 &&
-                      y.stride[1] == 1 && y.dim(0) == M && y.dim(1) == N && x.dim(1) == K && M <= kSkinnyGemmMaxRows &&
-                      N <= INT32_MAX &&
+  const bool skinny = gemm_uses_skinny(opts_.gemm, M, N, K, block_rows, sums_partials) && x.dtype == DType::bf16 &&
+                      W.dtype == DType::bf16 && W.is_contiguous() && x.stride[1] == 1 && y.stride[1] == 1 &&
+                      y.dim(0) == M && y.dim(1) == N && x.dim(1) == K && M <= kSkinnyGemmMaxRows && N <= INT32_MAX &&
                       skinny_gemm_supports(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K));
   // The SwiGLU epilogue (where gemm_fuses_swiglu measured it faster): W interleaved in groups of 8,
   // bf16 in and out (the swiglu kernel's bytes); for the skinny kernel or the wgmma GEMM.

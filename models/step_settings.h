@@ -78,7 +78,8 @@ enum class GemmKind : uint8_t {
   mixed,      // skinny for steps of at most kGemmMixedSkinnyRows rows, for weights of at least
               // kGemmMixedWideN rows (the LM head) and, up to kGemmMixedWideBlockRows rows, for
               // weights of at most kGemmMixedWideBlockMaxK columns that the skinny kernel takes in
-              // 128- or 256-row blocks (skinny_gemm_block_rows), and for the projections before an
+              // 128- or 256-row blocks (skinny_gemm_block_rows) and weights of any width that it
+              // takes in one wave of 272-row blocks, and for the projections before an
               // RMSNorm that sums their split-K partials (mix-round partials) up to kGemmLtMaxRows
               // rows; lt for the other projections of steps of at most kGemmLtMaxRows rows,
               // cublasGemmEx above: where each measured faster (docs/BENCHMARKS.md)
@@ -98,7 +99,8 @@ constexpr int kGemmMixedSkinnyRows = 24;  // measured with PDL on, the default (
 constexpr int64_t kGemmMixedWideN = 65536;
 constexpr int kGemmMixedWideBlockRows = 32;
 // Measured (docs/BENCHMARKS.md): at 32 rows the wide-block skinny kernel beat cuBLASLt on the 4B
-// preset's K = 2560 weights and lost on the 27B preset's K = 5120 ones.
+// preset's K = 2560 weights and lost on the 27B preset's K = 5120 ones (in two waves of 64-row
+// blocks; the 272-row blocks that take the 27B's gate_up in one wave are not bound by it).
 constexpr int64_t kGemmMixedWideBlockMaxK = 4096;
 // Where a step computes the MLP activation silu(gate) * up. Not an arm and not arithmetic: both
 // give the same bytes (the skinny GEMM's epilogue calls the swiglu kernel's element function); a
@@ -153,11 +155,11 @@ GemmKind parse_gemm(const std::string& name);
 // before sm_90 is an error (the kernel takes bf16 and needs the TMA).
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
 // Whether a projection of `rows` rows and an [n, k] weight runs the skinny kernel under the
-// resolved setting `g` (the shape must also be one skinny_gemm_supports). wide_blocks: the skinny
-// kernel would take this [n, k] weight in blocks of more than 64 rows. sums_partials: the projection
+// resolved setting `g` (the shape must also be one skinny_gemm_supports). block_rows: the W rows a
+// block the skinny kernel would take this [n, k] weight in (skinny_gemm_block_rows). sums_partials: the projection
 // feeds an RMSNorm that would sum its split-K partials (mix_partials_shape), which under mixed puts
 // it on the skinny kernel up to kGemmLtMaxRows rows (measured faster than cuBLASLt there).
-bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, bool wide_blocks, bool sums_partials = false);
+bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, int block_rows, bool sums_partials = false);
 // Whether a projection of `rows` rows that does not run the skinny kernel runs through cuBLASLt's
 // tuned algorithm under `g` (lt or mixed at most kGemmLtMaxRows rows; lt-all any rows).
 bool gemm_uses_lt(GemmKind g, int64_t rows);

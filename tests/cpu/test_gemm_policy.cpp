@@ -6,6 +6,7 @@
 #include "engine/error.h"
 #include "engine/gemm_lt.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/skinny_gemm_shapes.h"
 #include "models/step_settings.h"
 #include "tests/support/catch.h"
 
@@ -27,26 +28,32 @@ TEST_CASE("gemm setting names parse back, unknown names are refused with the val
 TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt for the rest of decode",
           "[gemm][settings]") {
   // mixed: the skinny kernel up to kGemmMixedSkinnyRows rows, and for the LM head at any row count.
-  CHECK(gemm_uses_skinny(GemmKind::mixed, 1, 2560, 2560, false));
-  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows, 18432, 2560, false));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows + 1, 2560, 2560, false));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, 1, 2560, 2560, 64));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows, 18432, 2560, 64));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows + 1, 2560, 2560, 64));
   // Above that, weights in wide blocks with at most kGemmMixedWideBlockMaxK columns stay on the
   // skinny kernel up to kGemmMixedWideBlockRows rows.
-  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows + 1, 18432, 2560, true));
-  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 18432, kGemmMixedWideBlockMaxK, true));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 18432, 2560, false));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 16480, 5120, true));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows + 1, 18432, 2560, true));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, kGemmMixedSkinnyRows + 1, 18432, 2560, true));
-  CHECK(gemm_uses_skinny(GemmKind::mixed, 32, kGemmMixedWideN, 2560, false));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedSkinnyRows + 1, 18432, 2560, 256));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 18432, kGemmMixedWideBlockMaxK, 256));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 18432, 2560, 64));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 16480, 5120, 256));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows + 1, 18432, 2560, 256));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, kGemmMixedSkinnyRows + 1, 18432, 2560, 256));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, 32, kGemmMixedWideN, 2560, 64));
   // A residual projection whose partials the norm sums (mix-round partials): skinny up to 32 rows.
-  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmLtMaxRows, 2560, 9216, false, true));
-  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmLtMaxRows, 5120, 17408, false, true));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmLtMaxRows, 2560, 9216, false, false));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmLtMaxRows + 1, 2560, 9216, false, true));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, 8, 2560, 9216, false, true));
-  CHECK_FALSE(gemm_uses_skinny(GemmKind::cublas, 8, 2560, 9216, false, true));
-  CHECK(gemm_uses_skinny(GemmKind::mixed, 4096, 248320, 2560, false));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmLtMaxRows, 2560, 9216, 64, true));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmLtMaxRows, 5120, 17408, 64, true));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmLtMaxRows, 2560, 9216, 64, false));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmLtMaxRows + 1, 2560, 9216, 64, true));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, 8, 2560, 9216, 64, true));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::cublas, 8, 2560, 9216, 64, true));
+  CHECK(gemm_uses_skinny(GemmKind::mixed, 4096, 248320, 2560, 64));
+  // A weight the skinny kernel takes in one wave of 272-row blocks (the 27B's gate_up): skinny up
+  // to kGemmMixedWideBlockRows rows at any K.
+  CHECK(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 34816, 5120, kSkinnyGemmOneWaveRows));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows + 1, 34816, 5120, kSkinnyGemmOneWaveRows));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::lt, kGemmMixedWideBlockRows, 34816, 5120, kSkinnyGemmOneWaveRows));
+  CHECK_FALSE(gemm_uses_skinny(GemmKind::mixed, kGemmMixedWideBlockRows, 34816, 5120, 64));
   // ... and cuBLASLt's tuned algorithm for the other decode projections, cublasGemmEx for prefill.
   CHECK(gemm_uses_lt(GemmKind::mixed, 32));
   CHECK_FALSE(gemm_uses_lt(GemmKind::mixed, kGemmLtMaxRows + 1));

@@ -77,45 +77,64 @@ __device__ __forceinline__ void pack_tile(const float (&acc)[128], uint32_t (&pe
 #pragma unroll
     for (int j = 0; j < 32; ++j) pend[32 * h + j] = pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
 }
-// Output groups of a kept tile: 16 (the plain GEMM) or 8 (SwiGLU: half the columns).
+// Parts of a kept tile's epilogue, one after each of the next tile's first stages: a plain group's
+// store (16 groups), or one SwiGLU output pair (two SiLUs) with its group's store (8 groups, half
+// the columns) after the group's fourth pair, so that the exps and divisions spread over 32
+// stages instead of loading the first 8.
 template <bool kSwiglu>
-constexpr int kGroups = kSwiglu ? 8 : 16;
-// Group G of the kept tile (tm, tn): 16 contiguous output bytes a lane after a quad transpose.
-// Plain: G = 8 h + i holds pend[4 G .. 4 G + 3]. SwiGLU: G = 4 h + i holds output pairs jo = 4 i + jj,
-// the gate at column group 2 jo and up at 2 jo + 1 (W's rows interleaved by 8), from the rounded
-// bf16 outputs: the bytes of the swiglu kernel on this GEMM's plain y.
+constexpr int kParts = kSwiglu ? 32 : 16;
+// The output row of half h of a lane's accumulators in tile row tm (consumer c, warp, lane).
+__device__ __forceinline__ int out_row(int tm, int c, int warp, int lane, int h) {
+  return tm * kBM + c * 64 + warp * 16 + (lane >> 2) + 8 * h;
+}
+// Group G of the kept tile (tm, tn) from its four packed pairs v: 16 contiguous output bytes a lane
+// after a quad transpose. Plain: G = 8 h + i holds pend[4 G .. 4 G + 3]. SwiGLU: G = 4 h + i holds
+// output pairs jo = 4 i + jj (swiglu_pair).
 template <bool kSwiglu, int G>
-__device__ __forceinline__ void store_group(const uint32_t (&pend)[64], __nv_bfloat16* __restrict__ out, const Shape& s,
-                                            int live, int tm, int tn, int c, int warp, int lane) {
+__device__ __forceinline__ void store_packed(const uint32_t (&v)[4], __nv_bfloat16* __restrict__ out, const Shape& s,
+                                             int tm, int tn, int c, int warp, int lane) {
   constexpr int h = kSwiglu ? G / 4 : G / 8, i = kSwiglu ? G % 4 : G % 8;
   constexpr int kCols = kSwiglu ? kBN / 2 : kBN;
-  const int q = lane & 3, r = tm * kBM + c * 64 + warp * 16 + (lane >> 2) + 8 * h;
-  uint32_t v[4];
-  if constexpr (!kSwiglu) {
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) v[jj] = pend[4 * G + jj];
-  } else {  // each bf16 widened by a shift (exact; widening through a cvt spilled 260 bytes a thread:
-            // the compiler widened every pair of the tile ahead of its use)
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      const int cg = 2 * (4 * i + jj);  // the gate's column group; up at cg + 1
-      const uint32_t gw = pend[32 * h + cg], uw = pend[32 * h + cg + 1];
-      const float g[2] = {__uint_as_float(gw << 16), __uint_as_float(gw & 0xffff0000u)};
-      const float u[2] = {__uint_as_float(uw << 16), __uint_as_float(uw & 0xffff0000u)};
-      float a[2];
-      dev::silu_batch(g, a);
-      v[jj] = r < live ? pack_bf16x2(dev::swiglu_of_silu(a[0], u[0], true), dev::swiglu_of_silu(a[1], u[1], true)) : 0u;
-    }
-  }
+  const int q = lane & 3, r = out_row(tm, c, warp, lane, h);
   const uint4 w = quad_transpose(v, lane);
   const int col = tn * kCols + 8 * (4 * i + q);
   if (r < s.M && col < (kSwiglu ? s.N / 2 : s.N)) *reinterpret_cast<uint4*>(out + r * s.ldy + col) = w;
 }
-template <bool kSwiglu, int... G>
-__device__ __forceinline__ void store_groups(const uint32_t (&pend)[64], __nv_bfloat16* __restrict__ out,
-                                             const Shape& s, int live, int tm, int tn, int c, int warp, int lane,
-                                             std::integer_sequence<int, G...>) {
-  (store_group<kSwiglu, G>(pend, out, s, live, tm, tn, c, warp, lane), ...);
+// SwiGLU output pair jj of group G = 4 h + i (jo = 4 i + jj): the gate at column group 2 jo and up
+// at 2 jo + 1 (W's rows interleaved by 8), from the rounded bf16 outputs: the bytes of the swiglu
+// kernel on this GEMM's plain y. Each bf16 is widened by a shift (exact; widening through a cvt
+// spilled 260 bytes a thread: the compiler widened every pair of the tile ahead of its use).
+template <int G, int JJ>
+__device__ __forceinline__ void swiglu_pair(const uint32_t (&pend)[64], uint32_t (&v)[4], int live, int r) {
+  constexpr int h = G / 4, cg = 2 * (4 * (G % 4) + JJ);  // the gate's column group; up at cg + 1
+  const uint32_t gw = pend[32 * h + cg], uw = pend[32 * h + cg + 1];
+  const float g[2] = {__uint_as_float(gw << 16), __uint_as_float(gw & 0xffff0000u)};
+  const float u[2] = {__uint_as_float(uw << 16), __uint_as_float(uw & 0xffff0000u)};
+  float a[2];
+  dev::silu_batch(g, a);
+  v[JJ] = r < live ? pack_bf16x2(dev::swiglu_of_silu(a[0], u[0], true), dev::swiglu_of_silu(a[1], u[1], true)) : 0u;
+}
+// Part P of the kept tile's epilogue (kParts): plain, group P's store; SwiGLU, pair P % 4 of group
+// P / 4 into v, and the group's store after its last pair.
+template <bool kSwiglu, int P>
+__device__ __forceinline__ void epilogue_part(const uint32_t (&pend)[64], uint32_t (&v)[4],
+                                              __nv_bfloat16* __restrict__ out, const Shape& s, int live, int tm, int tn,
+                                              int c, int warp, int lane) {
+  if constexpr (!kSwiglu) {
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) v[jj] = pend[4 * P + jj];
+    store_packed<false, P>(v, out, s, tm, tn, c, warp, lane);
+  } else {
+    constexpr int G = P / 4;
+    swiglu_pair<G, P % 4>(pend, v, live, out_row(tm, c, warp, lane, G / 4));
+    if constexpr (P % 4 == 3) store_packed<true, G>(v, out, s, tm, tn, c, warp, lane);
+  }
+}
+template <bool kSwiglu, int... P>
+__device__ __forceinline__ void epilogue_all(const uint32_t (&pend)[64], uint32_t (&v)[4],
+                                             __nv_bfloat16* __restrict__ out, const Shape& s, int live, int tm, int tn,
+                                             int c, int warp, int lane, std::integer_sequence<int, P...>) {
+  (epilogue_part<kSwiglu, P>(pend, v, out, s, live, tm, tn, c, warp, lane), ...);
 }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -227,21 +246,24 @@ __global__ void __launch_bounds__(kThreads, 1)
       ++it;
     };
     uint32_t pend[64];  // the last tile, packed (pack_tile)
+    uint32_t v[4];      // the group of it being stored (epilogue_part)
     bool pending = false;
     int ptm = 0, ptn = 0;
     for (int t = first; t < units; t += stride) {
       int tm, tn;
       tile_at(t, tm, tn);
       int k = 0;
-      // The last tile's groups, one after each of this tile's first stages.
-      [&]<int... G>(std::integer_sequence<int, G...>) {
+      // The last tile's epilogue, a part after each of this tile's first stages (inlined by force:
+      // kept as a call, the 32 SwiGLU parts cost a 1040-byte stack frame, and the compiler
+      // serialised the wgmma products around the call).
+      [&]<int... P>(std::integer_sequence<int, P...>) __attribute__((always_inline)) {
         (([&] {
            if (k < kb) step(k++);
-           if (pending) store_group<kSwiglu, G>(pend, out, s, live, ptm, ptn, c, warp, lane);
+           if (pending) epilogue_part<kSwiglu, P>(pend, v, out, s, live, ptm, ptn, c, warp, lane);
          }()),
          ...);
       }
-      (std::make_integer_sequence<int, kGroups<kSwiglu>>{});
+      (std::make_integer_sequence<int, kParts<kSwiglu>>{});
       for (; k < kb; ++k) step(k);
       wgmma::wait<0>();
       wgmma::fence_operands<128>(acc);
@@ -252,8 +274,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptn = tn;
     }
     if (pending)
-      store_groups<kSwiglu>(pend, out, s, live, ptm, ptn, c, warp, lane,
-                            std::make_integer_sequence<int, kGroups<kSwiglu>>{});
+      epilogue_all<kSwiglu>(pend, v, out, s, live, ptm, ptn, c, warp, lane,
+                            std::make_integer_sequence<int, kParts<kSwiglu>>{});
   }
   // The pair's blocks leave together: the other block's copies into this one and its arrivals on
   // this one's barriers are done.

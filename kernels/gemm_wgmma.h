@@ -11,7 +11,9 @@
 // blocks running together share their tiles in L2. The consumers keep a finished tile as packed
 // bf16 pairs in registers and store it, one 16-byte group a lane after each of the next tile's first
 // stages, under that tile's products ("deferred stores": storing a tile at once stops the tensor
-// cores for a sixth of the time). Copies past M, N or K read zeros; no store lands past M or N.
+// cores for a sixth of the time); with SwiGLU, one output pair a lane (two SiLUs) after each of the
+// first 32 stages and a group's store after its fourth pair, so that the exps and divisions spread
+// over the tile instead of loading its first stages. Copies past M, N or K read zeros; no store lands past M or N.
 //
 // Numerics: each output is the f32 sum over K of exact bf16 products, accumulated by the tensor
 // cores 16 at a time in K order, rounded once to bf16. cuBLAS promises no order of its own, so this

@@ -19,6 +19,7 @@ const char* gemm_name(GemmKind g) {
     case GemmKind::lt: return "lt";
     case GemmKind::lt_all: return "lt-all";
     case GemmKind::wgmma: return "wgmma";
+    case GemmKind::wgmma_large: return "wgmma-large";
   }
   return "?";
 }
@@ -31,16 +32,21 @@ GemmKind parse_gemm(const std::string& name) {
   if (name == "lt") return GemmKind::lt;
   if (name == "lt-all") return GemmKind::lt_all;
   if (name == "wgmma") return GemmKind::wgmma;
-  throw Error(
-      fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny, mixed, lt, lt-all, wgmma)", printable(name)));
+  if (name == "wgmma-large") return GemmKind::wgmma_large;
+  throw Error(fmt::format("unknown gemm '{}' (valid: auto, cublas, skinny, mixed, lt, lt-all, wgmma, wgmma-large)",
+                          printable(name)));
 }
 
 bool gemm_uses_lt(GemmKind g, int64_t rows) {
   return g == GemmKind::lt_all ||
-         ((g == GemmKind::lt || g == GemmKind::mixed || g == GemmKind::wgmma) && rows <= kGemmLtMaxRows);
+         ((g == GemmKind::lt || g == GemmKind::mixed || g == GemmKind::wgmma || g == GemmKind::wgmma_large) &&
+          rows <= kGemmLtMaxRows);
 }
 
-bool gemm_uses_wgmma(GemmKind g, int64_t rows) { return g == GemmKind::wgmma && rows > kGemmLtMaxRows; }
+bool gemm_uses_wgmma(GemmKind g, int64_t rows) {
+  return (g == GemmKind::wgmma && rows > kGemmLtMaxRows) ||
+         (g == GemmKind::wgmma_large && rows >= kGemmWgmmaLargeMinRows);
+}
 
 bool gemm_fuses_swiglu(int64_t rows, int64_t n, int64_t k) {
   return rows > kGemmSwigluSmallRows || n * k <= kGemmSwigluSmallMaxWeights;
@@ -131,8 +137,9 @@ bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, int block_
       rows <= kGemmMixedWideBlockRows &&
       (block_rows == kSkinnyGemmOneWaveRows || (block_rows > kSkinnyGemmNarrowRows && k <= kGemmMixedWideBlockMaxK));
   const bool partials_ok = sums_partials && rows <= kGemmLtMaxRows;
-  return g == GemmKind::skinny || ((g == GemmKind::mixed || g == GemmKind::wgmma) &&
-                                   (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN || wide_ok || partials_ok));
+  const bool like_mixed = g == GemmKind::mixed || g == GemmKind::wgmma || g == GemmKind::wgmma_large;
+  return g == GemmKind::skinny ||
+         (like_mixed && (rows <= kGemmMixedSkinnyRows || n >= kGemmMixedWideN || wide_ok || partials_ok));
 }
 
 }  // namespace sg

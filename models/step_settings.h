@@ -72,29 +72,38 @@ AttnDecode parse_attn_decode(const std::string& name);
 // How a step runs its projections (x W^T). A setting, not an arm (the two agree within the GEMM
 // test tolerance, not byte for byte).
 enum class GemmKind : uint8_t {
-  automatic,  // mixed where the skinny kernel can run (bf16 on sm_90), else cublas
-  cublas,     // cublasGemmEx for every projection
-  skinny,     // kernels/skinny_gemm.h where it applies (bf16, M <= 32, K % 64 == 0), cuBLAS elsewhere
-  mixed,      // skinny for steps of at most kGemmMixedSkinnyRows rows, for weights of at least
-              // kGemmMixedWideN rows (the LM head) and, up to kGemmMixedWideBlockRows rows, for
-              // weights of at most kGemmMixedWideBlockMaxK columns that the skinny kernel takes in
-              // 128- or 256-row blocks (skinny_gemm_block_rows) and weights of any width that it
-              // takes in one wave of 272-row blocks, and for the projections before an
-              // RMSNorm that sums their split-K partials (mix-round partials) up to kGemmLtMaxRows
-              // rows; lt for the other projections of steps of at most kGemmLtMaxRows rows,
-              // cublasGemmEx above: where each measured faster (docs/BENCHMARKS.md)
-  lt,         // cuBLASLt with the algorithm chosen per shape by timing (engine/gemm_lt.h) for steps
-              // of at most kGemmLtMaxRows rows (decode), cublasGemmEx above
-  lt_all,     // "lt-all": cuBLASLt with the algorithm chosen per shape by timing for every projection
-              // of every step, prefill included
-  wgmma,      // mixed for steps of at most kGemmLtMaxRows rows; above (prefill), the own wgmma GEMM
-              // (kernels/gemm_wgmma.h; bf16, compute capability 9.0) for every projection that
-              // cublasGemmEx would run, except those adding their product to the residual stream
-              // (mix-round residual: they stay on cuBLAS), with gate_up's SwiGLU in its epilogue
-              // unless --swiglu kernel
+  automatic,    // wgmma-large for bf16 on compute capability 9.0, mixed where the skinny kernel can
+                // run (bf16 on sm_90+), else cublas
+  cublas,       // cublasGemmEx for every projection
+  skinny,       // kernels/skinny_gemm.h where it applies (bf16, M <= 32, K % 64 == 0), cuBLAS elsewhere
+  mixed,        // skinny for steps of at most kGemmMixedSkinnyRows rows, for weights of at least
+                // kGemmMixedWideN rows (the LM head) and, up to kGemmMixedWideBlockRows rows, for
+                // weights of at most kGemmMixedWideBlockMaxK columns that the skinny kernel takes in
+                // 128- or 256-row blocks (skinny_gemm_block_rows) and weights of any width that it
+                // takes in one wave of 272-row blocks, and for the projections before an
+                // RMSNorm that sums their split-K partials (mix-round partials) up to kGemmLtMaxRows
+                // rows; lt for the other projections of steps of at most kGemmLtMaxRows rows,
+                // cublasGemmEx above: where each measured faster (docs/BENCHMARKS.md)
+  lt,           // cuBLASLt with the algorithm chosen per shape by timing (engine/gemm_lt.h) for steps
+                // of at most kGemmLtMaxRows rows (decode), cublasGemmEx above
+  lt_all,       // "lt-all": cuBLASLt with the algorithm chosen per shape by timing for every projection
+                // of every step, prefill included
+  wgmma,        // mixed for steps of at most kGemmLtMaxRows rows; above (prefill), the own wgmma GEMM
+                // (kernels/gemm_wgmma.h; bf16, compute capability 9.0) for every projection that
+                // cublasGemmEx would run, except those adding their product to the residual stream
+                // (mix-round residual: they stay on cuBLAS), with gate_up's SwiGLU in its epilogue
+                // unless --swiglu kernel
+  wgmma_large,  // "wgmma-large": wgmma for steps of at least kGemmWgmmaLargeMinRows rows (large
+                // prefill steps, where it measured faster than cuBLAS), mixed for steps of at most
+                // kGemmLtMaxRows rows, cublasGemmEx between (where the own GEMM, with no split of
+                // K, measured up to 3.5x slower)
 };
-constexpr std::array<std::string_view, 7> kGemmNames = {"auto", "cublas", "skinny", "mixed", "lt", "lt-all", "wgmma"};
+constexpr std::array<std::string_view, 8> kGemmNames = {"auto", "cublas", "skinny", "mixed",
+                                                        "lt",   "lt-all", "wgmma",  "wgmma-large"};
 constexpr int64_t kGemmLtMaxRows = 32;
+// wgmma-large's own-GEMM steps: the 4B's and 27B's 32 x 1024-token prefill steps measured faster
+// on it than on cuBLAS (docs/BENCHMARKS.md); 300-token steps measured slower.
+constexpr int64_t kGemmWgmmaLargeMinRows = 16384;
 constexpr int kGemmMixedSkinnyRows = 24;  // measured with PDL on, the default (docs/BENCHMARKS.md)
 constexpr int64_t kGemmMixedWideN = 65536;
 constexpr int kGemmMixedWideBlockRows = 32;
@@ -151,8 +160,9 @@ constexpr int64_t kGatedNormFusedMaxValues = 4096;
 const char* gemm_name(GemmKind g);  // one of kGemmNames
 // One of kGemmNames; throws Error on anything else.
 GemmKind parse_gemm(const std::string& name);
-// `automatic` -> mixed on a bf16 step on sm_90+, else cublas; skinny or mixed on an f32 step or
-// before sm_90 is an error (the kernel takes bf16 and needs the TMA).
+// `automatic` -> wgmma-large on a bf16 step on compute capability 9.0, mixed on a bf16 step on
+// sm_90+, else cublas; skinny or mixed on an f32 step or before sm_90 is an error (the kernel takes
+// bf16 and needs the TMA), wgmma or wgmma-large anywhere but bf16 on compute capability 9.0.
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
 // Whether a projection of `rows` rows and an [n, k] weight runs the skinny kernel under the
 // resolved setting `g` (the shape must also be one skinny_gemm_supports). block_rows: the W rows a
@@ -161,10 +171,12 @@ GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
 // it on the skinny kernel up to kGemmLtMaxRows rows (measured faster than cuBLASLt there).
 bool gemm_uses_skinny(GemmKind g, int64_t rows, int64_t n, int64_t k, int block_rows, bool sums_partials = false);
 // Whether a projection of `rows` rows that does not run the skinny kernel runs through cuBLASLt's
-// tuned algorithm under `g` (lt or mixed at most kGemmLtMaxRows rows; lt-all any rows).
+// tuned algorithm under `g` (lt, mixed, wgmma or wgmma-large at most kGemmLtMaxRows rows; lt-all any
+// rows).
 bool gemm_uses_lt(GemmKind g, int64_t rows);
 // Whether a projection of `rows` rows that runs neither the skinny kernel nor cuBLASLt runs the own
-// wgmma GEMM under `g` (wgmma, more than kGemmLtMaxRows rows) where it takes the shape.
+// wgmma GEMM under `g` (wgmma, more than kGemmLtMaxRows rows; wgmma-large, at least
+// kGemmWgmmaLargeMinRows rows) where it takes the shape.
 bool gemm_uses_wgmma(GemmKind g, int64_t rows);
 // Whether a gate_up projection of `rows` rows and an [n, k] weight that runs the skinny kernel
 // (or the wgmma GEMM) takes the SwiGLU epilogue (the rule above).

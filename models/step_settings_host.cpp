@@ -119,10 +119,12 @@ AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType ac
 
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
   const bool built = act == DType::bf16 && d.cc_major >= 9;
-  if (want == GemmKind::automatic) return built ? GemmKind::mixed : GemmKind::cublas;
+  const bool wgmma_built = act == DType::bf16 && sm90a_device(d.cc_major, d.cc_minor);
+  if (want == GemmKind::automatic)
+    return wgmma_built ? GemmKind::wgmma_large : built ? GemmKind::mixed : GemmKind::cublas;
   if (want == GemmKind::cublas || want == GemmKind::lt || want == GemmKind::lt_all) return want;
-  if (want == GemmKind::wgmma) {
-    require(act == DType::bf16 && sm90a_device(d.cc_major, d.cc_minor),
+  if (want == GemmKind::wgmma || want == GemmKind::wgmma_large) {
+    require(wgmma_built,
             "the wgmma GEMM takes bf16 activations on compute capability 9.0 (this step: {} on {}.{}; use "
             "--gemm mixed or cublas)",
             dtype_name(act), d.cc_major, d.cc_minor);

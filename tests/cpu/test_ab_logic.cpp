@@ -173,7 +173,7 @@ TEST_CASE("ab selection: the settings table matches the options", "[ab][selectio
   CHECK(setting_values("attn-prefill") == std::vector<std::string>{"auto", "simt", "mma", "wgmma"});
   CHECK(setting_values("attn-decode") == std::vector<std::string>{"auto", "simt", "mma"});
   CHECK(setting_values("gemm") ==
-        std::vector<std::string>{"auto", "cublas", "skinny", "mixed", "lt", "lt-all", "wgmma"});
+        std::vector<std::string>{"auto", "cublas", "skinny", "mixed", "lt", "lt-all", "wgmma", "wgmma-large"});
   CHECK(find_setting("postconv") == nullptr);
   StepChoice c;
   CHECK_THROWS_AS(c.setting("postconv"), Error);

@@ -21,7 +21,8 @@ TEST_CASE("gemm setting names parse back, unknown names are refused with the val
     parse_gemm("cutlass");
     FAIL("no error");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("auto, cublas, skinny, mixed, lt, lt-all, wgmma") != std::string::npos);
+    CHECK(std::string(e.what()).find("auto, cublas, skinny, mixed, lt, lt-all, wgmma, wgmma-large") !=
+          std::string::npos);
   }
 }
 
@@ -84,6 +85,22 @@ TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt 
   for (GemmKind g :
        {GemmKind::automatic, GemmKind::cublas, GemmKind::skinny, GemmKind::mixed, GemmKind::lt, GemmKind::lt_all})
     CHECK_FALSE(gemm_uses_wgmma(g, 32768));
+  // wgmma-large: as wgmma from kGemmWgmmaLargeMinRows rows, cublasGemmEx between kGemmLtMaxRows and
+  // that (neither the skinny kernel, cuBLASLt nor the own GEMM), mixed up to kGemmLtMaxRows.
+  for (int64_t rows : {int64_t{1}, int64_t{kGemmMixedSkinnyRows}, kGemmLtMaxRows}) {
+    CHECK(gemm_uses_skinny(GemmKind::wgmma_large, rows, 18432, 2560, 256) ==
+          gemm_uses_skinny(GemmKind::mixed, rows, 18432, 2560, 256));
+    CHECK(gemm_uses_lt(GemmKind::wgmma_large, rows) == gemm_uses_lt(GemmKind::mixed, rows));
+    CHECK_FALSE(gemm_uses_wgmma(GemmKind::wgmma_large, rows));
+  }
+  for (int64_t rows : {kGemmLtMaxRows + 1, int64_t{300}, kGemmWgmmaLargeMinRows - 1}) {
+    CHECK_FALSE(gemm_uses_wgmma(GemmKind::wgmma_large, rows));
+    CHECK_FALSE(gemm_uses_lt(GemmKind::wgmma_large, rows));
+    CHECK_FALSE(gemm_uses_skinny(GemmKind::wgmma_large, rows, 2560, 2560, 64));
+  }
+  CHECK(gemm_uses_wgmma(GemmKind::wgmma_large, kGemmWgmmaLargeMinRows));
+  CHECK(gemm_uses_wgmma(GemmKind::wgmma_large, 32768));
+  CHECK(gemm_uses_skinny(GemmKind::wgmma_large, 4096, 248320, 2560, 64));  // the LM head as under mixed
   // skinny everywhere it applies; cublas never the others.
   CHECK(gemm_uses_skinny(GemmKind::skinny, 32, 2560, 2560, false));
   CHECK_FALSE(gemm_uses_lt(GemmKind::skinny, 32));
@@ -217,12 +234,23 @@ TEST_CASE("gemm wgmma: resolved for bf16 on compute capability 9.0 only, refused
   ampere = h200, ampere.cc_major = 8;
   blackwell = h200, blackwell.cc_major = 10;
   CHECK(resolve_gemm(GemmKind::wgmma, DType::bf16, h200) == GemmKind::wgmma);
-  CHECK(resolve_gemm(GemmKind::automatic, DType::bf16, h200) == GemmKind::mixed);  // not auto's choice (yet)
+  CHECK(resolve_gemm(GemmKind::wgmma_large, DType::bf16, h200) == GemmKind::wgmma_large);
+  // auto: the own GEMM for large steps where it is built, mixed on other sm_90+, cuBLAS for f32.
+  CHECK(resolve_gemm(GemmKind::automatic, DType::bf16, h200) == GemmKind::wgmma_large);
+  CHECK(resolve_gemm(GemmKind::automatic, DType::bf16, blackwell) == GemmKind::mixed);
+  CHECK(resolve_gemm(GemmKind::automatic, DType::bf16, ampere) == GemmKind::cublas);
+  CHECK(resolve_gemm(GemmKind::automatic, DType::f32, h200) == GemmKind::cublas);
   for (auto [act, d] :
        {std::pair{DType::f32, h200}, std::pair{DType::bf16, ampere}, std::pair{DType::bf16, blackwell}}) {
     CAPTURE(dtype_name(act), d.cc_major);
     try {
       resolve_gemm(GemmKind::wgmma, act, d);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("compute capability 9.0") != std::string::npos);
+    }
+    try {
+      resolve_gemm(GemmKind::wgmma_large, act, d);
       FAIL("no error");
     } catch (const Error& e) {
       CHECK(std::string(e.what()).find("compute capability 9.0") != std::string::npos);

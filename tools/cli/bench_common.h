@@ -45,7 +45,7 @@ struct BenchOptions {
   std::string delta_prefill = "auto";  // model workload: the delta rule in prefill (auto, scan, chunked or mma)
   std::string attn_prefill = "auto";   // model workload: attention in prefill (auto, simt, mma or wgmma)
   std::string attn_decode = "auto";    // model workload: attention in decode (auto, simt or mma)
-  std::string gemm = "auto";           // model workload: the projections (auto, cublas, skinny, mixed or lt)
+  std::string gemm = "auto";           // model workload: the projections (one of kGemmNames)
   std::string pdl = "auto";            // model workload: programmatic dependent launch (auto, off or on)
   std::string swiglu = "auto";         // model workload: where the MLP activation is computed (auto, gemm, kernel)
   std::string gated_norm =

@@ -371,7 +371,7 @@ void register_serve(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("ssm-state")));
   cmd->add_option("--gemm", o.b.gemm,
-                  "GPU: the projections: auto, cublas, skinny, mixed, lt, lt-all or wgmma (as bench)")
+                  "GPU: the projections: auto, cublas, skinny, mixed, lt, lt-all, wgmma or wgmma-large (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));
   cmd->callback([&action, cmd] { action = [cmd] { return run(so, *cmd); }; });

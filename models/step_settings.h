@@ -72,8 +72,7 @@ AttnDecode parse_attn_decode(const std::string& name);
 // How a step runs its projections (x W^T). A setting, not an arm (the two agree within the GEMM
 // test tolerance, not byte for byte).
 enum class GemmKind : uint8_t {
-  automatic,    // wgmma-large for bf16 on compute capability 9.0, mixed where the skinny kernel can
-                // run (bf16 on sm_90+), else cublas
+  automatic,    // mixed where the skinny kernel can run (bf16 on sm_90), else cublas
   cublas,       // cublasGemmEx for every projection
   skinny,       // kernels/skinny_gemm.h where it applies (bf16, M <= 32, K % 64 == 0), cuBLAS elsewhere
   mixed,        // skinny for steps of at most kGemmMixedSkinnyRows rows, for weights of at least
@@ -102,8 +101,8 @@ constexpr std::array<std::string_view, 8> kGemmNames = {"auto", "cublas", "skinn
                                                         "lt",   "lt-all", "wgmma",  "wgmma-large"};
 constexpr int64_t kGemmLtMaxRows = 32;
 // wgmma-large's own-GEMM steps: the 4B's and 27B's 32 x 1024-token prefill steps measured faster
-// on it than on cuBLAS (docs/BENCHMARKS.md); 300-token steps measured slower.
-constexpr int64_t kGemmWgmmaLargeMinRows = 16384;
+// on it than on cuBLAS; at 16384 rows and below its GEMMs alone measured slower (docs/BENCHMARKS.md).
+constexpr int64_t kGemmWgmmaLargeMinRows = 32768;
 constexpr int kGemmMixedSkinnyRows = 24;  // measured with PDL on, the default (docs/BENCHMARKS.md)
 constexpr int64_t kGemmMixedWideN = 65536;
 constexpr int kGemmMixedWideBlockRows = 32;
@@ -160,9 +159,8 @@ constexpr int64_t kGatedNormFusedMaxValues = 4096;
 const char* gemm_name(GemmKind g);  // one of kGemmNames
 // One of kGemmNames; throws Error on anything else.
 GemmKind parse_gemm(const std::string& name);
-// `automatic` -> wgmma-large on a bf16 step on compute capability 9.0, mixed on a bf16 step on
-// sm_90+, else cublas; skinny or mixed on an f32 step or before sm_90 is an error (the kernel takes
-// bf16 and needs the TMA), wgmma or wgmma-large anywhere but bf16 on compute capability 9.0.
+// `automatic` -> mixed on a bf16 step on sm_90+, else cublas; skinny or mixed on an f32 step or before sm_90 is an
+// error (the kernel takes bf16 and needs the TMA), wgmma or wgmma-large anywhere but bf16 on compute capability 9.0.
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d);
 // Whether a projection of `rows` rows and an [n, k] weight runs the skinny kernel under the
 // resolved setting `g` (the shape must also be one skinny_gemm_supports). block_rows: the W rows a

@@ -1,10 +1,11 @@
 // The settings whose resolution needs only host facts (models/step_settings.h): names, parsers and
 // the choice of `auto` against explicit device limits (the H200's and others), with the errors an
-// explicit choice that cannot run gives. The delta rule's resolution asks its kernels and is tested
-// with them (tests/gpu/test_delta_rule_prefill_*.cpp).
+// explicit choice that cannot run gives; the delta rule's from its kernels' CUDA-free shapes
+// (kernels/delta_rule_prefill_shapes.h).
 #include <string>
 
 #include "engine/error.h"
+#include "kernels/delta_rule_prefill_shapes.h"
 #include "models/step_settings.h"
 #include "tests/support/catch.h"
 
@@ -107,4 +108,60 @@ TEST_CASE("delta_prefill setting: names, parses, tells the chunked forms", "[set
     message = e.what();
   }
   CHECK(message.find("valid: auto, scan, chunked, mma, wgmma, wgmma-t") != std::string::npos);
+}
+
+TEST_CASE("delta-prefill wgmma-t: resolved where wgmma runs, auto's choice there", "[delta_rule_wgmma_t][settings]") {
+  DeviceLimits h200;
+  h200.sms = 132;
+  h200.cc_major = 9;
+  h200.cc_minor = 0;
+  h200.smem_optin = 227 * 1024;
+  const GdnDims g4b{16, 32, 128, 128, 4};
+  CHECK(resolve_delta_prefill(DeltaPrefill::wgmma_t, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma_t);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma_t);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200, true) == DeltaPrefill::mma);
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string dims = message([&] {
+    resolve_delta_prefill(DeltaPrefill::wgmma_t, GdnDims{2, 4, 64, 64, 4}, true, DType::bf16, h200);
+  });
+  CHECK(dims.find("wgmma-t") != std::string::npos);
+  CHECK(dims.find("Dk=64") != std::string::npos);
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::wgmma_t, g4b, true, DType::f32, h200), Error);
+  DeviceLimits other = h200;
+  other.cc_major = 10;
+  CHECK(message([&] {
+          resolve_delta_prefill(DeltaPrefill::wgmma_t, g4b, true, DType::bf16, other);
+        }).find("compute capability 9.0") != std::string::npos);
+  DeviceLimits small = h200;
+  small.smem_optin = 100 * 1024;
+  CHECK(message([&] {
+          resolve_delta_prefill(DeltaPrefill::wgmma_t, g4b, true, DType::bf16, small);
+        }).find(std::to_string(delta_rule_prefill_wgmma_t_smem()) + " bytes of shared memory") != std::string::npos);
+  CHECK(resolve_delta_prefill(DeltaPrefill::wgmma_t, GdnDims{2, 4, 64, 64, 4}, false, DType::bf16, h200) ==
+        DeltaPrefill::wgmma_t);
+  // Elsewhere auto falls back in order: mma for bf16 on sm_80+ where it fits, chunked (f32 steps,
+  // or where mma does not fit), scan where nothing fits; scan and a step without prefill keep theirs.
+  DeviceLimits ampere = h200;
+  ampere.cc_major = 8;
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, ampere) == DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::f32, h200) == DeltaPrefill::chunked);
+  DeviceLimits tiny_smem = h200;
+  tiny_smem.smem_optin = 1024;
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, tiny_smem) == DeltaPrefill::scan);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::f32, tiny_smem) == DeltaPrefill::scan);
+  CHECK(resolve_delta_prefill(DeltaPrefill::scan, g4b, true, DType::bf16, h200) == DeltaPrefill::scan);
+  CHECK(resolve_delta_prefill(DeltaPrefill::mma, g4b, false, DType::bf16, tiny_smem) == DeltaPrefill::mma);
+  CHECK(message([&] {
+          resolve_delta_prefill(DeltaPrefill::mma, g4b, true, DType::bf16, tiny_smem);
+        }).find("--delta-prefill scan") != std::string::npos);
+  CHECK(message([&] {
+          resolve_delta_prefill(DeltaPrefill::chunked, GdnDims{2, 4, 48, 64, 4}, true, DType::f32, h200);
+        }).find("Dk=48") != std::string::npos);
 }

@@ -2,6 +2,7 @@
 // the choice of `auto` against explicit device limits (the H200's and others), with the errors an
 // explicit choice that cannot run gives; the delta rule's from its kernels' CUDA-free shapes
 // (kernels/delta_rule_prefill_shapes.h).
+#include <algorithm>
 #include <string>
 
 #include "engine/error.h"
@@ -110,12 +111,101 @@ TEST_CASE("delta_prefill setting: names, parses, tells the chunked forms", "[set
   CHECK(message.find("valid: auto, scan, chunked, mma, wgmma, wgmma-t") != std::string::npos);
 }
 
+namespace {
+// An H200's limits (the resolutions' device facts; the delta rule's cases below start from it).
+DeviceLimits h200_limits() {
+  DeviceLimits d;
+  d.sms = 132;
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  d.smem_optin = 227 * 1024;
+  return d;
+}
+}  // namespace
+
+TEST_CASE("delta-prefill mma: name, parse, resolve", "[delta_rule_mma][settings]") {
+  CHECK(std::string(delta_prefill_name(DeltaPrefill::mma)) == "mma");
+  CHECK(parse_delta_prefill("mma") == DeltaPrefill::mma);
+  CHECK_THROWS_AS(parse_delta_prefill("MMA"), Error);
+  const DeviceLimits d = h200_limits();
+  // Supported shapes resolve to mma (prefill or not); automatic picks it for bf16 steps only (where
+  // the warpgroup form does not run: another device, another shape, or the gated norm fused).
+  CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, d) ==
+        DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 32, 32, 4}, true, DType::bf16, d) == DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 16, 32, 4}, false, DType::bf16, d) == DeltaPrefill::mma);
+  DeviceLimits ampere = d;
+  ampere.cc_major = 8;
+  ampere.cc_minor = 0;
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, ampere) ==
+        DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 64, 64, 4}, true, DType::bf16, d) ==
+        DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, d, true) ==
+        DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, DType::f32, d) ==
+        DeltaPrefill::chunked);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 16, 32, 4}, true, DType::bf16, d) ==
+        DeltaPrefill::scan);  // neither chunked kernel is built for Dk 16
+  // Not built for Dk 16, an old device, or too little shared memory: a clear error.
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 16, 32, 4}, true, DType::bf16, d), Error);
+  DeviceLimits old = d;
+  old.cc_major = 7;
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, old), Error);
+  DeviceLimits small = d;
+  small.smem_optin = 100 * 1024;
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::mma, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, small),
+                  Error);
+  // Where mma does not fit, automatic falls back to chunked (which needs no more shared memory here).
+  DeviceLimits pre_ampere = d;
+  pre_ampere.cc_major = 7;
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 128, 128, 4}, true, DType::bf16, pre_ampere) ==
+        DeltaPrefill::chunked);
+}
+
+TEST_CASE("delta-prefill wgmma: name, parse, resolve", "[delta_rule_wgmma][settings]") {
+  CHECK(std::string(delta_prefill_name(DeltaPrefill::wgmma)) == "wgmma");
+  CHECK(parse_delta_prefill("wgmma") == DeltaPrefill::wgmma);
+  CHECK(chunked_delta_prefill("wgmma"));
+  CHECK_THROWS_AS(parse_delta_prefill("WGMMA"), Error);
+  const DeviceLimits h200 = h200_limits();
+  const GdnDims g4b{16, 32, 128, 128, 4};
+  CHECK(resolve_delta_prefill(DeltaPrefill::wgmma, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma);
+  // automatic picks the two-kernel form for bf16 steps where it runs (this one where only its shared
+  // memory fits); mma where the gated norm is to be fused into the delta rule (built in the mma form
+  // only), for other head dims and on other devices; f32 steps keep the chunked kernel.
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma_t);
+  DeviceLimits between = h200;  // room for one of the two forms only
+  between.smem_optin = static_cast<int>(std::min(delta_rule_prefill_wgmma_smem(), delta_rule_prefill_wgmma_t_smem()));
+  const DeltaPrefill fitting = delta_rule_prefill_wgmma_smem() <= delta_rule_prefill_wgmma_t_smem()
+                                   ? DeltaPrefill::wgmma
+                                   : DeltaPrefill::wgmma_t;
+  if (delta_rule_prefill_wgmma_smem() != delta_rule_prefill_wgmma_t_smem()) {
+    CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, between) == fitting);
+  }
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200, true) == DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, GdnDims{2, 4, 64, 64, 4}, true, DType::bf16, h200) ==
+        DeltaPrefill::mma);
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::f32, h200) == DeltaPrefill::chunked);
+  DeviceLimits ampere = h200;
+  ampere.cc_major = 8;
+  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, ampere) == DeltaPrefill::mma);
+  // Not built for the shape or dtype, another device, too little shared memory: a clear error for
+  // a prefill step, harmless without one.
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::wgmma, GdnDims{2, 4, 64, 64, 4}, true, DType::bf16, h200), Error);
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::wgmma, g4b, true, DType::f32, h200), Error);
+  DeviceLimits other = h200;
+  other.cc_major = 10;
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::wgmma, g4b, true, DType::bf16, other), Error);
+  DeviceLimits small = h200;
+  small.smem_optin = 100 * 1024;
+  CHECK_THROWS_AS(resolve_delta_prefill(DeltaPrefill::wgmma, g4b, true, DType::bf16, small), Error);
+  CHECK(resolve_delta_prefill(DeltaPrefill::wgmma, GdnDims{2, 4, 64, 64, 4}, false, DType::bf16, h200) ==
+        DeltaPrefill::wgmma);
+}
+
 TEST_CASE("delta-prefill wgmma-t: resolved where wgmma runs, auto's choice there", "[delta_rule_wgmma_t][settings]") {
-  DeviceLimits h200;
-  h200.sms = 132;
-  h200.cc_major = 9;
-  h200.cc_minor = 0;
-  h200.smem_optin = 227 * 1024;
+  const DeviceLimits h200 = h200_limits();
   const GdnDims g4b{16, 32, 128, 128, 4};
   CHECK(resolve_delta_prefill(DeltaPrefill::wgmma_t, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma_t);
   CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, h200) == DeltaPrefill::wgmma_t);
@@ -146,12 +236,8 @@ TEST_CASE("delta-prefill wgmma-t: resolved where wgmma runs, auto's choice there
         }).find(std::to_string(delta_rule_prefill_wgmma_t_smem()) + " bytes of shared memory") != std::string::npos);
   CHECK(resolve_delta_prefill(DeltaPrefill::wgmma_t, GdnDims{2, 4, 64, 64, 4}, false, DType::bf16, h200) ==
         DeltaPrefill::wgmma_t);
-  // Elsewhere auto falls back in order: mma for bf16 on sm_80+ where it fits, chunked (f32 steps,
-  // or where mma does not fit), scan where nothing fits; scan and a step without prefill keep theirs.
-  DeviceLimits ampere = h200;
-  ampere.cc_major = 8;
-  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, ampere) == DeltaPrefill::mma);
-  CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::f32, h200) == DeltaPrefill::chunked);
+  // Where nothing fits, auto falls back to scan (the mma and wgmma cases above hold mma and chunked);
+  // scan and a step without prefill keep theirs.
   DeviceLimits tiny_smem = h200;
   tiny_smem.smem_optin = 1024;
   CHECK(resolve_delta_prefill(DeltaPrefill::automatic, g4b, true, DType::bf16, tiny_smem) == DeltaPrefill::scan);

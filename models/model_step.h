@@ -90,7 +90,7 @@ struct ModelStepOptions {
   // attention.decode; the constructor resolves `automatic` (options().attn_decode is simt or mma
   // afterwards); an explicit mma the shape or dtype does not support is an error.
   AttnDecode attn_decode = AttnDecode::automatic;
-  // The projections; the constructor resolves `automatic` (options().gemm is mixed or cublas).
+  // The projections; the constructor resolves `automatic` (options().gemm is wgmma-large, mixed or cublas).
   GemmKind gemm = GemmKind::automatic;
   // How kernels are launched; the constructor resolves `automatic` (options().pdl is off or on).
   PdlMode pdl = PdlMode::automatic;

@@ -72,7 +72,8 @@ AttnDecode parse_attn_decode(const std::string& name);
 // How a step runs its projections (x W^T). A setting, not an arm (the two agree within the GEMM
 // test tolerance, not byte for byte).
 enum class GemmKind : uint8_t {
-  automatic,    // mixed where the skinny kernel can run (bf16 on sm_90), else cublas
+  automatic,    // wgmma_large where the own GEMM is built (bf16 on compute capability 9.0), mixed
+                // where only the skinny kernel can run (bf16 on later devices), else cublas
   cublas,       // cublasGemmEx for every projection
   skinny,       // kernels/skinny_gemm.h where it applies (bf16, M <= 32, K % 64 == 0), cuBLAS elsewhere
   mixed,        // skinny for steps of at most kGemmMixedSkinnyRows rows, for weights of at least

@@ -120,7 +120,8 @@ AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType ac
 GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
   const bool built = act == DType::bf16 && d.cc_major >= 9;
   const bool wgmma_built = act == DType::bf16 && sm90a_device(d.cc_major, d.cc_minor);
-  if (want == GemmKind::automatic) return built ? GemmKind::mixed : GemmKind::cublas;
+  if (want == GemmKind::automatic)
+    return wgmma_built ? GemmKind::wgmma_large : built ? GemmKind::mixed : GemmKind::cublas;
   if (want == GemmKind::cublas || want == GemmKind::lt || want == GemmKind::lt_all) return want;
   if (want == GemmKind::wgmma || want == GemmKind::wgmma_large) {
     require(wgmma_built,

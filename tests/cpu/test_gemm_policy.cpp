@@ -235,8 +235,8 @@ TEST_CASE("gemm wgmma: resolved for bf16 on compute capability 9.0 only, refused
   blackwell = h200, blackwell.cc_major = 10;
   CHECK(resolve_gemm(GemmKind::wgmma, DType::bf16, h200) == GemmKind::wgmma);
   CHECK(resolve_gemm(GemmKind::wgmma_large, DType::bf16, h200) == GemmKind::wgmma_large);
-  // auto: mixed on sm_90+, cuBLAS elsewhere and for f32.
-  CHECK(resolve_gemm(GemmKind::automatic, DType::bf16, h200) == GemmKind::mixed);
+  // auto: the own GEMM for large steps where it is built, mixed on other sm_90+, cuBLAS for f32.
+  CHECK(resolve_gemm(GemmKind::automatic, DType::bf16, h200) == GemmKind::wgmma_large);
   CHECK(resolve_gemm(GemmKind::automatic, DType::bf16, blackwell) == GemmKind::mixed);
   CHECK(resolve_gemm(GemmKind::automatic, DType::bf16, ampere) == GemmKind::cublas);
   CHECK(resolve_gemm(GemmKind::automatic, DType::f32, h200) == GemmKind::cublas);

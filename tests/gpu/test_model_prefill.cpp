@@ -428,7 +428,8 @@ TEST_CASE("model step in bf16 matches the bf16 CPU reference, prefill then decod
     ModelStep step(cfg, o);
     REQUIRE(step.options().attn_prefill == ap);
     REQUIRE(step.options().attn_decode == (d64 ? AttnDecode::mma : AttnDecode::simt));
-    REQUIRE(step.options().gemm == (d64 ? GemmKind::skinny : GemmKind::mixed));
+    REQUIRE(step.options().gemm ==
+            (d64 ? GemmKind::skinny : resolve_gemm(GemmKind::automatic, DType::bf16, DeviceLimits::current())));
     step.load_host_weights(w);
     step.capture_all();
     ReferenceOptions ro;

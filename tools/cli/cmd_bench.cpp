@@ -365,23 +365,25 @@ void register_bench(CLI::App& app, Action& action) {
                   "with D 64/128/256 and at most 8 query heads per kv head where the device allows it, else simt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma"}));
-  cmd->add_option("--gemm", o.gemm,
-                  "model workload: how steps run their projections: cublas (cublasGemmEx), skinny (the "
-                  "tensor-core weight-streaming kernel for at most 32 rows, K % 64 == 0; within the GEMM "
-                  "tolerance of cuBLAS, not byte-identical, so a setting rather than an arm; cuBLAS for other "
-                  "shapes), mixed (skinny for steps of at most 24 rows, for the LM head and, up to 32 rows, for "
-                  "weights of at most 4096 columns in wide blocks and for the projections whose split-K partials "
-                  "the RMSNorm after sums (--mix-round partials), where it measures faster; "
-                  "lt for the other decode projections, cublasGemmEx for prefill), lt (cuBLASLt with the fastest of "
-                  "its top heuristic algorithms, timed "
-                  "per shape before capture and named in the manifest, for steps of at most 32 rows; "
-                  "cublasGemmEx above), lt-all (the same cuBLASLt choice for every projection of every step, "
-                  "prefill included), wgmma (mixed up to 32 rows; above, the own wgmma GEMM on compute capability "
-                  "9.0 for the projections cublasGemmEx would run, gate_up with SwiGLU in its epilogue unless "
-                  "--swiglu kernel, the residual projections of --mix-round residual still on cuBLAS; as fast as "
-                  "cuBLAS on steps of thousands of tokens, slower on a few hundred), wgmma-large (wgmma for steps "
-                  "of at least 32768 tokens, where it measured faster, cublasGemmEx between 33 and that, mixed up "
-                  "to 32 rows) or auto (mixed for bf16 on sm_90, else cublas)")
+  cmd->add_option(
+         "--gemm", o.gemm,
+         "model workload: how steps run their projections: cublas (cublasGemmEx), skinny (the "
+         "tensor-core weight-streaming kernel for at most 32 rows, K % 64 == 0; within the GEMM "
+         "tolerance of cuBLAS, not byte-identical, so a setting rather than an arm; cuBLAS for other "
+         "shapes), mixed (skinny for steps of at most 24 rows, for the LM head and, up to 32 rows, for "
+         "weights of at most 4096 columns in wide blocks and for the projections whose split-K partials "
+         "the RMSNorm after sums (--mix-round partials), where it measures faster; "
+         "lt for the other decode projections, cublasGemmEx for prefill), lt (cuBLASLt with the fastest of "
+         "its top heuristic algorithms, timed "
+         "per shape before capture and named in the manifest, for steps of at most 32 rows; "
+         "cublasGemmEx above), lt-all (the same cuBLASLt choice for every projection of every step, "
+         "prefill included), wgmma (mixed up to 32 rows; above, the own wgmma GEMM on compute capability "
+         "9.0 for the projections cublasGemmEx would run, gate_up with SwiGLU in its epilogue unless "
+         "--swiglu kernel, the residual projections of --mix-round residual still on cuBLAS; as fast as "
+         "cuBLAS on steps of thousands of tokens, slower on a few hundred), wgmma-large (wgmma for steps "
+         "of at least 32768 tokens, where it measured faster, cublasGemmEx between 33 and that, mixed up "
+         "to 32 rows) or auto (wgmma-large for bf16 on compute capability 9.0 where the own GEMM is built, mixed "
+         "on other sm_90+, else cublas)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));
   cmd->add_option(

@@ -72,6 +72,9 @@ std::vector<CliCase> soak_cases() {
       {"--delta-prefill and --attn-prefill choose the kernels of the prompt's prefill", "give --prompt N"});
   add("soak --attn-prefill without --prompt", {"soak", "--preset", "tiny", "--attn-prefill", "auto"}, 1,
       {"this soak has none"});
+  add("soak --gemm wgmma-large (every setting of bench is accepted)",
+      {"soak", "--preset", "tiny", "--gemm", "wgmma-large"}, 1, {"needs a GPU"});
+  add("soak --gemm with an unknown value", {"soak", "--gemm", "wgmma-small"}, kCli11Invalid, {"--gemm"});
   add("soak --attn-prefill with an unknown value", {"soak", "--attn-prefill", "wmma"}, kCli11Invalid,
       {"--attn-prefill"});
   return v;

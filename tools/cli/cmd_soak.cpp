@@ -315,9 +315,11 @@ void register_soak(CLI::App& app, Action& action) {
                   "The prompt's prefill (with --prompt): attention, auto, simt, mma or wgmma (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "simt", "mma", "wgmma"}));
-  cmd->add_option("--gemm", o.gemm, "The projections: auto, cublas or skinny (as bench)")
+  cmd->add_option("--gemm", o.gemm,
+                  "The projections: auto, cublas, skinny, mixed, lt, lt-all, wgmma or wgmma-large (as bench; the "
+                  "prompt's prefill with --prompt too)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cublas", "skinny"}));
+      ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));
   cmd->add_option("--json", o.json, "Write the results (status, hashes, every memory sample) to this file");
   add_fault_after_option(cmd, o.fault_after,
                          "in the captured graphs (decode, and prefill with --prompt; the eager reference period runs "

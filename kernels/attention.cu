@@ -53,8 +53,8 @@ using dev::load8;
 // merged with the usual rescaling.
 constexpr int kDecThreads = 128;
 constexpr int kDecWarps = kDecThreads / 32;
-constexpr int kMaxG = 8;       // query heads per block (a kv head's group is chunked by 8)
-constexpr int kDecUnroll = 4;  // keys per warp whose K/V loads are in flight together
+constexpr int kMaxG = kAttentionDecodeMaxGroup;  // query heads per block (attention_shapes.h)
+constexpr int kDecUnroll = 4;                    // keys per warp whose K/V loads are in flight together
 
 struct DecArgs {
   AttentionParams p;
@@ -436,16 +436,6 @@ bool prefill_for_d(const AttentionParams& p, cudaStream_t stream) {
 
 void attn_detail::launch_decode_merge(const AttentionParams& p, cudaStream_t stream) {
   launch_kernel(attn_decode_merge_kernel, dim3(p.Hq, p.T), p.D, 0, stream, p);
-}
-
-int attention_decode_pick_splits(int T, int Hq, int Hkv, int max_context, int num_sms) {
-  if (T <= 0 || Hkv <= 0 || Hq <= 0) return 1;
-  const int group = Hq / Hkv;
-  const long blocks = static_cast<long>(T) * Hkv * ((group + kMaxG - 1) / kMaxG);
-  const long want = 4L * std::max(num_sms, 1);
-  long s = (want + blocks - 1) / blocks;
-  s = std::min<long>(s, std::max(1, max_context / 64));
-  return static_cast<int>(std::clamp<long>(s, 1, 32));
 }
 
 cudaError_t attention_decode(const AttentionParams& p, cudaStream_t stream) {

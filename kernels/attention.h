@@ -65,10 +65,7 @@ struct AttentionParams {
 
 // attention_supports, attention_tuned_head_dim and attention_decode_workspace_bytes: attention_shapes.h.
 
-// A split count for a decode bucket: enough blocks of the tuned kernel to fill `num_sms` SMs four
-// times, at least 64 context positions per split, at most 32 splits (the generic kernel launches
-// Hq blocks per row and split, so the same count fills at least as many SMs).
-int attention_decode_pick_splits(int T, int Hq, int Hkv, int max_context, int num_sms);
+// attention_decode_pick_splits (the split count of a decode bucket): attention_shapes.h.
 
 cudaError_t attention_decode(const AttentionParams& p, cudaStream_t stream);
 cudaError_t attention_prefill(const AttentionParams& p, cudaStream_t stream);

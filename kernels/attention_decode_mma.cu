@@ -278,13 +278,6 @@ cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-int attention_decode_mma_blocks_per_sm(int D) {
-  const size_t bytes = attention_decode_mma_smem(D);
-  if (bytes == 0) return 0;
-  constexpr size_t kSmemPerSm = 228 * 1024, kReservedPerBlock = 1024;  // sm_90
-  return static_cast<int>(std::max<size_t>(1, kSmemPerSm / (bytes + kReservedPerBlock)));
-}
-
 cudaError_t attention_decode_mma(const AttentionParams& p, cudaStream_t stream) {
   LaunchCheck c("attention_decode_mma");
   attn_detail::check_common(c, p);

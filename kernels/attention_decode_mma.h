@@ -22,8 +22,6 @@ namespace sg {
 // above 48 KB) or of the launch.
 cudaError_t attention_decode_mma(const AttentionParams& p, cudaStream_t stream);
 
-// Blocks of the kernel one SM holds at once for head size D (shared memory bound), for
-// attention_decode_mma_pick_splits; 0 for an unsupported D.
-int attention_decode_mma_blocks_per_sm(int D);
+// attention_decode_mma_blocks_per_sm (blocks an SM holds, for the split pick): attention_shapes.h.
 
 }  // namespace sg

@@ -30,6 +30,16 @@ bool attention_decode_mma_supports(int Hq, int Hkv, int D, DType q_dtype, DType 
          q_dtype == DType::bf16 && cache_dtype == DType::bf16;
 }
 
+int attention_decode_pick_splits(int T, int Hq, int Hkv, int max_context, int num_sms) {
+  if (T <= 0 || Hkv <= 0 || Hq <= 0) return 1;
+  const int group = Hq / Hkv;
+  const long blocks = static_cast<long>(T) * Hkv * ((group + kAttentionDecodeMaxGroup - 1) / kAttentionDecodeMaxGroup);
+  const long want = 4L * std::max(num_sms, 1);
+  long s = (want + blocks - 1) / blocks;
+  s = std::min<long>(s, std::max(1, max_context / 64));
+  return static_cast<int>(std::clamp<long>(s, 1, 32));
+}
+
 int attention_decode_mma_pick_splits(int T, int Hkv, int max_context, int num_sms, int blocks_per_sm) {
   if (T <= 0 || Hkv <= 0) return 1;
   const long pairs = static_cast<long>(T) * Hkv;

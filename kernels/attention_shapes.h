@@ -20,6 +20,8 @@
 namespace sg {
 
 inline constexpr int kAttentionMaxD = 256;
+// Query heads a block of the tuned CUDA-core decode takes (a kv head's group in chunks of 8).
+inline constexpr int kAttentionDecodeMaxGroup = 8;
 
 // True for the head sizes with a tuned kernel pair: 32, 64, 128, 256.
 constexpr bool attention_tuned_head_dim(int D) { return D == 32 || D == 64 || D == 128 || D == 256; }
@@ -72,6 +74,24 @@ bool attention_decode_mma_supports(int Hq, int Hkv, int D, DType q_dtype, DType 
 constexpr size_t attention_decode_mma_smem(int D) {
   if (D != 64 && D != 128 && D != 256) return 0;
   return size_t{4} * 3 * 2 * 16 * static_cast<size_t>(D) * 2;
+}
+
+// A split count for a decode bucket of the CUDA-core kernels (attention.h): enough blocks of the
+// tuned kernel (T x Hkv x ceil(group / 8), times the splits) to fill `num_sms` SMs four times, at
+// least 64 context positions per split, at most 32 splits (the generic kernel launches Hq blocks
+// per row and split, so the same count fills at least as many SMs); 1 for an empty shape.
+// Depends on the shape only (graph keys), never on live context lengths.
+int attention_decode_pick_splits(int T, int Hq, int Hkv, int max_context, int num_sms);
+
+// Blocks of the tensor-core decode one sm_90 SM holds at once for head size D (its 228 KB of
+// shared memory over attention_decode_mma_smem(D) and the 1 KB the SM reserves a block), for
+// attention_decode_mma_pick_splits; 0 for a D it is not built for.
+constexpr int attention_decode_mma_blocks_per_sm(int D) {
+  const size_t bytes = attention_decode_mma_smem(D);
+  if (bytes == 0) return 0;
+  constexpr size_t kSmemPerSm = 228 * 1024, kReservedPerBlock = 1024;
+  const size_t n = kSmemPerSm / (bytes + kReservedPerBlock);
+  return static_cast<int>(n > 0 ? n : 1);
 }
 
 // Split count of the tensor-core decode for a bucket of T rows (T x Hkv x splits blocks, waves of

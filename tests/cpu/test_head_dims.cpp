@@ -99,6 +99,12 @@ TEST_CASE("attention decode mma: shapes, shared memory and the split pick", "[at
   CHECK(attention_decode_mma_smem(256) == 196608);
   CHECK(attention_decode_mma_smem(128) == 98304);
   CHECK(attention_decode_mma_smem(64) == 49152);
+  // Blocks an SM holds (228 KB of shared memory, 1 KB reserved a block): what the split pick is given.
+  CHECK(attention_decode_mma_blocks_per_sm(256) == 1);
+  CHECK(attention_decode_mma_blocks_per_sm(128) == 2);
+  CHECK(attention_decode_mma_blocks_per_sm(64) == 4);
+  CHECK(attention_decode_mma_blocks_per_sm(32) == 0);
+  CHECK(attention_decode_mma_blocks_per_sm(0) == 0);
   // The split pick on the H200 (132 SMs), 4B shapes (Hkv 4), one block per SM at D = 256.
   CHECK(attention_decode_mma_pick_splits(32, 4, 1152, 132, 1) == 1);  // 128 blocks: one wave
   CHECK(attention_decode_mma_pick_splits(16, 4, 1152, 132, 1) == 2);  // 128 blocks
@@ -114,6 +120,45 @@ TEST_CASE("attention decode mma: shapes, shared memory and the split pick", "[at
       const int s = attention_decode_mma_pick_splits(T, 4, ctx, 132, 1);
       CHECK(s >= 1);
       CHECK(s <= std::max(1, std::min(64, ctx / 64)));
+    }
+  }
+}
+
+TEST_CASE("attention decode (CUDA-core kernels): the split pick fills the SMs four times within the context",
+          "[attention][contracts]") {
+  // 4B and 27B at D 256 (16 or 24 q heads, 4 kv heads: one block of 8 heads a kv head), 132 SMs,
+  // context 1024: 528 blocks wanted, 64 positions a split at least (16 splits).
+  CHECK(attention_decode_pick_splits(32, 16, 4, 1024, 132) == 5);  // 128 blocks a split
+  CHECK(attention_decode_pick_splits(32, 24, 4, 1024, 132) == 5);
+  CHECK(attention_decode_pick_splits(8, 16, 4, 1024, 132) == 16);  // 32 blocks: 17 wanted, 16 allowed
+  CHECK(attention_decode_pick_splits(1, 16, 4, 1024, 132) == 16);
+  CHECK(attention_decode_pick_splits(1, 16, 4, 1 << 20, 132) == 32);  // at most 32
+  CHECK(attention_decode_pick_splits(33, 16, 4, 1024, 132) == 4);     // 132 blocks a split
+  CHECK(attention_decode_pick_splits(132, 16, 4, 1024, 132) == 1);    // 528 blocks already
+  // 16 q heads a kv head: two blocks a kv head (chunks of kAttentionDecodeMaxGroup).
+  CHECK(kAttentionDecodeMaxGroup == 8);
+  CHECK(attention_decode_pick_splits(32, 16, 1, 1024, 132) == 9);  // 64 blocks a split
+  CHECK(attention_decode_pick_splits(32, 9, 1, 1024, 132) == 9);   // 9 heads: two blocks too
+  CHECK(attention_decode_pick_splits(32, 8, 1, 1024, 132) == 16);  // one block: 17 wanted
+  // Short contexts, empty shapes, no SM count.
+  CHECK(attention_decode_pick_splits(1, 16, 4, 100, 132) == 1);
+  CHECK(attention_decode_pick_splits(1, 16, 4, 63, 132) == 1);
+  CHECK(attention_decode_pick_splits(1, 16, 4, 128, 132) == 2);
+  CHECK(attention_decode_pick_splits(0, 16, 4, 1024, 132) == 1);
+  CHECK(attention_decode_pick_splits(1, 0, 4, 1024, 132) == 1);
+  CHECK(attention_decode_pick_splits(1, 16, 0, 1024, 132) == 1);
+  CHECK(attention_decode_pick_splits(4, 16, 4, 1024, 0) == 1);  // one SM: 4 blocks wanted, 16 there
+  for (int T = 1; T <= 300; T += 7) {
+    for (int ctx : {1, 63, 64, 1024, 8192, 1 << 20}) {
+      for (int sms : {1, 78, 132}) {
+        CAPTURE(T, ctx, sms);
+        const int s = attention_decode_pick_splits(T, 16, 4, ctx, sms);
+        CHECK(s >= 1);
+        CHECK(s <= std::min(32, std::max(1, ctx / 64)));
+        // Fewer splits would leave the four waves unfilled, unless the context or the cap stops it.
+        if (s > 1 && s < std::min(32, ctx / 64)) CHECK(static_cast<long>(T) * 4 * (s - 1) < 4L * sms);
+        if (s < std::min(32, std::max(1, ctx / 64))) CHECK(static_cast<long>(T) * 4 * s >= 4L * sms);
+      }
     }
   }
 }

@@ -66,6 +66,10 @@ std::vector<CliCase> option_cases() {
   add("generate --cpu --attn-decode", {"generate", "--cpu", "--attn-decode", "simt"}, 1,
       {"--attn-decode", "cannot apply"});
   add("generate --cpu --gemm", {"generate", "--cpu", "--gemm", "cublas"}, 1, {"--gemm", "cannot apply"});
+  add("generate --cpu --pdl", {"generate", "--cpu", "--pdl", "off"}, 1, {"--pdl", "cannot apply"});
+  add("generate --cpu --mix-round", {"generate", "--cpu", "--mix-round", "gemm"}, 1, {"--mix-round", "cannot apply"});
+  add("generate --swiglu with an unknown value", {"generate", "--cpu", "--swiglu", "fused"}, kCli11Invalid,
+      {"--swiglu"});
   add("generate --cpu --check-nodes", {"generate", "--cpu", "--check-nodes"}, 1,
       {"--check-nodes and --fault-after check the GPU step's kernel nodes", "cannot apply"});
   add("generate --cpu --tp 3 (tiny: 2 key heads)", {"generate", "--cpu", "--tp", "3"}, 1,

@@ -52,6 +52,13 @@ std::vector<CliCase> serve_cases() {
        "'tiny' preset only)"});
   add("serve --cpu --eager --gemm", {"serve", "--cpu", "--eager", "--gemm", "cublas"}, 1,
       {"--eager (runs GPU steps", "--gemm (chooses a GPU projection kernel)"});
+  add("serve --cpu with bench's other GPU step settings",
+      {"serve", "--cpu", "--pdl", "off", "--swiglu", "kernel", "--gated-norm", "kernel", "--mix-round", "gemm"}, 1,
+      {"--pdl (how GPU kernels are launched)", "--swiglu (where GPU kernels compute the MLP activation)",
+       "--gated-norm (where GPU kernels compute the GDN gated norm)",
+       "--mix-round (where GPU projections round their output)"});
+  add("serve --mix-round with an unknown value", {"serve", "--cpu", "--mix-round", "late"}, kCli11Invalid,
+      {"--mix-round"});
   add("serve --cpu --no-node-time", {"serve", "--cpu", "--no-node-time"}, 1, {"--no-node-time (graph-node times"});
   add("serve --cpu --arm", {"serve", "--cpu", "--arm", "conv.fwd=k4"}, 1,
       {"serve: kernel arms were selected (conv.fwd (--arm))"});

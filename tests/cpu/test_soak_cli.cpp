@@ -74,6 +74,14 @@ std::vector<CliCase> soak_cases() {
       {"this soak has none"});
   add("soak --gemm wgmma-large (every setting of bench is accepted)",
       {"soak", "--preset", "tiny", "--gemm", "wgmma-large"}, 1, {"needs a GPU"});
+  add("soak with bench's other step settings",
+      {"soak", "--preset", "tiny", "--pdl", "off", "--swiglu", "kernel", "--gated-norm", "kernel", "--mix-round",
+       "gemm"},
+      1, {"needs a GPU"});
+  add("soak --pdl with an unknown value", {"soak", "--pdl", "maybe"}, kCli11Invalid, {"--pdl"});
+  add("soak --swiglu with an unknown value", {"soak", "--swiglu", "fused"}, kCli11Invalid, {"--swiglu"});
+  add("soak --gated-norm with an unknown value", {"soak", "--gated-norm", "both"}, kCli11Invalid, {"--gated-norm"});
+  add("soak --mix-round with an unknown value", {"soak", "--mix-round", "late"}, kCli11Invalid, {"--mix-round"});
   add("soak --gemm with an unknown value", {"soak", "--gemm", "wgmma-small"}, kCli11Invalid, {"--gemm"});
   add("soak --attn-prefill with an unknown value", {"soak", "--attn-prefill", "wmma"}, kCli11Invalid,
       {"--attn-prefill"});

@@ -53,10 +53,11 @@ struct GenerateOptions {
   std::string delta_prefill = "auto";  // the delta rule in the prefill step (auto, scan, chunked or mma)
   std::string attn_prefill = "auto";   // attention in the prefill step (auto, simt, mma or wgmma)
   std::string attn_decode = "auto";    // attention in the decode steps (auto, simt or mma)
-  std::string gemm = "auto";           // the projections (auto, cublas or skinny)
-  std::string ssm_state = "f32";       // the GDN recurrent state's dtype (f32 or bf16), GPU and CPU
+  std::string gemm = "auto";           // the projections (kGemmNames)
+  std::string pdl = "auto", swiglu = "auto", gated_norm = "auto", mix_round = "auto";  // as bench's
+  std::string ssm_state = "f32";  // the GDN recurrent state's dtype (f32 or bf16), GPU and CPU
   ArmOptions arms;
-  bool gpu_setting_given = false;  // --attn-prefill, --attn-decode or --gemm given (they have no CPU meaning)
+  bool gpu_setting_given = false;  // a GPU kernel setting given (--attn-prefill, --gemm, ...: no CPU meaning)
   bool check_nodes = false;        // eager steps, every kernel node synchronised and checked
   std::string fault_after;         // a fault drill's node, "LAYER:OP[@RUN]" (empty: none)
   int tp = 1;                      // tensor-parallel ranks (CPU reference only, models/tp_reference.h)
@@ -139,6 +140,10 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
   so.attn_prefill = parse_attn_prefill(o.attn_prefill);
   so.attn_decode = parse_attn_decode(o.attn_decode);
   so.gemm = parse_gemm(o.gemm);
+  so.pdl = parse_pdl(o.pdl);
+  so.swiglu = parse_swiglu(o.swiglu);
+  so.gated_norm = parse_gated_norm(o.gated_norm);
+  so.mix_round = parse_mix_round(o.mix_round);
   so.ssm_state = parse_ssm_state(o.ssm_state);
   so.arms = arms.arms;
   so.check_nodes = o.check_nodes;
@@ -170,10 +175,13 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
   print_result(
       o, "gpu", cfg, source, dtype,
       fmt::format("{}; KV cache {}; GDN state {}; {} delta-rule prefill; {} attention prefill; {} attention decode; {} "
-                  "projections; arms {}; {}",
+                  "projections; pdl {}; swiglu {}; gated norm {}; mix-round {}; arms {}; {}",
                   dev.describe(), dtype_name(step.kv_cache_dtype()), ssm_state_name(step.options().ssm_state),
                   delta_prefill_name(step.options().delta_prefill), attn_prefill_name(step.options().attn_prefill),
-                  attn_decode_name(step.options().attn_decode), gemm_name(step.options().gemm), arms.arms.describe(),
+                  attn_decode_name(step.options().attn_decode), gemm_name(step.options().gemm),
+                  pdl_name(step.options().pdl), swiglu_name(step.options().swiglu),
+                  gated_norm_name(step.options().gated_norm), mix_round_name(step.options().mix_round),
+                  arms.arms.describe(),
                   o.check_nodes ? "eager steps, every kernel node synchronised and checked (--check-nodes)"
                                 : "graphs captured (prefill bucket, decode b=1)"),
       prompt, out, secs, notes);
@@ -209,9 +217,9 @@ int run(const GenerateOptions& o) {
   }
   if (o.gpu_setting_given) {
     throw Error(
-        "generate: --attn-prefill, --attn-decode and --gemm choose GPU kernels, but this run is the CPU "
-        "reference model (its own attention and projections), so they cannot apply. Drop them, or run on a "
-        "machine with a GPU.");
+        "generate: --attn-prefill, --attn-decode, --gemm, --pdl, --swiglu, --gated-norm and --mix-round choose GPU "
+        "kernels and how they launch, but this run is the CPU reference model (its own attention, projections and "
+        "norms), so they cannot apply. Drop them, or run on a machine with a GPU.");
   }
   const std::vector<int64_t> prompt = parse_token_list(o.tokens);
   Qwen35Config cfg;
@@ -374,13 +382,32 @@ void register_generate(CLI::App& app, Action& action) {
                   "end of the prefill, which halves its bytes and changes the numbers)")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("ssm-state")));
+  cmd->add_option("--pdl", o.pdl, "GPU only: programmatic dependent launch: auto, off or on (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("pdl")));
+  cmd->add_option("--swiglu", o.swiglu,
+                  "GPU only: where the MLP activation is computed: auto, gemm or kernel (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("swiglu")));
+  cmd->add_option("--gated-norm", o.gated_norm,
+                  "GPU only: where the GDN gated RMSNorm is computed: auto, delta or kernel (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("gated-norm")));
+  cmd->add_option("--mix-round", o.mix_round,
+                  "GPU only: where the projections before each RMSNorm round their output: auto, gemm, norm, "
+                  "partials or residual (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("mix-round")));
   cmd->add_flag("--check-nodes", o.check_nodes,
                 "GPU only: run the steps eagerly and synchronise after every kernel node, so a kernel that "
                 "faults while it runs (an illegal address) is reported with its node: layer, op and arm. Slow; "
                 "for finding a fault that a replayed graph reported");
   add_fault_after_option(cmd, o.fault_after, "in the captured graphs and, with --check-nodes, in the eager steps");
   cmd->callback([&action, cmd] {
-    o.gpu_setting_given = cmd->count("--attn-prefill") + cmd->count("--attn-decode") + cmd->count("--gemm") > 0;
+    o.gpu_setting_given = cmd->count("--attn-prefill") + cmd->count("--attn-decode") + cmd->count("--gemm") +
+                              cmd->count("--pdl") + cmd->count("--swiglu") + cmd->count("--gated-norm") +
+                              cmd->count("--mix-round") >
+                          0;
     action = [] { return run(o); };
   });
 }

@@ -142,6 +142,10 @@ std::vector<std::string> cpu_inapplicable(const ServeOptions& o, const CLI::App&
   if (given("--attn-prefill")) bad.push_back("--attn-prefill (chooses a GPU attention kernel)");
   if (given("--attn-decode")) bad.push_back("--attn-decode (chooses a GPU attention kernel)");
   if (given("--gemm")) bad.push_back("--gemm (chooses a GPU projection kernel)");
+  if (given("--pdl")) bad.push_back("--pdl (how GPU kernels are launched)");
+  if (given("--swiglu")) bad.push_back("--swiglu (where GPU kernels compute the MLP activation)");
+  if (given("--gated-norm")) bad.push_back("--gated-norm (where GPU kernels compute the GDN gated norm)");
+  if (given("--mix-round")) bad.push_back("--mix-round (where GPU projections round their output)");
   if (o.eager) bad.push_back("--eager (runs GPU steps without their CUDA graphs)");
   if (o.no_node_time) bad.push_back("--no-node-time (graph-node times are measured with CUPTI on a GPU)");
   return bad;
@@ -219,10 +223,11 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelStepOptions& r = step.options();  // `auto` settings resolved
   const std::string settings = fmt::format(
-      "delta-rule prefill {}, attention prefill {}, attention decode {}, projections {}, GDN state {}, "
-      "arms {}",
+      "delta-rule prefill {}, attention prefill {}, attention decode {}, projections {}, pdl {}, swiglu {}, gated "
+      "norm {}, mix-round {}, GDN state {}, arms {}",
       delta_prefill_name(r.delta_prefill), attn_prefill_name(r.attn_prefill), attn_decode_name(r.attn_decode),
-      gemm_name(r.gemm), ssm_state_name(r.ssm_state), arms.arms.describe());
+      gemm_name(r.gemm), pdl_name(r.pdl), swiglu_name(r.swiglu), gated_norm_name(r.gated_norm),
+      mix_round_name(r.mix_round), ssm_state_name(r.ssm_state), arms.arms.describe());
   print_header(
       o,
       fmt::format("device: {}\nmodel: {} ({} layers: {} GDN + {} attention), synthetic {} weights (seed {}); "
@@ -374,6 +379,21 @@ void register_serve(CLI::App& app, Action& action) {
                   "GPU: the projections: auto, cublas, skinny, mixed, lt, lt-all, wgmma or wgmma-large (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));
+  cmd->add_option("--pdl", o.b.pdl, "GPU: programmatic dependent launch: auto, off or on (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("pdl")));
+  cmd->add_option("--swiglu", o.b.swiglu, "GPU: where the MLP activation is computed: auto, gemm or kernel (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("swiglu")));
+  cmd->add_option("--gated-norm", o.b.gated_norm,
+                  "GPU: where the GDN gated RMSNorm is computed: auto, delta or kernel (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("gated-norm")));
+  cmd->add_option("--mix-round", o.b.mix_round,
+                  "GPU: where the projections before each RMSNorm round their output: auto, gemm, norm, partials or "
+                  "residual (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("mix-round")));
   cmd->callback([&action, cmd] { action = [cmd] { return run(so, *cmd); }; });
 }
 

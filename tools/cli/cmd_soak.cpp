@@ -53,6 +53,7 @@ struct SoakCliOptions {
   std::string delta_prefill = "auto", attn_prefill = "auto";  // the prompt's prefill (with --prompt)
   bool prefill_setting_given = false;                         // --delta-prefill or --attn-prefill given
   std::string gemm = "auto";
+  std::string pdl = "auto", swiglu = "auto", gated_norm = "auto", mix_round = "auto";  // as bench's
   std::string ssm_state = "f32";  // the GDN recurrent state's dtype
   ArmOptions arms;
   std::string json;
@@ -162,6 +163,10 @@ int run(const SoakCliOptions& o) {
   mo.delta_prefill = parse_delta_prefill(o.delta_prefill);
   mo.attn_prefill = parse_attn_prefill(o.attn_prefill);
   mo.gemm = parse_gemm(o.gemm);
+  mo.pdl = parse_pdl(o.pdl);
+  mo.swiglu = parse_swiglu(o.swiglu);
+  mo.gated_norm = parse_gated_norm(o.gated_norm);
+  mo.mix_round = parse_mix_round(o.mix_round);
   mo.ssm_state = parse_ssm_state(o.ssm_state);
   mo.fault_layer = fault.layer;
   mo.fault_op = fault.op;
@@ -174,9 +179,11 @@ int run(const SoakCliOptions& o) {
                       o.prompt > 0 ? "the captured decode and prefill graphs" : "the captured decode graphs", cfg.name);
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelStepOptions& r = step.options();  // `auto` settings resolved
-  std::string settings =
-      fmt::format("attention decode {}, projections {}, GDN state {}, arms {}", attn_decode_name(r.attn_decode),
-                  gemm_name(r.gemm), ssm_state_name(r.ssm_state), arms.arms.describe());
+  std::string settings = fmt::format(
+      "attention decode {}, projections {}, pdl {}, swiglu {}, gated norm {}, mix-round {}, GDN state {}, "
+      "arms {}",
+      attn_decode_name(r.attn_decode), gemm_name(r.gemm), pdl_name(r.pdl), swiglu_name(r.swiglu),
+      gated_norm_name(r.gated_norm), mix_round_name(r.mix_round), ssm_state_name(r.ssm_state), arms.arms.describe());
   if (o.prompt > 0) {
     settings += fmt::format(", delta-rule prefill {}, attention prefill {}", delta_prefill_name(r.delta_prefill),
                             attn_prefill_name(r.attn_prefill));
@@ -320,6 +327,21 @@ void register_soak(CLI::App& app, Action& action) {
                   "prompt's prefill with --prompt too)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));
+  cmd->add_option("--pdl", o.pdl, "Programmatic dependent launch: auto, off or on (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("pdl")));
+  cmd->add_option("--swiglu", o.swiglu, "Where the MLP activation is computed: auto, gemm or kernel (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("swiglu")));
+  cmd->add_option("--gated-norm", o.gated_norm,
+                  "Where the GDN gated RMSNorm is computed: auto, delta or kernel (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("gated-norm")));
+  cmd->add_option("--mix-round", o.mix_round,
+                  "Where the projections before each RMSNorm round their output: auto, gemm, norm, partials or "
+                  "residual (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("mix-round")));
   cmd->add_option("--json", o.json, "Write the results (status, hashes, every memory sample) to this file");
   add_fault_after_option(cmd, o.fault_after,
                          "in the captured graphs (decode, and prefill with --prompt; the eager reference period runs "

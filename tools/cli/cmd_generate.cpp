@@ -382,22 +382,7 @@ void register_generate(CLI::App& app, Action& action) {
                   "end of the prefill, which halves its bytes and changes the numbers)")
       ->capture_default_str()
       ->check(CLI::IsMember(setting_values("ssm-state")));
-  cmd->add_option("--pdl", o.pdl, "GPU only: programmatic dependent launch: auto, off or on (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("pdl")));
-  cmd->add_option("--swiglu", o.swiglu,
-                  "GPU only: where the MLP activation is computed: auto, gemm or kernel (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("swiglu")));
-  cmd->add_option("--gated-norm", o.gated_norm,
-                  "GPU only: where the GDN gated RMSNorm is computed: auto, delta or kernel (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("gated-norm")));
-  cmd->add_option("--mix-round", o.mix_round,
-                  "GPU only: where the projections before each RMSNorm round their output: auto, gemm, norm, "
-                  "partials or residual (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("mix-round")));
+  add_step_setting_options(cmd, {o.pdl, o.swiglu, o.gated_norm, o.mix_round}, "GPU only: ");
   cmd->add_flag("--check-nodes", o.check_nodes,
                 "GPU only: run the steps eagerly and synchronise after every kernel node, so a kernel that "
                 "faults while it runs (an illegal address) is reported with its node: layer, op and arm. Slow; "

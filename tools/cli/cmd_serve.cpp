@@ -379,21 +379,7 @@ void register_serve(CLI::App& app, Action& action) {
                   "GPU: the projections: auto, cublas, skinny, mixed, lt, lt-all, wgmma or wgmma-large (as bench)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));
-  cmd->add_option("--pdl", o.b.pdl, "GPU: programmatic dependent launch: auto, off or on (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("pdl")));
-  cmd->add_option("--swiglu", o.b.swiglu, "GPU: where the MLP activation is computed: auto, gemm or kernel (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("swiglu")));
-  cmd->add_option("--gated-norm", o.b.gated_norm,
-                  "GPU: where the GDN gated RMSNorm is computed: auto, delta or kernel (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("gated-norm")));
-  cmd->add_option("--mix-round", o.b.mix_round,
-                  "GPU: where the projections before each RMSNorm round their output: auto, gemm, norm, partials or "
-                  "residual (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("mix-round")));
+  add_step_setting_options(cmd, {o.b.pdl, o.b.swiglu, o.b.gated_norm, o.b.mix_round}, "GPU: ");
   cmd->callback([&action, cmd] { action = [cmd] { return run(so, *cmd); }; });
 }
 

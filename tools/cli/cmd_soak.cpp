@@ -327,21 +327,7 @@ void register_soak(CLI::App& app, Action& action) {
                   "prompt's prefill with --prompt too)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));
-  cmd->add_option("--pdl", o.pdl, "Programmatic dependent launch: auto, off or on (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("pdl")));
-  cmd->add_option("--swiglu", o.swiglu, "Where the MLP activation is computed: auto, gemm or kernel (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("swiglu")));
-  cmd->add_option("--gated-norm", o.gated_norm,
-                  "Where the GDN gated RMSNorm is computed: auto, delta or kernel (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("gated-norm")));
-  cmd->add_option("--mix-round", o.mix_round,
-                  "Where the projections before each RMSNorm round their output: auto, gemm, norm, partials or "
-                  "residual (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("mix-round")));
+  add_step_setting_options(cmd, {o.pdl, o.swiglu, o.gated_norm, o.mix_round}, "GPU: ");
   cmd->add_option("--json", o.json, "Write the results (status, hashes, every memory sample) to this file");
   add_fault_after_option(cmd, o.fault_after,
                          "in the captured graphs (decode, and prefill with --prompt; the eager reference period runs "

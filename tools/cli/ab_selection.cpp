@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <array>
 #include <utility>
@@ -59,6 +61,26 @@ std::vector<std::string> setting_values(std::string_view name) {
   const SettingInfo* s = find_setting(name);
   require(s != nullptr, "no setting '{}'", name);
   return {s->values.begin(), s->values.end()};
+}
+
+void add_step_setting_options(CLI::App* cmd, StepSettingOptions o, const std::string& prefix) {
+  cmd->add_option("--pdl", o.pdl, prefix + "programmatic dependent launch: auto, off or on (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("pdl")));
+  cmd->add_option("--swiglu", o.swiglu,
+                  prefix + "where the MLP activation is computed: auto, gemm or kernel (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("swiglu")));
+  cmd->add_option("--gated-norm", o.gated_norm,
+                  prefix + "where the GDN gated RMSNorm is computed: auto, delta or kernel (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("gated-norm")));
+  cmd->add_option("--mix-round", o.mix_round,
+                  prefix +
+                      "where the projections before each RMSNorm round their output: auto, gemm, norm, partials or "
+                      "residual (as bench)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(setting_values("mix-round")));
 }
 
 std::string& StepChoice::setting(std::string_view name) {

@@ -21,6 +21,10 @@
 
 #include "kernels/arms.h"
 
+namespace CLI {
+class App;
+}
+
 namespace sg::cli {
 
 // One model-step setting (not an arm: it changes the arithmetic within a written tolerance).
@@ -33,6 +37,17 @@ struct SettingInfo {
 std::span<const SettingInfo> setting_table();
 const SettingInfo* find_setting(std::string_view name);
 std::vector<std::string> setting_values(std::string_view name);  // for CLI::IsMember
+
+// The step settings that generate, serve and soak take as bench does: --pdl, --swiglu, --gated-norm
+// and --mix-round, each checked against its values (the table above); `prefix` starts each
+// help text ("GPU: ").
+struct StepSettingOptions {
+  std::string& pdl;
+  std::string& swiglu;
+  std::string& gated_norm;
+  std::string& mix_round;
+};
+void add_step_setting_options(CLI::App* cmd, StepSettingOptions o, const std::string& prefix);
 
 // The field of a setting (setting_table() names) in any options struct that names its settings as
 // StepChoice does (delta_prefill, ..., ssm_state, arms_mode): StepChoice and the commands'

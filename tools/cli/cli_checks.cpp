@@ -13,7 +13,6 @@
 #include "engine/env.h"
 #include "engine/error.h"
 #include "engine/text.h"
-#include "tools/cli/ab_selection.h"
 
 namespace sg::cli {
 
@@ -132,26 +131,6 @@ void check_fault_layer(const FaultDrill& drill, int layers, const std::string& m
   throw Error(fmt::format(
       "--fault-after {}: layer {} is outside model '{}' (layers 0 to {}, or -1 for the nodes outside the layers)",
       printable(drill.text), drill.layer, printable(model), layers - 1));
-}
-
-void add_step_setting_options(CLI::App* cmd, StepSettingOptions o, const std::string& prefix) {
-  cmd->add_option("--pdl", o.pdl, prefix + "programmatic dependent launch: auto, off or on (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("pdl")));
-  cmd->add_option("--swiglu", o.swiglu,
-                  prefix + "where the MLP activation is computed: auto, gemm or kernel (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("swiglu")));
-  cmd->add_option("--gated-norm", o.gated_norm,
-                  prefix + "where the GDN gated RMSNorm is computed: auto, delta or kernel (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("gated-norm")));
-  cmd->add_option("--mix-round", o.mix_round,
-                  prefix +
-                      "where the projections before each RMSNorm round their output: auto, gemm, norm, partials or "
-                      "residual (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("mix-round")));
 }
 
 void add_fault_after_option(CLI::App* cmd, std::string& value, const std::string& where) {

@@ -79,17 +79,6 @@ void check_fault_layer(const FaultDrill& drill, int layers, const std::string& m
 // Adds --fault-after to `cmd`; `where` says which steps the drill's kernel runs in (help text).
 void add_fault_after_option(CLI::App* cmd, std::string& value, const std::string& where);
 
-// The step settings that generate, serve and soak take as bench does: --pdl, --swiglu, --gated-norm
-// and --mix-round, each checked against its values (ab_selection.h's table); `prefix` starts each
-// help text ("GPU: ").
-struct StepSettingOptions {
-  std::string& pdl;
-  std::string& swiglu;
-  std::string& gated_norm;
-  std::string& mix_round;
-};
-void add_step_setting_options(CLI::App* cmd, StepSettingOptions o, const std::string& prefix);
-
 // Throws sg::Error when a drill is on but `matched` is false (no node of `searched`, e.g. "the
 // captured graphs", is the drill's): the error names the node and how to list the nodes.
 void check_fault_matched(const FaultDrill& drill, bool matched, std::string_view searched, const std::string& model);

@@ -63,24 +63,25 @@ std::vector<std::string> setting_values(std::string_view name) {
   return {s->values.begin(), s->values.end()};
 }
 
+void add_setting_option(CLI::App* cmd, std::string_view name, std::string& value, const std::string& before,
+                        const std::string& after) {
+  const std::vector<std::string> values = setting_values(name);
+  std::string list;
+  for (size_t i = 0; i < values.size(); ++i) {
+    list += fmt::format("{}{}", i == 0 ? "" : (i + 1 == values.size() ? " or " : ", "), values[i]);
+  }
+  cmd->add_option(fmt::format("--{}", name), value, before + list + after)
+      ->capture_default_str()
+      ->check(CLI::IsMember(values));
+}
+
 void add_step_setting_options(CLI::App* cmd, StepSettingOptions o, const std::string& prefix) {
-  cmd->add_option("--pdl", o.pdl, prefix + "programmatic dependent launch: auto, off or on (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("pdl")));
-  cmd->add_option("--swiglu", o.swiglu,
-                  prefix + "where the MLP activation is computed: auto, gemm or kernel (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("swiglu")));
-  cmd->add_option("--gated-norm", o.gated_norm,
-                  prefix + "where the GDN gated RMSNorm is computed: auto, delta or kernel (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("gated-norm")));
-  cmd->add_option("--mix-round", o.mix_round,
-                  prefix +
-                      "where the projections before each RMSNorm round their output: auto, gemm, norm, partials or "
-                      "residual (as bench)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("mix-round")));
+  add_setting_option(cmd, "pdl", o.pdl, prefix + "programmatic dependent launch: ", " (as bench)");
+  add_setting_option(cmd, "swiglu", o.swiglu, prefix + "where the MLP activation is computed: ", " (as bench)");
+  add_setting_option(cmd, "gated-norm", o.gated_norm,
+                     prefix + "where the GDN gated RMSNorm is computed: ", " (as bench)");
+  add_setting_option(cmd, "mix-round", o.mix_round,
+                     prefix + "where the projections before each RMSNorm round their output: ", " (as bench)");
 }
 
 std::string& StepChoice::setting(std::string_view name) {

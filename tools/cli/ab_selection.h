@@ -38,6 +38,11 @@ std::span<const SettingInfo> setting_table();
 const SettingInfo* find_setting(std::string_view name);
 std::vector<std::string> setting_values(std::string_view name);  // for CLI::IsMember
 
+// Adds --NAME for setting NAME (setting_table()) bound to `value`, checked against the setting's
+// values; help: `before`, the values ("auto, off or on"), `after`.
+void add_setting_option(CLI::App* cmd, std::string_view name, std::string& value, const std::string& before,
+                        const std::string& after);
+
 // The step settings that generate, serve and soak take as bench does: --pdl, --swiglu, --gated-norm
 // and --mix-round, each checked against its values (the table above); `prefix` starts each
 // help text ("GPU: ").

@@ -33,18 +33,8 @@ void add_model_step_options(CLI::App* cmd, BenchOptions& o) {
       ->check(CLI::Range(1, 1 << 20));
   add_arm_options(cmd, o.arms);
   cmd->add_option("--lt-choices", o.lt_choices, kLtChoicesHelp);
-  for (const SettingInfo& s : setting_table()) {
-    const std::string name(s.name);
-    std::string* value = option_field(o, name);
-    const std::vector<std::string> values = setting_values(name);
-    std::string list;
-    for (size_t i = 0; i < values.size(); ++i) {
-      list += fmt::format("{}{}", i == 0 ? "" : (i + 1 == values.size() ? " or " : ", "), values[i]);
-    }
-    cmd->add_option(fmt::format("--{}", name), *value, fmt::format("{} (see bench --help)", list))
-        ->capture_default_str()
-        ->check(CLI::IsMember(values));
-  }
+  for (const SettingInfo& s : setting_table())
+    add_setting_option(cmd, s.name, *option_field(o, s.name), "", " (see bench --help)");
 }
 
 ref::Store reference_ssm_state(const std::string& name) {

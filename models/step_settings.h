@@ -101,9 +101,10 @@ enum class GemmKind : uint8_t {
 constexpr std::array<std::string_view, 8> kGemmNames = {"auto", "cublas", "skinny", "mixed",
                                                         "lt",   "lt-all", "wgmma",  "wgmma-large"};
 constexpr int64_t kGemmLtMaxRows = 32;
-// wgmma-large's own-GEMM steps: the 4B's and 27B's 32 x 1024-token prefill steps measured faster
-// on it than on cuBLAS; at 16384 rows and below its GEMMs alone measured slower (docs/BENCHMARKS.md).
-constexpr int64_t kGemmWgmmaLargeMinRows = 32768;
+// wgmma-large's own-GEMM steps: the 4B's prefill steps of 8192, 16384 and 32768 rows (and the 27B's
+// of 32768) measured faster on it than on cuBLAS (its SwiGLU epilogue saves the swiglu kernel); at
+// 2048 and 4096 rows level, at 1024 rows and below slower (docs/BENCHMARKS.md).
+constexpr int64_t kGemmWgmmaLargeMinRows = 8192;
 constexpr int kGemmMixedSkinnyRows = 24;  // measured with PDL on, the default (docs/BENCHMARKS.md)
 constexpr int64_t kGemmMixedWideN = 65536;
 constexpr int kGemmMixedWideBlockRows = 32;

@@ -100,6 +100,8 @@ TEST_CASE("gemm policy: mixed runs skinny up to 24 rows and for the LM head, lt 
   }
   CHECK(gemm_uses_wgmma(GemmKind::wgmma_large, kGemmWgmmaLargeMinRows));
   CHECK(gemm_uses_wgmma(GemmKind::wgmma_large, 32768));
+  CHECK(gemm_uses_wgmma(GemmKind::wgmma_large, 8192));                     // the smallest step measured faster on it
+  CHECK_FALSE(gemm_uses_wgmma(GemmKind::wgmma_large, 4096));               // level with cuBLAS there
   CHECK(gemm_uses_skinny(GemmKind::wgmma_large, 4096, 248320, 2560, 64));  // the LM head as under mixed
   // skinny everywhere it applies; cublas never the others.
   CHECK(gemm_uses_skinny(GemmKind::skinny, 32, 2560, 2560, false));

@@ -381,7 +381,7 @@ void register_bench(CLI::App& app, Action& action) {
          "9.0 for the projections cublasGemmEx would run, gate_up with SwiGLU in its epilogue unless "
          "--swiglu kernel, the residual projections of --mix-round residual still on cuBLAS; as fast as "
          "cuBLAS on steps of thousands of tokens, slower on a few hundred), wgmma-large (wgmma for steps "
-         "of at least 32768 tokens, where it measured faster, cublasGemmEx between 33 and that, mixed up "
+         "of at least 8192 tokens, where it measured faster, cublasGemmEx between 33 and that, mixed up "
          "to 32 rows) or auto (wgmma-large for bf16 on compute capability 9.0 where the own GEMM is built, mixed "
          "on other sm_90+, else cublas)")
       ->capture_default_str()

@@ -366,7 +366,7 @@ void register_generate(CLI::App& app, Action& action) {
                   "fastest of its top algorithms per shape, up to 32 "
                   "rows), lt-all (the same for every step, prefill included), wgmma (mixed up to 32 rows, the own "
                   "wgmma GEMM above, with the SwiGLU in gate_up's epilogue; compute capability 9.0), wgmma-large "
-                  "(wgmma for steps of at least 32768 tokens, cuBLAS between) or auto (wgmma-large for bf16 on "
+                  "(wgmma for steps of at least 8192 tokens, cuBLAS between) or auto (wgmma-large for bf16 on "
                   "compute capability 9.0, mixed on other sm_90+, else cublas)")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(kGemmNames.begin(), kGemmNames.end())));

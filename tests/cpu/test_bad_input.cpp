@@ -116,6 +116,17 @@ std::vector<FileCase> config_cases() {
         c["hidden_size"] = o;
       }),
       {"key 'hidden_size': must be an integer, got {", "..."});
+  // An object of 100,000 objects: read in linear time (nlohmann's callback parser, used before,
+  // took time quadratic in the objects of one object: 40,000 took 13 s, so this case would pass
+  // its time limit).
+  add("config: layer_types an object of 100000 empty objects",
+      config_raw_value("layer_types",
+                       [] {
+                         std::string o = "{";
+                         for (int i = 0; i < 100000; ++i) o += fmt::format("{}\"k{}\":{{}}", i ? "," : "", i);
+                         return o + "}";
+                       }()),
+      {"key 'layer_types'"});
   add("config: not an object", config_text(R"([1, 2, 3])"), {"must be a JSON object, got [1,2,3]"});
   add("config: huge GDN head sizes fail the memory check", config_with([](json& c) { c = huge_head_config(); }),
       {"needs", "of host memory", "SSM state"});
@@ -154,6 +165,13 @@ std::vector<FileCase> safetensors_cases() {
       "safetensors: model.safetensors links to /dev/zero",
       [](const fs::path& d) { link_to(d / "model.safetensors", "/dev/zero"); },
       {"not a regular file (it is a character device)"}, open_checkpoint);
+  add("safetensors: a header of 200000 tensors", st_file([] {
+        std::string h = "{";
+        for (int i = 0; i < 200000; ++i)
+          h += fmt::format("{}\"w{}\":{{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", i ? "," : "", i);
+        return h + "}";
+      }()),
+      {"{dir}/m.safetensors", "16 bytes after the end of the tensor data"});
   add("safetensors: header nested 100000 deep", st_file("{\"w\":" + nested_arrays(100000) + "}"),
       {"{dir}/m.safetensors", "header nests deeper than 8"});
   add("safetensors: escape sequence in a tensor name",

@@ -41,7 +41,7 @@ ChildLimits limits(double sigint_after) {
 
 TEST_CASE("generate: Ctrl-C stops the run, prints the tokens so far and exits with 130", "[cli][sigint]") {
   // A run too long to finish before the signal (100000 tokens of the tiny preset take minutes);
-  // the signal comes 3 s after the start, well after the handler is installed.
+  // the signal comes 3 s after the start, and not before the handler is installed (ChildLimits).
   const ChildResult r = run_program(generate_argv(100000, true), {}, limits(3.0));
   INFO(r.describe() << "\n" << r.out.substr(0, 2000));
   REQUIRE(r.end == ChildResult::End::exited);

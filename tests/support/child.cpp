@@ -13,6 +13,7 @@
 #include <exception>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "engine/error.h"
@@ -38,6 +39,25 @@ uint64_t virtual_size() {
   const int n = std::fscanf(f, "%llu", &pages);
   std::fclose(f);
   return n == 1 ? pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// True when process `pid` has a handler for SIGINT (bit SIGINT - 1 of the SigCgt mask in
+// /proc/PID/status); true as well where that cannot be read (no /proc), so the caller falls back
+// to its time alone.
+bool catches_sigint(pid_t pid) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
+  if (!f) return true;
+  char line[256];
+  bool caught = true;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "SigCgt:", 7) == 0) {
+      const unsigned long long mask = std::strtoull(line + 7, nullptr, 16);
+      caught = (mask >> (SIGINT - 1)) & 1u;
+      break;
+    }
+  }
+  std::fclose(f);
+  return caught;
 }
 
 void limit_address_space(uint64_t bytes) {
@@ -82,7 +102,8 @@ ChildResult fork_and_wait(const std::function<void()>& child, const ChildLimits&
     if (w == pid) break;
     if (w < 0 && errno != EINTR) break;
     if (limits.sigint_after > 0 && !interrupted &&
-        std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(limits.sigint_after)) {
+        std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(limits.sigint_after) &&
+        catches_sigint(pid)) {
       ::kill(pid, SIGINT);
       interrupted = true;
     }

@@ -18,7 +18,10 @@ struct ChildLimits {
   unsigned seconds = 20;                       // wall-clock limit
   uint64_t address_space = uint64_t{1} << 30;  // run_in_child: on top of what the test program maps;
                                                // run_program: the program's whole limit
-  double sigint_after = 0;                     // > 0: the parent sends SIGINT after this many seconds
+  double sigint_after = 0;  // > 0: the parent sends SIGINT after this many seconds, and not before the
+                            // child catches SIGINT (its SigCgt in /proc/PID/status: the program's
+                            // handler is installed), so a slow start on a loaded machine cannot turn
+                            // the interrupt into a kill
 };
 
 // How the child ended. For run_in_child, the exit code says what the body threw (ChildOutcome).

@@ -105,8 +105,11 @@ ServeRequest parse_line(const json& obj, const std::string& where, int line) {
     if (!a->is_number())
       r.fail("arrival_ms", fmt::format("must be a number of milliseconds, got {}", json_excerpt(*a)));
     q.arrival_ms = a->get<double>();
-    if (!std::isfinite(q.arrival_ms) || q.arrival_ms < 0) {
-      r.fail("arrival_ms", fmt::format("{} is negative (must be >= 0)", json_excerpt(*a)));
+    if (q.arrival_ms < 0) r.fail("arrival_ms", fmt::format("{} is negative (must be >= 0)", json_excerpt(*a)));
+    if (!(q.arrival_ms <= kMaxTraceArrivalMs)) {  // NaN and infinity included
+      r.fail("arrival_ms",
+             fmt::format("{} is later than a day ({} ms; the run waits for each arrival on the wall clock)",
+                         json_excerpt(*a), kMaxTraceArrivalMs));
     }
   }
   return q;

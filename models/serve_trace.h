@@ -5,12 +5,11 @@
 //   {"prompt": [1, 2, 3], "max_new": 16, "arrival_ms": 0}
 //   {"prompt_len": 1024, "max_new": 128, "arrival_ms": 12.5}
 // Exactly one of "prompt" (non-empty array of non-negative integer ids) and "prompt_len" (integer
-// >= 1); "max_new" (integer >= 1) is required; "arrival_ms" (finite number >= 0, milliseconds from
-// the start of the run) defaults to 0. Other keys, a line that is not one JSON object, a key given
-// twice, nesting deeper than an object holding an array, and more than kMaxTraceRequests requests
-// are errors; every error is an sg::Error naming the file, the line and the field. Blank lines are
-// skipped. Lines need not be in arrival order (the scheduler admits in arrival order; ties in file
-// order).
+// >= 1); "max_new" (integer >= 1) is required; "arrival_ms" (a number of milliseconds from the start
+// of the run, 0 to kMaxTraceArrivalMs: the run waits for it on the wall clock) defaults to 0. Other keys, a line that
+// is not one JSON object, a key given twice, nesting deeper than an object holding an array, and more than
+// kMaxTraceRequests requests are errors; every error is an sg::Error naming the file, the line and the field. Blank
+// lines are skipped. Lines need not be in arrival order (the scheduler admits in arrival order; ties in file order).
 // Pure host code.
 #pragma once
 #include <cstdint>
@@ -23,7 +22,8 @@
 namespace sg {
 
 inline constexpr int kMaxTraceRequests = 1'000'000;
-inline constexpr int kMaxTraceTokens = 1 << 24;  // the most prompt or new tokens of one request
+inline constexpr int kMaxTraceTokens = 1 << 24;           // the most prompt or new tokens of one request
+inline constexpr double kMaxTraceArrivalMs = 86'400'000;  // a day: the latest arrival a trace may give
 
 struct ServeRequest {
   std::vector<int32_t> prompt;  // the prompt's token ids; empty until fill_prompts when only a length was given

@@ -45,6 +45,15 @@ std::vector<CliCase> option_cases() {
   add("generate --max-new negative", {"generate", "--cpu", "--max-new", "-1"}, -1, {"--max-new"});
   add("generate --seed -1", {"generate", "--cpu", "--seed", "-1"}, -1, {"--seed"});
   add("generate --seed past 2^64", {"generate", "--cpu", "--seed", "18446744073709551616"}, -1, {"--seed"});
+  // CLI11 reads integers with strtoll base 0: "010" would be seed 8 and "0100" 64 tokens.
+  add("generate --seed 010 (a leading zero)", {"generate", "--cpu", "--seed", "010"}, kCli11Invalid,
+      {"--seed: '010' is not a plain decimal integer"});
+  add("plan --context 0100 (a leading zero)", {"plan", "--preset", "tiny", "--context", "0100"}, kCli11Invalid,
+      {"--context: '0100' is not a plain decimal integer"});
+  add("plan --max-seqs=8.0", {"plan", "--preset", "tiny", "--max-seqs=8.0"}, kCli11Invalid,
+      {"--max-seqs: '8.0' is not a plain decimal integer"});
+  add("kernels --conv-update-channels 2,0x4", {"kernels", "--conv-update-channels", "2,0x4"}, kCli11Invalid,
+      {"--conv-update-channels: '0x4' is not a plain decimal integer"});
   add("generate --tokens with a trailing comma", {"generate", "--cpu", "--tokens", "1,2,"}, 1,
       {"--tokens: empty entry in '1,2,'"});
   add("generate --tokens with an empty entry", {"generate", "--cpu", "--tokens", "1,,2"}, 1,

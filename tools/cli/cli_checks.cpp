@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <map>
 
 #include "engine/env.h"
 #include "engine/error.h"
@@ -175,6 +177,69 @@ CLI::Validator unsigned_integer_check() {
         return {};
       },
       "UINT64");
+}
+
+namespace {
+
+bool is_integer_option(const CLI::Option* opt) {
+  const std::string t = opt->get_type_name();  // "INT", "UINT", then ":" and the validators
+  for (std::string_view name : {"INT", "UINT"}) {
+    if (t.compare(0, name.size(), name) == 0 && (t.size() == name.size() || t[name.size()] == ':')) return true;
+  }
+  return false;
+}
+
+bool is_plain_decimal(std::string_view v) {
+  if (!v.empty() && (v[0] == '-' || v[0] == '+')) v.remove_prefix(1);
+  if (v.empty() || (v.size() > 1 && v[0] == '0')) return false;
+  return std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
+void check_decimal_integers(CLI::App& app, int argc, const char* const* argv) {
+  int first = 1;
+  while (first < argc && argv[first][0] == '-') ++first;
+  if (first >= argc) return;
+  CLI::App* sub = nullptr;
+  try {
+    sub = app.get_subcommand(argv[first]);
+  } catch (const CLI::OptionNotFound&) {
+    return;
+  }
+  std::map<std::string, const CLI::Option*> options;  // "--context", "-n" -> the option
+  for (const CLI::Option* opt : sub->get_options()) {
+    if (!is_integer_option(opt)) continue;
+    for (const auto& n : opt->get_lnames()) options["--" + n] = opt;
+    for (const auto& n : opt->get_snames()) options["-" + n] = opt;
+  }
+  for (int i = first + 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    std::string name, value;
+    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string_view::npos) {
+      name = std::string(arg.substr(0, eq));
+      value = std::string(arg.substr(eq + 1));
+    } else if (options.count(std::string(arg)) && i + 1 < argc) {
+      name = std::string(arg);
+      value = argv[++i];
+    }
+    const auto it = options.find(name);
+    if (it == options.end()) continue;
+    const char delim = it->second->get_delimiter();
+    size_t start = 0;
+    for (;;) {
+      const size_t end = delim ? value.find(delim, start) : std::string::npos;
+      const std::string entry = value.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      if (!is_plain_decimal(entry)) {
+        throw CLI::ValidationError(
+            name, fmt::format("'{}' is not a plain decimal integer (no leading zero, 0x, fraction or exponent)",
+                              printable(entry)));
+      }
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+  }
 }
 
 Progress::Progress(std::string label, int64_t total, std::chrono::milliseconds every)

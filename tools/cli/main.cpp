@@ -4,6 +4,7 @@
 #include <new>
 
 #include "engine/error.h"
+#include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
 
 int main(int argc, char** argv) {
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   sg::cli::register_drift(app, action);
   sg::cli::register_plan(app, action);
   try {
+    sg::cli::check_decimal_integers(app, argc, argv);  // CLI11 would read "0100" as octal
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

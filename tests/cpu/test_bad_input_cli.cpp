@@ -174,6 +174,16 @@ std::vector<CliCase> option_cases() {
   add("bench --cpu --workload gdn-layer --ssm-state bf16",
       {"bench", "--cpu", "--workload", "gdn-layer", "--ssm-state", "bf16"}, 1,
       {"--ssm-state bf16 (the gdn-layer workload keeps an f32 state; use --workload model)"});
+  // Refused on either path, before the device is probed.
+  add("bench --workload gdn-layer --phase prefill", {"bench", "--workload", "gdn-layer", "--phase", "prefill"}, 1,
+      {"bench --workload gdn-layer cannot apply:", "--phase prefill (the gdn-layer workload is decode only)"});
+  add("bench --workload gdn-layer with model settings",
+      {"bench", "--workload", "gdn-layer", "--context", "99", "--gemm", "cublas", "--marginal"}, 1,
+      {"--context (the gdn-layer workload reads no KV cache)", "--gemm (a setting of the whole model's step",
+       "--marginal (per op family"});
+  add("bench --workload gdn-layer --max-seqs 4096 on the CPU (capped, runs)",
+      {"bench", "--cpu", "--workload", "gdn-layer", "--max-seqs", "4096"}, 0,
+      {"(--max-seqs 4096 capped at 32 on the CPU reference)"});
   add("generate --ssm-state unknown", {"generate", "--cpu", "--ssm-state", "f16"}, kCli11Invalid, {"--ssm-state"});
   add("bench --cpu --arms tune", {"bench", "--cpu", "--arms", "tune"}, 1,
       {"--arms tune (times the GPU kernels' arms)"});

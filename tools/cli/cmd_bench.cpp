@@ -59,8 +59,15 @@ int run_cpu(const BenchOptions& o, const std::string& why) {
       "rule) on the 'tiny' preset instead.\n\n");
   const Qwen35Config cfg = preset("tiny");
   const GdnDims d = cfg.gdn;
-  const int slots_n = 2 * o.max_seqs;
-  fmt::print("tiny GDN layer: C={} Hk={} Hv={} Dk={} Dv={} K={}\n", d.C(), d.Hk, d.Hv, d.Dk, d.Dv, d.K);
+  // The reference's time grows with the batches' sum (every size up to --max-seqs), so it stops at
+  // the default's 32 rows (4096 would take a quarter of an hour).
+  constexpr int kCpuMaxSeqs = 32;
+  const int max_seqs = std::min(o.max_seqs, kCpuMaxSeqs);
+  const int slots_n = 2 * max_seqs;
+  fmt::print("tiny GDN layer: C={} Hk={} Hv={} Dk={} Dv={} K={}{}\n", d.C(), d.Hk, d.Hv, d.Dk, d.Dv, d.K,
+             max_seqs < o.max_seqs
+                 ? fmt::format(" (--max-seqs {} capped at {} on the CPU reference)", o.max_seqs, kCpuMaxSeqs)
+                 : std::string());
   fmt::print("{:>6} {:>12} {:>14}\n", "batch", "ms/step", "output sum");
   std::mt19937_64 rng(1);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -71,7 +78,7 @@ int run_cpu(const BenchOptions& o, const std::string& why) {
   std::vector<float> conv_state(static_cast<size_t>(slots_n) * d.C() * (d.K - 1), 0.f);
   std::vector<float> ssm(static_cast<size_t>(slots_n) * d.Hv * d.Dk * d.Dv, 0.f);
   nlohmann::json rows = nlohmann::json::array();
-  for (int B : decode_capture_sizes(o.max_seqs)) {
+  for (int B : decode_capture_sizes(max_seqs)) {
     auto batch = random_batch(d, B, slots_n, 100 + B);
     std::vector<float> conv_out(static_cast<size_t>(B) * d.C()), q(static_cast<size_t>(B) * d.Hk * d.Dk), k(q.size()),
         v(static_cast<size_t>(B) * d.Hv * d.Dv), g(static_cast<size_t>(B) * d.Hv), beta(g.size()), out(v.size());
@@ -132,20 +139,32 @@ std::vector<std::string> cpu_inapplicable(const BenchOptions& o, const CLI::App&
   if (o.workload == "model" && given("--phase") && o.phase != "both") {
     bad.push_back(fmt::format("--phase {} (the CPU reference runs a prefill and then decode steps)", o.phase));
   }
-  if (o.workload == "gdn-layer" && given("--delta-prefill")) {
-    bad.push_back("--delta-prefill (the gdn-layer workload has no prefill)");
-  }
-  if (o.workload == "gdn-layer" && o.ssm_state != "f32") bad.push_back(kLayerSsmState);
   return bad;
 }
 
-// The options the gdn-layer workload on the GPU cannot apply (the model's settings).
-std::vector<std::string> layer_inapplicable(const BenchOptions& o) {
+// What the gdn-layer workload (one GDN layer's decode step, GPU or CPU reference) cannot apply:
+// every setting of the model workload's steps, given explicitly.
+std::vector<std::string> layer_inapplicable(const BenchOptions& o, const CLI::App& cmd) {
   std::vector<std::string> bad;
   if (o.arms_mode == "tune") bad.push_back("--arms tune (tunes the whole model's graphs; use --workload model)");
   if (o.ssm_state != "f32") bad.push_back(kLayerSsmState);
   if (!o.lt_choices.empty())
     bad.push_back("--lt-choices (the gdn-layer workload runs no projection; use --workload model)");
+  if (o.marginal) bad.push_back("--marginal (per op family of the whole model's graphs; use --workload model)");
+  if (cmd.count("--phase") && o.phase != "decode") {
+    bad.push_back(fmt::format("--phase {} (the gdn-layer workload is decode only)", o.phase));
+  }
+  if (cmd.count("--context")) bad.push_back("--context (the gdn-layer workload reads no KV cache)");
+  if (cmd.count("--delta-prefill")) bad.push_back("--delta-prefill (the gdn-layer workload has no prefill)");
+  for (const char* opt :
+       {"--attn-prefill", "--attn-decode", "--gemm", "--pdl", "--swiglu", "--gated-norm", "--mix-round"}) {
+    if (cmd.count(opt)) {
+      bad.push_back(
+          fmt::format("{} (a setting of the whole model's step; the gdn-layer workload runs the GDN "
+                      "layer's kernels by their arms, --arm)",
+                      opt));
+    }
+  }
   return bad;
 }
 
@@ -470,6 +489,13 @@ void register_bench(CLI::App& app, Action& action) {
             "0:conv.update)",
             printable(o.fault.text)));
       }
+      if (o.workload != "model") {  // on either path
+        if (const auto bad = layer_inapplicable(o, *cmd); !bad.empty()) {
+          std::string list;
+          for (const auto& b : bad) list += "\n  " + b;
+          throw Error(fmt::format("bench --workload {} cannot apply:{}", o.workload, list));
+        }
+      }
       if (o.node_replays == 0) {  // on either path: these ask for what --node-replays 0 turns off
         std::vector<std::string> bad;
         if (o.workload != "model") bad.push_back("--workload " + o.workload + " (its result is the per-node table)");
@@ -506,13 +532,6 @@ void register_bench(CLI::App& app, Action& action) {
       const std::pair<std::string, const char*> exports[] = {{o.csv, "--csv"}, {o.trace, "--trace"}, {o.dot, "--dot"}};
       for (const auto& [path, option] : exports) {
         if (!path.empty()) check_writable(with_key(path, 1), option);  // as the first graph's file is named
-      }
-      if (o.workload != "model") {
-        if (const auto bad = layer_inapplicable(o); !bad.empty()) {
-          std::string list;
-          for (const auto& b : bad) list += "\n  " + b;
-          throw Error(fmt::format("bench --workload {} cannot apply:{}", o.workload, list));
-        }
       }
       return o.workload == "model" ? run_gpu_model(o, dev) : run_gpu(o, dev);
     };

@@ -174,6 +174,13 @@ std::vector<CliCase> option_cases() {
   add("bench --cpu --workload gdn-layer --ssm-state bf16",
       {"bench", "--cpu", "--workload", "gdn-layer", "--ssm-state", "bf16"}, 1,
       {"--ssm-state bf16 (the gdn-layer workload keeps an f32 state; use --workload model)"});
+  add("generate --chunked with --delta-prefill", {"generate", "--cpu", "--chunked", "--delta-prefill", "scan"}, 108,
+      {"--chunked excludes --delta-prefill"});
+  add("plan --device-gib nan", {"plan", "--device-gib", "nan"}, kCli11Invalid, {"--device-gib: 'nan' is not a number"});
+  add("inspect --key bogus without a GPU (the key first)", {"inspect", "--key", "bogus"}, 1,
+      {"--key bogus: expected decode, decode-N (1 <= N <= --max-seqs 32) or prefill"});
+  add("soak --prompt + --period past the cache's limit without a GPU", {"soak", "--prompt", "262144", "--period", "1"},
+      1, {"--prompt 262144 and --period 1: the cache holds --prompt + --period tokens per slot, at most 262144"});
   // Refused on either path, before the device is probed.
   add("bench --workload gdn-layer --phase prefill", {"bench", "--workload", "gdn-layer", "--phase", "prefill"}, 1,
       {"bench --workload gdn-layer cannot apply:", "--phase prefill (the gdn-layer workload is decode only)"});

@@ -62,20 +62,29 @@ std::vector<CliCase> diff_cases() {
         make_fifo(dir / "fifo.json");
       };
   add("diff of a folder", {"diff", "{dir}", "{dir}/new.json"}, 1, {"not a regular file"})->setup = write_reports;
-  add("diff of a file that is not JSON", {"diff", "{dir}/old.json", "{dir}/bad.json"}, 1, {"{dir}/bad.json"})->setup =
-      [](const fs::path& dir) {
-        write_reports(dir);
-        write(dir / "bad.json", "{\"graphs\": [");
-      };
-  add("diff of JSON nested 100,000 deep", {"diff", "{dir}/deep.json", "{dir}/new.json"}, 1, {"{dir}/deep.json"})
+  add("diff of a file that is not JSON", {"diff", "{dir}/old.json", "{dir}/bad.json"}, 1,
+      {"{dir}/bad.json: the file is not valid JSON"})
+      ->setup = [](const fs::path& dir) {
+    write_reports(dir);
+    write(dir / "bad.json", "{\"graphs\": [");
+  };
+  add("diff of JSON nested 100,000 deep", {"diff", "{dir}/deep.json", "{dir}/new.json"}, 1,
+      {"{dir}/deep.json: the file nests deeper than 64 levels"})
       ->setup = [](const fs::path& dir) {
     write_reports(dir);
     write(dir / "deep.json", std::string(100000, '[') + std::string(100000, ']'));
   };
-  add("diff of a report with a key twice", {"diff", "{dir}/old.json", "{dir}/twice.json"}, 1, {"{dir}/twice.json"})
+  add("diff of a report with a key twice", {"diff", "{dir}/old.json", "{dir}/twice.json"}, 1,
+      {"{dir}/twice.json: key 'graphs' appears twice"})
       ->setup = [](const fs::path& dir) {
     write_reports(dir);
     write(dir / "twice.json", "{\"graphs\": [], \"graphs\": []}");
+  };
+  add("diff of a report with no graph", {"diff", "{dir}/old.json", "{dir}/empty.json"}, 1,
+      {"{dir}/empty.json: \"graphs\" is empty: the report measured no graph"})
+      ->setup = [](const fs::path& dir) {
+    write_reports(dir);
+    write(dir / "empty.json", "{\"graphs\": []}");
   };
   add("diff of an ab report", {"diff", "{dir}/ab.json", "{dir}/new.json"}, 1,
       {"{dir}/ab.json: a `stepgraph ab` report"})

@@ -91,6 +91,8 @@ void check_report(const json& doc, const Reader& r) {
                              printable(w.get<std::string>(), 40)));
   }
   if (!doc.at("graphs").is_array()) r.fail("", "\"graphs\" is not a list");
+  if (doc.at("graphs").empty())
+    r.fail("", "\"graphs\" is empty: the report measured no graph, so it has nothing to compare");
   if (doc.contains("interrupted") && !doc.at("interrupted").is_boolean())
     r.fail("", "\"interrupted\" is not true or false");
 }

@@ -336,7 +336,7 @@ void register_generate(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(unsigned_integer_check());
   add_arm_options(cmd, o.arms);
-  cmd->add_flag("--chunked", o.chunked, "Same as --delta-prefill chunked (GPU and CPU reference)");
+  auto* chunked = cmd->add_flag("--chunked", o.chunked, "Same as --delta-prefill chunked (GPU and CPU reference)");
   cmd->add_option(
          "--delta-prefill", o.delta_prefill,
          "How the prefill step runs the gated delta rule: scan (the reference-exact sequential scan), "
@@ -350,7 +350,8 @@ void register_generate(CLI::App& app, Action& action) {
          "runs, else mma for bf16 and chunked for f32 where the kernel is built for the model's Dk and fits "
          "the device, else scan; on the CPU the scan)")
       ->capture_default_str()
-      ->check(CLI::IsMember(setting_values("delta-prefill")));
+      ->check(CLI::IsMember(setting_values("delta-prefill")))
+      ->excludes(chunked);  // two answers to one question: refused, not one of them dropped
   cmd->add_option("--attn-prefill", o.attn_prefill,
                   "How the prefill step runs attention (GPU only): simt (the f32 CUDA-core kernel), mma (bf16 tensor "
                   "cores, within the bf16 attention tolerance of simt), wgmma (the same on the warpgroup tensor "

@@ -75,9 +75,6 @@ int run(InspectOptions o) {
   o.b.fault = parse_fault_after(o.b.fault_after);  // before the device: a bad value is an error everywhere
   check_fault_layer(o.b.fault, cfg.layers, cfg.name);
   check_fault_drill(o.b, "inspect");
-  const DeviceInfo dev = probe_device();
-  if (!dev.ok)
-    throw Error(fmt::format("inspect times captured CUDA graphs, and this machine has none to run: {}", dev.reason));
   const bool prefill = o.key == "prefill";
   const int replays = prefill && !o.replays_given ? kPrefillReplays : o.b.replays;
   const int node_replays = prefill && !o.node_replays_given ? kPrefillNodeReplays : o.b.node_replays;
@@ -96,6 +93,9 @@ int run(InspectOptions o) {
     }
     rows = n;
   }
+  const DeviceInfo dev = probe_device();
+  if (!dev.ok)
+    throw Error(fmt::format("inspect times captured CUDA graphs, and this machine has none to run: {}", dev.reason));
   FILE* log = o.format == "table" ? stdout : stderr;  // json and csv keep stdout to their format
   add_lt_choices_option(o.b.lt_choices, dev, log);
   ModelStep step(cfg, model_step_options(o.b, arms, prefill, 0));

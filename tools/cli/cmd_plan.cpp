@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -120,7 +122,7 @@ int run_plan(const PlanOptions& o) {
     }
     j["ranks"].push_back({{"rank", r.rank}, {"total_bytes", m.total}, {"categories", cats}, {"fits", ok}});
   }
-  fmt::print("{} in {:.1f} GiB{}\n", fits ? "fits" : "does not fit", o.device_gib,
+  fmt::print("{} in {:g} GiB{}\n", fits ? "fits" : "does not fit", o.device_gib,
              o.tp > 1 ? (fits ? " on every rank" : " on some rank") : "");
   fmt::print(
       "(the plan is what the step's arena takes; beyond it come the kernels' workspaces, a few MB, the cuBLAS "
@@ -173,6 +175,11 @@ void register_plan(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 64));
   cmd->add_option("--device-gib", o.device_gib, "The device memory to compare with, GiB (default: an H200's)")
       ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {  // CLI::Range lets NaN through (every comparison is false)
+            return std::isnan(std::strtod(v.c_str(), nullptr)) ? "'" + printable(v) + "' is not a number" : "";
+          },
+          ""))
       ->check(CLI::Range(0.001, 1e6));
   cmd->add_option("--json", o.json, "Also write the plan's totals per rank and category as JSON");
   cmd->callback([&action] { action = [] { return run_plan(o); }; });

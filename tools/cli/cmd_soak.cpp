@@ -148,6 +148,12 @@ int run(const SoakCliOptions& o) {
         "--delta-prefill and --attn-prefill choose the kernels of the prompt's prefill, and this soak has none: give "
         "--prompt N");
   }
+  if (int64_t{o.prompt} + o.period > kMaxNewTokens) {
+    throw Error(
+        fmt::format("--prompt {} and --period {}: the cache holds --prompt + --period tokens per slot, at "
+                    "most {}",
+                    o.prompt, o.period, kMaxNewTokens));
+  }
   const DeviceInfo dev = probe_device();
   if (!dev.ok) {
     throw Error(fmt::format("soak replays captured CUDA graphs, so it needs a GPU: {}", dev.reason));

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/error.h"
 #include "graphs/arm_tuning.h"
 #include "tests/support/catch.h"
 
@@ -80,5 +81,11 @@ TEST_CASE("arm tuning: ties keep the arm chosen before, ops with fewer than two 
 
 TEST_CASE("arm tuning: a negative step time is an error", "[graphs][tuning]") {
   const Op ops[] = {Op::conv_update};
-  CHECK_THROWS(tune_arms(ArmSelection{}, ops, all_arms, [](const ArmSelection&) { return -1.0; }));
+  std::string what = "no error";
+  try {
+    tune_arms(ArmSelection{}, ops, all_arms, [](const ArmSelection&) { return -1.0; });
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  CHECK_THAT(what, Catch::Matchers::StartsWith("arm tuning: a step time of -1 ms for "));
 }

@@ -451,6 +451,9 @@ TEST_CASE("every Hugging Face fixture's head sizes pass the GPU step's checks an
     if (name != "h32-real-head-dims") {
       CHECK(pf.arm == GdnPrefillArm::unfused);
       CHECK(df.arm == GdnDecodeArm::unfused);
+    } else {  // the real models' head sizes: both fused arms run as asked
+      CHECK(pf.arm == GdnPrefillArm::fused);
+      CHECK(df.arm == GdnDecodeArm::fused);
     }
   }
   CHECK(matched == static_cast<int>(wants.size()));

@@ -251,3 +251,47 @@ TEST_CASE("delta-prefill wgmma-t: resolved where wgmma runs, auto's choice there
           resolve_delta_prefill(DeltaPrefill::chunked, GdnDims{2, 4, 48, 64, 4}, true, DType::f32, h200);
         }).find("Dk=48") != std::string::npos);
 }
+
+TEST_CASE("attn_decode: names, the parser, and auto is mma where the tensor-core kernel runs and fits, else simt",
+          "[attention][settings]") {
+  for (const char* name : {"auto", "simt", "mma"})
+    CHECK(std::string(attn_decode_name(parse_attn_decode(name))) == name);
+  auto message = [](auto&& resolve) {
+    try {
+      resolve();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK(message([] { parse_attn_decode("wgmma"); }) == "unknown attention decode 'wgmma' (valid: auto, simt, mma)");
+  DeviceLimits h200, volta, small;
+  h200.cc_major = 9, h200.cc_minor = 0, h200.smem_optin = 232448;
+  volta = h200, volta.cc_major = 7;
+  small = h200, small.smem_optin = 98304;  // below the 196,608 bytes a block needs at D = 256
+  const DType bf = DType::bf16, f32 = DType::f32;
+  using A = AttnDecode;
+  // The 4B's heads (16 query heads, 4 kv heads, D 256) and the 27B's (24 / 4 / 256): the tensor cores.
+  CHECK(resolve_attn_decode(A::automatic, 16, 4, 256, bf, bf, h200) == A::mma);
+  CHECK(resolve_attn_decode(A::automatic, 24, 4, 256, bf, bf, h200) == A::mma);
+  CHECK(resolve_attn_decode(A::mma, 16, 4, 256, bf, bf, h200) == A::mma);
+  // auto falls back where the kernel is not built or does not fit; simt is never checked.
+  CHECK(resolve_attn_decode(A::automatic, 16, 4, 256, f32, f32, h200) == A::simt);
+  CHECK(resolve_attn_decode(A::automatic, 16, 4, 256, bf, f32, h200) == A::simt);
+  CHECK(resolve_attn_decode(A::automatic, 36, 4, 256, bf, bf, h200) == A::simt);  // 9 query heads a kv head
+  CHECK(resolve_attn_decode(A::automatic, 16, 4, 32, bf, bf, h200) == A::simt);   // D 32: not built
+  CHECK(resolve_attn_decode(A::automatic, 16, 4, 256, bf, bf, volta) == A::simt);
+  CHECK(resolve_attn_decode(A::automatic, 16, 4, 256, bf, bf, small) == A::simt);
+  CHECK(resolve_attn_decode(A::automatic, 16, 4, 64, bf, bf, small) == A::mma);  // 49,152 bytes fit
+  CHECK(resolve_attn_decode(A::simt, 36, 4, 32, f32, f32, volta) == A::simt);
+  // Asked for where it cannot run: an error that says why and names the way out.
+  const std::string group = message([&] { resolve_attn_decode(A::mma, 36, 4, 256, bf, bf, h200); });
+  CHECK(group.find("does not support Hq=36 Hkv=4 D=256 with bf16 activations and a bf16 KV cache") !=
+        std::string::npos);
+  CHECK(group.find("use --attn-decode simt") != std::string::npos);
+  CHECK(message([&] { resolve_attn_decode(A::mma, 16, 4, 256, bf, bf, volta); }).find("compute capability 7.x") !=
+        std::string::npos);
+  const std::string smem = message([&] { resolve_attn_decode(A::mma, 16, 4, 256, bf, bf, small); });
+  CHECK(smem.find("needs 196608 bytes of shared memory per block for D=256; this device allows 98304") !=
+        std::string::npos);
+}

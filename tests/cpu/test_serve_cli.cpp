@@ -46,6 +46,10 @@ std::vector<CliCase> serve_cases() {
                "{\"prompt_len\": 20, \"max_new\": 5, \"arrival_ms\": 1}\n");
   };
   reject->seconds = 120;
+  add("serve --cpu: every request rejected fails the run, the report still out",
+      {"serve", "--cpu", "--requests", "2", "--context", "1"}, 1,
+      {"requests: 0 completed, 2 rejected, of 2", "rejected: request 0: prompt of 1024 tokens",
+       "serve: every request was rejected (2 of 2"});
   add("serve --cpu --preset qwen3.5-4b", {"serve", "--cpu", "--preset", "qwen3.5-4b"}, 1,
       {"serve: this run is the CPU reference model (--cpu given)",
        "--preset qwen3.5-4b (the CPU reference runs the "

@@ -128,6 +128,20 @@ void report(const ServeOptions& o, json header, const ServeResult& res, const Se
   fmt::print("\n{}{}", format_metrics(m, res), text);
 }
 
+// 130 after a Ctrl-C; 1 (with the reason on stderr) when requests were rejected and none
+// completed: a run that served nothing failed, though each rejection is reported with the rest.
+int exit_code(const ServeResult& res, const ServeMetrics& m) {
+  if (res.interrupted) return kInterruptedExit;
+  if (m.completed == 0 && m.rejected > 0) {
+    fmt::print(stderr,
+               "stepgraph: error: serve: every request was rejected ({} of {}; each one's reason is in the "
+               "report)\n",
+               m.rejected, m.requests);
+    return 1;
+  }
+  return 0;
+}
+
 void print_header(const ServeOptions& o, const std::string& text) {
   if (!o.json) fmt::print("{}", text);
 }
@@ -201,7 +215,7 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
           {"context", ctx},
           {"prefill_budget", o.prefill_budget}},
          res, m, json::object(), "");
-  return res.interrupted ? kInterruptedExit : 0;
+  return exit_code(res, m);
 }
 
 int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& arms, Trace trace) {
@@ -289,7 +303,7 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
           {"prefill_budget", r.max_prefill_tokens},
           {"mode", o.eager ? "eager" : "graph"}},
          res, m, extra, text);
-  return res.interrupted ? kInterruptedExit : 0;
+  return exit_code(res, m);
 }
 
 int run(const ServeOptions& o, const CLI::App& cmd) {

@@ -181,6 +181,9 @@ std::vector<CliCase> option_cases() {
       {"--key bogus: expected decode, decode-N (1 <= N <= --max-seqs 32) or prefill"});
   add("soak --prompt + --period past the cache's limit without a GPU", {"soak", "--prompt", "262144", "--period", "1"},
       1, {"--prompt 262144 and --period 1: the cache holds --prompt + --period tokens per slot, at most 262144"});
+  add("kernels --shape given twice", {"kernels", "--shape", "4b-decode-b32,4b-decode-b32"}, 1,
+      {"--shape: '4b-decode-b32' is given twice"});
+  add("kernels --op given twice", {"kernels", "--op", "gemm,postconv,gemm"}, 1, {"--op: 'gemm' is given twice"});
   // Refused on either path, before the device is probed.
   add("bench --workload gdn-layer --phase prefill", {"bench", "--workload", "gdn-layer", "--phase", "prefill"}, 1,
       {"bench --workload gdn-layer cannot apply:", "--phase prefill (the gdn-layer workload is decode only)"});

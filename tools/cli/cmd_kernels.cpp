@@ -10,6 +10,7 @@
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
+#include "engine/text.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/clock_report.h"
 #include "tools/cli/commands.h"
@@ -18,6 +19,17 @@
 
 namespace sg::cli {
 namespace {
+
+// Throws sg::Error "OPTION: 'X' is given twice" for an entry that appears twice in a list option.
+template <class T>
+void reject_repeats(const std::vector<T>& list, std::string_view option) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (list[j] == list[i])
+        throw Error(fmt::format("{}: '{}' is given twice", option, printable(fmt::format("{}", list[i]))));
+    }
+  }
+}
 
 // Under a shape's table: each op's clocks over its rows' timed replays, and a caution for a row that
 // ran at other clocks than the op's first row (its time is then not only its kernel's).
@@ -114,6 +126,11 @@ void register_kernels(CLI::App& app, Action& action) {
                   "block are null where the launch is a library's or several kernels')");
   cmd->callback([&action] {
     action = [] {
+      // A list entry given twice would be timed twice under one name: refused.
+      reject_repeats(o.shapes, "--shape");
+      reject_repeats(o.ops, "--op");
+      reject_repeats(o.cfg.conv_update_channels, "--conv-update-channels");
+      reject_repeats(o.cfg.conv_update_blocks, "--conv-update-blocks");
       o.cfg.ops = o.ops;  // --op (empty: every op that applies to the shape)
       auto shapes = o.shapes.empty() ? bench::standard_shapes() : o.shapes;
       std::vector<bench::KernelShape> parsed;

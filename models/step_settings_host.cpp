@@ -9,6 +9,16 @@
 #include "models/step_settings.h"
 
 namespace sg {
+namespace {
+
+// A setting asked for where it cannot run: the user's error, so a plain sentence that names the way
+// out, without the source location require() adds to a broken precondition.
+template <typename... Args>
+void refuse_unless(bool ok, fmt::format_string<Args...> f, Args&&... args) {
+  if (!ok) throw Error(fmt::format(f, std::forward<Args>(args)...));
+}
+
+}  // namespace
 
 const char* delta_prefill_name(DeltaPrefill d) {
   return d == DeltaPrefill::chunked   ? "chunked"
@@ -60,15 +70,15 @@ AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache
   if (want == AttnPrefill::wgmma) {
     // The hint names what runs instead: mma where it takes the shape and dtypes, else simt.
     const char* instead = attention_prefill_mma_supports(D, act, cache) ? "mma" : "simt";
-    require(wgmma_built,
-            "the wgmma attention prefill does not support D={} with {} activations and a {} KV cache on "
-            "compute capability {}.{} (built for D 64, 128, 256, bf16, compute capability 9.0 only; use "
-            "--attn-prefill {})",
-            D, dtype_name(act), dtype_name(cache), major, d.cc_minor, instead);
-    require(wgmma_fits,
-            "the wgmma attention prefill needs {} bytes of shared memory per block for D={}; this device "
-            "allows {} (use --attn-prefill mma)",
-            attention_prefill_wgmma_smem(D), D, optin);
+    refuse_unless(wgmma_built,
+                  "the wgmma attention prefill does not support D={} with {} activations and a {} KV cache on "
+                  "compute capability {}.{} (built for D 64, 128, 256, bf16, compute capability 9.0 only; use "
+                  "--attn-prefill {})",
+                  D, dtype_name(act), dtype_name(cache), major, d.cc_minor, instead);
+    refuse_unless(wgmma_fits,
+                  "the wgmma attention prefill needs {} bytes of shared memory per block for D={}; this device "
+                  "allows {} (use --attn-prefill mma)",
+                  attention_prefill_wgmma_smem(D), D, optin);
     return want;
   }
   const bool built = attention_prefill_mma_supports(D, act, cache) && major >= 8;    // mma.sync bf16: sm_80+
@@ -77,14 +87,14 @@ AttnPrefill resolve_attn_prefill(AttnPrefill want, int D, DType act, DType cache
     if (prefill && wgmma_built && wgmma_fits) return AttnPrefill::wgmma;
     return built && fits ? AttnPrefill::mma : AttnPrefill::simt;
   }
-  require(built,
-          "the tensor-core attention prefill does not support D={} with {} activations and a {} KV cache on "
-          "compute capability {}.x (built for D 32, 64, 128, 256, bf16, sm_80+; use --attn-prefill simt)",
-          D, dtype_name(act), dtype_name(cache), major);
-  require(fits,
-          "the tensor-core attention prefill needs {} bytes of shared memory per block for D={}; this device "
-          "allows {} (use --attn-prefill simt)",
-          attention_prefill_mma_smem(D, 1), D, optin);
+  refuse_unless(built,
+                "the tensor-core attention prefill does not support D={} with {} activations and a {} KV cache on "
+                "compute capability {}.x (built for D 32, 64, 128, 256, bf16, sm_80+; use --attn-prefill simt)",
+                D, dtype_name(act), dtype_name(cache), major);
+  refuse_unless(fits,
+                "the tensor-core attention prefill needs {} bytes of shared memory per block for D={}; this device "
+                "allows {} (use --attn-prefill simt)",
+                attention_prefill_mma_smem(D, 1), D, optin);
   return want;
 }
 
@@ -105,15 +115,15 @@ AttnDecode resolve_attn_decode(AttnDecode want, int Hq, int Hkv, int D, DType ac
   const bool built = attention_decode_mma_supports(Hq, Hkv, D, act, cache) && major >= 8;  // mma.sync bf16: sm_80+
   const bool fits = attention_decode_mma_smem(D) <= static_cast<size_t>(optin);
   if (want == AttnDecode::automatic) return built && fits ? AttnDecode::mma : AttnDecode::simt;
-  require(built,
-          "the tensor-core attention decode does not support Hq={} Hkv={} D={} with {} activations and a {} KV "
-          "cache on compute capability {}.x (built for D 64, 128, 256, at most 8 query heads per kv head, bf16, "
-          "sm_80+; use --attn-decode simt)",
-          Hq, Hkv, D, dtype_name(act), dtype_name(cache), major);
-  require(fits,
-          "the tensor-core attention decode needs {} bytes of shared memory per block for D={}; this device "
-          "allows {} (use --attn-decode simt)",
-          attention_decode_mma_smem(D), D, optin);
+  refuse_unless(built,
+                "the tensor-core attention decode does not support Hq={} Hkv={} D={} with {} activations and a {} KV "
+                "cache on compute capability {}.x (built for D 64, 128, 256, at most 8 query heads per kv head, bf16, "
+                "sm_80+; use --attn-decode simt)",
+                Hq, Hkv, D, dtype_name(act), dtype_name(cache), major);
+  refuse_unless(fits,
+                "the tensor-core attention decode needs {} bytes of shared memory per block for D={}; this device "
+                "allows {} (use --attn-decode simt)",
+                attention_decode_mma_smem(D), D, optin);
   return want;
 }
 
@@ -124,16 +134,16 @@ GemmKind resolve_gemm(GemmKind want, DType act, const DeviceLimits& d) {
     return wgmma_built ? GemmKind::wgmma_large : built ? GemmKind::mixed : GemmKind::cublas;
   if (want == GemmKind::cublas || want == GemmKind::lt || want == GemmKind::lt_all) return want;
   if (want == GemmKind::wgmma || want == GemmKind::wgmma_large) {
-    require(wgmma_built,
-            "the wgmma GEMM takes bf16 activations on compute capability 9.0 (this step: {} on {}.{}; use "
-            "--gemm mixed or cublas)",
-            dtype_name(act), d.cc_major, d.cc_minor);
+    refuse_unless(wgmma_built,
+                  "the wgmma GEMM takes bf16 activations on compute capability 9.0 (this step: {} on {}.{}; use "
+                  "--gemm mixed or cublas)",
+                  dtype_name(act), d.cc_major, d.cc_minor);
     return want;
   }
-  require(built,
-          "the skinny GEMM takes bf16 activations on sm_90+ (this step: {} on compute capability {}.x; use "
-          "--gemm cublas)",
-          dtype_name(act), d.cc_major);
+  refuse_unless(built,
+                "the skinny GEMM takes bf16 activations on sm_90+ (this step: {} on compute capability {}.x; use "
+                "--gemm cublas)",
+                dtype_name(act), d.cc_major);
   return want;
 }
 
@@ -155,9 +165,9 @@ PdlMode parse_pdl(const std::string& name) {
 
 PdlMode resolve_pdl(PdlMode want, const DeviceLimits& d) {
   if (want == PdlMode::automatic) return d.cc_major >= 9 ? PdlMode::on : PdlMode::off;
-  require(want == PdlMode::off || d.cc_major >= 9,
-          "programmatic dependent launch needs sm_90+ (this device: compute capability {}.x; use --pdl off)",
-          d.cc_major);
+  refuse_unless(want == PdlMode::off || d.cc_major >= 9,
+                "programmatic dependent launch needs sm_90+ (this device: compute capability {}.x; use --pdl off)",
+                d.cc_major);
   return want;
 }
 
@@ -179,17 +189,18 @@ DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool pre
   if (want == DeltaPrefill::wgmma || want == DeltaPrefill::wgmma_t) {
     const char* form = want == DeltaPrefill::wgmma ? "the warpgroup delta-rule prefill"
                                                    : "the two-kernel warpgroup delta-rule prefill (wgmma-t)";
-    require(wgmma_built,
-            "{} is built for bf16 activations with Dk = Dv = 128, not {} with Dk={} Dv={} (use --delta-prefill mma "
-            "or chunked)",
-            form, dtype_name(act), g.Dk, g.Dv);
-    require(wgmma_device, "{} needs compute capability 9.0 (sm_90a), not {}.{} (use --delta-prefill mma)", form,
-            d.cc_major, d.cc_minor);
+    refuse_unless(
+        wgmma_built,
+        "{} is built for bf16 activations with Dk = Dv = 128, not {} with Dk={} Dv={} (use --delta-prefill mma "
+        "or chunked)",
+        form, dtype_name(act), g.Dk, g.Dv);
+    refuse_unless(wgmma_device, "{} needs compute capability 9.0 (sm_90a), not {}.{} (use --delta-prefill mma)", form,
+                  d.cc_major, d.cc_minor);
     const size_t smem =
         want == DeltaPrefill::wgmma ? delta_rule_prefill_wgmma_smem() : delta_rule_prefill_wgmma_t_smem();
-    require(smem <= static_cast<size_t>(optin),
-            "{} needs {} bytes of shared memory per block; this device allows {} (use --delta-prefill mma)", form, smem,
-            optin);
+    refuse_unless(smem <= static_cast<size_t>(optin),
+                  "{} needs {} bytes of shared memory per block; this device allows {} (use --delta-prefill mma)", form,
+                  smem, optin);
     return want;
   }
   const bool mma_built = delta_rule_prefill_mma_supports(g.Dk, g.Dv) && d.cc_major >= 8;  // mma.sync bf16: sm_80+
@@ -199,26 +210,27 @@ DeltaPrefill resolve_delta_prefill(DeltaPrefill want, const GdnDims& g, bool pre
   // keep the chunked kernel's 1e-5 (parity runs).
   if (want == DeltaPrefill::automatic && act == DType::bf16 && mma_fits) return DeltaPrefill::mma;
   if (want == DeltaPrefill::mma) {
-    require(mma_built,
-            "the tensor-core delta-rule prefill does not support Dk={} Dv={} on compute capability {}.x (built "
-            "for Dk 32, 64, 128 on sm_80+; use --delta-prefill chunked or scan)",
-            g.Dk, g.Dv, d.cc_major);
+    refuse_unless(mma_built,
+                  "the tensor-core delta-rule prefill does not support Dk={} Dv={} on compute capability {}.x (built "
+                  "for Dk 32, 64, 128 on sm_80+; use --delta-prefill chunked or scan)",
+                  g.Dk, g.Dv, d.cc_major);
     const size_t mma_smem = delta_rule_prefill_mma_smem(g.Dk, delta_rule_prefill_mma_tile(g.Dv), act);
-    require(mma_smem <= static_cast<size_t>(optin),
-            "the tensor-core delta-rule prefill needs {} bytes of shared memory per block for Dk={} Dv={}; this "
-            "device allows {} (use --delta-prefill scan)",
-            mma_smem, g.Dk, g.Dv, optin);
+    refuse_unless(mma_smem <= static_cast<size_t>(optin),
+                  "the tensor-core delta-rule prefill needs {} bytes of shared memory per block for Dk={} Dv={}; this "
+                  "device allows {} (use --delta-prefill scan)",
+                  mma_smem, g.Dk, g.Dv, optin);
     return want;
   }
   const bool built = delta_rule_prefill_chunked_supports(g.Dk, g.Dv);
   const size_t smem = built ? delta_rule_prefill_chunked_smem(g.Dk, delta_rule_prefill_chunked_tile(g.Dv)) : 0;
   const bool fits = smem <= static_cast<size_t>(optin);
   if (want == DeltaPrefill::automatic) return built && fits ? DeltaPrefill::chunked : DeltaPrefill::scan;
-  require(built, "the chunked delta-rule prefill does not support Dk={} Dv={} (built for Dk 32, 64, 128)", g.Dk, g.Dv);
-  require(fits,
-          "the chunked delta-rule prefill needs {} bytes of shared memory per block for Dk={} Dv={}; this "
-          "device allows {} (use --delta-prefill scan)",
-          smem, g.Dk, g.Dv, optin);
+  refuse_unless(built, "the chunked delta-rule prefill does not support Dk={} Dv={} (built for Dk 32, 64, 128)", g.Dk,
+                g.Dv);
+  refuse_unless(fits,
+                "the chunked delta-rule prefill needs {} bytes of shared memory per block for Dk={} Dv={}; this "
+                "device allows {} (use --delta-prefill scan)",
+                smem, g.Dk, g.Dv, optin);
   return want;
 }
 

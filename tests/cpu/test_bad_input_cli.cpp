@@ -184,6 +184,12 @@ std::vector<CliCase> option_cases() {
   add("kernels --shape given twice", {"kernels", "--shape", "4b-decode-b32,4b-decode-b32"}, 1,
       {"--shape: '4b-decode-b32' is given twice"});
   add("kernels --op given twice", {"kernels", "--op", "gemm,postconv,gemm"}, 1, {"--op: 'gemm' is given twice"});
+  add("plan --delta-prefill wgmma-t with f32", {"plan", "--dtype", "f32", "--delta-prefill", "wgmma-t"}, 1,
+      {"(wgmma-t) is built for bf16 activations with Dk = Dv = 128, not f32", "use --delta-prefill mma or chunked"});
+  add("plan --delta-prefill wgmma-t on the tiny preset", {"plan", "--preset", "tiny", "--delta-prefill", "wgmma-t"}, 1,
+      {"not bf16 with Dk=32 Dv=32"});
+  add("plan --weights with --preset", {"plan", "--weights", base_fixture().string(), "--preset", "tiny"}, 108,
+      {"excludes"});
   // Refused on either path, before the device is probed.
   add("bench --workload gdn-layer --phase prefill", {"bench", "--workload", "gdn-layer", "--phase", "prefill"}, 1,
       {"bench --workload gdn-layer cannot apply:", "--phase prefill (the gdn-layer workload is decode only)"});

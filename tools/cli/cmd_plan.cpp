@@ -97,10 +97,10 @@ int run_plan(const PlanOptions& o) {
     const Qwen35Config& rc = o.tp > 1 ? r.config : c;
     // wgmma-t's chunk records: asked for, or what auto resolves to on the plan's device.
     const DeltaPrefill want = parse_delta_prefill(o.delta_prefill);
+    // resolve_delta_prefill refuses a form the model or dtype cannot run (wgmma-t for f32, or for
+    // the tiny presets' head sizes), as the step would, instead of planning its workspace.
     const bool two_kernel =
-        want == DeltaPrefill::wgmma_t ||
-        (want == DeltaPrefill::automatic &&
-         resolve_delta_prefill(want, rc.gdn, p.max_prefill_tokens > 0, p.act, kPlanDevice) == DeltaPrefill::wgmma_t);
+        resolve_delta_prefill(want, rc.gdn, p.max_prefill_tokens > 0, p.act, kPlanDevice) == DeltaPrefill::wgmma_t;
     if (two_kernel && rc.num_linear_attention() > 0 && p.max_prefill_tokens > 0) {
       rp.delta_workspace_bytes =
           delta_records::workspace_bytes(p.max_prefill_tokens, p.max_prefill_seqs, rc.gdn.Hv);  // this rank's v-heads
@@ -141,10 +141,11 @@ void register_plan(CLI::App& app, Action& action) {
       "activations, step metadata, workspace), for a preset or a checkpoint's config.json, whole or per "
       "tensor-parallel rank, against a device's memory. Needs no GPU.");
   static PlanOptions o;
-  cmd->add_option("--preset", o.preset, "Model preset (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv)")
-      ->capture_default_str();
+  auto* preset_opt = cmd->add_option("--preset", o.preset, "Model preset (qwen3.5-4b, qwen3.5-27b, tiny, tiny-dkdv)")
+                         ->capture_default_str();
   cmd->add_option("--weights", o.weights, "Hugging Face checkpoint folder: its config.json gives the model")
-      ->check(CLI::ExistingDirectory);
+      ->check(CLI::ExistingDirectory)
+      ->excludes(preset_opt);  // one model: the checkpoint's or the preset's
   cmd->add_option("--max-seqs", o.max_seqs, "Decode rows and prefill sequences a step takes")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));

@@ -12,6 +12,21 @@
 
 using namespace sg;
 
+namespace {
+
+// The message of the sg::Error that `resolve` throws, "(no error)" when it throws none.
+template <class F>
+std::string message(F&& resolve) {
+  try {
+    resolve();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
 TEST_CASE("pdl setting: parses, names and resolves by compute capability", "[pdl][settings]") {
   for (const char* name : {"auto", "off", "on"}) CHECK(std::string(pdl_name(parse_pdl(name))) == name);
   CHECK_THROWS_AS(parse_pdl("yes"), Error);
@@ -40,14 +55,6 @@ TEST_CASE("attn_prefill wgmma: auto and asked for, resolved only for bf16 D 64/1
   h200.cc_major = 9, h200.cc_minor = 0, h200.smem_optin = 232448;
   ampere = h200, ampere.cc_major = 8;
   blackwell = h200, blackwell.cc_major = 10;
-  auto message = [](auto&& resolve) {
-    try {
-      resolve();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
   for (int D : {64, 128, 256})
     CHECK(resolve_attn_prefill(AttnPrefill::wgmma, D, DType::bf16, DType::bf16, true, h200) == AttnPrefill::wgmma);
   // auto picks it where it runs and fits (the faster kernel on the H200, docs/BENCHMARKS.md), mma
@@ -256,14 +263,6 @@ TEST_CASE("attn_decode: names, the parser, and auto is mma where the tensor-core
           "[attention][settings]") {
   for (const char* name : {"auto", "simt", "mma"})
     CHECK(std::string(attn_decode_name(parse_attn_decode(name))) == name);
-  auto message = [](auto&& resolve) {
-    try {
-      resolve();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
   CHECK(message([] { parse_attn_decode("wgmma"); }) == "unknown attention decode 'wgmma' (valid: auto, simt, mma)");
   DeviceLimits h200, volta, small;
   h200.cc_major = 9, h200.cc_minor = 0, h200.smem_optin = 232448;

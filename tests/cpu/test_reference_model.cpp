@@ -13,6 +13,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -356,9 +357,10 @@ TEST_CASE("reference model: bf16 activations stay close to f32") {
   // The synthetic models are sensitive: measured, a 1e-3 relative perturbation of the embeddings
   // alone moves the logits by 1-1.5% (l2) after 6 layers (the decay g = -A softplus(a + dt_bias)
   // with A up to 16 amplifies errors in `a`). With ~60 bf16 roundings per token, the measured l2
-  // relative difference of the logits is 4.2% (tiny) and 8.2% (tiny-dkdv), so the bound is 0.2: this
-  // checks that the roundings happen and that nothing blows up, not bf16 accuracy.
-  for (const std::string name : {"tiny", "tiny-dkdv"}) {
+  // relative difference of the logits is 4.2% (tiny) and 8.2% (tiny-dkdv); the inputs are seeded, so
+  // each preset's value is held within a factor of two: the roundings happen (not far less error)
+  // and nothing drifts or blows up (not far more). This is not a bound on bf16 accuracy.
+  for (const auto& [name, measured] : {std::pair<std::string, double>{"tiny", 0.042}, {"tiny-dkdv", 0.082}}) {
     CAPTURE(name);
     ReferenceModel f = make_model(name, 1, 64);
     ReferenceModel h = make_model(name, 1, 64, ReferenceOptions{ref::Store::bf16});
@@ -372,8 +374,8 @@ TEST_CASE("reference model: bf16 activations stay close to f32") {
     }
     const double e = std::sqrt(d2 / s2);
     INFO("bf16 vs f32 logits, l2 relative difference: " << e);
-    CHECK(e > 1e-4);  // the roundings happen
-    CHECK(e < 0.2);   // and nothing blows up
+    CHECK(e > measured / 2);
+    CHECK(e < measured * 2);
     CHECK(all_finite(b));
   }
 }

@@ -195,7 +195,6 @@ TEST_CASE("safetensors fuzz: mutated files open and read, or throw sg::Error", "
     }
   }
   INFO("opened " << opened << ", rejected " << rejected << ", checksum " << checksum);
-  CHECK(opened + rejected == iterations);
   // Both outcomes must be common, or the mutations are not exercising the checks.
   CHECK(opened > iterations / 20);
   CHECK(rejected > iterations / 4);
@@ -240,7 +239,6 @@ TEST_CASE("checkpoint fuzz: mutated index files open or throw sg::Error", "[mode
       ++rejected;
     }
   }
-  CHECK(opened + rejected == 400);
   CHECK(opened > 0);
   CHECK(rejected > 0);
 }

@@ -107,7 +107,8 @@ std::vector<CliCase> option_cases() {
   add("plan --max-seqs 0", {"plan", "--max-seqs", "0"}, kCli11Invalid, {"--max-seqs"});
   add("plan --weights a missing folder", {"plan", "--weights", "no/such/folder"}, kCli11Invalid, {"--weights"});
   add("plan --preset unknown", {"plan", "--preset", "nope"}, 1, {"unknown preset 'nope'"});
-  add("plan --json into a missing folder", {"plan", "--json", "no/such/folder/p.json"}, 1, {"--json"});
+  add("plan --json into a missing folder", {"plan", "--json", "no/such/folder/p.json"}, 1,
+      {"--json no/such/folder/p.json: cannot write this file"});
   auto* plan27 = add(
       "plan of the 27B at 64 slots of 32768 tokens over two ranks (runs)",
       {"plan", "--preset", "qwen3.5-27b", "--slots", "64", "--context", "32768", "--tp", "2", "--json", "{dir}/p.json"},
@@ -143,8 +144,10 @@ std::vector<CliCase> option_cases() {
   add("kernels --op with the settings' ops, without a GPU",  // the ops parse: the refusal is the GPU's
       {"kernels", "--op", "delta_rule.prefill,attention.prefill,gemm"}, 1, {"needs a GPU"});
   add("bench --cpu --csv", {"bench", "--cpu", "--csv", "x.csv"}, 1, {"--csv (per-node statistics"});
-  add("bench --cpu --trace", {"bench", "--cpu", "--trace", "t.json"}, 1, {"--trace"});
-  add("bench --cpu --dot", {"bench", "--cpu", "--dot", "g.dot"}, 1, {"--dot"});
+  add("bench --cpu --trace", {"bench", "--cpu", "--trace", "t.json"}, 1,
+      {"--trace (the trace is of graph replays on a GPU)"});
+  add("bench --cpu --dot", {"bench", "--cpu", "--dot", "g.dot"}, 1,
+      {"--dot (the graphs are CUDA graphs captured on a GPU)"});
   add("bench --cpu --attn-decode", {"bench", "--cpu", "--attn-decode", "mma"}, 1, {"--attn-decode (chooses a GPU"});
   add("bench --cpu --gemm", {"bench", "--cpu", "--gemm", "skinny"}, 1, {"--gemm (chooses a GPU projection kernel)"});
   add("bench --cpu --marginal", {"bench", "--cpu", "--marginal"}, 1, {"--marginal (disables nodes"});

@@ -193,6 +193,9 @@ std::vector<CliCase> option_cases() {
       {"not bf16 with Dk=32 Dv=32"});
   add("plan --weights with --preset", {"plan", "--weights", base_fixture().string(), "--preset", "tiny"}, 108,
       {"excludes"});
+  add("generate --weights with --seed (runs, says the seed is not used)",
+      {"generate", "--cpu", "--weights", base_fixture().string(), "--seed", "7", "--max-new", "1"}, 0,
+      {"note: --seed 7 ignored: --weights gives the weights"});
   // Refused on either path, before the device is probed.
   add("bench --workload gdn-layer --phase prefill", {"bench", "--workload", "gdn-layer", "--phase", "prefill"}, 1,
       {"bench --workload gdn-layer cannot apply:", "--phase prefill (the gdn-layer workload is decode only)"});

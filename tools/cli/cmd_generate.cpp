@@ -58,6 +58,7 @@ struct GenerateOptions {
   std::string ssm_state = "f32";  // the GDN recurrent state's dtype (f32 or bf16), GPU and CPU
   ArmOptions arms;
   bool gpu_setting_given = false;  // a GPU kernel setting given (--attn-prefill, --gemm, ...: no CPU meaning)
+  bool seed_given = false;         // --seed given (it seeds synthetic weights only)
   bool check_nodes = false;        // eager steps, every kernel node synchronised and checked
   std::string fault_after;         // a fault drill's node, "LAYER:OP[@RUN]" (empty: none)
   int tp = 1;                      // tensor-parallel ranks (CPU reference only, models/tp_reference.h)
@@ -114,6 +115,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
   if (!o.weights.empty()) {
     const std::filesystem::path dir(o.weights);
     if (!o.preset.empty()) notes.push_back(fmt::format("--preset {} ignored: --weights gives the config", o.preset));
+    if (o.seed_given) notes.push_back(fmt::format("--seed {} ignored: --weights gives the weights", o.seed));
     cfg = load_hf_config(dir / "config.json");
     const Checkpoint ck = Checkpoint::open(dir);
     check_token_range(prompt, cfg.vocab, cfg.name);  // before reading gigabytes of weights
@@ -228,6 +230,7 @@ int run(const GenerateOptions& o) {
   if (!o.weights.empty()) {
     const std::filesystem::path dir(o.weights);
     if (!o.preset.empty()) notes.push_back(fmt::format("--preset {} ignored: --weights gives the config", o.preset));
+    if (o.seed_given) notes.push_back(fmt::format("--seed {} ignored: --weights gives the weights", o.seed));
     cfg = load_hf_config(dir / "config.json");
     ck = Checkpoint::open(dir);
     source = fmt::format("checkpoint {} ({} shard(s), {} tensors ignored)", printable(dir.string(), 4096),
@@ -390,6 +393,7 @@ void register_generate(CLI::App& app, Action& action) {
                 "for finding a fault that a replayed graph reported");
   add_fault_after_option(cmd, o.fault_after, "in the captured graphs and, with --check-nodes, in the eager steps");
   cmd->callback([&action, cmd] {
+    o.seed_given = cmd->count("--seed") > 0;
     o.gpu_setting_given = cmd->count("--attn-prefill") + cmd->count("--attn-decode") + cmd->count("--gemm") +
                               cmd->count("--pdl") + cmd->count("--swiglu") + cmd->count("--gated-norm") +
                               cmd->count("--mix-round") >

@@ -369,7 +369,8 @@ std::vector<CliCase> option_cases() {
   auto* gen_bf16 = add("generate --cpu with a bf16 SSM state",
                        {"generate", "--cpu", "--ssm-state", "bf16", "--max-new", "3"}, 0, {"GDN state bf16"});
   gen_bf16->seconds = 120;
-  add("no subcommand, only an unknown word", {"nope"}, -1, {"A subcommand is required"});
+  add("an unknown command", {"nope"}, 109, {"stepgraph: unknown command 'nope' (the commands: bench, kernels,"});
+  add("no command at all", {}, -1, {"A subcommand is required"});
   return v;
 }
 

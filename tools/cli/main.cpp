@@ -4,6 +4,7 @@
 #include <new>
 
 #include "engine/error.h"
+#include "engine/text.h"
 #include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
 
@@ -28,6 +29,15 @@ int main(int argc, char** argv) {
   sg::cli::register_diff(app, action);
   sg::cli::register_drift(app, action);
   sg::cli::register_plan(app, action);
+  // An unknown command is named (CLI11 would only say that a subcommand is required).
+  if (argc > 1 && argv[1][0] != '-' &&
+      app.get_subcommands([&](CLI::App* c) { return c->check_name(argv[1]); }).empty()) {
+    std::string names;
+    for (const CLI::App* c : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + c->get_name();
+    std::fprintf(stderr, "stepgraph: unknown command '%s' (the commands: %s; see stepgraph --help)\n",
+                 sg::printable(argv[1], 60).c_str(), names.c_str());
+    return static_cast<int>(CLI::ExitCodes::ExtrasError);
+  }
   try {
     sg::cli::check_decimal_integers(app, argc, argv);  // CLI11 would read "0100" as octal
     app.parse(argc, argv);

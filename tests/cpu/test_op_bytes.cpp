@@ -21,6 +21,16 @@ TEST_CASE("op bytes: the 4B decode-b32 shapes", "[op_bytes]") {
         4.0 * 32 * 32 * 128 * 128);
   // gdn.decode fused: 138.3 MB (the gdn.decode rows).
   CHECK(op_bytes::gdn_decode_fused(32, 16, 32, 128, 128, 4, 2, 2, 4) == 138285312.0);
+  // Counted by hand on the 4B's GDN layer (C = 2 x 16 x 128 + 32 x 128 = 8192 channels, bf16):
+  // gdn.prefill fused over 32 x 1024 tokens, no state read: x read and q, k, v written (2 x 32768 x
+  // 8192 x 2), a and b read (2 x 32768 x 32 x 2), g and beta written in f32 (2 x 4 x 32768 x 32),
+  // the conv state written (32 x 8192 x 3 x 2), the conv weights in f32 (4 x 8192 x 4), A_log and
+  // dt_bias (2 x 4 x 32).
+  CHECK(op_bytes::gdn_prefill_fused(32768, 32, 16, 32, 128, 128, 4, 2, 2, false) ==
+        1073741824.0 + 4194304 + 8388608 + 1572864 + 131072 + 256);
+  // The prep arm's conv + post-conv at 32 rows: x read and q, k, v written (2 x 32 x 8192 x 2), the
+  // conv state read and written (2 x 32 x 8192 x 3 x 2), the weights, a and b, g and beta, A_log and dt_bias.
+  CHECK(op_bytes::gdn_decode_prep(32, 16, 32, 128, 128, 4, 2, 2) == 1048576.0 + 3145728 + 131072 + 4096 + 8192 + 256);
   CHECK(op_bytes::gdn_decode_fused(32, 16, 32, 128, 128, 4, 2, 2, 4) -
             op_bytes::gdn_decode_fused(32, 16, 32, 128, 128, 4, 2, 2, 2) ==
         4.0 * 32 * 32 * 128 * 128);

@@ -127,6 +127,7 @@ std::vector<FileCase> config_cases() {
                          return o + "}";
                        }()),
       {"key 'layer_types'"});
+  v.back().seconds = 60;  // the old parser: about 80 s
   add("config: not an object", config_text(R"([1, 2, 3])"), {"must be a JSON object, got [1,2,3]"});
   add("config: huge GDN head sizes fail the memory check", config_with([](json& c) { c = huge_head_config(); }),
       {"needs", "of host memory", "SSM state"});
@@ -172,6 +173,7 @@ std::vector<FileCase> safetensors_cases() {
         return h + "}";
       }()),
       {"{dir}/m.safetensors", "16 bytes after the end of the tensor data"});
+  v.back().seconds = 90;  // AddressSanitizer makes its 200,000 entries take tens of seconds (the old parser: minutes)
   add("safetensors: header nested 100000 deep", st_file("{\"w\":" + nested_arrays(100000) + "}"),
       {"{dir}/m.safetensors", "header nests deeper than 8"});
   add("safetensors: escape sequence in a tensor name",

@@ -58,7 +58,20 @@ std::vector<CliCase> option_cases() {
       {"--tokens: empty entry in '1,2,'"});
   add("generate --tokens with an empty entry", {"generate", "--cpu", "--tokens", "1,,2"}, 1,
       {"--tokens: empty entry in '1,,2'"});
-  add("generate --tokens empty", {"generate", "--cpu", "--tokens", ""}, 1, {"--tokens: no token ids given"});
+  add("generate --tokens blank", {"generate", "--cpu", "--tokens", " "}, 1, {"--tokens: no token ids given"});
+  // An empty value is refused by name before parsing (the commands read an empty path as "not
+  // given": `--json ""` wrote nothing, `bench --cpu --csv ""` slipped past the CPU path's refusal).
+  add("generate --tokens empty", {"generate", "--cpu", "--tokens", ""}, kCli11Invalid, {"--tokens: an empty value"});
+  add("plan --json empty", {"plan", "--preset", "tiny", "--json", ""}, kCli11Invalid, {"--json: an empty value"});
+  add("plan --json= empty", {"plan", "--preset", "tiny", "--json="}, kCli11Invalid, {"--json: an empty value"});
+  add("bench --cpu --csv empty", {"bench", "--cpu", "--csv", ""}, kCli11Invalid, {"--csv: an empty value"});
+  add("bench --cpu --lt-choices empty", {"bench", "--cpu", "--lt-choices", ""}, kCli11Invalid,
+      {"--lt-choices: an empty value"});
+  add("serve --trace empty", {"serve", "--cpu", "--preset", "tiny", "--trace", ""}, kCli11Invalid,
+      {"--trace: an empty value"});
+  add("generate --arm empty", {"generate", "--cpu", "--arm", ""}, kCli11Invalid, {"--arm: an empty value"});
+  // ... except selection A, where empty is the defaults: ab goes on to look for a GPU.
+  add("ab --a empty (the defaults)", {"ab", "--a", "", "--b", "gemm=mixed"}, 1, {"needs a GPU"});
   add("generate --tokens not a number", {"generate", "--cpu", "--tokens", "1,two"}, 1,
       {"--tokens: 'two' is not a token id"});
   add("generate --tokens negative", {"generate", "--cpu", "--tokens", "-5"}, 1, {"--tokens: '-5' is not a token id"});

@@ -197,7 +197,7 @@ bool is_plain_decimal(std::string_view v) {
 
 }  // namespace
 
-void check_decimal_integers(CLI::App& app, int argc, const char* const* argv) {
+void check_option_values(CLI::App& app, int argc, const char* const* argv) {
   int first = 1;
   while (first < argc && argv[first][0] == '-') ++first;
   if (first >= argc) return;
@@ -207,9 +207,9 @@ void check_decimal_integers(CLI::App& app, int argc, const char* const* argv) {
   } catch (const CLI::OptionNotFound&) {
     return;
   }
-  std::map<std::string, const CLI::Option*> options;  // "--context", "-n" -> the option
+  std::map<std::string, const CLI::Option*> options;  // "--context", "-n" -> the option (those taking a value)
   for (const CLI::Option* opt : sub->get_options()) {
-    if (!is_integer_option(opt)) continue;
+    if (opt->get_expected_max() == 0) continue;  // a flag
     for (const auto& n : opt->get_lnames()) options["--" + n] = opt;
     for (const auto& n : opt->get_snames()) options["-" + n] = opt;
   }
@@ -226,6 +226,13 @@ void check_decimal_integers(CLI::App& app, int argc, const char* const* argv) {
     }
     const auto it = options.find(name);
     if (it == options.end()) continue;
+    // An empty value (a path, a list, a name) would otherwise pass as "not given" and be ignored
+    // (`--json ""` wrote nothing). Selection A of ab and drift is the one where empty means the
+    // defaults, as when the option is left out.
+    if (value.empty() && name != "--a") {
+      throw CLI::ValidationError(name, "an empty value (leave the option out, or give it a value)");
+    }
+    if (!is_integer_option(it->second)) continue;
     const char delim = it->second->get_delimiter();
     size_t start = 0;
     for (;;) {

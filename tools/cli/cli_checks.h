@@ -87,13 +87,15 @@ void check_fault_matched(const FaultDrill& drill, bool matched, std::string_view
 // 2^64 - 1 are refused (CLI11 would wrap "-1" to 2^64 - 1).
 CLI::Validator unsigned_integer_check();
 
-// Before CLI11 parses: every value given to an integer option (CLI11 type INT or UINT) of the
-// subcommand on the command line must be a plain decimal integer, an optional sign then digits
-// with no leading zero ("-1", "0", "100"; each entry of a comma-separated list). CLI11 reads
-// integers with strtoll base 0, so "0100" would be 64 and "0x10" 16, and "08" was refused as out
-// of range. Throws CLI::ValidationError naming the option; where no subcommand is found, CLI11's
-// parse reports it.
-void check_decimal_integers(CLI::App& app, int argc, const char* const* argv);
+// Before CLI11 parses, the values given on the command line to the subcommand's options: none may
+// be empty (CLI11 stores "" as given, and the commands read an empty path or list as "not given",
+// so `--json ""` was ignored), except --a (ab, drift: empty is the defaults); and every value of an
+// integer option (CLI11 type INT or UINT) must be a plain decimal integer, an optional sign then
+// digits with no leading zero ("-1", "0", "100"; each entry of a comma-separated list). CLI11
+// reads integers with strtoll base 0, so "0100" would be 64 and "0x10" 16, and "08" was refused as
+// out of range. Throws CLI::ValidationError naming the option; where no subcommand is found,
+// CLI11's parse reports it.
+void check_option_values(CLI::App& app, int argc, const char* const* argv);
 
 // Reports the progress of a long loop on stderr, at most every `every` and only once the loop has
 // run that long: "generate: 120 / 100000 tokens, 31.5 tokens/s".

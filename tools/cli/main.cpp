@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
     return static_cast<int>(CLI::ExitCodes::ExtrasError);
   }
   try {
-    sg::cli::check_decimal_integers(app, argc, argv);  // CLI11 would read "0100" as octal
+    sg::cli::check_option_values(app, argc, argv);  // no empty values; "0100" is not octal
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

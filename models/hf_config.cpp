@@ -177,6 +177,11 @@ Qwen35Config parse_hf_config(const json& config, const std::string& origin) {
     c.layer_types = default_layer_types(c.layers, interval);
   }
 
+  // Optional (HF's default is the model class's): positions past it were never trained.
+  c.max_positions = 0;
+  if (const json* v = t.find("max_position_embeddings"))
+    c.max_positions = t.to_positive_int("max_position_embeddings", *v);
+
   // Embedding tying: the text config's key, else the top level's; HF's default is false.
   std::optional<bool> tie = t.opt_bool("tie_word_embeddings");
   if (nested) {

@@ -39,6 +39,9 @@ struct Qwen35Config {
   double rope_theta = 1e7;
   double partial_rotary = 0.25;     // rotary dim = D * partial_rotary (an even integer)
   bool tie_word_embeddings = true;  // lm_head is the embedding matrix (the 4B ties; the 27B does not)
+  // Positions the model was made for (config.json's max_position_embeddings; 262144 for Qwen3.5);
+  // 0 where a config.json does not say. generate refuses a prompt plus --max-new past it.
+  int max_positions = 262144;
 
   int rotary_dim() const;  // D * partial_rotary, rounded (validate() checks it is an even integer)
   bool is_full_attention(int layer) const {

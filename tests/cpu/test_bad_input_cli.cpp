@@ -378,6 +378,8 @@ std::vector<CliCase> option_cases() {
       {"--json no/such/folder/d.json: cannot write this file"});
   add("drift without a GPU", {"drift", "--preset", "tiny", "--b", "ssm-state=bf16"}, 1,
       {"drift runs the model's captured graphs, so it needs a GPU"});
+  add("drift --window past --max-new", {"drift", "--b", "ssm-state=bf16", "--max-new", "100", "--window", "256"}, 1,
+      {"drift: --window 256 is more than the 100 positions compared (--max-new)"});
   add("drift --max-new 0", {"drift", "--b", "ssm-state=bf16", "--max-new", "0"}, kCli11Invalid, {"--max-new"});
   auto* gen_bf16 = add("generate --cpu with a bf16 SSM state",
                        {"generate", "--cpu", "--ssm-state", "bf16", "--max-new", "3"}, 0, {"GDN state bf16"});
@@ -427,6 +429,34 @@ std::vector<CliCase> checkpoint_cases() {
   add("generate: a NaN weight",
       [](const fs::path& d) { poisoned_checkpoint(d, "model.layers.1.linear_attn.A_log", std::nanf(""), 1); },
       {"model.layers.1.linear_attn.A_log (in {dir}/model.safetensors) has 1 non-finite value"});
+  add("generate: prompt + --max-new past max_position_embeddings",
+      [](const fs::path& d) {
+        copy_checkpoint(d);
+        nlohmann::json c = base_config();
+        c["max_position_embeddings"] = 4;
+        write_text(d / "config.json", c.dump());
+      },
+      {"generate: the 3-token prompt and --max-new 2 take 5 positions, past the 4 of model",
+       "(max_position_embeddings in its config.json)"});
+  {  // exactly at the limit: runs
+    add("generate: prompt + --max-new at max_position_embeddings",
+        [](const fs::path& d) {
+          copy_checkpoint(d);
+          nlohmann::json c = base_config();
+          c["max_position_embeddings"] = 5;
+          write_text(d / "config.json", c.dump());
+        },
+        {"generated (2 tokens"});
+    v.back().exit_code = 0;
+  }
+  add("generate: max_position_embeddings not positive",
+      [](const fs::path& d) {
+        copy_checkpoint(d);
+        nlohmann::json c = base_config();
+        c["max_position_embeddings"] = 0;
+        write_text(d / "config.json", c.dump());
+      },
+      {"{dir}/config.json: key 'max_position_embeddings': must be positive, got 0"});
   add("generate: a tensor named twice",
       [](const fs::path& d) {
         copy_checkpoint(d);

@@ -117,6 +117,24 @@ TEST_CASE("HF config: a 4B-like text config gives the 4B preset", "[models][conf
   CHECK(c.is_full_attention(31));
 }
 
+TEST_CASE("HF config: max_position_embeddings is read where given, and checked", "[models][config]") {
+  CHECK(parse_hf_config(text_4b(), "c").max_positions == 262144);
+  CHECK(preset("qwen3.5-4b").max_positions == 262144);
+  json j = text_4b();
+  j["max_position_embeddings"] = 4096;
+  CHECK(parse_hf_config(j, "c").max_positions == 4096);
+  CHECK(parse_hf_config(multimodal(j), "c").max_positions == 4096);
+  j.erase("max_position_embeddings");
+  CHECK(parse_hf_config(j, "c").max_positions == 0);  // not said: not checked
+  j["max_position_embeddings"] = nullptr;
+  CHECK(parse_hf_config(j, "c").max_positions == 0);
+  for (const json& bad : {json(0), json(-5), json(1.5), json("4096")}) {
+    CAPTURE(bad.dump());
+    j["max_position_embeddings"] = bad;
+    expect_error([&] { parse_hf_config(j, "c/config.json"); }, {"c/config.json: key 'max_position_embeddings'"});
+  }
+}
+
 TEST_CASE("HF config: a multimodal config reads its nested text_config", "[models][config]") {
   Qwen35Config c = parse_hf_config(multimodal(text_4b()), "mm/config.json");
   check_same_model(c, preset("qwen3.5-4b"));

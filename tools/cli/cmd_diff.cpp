@@ -42,7 +42,8 @@ int run(const DiffOptions& o) {
   const std::string old_name = printable(o.old_path, 4096), new_name = printable(o.new_path, 4096);
   const nlohmann::json a = read_json_file(o.old_path), b = read_json_file(o.new_path);
   const BenchDiff d = diff_bench_reports(a, b, old_name, new_name);
-  fmt::print("old: {}\nnew: {}\n{}", old_name, new_name, format_bench_diff(d, {o.all, o.min_us}));
+  fmt::print("old: {}\nnew: {}\n{}", old_name, new_name,
+             format_bench_diff(d, {o.all, o.min_us + 0.0}));  // -0 prints as 0
   if (!o.json.empty()) {
     nlohmann::json j = bench_diff_json(d);
     j["old"] = old_name;

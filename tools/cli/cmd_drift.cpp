@@ -65,6 +65,12 @@ int run(const DriftOptions& o) {
       }
     }
   }
+  if (o.window > o.max_new) {
+    throw Error(
+        fmt::format("drift: --window {} is more than the {} positions compared (--max-new): give a window of "
+                    "at most {} positions, or more positions",
+                    o.window, o.max_new, o.max_new));
+  }
   const ResolvedArms base_arms = resolve_cli_arms(o.arms.arms);
   const Qwen35Config cfg = preset(o.preset);
   check_writable(o.json, "--json");

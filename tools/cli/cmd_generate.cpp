@@ -119,6 +119,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
     cfg = load_hf_config(dir / "config.json");
     const Checkpoint ck = Checkpoint::open(dir);
     check_token_range(prompt, cfg.vocab, cfg.name);  // before reading gigabytes of weights
+    check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name);
     weights = load_weights(ck, cfg);
     source = fmt::format("checkpoint {} ({} shard(s), {} tensors ignored)", printable(dir.string(), 4096),
                          ck.num_shards(), ck.ignored().size());
@@ -127,6 +128,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
     source = fmt::format("synthetic weights of preset '{}' generated on the GPU (seed {})", cfg.name, o.seed);
   }
   check_token_range(prompt, cfg.vocab, cfg.name);
+  check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name);
   check_fault_layer(fault, cfg.layers, cfg.name);  // before the step is built
   const std::string dtype = o.dtype.empty() ? "bf16" : o.dtype;
   ModelStepOptions so;
@@ -247,6 +249,7 @@ int run(const GenerateOptions& o) {
     source = fmt::format("synthetic weights of preset '{}' (seed {})", name, o.seed);
   }
   check_token_range(prompt, cfg.vocab, cfg.name);
+  check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name);
   if (o.tp > 1) tp_plan(cfg, o.tp);  // a rank count the model does not divide: the error before loading
   const int64_t ctx = static_cast<int64_t>(prompt.size()) + std::max(o.max_new, 1);
   // Everything the CPU reference will hold, against the memory there is, before any allocation

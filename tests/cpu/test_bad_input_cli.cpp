@@ -429,33 +429,22 @@ std::vector<CliCase> checkpoint_cases() {
   add("generate: a NaN weight",
       [](const fs::path& d) { poisoned_checkpoint(d, "model.layers.1.linear_attn.A_log", std::nanf(""), 1); },
       {"model.layers.1.linear_attn.A_log (in {dir}/model.safetensors) has 1 non-finite value"});
-  add("generate: prompt + --max-new past max_position_embeddings",
-      [](const fs::path& d) {
-        copy_checkpoint(d);
-        nlohmann::json c = base_config();
-        c["max_position_embeddings"] = 4;
-        write_text(d / "config.json", c.dump());
-      },
+  // The fixture's checkpoint with config.json's max_position_embeddings set to n (the run's prompt
+  // is 3 tokens, --max-new 2: 5 positions).
+  auto max_positions = [](int n) {
+    return [n](const fs::path& d) {
+      copy_checkpoint(d);
+      nlohmann::json c = base_config();
+      c["max_position_embeddings"] = n;
+      write_text(d / "config.json", c.dump());
+    };
+  };
+  add("generate: prompt + --max-new past max_position_embeddings", max_positions(4),
       {"generate: the 3-token prompt and --max-new 2 take 5 positions, past the 4 of model",
        "(max_position_embeddings in its config.json)"});
-  {  // exactly at the limit: runs
-    add("generate: prompt + --max-new at max_position_embeddings",
-        [](const fs::path& d) {
-          copy_checkpoint(d);
-          nlohmann::json c = base_config();
-          c["max_position_embeddings"] = 5;
-          write_text(d / "config.json", c.dump());
-        },
-        {"generated (2 tokens"});
-    v.back().exit_code = 0;
-  }
-  add("generate: max_position_embeddings not positive",
-      [](const fs::path& d) {
-        copy_checkpoint(d);
-        nlohmann::json c = base_config();
-        c["max_position_embeddings"] = 0;
-        write_text(d / "config.json", c.dump());
-      },
+  add("generate: prompt + --max-new at max_position_embeddings (runs)", max_positions(5), {"generated (2 tokens"});
+  v.back().exit_code = 0;
+  add("generate: max_position_embeddings not positive", max_positions(0),
       {"{dir}/config.json: key 'max_position_embeddings': must be positive, got 0"});
   add("generate: a tensor named twice",
       [](const fs::path& d) {

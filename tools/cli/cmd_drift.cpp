@@ -159,7 +159,7 @@ void register_drift(CLI::App& app, Action& action) {
   cmd->add_option("--max-new", o.max_new, "Positions compared: the prompt's last token and the generated ones")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 18));
-  cmd->add_option("--window", o.window, "Positions per row of the table")
+  cmd->add_option("--window", o.window, "Positions per row of the table (at most --max-new)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 18));
   cmd->add_option("--seed", o.seed, "Seed of the synthetic weights (an integer in [0, 2^64 - 1])")

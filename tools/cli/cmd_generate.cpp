@@ -320,8 +320,9 @@ void register_generate(CLI::App& app, Action& action) {
                   "Prompt token ids, comma separated (non-negative integers below the vocabulary size)")
       ->capture_default_str();
   cmd->add_option("--max-new", o.max_new,
-                  fmt::format("Tokens to generate, at most {} (the Qwen3.5 context length); runs longer than two "
-                              "seconds report progress on stderr",
+                  fmt::format("Tokens to generate, at most {} (the Qwen3.5 context length; with the prompt, at most "
+                              "the checkpoint's max_position_embeddings); runs longer than two seconds report "
+                              "progress on stderr",
                               kMaxNewTokens))
       ->capture_default_str()
       ->check(CLI::Range(0, kMaxNewTokens));

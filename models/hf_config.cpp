@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -178,9 +179,12 @@ Qwen35Config parse_hf_config(const json& config, const std::string& origin) {
   }
 
   // Optional (HF's default is the model class's): positions past it were never trained.
+  // Past INT_MAX it limits nothing a step can hold: kept as INT_MAX rather than refused.
   c.max_positions = 0;
-  if (const json* v = t.find("max_position_embeddings"))
-    c.max_positions = t.to_positive_int("max_position_embeddings", *v);
+  if (const json* v = t.find("max_position_embeddings")) {
+    const bool huge = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT_MAX);
+    c.max_positions = huge ? INT_MAX : t.to_positive_int("max_position_embeddings", *v);
+  }
 
   // Embedding tying: the text config's key, else the top level's; HF's default is false.
   std::optional<bool> tie = t.opt_bool("tie_word_embeddings");

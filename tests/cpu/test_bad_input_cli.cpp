@@ -72,6 +72,15 @@ std::vector<CliCase> option_cases() {
   add("generate --arm empty", {"generate", "--cpu", "--arm", ""}, kCli11Invalid, {"--arm: an empty value"});
   // ... except selection A, where empty is the defaults: ab goes on to look for a GPU.
   add("ab --a empty (the defaults)", {"ab", "--a", "", "--b", "gemm=mixed"}, 1, {"needs a GPU"});
+  add("ab --b empty (A against itself)", {"ab", "--b", ""}, 1, {"needs a GPU"});
+  add("an empty value with --help (the help)", {"plan", "--json", "", "--help"}, 0, {"--device-gib"});
+  // Every value of an option that takes several is checked, not only the first.
+  add("kernels --conv-update-channels 2 010", {"kernels", "--conv-update-channels", "2", "010"}, kCli11Invalid,
+      {"--conv-update-channels: '010' is not a plain decimal integer"});
+  add("kernels --shape with an empty second value", {"kernels", "--shape", "4b-decode-b1", ""}, kCli11Invalid,
+      {"--shape: an empty value"});
+  add("generate past the preset's context length", {"generate", "--cpu", "--preset", "tiny", "--max-new", "262144"}, 1,
+      {"take 262147 positions, past the 262144 of model 'tiny' (the preset's context length)"});
   add("generate --tokens not a number", {"generate", "--cpu", "--tokens", "1,two"}, 1,
       {"--tokens: 'two' is not a token id"});
   add("generate --tokens negative", {"generate", "--cpu", "--tokens", "-5"}, 1, {"--tokens: '-5' is not a token id"});
@@ -378,6 +387,9 @@ std::vector<CliCase> option_cases() {
       {"--json no/such/folder/d.json: cannot write this file"});
   add("drift without a GPU", {"drift", "--preset", "tiny", "--b", "ssm-state=bf16"}, 1,
       {"drift runs the model's captured graphs, so it needs a GPU"});
+  add("drift --max-new under the default window (runs on: one row)",
+      {"drift", "--b", "ssm-state=bf16", "--max-new", "100"}, 1,
+      {"drift runs the model's captured graphs, so it needs a GPU"});
   add("drift --window past --max-new", {"drift", "--b", "ssm-state=bf16", "--max-new", "100", "--window", "256"}, 1,
       {"drift: --window 256 is more than the 100 positions compared (--max-new)"});
   add("drift --max-new 0", {"drift", "--b", "ssm-state=bf16", "--max-new", "0"}, kCli11Invalid, {"--max-new"});
@@ -441,7 +453,7 @@ std::vector<CliCase> checkpoint_cases() {
   };
   add("generate: prompt + --max-new past max_position_embeddings", max_positions(4),
       {"generate: the 3-token prompt and --max-new 2 take 5 positions, past the 4 of model",
-       "(max_position_embeddings in its config.json)"});
+       "(max_position_embeddings in {dir}/config.json)"});
   add("generate: prompt + --max-new at max_position_embeddings (runs)", max_positions(5), {"generated (2 tokens"});
   v.back().exit_code = 0;
   add("generate: max_position_embeddings not positive", max_positions(0),

@@ -1,4 +1,5 @@
 // CPU tests of Hugging Face config.json parsing (models/hf_config.h) and of the built-in presets.
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -128,6 +129,8 @@ TEST_CASE("HF config: max_position_embeddings is read where given, and checked",
   CHECK(parse_hf_config(j, "c").max_positions == 0);  // not said: not checked
   j["max_position_embeddings"] = nullptr;
   CHECK(parse_hf_config(j, "c").max_positions == 0);
+  j["max_position_embeddings"] = uint64_t{10000000000};  // past INT_MAX: no limit that matters
+  CHECK(parse_hf_config(j, "c").max_positions == INT_MAX);
   for (const json& bad : {json(0), json(-5), json(1.5), json("4096")}) {
     CAPTURE(bad.dump());
     j["max_position_embeddings"] = bad;

@@ -99,12 +99,13 @@ void check_token_range(const std::vector<int64_t>& tokens, int64_t vocab, const 
   }
 }
 
-void check_positions(int64_t prompt, int64_t max_new, int64_t max_positions, const std::string& model) {
+void check_positions(int64_t prompt, int64_t max_new, int64_t max_positions, const std::string& model,
+                     const std::string& source) {
   if (max_positions <= 0 || prompt + max_new <= max_positions) return;
   throw Error(
       fmt::format("generate: the {}-token prompt and --max-new {} take {} positions, past the {} of model "
-                  "'{}' (max_position_embeddings in its config.json): positions past it were never trained",
-                  prompt, max_new, prompt + max_new, max_positions, printable(model)));
+                  "'{}' ({}): positions past it were never trained",
+                  prompt, max_new, prompt + max_new, max_positions, printable(model), source));
 }
 
 FaultDrill parse_fault_after(const std::string& text) {
@@ -209,6 +210,10 @@ void check_option_values(CLI::App& app, int argc, const char* const* argv) {
   int first = 1;
   while (first < argc && argv[first][0] == '-') ++first;
   if (first >= argc) return;
+  for (int i = first + 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-h" || a == "--help") return;  // the help, whatever else is given
+  }
   CLI::App* sub = nullptr;
   try {
     sub = app.get_subcommand(argv[first]);
@@ -221,27 +226,15 @@ void check_option_values(CLI::App& app, int argc, const char* const* argv) {
     for (const auto& n : opt->get_lnames()) options["--" + n] = opt;
     for (const auto& n : opt->get_snames()) options["-" + n] = opt;
   }
-  for (int i = first + 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--") break;
-    std::string name, value;
-    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string_view::npos) {
-      name = std::string(arg.substr(0, eq));
-      value = std::string(arg.substr(eq + 1));
-    } else if (options.count(std::string(arg)) && i + 1 < argc) {
-      name = std::string(arg);
-      value = argv[++i];
-    }
-    const auto it = options.find(name);
-    if (it == options.end()) continue;
-    // An empty value (a path, a list, a name) would otherwise pass as "not given" and be ignored
-    // (`--json ""` wrote nothing). Selection A of ab and drift is the one where empty means the
-    // defaults, as when the option is left out.
-    if (value.empty() && name != "--a") {
+  // An empty value (a path, a list, a name) would otherwise pass as "not given" and be ignored
+  // (`--json ""` wrote nothing). The selections of ab and drift are the options where empty means
+  // the defaults (--a as when it is left out, --b: the same as A).
+  auto check = [](const std::string& name, const CLI::Option* opt, const std::string& value) {
+    if (value.empty() && name != "--a" && name != "--b") {
       throw CLI::ValidationError(name, "an empty value (leave the option out, or give it a value)");
     }
-    if (!is_integer_option(it->second)) continue;
-    const char delim = it->second->get_delimiter();
+    if (!is_integer_option(opt)) return;
+    const char delim = opt->get_delimiter();
     size_t start = 0;
     for (;;) {
       const size_t end = delim ? value.find(delim, start) : std::string::npos;
@@ -253,6 +246,28 @@ void check_option_values(CLI::App& app, int argc, const char* const* argv) {
       }
       if (end == std::string::npos) break;
       start = end + 1;
+    }
+  };
+  for (int i = first + 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string_view::npos) {
+      const std::string name(arg.substr(0, eq));
+      if (const auto it = options.find(name); it != options.end())
+        check(name, it->second, std::string(arg.substr(eq + 1)));
+      continue;
+    }
+    const auto it = options.find(std::string(arg));
+    if (it == options.end()) continue;
+    // The values that follow: one, or for an option taking several (--shape a b), every argument up
+    // to the next that starts with '-' (as CLI11 reads them; a lone "" counts as a value).
+    const int most = it->second->get_expected_max();
+    for (int n = 0; n < most && i + 1 < argc; ++n) {
+      const std::string_view v = argv[i + 1];
+      if (n > 0 && (v.empty() ? false : v[0] == '-')) break;
+      if (v == "--") break;
+      check(std::string(arg), it->second, std::string(v));
+      ++i;
     }
   }
 }

@@ -8,6 +8,7 @@
 // the greedy tokens differ (drift_stats.h). Ctrl-C stops after the current position and reports
 // what was measured (exit 130). Needs a GPU.
 #include <fmt/format.h>
+#include <algorithm>
 
 #include <cstdio>
 #include <memory>
@@ -29,6 +30,7 @@ namespace {
 struct DriftOptions {
   std::string preset = "qwen3.5-4b";
   int prompt = 64, max_new = 2048, window = 256;
+  bool window_given = false;  // --window on the command line (else the default, at most --max-new)
   uint64_t seed = 1;
   ArmOptions arms;
   std::string a, b, json;
@@ -56,7 +58,8 @@ std::unique_ptr<ModelStep> build_side(const DriftOptions& o, const Qwen35Config&
   return step;
 }
 
-int run(const DriftOptions& o) {
+int run(DriftOptions o) {
+  if (!o.window_given) o.window = std::min(o.window, o.max_new);  // the default: one row at most
   const Selection sel_a = parse_selection(o.a, "--a"), sel_b = parse_selection(o.b, "--b");
   for (const Selection* s : {&sel_a, &sel_b}) {
     for (const SelectionItem& it : s->items) {
@@ -65,7 +68,7 @@ int run(const DriftOptions& o) {
       }
     }
   }
-  if (o.window > o.max_new) {
+  if (o.window_given && o.window > o.max_new) {
     throw Error(
         fmt::format("drift: --window {} is more than the {} positions compared (--max-new): give a window of "
                     "at most {} positions, or more positions",
@@ -159,7 +162,8 @@ void register_drift(CLI::App& app, Action& action) {
   cmd->add_option("--max-new", o.max_new, "Positions compared: the prompt's last token and the generated ones")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 18));
-  cmd->add_option("--window", o.window, "Positions per row of the table (at most --max-new)")
+  cmd->add_option("--window", o.window,
+                  "Positions per row of the table (at most --max-new; by default 256 or --max-new)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 18));
   cmd->add_option("--seed", o.seed, "Seed of the synthetic weights (an integer in [0, 2^64 - 1])")
@@ -167,7 +171,10 @@ void register_drift(CLI::App& app, Action& action) {
       ->check(unsigned_integer_check());
   add_arm_options(cmd, o.arms);
   cmd->add_option("--json", o.json, "Write the result as JSON to this file");
-  cmd->callback([&action] { action = [] { return run(dopt); }; });
+  cmd->callback([cmd, &action] {
+    dopt.window_given = cmd->count("--window") > 0;
+    action = [] { return run(dopt); };
+  });
 }
 
 }  // namespace sg::cli

@@ -102,6 +102,13 @@ void print_result(const GenerateOptions& o, const char* implementation, const Qw
   }
 }
 
+// Where the model's position limit comes from, for check_positions' message.
+std::string positions_source(const GenerateOptions& o) {
+  if (o.weights.empty()) return "the preset's context length";
+  return fmt::format("max_position_embeddings in {}",
+                     printable((std::filesystem::path(o.weights) / "config.json").string(), 4096));
+}
+
 // The GPU path: one slot, a prefill step of the whole prompt, then max_new - 1 decode steps (each
 // replays the batch-1 graph), feeding back the GPU's argmax.
 // `fault`: the drill parsed from --fault-after (off: none).
@@ -119,7 +126,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
     cfg = load_hf_config(dir / "config.json");
     const Checkpoint ck = Checkpoint::open(dir);
     check_token_range(prompt, cfg.vocab, cfg.name);  // before reading gigabytes of weights
-    check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name);
+    check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name, positions_source(o));
     weights = load_weights(ck, cfg);
     source = fmt::format("checkpoint {} ({} shard(s), {} tensors ignored)", printable(dir.string(), 4096),
                          ck.num_shards(), ck.ignored().size());
@@ -128,7 +135,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
     source = fmt::format("synthetic weights of preset '{}' generated on the GPU (seed {})", cfg.name, o.seed);
   }
   check_token_range(prompt, cfg.vocab, cfg.name);
-  check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name);
+  check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name, positions_source(o));
   check_fault_layer(fault, cfg.layers, cfg.name);  // before the step is built
   const std::string dtype = o.dtype.empty() ? "bf16" : o.dtype;
   ModelStepOptions so;
@@ -249,7 +256,7 @@ int run(const GenerateOptions& o) {
     source = fmt::format("synthetic weights of preset '{}' (seed {})", name, o.seed);
   }
   check_token_range(prompt, cfg.vocab, cfg.name);
-  check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name);
+  check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name, positions_source(o));
   if (o.tp > 1) tp_plan(cfg, o.tp);  // a rank count the model does not divide: the error before loading
   const int64_t ctx = static_cast<int64_t>(prompt.size()) + std::max(o.max_new, 1);
   // Everything the CPU reference will hold, against the memory there is, before any allocation

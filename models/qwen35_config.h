@@ -29,6 +29,9 @@ std::string_view layer_type_name(LayerType t);
 // interval 4: three GDN layers then one attention layer, repeated.
 std::vector<LayerType> default_layer_types(int layers, int full_attention_interval = 4);
 
+// The Qwen3.5 models' context length (their config.json's max_position_embeddings).
+inline constexpr int kQwen35ContextLength = 262144;
+
 struct Qwen35Config {
   std::string name;
   int hidden = 2560, layers = 32, intermediate = 9216, vocab = 248320;
@@ -39,9 +42,10 @@ struct Qwen35Config {
   double rope_theta = 1e7;
   double partial_rotary = 0.25;     // rotary dim = D * partial_rotary (an even integer)
   bool tie_word_embeddings = true;  // lm_head is the embedding matrix (the 4B ties; the 27B does not)
-  // Positions the model was made for (config.json's max_position_embeddings; 262144 for Qwen3.5);
-  // 0 where a config.json does not say. generate refuses a prompt plus --max-new past it.
-  int max_positions = 262144;
+  // Positions the model was made for (config.json's max_position_embeddings; the presets:
+  // kQwen35ContextLength); 0 where a config.json does not say. generate refuses a prompt plus
+  // --max-new past it.
+  int max_positions = kQwen35ContextLength;
 
   int rotary_dim() const;  // D * partial_rotary, rounded (validate() checks it is an even integer)
   bool is_full_attention(int layer) const {

@@ -264,8 +264,7 @@ void check_option_values(CLI::App& app, int argc, const char* const* argv) {
     const int most = it->second->get_expected_max();
     for (int n = 0; n < most && i + 1 < argc; ++n) {
       const std::string_view v = argv[i + 1];
-      if (n > 0 && (v.empty() ? false : v[0] == '-')) break;
-      if (v == "--") break;
+      if (v == "--" || (n > 0 && !v.empty() && v[0] == '-')) break;
       check(std::string(arg), it->second, std::string(v));
       ++i;
     }

@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "kernels/arms.h"
+#include "models/qwen35_config.h"
 
 namespace sg::cli {
 
-// The most tokens `generate --max-new` takes: the context length of the Qwen3.5 models
-// (max_position_embeddings).
-inline constexpr int kMaxNewTokens = 262144;
+// The most tokens `generate --max-new` takes: the context length of the Qwen3.5 models.
+inline constexpr int kMaxNewTokens = kQwen35ContextLength;
 
 // resolve_arms(cli_arms, read_env): throws ArmError for an unknown op or arm (listing the valid ones).
 ResolvedArms resolve_cli_arms(const std::vector<std::string>& cli_arms);
@@ -96,11 +96,11 @@ CLI::Validator unsigned_integer_check();
 
 // Before CLI11 parses, the values given on the command line to the subcommand's options: none may
 // be empty (CLI11 stores "" as given, and the commands read an empty path or list as "not given",
-// so `--json ""` was ignored), except --a (ab, drift: empty is the defaults); and every value of an
-// integer option (CLI11 type INT or UINT) must be a plain decimal integer, an optional sign then
-// digits with no leading zero ("-1", "0", "100"; each entry of a comma-separated list). CLI11
-// reads integers with strtoll base 0, so "0100" would be 64 and "0x10" 16, and "08" was refused as
-// out of range. Throws CLI::ValidationError naming the option; where no subcommand is found,
+// so `--json ""` was ignored), except the selections --a and --b (ab, drift: empty is the
+// defaults); each value of an option taking several is checked; and every value of an integer option (CLI11 type INT or
+// UINT) must be a plain decimal integer, an optional sign then digits with no leading zero ("-1", "0", "100"; each
+// entry of a comma-separated list). CLI11 reads integers with strtoll base 0, so "0100" would be 64 and "0x10" 16, and
+// "08" was refused as out of range. Throws CLI::ValidationError naming the option; where no subcommand is found,
 // CLI11's parse reports it.
 void check_option_values(CLI::App& app, int argc, const char* const* argv);
 

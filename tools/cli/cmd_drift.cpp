@@ -68,7 +68,7 @@ int run(DriftOptions o) {
       }
     }
   }
-  if (o.window_given && o.window > o.max_new) {
+  if (o.window > o.max_new) {  // only a --window given can be (the default was cut to --max-new)
     throw Error(
         fmt::format("drift: --window {} is more than the {} positions compared (--max-new): give a window of "
                     "at most {} positions, or more positions",
@@ -161,11 +161,11 @@ void register_drift(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--max-new", o.max_new, "Positions compared: the prompt's last token and the generated ones")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 18));
+      ->check(CLI::Range(1, kMaxNewTokens));
   cmd->add_option("--window", o.window,
                   "Positions per row of the table (at most --max-new; by default 256 or --max-new)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 18));
+      ->check(CLI::Range(1, kMaxNewTokens));
   cmd->add_option("--seed", o.seed, "Seed of the synthetic weights (an integer in [0, 2^64 - 1])")
       ->capture_default_str()
       ->check(unsigned_integer_check());

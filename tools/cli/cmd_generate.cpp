@@ -102,11 +102,15 @@ void print_result(const GenerateOptions& o, const char* implementation, const Qw
   }
 }
 
-// Where the model's position limit comes from, for check_positions' message.
-std::string positions_source(const GenerateOptions& o) {
-  if (o.weights.empty()) return "the preset's context length";
-  return fmt::format("max_position_embeddings in {}",
-                     printable((std::filesystem::path(o.weights) / "config.json").string(), 4096));
+// The prompt against the model: its ids in the vocabulary, it and --max-new within the positions
+// (before any weight is read or generated).
+void check_prompt(const GenerateOptions& o, const std::vector<int64_t>& prompt, const Qwen35Config& cfg) {
+  check_token_range(prompt, cfg.vocab, cfg.name);
+  const std::string source =
+      o.weights.empty() ? "the preset's context length"
+                        : fmt::format("max_position_embeddings in {}",
+                                      printable((std::filesystem::path(o.weights) / "config.json").string(), 4096));
+  check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name, source);
 }
 
 // The GPU path: one slot, a prefill step of the whole prompt, then max_new - 1 decode steps (each
@@ -125,17 +129,15 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
     if (o.seed_given) notes.push_back(fmt::format("--seed {} ignored: --weights gives the weights", o.seed));
     cfg = load_hf_config(dir / "config.json");
     const Checkpoint ck = Checkpoint::open(dir);
-    check_token_range(prompt, cfg.vocab, cfg.name);  // before reading gigabytes of weights
-    check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name, positions_source(o));
+    check_prompt(o, prompt, cfg);  // before reading gigabytes of weights
     weights = load_weights(ck, cfg);
     source = fmt::format("checkpoint {} ({} shard(s), {} tensors ignored)", printable(dir.string(), 4096),
                          ck.num_shards(), ck.ignored().size());
   } else {
     cfg = preset(o.preset.empty() ? "qwen3.5-4b" : o.preset);
     source = fmt::format("synthetic weights of preset '{}' generated on the GPU (seed {})", cfg.name, o.seed);
+    check_prompt(o, prompt, cfg);
   }
-  check_token_range(prompt, cfg.vocab, cfg.name);
-  check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name, positions_source(o));
   check_fault_layer(fault, cfg.layers, cfg.name);  // before the step is built
   const std::string dtype = o.dtype.empty() ? "bf16" : o.dtype;
   ModelStepOptions so;
@@ -255,8 +257,7 @@ int run(const GenerateOptions& o) {
     cfg = preset(name);
     source = fmt::format("synthetic weights of preset '{}' (seed {})", name, o.seed);
   }
-  check_token_range(prompt, cfg.vocab, cfg.name);
-  check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name, positions_source(o));
+  check_prompt(o, prompt, cfg);
   if (o.tp > 1) tp_plan(cfg, o.tp);  // a rank count the model does not divide: the error before loading
   const int64_t ctx = static_cast<int64_t>(prompt.size()) + std::max(o.max_new, 1);
   // Everything the CPU reference will hold, against the memory there is, before any allocation

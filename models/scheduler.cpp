@@ -52,9 +52,10 @@ Scheduler::Scheduler(std::vector<ServeRequest> requests, SchedulerOptions option
   check_keys(opt_.decode_keys, "decode keys");
   check_keys(opt_.prefill_buckets, "prefill buckets");
   for (size_t i = 0; i < requests_.size(); ++i) {
-    require(requests_[i].prompt.size() == static_cast<size_t>(std::max(requests_[i].prompt_len, 0)),
-            "scheduler: request {} has prompt_len {} but {} prompt tokens (fill_prompts first)", i,
-            requests_[i].prompt_len, requests_[i].prompt.size());
+    const ServeRequest& q = requests_[i];
+    require(q.prompt_vocab > 0 ? q.prompt.empty() : q.prompt.size() == static_cast<size_t>(std::max(q.prompt_len, 0)),
+            "scheduler: request {} has prompt_len {} but {} prompt tokens (prepare_prompts first)", i, q.prompt_len,
+            q.prompt.size());
   }
   states_.resize(requests_.size());
   arrivals_.resize(requests_.size());
@@ -107,6 +108,8 @@ void Scheduler::admit(double now_ms) {
     queue_.pop_front();
     RequestState& st = states_[static_cast<size_t>(r)];
     st.phase = RequestPhase::prefill;
+    const ServeRequest& q = requests_[static_cast<size_t>(r)];
+    if (q.prompt_vocab > 0) st.prompt = prompt_tokens(q);  // made now: only admitted prompts hold ids
     st.slot = static_cast<int>(free - slot_owner_.begin());
     st.admitted_ms = now_ms;
     *free = r;
@@ -142,12 +145,17 @@ ScheduledStep Scheduler::prefill_step() {
     const ServeRequest& q = requests_[static_cast<size_t>(r)];
     const int len = std::min(q.prompt_len - st.prefilled, budget);
     budget -= len;
-    const auto first = q.prompt.begin() + st.prefilled;
+    const auto first = prompt(r).begin() + st.prefilled;
     s.prefill.push_back(PrefillRequest{st.slot, std::vector<int32_t>(first, first + len), st.prefilled});
     s.requests.push_back(r);
   }
   s.key = pad_to(opt_.prefill_buckets, s.tokens());
   return s;
+}
+
+const std::vector<int32_t>& Scheduler::prompt(int r) const {
+  const ServeRequest& q = requests_[static_cast<size_t>(r)];
+  return q.prompt_vocab > 0 ? states_[static_cast<size_t>(r)].prompt : q.prompt;
 }
 
 ScheduledStep Scheduler::decode_step() {
@@ -181,6 +189,7 @@ void Scheduler::complete(const ScheduledStep& step, const std::vector<int32_t>& 
       ++st.chunks;
       if (st.prefilled < q.prompt_len) continue;
       st.phase = RequestPhase::decode;
+      std::vector<int32_t>().swap(st.prompt);  // a made prompt is not read again
       st.first_token_ms = now_ms;
     }
     st.generated.push_back(tokens[i]);

@@ -63,10 +63,11 @@ enum class RequestPhase : uint8_t { pending, prefill, decode, finished, rejected
 
 struct RequestState {
   RequestPhase phase = RequestPhase::pending;
-  int slot = -1;       // the slot it holds, -1 when none (pending, finished, rejected)
-  int last_slot = -1;  // the slot it held (finished requests)
-  int prefilled = 0;   // prompt tokens in its slot
-  int chunks = 0;      // prefill chunks run
+  int slot = -1;                // the slot it holds, -1 when none (pending, finished, rejected)
+  int last_slot = -1;           // the slot it held (finished requests)
+  int prefilled = 0;            // prompt tokens in its slot
+  int chunks = 0;               // prefill chunks run
+  std::vector<int32_t> prompt;  // a made prompt's ids (prompt_tokens) while it is prefilled; freed after
   std::vector<int32_t> generated;
   double admitted_ms = -1, first_token_ms = -1, finished_ms = -1;
   std::string error;  // why it was rejected
@@ -74,7 +75,8 @@ struct RequestState {
 
 class Scheduler {
  public:
-  // Checks the options (sg::Error naming the bad one); the requests need their prompts filled.
+  // Checks the options (sg::Error naming the bad one); the requests need their prompts prepared
+  // (prepare_prompts: a length-only prompt's ids are made when it is admitted).
   Scheduler(std::vector<ServeRequest> requests, SchedulerOptions options);
 
   // Admits (and rejects) what has arrived by now_ms, then returns the next step, or nullopt when
@@ -101,6 +103,7 @@ class Scheduler {
   void finish(int r, double now_ms);
   ScheduledStep prefill_step();
   ScheduledStep decode_step();
+  const std::vector<int32_t>& prompt(int r) const;  // request r's ids: as given, or made on admission
 
   std::vector<ServeRequest> requests_;
   SchedulerOptions opt_;

@@ -1,10 +1,11 @@
-// serve_trace.cpp: synthetic traces, the presets, the JSON Lines reader and prompt filling (see
+// serve_trace.cpp: synthetic traces, the presets, the JSON Lines reader and the prompts' ids (see
 // serve_trace.h).
 #include "models/serve_trace.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -189,16 +190,17 @@ std::vector<ServeRequest> read_trace_jsonl(const std::filesystem::path& path) {
   return parse_trace_jsonl(read_regular_file(path), printable(path.string(), 4096));
 }
 
-void fill_prompts(std::vector<ServeRequest>& requests, int vocab, uint64_t seed) {
-  require(vocab >= 1, "fill_prompts: vocab {} < 1", vocab);
+void prepare_prompts(std::vector<ServeRequest>& requests, int vocab, uint64_t seed) {
+  require(vocab >= 1, "prepare_prompts: vocab {} < 1", vocab);
   for (size_t i = 0; i < requests.size(); ++i) {
     ServeRequest& q = requests[i];
     const std::string who = q.line > 0 ? fmt::format("request {} (line {})", i, q.line) : fmt::format("request {}", i);
     if (q.prompt.empty()) {
-      uint64_t state = seed * 0xD1B54A32D192ED03ull + i;
-      q.prompt.resize(static_cast<size_t>(q.prompt_len));
-      for (auto& t : q.prompt) t = static_cast<int32_t>(splitmix64(state) % static_cast<uint64_t>(vocab));
+      q.prompt_vocab = vocab;
+      q.prompt_stream = seed * 0xD1B54A32D192ED03ull + i;
+      continue;
     }
+    q.prompt_vocab = 0;
     if (static_cast<int>(q.prompt.size()) != q.prompt_len) {
       throw Error(fmt::format("{}: prompt_len {} but {} prompt tokens", who, q.prompt_len, q.prompt.size()));
     }
@@ -208,6 +210,18 @@ void fill_prompts(std::vector<ServeRequest>& requests, int vocab, uint64_t seed)
       }
     }
   }
+}
+
+std::vector<int32_t> prompt_tokens(const ServeRequest& q) {
+  if (q.prompt_vocab == 0) {
+    require(q.prompt.size() == static_cast<size_t>(std::max(q.prompt_len, 0)),
+            "prompt_tokens: prompt_len {} but {} prompt tokens (prepare_prompts first)", q.prompt_len, q.prompt.size());
+    return q.prompt;
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(std::max(q.prompt_len, 0)));
+  uint64_t state = q.prompt_stream;
+  for (auto& t : ids) t = static_cast<int32_t>(splitmix64(state) % static_cast<uint64_t>(q.prompt_vocab));
+  return ids;
 }
 
 uint64_t token_hash(std::span<const int32_t> tokens, uint64_t h) {

@@ -26,11 +26,15 @@ inline constexpr int kMaxTraceTokens = 1 << 24;           // the most prompt or 
 inline constexpr double kMaxTraceArrivalMs = 86'400'000;  // a day: the latest arrival a trace may give
 
 struct ServeRequest {
-  std::vector<int32_t> prompt;  // the prompt's token ids; empty until fill_prompts when only a length was given
-  int prompt_len = 0;           // tokens in the prompt (prompt.size() once filled)
+  std::vector<int32_t> prompt;  // the prompt's token ids as given; empty when only a length was given
+  int prompt_len = 0;           // tokens in the prompt (prompt.size() when given)
   int max_new = 0;              // tokens to generate, >= 1 (the first comes from the prefill)
   double arrival_ms = 0;        // from the start of the run
   int line = 0;                 // its line in a JSON Lines file (0 when built in)
+  // A length-only prompt after prepare_prompts: its ids are made on demand (prompt_tokens) from a
+  // splitmix64 stream starting at prompt_stream, each in [0, prompt_vocab). 0: the ids are given.
+  int prompt_vocab = 0;
+  uint64_t prompt_stream = 0;
 };
 
 // A synthetic trace: `requests` requests, prompt and output lengths uniform in [min, max]
@@ -58,10 +62,15 @@ std::vector<ServeRequest> parse_trace_jsonl(std::string_view text, const std::st
 // The JSON Lines trace in a regular file of at most 64 MiB (engine/files.h).
 std::vector<ServeRequest> read_trace_jsonl(const std::filesystem::path& path);
 
-// Gives every request that has only a prompt length its token ids: a splitmix64 stream keyed by
-// (seed, request index), in [0, vocab). Checks every given id against the vocabulary: sg::Error
-// naming the request (and its line) otherwise.
-void fill_prompts(std::vector<ServeRequest>& requests, int vocab, uint64_t seed);
+// Readies the prompts for the scheduler: checks every given id against the vocabulary (sg::Error
+// naming the request and its line otherwise) and keys every length-only prompt to a splitmix64
+// stream of (seed, request index) in [0, vocab), without making its ids: prompt_tokens makes them
+// when the request is admitted, so a run holds the ids of the prompts being prefilled only (a
+// million requests of 1024 tokens held 4 GB before the first step).
+void prepare_prompts(std::vector<ServeRequest>& requests, int vocab, uint64_t seed);
+// A request's prompt ids: as given, or made from its stream (prepare_prompts first; sg::Error for
+// a length-only prompt that was not prepared).
+std::vector<int32_t> prompt_tokens(const ServeRequest& q);
 
 // FNV-1a (64-bit) over the tokens' little-endian bytes: the token hash of a request's output.
 uint64_t token_hash(std::span<const int32_t> tokens, uint64_t h = 0xcbf29ce484222325ull);

@@ -69,6 +69,17 @@ std::vector<CliCase> option_cases() {
       {"--lt-choices: an empty value"});
   add("serve --trace empty", {"serve", "--cpu", "--preset", "tiny", "--trace", ""}, kCli11Invalid,
       {"--trace: an empty value"});
+  // Length-only prompts that can never fit the context: each rejected, without its ids made (the
+  // 4000 x 2^24 ids, 268 GB, were made before the first step and ran out of memory).
+  add("serve: a trace of huge prompts is rejected, not made",
+      {"serve", "--cpu", "--preset", "tiny", "--context", "64", "--trace", "{dir}/huge.jsonl"}, 1,
+      {"every request was rejected (4000 of 4000", "request 3999 (line 4000): prompt of 16777216 tokens",
+       "more than the context of 64 tokens per slot"})
+      ->setup = [](const fs::path& d) {
+    std::string lines;
+    for (int i = 0; i < 4000; ++i) lines += "{\"prompt_len\": 16777216, \"max_new\": 1}\n";
+    write_text(d / "huge.jsonl", lines);
+  };
   add("generate --arm empty", {"generate", "--cpu", "--arm", ""}, kCli11Invalid, {"--arm: an empty value"});
   // ... except selection A, where empty is the defaults: ab goes on to look for a GPU.
   add("ab --a empty (the defaults)", {"ab", "--a", "", "--b", "gemm=mixed"}, 1, {"needs a GPU"});

@@ -104,6 +104,47 @@ TEST_CASE("scheduler: a request waits for a slot and reuses the freed one, first
   }
 }
 
+TEST_CASE("scheduler: a length-only prompt's ids are made on admission and freed after its prefill",
+          "[serve][scheduler]") {
+  // Three prompts of 20 tokens for one slot (budget 8: three chunks each), and one of 2^24 tokens
+  // that can never fit the context: rejected without its 64 MB of ids ever being made.
+  std::vector<ServeRequest> t = {test::serve_request(20, 2), test::serve_request(kMaxTraceTokens, 1),
+                                 test::serve_request(20, 2, 1), test::serve_request(20, 1, 2)};
+  prepare_prompts(t, 97, 5);
+  Scheduler s(t, options(1, 8, 64));
+  double now = 0;
+  std::map<int, int> next_start;
+  while (!s.done()) {
+    const auto step = s.next(now);
+    REQUIRE(step.has_value());
+    for (size_t r = 0; r < t.size(); ++r) {
+      INFO("request " << r << " at step " << step->index);
+      const RequestState& st = s.states()[r];
+      // Only the request being prefilled holds ids, all of its prompt.
+      CHECK(st.prompt.size() == (st.phase == RequestPhase::prefill ? static_cast<size_t>(t[r].prompt_len) : 0u));
+    }
+    for (size_t i = 0; i < step->prefill.size(); ++i) {
+      const int q = step->requests[i];
+      const std::vector<int32_t> ids = prompt_tokens(t[static_cast<size_t>(q)]);
+      const auto first = ids.begin() + next_start[q];
+      CHECK(step->prefill[i].tokens ==
+            std::vector<int32_t>(first, first + static_cast<long>(step->prefill[i].tokens.size())));
+      next_start[q] += static_cast<int>(step->prefill[i].tokens.size());
+    }
+    now += 1;
+    s.complete(*step, tokens_for(*step), now);
+  }
+  CHECK(s.states()[1].phase == RequestPhase::rejected);
+  for (int q : {0, 2, 3}) {
+    CHECK(next_start[q] == 20);
+    CHECK(s.states()[static_cast<size_t>(q)].phase == RequestPhase::finished);
+    CHECK(s.states()[static_cast<size_t>(q)].prompt.empty());
+  }
+  // A length-only prompt the scheduler cannot make: refused when it is built.
+  std::vector<ServeRequest> unprepared = {test::serve_request(3, 1)};
+  CHECK_THROWS_AS(Scheduler(unprepared, options(1, 8)), Error);
+}
+
 TEST_CASE("scheduler: long prompts are prefilled in chunks under the token budget, with history",
           "[serve][scheduler]") {
   Fake f;

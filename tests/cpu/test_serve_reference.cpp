@@ -55,7 +55,8 @@ TEST_CASE("serve on the CPU reference: every request's tokens equal the request 
       continue;
     }
     REQUIRE(st.phase == RequestPhase::finished);
-    const std::vector<int64_t> prompt(trace[i].prompt.begin(), trace[i].prompt.end());
+    const std::vector<int32_t> ids = prompt_tokens(trace[i]);
+    const std::vector<int64_t> prompt(ids.begin(), ids.end());
     const std::vector<int64_t> want = alone.generate(prompt, trace[i].max_new);
     CHECK(std::vector<int64_t>(st.generated.begin(), st.generated.end()) == want);
     ++completed;

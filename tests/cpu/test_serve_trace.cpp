@@ -163,22 +163,39 @@ TEST_CASE("serve trace: synthetic traces and presets", "[serve][trace]") {
                  "unknown trace preset 'serve-c64' (valid: serve-c32, mixed)"));
 }
 
-TEST_CASE("serve trace: prompts filled from the seed, given ids checked against the vocabulary", "[serve][trace]") {
+TEST_CASE("serve trace: prompts made from the seed on demand, given ids checked against the vocabulary",
+          "[serve][trace]") {
   auto t =
       parse_trace_jsonl("{\"prompt_len\": 50, \"max_new\": 1}\n{\"prompt\": [255, 0], \"max_new\": 1}\n", "t.jsonl");
   auto u = t;
-  fill_prompts(t, 256, 9);
-  fill_prompts(u, 256, 9);
-  REQUIRE(t[0].prompt.size() == 50);
-  CHECK(t[0].prompt == u[0].prompt);
-  for (int32_t id : t[0].prompt) CHECK((id >= 0 && id < 256));
-  CHECK(t[1].prompt == std::vector<int32_t>{255, 0});
+  CHECK_THROWS_AS(prompt_tokens(t[0]), Error);  // a length only, not prepared
+  prepare_prompts(t, 256, 9);
+  prepare_prompts(u, 256, 9);
+  CHECK(t[0].prompt.empty());  // keyed, not made
+  CHECK(t[0].prompt_vocab == 256);
+  const std::vector<int32_t> made = prompt_tokens(t[0]);
+  REQUIRE(made.size() == 50);
+  CHECK(made == prompt_tokens(u[0]));
+  CHECK(made == prompt_tokens(t[0]));  // the same ids each time
+  // The stream of (seed, index) before ids were made on demand: the first id of request 0, seed 9.
+  uint64_t z = 9 * 0xD1B54A32D192ED03ull + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  CHECK(made[0] == static_cast<int32_t>((z ^ (z >> 31)) % 256));
+  int distinct = 0;
+  for (int32_t id : made) {
+    CHECK((id >= 0 && id < 256));
+    distinct += id != made[0];
+  }
+  CHECK(distinct > 0);
+  CHECK(t[1].prompt_vocab == 0);
+  CHECK(prompt_tokens(t[1]) == std::vector<int32_t>{255, 0});
   auto v = parse_trace_jsonl("{\"prompt_len\": 50, \"max_new\": 1}\n", "t.jsonl");
-  fill_prompts(v, 256, 10);
-  CHECK(v[0].prompt != t[0].prompt);
+  prepare_prompts(v, 256, 10);
+  CHECK(prompt_tokens(v[0]) != made);
   auto w =
       parse_trace_jsonl("{\"prompt_len\": 2, \"max_new\": 1}\n{\"prompt\": [3, 300], \"max_new\": 1}\n", "t.jsonl");
-  CHECK(contains(error_of([&] { fill_prompts(w, 256, 1); }),
+  CHECK(contains(error_of([&] { prepare_prompts(w, 256, 1); }),
                  "request 1 (line 2): prompt[1] = 300 is outside the vocabulary [0, 256)"));
 }
 

@@ -80,8 +80,8 @@ TEST_CASE("serve on the GPU: graphed equals eager, and each request equals the r
     }
     REQUIRE(st.phase == RequestPhase::finished);
     alone.reset(0);
-    std::vector<float> logits =
-        alone.prefill({Sequence{0, std::vector<int64_t>(trace[i].prompt.begin(), trace[i].prompt.end())}});
+    const std::vector<int32_t> ids = prompt_tokens(trace[i]);
+    std::vector<float> logits = alone.prefill({Sequence{0, std::vector<int64_t>(ids.begin(), ids.end())}});
     for (size_t t = 0; t < st.generated.size(); ++t) {
       const int64_t want = ref::argmax(logits.data(), V);
       if (st.generated[t] != want) {

@@ -9,7 +9,7 @@
 
 namespace sg::test {
 
-// A request with its prompt length only (fill_prompts gives it ids).
+// A request with its prompt length only (prepare_prompts keys its ids).
 inline ServeRequest serve_request(int prompt_len, int max_new, double arrival_ms = 0) {
   ServeRequest q;
   q.prompt_len = prompt_len;
@@ -26,7 +26,7 @@ inline std::vector<ServeRequest> serve_e2e_trace(int vocab) {
                                  serve_request(23, 4, 2), serve_request(3, 1, 2),  serve_request(17, 8, 5),
                                  serve_request(60, 8, 6), serve_request(33, 3, 9), serve_request(8, 7, 30),
                                  serve_request(45, 2, 31)};
-  fill_prompts(t, vocab, 3);
+  prepare_prompts(t, vocab, 3);
   return t;
 }
 inline constexpr int kServeE2eSlots = 3, kServeE2eContext = 64, kServeE2eBudget = 16, kServeE2eRejected = 6;

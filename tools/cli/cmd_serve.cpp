@@ -176,7 +176,7 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   }
   reject_arms_on_cpu(arms, "serve");
   const Qwen35Config cfg = preset("tiny");
-  fill_prompts(trace.requests, cfg.vocab, o.seed);
+  prepare_prompts(trace.requests, cfg.vocab, o.seed);
   const int ctx = context_for(o, trace.requests), slots = o.b.max_seqs;
   const ReferenceMemory need = reference_memory(cfg, slots, ctx, o.prefill_budget);
   check_host_memory(need.total(), "the CPU reference model of 'tiny'", need.describe());
@@ -221,7 +221,7 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
 int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& arms, Trace trace) {
   for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
   const Qwen35Config cfg = preset(o.b.preset);
-  fill_prompts(trace.requests, cfg.vocab, o.seed);
+  prepare_prompts(trace.requests, cfg.vocab, o.seed);
   BenchOptions b = o.b;
   b.context = context_for(o, trace.requests);
   ModelStepOptions mo = model_step_options(b, arms, /*prefill=*/false, 0);

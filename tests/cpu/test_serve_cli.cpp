@@ -39,7 +39,10 @@ std::vector<CliCase> serve_cases() {
   auto* reject = add("serve --cpu: a request longer than --context is rejected, the others complete",
                      {"serve", "--cpu", "--trace", "{dir}/t.jsonl", "--context", "32"}, 0,
                      {"requests: 2 completed, 1 rejected, of 3", "rejected: request 1 (line 2): prompt of 40 tokens",
-                      "can never run", "time to first token: p50", "scan delta-rule prefill"});
+                      "can never run", "time to first token: p50", "scan delta-rule prefill",
+                      // said before the caches are allocated: 32 slots x 32 tokens x 2 attention layers
+                      // x K and V of 2 heads x 32 f32
+                      "host memory: ", "KV cache 1.00 MiB (1048576 bytes)"});
   reject->setup = [](const fs::path& d) {
     write_text(d / "t.jsonl",
                "{\"prompt\": [1, 2, 3], \"max_new\": 4}\n{\"prompt_len\": 40, \"max_new\": 2}\n"

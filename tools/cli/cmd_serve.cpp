@@ -184,6 +184,17 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;
   ro.chunked_prefill = chunked_delta_prefill(o.b.delta_prefill);  // its own chunked form; auto runs the scan
   ro.ssm_state = reference_ssm_state(o.b.ssm_state);
+  const std::string dtype = o.dtype.empty() ? "f32" : o.dtype;
+  // Before the model's caches are allocated and zeroed (seconds for thousands of slots).
+  print_header(
+      o,
+      fmt::format("stepgraph serve: {}; running the CPU reference model of the 'tiny' preset ({} layers, "
+                  "hidden {}, vocab {}, {} activations, GDN state {}, {} delta-rule prefill, synthetic weights, "
+                  "seed {})\ntrace: {}\nslots {}, context {} tokens per slot, prefill budget {} tokens per step\n"
+                  "host memory: {} in all: {}\n",
+                  why, cfg.layers, cfg.hidden, cfg.vocab, dtype, o.b.ssm_state, ro.chunked_prefill ? "chunked" : "scan",
+                  o.seed, trace.name, slots, ctx, o.prefill_budget, format_host_bytes(need.total()), need.describe()));
+  std::fflush(stdout);
   ReferenceModel model(cfg, synthetic_weights(cfg, o.seed), slots, ctx, ro);
   SchedulerOptions sch;
   sch.slots = slots;
@@ -191,13 +202,6 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   sch.max_context = ctx;
   sch.decode_keys = decode_capture_sizes(slots);  // the keys a GPU step would capture
   sch.prefill_buckets = prefill_buckets(o.prefill_budget);
-  const std::string dtype = o.dtype.empty() ? "f32" : o.dtype;
-  print_header(
-      o, fmt::format("stepgraph serve: {}; running the CPU reference model of the 'tiny' preset ({} layers, "
-                     "hidden {}, vocab {}, {} activations, GDN state {}, {} delta-rule prefill, synthetic weights, "
-                     "seed {})\ntrace: {}\nslots {}, context {} tokens per slot, prefill budget {} tokens per step\n",
-                     why, cfg.layers, cfg.hidden, cfg.vocab, dtype, o.b.ssm_state,
-                     ro.chunked_prefill ? "chunked" : "scan", o.seed, trace.name, slots, ctx, o.prefill_budget));
   ServeExecutor exec = wall_clock_executor([&](const ScheduledStep& s) { return run_reference_step(model, s); });
   exec.on_step = progress_bar();
   const SigintGuard guard;  // Ctrl-C: the step under way finishes, then the report covers what was done (exit 130)

@@ -238,7 +238,9 @@ ServeResult run_serve(std::vector<ServeRequest> requests, const SchedulerOptions
       if (s.done()) break;  // the last requests were rejected
       const std::optional<double> at = s.next_arrival();
       require(at.has_value(), "run_serve: nothing to run and no request to come, with requests unresolved");
-      exec.wait_until(t0 + *at);
+      // With a stop hook, waited in slices, so that a Ctrl-C during a wait for a late arrival (a
+      // trace may wait up to a day) ends the run at once.
+      exec.wait_until(exec.stop ? std::min(t0 + *at, exec.now_ms() + kStopPollMs) : t0 + *at);
       continue;
     }
     StepRecord rec;

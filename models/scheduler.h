@@ -131,14 +131,17 @@ struct StepRecord {
 };
 
 // What runs the steps. `run` returns one token per sequence / row.
+inline constexpr double kStopPollMs = 100;  // the longest wait between two calls of ServeExecutor::stop
+
 struct ServeExecutor {
   std::function<double()> now_ms;  // a monotonic clock, any origin
   std::function<std::vector<int32_t>(const ScheduledStep&)> run;
   std::function<void(double clock_ms)> wait_until;                   // idle until now_ms() reads clock_ms
   std::function<double(const ScheduledStep&)> floor_ms;              // optional
   std::function<void(const Scheduler&, const StepRecord&)> on_step;  // optional (progress)
-  // Optional, asked before each step and each wait: true ends the run there (a Ctrl-C); the
-  // result is marked interrupted and keeps what the steps so far did.
+  // Optional, asked before each step and each wait (a wait for a later arrival is cut into slices
+  // of kStopPollMs, the hook asked between them): true ends the run there (a Ctrl-C); the result is
+  // marked interrupted and keeps what the steps so far did.
   std::function<bool()> stop;
 };
 

@@ -364,3 +364,24 @@ TEST_CASE("scheduler: a stop request ends the run between steps with what was do
   CHECK_FALSE(whole.interrupted);
   CHECK(whole.steps.size() > 3);
 }
+
+TEST_CASE("scheduler: a stop request during a wait for a late arrival ends the run within a slice",
+          "[serve][scheduler]") {
+  // Request 0 is done after 2 ms; request 1 arrives an hour later. A Ctrl-C at 500 ms ends the run
+  // then, not after the hour (the wait is cut into slices of kStopPollMs, the hook asked between).
+  Fake f;
+  ServeExecutor e = f.exec();
+  e.stop = [&] { return f.clock >= 500; };
+  const ServeResult r = run_serve({req(4, 2), req(4, 2, 3'600'000)}, options(1, 64), e);
+  CHECK(r.interrupted);
+  CHECK(r.steps.size() == 2);
+  CHECK(f.clock >= 500);
+  CHECK(f.clock < 500 + kStopPollMs);
+  CHECK(r.states[1].phase == RequestPhase::pending);
+  // Without a stop hook the wait is one call, to the arrival.
+  Fake g;
+  const ServeResult whole = run_serve({req(4, 2), req(4, 2, 3'600'000)}, options(1, 64), g.exec());
+  CHECK_FALSE(whole.interrupted);
+  CHECK(whole.states[1].phase == RequestPhase::finished);
+  CHECK(g.clock >= 3'600'000);
+}

@@ -49,6 +49,16 @@ std::vector<CliCase> serve_cases() {
                "{\"prompt_len\": 20, \"max_new\": 5, \"arrival_ms\": 1}\n");
   };
   reject->seconds = 120;
+  // Without --context the context is the longest request's: when its memory is refused, the error
+  // names that request and --context (16 TiB of KV cache for 1024 slots: past any host).
+  add("serve --cpu: a trace whose longest request sets a context too large for the host",
+      {"serve", "--cpu", "--trace", "{dir}/t.jsonl", "--concurrency", "1024"}, 1,
+      {"of host memory",
+       "the context, 16777216 tokens a slot, is what the trace's longest request needs (request 1, "
+       "line 2): pass --context to run the others and reject the longer ones"})
+      ->setup = [](const fs::path& d) {
+    write_text(d / "t.jsonl", "{\"prompt\": [1], \"max_new\": 2}\n{\"prompt_len\": 16777216, \"max_new\": 1}\n");
+  };
   add("serve --cpu: every request rejected fails the run, the report still out",
       {"serve", "--cpu", "--requests", "2", "--context", "1"}, 1,
       {"requests: 0 completed, 2 rejected, of 2", "rejected: request 0: prompt of 1024 tokens",

@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
 
 #include "engine/device.h"
 #include "engine/error.h"
@@ -90,6 +92,19 @@ int context_for(const ServeOptions& o, const std::vector<ServeRequest>& trace) {
                     most, kMaxTraceTokens));
   }
   return static_cast<int>(most);
+}
+
+// Without --context the context is the longest request's: a sentence naming it, for an error that
+// the context's memory causes (empty with --context).
+std::string context_source(const ServeOptions& o, const std::vector<ServeRequest>& trace) {
+  if (o.context > 0 || trace.empty()) return {};  // the trace holds a request (read_trace_jsonl)
+  size_t longest = 0;
+  auto need = [&](size_t i) { return int64_t{trace[i].prompt_len} + trace[i].max_new - 1; };
+  for (size_t i = 1; i < trace.size(); ++i) longest = need(i) > need(longest) ? i : longest;
+  return fmt::format(
+      "the context, {} tokens a slot, is what the trace's longest request needs (request {}{}): pass --context "
+      "to run the others and reject the longer ones",
+      need(longest), longest, trace[longest].line > 0 ? fmt::format(", line {}", trace[longest].line) : "");
 }
 
 // A progress bar on stderr when it is a terminal (redrawn at most every 100 ms); nothing otherwise.
@@ -179,7 +194,8 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   prepare_prompts(trace.requests, cfg.vocab, o.seed);
   const int ctx = context_for(o, trace.requests), slots = o.b.max_seqs;
   const ReferenceMemory need = reference_memory(cfg, slots, ctx, o.prefill_budget);
-  check_host_memory(need.total(), "the CPU reference model of 'tiny'", need.describe());
+  check_host_memory(need.total(), "the CPU reference model of 'tiny'",
+                    need.describe() + (o.context > 0 ? "" : "; " + context_source(o, trace.requests)));
   ReferenceOptions ro;
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;
   ro.chunked_prefill = chunked_delta_prefill(o.b.delta_prefill);  // its own chunked form; auto runs the scan
@@ -236,7 +252,16 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
   const bool node_time = !o.no_node_time && !o.eager;
   const RunMode mode = o.eager ? RunMode::eager : RunMode::graph;
   auto t0 = std::chrono::steady_clock::now();
-  ModelStep step(cfg, mo);
+  // The step's plan refuses a context the device cannot hold ("plan needs ..."): with the context
+  // taken from the trace, the error names the request that set it.
+  std::optional<ModelStep> held;
+  try {
+    held.emplace(cfg, mo);
+  } catch (const Error& e) {
+    if (o.context > 0 || std::string_view(e.what()).rfind("plan needs ", 0) != 0) throw;
+    throw Error(fmt::format("serve: {}\n{}", context_source(o, trace.requests), e.what()));
+  }
+  ModelStep& step = *held;
   step.capture_all(/*for_timing=*/node_time, /*prefill=*/true);
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelStepOptions& r = step.options();  // `auto` settings resolved

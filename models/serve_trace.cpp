@@ -49,8 +49,13 @@ class LineReader {
     auto it = obj_.find(field);
     return it == obj_.end() ? nullptr : &*it;
   }
-  // An integer in [lo, hi]; a float (1.0, 1e3) is refused: lengths and ids are integers.
+  // An integer in [lo, hi]; a float (1.0, 1e3) is refused: lengths and ids are integers. An integer
+  // past 64 bits reaches here as a float (99999999999999999999 as 1e+20): refused for its size.
   int integer(const std::string& field, const json& v, int64_t lo, int64_t hi) const {
+    if (v.is_number_float() && std::fabs(v.get<double>()) >= 0x1p63 && std::isfinite(v.get<double>())) {
+      fail(field, v.get<double>() < 0 ? fmt::format("{} is negative (must be >= {})", json_excerpt(v), lo)
+                                      : fmt::format("{} is larger than {}", json_excerpt(v), hi));
+    }
     if (!v.is_number_integer()) fail(field, fmt::format("must be an integer, got {}", json_excerpt(v)));
     const bool big = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi);
     const int64_t x = big ? hi : v.get<int64_t>();

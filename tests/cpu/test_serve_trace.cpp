@@ -82,6 +82,9 @@ TEST_CASE("serve trace: every bad line is an error naming the line and the field
        {"field 'arrival_ms': 86400000.5 is later"}},
       {"{\"prompt_len\": 4, \"max_new\": 1.5}\n", {"field 'max_new': must be an integer, got 1.5"}},
       {"{\"prompt_len\": 99999999999, \"max_new\": 1}\n", {"field 'prompt_len': 99999999999 is larger than 16777216"}},
+      // Past 64 bits the parser holds a float: refused for its size, not as "not an integer".
+      {"{\"prompt_len\": 4, \"max_new\": 99999999999999999999}\n", {"field 'max_new': 1e+20 is larger than 16777216"}},
+      {"{\"prompt_len\": -99999999999999999999, \"max_new\": 1}\n", {"field 'prompt_len': -1e+20 is negative"}},
       {"{\"prompt\": [1, -3], \"max_new\": 1}\n", {"t.jsonl:1: field 'prompt[1]': -3 is negative"}},
       {"{\"prompt\": [], \"max_new\": 1}\n", {"field 'prompt': is empty"}},
       {"{\"prompt\": \"hello\", \"max_new\": 1}\n", {"field 'prompt': must be an array of token ids"}},

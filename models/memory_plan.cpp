@@ -117,8 +117,9 @@ MemoryPlan plan_memory(const Qwen35Config& c, const StepLayoutParams& p) {
 
 void check_fits(const MemoryPlan& plan, size_t device_free_bytes) {
   if (plan.total <= device_free_bytes) return;
-  throw Error(fmt::format("plan needs {} but the device has {} free\n{}", format_bytes(static_cast<double>(plan.total)),
-                          format_bytes(static_cast<double>(device_free_bytes)), plan.table()));
+  throw PlanDoesNotFit(fmt::format("plan needs {} but the device has {} free\n{}",
+                                   format_bytes(static_cast<double>(plan.total)),
+                                   format_bytes(static_cast<double>(device_free_bytes)), plan.table()));
 }
 
 }  // namespace sg

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/arena.h"
+#include "engine/error.h"
 #include "models/qwen35_config.h"
 #include "models/step_layout.h"
 
@@ -50,7 +51,14 @@ MemoryPlan plan_memory(const Qwen35Config& c, const StepLayoutParams& p);
 // outside the categories is an sg::Error).
 MemoryPlan plan_of(const Arena& measured);
 
-// Throws sg::Error "plan needs X but the device has Y free" followed by the table when
+// The error of check_fits: a step that the device's free memory cannot hold (callers that know
+// why the step is that large catch it to say so).
+class PlanDoesNotFit : public Error {
+ public:
+  using Error::Error;
+};
+
+// Throws PlanDoesNotFit "plan needs X but the device has Y free" followed by the table when
 // plan.total > device_free_bytes.
 void check_fits(const MemoryPlan& plan, size_t device_free_bytes);
 

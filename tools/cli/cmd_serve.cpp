@@ -18,7 +18,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <string_view>
 
 #include "engine/device.h"
 #include "engine/error.h"
@@ -26,6 +25,7 @@
 #include "engine/text.h"
 #include "graphs/capture_sizes.h"
 #include "graphs/node_timer.h"
+#include "models/memory_plan.h"
 #include "models/model_step.h"
 #include "models/reference_memory.h"
 #include "models/reference_model.h"
@@ -80,11 +80,18 @@ Trace load_trace(const ServeOptions& o) {
                       o.seed)};
 }
 
+// The tokens request i of the trace needs in its slot, and the request that needs the most.
+int64_t slot_tokens(const ServeRequest& q) { return int64_t{q.prompt_len} + q.max_new - 1; }
+size_t longest_request(const std::vector<ServeRequest>& trace) {
+  size_t longest = 0;
+  for (size_t i = 1; i < trace.size(); ++i) longest = slot_tokens(trace[i]) > slot_tokens(trace[longest]) ? i : longest;
+  return longest;
+}
+
 // --context, or the most tokens any request of the trace needs in its slot.
 int context_for(const ServeOptions& o, const std::vector<ServeRequest>& trace) {
   if (o.context > 0) return o.context;
-  int64_t most = 1;
-  for (const ServeRequest& q : trace) most = std::max(most, int64_t{q.prompt_len} + q.max_new - 1);
+  const int64_t most = trace.empty() ? 1 : std::max<int64_t>(1, slot_tokens(trace[longest_request(trace)]));
   if (most > kMaxTraceTokens) {
     throw Error(
         fmt::format("serve: a request of the trace needs {} tokens of context, more than {}; pass --context "
@@ -94,17 +101,14 @@ int context_for(const ServeOptions& o, const std::vector<ServeRequest>& trace) {
   return static_cast<int>(most);
 }
 
-// Without --context the context is the longest request's: a sentence naming it, for an error that
-// the context's memory causes (empty with --context).
-std::string context_source(const ServeOptions& o, const std::vector<ServeRequest>& trace) {
-  if (o.context > 0 || trace.empty()) return {};  // the trace holds a request (read_trace_jsonl)
-  size_t longest = 0;
-  auto need = [&](size_t i) { return int64_t{trace[i].prompt_len} + trace[i].max_new - 1; };
-  for (size_t i = 1; i < trace.size(); ++i) longest = need(i) > need(longest) ? i : longest;
+// Without --context the context is the longest request's (context_for): a sentence naming it, for
+// an error that the context's memory causes. The trace holds a request (read_trace_jsonl).
+std::string context_source(const std::vector<ServeRequest>& trace) {
+  const size_t i = longest_request(trace);
   return fmt::format(
       "the context, {} tokens a slot, is what the trace's longest request needs (request {}{}): pass --context "
       "to run the others and reject the longer ones",
-      need(longest), longest, trace[longest].line > 0 ? fmt::format(", line {}", trace[longest].line) : "");
+      slot_tokens(trace[i]), i, trace[i].line > 0 ? fmt::format(", line {}", trace[i].line) : "");
 }
 
 // A progress bar on stderr when it is a terminal (redrawn at most every 100 ms); nothing otherwise.
@@ -195,7 +199,7 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   const int ctx = context_for(o, trace.requests), slots = o.b.max_seqs;
   const ReferenceMemory need = reference_memory(cfg, slots, ctx, o.prefill_budget);
   check_host_memory(need.total(), "the CPU reference model of 'tiny'",
-                    need.describe() + (o.context > 0 ? "" : "; " + context_source(o, trace.requests)));
+                    need.describe() + (o.context > 0 ? "" : "; " + context_source(trace.requests)));
   ReferenceOptions ro;
   ro.act = o.dtype == "bf16" ? ref::Store::bf16 : ref::Store::f32;
   ro.chunked_prefill = chunked_delta_prefill(o.b.delta_prefill);  // its own chunked form; auto runs the scan
@@ -252,14 +256,14 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
   const bool node_time = !o.no_node_time && !o.eager;
   const RunMode mode = o.eager ? RunMode::eager : RunMode::graph;
   auto t0 = std::chrono::steady_clock::now();
-  // The step's plan refuses a context the device cannot hold ("plan needs ..."): with the context
-  // taken from the trace, the error names the request that set it.
+  // The step's plan refuses a context the device cannot hold: with the context taken from the
+  // trace, the error names the request that set it.
   std::optional<ModelStep> held;
   try {
     held.emplace(cfg, mo);
-  } catch (const Error& e) {
-    if (o.context > 0 || std::string_view(e.what()).rfind("plan needs ", 0) != 0) throw;
-    throw Error(fmt::format("serve: {}\n{}", context_source(o, trace.requests), e.what()));
+  } catch (const PlanDoesNotFit& e) {
+    if (o.context > 0) throw;
+    throw Error(fmt::format("serve: {}\n{}", context_source(trace.requests), e.what()));
   }
   ModelStep& step = *held;
   step.capture_all(/*for_timing=*/node_time, /*prefill=*/true);

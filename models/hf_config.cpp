@@ -206,6 +206,11 @@ Qwen35Config parse_hf_config(const json& config, const std::string& origin) {
       t.fail("num_experts", fmt::format("{}: mixture-of-experts models are not supported", show(*ne)));
     }
   }
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    if (auto bias = t.opt_bool(key); bias && *bias) {
+      t.fail(key, "true is not supported (Qwen3.5's projections have no biases)");
+    }
+  }
   if (auto act = t.opt_string("hidden_act"); act && *act != "silu") {
     t.fail("hidden_act", fmt::format("'{}' is not supported (only 'silu')", printable(*act)));
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -194,12 +195,32 @@ std::string nonfinite_summary(const std::vector<float>& v) {
 
 }  // namespace
 
+bool unused_text_tensor(const std::string& name, const Qwen35Config& c) {
+  auto ends = [&](std::string_view e) {
+    return name.size() >= e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0;
+  };
+  return (name == "lm_head.weight" && tied_embeddings(c)) || ends("rotary_emb.inv_freq");
+}
+
 HostWeights load_weights(const Checkpoint& ckpt, const Qwen35Config& c) {
   check_host_memory(reference_weight_bytes(c),
                     fmt::format("loading checkpoint {} as f32", printable(ckpt.path().string(), 4096)),
                     "every tensor of the config");
   HostWeights w;
   std::vector<std::string> problems;
+  // A text-model tensor the config has no use for is a model of another kind (attention with
+  // biases, more layers than num_hidden_layers): refused, as running without it would compute
+  // something else than the checkpoint's model. Two are dropped as Hugging Face drops them: a stored
+  // lm_head under tied embeddings, and rotary inverse frequencies (recomputed from the config).
+  std::set<std::string> used;
+  for (const auto& [name, shape] : expected_weights(c)) used.insert(name);
+  for (const std::string& name : ckpt.names()) {
+    if (used.count(name) || unused_text_tensor(name, c)) continue;
+    problems.push_back(
+        fmt::format("{} ({}) is not a tensor of this model (a bias, or a layer past num_hidden_layers = "
+                    "{}?): a checkpoint of another architecture",
+                    printable(name), ckpt.info(name).describe(), c.layers));
+  }
   for (const auto& [name, shape] : expected_weights(c)) {
     if (!ckpt.has(name)) {
       problems.push_back(fmt::format("missing {} {}", name, shape_str(shape)));

@@ -83,10 +83,17 @@ class Checkpoint;  // models/safetensors.h
 // Checkpoint; BF16 / F16 / F32 converted exactly to f32). lm_head.weight is read only when the
 // embeddings are not tied (a tied checkpoint that still stores it is fine: it is ignored). A
 // conv1d.weight stored as [C, K] is accepted as [C, 1, K]. Throws std::invalid_argument listing
-// every missing, misshapen or non-float tensor and every tensor holding a NaN or an infinity (with
-// the count, the first such value and its index, and the file); throws sg::Error, before reading,
-// when the f32 weights do not fit the host memory that is available (host_memory.h).
+// every missing, misshapen or non-float tensor, every tensor holding a NaN or an infinity (with
+// the count, the first such value and its index, and the file) and every text-model tensor the
+// config does not use (a bias, a layer past num_hidden_layers: another architecture), except those
+// unused_text_tensor names; throws sg::Error, before reading, when the f32 weights do not fit the
+// host memory that is available (host_memory.h).
 HostWeights load_weights(const Checkpoint& ckpt, const Qwen35Config& c);
+
+// The text-model tensors a checkpoint may hold that the model does not read, as Hugging Face drops
+// them too: lm_head.weight when the embeddings are tied, and any '...rotary_emb.inv_freq' buffer
+// (recomputed from the config).
+bool unused_text_tensor(const std::string& name, const Qwen35Config& c);
 
 // Checks that `w` holds every tensor the config needs with the expected shape (lm_head optional
 // when tied); throws std::invalid_argument listing every missing or misshapen tensor. head_rows > 0:

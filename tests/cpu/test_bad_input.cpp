@@ -209,6 +209,16 @@ std::vector<FileCase> safetensors_cases() {
       },
       {"model.embed_tokens.weight", "1 non-finite value (first: -inf at index 123)"}, load_checkpoint_weights,
       kInvalid);
+  // A tensor of another architecture: running without it would compute another model.
+  add(
+      "weights: an attention bias",
+      [](const fs::path& d) { extended_checkpoint(d, "model.layers.0.self_attn.q_proj.bias", {160}); },
+      {"model.layers.0.self_attn.q_proj.bias (F32 [160]) is not a tensor of this model", "another architecture"},
+      load_checkpoint_weights, kInvalid);
+  add(
+      "weights: a layer past num_hidden_layers",
+      [](const fs::path& d) { extended_checkpoint(d, "model.layers.4.input_layernorm.weight", {40}); },
+      {"model.layers.4.input_layernorm.weight", "past num_hidden_layers = 4"}, load_checkpoint_weights, kInvalid);
   return v;
 }
 

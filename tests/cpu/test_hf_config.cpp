@@ -351,6 +351,8 @@ TEST_CASE("HF config: bad values are errors naming the file and the key", "[mode
       {"ungated attention", [](json& t) { t["attn_output_gate"] = false; }, {"'attn_output_gate'", "not supported"}},
       {"mixture of experts", [](json& t) { t["num_experts"] = 256; }, {"'num_experts'", "not supported"}},
       {"other activation", [](json& t) { t["hidden_act"] = "gelu"; }, {"'hidden_act'", "gelu"}},
+      {"attention biases", [](json& t) { t["attention_bias"] = true; }, {"'attention_bias'", "no biases"}},
+      {"MLP biases", [](json& t) { t["mlp_bias"] = true; }, {"'mlp_bias'", "no biases"}},
   };
   for (const auto& c : cases) {
     INFO("case: " << c.what);

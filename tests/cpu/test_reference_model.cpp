@@ -400,6 +400,12 @@ TEST_CASE("reference model: load_weights reads a safetensors checkpoint") {
         std::vector<uint8_t> bytes(e.data.size() * 4, 0);
         tensors.emplace_back("lm_head.weight", DType::f32, e.shape, std::move(bytes));
       }
+      // A rotary inverse-frequency buffer (older checkpoints store one) is recomputed: ignored.
+      tensors.emplace_back("model.rotary_emb.inv_freq", DType::f32, std::vector<int64_t>{4},
+                           std::vector<uint8_t>(16, 0));
+      CHECK(unused_text_tensor("model.rotary_emb.inv_freq", c));
+      CHECK(unused_text_tensor("lm_head.weight", c) == c.tie_word_embeddings);
+      CHECK_FALSE(unused_text_tensor("model.layers.0.self_attn.q_proj.bias", c));
       const fs::path dir = fs::temp_directory_path() / ("sg_refmodel_" + name + (multimodal_prefix ? "_mm" : "") + "_" +
                                                         std::to_string(::getpid()));
       fs::create_directories(dir);

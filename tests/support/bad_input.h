@@ -69,6 +69,21 @@ inline void poisoned_checkpoint(const fs::path& dir, const std::string& name, fl
   write_safetensors(dir / "model.safetensors", tensors);
 }
 
+// The fixture's checkpoint in `dir`, plus an F32 tensor `name` of `shape` (zeros).
+inline void extended_checkpoint(const fs::path& dir, const std::string& name, const std::vector<int64_t>& shape) {
+  copy_checkpoint(dir);
+  const SafetensorsFile f = SafetensorsFile::open(base_fixture() / "model.safetensors");
+  std::vector<SafetensorsTensor> tensors;
+  for (const std::string& n : f.names()) {
+    const auto b = f.bytes(n);
+    tensors.emplace_back(n, f.info(n).dtype.value(), f.info(n).shape, std::vector<uint8_t>(b.begin(), b.end()));
+  }
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  tensors.emplace_back(name, DType::f32, shape, std::vector<uint8_t>(4 * static_cast<size_t>(numel)));
+  write_safetensors(dir / "model.safetensors", tensors);
+}
+
 inline void make_fifo(const fs::path& p) {
   fs::remove(p);
   REQUIRE(::mkfifo(p.c_str(), 0644) == 0);

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -113,6 +114,16 @@ void check_prompt(const GenerateOptions& o, const std::vector<int64_t>& prompt, 
   check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name, source);
 }
 
+// How the run names a checkpoint: its folder, its shards and the tensors it holds that the model
+// does not read (vision, MTP, and those unused_text_tensor allows; load_weights refuses any other).
+std::string checkpoint_source(const std::filesystem::path& dir, const Checkpoint& ck, const Qwen35Config& cfg) {
+  const std::vector<std::string> names = ck.names();
+  const auto unused =
+      std::count_if(names.begin(), names.end(), [&](const std::string& n) { return unused_text_tensor(n, cfg); });
+  return fmt::format("checkpoint {} ({} shard(s), {} tensors ignored)", printable(dir.string(), 4096), ck.num_shards(),
+                     ck.ignored().size() + static_cast<size_t>(unused));
+}
+
 // The GPU path: one slot, a prefill step of the whole prompt, then max_new - 1 decode steps (each
 // replays the batch-1 graph), feeding back the GPU's argmax.
 // `fault`: the drill parsed from --fault-after (off: none).
@@ -131,8 +142,7 @@ int run_gpu(const GenerateOptions& o, const DeviceInfo& dev, const ResolvedArms&
     const Checkpoint ck = Checkpoint::open(dir);
     check_prompt(o, prompt, cfg);  // before reading gigabytes of weights
     weights = load_weights(ck, cfg);
-    source = fmt::format("checkpoint {} ({} shard(s), {} tensors ignored)", printable(dir.string(), 4096),
-                         ck.num_shards(), ck.ignored().size());
+    source = checkpoint_source(dir, ck, cfg);
   } else {
     cfg = preset(o.preset.empty() ? "qwen3.5-4b" : o.preset);
     source = fmt::format("synthetic weights of preset '{}' generated on the GPU (seed {})", cfg.name, o.seed);
@@ -244,8 +254,7 @@ int run(const GenerateOptions& o) {
     if (o.seed_given) notes.push_back(fmt::format("--seed {} ignored: --weights gives the weights", o.seed));
     cfg = load_hf_config(dir / "config.json");
     ck = Checkpoint::open(dir);
-    source = fmt::format("checkpoint {} ({} shard(s), {} tensors ignored)", printable(dir.string(), 4096),
-                         ck->num_shards(), ck->ignored().size());
+    source = checkpoint_source(dir, *ck, cfg);
   } else {
     std::string name = o.preset;
     if (name.empty()) {

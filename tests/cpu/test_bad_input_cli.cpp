@@ -140,6 +140,11 @@ std::vector<CliCase> option_cases() {
   add("plan --max-seqs 0", {"plan", "--max-seqs", "0"}, kCli11Invalid, {"--max-seqs"});
   add("plan --weights a missing folder", {"plan", "--weights", "no/such/folder"}, kCli11Invalid, {"--weights"});
   add("plan --preset unknown", {"plan", "--preset", "nope"}, 1, {"unknown preset 'nope'"});
+  add("plan --slots below --max-seqs", {"plan", "--slots", "4"}, 1,
+      {"--slots 4 is fewer than --max-seqs 32", "no step could hold more than 4 rows"});
+  add("plan --prefill-tokens past --max-seqs x --context",
+      {"plan", "--max-seqs", "2", "--context", "100", "--prefill-tokens", "201"}, 1,
+      {"--prefill-tokens 201 is more than --max-seqs x --context = 2 x 100 = 200"});
   add("plan --json into a missing folder", {"plan", "--json", "no/such/folder/p.json"}, 1,
       {"--json no/such/folder/p.json: cannot write this file"});
   auto* plan27 = add(

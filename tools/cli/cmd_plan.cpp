@@ -50,6 +50,19 @@ constexpr DeviceLimits kPlanDevice{132, 227 * 1024, 9,
                                    0};  // the default prefill step's token budget (bench's prefill-b32)
 
 int run_plan(const PlanOptions& o) {
+  // A step the options describe can never fill: refused rather than planned for memory it never uses.
+  if (o.slots > 0 && o.slots < o.max_seqs) {
+    throw Error(fmt::format(
+        "plan: --slots {} is fewer than --max-seqs {}: the rows of a decode step are distinct sequences, each in "
+        "its own slot, so no step could hold more than {} rows. Give --max-seqs {} or fewer, or --slots {} or more.",
+        o.slots, o.max_seqs, o.slots, o.slots, o.max_seqs));
+  }
+  if (o.prefill_tokens > int64_t{o.max_seqs} * o.context) {
+    throw Error(fmt::format(
+        "plan: --prefill-tokens {} is more than --max-seqs x --context = {} x {} = {}: a prefill step holds at most "
+        "--max-seqs sequences of at most --context tokens each, so those tokens could never all come.",
+        o.prefill_tokens, o.max_seqs, o.context, int64_t{o.max_seqs} * o.context));
+  }
   check_writable(o.json, "--json");
   Qwen35Config c;
   std::string source;
@@ -149,7 +162,8 @@ void register_plan(CLI::App& app, Action& action) {
   cmd->add_option("--max-seqs", o.max_seqs, "Decode rows and prefill sequences a step takes")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--slots", o.slots, "Sequences with a cache (default: --max-seqs)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--slots", o.slots, "Sequences with a cache, at least --max-seqs (default: --max-seqs)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--context", o.context, "Tokens a slot holds (prompt and generated)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));

@@ -67,6 +67,23 @@ std::string read_regular_file(const std::filesystem::path& path, size_t max_byte
                             f.size(), max_bytes));
   }
   std::string text;
+  if (f.size() == 0) {
+    // A file whose size the kernel does not know (/proc, /sys report 0): read it to its end, within
+    // the limit.
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(f.fd(), buf, sizeof buf);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw Error(fmt::format("{}: read error: {}", shown(path), std::strerror(errno)));
+      }
+      if (n == 0) return text;
+      if (text.size() + static_cast<size_t>(n) > max_bytes) {
+        throw Error(fmt::format("{}: more than the {} byte limit for this kind of file", shown(path), max_bytes));
+      }
+      text.append(buf, static_cast<size_t>(n));
+    }
+  }
   text.resize(static_cast<size_t>(f.size()));
   size_t got = 0;
   // Read what fstat promised, plus one byte to see whether the file grew meanwhile.

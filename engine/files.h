@@ -33,7 +33,8 @@ class RegularFile {
 };
 
 // The whole content of a regular file of at most max_bytes bytes (a larger one is an error naming
-// the path, its size and the limit; nothing is read from it).
+// the path, its size and the limit; nothing is read from it). A file whose size the kernel reports
+// as 0 (/proc, /sys) is read to its end, and is an error once it passes max_bytes.
 std::string read_regular_file(const std::filesystem::path& path, size_t max_bytes = kMaxJsonFileBytes);
 
 }  // namespace sg

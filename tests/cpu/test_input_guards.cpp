@@ -82,6 +82,13 @@ TEST_CASE("read_regular_file refuses what is not a regular file and what is too 
   REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
   expect_error([&] { RegularFile r(fifo); }, {fifo.string(), "(it is a FIFO)"});
   expect_error([&] { read_regular_file(dir.path / "none"); }, {"cannot open: No such file or directory"});
+  // A file whose size the kernel reports as 0 (/proc) is read to its end, within the limit.
+  const std::string status = read_regular_file("/proc/self/status");
+  CHECK(status.rfind("Name:", 0) == 0);
+  CHECK(status.find("\nPid:") != std::string::npos);
+  expect_error([&] { read_regular_file("/proc/self/status", 16); }, {"/proc/self/status: more than the 16 byte limit"});
+  write_text(dir.path / "empty", "");
+  CHECK(read_regular_file(dir.path / "empty").empty());
 }
 
 TEST_CASE("check_host_memory states the need, the detail and what is available", "[guards][memory]") {

@@ -217,7 +217,8 @@ std::vector<CliCase> option_cases() {
       {"--ssm-state bf16 (the gdn-layer workload keeps an f32 state; use --workload model)"});
   add("generate --chunked with --delta-prefill", {"generate", "--cpu", "--chunked", "--delta-prefill", "scan"}, 108,
       {"--chunked excludes --delta-prefill"});
-  add("plan --device-gib nan", {"plan", "--device-gib", "nan"}, kCli11Invalid, {"--device-gib: 'nan' is not a number"});
+  add("plan --device-gib nan", {"plan", "--device-gib", "nan"}, kCli11Invalid,
+      {"--device-gib: 'nan' is not a decimal number"});
   add("inspect --key bogus without a GPU (the key first)", {"inspect", "--key", "bogus"}, 1,
       {"--key bogus: expected decode, decode-N (1 <= N <= --max-seqs 32) or prefill"});
   add("soak --prompt + --period past the cache's limit without a GPU", {"soak", "--prompt", "262144", "--period", "1"},

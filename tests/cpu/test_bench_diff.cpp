@@ -370,8 +370,14 @@ TEST_CASE("diff: ops whose nodes ran other arms, from the manifests, and the cuB
   json bad = new_report();
   bad["graphs"][0]["manifest"] = {{"nodes", json::array({{{"op", "x"}, {"arm", 3}}})}};
   CHECK(contains(refusal(bad), "new.json: graphs[0].manifest.nodes[0]: \"op\" and \"arm\" must be strings"));
-  bad["graphs"][0]["manifest"] = {{"edges", 1}};
-  CHECK(contains(refusal(bad), "new.json: graphs[0].manifest: no \"nodes\""));
+  bad["graphs"][0]["manifest"] = {{"nodes", 1}};
+  CHECK(contains(refusal(bad), "new.json: graphs[0].manifest: \"nodes\" is not a list"));
+  // A manifest without its node list (an archived report keeps the summary): no arms to compare.
+  json archived = new_report();
+  archived["graphs"][0]["manifest"] = {{"graph", "model-decode qwen3.5-4b b=32"}, {"arms", "conv.update=fast"}};
+  json with_nodes = old_report();
+  with_nodes["graphs"][0]["manifest"] = nodes("cublas");
+  CHECK(diff_bench_reports(with_nodes, archived, "old.json", "new.json").graphs[0].arms.empty());
   bad["graphs"][0]["manifest"] = 7;
   CHECK(contains(refusal(bad), "new.json: graphs[0].manifest: not an object"));
 }
@@ -414,6 +420,12 @@ TEST_CASE("diff: a caution where a graph's clocks differed between the reports",
   CHECK(contains(refusal(bad), "new.json: graphs[0].clocks.held_down: \"power cap\" counts more samples than the 10"));
   bad["graphs"][0]["clocks"] = "fast";
   CHECK(contains(refusal(bad), "graphs[0].clocks: not an object"));
+  bad["graphs"][0]["clocks"] = clocks(1980, 0);
+  bad["graphs"][0]["clocks"]["sm_mhz"]["min"] = 1995;
+  CHECK(contains(refusal(bad), "graphs[0].clocks.sm_mhz: min <= median <= max does not hold"));
+  bad["graphs"][0]["clocks"] = clocks(1980, 0);
+  bad["graphs"][0]["clocks"]["sm_mhz"]["max"] = 1900;
+  CHECK(contains(refusal(bad), "graphs[0].clocks.sm_mhz: min <= median <= max does not hold"));
   bad["graphs"][0]["clocks"] = clocks(1980, 0);
   bad["graphs"][0]["clocks"].erase("sm_mhz");
   CHECK(contains(refusal(bad), "graphs[0].clocks: no \"sm_mhz\""));

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/support/bad_input.h"
@@ -103,7 +105,12 @@ std::vector<CliCase> diff_cases() {
   };
   v.back().setup = write_reports;
   add("diff --min-us -1", {"diff", "a.json", "b.json", "--min-us", "-1"}, kCli11Invalid, {"--min-us"});
-  add("diff --min-us nan", {"diff", "{dir}/old.json", "{dir}/new.json", "--min-us", "nan"}, -1, {"--min-us"})->setup =
+  // strtod would read hex, inf and nan; a word was "not in range".
+  for (const char* bad : {"nan", "0x10", "inf", "abc", "1e", ".", " 3"}) {
+    add(fmt::format("diff --min-us '{}'", bad), {"diff", "{dir}/old.json", "{dir}/new.json", "--min-us", bad},
+        kCli11Invalid, {fmt::format("--min-us: '{}' is not a decimal number", bad)});
+  }
+  add("diff --min-us 1e1 (runs)", {"diff", "{dir}/old.json", "{dir}/new.json", "--min-us", "1e1"}, 0, {})->setup =
       write_reports;
   add("diff with one report", {"diff", "a.json"}, kCli11Required, {"NEW"});
   return v;

@@ -143,6 +143,8 @@ std::optional<ClockSummary> read_clocks(const json& g, const std::string& where,
   s.sm_median = static_cast<unsigned>(r.integer(sm, "median", cw + ".sm_mhz"));
   s.sm_min = static_cast<unsigned>(r.integer(sm, "min", cw + ".sm_mhz"));
   s.sm_max = static_cast<unsigned>(r.integer(sm, "max", cw + ".sm_mhz"));
+  if (!(s.sm_min <= s.sm_median && s.sm_median <= s.sm_max))
+    r.fail(cw + ".sm_mhz", "min <= median <= max does not hold");
   s.mem_median = static_cast<unsigned>(r.integer(c, "mem_mhz", cw));
   s.power_w_median = r.time(c, "power_w", cw);
   const json& held = r.field(c, "held_down", cw);
@@ -158,14 +160,16 @@ std::optional<ClockSummary> read_clocks(const json& g, const std::string& where,
   return s;
 }
 
-// The manifest's node arms by op; nullopt without a manifest.
+// The manifest's node arms by op; nullopt without a manifest or without its node list (archived
+// reports keep the manifest's summary and leave the nodes out).
 std::optional<std::map<std::string, std::set<std::string>>> read_arms(const json& g, const std::string& where,
                                                                       const Reader& r) {
   if (!g.contains("manifest")) return std::nullopt;
   const std::string mw = where + ".manifest";
   const json& m = g.at("manifest");
   if (!m.is_object()) r.fail(mw, "not an object");
-  const json& nodes = r.field(m, "nodes", mw);
+  if (!m.contains("nodes")) return std::nullopt;
+  const json& nodes = m.at("nodes");
   if (!nodes.is_array()) r.fail(mw, "\"nodes\" is not a list");
   std::map<std::string, std::set<std::string>> out;
   for (size_t i = 0; i < nodes.size(); ++i) {

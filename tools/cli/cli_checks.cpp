@@ -204,6 +204,32 @@ bool is_plain_decimal(std::string_view v) {
   return std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
+bool is_float_option(const CLI::Option* opt) {
+  const std::string t = opt->get_type_name();  // "FLOAT", then ":" and the validators
+  return t.compare(0, 5, "FLOAT") == 0 && (t.size() == 5 || t[5] == ':');
+}
+
+// Digits with an optional sign, decimal point and exponent: what strtod reads as a decimal (it would
+// also take 0x hex, inf, nan and leading blanks).
+bool is_plain_number(std::string_view v) {
+  if (!v.empty() && (v[0] == '-' || v[0] == '+')) v.remove_prefix(1);
+  size_t i = 0, digits = 0;
+  while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i, ++digits;
+  if (i < v.size() && v[i] == '.') {
+    ++i;
+    while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i, ++digits;
+  }
+  if (digits == 0) return false;
+  if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+    ++i;
+    if (i < v.size() && (v[i] == '-' || v[i] == '+')) ++i;
+    const size_t e0 = i;
+    while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
+    if (i == e0) return false;
+  }
+  return i == v.size();
+}
+
 }  // namespace
 
 void check_option_values(CLI::App& app, int argc, const char* const* argv) {
@@ -232,6 +258,12 @@ void check_option_values(CLI::App& app, int argc, const char* const* argv) {
   auto check = [](const std::string& name, const CLI::Option* opt, const std::string& value) {
     if (value.empty() && name != "--a" && name != "--b") {
       throw CLI::ValidationError(name, "an empty value (leave the option out, or give it a value)");
+    }
+    if (is_float_option(opt) && !is_plain_number(value)) {
+      throw CLI::ValidationError(
+          name, fmt::format("'{}' is not a decimal number (digits with an optional sign, point and exponent; no "
+                            "0x, inf or nan)",
+                            printable(value)));
     }
     if (!is_integer_option(opt)) return;
     const char delim = opt->get_delimiter();

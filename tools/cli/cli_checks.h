@@ -100,8 +100,10 @@ CLI::Validator unsigned_integer_check();
 // defaults); each value of an option taking several is checked; and every value of an integer option (CLI11 type INT or
 // UINT) must be a plain decimal integer, an optional sign then digits with no leading zero ("-1", "0", "100"; each
 // entry of a comma-separated list). CLI11 reads integers with strtoll base 0, so "0100" would be 64 and "0x10" 16, and
-// "08" was refused as out of range. Throws CLI::ValidationError naming the option; where no subcommand is found,
-// CLI11's parse reports it.
+// "08" was refused as out of range. A value of a number option (CLI11 type FLOAT) must be decimal digits with an
+// optional sign, point and exponent ("1.5", "-0", "1e3"): strtod would also read "0x10", "inf" and "nan", and CLI11
+// called a word "not in range". Throws CLI::ValidationError naming the option; where no subcommand is found, CLI11's
+// parse reports it.
 void check_option_values(CLI::App& app, int argc, const char* const* argv);
 
 // Reports the progress of a long loop on stderr, at most every `every` and only once the loop has

@@ -23,4 +23,12 @@ std::string printable(std::string_view s, size_t max_bytes) {
   return out;
 }
 
+std::string count_of(long long n, std::string_view noun) {
+  std::string out = std::to_string(n);
+  out += ' ';
+  out += noun;
+  if (n != 1) out += 's';
+  return out;
+}
+
 }  // namespace sg

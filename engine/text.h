@@ -15,4 +15,7 @@ namespace sg {
 // (the ESC byte shown as the four characters \x1b).
 std::string printable(std::string_view s, size_t max_bytes = 200);
 
+// "1 slot", "2 slots", "0 slots": the count and the noun, with an "s" unless the count is 1.
+std::string count_of(long long n, std::string_view noun);
+
 }  // namespace sg

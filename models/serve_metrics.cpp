@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/text.h"
+
 namespace sg {
 namespace {
 
@@ -20,8 +22,8 @@ json percentiles_json(const Percentiles& p) {
 
 std::string percentiles_line(const char* what, const Percentiles& p) {
   if (p.count == 0) return fmt::format("{}: none\n", what);
-  return fmt::format("{}: p50 {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms ({} requests)\n", what, p.p50, p.p90, p.p99,
-                     p.count);
+  return fmt::format("{}: p50 {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms ({})\n", what, p.p50, p.p90, p.p99,
+                     count_of(static_cast<long long>(p.count), "request"));
 }
 
 }  // namespace

@@ -27,6 +27,13 @@ using namespace sg;
 using namespace sg::test;
 using nlohmann::json;
 
+TEST_CASE("count_of writes a count with its noun, plural unless 1", "[guards]") {
+  CHECK(count_of(1, "slot") == "1 slot");
+  CHECK(count_of(0, "slot") == "0 slots");
+  CHECK(count_of(2, "request") == "2 requests");
+  CHECK(count_of(-1, "token") == "-1 tokens");
+}
+
 TEST_CASE("printable escapes control bytes, DEL, non-ASCII and backslashes, and cuts long text", "[guards]") {
   CHECK(printable("model.layers.0.mlp") == "model.layers.0.mlp");
   CHECK(printable("a\x1b[2Jb") == "a\\x1b[2Jb");

@@ -108,11 +108,11 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
   const Qwen35Config cfg = preset("tiny");
   const int B = std::min(o.max_seqs, 8), ctx = std::min(o.context, 64), hist = std::min(o.history, 64);
   fmt::print(
-      "Running the CPU reference of the whole model's decode step on the 'tiny' preset instead ({} layers, "
-      "hidden {}, vocab {}), {} sequences with {} tokens of context{} (--max-seqs is capped at 8, --context and "
-      "--history at 64 here).\n",
-      cfg.layers, cfg.hidden, cfg.vocab, B, ctx,
-      hist > 0 ? fmt::format(" after {} tokens of history", hist) : std::string());
+      "Running the CPU reference of the whole model on the 'tiny' preset instead ({} layers, hidden {}, vocab {}): "
+      "a prefill of {} sequence{} of {} tokens{}, then decode steps of {} row{} (--max-seqs is capped at 8, "
+      "--context and --history at 64 here).\n",
+      cfg.layers, cfg.hidden, cfg.vocab, B, B == 1 ? "" : "s", ctx,
+      hist > 0 ? fmt::format(" after {} tokens of history", hist) : std::string(), B, B == 1 ? "" : "s");
   ReferenceOptions ro;
   ro.chunked_prefill = chunked_delta_prefill(o.delta_prefill);  // its own chunked form (double); auto runs the scan
   ro.ssm_state = reference_ssm_state(o.ssm_state);

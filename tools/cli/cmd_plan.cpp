@@ -90,8 +90,9 @@ int run_plan(const PlanOptions& o) {
 
   fmt::print("model: {} ({}): {} layers, {} weights and activations, {} SSM state\n", printable(c.name), source,
              c.layers, o.dtype, o.ssm_state);
-  fmt::print("step: {} slots of {} tokens, decode batches up to {}, prefills up to {} tokens in {} sequences\n",
-             p.num_slots, p.max_context, p.max_decode_batch, p.max_prefill_tokens, p.max_prefill_seqs);
+  fmt::print("step: {} of {} tokens, decode batches up to {}, prefills up to {} in {}\n", count_of(p.num_slots, "slot"),
+             p.max_context, p.max_decode_batch, count_of(p.max_prefill_tokens, "token"),
+             count_of(p.max_prefill_seqs, "sequence"));
   nlohmann::json j{{"model", c.name},
                    {"source", source},
                    {"dtype", o.dtype},

@@ -67,14 +67,14 @@ struct Trace {
 Trace load_trace(const ServeOptions& o) {
   if (!o.trace.empty()) {
     Trace t{read_trace_jsonl(o.trace), printable(o.trace, 4096)};
-    t.name += fmt::format(" ({} requests)", t.requests.size());
+    t.name += fmt::format(" ({})", count_of(static_cast<long long>(t.requests.size()), "request"));
     return t;
   }
   const SyntheticTraceOptions p = trace_preset(o.trace_preset, o.requests, o.seed);
   auto range = [](int lo, int hi) { return lo == hi ? fmt::format("{}", lo) : fmt::format("{}..{}", lo, hi); };
   return {synthetic_trace(p),
-          fmt::format("{} ({} requests, prompts of {} tokens, {} new tokens, {}, seed {})", o.trace_preset, p.requests,
-                      range(p.prompt_min, p.prompt_max), range(p.new_min, p.new_max),
+          fmt::format("{} ({}, prompts of {} tokens, {} new tokens, {}, seed {})", o.trace_preset,
+                      count_of(p.requests, "request"), range(p.prompt_min, p.prompt_max), range(p.new_min, p.new_max),
                       p.mean_gap_ms > 0 ? fmt::format("Poisson arrivals every {} ms on average", p.mean_gap_ms)
                                         : std::string("all arriving at 0"),
                       o.seed)};
@@ -134,8 +134,9 @@ void report(const ServeOptions& o, json header, const ServeResult& res, const Se
   }
   header["interrupted"] = res.interrupted;
   if (res.interrupted && !o.json) {
-    fmt::print("\ninterrupted (SIGINT) after {} steps: the metrics below cover the {} requests completed by then\n",
-               res.steps.size(), m.completed);
+    fmt::print("\ninterrupted (SIGINT) after {}: the metrics below cover the {} completed by then\n",
+               count_of(static_cast<long long>(res.steps.size()), "step"),
+               count_of(static_cast<long long>(m.completed), "request"));
   }
   if (o.json) {
     header["metrics"] = metrics_json(m);

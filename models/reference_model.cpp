@@ -495,6 +495,9 @@ std::vector<float> ReferenceModel::forward(const Packed& p, bool decode_step, bo
                     mix.data(), T, H, I, act, act);
     reduce(mix);
     for (size_t j = 0; j < x.size(); ++j) x[j] = ref::store(x[j] + mix[j], act);
+    if (opt_.on_layer && !opt_.on_layer(i + 1, cfg_.layers)) {
+      throw ReferenceInterrupted(fmt::format("the forward was stopped after layer {} of {}", i + 1, cfg_.layers));
+    }
   }
   for (int n = 0; n < p.N; ++n) len_[p.slots[n]] += p.cu[n + 1] - p.cu[n];
 

@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,15 @@ struct ReferenceOptions {
   // already advanced: the slots it touched must be reset.
   std::function<void(std::vector<float>&)> all_reduce;
   int64_t head_rows = 0;
+  // Called after each layer of a forward with the layers done (1..layers) and the model's layers:
+  // progress for long prefills. Returning false ends the call with ReferenceInterrupted, the
+  // earlier layers' states of the slots it touched already advanced (reset them to use them again).
+  std::function<bool(int done, int layers)> on_layer;
+};
+
+// What a forward throws when ReferenceOptions::on_layer asked it to stop.
+struct ReferenceInterrupted : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // One sequence of a prefill batch: new tokens for `slot`, continuing from the slot's current

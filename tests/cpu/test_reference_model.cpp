@@ -172,6 +172,38 @@ TEST_CASE("reference model: prefill of n tokens then m decode steps equals a pre
   }
 }
 
+TEST_CASE("reference model: on_layer sees every layer of a forward, and false stops the forward") {
+  const Qwen35Config c = preset("tiny");
+  std::vector<int> seen;
+  int stop_after = 0;  // 0: never stop
+  ReferenceOptions o;
+  o.on_layer = [&](int done, int layers) {
+    CHECK(layers == c.layers);
+    seen.push_back(done);
+    return done != stop_after;
+  };
+  ReferenceModel m = make_model("tiny", 1, 64, o);
+  const std::vector<int64_t> prompt = random_tokens(12, kSeed, c.vocab);
+  const std::vector<float> logits = m.prefill({Sequence{0, prompt}});
+  std::vector<int> all(static_cast<size_t>(c.layers));
+  for (int i = 0; i < c.layers; ++i) all[static_cast<size_t>(i)] = i + 1;
+  CHECK(seen == all);
+  seen.clear();
+  m.decode({0}, {1});
+  CHECK(seen == all);
+  // Stopped after layer 2: the call throws, the slot's length is unchanged, and once reset the
+  // slot gives the same logits as before.
+  seen.clear();
+  stop_after = 2;
+  m.reset(0);
+  CHECK_THROWS_AS(m.prefill({Sequence{0, prompt}}), ReferenceInterrupted);
+  CHECK(seen == std::vector<int>{1, 2});
+  CHECK(m.length(0) == 0);
+  stop_after = 0;
+  m.reset(0);
+  CHECK(m.prefill({Sequence{0, prompt}}) == logits);
+}
+
 TEST_CASE("reference model: chunked prefill agrees with the recurrent prefill") {
   for (const std::string name : {"tiny", "tiny-dkdv"}) {
     CAPTURE(name);

@@ -1,7 +1,8 @@
 // Ctrl-C in a long `stepgraph generate` run (the CPU reference, as a subprocess without a GPU):
 // the run stops after the current token, prints the tokens generated so far (the same tokens an
-// uninterrupted run starts with), marks the result interrupted and exits with 130. The same for
-// `stepgraph serve` after the step under way.
+// uninterrupted run starts with), marks the result interrupted and exits with 130; during a long
+// prompt's prefill it stops after the current layer. The same for `stepgraph serve` after the step
+// under way.
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -70,6 +71,27 @@ TEST_CASE("generate: Ctrl-C stops the run, prints the tokens so far and exits wi
   CHECK(t.code == 130);
   CHECK(t.out.find("interrupted (SIGINT) after ") != std::string::npos);
   CHECK(t.out.find("of 100000 tokens: what was generated so far follows") != std::string::npos);
+}
+
+TEST_CASE("generate: Ctrl-C during a long prompt's prefill stops it after the current layer", "[cli][sigint]") {
+  // 6000 prompt tokens of the tiny preset: its attention layers take seconds each on the CPU, and
+  // the prompt is one forward, so the signal (2 s in) comes during the prefill.
+  std::string prompt;
+  for (int i = 0; i < 6000; ++i) prompt += (i ? "," : "") + std::to_string(i % 200);
+  std::vector<std::string> argv = generate_argv(8, true);
+  argv.insert(argv.end(), {"--tokens", prompt});
+  const ChildResult r = run_program(argv, {}, limits(2.0));
+  INFO(r.describe() << "\n" << r.out.substr(0, 2000));
+  REQUIRE(r.end == ChildResult::End::exited);
+  CHECK(r.code == 130);
+  CHECK(r.seconds < 60);
+  const nlohmann::json j = json_of(r.out);
+  CHECK(j.at("interrupted") == true);
+  CHECK(j.at("generated").empty());
+  // The progress by layer ends where the prefill stopped, short of the model's 6 layers.
+  CHECK(r.out.find("prefill of 6000 tokens: ") != std::string::npos);
+  CHECK(r.out.find(" / 6 layers in ") != std::string::npos);
+  CHECK(r.out.find("6 / 6 layers") == std::string::npos);
 }
 
 TEST_CASE("serve: Ctrl-C ends the run after the step under way and reports what was completed", "[cli][sigint]") {

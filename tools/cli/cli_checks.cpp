@@ -303,8 +303,13 @@ void check_option_values(CLI::App& app, int argc, const char* const* argv) {
   }
 }
 
-Progress::Progress(std::string label, int64_t total, std::chrono::milliseconds every)
-    : label_(std::move(label)), total_(total), every_(every), start_(std::chrono::steady_clock::now()), last_(start_) {}
+Progress::Progress(std::string label, int64_t total, std::string unit, std::chrono::milliseconds every)
+    : label_(std::move(label)),
+      total_(total),
+      unit_(std::move(unit)),
+      every_(every),
+      start_(std::chrono::steady_clock::now()),
+      last_(start_) {}
 
 void Progress::update(int64_t done) {
   done_ = done;
@@ -313,13 +318,13 @@ void Progress::update(int64_t done) {
   last_ = now;
   shown_ = true;
   const double secs = std::chrono::duration<double>(now - start_).count();
-  fmt::print(stderr, "{}: {} / {} tokens, {:.1f} tokens/s\n", label_, done, total_, secs > 0 ? done / secs : 0.0);
+  fmt::print(stderr, "{}: {} / {} {}, {:.1f} {}/s\n", label_, done, total_, unit_, secs > 0 ? done / secs : 0.0, unit_);
 }
 
 void Progress::finish() {
   if (!shown_) return;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  fmt::print(stderr, "{}: {} / {} tokens in {:.1f} s\n", label_, done_, total_, secs);
+  fmt::print(stderr, "{}: {} / {} {} in {:.1f} s\n", label_, done_, total_, unit_, secs);
 }
 
 }  // namespace sg::cli

@@ -110,13 +110,15 @@ void check_option_values(CLI::App& app, int argc, const char* const* argv);
 // run that long: "generate: 120 / 100000 tokens, 31.5 tokens/s".
 class Progress {
  public:
-  Progress(std::string label, int64_t total, std::chrono::milliseconds every = std::chrono::milliseconds(2000));
+  Progress(std::string label, int64_t total, std::string unit = "tokens",
+           std::chrono::milliseconds every = std::chrono::milliseconds(2000));
   void update(int64_t done);
   void finish();  // a last line with the total time, when progress was shown at all
 
  private:
   std::string label_;
   int64_t total_;
+  std::string unit_;
   std::chrono::milliseconds every_;
   std::chrono::steady_clock::time_point start_, last_;
   int64_t done_ = 0;

@@ -289,7 +289,18 @@ int run(const GenerateOptions& o) {
   std::vector<int64_t> out;
   if (o.tp > 1) detail += fmt::format("; tensor parallel over {} CPU ranks", o.tp);
   std::optional<ReferenceModel> model;  // one model; over ranks tp_generate holds one a rank
-  if (o.tp == 1) model.emplace(cfg, std::move(weights), 1, ctx, ro);
+  // The prompt's prefill is one forward: while it runs, its progress is by layer, and Ctrl-C stops
+  // it after the current layer (then nothing was generated).
+  Progress* prefill_layers = nullptr;
+  if (o.tp == 1) {
+    ReferenceOptions one = ro;
+    one.on_layer = [&prefill_layers](int done, int) {
+      if (!prefill_layers) return true;
+      prefill_layers->update(done);
+      return !sigint_received();
+    };
+    model.emplace(cfg, std::move(weights), 1, ctx, one);
+  }
 
   if (o.max_new > 0) {
     Progress progress("generate", o.max_new);
@@ -299,8 +310,19 @@ int run(const GenerateOptions& o) {
               return !sigint_received();
             }).tokens;
     } else {  // greedy generation as ReferenceModel::generate does it, with progress for long runs
-      std::vector<float> logits = model->prefill({Sequence{0, prompt}});
-      for (int i = 0; i < o.max_new; ++i) {
+      std::vector<float> logits;
+      {
+        Progress layers(fmt::format("prefill of {}", count_of(static_cast<long long>(prompt.size()), "token")),
+                        cfg.layers, "layers");
+        prefill_layers = &layers;
+        try {
+          logits = model->prefill({Sequence{0, prompt}});
+        } catch (const ReferenceInterrupted&) {  // Ctrl-C: no logits, nothing generated
+        }
+        prefill_layers = nullptr;
+        layers.finish();
+      }
+      for (int i = 0; i < o.max_new && !logits.empty(); ++i) {
         const int64_t next = ref::argmax(logits.data(), cfg.vocab);
         out.push_back(next);
         progress.update(i + 1);
@@ -323,8 +345,8 @@ void register_generate(CLI::App& app, Action& action) {
       app.add_subcommand("generate",
                          "Greedy generation from token ids on the GPU model step (prefill, then "
                          "graphed decode steps), or on the CPU reference model (--cpu, or when no "
-                         "GPU is found). Ctrl-C stops after the current token, prints the tokens generated so far "
-                         "and exits with 130.");
+                         "GPU is found). Ctrl-C stops after the current token (on the CPU, during the prompt's "
+                         "prefill: after the current layer), prints the tokens generated so far and exits with 130.");
   static GenerateOptions o;
   cmd->add_option("--weights", o.weights,
                   "Hugging Face checkpoint folder (config.json + model.safetensors or "

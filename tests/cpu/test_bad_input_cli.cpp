@@ -505,6 +505,11 @@ std::vector<CliCase> env_cases() {
       {"unknown arm \"\\x1b[2J\""});
   add("arms: VT_CONV_REG=yes warns", {"arms"}, {{"VT_CONV_REG", "yes"}}, 0,
       {"warning: VT_CONV_REG=\"yes\" is not 0 or 1"});
+  add("arms: a misspelt VT_* flag warns", {"arms"}, {{"VT_CONV_REGG", "1"}}, 0,
+      {"warning: VT_CONV_REGG is set but is not a flag stepgraph reads, so it changes nothing (the flags: "
+       "VT_CONV_REG, "});
+  add("generate --cpu: a misspelt VT_* flag warns and runs", {"generate", "--cpu", "--max-new", "2"},
+      {{"VT_GDN_POSTCONV_SPLITT", "1"}}, 0, {"warning: VT_GDN_POSTCONV_SPLITT is set but is not a flag"});
   add("arms: non-ASCII bytes in a VT_* flag", {"arms"}, {{"VT_CONV_UPDATE_FAST", "\xc3\xa9\xc2\x9b"}}, 0,
       {"warning: VT_CONV_UPDATE_FAST=\"\\xc3\\xa9\\xc2\\x9b\" is not 0 or 1"});
   add("arms: a 100 kB STEPGRAPH_ARMS", {"arms"}, {{"STEPGRAPH_ARMS", std::string(100'000, 'x')}}, 1,

@@ -19,7 +19,6 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/cuda_handles.h"
-#include "engine/env.h"
 #include "engine/error.h"
 #include "engine/gpu_clocks.h"
 #include "engine/text.h"
@@ -32,6 +31,7 @@
 #include "models/model_step.h"
 #include "models/reference_model.h"
 #include "tools/cli/bench_common.h"
+#include "tools/cli/cli_checks.h"
 #include "tools/cli/clock_report.h"
 #include "tools/cli/sigint.h"
 
@@ -280,7 +280,7 @@ int run_gpu_model(const BenchOptions& o, const DeviceInfo& dev) {
   // measured, marked interrupted, and exits with 130. A second Ctrl-C ends the process.
   const SigintGuard guard;
   const Qwen35Config cfg = preset(o.preset);
-  ResolvedArms arms = resolve_arms(o.arms.arms, read_env);
+  ResolvedArms arms = resolve_cli_arms(o.arms.arms);
   for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
   const bool do_decode = o.phase != "prefill", do_prefill = o.phase != "decode";
   // Prefill: room for the history before the prompt and the 128 decode steps of the finiteness check after it.

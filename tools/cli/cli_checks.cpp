@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,9 +27,23 @@ void write_output_file(const std::string& path, std::string_view option, const s
   fmt::print(log, "wrote {}\n", printable(path, 4096));
 }
 
-ResolvedArms resolve_cli_arms(const std::vector<std::string>& cli_arms) { return resolve_arms(cli_arms, read_env); }
+ResolvedArms resolve_cli_arms(const std::vector<std::string>& cli_arms) {
+  ResolvedArms r = resolve_arms(cli_arms, read_env);
+  const auto flags = seed_flag_names();
+  for (std::string_view prefix : {"VT_CONV", "VT_GDN"}) {
+    for (const std::string& name : env_names_with_prefix(prefix)) {
+      if (std::find(flags.begin(), flags.end(), name) != flags.end()) continue;
+      r.warnings.push_back(
+          fmt::format("{} is set but is not a flag stepgraph reads, so it changes nothing (the "
+                      "flags: {})",
+                      printable(name, 80), fmt::join(flags, ", ")));
+    }
+  }
+  return r;
+}
 
 void reject_arms_on_cpu(const ResolvedArms& r, std::string_view command) {
+  for (const auto& w : r.warnings) fmt::print(stderr, "warning: {}\n", w);
   std::vector<std::string> sources;
   for (size_t i = 0; i < kNumOps; ++i) {
     const std::string& s = r.source[i];

@@ -25,10 +25,13 @@ namespace sg::cli {
 inline constexpr int kMaxNewTokens = kQwen35ContextLength;
 
 // resolve_arms(cli_arms, read_env): throws ArmError for an unknown op or arm (listing the valid ones).
+// Its warnings also name each set VT_CONV* / VT_GDN* variable that is not one of the seed's flags (a
+// misspelt flag would otherwise be ignored without a word), with the flags it reads.
 ResolvedArms resolve_cli_arms(const std::vector<std::string>& cli_arms);
 
-// For a run of the CPU reference, where no kernel arm can apply: throws sg::Error naming every
-// source that selected an arm (--arm, STEPGRAPH_ARMS, a VT_* flag). `command`: "bench", "generate".
+// For a run of the CPU reference, where no kernel arm can apply: prints the selection's warnings on
+// stderr, then throws sg::Error naming every source that selected an arm (--arm, STEPGRAPH_ARMS, a
+// VT_* flag). `command`: "bench", "generate", "serve".
 void reject_arms_on_cpu(const ResolvedArms& r, std::string_view command);
 
 // Throws sg::Error naming `option` and `path` when `path` cannot be opened for writing (a missing

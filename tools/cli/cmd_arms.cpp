@@ -2,8 +2,8 @@
 // and environment resolve to (with one warning per unrecognised seed flag value).
 #include <fmt/format.h>
 
-#include "engine/env.h"
 #include "kernels/arms.h"
+#include "tools/cli/cli_checks.h"
 #include "tools/cli/commands.h"
 
 namespace sg::cli {
@@ -24,7 +24,7 @@ void register_arms(CLI::App& app, Action& action) {
   cmd->callback([&action] {
     action = [] {
       fmt::print("ops and arms (every arm of an op is byte-identical to its reference arm):\n{}\n", format_arm_table());
-      ResolvedArms r = resolve_arms(o.arms, read_env);
+      ResolvedArms r = resolve_cli_arms(o.arms);
       for (const auto& w : r.warnings) fmt::print(stderr, "warning: {}\n", w);
       fmt::print("resolved selection: {}\n", r.arms.describe());
       for (const auto& info : all_ops()) {

@@ -17,7 +17,6 @@
 
 #include "engine/cuda_handles.h"
 #include "engine/device.h"
-#include "engine/env.h"
 #include "engine/error.h"
 #include "engine/nccl.h"
 #include "engine/text.h"
@@ -170,7 +169,7 @@ std::vector<std::string> layer_inapplicable(const BenchOptions& o, const CLI::Ap
 
 int run_gpu(const BenchOptions& o, const DeviceInfo& dev) {
   const Qwen35Config cfg = preset(o.preset);
-  ResolvedArms arms = resolve_arms(o.arms.arms, read_env);
+  ResolvedArms arms = resolve_cli_arms(o.arms.arms);
   for (const auto& w : arms.warnings) fmt::print(stderr, "warning: {}\n", w);
   GdnDecodeOptions opts;
   opts.max_seqs = o.max_seqs;

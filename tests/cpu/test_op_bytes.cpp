@@ -98,6 +98,22 @@ TEST_CASE("op bytes: causal attention's query-key pairs with history", "[op_byte
   CHECK(op_bytes::causal_pairs(1024, 1024) == 1573376.0);
 }
 
+TEST_CASE("op bytes: the fused forms counted by hand on a small shape", "[op_bytes]") {
+  // One row, Hk 1, Hv 2, Dk = Dv = 4, K 4: C = 2 x 4 + 2 x 4 = 16 channels; bf16 activations and conv
+  // state, f32 SSM state.
+  // prep: x in 16 x 2 = 32; conv state read and written 16 x 3 x 2 x 2 = 192; conv weights f32
+  // 16 x 4 x 4 = 256; q, k, v out 32; a, b in 2 x 2 x 2 = 8; g, beta out f32 2 x 2 x 4 = 16;
+  // A_log and dt_bias f32 16.
+  CHECK(op_bytes::gdn_decode_prep(1, 1, 2, 4, 4, 4, 2, 2) == 32 + 192 + 256 + 32 + 8 + 16 + 16);
+  // fused: x 32, conv state 192, conv weights 256, a and b 8, A_log and dt_bias 16, the SSM state
+  // 2 x 4 x 4 x 4 read and written = 256, the output 2 x 4 x 2 = 16.
+  CHECK(op_bytes::gdn_decode_fused(1, 1, 2, 4, 4, 4, 2, 2, 4) == 32 + 192 + 256 + 8 + 16 + 256 + 16);
+  // gated_rmsnorm of 1 row, 2 heads of 4: x, z in and y out 3 x 8 x 2 = 48, the f32 weight 16;
+  // in the delta rule's epilogue only z and the weight are its own.
+  CHECK(op_bytes::gated_rmsnorm(1, 2, 4, 2, 4) == 48 + 16);
+  CHECK(op_bytes::fused_gated_norm(1, 2, 4, 2, 4) == 16 + 16);
+}
+
 TEST_CASE("op bytes: the prep arm's conv + post-conv kernel", "[op_bytes]") {
   // conv.update and postconv less the conv output between them (written once, read once).
   const int R = 32, Hk = 16, Hv = 32, D = 128, K = 4, C = 2 * Hk * D + Hv * D;

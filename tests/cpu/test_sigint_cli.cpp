@@ -38,18 +38,26 @@ ChildLimits limits(double sigint_after) {
   return l;
 }
 
-}  // namespace
-
-TEST_CASE("generate: Ctrl-C stops the run, prints the tokens so far and exits with 130", "[cli][sigint]") {
-  // A run too long to finish before the signal (100000 tokens of the tiny preset take minutes);
-  // the signal comes 3 s after the start, and not before the handler is installed (ChildLimits).
-  const ChildResult r = run_program(generate_argv(100000, true), {}, limits(3.0));
+// A run given SIGINT `after` seconds in: it must exit with 130 within a minute and print a JSON
+// result marked interrupted, which is returned (with the run's whole output in `out`).
+nlohmann::json interrupted_run(const std::vector<std::string>& argv, double after, std::string* out = nullptr) {
+  const ChildResult r = run_program(argv, {}, limits(after));
   INFO(r.describe() << "\n" << r.out.substr(0, 2000));
   REQUIRE(r.end == ChildResult::End::exited);
   CHECK(r.code == 130);
   CHECK(r.seconds < 60);
   const nlohmann::json j = json_of(r.out);
   CHECK(j.at("interrupted") == true);
+  if (out) *out = r.out;
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("generate: Ctrl-C stops the run, prints the tokens so far and exits with 130", "[cli][sigint]") {
+  // A run too long to finish before the signal (100000 tokens of the tiny preset take minutes);
+  // the signal comes 3 s after the start, and not before the handler is installed (ChildLimits).
+  const nlohmann::json j = interrupted_run(generate_argv(100000, true), 3.0);
   CHECK(j.at("max_new") == 100000);
   const auto got = j.at("generated").get<std::vector<int64_t>>();
   REQUIRE(!got.empty());
@@ -80,31 +88,20 @@ TEST_CASE("generate: Ctrl-C during a long prompt's prefill stops it after the cu
   for (int i = 0; i < 6000; ++i) prompt += (i ? "," : "") + std::to_string(i % 200);
   std::vector<std::string> argv = generate_argv(8, true);
   argv.insert(argv.end(), {"--tokens", prompt});
-  const ChildResult r = run_program(argv, {}, limits(2.0));
-  INFO(r.describe() << "\n" << r.out.substr(0, 2000));
-  REQUIRE(r.end == ChildResult::End::exited);
-  CHECK(r.code == 130);
-  CHECK(r.seconds < 60);
-  const nlohmann::json j = json_of(r.out);
-  CHECK(j.at("interrupted") == true);
+  std::string out;
+  const nlohmann::json j = interrupted_run(argv, 2.0, &out);
   CHECK(j.at("generated").empty());
   // The progress by layer ends where the prefill stopped, short of the model's 6 layers.
-  CHECK(r.out.find("prefill of 6000 tokens: ") != std::string::npos);
-  CHECK(r.out.find(" / 6 layers in ") != std::string::npos);
-  CHECK(r.out.find("6 / 6 layers") == std::string::npos);
+  CHECK(out.find("prefill of 6000 tokens: ") != std::string::npos);
+  CHECK(out.find(" / 6 layers in ") != std::string::npos);
+  CHECK(out.find("6 / 6 layers") == std::string::npos);
 }
 
 TEST_CASE("serve: Ctrl-C ends the run after the step under way and reports what was completed", "[cli][sigint]") {
   // The CPU reference through serve-c32 (32 requests of 1024 prompt and 128 new tokens) runs far
   // longer than the 3 s before the signal.
   const std::vector<std::string> argv = {SG_STEPGRAPH_BIN, "serve", "--cpu", "--trace-preset", "serve-c32", "--json"};
-  const ChildResult r = run_program(argv, {}, limits(3.0));
-  INFO(r.describe() << "\n" << r.out.substr(0, 2000));
-  REQUIRE(r.end == ChildResult::End::exited);
-  CHECK(r.code == 130);
-  CHECK(r.seconds < 60);
-  const nlohmann::json j = json_of(r.out);
-  CHECK(j.at("interrupted") == true);
+  const nlohmann::json j = interrupted_run(argv, 3.0);
   CHECK(j.at("metrics").at("completed").get<int>() < 32);
   CHECK(j.at("requests").size() == 32);  // every request listed, finished or not
 }

@@ -132,6 +132,10 @@ void excerpt(const json& v, std::string& out, size_t max_chars, int depth) {
 }  // namespace
 
 json parse_json(std::string_view text, const std::string& origin, const JsonReadOptions& options) {
+  // The parser takes a NUL byte for the end of its input and would ignore whatever follows it.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    throw Error(fmt::format("{}: the {} is not valid JSON: a NUL byte at byte {}", origin, options.what, nul));
+  }
   Checker check(options.max_depth);
   if (!json::sax_parse(text.begin(), text.end(), &check) || check.failure != Checker::Failure::none) {
     switch (check.failure) {

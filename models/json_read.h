@@ -4,7 +4,8 @@
 //   - nesting deeper than a limit (64 for files, 8 for a safetensors header), checked while parsing,
 //     so a value nested 100,000 levels deep is an error, never a stack overflow in a later step;
 //   - a key given twice in one object (nlohmann::json, like Python, would silently keep the last);
-//   - invalid JSON, with nlohmann's message made printable (it may quote bytes from the file).
+//   - invalid JSON, with nlohmann's message made printable (it may quote bytes from the file), and
+//     any NUL byte (nlohmann takes it for the end of the input and ignores what follows).
 // read_json_file() adds the file checks of engine/files.h: a regular file of at most 64 MiB.
 // json_excerpt() shows a parsed value in an error message without ever formatting all of it.
 // Every error is an sg::Error that starts with `origin` (the file's path).

@@ -93,6 +93,11 @@ std::vector<FileCase> config_cases() {
       {"68157440 bytes, more than the 67108864 byte limit"});
   add("config: empty file", config_text(""), {"not valid JSON"});
   add("config: binary bytes", config_text(std::string("\0\xff\x1b[2J\x07", 6)), {"not valid JSON"});
+  add("config: a NUL byte, then garbage",
+      [](const fs::path& d) {
+        write_text(d / "config.json", base_config().dump() + std::string("\0{\"this is\": garbage", 21));
+      },
+      {"not valid JSON: a NUL byte at byte"});
   add("config: hidden_size given twice", config_text(R"({"hidden_size": 40, "hidden_size": 4096})"),
       {"key 'hidden_size' appears twice"});
   add("config: text_config.head_dim given twice", config_text(R"({"text_config": {"head_dim": 24, "head_dim": 256}})"),

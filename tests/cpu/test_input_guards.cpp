@@ -59,6 +59,11 @@ TEST_CASE("parse_json: the depth limit is exact, duplicates are named with their
   // The same key in two different objects is fine.
   CHECK_NOTHROW(parse_json(R"({"a": {"k": 1}, "b": {"k": 2}, "c": [{"k": 1}, {"k": 2}]})", "f"));
   expect_error([&] { parse_json("{\"a\": \"\x1b\"}", "f"); }, {"f: the file is not valid JSON", "<U+001B>"});
+  // A NUL byte ended nlohmann's input: whatever followed it was ignored.
+  using namespace std::string_literals;
+  expect_error([&] { parse_json("{\"a\": 1}\0{\"garbage\": "s, "f"); },
+               {"f: the file is not valid JSON: a NUL byte at byte 8"});
+  expect_error([&] { parse_json("\0"s, "f"); }, {"f: the file is not valid JSON: a NUL byte at byte 0"});
 }
 
 TEST_CASE("json_excerpt is short and printable whatever the value", "[guards][json]") {

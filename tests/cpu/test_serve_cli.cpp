@@ -101,6 +101,13 @@ std::vector<CliCase> serve_cases() {
   auto* vocab = add("serve --trace with a token outside the vocabulary", {"serve", "--cpu", "--trace", "{dir}/t.jsonl"},
                     1, {"request 0 (line 1): prompt[1] = 256 is outside the vocabulary [0, 256)"});
   vocab->setup = [](const fs::path& d) { write_text(d / "t.jsonl", "{\"prompt\": [1, 256], \"max_new\": 2}\n"); };
+  // A NUL byte ended the line's JSON, and the request after it was dropped without a word.
+  auto* nul = add("serve --trace with a NUL byte inside a line", {"serve", "--cpu", "--trace", "{dir}/t.jsonl"}, 1,
+                  {"{dir}/t.jsonl:1", "a NUL byte at byte 31"});
+  nul->setup = [](const fs::path& d) {
+    write_text(d / "t.jsonl",
+               std::string("{\"prompt_len\": 4, \"max_new\": 2}\0{\"prompt_len\": 4, \"max_new\": 2}\n", 64));
+  };
   return v;
 }
 

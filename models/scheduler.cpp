@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "engine/error.h"
+#include "engine/text.h"
 
 namespace sg {
 namespace {
@@ -88,9 +89,8 @@ void Scheduler::admit(double now_ms) {
       st.error = fmt::format("prompt of {} tokens and max_new {}: both must be >= 1", q.prompt_len, q.max_new);
     } else if (most > opt_.max_context) {
       st.error = fmt::format(
-          "prompt of {} tokens + {} new tokens needs {} cached tokens, more than the context of "
-          "{} tokens per slot, so it can never run",
-          q.prompt_len, q.max_new, most, opt_.max_context);
+          "prompt of {} + {} needs {} cached tokens, more than the context of {} per slot, so it can never run",
+          count_of(q.prompt_len, "token"), count_of(q.max_new, "new token"), most, count_of(opt_.max_context, "token"));
     }
     if (!st.error.empty()) {
       st.phase = RequestPhase::rejected;

@@ -100,8 +100,8 @@ std::string format_metrics(const ServeMetrics& m, const ServeResult& r) {
                      m.prompt_tokens, m.output_tokens, m.wall_ms, m.tokens_per_s, m.output_tokens_per_s);
   out += percentiles_line("time to first token", m.ttft_ms);
   out += percentiles_line("time per output token", m.tpot_ms);
-  out += fmt::format("prompts prefilled in more than one chunk: {} (at most {} chunks)\n", m.chunked_requests,
-                     m.max_chunks);
+  out += fmt::format("prompts prefilled in more than one chunk: {} (at most {})\n", m.chunked_requests,
+                     count_of(m.max_chunks, "chunk"));
   const bool floors = m.all_steps.floor_ms > 0;
   out += fmt::format("steps: {} ({:.1f} ms summed{})\n", m.all_steps.steps, m.all_steps.ms,
                      floors ? fmt::format(", floor {:.1f} ms = {:.0f}% of it", m.all_steps.floor_ms,

@@ -8,6 +8,7 @@
 //     bucket's graph and the eager launch sequence, timed the same way, with op-family shares.
 // Without a GPU: the CPU reference of the whole model on the tiny preset.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -107,12 +108,16 @@ int run_cpu_model(const BenchOptions& o, const std::string& why) {
   fmt::print("stepgraph bench: {}\n", why);
   const Qwen35Config cfg = preset("tiny");
   const int B = std::min(o.max_seqs, 8), ctx = std::min(o.context, 64), hist = std::min(o.history, 64);
+  std::vector<std::string> capped;  // the options this run takes less of than given
+  if (B < o.max_seqs) capped.push_back(fmt::format("--max-seqs {} to 8", o.max_seqs));
+  if (ctx < o.context) capped.push_back(fmt::format("--context {} to 64", o.context));
+  if (hist < o.history) capped.push_back(fmt::format("--history {} to 64", o.history));
   fmt::print(
       "Running the CPU reference of the whole model on the 'tiny' preset instead ({} layers, hidden {}, vocab {}): "
-      "a prefill of {} sequence{} of {} tokens{}, then decode steps of {} row{} (--max-seqs is capped at 8, "
-      "--context and --history at 64 here).\n",
-      cfg.layers, cfg.hidden, cfg.vocab, B, B == 1 ? "" : "s", ctx,
-      hist > 0 ? fmt::format(" after {} tokens of history", hist) : std::string(), B, B == 1 ? "" : "s");
+      "a prefill of {} of {}{}, then decode steps of {}{}.\n",
+      cfg.layers, cfg.hidden, cfg.vocab, count_of(B, "sequence"), count_of(ctx, "token"),
+      hist > 0 ? fmt::format(" after {} of history", count_of(hist, "token")) : std::string(), count_of(B, "row"),
+      capped.empty() ? std::string() : fmt::format(" (capped here: {})", fmt::join(capped, ", ")));
   ReferenceOptions ro;
   ro.chunked_prefill = chunked_delta_prefill(o.delta_prefill);  // its own chunked form (double); auto runs the scan
   ro.ssm_state = reference_ssm_state(o.ssm_state);

@@ -98,8 +98,9 @@ void print_result(const GenerateOptions& o, const char* implementation, const Qw
     fmt::print("model: {} (hidden {}, {} layers: {} GDN + {} attention, vocab {}), {}\n", printable(cfg.name),
                cfg.hidden, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(), cfg.vocab, source);
     fmt::print("implementation: {}, {} activations, {}\n", implementation, dtype, detail);
-    fmt::print("prompt ({} tokens): {}\n", prompt.size(), fmt::join(prompt, ","));
-    fmt::print("generated ({} tokens, greedy, {:.2f} s): {}\n", out.size(), secs, fmt::join(out, ","));
+    fmt::print("prompt ({}): {}\n", count_of(static_cast<long long>(prompt.size()), "token"), fmt::join(prompt, ","));
+    fmt::print("generated ({}, greedy, {:.2f} s): {}\n", count_of(static_cast<long long>(out.size()), "token"), secs,
+               fmt::join(out, ","));
   }
 }
 

@@ -54,8 +54,8 @@ int run_plan(const PlanOptions& o) {
   if (o.slots > 0 && o.slots < o.max_seqs) {
     throw Error(fmt::format(
         "plan: --slots {} is fewer than --max-seqs {}: the rows of a decode step are distinct sequences, each in "
-        "its own slot, so no step could hold more than {} rows. Give --max-seqs {} or fewer, or --slots {} or more.",
-        o.slots, o.max_seqs, o.slots, o.slots, o.max_seqs));
+        "its own slot, so no step could hold more than {}. Give --max-seqs {} or fewer, or --slots {} or more.",
+        o.slots, o.max_seqs, count_of(o.slots, "row"), o.slots, o.max_seqs));
   }
   if (o.prefill_tokens > int64_t{o.max_seqs} * o.context) {
     throw Error(fmt::format(
@@ -90,9 +90,11 @@ int run_plan(const PlanOptions& o) {
 
   fmt::print("model: {} ({}): {} layers, {} weights and activations, {} SSM state\n", printable(c.name), source,
              c.layers, o.dtype, o.ssm_state);
-  fmt::print("step: {} of {} tokens, decode batches up to {}, prefills up to {} in {}\n", count_of(p.num_slots, "slot"),
-             p.max_context, p.max_decode_batch, count_of(p.max_prefill_tokens, "token"),
-             count_of(p.max_prefill_seqs, "sequence"));
+  fmt::print("step: {} of {}, decode batches up to {}, {}\n", count_of(p.num_slots, "slot"),
+             count_of(p.max_context, "token"), count_of(p.max_decode_batch, "row"),
+             p.max_prefill_tokens == 0 ? std::string("no prefill step")
+                                       : fmt::format("prefills up to {} in {}", count_of(p.max_prefill_tokens, "token"),
+                                                     count_of(p.max_prefill_seqs, "sequence")));
   nlohmann::json j{{"model", c.name},
                    {"source", source},
                    {"dtype", o.dtype},

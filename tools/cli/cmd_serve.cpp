@@ -208,13 +208,13 @@ int run_cpu(const ServeOptions& o, const CLI::App& cmd, const ResolvedArms& arms
   const std::string dtype = o.dtype.empty() ? "f32" : o.dtype;
   // Before the model's caches are allocated and zeroed (seconds for thousands of slots).
   print_header(
-      o,
-      fmt::format("stepgraph serve: {}; running the CPU reference model of the 'tiny' preset ({} layers, "
-                  "hidden {}, vocab {}, {} activations, GDN state {}, {} delta-rule prefill, synthetic weights, "
-                  "seed {})\ntrace: {}\nslots {}, context {} tokens per slot, prefill budget {} tokens per step\n"
-                  "host memory: {} in all: {}\n",
-                  why, cfg.layers, cfg.hidden, cfg.vocab, dtype, o.b.ssm_state, ro.chunked_prefill ? "chunked" : "scan",
-                  o.seed, trace.name, slots, ctx, o.prefill_budget, format_host_bytes(need.total()), need.describe()));
+      o, fmt::format("stepgraph serve: {}; running the CPU reference model of the 'tiny' preset ({} layers, "
+                     "hidden {}, vocab {}, {} activations, GDN state {}, {} delta-rule prefill, synthetic weights, "
+                     "seed {})\ntrace: {}\nslots {}, context {} per slot, prefill budget {} per step\n"
+                     "host memory: {} in all: {}\n",
+                     why, cfg.layers, cfg.hidden, cfg.vocab, dtype, o.b.ssm_state,
+                     ro.chunked_prefill ? "chunked" : "scan", o.seed, trace.name, slots, count_of(ctx, "token"),
+                     count_of(o.prefill_budget, "token"), format_host_bytes(need.total()), need.describe()));
   std::fflush(stdout);
   ReferenceModel model(cfg, synthetic_weights(cfg, o.seed), slots, ctx, ro);
   SchedulerOptions sch;
@@ -277,13 +277,13 @@ int run_gpu(const ServeOptions& o, const DeviceInfo& dev, const ResolvedArms& ar
       gemm_name(r.gemm), pdl_name(r.pdl), swiglu_name(r.swiglu), gated_norm_name(r.gated_norm),
       mix_round_name(r.mix_round), ssm_state_name(r.ssm_state), arms.arms.describe());
   print_header(
-      o,
-      fmt::format("device: {}\nmodel: {} ({} layers: {} GDN + {} attention), synthetic {} weights (seed {}); "
-                  "{}\ntrace: {}\nslots {}, context {} tokens per slot, prefill budget {} tokens per step "
-                  "(buckets up to {}), {} steps; {} graphs captured in {:.1f} s\n",
-                  dev.describe(), cfg.name, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(),
-                  dtype_name(mo.act), o.seed, settings, trace.name, r.num_slots, r.max_context, r.max_prefill_tokens,
-                  step.prefill_keys().back(), o.eager ? "eager" : "graphed", step.graphs().captured().size(), setup_s));
+      o, fmt::format("device: {}\nmodel: {} ({} layers: {} GDN + {} attention), synthetic {} weights (seed {}); "
+                     "{}\ntrace: {}\nslots {}, context {} per slot, prefill budget {} per step "
+                     "(buckets up to {}), {} steps; {} graphs captured in {:.1f} s\n",
+                     dev.describe(), cfg.name, cfg.layers, cfg.num_linear_attention(), cfg.num_full_attention(),
+                     dtype_name(mo.act), o.seed, settings, trace.name, r.num_slots, count_of(r.max_context, "token"),
+                     count_of(r.max_prefill_tokens, "token"), step.prefill_keys().back(), o.eager ? "eager" : "graphed",
+                     step.graphs().captured().size(), setup_s));
   const SchedulerOptions sch = scheduler_options_for(step);
   ServeExecutor exec = wall_clock_executor([&](const ScheduledStep& s) { return run_model_step(step, s, mode); });
   exec.floor_ms = [&](const ScheduledStep& s) { return step_floor_ms(step, s, kFloorGBps, kPeakTflops); };

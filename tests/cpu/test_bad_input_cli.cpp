@@ -52,6 +52,12 @@ std::vector<CliCase> option_cases() {
       {"--context: '0100' is not a plain decimal integer"});
   add("plan --max-seqs=8.0", {"plan", "--preset", "tiny", "--max-seqs=8.0"}, kCli11Invalid,
       {"--max-seqs: '8.0' is not a plain decimal integer"});
+  add("kernels --shape with an empty entry", {"kernels", "--shape", "4b-decode-b32,,tiny-decode-b1"}, kCli11Invalid,
+      {"--shape: '4b-decode-b32,,tiny-decode-b1' has an empty entry in its list"});
+  add("kernels --op with a trailing comma", {"kernels", "--op", "postconv,"}, kCli11Invalid,
+      {"--op: 'postconv,' has an empty entry in its list"});
+  add("kernels --shape with a leading zero", {"kernels", "--shape", "4b-decode-b032"}, 1,
+      {"unknown shape '4b-decode-b032'"});
   add("kernels --conv-update-channels 2,0x4", {"kernels", "--conv-update-channels", "2,0x4"}, kCli11Invalid,
       {"--conv-update-channels: '0x4' is not a plain decimal integer"});
   add("generate --tokens with a trailing comma", {"generate", "--cpu", "--tokens", "1,2,"}, 1,

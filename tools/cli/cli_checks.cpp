@@ -274,6 +274,13 @@ void check_option_values(CLI::App& app, int argc, const char* const* argv) {
     if (value.empty() && name != "--a" && name != "--b") {
       throw CLI::ValidationError(name, "an empty value (leave the option out, or give it a value)");
     }
+    // CLI11 drops the empty entries of a list ("a,,b", "a,"): a slip that would go unseen.
+    if (const char d = opt->get_delimiter(); d && !value.empty()) {
+      const std::string twice(2, d);
+      if (value.front() == d || value.back() == d || value.find(twice) != std::string::npos) {
+        throw CLI::ValidationError(name, fmt::format("'{}' has an empty entry in its list", printable(value)));
+      }
+    }
     if (is_float_option(opt) && !is_plain_number(value)) {
       throw CLI::ValidationError(
           name, fmt::format("'{}' is not a decimal number (digits with an optional sign, point and exponent; no "

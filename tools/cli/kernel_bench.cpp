@@ -438,8 +438,9 @@ std::vector<std::string> standard_shapes() {
 }
 
 KernelShape parse_shape(const std::string& name) {
-  // At most 9 digits per number, so that std::stoi below cannot overflow.
-  static const std::regex re(R"(^(4b|27b|tiny)-(decode-b(\d{1,9})|prefill-(\d{1,9})x(\d{1,9}))$)");
+  // Plain decimals of at most 9 digits (no leading zero: "b032" is not a second name of "b32"), so
+  // that std::stoi below cannot overflow.
+  static const std::regex re(R"(^(4b|27b|tiny)-(decode-b([1-9]\d{0,8})|prefill-([1-9]\d{0,8})x([1-9]\d{0,8}))$)");
   std::smatch m;
   if (!std::regex_match(name, m, re)) {
     throw Error(

@@ -21,6 +21,7 @@ namespace {
 
 constexpr int kCli11Invalid = 105;
 constexpr int kCli11Required = 106;
+constexpr int kCli11Excludes = 108;
 
 json bench_report(double step_ms, double prep_us, const std::string& gemm) {
   json ops = {{"attn_prep", {{"us", prep_us}, {"nodes", 8}}}, {"mlp.gate_up", {{"us", 900.0}, {"nodes", 32}}}};
@@ -113,6 +114,8 @@ std::vector<CliCase> diff_cases() {
   add("diff --min-us 1e1 (runs)", {"diff", "{dir}/old.json", "{dir}/new.json", "--min-us", "1e1"}, 0, {})->setup =
       write_reports;
   add("diff with one report", {"diff", "a.json"}, kCli11Required, {"NEW"});
+  add("diff --all with --min-us (a threshold --all would ignore)",
+      {"diff", "a.json", "b.json", "--all", "--min-us", "50"}, kCli11Excludes, {"--all excludes --min-us"});
   return v;
 }
 

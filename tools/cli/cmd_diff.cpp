@@ -69,10 +69,11 @@ void register_diff(CLI::App& app, Action& action) {
       "`ab` measures both in one process, which is the fairer comparison.");
   cmd->add_option("OLD", dopt.old_path, "The report to compare against (bench --json)")->required();
   cmd->add_option("NEW", dopt.new_path, "The report compared with it (bench --json)")->required();
-  cmd->add_flag("--all", dopt.all, "List every op family, not only those that moved by --min-us or more");
+  auto* all = cmd->add_flag("--all", dopt.all, "List every op family, not only those that moved by --min-us or more");
   cmd->add_option("--min-us", dopt.min_us, "Smallest change of an op family's time listed, us a step")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e9));
+      ->check(CLI::Range(0.0, 1e9))
+      ->excludes(all);  // --all lists every family: a threshold would be ignored
   cmd->add_option("--json", dopt.json, "Also write the comparison to this JSON file");
   cmd->callback([&action] { action = [] { return run(dopt); }; });
 }

@@ -114,8 +114,10 @@ std::vector<CliCase> option_cases() {
   add("generate --cpu --attn-decode", {"generate", "--cpu", "--attn-decode", "simt"}, 1,
       {"--attn-decode", "cannot apply"});
   add("generate --cpu --gemm", {"generate", "--cpu", "--gemm", "cublas"}, 1, {"--gemm", "cannot apply"});
-  add("generate --cpu --pdl", {"generate", "--cpu", "--pdl", "off"}, 1, {"--pdl", "cannot apply"});
-  add("generate --cpu --mix-round", {"generate", "--cpu", "--mix-round", "gemm"}, 1, {"--mix-round", "cannot apply"});
+  add("generate --cpu --pdl", {"generate", "--cpu", "--pdl", "off"}, 1,
+      {"generate: --pdl chooses GPU kernels and how they launch", "so it cannot apply. Drop it,"});
+  add("generate --cpu --mix-round and --gemm", {"generate", "--cpu", "--mix-round", "gemm", "--gemm", "lt"}, 1,
+      {"generate: --gemm, --mix-round choose GPU kernels", "so they cannot apply. Drop them,"});
   add("generate --swiglu with an unknown value", {"generate", "--cpu", "--swiglu", "fused"}, kCli11Invalid,
       {"--swiglu"});
   add("generate --cpu --check-nodes", {"generate", "--cpu", "--check-nodes"}, 1,

@@ -58,11 +58,12 @@ struct GenerateOptions {
   std::string pdl = "auto", swiglu = "auto", gated_norm = "auto", mix_round = "auto";  // as bench's
   std::string ssm_state = "f32";  // the GDN recurrent state's dtype (f32 or bf16), GPU and CPU
   ArmOptions arms;
-  bool gpu_setting_given = false;  // a GPU kernel setting given (--attn-prefill, --gemm, ...: no CPU meaning)
-  bool seed_given = false;         // --seed given (it seeds synthetic weights only)
-  bool check_nodes = false;        // eager steps, every kernel node synchronised and checked
-  std::string fault_after;         // a fault drill's node, "LAYER:OP[@RUN]" (empty: none)
-  int tp = 1;                      // tensor-parallel ranks (CPU reference only, models/tp_reference.h)
+  std::vector<std::string>
+      gpu_settings_given;    // GPU kernel settings given (--attn-prefill, --gemm, ...: no CPU meaning)
+  bool seed_given = false;   // --seed given (it seeds synthetic weights only)
+  bool check_nodes = false;  // eager steps, every kernel node synchronised and checked
+  std::string fault_after;   // a fault drill's node, "LAYER:OP[@RUN]" (empty: none)
+  int tp = 1;                // tensor-parallel ranks (CPU reference only, models/tp_reference.h)
 };
 
 // True when Ctrl-C stopped the generation before max_new tokens.
@@ -239,11 +240,12 @@ int run(const GenerateOptions& o) {
         "generate: --check-nodes and --fault-after check the GPU step's kernel nodes, but this run is the CPU "
         "reference model, so they cannot apply. Drop them, or run on a machine with a GPU.");
   }
-  if (o.gpu_setting_given) {
-    throw Error(
-        "generate: --attn-prefill, --attn-decode, --gemm, --pdl, --swiglu, --gated-norm and --mix-round choose GPU "
-        "kernels and how they launch, but this run is the CPU reference model (its own attention, projections and "
-        "norms), so they cannot apply. Drop them, or run on a machine with a GPU.");
+  if (!o.gpu_settings_given.empty()) {
+    throw Error(fmt::format(
+        "generate: {} {} GPU kernels and how they launch, but this run is the CPU reference model (its own "
+        "attention, projections and norms), so {} cannot apply. Drop {}, or run on a machine with a GPU.",
+        fmt::join(o.gpu_settings_given, ", "), o.gpu_settings_given.size() == 1 ? "chooses" : "choose",
+        o.gpu_settings_given.size() == 1 ? "it" : "they", o.gpu_settings_given.size() == 1 ? "it" : "them"));
   }
   const std::vector<int64_t> prompt = parse_token_list(o.tokens);
   Qwen35Config cfg;
@@ -438,10 +440,11 @@ void register_generate(CLI::App& app, Action& action) {
   add_fault_after_option(cmd, o.fault_after, "in the captured graphs and, with --check-nodes, in the eager steps");
   cmd->callback([&action, cmd] {
     o.seed_given = cmd->count("--seed") > 0;
-    o.gpu_setting_given = cmd->count("--attn-prefill") + cmd->count("--attn-decode") + cmd->count("--gemm") +
-                              cmd->count("--pdl") + cmd->count("--swiglu") + cmd->count("--gated-norm") +
-                              cmd->count("--mix-round") >
-                          0;
+    o.gpu_settings_given.clear();
+    for (const char* name :
+         {"--attn-prefill", "--attn-decode", "--gemm", "--pdl", "--swiglu", "--gated-norm", "--mix-round"}) {
+      if (cmd->count(name) > 0) o.gpu_settings_given.push_back(name);
+    }
     action = [] { return run(o); };
   });
 }

@@ -17,6 +17,7 @@ namespace {
 using nlohmann::json;
 
 json percentiles_json(const Percentiles& p) {
+  if (p.count == 0) return {{"count", 0}, {"p50", nullptr}, {"p90", nullptr}, {"p99", nullptr}};  // no sample: none
   return {{"count", p.count}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}};
 }
 

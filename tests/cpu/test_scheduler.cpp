@@ -4,6 +4,7 @@
 // request that can never fit rejected while the others complete, times and metrics.
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -315,6 +316,12 @@ TEST_CASE("scheduler: times on the executor's clock, and the metrics", "[serve][
   CHECK(m.steps.at({StepKind::prefill, 4}).steps == 1);
   CHECK(m.steps.at({StepKind::decode, 1}).steps == 3);
   CHECK(m.all_steps.ms == 10);
+  CHECK(metrics_json(m).at("ttft_ms").at("p50") == 2.0);
+  // No sample (every request rejected, or max_new 1 for the time per output token): null, not 0.
+  const auto none = metrics_json(ServeMetrics{}).at("tpot_ms");
+  CHECK(none.at("count") == 0);
+  CHECK(none.at("p50").is_null());
+  CHECK(none.at("p99").is_null());
 }
 
 TEST_CASE("scheduler: options are checked, and steps must be completed in turn", "[serve][scheduler]") {

@@ -58,12 +58,11 @@ struct GenerateOptions {
   std::string pdl = "auto", swiglu = "auto", gated_norm = "auto", mix_round = "auto";  // as bench's
   std::string ssm_state = "f32";  // the GDN recurrent state's dtype (f32 or bf16), GPU and CPU
   ArmOptions arms;
-  std::vector<std::string>
-      gpu_settings_given;    // GPU kernel settings given (--attn-prefill, --gemm, ...: no CPU meaning)
-  bool seed_given = false;   // --seed given (it seeds synthetic weights only)
-  bool check_nodes = false;  // eager steps, every kernel node synchronised and checked
-  std::string fault_after;   // a fault drill's node, "LAYER:OP[@RUN]" (empty: none)
-  int tp = 1;                // tensor-parallel ranks (CPU reference only, models/tp_reference.h)
+  std::vector<std::string> gpu_settings_given;  // --attn-prefill, --gemm, ... as given (no CPU meaning)
+  bool seed_given = false;                      // --seed given (it seeds synthetic weights only)
+  bool check_nodes = false;                     // eager steps, every kernel node synchronised and checked
+  std::string fault_after;                      // a fault drill's node, "LAYER:OP[@RUN]" (empty: none)
+  int tp = 1;                                   // tensor-parallel ranks (CPU reference only, models/tp_reference.h)
 };
 
 // True when Ctrl-C stopped the generation before max_new tokens.

@@ -153,6 +153,8 @@ std::vector<CliCase> option_cases() {
   add("plan --prefill-tokens past --max-seqs x --context",
       {"plan", "--max-seqs", "2", "--context", "100", "--prefill-tokens", "201"}, 1,
       {"--prefill-tokens 201 is more than --max-seqs x --context = 2 x 100 = 200"});
+  add("plan --json - (not standard output)", {"plan", "--json", "-"}, 1,
+      {"--json -: the results go to a file, not to standard output"});
   add("plan --json into a missing folder", {"plan", "--json", "no/such/folder/p.json"}, 1,
       {"--json no/such/folder/p.json: cannot write this file"});
   auto* plan27 = add(

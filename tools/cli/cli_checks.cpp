@@ -63,6 +63,12 @@ void reject_arms_on_cpu(const ResolvedArms& r, std::string_view command) {
 
 void check_writable(const std::string& path, std::string_view option) {
   if (path.empty()) return;
+  if (path == "-") {  // read by many tools as standard output; here it would be a file named '-'
+    throw Error(
+        fmt::format("{} -: the results go to a file, not to standard output: give a file name (/dev/stdout "
+                    "writes them to the terminal)",
+                    option));
+  }
   const std::string shown = printable(path, 4096);
   // O_NONBLOCK: a FIFO without a reader fails at once instead of waiting for one.
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);

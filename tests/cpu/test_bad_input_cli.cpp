@@ -410,6 +410,10 @@ std::vector<CliCase> option_cases() {
   add("drift --b with an unknown key", {"drift", "--b", "postcnv=fast"}, 1, {"unknown key \"postcnv\""});
   add("drift --b arms=tune", {"drift", "--b", "arms=tune"}, 1,
       {"drift: arms=tune times arms at capture; the arms are byte-identical, so compare settings"});
+  add("drift: --prompt + --max-new past the preset's positions (before the GPU)",
+      {"drift", "--b", "ssm-state=bf16", "--prompt", "65536", "--max-new", "262144"}, 1,
+      {"drift: the 65536-token prompt and --max-new 262144 take 327680 positions, past the 262144 of model "
+       "'qwen3.5-4b'"});
   add("drift --json into a missing folder", {"drift", "--b", "ssm-state=bf16", "--json", "no/such/folder/d.json"}, 1,
       {"--json no/such/folder/d.json: cannot write this file"});
   add("drift without a GPU", {"drift", "--preset", "tiny", "--b", "ssm-state=bf16"}, 1,

@@ -120,13 +120,13 @@ void check_token_range(const std::vector<int64_t>& tokens, int64_t vocab, const 
   }
 }
 
-void check_positions(int64_t prompt, int64_t max_new, int64_t max_positions, const std::string& model,
-                     const std::string& source) {
+void check_positions(std::string_view command, int64_t prompt, int64_t max_new, int64_t max_positions,
+                     const std::string& model, const std::string& source) {
   if (max_positions <= 0 || prompt + max_new <= max_positions) return;
   throw Error(
-      fmt::format("generate: the {}-token prompt and --max-new {} take {} positions, past the {} of model "
+      fmt::format("{}: the {}-token prompt and --max-new {} take {} positions, past the {} of model "
                   "'{}' ({}): positions past it were never trained",
-                  prompt, max_new, prompt + max_new, max_positions, printable(model), source));
+                  command, prompt, max_new, prompt + max_new, max_positions, printable(model), source));
 }
 
 FaultDrill parse_fault_after(const std::string& text) {

@@ -55,9 +55,9 @@ void check_token_range(const std::vector<int64_t>& tokens, int64_t vocab, const 
 // Throws sg::Error when `prompt` tokens plus `max_new` are past the model's positions
 // (Qwen35Config::max_positions, 0: not known, no check; `source` says where the limit comes from):
 // "generate: the 3-token prompt and --max-new 2 take 5 positions, past the 4 of model 'x'
-// (max_position_embeddings in x/config.json): ...".
-void check_positions(int64_t prompt, int64_t max_new, int64_t max_positions, const std::string& model,
-                     const std::string& source);
+// (max_position_embeddings in x/config.json): ..." (`command` first: "generate", "drift").
+void check_positions(std::string_view command, int64_t prompt, int64_t max_new, int64_t max_positions,
+                     const std::string& model, const std::string& source);
 
 // A fault drill (--fault-after LAYER:OP of generate, bench, inspect, soak and ab): the node after
 // which the GPU step launches a kernel that faults (ModelStepOptions::fault_layer, fault_op).

@@ -76,6 +76,7 @@ int run(DriftOptions o) {
   }
   const ResolvedArms base_arms = resolve_cli_arms(o.arms.arms);
   const Qwen35Config cfg = preset(o.preset);
+  check_positions("drift", o.prompt, o.max_new, cfg.max_positions, cfg.name, "the preset's context length");
   check_writable(o.json, "--json");
   const DeviceInfo dev = probe_device();
   if (!dev.ok) throw Error(fmt::format("drift runs the model's captured graphs, so it needs a GPU: {}", dev.reason));

@@ -112,7 +112,7 @@ void check_prompt(const GenerateOptions& o, const std::vector<int64_t>& prompt, 
       o.weights.empty() ? "the preset's context length"
                         : fmt::format("max_position_embeddings in {}",
                                       printable((std::filesystem::path(o.weights) / "config.json").string(), 4096));
-  check_positions(static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name, source);
+  check_positions("generate", static_cast<int64_t>(prompt.size()), o.max_new, cfg.max_positions, cfg.name, source);
 }
 
 // How the run names a checkpoint: its folder, its shards and the tensors it holds that the model

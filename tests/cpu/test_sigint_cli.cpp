@@ -91,9 +91,10 @@ TEST_CASE("generate: Ctrl-C during a long prompt's prefill stops it after the cu
   std::string out;
   const nlohmann::json j = interrupted_run(argv, 2.0, &out);
   CHECK(j.at("generated").empty());
-  // The progress by layer ends where the prefill stopped, short of the model's 6 layers.
-  CHECK(out.find("prefill of 6000 tokens: ") != std::string::npos);
-  CHECK(out.find(" / 6 layers in ") != std::string::npos);
+  // It says where the prefill stopped, short of the model's 6 layers (how far depends on the
+  // machine: the signal may come before the first layer ends).
+  CHECK(out.find("prefill of 6000 tokens: Ctrl-C: the forward was stopped after layer ") != std::string::npos);
+  CHECK(out.find("stopped after layer 6 of 6") == std::string::npos);
   CHECK(out.find("6 / 6 layers") == std::string::npos);
 }
 

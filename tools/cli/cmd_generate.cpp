@@ -314,12 +314,14 @@ int run(const GenerateOptions& o) {
     } else {  // greedy generation as ReferenceModel::generate does it, with progress for long runs
       std::vector<float> logits;
       {
-        Progress layers(fmt::format("prefill of {}", count_of(static_cast<long long>(prompt.size()), "token")),
-                        cfg.layers, "layers");
+        const std::string label =
+            fmt::format("prefill of {}", count_of(static_cast<long long>(prompt.size()), "token"));
+        Progress layers(label, cfg.layers, "layers");
         prefill_layers = &layers;
         try {
           logits = model->prefill({Sequence{0, prompt}});
-        } catch (const ReferenceInterrupted&) {  // Ctrl-C: no logits, nothing generated
+        } catch (const ReferenceInterrupted& e) {  // Ctrl-C: no logits, nothing generated
+          fmt::print(stderr, "{}: Ctrl-C: {}\n", label, e.what());
         }
         prefill_layers = nullptr;
         layers.finish();

@@ -96,6 +96,9 @@ HostWeights load_weights(const Checkpoint& ckpt, const Qwen35Config& c);
 // (recomputed from the config).
 bool unused_text_tensor(const std::string& name, const Qwen35Config& c);
 
+// A shape as "[a, b, c]", for messages about tensors.
+std::string shape_str(const std::vector<int64_t>& s);
+
 // Checks that `w` holds every tensor the config needs with the expected shape (lm_head optional
 // when tied); throws std::invalid_argument listing every missing or misshapen tensor. head_rows > 0:
 // lm_head.weight is [head_rows, H], tied or not (a tensor-parallel rank's share, tp_plan.h).
